@@ -1,0 +1,115 @@
+"""Multi-head self-attention with RealFormer residual scores (DESIGN.md section 1).
+
+For layer l, per head:
+  s_l   = scale * Q_l K_l^T                    (this layer's own scaled scores)
+  acc_l = s_l            if l == 0 else acc_{l-1} + s_l
+  z_l   = acc_l          or acc_l / (l + 1) with running_mean
+  p_l   = softmax(z_l + mask_bias)             (mask added AFTER the residual sum)
+  out   = dropout(p_l) V_l, then the output projection
+The value handed to layer l+1 is acc_l: no mask, no running-mean division, no dropout, and
+always float32 (it grows with depth).
+"""
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from realformer_jax import initializers
+from realformer_jax.config import ModelConfig
+from realformer_jax.layers import DenseGeneral
+
+SCORES_AXES = ('batch', 'heads', 'length', 'kv_length')
+
+
+def mask_bias(input_mask_BxL: jax.Array) -> jax.Array:
+  """Additive float32 bias [B, 1, 1, L]: 0 at real keys, a large finite negative at padding.
+
+  Finite (not -inf) so that a row with no real key gives a uniform softmax instead of NaN.
+  """
+  neg = jnp.asarray(-1e9, jnp.float32)
+  return jnp.where(input_mask_BxL[:, None, None, :] > 0, 0.0, neg).astype(jnp.float32)
+
+
+def score_scale(config: ModelConfig, input_mask_BxL: jax.Array) -> jax.Array:
+  """Multiplier of Q K^T, broadcastable to [B, H, L, L] (float32).
+
+  entropy_invariant: log_{base}(n) / sqrt(d), n = number of real keys the row may attend to.
+  With a bidirectional padding mask every row of a sequence sees the same n.
+  """
+  inv_sqrt_d = config.head_dim ** -0.5
+  if config.attention_scale == 'standard':
+    return jnp.asarray(inv_sqrt_d, jnp.float32)
+  if config.attention_scale == 't5':
+    return jnp.asarray(1.0, jnp.float32)
+  n_B = jnp.maximum(jnp.sum(input_mask_BxL > 0, axis=-1), 1).astype(jnp.float32)
+  log_base_n_B = jnp.log(n_B) / jnp.log(float(config.entropy_base_len))
+  return (log_base_n_B * inv_sqrt_d)[:, None, None, None]
+
+
+class ResidualSelfAttention(nn.Module):
+  """Self-attention that adds the previous layers' scores before the softmax."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxLxD: jax.Array, bias_Bx1x1xL: jax.Array, scale: jax.Array,
+               prev_scores_BxHxLxL: Optional[jax.Array], layer: jax.Array,
+               deterministic: bool = True):
+    """Returns (output [B, L, D], scores to carry [B, H, L, L] float32 or None)."""
+    cfg = self.config
+    d_model, heads, head_dim = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+    dtype = cfg.compute_dtype
+
+    def qkv_init(key, shape, param_dtype=jnp.float32):
+      # One fused [embed, 3, heads, kv] kernel (one big matmul), each of Q/K/V initialised on
+      # its own so that role-specific rules (T5 query scaling) apply per slice.
+      keys = jax.random.split(key, 3)
+      slices = [
+          initializers.kernel_init(cfg, fan_in=d_model, fan_out=d_model, role=role,
+                                   layer=layer + 1)(
+              k, (shape[0],) + tuple(shape[2:]), param_dtype)
+          for k, role in zip(keys, ('query', 'key', 'value'))
+      ]
+      return jnp.stack(slices, axis=1)
+
+    qkv_BxLx3xHxK = DenseGeneral(
+        features=(3, heads, head_dim), kernel_init=qkv_init,
+        kernel_axes=('embed', None, 'heads', 'kv'), use_bias=cfg.use_bias,
+        ntk=cfg.parameterization == 'ntk', dtype=dtype, param_dtype=cfg.storage_dtype,
+        name='qkv')(x_BxLxD)
+    qkv_BxLx3xHxK = nn.with_logical_constraint(
+        qkv_BxLx3xHxK, ('batch', 'length', None, 'heads', 'kv'))
+    q_BxLxHxK = qkv_BxLx3xHxK[:, :, 0]
+    k_BxLxHxK = qkv_BxLx3xHxK[:, :, 1]
+    v_BxLxHxK = qkv_BxLx3xHxK[:, :, 2]
+
+    logits_BxHxLxL = jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK,
+                                preferred_element_type=jnp.float32)
+    scores_BxHxLxL = logits_BxHxLxL * scale
+    if prev_scores_BxHxLxL is not None:
+      scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
+    scores_BxHxLxL = nn.with_logical_constraint(scores_BxHxLxL, SCORES_AXES)
+
+    softmax_in = scores_BxHxLxL
+    if cfg.use_residual_attention and cfg.running_mean:
+      softmax_in = scores_BxHxLxL / (jnp.asarray(layer, jnp.float32) + 1.0)
+    softmax_in = softmax_in + bias_Bx1x1xL
+    probs_BxHxLxL = jax.nn.softmax(softmax_in, axis=-1)
+    # Free when not asked for: `sow` stores only if 'intermediates' is mutable in apply().
+    self.sow('intermediates', 'attention_logits', softmax_in)
+    self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
+
+    probs_BxHxLxL = nn.Dropout(cfg.attention_dropout_rate)(
+        probs_BxHxLxL, deterministic=deterministic)
+    context_BxLxHxK = jnp.einsum('bhqv,bvhk->bqhk', probs_BxHxLxL.astype(dtype), v_BxLxHxK)
+    out_BxLxD = DenseGeneral(
+        features=(d_model,), axis=(-2, -1),
+        kernel_init=initializers.kernel_init(cfg, fan_in=d_model, fan_out=d_model,
+                                             role='attention_out', layer=layer + 1),
+        kernel_axes=('heads', 'kv', 'embed'), use_bias=cfg.use_bias,
+        ntk=cfg.parameterization == 'ntk', dtype=dtype, param_dtype=cfg.storage_dtype,
+        name='out')(context_BxLxHxK)
+    carried = scores_BxHxLxL if cfg.use_residual_attention else None
+    return out_BxLxD, carried

@@ -1,0 +1,100 @@
+"""One encoder layer: attention and feed-forward sublayers around the residual stream.
+
+Order of operations (D = dropout on the branch output, g = residual gate, N = norm):
+  post / realformer:  h = N(x + g·D(Attn(x)));     y = N(h + g·D(FFN(h)))
+  pre:                h = x + g·D(Attn(N(x)));     y = h + g·D(FFN(N(h)))
+  none:               h = x + g·D(Attn(x));        y = h + g·D(FFN(h))
+g is 1 for residual_branch='plain'; a trainable scalar starting at 0 for 'rezero' / 'skipinit';
+the scheduled value min(1, step / gate_schedule_steps) for 'fixed_schedule'.
+Residual attention (the carried scores) is independent of the norm placement.
+"""
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from realformer_jax import initializers
+from realformer_jax.activations import get_activation
+from realformer_jax.attention import ResidualSelfAttention
+from realformer_jax.config import ModelConfig
+from realformer_jax.layers import DenseGeneral
+from realformer_jax.normalization import Norm
+
+ACTIVATION_AXES = ('batch', 'length', 'embed')
+
+
+class FeedForward(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxLxD: jax.Array, layer: jax.Array) -> jax.Array:
+    cfg = self.config
+    dense = lambda features, axes, fan_in, fan_out, role, name: DenseGeneral(
+        features=(features,), kernel_axes=axes, use_bias=cfg.use_bias,
+        kernel_init=initializers.kernel_init(cfg, fan_in=fan_in, fan_out=fan_out, role=role,
+                                             layer=layer + 1),
+        ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
+        param_dtype=cfg.storage_dtype, name=name)
+    h_BxLxF = dense(cfg.mlp_dim, ('embed', 'mlp'), cfg.hidden_size, cfg.mlp_dim, 'mlp_in',
+                    'wi')(x_BxLxD)
+    h_BxLxF = nn.with_logical_constraint(h_BxLxF, ('batch', 'length', 'mlp'))
+    h_BxLxF = get_activation(cfg.activation)(h_BxLxF)
+    return dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out',
+                 'wo')(h_BxLxF)
+
+
+class EncoderLayer(nn.Module):
+  """Scan body: ((x, scores), layer, ...) -> ((y, scores'), None). `layer` is 0-based."""
+
+  config: ModelConfig
+
+  def _gate(self, name: str, gate_value: Optional[jax.Array]) -> Optional[jax.Array]:
+    branch = self.config.residual_branch
+    if branch == 'plain':
+      return None
+    if branch == 'fixed_schedule':
+      return gate_value
+    # ReZero / SkipInit: one trainable scalar per residual branch, zero at init.
+    return self.param(name, nn.with_logical_partitioning(nn.initializers.zeros, ()), (),
+                      jnp.float32)
+
+  def _add(self, x, branch_out, gate, deterministic):
+    branch_out = nn.Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
+    if gate is not None:
+      branch_out = branch_out * gate.astype(branch_out.dtype)
+    return x + branch_out
+
+  @nn.compact
+  def __call__(self, carry, layer, bias_Bx1x1xL, scale, gate_value, deterministic: bool):
+    cfg = self.config
+    x_BxLxD, prev_scores = carry
+    placement = cfg.ln_placement
+    post = placement in ('post', 'realformer')
+    # ReZero and SkipInit train without normalisation inside the layers.
+    norms_on = placement != 'none' and cfg.residual_branch not in ('rezero', 'skipinit')
+    norm = lambda name: (Norm(cfg, name=name) if norms_on else (lambda t: t))
+
+    attention = ResidualSelfAttention(cfg, name='attention')
+    attention_norm, mlp_norm = norm('attention_norm'), norm('mlp_norm')
+
+    attn_in = x_BxLxD if post else attention_norm(x_BxLxD)
+    attn_out, scores = attention(attn_in, bias_Bx1x1xL, scale, prev_scores, layer,
+                                  deterministic)
+    h_BxLxD = self._add(x_BxLxD, attn_out, self._gate('attention_gate', gate_value),
+                        deterministic)
+    if post:
+      h_BxLxD = attention_norm(h_BxLxD)
+    h_BxLxD = nn.with_logical_constraint(h_BxLxD, ACTIVATION_AXES)
+
+    mlp_in = h_BxLxD if post else mlp_norm(h_BxLxD)
+    mlp_out = FeedForward(cfg, name='mlp')(mlp_in, layer)
+    y_BxLxD = self._add(h_BxLxD, mlp_out, self._gate('mlp_gate', gate_value), deterministic)
+    if post:
+      y_BxLxD = mlp_norm(y_BxLxD)
+    y_BxLxD = nn.with_logical_constraint(y_BxLxD, ACTIVATION_AXES)
+    # Residual-stream second moment per layer, for signal-propagation diagnostics.
+    self.sow('intermediates', 'residual_second_moment',
+             jnp.mean(jnp.square(y_BxLxD.astype(jnp.float32))))
+    return (y_BxLxD, scores), None

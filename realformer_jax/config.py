@@ -1,0 +1,138 @@
+"""Model configuration: one frozen dataclass, validated before anything is traced.
+
+Every choice the papers compare (layer-norm placement, residual attention, attention scaling,
+norm, residual branch, initialisation, parameterisation, activation) is a named string field, so
+an experiment is a config change. `ModelConfig.validate()` raises `ConfigError` with a one-line
+message naming the offending field; the model constructors call it, so bad input never reaches
+compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+import jax.numpy as jnp
+
+LN_PLACEMENTS = ('post', 'pre', 'realformer', 'none')
+ATTENTION_SCALES = ('standard', 'entropy_invariant', 't5')
+NORMS = ('layernorm', 'rmsnorm')
+RESIDUAL_BRANCHES = ('plain', 'rezero', 'skipinit', 'fixed_schedule')
+INITS = ('bert', 'truncated_normal', 'lecun', 'xavier', 'he', 'ds_init')
+PARAMETERIZATIONS = ('standard', 'ntk')
+ACTIVATIONS = ('gelu', 'gelu_tanh', 'relu', 'normalized_sigmoid', 'selu')
+DTYPES = ('float32', 'bfloat16', 'float16')
+REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
+
+
+class ConfigError(ValueError):
+  """A configuration value is invalid. The message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Hyperparameters of the encoder and its heads. Defaults are BERT-Base."""
+
+  vocab_size: int = 30522  # word-piece vocabulary size
+  hidden_size: int = 768  # d_model
+  num_layers: int = 12  # encoder layers (the scan length)
+  num_heads: int = 12  # attention heads; must divide hidden_size
+  mlp_dim: int = 3072  # feed-forward inner size
+  max_len: int = 512  # size of the learned position table
+  type_vocab_size: int = 2  # segment (token type) vocabulary
+  dropout_rate: float = 0.1  # embeddings and residual branches
+  attention_dropout_rate: float = 0.1  # on attention probabilities only
+
+  ln_placement: str = 'post'  # 'post' (BERT) | 'pre' (+ final norm) | 'realformer' | 'none'
+  residual_attention: Optional[bool] = None  # None: on iff ln_placement == 'realformer'
+  running_mean: bool = False  # softmax sees sum/(l+1) (paper: xLarge only)
+  attention_scale: str = 'standard'  # 'standard' 1/sqrt(d) | 'entropy_invariant' | 't5'
+  entropy_base_len: int = 512  # n at which entropy-invariant scaling equals 1/sqrt(d)
+
+  norm: str = 'layernorm'  # 'layernorm' | 'rmsnorm'
+  norm_epsilon: float = 1e-12  # BERT's value
+  use_bias: bool = True  # False removes every bias (dense, norm, MLM output), T5 style
+  activation: str = 'gelu'  # FFN and MLM-transform activation (exact erf GELU, as BERT)
+  residual_branch: str = 'plain'  # 'plain' x+F(x) | 'rezero' | 'skipinit' | 'fixed_schedule'
+  gate_schedule_steps: int = 1000  # fixed_schedule: steps for the gate to rise from 0 to 1
+
+  init: str = 'bert'  # 'bert' | 'truncated_normal' | 'lecun' | 'xavier' | 'he' | 'ds_init'
+  init_std: float = 0.02  # std of 'bert' / 'truncated_normal' and of embeddings
+  ds_init_gamma: float = 1.0  # DS-Init gain gamma
+  ds_init_alpha: float = 1.0  # DS-Init alpha (bound = gamma * alpha * xavier / sqrt(l))
+  parameterization: str = 'standard'  # 'standard' | 'ntk' (unit weights, 1/sqrt(fan_in) at run)
+
+  dtype: str = 'float32'  # compute dtype
+  param_dtype: str = 'float32'  # storage dtype of parameters
+  scan_layers: bool = True  # nn.scan over layers (False: Python loop, same numbers)
+  remat_policy: str = 'none'  # rematerialisation of each layer: see REMAT_POLICIES
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @property
+  def use_residual_attention(self) -> bool:
+    if self.residual_attention is None:
+      return self.ln_placement == 'realformer'
+    return self.residual_attention
+
+  @property
+  def compute_dtype(self) -> jnp.dtype:
+    return jnp.dtype(self.dtype)
+
+  @property
+  def storage_dtype(self) -> jnp.dtype:
+    return jnp.dtype(self.param_dtype)
+
+  def replace(self, **changes: Any) -> 'ModelConfig':
+    return dataclasses.replace(self, **changes).validate()
+
+  @classmethod
+  def from_mapping(cls, values: Mapping[str, Any]) -> 'ModelConfig':
+    """Builds from a dict / ConfigDict, rejecting unknown fields by name."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+      if key not in known:
+        raise ConfigError(f'model.{key}: unknown model config field')
+    return cls(**dict(values)).validate()
+
+  def validate(self) -> 'ModelConfig':
+    choices = {
+        'ln_placement': LN_PLACEMENTS,
+        'attention_scale': ATTENTION_SCALES,
+        'norm': NORMS,
+        'residual_branch': RESIDUAL_BRANCHES,
+        'init': INITS,
+        'parameterization': PARAMETERIZATIONS,
+        'activation': ACTIVATIONS,
+        'dtype': DTYPES,
+        'param_dtype': DTYPES,
+        'remat_policy': REMAT_POLICIES,
+    }
+    for name, allowed in choices.items():
+      value = getattr(self, name)
+      if value not in allowed:
+        raise ConfigError(f'model.{name}={value!r}: must be one of {", ".join(allowed)}')
+    positive = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'max_len',
+                'type_vocab_size', 'entropy_base_len', 'gate_schedule_steps')
+    for name in positive:
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f'model.{name}={value!r}: must be a positive integer')
+    if self.hidden_size % self.num_heads:
+      raise ConfigError(f'model.num_heads={self.num_heads}: must divide '
+                        f'model.hidden_size={self.hidden_size}')
+    for name in ('dropout_rate', 'attention_dropout_rate'):
+      value = getattr(self, name)
+      if not 0.0 <= value < 1.0:
+        raise ConfigError(f'model.{name}={value!r}: must be in [0, 1)')
+    for name in ('norm_epsilon', 'init_std', 'ds_init_gamma', 'ds_init_alpha'):
+      if getattr(self, name) <= 0:
+        raise ConfigError(f'model.{name}={getattr(self, name)!r}: must be positive')
+    if self.entropy_base_len < 2:
+      raise ConfigError(f'model.entropy_base_len={self.entropy_base_len}: must be >= 2')
+    if self.residual_attention not in (None, True, False):
+      raise ConfigError(f'model.residual_attention={self.residual_attention!r}: '
+                        'must be None, True or False')
+    return self

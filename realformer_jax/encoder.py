@@ -1,0 +1,106 @@
+"""The encoder: embeddings, then a scanned (or looped) stack of layers carrying
+(hidden states, residual attention scores).
+
+With `scan_layers=True` the layer parameters are stacked on a leading `layers` axis
+(params['layers'][...] has shape [num_layers, ...]); with `scan_layers=False` each layer has its
+own subtree `layers_<i>`. `realformer_jax.params.stack_layers / unstack_layers` convert between
+the two, and both paths compute the same numbers from the same weights.
+"""
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from realformer_jax.attention import SCORES_AXES, mask_bias, score_scale
+from realformer_jax.block import EncoderLayer
+from realformer_jax.config import ModelConfig
+from realformer_jax.embeddings import Embeddings
+from realformer_jax.normalization import Norm
+
+REMAT_POLICIES = {
+    'full': jax.checkpoint_policies.nothing_saveable,
+    'dots': jax.checkpoint_policies.dots_saveable,
+    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+# Positional index of `deterministic` in EncoderLayer.__call__ (self counts as 0).
+_DETERMINISTIC_ARGNUM = 6
+
+
+def _layer_class(config: ModelConfig):
+  if config.remat_policy == 'none':
+    return EncoderLayer
+  return nn.remat(EncoderLayer, policy=REMAT_POLICIES[config.remat_policy],
+                  prevent_cse=not config.scan_layers,
+                  static_argnums=(_DETERMINISTIC_ARGNUM,))
+
+
+def residual_gate_value(config: ModelConfig, step: Optional[jax.Array]) -> Optional[jax.Array]:
+  """The fixed-schedule residual gate min(1, step / gate_schedule_steps), else None."""
+  if config.residual_branch != 'fixed_schedule':
+    return None
+  if step is None:
+    raise ValueError("model.residual_branch='fixed_schedule' needs the training step: "
+                     'pass step=... to the model call')
+  return jnp.clip(jnp.asarray(step, jnp.float32) / config.gate_schedule_steps, 0.0, 1.0)
+
+
+class Encoder(nn.Module):
+  """Token ids -> contextual hidden states [B, L, D] (Pre-LN adds a final norm)."""
+
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config.validate()
+    self.embeddings = Embeddings(cfg)
+    layer_cls = _layer_class(cfg)
+    if cfg.scan_layers:
+      self.layers = nn.scan(
+          layer_cls,
+          variable_axes={'params': 0, 'intermediates': 0},
+          split_rngs={'params': True, 'dropout': True},
+          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+          length=cfg.num_layers,
+          metadata_params={nn.PARTITION_NAME: 'layers'},
+      )(cfg)
+    else:
+      self.layers = [layer_cls(cfg) for _ in range(cfg.num_layers)]
+    if cfg.ln_placement == 'pre':
+      self.final_norm = Norm(cfg)
+
+  def __call__(self, input_ids_BxL: jax.Array, input_mask_BxL: Optional[jax.Array] = None,
+               segment_ids_BxL: Optional[jax.Array] = None, *, deterministic: bool = True,
+               step: Optional[jax.Array] = None) -> jax.Array:
+    cfg = self.config
+    if input_mask_BxL is None:
+      input_mask_BxL = jnp.ones_like(input_ids_BxL)
+    if segment_ids_BxL is None:
+      segment_ids_BxL = jnp.zeros_like(input_ids_BxL)
+    x_BxLxD = self.embeddings(input_ids_BxL, segment_ids_BxL, deterministic)
+    bias_Bx1x1xL = mask_bias(input_mask_BxL)
+    scale = score_scale(cfg, input_mask_BxL)
+    gate = residual_gate_value(cfg, step)
+
+    if cfg.scan_layers:
+      scores = None
+      if cfg.use_residual_attention:
+        # Zeros are exact: 0 + s_0 == s_0, so layer 0 still sees only its own scores.
+        batch, length = input_ids_BxL.shape
+        scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
+        scores = nn.with_logical_constraint(scores, SCORES_AXES)
+      (x_BxLxD, _), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers),
+                                    bias_Bx1x1xL, scale, gate, deterministic)
+    else:
+      scores = None
+      for index, layer in enumerate(self.layers):
+        (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), bias_Bx1x1xL,
+                                     scale, gate, deterministic)
+    if cfg.ln_placement == 'pre':
+      x_BxLxD = self.final_norm(x_BxLxD)
+    return x_BxLxD
+
+  def attend(self, h_BxPxD: jax.Array) -> jax.Array:
+    """Tied decoder: hidden states -> vocabulary logits through the word embeddings."""
+    return self.embeddings.attend(h_BxPxD)

@@ -1,0 +1,74 @@
+"""Task heads: masked-LM (evaluated at the masked positions only), pooler, classifier."""
+
+from typing import Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from realformer_jax import initializers
+from realformer_jax.activations import get_activation
+from realformer_jax.config import ModelConfig
+from realformer_jax.layers import DenseGeneral
+from realformer_jax.normalization import Norm
+
+
+def _dense(cfg: ModelConfig, features: int, axes, name: str) -> DenseGeneral:
+  return DenseGeneral(
+      features=(features,), kernel_axes=axes, use_bias=cfg.use_bias,
+      kernel_init=initializers.kernel_init(cfg, fan_in=cfg.hidden_size, fan_out=features,
+                                           role='head'),
+      ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
+      param_dtype=cfg.storage_dtype, name=name)
+
+
+def gather_positions(h_BxLxD: jax.Array, positions_BxP: jax.Array) -> jax.Array:
+  return jnp.take_along_axis(h_BxLxD, positions_BxP[:, :, None].astype(jnp.int32), axis=1)
+
+
+class MaskedLMHead(nn.Module):
+  """dense -> activation -> norm -> tied decoder + output bias. Logits are float32.
+
+  Takes hidden states already gathered at the predicted positions, so pretraining never builds
+  a [batch, length, vocab] tensor (BERT's gather_indexes).
+  """
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, h_BxPxD: jax.Array, decode: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    cfg = self.config
+    x_BxPxD = _dense(cfg, cfg.hidden_size, ('embed', 'mlp'), 'transform')(h_BxPxD)
+    x_BxPxD = get_activation(cfg.activation)(x_BxPxD)
+    x_BxPxD = Norm(cfg, name='norm')(x_BxPxD)
+    logits_BxPxV = decode(x_BxPxD).astype(jnp.float32)
+    if cfg.use_bias:
+      bias_V = self.param('output_bias', nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                      ('vocab',)),
+                          (cfg.vocab_size,), cfg.storage_dtype)
+      logits_BxPxV = logits_BxPxV + bias_V.astype(jnp.float32)
+    return logits_BxPxV
+
+
+class Pooler(nn.Module):
+  """tanh(dense(h[:, 0])): the [CLS] summary BERT feeds to sentence-level heads."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, h_BxLxD: jax.Array) -> jax.Array:
+    return jnp.tanh(_dense(self.config, self.config.hidden_size, ('embed', 'mlp'),
+                           'dense')(h_BxLxD[:, 0]))
+
+
+class ClassificationHead(nn.Module):
+  """Pooled [CLS] -> dropout -> logits [B, num_classes] (float32)."""
+
+  config: ModelConfig
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, pooled_BxD: jax.Array, deterministic: bool = True) -> jax.Array:
+    x_BxD = nn.Dropout(self.config.dropout_rate)(pooled_BxD, deterministic=deterministic)
+    return _dense(self.config, self.num_classes, ('embed', None),
+                  'classifier')(x_BxD).astype(jnp.float32)

@@ -19,7 +19,7 @@ from realformer_jax import initializers
 from realformer_jax.activations import get_activation
 from realformer_jax.attention import ResidualSelfAttention
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral
+from realformer_jax.layers import DenseGeneral, Dropout
 from realformer_jax.normalization import Norm
 
 ACTIVATION_AXES = ('batch', 'length', 'embed')
@@ -40,9 +40,11 @@ class FeedForward(nn.Module):
     h_BxLxF = dense(cfg.mlp_dim, ('embed', 'mlp'), cfg.hidden_size, cfg.mlp_dim, 'mlp_in',
                     'wi')(x_BxLxD)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, ('batch', 'length', 'mlp'))
-    h_BxLxF = get_activation(cfg.activation)(h_BxLxF)
-    return dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out',
-                 'wo')(h_BxLxF)
+    activation = get_activation(cfg.activation)
+    wo = dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out', 'wo')
+    # Speed: recompute activation(h) in the backward pass (elementwise, cheap) so that only h is
+    # saved for it; exact GELU would otherwise save four [B, L, F] tensors per layer.
+    return nn.remat(lambda mdl, h: mdl(activation(h)), prevent_cse=False)(wo, h_BxLxF)
 
 
 class EncoderLayer(nn.Module):
@@ -61,7 +63,7 @@ class EncoderLayer(nn.Module):
                       jnp.float32)
 
   def _add(self, x, branch_out, gate, deterministic):
-    branch_out = nn.Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
+    branch_out = Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
     if gate is not None:
       branch_out = branch_out * gate.astype(branch_out.dtype)
     return x + branch_out

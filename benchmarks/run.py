@@ -63,8 +63,8 @@ PROFILES = {
                     compile_shape=SMALL, compile_layers=(12, 24, 48), compile_repeats=2,
                     memory_shape=BASE, memory_remats=('none', 'full')),
     'quick': Profile(shapes=(SMALL,), split_groups=(), rounds=4, warmup=1,
-                     compile_shape=SMALL, compile_layers=(4, 8, 16), compile_repeats=1,
-                     memory_shape=SMALL),
+                     compile_shape=SMALL, compile_layers=(4, 16), compile_repeats=1,
+                     memory_shape=SMALL, memory_remats=('none', 'full')),
     'tiny': Profile(shapes=(TINY,), split_groups=(), rounds=2, warmup=1,
                     compile_shape=TINY, compile_layers=(1, 2), compile_repeats=1,
                     memory_shape=TINY, memory_remats=('none', 'full')),
@@ -340,22 +340,34 @@ def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dr
 
 # ---------------------------------------------------------------------------------------------
 
-def machine_info() -> dict:
-  cpu = platform.processor()
+def _read(path: str) -> str:
   try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          cpu = line.split(':', 1)[1].strip()
-          break
+    with open(path) as f:
+      return f.read().strip()
   except OSError:
-    pass
+    return ''
+
+
+def machine_info() -> dict:
+  cpu, simd = platform.processor(), ''
+  cpuinfo = _read('/proc/cpuinfo').splitlines()
+  for line in cpuinfo:
+    if line.startswith('model name'):
+      cpu = line.split(':', 1)[1].strip()
+      break
+  for line in cpuinfo:
+    if line.startswith('flags'):
+      flags = set(line.split(':', 1)[1].split())
+      simd = '+'.join(f for f in ('avx2', 'fma', 'avx512f') if f in flags)
+      break
   import flax
   import optax
-  info = {'date': datetime.datetime.now().isoformat(timespec='seconds'), 'cpu': cpu,
+  info = {'date': datetime.datetime.now().isoformat(timespec='seconds'), 'cpu': cpu, 'simd': simd,
           'cores': os.cpu_count(), 'jax': jax.__version__, 'flax': flax.__version__,
           'optax': optax.__version__, 'backend': jax.default_backend(),
-          'python': platform.python_version(), 'load_avg_start': os.getloadavg()}
+          'python': platform.python_version(), 'load_avg_start': os.getloadavg(),
+          'glibc_tunables': os.environ.get('GLIBC_TUNABLES', ''),
+          'transparent_hugepage': _read('/sys/kernel/mm/transparent_hugepage/enabled')}
   try:
     import transformers
     info['transformers'] = transformers.__version__
@@ -364,10 +376,9 @@ def machine_info() -> dict:
   return info
 
 
-def run(profile_name: str = 'full', dropout: float = 0.1, json_path: Optional[str] = None,
-        out: Callable[[str], None] = print, sections: Sequence[str] = ('train', 'compile',
-                                                                        'memory')) -> Report:
-  profile = PROFILES[profile_name]
+def run(profile: Profile, profile_name: str, dropout: float = 0.1,
+        json_path: Optional[str] = None, out: Callable[[str], None] = print,
+        sections: Sequence[str] = ('train', 'compile', 'memory')) -> Report:
   report = Report(out)
   report.meta = dict(machine_info(), profile=profile_name, dropout=dropout)
   started = time.perf_counter()
@@ -377,9 +388,11 @@ def run(profile_name: str = 'full', dropout: float = 0.1, json_path: Optional[st
     loads.append(os.getloadavg()[0])
     out(f'  {time.perf_counter() - started:6.1f}s  {msg}')
 
-  out(f'realformer_jax benchmarks ({profile_name}) {report.meta["date"]} on '
-      f'{report.meta["cpu"]} x{report.meta["cores"]}, jax {jax.__version__}, '
-      f'load avg {report.meta["load_avg_start"][0]:.2f}')
+  meta = report.meta
+  out(f'realformer_jax benchmarks ({profile_name}) {meta["date"]} on {meta["cpu"]} '
+      f'x{meta["cores"]} ({meta["simd"]}), jax {jax.__version__}, load avg '
+      f'{meta["load_avg_start"][0]:.2f}, GLIBC_TUNABLES={meta["glibc_tunables"] or "(unset)"}, '
+      f'THP {meta["transparent_hugepage"]}')
   rng = jax.random.key(1)
   peak = MatmulPeak()
   train = {}
@@ -421,9 +434,9 @@ def run(profile_name: str = 'full', dropout: float = 0.1, json_path: Optional[st
   loads_s = Summary.of(loads)
   out(f'\nLoad average (1 min) during the run: median {loads_s.median:.2f}, '
       f'max {loads_s.hi:.2f}; wall {report.meta["wall_s"]:.0f}s')
-  out('\nTargets' + ('' if profile_name == 'full' else
-                     f' ({profile_name} profile: not the target shapes, INFO only)'))
-  applicable = profile_name == 'full'
+  applicable = profile == PROFILES['full']
+  out('\nTargets' + ('' if applicable else
+                     f' ({profile_name} profile, changed or reduced: INFO only)'))
   for name, res in train.items():
     s = Summary.of(res['ratios']['post_vs_hf'])
     report.target('tokens_per_s_vs_hf', f'tokens/s post / HF at {name}', s.median,
@@ -452,6 +465,22 @@ def run(profile_name: str = 'full', dropout: float = 0.1, json_path: Optional[st
   return report
 
 
+def hugepage_malloc_env() -> Optional[dict]:
+  """The environment to re-run under so that glibc malloc backs large blocks with transparent
+  huge pages; None if already so (or not Linux).
+
+  XLA:CPU allocates each step's temporaries afresh (BERT-Base: ~1.4 GB); glibc serves blocks
+  that large with mmap and unmaps them on free, so every step page-faults its whole temp buffer
+  again in 4 KiB pages. With `glibc.malloc.hugetlb=1` the faults come in 2 MiB pages (512x
+  fewer). It applies to the whole process, so to Hugging Face's step too.
+  """
+  tunables = os.environ.get('GLIBC_TUNABLES', '')
+  if not sys.platform.startswith('linux') or 'glibc.malloc.hugetlb' in tunables:
+    return None
+  return dict(os.environ, GLIBC_TUNABLES=':'.join(t for t in (tunables,
+                                                               'glibc.malloc.hugetlb=1') if t))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--quick', action='store_true', help='small shape only (< 2 min)')
@@ -461,9 +490,26 @@ def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser.add_argument('--json', metavar='PATH', help='also save the results as JSON')
   parser.add_argument('--sections', default='train,compile,memory',
                       help='comma-separated subset of train,compile,memory')
+  parser.add_argument('--shapes', help='comma-separated subset of the profile\'s train '
+                      'shapes (small, bert_base), e.g. to look at one shape')
+  parser.add_argument('--rounds', type=int, help='timed rounds (default: the profile\'s)')
+  parser.add_argument('--no-hugepages', action='store_true',
+                      help='keep glibc malloc as it is (default: re-run with '
+                      'GLIBC_TUNABLES=glibc.malloc.hugetlb=1, see hugepage_malloc_env)')
   args = parser.parse_args(argv)
-  profile = 'tiny' if args.tiny else 'quick' if args.quick else 'full'
-  return run(profile, args.dropout, args.json, sections=tuple(args.sections.split(',')))
+  if argv is None and not args.no_hugepages:
+    env = hugepage_malloc_env()
+    if env is not None:  # re-run this command with the tunable set (read at process start)
+      sys.stdout.flush()
+      os.execve(sys.executable, [sys.executable, '-m', 'benchmarks.run', *sys.argv[1:]], env)
+  name = 'tiny' if args.tiny else 'quick' if args.quick else 'full'
+  profile = PROFILES[name]
+  if args.shapes:
+    shapes = {s.name: s for s in (SMALL, BASE, TINY)}
+    profile = dataclasses.replace(profile, shapes=tuple(shapes[s] for s in args.shapes.split(',')))
+  if args.rounds:
+    profile = dataclasses.replace(profile, rounds=args.rounds)
+  return run(profile, name, args.dropout, args.json, sections=tuple(args.sections.split(',')))
 
 
 if __name__ == '__main__':

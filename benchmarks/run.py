@@ -21,6 +21,7 @@ import json
 import math
 import os
 import platform
+import resource
 import sys
 import time
 from typing import Callable, Optional, Sequence
@@ -216,6 +217,7 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
   peaks: dict[str, list] = {k: [] for k in times}
   ratios: dict[str, list] = {'post_vs_hf': [], 'realformer_vs_post': [], 'pre_vs_post': [],
                              'realformer_vs_hf': [], 'pre_vs_hf': []}
+  hf_memory: dict = {}
   groups = ([['post', 'hf'], ['post', 'realformer', 'pre']] if shape.name in profile.split_groups
             else [['post', 'realformer', 'pre', 'hf']])
   for group in groups:
@@ -249,7 +251,7 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
       losses = {name: compiled[name].loss() for name in group}
       log(f'[{shape.name}] losses after warm-up and timing: '
           + ', '.join(f'{k} {v:.3f}' for k, v in losses.items()))
-      compiled.pop('hf').state = None  # free HF's state before the next group
+      hf_memory = compiled.pop('hf').memory  # drop HF's state before the next group
       gc.collect()
 
   for name in ('post', 'realformer', 'pre', 'hf'):
@@ -276,6 +278,7 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
     report.add(section, f'MFU {label} (model FLOPs / time / peak)', 'frac',
                [model_flops / t / p for t, p in zip(times[name], peaks[name])])
   return {'ratios': ratios, 'times': times, 'peaks': peaks, 'model_flops': model_flops,
+          'hf_memory': hf_memory,
           'compiled': compiled}
 
 
@@ -304,7 +307,7 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, rng,
 
 
 def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dropout: float,
-                   rng, reuse: dict, log) -> dict:
+                   rng, reuse: dict, hf_memory: dict, log) -> dict:
   """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer."""
   section = 'memory'
   stats = {}
@@ -324,8 +327,8 @@ def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dr
         continue
       report.add(section, f'{layout:10s} remat={remat:5s} peak', 'MB', m['peak'] / 1e6,
                  f'temp {m["temp"] / 1e6:.0f} MB, args {m["argument"] / 1e6:.0f} MB')
-  if 'hf' in reuse and reuse['hf'].memory:
-    m = reuse['hf'].memory
+  if hf_memory:
+    m = hf_memory
     report.add(section, 'HF FlaxBertForMaskedLM peak', 'MB', m['peak'] / 1e6,
                f'temp {m["temp"] / 1e6:.0f} MB')
   scores = shape.layers * shape.batch * shape.heads * shape.seq_len ** 2 * 4
@@ -406,13 +409,15 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   if 'compile' in sections:
     compile_results = measure_compile_times(report, profile, dropout, rng, log)
   if 'memory' in sections:
-    reuse = train.get(profile.memory_shape.name, {}).pop('compiled', {})
+    at_shape = train.get(profile.memory_shape.name, {})
+    reuse = at_shape.pop('compiled', {})
     measure_memory(report, profile.memory_shape, profile.memory_remats, dropout, rng, reuse,
-                   log)
+                   at_shape.get('hf_memory', {}), log)
     del reuse
   report.meta['load_avg_end'] = os.getloadavg()
   report.meta['load_1min_during'] = Summary.of(loads).as_dict()
   report.meta['wall_s'] = time.perf_counter() - started
+  report.meta['max_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
   out('')
   out(f'Setup: fp32, seq {profile.shapes[0].seq_len}, forward + backward + clip + AdamW, '
@@ -433,7 +438,8 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
                          f'{m.name} (peak = args + outputs + temp - donated aliases)')
   loads_s = Summary.of(loads)
   out(f'\nLoad average (1 min) during the run: median {loads_s.median:.2f}, '
-      f'max {loads_s.hi:.2f}; wall {report.meta["wall_s"]:.0f}s')
+      f'max {loads_s.hi:.2f}; wall {report.meta["wall_s"]:.0f}s; peak RSS '
+      f'{report.meta["max_rss_mb"]:.0f} MB')
   applicable = profile == PROFILES['full']
   out('\nTargets' + ('' if applicable else
                      f' ({profile_name} profile, changed or reduced: INFO only)'))

@@ -30,6 +30,7 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
     for remat in ('none', 'full'):
       assert ('memory', f'{layout:10s} remat={remat:5s} peak') in metrics
   assert ('memory', 'realformer - post temp, remat=none') in metrics
+  assert ('memory', 'HF FlaxBertForMaskedLM peak') in metrics
   for row in saved['rows']:
     assert row['n'] >= 1, row
     assert math.isfinite(row['median']), row

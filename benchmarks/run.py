@@ -471,20 +471,31 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   return report
 
 
-def hugepage_malloc_env() -> Optional[dict]:
-  """The environment to re-run under so that glibc malloc backs large blocks with transparent
-  huge pages; None if already so (or not Linux).
+# glibc malloc settings to re-run under (GLIBC_TUNABLES is read at process start).
+#
+# XLA:CPU allocates every step's temporaries afresh (BERT-Base: ~1.2 GB for our step, more for
+# Hugging Face's). glibc serves blocks that large with mmap and unmaps them on free, so by
+# default every step page-faults its whole temp buffer again (4 KiB pages: ~300k faults and up
+# to a second of kernel time per BERT-Base step), and one candidate's frees and faults disturb
+# the next one's timing. 'retain' keeps freed memory in the heap (one arena, no mmap, no trim):
+# after the first steps no step faults at all, so the table measures compute. 'hugepages'
+# faults 2 MiB pages instead (512x fewer faults, but the kernel still zeroes every page every
+# step). Whatever is chosen applies to the whole process, Hugging Face's step included.
+MALLOC_TUNABLES = {
+    'retain': 'glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:'
+              'glibc.malloc.trim_threshold=1152921504606846976',
+    'hugepages': 'glibc.malloc.hugetlb=1',
+    'default': '',
+}
 
-  XLA:CPU allocates each step's temporaries afresh (BERT-Base: ~1.4 GB); glibc serves blocks
-  that large with mmap and unmaps them on free, so every step page-faults its whole temp buffer
-  again in 4 KiB pages. With `glibc.malloc.hugetlb=1` the faults come in 2 MiB pages (512x
-  fewer). It applies to the whole process, so to Hugging Face's step too.
-  """
-  tunables = os.environ.get('GLIBC_TUNABLES', '')
-  if not sys.platform.startswith('linux') or 'glibc.malloc.hugetlb' in tunables:
+
+def malloc_env(mode: str) -> Optional[dict]:
+  """The environment to re-run under for `mode`, or None if this process already has it."""
+  tunables = MALLOC_TUNABLES[mode]
+  current = os.environ.get('GLIBC_TUNABLES', '')
+  if not sys.platform.startswith('linux') or not tunables or tunables in current:
     return None
-  return dict(os.environ, GLIBC_TUNABLES=':'.join(t for t in (tunables,
-                                                               'glibc.malloc.hugetlb=1') if t))
+  return dict(os.environ, GLIBC_TUNABLES=':'.join(t for t in (current, tunables) if t))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Report:
@@ -499,15 +510,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser.add_argument('--shapes', help='comma-separated subset of the profile\'s train '
                       'shapes (small, bert_base), e.g. to look at one shape')
   parser.add_argument('--rounds', type=int, help='timed rounds (default: the profile\'s)')
-  parser.add_argument('--no-hugepages', action='store_true',
-                      help='keep glibc malloc as it is (default: re-run with '
-                      'GLIBC_TUNABLES=glibc.malloc.hugetlb=1, see hugepage_malloc_env)')
+  parser.add_argument('--malloc', choices=tuple(MALLOC_TUNABLES), default='retain',
+                      help='glibc malloc settings for the process (see MALLOC_TUNABLES); '
+                      'the command re-runs itself with them')
   args = parser.parse_args(argv)
-  if argv is None and not args.no_hugepages:
-    env = hugepage_malloc_env()
-    if env is not None:  # re-run this command with the tunable set (read at process start)
-      sys.stdout.flush()
-      os.execve(sys.executable, [sys.executable, '-m', 'benchmarks.run', *sys.argv[1:]], env)
+  env = malloc_env(args.malloc) if argv is None else None
+  if env is not None:
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, '-m', 'benchmarks.run', *sys.argv[1:]], env)
   name = 'tiny' if args.tiny else 'quick' if args.quick else 'full'
   profile = PROFILES[name]
   if args.shapes:

@@ -48,7 +48,8 @@ def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   workdir = str(tmp_path)
   result = train.train_and_evaluate(
       tiny_config(train__num_train_steps=24, train__warmup_steps=4, train__log_every_steps=4,
-                  train__eval_every_steps=12, train__checkpoint_every_steps=12), workdir)
+                  train__eval_every_steps=12, train__checkpoint_every_steps=8,
+                  train__keep_checkpoints=2), workdir)
 
   scalars = train.read_scalars(workdir)
   losses = [value for _, value in scalars['train/loss']]
@@ -65,7 +66,7 @@ def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   assert 'step 24/24 | loss' in out and 'tok/s | ETA' in out
   assert (f'final eval MLM accuracy {result["eval/mlm_accuracy"]:.4f} vs most-frequent-token '
           f'baseline {result["baseline"]:.4f}') in out
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['12', '24']
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['16', '24']  # last 2
   assert json.load(open(os.path.join(workdir, 'config.json')))['train']['num_train_steps'] == 24
 
 

@@ -6,24 +6,9 @@ import numpy as np
 import optax
 import pytest
 
-from train_fixtures import tiny_config
+from train_fixtures import synthetic_batch, tiny_config
 from realformer_jax import train
 from realformer_jax.train import partitioning, state as state_lib
-
-
-def _batch(config, seed=0):
-  """A synthetic batch with the data contract's shapes, some slots unused (weight 0)."""
-  rng = np.random.default_rng(seed)
-  b, l, p = config.train.global_batch_size, config.data.max_len, config.data.max_predictions
-  weights = (rng.random((b, p)) < 0.8).astype(np.float32)
-  return {
-      'input_ids': rng.integers(5, config.data.vocab_size, (b, l), dtype=np.int32),
-      'segment_ids': np.zeros((b, l), np.int32),
-      'input_mask': (np.arange(l) < rng.integers(l // 2, l + 1, (b, 1))).astype(np.int32),
-      'masked_positions': rng.integers(1, l // 2, (b, p), dtype=np.int32),
-      'masked_ids': rng.integers(5, config.data.vocab_size, (b, p), dtype=np.int32),
-      'masked_weights': weights,
-  }
 
 
 def _one_step(config):
@@ -32,7 +17,7 @@ def _one_step(config):
   state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
                                setup.mesh, setup.rules)
   step = train.compile_train_step(config, setup)
-  batch = partitioning.global_batch(_batch(config), setup.batch_sharding)
+  batch = partitioning.global_batch(synthetic_batch(config), setup.batch_sharding)
   return jax.device_get(step(state, batch, jax.device_put(key, setup.replicated)))
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import ml_collections
+import numpy as np
 
 from data_fixtures import bible_config
 from realformer_jax import data
@@ -47,6 +48,21 @@ def tiny_config(**overrides) -> ml_collections.ConfigDict:
     section, field = path.split('.')
     config[section][field] = value
   return config
+
+
+def synthetic_batch(config, seed=0):
+  """A synthetic batch with the data contract's shapes, some slots unused (weight 0)."""
+  rng = np.random.default_rng(seed)
+  b, l, p = config.train.global_batch_size, config.data.max_len, config.data.max_predictions
+  weights = (rng.random((b, p)) < 0.8).astype(np.float32)
+  return {
+      'input_ids': rng.integers(5, config.data.vocab_size, (b, l), dtype=np.int32),
+      'segment_ids': np.zeros((b, l), np.int32),
+      'input_mask': (np.arange(l) < rng.integers(l // 2, l + 1, (b, 1))).astype(np.int32),
+      'masked_positions': rng.integers(1, l // 2, (b, p), dtype=np.int32),
+      'masked_ids': rng.integers(5, config.data.vocab_size, (b, p), dtype=np.int32),
+      'masked_weights': weights,
+  }
 
 
 def _dotted(overrides: dict) -> dict:

@@ -35,53 +35,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   model_config = validation.validate_config(config)
   distributed.initialize(config.distributed)
   validation.check_devices(config, jax.device_count(), jax.process_count())
-  train_cfg = config.train
-  batch_size = train_cfg.global_batch_size
-  process_index, process_count = jax.process_index(), jax.process_count()
+  train_iter, eval_batches, baseline = _build_data(config, model_config)
 
-  # Data before compilation: DataError surfaces here, in seconds.
-  tokenizer = data.prepare(config.data)
-  if tokenizer.vocab_size > model_config.vocab_size:
-    raise ConfigError(f'model.vocab_size={model_config.vocab_size}: smaller than the '
-                      f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
-  train_iter = data.make_train_iterator(config.data, batch_size, train_cfg.seed, process_index,
-                                        process_count)
-  eval_batches = data.make_eval_iterator(config.data, batch_size, process_index, process_count)
-  baseline = data.most_frequent_token_baseline(config.data, batch_size)
-
-  writer = metrics_lib.MetricWriter(workdir, enabled=process_index == 0)
+  writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
   setup = build.make_setup(config, model_config)
-  checkpointer = Checkpointer(workdir, train_cfg.keep_checkpoints)
+  checkpointer = Checkpointer(workdir, config.train.keep_checkpoints)
   preemption = distributed.PreemptionWatcher()
   try:
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
-    last_saved = checkpointer.latest_step()
     train_step = build.compile_train_step(config, setup)
     eval_step = build.compile_eval_step(setup)
-    if process_index == 0:
-      os.makedirs(workdir, exist_ok=True)
-      with open(os.path.join(workdir, 'config.json'), 'w') as f:
-        f.write(config.to_json_best_effort(indent=2))
+    _write_config(config, workdir)
     writer.print(f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
-                 f'mesh {dict(setup.mesh.shape)}, {process_count} process(es)')
+                 f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)')
 
-    stop = train_cfg.num_train_steps
-    if train_cfg.stop_at_step != -1:
-      stop = min(stop, train_cfg.stop_at_step)
+    stop = _stop_step(config.train)
     step = int(jax.device_get(state.step))
+    last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
     log = _TrainLog(writer, config, start_step=step, stop_step=stop)
     pending = None  # (step, device metrics) of the step dispatched last
-    preempted = False
     while step < stop:
       batch = partitioning.global_batch(next(train_iter), setup.batch_sharding)
       state, step_metrics = train_step(state, batch, rng)
       step += 1
-      if pending is not None:
+      if pending is not None:  # the previous step: done by now, so this does not block
         log.record(*pending, last_checkpoint=last_saved)
       pending = (step, step_metrics)
       preempted = preemption.requested(step)
-      if step % train_cfg.checkpoint_every_steps == 0 or step == stop or preempted:
+      if step % config.train.checkpoint_every_steps == 0 or step == stop or preempted:
         log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
         pending = None
         checkpointer.save(state, rng_data, train_iter)
@@ -89,7 +71,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       if preempted:
         writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
-      if step % train_cfg.eval_every_steps == 0 and step != stop:
+      if step % config.train.eval_every_steps == 0 and step != stop:
         _write_eval(writer, step, evaluate(eval_step, state, eval_batches, setup), baseline)
         log.restart_clock(step)  # throughput counts training time only
 
@@ -107,15 +89,46 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.close()
 
 
+def _build_data(config: ml_collections.ConfigDict, model_config):
+  """(train iterator, eval batches, most-frequent-token baseline) for this process.
+
+  Runs before anything is compiled, so every DataError surfaces in seconds."""
+  tokenizer = data.prepare(config.data)
+  if tokenizer.vocab_size > model_config.vocab_size:
+    raise ConfigError(f'model.vocab_size={model_config.vocab_size}: smaller than the '
+                      f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
+  batch_size = config.train.global_batch_size
+  process_index, process_count = jax.process_index(), jax.process_count()
+  train_iter = data.make_train_iterator(config.data, batch_size, config.train.seed,
+                                        process_index, process_count)
+  eval_batches = data.make_eval_iterator(config.data, batch_size, process_index, process_count)
+  return train_iter, eval_batches, data.most_frequent_token_baseline(config.data, batch_size)
+
+
+def _stop_step(train: ml_collections.ConfigDict) -> int:
+  if train.stop_at_step == -1:
+    return train.num_train_steps
+  return min(train.stop_at_step, train.num_train_steps)
+
+
+def _write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write(config.to_json_best_effort(indent=2))
+
+
 def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_iter,
                      writer: metrics_lib.MetricWriter):
   """(state, rng) from the latest checkpoint (moving `train_iter` to its position), or new."""
   latest = checkpointer.latest_step()
   if latest is None:
-    init_rng, rng = jax.random.split(jax.random.key(setup.config.train.seed))
+    # Made by a jitted function: a replicated array that spans every process's devices.
+    init_rng, rng = jax.jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))),
+                            out_shardings=setup.replicated)(setup.config.train.seed)
     state = state_lib.init_state(setup.model, setup.tx, setup.config.data, setup.layout,
-                                       init_rng, setup.mesh, setup.rules)
-    return state, jax.device_put(rng, setup.replicated)
+                                 init_rng, setup.mesh, setup.rules)
+    return state, rng
   abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
   state, key_data = checkpointer.restore(latest, setup.layout.abstract, abstract_key_data,
                                          train_iter)

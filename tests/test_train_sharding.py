@@ -92,13 +92,14 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_processes_train_together(tmp_path):
+def test_two_processes_train_together_and_one_resumes(tmp_path):
   port = _free_port()
   procs = [
       run_train_cli(tmp_path, *cli_flags(
-          train__num_train_steps=4, train__checkpoint_every_steps=2, train__log_every_steps=2,
-          distributed__num_processes=2, distributed__process_id=index,
-          distributed__coordinator_address=f'127.0.0.1:{port}'), stderr=subprocess.STDOUT)
+          train__num_train_steps=6, train__stop_at_step=4, train__checkpoint_every_steps=2,
+          train__log_every_steps=2, distributed__num_processes=2,
+          distributed__process_id=index, distributed__coordinator_address=f'127.0.0.1:{port}'),
+          stderr=subprocess.STDOUT)
       for index in range(2)]
   outputs = [proc.communicate(timeout=240)[0] for proc in procs]
   for proc, output in zip(procs, outputs):
@@ -106,8 +107,15 @@ def test_two_processes_train_together(tmp_path):
   assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1}, 2 process(es)" in outputs[0]
   assert re.search(r'final eval MLM accuracy [\d.]+ vs most-frequent-token baseline', outputs[0])
   assert 'final eval' not in outputs[1] and 'step 2/4' not in outputs[1]  # only process 0 logs
-  # One shared checkpoint; each process saved its own data-iterator position.
-  checkpoint = tmp_path / 'checkpoints' / '4'
-  assert (checkpoint / 'state').is_dir()
-  for index in range(2):
-    assert json.loads((checkpoint / 'data' / f'process_{index}-of-2.json').read_text())
+  # One shared checkpoint; each process saved the (global) data position.
+  data_dir = tmp_path / 'checkpoints' / '4' / 'data'
+  positions = [json.loads((data_dir / f'process_{i}-of-2.json').read_text()) for i in range(2)]
+  assert positions[0] == positions[1] and positions[0]['next_position'] == 4 * 8
+
+  # A single process picks the run up from the two-process checkpoint.
+  proc = run_train_cli(tmp_path, *cli_flags(train__num_train_steps=6,
+                                            train__checkpoint_every_steps=2),
+                       stderr=subprocess.STDOUT)
+  output = proc.communicate(timeout=240)[0]
+  assert proc.returncode == 0, output[-3000:]
+  assert 'resumed from the checkpoint at step 4' in output and 'step 6/6' in output

@@ -3,10 +3,11 @@
 Layout of `<workdir>/checkpoints/<step>/`:
     state/  TrainState (params, optimizer state, step), written shard by shard
     rng/    the run's base PRNG key data (dropout keys are fold_in(rng, step))
-    data/   the grain iterator position, one JSON file per process (grain's orbax handler)
+    data/   the data iterator position, one JSON file per process (grain's orbax handler);
+            the same on every process, so a restore may use another process count
 
 Restoring takes an abstract target whose leaves carry shardings, so a checkpoint restores
-onto any mesh, and optax's state types survive.
+onto any mesh and process count, and optax's state types survive.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
+from realformer_jax import data
 from realformer_jax.train.state import TrainState
 
 
@@ -51,8 +53,12 @@ class Checkpointer:
     """(state, rng key data) at `step`; `data_iterator` is moved to the saved position."""
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
-        rng=ocp.args.StandardRestore({'key_data': abstract_rng_data}),
-        data=grain.checkpoint.CheckpointRestore(data_iterator)))
+        rng=ocp.args.StandardRestore({'key_data': abstract_rng_data})))
+    # Read directly rather than through grain's handler, whose file name holds the process
+    # count: the pipeline's position is the same on every process, so this also restores a
+    # checkpoint saved with a different number of processes.
+    data_iterator.set_state(data.saved_train_state(os.path.join(self.directory, str(step),
+                                                                'data')))
     return restored.state, restored.rng['key_data']
 
   def wait(self) -> None:

@@ -87,6 +87,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     checkpointer.wait()
     checkpointer.close()
     writer.close()
+    train_iter.close()  # stops its prefetch thread
 
 
 def _build_data(config: ml_collections.ConfigDict, model_config):

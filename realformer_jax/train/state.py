@@ -20,6 +20,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from realformer_jax.models import MaskedLM
+from realformer_jax.params import unbox
 from realformer_jax.train import partitioning
 
 # Parameters that get weight decay; BERT exempts biases and LayerNorm (and here also the
@@ -77,7 +78,7 @@ def _init_variables(model: MaskedLM, rng: jax.Array, batch_size: int,
 
 def _make_init_fn(model, tx, batch_size, data_config):
   def init(rng: jax.Array) -> TrainState:
-    params = nn.meta.unbox(_init_variables(model, rng, batch_size, data_config)['params'])
+    params = unbox(_init_variables(model, rng, batch_size, data_config)['params'])
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
   return init
 
@@ -90,7 +91,9 @@ def state_layout(model: MaskedLM, tx: optax.GradientTransformation,
   rng = jax.random.key(0)
   with partitioning.activate(mesh, rules):
     boxed = jax.eval_shape(lambda r: _init_variables(model, r, batch_size, data_config), rng)
-    abstract = jax.eval_shape(_make_init_fn(model, tx, batch_size, data_config), rng)
+  params = unbox(boxed['params'])
+  abstract = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
+                        opt_state=jax.eval_shape(tx.init, params))
   param_specs = nn.get_partition_spec(boxed['params'])
   is_spec = lambda x: isinstance(x, PartitionSpec)
   opt_specs = optax.tree_map_params(tx, lambda _, spec: spec, abstract.opt_state, param_specs,

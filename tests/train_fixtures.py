@@ -55,7 +55,7 @@ def _dotted(overrides: dict) -> dict:
 
 def cli_flags(**overrides) -> list[str]:
   values = {**TINY_OVERRIDES, 'data.data_dir': bible_config().data_dir,
-            'data.shuffle_buffer': bible_config().shuffle_buffer, **_dotted(overrides)}
+            **_dotted(overrides)}
   return [f'--config.{k}={v}' for k, v in values.items()]
 
 

@@ -3,7 +3,8 @@
 Layout of `<workdir>/checkpoints/<step>/`:
     state/  TrainState (params, optimizer state, step), written shard by shard
     rng/    the run's base PRNG key data (dropout keys are fold_in(rng, step))
-    data/   the grain iterator position, one JSON file per process (grain's orbax handler)
+    data/   the train iterator position: one JSON, the same for every process (the data is a
+            function of the global position), so any process count can resume from it
 
 Restoring takes an abstract target whose leaves carry shardings, so a checkpoint restores
 onto any mesh, and optax's state types survive.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-import grain
 import jax
 import orbax.checkpoint as ocp
 
@@ -44,7 +44,7 @@ class Checkpointer:
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state),
         rng=ocp.args.StandardSave({'key_data': rng_data}),
-        data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+        data=ocp.args.JsonSave(data_iterator.get_state())), force=True)
 
   def restore(self, step: int, abstract_state: TrainState, abstract_rng_data: Any,
               data_iterator: Any) -> tuple[TrainState, jax.Array]:
@@ -52,7 +52,8 @@ class Checkpointer:
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
         rng=ocp.args.StandardRestore({'key_data': abstract_rng_data}),
-        data=grain.checkpoint.CheckpointRestore(data_iterator)))
+        data=ocp.args.JsonRestore()))
+    data_iterator.set_state(restored.data)
     return restored.state, restored.rng['key_data']
 
   def wait(self) -> None:

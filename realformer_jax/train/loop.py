@@ -112,10 +112,14 @@ def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_
   """(state, rng) from the latest checkpoint (moving `train_iter` to its position), or new."""
   latest = checkpointer.latest_step()
   if latest is None:
-    init_rng, rng = jax.random.split(jax.random.key(setup.config.train.seed))
+    # Keys are made inside jit as replicated global arrays: with several processes, a
+    # host-local array cannot be placed on the other processes' devices.
+    seed = setup.config.train.seed
+    init_rng, rng = jax.jit(lambda: tuple(jax.random.split(jax.random.key(seed))),
+                            out_shardings=(setup.replicated, setup.replicated))()
     state = state_lib.init_state(setup.model, setup.tx, setup.config.data, setup.layout,
-                                       init_rng, setup.mesh, setup.rules)
-    return state, jax.device_put(rng, setup.replicated)
+                                 init_rng, setup.mesh, setup.rules)
+    return state, rng
   abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
   state, key_data = checkpointer.restore(latest, setup.layout.abstract, abstract_key_data,
                                          train_iter)

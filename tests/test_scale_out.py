@@ -101,7 +101,11 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(
           f'--config.distributed.coordinator_address=127.0.0.1:{port}'), support.device_env(2))
       for i in range(2)
   ]
-  support.run_all(jobs, parallel=2)
+  first, second = support.run_all(jobs, parallel=2)
+  assert "mesh {'data': 4, 'fsdp': 1, 'tensor': 1}, 2 process(es)" in first.stdout
+  assert 'final eval MLM accuracy' in first.stdout
+  # Logs, metrics and progress come from process 0 only.
+  assert 'final eval' not in second.stdout and 'step 2/' not in second.stdout
   support.run_all([(support.train_command(single, data_dir, '(4,1,1)'),
                     support.device_env(4))])
   # Continue the 2-process run to the end in ONE process with 4 devices.

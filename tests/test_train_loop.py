@@ -21,9 +21,11 @@ def _saved_params(workdir, step):
 
 
 def _data_position(workdir, step):
-  path = os.path.join(workdir, 'checkpoints', str(step), 'data', 'process_0-of-1.json')
-  with open(path) as f:
-    return json.load(f)
+  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'),
+                                  item_names=('state', 'rng', 'data'))
+  position = manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore())).data
+  manager.close()
+  return position
 
 
 @pytest.fixture

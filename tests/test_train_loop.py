@@ -11,7 +11,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from train_fixtures import tiny_config
-from realformer_jax import train
+from realformer_jax import data, train
 from realformer_jax.train import loop
 
 
@@ -21,11 +21,7 @@ def _saved_params(workdir, step):
 
 
 def _data_position(workdir, step):
-  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'),
-                                  item_names=('state', 'rng', 'data'))
-  position = manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore())).data
-  manager.close()
-  return position
+  return data.saved_train_state(os.path.join(workdir, 'checkpoints', str(step), 'data'))
 
 
 @pytest.fixture

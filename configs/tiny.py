@@ -22,14 +22,14 @@ def get_config():
   config.model.attention_dropout_rate = 0.0
 
   config.data.data_dir = '~/tensorflow_datasets'
-  config.data.vocab_size = 8000
+  config.data.vocab_size = 4000  # a smaller softmax: faster, and the same accuracy at 600 steps
   config.data.max_len = 128
   config.data.max_predictions = 20
 
   config.train.global_batch_size = 32
   config.train.num_train_steps = 600
   config.train.warmup_steps = 60
-  config.train.learning_rate = 1e-3
+  config.train.learning_rate = 2e-3
   config.train.weight_decay = 0.01
   config.train.log_every_steps = 50
   config.train.eval_every_steps = 200

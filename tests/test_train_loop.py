@@ -11,7 +11,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from train_fixtures import tiny_config
-from realformer_jax import train
+from realformer_jax import data, train
 from realformer_jax.train import loop
 
 
@@ -21,9 +21,7 @@ def _saved_params(workdir, step):
 
 
 def _data_position(workdir, step):
-  path = os.path.join(workdir, 'checkpoints', str(step), 'data', 'process_0-of-1.json')
-  with open(path) as f:
-    return json.load(f)
+  return data.saved_train_state(os.path.join(workdir, 'checkpoints', str(step), 'data'))
 
 
 @pytest.fixture

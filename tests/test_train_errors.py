@@ -103,3 +103,13 @@ def test_cli_rejects_unknown_override(tmp_path):
   assert stderr.strip().splitlines()[-1] == (
       "error: --config.train.lerning_rate: unknown config field ('lerning_rate')")
   assert 'Traceback' not in stderr
+
+
+def test_each_process_needs_its_own_batch_rows():
+  # 2 processes on a tensor-only mesh: one batch shard cannot be fed by two processes.
+  config = tiny_config(train__global_batch_size=8, mesh__shape=(1, 1, 8))
+  with pytest.raises(ConfigError, match=r'^mesh\.shape=\(1, 1, 8\): the batch is split over 1 '
+                                        r'device group\(s\) .* multiple of the process count 2$'):
+    train.validate_config(config, device_count=8, process_count=2)
+  train.validate_config(tiny_config(train__global_batch_size=8, mesh__shape=(2, 1, 4)),
+                        device_count=8, process_count=2)

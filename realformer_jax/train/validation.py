@@ -177,3 +177,9 @@ def check_batch_layout(config: ml_collections.ConfigDict, mesh_sizes: dict[str, 
   if train.global_batch_size % process_count:
     raise ConfigError(f'train.global_batch_size={train.global_batch_size}: must be divisible '
                       f'by the process count {process_count}')
+  if data_parallel % process_count:
+    # Each process feeds only its own rows; with fewer batch shards than processes some
+    # processes' devices would need rows that another process read.
+    raise ConfigError(f'mesh.shape={tuple(config.mesh.shape)}: the batch is split over '
+                      f'{data_parallel} device group(s) (mesh {"*".join(batch_axes) or "none"}), '
+                      f'which must be a multiple of the process count {process_count}')

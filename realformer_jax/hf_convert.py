@@ -4,7 +4,8 @@ Accepts a mapping of numpy arrays keyed by Hugging Face parameter names, either
   * the PyTorch `BertForMaskedLM.state_dict()` (e.g. 'bert.encoder.layer.0.attention.self.query.weight',
     Linear weights stored [out, in]; old checkpoints use LayerNorm 'gamma'/'beta'), or
   * the Flax params tree of `FlaxBertForMaskedLM` (nested, or flattened with '.'), kernels [in, out].
-and returns params for `MaskedLM` (or `SequenceClassifier` encoder + pooler) with
+and returns params for `MaskedLM` (or, from `BertForSequenceClassification`, for
+`SequenceClassifier`: encoder + pooler + classifier) with
 `ln_placement='post'`, in the scan or loop layout of the given config.
 """
 
@@ -112,6 +113,8 @@ def from_hf_bert(weights: Mapping[str, Any], config: ModelConfig) -> dict:
     }
   if reader.has('pooler.dense'):
     tree['pooler'] = {'dense': _dense_params(reader.dense('pooler.dense'))}
+  if reader.has('classifier'):  # BertForSequenceClassification
+    tree['classifier'] = {'classifier': _dense_params(reader.dense('classifier'))}
   if config.scan_layers:
     tree = params_lib.stack_layers(tree)
   return tree

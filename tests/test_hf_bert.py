@@ -81,3 +81,21 @@ def test_import_rejects_layouts_bert_cannot_fill():
   hf_config, _, hf_params = _hf_model()
   with pytest.raises(ValueError, match='ln_placement'):
     hf_convert.from_hf_bert(hf_params, hf_convert.config_from_hf(hf_config, ln_placement='pre'))
+
+
+def test_sequence_classifier_matches_hugging_face_classifier():
+  from realformer_jax import SequenceClassifier
+  hf_config = transformers.BertConfig(
+      vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+      intermediate_size=80, max_position_embeddings=40, num_labels=3,
+      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  hf_model = transformers.FlaxBertForSequenceClassification(hf_config, seed=5)
+  rng = np.random.default_rng(2)
+  hf_params = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
+                           .astype(np.float32), hf_model.params)
+  ids, mask, segments, _ = _batch()
+  expected = hf_model(ids, attention_mask=mask, token_type_ids=segments, params=hf_params).logits
+  config = hf_convert.config_from_hf(hf_config)
+  params = hf_convert.from_hf_bert(hf_params, config)
+  ours = SequenceClassifier(config, num_classes=3).apply({'params': params}, ids, mask, segments)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(expected), atol=1e-4, rtol=1e-4)

@@ -1,0 +1,104 @@
+"""Preparing a data config: dataset on disk, splits checked, tokenizer trained or loaded.
+
+`prepare(config)` is idempotent and cheap after the first call in a process (memoized by the
+config's contents); the iterator builders call it, so the train loop only needs to call it
+itself to learn the vocabulary size before building the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import grain
+import ml_collections
+import numpy as np
+
+from realformer_jax.data import config as config_lib
+from realformer_jax.data import sources
+from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data.errors import DataError
+
+# Records scanned for at least one token before a split is declared token-free.
+_MAX_RECORDS_SCANNED_FOR_TOKENS = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+  tokenizer: tokenizer_lib.Tokenizer
+  train_records: grain.MapDataset
+  eval_records: grain.MapDataset
+  description: str  # "dataset 'x'" etc., for error messages.
+
+
+_PREPARED: dict[str, PreparedData] = {}
+
+
+def prepare(config: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
+  """Prepares dataset and tokenizer for `config`; returns the tokenizer. Idempotent."""
+  return prepared_data(config).tokenizer
+
+
+def prepared_data(config: ml_collections.ConfigDict) -> PreparedData:
+  key = config.to_json()
+  if key not in _PREPARED:
+    _PREPARED[key] = _prepare_uncached(config)
+  return _PREPARED[key]
+
+
+def _prepare_uncached(config: ml_collections.ConfigDict) -> PreparedData:
+  config_lib.validate_data_config(config)
+  builder = sources.load_builder(config)
+  name = builder.info.full_name
+  train_records = sources.open_split(builder, config.train_split, config.text_feature,
+                                     config.max_documents)
+  eval_records = sources.open_split(builder, config.eval_split, config.text_feature,
+                                    config.max_documents)
+  tokenizer = _load_or_train_tokenizer(config, builder, train_records)
+  for split, records in ((config.train_split, train_records), (config.eval_split, eval_records)):
+    _check_has_tokens(records, tokenizer, config.text_feature,
+                      what=f"dataset '{name}' split '{split}' feature '{config.text_feature}'")
+  return PreparedData(tokenizer, train_records, eval_records, description=f"dataset '{name}'")
+
+
+def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.Tokenizer:
+  if config.tokenizer_path:
+    return tokenizer_lib.load(config.tokenizer_path)
+  key = {
+      'dataset': builder.info.full_name,
+      'split': config.train_split,
+      'text_feature': config.text_feature,
+      'max_documents': config.max_documents,
+      'sample_chars': config.tokenizer_sample_chars,
+  }
+  # Beside the dataset's version directories (TFDS ignores names that are not versions).
+  cache_dir = os.path.join(os.path.dirname(os.fspath(builder.data_dir)), 'tokenizers')
+  path = tokenizer_lib.cache_path(cache_dir, model_type=config.tokenizer_model_type,
+                                  vocab_size=config.vocab_size, key=key)
+  what = (f"dataset '{builder.info.full_name}' split '{config.train_split}' "
+          f"feature '{config.text_feature}'")
+  texts = _sample_texts(train_records, config.text_feature, config.tokenizer_sample_chars)
+  return tokenizer_lib.load_or_train(
+      path, texts, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size,
+      description=dict(key, model_type=config.tokenizer_model_type,
+                       vocab_size=config.vocab_size),
+      what=what)
+
+
+def _sample_texts(records: grain.MapDataset, text_feature: str, max_chars: int):
+  """Texts of records in a fixed random order until `max_chars`: a bounded, unbiased sample."""
+  num_chars = 0
+  for index in np.random.default_rng(0).permutation(len(records)):
+    if num_chars >= max_chars:
+      return
+    text = sources.text_of(records[int(index)], text_feature)
+    num_chars += len(text)
+    yield text
+
+
+def _check_has_tokens(records, tokenizer, text_feature: str, what: str) -> None:
+  for index in range(min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)):
+    if len(tokenizer.encode(sources.text_of(records[index], text_feature))):
+      return
+  raise DataError(f'{what} has zero tokens in its first '
+                  f'{min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)} records.')

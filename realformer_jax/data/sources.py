@@ -1,0 +1,108 @@
+"""Opening a TFDS text dataset as a random-access source, with fail-fast checks.
+
+Every check runs before any text is tokenized or any model is compiled, and each failure is a
+one-line DataError naming the dataset, split, feature or directory:
+  unknown dataset name; not prepared under data_dir while download=False (we never touch the
+  network then); prepared in a format grain cannot read (tfrecord needs TensorFlow); unknown
+  split; missing or non-text feature; split with zero records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import grain
+import ml_collections
+import tensorflow_datasets as tfds
+
+from realformer_jax.data import cache_lock
+from realformer_jax.data import corpus
+from realformer_jax.data.errors import DataError
+
+
+# 'huggingface:mnist' (a namespace), but not 'mnist:3.0.1' (a version).
+_NAMESPACE = re.compile(r'^[A-Za-z_][\w-]*:(?!\d)')
+
+
+def data_dir_of(config: ml_collections.ConfigDict) -> str:
+  return os.path.abspath(os.path.expanduser(config.data_dir))
+
+
+def is_embedded(config: ml_collections.ConfigDict) -> bool:
+  return config.dataset.split(':')[0].split('/')[0] == corpus.BibleWeb.name
+
+
+def load_builder(config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+  """The dataset's builder, prepared (embedded corpus or download=True) or checked prepared."""
+  name, data_dir = config.dataset, data_dir_of(config)
+  if is_embedded(config):
+    builder = corpus.BibleWeb(data_dir=data_dir)
+  else:
+    if _NAMESPACE.match(name) and not config.download:
+      raise DataError(f"Dataset '{name}' is a community (namespaced) dataset, which TFDS looks "
+                      f'up online: set download=True or use a local catalog name.')
+    try:
+      # Local only: tfds.builder reads the catalog code and data_dir; no network.
+      builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+      raise DataError(f"Unknown dataset '{name}': not in the TFDS catalog and not prepared "
+                      f"under data_dir {data_dir}.") from None
+    except (ValueError, KeyError) as e:  # E.g. unknown config or version.
+      raise DataError(f"Dataset '{name}' cannot be opened from data_dir {data_dir}: "
+                      f'{_first_line(e)}') from None
+  if not builder.is_prepared():
+    if not (is_embedded(config) or config.download):
+      raise DataError(f"Dataset '{name}' is not prepared under data_dir {data_dir} and "
+                      f'download=False: prepare it in array_record format '
+                      f'(tfds build --file_format=array_record) or set download=True.')
+    os.makedirs(data_dir, exist_ok=True)
+    with cache_lock.exclusive_lock(data_dir, f'prepare-{name}'):
+      if not builder.is_prepared():  # Another process may have prepared it meanwhile.
+        builder.download_and_prepare(file_format='array_record')
+  if 'array_record' not in {f.value for f in builder.info.available_file_formats()}:
+    raise DataError(f"Dataset '{name}' under {builder.data_dir} is stored as "
+                    f'{builder.info.file_format.value}; grain needs array_record '
+                    f'(re-prepare with tfds build --file_format=array_record).')
+  return builder
+
+
+def open_split(builder: tfds.core.DatasetBuilder, split: str, text_feature: str,
+               max_documents: int = -1) -> grain.MapDataset:
+  """The records of `split` (the first `max_documents` if > 0), checked non-empty and textual."""
+  name = builder.info.full_name
+  _check_text_feature(builder, text_feature)
+  try:
+    num_records = builder.info.splits[split].num_examples
+  except (ValueError, KeyError) as e:  # Unknown split or bad slice syntax.
+    raise DataError(f"Dataset '{name}' has no split '{split}' (available: "
+                    f'{sorted(builder.info.splits)}): {_first_line(e)}') from None
+  if num_records == 0:  # Checked first: as_data_source fails obscurely on empty slices.
+    raise DataError(f"Dataset '{name}' split '{split}' has zero records.")
+  records = grain.MapDataset.source(builder.as_data_source(split))
+  return records[:max_documents] if max_documents > 0 else records
+
+
+def text_of(record: dict, text_feature: str) -> str:
+  value = record
+  for key in text_feature.split('/'):
+    value = value[key]
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
+
+def _check_text_feature(builder: tfds.core.DatasetBuilder, text_feature: str) -> None:
+  feature = builder.info.features
+  for key in text_feature.split('/'):
+    if not isinstance(feature, tfds.features.FeaturesDict) or key not in feature.keys():
+      available = sorted(feature.keys()) if isinstance(feature, tfds.features.FeaturesDict) else []
+      raise DataError(f"Dataset '{builder.info.full_name}' has no text feature "
+                      f"'{text_feature}' (top-level features: "
+                      f'{sorted(builder.info.features.keys())}; at {key!r}: {available}).')
+    feature = feature[key]
+  if not isinstance(feature, tfds.features.Text):
+    raise DataError(f"Feature '{text_feature}' of dataset '{builder.info.full_name}' is "
+                    f'{type(feature).__name__}, not Text.')
+
+
+def _first_line(error: Exception) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -5,6 +5,8 @@ All of them read things the model exposes for free when they are not asked for:
 
   * `residual_second_moment`, sown into 'intermediates' by every layer (apply with
     `mutable=['intermediates']` to get it);
+  * each layer's output, through flax's `capture_intermediates` (`layer_outputs`; for analysis
+    only), e.g. for `token_cosine`, the rank-collapse measure;
   * parameter gradients, from any grads tree of `MaskedLM` / `SequenceClassifier` / `Encoder`
     (scan layout [num_layers, ...] or loop layout `layers_<i>`);
   * trunk probes: `EncoderLayer` adds a zero 'perturbations' variable to x, r and z of each
@@ -105,6 +107,36 @@ def residual_second_moments(intermediates: Mapping) -> jax.Array:
   collection of an apply with mutable=['intermediates'] (either layout)."""
   sown = layer_tree(intermediates)['residual_second_moment']
   return jnp.asarray(sown[0] if isinstance(sown, tuple) else sown, jnp.float32)
+
+
+def _is_layer_call(module: nn.Module, method_name: str) -> bool:
+  from realformer_jax.block import EncoderLayer  # late: block.py does not import this file
+  return isinstance(module, EncoderLayer) and method_name == '__call__'
+
+
+def layer_outputs(model: nn.Module, variables: Mapping, *args, **kwargs) -> jax.Array:
+  """Every encoder layer's output, stacked: [num_layers, batch, length, hidden].
+
+  Uses `capture_intermediates`, which also keeps every sown value (attention maps included):
+  for analysis batches, not inside a training step.
+  """
+  _, state = model.apply(variables, *args, capture_intermediates=_is_layer_call,
+                         mutable=['intermediates'], **kwargs)
+  (outputs, _scores), _ = layer_tree(state['intermediates'])['__call__'][0]
+  return outputs
+
+
+def token_cosine(x_BxLxD: jax.Array, input_mask_BxL: jax.Array) -> jax.Array:
+  """Mean cosine similarity between the distinct real tokens of each sequence, averaged over
+  the batch (scalar). Near 1: the tokens' representations have collapsed onto one direction
+  (rank collapse), which deep attention stacks suffer at init."""
+  x = x_BxLxD.astype(jnp.float32)
+  x = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+  mask = input_mask_BxL.astype(jnp.float32)
+  pair_BxLxL = mask[:, :, None] * mask[:, None, :] * (1.0 - jnp.eye(x.shape[1]))
+  cos_BxLxL = jnp.einsum('bld,bmd->blm', x, x)
+  per_seq = jnp.sum(cos_BxLxL * pair_BxLxL, (1, 2)) / jnp.maximum(jnp.sum(pair_BxLxL, (1, 2)), 1)
+  return jnp.mean(per_seq)
 
 
 def zero_perturbations(model: nn.Module, params: Mapping, *args, **kwargs) -> dict:

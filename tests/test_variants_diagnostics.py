@@ -170,3 +170,25 @@ def test_beta_ratios_are_finite_on_tiny_models(ln_placement, residual_branch):
       np.testing.assert_array_equal(ratios[sublayer]['beta_ln'], 1.0)
   flat = diagnostics.flatten_metrics(jax.device_get(ratios), 'beta')
   assert len(flat) == 2 * 3 * cfg.num_layers and 'beta/mlp/beta_rc/layer_02' in flat
+
+
+def test_layer_outputs_and_token_cosine():
+  # Identical tokens -> 1; orthogonal tokens -> 0; padded tokens do not count.
+  same = jnp.ones((1, 4, 8))
+  onehot = jnp.eye(8)[None, :4]
+  mask = jnp.array([[1, 1, 1, 0]])
+  np.testing.assert_allclose(diagnostics.token_cosine(same, jnp.ones((1, 4))), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(diagnostics.token_cosine(onehot, jnp.ones((1, 4))), 0.0,
+                             atol=1e-7)
+  mixed = onehot.at[0, 3].set(onehot[0, 0])  # only the padded token repeats token 0
+  np.testing.assert_allclose(diagnostics.token_cosine(mixed, mask), 0.0, atol=1e-7)
+
+  # A ReZero stack at init: every layer's output is the embeddings' output.
+  cfg = tiny_config(residual_branch='rezero', ln_placement='realformer')
+  model, params, inputs, _ = _setup(cfg)
+  ids, mask, segments, positions = inputs
+  outputs = jax.jit(lambda p: diagnostics.layer_outputs(model, {'params': p}, *inputs))(params)
+  embedded = Embeddings(cfg).apply({'params': params['encoder']['embeddings']}, ids, segments)
+  assert outputs.shape == (cfg.num_layers,) + embedded.shape
+  for layer_out in outputs:
+    np.testing.assert_allclose(layer_out, embedded, atol=1e-6)

@@ -26,7 +26,6 @@ def bible_config(**overrides):
   """The default data config on the shared test data dir, with `overrides` applied."""
   config = data.default_data_config()
   config.data_dir = _bible_data_dir()
-  config.shuffle_buffer = 64  # Small windows keep first batches and restores quick.
   config.update(overrides)
   return config
 

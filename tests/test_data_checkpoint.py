@@ -43,7 +43,7 @@ def test_orbax_composite_checkpoint_restores_the_iterator(tmp_path, bible_tokeni
 
 def test_worker_process_gives_the_in_process_batches_and_restores(bible_tokenizer):
   in_process = _take(data.make_train_iterator(bible_config(), 8, seed=4), 6)
-  config = bible_config(worker_count=1)  # One worker reads the same documents in order.
+  config = bible_config(worker_count=1)  # One worker masks the same batches in order.
   iterator = data.make_train_iterator(config, 8, seed=4)
   try:
     _assert_same_batches(_take(iterator, 3), in_process[:3])

@@ -1,8 +1,5 @@
 """Packing documents into [CLS] ... [SEP] sequences: nothing lost, nothing duplicated."""
 
-import json
-
-import grain
 import numpy as np
 
 from realformer_jax.data import packing
@@ -45,26 +42,14 @@ def test_pack_documents_keeps_every_token_once():
   assert sequences[-1]['input_mask'].sum() == 41 - 40 + 2
 
 
-def test_iter_dataset_matches_eager_packing_and_restores_mid_stream():
+def test_blocks_match_one_by_one_packing_whatever_the_block_size():
   documents = _documents()
-  stream = grain.MapDataset.source(documents).to_iter_dataset()
-  packed = packing.PackedSequenceIterDataset(stream, **MAKE)
-  expected = list(packing.pack_documents(documents, **MAKE))
-  sequences = list(packed)
-  _check_sequences(sequences, documents)
-  for got, want in zip(sequences, expected, strict=True):
-    for key in want:
-      np.testing.assert_array_equal(got[key], want[key])
-
-  iterator = iter(packed)
-  next(iterator), next(iterator)  # Leaves tokens of the second document pending.
-  state = json.loads(json.dumps(iterator.get_state()))
-  assert state['pending_ids']
-  rest = list(iterator)
-  restored = iter(packed)
-  restored.set_state(state)
-  for got, want in zip(list(restored), rest, strict=True):
-    np.testing.assert_array_equal(got['input_ids'], want['input_ids'])
+  expected = np.stack([s['input_ids'] for s in packing.pack_documents(documents, **MAKE)])
+  for rows_per_block in (1, 2, 4, 100):
+    blocks = list(packing.pack_blocks(documents, rows_per_block=rows_per_block, **MAKE))
+    assert all(b.dtype == np.int32 and b.shape[1] == MAX_LEN for b in blocks)
+    np.testing.assert_array_equal(np.concatenate(blocks), expected)
+  assert not list(packing.pack_blocks([np.zeros(0, np.int32)], **MAKE))  # No tokens, no rows.
 
 
 def test_exact_multiple_has_no_empty_trailing_sequence():

@@ -1,4 +1,7 @@
-"""End to end on the embedded bible_web corpus: contract, determinism, checkpoints, sharding."""
+"""End to end on the embedded bible_web corpus: contract, determinism, checkpoints, eval.
+
+Process-count invariance of the train data and the packed store: test_data_global_order.py.
+"""
 
 import json
 
@@ -9,7 +12,6 @@ from data_fixtures import bible_config
 from data_fixtures import bible_tokenizer  # noqa: F401  (pytest fixture)
 from realformer_jax import data
 from realformer_jax.data import preparation
-from realformer_jax.data import pipeline
 from realformer_jax.data import sources
 
 BATCH = 8
@@ -104,34 +106,12 @@ def test_same_seed_same_batches_different_seed_different():
 def test_restored_iterator_yields_the_same_following_batches():
   config = bible_config()
   iterator = data.make_train_iterator(config, BATCH, seed=5)
-  _take(iterator, 11)  # Crosses a 64-sequence shuffle window.
+  _take(iterator, 11)
   state = json.loads(json.dumps(iterator.get_state()))  # Must survive JSON (orbax handler).
   following = _take(iterator, 4)
   restored = data.make_train_iterator(config, BATCH, seed=5)
   restored.set_state(state)
   _assert_same_batches(following, _take(restored, 4))
-
-
-def test_training_repeats_with_a_new_order_each_epoch(bible_tokenizer):
-  config = bible_config(max_documents=20, tokenizer_path=bible_tokenizer.source)
-  documents = pipeline.train_documents(config, seed=0)
-  epochs = [[bytes(documents[e * 20 + i]) for i in range(20)] for e in range(3)]
-  assert all(sorted(epoch) == sorted(epochs[0]) for epoch in epochs)  # Each: every doc once.
-  assert epochs[0] != epochs[1] != epochs[2]
-  iterator = data.make_train_iterator(config, 4, seed=0)  # ~20k tokens/epoch; never ends.
-  assert len(_take(iterator, 100)) == 100
-
-
-def test_processes_read_disjoint_records_and_yield_half_batches():
-  config = bible_config()
-  prepared = preparation.prepared_data(config)
-  shares = [{r['text'] for r in prepared.train_records[p::2]} for p in (0, 1)]
-  assert not shares[0] & shares[1] and len(shares[0] | shares[1]) == 1134
-  batches = [next(data.make_train_iterator(config, BATCH, seed=0, process_index=p,
-                                           process_count=2)) for p in (0, 1)]
-  for batch in batches:
-    assert batch['input_ids'].shape == (BATCH // 2, 128)
-  assert not np.array_equal(batches[0]['input_ids'], batches[1]['input_ids'])
 
 
 def test_eval_is_finite_reiterable_and_split_evenly_across_processes(bible_tokenizer):

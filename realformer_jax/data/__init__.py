@@ -11,6 +11,8 @@ without network. Every user-fixable problem raises `DataError` before any model 
 Checkpoint the train iterator with grain's orbax handler
 (`grain.checkpoint.CheckpointSave(train_iter)` / `CheckpointRestore(train_iter)`) or store
 `train_iter.get_state()` (a JSON-serialisable dict) and call `set_state` on a new iterator.
+The state is the global batch position, the same on every process, so it also restores with a
+different process count (`saved_train_state` reads it from a grain checkpoint directory).
 """
 
 from realformer_jax.data.baseline import most_frequent_token_baseline
@@ -22,5 +24,6 @@ from realformer_jax.data.pipeline import EvalBatches
 from realformer_jax.data.pipeline import local_batch_size
 from realformer_jax.data.pipeline import make_eval_iterator
 from realformer_jax.data.pipeline import make_train_iterator
+from realformer_jax.data.pipeline import saved_train_state
 from realformer_jax.data.preparation import prepare
 from realformer_jax.data.tokenizer import Tokenizer

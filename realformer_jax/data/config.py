@@ -39,11 +39,10 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.mask_rate = 0.15  # Fraction of real, non-special tokens chosen for prediction (capped at P).
   c.mask_token_rate = 0.8  # Of the chosen tokens, replaced by [MASK].
   c.random_token_rate = 0.1  # Of the chosen tokens, replaced by a random non-special token (rest unchanged).
-  # Order and iteration.
-  c.shuffle_buffer = 1024  # Packed sequences shuffled together after packing (documents are always shuffled); 0 = off.
+  # Order and iteration (train order: a global shuffle of the packed rows per epoch, from the train seed).
   c.eval_mask_seed = 0  # Fixed so every evaluation scores the same masked positions.
   c.eval_batches = -1  # Batches per evaluation; -1 = one full pass over eval_split.
-  c.worker_count = 0  # Tokenizer worker processes (grain mp_prefetch); 0 = in-process (CI has 2 cores).
+  c.worker_count = 0  # Processes masking train batches ahead (grain mp_prefetch); 0 = one in-process thread (CI has 2 cores).
   return c
 
 
@@ -69,7 +68,6 @@ def validate_data_config(config: ml_collections.ConfigDict) -> None:
        f'must be one of {tokenizer_lib.MODEL_TYPES}')
   need(config.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
   need(config.tokenizer_sample_chars > 0, 'tokenizer_sample_chars', 'must be positive')
-  need(config.shuffle_buffer >= 0, 'shuffle_buffer', 'must be >= 0')
   need(config.eval_batches == -1 or config.eval_batches > 0, 'eval_batches', 'must be -1 or > 0')
   need(config.worker_count >= 0, 'worker_count', 'must be >= 0')
   need(config.max_documents == -1 or config.max_documents > 0, 'max_documents',

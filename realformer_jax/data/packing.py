@@ -4,118 +4,72 @@ Documents are concatenated into one stream and cut every `max_len - 2` tokens, s
 may hold the end of one document and the start of the next, and only the stream's final chunk
 is short (padded with [PAD] = 0). No token is dropped or repeated.
 
-`pack_documents` does this eagerly (for the eval split); `PackedSequenceIterDataset` does it
-inside a grain pipeline, with the not-yet-emitted tokens in its checkpointable state.
+`pack_blocks` does this vectorized, yielding [K, max_len] blocks of token ids (the train
+split's packed store is written from it, see packed_store.py); `pack_documents` yields the same
+sequences one by one with their segment ids and input mask (the eval split).
 """
 
 from __future__ import annotations
 
-import copy
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
-import grain
 import numpy as np
 
+# Rows gathered before a block is emitted: bounds memory, keeps numpy calls large.
+_ROWS_PER_BLOCK = 1024
 
-def make_sequence(body_ids: np.ndarray, *, max_len: int, cls_id: int, sep_id: int,
-                  pad_id: int) -> dict[str, np.ndarray]:
-  """One sequence from at most max_len - 2 tokens: input_ids, segment_ids, input_mask [L]."""
-  num_body = len(body_ids)
-  assert num_body <= max_len - 2, (num_body, max_len)
-  input_ids_L = np.full(max_len, pad_id, np.int32)
-  input_ids_L[0] = cls_id
-  input_ids_L[1:num_body + 1] = body_ids
-  input_ids_L[num_body + 1] = sep_id
-  input_mask_L = np.zeros(max_len, np.int32)
-  input_mask_L[:num_body + 2] = 1
+
+def sequence_from_ids(input_ids_L: np.ndarray, *, pad_id: int) -> dict[str, np.ndarray]:
+  """input_ids, segment_ids, input_mask [L] of one packed row (real tokens are never [PAD])."""
   return {
-      'input_ids': input_ids_L,
-      'segment_ids': np.zeros(max_len, np.int32),  # One segment: no next-sentence pairs.
-      'input_mask': input_mask_L,
+      'input_ids': np.asarray(input_ids_L, np.int32),
+      'segment_ids': np.zeros(len(input_ids_L), np.int32),  # One segment: no NSP pairs.
+      'input_mask': (input_ids_L != pad_id).astype(np.int32),
   }
 
 
-class TokenChunker:
-  """Buffers a token stream and hands it out in chunks of `chunk_len`."""
+def pack_blocks(documents: Iterable[np.ndarray], *, max_len: int, cls_id: int, sep_id: int,
+                pad_id: int, rows_per_block: int = _ROWS_PER_BLOCK) -> Iterator[np.ndarray]:
+  """Yields the packed input ids of a finite stream of tokenized documents, int32 [K, L] blocks.
 
-  def __init__(self, chunk_len: int, pending_ids: Iterable[int] = ()):
-    self.chunk_len = chunk_len
-    self.pending_ids = np.asarray(list(pending_ids), np.int32)
-
-  def add(self, ids: np.ndarray) -> None:
+  Row order is stream order; every block but the last has `rows_per_block` rows or more.
+  """
+  body_len = max_len - 2
+  pending, num_pending = [], 0
+  for ids in documents:
     if len(ids):
-      self.pending_ids = np.concatenate([self.pending_ids, np.asarray(ids, np.int32)])
+      pending.append(np.asarray(ids, np.int32))
+      num_pending += len(ids)
+    if num_pending >= body_len * rows_per_block:
+      flat = np.concatenate(pending)
+      num_rows = len(flat) // body_len
+      yield _rows(flat[:num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id,
+                  sep_id, pad_id)
+      pending, num_pending = [flat[num_rows * body_len:]], len(flat) - num_rows * body_len
+  if num_pending:
+    flat = np.concatenate(pending)
+    num_rows = len(flat) // body_len
+    block = _rows(flat[:num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id,
+                  sep_id, pad_id)
+    rest = flat[num_rows * body_len:]
+    if len(rest):
+      last = np.full((1, max_len), pad_id, np.int32)
+      last[0, 0], last[0, 1:len(rest) + 1], last[0, len(rest) + 1] = cls_id, rest, sep_id
+      block = np.concatenate([block, last])
+    yield block
 
-  def has_full_chunk(self) -> bool:
-    return len(self.pending_ids) >= self.chunk_len
 
-  def pop(self) -> np.ndarray:
-    """The next chunk: full-length if available, else whatever is pending (maybe empty)."""
-    chunk = self.pending_ids[:self.chunk_len]
-    self.pending_ids = self.pending_ids[self.chunk_len:]
-    return chunk
+def _rows(body_KB: np.ndarray, max_len: int, cls_id: int, sep_id: int,
+          pad_id: int) -> np.ndarray:
+  ids_KL = np.full((len(body_KB), max_len), pad_id, np.int32)
+  ids_KL[:, 0], ids_KL[:, 1:max_len - 1], ids_KL[:, max_len - 1] = cls_id, body_KB, sep_id
+  return ids_KL
 
 
 def pack_documents(documents: Iterable[np.ndarray], *, max_len: int, cls_id: int, sep_id: int,
                    pad_id: int) -> Iterator[dict[str, np.ndarray]]:
-  """Yields the packed sequences of a finite list of tokenized documents."""
-  chunker = TokenChunker(max_len - 2)
-  make = dict(max_len=max_len, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id)
-  for ids in documents:
-    chunker.add(ids)
-    while chunker.has_full_chunk():
-      yield make_sequence(chunker.pop(), **make)
-  if len(chunker.pending_ids):
-    yield make_sequence(chunker.pop(), **make)
-
-
-class PackedSequenceIterDataset(grain.IterDataset):
-  """Packs a stream of token-id arrays (one per document) into sequences of `max_len`."""
-
-  def __init__(self, parent: grain.IterDataset, *, max_len: int, cls_id: int, sep_id: int,
-               pad_id: int):
-    super().__init__(parent)
-    self._make = dict(max_len=max_len, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id)
-
-  def __iter__(self) -> grain.DatasetIterator:
-    return _PackedSequenceIterator(self._parent.__iter__(), self._make)
-
-  def __str__(self) -> str:
-    return f'PackedSequenceIterDataset(max_len={self._make["max_len"]})'
-
-
-class _PackedSequenceIterator(grain.DatasetIterator):
-  """State: the parent's state plus the tokens read from it but not yet emitted."""
-
-  def __init__(self, parent: grain.DatasetIterator, make: dict[str, int]):
-    super().__init__(parent)
-    self._make = make
-    self._chunker = TokenChunker(make['max_len'] - 2)
-    self._parent_exhausted = False
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    while not self._chunker.has_full_chunk() and not self._parent_exhausted:
-      try:
-        self._chunker.add(next(self._parent))
-      except StopIteration:
-        self._parent_exhausted = True
-    chunk = self._chunker.pop()
-    if not len(chunk):
-      raise StopIteration
-    return make_sequence(chunk, **self._make)
-
-  def get_state(self) -> dict[str, Any]:
-    return {
-        'parent': copy.deepcopy(self._parent.get_state()),
-        # Plain ints: the state must be JSON-serialisable for grain's orbax handler.
-        'pending_ids': self._chunker.pending_ids.tolist(),
-        'parent_exhausted': self._parent_exhausted,
-    }
-
-  def set_state(self, state: dict[str, Any]) -> None:
-    self._parent.set_state(state['parent'])
-    self._chunker = TokenChunker(self._make['max_len'] - 2, state['pending_ids'])
-    self._parent_exhausted = state['parent_exhausted']
-
-  def __str__(self) -> str:
-    return f'PackedSequenceIterator(max_len={self._make["max_len"]})'
+  """Yields the packed sequences of a finite stream of tokenized documents, one by one."""
+  for block in pack_blocks(documents, max_len=max_len, cls_id=cls_id, sep_id=sep_id,
+                           pad_id=pad_id):
+    for input_ids_L in block:
+      yield sequence_from_ids(input_ids_L, pad_id=pad_id)

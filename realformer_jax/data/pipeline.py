@@ -10,12 +10,23 @@ P = max_predictions):
     masked_ids       int32   [B, P]  original ids at those positions; 0 in unused slots
     masked_weights   float32 [B, P]  1.0 for real predictions, 0.0 for unused slots
 
-Train: each process reads records[process_index::process_count], shuffles them per epoch
-(deterministically: seed + epoch), repeats forever, packs, shuffles packed sequences in windows
-of `shuffle_buffer`, and masks sequence i with default_rng([seed, process_index, i]). The
-returned grain DatasetIterator is checkpointable: `get_state()` is a JSON-serialisable dict
-and `set_state(state)` on a freshly built iterator (same config, seed and process layout)
-resumes with exactly the batches that would have followed.
+Train: the train split is packed once, in stored order, into a cached store of N rows
+(packed_store.py). The data is then a function of the global position g only: the endless
+stream reads row order[g], where epoch g // N is a permutation of the N rows from `seed`
+(reshuffled each epoch), and masks it with default_rng([seed, g]). Global batch b is positions
+[b*G, (b+1)*G) (G = global_batch_size), and process p yields its contiguous block
+[b*G + p*B, b*G + (p+1)*B), which is where jax.make_array_from_process_local_data puts process
+p's rows when the batch axis's devices are in process order (as jax.make_mesh orders them); so
+the global batches (rows, masks and their order) are the same for any process count, and each
+process reads only its own rows. Batches cross epoch boundaries (none is
+dropped or short).
+
+The returned grain DatasetIterator is checkpointable: `get_state()` is a JSON-serialisable dict
+holding the next global position (plus seed and store name, checked on restore), identical on
+every process; `set_state(state)` on a freshly built iterator (same config and seed) resumes
+with exactly the batches that would have followed, for any process count. grain's orbax
+handler names its file by process index and count, so after changing the process count read
+the state with `saved_train_state(directory)` instead of `CheckpointRestore`.
 
 Eval: the eval split is read in order, packed and masked once with `eval_mask_seed`
 (sequence i with default_rng([eval_mask_seed, i])) and cached in memory; sequences are then
@@ -27,14 +38,18 @@ all-zero rows (masked_weights 0), so weighted metrics ignore them and shapes nev
 from __future__ import annotations
 
 import functools
+import json
 import math
+from typing import Any
 
 from absl import flags
+from etils import epath
 import grain
 import ml_collections
 import numpy as np
 
 from realformer_jax.data import masking
+from realformer_jax.data import packed_store
 from realformer_jax.data import packing
 from realformer_jax.data import preparation
 from realformer_jax.data import sources
@@ -58,41 +73,147 @@ def local_batch_size(global_batch_size: int, process_index: int, process_count: 
 def make_train_iterator(data_config: ml_collections.ConfigDict, global_batch_size: int,
                         seed: int, process_index: int = 0,
                         process_count: int = 1) -> grain.DatasetIterator:
-  """An endless, checkpointable iterator of this process's training batches."""
-  batch_size = local_batch_size(global_batch_size, process_index, process_count)
+  """An endless, checkpointable iterator of this process's training batches.
+
+  Its batches are rows [p*B, (p+1)*B) of the global batches, which do not depend on
+  process_count (see the module docstring).
+  """
+  local_batch_size(global_batch_size, process_index, process_count)
   seed = int(seed)  # May arrive as a numpy or JAX scalar.
   if not 0 <= seed < 2**32:
     raise DataError(f'seed={seed} must be in [0, 2**32) (grain shuffle seeds are uint32).')
+  store = preparation.packed_train_store(data_config)
+  batches = train_batches(data_config, global_batch_size, seed, process_index, process_count)
+  return TrainIterator(batches, global_batch_size=global_batch_size, seed=seed,
+                       store=store.name, worker_count=data_config.worker_count)
+
+
+def train_batches(data_config: ml_collections.ConfigDict, global_batch_size: int, seed: int,
+                  process_index: int = 0, process_count: int = 1,
+                  store: packed_store.PackedStore | None = None) -> grain.MapDataset:
+  """This process's endless training batches as a MapDataset: element b is its share of global
+  batch b. Random access, so an iterator can start at any batch.
+
+  `store` defaults to the config's packed train split (tests pass an instrumented one).
+  """
+  batch_size = local_batch_size(global_batch_size, process_index, process_count)
   tokenizer = preparation.prepare(data_config)
-  documents = train_documents(data_config, seed, process_index, process_count)
-  # One background thread tokenizes ahead of the consumer; order stays deterministic.
-  stream = documents.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=64))
-  if data_config.worker_count > 0:
-    # grain's worker start-up reads absl flags; scripts that do not use absl.app never parse them.
-    if not flags.FLAGS.is_parsed():
-      flags.FLAGS.mark_as_parsed()
-    stream = stream.mp_prefetch(grain.MultiprocessingOptions(
-        num_workers=data_config.worker_count))
-  stream = packing.PackedSequenceIterDataset(stream, **_packing_ids(data_config, tokenizer))
-  if data_config.shuffle_buffer > 0:
-    # Consecutive sequences come from the same document: mix them across documents.
-    stream = grain.experimental.WindowShuffleIterDataset(
-        stream, window_size=data_config.shuffle_buffer, seed=seed)
-  stream = stream.map_with_index(functools.partial(
-      _mask_example, data_config, tokenizer, (seed, process_index)))
-  stream = stream.batch(batch_size, drop_remainder=True)
-  return iter(stream)
+  if store is None:
+    store = preparation.packed_train_store(data_config)
+  # The row at global position g: epoch g // N is a permutation of the N rows, reshuffled each
+  # epoch (grain seeds epoch e with shuffle_seed + e; hashing `seed` first keeps seeds s and
+  # s + 1 from sharing permutations one epoch apart).
+  shuffle_seed = int(np.random.SeedSequence([seed, _SHUFFLE_SEED_TAG]).generate_state(1)[0])
+  rows = grain.MapDataset.range(len(store)).shuffle(seed=shuffle_seed).repeat()
+  positions = rows.map_with_index(_with_position)
+  # Blocks of B consecutive positions; global batch b is blocks b*n ... b*n + n - 1 in process
+  # order, so this process's block of global batch b is block b*n + p.
+  blocks = positions.batch(batch_size)[process_index::process_count]
+  return blocks.map(functools.partial(_load_and_mask_block, data_config, tokenizer, store,
+                                      seed))
 
 
-def train_documents(data_config: ml_collections.ConfigDict, seed: int, process_index: int = 0,
-                    process_count: int = 1) -> grain.MapDataset:
-  """This process's endless stream of tokenized documents, reshuffled each epoch."""
-  prepared = preparation.prepared_data(data_config)
-  records = _process_share(prepared.train_records, data_config.train_split, prepared,
-                           process_index, process_count)
-  documents = records.shuffle(seed=seed).repeat()  # Epoch e is shuffled with seed + e.
-  return documents.map(functools.partial(_encode_record, prepared.tokenizer,
-                                         data_config.text_feature))
+def _with_position(position: int, row: int) -> tuple[int, int]:
+  return position, row
+
+
+# Separates the shuffle seed's derivation from other uses of `seed`.
+_SHUFFLE_SEED_TAG = 0x5EED
+
+
+class TrainIterator(grain.DatasetIterator):
+  """Iterates `train_batches` from a global batch position; the state is that position.
+
+  `get_state()` is {'next_position': global sequence position of the next batch (batches
+  taken * global_batch_size), 'seed', 'store'}: the same on every process, whatever the
+  process count, so a state saved with n processes restores with m (and with any global batch
+  size dividing the position). `set_state` checks seed and store (the packed data) match.
+  """
+
+  def __init__(self, batches: grain.MapDataset, *, global_batch_size: int, seed: int,
+               store: str, worker_count: int = 0):
+    super().__init__()
+    self._batches = batches
+    self._global_batch_size = global_batch_size
+    self._seed = seed
+    self._store = store
+    self._worker_count = worker_count
+    self._next_batch = 0
+    self._iterator = None
+
+  def _start(self) -> grain.DatasetIterator:
+    stream = self._batches[self._next_batch:].to_iter_dataset(
+        grain.ReadOptions(num_threads=1, prefetch_buffer_size=_PREFETCH_BATCHES))
+    if self._worker_count > 0:
+      # grain's worker start-up reads absl flags; scripts that do not use absl.app never parse
+      # them.
+      if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+      stream = stream.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._worker_count))
+    return iter(stream)
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._iterator is None:
+      self._iterator = self._start()
+    batch = next(self._iterator)
+    self._next_batch += 1
+    return batch
+
+  def get_state(self) -> dict[str, Any]:
+    return {'next_position': self._next_batch * self._global_batch_size, 'seed': self._seed,
+            'store': self._store}
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    for key in ('seed', 'store'):
+      if state.get(key) != getattr(self, '_' + key):
+        raise DataError(f'Train iterator state has {key}={state.get(key)!r}, but this iterator '
+                        f'has {getattr(self, "_" + key)!r}: it was saved with other data or '
+                        f'another seed.')
+    position = int(state['next_position'])
+    if position % self._global_batch_size:
+      raise DataError(f'Train iterator state position {position} is not a multiple of '
+                      f'global_batch_size={self._global_batch_size}.')
+    self.close()
+    self._next_batch = position // self._global_batch_size
+
+  def close(self) -> None:
+    if self._iterator is not None:
+      self._iterator.close()
+      self._iterator = None
+
+  def __str__(self) -> str:
+    return (f'TrainIterator(next_batch={self._next_batch}, '
+            f'global_batch_size={self._global_batch_size})')
+
+
+# Batches computed ahead by the reader thread (each is B rows masked).
+_PREFETCH_BATCHES = 4
+
+
+def _load_and_mask_block(data_config, tokenizer, store, seed: int,
+                         block: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+  positions_B, rows_B = block
+  ids_BL = store.rows(rows_B)
+  examples = [
+      _mask_example(data_config, tokenizer, (seed,), int(g),
+                    packing.sequence_from_ids(ids_L, pad_id=tokenizer.pad_id))
+      for g, ids_L in zip(positions_B, ids_BL)
+  ]
+  return {k: np.stack([e[k] for e in examples]) for k in BATCH_KEYS}
+
+
+def saved_train_state(directory) -> dict[str, Any]:
+  """The train iterator state that grain's orbax handler saved in `directory`, by any process
+  count (its `process_<i>-of-<n>.json` files all hold the same state here); for
+  `train_iter.set_state(...)` when the process count changed since the save."""
+  files = sorted(epath.Path(directory).glob('process_*-of-*.json'))
+  if not files:
+    raise DataError(f'No grain iterator state (process_*-of-*.json) in {directory}.')
+  states = [json.loads(f.read_text()) for f in files]
+  if any(state != states[0] for state in states):
+    raise DataError(f'The iterator states in {directory} differ between processes: they were '
+                    f'not saved by this pipeline at one step.')
+  return states[0]
 
 
 class EvalBatches:
@@ -166,15 +287,6 @@ def _build_eval_sequences(data_config: ml_collections.ConfigDict,
   for values in arrays.values():
     values.flags.writeable = False  # Shared by every EvalBatches built from this cache entry.
   return arrays
-
-
-def _process_share(records: grain.MapDataset, split: str, prepared, process_index: int,
-                   process_count: int) -> grain.MapDataset:
-  share = records[process_index::process_count]
-  if len(share) == 0:
-    raise DataError(f"{prepared.description} split '{split}' has {len(records)} records: "
-                    f'too few for process {process_index} of {process_count}.')
-  return share
 
 
 def _encode_record(tokenizer: tokenizer_lib.Tokenizer, text_feature: str,

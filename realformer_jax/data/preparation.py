@@ -2,7 +2,9 @@
 
 `prepare(config)` is idempotent and cheap after the first call in a process (memoized by the
 config's contents); the iterator builders call it, so the train loop only needs to call it
-itself to learn the vocabulary size before building the model.
+itself to learn the vocabulary size before building the model. `packed_train_store(config)`
+(called by `make_train_iterator`) packs the train split once into a cached array store
+(packed_store.py); it is memoized the same way and is a cache hit on every later run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.data import config as config_lib
+from realformer_jax.data import packed_store
 from realformer_jax.data import sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
@@ -29,9 +32,12 @@ class PreparedData:
   train_records: grain.MapDataset
   eval_records: grain.MapDataset
   description: str  # "dataset 'x'" etc., for error messages.
+  dataset_name: str  # The builder's full name, e.g. 'bible_web/1.0.0'.
+  cache_dir: str  # Beside the dataset's version directories; holds tokenizers/ and packed/.
 
 
 _PREPARED: dict[str, PreparedData] = {}
+_PACKED: dict[str, packed_store.PackedStore] = {}
 
 
 def prepare(config: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
@@ -58,7 +64,54 @@ def _prepare_uncached(config: ml_collections.ConfigDict) -> PreparedData:
   for split, records in ((config.train_split, train_records), (config.eval_split, eval_records)):
     _check_has_tokens(records, tokenizer, config.text_feature,
                       what=f"dataset '{name}' split '{split}' feature '{config.text_feature}'")
-  return PreparedData(tokenizer, train_records, eval_records, description=f"dataset '{name}'")
+  return PreparedData(tokenizer, train_records, eval_records, description=f"dataset '{name}'",
+                      dataset_name=name, cache_dir=_cache_dir(builder))
+
+
+def packed_train_store(config: ml_collections.ConfigDict) -> packed_store.PackedStore:
+  """The train split packed into [N, max_len] rows, built on first use. Idempotent."""
+  key = config.to_json()
+  if key not in _PACKED:
+    _PACKED[key] = _packed_train_store_uncached(config)
+  return _PACKED[key]
+
+
+def _packed_train_store_uncached(config) -> packed_store.PackedStore:
+  prepared = prepared_data(config)
+  tokenizer = prepared.tokenizer
+  key = {
+      'dataset': prepared.dataset_name,
+      'split': config.train_split,
+      'text_feature': config.text_feature,
+      'max_documents': config.max_documents,
+      'max_len': config.max_len,
+      'tokenizer_sha256': tokenizer.sha256,
+  }
+  path = packed_store.store_path(os.path.join(prepared.cache_dir, 'packed'), key)
+  return packed_store.load_or_build(
+      path, _encoded_documents(prepared.train_records, tokenizer, config.text_feature),
+      max_len=config.max_len, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
+      pad_id=tokenizer.pad_id, description=dict(key, tokenizer=tokenizer.source),
+      what=f"dataset '{prepared.dataset_name}' split '{config.train_split}'")
+
+
+def _encoded_documents(records: grain.MapDataset, tokenizer: tokenizer_lib.Tokenizer,
+                       text_feature: str, docs_per_batch: int = 512):
+  """Token ids of every record, in stored order (read ahead by one thread, encoded in batches)."""
+  stream = records.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=256))
+  texts = []
+  for record in stream:
+    texts.append(sources.text_of(record, text_feature))
+    if len(texts) == docs_per_batch:
+      yield from tokenizer.encode_batch(texts)
+      texts = []
+  if texts:
+    yield from tokenizer.encode_batch(texts)
+
+
+def _cache_dir(builder) -> str:
+  # Beside the dataset's version directories (TFDS ignores names that are not versions).
+  return os.path.dirname(os.fspath(builder.data_dir))
 
 
 def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.Tokenizer:
@@ -71,8 +124,7 @@ def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.To
       'max_documents': config.max_documents,
       'sample_chars': config.tokenizer_sample_chars,
   }
-  # Beside the dataset's version directories (TFDS ignores names that are not versions).
-  cache_dir = os.path.join(os.path.dirname(os.fspath(builder.data_dir)), 'tokenizers')
+  cache_dir = os.path.join(_cache_dir(builder), 'tokenizers')
   path = tokenizer_lib.cache_path(cache_dir, model_type=config.tokenizer_model_type,
                                   vocab_size=config.vocab_size, key=key)
   what = (f"dataset '{builder.info.full_name}' split '{config.train_split}' "

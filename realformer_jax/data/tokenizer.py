@@ -82,6 +82,15 @@ class Tokenizer:
     """Token ids of `text` (no [CLS]/[SEP]), int32."""
     return np.asarray(self._sp.encode(text, out_type=int), np.int32)
 
+  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    """Token ids of each text, as `encode`; SentencePiece spreads the batch over all cores."""
+    return [np.asarray(ids, np.int32) for ids in self._sp.encode(texts, out_type=int)]
+
+  @property
+  def sha256(self) -> str:
+    """Hash of the model's bytes: identifies the tokenizer in cache keys."""
+    return hashlib.sha256(self._model_proto).hexdigest()
+
   def decode(self, ids: Iterable[int]) -> str:
     """Text of `ids`; special tokens decode to nothing."""
     return self._sp.decode([int(i) for i in ids])

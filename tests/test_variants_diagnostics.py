@@ -87,8 +87,8 @@ def _layer_norm(v, p, eps):
 
 
 def test_beta_ratios_match_a_hand_wired_post_ln_layer():
-  """One Post-LN layer wired by hand from its modules: dL/dx, dL/dr, dL/dz of each sublayer by
-  jax.grad of the loss as a function of that trunk value, against the probes."""
+  """One Post-LN layer wired by hand from its modules and a written-out LayerNorm; dL/dz, dL/dr,
+  dL/dx of each sublayer by the chain rule, piece by piece, against the probes."""
   cfg = tiny_config(ln_placement='post', num_layers=1, init='xavier')
   model, params, inputs, loss_fn = _setup(cfg)
   ids, mask, segments, positions = inputs
@@ -110,23 +110,22 @@ def test_beta_ratios_match_a_hand_wired_post_ln_layer():
   head = lambda z: MaskedLMHead(cfg).apply({'params': params['mlm_head']},
                                            gather_positions(z, positions), decode)
 
-  tail_z2 = lambda z2: mlm_loss_and_metrics(head(z2), TARGETS, WEIGHTS)[0]
-  tail_r2 = lambda r2: tail_z2(_layer_norm(r2, layer_p['mlp_norm'], eps))
-  tail_z1 = lambda z1: tail_r2(z1 + ffn(z1))
-  tail_r1 = lambda r1: tail_z1(_layer_norm(r1, layer_p['attention_norm'], eps))
-  tail_x = lambda x: tail_r1(x + attn(x))
-
   @jax.jit
   def hand_grads():
+    # Forward by hand, then the chain rule backwards one piece at a time (a vjp per piece).
     x = Embeddings(cfg).apply({'params': emb_p}, ids, segments)
-    r1 = x + attn(x)
-    z1 = _layer_norm(r1, layer_p['attention_norm'], eps)
-    r2 = z1 + ffn(z1)
-    z2 = _layer_norm(r2, layer_p['mlp_norm'], eps)
-    grads = {'attention_input': jax.grad(tail_x)(x), 'attention_residual': jax.grad(tail_r1)(r1),
-             'attention_output': jax.grad(tail_z1)(z1), 'mlp_residual': jax.grad(tail_r2)(r2),
-             'mlp_output': jax.grad(tail_z2)(z2)}
-    return tail_z2(z2), grads
+    r1, attn_vjp = jax.vjp(lambda v: v + attn(v), x)
+    z1, norm1_vjp = jax.vjp(lambda v: _layer_norm(v, layer_p['attention_norm'], eps), r1)
+    r2, ffn_vjp = jax.vjp(lambda v: v + ffn(v), z1)
+    z2, norm2_vjp = jax.vjp(lambda v: _layer_norm(v, layer_p['mlp_norm'], eps), r2)
+    loss, dz2 = jax.value_and_grad(
+        lambda z: mlm_loss_and_metrics(head(z), TARGETS, WEIGHTS)[0])(z2)
+    (dr2,) = norm2_vjp(dz2)
+    (dz1,) = ffn_vjp(dr2)
+    (dr1,) = norm1_vjp(dz1)
+    (dx,) = attn_vjp(dr1)
+    return loss, {'attention_input': dx, 'attention_residual': dr1, 'attention_output': dz1,
+                  'mlp_residual': dr2, 'mlp_output': dz2}
 
   hand_loss, hand = hand_grads()
   np.testing.assert_allclose(hand_loss, loss_fn({'params': params}), rtol=1e-5)

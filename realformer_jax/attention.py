@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from realformer_jax import initializers
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral
+from realformer_jax.layers import DenseGeneral, Dropout
 
 SCORES_AXES = ('batch', 'heads', 'length', 'kv_length')
 
@@ -101,7 +101,7 @@ class ResidualSelfAttention(nn.Module):
     self.sow('intermediates', 'attention_logits', softmax_in)
     self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
 
-    probs_BxHxLxL = nn.Dropout(cfg.attention_dropout_rate)(
+    probs_BxHxLxL = Dropout(cfg.attention_dropout_rate)(
         probs_BxHxLxL, deterministic=deterministic)
     context_BxLxHxK = jnp.einsum('bhqv,bvhk->bqhk', probs_BxHxLxL.astype(dtype), v_BxLxHxK)
     out_BxLxD = DenseGeneral(

@@ -44,10 +44,15 @@ from realformer_jax import initializers
 from realformer_jax.activations import get_activation
 from realformer_jax.attention import ResidualSelfAttention
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral
+from realformer_jax.layers import DenseGeneral, Dropout
 from realformer_jax.normalization import Norm
 
 ACTIVATION_AXES = ('batch', 'length', 'embed')
+
+# Speed: a norm recomputed in the backward pass saves only its input (the norm would otherwise
+# save about three [B, L, D] tensors per call); recomputing it costs far less than stacking
+# those per layer under nn.scan. Same parameters, same numbers.
+RecomputedNorm = nn.remat(Norm, prevent_cse=False)
 
 
 class FeedForward(nn.Module):
@@ -65,9 +70,11 @@ class FeedForward(nn.Module):
     h_BxLxF = dense(cfg.mlp_dim, ('embed', 'mlp'), cfg.hidden_size, cfg.mlp_dim, 'mlp_in',
                     'wi')(x_BxLxD)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, ('batch', 'length', 'mlp'))
-    h_BxLxF = get_activation(cfg.activation)(h_BxLxF)
-    return dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out',
-                 'wo')(h_BxLxF)
+    activation = get_activation(cfg.activation)
+    wo = dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out', 'wo')
+    # Speed: recompute activation(h) in the backward pass (elementwise, cheap) so that only h is
+    # saved for it; exact GELU would otherwise save four [B, L, F] tensors per layer.
+    return nn.remat(lambda mdl, h: mdl(activation(h)), prevent_cse=False)(wo, h_BxLxF)
 
 
 class EncoderLayer(nn.Module):
@@ -86,7 +93,7 @@ class EncoderLayer(nn.Module):
                       jnp.float32)
 
   def _add(self, x, branch_out, gate, deterministic):
-    branch_out = nn.Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
+    branch_out = Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
     if gate is not None:
       branch_out = branch_out * gate.astype(branch_out.dtype)
     return x + branch_out
@@ -113,7 +120,7 @@ class EncoderLayer(nn.Module):
       norms_on = post
     else:
       norms_on = True
-    norm = lambda name: (Norm(cfg, name=name) if norms_on else (lambda t: t))
+    norm = lambda name: (RecomputedNorm(cfg, name=name) if norms_on else (lambda t: t))
 
     attention = ResidualSelfAttention(cfg, name='attention')
     attention_norm, mlp_norm = norm('attention_norm'), norm('mlp_norm')

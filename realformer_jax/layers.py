@@ -1,10 +1,11 @@
-"""DenseGeneral that creates its kernel at its real multi-dimensional shape.
+"""Basic layers: DenseGeneral with a real multi-dimensional kernel, and a leaner Dropout.
 
 flax.linen.DenseGeneral initialises a flattened 2-D kernel, which breaks multi-dimensional
 logical names such as ('embed', 'heads', 'kv') under a mesh (FACTS.md). This one names every
 kernel axis and supports NTK parameterisation (output scaled by 1/sqrt(fan_in) at run time).
 """
 
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -46,3 +47,43 @@ class DenseGeneral(nn.Module):
                         features, self.param_dtype)
       y = y + bias.astype(self.dtype)
     return y
+
+
+class Dropout(nn.Module):
+  """`flax.linen.Dropout` with the same masks (same RNG stream, same draw, same auto-name), but
+  a backward pass that keeps only the boolean mask.
+
+  Flax's version computes `select(mask, x / keep, zeros_like(x))`, whose linearisation saves
+  the mask plus two full-size float tensors (the scaled input and the zeros); under `nn.scan`
+  each is stacked per layer, and for attention probabilities these are [B, H, L, L].
+  """
+
+  rate: float
+  rng_collection: str = 'dropout'
+
+  @nn.compact
+  def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+    if self.rate == 0.0 or deterministic:
+      return x
+    if self.rate == 1.0:
+      return jnp.zeros_like(x)
+    keep_prob = 1.0 - self.rate
+    mask = jax.random.bernoulli(self.make_rng(self.rng_collection), p=keep_prob, shape=x.shape)
+    return _apply_dropout_mask(x, mask, keep_prob)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _apply_dropout_mask(x: jax.Array, mask: jax.Array, keep_prob: float) -> jax.Array:
+  return jax.lax.select(mask, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros_like(x))
+
+
+def _apply_dropout_mask_fwd(x, mask, keep_prob):
+  return _apply_dropout_mask(x, mask, keep_prob), mask
+
+
+def _apply_dropout_mask_bwd(keep_prob, mask, g):
+  # The same operation order as the transpose of flax's select(mask, x / keep, 0).
+  return jax.lax.select(mask, g, jnp.zeros_like(g)) / jnp.asarray(keep_prob, g.dtype), None
+
+
+_apply_dropout_mask.defvjp(_apply_dropout_mask_fwd, _apply_dropout_mask_bwd)

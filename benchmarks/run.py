@@ -1,0 +1,533 @@
+"""Speed, memory and compile time of our train step, side by side with Hugging Face Flax BERT.
+
+  python -m benchmarks.run            # full run, both target shapes (< 10 min on 2 cores)
+  python -m benchmarks.run --quick    # smoke run, small shape only (< 2 min)
+  python -m benchmarks.run --json results.json
+
+Everything is measured in ONE process, in interleaved rounds (one step of every candidate per
+round, order rotated), and ratios are taken per round, so load from other processes hits both
+sides of a ratio alike. Figures are medians with their spread (IQR and min-max). Targets are
+reported as PASS / MISS lines; nothing here fails because the machine is slow.
+See benchmarks/README.md for what is measured and how to read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import resource
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+import jax
+import numpy as np
+
+from benchmarks import flops as flops_lib
+from benchmarks import steps
+from benchmarks.timing import Candidate, MatmulPeak, Summary, interleave, per_round_ratio
+
+LAYOUTS = ('post', 'realformer', 'pre')
+
+SMALL = steps.Shape('small', hidden=256, layers=4, heads=4, vocab=8192, seq_len=128, batch=16)
+BASE = steps.Shape('bert_base', hidden=768, layers=12, heads=12, vocab=30522, seq_len=128,
+                   batch=8)
+TINY = steps.Shape('tiny', hidden=32, layers=2, heads=2, vocab=128, seq_len=16, batch=2,
+                   predictions=3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+  """How much to measure. `split_groups`: shapes whose HF comparison runs in its own group
+  (post vs HF, then post vs realformer vs pre), so that at most three train states live at once
+  (BERT-Base: HF's step alone peaks at ~8 GB)."""
+
+  shapes: tuple
+  split_groups: tuple  # names of shapes measured in two groups
+  rounds: int
+  warmup: int
+  compile_shape: steps.Shape  # width of the compile-time models (layers vary)
+  compile_layers: tuple
+  compile_repeats: int  # scanned compiles are repeated; loop compiles run once
+  memory_shape: steps.Shape
+  memory_remats: tuple = ('none', 'full', 'dots')
+
+
+PROFILES = {
+    'full': Profile(shapes=(SMALL, BASE), split_groups=('bert_base',), rounds=10, warmup=2,
+                    compile_shape=SMALL, compile_layers=(12, 24, 48), compile_repeats=2,
+                    memory_shape=BASE, memory_remats=('none', 'full')),
+    'quick': Profile(shapes=(SMALL,), split_groups=(), rounds=4, warmup=1,
+                     compile_shape=SMALL, compile_layers=(4, 16), compile_repeats=1,
+                     memory_shape=SMALL, memory_remats=('none', 'full')),
+    'tiny': Profile(shapes=(TINY,), split_groups=(), rounds=2, warmup=1,
+                    compile_shape=TINY, compile_layers=(1, 2), compile_repeats=1,
+                    memory_shape=TINY, memory_remats=('none', 'full')),
+}
+
+TARGETS = {
+    'tokens_per_s_vs_hf': 1.3,  # ours (post) / HF, at every shape: at least
+    'realformer_over_post': 1.05,  # step time, at every shape: at most
+    'scan_compile_growth': 1.3,  # scanned compile time, deepest / shallowest: at most
+    'mfu_bert_base': 0.75,  # model FLOPs utilisation at the BERT-Base shape: at least
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Results: a flat list of rows, printed as tables and optionally saved as JSON.
+
+@dataclasses.dataclass
+class Row:
+  section: str
+  metric: str
+  unit: str
+  summary: Summary
+  note: str = ''
+
+  def as_dict(self) -> dict:
+    return {'section': self.section, 'metric': self.metric, 'unit': self.unit,
+            'note': self.note, **self.summary.as_dict()}
+
+
+class Report:
+  def __init__(self, out: Callable[[str], None] = print):
+    self.rows: list[Row] = []
+    self.targets: list[dict] = []
+    self.meta: dict = {}
+    self.out = out
+
+  def add(self, section: str, metric: str, unit: str, values, note: str = '') -> Row:
+    summary = values if isinstance(values, Summary) else Summary.of(
+        values if isinstance(values, (list, tuple)) else [values])
+    row = Row(section, metric, unit, summary, note)
+    self.rows.append(row)
+    return row
+
+  def print_section(self, section: str, title: str) -> None:
+    rows = [r for r in self.rows if r.section == section]
+    self.out(f'\n== {title}')
+    self.out(f'{"metric":44s} {"median":>10s} {"IQR":>21s} {"min-max":>21s} {"n":>3s}  unit')
+    for r in rows:
+      s = r.summary
+      spread = lambda a, b: f'{_fmt(a)}-{_fmt(b)}' if s.n > 1 else '-'
+      self.out(f'{r.metric:44s} {_fmt(s.median):>10s} {spread(s.q25, s.q75):>21s} '
+               f'{spread(s.lo, s.hi):>21s} {s.n:>3d}  {r.unit}'
+               + (f'  ({r.note})' if r.note else ''))
+
+  def target(self, name: str, text: str, value: float, limit: float, at_least: bool,
+             spread: Optional[Summary] = None, applicable: bool = True) -> None:
+    ok = (value >= limit) if at_least else (value <= limit)
+    status = ('PASS' if ok else 'MISS') if math.isfinite(value) else 'MISS'
+    if not applicable:
+      status = 'INFO'
+    cmp = '>=' if at_least else '<='
+    extra = f' (IQR {_fmt(spread.q25)}-{_fmt(spread.q75)})' if spread and spread.n > 1 else ''
+    line = f'{status}  {text}: {_fmt(value)}{extra} {cmp} {limit}'
+    self.targets.append({'target': name, 'status': status, 'text': text, 'value': value,
+                         'limit': limit, 'at_least': at_least})
+    self.out(line)
+
+  def as_dict(self) -> dict:
+    return {'meta': self.meta, 'rows': [r.as_dict() for r in self.rows],
+            'targets': self.targets}
+
+
+def _fmt(x: float) -> str:
+  if x is None or not math.isfinite(x):
+    return 'nan'
+  a = abs(x)
+  if a >= 1e5:
+    return f'{x:.3g}'
+  if a >= 100:
+    return f'{x:.0f}'
+  if a >= 10:
+    return f'{x:.1f}'
+  if a >= 1:
+    return f'{x:.2f}'
+  return f'{x:.3f}'
+
+
+# ---------------------------------------------------------------------------------------------
+# Train steps under measurement.
+
+class CompiledStep:
+  """A compiled train step with its own state; calling it runs one step and blocks."""
+
+  def __init__(self, name: str, step: steps.Step, rng: jax.Array):
+    self.name = name
+    start = time.perf_counter()
+    lowered = step.lower(rng)
+    self.lower_s = time.perf_counter() - start
+    start = time.perf_counter()
+    self.compiled = lowered.compile()
+    self.compile_s = time.perf_counter() - start
+    self.memory = memory_stats(self.compiled)
+    self.state, self.batch, self.rng = step.state, step.batch, rng
+    self.metrics = None
+
+  def __call__(self) -> None:
+    self.state, self.metrics = self.compiled(self.state, self.batch, self.rng)
+    jax.block_until_ready((self.state, self.metrics))
+
+  def loss(self) -> float:
+    return float(self.metrics['loss']) if self.metrics is not None else float('nan')
+
+
+def memory_stats(compiled) -> dict:
+  """Bytes from XLA's buffer assignment. peak = arguments + outputs + temporaries - aliased
+  (donated inputs that outputs reuse): what the step needs resident at once."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pragma: no cover - backends without memory analysis
+    return {}
+  if m is None:
+    return {}
+  stats = {k: int(getattr(m, f'{k}_size_in_bytes', 0)) for k in
+           ('argument', 'output', 'temp', 'alias', 'generated_code')}
+  stats['peak'] = stats['argument'] + stats['output'] + stats['temp'] - stats['alias']
+  return stats
+
+
+def build_step(shape: steps.Shape, which: str, dropout: float, *, abstract: bool = False,
+               **overrides) -> steps.Step:
+  batch = steps.make_batch(shape)
+  if which == 'hf':
+    return steps.make_hf_step(steps.hf_bert_config(shape, dropout=dropout), batch,
+                              abstract=abstract)
+  config = steps.model_config(shape, ln_placement=which, dropout=dropout, **overrides)
+  return steps.make_project_step(config, batch, abstract=abstract)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections.
+
+def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dropout: float,
+                        peak: MatmulPeak, rng: jax.Array, log) -> dict:
+  """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape."""
+  section = f'train_{shape.name}'
+  model_flops = flops_lib.model_flops(shape)
+  compiled: dict[str, CompiledStep] = {}
+  times: dict[str, list] = {k: [] for k in ('hf',) + LAYOUTS}
+  peaks: dict[str, list] = {k: [] for k in times}
+  ratios: dict[str, list] = {'post_vs_hf': [], 'realformer_vs_post': [], 'pre_vs_post': [],
+                             'realformer_vs_hf': [], 'pre_vs_hf': []}
+  hf_memory: dict = {}
+  groups = ([['post', 'hf'], ['post', 'realformer', 'pre']] if shape.name in profile.split_groups
+            else [['post', 'realformer', 'pre', 'hf']])
+  for group in groups:
+    for name in group:
+      if name not in compiled:
+        log(f'[{shape.name}] compiling {name} train step')
+        compiled[name] = CompiledStep(name, build_step(shape, name, dropout), rng)
+    candidates = [Candidate(name, compiled[name]) for name in group]
+    round_peaks: list[float] = []
+
+    def on_round(r, candidates=candidates, round_peaks=round_peaks):
+      round_peaks.append(peak.measure())
+      done = ', '.join(f'{c.name} {c.times[-1]:.3f}s' for c in candidates)
+      log(f'[{shape.name}] round {r + 1}/{profile.rounds}: {done}; '
+          f'load {os.getloadavg()[0]:.2f}')
+
+    interleave(candidates, profile.rounds, profile.warmup, on_round)
+    for c in candidates:
+      times[c.name].extend(c.times)
+      peaks[c.name].extend(round_peaks)
+    t = {c.name: c.times for c in candidates}
+    if 'hf' in t:
+      for name in LAYOUTS:
+        if name in t:
+          key = 'post_vs_hf' if name == 'post' else f'{name}_vs_hf'
+          ratios[key].extend(per_round_ratio(t['hf'], t[name]))  # tokens/s ours / HF
+    for name in ('realformer', 'pre'):
+      if name in t and 'post' in t:
+        ratios[f'{name}_vs_post'].extend(per_round_ratio(t[name], t['post']))
+    if 'hf' in group:
+      losses = {name: compiled[name].loss() for name in group}
+      log(f'[{shape.name}] losses after warm-up and timing: '
+          + ', '.join(f'{k} {v:.3f}' for k, v in losses.items()))
+      hf_memory = compiled.pop('hf').memory  # drop HF's state before the next group
+      gc.collect()
+
+  for name in ('post', 'realformer', 'pre', 'hf'):
+    label = 'HF FlaxBertForMaskedLM' if name == 'hf' else name
+    report.add(section, f'{label} step time', 's', times[name])
+  for name in ('post', 'realformer', 'pre', 'hf'):
+    label = 'HF FlaxBertForMaskedLM' if name == 'hf' else name
+    report.add(section, f'{label} tokens/s', 'tok/s', [shape.tokens / t for t in times[name]])
+  report.add(section, 'tokens/s ratio post / HF', 'x', ratios['post_vs_hf'],
+             'per round: HF time / post time')
+  report.add(section, 'tokens/s ratio realformer / HF', 'x', ratios['realformer_vs_hf'])
+  report.add(section, 'tokens/s ratio pre / HF', 'x', ratios['pre_vs_hf'])
+  report.add(section, 'step time realformer / post', 'x', ratios['realformer_vs_post'],
+             'RealFormer overhead')
+  report.add(section, 'step time pre / post', 'x', ratios['pre_vs_post'])
+  report.add(section, 'matmul peak (f32 2048^3, best of 3/round)', 'GFLOP/s',
+             [p / 1e9 for p in peaks['post']])
+  report.add(section, 'model FLOPs per step', 'GFLOP', model_flops / 1e9,
+             'formula in benchmarks/flops.py')
+  report.add(section, 'HF executed FLOPs per step', 'GFLOP',
+             flops_lib.hf_executed_flops(shape) / 1e9, 'MLM head at every position')
+  for name in ('post', 'realformer', 'pre', 'hf'):
+    label = 'HF' if name == 'hf' else name
+    report.add(section, f'MFU {label} (model FLOPs / time / peak)', 'frac',
+               [model_flops / t / p for t, p in zip(times[name], peaks[name])])
+  return {'ratios': ratios, 'times': times, 'peaks': peaks, 'model_flops': model_flops,
+          'hf_memory': hf_memory,
+          'compiled': compiled}
+
+
+def measure_compile_times(report: Report, profile: Profile, dropout: float, rng, log) -> dict:
+  """Trace + lower + compile of the post train step at several depths, scanned vs loop."""
+  section = 'compile'
+  results = {}
+  for scan in (True, False):
+    for layers in profile.compile_layers:
+      shape = dataclasses.replace(profile.compile_shape, layers=layers)
+      repeats = profile.compile_repeats if scan else 1
+      totals, compiles = [], []
+      for _ in range(repeats):
+        step = build_step(shape, 'post', dropout, abstract=True, scan_layers=scan)
+        c = CompiledStep('post', step, rng)
+        totals.append(c.lower_s + c.compile_s)
+        compiles.append(c.compile_s)
+        del c, step
+        gc.collect()
+      kind = 'scanned' if scan else 'loop'
+      log(f'[compile] {kind} {layers} layers: {min(totals):.1f}s')
+      report.add(section, f'{kind:7s} {layers:2d} layers: trace+lower+compile', 's', totals)
+      report.add(section, f'{kind:7s} {layers:2d} layers: XLA compile only', 's', compiles)
+      results[(kind, layers)] = totals
+  return results
+
+
+def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dropout: float,
+                   rng, reuse: dict, hf_memory: dict, log) -> dict:
+  """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer."""
+  section = 'memory'
+  stats = {}
+  for layout in ('post', 'realformer'):
+    for remat in remats:
+      if remat == 'none' and layout in reuse:
+        m = reuse[layout].memory
+      else:
+        log(f'[memory] compiling {layout} remat={remat}')
+        c = CompiledStep(layout, build_step(shape, layout, dropout, abstract=True,
+                                            remat_policy=remat), rng)
+        m = c.memory
+        del c
+        gc.collect()
+      stats[(layout, remat)] = m
+      if not m:
+        continue
+      report.add(section, f'{layout:10s} remat={remat:5s} peak', 'MB', m['peak'] / 1e6,
+                 f'temp {m["temp"] / 1e6:.0f} MB, args {m["argument"] / 1e6:.0f} MB')
+  if hf_memory:
+    m = hf_memory
+    report.add(section, 'HF FlaxBertForMaskedLM peak', 'MB', m['peak'] / 1e6,
+               f'temp {m["temp"] / 1e6:.0f} MB')
+  scores = shape.layers * shape.batch * shape.heads * shape.seq_len ** 2 * 4
+  for remat in remats:
+    a, b = stats.get(('realformer', remat)), stats.get(('post', remat))
+    if a and b:
+      report.add(section, f'realformer - post temp, remat={remat}', 'MB',
+                 (a['temp'] - b['temp']) / 1e6,
+                 f'one [N,B,H,L,L] f32 stack = {scores / 1e6:.0f} MB')
+  return stats
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _read(path: str) -> str:
+  try:
+    with open(path) as f:
+      return f.read().strip()
+  except OSError:
+    return ''
+
+
+def machine_info() -> dict:
+  cpu, simd = platform.processor(), ''
+  cpuinfo = _read('/proc/cpuinfo').splitlines()
+  for line in cpuinfo:
+    if line.startswith('model name'):
+      cpu = line.split(':', 1)[1].strip()
+      break
+  for line in cpuinfo:
+    if line.startswith('flags'):
+      flags = set(line.split(':', 1)[1].split())
+      simd = '+'.join(f for f in ('avx2', 'fma', 'avx512f') if f in flags)
+      break
+  import flax
+  import optax
+  info = {'date': datetime.datetime.now().isoformat(timespec='seconds'), 'cpu': cpu, 'simd': simd,
+          'cores': os.cpu_count(), 'jax': jax.__version__, 'flax': flax.__version__,
+          'optax': optax.__version__, 'backend': jax.default_backend(),
+          'python': platform.python_version(), 'load_avg_start': os.getloadavg(),
+          'glibc_tunables': os.environ.get('GLIBC_TUNABLES', ''),
+          'transparent_hugepage': _read('/sys/kernel/mm/transparent_hugepage/enabled')}
+  try:
+    import transformers
+    info['transformers'] = transformers.__version__
+  except ImportError:
+    pass
+  return info
+
+
+def run(profile: Profile, profile_name: str, dropout: float = 0.1,
+        json_path: Optional[str] = None, out: Callable[[str], None] = print,
+        sections: Sequence[str] = ('train', 'compile', 'memory')) -> Report:
+  report = Report(out)
+  report.meta = dict(machine_info(), profile=profile_name, dropout=dropout)
+  started = time.perf_counter()
+  loads = []
+
+  def log(msg: str) -> None:
+    loads.append(os.getloadavg()[0])
+    out(f'  {time.perf_counter() - started:6.1f}s  {msg}')
+
+  meta = report.meta
+  out(f'realformer_jax benchmarks ({profile_name}) {meta["date"]} on {meta["cpu"]} '
+      f'x{meta["cores"]} ({meta["simd"]}), jax {jax.__version__}, load avg '
+      f'{meta["load_avg_start"][0]:.2f}, GLIBC_TUNABLES={meta["glibc_tunables"] or "(unset)"}, '
+      f'THP {meta["transparent_hugepage"]}')
+  rng = jax.random.key(1)
+  peak = MatmulPeak()
+  train = {}
+  if 'train' in sections:
+    for shape in profile.shapes:
+      train[shape.name] = measure_train_steps(report, shape, profile, dropout, peak, rng, log)
+      if shape is not profile.memory_shape:
+        train[shape.name].pop('compiled')
+      gc.collect()
+  compile_results = {}
+  if 'compile' in sections:
+    compile_results = measure_compile_times(report, profile, dropout, rng, log)
+  if 'memory' in sections:
+    at_shape = train.get(profile.memory_shape.name, {})
+    reuse = at_shape.pop('compiled', {})
+    measure_memory(report, profile.memory_shape, profile.memory_remats, dropout, rng, reuse,
+                   at_shape.get('hf_memory', {}), log)
+    del reuse
+  report.meta['load_avg_end'] = os.getloadavg()
+  report.meta['load_1min_during'] = Summary.of(loads).as_dict()
+  report.meta['wall_s'] = time.perf_counter() - started
+  report.meta['max_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+  out('')
+  out(f'Setup: fp32, seq {profile.shapes[0].seq_len}, forward + backward + clip + AdamW, '
+      f'dropout {dropout} in both models, state donated; {profile.rounds} timed rounds after '
+      f'{profile.warmup} warm-up, interleaved. Spread: IQR and min-max over rounds.')
+  for shape in profile.shapes:
+    report.print_section(
+        f'train_{shape.name}',
+        f'Train step, {shape.name}: hidden {shape.hidden}, {shape.layers} layers, '
+        f'{shape.heads} heads, vocab {shape.vocab}, batch {shape.batch} x seq '
+        f'{shape.seq_len} ({shape.tokens} tokens, {shape.predictions} masked/seq)')
+  if compile_results:
+    report.print_section('compile', f'Compile time of the post train step (hidden '
+                         f'{profile.compile_shape.hidden}), scanned vs Python loop')
+  if 'memory' in sections:
+    m = profile.memory_shape
+    report.print_section('memory', f'Train-step memory from XLA buffer assignment, '
+                         f'{m.name} (peak = args + outputs + temp - donated aliases)')
+  loads_s = Summary.of(loads)
+  out(f'\nLoad average (1 min) during the run: median {loads_s.median:.2f}, '
+      f'max {loads_s.hi:.2f}; wall {report.meta["wall_s"]:.0f}s; peak RSS '
+      f'{report.meta["max_rss_mb"]:.0f} MB')
+  applicable = profile == PROFILES['full']
+  out('\nTargets' + ('' if applicable else
+                     f' ({profile_name} profile, changed or reduced: INFO only)'))
+  for name, res in train.items():
+    s = Summary.of(res['ratios']['post_vs_hf'])
+    report.target('tokens_per_s_vs_hf', f'tokens/s post / HF at {name}', s.median,
+                  TARGETS['tokens_per_s_vs_hf'], True, s, applicable)
+  for name, res in train.items():
+    s = Summary.of(res['ratios']['realformer_vs_post'])
+    report.target('realformer_over_post', f'step time realformer / post at {name}', s.median,
+                  TARGETS['realformer_over_post'], False, s, applicable)
+  if compile_results:
+    lo, hi = min(profile.compile_layers), max(profile.compile_layers)
+    growth = (np.median(compile_results[('scanned', hi)])
+              / np.median(compile_results[('scanned', lo)]))
+    report.target('scan_compile_growth', f'scanned compile time {hi} / {lo} layers',
+                  float(growth), TARGETS['scan_compile_growth'], False, None, applicable)
+  if 'bert_base' in train or train:
+    name = 'bert_base' if 'bert_base' in train else list(train)[-1]
+    res = train[name]
+    s = Summary.of([res['model_flops'] / t / p
+                    for t, p in zip(res['times']['post'], res['peaks']['post'])])
+    report.target('mfu_bert_base', f'MFU post at {name}', s.median, TARGETS['mfu_bert_base'],
+                  True, s, applicable and name == 'bert_base')
+  if json_path:
+    with open(json_path, 'w') as f:
+      json.dump(report.as_dict(), f, indent=1, default=str)
+    out(f'\nSaved {json_path}')
+  return report
+
+
+# glibc malloc settings to re-run under (GLIBC_TUNABLES is read at process start).
+#
+# XLA:CPU allocates every step's temporaries afresh (BERT-Base: ~1.2 GB for our step, more for
+# Hugging Face's). glibc serves blocks that large with mmap and unmaps them on free, so by
+# default every step page-faults its whole temp buffer again (4 KiB pages: ~300k faults and up
+# to a second of kernel time per BERT-Base step), and one candidate's frees and faults disturb
+# the next one's timing. 'retain' keeps freed memory in the heap (one arena, no mmap, no trim):
+# after the first steps no step faults at all, so the table measures compute. 'hugepages'
+# faults 2 MiB pages instead (512x fewer faults, but the kernel still zeroes every page every
+# step). Whatever is chosen applies to the whole process, Hugging Face's step included.
+MALLOC_TUNABLES = {
+    'retain': 'glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:'
+              'glibc.malloc.trim_threshold=1152921504606846976',
+    'hugepages': 'glibc.malloc.hugetlb=1',
+    'default': '',
+}
+
+
+def malloc_env(mode: str) -> Optional[dict]:
+  """The environment to re-run under for `mode`, or None if this process already has it."""
+  tunables = MALLOC_TUNABLES[mode]
+  current = os.environ.get('GLIBC_TUNABLES', '')
+  if not sys.platform.startswith('linux') or not tunables or tunables in current:
+    return None
+  return dict(os.environ, GLIBC_TUNABLES=':'.join(t for t in (current, tunables) if t))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Report:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--quick', action='store_true', help='small shape only (< 2 min)')
+  parser.add_argument('--tiny', action='store_true', help='toy shapes (the smoke test)')
+  parser.add_argument('--dropout', type=float, default=0.1,
+                      help='dropout rate in both models (default 0.1, as pretraining)')
+  parser.add_argument('--json', metavar='PATH', help='also save the results as JSON')
+  parser.add_argument('--sections', default='train,compile,memory',
+                      help='comma-separated subset of train,compile,memory')
+  parser.add_argument('--shapes', help='comma-separated subset of the profile\'s train '
+                      'shapes (small, bert_base), e.g. to look at one shape')
+  parser.add_argument('--rounds', type=int, help='timed rounds (default: the profile\'s)')
+  parser.add_argument('--malloc', choices=tuple(MALLOC_TUNABLES), default='retain',
+                      help='glibc malloc settings for the process (see MALLOC_TUNABLES); '
+                      'the command re-runs itself with them')
+  args = parser.parse_args(argv)
+  env = malloc_env(args.malloc) if argv is None else None
+  if env is not None:
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, '-m', 'benchmarks.run', *sys.argv[1:]], env)
+  name = 'tiny' if args.tiny else 'quick' if args.quick else 'full'
+  profile = PROFILES[name]
+  if args.shapes:
+    shapes = {s.name: s for s in (SMALL, BASE, TINY)}
+    profile = dataclasses.replace(profile, shapes=tuple(shapes[s] for s in args.shapes.split(',')))
+  if args.rounds:
+    profile = dataclasses.replace(profile, rounds=args.rounds)
+  return run(profile, name, args.dropout, args.json, sections=tuple(args.sections.split(',')))
+
+
+if __name__ == '__main__':
+  main()
+  sys.stdout.flush()

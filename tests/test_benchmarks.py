@@ -1,0 +1,40 @@
+"""Smoke test of the benchmark script: toy shapes, every row present, every number finite."""
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip('transformers')
+
+from benchmarks import run as bench
+
+
+def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
+  path = tmp_path / 'bench.json'
+  report = bench.main(['--tiny', '--json', str(path)])
+  saved = json.loads(path.read_text())
+  metrics = {(r['section'], r['metric']) for r in saved['rows']}
+  train = 'train_tiny'
+  for name in ('post', 'realformer', 'pre', 'HF FlaxBertForMaskedLM'):
+    assert (train, f'{name} step time') in metrics
+    assert (train, f'{name} tokens/s') in metrics
+  for metric in ('tokens/s ratio post / HF', 'step time realformer / post',
+                 'step time pre / post', 'MFU post (model FLOPs / time / peak)',
+                 'matmul peak (f32 2048^3, best of 3/round)'):
+    assert (train, metric) in metrics
+  for kind in ('scanned', 'loop'):
+    for layers in bench.PROFILES['tiny'].compile_layers:
+      assert ('compile', f'{kind:7s} {layers:2d} layers: trace+lower+compile') in metrics
+  for layout in ('post', 'realformer'):
+    for remat in ('none', 'full'):
+      assert ('memory', f'{layout:10s} remat={remat:5s} peak') in metrics
+  assert ('memory', 'realformer - post temp, remat=none') in metrics
+  assert ('memory', 'HF FlaxBertForMaskedLM peak') in metrics
+  for row in saved['rows']:
+    assert row['n'] >= 1, row
+    assert math.isfinite(row['median']), row
+  # One line per target, and none of them can fail the run.
+  assert {t['target'] for t in saved['targets']} == set(bench.TARGETS)
+  assert {t['status'] for t in saved['targets']} <= {'PASS', 'MISS', 'INFO'}
+  assert report.rows

@@ -4,9 +4,34 @@ Order of operations (D = dropout on the branch output, g = residual gate, N = no
   post / realformer:  h = N(x + g·D(Attn(x)));     y = N(h + g·D(FFN(h)))
   pre:                h = x + g·D(Attn(N(x)));     y = h + g·D(FFN(N(h)))
   none:               h = x + g·D(Attn(x));        y = h + g·D(FFN(h))
-g is 1 for residual_branch='plain'; a trainable scalar starting at 0 for 'rezero' / 'skipinit';
-the scheduled value min(1, step / gate_schedule_steps) for 'fixed_schedule'.
-Residual attention (the carried scores) is independent of the norm placement.
+Residual attention (the carried scores) is independent of the norm placement and of the gate.
+
+Residual branches (`residual_branch`; DESIGN.md section 2):
+  plain           g = 1.
+  rezero          g = a trainable float32 scalar per branch (two per layer: 'attention_gate',
+                  'mlp_gate'), initialised to 0, and NO norm inside the layer whatever the
+                  placement (Bachlechner et al. 2020): x -> x + g·F(x). Every layer is the
+                  identity map at init. Norms outside the layer stack stay: the embedding
+                  norm, and Pre-LN's final norm. So 'post' and 'none' give the same layers,
+                  'realformer' adds residual attention, 'pre' adds the final norm.
+  skipinit        the same zero-initialised trainable scalar (De & Smith 2020), but only
+                  norms that sit ON the residual branch are removed: Pre-LN's N(x) before
+                  F goes (x -> x + g·F(x), final norm kept); Post-LN's norms sit on the
+                  trunk after the sum and stay (x -> N(x + g·F(x)), the identity up to
+                  re-normalisation at init). It differs from rezero only for post/realformer.
+  fixed_schedule  g = min(1, step / gate_schedule_steps), not trained (Su Jianlin): the same
+                  value for every branch, computed by the encoder from the `step` call
+                  argument. Norms follow the placement; use ln_placement='none' for the
+                  norm-free form.
+
+Diagnostics hooks (free unless asked for, see realformer_jax/diagnostics.py):
+  * `residual_second_moment` (sow, 'intermediates'): mean(y^2) of the layer output.
+  * trunk probes (`perturb`, 'perturbations'), per sublayer s in {attention, mlp}:
+      'attention_input'  x, the layer input (the attention sublayer's trunk input);
+      '<s>_residual'     r = x + g·D(F(.)), the residual sum;
+      '<s>_output'       z, the sublayer's trunk output: N(r) for post/realformer, r otherwise;
+                         'attention_output' is also the FFN sublayer's input x.
+    Gradients w.r.t. them give the DS-Init ratios beta_LN = |dr|/|dz|, beta_RC = |dx|/|dr|.
 """
 
 from typing import Optional
@@ -73,34 +98,53 @@ class EncoderLayer(nn.Module):
       branch_out = branch_out * gate.astype(branch_out.dtype)
     return x + branch_out
 
+  def _probe(self, name: str, x: jax.Array) -> jax.Array:
+    # A zero 'perturbations' variable added to x, so that grad w.r.t. it is dL/dx. A no-op
+    # (no variable, no computation) unless the caller passes that collection; skipped at init
+    # so that init() returns parameters only.
+    if self.is_initializing():
+      return x
+    return self.perturb(name, x)
+
   @nn.compact
   def __call__(self, carry, layer, bias_Bx1x1xL, scale, gate_value, deterministic: bool):
     cfg = self.config
     x_BxLxD, prev_scores = carry
     placement = cfg.ln_placement
     post = placement in ('post', 'realformer')
-    # ReZero and SkipInit train without normalisation inside the layers.
-    norms_on = placement != 'none' and cfg.residual_branch not in ('rezero', 'skipinit')
+    # Which norms exist (see the module docstring): rezero drops every norm in the layer,
+    # skipinit only those on the branch (Pre-LN's).
+    if placement == 'none' or cfg.residual_branch == 'rezero':
+      norms_on = False
+    elif cfg.residual_branch == 'skipinit':
+      norms_on = post
+    else:
+      norms_on = True
     norm = lambda name: (RecomputedNorm(cfg, name=name) if norms_on else (lambda t: t))
 
     attention = ResidualSelfAttention(cfg, name='attention')
     attention_norm, mlp_norm = norm('attention_norm'), norm('mlp_norm')
 
+    x_BxLxD = self._probe('attention_input', x_BxLxD)
     attn_in = x_BxLxD if post else attention_norm(x_BxLxD)
     attn_out, scores = attention(attn_in, bias_Bx1x1xL, scale, prev_scores, layer,
                                   deterministic)
     h_BxLxD = self._add(x_BxLxD, attn_out, self._gate('attention_gate', gate_value),
                         deterministic)
+    h_BxLxD = self._probe('attention_residual', h_BxLxD)
     if post:
       h_BxLxD = attention_norm(h_BxLxD)
     h_BxLxD = nn.with_logical_constraint(h_BxLxD, ACTIVATION_AXES)
+    h_BxLxD = self._probe('attention_output', h_BxLxD)  # also the FFN sublayer's input
 
     mlp_in = h_BxLxD if post else mlp_norm(h_BxLxD)
     mlp_out = FeedForward(cfg, name='mlp')(mlp_in, layer)
     y_BxLxD = self._add(h_BxLxD, mlp_out, self._gate('mlp_gate', gate_value), deterministic)
+    y_BxLxD = self._probe('mlp_residual', y_BxLxD)
     if post:
       y_BxLxD = mlp_norm(y_BxLxD)
     y_BxLxD = nn.with_logical_constraint(y_BxLxD, ACTIVATION_AXES)
+    y_BxLxD = self._probe('mlp_output', y_BxLxD)
     # Residual-stream second moment per layer, for signal-propagation diagnostics.
     self.sow('intermediates', 'residual_second_moment',
              jnp.mean(jnp.square(y_BxLxD.astype(jnp.float32))))

@@ -53,14 +53,20 @@ class ModelConfig:
   norm_epsilon: float = 1e-12  # BERT's value
   use_bias: bool = True  # False removes every bias (dense, norm, MLM output), T5 style
   activation: str = 'gelu'  # FFN and MLM-transform activation (exact erf GELU, as BERT)
-  residual_branch: str = 'plain'  # 'plain' x+F(x) | 'rezero' | 'skipinit' | 'fixed_schedule'
-  gate_schedule_steps: int = 1000  # fixed_schedule: steps for the gate to rise from 0 to 1
+  # 'plain' x+F | 'rezero' (trainable gate from 0, no norms in layers) | 'skipinit' (same gate,
+  # branch norms removed) | 'fixed_schedule' (gate min(1, step/K), untrained): see block.py
+  residual_branch: str = 'plain'
+  gate_schedule_steps: int = 1000  # fixed_schedule: K, steps for the gate to rise from 0 to 1
 
-  init: str = 'bert'  # 'bert' | 'truncated_normal' | 'lecun' | 'xavier' | 'he' | 'ds_init'
+  # dense kernels: 'bert' | 'truncated_normal' | 'lecun' | 'xavier' | 'he' | 'ds_init'
+  # (realised stds in initializers.py); embeddings always use init_std
+  init: str = 'bert'
   init_std: float = 0.02  # std of 'bert' / 'truncated_normal' and of embeddings
-  ds_init_gamma: float = 1.0  # DS-Init gain gamma
+  ds_init_gamma: float = 1.0  # DS-Init extra gain on the bound (1 = the paper)
   ds_init_alpha: float = 1.0  # DS-Init alpha (bound = gamma * alpha * xavier / sqrt(l))
-  parameterization: str = 'standard'  # 'standard' | 'ntk' (unit weights, 1/sqrt(fan_in) at run)
+  # 'standard' | 'ntk': kernels stored sqrt(fan_in) larger, output times 1/sqrt(fan_in) at run
+  # time (same function at init; N(0, 1) weights with init='lecun'); embeddings unchanged
+  parameterization: str = 'standard'
 
   dtype: str = 'float32'  # compute dtype
   param_dtype: str = 'float32'  # storage dtype of parameters

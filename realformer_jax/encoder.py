@@ -59,7 +59,7 @@ class Encoder(nn.Module):
     if cfg.scan_layers:
       self.layers = nn.scan(
           layer_cls,
-          variable_axes={'params': 0, 'intermediates': 0},
+          variable_axes={'params': 0, 'intermediates': 0, 'perturbations': 0},
           split_rngs={'params': True, 'dropout': True},
           in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
           length=cfg.num_layers,

@@ -1,0 +1,68 @@
+r"""Per-device memory of the train state under different meshes, from the compiled step.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+        python -m experiments.sharding_memory --config=configs/realformer_large.py
+
+For each layout (replicated data parallel, FSDP, FSDP x tensor) it compiles the sharded train
+step ahead of time (no parameter is allocated) and prints, per device: the bytes of the
+arguments the compiled step reads (params + optimizer state + batch + rng), the train state's
+share of them, and XLA's temporary buffers. Use a small global batch: the state does not
+depend on it.
+"""
+
+import math
+
+from absl import app, flags
+import jax
+from ml_collections import config_flags
+
+from realformer_jax.train import build
+
+_CONFIG = config_flags.DEFINE_config_file('config', 'configs/realformer_large.py',
+                                          'Training config file.')
+_BATCH = flags.DEFINE_integer('global_batch_size', 8, 'Global batch for the compiled step.')
+_LENGTH = flags.DEFINE_integer('max_len', 128, 'Sequence length for the compiled step.')
+
+LAYOUTS = {
+    'replicated (data=N)': (-1, 1, 1),
+    'FSDP (fsdp=N)': (1, -1, 1),
+    'FSDP x tensor (fsdp=N/2, tensor=2)': (1, -1, 2),
+}
+
+
+def _shard_bytes(abstract_tree) -> int:
+  """Bytes one device holds of a tree of sharded ShapeDtypeStructs (device 0's shards)."""
+  total = 0
+  for leaf in jax.tree.leaves(abstract_tree):
+    shard_shape = leaf.sharding.shard_shape(leaf.shape)
+    total += math.prod(shard_shape) * leaf.dtype.itemsize
+  return total
+
+
+def main(argv):
+  del argv
+  devices = jax.device_count()
+  print(f'{devices} devices; global batch {_BATCH.value} x {_LENGTH.value} tokens')
+  header = (f'{"layout":38} {"params+opt (state)":>20} {"of which params":>16} '
+            f'{"step arguments":>15} {"step temporaries":>17}')
+  print(header)
+  print('-' * len(header))
+  gib = 2.0 ** 30
+  for name, shape in LAYOUTS.items():
+    config = _CONFIG.value.copy_and_resolve_references()
+    config.mesh.shape = shape
+    config.train.global_batch_size = _BATCH.value
+    config.data.max_len = _LENGTH.value
+    config.data.max_predictions = max(1, math.ceil(0.15 * _LENGTH.value))
+    setup = build.make_setup(config)
+    compiled = build.compile_train_step(config, setup)
+    memory = compiled.memory_analysis()
+    state_bytes = _shard_bytes(setup.layout.abstract)
+    param_bytes = _shard_bytes(setup.layout.abstract.params)
+    print(f'{name:38} {state_bytes / gib:>16.3f} GiB {param_bytes / gib:>12.3f} GiB '
+          f'{memory.argument_size_in_bytes / gib:>11.3f} GiB '
+          f'{memory.temp_size_in_bytes / gib:>13.3f} GiB')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,66 @@
+r"""Masked-LM pretraining. This file is intentionally kept short: the logic lives in
+realformer_jax/train/.
+
+    python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
+    python -m experiments.train --config=configs/realformer_large.py --workdir=DIR \
+        --config.train.global_batch_size=256 --config.mesh.shape='(1,-1,1)'
+
+Re-running with the same --workdir resumes from its latest checkpoint. Bad flags, configs and
+data exit with status 1 and one line `error: <message>` on stderr, before any compilation.
+"""
+
+import re
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from realformer_jax import train
+from realformer_jax.config import ConfigError
+from realformer_jax.data import DataError
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.',
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Checkpoints, TensorBoard logs, config.json.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def _fail(message: str):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(1)
+
+
+def _parse_flags(argv):
+  """absl parsing, with every failure (including an unknown --config.a.b key, which
+  ml_collections reports as an AttributeError) as one line."""
+  try:
+    return flags.FLAGS(argv)
+  except (AttributeError, KeyError) as e:
+    match = re.search(r"(\w+)\\?'", str(e))
+    key = match.group(1) if match else str(e)
+    names = [a.split('=')[0] for a in argv if a.startswith('--config.')]
+    name = next((n for n in names if key in n.split('.')), '--config.*')
+    _fail(f'{name}: unknown config field ({key!r})')
+  except flags.Error as e:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    _fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {argv[1:]}')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
+  config = _CONFIG.value
+  try:
+    config.keys()  # a config file that failed to load raises on first use, not when parsed
+  except OSError as e:
+    _fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
+  try:
+    train.train_and_evaluate(config, _WORKDIR.value)
+  except (ConfigError, DataError, train.TrainingError) as e:
+    _fail(str(e))
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,68 @@
+"""orbax checkpoints of (train state, dropout key, data iterator position), last K kept.
+
+Layout of `<workdir>/checkpoints/<step>/`:
+    state/  TrainState (params, optimizer state, step), written shard by shard
+    rng/    the run's base PRNG key data (dropout keys are fold_in(rng, step))
+    data/   the data iterator position, one JSON file per process (grain's orbax handler);
+            the same on every process, so a restore may use another process count
+
+Restoring takes an abstract target whose leaves carry shardings, so a checkpoint restores
+onto any mesh and process count, and optax's state types survive.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import grain
+import jax
+import orbax.checkpoint as ocp
+
+from realformer_jax import data
+from realformer_jax.train.state import TrainState
+
+
+class Checkpointer:
+  """Saves and restores one run's checkpoints under `<workdir>/checkpoints`."""
+
+  def __init__(self, workdir: str, keep: int):
+    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        item_names=('state', 'rng', 'data'))
+
+  def latest_step(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self._manager.all_steps())
+
+  def save(self, state: TrainState, rng_data: jax.Array, data_iterator: Any) -> None:
+    """Saves at state.step. Arrays are copied off the devices before this returns (the
+    state may be donated right after); files are written in the background."""
+    step = int(jax.device_get(state.step))
+    self._manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state),
+        rng=ocp.args.StandardSave({'key_data': rng_data}),
+        data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+
+  def restore(self, step: int, abstract_state: TrainState, abstract_rng_data: Any,
+              data_iterator: Any) -> tuple[TrainState, jax.Array]:
+    """(state, rng key data) at `step`; `data_iterator` is moved to the saved position."""
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state),
+        rng=ocp.args.StandardRestore({'key_data': abstract_rng_data})))
+    # Read directly rather than through grain's handler, whose file name holds the process
+    # count: the pipeline's position is the same on every process, so this also restores a
+    # checkpoint saved with a different number of processes.
+    data_iterator.set_state(data.saved_train_state(os.path.join(self.directory, str(step),
+                                                                'data')))
+    return restored.state, restored.rng['key_data']
+
+  def wait(self) -> None:
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.close()

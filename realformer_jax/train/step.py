@@ -1,0 +1,99 @@
+"""The compiled train and eval steps.
+
+`train_step(state, batch, rng) -> (state, metrics)` is pure: dropout randomness is
+`fold_in(rng, state.step)` (then per microbatch), so a resumed run replays the same numbers.
+With `grad_accum_steps = A` the batch is split into A microbatches scanned inside the step; the
+gradient is that of the summed loss over all microbatches divided by the total number of
+predictions, which is exactly the big-batch gradient (up to float summation order).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax.models import MaskedLM
+from realformer_jax.train.state import TrainState, learning_rate_schedule
+
+Batch = dict[str, jax.Array]
+Metrics = dict[str, jax.Array]
+SUM_METRICS = ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight')  # add across batches
+
+
+def _forward_sums(model: MaskedLM, params: Any, batch: Batch, *, step: jax.Array,
+                  rng: Optional[jax.Array]) -> Metrics:
+  """Metric sums ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight') of one (micro)batch."""
+  deterministic = rng is None
+  logits_BxPxV = model.apply(
+      {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
+      batch['masked_positions'], deterministic=deterministic, step=step,
+      rngs=None if deterministic else {'dropout': rng})
+  _, sums = mlm_loss_and_metrics(logits_BxPxV, batch['masked_ids'], batch['masked_weights'])
+  return sums
+
+
+def split_microbatches(batch: Batch, num_micro: int) -> Batch:
+  """[B, ...] -> [A, B/A, ...], microbatch j = rows j, j+A, j+2A, ...
+
+  Strided, not contiguous: each device's rows split evenly across microbatches, so no row
+  leaves its device (needs (B / data-parallel size) % A == 0, checked by validate_config).
+  """
+  def split(x):
+    x = x.reshape((x.shape[0] // num_micro, num_micro) + x.shape[1:])
+    return jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
+                    train: ml_collections.ConfigDict,
+                    param_shardings: Any = None) -> Callable[..., tuple[TrainState, Metrics]]:
+  """Builds the pure train step. `param_shardings` pins gradients to the parameters' layout
+  (under FSDP this makes XLA reduce-scatter gradients instead of all-reducing them)."""
+  num_micro = train.grad_accum_steps
+  schedule = learning_rate_schedule(train)
+
+  def grads_and_sums(params, batch, rng, step):
+    def loss(p):
+      sums = _forward_sums(model, p, batch, step=step, rng=rng)
+      return sums['mlm_loss_sum'], sums
+    grads, sums = jax.grad(loss, has_aux=True)(params)
+    if param_shardings is not None:
+      grads = jax.lax.with_sharding_constraint(grads, param_shardings)
+    return grads, sums
+
+  def train_step(state: TrainState, batch: Batch, rng: jax.Array):
+    step_rng = jax.random.fold_in(rng, state.step)
+    if num_micro == 1:
+      grads, sums = grads_and_sums(state.params, batch, jax.random.fold_in(step_rng, 0),
+                                   state.step)
+    else:
+      def accumulate(carry, xs):
+        index, micro = xs
+        grads, sums = grads_and_sums(state.params, micro, jax.random.fold_in(step_rng, index),
+                                     state.step)
+        return jax.tree.map(jnp.add, carry, (grads, sums)), None
+      zeros = (jax.tree.map(jnp.zeros_like, state.params),
+               {name: jnp.zeros((), jnp.float32) for name in SUM_METRICS})
+      (grads, sums), _ = jax.lax.scan(
+          accumulate, zeros, (jnp.arange(num_micro), split_microbatches(batch, num_micro)))
+    # Mean over every prediction of the whole batch, however it was split.
+    grads = jax.tree.map(lambda g: g / jnp.maximum(sums['mlm_weight'], 1.0), grads)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    params_finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)]))
+    metrics = dict(sums, grad_norm=optax.tree.norm(grads),
+                   learning_rate=schedule(state.step), params_finite=params_finite)
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return train_step
+
+
+def make_eval_step(model: MaskedLM) -> Callable[[TrainState, Batch], Metrics]:
+  def eval_step(state: TrainState, batch: Batch) -> Metrics:
+    return _forward_sums(model, state.params, batch, step=state.step, rng=None)
+  return eval_step

@@ -1,0 +1,86 @@
+"""A tiny training config on the shared prepared bible_web corpus (see data_fixtures.py).
+
+Sizes are chosen for CI (2 cores): a 2-layer, 32-wide RealFormer on 32-token sequences.
+`cli_flags` turns the same overrides into `--config.a.b=v` flags for subprocess runs.
+"""
+
+import os
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+
+from data_fixtures import bible_config
+from realformer_jax import data
+from realformer_jax.train import default_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TINY_OVERRIDES = {
+    'model.num_layers': 2,
+    'model.hidden_size': 32,
+    'model.num_heads': 2,
+    'model.mlp_dim': 64,
+    'model.max_len': 32,
+    'model.ln_placement': 'realformer',
+    'model.dropout_rate': 0.1,
+    'model.attention_dropout_rate': 0.1,
+    'data.max_len': 32,
+    'data.max_predictions': 5,
+    'data.eval_batches': 2,
+    'train.global_batch_size': 8,
+    'train.num_train_steps': 8,
+    'train.warmup_steps': 2,
+    'train.learning_rate': 3e-3,
+    'train.log_every_steps': 2,
+    'train.eval_every_steps': 4,
+    'train.checkpoint_every_steps': 4,
+    'train.keep_checkpoints': 5,
+}
+
+
+def tiny_config(**overrides) -> ml_collections.ConfigDict:
+  """Keyword names use '__' for '.', e.g. tiny_config(train__num_train_steps=4)."""
+  config = default_config()
+  config.data.update(bible_config())  # shared data dir; prepared once per test session
+  for path, value in {**TINY_OVERRIDES, **_dotted(overrides)}.items():
+    section, field = path.split('.')
+    config[section][field] = value
+  return config
+
+
+def synthetic_batch(config, seed=0):
+  """A synthetic batch with the data contract's shapes, some slots unused (weight 0)."""
+  rng = np.random.default_rng(seed)
+  b, l, p = config.train.global_batch_size, config.data.max_len, config.data.max_predictions
+  weights = (rng.random((b, p)) < 0.8).astype(np.float32)
+  return {
+      'input_ids': rng.integers(5, config.data.vocab_size, (b, l), dtype=np.int32),
+      'segment_ids': np.zeros((b, l), np.int32),
+      'input_mask': (np.arange(l) < rng.integers(l // 2, l + 1, (b, 1))).astype(np.int32),
+      'masked_positions': rng.integers(1, l // 2, (b, p), dtype=np.int32),
+      'masked_ids': rng.integers(5, config.data.vocab_size, (b, p), dtype=np.int32),
+      'masked_weights': weights,
+  }
+
+
+def _dotted(overrides: dict) -> dict:
+  return {k.replace('__', '.'): v for k, v in overrides.items()}
+
+
+def cli_flags(**overrides) -> list[str]:
+  values = {**TINY_OVERRIDES, 'data.data_dir': bible_config().data_dir, **_dotted(overrides)}
+  return [f'--config.{k}={v}' for k, v in values.items()]
+
+
+def run_train_cli(workdir, *flags, env=None, **popen_kwargs):
+  """`python -m experiments.train --config=configs/tiny.py --workdir=...` as a Popen, with the
+  suite's JAX settings (conftest.py) and the shared corpus prepared beforehand."""
+  data.prepare(bible_config())
+  command = [sys.executable, '-m', 'experiments.train', '--config=configs/tiny.py',
+             f'--workdir={workdir}', *flags]
+  full_env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true', **(env or {}))
+  popen_kwargs.setdefault('stderr', subprocess.PIPE)
+  return subprocess.Popen(command, cwd=REPO, env=full_env, stdout=subprocess.PIPE, text=True,
+                          **popen_kwargs)

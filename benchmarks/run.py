@@ -159,16 +159,16 @@ def _fmt(x: float) -> str:
 class CompiledStep:
   """A compiled train step with its own state; calling it runs one step and blocks."""
 
-  def __init__(self, name: str, step: steps.Step, rng: jax.Array):
+  def __init__(self, name: str, step: steps.Step):
     self.name = name
     start = time.perf_counter()
-    lowered = step.lower(rng)
+    lowered = step.lower()
     self.lower_s = time.perf_counter() - start
     start = time.perf_counter()
     self.compiled = lowered.compile()
     self.compile_s = time.perf_counter() - start
     self.memory = memory_stats(self.compiled)
-    self.state, self.batch, self.rng = step.state, step.batch, rng
+    self.state, self.batch, self.rng = step.state, step.batch, step.rng
     self.metrics = None
 
   def __call__(self) -> None:
@@ -176,7 +176,10 @@ class CompiledStep:
     jax.block_until_ready((self.state, self.metrics))
 
   def loss(self) -> float:
-    return float(self.metrics['loss']) if self.metrics is not None else float('nan')
+    """Mean MLM loss of the last step (the project's step reports sums)."""
+    if self.metrics is None:
+      return float('nan')
+    return float(self.metrics['mlm_loss_sum']) / max(float(self.metrics['mlm_weight']), 1.0)
 
 
 def memory_stats(compiled) -> dict:
@@ -198,9 +201,10 @@ def build_step(shape: steps.Shape, which: str, dropout: float, *, abstract: bool
                **overrides) -> steps.Step:
   batch = steps.make_batch(shape)
   if which == 'hf':
-    return steps.make_hf_step(steps.hf_bert_config(shape, dropout=dropout), batch,
+    return steps.make_hf_step(steps.hf_bert_config(shape, dropout=dropout),
+                              steps.train_config(shape, dropout=dropout), batch,
                               abstract=abstract)
-  config = steps.model_config(shape, ln_placement=which, dropout=dropout, **overrides)
+  config = steps.train_config(shape, ln_placement=which, dropout=dropout, **overrides)
   return steps.make_project_step(config, batch, abstract=abstract)
 
 
@@ -208,7 +212,7 @@ def build_step(shape: steps.Shape, which: str, dropout: float, *, abstract: bool
 # Sections.
 
 def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dropout: float,
-                        peak: MatmulPeak, rng: jax.Array, log) -> dict:
+                        peak: MatmulPeak, log) -> dict:
   """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape."""
   section = f'train_{shape.name}'
   model_flops = flops_lib.model_flops(shape)
@@ -224,7 +228,7 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
     for name in group:
       if name not in compiled:
         log(f'[{shape.name}] compiling {name} train step')
-        compiled[name] = CompiledStep(name, build_step(shape, name, dropout), rng)
+        compiled[name] = CompiledStep(name, build_step(shape, name, dropout))
     candidates = [Candidate(name, compiled[name]) for name in group]
     round_peaks: list[float] = []
 
@@ -282,7 +286,7 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
           'compiled': compiled}
 
 
-def measure_compile_times(report: Report, profile: Profile, dropout: float, rng, log) -> dict:
+def measure_compile_times(report: Report, profile: Profile, dropout: float, log) -> dict:
   """Trace + lower + compile of the post train step at several depths, scanned vs loop."""
   section = 'compile'
   results = {}
@@ -293,7 +297,7 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, rng,
       totals, compiles = [], []
       for _ in range(repeats):
         step = build_step(shape, 'post', dropout, abstract=True, scan_layers=scan)
-        c = CompiledStep('post', step, rng)
+        c = CompiledStep('post', step)
         totals.append(c.lower_s + c.compile_s)
         compiles.append(c.compile_s)
         del c, step
@@ -307,7 +311,7 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, rng,
 
 
 def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dropout: float,
-                   rng, reuse: dict, hf_memory: dict, log) -> dict:
+                   reuse: dict, hf_memory: dict, log) -> dict:
   """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer."""
   section = 'memory'
   stats = {}
@@ -318,7 +322,7 @@ def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dr
       else:
         log(f'[memory] compiling {layout} remat={remat}')
         c = CompiledStep(layout, build_step(shape, layout, dropout, abstract=True,
-                                            remat_policy=remat), rng)
+                                            remat_policy=remat))
         m = c.memory
         del c
         gc.collect()
@@ -396,22 +400,21 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
       f'x{meta["cores"]} ({meta["simd"]}), jax {jax.__version__}, load avg '
       f'{meta["load_avg_start"][0]:.2f}, GLIBC_TUNABLES={meta["glibc_tunables"] or "(unset)"}, '
       f'THP {meta["transparent_hugepage"]}')
-  rng = jax.random.key(1)
   peak = MatmulPeak()
   train = {}
   if 'train' in sections:
     for shape in profile.shapes:
-      train[shape.name] = measure_train_steps(report, shape, profile, dropout, peak, rng, log)
+      train[shape.name] = measure_train_steps(report, shape, profile, dropout, peak, log)
       if shape is not profile.memory_shape:
         train[shape.name].pop('compiled')
       gc.collect()
   compile_results = {}
   if 'compile' in sections:
-    compile_results = measure_compile_times(report, profile, dropout, rng, log)
+    compile_results = measure_compile_times(report, profile, dropout, log)
   if 'memory' in sections:
     at_shape = train.get(profile.memory_shape.name, {})
     reuse = at_shape.pop('compiled', {})
-    measure_memory(report, profile.memory_shape, profile.memory_remats, dropout, rng, reuse,
+    measure_memory(report, profile.memory_shape, profile.memory_remats, dropout, reuse,
                    at_shape.get('hf_memory', {}), log)
     del reuse
   report.meta['load_avg_end'] = os.getloadavg()
@@ -420,9 +423,10 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   report.meta['max_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
   out('')
-  out(f'Setup: fp32, seq {profile.shapes[0].seq_len}, forward + backward + clip + AdamW, '
-      f'dropout {dropout} in both models, state donated; {profile.rounds} timed rounds after '
-      f'{profile.warmup} warm-up, interleaved. Spread: IQR and min-max over rounds.')
+  out(f'Setup: the project\'s train step (realformer_jax.train: forward + backward + clip + '
+      f'AdamW, state donated) for both models, fp32, seq {profile.shapes[0].seq_len}, dropout '
+      f'{dropout} in both; {profile.rounds} timed rounds after {profile.warmup} warm-up, '
+      f'interleaved. Spread: IQR and min-max over rounds.')
   for shape in profile.shapes:
     report.print_section(
         f'train_{shape.name}',

@@ -1,14 +1,13 @@
-"""Train steps under benchmark: ours (MaskedLM) and Hugging Face's FlaxBertForMaskedLM.
+"""Train steps under benchmark: the project's train step, with our model or Hugging Face's.
 
-Both steps do forward + backward + global-norm clipping + AdamW, are jitted with the state
-donated, and compute the same loss (`losses.mlm_loss_and_metrics` over the masked positions).
-The only intended difference is the model: ours evaluates the MLM head at the masked positions
-only; Hugging Face's model returns logits at every position, which we gather at the masked
-positions before the same loss.
-
-`make_project_step` is a stand-in for the project's train step (branch `train`), built from the
-same pieces (MaskedLM + mlm loss + optax AdamW with clipping, jit with donation); switch to
-`realformer_jax.train` once it lands on main.
+Both candidates run `realformer_jax.train.step.make_train_step` (what `train_and_evaluate`
+compiles: sum-of-losses gradient divided by the number of predictions, global-norm clipping,
+AdamW with warmup/decay schedule and weight-decay mask, a finite-params check), jitted with the
+state donated. Ours goes through `train.build` (mesh, logical shardings) exactly as training
+does. Hugging Face's FlaxBertForMaskedLM enters the same step through `HFMaskedLM`, an adapter
+with MaskedLM's `apply` signature that gathers HF's full logits at the masked positions, so the
+loss code is `losses.mlm_loss_and_metrics` for both. The only intended difference is the model:
+ours evaluates the MLM head at the masked positions only.
 """
 
 from __future__ import annotations
@@ -18,16 +17,13 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
-import optax
 
-from realformer_jax import MaskedLM, ModelConfig
-from realformer_jax import losses
-from realformer_jax import params as params_lib
-
-LEARNING_RATE = 1e-4
-WEIGHT_DECAY = 0.01
-CLIP_NORM = 1.0
+from realformer_jax import train as train_lib
+from realformer_jax.train import partitioning
+from realformer_jax.train import state as state_lib
+from realformer_jax.train import step as step_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,11 +49,6 @@ class Shape:
     return self.batch * self.seq_len
 
 
-def make_optimizer() -> optax.GradientTransformation:
-  return optax.chain(optax.clip_by_global_norm(CLIP_NORM),
-                     optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY))
-
-
 def make_batch(shape: Shape, seed: int = 0) -> dict[str, np.ndarray]:
   """A synthetic MLM batch: full-length sequences, two segments, distinct masked positions."""
   rng = np.random.default_rng(seed)
@@ -75,13 +66,21 @@ def make_batch(shape: Shape, seed: int = 0) -> dict[str, np.ndarray]:
   }
 
 
-def model_config(shape: Shape, *, ln_placement: str = 'post', dropout: float = 0.1,
-                 **overrides: Any) -> ModelConfig:
-  return ModelConfig(
-      vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
-      num_heads=shape.heads, mlp_dim=shape.mlp_dim, max_len=max(512, shape.seq_len),
-      dropout_rate=dropout, attention_dropout_rate=dropout, ln_placement=ln_placement,
-      **overrides).validate()
+def train_config(shape: Shape, *, ln_placement: str = 'post', dropout: float = 0.1,
+                 **model_overrides: Any) -> ml_collections.ConfigDict:
+  """The project's training config for one benchmark shape (defaults otherwise: AdamW 1e-4,
+  warmup 10k, clipping 1.0, single-device mesh)."""
+  config = train_lib.default_config()
+  config.data.vocab_size = shape.vocab
+  config.data.max_len = shape.seq_len
+  config.data.max_predictions = shape.predictions
+  config.train.global_batch_size = shape.batch
+  model = dict(hidden_size=shape.hidden, num_layers=shape.layers, num_heads=shape.heads,
+               mlp_dim=shape.mlp_dim, max_len=max(512, shape.seq_len), dropout_rate=dropout,
+               attention_dropout_rate=dropout, ln_placement=ln_placement, **model_overrides)
+  for name, value in model.items():
+    config.model[name] = value
+  return config
 
 
 def hf_bert_config(shape: Shape, *, dropout: float = 0.1):
@@ -95,83 +94,79 @@ def hf_bert_config(shape: Shape, *, dropout: float = 0.1):
 
 @dataclasses.dataclass
 class Step:
-  """A jitted train step `fn(state, batch, rng) -> (state, metrics)` and its initial state."""
+  """A jitted train step `fn(state, batch, rng) -> (state, metrics)` with its inputs."""
 
-  fn: Callable
-  state: Any
+  fn: Any  # jax.jit-wrapped step
+  state: Any  # TrainState (or its abstract shapes)
   batch: dict
+  rng: jax.Array
+  context: Callable = lambda: _NoContext()  # what lowering must run under (mesh + rules)
 
-  def lower(self, rng):
-    return self.fn.lower(self.state, self.batch, rng)
-
-
-def _jit_step(loss_fn, optimizer):
-  def train_step(state, batch, rng):
-    params, opt_state, step = state
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng, step)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
-    return (params, opt_state, step + 1), metrics
-  return jax.jit(train_step, donate_argnums=(0,))
+  def lower(self):
+    with self.context():
+      return self.fn.lower(self.state, self.batch, self.rng)
 
 
-def make_project_step(config: ModelConfig, batch: dict, seed: int = 0,
+class _NoContext:
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+
+def make_project_step(config: ml_collections.ConfigDict, batch: dict, seed: int = 1,
                       abstract: bool = False) -> Step:
-  """Our MaskedLM train step (stand-in for the project's `train_step`).
+  """The project's train step for `config`, as `train.build.compile_train_step` jits it.
 
   `abstract=True` gives the state as shapes only: for compile-time and memory analysis.
   """
-  model = MaskedLM(config)
-  deterministic = config.dropout_rate == 0 and config.attention_dropout_rate == 0
-
-  def loss_fn(params, batch, rng, step):
-    logits = model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
-                         batch['segment_ids'], batch['masked_positions'],
-                         deterministic=deterministic, step=step,
-                         rngs={'dropout': jax.random.fold_in(rng, step)})
-    return losses.mlm_loss_and_metrics(logits, batch['masked_ids'], batch['masked_weights'])
-
-  optimizer = make_optimizer()
-  init_batch = jax.tree.map(jnp.asarray, batch)
-
-  def init(key):
-    variables = model.init(key, init_batch['input_ids'][:1], init_batch['input_mask'][:1],
-                           init_batch['segment_ids'][:1], init_batch['masked_positions'][:1])
-    params = params_lib.unbox(variables['params'])
-    return params, optimizer.init(params), jnp.zeros((), jnp.int32)
-
-  return Step(_jit_step(loss_fn, optimizer), _init_state(init, seed, abstract), init_batch)
-
-
-def _init_state(init, seed: int, abstract: bool):
-  """Real initial state, or only its shapes (enough to lower and compile)."""
+  setup = train_lib.make_setup(config)
+  fn = jax.jit(step_lib.make_train_step(setup.model, setup.tx, config.train,
+                                        setup.layout.param_shardings),
+               in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
+               out_shardings=(setup.layout.shardings, setup.replicated), donate_argnums=0)
   if abstract:
-    return jax.eval_shape(init, jax.random.key(seed))
-  return jax.jit(init)(jax.random.key(seed))
+    state = setup.layout.abstract
+  else:
+    state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout,
+                                 jax.random.key(seed), setup.mesh, setup.rules)
+  return Step(fn, state, jax.device_put(batch, setup.batch_sharding),
+              jax.device_put(jax.random.key(seed), setup.replicated),
+              lambda: partitioning.activate(setup.mesh, setup.rules))
 
 
-def make_hf_step(hf_config, batch: dict, seed: int = 0, abstract: bool = False) -> Step:
-  """FlaxBertForMaskedLM train step: full logits, gathered at the masked positions."""
-  import transformers
-  model = transformers.FlaxBertForMaskedLM(hf_config, seed=seed, _do_init=False)
-  deterministic = (hf_config.hidden_dropout_prob == 0
-                   and hf_config.attention_probs_dropout_prob == 0)
+class HFMaskedLM:
+  """FlaxBertForMaskedLM behind MaskedLM's `apply` signature: logits [B, P, V] at the masked
+  positions, gathered from HF's logits at every position (which HF always computes)."""
 
-  def loss_fn(params, batch, rng, step):
-    logits_BxLxV = model(batch['input_ids'], attention_mask=batch['input_mask'],
-                         token_type_ids=batch['segment_ids'], params=params,
-                         dropout_rng=jax.random.fold_in(rng, step), train=not deterministic
-                         ).logits
-    logits_BxPxV = jnp.take_along_axis(logits_BxLxV, batch['masked_positions'][..., None], 1)
-    return losses.mlm_loss_and_metrics(logits_BxPxV, batch['masked_ids'],
-                                       batch['masked_weights'])
+  def __init__(self, hf_model):
+    self.hf_model = hf_model
 
-  optimizer = make_optimizer()
+  def apply(self, variables, input_ids, input_mask, segment_ids, masked_positions, *,
+            deterministic: bool, step=None, rngs=None):
+    del step
+    logits_BxLxV = self.hf_model(
+        input_ids, attention_mask=input_mask, token_type_ids=segment_ids,
+        params=variables['params'], train=not deterministic,
+        dropout_rng=None if deterministic else rngs['dropout']).logits
+    return jnp.take_along_axis(logits_BxLxV, masked_positions[..., None], axis=1)
+
+
+def make_hf_step(hf_config, config: ml_collections.ConfigDict, batch: dict, seed: int = 1,
+                 abstract: bool = False) -> Step:
+  """The project's train step around FlaxBertForMaskedLM (same optimizer, loss, checks)."""
+  import transformers  # optional dependency (the 'test' extra)
+  hf_model = transformers.FlaxBertForMaskedLM(hf_config, seed=seed, _do_init=False)
+  tx = state_lib.make_optimizer(config.train)
+  fn = jax.jit(step_lib.make_train_step(HFMaskedLM(hf_model), tx, config.train),
+               donate_argnums=0)
 
   def init(key):
-    params = model.init_weights(key, (1, batch['input_ids'].shape[1]))
-    return params, optimizer.init(params), jnp.zeros((), jnp.int32)
+    params = hf_model.init_weights(key, (1, batch['input_ids'].shape[1]))
+    return state_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                opt_state=tx.init(params))
 
-  return Step(_jit_step(loss_fn, optimizer), _init_state(init, seed, abstract),
-              jax.tree.map(jnp.asarray, batch))
+  key = jax.random.key(seed)
+  state = jax.eval_shape(init, key) if abstract else jax.jit(init)(key)
+  return Step(fn, state, jax.tree.map(jnp.asarray, batch), key)

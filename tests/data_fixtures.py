@@ -10,6 +10,7 @@ import functools
 import shutil
 import tempfile
 
+import numpy as np
 import pytest
 
 from realformer_jax import data
@@ -33,3 +34,18 @@ def bible_config(**overrides):
 @pytest.fixture(scope='session')
 def bible_tokenizer():
   return data.prepare(bible_config())
+
+
+def take(iterator, n):
+  """The next n batches of an iterator."""
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_same_batches(a, b):
+  """Equal lists of batches: same keys (the batch contract), dtypes and values."""
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert set(x) == set(data.BATCH_KEYS) == set(y)
+    for key in x:
+      assert x[key].dtype == y[key].dtype
+      np.testing.assert_array_equal(x[key], y[key], err_msg=key)

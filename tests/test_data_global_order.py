@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from data_fixtures import bible_config
+from data_fixtures import assert_same_batches, bible_config
 from data_fixtures import bible_tokenizer  # noqa: F401  (pytest fixture)
 from realformer_jax import data
 from realformer_jax.data import packed_store
@@ -47,15 +47,6 @@ def _global_batches(config, seed, process_count, num_batches, global_batch_size=
   return batches
 
 
-def _assert_same_batches(a, b):
-  assert len(a) == len(b)
-  for x, y in zip(a, b):
-    assert set(x) == set(data.BATCH_KEYS) == set(y)
-    for key in x:
-      assert x[key].dtype == y[key].dtype
-      np.testing.assert_array_equal(x[key], y[key], err_msg=key)
-
-
 def test_store_is_built_once_and_keeps_every_token(small_config, bible_tokenizer, monkeypatch):
   store = preparation.packed_train_store(small_config)
   preparation._PACKED.pop(small_config.to_json())  # Forget the in-process memo only.
@@ -82,7 +73,7 @@ def test_global_batches_do_not_depend_on_the_process_count(small_config):
   num_batches = num_rows // G + 3  # Past the first epoch boundary.
   reference = _global_batches(small_config, 3, 1, num_batches)
   for process_count in (2, 4):
-    _assert_same_batches(_global_batches(small_config, 3, process_count, num_batches),
+    assert_same_batches(_global_batches(small_config, 3, process_count, num_batches),
                          reference)
 
   # Each epoch is every packed row once, in a new order; batches run across the boundary.
@@ -144,18 +135,18 @@ def test_state_saved_with_two_processes_restores_with_any_process_count(small_co
   state = data.saved_train_state(tmp_path)
   one = data.make_train_iterator(small_config, G, 5)
   one.set_state(state)
-  _assert_same_batches([next(one), next(one)], following)
+  assert_same_batches([next(one), next(one)], following)
   quarters = [data.make_train_iterator(small_config, G, 5, p, 4) for p in range(4)]
   for quarter in quarters:
     quarter.set_state(state)
   parts = [next(quarter) for quarter in quarters]
-  _assert_same_batches([{k: np.concatenate([p[k] for p in parts]) for k in parts[0]}],
+  assert_same_batches([{k: np.concatenate([p[k] for p in parts]) for k in parts[0]}],
                        following[:1])
   # The position is in sequences: a smaller global batch that divides it resumes there too.
   half = data.make_train_iterator(small_config, G // 2, 5)
   half.set_state(state)
   halves = [next(half), next(half)]
-  _assert_same_batches([{k: np.concatenate([h[k] for h in halves]) for k in halves[0]}],
+  assert_same_batches([{k: np.concatenate([h[k] for h in halves]) for k in halves[0]}],
                        following[:1])
 
   with pytest.raises(data.DataError, match='not a multiple of global_batch_size=16'):

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from data_fixtures import bible_config
+from data_fixtures import assert_same_batches, bible_config, take
 from data_fixtures import bible_tokenizer  # noqa: F401  (pytest fixture)
 from realformer_jax import data
 from realformer_jax.data import preparation
@@ -20,17 +20,6 @@ CONTRACT = {
     'masked_positions': (np.int32, 20), 'masked_ids': (np.int32, 20),
     'masked_weights': (np.float32, 20),
 }
-
-
-def _take(iterator, n):
-  return [next(iterator) for _ in range(n)]
-
-
-def _assert_same_batches(a, b):
-  assert len(a) == len(b)
-  for x, y in zip(a, b):
-    for key in x:
-      np.testing.assert_array_equal(x[key], y[key])
 
 
 def _check_batch(batch, tokenizer, batch_size):
@@ -85,7 +74,7 @@ def test_train_and_validation_share_no_passage():
 
 
 def test_train_batches_follow_the_contract(bible_tokenizer):
-  batches = _take(data.make_train_iterator(bible_config(), BATCH, seed=0), 3)
+  batches = take(data.make_train_iterator(bible_config(), BATCH, seed=0), 3)
   for batch in batches:
     _check_batch(batch, bible_tokenizer, BATCH)
   selected = sum(b['masked_weights'].sum() for b in batches)
@@ -96,22 +85,22 @@ def test_train_batches_follow_the_contract(bible_tokenizer):
 
 def test_same_seed_same_batches_different_seed_different():
   config = bible_config()
-  a = _take(data.make_train_iterator(config, BATCH, seed=1), 3)
-  b = _take(data.make_train_iterator(config, BATCH, seed=1), 3)
-  c = _take(data.make_train_iterator(config, BATCH, seed=2), 3)
-  _assert_same_batches(a, b)
+  a = take(data.make_train_iterator(config, BATCH, seed=1), 3)
+  b = take(data.make_train_iterator(config, BATCH, seed=1), 3)
+  c = take(data.make_train_iterator(config, BATCH, seed=2), 3)
+  assert_same_batches(a, b)
   assert not np.array_equal(a[0]['input_ids'], c[0]['input_ids'])
 
 
 def test_restored_iterator_yields_the_same_following_batches():
   config = bible_config()
   iterator = data.make_train_iterator(config, BATCH, seed=5)
-  _take(iterator, 11)
+  take(iterator, 11)
   state = json.loads(json.dumps(iterator.get_state()))  # Must survive JSON (orbax handler).
-  following = _take(iterator, 4)
+  following = take(iterator, 4)
   restored = data.make_train_iterator(config, BATCH, seed=5)
   restored.set_state(state)
-  _assert_same_batches(following, _take(restored, 4))
+  assert_same_batches(following, take(restored, 4))
 
 
 def test_eval_is_finite_reiterable_and_split_evenly_across_processes(bible_tokenizer):
@@ -132,7 +121,7 @@ def test_eval_is_finite_reiterable_and_split_evenly_across_processes(bible_token
   assert weight(batches) == weight(halves[0]) + weight(halves[1])
 
   capped = data.make_eval_iterator(bible_config(eval_batches=2), BATCH)
-  _assert_same_batches(list(capped), batches[:2])
+  assert_same_batches(list(capped), batches[:2])
 
 
 def test_most_frequent_token_baseline_matches_a_direct_count():

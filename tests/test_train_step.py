@@ -58,3 +58,16 @@ def test_weight_decay_only_on_kernels_and_embeddings():
   params = {'dense': {'kernel': np.ones(3), 'bias': np.ones(3)}}
   updates, _ = tx.update(jax.tree.map(np.zeros_like, params), tx.init(params), params)
   assert np.all(updates['dense']['kernel'] < 0) and np.all(updates['dense']['bias'] == 0)
+
+
+def test_per_layer_gradient_norms_are_opt_in_metrics():
+  config = tiny_config(train__log_layer_grad_norms=True)
+  _, metrics = _one_step(config)
+  norms = metrics['layer_grad_norms']
+  assert {'attention', 'mlp'} <= set(norms)
+  for name, values in norms.items():
+    assert values.shape == (config.model.num_layers,) and np.all(values > 0), name
+  # The per-layer pieces are a partition of part of the gradient: their squares sum to at most
+  # the squared global norm.
+  assert sum(float(np.sum(v ** 2)) for v in norms.values()) <= metrics['grad_norm'] ** 2 * 1.0001
+  assert 'layer_grad_norms' not in _one_step(tiny_config())[1]

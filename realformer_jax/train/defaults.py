@@ -63,6 +63,7 @@ def default_train_config() -> ml_collections.ConfigDict:
   c.adam_eps = 1e-6  # BERT's value
   c.clip_grad_norm = 1.0  # global-norm clipping; 0 = off
   c.grad_accum_steps = 1  # microbatches per step (lax.scan inside the compiled step)
+  c.log_layer_grad_norms = False  # also log each layer's sublayer gradient norms (diagnostics)
   c.log_every_steps = 100  # console line + TensorBoard train scalars
   c.eval_every_steps = 10_000  # held-out MLM loss/accuracy (also at the last step)
   c.checkpoint_every_steps = 10_000  # orbax checkpoint (also at the last step and on SIGTERM)

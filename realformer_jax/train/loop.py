@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from realformer_jax import data
+from realformer_jax import data, diagnostics
 from realformer_jax.config import ConfigError
 from realformer_jax.params import count_params
 from realformer_jax.train import build, distributed, metrics as metrics_lib, partitioning
@@ -184,6 +184,8 @@ class _TrainLog:
     scalars.update({'train/learning_rate': float(values['learning_rate']),
                     'train/grad_norm': float(values['grad_norm']),
                     'train/tokens_per_sec': tokens_per_sec})
+    if 'layer_grad_norms' in values:
+      scalars.update(diagnostics.flatten_metrics(values['layer_grad_norms'], 'train/grad_norm'))
     self._sums = None
     self._writer.scalars(step, scalars)
     self._writer.print(

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from realformer_jax import diagnostics
 from realformer_jax.losses import mlm_loss_and_metrics
 from realformer_jax.models import MaskedLM
 from realformer_jax.train.state import TrainState, learning_rate_schedule
@@ -88,6 +89,8 @@ def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
     params_finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)]))
     metrics = dict(sums, grad_norm=optax.tree.norm(grads),
                    learning_rate=schedule(state.step), params_finite=params_finite)
+    if train.log_layer_grad_norms:  # [num_layers] per sublayer: signal-propagation studies
+      metrics['layer_grad_norms'] = diagnostics.per_layer_grad_norms(grads)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step

@@ -18,11 +18,14 @@ def _hf_model():
       intermediate_size=80, max_position_embeddings=40, type_vocab_size=2,
       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   model = transformers.FlaxBertForMaskedLM(config, seed=3)
-  # Random biases and LayerNorm offsets (HF initialises them to 0/1) so all weights matter.
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
-                        .astype(np.float32), model.params)
-  return config, model, params
+  return config, model, _perturbed(model.params, seed=0)
+
+
+def _perturbed(params, seed):
+  """Random biases and LayerNorm offsets (HF initialises them to 0/1) so all weights matter."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
+                      .astype(np.float32), params)
 
 
 def _batch():
@@ -90,9 +93,7 @@ def test_sequence_classifier_matches_hugging_face_classifier():
       intermediate_size=80, max_position_embeddings=40, num_labels=3,
       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   hf_model = transformers.FlaxBertForSequenceClassification(hf_config, seed=5)
-  rng = np.random.default_rng(2)
-  hf_params = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
-                           .astype(np.float32), hf_model.params)
+  hf_params = _perturbed(hf_model.params, seed=2)
   ids, mask, segments, _ = _batch()
   expected = hf_model(ids, attention_mask=mask, token_type_ids=segments, params=hf_params).logits
   config = hf_convert.config_from_hf(hf_config)

@@ -25,3 +25,11 @@ def exclusive_lock(directory: str, name: str):
       yield
     finally:
       fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+  """Writes `path` through a temporary file and a rename: readers see all of it or nothing."""
+  tmp_path = f'{path}.tmp.{os.getpid()}'
+  with open(tmp_path, 'wb') as f:
+    f.write(data)
+  os.replace(tmp_path, path)

@@ -127,7 +127,7 @@ def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, wha
     seconds = time.monotonic() - start
     sidecar = dict(description, max_len=max_len, rows=num_rows, real_tokens=num_tokens,
                    build_seconds=round(seconds, 1))
-    _atomic_write(path + '.json', json.dumps(sidecar, indent=2, sort_keys=True).encode())
+    cache_lock.atomic_write(path + '.json', json.dumps(sidecar, indent=2, sort_keys=True).encode())
     os.replace(tmp_path, path)
   finally:
     if os.path.exists(tmp_path):
@@ -141,10 +141,3 @@ def _without_pad(documents: Iterable[np.ndarray], pad_id: int, what: str):
     if (ids == pad_id).any():
       raise DataError(f'{what}: the tokenizer produced [PAD] (id {pad_id}) inside a document.')
     yield ids
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-  tmp_path = f'{path}.tmp.{os.getpid()}'
-  with open(tmp_path, 'wb') as f:
-    f.write(data)
-  os.replace(tmp_path, path)

@@ -144,8 +144,8 @@ def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_siz
     if os.path.isfile(path):  # Another process trained it while we waited.
       return load(path)
     model_proto = train(texts, model_type=model_type, vocab_size=vocab_size, what=what)
-    _atomic_write(path + '.json', json.dumps(description, indent=2, sort_keys=True).encode())
-    _atomic_write(path, model_proto)
+    cache_lock.atomic_write(path + '.json', json.dumps(description, indent=2, sort_keys=True).encode())
+    cache_lock.atomic_write(path, model_proto)
   return Tokenizer(model_proto, source=path)
 
 
@@ -190,11 +190,3 @@ def _sentences(texts: Iterable[str]):
         sentence = sentence[cut:].strip()
       if sentence:
         yield sentence
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-  tmp_path = f'{path}.tmp.{os.getpid()}'
-  with open(tmp_path, 'wb') as f:
-    f.write(data)
-  os.replace(tmp_path, path)
-

@@ -2,7 +2,7 @@
 
 Both candidates run `realformer_jax.train.step.make_train_step` (what `train_and_evaluate`
 compiles: sum-of-losses gradient divided by the number of predictions, global-norm clipping,
-AdamW with warmup/decay schedule and weight-decay mask, a finite-params check), jitted with the
+AdamW with warmup/decay schedule and weight-decay mask, a finite-gradients check), jitted with the
 state donated. Ours goes through `train.build` (mesh, logical shardings) exactly as training
 does. Hugging Face's FlaxBertForMaskedLM enters the same step through `HFMaskedLM`, an adapter
 with MaskedLM's `apply` signature that gathers HF's full logits at the masked positions, so the

@@ -71,6 +71,10 @@ class ModelConfig:
   dtype: str = 'float32'  # compute dtype
   param_dtype: str = 'float32'  # storage dtype of parameters
   scan_layers: bool = True  # nn.scan over layers (False: Python loop, same numbers)
+  # Layers per scan iteration (1 = a rolled loop: compile time flat in depth; num_layers = fully
+  # unrolled: no per-layer slicing/stacking copies, compile time like the Python loop). Same
+  # numbers and the same stacked parameter layout for every value; must divide num_layers.
+  scan_unroll: int = 1
   remat_policy: str = 'none'  # rematerialisation of each layer: see REMAT_POLICIES
 
   @property
@@ -121,7 +125,7 @@ class ModelConfig:
       if value not in allowed:
         raise ConfigError(f'model.{name}={value!r}: must be one of {", ".join(allowed)}')
     positive = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'max_len',
-                'type_vocab_size', 'entropy_base_len', 'gate_schedule_steps')
+                'type_vocab_size', 'entropy_base_len', 'gate_schedule_steps', 'scan_unroll')
     for name in positive:
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -136,6 +140,9 @@ class ModelConfig:
     for name in ('norm_epsilon', 'init_std', 'ds_init_gamma', 'ds_init_alpha'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'model.{name}={getattr(self, name)!r}: must be positive')
+    if self.num_layers % self.scan_unroll:
+      raise ConfigError(f'model.scan_unroll={self.scan_unroll}: must divide '
+                        f'model.num_layers={self.num_layers}')
     if self.entropy_base_len < 2:
       raise ConfigError(f'model.entropy_base_len={self.entropy_base_len}: must be >= 2')
     if self.residual_attention not in (None, True, False):

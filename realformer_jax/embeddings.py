@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from realformer_jax import initializers
 from realformer_jax.config import ModelConfig
+from realformer_jax.layers import Dropout
 from realformer_jax.normalization import Norm
 
 
@@ -24,7 +25,7 @@ class Embeddings(nn.Module):
     self.position = embed(cfg.max_len, (None, 'embed'))
     self.segment = embed(cfg.type_vocab_size, (None, 'embed'))
     self.norm = Norm(cfg)
-    self.dropout = nn.Dropout(cfg.dropout_rate)
+    self.dropout = Dropout(cfg.dropout_rate)
 
   def __call__(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array,
                deterministic: bool = True) -> jax.Array:

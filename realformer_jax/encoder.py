@@ -63,6 +63,7 @@ class Encoder(nn.Module):
           split_rngs={'params': True, 'dropout': True},
           in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
           length=cfg.num_layers,
+          unroll=cfg.scan_unroll,
           metadata_params={nn.PARTITION_NAME: 'layers'},
       )(cfg)
     else:

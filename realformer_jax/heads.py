@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from realformer_jax import initializers
 from realformer_jax.activations import get_activation
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral
+from realformer_jax.layers import DenseGeneral, Dropout
 from realformer_jax.normalization import Norm
 
 
@@ -74,6 +74,6 @@ class ClassificationHead(nn.Module):
 
   @nn.compact
   def __call__(self, pooled_BxD: jax.Array, deterministic: bool = True) -> jax.Array:
-    x_BxD = nn.Dropout(self.config.dropout_rate)(pooled_BxD, deterministic=deterministic)
+    x_BxD = Dropout(self.config.dropout_rate)(pooled_BxD, deterministic=deterministic)
     return _dense(self.config, self.num_classes, ('embed', None),
                   'classifier')(x_BxD).astype(jnp.float32)

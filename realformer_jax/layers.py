@@ -1,4 +1,4 @@
-"""Basic layers: DenseGeneral with a real multi-dimensional kernel, and a leaner Dropout.
+"""Basic layers: DenseGeneral with a real multi-dimensional kernel, and a faster, leaner Dropout.
 
 flax.linen.DenseGeneral initialises a flattened 2-D kernel, which breaks multi-dimensional
 logical names such as ('embed', 'heads', 'kv') under a mesh (FACTS.md). This one names every
@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from realformer_jax.dropout_bits import keep_mask, realised_keep_prob
 from realformer_jax.initializers import Initializer
 
 
@@ -50,12 +51,14 @@ class DenseGeneral(nn.Module):
 
 
 class Dropout(nn.Module):
-  """`flax.linen.Dropout` with the same masks (same RNG stream, same draw, same auto-name), but
-  a backward pass that keeps only the boolean mask.
+  """Inverted dropout with masks from `dropout_bits.keep_mask` (four 16-bit decisions per fused
+  hash) and a backward pass that keeps only the boolean mask.
 
-  Flax's version computes `select(mask, x / keep, zeros_like(x))`, whose linearisation saves
-  the mask plus two full-size float tensors (the scaled input and the zeros); under `nn.scan`
-  each is stacked per layer, and for attention probabilities these are [B, H, L, L].
+  Drop-in for `flax.linen.Dropout` (same arguments, auto-names and RNG stream), but not the same
+  masks: flax draws a 32-bit uniform per element. Flax's version also computes
+  `select(mask, x / keep, zeros_like(x))`, whose linearisation saves the mask plus two
+  full-size float tensors (the scaled input and the zeros); under `nn.scan` each is stacked per
+  layer, and for attention probabilities these are [B, H, L, L].
   """
 
   rate: float
@@ -67,9 +70,8 @@ class Dropout(nn.Module):
       return x
     if self.rate == 1.0:
       return jnp.zeros_like(x)
-    keep_prob = 1.0 - self.rate
-    mask = jax.random.bernoulli(self.make_rng(self.rng_collection), p=keep_prob, shape=x.shape)
-    return _apply_dropout_mask(x, mask, keep_prob)
+    mask = keep_mask(self.make_rng(self.rng_collection), 1.0 - self.rate, x.shape)
+    return _apply_dropout_mask(x, mask, realised_keep_prob(1.0 - self.rate))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -82,7 +84,7 @@ def _apply_dropout_mask_fwd(x, mask, keep_prob):
 
 
 def _apply_dropout_mask_bwd(keep_prob, mask, g):
-  # The same operation order as the transpose of flax's select(mask, x / keep, 0).
+  # The same operation order as the transpose of select(mask, x / keep, 0).
   return jax.lax.select(mask, g, jnp.zeros_like(g)) / jnp.asarray(keep_prob, g.dtype), None
 
 

@@ -7,40 +7,59 @@ import numpy as np
 import pytest
 
 from realformer_jax.block import FeedForward
+from realformer_jax.dropout_bits import keep_mask, realised_keep_prob
 from realformer_jax.layers import Dropout
 from tests.model_fixtures import tiny_config
 
 
-@pytest.mark.parametrize('rate', [0.0, 0.1, 0.5])
-def test_dropout_matches_flax_masks_values_and_gradients(rate):
-  x = jax.random.normal(jax.random.key(0), (3, 4, 5, 6))
+def _plain_dropout(x, mask, keep):
+  """The textbook inverted dropout the fast layer must equal, given its mask."""
+  return jnp.where(mask, x / keep, 0.0)
+
+
+@pytest.mark.parametrize('rate', [0.1, 0.5])
+def test_dropout_values_and_gradients_equal_plain_dropout_with_its_mask(rate):
+  x = jax.random.normal(jax.random.key(0), (3, 4, 5, 7))  # odd last axis: half a word unused
   rngs = {'dropout': jax.random.key(7)}
+  keep = realised_keep_prob(1.0 - rate)
+  mask = Dropout(rate).apply({}, jnp.ones_like(x), deterministic=False, rngs=rngs) != 0
 
-  def run(layer):
-    @jax.jit  # as in training (run eagerly, XLA may fold x / keep differently: 1 ulp)
-    def value_and_vjp(x):
-      y, vjp = jax.vjp(lambda x: layer.apply({}, x, deterministic=False, rngs=rngs), x)
-      return y, vjp(jnp.cos(y))[0]
-    return value_and_vjp(x)
+  @jax.jit
+  def value_and_vjp(x):
+    y, vjp = jax.vjp(lambda x: Dropout(rate).apply({}, x, deterministic=False, rngs=rngs), x)
+    return y, vjp(jnp.cos(y))[0]
 
-  ours, flax_ = run(Dropout(rate)), run(nn.Dropout(rate))
-  for a, b in zip(ours, flax_):
-    np.testing.assert_array_equal(a, b)
+  y, dx = value_and_vjp(x)
+  np.testing.assert_allclose(y, _plain_dropout(x, mask, keep), rtol=1e-6)
+  np.testing.assert_allclose(dx, _plain_dropout(jnp.cos(y), mask, keep), rtol=1e-6)
+  assert 0 < int(mask.sum()) < mask.size
   assert Dropout(rate).apply({}, x, deterministic=True) is x
+  assert Dropout(0.0).apply({}, x, deterministic=False, rngs=rngs) is x
 
 
-def test_dropout_keeps_flax_auto_names_so_rng_streams_match():
+def test_dropout_keeps_flax_auto_names_and_rng_stream():
+  """Same auto-names as flax (so checkpoints and RNG folding line up), distinct masks for two
+  layers in one module, and the layer's mask is keep_mask of flax's per-layer RNG."""
   class Two(nn.Module):
     cls: type
 
     @nn.compact
     def __call__(self, x):
-      return self.cls(0.3)(x, deterministic=False) + self.cls(0.3)(x, deterministic=False)
+      return self.cls(0.3)(x, deterministic=False), self.cls(0.3)(x, deterministic=False)
 
   x = jnp.ones((4, 8))
   rngs = {'dropout': jax.random.key(3)}
-  np.testing.assert_array_equal(Two(Dropout).apply({}, x, rngs=rngs),
-                                Two(nn.Dropout).apply({}, x, rngs=rngs))
+  a, b = Two(Dropout).apply({}, x, rngs=rngs)
+  assert not np.array_equal(a, b)
+
+  class Probe(nn.Module):  # what make_rng returns for each flax Dropout
+    @nn.compact
+    def __call__(self):
+      return [nn.Dropout(0.3, name=f'Dropout_{i}').make_rng('dropout') for i in range(2)]
+
+  keys = Probe().apply({}, rngs=rngs)
+  for out, key in zip((a, b), keys):
+    np.testing.assert_array_equal(out != 0, keep_mask(key, 0.7, x.shape))
 
 
 def test_feed_forward_recomputed_activation_gives_plain_values_and_gradients():

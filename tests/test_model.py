@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from realformer_jax import MaskedLM, ModelConfig, ResidualSelfAttention
+from realformer_jax.config import ConfigError
 from realformer_jax import params as params_lib
 from realformer_jax.attention import mask_bias, score_scale
 from tests.model_fixtures import init_params, padded_batch, tiny_config
@@ -42,6 +43,28 @@ def test_scan_and_loop_agree_on_outputs_and_gradients(remat_policy, ln_placement
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=str(path))
   # And the gradients are not trivially zero.
   assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(scan_grads)) > 1e-3
+
+
+def test_unrolled_scan_is_the_rolled_scan_with_and_without_dropout():
+  """scan_unroll changes only how XLA executes the stack: same params, numbers and masks."""
+  ids, mask, segments = padded_batch()
+  rolled = tiny_config(ln_placement='realformer', dropout_rate=0.1, attention_dropout_rate=0.1)
+  unrolled = rolled.replace(scan_unroll=rolled.num_layers)
+  params = init_params(rolled, ids, mask, segments)
+  rngs = {'dropout': jax.random.key(4)}
+
+  def loss(cfg, p):
+    logits = MaskedLM(cfg).apply({'params': p}, ids, mask, segments, POSITIONS,
+                                 deterministic=False, rngs=rngs)
+    return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 0])
+
+  a_loss, a_grads = jax.value_and_grad(lambda p: loss(rolled, p))(params)
+  b_loss, b_grads = jax.value_and_grad(lambda p: loss(unrolled, p))(params)
+  np.testing.assert_allclose(a_loss, b_loss, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5),
+               a_grads, b_grads)
+  with pytest.raises(ConfigError, match=r'^model.scan_unroll=2: must divide model.num_layers=3$'):
+    rolled.replace(scan_unroll=2)
 
 
 def test_layer_layouts_round_trip():

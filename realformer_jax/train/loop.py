@@ -171,8 +171,8 @@ class _TrainLog:
   def record(self, step: int, device_metrics: dict, last_checkpoint: Optional[int]) -> None:
     values = jax.device_get(device_metrics)
     loss = float(values['mlm_loss_sum']) / max(float(values['mlm_weight']), 1.0)
-    if not (math.isfinite(loss) and bool(values['params_finite'])):
-      what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite parameters'
+    if not (math.isfinite(loss) and bool(values['grads_finite'])):
+      what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite gradients'
       kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
       raise TrainingError(f'{what} at step {step}; stopped without saving '
                           f'(last good checkpoint: {kept})')

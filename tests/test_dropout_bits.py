@@ -1,0 +1,90 @@
+"""The fused Threefry hash and the dropout keep-masks built from it."""
+
+import jax
+import jax.extend.random
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from realformer_jax.dropout_bits import keep_mask, realised_keep_prob, threefry2x32
+
+# Known-answer vectors of Threefry-2x32-20 (Random123's kat_vectors, which list the counter
+# before the key; JAX's own tests use them): (key1, key2, count1, count2) -> (out1, out2).
+KNOWN_ANSWERS = [
+    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x6b200159, 0x99ba4efe)),
+    ((0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
+    ((0x13198a2e, 0x03707344, 0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0)),
+]
+
+
+@pytest.mark.parametrize('inputs,expected', KNOWN_ANSWERS)
+def test_threefry_known_answers(inputs, expected):
+  out = threefry2x32(*(jnp.uint32(v) for v in inputs))
+  assert tuple(int(o) for o in out) == expected
+
+
+def test_threefry_equals_jax_primitive_on_many_counters():
+  k1, k2 = jnp.uint32(0xDEADBEEF), jnp.uint32(12345)
+  x1 = jnp.arange(4096, dtype=jnp.uint32) * jnp.uint32(2654435761)
+  x2 = jnp.arange(4096, dtype=jnp.uint32)
+  ours = jax.jit(threefry2x32)(k1, k2, x1, x2)
+  reference = jax.extend.random.threefry2x32_p.bind(k1, k2, x1, x2)
+  for a, b in zip(ours, reference):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('keep_prob', [0.9, 0.5, 0.123])
+def test_keep_rate_and_quantisation(keep_prob):
+  mask = keep_mask(jax.random.key(1), keep_prob, (1000, 1000))
+  realised = realised_keep_prob(keep_prob)
+  assert abs(realised - keep_prob) <= 2.0**-17
+  # 1e6 Bernoulli draws: within 5 standard errors.
+  assert abs(float(mask.mean()) - realised) < 5 * np.sqrt(realised * (1 - realised) / 1e6)
+
+
+def test_the_four_draws_of_a_hash_are_uncorrelated_and_unbiased():
+  """Positions j..j+3 of the last axis share one hash; no pair of them may be correlated, and
+  no position along the axis (including the unused tail of a partial word) may be biased."""
+  mask = np.asarray(keep_mask(jax.random.key(2), 0.5, (4000, 203)), np.float64)
+  usable = mask[:, :200].reshape(4000, 50, 4)
+  for a in range(4):
+    for b in range(a + 1, 4):
+      r = np.corrcoef(usable[..., a].ravel(), usable[..., b].ravel())[0, 1]
+      assert abs(r) < 5 / np.sqrt(usable[..., a].size)
+  assert np.all(np.abs(mask.mean(0) - 0.5) < 5 * 0.5 / np.sqrt(4000))
+  assert np.all(np.abs(mask.mean(1) - 0.5) < 5 * 0.5 / np.sqrt(203))
+
+
+def test_keys_and_layers_give_different_masks():
+  shape = (64, 64)
+  a = keep_mask(jax.random.key(0), 0.5, shape)
+  b = keep_mask(jax.random.key(1), 0.5, shape)
+  c = keep_mask(jax.random.fold_in(jax.random.key(0), 1), 0.5, shape)
+  agree = lambda x, y: float(jnp.mean(x == y))
+  assert 0.4 < agree(a, b) < 0.6 and 0.4 < agree(a, c) < 0.6
+
+
+def test_mask_is_a_function_of_the_global_position():
+  """Rows are numbered over all leading axes, so any block of the mask (e.g. a data-parallel
+  shard of the batch) depends only on its global position: the [2, 3, 10] mask equals the
+  [6, 10] one reshaped (same flat rows, same columns), jitted or not."""
+  key = jax.random.key(5)
+  three = keep_mask(key, 0.7, (2, 3, 10))
+  flat = keep_mask(key, 0.7, (6, 10))
+  np.testing.assert_array_equal(three.reshape(6, 10), flat)
+  np.testing.assert_array_equal(jax.jit(lambda k: keep_mask(k, 0.7, (2, 3, 10)))(key), three)
+  assert keep_mask(key, 0.7, ()).shape == ()
+  with pytest.raises(ValueError, match='beyond 32 bits'):
+    jax.eval_shape(lambda k: keep_mask(k, 0.5, (2**16, 2**16, 2)), key)
+
+
+def test_sharded_mask_equals_the_unsharded_one():
+  """Under jit with the batch axis sharded over all local devices (1 here; 8 in the scale-out
+  tests, where whole train steps with dropout match across meshes)."""
+  devices = np.array(jax.devices())
+  mesh = jax.sharding.Mesh(devices, ('data',))
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  key = jax.random.key(9)
+  shape = (8 * len(devices), 5, 12)
+  sharded = jax.jit(lambda k: keep_mask(k, 0.9, shape), out_shardings=sharding)(key)
+  np.testing.assert_array_equal(sharded, keep_mask(key, 0.9, shape))

@@ -32,8 +32,12 @@ _DETERMINISTIC_ARGNUM = 6
 def _layer_class(config: ModelConfig):
   if config.remat_policy == 'none':
     return EncoderLayer
+  # prevent_cse=False is safe only when each layer is its own (rolled) scan iteration:
+  # otherwise XLA's CSE merges the backward's recomputation with the forward and the
+  # rematerialisation saves nothing.
+  rolled = config.scan_layers and config.scan_unroll == 1
   return nn.remat(EncoderLayer, policy=REMAT_POLICIES[config.remat_policy],
-                  prevent_cse=not config.scan_layers,
+                  prevent_cse=not rolled,
                   static_argnums=(_DETERMINISTIC_ARGNUM,))
 
 

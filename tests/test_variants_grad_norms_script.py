@@ -39,3 +39,18 @@ def test_grad_norms_script_quick(tmp_path):
   except ImportError:
     return
   assert os.path.getsize(os.path.join(out, 'grad_norms.png')) > 1000
+
+
+def test_init_sweep_script_quick(tmp_path):
+  from experiments import init_grad_sweep
+  out = str(tmp_path / 'sweep')
+  results = init_grad_sweep.main(['--quick', '--out', out])
+  assert set(results) == {'post', 'ReLU FFN'}
+  for r in results.values():
+    for sublayer in ('attention', 'mlp'):
+      values = np.asarray(r[sublayer])
+      assert values.shape == (4,) and np.all(values > 0) and np.all(np.isfinite(values))
+    assert len(r['token_cosine']) == 4
+  assert results['ReLU FFN']['config']['activation'] == 'relu'
+  table = open(os.path.join(out, 'init_sweep.md')).read()
+  assert '| post | 4 |' in table and '| ReLU FFN | 4 |' in table

@@ -55,13 +55,6 @@ ACTIVATION_AXES = ('batch', 'length', 'embed')
 RecomputedNorm = nn.remat(Norm, prevent_cse=False)
 
 
-def recompute_cheap_ops(config: ModelConfig) -> bool:
-  """Recompute norms and the FFN activation in the backward pass? Only where each layer is one
-  rolled scan iteration: there every saved tensor is copied into a per-layer stack and back.
-  Unrolled or looped layers keep them (measured ~2% faster at BERT-Base on CPU; more memory)."""
-  return config.scan_layers and config.scan_unroll == 1
-
-
 class FeedForward(nn.Module):
   config: ModelConfig
 
@@ -79,8 +72,6 @@ class FeedForward(nn.Module):
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, ('batch', 'length', 'mlp'))
     activation = get_activation(cfg.activation)
     wo = dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out', 'wo')
-    if not recompute_cheap_ops(cfg):
-      return wo(activation(h_BxLxF))
     # Speed: recompute activation(h) in the backward pass (elementwise, cheap) so that only h is
     # saved for it; exact GELU would otherwise save four [B, L, F] tensors per layer.
     return nn.remat(lambda mdl, h: mdl(activation(h)), prevent_cse=False)(wo, h_BxLxF)
@@ -129,8 +120,7 @@ class EncoderLayer(nn.Module):
       norms_on = post
     else:
       norms_on = True
-    norm_cls = RecomputedNorm if recompute_cheap_ops(cfg) else Norm
-    norm = lambda name: (norm_cls(cfg, name=name) if norms_on else (lambda t: t))
+    norm = lambda name: (RecomputedNorm(cfg, name=name) if norms_on else (lambda t: t))
 
     attention = ResidualSelfAttention(cfg, name='attention')
     attention_norm, mlp_norm = norm('attention_norm'), norm('mlp_norm')

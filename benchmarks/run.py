@@ -32,6 +32,7 @@ import numpy as np
 from benchmarks import flops as flops_lib
 from benchmarks import steps
 from benchmarks.timing import Candidate, MatmulPeak, Summary, interleave, per_round_ratio
+from realformer_jax import malloc
 
 LAYOUTS = ('post', 'realformer', 'pre')
 
@@ -479,33 +480,6 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   return report
 
 
-# glibc malloc settings to re-run under (GLIBC_TUNABLES is read at process start).
-#
-# XLA:CPU allocates every step's temporaries afresh (BERT-Base: ~1.2 GB for our step, more for
-# Hugging Face's). glibc serves blocks that large with mmap and unmaps them on free, so by
-# default every step page-faults its whole temp buffer again (4 KiB pages: ~300k faults and up
-# to a second of kernel time per BERT-Base step), and one candidate's frees and faults disturb
-# the next one's timing. 'retain' keeps freed memory in the heap (one arena, no mmap, no trim):
-# after the first steps no step faults at all, so the table measures compute. 'hugepages'
-# faults 2 MiB pages instead (512x fewer faults, but the kernel still zeroes every page every
-# step). Whatever is chosen applies to the whole process, Hugging Face's step included.
-MALLOC_TUNABLES = {
-    'retain': 'glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:'
-              'glibc.malloc.trim_threshold=1152921504606846976',
-    'hugepages': 'glibc.malloc.hugetlb=1',
-    'default': '',
-}
-
-
-def malloc_env(mode: str) -> Optional[dict]:
-  """The environment to re-run under for `mode`, or None if this process already has it."""
-  tunables = MALLOC_TUNABLES[mode]
-  current = os.environ.get('GLIBC_TUNABLES', '')
-  if not sys.platform.startswith('linux') or not tunables or tunables in current:
-    return None
-  return dict(os.environ, GLIBC_TUNABLES=':'.join(t for t in (current, tunables) if t))
-
-
 def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--quick', action='store_true', help='small shape only (< 2 min)')
@@ -518,14 +492,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser.add_argument('--shapes', help='comma-separated subset of the profile\'s train '
                       'shapes (small, bert_base), e.g. to look at one shape')
   parser.add_argument('--rounds', type=int, help='timed rounds (default: the profile\'s)')
-  parser.add_argument('--malloc', choices=tuple(MALLOC_TUNABLES), default='retain',
-                      help='glibc malloc settings for the process (see MALLOC_TUNABLES); '
+  parser.add_argument('--malloc', choices=tuple(malloc.TUNABLES), default='retain',
+                      help='glibc malloc settings for the process (realformer_jax/malloc.py); '
                       'the command re-runs itself with them')
   args = parser.parse_args(argv)
-  env = malloc_env(args.malloc) if argv is None else None
-  if env is not None:
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, '-m', 'benchmarks.run', *sys.argv[1:]], env)
+  if argv is None:  # a command line, not a call from Python (tests)
+    malloc.reexec_with(args.malloc)
   name = 'tiny' if args.tiny else 'quick' if args.quick else 'full'
   profile = PROFILES[name]
   if args.shapes:

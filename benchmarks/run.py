@@ -284,8 +284,7 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
     report.add(section, f'MFU {label} (model FLOPs / time / peak)', 'frac',
                [model_flops / t / p for t, p in zip(times[name], peaks[name])])
   return {'ratios': ratios, 'times': times, 'peaks': peaks, 'model_flops': model_flops,
-          'hf_memory': hf_memory,
-          'compiled': compiled}
+          'hf_memory': hf_memory, 'post_memory': compiled['post'].memory}
 
 
 def measure_compile_times(report: Report, profile: Profile, dropout: float, log) -> dict:
@@ -313,7 +312,7 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, log)
 
 
 def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dropout: float,
-                   reuse: dict, hf_memory: dict, log) -> dict:
+                   timed_post_memory: dict, hf_memory: dict, log) -> dict:
   """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer, on the
   rolled layer scan (where remat applies per layer); plus the unrolled post step timed above."""
   section = 'memory'
@@ -331,8 +330,8 @@ def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dr
         continue
       report.add(section, f'{layout:10s} remat={remat:5s} peak', 'MB', m['peak'] / 1e6,
                  f'temp {m["temp"] / 1e6:.0f} MB, args {m["argument"] / 1e6:.0f} MB')
-  if 'post' in reuse and reuse['post'].memory:
-    m = reuse['post'].memory
+  if timed_post_memory:
+    m = timed_post_memory
     report.add(section, 'post unrolled scan, remat=none peak', 'MB', m['peak'] / 1e6,
                f'temp {m["temp"] / 1e6:.0f} MB (the step timed above)')
   if hf_memory:
@@ -409,18 +408,14 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   if 'train' in sections:
     for shape in profile.shapes:
       train[shape.name] = measure_train_steps(report, shape, profile, dropout, peak, log)
-      if shape is not profile.memory_shape:
-        train[shape.name].pop('compiled')
-      gc.collect()
+      gc.collect()  # the compiled steps and their train states
   compile_results = {}
   if 'compile' in sections:
     compile_results = measure_compile_times(report, profile, dropout, log)
   if 'memory' in sections:
     at_shape = train.get(profile.memory_shape.name, {})
-    reuse = at_shape.pop('compiled', {})
-    measure_memory(report, profile.memory_shape, profile.memory_remats, dropout, reuse,
-                   at_shape.get('hf_memory', {}), log)
-    del reuse
+    measure_memory(report, profile.memory_shape, profile.memory_remats, dropout,
+                   at_shape.get('post_memory', {}), at_shape.get('hf_memory', {}), log)
   report.meta['load_avg_end'] = os.getloadavg()
   report.meta['load_1min_during'] = Summary.of(loads).as_dict()
   report.meta['wall_s'] = time.perf_counter() - started

@@ -14,12 +14,22 @@ import jax.numpy as jnp
 SIGMOID_SECOND_MOMENT = 0.293379
 
 
+def gelu(x: jax.Array) -> jax.Array:
+  """BERT's exact GELU, x * Phi(x) = x/2 * (1 + erf(x / sqrt(2))).
+
+  jax.nn.gelu(approximate=False) goes through erfc, which keeps relative precision far in the
+  negative tail (where GELU is below 1e-20) and costs ~3x more than erf on XLA:CPU; erf agrees
+  with it to ~5e-7 absolute everywhere, and the tail is irrelevant to training.
+  """
+  return 0.5 * x * (1 + jax.lax.erf(x * jnp.asarray(0.7071067811865476, x.dtype)))
+
+
 def normalized_sigmoid(x: jax.Array) -> jax.Array:
   return jax.nn.sigmoid(x) / jnp.sqrt(jnp.asarray(SIGMOID_SECOND_MOMENT, x.dtype))
 
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    'gelu': lambda x: jax.nn.gelu(x, approximate=False),  # BERT's exact erf GELU
+    'gelu': gelu,  # BERT's exact erf GELU
     'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
     'relu': jax.nn.relu,
     'normalized_sigmoid': normalized_sigmoid,

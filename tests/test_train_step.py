@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from train_fixtures import synthetic_batch, tiny_config
-from realformer_jax import train
+from realformer_jax import losses, train
 from realformer_jax.train import partitioning, state as state_lib
 
 
@@ -71,3 +71,54 @@ def test_per_layer_gradient_norms_are_opt_in_metrics():
   # the squared global norm.
   assert sum(float(np.sum(v ** 2)) for v in norms.values()) <= metrics['grad_norm'] ** 2 * 1.0001
   assert 'layer_grad_norms' not in _one_step(tiny_config())[1]
+
+
+@pytest.mark.parametrize('max_norm', [1e-3, 1.0, 1e3])
+def test_clip_by_global_norm_matches_optax(max_norm):
+  tree = {'a': np.linspace(-2.0, 3.0, 12, dtype=np.float32).reshape(3, 4),
+          'b': {'c': np.full((5,), 0.25, np.float32)}}
+  ours = state_lib.clip_by_global_norm(max_norm)
+  reference = optax.clip_by_global_norm(max_norm)
+  got, got_state = ours.update(tree, ours.init(tree))
+  want, want_state = reference.update(tree, reference.init(tree))
+  jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-6), got, want)
+  assert type(got_state) is type(want_state)  # checkpoints keep the same opt_state tree
+  zeros = jax.tree.map(np.zeros_like, tree)  # a zero gradient stays zero (no 0/0)
+  assert all(np.all(leaf == 0) for leaf in jax.tree.leaves(ours.update(zeros, None)[0]))
+
+
+def test_train_step_is_clipped_adamw_on_the_mean_gradient():
+  """One step against optax's own clip + AdamW applied to jax.grad of the mean MLM loss."""
+  config = tiny_config(model__dropout_rate=0.0, model__attention_dropout_rate=0.0,
+                       train__warmup_steps=0, train__clip_grad_norm=0.05)
+  setup = train.make_setup(config)
+  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout,
+                               jax.random.key(0), setup.mesh, setup.rules)
+  state = jax.device_get(state)
+  batch = synthetic_batch(config)
+  new_state, metrics = _one_step(config)
+
+  def mean_loss(params):
+    logits = setup.model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
+                               batch['segment_ids'], batch['masked_positions'],
+                               deterministic=True, step=0)
+    return losses.mlm_loss_and_metrics(logits, batch['masked_ids'], batch['masked_weights'])[0]
+
+  grads = jax.grad(mean_loss)(state.params)
+  assert metrics['grad_norm'] == pytest.approx(float(optax.tree.norm(grads)), rel=1e-5)
+  assert metrics['grad_norm'] > config.train.clip_grad_norm  # clipping is active
+  tx = optax.chain(optax.clip_by_global_norm(config.train.clip_grad_norm),
+                   optax.adamw(state_lib.learning_rate_schedule(config.train),
+                               b1=config.train.adam_b1, b2=config.train.adam_b2,
+                               eps=config.train.adam_eps, weight_decay=config.train.weight_decay,
+                               mask=state_lib.weight_decay_mask))
+  updates, opt_state = tx.update(grads, tx.init(state.params), state.params)
+  # The moments carry the gradient's scale (the first Adam step itself is nearly sign(g)).
+  for got, want in ((new_state.opt_state[1][0].mu, opt_state[1][0].mu),
+                    (new_state.opt_state[1][0].nu, opt_state[1][0].nu)):
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-4,
+                                                         atol=1e-4 * np.abs(w).max()), got, want)
+  # Entries with |g| near eps are sensitive to summation order: compare at 1% of a step.
+  step_size = config.train.learning_rate
+  jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, atol=1e-2 * step_size),
+               new_state.params, optax.apply_updates(state.params, updates))

@@ -1,5 +1,7 @@
 """RMSNorm / LayerNorm formulas, `use_bias=False`, and second-moment-normalised activations."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -82,3 +84,17 @@ def test_plain_activations_are_not_normalised():
     assert float(jnp.mean(jnp.square(get_activation(name)(z)))) < 0.5
   np.testing.assert_allclose(float(jnp.mean(jnp.square(jax.nn.sigmoid(z)))), 0.293379,
                              rtol=0.01)
+
+
+def test_gelu_is_exact_erf_gelu_with_its_derivative():
+  """'gelu' (erf form) against float64 x * Phi(x) and Phi(x) + x * phi(x), and jax's erfc form."""
+  x = np.linspace(-12.0, 12.0, 4001).astype(np.float32)
+  x64 = x.astype(np.float64)
+  phi_cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x64 / math.sqrt(2.0)))
+  density = np.exp(-0.5 * x64 ** 2) / math.sqrt(2.0 * math.pi)
+  gelu = get_activation('gelu')
+  np.testing.assert_allclose(np.asarray(gelu(jnp.asarray(x))), x64 * phi_cdf, atol=2e-6, rtol=1e-6)
+  grad = jax.vmap(jax.grad(gelu))(jnp.asarray(x))
+  np.testing.assert_allclose(np.asarray(grad), phi_cdf + x64 * density, atol=2e-6, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(gelu(jnp.asarray(x))),
+                             np.asarray(jax.nn.gelu(jnp.asarray(x), approximate=False)), atol=2e-6)

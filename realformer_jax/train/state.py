@@ -47,12 +47,28 @@ def weight_decay_mask(params: Any) -> Any:
       lambda path, _: getattr(path[-1], 'key', None) in _DECAYED_PARAM_NAMES, params)
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+  """`optax.clip_by_global_norm` as one scalar factor: t * min(1, max_norm / ||g||).
+
+  optax picks per element between t and t / ||g|| * max_norm. The division is an "expensive"
+  op to XLA, so XLA:CPU writes the clipped gradient out as its own array instead of fusing it
+  into both AdamW moment updates: an extra write and two extra reads of every gradient (~5% of
+  a BERT-Base step). The factor form fuses. Same values up to one rounding; same (empty) state.
+  """
+  def update_fn(updates, state, params=None):
+    del params
+    factor = jnp.minimum(1.0, max_norm / optax.tree.norm(updates))  # ||g|| = 0 -> 1
+    return jax.tree.map(lambda t: t * factor.astype(t.dtype), updates), state
+
+  return optax.GradientTransformation(lambda params: optax.ClipByGlobalNormState(), update_fn)
+
+
 def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
   adamw = optax.adamw(learning_rate_schedule(train), b1=train.adam_b1, b2=train.adam_b2,
                       eps=train.adam_eps, weight_decay=train.weight_decay,
                       mask=weight_decay_mask)
   if train.clip_grad_norm > 0:
-    return optax.chain(optax.clip_by_global_norm(train.clip_grad_norm), adamw)
+    return optax.chain(clip_by_global_norm(train.clip_grad_norm), adamw)
   return adamw
 
 

@@ -478,7 +478,8 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
 def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--quick', action='store_true', help='small shape only (< 2 min)')
-  parser.add_argument('--tiny', action='store_true', help='toy shapes (the smoke test)')
+  parser.add_argument('--tiny', action='store_true',
+                      help='with --quick (or alone): the quick run at toy shapes (the smoke test)')
   parser.add_argument('--dropout', type=float, default=0.1,
                       help='dropout rate in both models (default 0.1, as pretraining)')
   parser.add_argument('--json', metavar='PATH', help='also save the results as JSON')

@@ -1,4 +1,5 @@
-"""Smoke test of the benchmark script: toy shapes, every row present, every number finite."""
+"""Smoke test of the benchmark script: `--quick` at toy shapes (`--tiny`), every row present,
+every number finite."""
 
 import json
 import math
@@ -12,7 +13,7 @@ from benchmarks import run as bench
 
 def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
   path = tmp_path / 'bench.json'
-  report = bench.main(['--tiny', '--json', str(path)])
+  report = bench.main(['--quick', '--tiny', '--json', str(path)])
   saved = json.loads(path.read_text())
   metrics = {(r['section'], r['metric']) for r in saved['rows']}
   train = 'train_tiny'

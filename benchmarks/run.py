@@ -425,8 +425,8 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   out(f'Setup: the project\'s train step (realformer_jax.train: forward + backward + clip + '
       f'AdamW, state donated) for both models, fp32, seq {profile.shapes[0].seq_len}, dropout '
       f'{dropout} in both; ours with the layer scan fully unrolled (model.scan_unroll = '
-      f'layers, as configs/bert.py sets for Small/Base); {profile.rounds} timed rounds after {profile.warmup} warm-up, '
-      f'interleaved. Spread: IQR and min-max over rounds.')
+      f'layers, as configs/bert.py sets for Small/Base); {profile.rounds} timed rounds after '
+      f'{profile.warmup} warm-up, interleaved. Spread: IQR and min-max over rounds.')
   for shape in profile.shapes:
     report.print_section(
         f'train_{shape.name}',

@@ -12,6 +12,7 @@ ours evaluates the MLM head at the masked positions only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable
 
@@ -100,19 +101,11 @@ class Step:
   state: Any  # TrainState (or its abstract shapes)
   batch: dict
   rng: jax.Array
-  context: Callable = lambda: _NoContext()  # what lowering must run under (mesh + rules)
+  context: Callable = contextlib.nullcontext  # what lowering must run under (mesh + rules)
 
   def lower(self):
     with self.context():
       return self.fn.lower(self.state, self.batch, self.rng)
-
-
-class _NoContext:
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    return False
 
 
 def make_project_step(config: ml_collections.ConfigDict, batch: dict, seed: int = 1,

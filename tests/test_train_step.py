@@ -11,14 +11,21 @@ from realformer_jax import losses, train
 from realformer_jax.train import partitioning, state as state_lib
 
 
-def _one_step(config):
+def _first_step(config):
+  """(setup, initial state, state after one step, metrics); states and metrics on the host."""
   setup = train.make_setup(config)
   key = jax.random.key(0)
   state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
                                setup.mesh, setup.rules)
+  initial = jax.device_get(state)  # before the step donates it
   step = train.compile_train_step(config, setup)
   batch = partitioning.global_batch(synthetic_batch(config), setup.batch_sharding)
-  return jax.device_get(step(state, batch, jax.device_put(key, setup.replicated)))
+  new_state, metrics = jax.device_get(step(state, batch, jax.device_put(key, setup.replicated)))
+  return setup, initial, new_state, metrics
+
+
+def _one_step(config):
+  return _first_step(config)[2:]
 
 
 def test_gradient_accumulation_equals_one_big_batch():
@@ -91,12 +98,8 @@ def test_train_step_is_clipped_adamw_on_the_mean_gradient():
   """One step against optax's own clip + AdamW applied to jax.grad of the mean MLM loss."""
   config = tiny_config(model__dropout_rate=0.0, model__attention_dropout_rate=0.0,
                        train__warmup_steps=0, train__clip_grad_norm=0.05)
-  setup = train.make_setup(config)
-  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout,
-                               jax.random.key(0), setup.mesh, setup.rules)
-  state = jax.device_get(state)
+  setup, state, new_state, metrics = _first_step(config)
   batch = synthetic_batch(config)
-  new_state, metrics = _one_step(config)
 
   def mean_loss(params):
     logits = setup.model.apply({'params': params}, batch['input_ids'], batch['input_mask'],

@@ -1,0 +1,121 @@
+"""A resumable grid of experiment runs with a progress line and ETAs (per run and for the grid).
+
+    grid = Grid(out_dir, [Run('post-s0', {'layout': 'post', 'seed': 0}, cost=600), ...])
+    results = grid.run(train_one)   # train_one(run, report) -> JSON-serialisable dict
+
+Each finished run's result is written atomically to `<out_dir>/runs/<name>.json`; running the
+grid again loads those and trains only what is missing, so an interrupted experiment resumes
+instead of starting over (a run itself may also resume, e.g. from checkpoints in its workdir).
+`report(fraction, message)` prints, at most every `min_interval` seconds,
+
+    [3/12 post-s2] step 300/600 loss 4.812 | run ETA 0m41s | grid ETA 9m12s
+
+The grid ETA is the current run's remainder plus the remaining runs' cost (e.g. their step
+counts) at the seconds-per-cost-unit measured so far in this invocation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  name: str  # unique; the result file's name (letters, digits, '-', '_', '.', '+')
+  params: dict[str, Any]
+  cost: float = 1.0  # relative work (e.g. training steps): weights the grid ETA
+
+
+Report = Callable[[float, str], None]
+
+
+def format_duration(seconds: float) -> str:
+  if seconds != seconds or seconds == float('inf'):  # nan / inf: nothing measured yet
+    return '?'
+  seconds = int(round(max(seconds, 0.0)))
+  hours, rest = divmod(seconds, 3600)
+  return f'{hours}h{rest // 60:02d}m' if hours else f'{rest // 60}m{rest % 60:02d}s'
+
+
+def write_json(path: str, value: Any) -> None:
+  """Atomic: a reader sees the old file or the whole new one, never a partial write."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f'{path}.tmp.{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+class Grid:
+  """Runs `runs` in order, skipping those with a result file."""
+
+  def __init__(self, out_dir: str, runs: Sequence[Run], *, min_interval: float = 10.0,
+               stream=None):
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names):
+      raise ValueError(f'duplicate run names in the grid: {sorted(names)}')
+    self.out_dir = out_dir
+    self.runs = tuple(runs)
+    self.min_interval = min_interval
+    self._stream = stream or sys.stdout
+
+  def result_path(self, run: Run) -> str:
+    return os.path.join(self.out_dir, 'runs', f'{run.name}.json')
+
+  def load(self, run: Run) -> Optional[dict]:
+    path = self.result_path(run)
+    if not os.path.exists(path):
+      return None
+    with open(path) as f:
+      return json.load(f)
+
+  def run(self, train_one: Callable[[Run, Report], dict]) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    todo = [run for run in self.runs if self.load(run) is None]
+    for run in self.runs:
+      if run not in todo:
+        results[run.name] = self.load(run)
+    total = len(self.runs)
+    if len(todo) < total:
+      self._print(f'{total - len(todo)}/{total} runs already done in {self.out_dir}: skipped')
+    spent_seconds, spent_cost = 0.0, 0.0
+    for position, run in enumerate(todo):
+      index = total - len(todo) + position + 1
+      remaining_cost = sum(r.cost for r in todo[position + 1:])
+      start = time.perf_counter()
+      last_print = [-float('inf')]
+
+      def report(fraction: float, message: str, run=run, index=index, start=start,
+                 remaining_cost=remaining_cost, last_print=last_print) -> None:
+        now = time.perf_counter()
+        if now - last_print[0] < self.min_interval and fraction < 1.0:
+          return
+        last_print[0] = now
+        elapsed = now - start
+        run_left = elapsed / fraction * (1.0 - fraction) if fraction > 0 else float('nan')
+        rate = ((spent_seconds + elapsed) / (spent_cost + fraction * run.cost)
+                if spent_cost + fraction * run.cost > 0 else float('nan'))
+        grid_left = run_left + remaining_cost * rate
+        self._print(f'[{index}/{total} {run.name}] {message} | run ETA '
+                    f'{format_duration(run_left)} | grid ETA {format_duration(grid_left)}')
+
+      self._print(f'[{index}/{total} {run.name}] starting {run.params}')
+      result = train_one(run, report)
+      seconds = time.perf_counter() - start
+      result = dict(result, run=run.name, params=run.params, seconds=seconds)
+      write_json(self.result_path(run), result)
+      results[run.name] = result
+      spent_seconds += seconds
+      spent_cost += run.cost
+      rate = spent_seconds / spent_cost
+      self._print(f'[{index}/{total} {run.name}] done in {format_duration(seconds)} | grid ETA '
+                  f'{format_duration(remaining_cost * rate)}')
+    return results
+
+  def _print(self, line: str) -> None:
+    print(line, file=self._stream, flush=True)

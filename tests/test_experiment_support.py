@@ -1,0 +1,84 @@
+"""experiments/stats.py against tabulated t quantiles and hand computations; experiments/runs.py
+resumes a grid without re-running finished runs and prints ETAs."""
+
+import io
+import json
+import math
+
+import pytest
+
+from experiments import runs, stats
+
+
+@pytest.mark.parametrize('df, expected', [(1, 12.706205), (2, 4.302653), (4, 2.776445),
+                                          (10, 2.228139), (30, 2.042272)])
+def test_t_quantile_matches_tables(df, expected):
+  assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=1e-5)
+
+
+def test_t_cdf_is_symmetric_and_normal_for_large_df():
+  assert stats.t_cdf(0.0, 3) == pytest.approx(0.5)
+  assert stats.t_cdf(-1.3, 5) == pytest.approx(1 - stats.t_cdf(1.3, 5))
+  assert stats.t_cdf(1.959964, 1e7) == pytest.approx(0.975, abs=1e-6)
+
+
+def test_mean_ci_by_hand():
+  s = stats.mean_ci([1.0, 2.0, 6.0])
+  sd = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)
+  assert s.mean == 3.0 and s.n == 3
+  assert s.half_width == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-6)
+  assert (s.low, s.high) == pytest.approx((3.0 - s.half_width, 3.0 + s.half_width))
+  assert math.isnan(stats.mean_ci([5.0]).half_width)
+  assert stats.format_ci(stats.mean_ci([0.5, 0.5, 0.5]), digits=1, scale=100) == '50.0 ± 0.0'
+
+
+def test_paired_and_welch_differences():
+  a, b = [1.0, 2.0, 3.0], [0.5, 1.4, 2.6]
+  paired = stats.paired_diff_ci(a, b)
+  assert paired.mean == pytest.approx(0.5)
+  assert stats.interval_verdict(paired) == 'higher'
+  welch = stats.welch_diff_ci(a, b)
+  assert welch.mean == pytest.approx(0.5)
+  assert stats.interval_verdict(welch) == 'inconclusive'  # seed-to-seed spread dominates
+  with pytest.raises(ValueError, match='pair them'):
+    stats.paired_diff_ci([1.0], [1.0, 2.0])
+
+
+def test_grid_skips_finished_runs_and_reports_eta(tmp_path):
+  calls = []
+
+  def train_one(run, report):
+    calls.append(run.name)
+    report(0.5, 'half way')
+    report(1.0, 'done')
+    return {'accuracy': run.params['x'] * 2}
+
+  grid_runs = [runs.Run(f'r{i}', {'x': i}, cost=10) for i in range(3)]
+  out = io.StringIO()
+  results = runs.Grid(str(tmp_path), grid_runs, min_interval=0.0, stream=out).run(train_one)
+  assert calls == ['r0', 'r1', 'r2']
+  assert results['r2']['accuracy'] == 4 and results['r2']['params'] == {'x': 2}
+  assert 'run ETA' in out.getvalue() and 'grid ETA' in out.getvalue()
+  assert json.loads((tmp_path / 'runs' / 'r1.json').read_text())['accuracy'] == 2
+
+  (tmp_path / 'runs' / 'r1.json').unlink()  # as if interrupted during r1
+  calls.clear()
+  again = runs.Grid(str(tmp_path), grid_runs, min_interval=0.0, stream=io.StringIO())
+  assert again.run(train_one)['r0']['accuracy'] == 0
+  assert calls == ['r1']
+
+
+def test_grid_rejects_duplicate_names(tmp_path):
+  with pytest.raises(ValueError, match='duplicate'):
+    runs.Grid(str(tmp_path), [runs.Run('a', {}), runs.Run('a', {})])
+
+
+def test_t_quantile_non_integer_df_by_quadrature():
+  # Welch intervals use fractional df: integrate the t density up to the quantile.
+  df = 2.5
+  c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+  q = stats.t_quantile(0.975, df)
+  n = 20000
+  h = q / n
+  mass = sum(c * (1 + ((i + 0.5) * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n)) * h
+  assert 0.5 + mass == pytest.approx(0.975, abs=1e-7)

@@ -78,7 +78,7 @@ def test_local_dataset_prepares_only_when_download_is_allowed(tmp_path):
 
 def test_empty_split_and_token_free_split(tmp_path, bible_tokenizer):
   _raises_quickly(r"'bible_web/1.0.0' split 'train\[:0\]' has zero records", data.prepare,
-                  bible_config(eval_split='train[:0]', tokenizer_path=bible_tokenizer.source))
+                  bible_config(eval_split='train[:0]', vocab_file=bible_tokenizer.source))
   RealformerTestTexts(data_dir=str(tmp_path), file_format='array_record').download_and_prepare()
   _raises_quickly(r"split 'blank' feature 'text' has zero tokens", data.prepare,
                   _local_config(tmp_path, train_split='blank'))
@@ -89,11 +89,11 @@ def test_empty_split_and_token_free_split(tmp_path, bible_tokenizer):
 def test_unknown_split_and_missing_or_non_text_feature(bible_tokenizer):
   path = bible_tokenizer.source
   _raises_quickly(r"'bible_web/1.0.0' has no split 'test'", data.prepare,
-                  bible_config(eval_split='test', tokenizer_path=path))
+                  bible_config(eval_split='test', vocab_file=path))
   _raises_quickly(r"'bible_web/1.0.0' has no text feature 'body'", data.prepare,
-                  bible_config(text_feature='body', tokenizer_path=path))
+                  bible_config(text_feature='body', vocab_file=path))
   _raises_quickly(r"Feature 'chapter' of dataset 'bible_web/1.0.0' is Tensor, not Text",
-                  data.prepare, bible_config(text_feature='chapter', tokenizer_path=path))
+                  data.prepare, bible_config(text_feature='chapter', vocab_file=path))
 
 
 def test_batch_must_divide_across_processes(bible_tokenizer):
@@ -114,15 +114,26 @@ def test_bad_config_values_and_tokenizer_files(tmp_path):
                   bible_config(tokenizer_model_type='word'))
   missing = tmp_path / 'missing.model'
   _raises_quickly(f'Tokenizer file {missing} does not exist', data.prepare,
-                  bible_config(tokenizer_path=str(missing)))
+                  bible_config(vocab_file=str(missing)))
   garbage = tmp_path / 'garbage.model'
   garbage.write_bytes(b'not a model')
   _raises_quickly(f'Tokenizer file {garbage} is not a SentencePiece model', data.prepare,
-                  bible_config(tokenizer_path=str(garbage)))
+                  bible_config(vocab_file=str(garbage)))
 
 
 def test_vocab_too_large_for_the_corpus_names_dataset_and_setting(tmp_path):
   RealformerTestTexts(data_dir=str(tmp_path), file_format='array_record').download_and_prepare()
   _raises_quickly(r"vocab_size=5000 on dataset 'realformer_test_texts/1.0.0' split 'train'.*"
                   r'Vocabulary size too high', data.prepare,
-                  _local_config(tmp_path, vocab_size=5000))
+                  _local_config(tmp_path, vocab_size=5000, fit_vocab_to_corpus=False))
+
+
+def test_vocab_too_large_for_the_corpus_fits_to_it_with_a_note(tmp_path, caplog):
+  RealformerTestTexts(data_dir=str(tmp_path), file_format='array_record').download_and_prepare()
+  tokenizer = data.prepare(_local_config(tmp_path, vocab_size=5000))
+  assert 5 < tokenizer.vocab_size < 5000
+  assert f'supports at most {tokenizer.vocab_size} bpe pieces, fewer than data.vocab_size=5000' \
+      in caplog.text
+  # The capped tokenizer is cached under the requested size; refusing the cap still refuses it.
+  _raises_quickly(r'supports at most \d+ pieces.*data.fit_vocab_to_corpus', data.prepare,
+                  _local_config(tmp_path, vocab_size=5000, fit_vocab_to_corpus=False))

@@ -22,7 +22,7 @@ G = 8  # Global batch size.
 @pytest.fixture
 def small_config(bible_tokenizer):
   """20 chapters (~160 packed rows): an epoch is ~20 global batches."""
-  return bible_config(max_documents=20, tokenizer_path=bible_tokenizer.source)
+  return bible_config(max_documents=20, vocab_file=bible_tokenizer.source)
 
 
 def _original_ids(batch):

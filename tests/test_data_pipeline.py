@@ -55,7 +55,7 @@ def test_tokenizer_cache_is_reused_and_keyed_by_settings(bible_tokenizer):
   assert again.source == cached.tokenizer.source  # Loaded from the cache file, not retrained.
   bpe = data.prepare(bible_config(tokenizer_model_type='bpe', vocab_size=500))
   assert bpe.source != again.source and bpe.vocab_size == 500
-  assert data.prepare(bible_config(tokenizer_path=bpe.source)).vocab_size == 500
+  assert data.prepare(bible_config(vocab_file=bpe.source)).vocab_size == 500
 
 
 def test_train_and_validation_share_no_passage():

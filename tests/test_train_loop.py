@@ -51,17 +51,20 @@ def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
 
   scalars = train.read_scalars(workdir)
   losses = [value for _, value in scalars['train/loss']]
-  assert [step for step, _ in scalars['train/loss']] == [4, 8, 12, 16, 20, 24]
+  assert [step for step, _ in scalars['train/loss']] == [1, 4, 8, 12, 16, 20, 24]  # and the 1st
   assert losses[-1] < losses[0] - 0.3, losses
   assert [step for step, _ in scalars['eval/mlm_accuracy']] == [12, 24]
   assert scalars['eval/loss'][-1][1] == pytest.approx(result['eval/loss'], rel=1e-6)
   assert scalars['eval/baseline_mlm_accuracy'][0][1] == pytest.approx(result['baseline'])
   assert scalars['eval/loss'][-1][1] < np.log(8000)  # below the uniform-prediction loss
   for tag in ('train/learning_rate', 'train/grad_norm', 'train/tokens_per_sec'):
-    assert all(np.isfinite(v) and v > 0 for _, v in scalars[tag]), tag
+    # Step 1 applied the warmup's first learning rate, 0.
+    assert all(np.isfinite(v) and v > 0 for step, v in scalars[tag] if step > 1), tag
+  assert scalars['train/learning_rate'][0] == (1, 0.0)
 
   out = capsys.readouterr().out
   assert 'step 24/24 | loss' in out and 'tok/s | ETA' in out
+  assert 'training steps 1-24: the first step is running' in out
   assert (f'final eval MLM accuracy {result["eval/mlm_accuracy"]:.4f} vs most-frequent-token '
           f'baseline {result["baseline"]:.4f}') in out
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['16', '24']  # last 2

@@ -29,8 +29,10 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.download = False  # Let TFDS download+prepare a missing catalog dataset (never for bible_web: it needs no network).
   c.max_documents = -1  # Use only the first N records of each split (-1: all); for smoke runs and tests.
   # Tokenizer.
-  c.tokenizer_path = ''  # SentencePiece .model to use; '' = train on train_split on first use and cache.
-  c.vocab_size = 8000  # Pieces including [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4).
+  c.vocab_file = ''  # A SentencePiece .model or a BERT WordPiece vocab.txt; '' = train SentencePiece on train_split on first use and cache.
+  c.lower_case = True  # WordPiece vocab.txt only: lower-case and strip accents first (BERT uncased).
+  c.vocab_size = 8000  # Pieces to train, including [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4); ignored with vocab_file.
+  c.fit_vocab_to_corpus = True  # A corpus too small for vocab_size trains the largest size it supports (with a note) instead of failing; the model keeps model.vocab_size rows.
   c.tokenizer_model_type = 'unigram'  # 'unigram' or 'bpe' (both train in ~1 s on bible_web).
   c.tokenizer_sample_chars = 100_000_000  # Cap on text used to train the tokenizer (evenly spaced records).
   # Sequences and masking.

@@ -10,6 +10,7 @@ itself to learn the vocabulary size before building the model. `packed_train_sto
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 import grain
@@ -21,6 +22,8 @@ from realformer_jax.data import packed_store
 from realformer_jax.data import sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
+
+_log = logging.getLogger(__name__)
 
 # Records scanned for at least one token before a split is declared token-free.
 _MAX_RECORDS_SCANNED_FOR_TOKENS = 10_000
@@ -115,8 +118,8 @@ def _cache_dir(builder) -> str:
 
 
 def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.Tokenizer:
-  if config.tokenizer_path:
-    return tokenizer_lib.load(config.tokenizer_path)
+  if config.vocab_file:
+    return tokenizer_lib.load(config.vocab_file, lower_case=config.lower_case)
   key = {
       'dataset': builder.info.full_name,
       'split': config.train_split,
@@ -130,11 +133,22 @@ def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.To
   what = (f"dataset '{builder.info.full_name}' split '{config.train_split}' "
           f"feature '{config.text_feature}'")
   texts = _sample_texts(train_records, config.text_feature, config.tokenizer_sample_chars)
-  return tokenizer_lib.load_or_train(
+  tokenizer = tokenizer_lib.load_or_train(
       path, texts, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size,
       description=dict(key, model_type=config.tokenizer_model_type,
                        vocab_size=config.vocab_size),
-      what=what)
+      what=what, fit_to_corpus=config.fit_vocab_to_corpus)
+  if tokenizer.vocab_size < config.vocab_size and not config.fit_vocab_to_corpus:
+    raise DataError(f'{what} supports at most {tokenizer.vocab_size} pieces (cached in {path}), '
+                    f'fewer than data.vocab_size={config.vocab_size}: set a smaller vocab_size '
+                    'or data.fit_vocab_to_corpus=True.')
+  if tokenizer.vocab_size < config.vocab_size:
+    _log.warning('note: %s supports at most %d %s pieces, fewer than data.vocab_size=%d: '
+                 'trained %d (data.fit_vocab_to_corpus); ids >= %d are never used. For a real '
+                 'corpus give a vocabulary with data.vocab_file.', what, tokenizer.vocab_size,
+                 config.tokenizer_model_type, config.vocab_size, tokenizer.vocab_size,
+                 tokenizer.vocab_size)
+  return tokenizer
 
 
 def _sample_texts(records: grain.MapDataset, text_feature: str, max_chars: int):

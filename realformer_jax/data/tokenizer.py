@@ -1,4 +1,6 @@
-"""SentencePiece tokenizer with fixed BERT-style special ids, trained on first use and cached.
+"""Tokenizers with BERT's special tokens: SentencePiece models trained on first use and cached,
+or a given file (`data.vocab_file`): a SentencePiece `.model` or a BERT WordPiece `vocab.txt`
+(wordpiece.py), so that data and Hugging Face BERT checkpoints share one vocabulary.
 
 Special ids of every tokenizer trained here (the batch contract relies on PAD == 0):
 
@@ -11,8 +13,13 @@ Special ids of every tokenizer trained here (the batch contract relies on PAD ==
 They are SentencePiece *control* symbols (not user-defined ones), so the literal text "[MASK]"
 in a document is tokenized as ordinary characters and can never forge a special token.
 
-A model given by path (`tokenizer_path`) must define the same five pieces with [PAD] at id 0;
-the other four may sit at any id.
+A tokenizer given by path (`data.vocab_file`) must define the same five tokens with [PAD] at
+id 0; the other four may sit at any id (BERT's vocab.txt has [UNK] 100, [CLS] 101, [SEP] 102,
+[MASK] 103).
+
+A corpus too small for the requested vocabulary (SentencePiece's trainer caps it by the pieces
+the text supports) fails with a DataError naming both sizes, or, with `fit_to_corpus`, trains
+the largest vocabulary it supports instead.
 
 The cache entry is one `.model` file plus a `.json` sidecar recording what it was trained
 on; its name holds the model type and vocab size and a hash of every training setting, so
@@ -48,18 +55,21 @@ _SENTENCE_END = re.compile(r'(?<=[.!?;:])\s+|\n+')
 
 
 class Tokenizer:
-  """A SentencePiece model with the special ids the pipeline needs. Picklable (for workers)."""
+  """Token ids with the special ids the pipeline needs. Subclasses: SentencePieceTokenizer
+  (this module) and WordPieceTokenizer (wordpiece.py, BERT `vocab.txt` files).
 
-  def __init__(self, model_proto: bytes, source: str = '<memory>'):
-    self._model_proto = model_proto
+  Picklable (for workers). `file_name` is what the tokenizer's file is called when a run copies
+  it into its workdir (`save`), so the workdir alone is enough to tokenize for it later.
+  """
+
+  file_name: str = ''
+
+  def __init__(self, *, source: str, vocab_size: int, pad_id: int, unk_id: int, cls_id: int,
+               sep_id: int, mask_id: int):
     self.source = source  # The file it came from; for messages.
-    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
-    self.vocab_size = self._sp.get_piece_size()
-    self.pad_id = self._sp.pad_id()
-    self.unk_id = self._sp.unk_id()
-    self.cls_id = self._special_id(CLS)
-    self.sep_id = self._special_id(SEP)
-    self.mask_id = self._special_id(MASK)
+    self.vocab_size = vocab_size
+    self.pad_id, self.unk_id = pad_id, unk_id
+    self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
     if self.pad_id != 0:
       raise DataError(f'Tokenizer {source}: {PAD} must have id 0 (it has {self.pad_id}).')
     self.special_ids = (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
@@ -71,6 +81,57 @@ class Tokenizer:
     # Random replacements in MLM masking are drawn from these.
     self.regular_ids = np.flatnonzero(~is_special_V).astype(np.int32)
 
+  def encode(self, text: str) -> np.ndarray:
+    """Token ids of `text` (no [CLS]/[SEP]), int32."""
+    raise NotImplementedError
+
+  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    """Token ids of each text, as `encode`."""
+    return [self.encode(text) for text in texts]
+
+  def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, starts, ends), int32: token i covers text[starts[i]:ends[i]] (character offsets,
+    end exclusive, leading whitespace excluded). For span tasks such as SQuAD."""
+    raise NotImplementedError
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of `ids`; special tokens decode to nothing."""
+    raise NotImplementedError
+
+  def id_to_piece(self, token_id: int) -> str:
+    raise NotImplementedError
+
+  def file_bytes(self) -> bytes:
+    """The tokenizer's file, byte for byte."""
+    raise NotImplementedError
+
+  @property
+  def sha256(self) -> str:
+    """Hash of the tokenizer's file: identifies the tokenizer in cache keys."""
+    return hashlib.sha256(self.file_bytes()).hexdigest()
+
+  def save(self, directory: str) -> str:
+    """Writes the tokenizer's file into `directory` as `file_name`; returns the path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, self.file_name)
+    cache_lock.atomic_write(path, self.file_bytes())
+    return path
+
+
+class SentencePieceTokenizer(Tokenizer):
+  """A SentencePiece model with [PAD] at id 0 and [UNK] [CLS] [SEP] [MASK] pieces."""
+
+  file_name = 'tokenizer.model'
+
+  def __init__(self, model_proto: bytes, source: str = '<memory>'):
+    self._model_proto = model_proto
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    self.source = source
+    super().__init__(source=source, vocab_size=self._sp.get_piece_size(),
+                     pad_id=self._sp.pad_id(), unk_id=self._sp.unk_id(),
+                     cls_id=self._special_id(CLS), sep_id=self._special_id(SEP),
+                     mask_id=self._special_id(MASK))
+
   def _special_id(self, piece: str) -> int:
     piece_id = self._sp.piece_to_id(piece)
     if piece_id == self._sp.unk_id() and piece != UNK:
@@ -79,24 +140,34 @@ class Tokenizer:
     return piece_id
 
   def encode(self, text: str) -> np.ndarray:
-    """Token ids of `text` (no [CLS]/[SEP]), int32."""
     return np.asarray(self._sp.encode(text, out_type=int), np.int32)
 
   def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-    """Token ids of each text, as `encode`; SentencePiece spreads the batch over all cores."""
+    # SentencePiece spreads a batch over all cores.
     return [np.asarray(ids, np.int32) for ids in self._sp.encode(texts, out_type=int)]
 
-  @property
-  def sha256(self) -> str:
-    """Hash of the model's bytes: identifies the tokenizer in cache keys."""
-    return hashlib.sha256(self._model_proto).hexdigest()
+  def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    pieces = self._sp.encode(text, return_type='proto').pieces
+    # SentencePiece reports UTF-8 byte offsets into the input; map them to characters.
+    char_of_byte = np.repeat(np.arange(len(text) + 1), [len(c.encode()) for c in text] + [1])
+    ids, starts, ends = [], [], []
+    for piece in pieces:
+      start, end = int(char_of_byte[piece.begin]), int(char_of_byte[piece.end])
+      while start < end - 1 and text[start].isspace():  # '▁word' also covers the space
+        start += 1
+      ids.append(piece.id)
+      starts.append(start)
+      ends.append(end)
+    return tuple(np.asarray(values, np.int32) for values in (ids, starts, ends))
 
   def decode(self, ids: Iterable[int]) -> str:
-    """Text of `ids`; special tokens decode to nothing."""
     return self._sp.decode([int(i) for i in ids])
 
   def id_to_piece(self, token_id: int) -> str:
     return self._sp.id_to_piece(int(token_id))
+
+  def file_bytes(self) -> bytes:
+    return self._model_proto
 
   def __getstate__(self):
     return {'model_proto': self._model_proto, 'source': self.source}
@@ -105,16 +176,22 @@ class Tokenizer:
     self.__init__(state['model_proto'], state['source'])
 
 
-def load(path: str) -> Tokenizer:
+def load(path: str, lower_case: bool = True) -> Tokenizer:
+  """The tokenizer in `path`: a BERT WordPiece vocabulary (`*.txt`, one token per line;
+  `lower_case` as BERT's uncased models) or a SentencePiece model (anything else)."""
   path = os.path.expanduser(path)
   if not os.path.isfile(path):
-    raise DataError(f'Tokenizer file {path} does not exist (config.tokenizer_path).')
+    raise DataError(f'Tokenizer file {path} does not exist (data.vocab_file).')
+  if path.endswith('.txt'):
+    from realformer_jax.data import wordpiece  # pylint: disable=import-outside-toplevel
+    return wordpiece.WordPieceTokenizer.from_file(path, lower_case=lower_case)
   with open(path, 'rb') as f:
     model_proto = f.read()
   try:
-    return Tokenizer(model_proto, source=path)
+    return SentencePieceTokenizer(model_proto, source=path)
   except RuntimeError as e:  # SentencePiece's parse error.
-    raise DataError(f'Tokenizer file {path} is not a SentencePiece model: {e}') from None
+    raise DataError(f'Tokenizer file {path} is not a SentencePiece model (a BERT WordPiece '
+                    f'vocabulary must end in .txt): {e}') from None
 
 
 def cache_path(cache_dir: str, *, model_type: str, vocab_size: int, key: dict) -> str:
@@ -125,7 +202,7 @@ def cache_path(cache_dir: str, *, model_type: str, vocab_size: int, key: dict) -
 
 
 def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_size: int,
-                  description: dict, what: str) -> Tokenizer:
+                  description: dict, what: str, fit_to_corpus: bool = False) -> Tokenizer:
   """Loads `path`, or trains on `texts` and publishes it there atomically.
 
   Args:
@@ -135,6 +212,7 @@ def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_siz
     vocab_size: pieces including the five special ones.
     description: written to the `.json` sidecar, for humans.
     what: names the data in error messages, e.g. "dataset 'x' split 'train' feature 'text'".
+    fit_to_corpus: see `train`.
   """
   if os.path.isfile(path):
     return load(path)
@@ -143,19 +221,41 @@ def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_siz
   with cache_lock.exclusive_lock(directory, os.path.basename(path)):
     if os.path.isfile(path):  # Another process trained it while we waited.
       return load(path)
-    model_proto = train(texts, model_type=model_type, vocab_size=vocab_size, what=what)
+    model_proto = train(texts, model_type=model_type, vocab_size=vocab_size, what=what,
+                        fit_to_corpus=fit_to_corpus)
     cache_lock.atomic_write(path + '.json', json.dumps(description, indent=2, sort_keys=True).encode())
     cache_lock.atomic_write(path, model_proto)
-  return Tokenizer(model_proto, source=path)
+  return SentencePieceTokenizer(model_proto, source=path)
 
 
-def train(texts: Iterable[str], *, model_type: str, vocab_size: int, what: str) -> bytes:
-  """Trains a SentencePiece model in memory and returns its serialized proto."""
+_VOCAB_TOO_HIGH = re.compile(r'Vocabulary size too high \((\d+)\)\. Please set it to a value <= '
+                             r'(\d+)')
+
+
+def train(texts: Iterable[str], *, model_type: str, vocab_size: int, what: str,
+          fit_to_corpus: bool = False) -> bytes:
+  """Trains a SentencePiece model in memory and returns its serialized proto.
+
+  With `fit_to_corpus`, a `vocab_size` larger than the corpus supports trains the largest size
+  it does support (the caller sees the smaller `vocab_size` of the result).
+  """
   if model_type not in MODEL_TYPES:
     raise DataError(f'tokenizer_model_type must be one of {MODEL_TYPES}, got {model_type!r}.')
   sentences = list(_sentences(texts))
   if not sentences:
     raise DataError(f'No text to train the tokenizer on: {what} has zero tokens.')
+  try:
+    return _train_sentences(sentences, model_type=model_type, vocab_size=vocab_size, what=what)
+  except DataError as e:
+    supported = _VOCAB_TOO_HIGH.search(str(e))
+    if not (fit_to_corpus and supported):
+      raise
+    return _train_sentences(sentences, model_type=model_type, vocab_size=int(supported[2]),
+                            what=what)
+
+
+def _train_sentences(sentences: list[str], *, model_type: str, vocab_size: int,
+                     what: str) -> bytes:
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(

@@ -39,10 +39,11 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, state: TrainState, rng_data: jax.Array, data_iterator: Any) -> None:
-    """Saves at state.step. Arrays are copied off the devices before this returns (the
+  def save(self, state: TrainState, rng_data: jax.Array, data_iterator: Any,
+           step: int) -> None:
+    """Saves `state` (whose step is `step`: passed in, so saving does not wait for the step
+    to finish before orbax starts). Arrays are copied off the devices before this returns (the
     state may be donated right after); files are written in the background."""
-    step = int(jax.device_get(state.step))
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state),
         rng=ocp.args.StandardSave({'key_data': rng_data}),
@@ -60,6 +61,12 @@ class Checkpointer:
     data_iterator.set_state(data.saved_train_state(os.path.join(self.directory, str(step),
                                                                 'data')))
     return restored.state, restored.rng['key_data']
+
+  def restore_state(self, step: int, abstract_state: TrainState) -> TrainState:
+    """Only the train state at `step` (no data iterator or PRNG key): for loading weights."""
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state)))
+    return restored.state
 
   def wait(self) -> None:
     self._manager.wait_until_finished()

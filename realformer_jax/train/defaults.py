@@ -62,9 +62,14 @@ def default_train_config() -> ml_collections.ConfigDict:
   c.adam_b2 = 0.999
   c.adam_eps = 1e-6  # BERT's value
   c.clip_grad_norm = 1.0  # global-norm clipping; 0 = off
-  c.grad_accum_steps = 1  # microbatches per step (lax.scan inside the compiled step)
+  # Microbatches per step (lax.scan inside the compiled step), or 'auto': the fewest whose
+  # compiled step fits the device memory (train/accumulation.py).
+  c.grad_accum_steps = config_dict.FieldReference(1, field_type=object)
+  c.device_memory_bytes = -1  # 'auto' budget per device; -1 = ask the device (CPU: host RAM)
+  c.memory_fraction = 0.9  # 'auto' keeps the step within this fraction of that budget
   c.log_layer_grad_norms = False  # also log each layer's sublayer gradient norms (diagnostics)
-  c.log_every_steps = 100  # console line + TensorBoard train scalars
+  c.prefetch_batches = 2  # batches placed on the devices ahead of their step (prefetch.py)
+  c.log_every_steps = 100  # console line + TensorBoard train scalars (and the first step)
   c.eval_every_steps = 10_000  # held-out MLM loss/accuracy (also at the last step)
   c.checkpoint_every_steps = 10_000  # orbax checkpoint (also at the last step and on SIGTERM)
   c.keep_checkpoints = 3  # keep the last K checkpoints

@@ -19,8 +19,8 @@ import ml_collections
 from realformer_jax import data, diagnostics
 from realformer_jax.config import ConfigError
 from realformer_jax.params import count_params
-from realformer_jax.train import build, distributed, metrics as metrics_lib, partitioning
-from realformer_jax.train import state as state_lib, validation
+from realformer_jax.train import accumulation, build, distributed, metrics as metrics_lib
+from realformer_jax.train import partitioning, prefetch, state as state_lib, validation
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.step import SUM_METRICS
 
@@ -35,17 +35,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   model_config = validation.validate_config(config)
   distributed.initialize(config.distributed)
   validation.check_devices(config, jax.device_count(), jax.process_count())
-  train_iter, eval_batches, baseline = _build_data(config, model_config)
+  tokenizer, train_iter, eval_batches, baseline = _build_data(config, model_config)
 
   writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
-  setup = build.make_setup(config, model_config)
   checkpointer = Checkpointer(workdir, config.train.keep_checkpoints)
   preemption = distributed.PreemptionWatcher()
+  batches = None
   try:
+    user_config = config
+    resolved = accumulation.resolve(config, model_config, log=writer.print)
+    config, setup, train_step = resolved.config, resolved.setup, resolved.compiled
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
-    train_step = build.compile_train_step(config, setup)
     eval_step = build.compile_eval_step(setup)
-    _write_config(config, workdir)
+    _write_run_files(user_config, tokenizer, workdir)
     writer.print(f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
                  f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)')
 
@@ -54,10 +56,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
     log = _TrainLog(writer, config, start_step=step, stop_step=stop)
+    # Batches go onto the devices ahead of their step; checkpoints save the position after the
+    # last batch trained on (prefetch.py).
+    batches = prefetch.DevicePrefetcher(train_iter, setup.batch_sharding,
+                                        depth=config.train.prefetch_batches)
+    if step < stop:
+      writer.print(f'training steps {step + 1}-{stop}: the first step is running (logged when '
+                   f'done, then every {config.train.log_every_steps})')
     pending = None  # (step, device metrics) of the step dispatched last
     while step < stop:
-      batch = partitioning.global_batch(next(train_iter), setup.batch_sharding)
-      state, step_metrics = train_step(state, batch, rng)
+      state, step_metrics = train_step(state, next(batches), rng)
       step += 1
       if pending is not None:  # the previous step: done by now, so this does not block
         log.record(*pending, last_checkpoint=last_saved)
@@ -66,7 +74,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       if step % config.train.checkpoint_every_steps == 0 or step == stop or preempted:
         log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
         pending = None
-        checkpointer.save(state, rng_data, train_iter)
+        checkpointer.save(state, rng_data, batches, step=step)
         last_saved = step
       if preempted:
         writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
@@ -87,11 +95,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     checkpointer.wait()
     checkpointer.close()
     writer.close()
+    if batches is not None:
+      batches.close()
     train_iter.close()  # stops its prefetch thread
 
 
 def _build_data(config: ml_collections.ConfigDict, model_config):
-  """(train iterator, eval batches, most-frequent-token baseline) for this process.
+  """(tokenizer, train iterator, eval batches, most-frequent-token baseline) for this process.
 
   Runs before anything is compiled, so every DataError surfaces in seconds."""
   tokenizer = data.prepare(config.data)
@@ -103,7 +113,8 @@ def _build_data(config: ml_collections.ConfigDict, model_config):
   train_iter = data.make_train_iterator(config.data, batch_size, config.train.seed,
                                         process_index, process_count)
   eval_batches = data.make_eval_iterator(config.data, batch_size, process_index, process_count)
-  return train_iter, eval_batches, data.most_frequent_token_baseline(config.data, batch_size)
+  baseline = data.most_frequent_token_baseline(config.data, batch_size)
+  return tokenizer, train_iter, eval_batches, baseline
 
 
 def _stop_step(train: ml_collections.ConfigDict) -> int:
@@ -112,11 +123,14 @@ def _stop_step(train: ml_collections.ConfigDict) -> int:
   return min(train.stop_at_step, train.num_train_steps)
 
 
-def _write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str) -> None:
+  """config.json (as given: 'auto' stays 'auto') and a copy of the tokenizer's file, so the
+  workdir alone is enough to use the model later (train.load_workdir)."""
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, 'config.json'), 'w') as f:
       f.write(config.to_json_best_effort(indent=2))
+    tokenizer.save(workdir)
 
 
 def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_iter,
@@ -160,6 +174,7 @@ class _TrainLog:
                start_step: int, stop_step: int):
     self._writer = writer
     self._every = config.train.log_every_steps
+    self._start = start_step
     self._stop = stop_step
     self._sums: Optional[dict] = None
     self._throughput = metrics_lib.Throughput(
@@ -177,7 +192,8 @@ class _TrainLog:
       raise TrainingError(f'{what} at step {step}; stopped without saving '
                           f'(last good checkpoint: {kept})')
     self._sums = metrics_lib.add_sums(self._sums, values, SUM_METRICS)
-    if step % self._every and step != self._stop:
+    # Also the run's first step: a big model on a small machine shows its ETA at once.
+    if step % self._every and step != self._stop and step != self._start + 1:
       return
     tokens_per_sec, seconds_left = self._throughput.update(step)
     scalars = metrics_lib.mean_metrics(self._sums, 'train')

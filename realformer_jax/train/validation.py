@@ -83,10 +83,21 @@ def _require(ok: bool, field: str, value, rule: str) -> None:
 
 
 def _check_train(train: ml_collections.ConfigDict) -> None:
-  for name in ('global_batch_size', 'num_train_steps', 'grad_accum_steps', 'log_every_steps',
+  accum = train.grad_accum_steps
+  if isinstance(accum, str) and accum.isdigit():  # from the command line: '--...=4'
+    train.grad_accum_steps = accum = int(accum)
+  _require(accum == 'auto' or (_is_int(accum) and accum > 0), 'train.grad_accum_steps', accum,
+           "must be a positive integer or 'auto'")
+  for name in ('global_batch_size', 'num_train_steps', 'log_every_steps', 'prefetch_batches',
                'eval_every_steps', 'checkpoint_every_steps', 'keep_checkpoints'):
     value = train[name]
     _require(_is_int(value) and value > 0, f'train.{name}', value, 'must be a positive integer')
+  _require(_is_int(train.device_memory_bytes) and (train.device_memory_bytes > 0
+                                                   or train.device_memory_bytes == -1),
+           'train.device_memory_bytes', train.device_memory_bytes,
+           'must be a positive number of bytes or -1 (ask the device)')
+  _require(0 < train.memory_fraction <= 1, 'train.memory_fraction', train.memory_fraction,
+           'must be in (0, 1]')
   _require(_is_int(train.warmup_steps) and 0 <= train.warmup_steps <= train.num_train_steps,
            'train.warmup_steps', train.warmup_steps, 'must be in [0, train.num_train_steps]')
   _require(train.stop_at_step == -1 or (_is_int(train.stop_at_step) and train.stop_at_step > 0),
@@ -168,7 +179,7 @@ def check_batch_layout(config: ml_collections.ConfigDict, mesh_sizes: dict[str, 
   train = config.train
   batch_axes = batch_mesh_axes(config.logical_axis_rules)
   data_parallel = math.prod(mesh_sizes[a] for a in batch_axes)
-  accum = train.grad_accum_steps
+  accum = 1 if train.grad_accum_steps == 'auto' else train.grad_accum_steps
   if train.global_batch_size % (data_parallel * accum):
     raise ConfigError(
         f'train.global_batch_size={train.global_batch_size}: must be divisible by the '

@@ -1,0 +1,164 @@
+"""`train.grad_accum_steps='auto'`: the fewest microbatches whose compiled step fits the device.
+
+The global batch is the recipe (the paper's 512 sequences); how many microbatches it is split
+into is an implementation detail that changes only float summation order. 'auto' compiles the
+train step for candidate accumulation counts A (each dividing the per-device batch) and reads
+XLA's buffer assignment (`compiled.memory_analysis()`):
+
+    need(A) = arguments + outputs - aliased (the donated state) + temporaries
+
+and keeps the smallest A with need(A) <= budget, where the budget is
+`train.device_memory_bytes` (or the device's own limit from `memory_stats()`, or the host's
+available memory divided among its CPU devices) times `train.memory_fraction`. If even one
+sequence per device does not fit, each layer is rematerialised (`remat_policy='full'`) and the
+search repeats; if that does not fit either, a one-line ConfigError names the bytes needed and
+available, before any parameter is allocated.
+
+need(A) falls as A grows (smaller microbatches), so the search probes: A = 1; the largest A (one
+sequence per device); then the A an affine fit of need against microbatch size predicts, and its
+neighbours until the boundary is found. Every probe is a real compilation, and the chosen step is
+returned compiled, so training reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional
+
+import jax
+import ml_collections
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.train import build, partitioning
+
+AUTO = 'auto'
+GiB = 2 ** 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+  config: ml_collections.ConfigDict  # with an int grad_accum_steps (and maybe remat 'full')
+  model_config: ModelConfig
+  setup: build.TrainSetup
+  compiled: jax.stages.Compiled  # the train step at that accumulation
+  need_bytes: Optional[int] = None  # memory the chosen step needs ('auto' only)
+  budget_bytes: Optional[int] = None
+
+
+def step_memory_bytes(compiled: jax.stages.Compiled) -> int:
+  """Device bytes a compiled step needs: live arguments and outputs (donated state counted
+  once) plus XLA's temporaries."""
+  m = compiled.memory_analysis()
+  return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+          + m.temp_size_in_bytes)
+
+
+def _host_available_bytes() -> int:
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+
+
+def memory_budget(train: ml_collections.ConfigDict) -> tuple[int, str]:
+  """(bytes one device may use, where that figure came from)."""
+  if train.device_memory_bytes > 0:
+    capacity, source = int(train.device_memory_bytes), 'train.device_memory_bytes'
+  else:
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() or {}
+    if stats.get('bytes_limit'):
+      capacity, source = int(stats['bytes_limit']), f'{device.platform} memory_stats'
+    else:  # CPU: the devices share the host's memory
+      capacity = _host_available_bytes() // jax.local_device_count()
+      source = f'available host memory / {jax.local_device_count()} device(s)'
+  return int(capacity * train.memory_fraction), (
+      f'{source}: {capacity / GiB:.2f} GiB x memory_fraction {train.memory_fraction}')
+
+
+def _per_device_batch(config: ml_collections.ConfigDict) -> int:
+  mesh = partitioning.make_mesh(config.mesh)
+  data_parallel = partitioning.data_parallel_size(mesh, partitioning.logical_rules(config))
+  return config.train.global_batch_size // data_parallel
+
+
+def _with(config: ml_collections.ConfigDict, accum: int,
+          remat_policy: str) -> ml_collections.ConfigDict:
+  resolved = config.copy_and_resolve_references()
+  resolved.unlock()
+  resolved.train.grad_accum_steps = accum
+  resolved.model.remat_policy = remat_policy
+  return resolved
+
+
+def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
+            log: Callable[[str], None] = print) -> Resolved:
+  """The config with a concrete accumulation, its setup and the compiled train step."""
+  if config.train.grad_accum_steps != AUTO:
+    setup = build.make_setup(config, model_config)
+    return Resolved(config, model_config, setup, build.compile_train_step(config, setup))
+
+  budget, source = memory_budget(config.train)
+  per_device = _per_device_batch(config)
+  # Accumulation counts that split every device's rows evenly, ascending.
+  candidates = [a for a in range(1, per_device + 1) if per_device % a == 0]
+  policies = [model_config.remat_policy] + (['full'] if model_config.remat_policy != 'full'
+                                            else [])
+  for policy in policies:
+    policy_model = model_config.replace(remat_policy=policy)
+    probes: dict[int, tuple[build.TrainSetup, jax.stages.Compiled, int]] = {}
+
+    def need(accum: int, policy=policy, policy_model=policy_model, probes=probes) -> int:
+      if accum not in probes:
+        candidate = _with(config, accum, policy)
+        setup = build.make_setup(candidate, policy_model)
+        compiled = build.compile_train_step(candidate, setup)
+        probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+      return probes[accum][2]
+
+    chosen = _smallest_fitting(candidates, need, budget, per_device)
+    if chosen is None:
+      smallest = need(candidates[-1])
+      if policy != policies[-1]:
+        log(f"grad_accum_steps='auto': one sequence per device needs {smallest / GiB:.2f} GiB "
+            f"> {budget / GiB:.2f} GiB with remat_policy='{policy}'; trying 'full'")
+        continue
+      raise ConfigError(
+          f"train.grad_accum_steps='auto': even one sequence per device does not fit: the step "
+          f"needs {smallest:,} bytes ({smallest / GiB:.2f} GiB, remat_policy='{policy}'), the "
+          f'device has {budget:,} ({source}); use more devices, FSDP (mesh.shape=(1,-1,1)), a '
+          f'shorter data.max_len or a smaller model')
+    setup, compiled, chosen_need = probes[chosen]
+    log(f"grad_accum_steps='auto': {chosen} microbatch(es) of {per_device // chosen} "
+        f"sequence(s) per device, remat_policy='{policy}': the step needs "
+        f'{chosen_need / GiB:.2f} GiB of {budget / GiB:.2f} GiB ({source}); '
+        f'{len(probes)} compilation(s) probed')
+    return Resolved(_with(config, chosen, policy), policy_model, setup, compiled,
+                    need_bytes=chosen_need, budget_bytes=budget)
+  raise AssertionError('unreachable: the last policy either fits or raises')
+
+
+def _smallest_fitting(candidates: list[int], need: Callable[[int], int], budget: int,
+                      per_device: int) -> Optional[int]:
+  """The smallest candidate A with need(A) <= budget (need falls as A grows), or None."""
+  if need(candidates[0]) <= budget:
+    return candidates[0]
+  if need(candidates[-1]) > budget:
+    return None
+  # Affine in the microbatch size m = per_device / A: need = base + slope * m.
+  m_low, m_high = per_device // candidates[-1], per_device // candidates[0]
+  slope = (need(candidates[0]) - need(candidates[-1])) / max(m_high - m_low, 1)
+  base = need(candidates[-1]) - slope * m_low
+  predicted = [a for a in candidates if base + slope * (per_device // a) <= budget]
+  index = candidates.index(predicted[0]) if predicted else len(candidates) - 1
+  # Walk to the boundary: candidates[index] fits and candidates[index - 1] does not.
+  while need(candidates[index]) > budget:
+    index += 1
+  while index > 0 and need(candidates[index - 1]) <= budget:
+    index -= 1
+  return candidates[index]

@@ -1,0 +1,109 @@
+"""A trained workdir as a starting point: its config, model config, parameters and tokenizer.
+
+    run = train.load_workdir('/tmp/realformer_tiny')       # latest checkpoint
+    logits = MaskedLM(run.model_config).apply({'params': run.params}, ids, mask)
+    ids = run.tokenizer.encode('In the beginning')
+
+The parameters are restored onto the devices of this process, whatever mesh and process count
+wrote them (orbax restores to the shardings it is given): by default replicated over a
+data-parallel mesh of every device; pass `mesh_shape` (e.g. `(1, -1, 1)` for FSDP) for a
+model too big to replicate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Optional, Sequence
+
+import jax
+import ml_collections
+
+from realformer_jax import data
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.train import build, defaults, validation
+from realformer_jax.train.checkpointing import Checkpointer
+
+CONFIG_FILE = 'config.json'
+# Where the pretraining loop copies its tokenizer, by kind (see tokenizer_files below).
+TOKENIZER_FILES = ('tokenizer.model', 'vocab.txt')
+# Fields renamed since a workdir may have been written: old name -> new name.
+_RENAMED_FIELDS = {('data', 'tokenizer_path'): ('data', 'vocab_file')}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+  workdir: str
+  config: ml_collections.ConfigDict  # the run's training config (config.json)
+  model_config: ModelConfig
+  params: Any  # restored parameters (jax.Arrays on this process's devices)
+  step: int  # the checkpoint's step
+
+  @functools.cached_property
+  def tokenizer(self) -> data.Tokenizer:
+    """The run's tokenizer: the copy in the workdir, else prepared from its data config."""
+    for name in TOKENIZER_FILES:
+      path = os.path.join(self.workdir, name)
+      if os.path.exists(path):
+        return data.tokenizer.load(path)
+    return data.prepare(self.config.data)
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+  """The training config a workdir was written with, on top of today's defaults."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise ConfigError(f'{path}: no such file; is {workdir} a workdir of experiments.train?')
+  with open(path) as f:
+    saved = json.load(f)
+  config = defaults.default_config()
+  for section, values in saved.items():
+    if section not in config:
+      raise ConfigError(f'{path}: unknown config section {section!r}')
+    if not isinstance(values, dict):  # logical_axis_rules
+      config[section] = tuple(tuple(rule) for rule in values)
+      continue
+    for field, value in values.items():
+      section_name, field_name = _RENAMED_FIELDS.get((section, field), (section, field))
+      if field_name not in config[section_name]:
+        raise ConfigError(f'{path}: unknown config field {section}.{field}')
+      if isinstance(value, list):
+        value = tuple(value)
+      if value is None:  # placeholders (e.g. model.residual_attention) stay typed
+        config[section_name][field_name] = None
+      else:
+        # ConfigDict refuses int -> float and the like; JSON does not keep the difference.
+        current = config[section_name][field_name]
+        if isinstance(current, float) and isinstance(value, int):
+          value = float(value)
+        config[section_name][field_name] = value
+  return config
+
+
+def load_workdir(workdir: str, step: Optional[int] = None,
+                 mesh_shape: Optional[Sequence[int]] = None) -> Pretrained:
+  """Config and parameters of `workdir` at `step` (default: its latest checkpoint)."""
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  config = read_config(workdir)
+  config.mesh.shape = tuple(mesh_shape) if mesh_shape is not None else (
+      (-1,) + (1,) * (len(config.mesh.axes) - 1))
+  model_config = validation.validate_config(config)
+  checkpointer = Checkpointer(workdir, keep=config.train.keep_checkpoints)
+  try:
+    steps = checkpointer.all_steps()
+    if not steps:
+      raise ConfigError(f'{checkpointer.directory}: no checkpoint to load')
+    if step is None:
+      step = max(steps)
+    elif step not in steps:
+      raise ConfigError(f'step={step}: no checkpoint at that step in {checkpointer.directory} '
+                        f'(have {sorted(steps)})')
+    # Batch divisibility does not matter for loading: one row per data-parallel device.
+    setup = build.make_setup(config, model_config)
+    state = checkpointer.restore_state(step, setup.layout.abstract)
+  finally:
+    checkpointer.close()
+  return Pretrained(workdir=workdir, config=config, model_config=model_config,
+                    params=jax.block_until_ready(state.params), step=int(step))

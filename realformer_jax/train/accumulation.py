@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 import jax
 import ml_collections
+from ml_collections import config_dict
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.train import build, partitioning
@@ -91,7 +92,8 @@ def _with(config: ml_collections.ConfigDict, accum: int,
           remat_policy: str) -> ml_collections.ConfigDict:
   resolved = config.copy_and_resolve_references()
   resolved.unlock()
-  resolved.train.grad_accum_steps = accum
+  # A reference again: the resolved copy typed the field after its value ('auto': str).
+  resolved.train.grad_accum_steps = config_dict.FieldReference(accum, field_type=object)
   resolved.model.remat_policy = remat_policy
   return resolved
 

@@ -14,6 +14,14 @@ Data: the embedded `bible_web` corpus by default, so the command runs anywhere. 
 Wikipedia + BookCorpus, prepare them as a TFDS array_record dataset and set e.g.
     --config.data.dataset=wikipedia/20230601.en --config.data.data_dir=/data/tfds \
     --config.data.eval_split='train[:1000]' --config.data.train_split='train[1000:]'
+With the embedded corpus, which is too small for 30522 unigram pieces, the tokenizer gets the
+largest vocabulary the corpus supports (a note says so; data.fit_vocab_to_corpus) and the model
+keeps the paper's 30522-row table; give a real vocabulary with --config.data.vocab_file=vocab.txt
+(a BERT WordPiece file: ids then match Hugging Face BERT checkpoints) or a SentencePiece .model.
+
+Memory: the global batch stays the paper's; train.grad_accum_steps='auto' splits it into the
+fewest microbatches whose compiled step fits each device (realformer_jax/train/accumulation.py;
+the choice is logged), rematerialising every layer if even one sequence does not fit otherwise.
 Sharding: data parallel over every device by default (xLarge: FSDP); FSDP is
 --config.mesh.shape='(1,-1,1)', adding tensor parallelism e.g. '(1,-1,4)'. Large and xLarge
 rematerialise each layer (remat_policy='full'); see the note at the end of get_config.
@@ -76,6 +84,7 @@ def get_config(arg: str = ''):
   config.train.eval_every_steps = 10_000
   config.train.checkpoint_every_steps = 10_000
   config.train.keep_checkpoints = 3
+  config.train.grad_accum_steps = 'auto'
 
   if size in ('large', 'xlarge'):
     # Same numbers, less memory: for Large on 8 devices (64 sequences each), XLA's estimate of

@@ -39,3 +39,15 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
   assert {t['target'] for t in saved['targets']} == set(bench.TARGETS)
   assert {t['status'] for t in saved['targets']} <= {'PASS', 'MISS', 'INFO'}
   assert report.rows
+
+
+def test_loop_benchmark_compares_the_loop_with_the_bare_step():
+  from benchmarks import loop as loop_bench  # pylint: disable=import-outside-toplevel
+  from data_fixtures import bible_config  # pylint: disable=import-outside-toplevel
+  result = loop_bench.main([
+      '--steps=4', '--log_every=2', '--rounds=1', f'data.data_dir={bible_config().data_dir}',
+      'model.num_layers=2', 'model.hidden_size=32', 'model.num_heads=2', 'model.mlp_dim=64',
+      'model.max_len=32', 'data.max_len=32', 'data.max_predictions=5',
+      'train.global_batch_size=8'])
+  assert len(result['ratios']) == 1 and result['status'] in ('PASS', 'MISS')
+  assert all(math.isfinite(x) and x > 0 for x in result['bare'] + result['loop'])

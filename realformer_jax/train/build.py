@@ -75,7 +75,7 @@ def compile_train_step(config: ml_collections.ConfigDict,
 
 def compile_eval_step(setup: TrainSetup) -> jax.stages.Compiled:
   """The compiled `eval_step(state, batch) -> metric sums`."""
-  jitted = jax.jit(step_lib.make_eval_step(setup.model),
+  jitted = jax.jit(step_lib.make_eval_step(setup.model, setup.config.train.grad_accum_steps),
                    in_shardings=(setup.layout.shardings, setup.batch_sharding),
                    out_shardings=setup.replicated)
   with partitioning.activate(setup.mesh, setup.rules):

@@ -101,7 +101,19 @@ def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
   return train_step
 
 
-def make_eval_step(model: MaskedLM) -> Callable[[TrainState, Batch], Metrics]:
+def make_eval_step(model: MaskedLM, num_micro: int = 1) -> Callable[[TrainState, Batch],
+                                                                     Metrics]:
+  """Metric sums of one eval batch, in the train step's microbatches (a batch that needs
+  accumulation to train also needs it to evaluate: the forward pass alone holds [B, H, L, L]
+  scores)."""
   def eval_step(state: TrainState, batch: Batch) -> Metrics:
-    return _forward_sums(model, state.params, batch, step=state.step, rng=None)
+    if num_micro == 1:
+      return _forward_sums(model, state.params, batch, step=state.step, rng=None)
+
+    def accumulate(totals, micro):
+      sums = _forward_sums(model, state.params, micro, step=state.step, rng=None)
+      return jax.tree.map(jnp.add, totals, sums), None
+    zeros = {name: jnp.zeros((), jnp.float32) for name in SUM_METRICS}
+    totals, _ = jax.lax.scan(accumulate, zeros, split_microbatches(batch, num_micro))
+    return totals
   return eval_step

@@ -1,0 +1,108 @@
+"""Every command a config file's docstring shows runs as written and takes a training step.
+
+The commands are read from the docstrings of configs/**/*.py, so a new config is covered as
+soon as it documents its command. Each runs in a subprocess exactly as written (DIR -> a fresh
+directory), plus the toy flags of its entry point: the paper sizes keep their depth, head
+counts, LN placement, remat, scan unrolling, vocabulary and 'auto' accumulation, and shrink
+only width, sequence length, batch and step count, so a config that cannot start (a tokenizer
+the corpus cannot support, a batch that cannot fit) fails here.
+"""
+
+import ast
+import concurrent.futures
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from data_fixtures import bible_config
+from realformer_jax import data
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+# hidden 48 divides into every paper size's heads (8, 12, 16, 24).
+_TRAIN_TOY_FLAGS = {
+    'model.hidden_size': 48, 'model.mlp_dim': 96, 'model.max_len': 32, 'data.max_len': 32,
+    'data.max_predictions': 5, 'data.eval_batches': 1, 'train.global_batch_size': 8,
+    'train.num_train_steps': 2, 'train.stop_at_step': 1, 'train.warmup_steps': 1,
+    'train.log_every_steps': 1, 'train.eval_every_steps': 1, 'train.checkpoint_every_steps': 1,
+}
+# Entry point -> toy flags. A config documenting a command of another entry point fails
+# test_every_documented_entry_point_has_toy_flags until it is added here.
+TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS}
+# What a finished toy run prints, per entry point.
+EXPECTED_OUTPUT = {'experiments.train': 'final eval MLM accuracy'}
+
+
+def documented_commands():
+  """(config file, command) for every `python -m ...` line in configs/**/*.py docstrings."""
+  found = []
+  for path in sorted((REPO / 'configs').rglob('*.py')):
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ''
+    # A command may continue over lines ending in a backslash.
+    for command in re.findall(r'^\s*(python -m .*?)(?<!\\)$', docstring.replace('\\\n', ' '),
+                              flags=re.M):
+      found.append((str(path.relative_to(REPO)), ' '.join(command.split())))
+  return found
+
+
+COMMANDS = documented_commands()
+
+
+def test_every_config_documents_its_command():
+  documented = {path for path, _ in COMMANDS}
+  for path in sorted((REPO / 'configs').rglob('*.py')):
+    if path.name != '__init__.py':
+      assert str(path.relative_to(REPO)) in documented, f'{path} shows no command to run it'
+
+
+def test_every_documented_entry_point_has_toy_flags():
+  for path, command in COMMANDS:
+    module = shlex.split(command)[2]
+    assert module in TOY_FLAGS, f'{path}: {command}: no toy flags for {module} in this test'
+
+
+def _run(command: str, workdir: str) -> subprocess.CompletedProcess:
+  argv = shlex.split(command.replace('DIR', workdir).replace('/tmp/realformer_tiny', workdir))
+  module = argv[2]
+  flags = dict(TOY_FLAGS[module], **{'data.data_dir': bible_config().data_dir})
+  argv += [f'--config.{key}={value}' for key, value in flags.items()]
+  env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
+  argv[0] = sys.executable
+  return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_every_documented_config_command_takes_a_step(tmp_path):
+  data.prepare(bible_config())  # the corpus once, before the subprocesses share it
+  # Two at a time: most of each run is single-threaded start-up and compilation.
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    runs = {(path, command): pool.submit(_run, command, str(tmp_path / f'run{i}'))
+            for i, (path, command) in enumerate(COMMANDS)}
+  for (path, command), future in runs.items():
+    result = future.result()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f'{path}: {command}\n{output[-3000:]}'
+    assert EXPECTED_OUTPUT[shlex.split(command)[2]] in output, f'{path}: {command}\n{output}'
+  assert len(runs) >= 6
+
+
+def test_paper_configs_train_at_the_paper_batch_with_auto_accumulation():
+  from configs import bert  # pylint: disable=import-outside-toplevel
+  for size in bert.SIZES:
+    config = bert.get_config(f'size={size},ln=realformer')
+    assert config.train.grad_accum_steps == 'auto'
+    assert config.train.global_batch_size == (256 if size == 'xlarge' else 512)
+    assert config.data.vocab_size == config.model.vocab_size == 30522
+    assert config.data.fit_vocab_to_corpus
+
+
+@pytest.mark.parametrize('arg, message', [('size=huge', "size='huge'"), ('ln=mid', "ln='mid'"),
+                                          ('depth=3', "'depth=3'")])
+def test_bert_config_rejects_bad_args(arg, message):
+  from configs import bert  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match=re.escape(message)):
+    bert.get_config(arg)

@@ -9,6 +9,13 @@ from realformer_jax.config import ModelConfig
 from realformer_jax.layers import Dropout
 from realformer_jax.normalization import Norm
 
+# Tables this small are looked up as one_hot(ids) @ table. Speed: the gradient of a gather is
+# a scatter-add, and a scatter of B*L rows into 2 rows is an atomic pile-up on GPUs (measured
+# on an H100: ~40% of a BERT-Base step, for both this model and Hugging Face's); the gradient
+# of the one-hot matmul is a [T, B*L] x [B*L, D] matmul. Same values (one term of the sum is
+# exactly the row, the others exactly 0), tested in tests/test_fast_layers.py.
+ONE_HOT_MAX_ROWS = 16
+
 
 class Embeddings(nn.Module):
   """Token embeddings; `attend` is the tied MLM decoder (hidden -> vocab logits)."""
@@ -29,12 +36,23 @@ class Embeddings(nn.Module):
 
   def __call__(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array,
                deterministic: bool = True) -> jax.Array:
+    cfg = self.config
     length = input_ids_BxL.shape[1]
-    if length > self.config.max_len:
+    if length > cfg.max_len:
       raise ValueError(f'sequence length {length} exceeds model.max_len='
-                       f'{self.config.max_len} (the position table)')
-    x_BxLxD = (self.word(input_ids_BxL) + self.position(jnp.arange(length)[None, :])
-               + self.segment(segment_ids_BxL))
+                       f'{cfg.max_len} (the position table)')
+    dtype = cfg.compute_dtype
+    # Positions 0..L-1 are a static slice: its gradient pads instead of scattering.
+    position_1xLxD = self.position.embedding[None, :length].astype(dtype)
+    if cfg.type_vocab_size <= ONE_HOT_MAX_ROWS:
+      one_hot_BxLxT = jax.nn.one_hot(segment_ids_BxL, cfg.type_vocab_size, dtype=dtype)
+      # HIGHEST: a TF32 matmul (the GPU default for float32) would round the rows.
+      segment_BxLxD = jnp.einsum('blt,td->bld', one_hot_BxLxT,
+                                 self.segment.embedding.astype(dtype),
+                                 precision=jax.lax.Precision.HIGHEST)
+    else:
+      segment_BxLxD = self.segment(segment_ids_BxL)
+    x_BxLxD = self.word(input_ids_BxL) + position_1xLxD + segment_BxLxD
     x_BxLxD = self.norm(x_BxLxD)
     x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'embed'))
     return self.dropout(x_BxLxD, deterministic=deterministic)

@@ -82,3 +82,39 @@ def test_feed_forward_recomputed_activation_gives_plain_values_and_gradients():
   g_plain = jax.grad(loss(plain), argnums=(0, 1))(params, x)
   for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_plain)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_embeddings_lookups_equal_plain_gathers_with_their_gradients(dtype):
+  # The segment table goes through a one-hot matmul and the position table through a slice:
+  # values and table gradients must be those of plain row gathers (scatter-add gradients).
+  from realformer_jax.embeddings import Embeddings  # pylint: disable=import-outside-toplevel
+  from realformer_jax.normalization import Norm  # pylint: disable=import-outside-toplevel
+  from realformer_jax.params import unbox  # pylint: disable=import-outside-toplevel
+  cfg = tiny_config(dtype=dtype, type_vocab_size=3, norm='rmsnorm', dropout_rate=0.0)
+  ids = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size)
+  segments = jax.random.randint(jax.random.key(2), (2, 9), 0, 3)
+  module = Embeddings(cfg)
+  params = unbox(module.init(jax.random.key(0), ids, segments)['params'])
+  params = jax.tree.map(lambda p: p + jax.random.normal(jax.random.key(3), p.shape), params)
+
+  def fast(params):
+    return module.apply({'params': params}, ids, segments).astype(jnp.float32)
+
+  def plain(params):
+    tables = {k: params[k]['embedding'].astype(cfg.compute_dtype)
+              for k in ('word', 'position', 'segment')}
+    x = (tables['word'][ids] + tables['position'][jnp.arange(9)][None] +
+         tables['segment'][segments])
+    return Norm(cfg).apply({'params': params['norm']}, x).astype(jnp.float32)
+
+  with jax.default_matmul_precision('highest'):  # only the plain path has matmuls to pin
+    np.testing.assert_array_equal(fast(params), plain(params))
+    cotangent = jax.random.normal(jax.random.key(4), (2, 9, cfg.hidden_size))
+    fast_grads = jax.vjp(fast, params)[1](cotangent)[0]
+    plain_grads = jax.vjp(plain, params)[1](cotangent)[0]
+  # The row gradients are the same sums in another order: equal to rounding.
+  tolerance = 1e-5 if dtype == 'float32' else 2e-2
+  for name in ('position', 'segment'):
+    np.testing.assert_allclose(fast_grads[name]['embedding'], plain_grads[name]['embedding'],
+                               rtol=tolerance, atol=tolerance)

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 
 from realformer_jax import initializers
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral, Dropout
+from realformer_jax.layers import DenseGeneral
+from realformer_jax.softmax_attention import softmax_dropout_values
 
 SCORES_AXES = ('batch', 'heads', 'length', 'kv_length')
 
@@ -92,18 +93,23 @@ class ResidualSelfAttention(nn.Module):
       scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
     scores_BxHxLxL = nn.with_logical_constraint(scores_BxHxLxL, SCORES_AXES)
 
-    softmax_in = scores_BxHxLxL
+    divisor = None
     if cfg.use_residual_attention and cfg.running_mean:
-      softmax_in = scores_BxHxLxL / (jnp.asarray(layer, jnp.float32) + 1.0)
-    softmax_in = softmax_in + bias_Bx1x1xL
-    probs_BxHxLxL = jax.nn.softmax(softmax_in, axis=-1)
-    # Free when not asked for: `sow` stores only if 'intermediates' is mutable in apply().
-    self.sow('intermediates', 'attention_logits', softmax_in)
-    self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
+      divisor = jnp.asarray(layer, jnp.float32) + 1.0
+    dropout_key = None
+    if not deterministic and cfg.attention_dropout_rate > 0.0:
+      dropout_key = self.make_rng('dropout')
+    # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
+    # backward pass (softmax_attention.py).
+    context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
+        scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key,
+        1.0 - cfg.attention_dropout_rate, dtype)
+    # Free when not asked for: stored only if 'intermediates' is mutable in apply().
+    if self.is_mutable_collection('intermediates'):
+      softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor
+      self.sow('intermediates', 'attention_logits', softmax_in + bias_Bx1x1xL)
+      self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
 
-    probs_BxHxLxL = Dropout(cfg.attention_dropout_rate)(
-        probs_BxHxLxL, deterministic=deterministic)
-    context_BxLxHxK = jnp.einsum('bhqv,bvhk->bqhk', probs_BxHxLxL.astype(dtype), v_BxLxHxK)
     out_BxLxD = DenseGeneral(
         features=(d_model,), axis=(-2, -1),
         kernel_init=initializers.kernel_init(cfg, fan_in=d_model, fan_out=d_model,

@@ -118,3 +118,42 @@ def test_embeddings_lookups_equal_plain_gathers_with_their_gradients(dtype):
   for name in ('position', 'segment'):
     np.testing.assert_allclose(fast_grads[name]['embedding'], plain_grads[name]['embedding'],
                                rtol=tolerance, atol=tolerance)
+
+
+def _plain_softmax_dropout_values(scores, bias, divisor, v, key, keep_prob, dtype):
+  """What autodiff of the textbook form differentiates (same dropout mask)."""
+  p = jax.nn.softmax(scores / divisor + bias, axis=-1)
+  p_c = p.astype(dtype)
+  if key is not None:
+    p_c = _plain_dropout(p_c, keep_mask(key, keep_prob, p.shape),
+                         jnp.asarray(realised_keep_prob(keep_prob), dtype))
+  return jnp.einsum('bhqv,bvhk->bqhk', p_c, v.astype(dtype)), p
+
+
+@pytest.mark.parametrize('dtype, dropout', [('float32', True), ('float32', False),
+                                            ('bfloat16', True)])
+def test_softmax_dropout_values_match_autodiff_of_the_plain_form(dtype, dropout):
+  from realformer_jax.softmax_attention import softmax_dropout_values  # pylint: disable=g-import-not-at-top
+  dtype = jnp.dtype(dtype)
+  keys = jax.random.split(jax.random.key(0), 5)
+  scores = 3.0 * jax.random.normal(keys[0], (2, 3, 5, 5))
+  bias = jnp.where(jnp.arange(5) < jnp.array([[5], [3]]), 0.0, -1e9)[:, None, None, :]
+  v = jax.random.normal(keys[1], (2, 5, 3, 4)).astype(dtype)
+  divisor = jnp.asarray(3.0)
+  key = keys[2] if dropout else None
+  cotangents = (jax.random.normal(keys[3], (2, 5, 3, 4)).astype(dtype),
+                jax.random.normal(keys[4], (2, 3, 5, 5)))  # also a user of the returned p
+
+  def run(fn):
+    return jax.vjp(lambda s, b, v: fn(s, b, divisor, v, key, 0.75, dtype), scores, bias, v)
+
+  with jax.default_matmul_precision('highest'):
+    (fast_out, fast_vjp), (plain_out, plain_vjp) = run(softmax_dropout_values), run(
+        _plain_softmax_dropout_values)
+    fast_grads, plain_grads = fast_vjp(cotangents), plain_vjp(cotangents)
+  # float32: the same arithmetic up to summation order; bfloat16: p read back in bfloat16.
+  tol = 1e-5 if dtype == jnp.float32 else 2e-2
+  for fast, plain in zip(fast_out + fast_grads, plain_out + plain_grads):
+    assert fast.dtype == plain.dtype
+    np.testing.assert_allclose(np.asarray(fast, np.float32), np.asarray(plain, np.float32),
+                               rtol=tol, atol=tol)

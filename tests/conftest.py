@@ -1,5 +1,15 @@
-"""Test-wide JAX settings: CI has 2 cores, and compile time dominates these tiny models."""
+"""Test-wide JAX settings.
+
+* jax_disable_most_optimizations: CI has 2 cores, and compile time dominates these tiny models.
+* Matmul precision 'highest': the numerics tests compare against float32 / float64 references
+  (NumPy, Hugging Face, hand computations) at float32 tolerances, so every matmul in the suite
+  is full float32. That is already so on CPU; GPUs default to TF32 (10-bit mantissa, ~1e-3
+  relative error) and TPUs to bfloat16 passes. A test about lower precision sets its own with
+  `jax.default_matmul_precision(...)`. Subprocess runs (the CLI tests) compare runs with each
+  other on the same backend, not with references.
+"""
 
 import jax
 
 jax.config.update('jax_disable_most_optimizations', True)
+jax.config.update('jax_default_matmul_precision', 'highest')

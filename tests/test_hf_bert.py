@@ -1,4 +1,5 @@
-"""`post` with weights imported from Hugging Face BERT reproduces its MLM logits."""
+"""`post` with weights imported from Hugging Face BERT reproduces its MLM logits (float32
+matmuls on both sides: the suite pins jax_default_matmul_precision='highest', conftest.py)."""
 
 import jax
 import jax.numpy as jnp

@@ -88,7 +88,8 @@ def _cli(tmp_path, *flags, env=None) -> tuple[int, str]:
 def test_cli_reports_one_line_and_exit_status_1(tmp_path):
   """On 8 devices, a batch of 12 cannot split over data parallelism 8: one line, no trace."""
   status, stderr = _cli(tmp_path, *cli_flags(train__global_batch_size=12),
-                        env={'XLA_FLAGS': '--xla_force_host_platform_device_count=8'})
+                        env={'XLA_FLAGS': '--xla_force_host_platform_device_count=8',
+                             'JAX_PLATFORMS': 'cpu'})  # 8 forced CPU devices on any machine
   assert status == 1
   errors = [line for line in stderr.splitlines() if line.startswith('error:')]
   assert errors == ['error: train.global_batch_size=12: must be divisible by the data-parallel '

@@ -61,7 +61,9 @@ print('RESULTS ' + json.dumps(results))
 
 
 def test_data_fsdp_and_tensor_parallel_layouts_on_8_devices():
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8')
+  # 8 forced CPU devices, also on a machine with an accelerator.
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             JAX_PLATFORMS='cpu')
   done = subprocess.run([sys.executable, '-c', _SCRIPT], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]

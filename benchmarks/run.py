@@ -3,6 +3,14 @@
   python -m benchmarks.run            # full run, both target shapes (< 10 min on 2 cores)
   python -m benchmarks.run --quick    # smoke run, small shape only (< 2 min)
   python -m benchmarks.run --json results.json
+  python -m benchmarks.run --profile accelerator   # GPU / TPU: bf16, BERT-Base/Large at 32x512
+
+The accelerator profile (any JAX backend; meant for one GPU or TPU chip) runs bfloat16 compute
+with float32 parameters, dropout 0.1, BERT-Base and BERT-Large at 32 x 512 and BERT-Base at
+128 x 128, post / realformer / pre against Hugging Face's FlaxBertForMaskedLM in bfloat16; MFU
+against a bfloat16 8192^3 matmul timed in the same rounds; compile times; XLA's memory figures
+and the device's own peak (`memory_stats`); and a per-category device-time breakdown of every
+step from a profiler trace (benchmarks/trace_breakdown.py; `--trace_dir` keeps the traces).
 
 Everything is measured in ONE process, in interleaved rounds (one step of every candidate per
 round, order rotated), and ratios are taken per round, so load from other processes hits both
@@ -17,12 +25,14 @@ import argparse
 import dataclasses
 import datetime
 import gc
+import glob
 import json
 import math
 import os
 import platform
 import resource
 import sys
+import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
@@ -31,6 +41,7 @@ import numpy as np
 
 from benchmarks import flops as flops_lib
 from benchmarks import steps
+from benchmarks import trace_breakdown
 from benchmarks.timing import Candidate, MatmulPeak, Summary, interleave, per_round_ratio
 from realformer_jax import malloc
 
@@ -41,6 +52,12 @@ BASE = steps.Shape('bert_base', hidden=768, layers=12, heads=12, vocab=30522, se
                    batch=8)
 TINY = steps.Shape('tiny', hidden=32, layers=2, heads=2, vocab=128, seq_len=16, batch=2,
                    predictions=3)
+BASE_512 = steps.Shape('bert_base_512', hidden=768, layers=12, heads=12, vocab=30522,
+                       seq_len=512, batch=32, predictions=80)
+LARGE_512 = steps.Shape('bert_large_512', hidden=1024, layers=24, heads=16, vocab=30522,
+                        seq_len=512, batch=32, predictions=80)
+BASE_128 = steps.Shape('bert_base_128', hidden=768, layers=12, heads=12, vocab=30522,
+                       seq_len=128, batch=128, predictions=20)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +75,11 @@ class Profile:
   compile_repeats: int  # scanned compiles are repeated; loop compiles run once
   memory_shape: steps.Shape
   memory_remats: tuple = ('none', 'full', 'dots')
+  dtype: str = 'float32'  # compute dtype of both models (parameters stay float32)
+  peak_n: int = 2048  # the matmul peak: an n^3 matmul in `dtype`
+  scan_unroll: Optional[int] = None  # ours: layers per scan iteration (None: fully unrolled)
+  trace_steps: int = 0  # > 0: profile this many steps per candidate, device time by category
+  targets: str = 'cpu'  # which TARGETS apply: 'cpu' | 'accelerator'
 
 
 PROFILES = {
@@ -70,6 +92,20 @@ PROFILES = {
     'tiny': Profile(shapes=(TINY,), split_groups=(), rounds=2, warmup=1,
                     compile_shape=TINY, compile_layers=(1, 2), compile_repeats=1,
                     memory_shape=TINY, memory_remats=('none', 'full')),
+    # One GPU / TPU chip. The rolled layer scan: XLA:GPU compiles an unrolled BERT-Large step
+    # in ~165 s vs ~30 s rolled (measured on an H100); --scan_unroll overrides.
+    'accelerator': Profile(shapes=(BASE_512, LARGE_512, BASE_128), split_groups=(),
+                           rounds=10, warmup=2, compile_shape=BASE_512,
+                           compile_layers=(12, 24), compile_repeats=1,
+                           memory_shape=LARGE_512, memory_remats=('none', 'full'),
+                           dtype='bfloat16', peak_n=8192, scan_unroll=1, trace_steps=2,
+                           targets='accelerator'),
+    # The accelerator profile's code path at toy shapes (its smoke test, on any backend).
+    'accelerator_tiny': Profile(shapes=(TINY,), split_groups=(), rounds=2, warmup=1,
+                                compile_shape=TINY, compile_layers=(1, 2), compile_repeats=1,
+                                memory_shape=TINY, memory_remats=('none',), dtype='bfloat16',
+                                peak_n=256, scan_unroll=1, trace_steps=1,
+                                targets='accelerator'),
 }
 
 TARGETS = {
@@ -77,6 +113,13 @@ TARGETS = {
     'realformer_over_post': 1.05,  # step time, at every shape: at most
     'scan_compile_growth': 1.3,  # scanned compile time, deepest / shallowest: at most
     'mfu_bert_base': 0.75,  # model FLOPs utilisation at the BERT-Base shape: at least
+}
+# The accelerator profile's targets (one H100, BERT-Large 32 x 512, bf16, dropout 0.1).
+ACCELERATOR_TARGETS = {
+    'large_tokens_per_s_vs_hf': 1.5,  # post / HF: at least
+    'large_mfu_post': 0.45,  # of the measured bf16 matmul peak: at least
+    'large_realformer_over_post': 1.10,  # step time: at most
+    'large_pre_over_post': 1.0,  # step time: at most
 }
 
 
@@ -199,21 +242,44 @@ def memory_stats(compiled) -> dict:
 
 
 def build_step(shape: steps.Shape, which: str, dropout: float, *, abstract: bool = False,
-               **overrides) -> steps.Step:
+               dtype: str = 'float32', **overrides) -> steps.Step:
   batch = steps.make_batch(shape)
   if which == 'hf':
     return steps.make_hf_step(steps.hf_bert_config(shape, dropout=dropout),
                               steps.train_config(shape, dropout=dropout), batch,
-                              abstract=abstract)
-  config = steps.train_config(shape, ln_placement=which, dropout=dropout, **overrides)
+                              abstract=abstract, dtype=dtype)
+  config = steps.train_config(shape, ln_placement=which, dropout=dropout, dtype=dtype,
+                              **overrides)
   return steps.make_project_step(config, batch, abstract=abstract)
+
+
+def device_peak_bytes() -> Optional[int]:
+  """The device's own high-water mark so far (GPU / TPU `memory_stats`; None on CPU)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  return stats.get('peak_bytes_in_use')
+
+
+def trace_categories(candidate: CompiledStep, steps_to_trace: int, score_dims,
+                     trace_dir: Optional[str]) -> dict[str, float]:
+  """Device seconds per step by category (trace_breakdown.py) over `steps_to_trace` steps."""
+  directory = trace_dir and os.path.join(trace_dir, candidate.name)
+  with tempfile.TemporaryDirectory() as scratch:
+    directory = directory or scratch
+    jax.block_until_ready(candidate.state)
+    with jax.profiler.trace(directory):
+      for _ in range(steps_to_trace):
+        candidate()
+    paths = sorted(glob.glob(os.path.join(directory, '**', '*.xplane.pb'), recursive=True),
+                   key=os.path.getmtime)
+    categories = trace_breakdown.categorize_hlo(candidate.compiled.as_text(), score_dims)
+    return trace_breakdown.device_time_by_category(paths[-1], categories, steps_to_trace)
 
 
 # ---------------------------------------------------------------------------------------------
 # Sections.
 
 def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dropout: float,
-                        peak: MatmulPeak, log) -> dict:
+                        peak: MatmulPeak, log, trace_dir: Optional[str] = None) -> dict:
   """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape."""
   section = f'train_{shape.name}'
   model_flops = flops_lib.model_flops(shape)
@@ -223,14 +289,21 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
   ratios: dict[str, list] = {'post_vs_hf': [], 'realformer_vs_post': [], 'pre_vs_post': [],
                              'realformer_vs_hf': [], 'pre_vs_hf': []}
   hf_memory: dict = {}
+  device_peaks: dict[str, int] = {}
+  breakdowns: dict[str, dict] = {}
+  unroll = profile.scan_unroll or shape.layers
   groups = ([['post', 'hf'], ['post', 'realformer', 'pre']] if shape.name in profile.split_groups
             else [['post', 'realformer', 'pre', 'hf']])
   for group in groups:
     for name in group:
       if name not in compiled:
         log(f'[{shape.name}] compiling {name} train step')
-        compiled[name] = CompiledStep(name, build_step(shape, name, dropout,
-                                                       scan_unroll=shape.layers))
+        step = build_step(shape, name, dropout, dtype=profile.dtype,
+                          **({} if name == 'hf' else {'scan_unroll': unroll}))
+        compiled[name] = CompiledStep(name, step)
+        del step
+        report.add(section, f'{_label(name)} compile (trace+lower+compile)', 's',
+                   compiled[name].lower_s + compiled[name].compile_s)
     candidates = [Candidate(name, compiled[name]) for name in group]
     round_peaks: list[float] = []
 
@@ -244,6 +317,15 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
     for c in candidates:
       times[c.name].extend(c.times)
       peaks[c.name].extend(round_peaks)
+    device_peak = device_peak_bytes()
+    if device_peak is not None:
+      device_peaks['+'.join(group)] = device_peak
+    if profile.trace_steps:
+      for name in group:
+        if name not in breakdowns:
+          log(f'[{shape.name}] tracing {profile.trace_steps} {name} step(s)')
+          breakdowns[name] = trace_categories(compiled[name], profile.trace_steps,
+                                              (shape.seq_len, shape.seq_len), trace_dir)
     t = {c.name: c.times for c in candidates}
     if 'hf' in t:
       for name in LAYOUTS:
@@ -273,8 +355,8 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
   report.add(section, 'step time realformer / post', 'x', ratios['realformer_vs_post'],
              'RealFormer overhead')
   report.add(section, 'step time pre / post', 'x', ratios['pre_vs_post'])
-  report.add(section, 'matmul peak (f32 2048^3, best of 3/round)', 'GFLOP/s',
-             [p / 1e9 for p in peaks['post']])
+  report.add(section, f'matmul peak ({_dtype_name(profile.dtype)} {profile.peak_n}^3, best '
+             f'of 3/round)', 'GFLOP/s', [p / 1e9 for p in peaks['post']])
   report.add(section, 'model FLOPs per step', 'GFLOP', model_flops / 1e9,
              'formula in benchmarks/flops.py')
   report.add(section, 'HF executed FLOPs per step', 'GFLOP',
@@ -283,8 +365,29 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
     label = 'HF' if name == 'hf' else name
     report.add(section, f'MFU {label} (model FLOPs / time / peak)', 'frac',
                [model_flops / t / p for t, p in zip(times[name], peaks[name])])
+  for name in ('post', 'realformer', 'pre'):
+    if compiled.get(name) and compiled[name].memory:
+      report.add(section, f'{name} XLA step memory (args + out + temp - aliased)', 'MB',
+                 compiled[name].memory['peak'] / 1e6)
+  for group, peak_bytes in device_peaks.items():
+    report.add(section, f'device peak bytes in use after {group}', 'MB', peak_bytes / 1e6,
+               'memory_stats high-water mark of the process so far')
+  for name, breakdown in breakdowns.items():
+    for category, seconds in breakdown.items():
+      report.add(f'trace_{shape.name}', f'{_label(name)}: {category}', 'ms', seconds * 1e3)
+    report.add(f'trace_{shape.name}', f'{_label(name)}: total device time', 'ms',
+               sum(breakdown.values()) * 1e3)
   return {'ratios': ratios, 'times': times, 'peaks': peaks, 'model_flops': model_flops,
-          'hf_memory': hf_memory, 'post_memory': compiled['post'].memory}
+          'hf_memory': hf_memory, 'post_memory': compiled['post'].memory,
+          'breakdowns': breakdowns}
+
+
+def _label(name: str) -> str:
+  return 'HF FlaxBertForMaskedLM' if name == 'hf' else name
+
+
+def _dtype_name(dtype: str) -> str:
+  return {'float32': 'f32', 'bfloat16': 'bf16', 'float16': 'f16'}[dtype]
 
 
 def measure_compile_times(report: Report, profile: Profile, dropout: float, log) -> dict:
@@ -297,7 +400,8 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, log)
       repeats = profile.compile_repeats if scan else 1
       totals, compiles = [], []
       for _ in range(repeats):
-        step = build_step(shape, 'post', dropout, abstract=True, scan_layers=scan)
+        step = build_step(shape, 'post', dropout, abstract=True, scan_layers=scan,
+                          dtype=profile.dtype)
         c = CompiledStep('post', step)
         totals.append(c.lower_s + c.compile_s)
         compiles.append(c.compile_s)
@@ -312,7 +416,8 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, log)
 
 
 def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dropout: float,
-                   timed_post_memory: dict, hf_memory: dict, log) -> dict:
+                   timed_post_memory: dict, hf_memory: dict, log,
+                   dtype: str = 'float32') -> dict:
   """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer, on the
   rolled layer scan (where remat applies per layer); plus the unrolled post step timed above."""
   section = 'memory'
@@ -321,7 +426,7 @@ def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dr
     for remat in remats:
       log(f'[memory] compiling {layout} remat={remat}')
       c = CompiledStep(layout, build_step(shape, layout, dropout, abstract=True,
-                                          remat_policy=remat, scan_unroll=1))
+                                          remat_policy=remat, scan_unroll=1, dtype=dtype))
       m = c.memory
       del c
       gc.collect()
@@ -388,7 +493,8 @@ def machine_info() -> dict:
 
 def run(profile: Profile, profile_name: str, dropout: float = 0.1,
         json_path: Optional[str] = None, out: Callable[[str], None] = print,
-        sections: Sequence[str] = ('train', 'compile', 'memory')) -> Report:
+        sections: Sequence[str] = ('train', 'compile', 'memory'),
+        trace_dir: Optional[str] = None) -> Report:
   report = Report(out)
   report.meta = dict(machine_info(), profile=profile_name, dropout=dropout)
   started = time.perf_counter()
@@ -403,11 +509,12 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
       f'x{meta["cores"]} ({meta["simd"]}), jax {jax.__version__}, load avg '
       f'{meta["load_avg_start"][0]:.2f}, GLIBC_TUNABLES={meta["glibc_tunables"] or "(unset)"}, '
       f'THP {meta["transparent_hugepage"]}')
-  peak = MatmulPeak()
+  peak = MatmulPeak(profile.peak_n, profile.dtype)
   train = {}
   if 'train' in sections:
     for shape in profile.shapes:
-      train[shape.name] = measure_train_steps(report, shape, profile, dropout, peak, log)
+      train[shape.name] = measure_train_steps(report, shape, profile, dropout, peak, log,
+                                              trace_dir)
       gc.collect()  # the compiled steps and their train states
   compile_results = {}
   if 'compile' in sections:
@@ -415,24 +522,31 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   if 'memory' in sections:
     at_shape = train.get(profile.memory_shape.name, {})
     measure_memory(report, profile.memory_shape, profile.memory_remats, dropout,
-                   at_shape.get('post_memory', {}), at_shape.get('hf_memory', {}), log)
+                   at_shape.get('post_memory', {}), at_shape.get('hf_memory', {}), log,
+                   profile.dtype)
   report.meta['load_avg_end'] = os.getloadavg()
   report.meta['load_1min_during'] = Summary.of(loads).as_dict()
   report.meta['wall_s'] = time.perf_counter() - started
   report.meta['max_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
   out('')
+  unrolled = ('fully unrolled (model.scan_unroll = layers, as configs/bert.py sets for '
+              'Small/Base)' if profile.scan_unroll is None else
+              f'scan_unroll={profile.scan_unroll} (1 = the rolled scan)')
   out(f'Setup: the project\'s train step (realformer_jax.train: forward + backward + clip + '
-      f'AdamW, state donated) for both models, fp32, seq {profile.shapes[0].seq_len}, dropout '
-      f'{dropout} in both; ours with the layer scan fully unrolled (model.scan_unroll = '
-      f'layers, as configs/bert.py sets for Small/Base); {profile.rounds} timed rounds after '
-      f'{profile.warmup} warm-up, interleaved. Spread: IQR and min-max over rounds.')
+      f'AdamW, state donated) for both models, {profile.dtype} compute with float32 '
+      f'parameters, dropout {dropout} in both, on {jax.devices()[0].device_kind}; ours with the '
+      f'layer scan {unrolled}; {profile.rounds} timed rounds after {profile.warmup} warm-up, '
+      f'interleaved. Spread: IQR and min-max over rounds.')
   for shape in profile.shapes:
     report.print_section(
         f'train_{shape.name}',
         f'Train step, {shape.name}: hidden {shape.hidden}, {shape.layers} layers, '
         f'{shape.heads} heads, vocab {shape.vocab}, batch {shape.batch} x seq '
         f'{shape.seq_len} ({shape.tokens} tokens, {shape.predictions} masked/seq)')
+    if train.get(shape.name, {}).get('breakdowns'):
+      report.print_section(f'trace_{shape.name}', f'Device time per step by category, '
+                           f'{shape.name} (profiler trace, benchmarks/trace_breakdown.py)')
   if compile_results:
     report.print_section('compile', f'Compile time of the post train step (hidden '
                          f'{profile.compile_shape.hidden}), scanned vs Python loop')
@@ -444,9 +558,22 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   out(f'\nLoad average (1 min) during the run: median {loads_s.median:.2f}, '
       f'max {loads_s.hi:.2f}; wall {report.meta["wall_s"]:.0f}s; peak RSS '
       f'{report.meta["max_rss_mb"]:.0f} MB')
+  if profile.targets == 'accelerator':
+    _accelerator_targets(report, profile, profile_name, train)
+  else:
+    _cpu_targets(report, profile, profile_name, train, compile_results)
+  if json_path:
+    with open(json_path, 'w') as f:
+      json.dump(report.as_dict(), f, indent=1, default=str)
+    out(f'\nSaved {json_path}')
+  return report
+
+
+def _cpu_targets(report: Report, profile: Profile, profile_name: str, train: dict,
+                 compile_results: dict) -> None:
   applicable = profile == PROFILES['full']
-  out('\nTargets' + ('' if applicable else
-                     f' ({profile_name} profile, changed or reduced: INFO only)'))
+  report.out('\nTargets' + ('' if applicable else
+                            f' ({profile_name} profile, changed or reduced: INFO only)'))
   for name, res in train.items():
     s = Summary.of(res['ratios']['post_vs_hf'])
     report.target('tokens_per_s_vs_hf', f'tokens/s post / HF at {name}', s.median,
@@ -461,22 +588,51 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
               / np.median(compile_results[('scanned', lo)]))
     report.target('scan_compile_growth', f'scanned compile time {hi} / {lo} layers',
                   float(growth), TARGETS['scan_compile_growth'], False, None, applicable)
-  if 'bert_base' in train or train:
+  if train:
     name = 'bert_base' if 'bert_base' in train else list(train)[-1]
     res = train[name]
     s = Summary.of([res['model_flops'] / t / p
                     for t, p in zip(res['times']['post'], res['peaks']['post'])])
     report.target('mfu_bert_base', f'MFU post at {name}', s.median, TARGETS['mfu_bert_base'],
                   True, s, applicable and name == 'bert_base')
-  if json_path:
-    with open(json_path, 'w') as f:
-      json.dump(report.as_dict(), f, indent=1, default=str)
-    out(f'\nSaved {json_path}')
-  return report
+
+
+def _accelerator_targets(report: Report, profile: Profile, profile_name: str,
+                         train: dict) -> None:
+  """Issue targets at BERT-Large 32 x 512 on one accelerator (INFO on CPU or other shapes)."""
+  name = LARGE_512.name if LARGE_512.name in train else (list(train)[-1] if train else None)
+  applicable = (profile == PROFILES['accelerator'] and jax.default_backend() != 'cpu'
+                and name == LARGE_512.name)
+  report.out('\nTargets (one accelerator, BERT-Large 32 x 512, bf16)' + (
+      '' if applicable else f' ({profile_name} profile on {jax.default_backend()}: INFO only)'))
+  if name is None:
+    return
+  res = train[name]
+  checks = (
+      ('large_tokens_per_s_vs_hf', f'tokens/s post / HF at {name}', res['ratios']['post_vs_hf'],
+       True),
+      ('large_mfu_post', f'MFU post (of the measured bf16 peak) at {name}',
+       [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])],
+       True),
+      ('large_realformer_over_post', f'step time realformer / post at {name}',
+       res['ratios']['realformer_vs_post'], False),
+      ('large_pre_over_post', f'step time pre / post at {name}', res['ratios']['pre_vs_post'],
+       False),
+  )
+  for target, text, values, at_least in checks:
+    s = Summary.of(values)
+    report.target(target, text, s.median, ACCELERATOR_TARGETS[target], at_least, s, applicable)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Report:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--profile', choices=('full', 'quick', 'tiny', 'accelerator'),
+                      help='what to measure: full (CPU, default), quick, tiny, or accelerator '
+                      '(GPU / TPU: bf16, BERT-Base/Large 32x512, traces); --tiny with '
+                      'accelerator runs its code path at toy shapes')
+  parser.add_argument('--trace_dir', help='accelerator profile: keep the profiler traces here')
+  parser.add_argument('--scan_unroll', type=int,
+                      help="ours: layers per scan iteration (default: the profile's)")
   parser.add_argument('--quick', action='store_true', help='small shape only (< 2 min)')
   parser.add_argument('--tiny', action='store_true',
                       help='with --quick (or alone): the quick run at toy shapes (the smoke test)')
@@ -494,14 +650,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Report:
   args = parser.parse_args(argv)
   if argv is None:  # a command line, not a call from Python (tests)
     malloc.reexec_with(args.malloc)
-  name = 'tiny' if args.tiny else 'quick' if args.quick else 'full'
+  name = args.profile or ('tiny' if args.tiny else 'quick' if args.quick else 'full')
+  if args.profile and args.tiny:
+    name = f'{args.profile}_tiny' if f'{args.profile}_tiny' in PROFILES else 'tiny'
   profile = PROFILES[name]
+  if args.scan_unroll:
+    profile = dataclasses.replace(profile, scan_unroll=args.scan_unroll)
   if args.shapes:
-    shapes = {s.name: s for s in (SMALL, BASE, TINY)}
+    shapes = {s.name: s for s in (SMALL, BASE, TINY, BASE_512, LARGE_512, BASE_128)}
     profile = dataclasses.replace(profile, shapes=tuple(shapes[s] for s in args.shapes.split(',')))
   if args.rounds:
     profile = dataclasses.replace(profile, rounds=args.rounds)
-  return run(profile, name, args.dropout, args.json, sections=tuple(args.sections.split(',')))
+  return run(profile, name, args.dropout, args.json, sections=tuple(args.sections.split(',')),
+             trace_dir=args.trace_dir)
 
 
 if __name__ == '__main__':

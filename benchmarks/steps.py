@@ -147,10 +147,12 @@ class HFMaskedLM:
 
 
 def make_hf_step(hf_config, config: ml_collections.ConfigDict, batch: dict, seed: int = 1,
-                 abstract: bool = False) -> Step:
-  """The project's train step around FlaxBertForMaskedLM (same optimizer, loss, checks)."""
+                 abstract: bool = False, dtype: str = 'float32') -> Step:
+  """The project's train step around FlaxBertForMaskedLM (same optimizer, loss, checks);
+  `dtype` is HF's compute dtype (its parameters stay float32, as ours)."""
   import transformers  # optional dependency (the 'test' extra)
-  hf_model = transformers.FlaxBertForMaskedLM(hf_config, seed=seed, _do_init=False)
+  hf_model = transformers.FlaxBertForMaskedLM(hf_config, seed=seed, dtype=jnp.dtype(dtype),
+                                               _do_init=False)
   tx = state_lib.make_optimizer(config.train)
   fn = jax.jit(step_lib.make_train_step(HFMaskedLM(hf_model), tx, config.train),
                donate_argnums=0)

@@ -73,13 +73,14 @@ def interleave(candidates: Sequence[Candidate], rounds: int, warmup: int = 1,
 
 
 class MatmulPeak:
-  """A jitted float32 n^3 matmul, the yardstick for model FLOPs utilisation."""
+  """A jitted n^3 matmul in `dtype` (float32 on CPU, bfloat16 on accelerators), the yardstick
+  for model FLOPs utilisation."""
 
-  def __init__(self, n: int = 2048, seed: int = 0):
+  def __init__(self, n: int = 2048, dtype: str = 'float32', seed: int = 0):
     self.n = n
     key_a, key_b = jax.random.split(jax.random.key(seed))
-    self.a = jax.random.normal(key_a, (n, n), jnp.float32)
-    self.b = jax.random.normal(key_b, (n, n), jnp.float32)
+    self.a = jax.random.normal(key_a, (n, n), dtype)
+    self.b = jax.random.normal(key_b, (n, n), dtype)
     self.fn = jax.jit(jnp.matmul)
     self.fn(self.a, self.b).block_until_ready()
 

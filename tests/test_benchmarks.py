@@ -51,3 +51,26 @@ def test_loop_benchmark_compares_the_loop_with_the_bare_step():
       'train.global_batch_size=8'])
   assert len(result['ratios']) == 1 and result['status'] in ('PASS', 'MISS')
   assert all(math.isfinite(x) and x > 0 for x in result['bare'] + result['loop'])
+
+
+def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
+  # The GPU / TPU profile (bf16, interleaved HF comparison, device-time breakdown from a
+  # profiler trace, the accelerator targets) at toy shapes on whatever backend runs the suite.
+  path = tmp_path / 'accelerator.json'
+  bench.main(['--profile', 'accelerator', '--tiny', '--sections', 'train', '--json', str(path),
+              '--trace_dir', str(tmp_path / 'traces')])
+  saved = json.loads(path.read_text())
+  assert saved['meta']['profile'] == 'accelerator_tiny'
+  rows = {(r['section'], r['metric']): r for r in saved['rows']}
+  assert ('train_tiny', 'matmul peak (bf16 256^3, best of 3/round)') in rows
+  for name in ('post', 'realformer', 'pre', 'HF FlaxBertForMaskedLM'):
+    total = rows[('trace_tiny', f'{name}: total device time')]['median']
+    parts = [r['median'] for (section, metric), r in rows.items()
+             if section == 'trace_tiny' and metric.startswith(f'{name}: ')
+             and not metric.endswith('total device time')]
+    assert total > 0 and math.isclose(sum(parts), total, rel_tol=1e-6)
+    assert rows[('trace_tiny', f'{name}: matmul')]['median'] > 0
+    assert rows[('train_tiny', f'{name} compile (trace+lower+compile)')]['median'] > 0
+  assert (tmp_path / 'traces' / 'post').is_dir()
+  assert {t['target'] for t in saved['targets']} == set(bench.ACCELERATOR_TARGETS)
+  assert {t['status'] for t in saved['targets']} == {'INFO'}  # toy shapes: never PASS/MISS

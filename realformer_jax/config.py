@@ -23,6 +23,7 @@ PARAMETERIZATIONS = ('standard', 'ntk')
 ACTIVATIONS = ('gelu', 'gelu_tanh', 'relu', 'normalized_sigmoid', 'selu')
 DTYPES = ('float32', 'bfloat16', 'float16')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
+RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 
 
 class ConfigError(ValueError):
@@ -76,6 +77,11 @@ class ModelConfig:
   # numbers and the same stacked parameter layout for every value; must divide num_layers.
   scan_unroll: int = 1
   remat_policy: str = 'none'  # rematerialisation of each layer: see REMAT_POLICIES
+  # Residual attention's backward pass: 'saved' (autodiff, per the remat policy) or
+  # 'recomputed': no layer's carried [B, H, L, L] sum is saved; going down the stack
+  # acc_{l-1} = acc_l - s_l is rebuilt and each layer recomputed (recomputed_scores.py).
+  # O(1) instead of O(num_layers) score-sized buffers: for long sequences. Needs scan_layers.
+  residual_scores_backward: str = 'saved'
 
   @property
   def head_dim(self) -> int:
@@ -119,6 +125,7 @@ class ModelConfig:
         'dtype': DTYPES,
         'param_dtype': DTYPES,
         'remat_policy': REMAT_POLICIES,
+        'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)
@@ -145,6 +152,9 @@ class ModelConfig:
                         f'model.num_layers={self.num_layers}')
     if self.entropy_base_len < 2:
       raise ConfigError(f'model.entropy_base_len={self.entropy_base_len}: must be >= 2')
+    if self.residual_scores_backward == 'recomputed' and not self.scan_layers:
+      raise ConfigError("model.residual_scores_backward='recomputed': needs "
+                        'model.scan_layers=True (it runs its own scan over the stacked layers)')
     if self.residual_attention not in (None, True, False):
       raise ConfigError(f'model.residual_attention={self.residual_attention!r}: '
                         'must be None, True or False')

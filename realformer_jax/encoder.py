@@ -18,6 +18,8 @@ from realformer_jax.block import EncoderLayer
 from realformer_jax.config import ModelConfig
 from realformer_jax.embeddings import Embeddings
 from realformer_jax.normalization import Norm
+from realformer_jax.params import unbox
+from realformer_jax.recomputed_scores import residual_stack
 
 REMAT_POLICIES = {
     'full': jax.checkpoint_policies.nothing_saveable,
@@ -95,8 +97,12 @@ class Encoder(nn.Module):
         batch, length = input_ids_BxL.shape
         scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
         scores = nn.with_logical_constraint(scores, SCORES_AXES)
-      (x_BxLxD, _), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers),
-                                    bias_Bx1x1xL, scale, gate, deterministic)
+      if self._recompute_scores():
+        x_BxLxD = self._recomputed_stack(x_BxLxD, scores, bias_Bx1x1xL, scale, gate,
+                                         deterministic)
+      else:
+        (x_BxLxD, _), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers),
+                                      bias_Bx1x1xL, scale, gate, deterministic)
     else:
       scores = None
       for index, layer in enumerate(self.layers):
@@ -105,6 +111,34 @@ class Encoder(nn.Module):
     if cfg.ln_placement == 'pre':
       x_BxLxD = self.final_norm(x_BxLxD)
     return x_BxLxD
+
+  def _recompute_scores(self) -> bool:
+    # Analysis collections (sown maps, perturbation probes) take the plain scan, which
+    # records them; the recomputed path is for training.
+    cfg = self.config
+    return (cfg.use_residual_attention and cfg.residual_scores_backward == 'recomputed'
+            and not self.is_initializing()
+            and not self.is_mutable_collection('intermediates')
+            and not self.has_variable('perturbations', 'layers'))
+
+  def _recomputed_stack(self, x_BxLxD, scores, bias_Bx1x1xL, scale, gate, deterministic):
+    """The scanned layers through recomputed_scores.residual_stack (same parameters)."""
+    cfg = self.config
+    params_N = unbox(self.variables['params']['layers'])
+    layer = EncoderLayer(cfg, parent=None)  # unbound: applied to one layer's params at a time
+    keys_N = None
+    if not deterministic and (cfg.dropout_rate > 0 or cfg.attention_dropout_rate > 0):
+      keys_N = jax.random.split(self.make_rng('dropout'), cfg.num_layers)
+
+    def layer_fn(params_l, x, acc, index, key, aux):
+      bias, layer_scale, layer_gate = aux
+      (y, acc_new), _ = layer.apply(
+          {'params': params_l}, (x, acc), index, bias, layer_scale, layer_gate, deterministic,
+          rngs=None if key is None else {'dropout': key})
+      return y, acc_new
+
+    return residual_stack(layer_fn, params_N, x_BxLxD, scores, keys_N,
+                          (bias_Bx1x1xL, scale, gate))
 
   def attend(self, h_BxPxD: jax.Array) -> jax.Array:
     """Tied decoder: hidden states -> vocabulary logits through the word embeddings."""

@@ -74,3 +74,14 @@ def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
   assert (tmp_path / 'traces' / 'post').is_dir()
   assert {t['target'] for t in saved['targets']} == set(bench.ACCELERATOR_TARGETS)
   assert {t['status'] for t in saved['targets']} == {'INFO'}  # toy shapes: never PASS/MISS
+
+
+def test_long_sequence_benchmark_at_toy_size():
+  from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
+  variants = ('realformer saved', 'realformer recomputed')
+  results = long_sequences.main(['--lengths', '64', '--hidden', '32', '--layers', '2',
+                                 '--heads', '2', '--dtype', 'float32', '--run', '1',
+                                 '--variants', ','.join(variants)])
+  assert set(results) == {(64, name) for name in variants}
+  for result in results.values():
+    assert result['xla_peak_gb'] > 0 and result['step_s'] > 0

@@ -23,3 +23,23 @@ def test_readme_commands_match_ci():
   ci = (README.parent / '.ci' / 'run').read_text()
   test_command = re.search(r'^python3 -m venv .venv && .*pytest.*$', ci, flags=re.M).group(0)
   assert test_command in text, 'README test command differs from .ci/run'
+
+
+def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
+  # The example compiles the paper's Large step; here at the toy width of test_configs.py
+  # (same depth, heads, remat, 'auto' accumulation), which is what the example's code path is.
+  from configs import realformer_large  # pylint: disable=import-outside-toplevel
+  from test_configs import _TRAIN_TOY_FLAGS  # pylint: disable=import-outside-toplevel
+  block = next(b for b in _python_blocks() if 'memory_analysis()' in b)
+  paper_config = realformer_large.get_config
+
+  def toy_config():
+    config = paper_config()
+    for key, value in _TRAIN_TOY_FLAGS.items():
+      section, field = key.split('.')
+      config[section][field] = value
+    return config
+
+  monkeypatch.setattr(realformer_large, 'get_config', toy_config)
+  exec(compile(block, 'README.md', 'exec'), {})  # noqa: S102
+  assert 'temp_size_in_bytes' in capsys.readouterr().out

@@ -60,7 +60,12 @@ def make_setup(config: ml_collections.ConfigDict,
 
 def compile_train_step(config: ml_collections.ConfigDict,
                        setup: Optional[TrainSetup] = None) -> jax.stages.Compiled:
-  """The compiled `train_step(state, batch, rng) -> (state, metrics)`; the state is donated."""
+  """The compiled `train_step(state, batch, rng) -> (state, metrics)`; the state is donated.
+
+  With `train.grad_accum_steps='auto'` the accumulation is chosen first (accumulation.py)."""
+  if config.train.grad_accum_steps == 'auto':
+    from realformer_jax.train import accumulation  # pylint: disable=import-outside-toplevel
+    return accumulation.resolve(config, validation.validate_config(config)).compiled
   setup = setup or make_setup(config)
   train_step = step_lib.make_train_step(setup.model, setup.tx, config.train,
                                         setup.layout.param_shardings)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from realformer_jax import initializers
 from realformer_jax.config import ModelConfig
 from realformer_jax.layers import DenseGeneral
+from realformer_jax.rotary import apply_rotary
 from realformer_jax.softmax_attention import softmax_dropout_values
 
 SCORES_AXES = ('batch', 'heads', 'length', 'kv_length')
@@ -85,6 +86,9 @@ class ResidualSelfAttention(nn.Module):
     q_BxLxHxK = qkv_BxLx3xHxK[:, :, 0]
     k_BxLxHxK = qkv_BxLx3xHxK[:, :, 1]
     v_BxLxHxK = qkv_BxLx3xHxK[:, :, 2]
+    if cfg.position_embedding == 'rope':  # relative positions: q_m . k_n sees only n - m
+      q_BxLxHxK = apply_rotary(q_BxLxHxK, cfg.rope_base)
+      k_BxLxHxK = apply_rotary(k_BxLxHxK, cfg.rope_base)
 
     logits_BxHxLxL = jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK,
                                 preferred_element_type=jnp.float32)

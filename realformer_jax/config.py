@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 LN_PLACEMENTS = ('post', 'pre', 'realformer', 'none')
 ATTENTION_SCALES = ('standard', 'entropy_invariant', 't5')
+POSITION_EMBEDDINGS = ('learned', 'rope', 'none')
 NORMS = ('layernorm', 'rmsnorm')
 RESIDUAL_BRANCHES = ('plain', 'rezero', 'skipinit', 'fixed_schedule')
 INITS = ('bert', 'truncated_normal', 'lecun', 'xavier', 'he', 'ds_init')
@@ -39,7 +40,7 @@ class ModelConfig:
   num_layers: int = 12  # encoder layers (the scan length)
   num_heads: int = 12  # attention heads; must divide hidden_size
   mlp_dim: int = 3072  # feed-forward inner size
-  max_len: int = 512  # size of the learned position table
+  max_len: int = 512  # size of the learned position table (no limit under rope / none)
   type_vocab_size: int = 2  # segment (token type) vocabulary
   dropout_rate: float = 0.1  # embeddings and residual branches
   attention_dropout_rate: float = 0.1  # on attention probabilities only
@@ -48,6 +49,10 @@ class ModelConfig:
   residual_attention: Optional[bool] = None  # None: on iff ln_placement == 'realformer'
   running_mean: bool = False  # softmax sees sum/(l+1) (paper: xLarge only)
   attention_scale: str = 'standard'  # 'standard' 1/sqrt(d) | 'entropy_invariant' | 't5'
+  # 'learned' (BERT's absolute table, added to the embeddings) | 'rope' (rotary, applied to
+  # queries and keys per head: relative offsets, any length; rotary.py) | 'none'
+  position_embedding: str = 'learned'
+  rope_base: float = 10000.0  # rotary angle base: theta_i = rope_base^(-2i / head_dim)
   entropy_base_len: int = 512  # n at which entropy-invariant scaling equals 1/sqrt(d)
 
   norm: str = 'layernorm'  # 'layernorm' | 'rmsnorm'
@@ -117,6 +122,7 @@ class ModelConfig:
     choices = {
         'ln_placement': LN_PLACEMENTS,
         'attention_scale': ATTENTION_SCALES,
+        'position_embedding': POSITION_EMBEDDINGS,
         'norm': NORMS,
         'residual_branch': RESIDUAL_BRANCHES,
         'init': INITS,
@@ -144,7 +150,10 @@ class ModelConfig:
       value = getattr(self, name)
       if not 0.0 <= value < 1.0:
         raise ConfigError(f'model.{name}={value!r}: must be in [0, 1)')
-    for name in ('norm_epsilon', 'init_std', 'ds_init_gamma', 'ds_init_alpha'):
+    if self.position_embedding == 'rope' and self.head_dim % 2:
+      raise ConfigError(f'model.position_embedding=rope: rotates feature pairs, so the head '
+                        f'size model.hidden_size/model.num_heads={self.head_dim} must be even')
+    for name in ('norm_epsilon', 'init_std', 'ds_init_gamma', 'ds_init_alpha', 'rope_base'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'model.{name}={getattr(self, name)!r}: must be positive')
     if self.num_layers % self.scan_unroll:

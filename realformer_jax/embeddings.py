@@ -29,7 +29,8 @@ class Embeddings(nn.Module):
         embedding_init=nn.with_logical_partitioning(initializers.embedding_init(cfg), axes),
         dtype=cfg.compute_dtype, param_dtype=cfg.storage_dtype)
     self.word = embed(cfg.vocab_size, ('vocab', 'embed'))
-    self.position = embed(cfg.max_len, (None, 'embed'))
+    if cfg.position_embedding == 'learned':  # rope acts in attention; none has no positions
+      self.position = embed(cfg.max_len, (None, 'embed'))
     self.segment = embed(cfg.type_vocab_size, (None, 'embed'))
     self.norm = Norm(cfg)
     self.dropout = Dropout(cfg.dropout_rate)
@@ -38,12 +39,14 @@ class Embeddings(nn.Module):
                deterministic: bool = True) -> jax.Array:
     cfg = self.config
     length = input_ids_BxL.shape[1]
-    if length > cfg.max_len:
-      raise ValueError(f'sequence length {length} exceeds model.max_len='
-                       f'{cfg.max_len} (the position table)')
     dtype = cfg.compute_dtype
-    # Positions 0..L-1 are a static slice: its gradient pads instead of scattering.
-    position_1xLxD = self.position.embedding[None, :length].astype(dtype)
+    x_BxLxD = self.word(input_ids_BxL)
+    if cfg.position_embedding == 'learned':
+      if length > cfg.max_len:
+        raise ValueError(f'sequence length {length} exceeds model.max_len={cfg.max_len} (the '
+                         "learned position table; position_embedding='rope' has no limit)")
+      # Positions 0..L-1 are a static slice: its gradient pads instead of scattering.
+      x_BxLxD = x_BxLxD + self.position.embedding[None, :length].astype(dtype)
     if cfg.type_vocab_size <= ONE_HOT_MAX_ROWS:
       one_hot_BxLxT = jax.nn.one_hot(segment_ids_BxL, cfg.type_vocab_size, dtype=dtype)
       # HIGHEST: a TF32 matmul (the GPU default for float32) would round the rows.
@@ -52,7 +55,7 @@ class Embeddings(nn.Module):
                                  precision=jax.lax.Precision.HIGHEST)
     else:
       segment_BxLxD = self.segment(segment_ids_BxL)
-    x_BxLxD = self.word(input_ids_BxL) + position_1xLxD + segment_BxLxD
+    x_BxLxD = x_BxLxD + segment_BxLxD
     x_BxLxD = self.norm(x_BxLxD)
     x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'embed'))
     return self.dropout(x_BxLxD, deterministic=deterministic)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +29,14 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. a non-finite loss). The message names the step."""
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       on_log: Optional[Callable[[int, int, dict], None]] = None
+                       ) -> dict[str, Any]:
   """Trains until train.stop_at_step (or num_train_steps), resuming from the latest checkpoint
-  in `workdir`. Returns the final eval metrics, the baseline and the step reached."""
+  in `workdir`. Returns the final eval metrics, the baseline and the step reached.
+
+  `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
+  line of an experiment that runs many trainings)."""
   model_config = validation.validate_config(config)
   distributed.initialize(config.distributed)
   validation.check_devices(config, jax.device_count(), jax.process_count())
@@ -55,7 +60,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     step = int(jax.device_get(state.step))
     last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
-    log = _TrainLog(writer, config, start_step=step, stop_step=stop)
+    log = _TrainLog(writer, config, start_step=step, stop_step=stop, on_log=on_log)
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py).
     batches = prefetch.DevicePrefetcher(train_iter, setup.batch_sharding,
@@ -171,7 +176,9 @@ class _TrainLog:
   """Host side of the train metrics: finiteness check, sums per log interval, output."""
 
   def __init__(self, writer: metrics_lib.MetricWriter, config: ml_collections.ConfigDict,
-               start_step: int, stop_step: int):
+               start_step: int, stop_step: int,
+               on_log: Optional[Callable[[int, int, dict], None]] = None):
+    self._on_log = on_log
     self._writer = writer
     self._every = config.train.log_every_steps
     self._start = start_step
@@ -204,6 +211,8 @@ class _TrainLog:
       scalars.update(diagnostics.flatten_metrics(values['layer_grad_norms'], 'train/grad_norm'))
     self._sums = None
     self._writer.scalars(step, scalars)
+    if self._on_log is not None:
+      self._on_log(step, self._stop, scalars)
     self._writer.print(
         f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
         f'acc {scalars["train/mlm_accuracy"]:.4f} | lr {scalars["train/learning_rate"]:.2e} | '

@@ -37,7 +37,7 @@ def validate_config(config: ml_collections.ConfigDict, *, device_count: Optional
   _check_known_fields(config)
   model = ModelConfig.from_mapping(config.model)
   validate_data_config(config.data)
-  if config.data.max_len > model.max_len:
+  if model.position_embedding == 'learned' and config.data.max_len > model.max_len:
     raise ConfigError(f'data.max_len={config.data.max_len}: sequence longer than the position '
                       f'table model.max_len={model.max_len}')
   if config.data.vocab_size > model.vocab_size:

@@ -24,6 +24,7 @@ PARAMETERIZATIONS = ('standard', 'ntk')
 ACTIVATIONS = ('gelu', 'gelu_tanh', 'relu', 'normalized_sigmoid', 'selu')
 DTYPES = ('float32', 'bfloat16', 'float16')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
+DECODER_ATTENTIONS = ('standard', 'aan', 'merged')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 
 
@@ -88,6 +89,13 @@ class ModelConfig:
   # O(1) instead of O(num_layers) score-sized buffers: for long sequences. Needs scan_layers.
   residual_scores_backward: str = 'saved'
 
+  # Encoder-decoder models only (seq2seq.py): decoder depth, and its attention: 'standard'
+  # (masked self-attention, cross-attention, FFN), 'aan' (average attention with FFN and
+  # gating instead of self-attention), 'merged' (DS-Init paper: AAN + cross-attention in one
+  # sublayer, then FFN). num_layers is the encoder's depth.
+  num_decoder_layers: int = 6
+  decoder_attention: str = 'standard'
+
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
@@ -132,13 +140,15 @@ class ModelConfig:
         'param_dtype': DTYPES,
         'remat_policy': REMAT_POLICIES,
         'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
+        'decoder_attention': DECODER_ATTENTIONS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)
       if value not in allowed:
         raise ConfigError(f'model.{name}={value!r}: must be one of {", ".join(allowed)}')
     positive = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'max_len',
-                'type_vocab_size', 'entropy_base_len', 'gate_schedule_steps', 'scan_unroll')
+                'type_vocab_size', 'entropy_base_len', 'gate_schedule_steps', 'scan_unroll',
+                'num_decoder_layers')
     for name in positive:
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

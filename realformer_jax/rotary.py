@@ -12,18 +12,20 @@ import jax
 import jax.numpy as jnp
 
 
-def rotary_angles(length: int, head_dim: int, base: float) -> jax.Array:
-  """m * theta_i as float32 [length, head_dim // 2]."""
+def rotary_angles(length: int, head_dim: int, base: float, offset=0) -> jax.Array:
+  """m * theta_i for m = offset .. offset + length - 1, float32 [length, head_dim // 2]."""
   if head_dim % 2:
     raise ValueError(f'rotary embeddings rotate feature pairs: head_dim={head_dim} is odd')
   inverse_frequency = base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
-  return jnp.arange(length, dtype=jnp.float32)[:, None] * inverse_frequency[None, :]
+  positions = jnp.arange(length, dtype=jnp.float32) + jnp.asarray(offset, jnp.float32)
+  return positions[:, None] * inverse_frequency[None, :]
 
 
-def apply_rotary(x_BxLxHxK: jax.Array, base: float) -> jax.Array:
-  """x with the pairs (2i, 2i+1) of position m rotated by m * theta_i."""
+def apply_rotary(x_BxLxHxK: jax.Array, base: float, offset=0) -> jax.Array:
+  """x with the pairs (2i, 2i+1) of position m rotated by m * theta_i; the sequence starts at
+  position `offset` (an int or a traced scalar: incremental decoding)."""
   _, length, _, head_dim = x_BxLxHxK.shape
-  angles_LxK2 = rotary_angles(length, head_dim, base)
+  angles_LxK2 = rotary_angles(length, head_dim, base, offset)
   cos = jnp.cos(angles_LxK2)[None, :, None, :]
   sin = jnp.sin(angles_LxK2)[None, :, None, :]
   x = x_BxLxHxK.astype(jnp.float32)

@@ -1,0 +1,265 @@
+"""A Transformer decoder with three kinds of attention sublayers, and incremental decoding.
+
+`ModelConfig.decoder_attention` chooses the layer (x: the layer input, H: encoder output,
+N: the norm, D: dropout on the branch; Post-LN shown, Pre-LN normalises branch inputs instead
+and adds a final norm):
+
+  standard  h = N(x + D(SelfAttn(x)));   h' = N(h + D(CrossAttn(h, H)));   y = N(h' + D(FFN(h')))
+            causal self-attention; with residual attention (`realformer` placement or
+            `residual_attention=True`) its scores are carried across decoder layers exactly as
+            in the encoder (the mask added after the sum, the sum float32, never masked).
+  aan       as standard, with the average attention network (average_attention.py: prefix
+            average, FFN, gating) in place of self-attention (Zhang, Xiong, Su 2018).
+  merged    h = N(x + D(MAtt(x, H)));    y = N(h + D(FFN(h)))   (Zhang, Titov, Sennrich 2019)
+            MAtt(S) = AAN(S) + Att(S, H), with the simplified AAN of that paper (no FFN or
+            gates): per head, the prefix average of the decoder's value projections S W_v, added
+            to the cross-attention context softmax(Q K_H^T / sqrt(d)) H W_v, sharing W_v and
+            the output projection W_o, so one attention sublayer replaces two.
+
+Incremental decoding (`decode=True`, one target position per call) keeps per layer, in the
+'cache' collection: the self-attention keys and values written at the step's index (standard),
+the running sum of the inputs or of the value projections (aan / merged: O(1) per step), and
+the cross-attention keys and values of the encoder output, computed once, when the cache is
+created (`Seq2Seq.init_cache`). Every kernel takes the initialiser of `config.init` with the
+decoder layer's 1-based depth (so DS-Init scales the decoder by its own depth), and norms,
+activation, biases and parameterisation follow the config as in the encoder.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from realformer_jax import initializers
+from realformer_jax.attention import mask_bias
+from realformer_jax.average_attention import (AverageAttention, cached_prefix_average,
+                                              uniform_prefix_average)
+from realformer_jax.block import FeedForward
+from realformer_jax.config import ModelConfig
+from realformer_jax.layers import DenseGeneral, Dropout
+from realformer_jax.normalization import Norm
+from realformer_jax.rotary import apply_rotary
+from realformer_jax.softmax_attention import softmax_dropout_values
+
+NEG = -1e9  # finite: a row with no allowed key gives a uniform softmax, not NaN
+
+
+def causal_bias(length: int) -> jax.Array:
+  """[1, 1, L, L] float32: 0 where key <= query, NEG above the diagonal."""
+  allowed = jnp.tril(jnp.ones((length, length), bool))
+  return jnp.where(allowed, 0.0, NEG)[None, None].astype(jnp.float32)
+
+
+def _projection(cfg: ModelConfig, features, axes, fan_in: int, fan_out: int, layer: int,
+                name: str, axis=(-1,), role: str = 'dense') -> DenseGeneral:
+  return DenseGeneral(
+      features=features, axis=axis, kernel_axes=axes, use_bias=cfg.use_bias,
+      kernel_init=initializers.kernel_init(cfg, fan_in=fan_in, fan_out=fan_out, role=role,
+                                           layer=layer),
+      ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
+      param_dtype=cfg.storage_dtype, name=name)
+
+
+def _heads(cfg: ModelConfig, layer: int, name: str, role: str) -> DenseGeneral:
+  d = cfg.hidden_size
+  return _projection(cfg, (cfg.num_heads, cfg.head_dim), ('embed', 'heads', 'kv'), d, d, layer,
+                     name, role=role)
+
+
+def _output(cfg: ModelConfig, layer: int) -> DenseGeneral:
+  d = cfg.hidden_size
+  return _projection(cfg, (d,), ('heads', 'kv', 'embed'), d, d, layer, 'out', axis=(-2, -1),
+                     role='attention_out')
+
+
+def _scale(cfg: ModelConfig) -> float:
+  return 1.0 if cfg.attention_scale == 't5' else cfg.head_dim ** -0.5
+
+
+class CausalSelfAttention(nn.Module):
+  """Masked multi-head self-attention, optionally adding the previous layer's scores."""
+
+  config: ModelConfig
+  layer: int  # 1-based
+
+  @nn.compact
+  def __call__(self, x_BxTxD, prev_scores_BxHxTxS, decode: bool, deterministic: bool):
+    """(output [B, T, D], scores to carry [B, H, T, S] float32 or None).
+
+    Training: T = S = the target length. Decoding: T = 1 and S = the cache length; the carried
+    scores are the current row's."""
+    cfg = self.config
+    q = _heads(cfg, self.layer, 'query', 'query')(x_BxTxD)
+    k = _heads(cfg, self.layer, 'key', 'key')(x_BxTxD)
+    v = _heads(cfg, self.layer, 'value', 'value')(x_BxTxD)
+    if decode:
+      q, k, v, bias, offset = self._update_cache(q, k, v)
+    else:
+      bias, offset = causal_bias(x_BxTxD.shape[1]), 0
+    if cfg.position_embedding == 'rope':
+      q = apply_rotary(q, cfg.rope_base, offset)
+      if not decode:  # cached keys were rotated when written
+        k = apply_rotary(k, cfg.rope_base)
+    scores = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
+    scores = scores * _scale(cfg)
+    if prev_scores_BxHxTxS is not None:
+      scores = prev_scores_BxHxTxS + scores
+    key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
+           else None)
+    context, _ = softmax_dropout_values(scores, bias, None, v, key,
+                                        1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
+    out = _output(cfg, self.layer)(context)
+    return out, (scores if cfg.use_residual_attention else None)
+
+  def _update_cache(self, q, k, v):
+    """Writes this step's key and value at the cache index; returns all keys and values so
+    far (later slots masked), the bias, and the step's position."""
+    cfg = self.config
+    initialised = self.has_variable('cache', 'cached_key')
+    cached_k = self.variable('cache', 'cached_key', jnp.zeros, k.shape, k.dtype)
+    cached_v = self.variable('cache', 'cached_value', jnp.zeros, v.shape, v.dtype)
+    index = self.variable('cache', 'cache_index', lambda: jnp.zeros((), jnp.int32))
+    if not initialised:  # the cache-creating call: full length, nothing written
+      return q, k, v, causal_bias(k.shape[1]), 0
+    position = index.value
+    if cfg.position_embedding == 'rope':
+      k = apply_rotary(k, cfg.rope_base, position)
+    cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k, (0, position, 0, 0))
+    cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, position, 0, 0))
+    index.value = position + 1
+    length = cached_k.value.shape[1]
+    bias = jnp.where(jnp.arange(length) <= position, 0.0, NEG)[None, None, None, :]
+    return q, cached_k.value, cached_v.value, bias.astype(jnp.float32), position
+
+
+class CrossAttention(nn.Module):
+  """Attention from decoder positions to the encoder output. With `with_average` (merged
+  attention), the prefix average of the decoder's own value projections is added to the
+  context before the shared output projection."""
+
+  config: ModelConfig
+  layer: int
+  with_average: bool = False
+
+  @nn.compact
+  def __call__(self, x_BxTxD, encoded_BxSxD, source_bias_Bx1x1xS, decode: bool,
+               deterministic: bool):
+    cfg = self.config
+    q = _heads(cfg, self.layer, 'query', 'query')(x_BxTxD)
+    key_proj = _heads(cfg, self.layer, 'key', 'key')
+    value_proj = _heads(cfg, self.layer, 'value', 'value')
+    if decode:
+      # Computed from the encoder output once, when the cache is created.
+      k = self.variable('cache', 'source_key', key_proj, encoded_BxSxD).value
+      v = self.variable('cache', 'source_value', value_proj, encoded_BxSxD).value
+    else:
+      k, v = key_proj(encoded_BxSxD), value_proj(encoded_BxSxD)
+    scores = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
+    scores = scores * _scale(cfg)
+    key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
+           else None)
+    context, _ = softmax_dropout_values(scores, source_bias_Bx1x1xS, None, v, key,
+                                        1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
+    if self.with_average:
+      own_values = value_proj(x_BxTxD)  # W_v shared with the encoder side
+      average = (cached_prefix_average(self, own_values, 'values') if decode
+                 else uniform_prefix_average(own_values))
+      context = context + average.astype(context.dtype)
+    return _output(cfg, self.layer)(context)
+
+
+class DecoderLayer(nn.Module):
+  """One decoder layer (see the module docstring for the order of operations)."""
+
+  config: ModelConfig
+  layer: int  # 1-based depth in the decoder
+
+  @nn.compact
+  def __call__(self, x_BxTxD, prev_scores, encoded_BxSxD, source_bias, decode: bool,
+               deterministic: bool):
+    cfg = self.config
+    post = cfg.ln_placement in ('post', 'realformer')
+    norms_on = cfg.ln_placement != 'none'
+    counter = iter(range(3))
+
+    def sublayer(x, branch):
+      """x + D(branch(.)) with the placement's norms; returns the new trunk."""
+      norm = Norm(cfg, name=f'norm_{next(counter)}') if norms_on else (lambda t: t)
+      out = branch(x if post else norm(x))
+      y = x + Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
+      return norm(y) if post else y
+
+    scores = None
+    kind = cfg.decoder_attention
+    if kind == 'standard':
+      def self_attention(h):
+        nonlocal scores
+        out, scores = CausalSelfAttention(cfg, self.layer, name='self_attention')(
+            h, prev_scores, decode, deterministic)
+        return out
+      x_BxTxD = sublayer(x_BxTxD, self_attention)
+    elif kind == 'aan':
+      x_BxTxD = sublayer(x_BxTxD, lambda h: AverageAttention(cfg, self.layer, name='aan')(
+          h, decode))
+    if kind == 'merged':
+      x_BxTxD = sublayer(x_BxTxD, lambda h: CrossAttention(
+          cfg, self.layer, with_average=True, name='merged_attention')(
+              h, encoded_BxSxD, source_bias, decode, deterministic))
+    else:
+      x_BxTxD = sublayer(x_BxTxD, lambda h: CrossAttention(cfg, self.layer,
+                                                          name='cross_attention')(
+          h, encoded_BxSxD, source_bias, decode, deterministic))
+    x_BxTxD = sublayer(x_BxTxD, lambda h: FeedForward(cfg, name='mlp')(
+        h, jnp.asarray(self.layer - 1)))
+    return nn.with_logical_constraint(x_BxTxD, ('batch', 'length', 'embed')), scores
+
+
+class Decoder(nn.Module):
+  """Target ids (shifted right) and the encoder output -> vocabulary logits (float32)."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, target_in_BxT, encoded_BxSxD, source_mask_BxS, *, decode: bool = False,
+               deterministic: bool = True):
+    cfg = self.config
+    dtype = cfg.compute_dtype
+    embed = lambda num, axes, name: nn.Embed(
+        num, cfg.hidden_size, dtype=dtype, param_dtype=cfg.storage_dtype, name=name,
+        embedding_init=nn.with_logical_partitioning(initializers.embedding_init(cfg), axes))
+    word = embed(cfg.vocab_size, ('vocab', 'embed'), 'word')
+    x_BxTxD = word(target_in_BxT)
+    if cfg.position_embedding == 'learned':
+      position_table = embed(cfg.max_len, (None, 'embed'), 'position').embedding
+      stepping = decode and self.has_variable('cache', 'position_index')
+      if decode:
+        index = self.variable('cache', 'position_index', lambda: jnp.zeros((), jnp.int32))
+      if stepping:  # one position per call, at the cache's index
+        x_BxTxD = x_BxTxD + jax.lax.dynamic_slice_in_dim(position_table, index.value, 1)[
+            None].astype(dtype)
+        index.value = index.value + 1
+      else:  # training, or the cache-creating call
+        if target_in_BxT.shape[1] > cfg.max_len:
+          raise ValueError(f'target length {target_in_BxT.shape[1]} exceeds model.max_len='
+                           f'{cfg.max_len} (the decoder position table)')
+        x_BxTxD = x_BxTxD + position_table[None, :target_in_BxT.shape[1]].astype(dtype)
+    if cfg.ln_placement != 'none':  # as the encoder's embeddings (BERT)
+      x_BxTxD = Norm(cfg, name='embedding_norm')(x_BxTxD)
+    x_BxTxD = Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
+    source_bias = mask_bias(source_mask_BxS)
+    scores = None
+    for index in range(cfg.num_decoder_layers):
+      x_BxTxD, scores = DecoderLayer(cfg, index + 1, name=f'layers_{index}')(
+          x_BxTxD, scores, encoded_BxSxD, source_bias, decode, deterministic)
+    if cfg.ln_placement == 'pre':
+      x_BxTxD = Norm(cfg, name='final_norm')(x_BxTxD)
+    logits = word.attend(x_BxTxD).astype(jnp.float32)  # tied output embedding
+    if cfg.use_bias:
+      bias = self.param('output_bias', nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                    ('vocab',)),
+                        (cfg.vocab_size,), cfg.storage_dtype)
+      logits = logits + bias.astype(jnp.float32)
+    return logits

@@ -1,0 +1,45 @@
+"""Encoder-decoder model: the project's encoder (every LN placement, residual attention,
+initialisation and scaling variant) and the decoder of decoder.py.
+
+    model = Seq2Seq(config)                    # config.num_layers: encoder depth
+    logits = model.apply(variables, source, source_mask, target_in)     # teacher forcing
+    encoded = model.apply(variables, source, source_mask, method=Seq2Seq.encode)
+
+Token conventions (decoding.py): targets start with `bos_id` when shifted right, end with
+`eos_id`, and are padded with 0 ([PAD]).
+"""
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+
+from realformer_jax.config import ModelConfig
+from realformer_jax.decoder import Decoder
+from realformer_jax.encoder import Encoder
+
+
+class Seq2Seq(nn.Module):
+  """params: {'encoder', 'decoder'}; decoding caches live in the 'cache' collection."""
+
+  config: ModelConfig
+
+  def setup(self):
+    self.encoder = Encoder(self.config.validate())
+    self.decoder = Decoder(self.config)
+
+  def encode(self, source_BxS: jax.Array, source_mask_BxS: jax.Array, *,
+             deterministic: bool = True) -> jax.Array:
+    return self.encoder(source_BxS, source_mask_BxS, deterministic=deterministic)
+
+  def decode(self, target_in_BxT: jax.Array, encoded_BxSxD: jax.Array,
+             source_mask_BxS: jax.Array, *, decode: bool = False,
+             deterministic: bool = True) -> jax.Array:
+    return self.decoder(target_in_BxT, encoded_BxSxD, source_mask_BxS, decode=decode,
+                        deterministic=deterministic)
+
+  def __call__(self, source_BxS: jax.Array, source_mask_BxS: jax.Array,
+               target_in_BxT: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    """Logits [B, T, V] float32 for every target position (teacher forcing)."""
+    encoded = self.encode(source_BxS, source_mask_BxS, deterministic=deterministic)
+    return self.decode(target_in_BxT, encoded, source_mask_BxS, deterministic=deterministic)

@@ -93,6 +93,10 @@ def from_hf_bert(weights: Mapping[str, Any], config: ModelConfig) -> dict:
       or config.norm != 'layernorm':
     raise ValueError('from_hf_bert: BERT weights need ln_placement post/realformer, '
                      "norm='layernorm' and use_bias=True")
+  if config.position_embedding != 'learned':
+    raise ValueError(f'from_hf_bert: BERT weights hold a learned position table; '
+                     f"model.position_embedding={config.position_embedding!r} has none "
+                     "(use 'learned')")
   reader = _Reader(weights)
   encoder = {
       'embeddings': {

@@ -85,6 +85,10 @@ def test_import_rejects_layouts_bert_cannot_fill():
   hf_config, _, hf_params = _hf_model()
   with pytest.raises(ValueError, match='ln_placement'):
     hf_convert.from_hf_bert(hf_params, hf_convert.config_from_hf(hf_config, ln_placement='pre'))
+  assert hf_convert.config_from_hf(hf_config).position_embedding == 'learned'
+  with pytest.raises(ValueError, match="position_embedding='rope' has none"):
+    hf_convert.from_hf_bert(hf_params,
+                            hf_convert.config_from_hf(hf_config, position_embedding='rope'))
 
 
 def test_sequence_classifier_matches_hugging_face_classifier():

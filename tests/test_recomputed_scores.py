@@ -26,6 +26,8 @@ def _loss_and_grads(cfg, params, batch, rngs=None):
 @pytest.mark.parametrize('overrides', [dict(ln_placement='realformer'),
                                        dict(ln_placement='realformer', running_mean=True),
                                        dict(ln_placement='pre', residual_attention=True,
+                                            attention_scale='entropy_invariant'),
+                                       dict(ln_placement='realformer', position_embedding='rope',
                                             attention_scale='entropy_invariant')])
 def test_recomputed_gradients_equal_the_saved_path(overrides):
   cfg = tiny_config(dropout_rate=0.0, attention_dropout_rate=0.0, **overrides)

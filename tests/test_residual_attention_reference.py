@@ -34,7 +34,18 @@ def _softmax(z):
   return e / e.sum(-1, keepdims=True)
 
 
+def _rotate_pairs(x_BxHxLxK, base):
+  """RoPE as complex multiplication: pair (2i, 2i+1) at position m times exp(i m base^(-2i/K))."""
+  length, dim = x_BxHxLxK.shape[-2:]
+  pairs = x_BxHxLxK[..., 0::2] + 1j * x_BxHxLxK[..., 1::2]
+  angles = np.arange(length)[:, None] * base ** (-np.arange(0, dim, 2) / dim)[None, :]
+  turned = pairs * np.exp(1j * angles)
+  return np.stack([turned.real, turned.imag], axis=-1).reshape(x_BxHxLxK.shape)
+
+
 def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
+  """Also covers position_embedding (learned / rope / none) and attention_scale (standard /
+  entropy_invariant: log_base(real keys) / sqrt(d))."""
   p = params_lib.unstack_layers(params)
   p = {k: np.asarray(v) if not isinstance(v, dict) else v for k, v in p.items()}
   to_np = lambda tree: {k: to_np(v) if isinstance(v, dict) else np.asarray(v, np.float64)
@@ -43,10 +54,15 @@ def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
   ids, mask, segments = map(np.asarray, (ids, mask, segments))
   emb = p['encoder']['embeddings']
   length = ids.shape[1]
-  x = (emb['word']['embedding'][ids] + emb['position']['embedding'][:length][None]
-       + emb['segment']['embedding'][segments])
+  x = emb['word']['embedding'][ids] + emb['segment']['embedding'][segments]
+  if cfg.position_embedding == 'learned':
+    x = x + emb['position']['embedding'][:length][None]
   x = _layer_norm(x, emb['norm'], cfg.norm_epsilon)
   heads, dh = cfg.num_heads, cfg.head_dim
+  scale = np.full((ids.shape[0], 1, 1, 1), 1.0 / math.sqrt(dh))
+  if cfg.attention_scale == 'entropy_invariant':
+    real_keys = mask.sum(-1)[:, None, None, None]
+    scale = scale * np.log(real_keys) / np.log(cfg.entropy_base_len)
   acc = None
   for l in range(cfg.num_layers):
     lp = p['encoder'][f'layers_{l}']
@@ -55,7 +71,9 @@ def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
     q = np.einsum('bld,dhk->bhlk', x, w[:, 0]) + b[0][None, :, None, :]
     k = np.einsum('bld,dhk->bhlk', x, w[:, 1]) + b[1][None, :, None, :]
     v = np.einsum('bld,dhk->bhlk', x, w[:, 2]) + b[2][None, :, None, :]
-    s = np.einsum('bhqk,bhvk->bhqv', q, k) / math.sqrt(dh)
+    if cfg.position_embedding == 'rope':
+      q, k = _rotate_pairs(q, cfg.rope_base), _rotate_pairs(k, cfg.rope_base)
+    s = np.einsum('bhqk,bhvk->bhqv', q, k) * scale
     acc = s if acc is None else acc + s  # carried: no mask, no division
     z = acc / (l + 1) if cfg.running_mean else acc
     z = z + (1.0 - mask[:, None, None, :]) * -10000.0  # BERT's additive mask, after the sum

@@ -1,16 +1,25 @@
-"""Rotary position embeddings: relative positions only, a float64 reference, any length.
-Float32 matmuls (tests/conftest.py)."""
+"""Rotary position embeddings: relative positions only, float64 references, any length, every
+layer layout. Float32 matmuls: the suite pins jax_default_matmul_precision='highest'
+(tests/conftest.py); the sharded subprocess pins it too."""
+
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from model_fixtures import padded_batch, tiny_config
+from model_fixtures import init_params, padded_batch, tiny_config
 from realformer_jax import MaskedLM
 from realformer_jax.config import ConfigError
-from realformer_jax.params import stack_layers, unbox
+from realformer_jax.params import stack_layers, unbox, unstack_layers
 from realformer_jax.rotary import apply_rotary
+from tests.test_residual_attention_reference import reference_mlm_logits
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _reference_rotary(x, base):
@@ -31,6 +40,9 @@ def test_rotary_matches_a_float64_rotation():
   np.testing.assert_allclose(apply_rotary(x, 100.0), _reference_rotary(x, 100.0), atol=2e-6)
   norms = lambda v: np.linalg.norm(np.asarray(v), axis=-1)
   np.testing.assert_allclose(norms(apply_rotary(x, 100.0)), norms(x), rtol=1e-5)
+  # An offset continues the positions: the tail of a longer sequence.
+  np.testing.assert_allclose(apply_rotary(x[:, 3:], 100.0, offset=3),
+                             _reference_rotary(x, 100.0)[:, 3:], atol=2e-6)
 
 
 def test_rotated_scores_depend_only_on_the_offset():
@@ -48,22 +60,89 @@ def test_rotated_scores_depend_only_on_the_offset():
   assert score(0, 3) != pytest.approx(score(0, 4), rel=1e-3)  # the offset does matter
 
 
-@pytest.mark.parametrize('placement', ['post', 'realformer'])
-def test_rope_models_have_no_position_table_and_run_past_max_len(placement):
-  cfg = tiny_config(position_embedding='rope', ln_placement=placement, max_len=16)
+def _first_layer_logits(cfg, params, ids, mask, segments):
+  _, state = MaskedLM(cfg).apply({'params': params}, ids, mask, segments,
+                                 mutable=['intermediates'])
+  logits = state['intermediates']['encoder']['layers']['attention']['attention_logits'][0]
+  return np.asarray(logits[0])  # layer 0: [B, H, L, L]
+
+
+@pytest.mark.parametrize('position_embedding', ['rope', 'learned'])
+def test_first_layer_scores_of_a_constant_sequence_are_toeplitz_only_under_rope(
+    position_embedding):
+  """Every position holds the same token, so under rope the layer-0 score of (m, n) is a
+  function of n - m alone (constant along diagonals); a learned table breaks that."""
+  cfg = tiny_config(position_embedding=position_embedding, ln_placement='realformer')
+  ids = jnp.full((1, 20), 7, jnp.int32)
+  mask, segments = jnp.ones_like(ids), jnp.zeros_like(ids)
+  params = init_params(cfg, ids, mask, segments, seed=3)
+  logits_HxLxL = _first_layer_logits(cfg, params, ids, mask, segments)[0]
+  deviation = max(float(np.ptp(np.diagonal(logits_HxLxL, offset, axis1=1, axis2=2), axis=1).max())
+                  for offset in range(-19, 20))
+  spread = float(np.ptp(logits_HxLxL))
+  assert spread > 1e-4  # the scores do vary with the offset
+  if position_embedding == 'rope':
+    assert deviation <= 1e-5 * max(1.0, float(np.abs(logits_HxLxL).max()))
+  else:
+    assert deviation > 0.1 * spread
+
+
+def test_no_positions_means_permuting_tokens_permutes_the_outputs():
+  cfg = tiny_config(position_embedding='none', ln_placement='realformer')
+  ids, mask, segments = padded_batch(vocab=cfg.vocab_size, real_lengths=(12, 12))
+  segments = jnp.zeros_like(segments)
+  params = init_params(cfg, ids, mask, segments)
+  assert 'position' not in params['encoder']['embeddings']
+  permutation = np.random.default_rng(0).permutation(ids.shape[1])
+  logits = MaskedLM(cfg).apply({'params': params}, ids, mask, segments)
+  permuted = MaskedLM(cfg).apply({'params': params}, ids[:, permutation], mask, segments)
+  np.testing.assert_allclose(permuted, logits[:, permutation], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('attention_scale', ['standard', 'entropy_invariant'])
+def test_rope_realformer_matches_a_float64_reference(attention_scale):
+  cfg = tiny_config(position_embedding='rope', ln_placement='realformer',
+                    attention_scale=attention_scale)
+  ids, mask, segments = padded_batch(vocab=cfg.vocab_size, real_lengths=(12, 9))
+  params = init_params(cfg, ids, mask, segments, seed=1)
+  rng = np.random.default_rng(7)
+  params = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
+                        .astype(np.float32), params)
+  # Large query/key weights: peaked attention, so positions change the output a lot.
+  qkv = params['encoder']['layers']['attention']['qkv']
+  qkv['kernel'] = qkv['kernel'] * 25.0
+  positions = np.array([[0, 3, 11], [1, 2, 6]], np.int32)
+  ours = np.asarray(MaskedLM(cfg).apply({'params': params}, ids, mask, segments, positions))
+  expected = reference_mlm_logits(params, cfg, ids, mask, segments, positions)
+  np.testing.assert_allclose(ours, expected, atol=2e-4, rtol=2e-4)
+  # The rotation matters at this size: the same weights without it are far off.
+  unrotated = reference_mlm_logits(params, cfg.replace(position_embedding='none'), ids, mask,
+                                   segments, positions)
+  assert np.abs(unrotated - expected).max() > 100 * 2e-4
+
+
+def _loss(cfg, params, ids, mask, segments):
+  logits = MaskedLM(cfg).apply({'params': params}, ids, mask, segments)
+  return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 0])
+
+
+@pytest.mark.parametrize('ln_placement', ['post', 'pre', 'realformer'])
+def test_rope_runs_past_max_len_and_scan_with_remat_equals_the_loop(ln_placement):
+  cfg = tiny_config(position_embedding='rope', ln_placement=ln_placement, max_len=16,
+                    remat_policy='full')
   ids, mask, segments = padded_batch(length=40, vocab=cfg.vocab_size, real_lengths=(40, 25))
-  variables = MaskedLM(cfg).init(jax.random.key(0), ids, mask, segments)
-  assert 'position' not in variables['params']['encoder']['embeddings']
-  logits = MaskedLM(cfg).apply(variables, ids, mask, segments)  # 40 > max_len = 16
-  assert logits.shape == (2, 40, cfg.vocab_size) and np.isfinite(logits).all()
-  # Scan and loop layouts compute the same function.
-  loop_cfg = cfg.replace(scan_layers=False)
-  loop_params = unbox(MaskedLM(loop_cfg).init(jax.random.key(0), ids, mask,
-                                               segments)['params'])
-  scan_params = stack_layers(loop_params)
-  np.testing.assert_allclose(MaskedLM(cfg).apply({'params': scan_params}, ids, mask, segments),
-                             MaskedLM(loop_cfg).apply({'params': loop_params}, ids, mask,
-                                                      segments), rtol=1e-5, atol=1e-5)
+  scan_params = init_params(cfg, ids, mask, segments)  # 40 > max_len = 16
+  assert 'position' not in scan_params['encoder']['embeddings']
+  loop_cfg = cfg.replace(scan_layers=False, remat_policy='none')
+  loop_params = unstack_layers(scan_params)
+  scan_loss, scan_grads = jax.value_and_grad(
+      lambda p: _loss(cfg, p, ids, mask, segments))(scan_params)
+  loop_loss, loop_grads = jax.value_and_grad(
+      lambda p: _loss(loop_cfg, p, ids, mask, segments))(loop_params)
+  assert np.isfinite(scan_loss)
+  np.testing.assert_allclose(scan_loss, loop_loss, rtol=1e-5, atol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               scan_grads, stack_layers(loop_grads))
 
 
 def test_learned_positions_still_stop_at_their_table():
@@ -75,6 +154,8 @@ def test_learned_positions_still_stop_at_their_table():
     tiny_config(position_embedding='rope', hidden_size=36, num_heads=4)
   with pytest.raises(ConfigError, match="position_embedding='absolute'"):
     tiny_config(position_embedding='absolute')
+  with pytest.raises(ConfigError, match='model.rope_base=0.0: must be positive'):
+    tiny_config(position_embedding='rope', rope_base=0.0)
 
 
 def test_training_config_allows_sequences_past_max_len_only_under_rope():
@@ -84,3 +165,44 @@ def test_training_config_allows_sequences_past_max_len_only_under_rope():
   assert train.validate_config(rope).position_embedding == 'rope'
   with pytest.raises(ConfigError, match='data.max_len=32: sequence longer than the position'):
     train.validate_config(train_config(model__max_len=16, data__max_len=32))
+
+
+_SHARDED_SCRIPT = r'''
+import json, sys
+import jax
+jax.config.update('jax_disable_most_optimizations', True)
+jax.config.update('jax_default_matmul_precision', 'highest')
+sys.path.insert(0, 'tests')
+from train_fixtures import synthetic_batch, tiny_config
+from realformer_jax import train
+from realformer_jax.train import partitioning, state as state_lib
+
+losses = {}
+for name, shape in [('dp', (8, 1, 1)), ('fsdp_tp', (2, 2, 2))]:
+  config = tiny_config(mesh__shape=shape, model__position_embedding='rope',
+                       model__attention_scale='entropy_invariant', model__remat_policy='full')
+  setup = train.make_setup(config)
+  key = jax.random.key(0)
+  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
+                               setup.mesh, setup.rules)
+  compiled = train.compile_train_step(config, setup)
+  rng = jax.device_put(key, setup.replicated)
+  losses[name] = []
+  for seed in range(2):
+    batch = partitioning.global_batch(synthetic_batch(config, seed), setup.batch_sharding)
+    state, metrics = compiled(state, batch, rng)
+    losses[name].append(float(metrics['mlm_loss_sum']))
+print('RESULTS ' + json.dumps(losses))
+'''
+
+
+def test_rope_trains_the_same_under_fsdp_and_tensor_parallel_sharding():
+  """Heads split over the tensor axis: the rotation acts within a head (no communication)."""
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             JAX_PLATFORMS='cpu')
+  done = subprocess.run([sys.executable, '-c', _SHARDED_SCRIPT], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  losses = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  assert np.all(np.isfinite(losses['dp'])) and losses['dp'][0] != losses['dp'][1]
+  np.testing.assert_allclose(losses['fsdp_tp'], losses['dp'], rtol=1e-5)

@@ -84,7 +84,7 @@ def _register_catalog_builders() -> None:
 
 
 def open_builder(data: ml_collections.ConfigDict):
-  """The TFDS builder of a catalog dataset, prepared (download=True) or checked prepared."""
+  """The TFDS builder of a catalog dataset (prepared first when data.download is on)."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   _register_catalog_builders()
   data_dir = os.path.abspath(os.path.expanduser(data.data_dir))
@@ -93,11 +93,7 @@ def open_builder(data: ml_collections.ConfigDict):
   except (tfds.core.registered.DatasetNotFoundError, ValueError, KeyError) as e:
     raise DataError(f"Dataset '{data.dataset}' cannot be opened from data_dir {data_dir}: "
                     f'{str(e).strip().splitlines()[0]}') from None
-  if not builder.is_prepared():
-    if not data.download:
-      raise DataError(f"Dataset '{data.dataset}' is not prepared under data_dir {data_dir} "
-                      f'and data.download=False: prepare it in array_record format (tfds build '
-                      f'{data.dataset} --file_format=array_record) or set data.download=True.')
+  if data.download and not builder.is_prepared():
     builder.download_and_prepare(file_format='array_record')
   return builder
 
@@ -106,7 +102,13 @@ def read_records(data: ml_collections.ConfigDict, split: str) -> list[dict]:
   """Every record of a catalog dataset's split (the first data.max_examples if > 0)."""
   builder = open_builder(data)
   try:
+    # Never downloads: an unprepared (or tfrecord) dataset has no random-access source.
     source = builder.as_data_source(split)
+  except NotImplementedError:
+    raise DataError(f"Dataset '{data.dataset}' is not prepared as array_record under data_dir "
+                    f'{os.path.abspath(os.path.expanduser(data.data_dir))} and '
+                    f'data.download=False: tfds build {data.dataset} '
+                    '--file_format=array_record, or set data.download=True.') from None
   except (ValueError, KeyError) as e:
     raise DataError(f"Dataset '{data.dataset}' has no split '{split}': "
                     f'{str(e).strip().splitlines()[0]}') from None

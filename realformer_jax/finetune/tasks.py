@@ -268,7 +268,7 @@ class RegressionTask(ClassificationTask):
     return {'loss': sums['loss_sum'] / max(sums['weight'], 1.0)}
 
   def log_fields(self, metrics):
-    return f'mse {metrics["loss"]:.4f}'
+    return ''  # the loss is the squared error
 
   def scores(self, predictions, labels):
     return {'pearson': metrics_lib.pearson(predictions, labels),

@@ -225,8 +225,9 @@ class _TrainLog:
     self._writer.scalars(step, scalars)
     if self._on_log is not None:
       self._on_log(step, self._stop, scalars)
+    fields = task.log_fields(train_metrics)
     self._writer.print(
         f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
-        f'{task.log_fields(train_metrics)} | lr {scalars["train/learning_rate"]:.2e} | '
+        f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
         f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
         f'ETA {metrics_lib.format_duration(seconds_left)}')

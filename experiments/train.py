@@ -31,12 +31,12 @@ _MALLOC = flags.DEFINE_enum('malloc', 'default', list(malloc.TUNABLES),
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def _fail(message: str):
+def fail(message: str):
   print(f'error: {message}', file=sys.stderr)
   sys.exit(1)
 
 
-def _parse_flags(argv):
+def parse_flags(argv):
   """absl parsing, with every failure (including an unknown --config.a.b key, which
   ml_collections reports as an AttributeError) as one line."""
   try:
@@ -46,15 +46,17 @@ def _parse_flags(argv):
     key = match.group(1) if match else str(e)
     names = [a.split('=')[0] for a in argv if a.startswith('--config.')]
     name = next((n for n in names if key in n.split('.')), '--config.*')
-    _fail(f'{name}: unknown config field ({key!r})')
+    fail(f'{name}: unknown config field ({key!r})')
   except flags.Error as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    _fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
+    fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
 
 
-def main(argv):
+def run_job(argv, job):
+  """The checks and settings every entry point shares, then `job(config, workdir)`; a user
+  error (ConfigError, DataError, TrainingError) exits 1 with one line."""
   if len(argv) > 1:
-    _fail(f'unexpected arguments: {argv[1:]}')
+    fail(f'unexpected arguments: {argv[1:]}')
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
@@ -62,12 +64,16 @@ def main(argv):
   try:
     config.keys()  # a config file that failed to load raises on first use, not when parsed
   except OSError as e:
-    _fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
+    fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
   try:
-    train.train_and_evaluate(config, _WORKDIR.value)
+    job(config, _WORKDIR.value)
   except (ConfigError, DataError, train.TrainingError) as e:
-    _fail(str(e))
+    fail(str(e))
+
+
+def main(argv):
+  run_job(argv, train.train_and_evaluate)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=parse_flags)

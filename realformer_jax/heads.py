@@ -77,3 +77,18 @@ class ClassificationHead(nn.Module):
     x_BxD = Dropout(self.config.dropout_rate)(pooled_BxD, deterministic=deterministic)
     return _dense(self.config, self.num_classes, ('embed', None),
                   'classifier')(x_BxD).astype(jnp.float32)
+
+
+class SpanHead(nn.Module):
+  """Hidden states -> (start, end) logits [B, L] each, float32 (BERT's SQuAD head: one dense
+  layer with two outputs). Padding positions get a large negative logit, so a softmax over
+  the sequence never picks them."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, h_BxLxD: jax.Array, input_mask_BxL: jax.Array) -> tuple[jax.Array,
+                                                                              jax.Array]:
+    logits_BxLx2 = _dense(self.config, 2, ('embed', None), 'span')(h_BxLxD).astype(jnp.float32)
+    logits_BxLx2 = jnp.where(input_mask_BxL[..., None] > 0, logits_BxLx2, -1e9)
+    return logits_BxLx2[..., 0], logits_BxLx2[..., 1]

@@ -1,4 +1,4 @@
-"""End-to-end models: masked-LM pretraining and sequence classification."""
+"""End-to-end models: masked-LM pretraining, sequence classification, span extraction."""
 
 from typing import Optional
 
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.encoder import Encoder
-from realformer_jax.heads import ClassificationHead, MaskedLMHead, Pooler, gather_positions
+from realformer_jax.heads import ClassificationHead, MaskedLMHead, Pooler, SpanHead
+from realformer_jax.heads import gather_positions
 
 
 class MaskedLM(nn.Module):
@@ -46,3 +47,19 @@ class SequenceClassifier(nn.Module):
     pooled_BxD = Pooler(self.config, name='pooler')(h_BxLxD)
     return ClassificationHead(self.config, self.num_classes, name='classifier')(
         pooled_BxD, deterministic)
+
+
+class SpanExtractor(nn.Module):
+  """Encoder + span head (SQuAD): (start, end) logits [B, L] each. params: {'encoder', 'span'}."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, input_ids_BxL: jax.Array, input_mask_BxL: Optional[jax.Array] = None,
+               segment_ids_BxL: Optional[jax.Array] = None, *, deterministic: bool = True,
+               step: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+    if input_mask_BxL is None:
+      input_mask_BxL = jnp.ones_like(input_ids_BxL)
+    h_BxLxD = Encoder(self.config, name='encoder')(
+        input_ids_BxL, input_mask_BxL, segment_ids_BxL, deterministic=deterministic, step=step)
+    return SpanHead(self.config, name='span')(h_BxLxD, input_mask_BxL)

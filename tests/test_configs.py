@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from data_fixtures import bible_config
+from finetune_fixtures import MOCKED_MAIN
 from realformer_jax import data
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -31,11 +32,20 @@ _TRAIN_TOY_FLAGS = {
     'train.num_train_steps': 2, 'train.stop_at_step': 1, 'train.warmup_steps': 1,
     'train.log_every_steps': 1, 'train.eval_every_steps': 1, 'train.checkpoint_every_steps': 1,
 }
+_FINETUNE_TOY_FLAGS = {
+    'model.hidden_size': 32, 'model.num_heads': 2, 'model.mlp_dim': 64, 'data.max_len': 48,
+    'data.max_examples': 16, 'data.max_query_len': 8, 'data.doc_stride': 16,
+    'train.global_batch_size': 8, 'finetune.num_epochs': 1, 'train.log_every_steps': 1,
+}
 # Entry point -> toy flags. A config documenting a command of another entry point fails
 # test_every_documented_entry_point_has_toy_flags until it is added here.
-TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS}
+TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS, 'experiments.finetune': _FINETUNE_TOY_FLAGS}
 # What a finished toy run prints, per entry point.
-EXPECTED_OUTPUT = {'experiments.train': 'final eval MLM accuracy'}
+EXPECTED_OUTPUT = {'experiments.train': 'final eval MLM accuracy',
+                   'experiments.finetune': 'final eval'}
+# Configs of TFDS catalog datasets (GLUE, SQuAD) run under tfds.testing.mock_data, with the
+# test corpus' tokenizer (the random-init tokenizer would be trained on mocked text).
+_MOCKED_CONFIGS = ('configs/finetune/glue.py', 'configs/finetune/squad.py')
 
 
 def documented_commands():
@@ -70,9 +80,15 @@ def _run(command: str, workdir: str) -> subprocess.CompletedProcess:
   argv = shlex.split(command.replace('DIR', workdir).replace('/tmp/realformer_tiny', workdir))
   module = argv[2]
   flags = dict(TOY_FLAGS[module], **{'data.data_dir': bible_config().data_dir})
+  mocked = any(config in command for config in _MOCKED_CONFIGS)
+  if mocked:
+    tokenizer = data.prepare(bible_config())
+    flags.update({'data.vocab_file': tokenizer.source, 'model.vocab_size': tokenizer.vocab_size})
   argv += [f'--config.{key}={value}' for key, value in flags.items()]
   env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
   argv[0] = sys.executable
+  if mocked:  # python -c <run the module under mock_data> module args...
+    argv[1:3] = ['-c', MOCKED_MAIN, module]
   return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -87,7 +103,7 @@ def test_every_documented_config_command_takes_a_step(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, f'{path}: {command}\n{output[-3000:]}'
     assert EXPECTED_OUTPUT[shlex.split(command)[2]] in output, f'{path}: {command}\n{output}'
-  assert len(runs) >= 6
+  assert len(runs) >= 9
 
 
 def test_paper_configs_train_at_the_paper_batch_with_auto_accumulation():

@@ -27,13 +27,19 @@ VALIDATION_PERCENT = 4
 _FIRST_NEW_TESTAMENT_BOOK = 40  # Matthew.
 
 
-def is_validation_chapter(book_number: int, chapter: int) -> bool:
-  """Deterministic, platform-independent split of whole chapters (not Python's salted hash)."""
+def chapter_bucket(book_number: int, chapter: int) -> int:
+  """A chapter's bucket in [0, 100): a stable hash of "book_number:chapter" (not Python's
+  salted hash), the same in every translation and on every platform."""
   digest = hashlib.sha256(f'{book_number}:{chapter}'.encode()).digest()
-  return int.from_bytes(digest[:8], 'little') % 100 < VALIDATION_PERCENT
+  return int.from_bytes(digest[:8], 'little') % 100
 
 
-def _clean(verse_text: str) -> str:
+def is_validation_chapter(book_number: int, chapter: int) -> bool:
+  """Deterministic, platform-independent split of whole chapters."""
+  return chapter_bucket(book_number, chapter) < VALIDATION_PERCENT
+
+
+def clean_verse(verse_text: str) -> str:
   return verse_text.replace('`', "'").replace('[', '').replace(']', '').strip()
 
 
@@ -50,7 +56,7 @@ def _chapters():
       yield (*current_key, verses)
       verses = []
     current_key = key
-    verses.append(_clean(bible.get_scripture(verse_id)))
+    verses.append(clean_verse(bible.get_scripture(verse_id)))
   if verses:
     yield (*current_key, verses)
 

@@ -32,6 +32,7 @@ from ml_collections import config_dict
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.train import build, partitioning
+from realformer_jax.train.task import Task
 
 AUTO = 'auto'
 GiB = 2 ** 30
@@ -99,10 +100,11 @@ def _with(config: ml_collections.ConfigDict, accum: int,
 
 
 def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
-            log: Callable[[str], None] = print) -> Resolved:
-  """The config with a concrete accumulation, its setup and the compiled train step."""
+            log: Callable[[str], None] = print, task: Optional[Task] = None) -> Resolved:
+  """The config with a concrete accumulation, its setup and the compiled train step
+  (for `task`; default masked LM)."""
   if config.train.grad_accum_steps != AUTO:
-    setup = build.make_setup(config, model_config)
+    setup = build.make_setup(config, model_config, task)
     return Resolved(config, model_config, setup, build.compile_train_step(config, setup))
 
   budget, source = memory_budget(config.train)
@@ -118,7 +120,7 @@ def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
     def need(accum: int, policy=policy, policy_model=policy_model, probes=probes) -> int:
       if accum not in probes:
         candidate = _with(config, accum, policy)
-        setup = build.make_setup(candidate, policy_model)
+        setup = build.make_setup(candidate, policy_model, task)
         compiled = build.compile_train_step(candidate, setup)
         probes[accum] = (setup, compiled, step_memory_bytes(compiled))
       return probes[accum][2]

@@ -73,3 +73,62 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+class BestCheckpoint:
+  """The parameters of the best evaluation so far, by one eval metric, under `<workdir>/best`.
+
+  Next to the latest checkpoints (which resume a run) a fine-tuning run keeps the parameters
+  that scored best on its eval split: orbax keeps one checkpoint, chosen by `best_fn` over the
+  metrics saved with each, and reads those metrics back from disk, so the choice survives a
+  resume. The saved metrics are the eval metrics ('eval/<name>'), stored beside the params.
+  """
+
+  def __init__(self, workdir: str, metric: str, mode: str = 'max'):
+    if mode not in ('max', 'min'):
+      raise ValueError(f'best checkpoint mode {mode!r}: must be max or min')
+    self.directory = best_directory(workdir)
+    self.metric = f'eval/{metric}'
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=1, create=True, best_fn=lambda metrics: metrics[self.metric],
+            best_mode=mode),
+        item_names=('params',))
+
+  def offer(self, step: int, state: TrainState, eval_metrics: dict) -> None:
+    """Saves `state.params` if its `eval_metrics` beat the best so far (orbax decides and
+    deletes the loser)."""
+    if step in self._manager.all_steps():  # a resumed run re-evaluates a saved step
+      return
+    self._manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(
+        state.params)), metrics={k: float(v) for k, v in eval_metrics.items()}, force=True)
+
+  def best_step(self) -> Optional[int]:
+    return self._manager.best_step()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+
+def best_directory(workdir: str) -> str:
+  return os.path.join(os.path.abspath(workdir), 'best')
+
+
+def restore_best_params(workdir: str, abstract_params: Any) -> tuple[Any, int, dict]:
+  """(params, step, eval metrics) of the best checkpoint in `workdir` (BestCheckpoint), onto
+  the shardings `abstract_params` carries."""
+  directory = best_directory(workdir)
+  manager = ocp.CheckpointManager(directory, item_names=('params',))
+  try:
+    steps = manager.all_steps()
+    if not steps:
+      raise FileNotFoundError(f'{directory}: no best checkpoint (has the run evaluated yet?)')
+    step = max(steps)  # only the best is kept
+    restored = manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract_params)))
+    metrics = manager.metrics(step)
+  finally:
+    manager.close()
+  return restored.params, step, metrics or {}

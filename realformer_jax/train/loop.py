@@ -1,9 +1,11 @@
 """train_and_evaluate: check, build data, compile once, train, evaluate, checkpoint, resume.
 
-Order matters for failing fast: the config is validated and the data is built (tokenizer,
-iterators, baseline) before any model is traced, so every user-fixable problem costs seconds.
-Metrics are pulled to the host one step late, so the host never waits on the step it has just
-dispatched; a state is checked finite before it is ever saved.
+One loop for every task (task.py): masked-LM pretraining by default, fine-tuning tasks from
+realformer_jax/finetune. Order matters for failing fast: the config is validated and the data is
+built (tokenizer, iterators, baseline) before any model is traced, so every user-fixable problem
+costs seconds. Metrics are pulled to the host one step late, so the host never waits on the step
+it has just dispatched; a state is checked finite before it is ever saved. A task with a
+`best_metric` also keeps the parameters of its best evaluation (checkpointing.py).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from realformer_jax import data, diagnostics
 from realformer_jax.config import ConfigError
 from realformer_jax.params import count_params
 from realformer_jax.train import accumulation, build, distributed, metrics as metrics_lib
 from realformer_jax.train import partitioning, prefetch, state as state_lib, validation
-from realformer_jax.train.checkpointing import Checkpointer
-from realformer_jax.train.step import SUM_METRICS
+from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
+from realformer_jax.train.mlm_task import MaskedLMTask
+from realformer_jax.train.task import Task, prefixed
 
 
 class TrainingError(RuntimeError):
@@ -30,29 +34,35 @@ class TrainingError(RuntimeError):
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       on_log: Optional[Callable[[int, int, dict], None]] = None
-                       ) -> dict[str, Any]:
-  """Trains until train.stop_at_step (or num_train_steps), resuming from the latest checkpoint
-  in `workdir`. Returns the final eval metrics, the baseline and the step reached.
+                       on_log: Optional[Callable[[int, int, dict], None]] = None,
+                       task: Optional[Task] = None) -> dict[str, Any]:
+  """Trains `task` (default: masked-LM pretraining) until train.stop_at_step (or
+  num_train_steps), resuming from the latest checkpoint in `workdir`. Returns the final eval
+  metrics, the baseline (the task's first baseline metric; all of them as 'baseline/<name>')
+  and the step reached.
 
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
-  model_config = validation.validate_config(config)
+  task = task or MaskedLMTask()
+  model_config = validation.validate_config(config, task=task)
   distributed.initialize(config.distributed)
   validation.check_devices(config, jax.device_count(), jax.process_count())
-  tokenizer, train_iter, eval_batches, baseline = _build_data(config, model_config)
+  task_data = task.build_data(config, model_config, jax.process_index(), jax.process_count())
+  train_iter, eval_batches, baseline = (task_data.train_iter, task_data.eval_batches,
+                                        task_data.baseline)
 
   writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
   checkpointer = Checkpointer(workdir, config.train.keep_checkpoints)
+  best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
   preemption = distributed.PreemptionWatcher()
   batches = None
   try:
     user_config = config
-    resolved = accumulation.resolve(config, model_config, log=writer.print)
+    resolved = accumulation.resolve(config, model_config, log=writer.print, task=task)
     config, setup, train_step = resolved.config, resolved.setup, resolved.compiled
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
     eval_step = build.compile_eval_step(setup)
-    _write_run_files(user_config, tokenizer, workdir)
+    _write_run_files(user_config, task_data.tokenizer, workdir)
     writer.print(f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
                  f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)')
 
@@ -60,7 +70,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     step = int(jax.device_get(state.step))
     last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
-    log = _TrainLog(writer, config, start_step=step, stop_step=stop, on_log=on_log)
+    log = _TrainLog(writer, config, task, start_step=step, stop_step=stop, on_log=on_log)
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py).
     batches = prefetch.DevicePrefetcher(train_iter, setup.batch_sharding,
@@ -85,41 +95,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
       if step % config.train.eval_every_steps == 0 and step != stop:
-        _write_eval(writer, step, evaluate(eval_step, state, eval_batches, setup), baseline)
+        _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
+                             best)
         log.restart_clock(step)  # throughput counts training time only
 
-    final = evaluate(eval_step, state, eval_batches, setup)
-    _write_eval(writer, step, final, baseline)
-    writer.print(f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
-                 f'token baseline {baseline:.4f} (eval loss {final["eval/loss"]:.4f}, '
-                 f'step {step})')
-    return {**{k: float(v) for k, v in final.items()}, 'step': step, 'baseline': baseline,
-            'preempted': False}
+    final = _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
+                                 best)
+    writer.print(task.summary(final, baseline, step))
+    return {**{k: float(v) for k, v in final.items()}, 'step': step,
+            'baseline': next(iter(baseline.values())),
+            **{f'baseline/{k}': float(v) for k, v in baseline.items()}, 'preempted': False}
   finally:
     preemption.close()
     checkpointer.wait()
     checkpointer.close()
+    if best is not None:
+      best.close()
     writer.close()
     if batches is not None:
       batches.close()
     train_iter.close()  # stops its prefetch thread
-
-
-def _build_data(config: ml_collections.ConfigDict, model_config):
-  """(tokenizer, train iterator, eval batches, most-frequent-token baseline) for this process.
-
-  Runs before anything is compiled, so every DataError surfaces in seconds."""
-  tokenizer = data.prepare(config.data)
-  if tokenizer.vocab_size > model_config.vocab_size:
-    raise ConfigError(f'model.vocab_size={model_config.vocab_size}: smaller than the '
-                      f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
-  batch_size = config.train.global_batch_size
-  process_index, process_count = jax.process_index(), jax.process_count()
-  train_iter = data.make_train_iterator(config.data, batch_size, config.train.seed,
-                                        process_index, process_count)
-  eval_batches = data.make_eval_iterator(config.data, batch_size, process_index, process_count)
-  baseline = data.most_frequent_token_baseline(config.data, batch_size)
-  return tokenizer, train_iter, eval_batches, baseline
 
 
 def _stop_step(train: ml_collections.ConfigDict) -> int:
@@ -147,8 +142,9 @@ def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_
     init_rng, rng = jax.jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))),
                             out_shardings=setup.replicated)(setup.config.train.seed)
     state = state_lib.init_state(setup.model, setup.tx, setup.config.data, setup.layout,
-                                 init_rng, setup.mesh, setup.rules)
-    return state, rng
+                                 init_rng, setup.mesh, setup.rules, setup.task)
+    # AdamW's moments start at zero whatever the parameters: only the parameters change.
+    return state.replace(params=setup.task.initial_params(state.params, setup)), rng
   abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
   state, key_data = checkpointer.restore(latest, setup.layout.abstract, abstract_key_data,
                                          train_iter)
@@ -157,28 +153,42 @@ def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_
 
 
 def evaluate(eval_step, state, eval_batches, setup: build.TrainSetup) -> dict[str, float]:
-  """MLM loss and accuracy over one pass of the eval batches (sums added on device)."""
-  totals = None
+  """The task's eval metrics ('eval/...') over one pass of the eval batches: sums added on
+  the device, per-row outputs (if the task has any) concatenated on the host."""
+  totals, outputs = None, []
   for batch in eval_batches:
-    sums = eval_step(state, partitioning.global_batch(batch, setup.batch_sharding))
+    sums, rows = eval_step(state, partitioning.global_batch(batch, setup.batch_sharding))
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-  return metrics_lib.mean_metrics(jax.device_get(totals), 'eval')
+    if rows:
+      outputs.append(jax.device_get(rows))
+  concatenated = {name: np.concatenate([rows[name] for rows in outputs])
+                  for name in (outputs[0] if outputs else {})}
+  return prefixed(setup.task.eval_metrics(jax.device_get(totals), concatenated), 'eval')
 
 
-def _write_eval(writer: metrics_lib.MetricWriter, step: int, eval_metrics: dict,
-                baseline: float) -> None:
-  writer.scalars(step, dict(eval_metrics, **{'eval/baseline_mlm_accuracy': baseline}))
-  writer.print(f'eval  step {step}: loss {eval_metrics["eval/loss"]:.4f} | MLM accuracy '
-               f'{eval_metrics["eval/mlm_accuracy"]:.4f} (baseline {baseline:.4f})')
+def _evaluate_and_record(eval_step, state, eval_batches, setup: build.TrainSetup,
+                         writer: metrics_lib.MetricWriter, step: int, baseline: dict,
+                         best: Optional[BestCheckpoint]) -> dict[str, float]:
+  """Evaluates, writes scalars and a console line, and offers the state to `best`."""
+  eval_metrics = evaluate(eval_step, state, eval_batches, setup)
+  writer.scalars(step, dict(eval_metrics, **{f'eval/baseline_{name}': value
+                                             for name, value in baseline.items()}))
+  unprefixed = {name.split('/', 1)[1]: value for name, value in eval_metrics.items()}
+  writer.print(f'eval  step {step}: loss {eval_metrics["eval/loss"]:.4f} | '
+               f'{setup.task.eval_log_fields(unprefixed, baseline)}')
+  if best is not None:
+    best.offer(step, state, eval_metrics)
+  return eval_metrics
 
 
 class _TrainLog:
   """Host side of the train metrics: finiteness check, sums per log interval, output."""
 
   def __init__(self, writer: metrics_lib.MetricWriter, config: ml_collections.ConfigDict,
-               start_step: int, stop_step: int,
+               task: Task, start_step: int, stop_step: int,
                on_log: Optional[Callable[[int, int, dict], None]] = None):
     self._on_log = on_log
+    self._task = task
     self._writer = writer
     self._every = config.train.log_every_steps
     self._start = start_step
@@ -192,18 +202,20 @@ class _TrainLog:
 
   def record(self, step: int, device_metrics: dict, last_checkpoint: Optional[int]) -> None:
     values = jax.device_get(device_metrics)
-    loss = float(values['mlm_loss_sum']) / max(float(values['mlm_weight']), 1.0)
+    task = self._task
+    loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
     if not (math.isfinite(loss) and bool(values['grads_finite'])):
       what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite gradients'
       kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
       raise TrainingError(f'{what} at step {step}; stopped without saving '
                           f'(last good checkpoint: {kept})')
-    self._sums = metrics_lib.add_sums(self._sums, values, SUM_METRICS)
+    self._sums = metrics_lib.add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:
       return
     tokens_per_sec, seconds_left = self._throughput.update(step)
-    scalars = metrics_lib.mean_metrics(self._sums, 'train')
+    train_metrics = task.train_metrics(self._sums)
+    scalars = prefixed(train_metrics, 'train')
     scalars.update({'train/learning_rate': float(values['learning_rate']),
                     'train/grad_norm': float(values['grad_norm']),
                     'train/tokens_per_sec': tokens_per_sec})
@@ -213,8 +225,9 @@ class _TrainLog:
     self._writer.scalars(step, scalars)
     if self._on_log is not None:
       self._on_log(step, self._stop, scalars)
+    fields = task.log_fields(train_metrics)
     self._writer.print(
         f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
-        f'acc {scalars["train/mlm_accuracy"]:.4f} | lr {scalars["train/learning_rate"]:.2e} | '
+        f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
         f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
         f'ETA {metrics_lib.format_duration(seconds_left)}')

@@ -92,13 +92,6 @@ def _records(path: str):
       yield payload
 
 
-def mean_metrics(sums: Mapping[str, float], prefix: str) -> dict[str, float]:
-  """Loss and accuracy per prediction from summed metrics."""
-  weight = max(sums['mlm_weight'], 1.0)
-  return {f'{prefix}/loss': sums['mlm_loss_sum'] / weight,
-          f'{prefix}/mlm_accuracy': sums['mlm_correct_sum'] / weight}
-
-
 def add_sums(total: Optional[dict], new: Mapping[str, float], keys) -> dict:
   total = dict(total or {k: 0.0 for k in keys})
   for k in keys:

@@ -64,19 +64,3 @@ def global_batch(local_batch: Mapping[str, np.ndarray],
   """This process's rows -> global arrays (each process feeds only its own devices)."""
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in local_batch.items()}
-
-
-def abstract_batch(data_config: ml_collections.ConfigDict, global_batch_size: int,
-                   sharding: NamedSharding) -> dict[str, jax.ShapeDtypeStruct]:
-  """Shapes of one global batch (the data module's batch contract), for lowering."""
-  length, predictions = data_config.max_len, data_config.max_predictions
-  shapes = {
-      'input_ids': ((global_batch_size, length), np.int32),
-      'segment_ids': ((global_batch_size, length), np.int32),
-      'input_mask': ((global_batch_size, length), np.int32),
-      'masked_positions': ((global_batch_size, predictions), np.int32),
-      'masked_ids': ((global_batch_size, predictions), np.int32),
-      'masked_weights': ((global_batch_size, predictions), np.float32),
-  }
-  return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-          for k, (shape, dtype) in shapes.items()}

@@ -44,11 +44,16 @@ class Pretrained:
   @functools.cached_property
   def tokenizer(self) -> data.Tokenizer:
     """The run's tokenizer: the copy in the workdir, else prepared from its data config."""
-    for name in TOKENIZER_FILES:
-      path = os.path.join(self.workdir, name)
-      if os.path.exists(path):
-        return data.tokenizer.load(path)
-    return data.prepare(self.config.data)
+    return workdir_tokenizer(self.workdir, self.config)
+
+
+def workdir_tokenizer(workdir: str, config: ml_collections.ConfigDict) -> data.Tokenizer:
+  """The tokenizer of a run: the copy in its workdir, else prepared from its data config."""
+  for name in TOKENIZER_FILES:
+    path = os.path.join(workdir, name)
+    if os.path.exists(path):
+      return data.tokenizer.load(path, lower_case=config.data.lower_case)
+  return data.prepare(config.data)
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:

@@ -9,7 +9,7 @@ mesh; `jax.jit(init, out_shardings=...)` then creates every array directly in it
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import flax.struct
@@ -19,9 +19,10 @@ import ml_collections
 import optax
 from jax.sharding import PartitionSpec
 
-from realformer_jax.models import MaskedLM
 from realformer_jax.params import unbox
 from realformer_jax.train import partitioning
+from realformer_jax.train.mlm_task import MaskedLMTask
+from realformer_jax.train.task import Task
 
 # Parameters that get weight decay; BERT exempts biases and LayerNorm (and here also the
 # residual gates and every other scalar or vector parameter).
@@ -84,29 +85,24 @@ class StateLayout:
     return self.shardings.params
 
 
-def _init_variables(model: MaskedLM, rng: jax.Array, batch_size: int,
-                    data_config: ml_collections.ConfigDict) -> dict:
-  ids = jnp.zeros((batch_size, data_config.max_len), jnp.int32)
-  positions = jnp.zeros((batch_size, data_config.max_predictions), jnp.int32)
-  return model.init({'params': rng}, ids, jnp.ones_like(ids), ids, positions,
-                    deterministic=True, step=jnp.zeros((), jnp.int32))
-
-
-def _make_init_fn(model, tx, batch_size, data_config):
+def _make_init_fn(model, tx, batch_size, data_config, task: Task):
   def init(rng: jax.Array) -> TrainState:
-    params = unbox(_init_variables(model, rng, batch_size, data_config)['params'])
+    params = unbox(task.init_variables(model, rng, data_config, batch_size)['params'])
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
   return init
 
 
-def state_layout(model: MaskedLM, tx: optax.GradientTransformation,
-                 data_config: ml_collections.ConfigDict, mesh, rules) -> StateLayout:
+def state_layout(model: Any, tx: optax.GradientTransformation,
+                 data_config: ml_collections.ConfigDict, mesh, rules,
+                 task: Optional[Task] = None) -> StateLayout:
   """Abstract sharded TrainState, computed without allocating any parameter."""
+  task = task or MaskedLMTask()
   # One row per data-parallel shard keeps init's activation constraints divisible.
   batch_size = partitioning.data_parallel_size(mesh, rules)
   rng = jax.random.key(0)
   with partitioning.activate(mesh, rules):
-    boxed = jax.eval_shape(lambda r: _init_variables(model, r, batch_size, data_config), rng)
+    boxed = jax.eval_shape(lambda r: task.init_variables(model, r, data_config, batch_size),
+                           rng)
   params = unbox(boxed['params'])
   abstract = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
                         opt_state=jax.eval_shape(tx.init, params))
@@ -122,11 +118,12 @@ def state_layout(model: MaskedLM, tx: optax.GradientTransformation,
   return StateLayout(abstract=abstract, shardings=shardings)
 
 
-def init_state(model: MaskedLM, tx: optax.GradientTransformation,
+def init_state(model: Any, tx: optax.GradientTransformation,
                data_config: ml_collections.ConfigDict, layout: StateLayout, rng: jax.Array,
-               mesh, rules) -> TrainState:
+               mesh, rules, task: Optional[Task] = None) -> TrainState:
   """Fresh TrainState, created shard by shard on the devices that own it."""
+  task = task or MaskedLMTask()
   batch_size = partitioning.data_parallel_size(mesh, rules)
-  init = _make_init_fn(model, tx, batch_size, data_config)
+  init = _make_init_fn(model, tx, batch_size, data_config, task)
   with partitioning.activate(mesh, rules):
     return jax.jit(init, out_shardings=layout.shardings)(rng)

@@ -1,4 +1,4 @@
-"""The compiled train and eval steps.
+"""The compiled train and eval steps, for any task (task.py; masked LM by default).
 
 `train_step(state, batch, rng) -> (state, metrics)` is pure: dropout randomness is
 `fold_in(rng, state.step)` (then per microbatch), so a resumed run replays the same numbers.
@@ -17,25 +17,19 @@ import ml_collections
 import optax
 
 from realformer_jax import diagnostics
-from realformer_jax.losses import mlm_loss_and_metrics
-from realformer_jax.models import MaskedLM
+from realformer_jax.train.mlm_task import SUM_METRICS, MaskedLMTask
 from realformer_jax.train.state import TrainState, learning_rate_schedule
+from realformer_jax.train.task import Task
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
-SUM_METRICS = ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight')  # add across batches
+__all__ = ['SUM_METRICS', 'make_eval_step', 'make_train_step', 'split_microbatches']
 
 
-def _forward_sums(model: MaskedLM, params: Any, batch: Batch, *, step: jax.Array,
+def _forward_sums(task: Task, model: Any, params: Any, batch: Batch, *, step: jax.Array,
                   rng: Optional[jax.Array]) -> Metrics:
-  """Metric sums ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight') of one (micro)batch."""
-  deterministic = rng is None
-  logits_BxPxV = model.apply(
-      {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-      batch['masked_positions'], deterministic=deterministic, step=step,
-      rngs=None if deterministic else {'dropout': rng})
-  _, sums = mlm_loss_and_metrics(logits_BxPxV, batch['masked_ids'], batch['masked_weights'])
-  return sums
+  """The task's metric sums (`task.sum_metrics`) of one (micro)batch."""
+  return task.loss_sums(task.forward(model, params, batch, step=step, rng=rng), batch)
 
 
 def split_microbatches(batch: Batch, num_micro: int) -> Batch:
@@ -50,18 +44,19 @@ def split_microbatches(batch: Batch, num_micro: int) -> Batch:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
-                    train: ml_collections.ConfigDict,
-                    param_shardings: Any = None) -> Callable[..., tuple[TrainState, Metrics]]:
+def make_train_step(model: Any, tx: optax.GradientTransformation,
+                    train: ml_collections.ConfigDict, param_shardings: Any = None,
+                    task: Optional[Task] = None) -> Callable[..., tuple[TrainState, Metrics]]:
   """Builds the pure train step. `param_shardings` pins gradients to the parameters' layout
   (under FSDP this makes XLA reduce-scatter gradients instead of all-reducing them)."""
+  task = task or MaskedLMTask()
   num_micro = train.grad_accum_steps
   schedule = learning_rate_schedule(train)
 
   def grads_and_sums(params, batch, rng, step, loss_scale):
     def loss(p):
-      sums = _forward_sums(model, p, batch, step=step, rng=rng)
-      return sums['mlm_loss_sum'] * loss_scale, sums
+      sums = _forward_sums(task, model, p, batch, step=step, rng=rng)
+      return sums[task.loss_sum] * loss_scale, sums
     grads, sums = jax.grad(loss, has_aux=True)(params)
     if param_shardings is not None:
       grads = jax.lax.with_sharding_constraint(grads, param_shardings)
@@ -72,7 +67,7 @@ def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
     # Mean over every prediction of the whole batch, however it is split. The count comes from
     # the batch, so the 1/count rides on the backward pass's scalar seed: dividing the finished
     # gradients instead is one more read and write of every gradient.
-    loss_scale = 1.0 / jnp.maximum(jnp.sum(batch['masked_weights'].astype(jnp.float32)), 1.0)
+    loss_scale = 1.0 / jnp.maximum(task.batch_weight(batch), 1.0)
     if num_micro == 1:
       grads, sums = grads_and_sums(state.params, batch, jax.random.fold_in(step_rng, 0),
                                    state.step, loss_scale)
@@ -83,7 +78,7 @@ def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
                                      state.step, loss_scale)
         return jax.tree.map(jnp.add, carry, (grads, sums)), None
       zeros = (jax.tree.map(jnp.zeros_like, state.params),
-               {name: jnp.zeros((), jnp.float32) for name in SUM_METRICS})
+               {name: jnp.zeros((), jnp.float32) for name in task.sum_metrics})
       (grads, sums), _ = jax.lax.scan(
           accumulate, zeros, (jnp.arange(num_micro), split_microbatches(batch, num_micro)))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -101,19 +96,31 @@ def make_train_step(model: MaskedLM, tx: optax.GradientTransformation,
   return train_step
 
 
-def make_eval_step(model: MaskedLM, num_micro: int = 1) -> Callable[[TrainState, Batch],
-                                                                     Metrics]:
-  """Metric sums of one eval batch, in the train step's microbatches (a batch that needs
-  accumulation to train also needs it to evaluate: the forward pass alone holds [B, H, L, L]
-  scores)."""
-  def eval_step(state: TrainState, batch: Batch) -> Metrics:
+def make_eval_step(model: Any, num_micro: int = 1, task: Optional[Task] = None
+                   ) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
+  """`eval_step(state, batch) -> (sums, outputs)`: the task's metric sums of one eval batch and
+  its per-row outputs for host-side metrics (`task.eval_outputs`; empty for masked LM), in the
+  train step's microbatches (a batch that needs accumulation to train also needs it to
+  evaluate: the forward pass alone holds [B, H, L, L] scores)."""
+  task = task or MaskedLMTask()
+
+  def forward(params, batch, step):
+    outputs = task.forward(model, params, batch, step=step, rng=None)
+    return task.loss_sums(outputs, batch), task.eval_outputs(outputs, batch)
+
+  def eval_step(state: TrainState, batch: Batch) -> tuple[Metrics, Metrics]:
     if num_micro == 1:
-      return _forward_sums(model, state.params, batch, step=state.step, rng=None)
+      return forward(state.params, batch, state.step)
 
     def accumulate(totals, micro):
-      sums = _forward_sums(model, state.params, micro, step=state.step, rng=None)
-      return jax.tree.map(jnp.add, totals, sums), None
-    zeros = {name: jnp.zeros((), jnp.float32) for name in SUM_METRICS}
-    totals, _ = jax.lax.scan(accumulate, zeros, split_microbatches(batch, num_micro))
-    return totals
+      sums, outputs = forward(state.params, micro, state.step)
+      return jax.tree.map(jnp.add, totals, sums), outputs
+    zeros = {name: jnp.zeros((), jnp.float32) for name in task.sum_metrics}
+    totals, outputs_A = jax.lax.scan(accumulate, zeros, split_microbatches(batch, num_micro))
+    return totals, jax.tree.map(_merge_microbatches, outputs_A)
   return eval_step
+
+
+def _merge_microbatches(x_AxM: jax.Array) -> jax.Array:
+  """[A, B/A, ...] from split_microbatches back to [B, ...] in the batch's row order."""
+  return jnp.swapaxes(x_AxM, 0, 1).reshape((-1,) + x_AxM.shape[2:])

@@ -14,12 +14,15 @@ from typing import Optional
 import ml_collections
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.data import validate_data_config
 from realformer_jax.train import defaults
+from realformer_jax.train.mlm_task import MaskedLMTask
+from realformer_jax.train.task import Task
 
+# Sections every task's config has; None: checked elsewhere (model: by the task's
+# model_config, data: by the task's schema and checks).
 _SECTIONS = {
-    'model': None,  # checked by ModelConfig.from_mapping
-    'data': defaults.default_data_config,
+    'model': None,
+    'data': None,
     'train': defaults.default_train_config,
     'mesh': defaults.default_mesh_config,
     'logical_axis_rules': None,
@@ -28,21 +31,22 @@ _SECTIONS = {
 
 
 def validate_config(config: ml_collections.ConfigDict, *, device_count: Optional[int] = None,
-                    process_count: Optional[int] = None) -> ModelConfig:
-  """Checks the whole config; returns the validated ModelConfig.
+                    process_count: Optional[int] = None,
+                    task: Optional[Task] = None) -> ModelConfig:
+  """Checks the whole config of `task` (default: masked-LM pretraining); returns the validated
+  ModelConfig.
 
   Without `device_count` / `process_count` only what needs no devices is checked (safe before
   `jax.distributed.initialize`); with them, the mesh shape and batch layout are checked too.
   """
-  _check_known_fields(config)
-  model = ModelConfig.from_mapping(config.model)
-  validate_data_config(config.data)
+  task = task or MaskedLMTask()
+  _check_known_fields(config, task)
+  model = task.model_config(config)
+  task.validate_data_config(config.data)
   if model.position_embedding == 'learned' and config.data.max_len > model.max_len:
     raise ConfigError(f'data.max_len={config.data.max_len}: sequence longer than the position '
                       f'table model.max_len={model.max_len}')
-  if config.data.vocab_size > model.vocab_size:
-    raise ConfigError(f'model.vocab_size={model.vocab_size}: smaller than the tokenizer '
-                      f'vocabulary data.vocab_size={config.data.vocab_size}')
+  task.validate(config, model)
   _check_train(config.train)
   _check_mesh_and_rules(config.mesh, config.logical_axis_rules)
   _check_distributed(config.distributed)
@@ -58,11 +62,12 @@ def check_devices(config: ml_collections.ConfigDict, device_count: int,
   check_batch_layout(config, dict(zip(config.mesh.axes, shape)), process_count)
 
 
-def _check_known_fields(config: ml_collections.ConfigDict) -> None:
+def _check_known_fields(config: ml_collections.ConfigDict, task: Task) -> None:
+  sections = dict(_SECTIONS, data=task.default_data_config, **task.extra_sections())
   for name in config.keys():
-    if name not in _SECTIONS:
-      raise ConfigError(f'{name}: unknown config section (known: {", ".join(_SECTIONS)})')
-  for name, make_default in _SECTIONS.items():
+    if name not in sections:
+      raise ConfigError(f'{name}: unknown config section (known: {", ".join(sections)})')
+  for name, make_default in sections.items():
     if name not in config:
       raise ConfigError(f'{name}: missing config section')
     if make_default is None:

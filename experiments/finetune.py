@@ -1,0 +1,29 @@
+r"""Fine-tuning: GLUE-style classification / regression, SQuAD-style span extraction, and the
+embedded labelled tasks, from a pretraining workdir, Hugging Face BERT weights or random init.
+This file is intentionally kept short: the logic lives in realformer_jax/finetune/ and the
+training loop is the pretraining one (realformer_jax/train/).
+
+    python -m experiments.finetune --config=configs/finetune/bible_sections.py --workdir=DIR \
+        --config.finetune.init=/tmp/realformer_tiny
+    python -m experiments.finetune --config=configs/finetune/glue.py:mrpc --workdir=DIR \
+        --config.finetune.init=/path/to/bert/model.safetensors
+
+Takes the same flags as experiments.train (--config, --workdir, --malloc, --config.a.b=v);
+re-running with the same --workdir resumes; bad flags, configs and data exit with status 1 and
+one line `error: <message>`, before any compilation. The run prints the eval metric each epoch,
+keeps the best checkpoint (by the dataset's metric) in DIR/best, evaluates it on the test split
+where the dataset has a labelled one, and writes DIR/results.json.
+"""
+
+from absl import app
+
+from experiments import train as train_cli  # its flags: --config, --workdir, --malloc
+from realformer_jax import finetune
+
+
+def main(argv):
+  train_cli.run_job(argv, finetune.run)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=train_cli.parse_flags)

@@ -1,0 +1,149 @@
+"""The fine-tuning config: the pretraining sections plus `finetune`, a task `data` section, and
+a `model` section whose fields default to "whatever the starting checkpoint has".
+
+    model      ModelConfig fields; None (the default) = from the starting checkpoint (random
+               init: ModelConfig's default). Only FINETUNE_MODEL_FIELDS (dropout, dtype,
+               layout of the computation) may differ from a checkpoint; any other set field
+               that differs is a one-line ConfigError naming both values.
+    data       dataset (datasets.py), splits, tokenizer, sequence and SQuAD window settings
+    finetune   starting point (init), epochs, warmup, the metric that picks the best checkpoint
+    train, mesh, logical_axis_rules, distributed   as for pretraining (train/defaults.py);
+               train.num_train_steps, warmup_steps, eval_every_steps and checkpoint_every_steps
+               are derived from finetune.num_epochs (evaluation and a checkpoint every epoch)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+from ml_collections import config_dict
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.data.errors import DataError
+from realformer_jax.finetune import datasets
+from realformer_jax.train import defaults
+
+# May differ from the starting checkpoint: they change how the model is trained or computed,
+# not which function its weights define.
+FINETUNE_MODEL_FIELDS = ('dropout_rate', 'attention_dropout_rate', 'dtype', 'scan_layers',
+                         'scan_unroll', 'remat_policy', 'residual_scores_backward')
+
+
+def default_model_config() -> ml_collections.ConfigDict:
+  """Every ModelConfig field as a typed placeholder (None = from the starting checkpoint)."""
+  c = ml_collections.ConfigDict()
+  for field in dataclasses.fields(ModelConfig):
+    default = field.default
+    c[field.name] = config_dict.placeholder(bool if default is None else type(default))
+  return c
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.dataset = 'bible_sections'  # a name in datasets.DATASETS: embedded bible_*, glue/*, squad/*
+  c.data_dir = '~/tensorflow_datasets'  # TFDS data dir (GLUE / SQuAD prepared as array_record)
+  c.download = False  # let TFDS download and prepare a missing catalog dataset
+  c.train_split = ''  # '' = the dataset's default (train)
+  c.eval_split = ''  # '' = the dataset's default (validation; MNLI: validation_matched)
+  c.test_split = ''  # '' = the dataset's labelled test split if it has one (embedded tasks)
+  c.max_examples = -1  # N examples per split (-1: all; embedded tasks: evenly spaced); smoke runs
+  # Tokenizer: '' = the starting checkpoint's (a workdir's copy; vocab.txt beside Hugging Face
+  # weights; random init: SentencePiece trained on the embedded pretraining corpus).
+  c.vocab_file = ''
+  c.lower_case = True  # WordPiece vocab.txt: BERT uncased
+  c.vocab_size = 8000  # random init without vocab_file: pieces of that trained tokenizer
+  c.max_len = 128  # tokens per sequence, [CLS] and [SEP]s included
+  c.doc_stride = 128  # SQuAD: tokens between the starts of consecutive context windows
+  c.max_query_len = 64  # SQuAD: question tokens kept
+  c.max_answer_len = 30  # SQuAD: longest predicted answer, in tokens
+  c.n_best = 20  # SQuAD: start / end candidates per window
+  c.null_threshold = 0.0  # SQuAD v2.0: answer '' when no-answer score - best span > this
+  return c
+
+
+def default_finetune_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  # Starting point: '' = random init; a workdir of experiments.train (its latest checkpoint,
+  # or init_step); a Hugging Face BERT checkpoint file (.safetensors, or a PyTorch .bin state
+  # dict where torch is installed) with its config.json beside it (or hf_config).
+  c.init = ''
+  c.init_step = -1
+  c.hf_config = ''
+  c.num_epochs = 3  # passes over the train split
+  c.warmup_fraction = 0.1  # of the steps, linear warmup (then linear decay to 0)
+  c.best_metric = ''  # eval metric that picks the kept best checkpoint; '' = the dataset's
+  return c
+
+
+def default_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.model = default_model_config()
+  config.data = default_data_config()
+  config.finetune = default_finetune_config()
+  train = defaults.default_train_config()
+  # BERT's fine-tuning recipe (batch 32, lr 2e-5 .. 5e-5, 3 epochs, 10% warmup).
+  train.global_batch_size = 32
+  train.learning_rate = 5e-5
+  train.log_every_steps = 50
+  train.keep_checkpoints = 1
+  config.train = train
+  config.mesh = defaults.default_mesh_config()
+  config.logical_axis_rules = defaults.DEFAULT_LOGICAL_AXIS_RULES
+  config.distributed = defaults.default_distributed_config()
+  return config
+
+
+# The architecture a random init gets from the configs in configs/finetune (a checkpoint brings
+# its own): configs/tiny.py's model.
+TINY_MODEL = dict(num_layers=2, hidden_size=128, num_heads=4, mlp_dim=512, max_len=128,
+                  ln_placement='realformer', vocab_size=4000)
+
+
+def apply_config_args(config: ml_collections.ConfigDict, arg: str,
+                      positional: str = '') -> dict[str, str]:
+  """A config file's argument 'value,key=value,...' (e.g. 'mrpc,init=/path'): `init=` sets the
+  starting point (the model section then stays unset: the checkpoint's); without it the model
+  is configs/tiny.py's, randomly initialised. Returns {positional: value, key: value}."""
+  values: dict[str, str] = {}
+  for item in filter(None, (arg or '').split(',')):
+    key, sep, value = item.partition('=')
+    if not sep:
+      key, value = positional, item
+    if key not in (positional, 'init') or not key:
+      raise ValueError(f'config argument {item!r}: expected '
+                       f"{positional + ',' if positional else ''}init=PATH")
+    values[key] = value
+  if values.get('init'):
+    config.finetune.init = values['init']
+  else:
+    config.model.update(TINY_MODEL)
+    config.data.vocab_size = TINY_MODEL['vocab_size']
+  return values
+
+
+def validate_data_config(data: ml_collections.ConfigDict) -> None:
+  spec = datasets.spec(data.dataset)
+
+  def need(ok: bool, field: str, rule: str):
+    if not ok:
+      raise DataError(f'data config: {field}={data[field]!r} is invalid: {rule}.')
+
+  need(data.max_len >= 4, 'max_len', 'need room for [CLS], two texts and two [SEP]s')
+  need(data.max_examples == -1 or data.max_examples > 0, 'max_examples', 'must be -1 or > 0')
+  need(data.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
+  if spec.kind == datasets.SPAN:
+    need(data.doc_stride > 0, 'doc_stride', 'must be positive')
+    need(data.max_query_len > 0, 'max_query_len', 'must be positive')
+    need(data.max_query_len + 4 <= data.max_len, 'max_query_len',
+         'must leave room in data.max_len for [CLS], [SEP]s and one context token')
+    need(data.max_answer_len > 0, 'max_answer_len', 'must be positive')
+    need(data.n_best > 0, 'n_best', 'must be positive')
+
+
+def validate_finetune_config(finetune: ml_collections.ConfigDict) -> None:
+  if not (isinstance(finetune.num_epochs, (int, float)) and finetune.num_epochs > 0):
+    raise ConfigError(f'finetune.num_epochs={finetune.num_epochs!r}: must be positive')
+  if not 0 <= finetune.warmup_fraction < 1:
+    raise ConfigError(f'finetune.warmup_fraction={finetune.warmup_fraction!r}: must be in '
+                      '[0, 1)')

@@ -1,0 +1,186 @@
+"""Where fine-tuning starts: random init, a pretraining workdir, or Hugging Face BERT weights.
+
+    source = StartingPoint.from_config(config)   # reads only configs: cheap, before compiling
+    source.model_config(config.model)            # the checkpoint's architecture + fine-tuning
+                                                 # fields; one-line ConfigError on a mismatch
+    source.tokenizer(config.data)                # the vocabulary the checkpoint was trained with
+    source.load_encoder(model_config)            # {'encoder': ..., ['pooler': ...]} weights
+
+`finetune.init` picks the source: '' = random; a directory = a workdir of experiments.train
+(its config.json says the LN placement, residual attention and sizes; its latest orbax
+checkpoint, or `finetune.init_step`, holds the weights, restorable onto any mesh); a file
+ending in .safetensors or .bin = Hugging Face BERT weights (`hf_convert`), with the
+transformers `config.json` beside it (or `finetune.hf_config`) and, unless `data.vocab_file`
+says otherwise, its `vocab.txt`. A .bin state dict needs torch (not a dependency of this
+project); .safetensors needs only the `safetensors` package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+from typing import Any, Optional
+
+import ml_collections
+import numpy as np
+
+from realformer_jax import data as data_lib
+from realformer_jax import hf_convert, params as params_lib
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.data.errors import DataError
+from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
+
+RANDOM, WORKDIR, HUGGING_FACE = 'random', 'workdir', 'hugging_face'
+HF_WEIGHT_SUFFIXES = ('.safetensors', '.bin')
+# transformers' BertConfig defaults, for config.json files that leave a field out.
+_HF_BERT_DEFAULTS = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                         num_attention_heads=12, intermediate_size=3072, hidden_act='gelu',
+                         hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                         max_position_embeddings=512, type_vocab_size=2,
+                         initializer_range=0.02, layer_norm_eps=1e-12)
+# Hugging Face weights initialise RealFormer too (the paper reuses BERT's parameters).
+_HF_LN_PLACEMENTS = ('post', 'realformer')
+
+
+@dataclasses.dataclass(frozen=True)
+class StartingPoint:
+  kind: str  # RANDOM | WORKDIR | HUGGING_FACE
+  path: str = ''
+  step: Optional[int] = None  # workdir: the checkpoint's step (None: latest)
+  hf_config_path: str = ''
+  pretrain_config: Optional[ml_collections.ConfigDict] = None  # workdir: its config.json
+  checkpoint_model: Optional[ModelConfig] = None  # the architecture the weights have
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> 'StartingPoint':
+    init = os.path.expanduser(config.finetune.init)
+    if not init:
+      return cls(RANDOM)
+    if os.path.isdir(init):
+      from realformer_jax.train import pretrained, validation  # pylint: disable=import-outside-toplevel
+      pretrain_config = pretrained.read_config(init)
+      model = validation.validate_config(pretrain_config)
+      step = None if config.finetune.init_step == -1 else int(config.finetune.init_step)
+      return cls(WORKDIR, os.path.abspath(init), step, pretrain_config=pretrain_config,
+                 checkpoint_model=model)
+    if init.endswith(HF_WEIGHT_SUFFIXES):
+      if not os.path.isfile(init):
+        raise ConfigError(f'finetune.init={init}: no such file')
+      hf_config = os.path.expanduser(config.finetune.hf_config) or os.path.join(
+          os.path.dirname(init), 'config.json')
+      return cls(HUGGING_FACE, os.path.abspath(init), hf_config_path=hf_config,
+                 checkpoint_model=_read_hf_config(hf_config))
+    raise ConfigError(f'finetune.init={init}: neither a workdir of experiments.train (a '
+                      f'directory) nor a Hugging Face weights file ({", ".join(HF_WEIGHT_SUFFIXES)})')
+
+  def describe(self) -> str:
+    return 'random init' if self.kind == RANDOM else self.path
+
+  def model_config(self, model: ml_collections.ConfigDict) -> ModelConfig:
+    """The fine-tuned model's config: the checkpoint's architecture, the fine-tuning fields
+    (FINETUNE_MODEL_FIELDS) from `model` where set. A set field that differs from the
+    checkpoint raises ConfigError naming both values."""
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for key in model.keys():
+      if key not in known:
+        raise ConfigError(f'model.{key}: unknown model config field')
+    values = {k: v for k, v in model.items() if v is not None}
+    if self.checkpoint_model is None:
+      return ModelConfig(**values).validate()
+    merged = dataclasses.asdict(self.checkpoint_model)
+    for name, value in values.items():
+      allowed = name in FINETUNE_MODEL_FIELDS or (
+          self.kind == HUGGING_FACE and name == 'ln_placement' and value in _HF_LN_PLACEMENTS)
+      if value != merged[name] and not allowed:
+        raise ConfigError(f'model.{name}={value!r}: the starting checkpoint {self.path} has '
+                          f'model.{name}={merged[name]!r} (leave model.{name} unset to take '
+                          f"the checkpoint's)")
+      merged[name] = value
+    return ModelConfig(**merged).validate()
+
+  def tokenizer(self, data: ml_collections.ConfigDict) -> data_lib.Tokenizer:
+    if data.vocab_file:
+      return data_lib.tokenizer.load(data.vocab_file, lower_case=data.lower_case)
+    if self.kind == WORKDIR:
+      from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
+      return pretrained.workdir_tokenizer(self.path, self.pretrain_config)
+    if self.kind == HUGGING_FACE:
+      vocab = os.path.join(os.path.dirname(self.path), 'vocab.txt')
+      if not os.path.isfile(vocab):
+        raise DataError(f'{vocab}: no vocab.txt beside the Hugging Face weights; set '
+                        'data.vocab_file to the checkpoint\'s WordPiece vocabulary')
+      return data_lib.tokenizer.load(vocab, lower_case=data.lower_case)
+    # Random init: the tokenizer pretraining on the embedded corpus would train.
+    pretrain_data = data_lib.default_data_config()
+    pretrain_data.data_dir = data.data_dir
+    pretrain_data.vocab_size = data.vocab_size
+    return data_lib.prepare(pretrain_data)
+
+  def load_encoder(self, model_config: ModelConfig) -> dict:
+    """The checkpoint's 'encoder' (and 'pooler', if it has one) in `model_config`'s layer
+    layout (scan or loop); jax.Arrays (workdir) or numpy arrays (Hugging Face)."""
+    if self.kind == WORKDIR:
+      from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
+      params = pretrained.load_workdir(self.path, step=self.step).params
+    elif self.kind == HUGGING_FACE:
+      weights = _read_hf_weights(self.path)
+      # hf_convert fills the layout it is given; the weights are the same for realformer.
+      try:
+        params = hf_convert.from_hf_bert(weights, model_config)
+      except KeyError as e:
+        raise ConfigError(f'finetune.init={self.path}: not a BERT checkpoint ({e})') from None
+    else:
+      raise ValueError('random init has no weights to load')
+    params = {k: v for k, v in params.items() if k in ('encoder', 'pooler')}
+    if model_config.scan_layers:
+      return params_lib.stack_layers(params)
+    return params_lib.unstack_layers(params)
+
+
+def _read_hf_config(path: str) -> ModelConfig:
+  if not os.path.isfile(path):
+    raise ConfigError(f'{path}: no Hugging Face config.json beside the weights; set '
+                      'finetune.hf_config')
+  with open(path) as f:
+    values = json.load(f)
+  if values.get('model_type', 'bert') != 'bert':
+    raise ConfigError(f'{path}: model_type={values["model_type"]!r}, not a BERT checkpoint')
+  hf_config = types.SimpleNamespace(**dict(_HF_BERT_DEFAULTS, **values))
+  try:
+    return hf_convert.config_from_hf(hf_config)
+  except KeyError as e:
+    raise ConfigError(f'{path}: hidden_act {e} has no counterpart here') from None
+
+
+def _read_hf_weights(path: str) -> dict[str, np.ndarray]:
+  if path.endswith('.safetensors'):
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+    return load_file(path)
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise ConfigError(f'finetune.init={path}: a PyTorch .bin state dict needs torch, which is '
+                      'not installed (or convert it to .safetensors)') from None
+  state = torch.load(path, map_location='cpu', weights_only=True)
+  return {name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
+          for name, tensor in state.items()}
+
+
+def place_like(loaded: Any, target: Any, path: str = 'params') -> Any:
+  """`loaded` arrays as `target`'s leaves are (shape, dtype, sharding); ConfigError naming the
+  first parameter whose shape differs."""
+  import jax  # pylint: disable=import-outside-toplevel
+  if isinstance(target, dict):
+    if not isinstance(loaded, dict) or set(loaded) != set(target):
+      have = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
+      raise ConfigError(f'{path}: the checkpoint has {have}, the model needs {sorted(target)}')
+    return {k: place_like(loaded[k], target[k], f'{path}/{k}') for k in target}
+  if tuple(np.shape(loaded)) != tuple(target.shape):
+    raise ConfigError(f'{path}: the checkpoint has shape {tuple(np.shape(loaded))}, the model '
+                      f'needs {tuple(target.shape)}')
+  if isinstance(loaded, jax.Array):
+    return jax.jit(lambda x: x.astype(target.dtype), out_shardings=target.sharding)(loaded)
+  host = np.asarray(loaded).astype(target.dtype)
+  return jax.make_array_from_callback(host.shape, target.sharding, lambda index: host[index])

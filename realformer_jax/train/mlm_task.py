@@ -1,0 +1,109 @@
+"""Masked-LM pretraining as a task of the generic loop (task.py): the project's main job."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from realformer_jax import data
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax.models import MaskedLM
+from realformer_jax.train.task import Task, TaskData
+
+SUM_METRICS = ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight')  # add across batches
+
+
+class MaskedLMTask(Task):
+  """MaskedLM on packed, masked sequences of the data pipeline (realformer_jax/data)."""
+
+  name = 'mlm'
+  sum_metrics = SUM_METRICS
+  loss_sum = 'mlm_loss_sum'
+  weight = 'mlm_weight'
+
+  def default_data_config(self) -> ml_collections.ConfigDict:
+    return data.default_data_config()
+
+  def validate_data_config(self, config: ml_collections.ConfigDict) -> None:
+    data.validate_data_config(config)
+
+  def validate(self, config: ml_collections.ConfigDict, model: ModelConfig) -> None:
+    if config.data.vocab_size > model.vocab_size:
+      raise ConfigError(f'model.vocab_size={model.vocab_size}: smaller than the tokenizer '
+                        f'vocabulary data.vocab_size={config.data.vocab_size}')
+
+  def make_model(self, model_config: ModelConfig) -> MaskedLM:
+    return MaskedLM(model_config)
+
+  def batch_shapes(self, data_config, batch_size):
+    length, predictions = data_config.max_len, data_config.max_predictions
+    return {
+        'input_ids': ((batch_size, length), np.int32),
+        'segment_ids': ((batch_size, length), np.int32),
+        'input_mask': ((batch_size, length), np.int32),
+        'masked_positions': ((batch_size, predictions), np.int32),
+        'masked_ids': ((batch_size, predictions), np.int32),
+        'masked_weights': ((batch_size, predictions), np.float32),
+    }
+
+  def model_inputs(self, batch):
+    return (batch['input_ids'], batch['input_mask'], batch['segment_ids'],
+            batch['masked_positions'])
+
+  def init_variables(self, model, rng, data_config, batch_size):
+    # As it always was (ones for the mask); parameters depend on shapes only.
+    ids = np.zeros((batch_size, data_config.max_len), np.int32)
+    positions = np.zeros((batch_size, data_config.max_predictions), np.int32)
+    return model.init({'params': rng}, ids, np.ones_like(ids), ids, positions,
+                      deterministic=True, step=np.zeros((), np.int32))
+
+  def batch_weight(self, batch) -> jax.Array:
+    return jnp.sum(batch['masked_weights'].astype(jnp.float32))
+
+  def loss_sums(self, outputs: jax.Array, batch) -> dict[str, jax.Array]:
+    _, sums = mlm_loss_and_metrics(outputs, batch['masked_ids'], batch['masked_weights'])
+    return sums
+
+  def eval_metrics(self, sums: Mapping[str, float], outputs) -> dict[str, float]:
+    del outputs
+    return _mean_metrics(sums)
+
+  def train_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
+    return _mean_metrics(sums)
+
+  def log_fields(self, metrics: Mapping[str, float]) -> str:
+    return f'acc {metrics["mlm_accuracy"]:.4f}'
+
+  def eval_log_fields(self, metrics, baseline) -> str:
+    return (f'MLM accuracy {metrics["mlm_accuracy"]:.4f} (baseline '
+            f'{baseline["mlm_accuracy"]:.4f})')
+
+  def build_data(self, config, model_config, process_index, process_count) -> TaskData:
+    tokenizer = data.prepare(config.data)
+    if tokenizer.vocab_size > model_config.vocab_size:
+      raise ConfigError(f'model.vocab_size={model_config.vocab_size}: smaller than the '
+                        f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
+    batch_size = config.train.global_batch_size
+    train_iter = data.make_train_iterator(config.data, batch_size, config.train.seed,
+                                          process_index, process_count)
+    eval_batches = data.make_eval_iterator(config.data, batch_size, process_index,
+                                           process_count)
+    baseline = data.most_frequent_token_baseline(config.data, batch_size)
+    return TaskData(tokenizer, train_iter, eval_batches, {'mlm_accuracy': baseline})
+
+  def summary(self, final, baseline, step: int) -> str:
+    return (f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
+            f'token baseline {baseline["mlm_accuracy"]:.4f} (eval loss '
+            f'{final["eval/loss"]:.4f}, step {step})')
+
+
+def _mean_metrics(sums: Mapping[str, Any]) -> dict[str, float]:
+  """Loss and accuracy per prediction."""
+  weight = max(sums['mlm_weight'], 1.0)
+  return {'loss': sums['mlm_loss_sum'] / weight,
+          'mlm_accuracy': sums['mlm_correct_sum'] / weight}

@@ -1,0 +1,148 @@
+"""What the training loop needs to know about a task, and nothing else.
+
+The loop (loop.py), steps (step.py), state init (state.py) and setup (build.py) are written
+against this interface; masked-LM pretraining (mlm_task.py) is one task, the fine-tuning tasks
+(classification, regression, span extraction; realformer_jax/finetune/tasks.py) are others.
+
+A task says
+  * its config: the `data` section's schema and checks, any extra sections, how the config
+    becomes a ModelConfig;
+  * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
+    compilation), which batch arrays the model is called with;
+  * its loss: per-(micro)batch sums that add across batches, devices and microbatches
+    (`sum_metrics`; the loss is `sums[loss_sum] / sums[weight]`);
+  * its evaluation: sums added on the device, plus optional per-example outputs pulled to the
+    host for metrics that are not sums (F1, Matthews correlation, SQuAD EM/F1);
+  * its data: tokenizer, an endless checkpointable train iterator, eval batches, a baseline;
+  * its starting point: `initial_params` may replace freshly initialised parameters (e.g. with
+    a pretrained encoder) before the first step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+import jax
+import ml_collections
+import numpy as np
+
+from realformer_jax.config import ModelConfig
+
+Batch = dict[str, jax.Array]
+
+
+@dataclasses.dataclass
+class TaskData:
+  tokenizer: Any  # realformer_jax.data.Tokenizer (copied into the workdir)
+  train_iter: Any  # endless grain-style iterator: next(), get_state(), set_state(), close()
+  eval_batches: Iterable[dict]  # one finite pass of this process's eval batches; re-iterable
+  baseline: dict[str, float]  # eval metrics of a model that ignores its input (unprefixed)
+
+
+class Task:
+  """Base class: a task overrides what differs from these defaults."""
+
+  name = 'task'
+  sum_metrics: tuple[str, ...] = ('loss_sum', 'weight')
+  loss_sum = 'loss_sum'  # the summed loss; the optimised loss is loss_sum / weight
+  weight = 'weight'  # the number of predictions the loss is summed over
+  best_metric: Optional[str] = None  # eval metric that picks the best checkpoint (None: off)
+  best_mode = 'max'  # 'max' or 'min'
+
+  # Config.
+  def extra_sections(self) -> dict[str, Callable[[], ml_collections.ConfigDict]]:
+    """Config sections beyond model / data / train / mesh / rules / distributed."""
+    return {}
+
+  def default_data_config(self) -> ml_collections.ConfigDict:
+    raise NotImplementedError
+
+  def validate_data_config(self, config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError / DataError naming the field."""
+
+  def model_config(self, config: ml_collections.ConfigDict) -> ModelConfig:
+    return ModelConfig.from_mapping(config.model)
+
+  def validate(self, config: ml_collections.ConfigDict, model: ModelConfig) -> None:
+    """Checks across sections (after each section's own checks)."""
+
+  # Model and batch.
+  def make_model(self, model_config: ModelConfig) -> Any:
+    raise NotImplementedError
+
+  def batch_shapes(self, data_config: ml_collections.ConfigDict,
+                   batch_size: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """{name: (shape, dtype)} of one batch of `batch_size` rows (the data contract)."""
+    raise NotImplementedError
+
+  def model_inputs(self, batch: Mapping[str, jax.Array]) -> tuple:
+    """Positional arguments of the model call, taken from a batch."""
+    raise NotImplementedError
+
+  def forward(self, model: Any, params: Any, batch: Batch, *, step: jax.Array,
+              rng: Optional[jax.Array]) -> Any:
+    """The model's outputs on `batch`; dropout on iff `rng` is given."""
+    deterministic = rng is None
+    return model.apply({'params': params}, *self.model_inputs(batch),
+                       deterministic=deterministic, step=step,
+                       rngs=None if deterministic else {'dropout': rng})
+
+  def init_variables(self, model: Any, rng: jax.Array, data_config: ml_collections.ConfigDict,
+                     batch_size: int) -> dict:
+    """model.init on a batch of zeros (parameters depend on shapes only)."""
+    zeros = {name: np.zeros(shape, dtype)
+             for name, (shape, dtype) in self.batch_shapes(data_config, batch_size).items()}
+    return model.init({'params': rng}, *self.model_inputs(zeros), deterministic=True,
+                      step=np.zeros((), np.int32))
+
+  # Loss and evaluation.
+  def batch_weight(self, batch: Batch) -> jax.Array:
+    """The batch's number of predictions (float32 scalar): the loss is divided by it."""
+    raise NotImplementedError
+
+  def loss_sums(self, outputs: Any, batch: Batch) -> dict[str, jax.Array]:
+    """Sums (float32 scalars, `sum_metrics`) of one (micro)batch."""
+    raise NotImplementedError
+
+  def eval_outputs(self, outputs: Any, batch: Batch) -> dict[str, jax.Array]:
+    """Per-row arrays to pull to the host for metrics that are not sums (default: none)."""
+    del outputs, batch
+    return {}
+
+  def eval_metrics(self, sums: Mapping[str, float],
+                   outputs: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Eval metrics (unprefixed) from the summed metrics and the concatenated outputs."""
+    raise NotImplementedError
+
+  def train_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
+    """Train metrics (unprefixed, 'loss' first) from sums over a log interval."""
+    raise NotImplementedError
+
+  def log_fields(self, metrics: Mapping[str, float]) -> str:
+    """The task's part of a train console line, e.g. 'acc 0.1234', from unprefixed metrics."""
+    return ''
+
+  def eval_log_fields(self, metrics: Mapping[str, float], baseline: Mapping[str, float]) -> str:
+    """The task's part of an eval console line (after the loss)."""
+    return f'{self.log_fields(metrics)} (baseline {self.log_fields(baseline)})'
+
+  # Data and starting point.
+  def build_data(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
+                 process_index: int, process_count: int) -> TaskData:
+    raise NotImplementedError
+
+  def initial_params(self, params: Any, setup: Any) -> Any:
+    """Parameters of a fresh run (default: the random init). `params` is that init, sharded
+    as `setup.layout.shardings.params`; the result must have the same shapes and shardings."""
+    del setup
+    return params
+
+  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float],
+              step: int) -> str:
+    """The run's last console line."""
+    raise NotImplementedError
+
+
+def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:
+  return {f'{prefix}/{name}': value for name, value in metrics.items()}

@@ -1,0 +1,63 @@
+"""Toy fine-tuning configs for the suite: a 2-layer, 32-wide model, a few examples, one epoch.
+
+The tokenizer is the shared test corpus' SentencePiece model (data_fixtures.py), given as
+data.vocab_file, so no test trains one of its own.
+"""
+
+import os
+import subprocess
+import sys
+
+from data_fixtures import bible_config
+from realformer_jax import data, finetune
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TOY_MODEL = {'num_layers': 2, 'hidden_size': 32, 'num_heads': 2, 'mlp_dim': 64, 'max_len': 64,
+             'ln_placement': 'realformer', 'dropout_rate': 0.1, 'attention_dropout_rate': 0.1}
+TOY = {'data.max_len': 32, 'data.max_examples': 16, 'train.global_batch_size': 8,
+       'train.log_every_steps': 1, 'finetune.num_epochs': 1, 'train.learning_rate': 1e-3}
+
+
+def tokenizer_file() -> str:
+  """The shared test corpus' tokenizer (trained once per session)."""
+  return data.prepare(bible_config()).source
+
+
+def toy_config(dataset: str, model=True, **overrides):
+  """Keyword names use '__' for '.', e.g. toy_config('glue/mrpc', data__max_len=48).
+  `model=False` leaves the model section unset (a checkpoint's)."""
+  config = finetune.default_config()
+  config.data.dataset = dataset
+  config.data.data_dir = bible_config().data_dir
+  config.data.vocab_file = tokenizer_file()
+  if model:
+    config.model.update(TOY_MODEL)
+    config.model.vocab_size = data.prepare(bible_config()).vocab_size
+  for path, value in {**TOY, **{k.replace('__', '.'): v for k, v in overrides.items()}}.items():
+    section, field = path.split('.')
+    config[section][field] = value
+  return config
+
+
+def cli_flags(**overrides) -> list[str]:
+  values = {**TOY, 'data.data_dir': bible_config().data_dir, **overrides}
+  return [f'--config.{k}={v}' for k, v in values.items()]
+
+
+# Runs a module's main under tfds.testing.mock_data: a subprocess sees the fake GLUE / SQuAD
+# records the in-process tests see (the command itself is unchanged).
+MOCKED_MAIN = ('import runpy, sys; import tensorflow_datasets as tfds; '
+               'sys.argv = sys.argv[1:]; module = sys.argv[0]; '
+               'ctx = tfds.testing.mock_data(num_examples=16); ctx.__enter__(); '
+               "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
+def run_cli(module: str, *args, mocked: bool = False, timeout: int = 600):
+  """`python -m module args...` (optionally under mock_data) with the suite's JAX settings."""
+  data.prepare(bible_config())
+  command = ([sys.executable, '-c', MOCKED_MAIN, module] if mocked
+             else [sys.executable, '-m', module]) + list(args)
+  env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
+  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=timeout)

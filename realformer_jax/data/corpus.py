@@ -33,7 +33,8 @@ def is_validation_chapter(book_number: int, chapter: int) -> bool:
   return int.from_bytes(digest[:8], 'little') % 100 < VALIDATION_PERCENT
 
 
-def _clean(verse_text: str) -> str:
+def clean_verse(verse_text: str) -> str:
+  """WEB verse text with apostrophes restored and [supplied words] unbracketed."""
   return verse_text.replace('`', "'").replace('[', '').replace(']', '').strip()
 
 
@@ -50,7 +51,7 @@ def _chapters():
       yield (*current_key, verses)
       verses = []
     current_key = key
-    verses.append(_clean(bible.get_scripture(verse_id)))
+    verses.append(clean_verse(bible.get_scripture(verse_id)))
   if verses:
     yield (*current_key, verses)
 

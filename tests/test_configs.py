@@ -31,11 +31,23 @@ _TRAIN_TOY_FLAGS = {
     'train.num_train_steps': 2, 'train.stop_at_step': 1, 'train.warmup_steps': 1,
     'train.log_every_steps': 1, 'train.eval_every_steps': 1, 'train.checkpoint_every_steps': 1,
 }
+_TRANSLATE_TOY_FLAGS = {
+    'model.hidden_size': 32, 'model.mlp_dim': 64, 'model.max_len': 48,
+    'model.num_layers': 2, 'model.num_decoder_layers': 2, 'data.vocab_size': 300,
+    'data.bucket_lengths': '(32,)', 'data.tokens_per_batch': 256, 'data.max_pairs': 64,
+    'train.num_train_steps': 2, 'train.warmup_steps': 1, 'train.log_every_steps': 1,
+    'train.eval_every_steps': 1, 'decode.batch_size': 16, 'decode.beam_size': 2,
+    'experiment.seeds': '(0,1)', 'experiment.speed_batch_size': 4,
+    'experiment.speed_repeats': 1,
+}
 # Entry point -> toy flags. A config documenting a command of another entry point fails
 # test_every_documented_entry_point_has_toy_flags until it is added here.
-TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS}
+TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS, 'experiments.translate': _TRANSLATE_TOY_FLAGS}
+# Entry point -> plain flags that keep a run's outputs in its test directory (DIR).
+TOY_ARGS = {'experiments.translate': ['--out=DIR/out', '--workdirs=DIR/runs']}
 # What a finished toy run prints, per entry point.
-EXPECTED_OUTPUT = {'experiments.train': 'final eval MLM accuracy'}
+EXPECTED_OUTPUT = {'experiments.train': 'final eval MLM accuracy',
+                   'experiments.translate': '## Decoding speed'}
 
 
 def documented_commands():
@@ -69,6 +81,8 @@ def test_every_documented_entry_point_has_toy_flags():
 def _run(command: str, workdir: str) -> subprocess.CompletedProcess:
   argv = shlex.split(command.replace('DIR', workdir).replace('/tmp/realformer_tiny', workdir))
   module = argv[2]
+  argv = [arg for arg in argv if not arg.startswith(('--out=', '--workdirs='))]
+  argv += [arg.replace('DIR', workdir) for arg in TOY_ARGS.get(module, [])]
   flags = dict(TOY_FLAGS[module], **{'data.data_dir': bible_config().data_dir})
   argv += [f'--config.{key}={value}' for key, value in flags.items()]
   env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')

@@ -41,7 +41,7 @@ def get_config(arg: str = 'cpu'):
     d.vocab_size, d.tokens_per_batch, d.bucket_lengths = 8000, 16384, (24, 40, 64, 96)
     t.num_train_steps, t.warmup_steps, t.learning_rate = 3000, 300, 7e-4
     t.log_every_steps, t.eval_every_steps = 100, 1000
-    x.speed_batch_size = 128
+    dec.batch_size = x.speed_batch_size = 128
   elif arg == 'toy':
     # The smoke test: a few seconds per run.
     m.hidden_size, m.num_heads, m.mlp_dim = 32, 2, 64
@@ -53,7 +53,7 @@ def get_config(arg: str = 'cpu'):
     t.log_every_steps, t.eval_every_steps = 3, 3
     dec.batch_size, dec.beam_size = 16, 2
     x.seeds = (0, 1)
-    x.speed_batch_size, x.speed_repeats = 4, 1
+    x.speed_batch_size, x.speed_repeats = 16, 1  # the decoding batch: no extra compilation
   else:
     raise ValueError(f'configs/translate.py: unknown argument {arg!r} (cpu, gpu or toy)')
   return config

@@ -37,7 +37,7 @@ _TRANSLATE_TOY_FLAGS = {
     'data.bucket_lengths': '(32,)', 'data.tokens_per_batch': 256, 'data.max_pairs': 64,
     'train.num_train_steps': 2, 'train.warmup_steps': 1, 'train.log_every_steps': 1,
     'train.eval_every_steps': 1, 'decode.batch_size': 16, 'decode.beam_size': 2,
-    'experiment.seeds': '(0,1)', 'experiment.speed_batch_size': 4,
+    'experiment.seeds': '(0,1)', 'experiment.speed_batch_size': 16,
     'experiment.speed_repeats': 1,
 }
 # Entry point -> toy flags. A config documenting a command of another entry point fails

@@ -2,30 +2,23 @@
 errors, and the experiment's table and verdicts (experiments/translate.py). The experiment's
 commands themselves run at toy size in tests/test_configs.py."""
 
-import functools
 import json
 import math
 import os
-import shutil
-import tempfile
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from data_fixtures import bible_config
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError, bible_pairs
 from realformer_jax.data import translation as data_lib
 from realformer_jax.train import translation
 
 
-@functools.cache
 def _data_dir() -> str:
-  path = tempfile.mkdtemp(prefix='realformer_translation_test_')
-  import atexit  # pylint: disable=import-outside-toplevel
-  atexit.register(shutil.rmtree, path, ignore_errors=True)
-  return path
+  return bible_config().data_dir  # the data tests' session directory; ours is a subfolder
 
 
 def _data_config(**overrides):
@@ -211,3 +204,13 @@ def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
   assert summary['speed']['greedy']['to_eos']['verdict'] == 'slower'
   json.dumps(summary)  # results.json holds it as is
   assert math.isfinite(summary['bleu']['beam']['merged_minus_standard']['ci95_half_width'])
+
+
+def test_readme_seq2seq_example_runs(capsys):
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+  readme = (pathlib.Path(__file__).resolve().parents[1] / 'README.md').read_text()
+  block = next(b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
+               if 'beam_search(' in b)
+  exec(compile(block, 'README.md', 'exec'), {})  # noqa: S102
+  assert '(1, 3, 100) (1, 8)' in capsys.readouterr().out

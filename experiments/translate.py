@@ -2,7 +2,6 @@ r"""Does merged attention keep BLEU while decoding faster? WEB -> BBE, standard 
 
     python -m experiments.translate --config=configs/translate.py        # 2 CPU cores, ~1 h
     python -m experiments.translate --config=configs/translate.py:gpu    # one GPU
-    python -m experiments.translate --config=configs/translate.py:toy --out=/tmp/translate_toy
 
 For every seed and decoder ('standard': masked self-attention, cross-attention, FFN;
 'merged': MAtt = AAN + cross-attention, FFN; both Post-LN with DS-Init) it trains one
@@ -47,7 +46,7 @@ from realformer_jax.data import translation as data_lib
 from realformer_jax.train import translation
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/translate.py',
-                                          'configs/translate.py[:cpu|gpu|toy]')
+                                          'configs/translate.py[:cpu|gpu]')
 _OUT = flags.DEFINE_string('out', None, 'Results directory (default docs/results/translation/'
                            '<config arg>).')
 _WORKDIRS = flags.DEFINE_string('workdirs', None, 'Run workdirs (default '

@@ -280,6 +280,8 @@ def plot(config, results: dict, summary: dict, path: str) -> None:
                       label=search if i == 0 else None, zorder=3)
       ax_bleu.errorbar([x], [np.mean(values)], color='k', capsize=4,
                        yerr=[summary['bleu'][search][kind]['ci95_half_width']])
+  if 'copy_source_bleu' in summary:  # what copying the WEB source scores
+    ax_bleu.axhline(summary['copy_source_bleu'], color='gray', ls='--', label='copy the source')
   ax_bleu.set_xticks(range(len(kinds)), kinds)
   ax_bleu.set_ylabel('test BLEU')
   ax_bleu.set_title('BLEU per seed (mean ± 95% CI)')

@@ -3,7 +3,8 @@ weights are fixed to the uniform average over the prefix.
 
 For decoder inputs y_1..y_T (position j sees y_1..y_j):
   1. average:  a_j = (1/j) sum_{k<=j} y_k                  (= causal attention with uniform weights)
-  2. FFN:      g_j = FFN(a_j) = W2 act(W1 a_j + b1) + b2    (the paper's position-wise FFN)
+  2. FFN:      g_j = FFN(a_j) = W2 act(W1 a_j + b1) + b2    (the paper's position-wise FFN,
+                                                            ReLU there; here model.activation)
   3. gating:   i_j, f_j = sigmoid(W [y_j; g_j] + b)  (input and forget gates, each D wide)
                h_j = i_j * y_j + f_j * g_j
 The layer around it adds the residual and the norm, LN(y + h) (decoder.py).

@@ -22,7 +22,12 @@ the running sum of the inputs or of the value projections (aan / merged: O(1) pe
 the cross-attention keys and values of the encoder output, computed once, when the cache is
 created (`Seq2Seq.init_cache`). Every kernel takes the initialiser of `config.init` with the
 decoder layer's 1-based depth (so DS-Init scales the decoder by its own depth), and norms,
-activation, biases and parameterisation follow the config as in the encoder.
+activation, biases and parameterisation follow the config as in the encoder. So do the
+residual branches (rezero / skipinit: a zero-initialised scalar gate per sublayer and the
+encoder's rule for which norms go; block.py), the attention scale (entropy-invariant: n is
+the number of keys a row sees, t + 1 for causal rows, the real source length for
+cross-attention) and the running mean of carried scores (softmax of acc_l / l). The layers
+are a Python loop (not nn.scan): decoding keeps a different cache per layer.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax import initializers
-from realformer_jax.attention import mask_bias
+from realformer_jax.attention import mask_bias, score_scale
 from realformer_jax.average_attention import (AverageAttention, cached_prefix_average,
                                               uniform_prefix_average)
 from realformer_jax.block import FeedForward
@@ -75,8 +80,16 @@ def _output(cfg: ModelConfig, layer: int) -> DenseGeneral:
                      role='attention_out')
 
 
-def _scale(cfg: ModelConfig) -> float:
-  return 1.0 if cfg.attention_scale == 't5' else cfg.head_dim ** -0.5
+def causal_scale(cfg: ModelConfig, positions_T: jax.Array) -> jax.Array:
+  """Multiplier of Q K^T for causal rows at 0-based `positions_T`, [1, 1, T, 1] float32.
+
+  As the encoder's `score_scale`, where a row at position t sees n = t + 1 keys
+  (entropy-invariant: log_base(n) / sqrt(d))."""
+  if cfg.attention_scale != 'entropy_invariant':
+    return score_scale(cfg, jnp.ones((1, 1), jnp.int32))
+  n_T = positions_T.astype(jnp.float32) + 1.0
+  scale_T = jnp.log(n_T) / jnp.log(float(cfg.entropy_base_len)) * cfg.head_dim ** -0.5
+  return scale_T[None, None, :, None]
 
 
 class CausalSelfAttention(nn.Module):
@@ -99,17 +112,21 @@ class CausalSelfAttention(nn.Module):
       q, k, v, bias, offset = self._update_cache(q, k, v)
     else:
       bias, offset = causal_bias(x_BxTxD.shape[1]), 0
+    positions_T = offset + jnp.arange(q.shape[1])
     if cfg.position_embedding == 'rope':
       q = apply_rotary(q, cfg.rope_base, offset)
       if not decode:  # cached keys were rotated when written
         k = apply_rotary(k, cfg.rope_base)
     scores = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
-    scores = scores * _scale(cfg)
+    scores = scores * causal_scale(cfg, positions_T)
     if prev_scores_BxHxTxS is not None:
       scores = prev_scores_BxHxTxS + scores
+    divisor = None  # running mean (DESIGN.md section 1): softmax sees acc_l / l, l 1-based
+    if cfg.use_residual_attention and cfg.running_mean:
+      divisor = jnp.asarray(self.layer, jnp.float32)
     key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
            else None)
-    context, _ = softmax_dropout_values(scores, bias, None, v, key,
+    context, _ = softmax_dropout_values(scores, bias, divisor, v, key,
                                         1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
     out = _output(cfg, self.layer)(context)
     return out, (scores if cfg.use_residual_attention else None)
@@ -145,7 +162,7 @@ class CrossAttention(nn.Module):
   with_average: bool = False
 
   @nn.compact
-  def __call__(self, x_BxTxD, encoded_BxSxD, source_bias_Bx1x1xS, decode: bool,
+  def __call__(self, x_BxTxD, encoded_BxSxD, source_bias_Bx1x1xS, source_scale, decode: bool,
                deterministic: bool):
     cfg = self.config
     q = _heads(cfg, self.layer, 'query', 'query')(x_BxTxD)
@@ -158,7 +175,7 @@ class CrossAttention(nn.Module):
     else:
       k, v = key_proj(encoded_BxSxD), value_proj(encoded_BxSxD)
     scores = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
-    scores = scores * _scale(cfg)
+    scores = scores * source_scale
     key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
            else None)
     context, _ = softmax_dropout_values(scores, source_bias_Bx1x1xS, None, v, key,
@@ -178,18 +195,29 @@ class DecoderLayer(nn.Module):
   layer: int  # 1-based depth in the decoder
 
   @nn.compact
-  def __call__(self, x_BxTxD, prev_scores, encoded_BxSxD, source_bias, decode: bool,
-               deterministic: bool):
+  def __call__(self, x_BxTxD, prev_scores, encoded_BxSxD, source_bias, source_scale,
+               decode: bool, deterministic: bool):
     cfg = self.config
     post = cfg.ln_placement in ('post', 'realformer')
-    norms_on = cfg.ln_placement != 'none'
-    counter = iter(range(3))
+    # As in the encoder's layers (block.py): rezero drops every norm of the layer, skipinit
+    # those on the branch (Pre-LN's), and both scale each branch by a zero-initialised gate.
+    if cfg.ln_placement == 'none' or cfg.residual_branch == 'rezero':
+      norms_on = False
+    elif cfg.residual_branch == 'skipinit':
+      norms_on = post
+    else:
+      norms_on = True
 
-    def sublayer(x, branch):
-      """x + D(branch(.)) with the placement's norms; returns the new trunk."""
-      norm = Norm(cfg, name=f'norm_{next(counter)}') if norms_on else (lambda t: t)
-      out = branch(x if post else norm(x))
-      y = x + Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
+    def sublayer(x, branch, name):
+      """x + g·D(branch(.)) with the placement's norms; returns the new trunk."""
+      norm = Norm(cfg, name=f'{name}_norm') if norms_on else (lambda t: t)
+      out = Dropout(cfg.dropout_rate)(branch(x if post else norm(x)),
+                                      deterministic=deterministic)
+      if cfg.residual_branch in ('rezero', 'skipinit'):
+        gate = self.param(f'{name}_gate', nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                       ()), (), jnp.float32)
+        out = out * gate.astype(out.dtype)
+      y = x + out
       return norm(y) if post else y
 
     scores = None
@@ -200,20 +228,16 @@ class DecoderLayer(nn.Module):
         out, scores = CausalSelfAttention(cfg, self.layer, name='self_attention')(
             h, prev_scores, decode, deterministic)
         return out
-      x_BxTxD = sublayer(x_BxTxD, self_attention)
+      x_BxTxD = sublayer(x_BxTxD, self_attention, 'self_attention')
     elif kind == 'aan':
       x_BxTxD = sublayer(x_BxTxD, lambda h: AverageAttention(cfg, self.layer, name='aan')(
-          h, decode))
-    if kind == 'merged':
-      x_BxTxD = sublayer(x_BxTxD, lambda h: CrossAttention(
-          cfg, self.layer, with_average=True, name='merged_attention')(
-              h, encoded_BxSxD, source_bias, decode, deterministic))
-    else:
-      x_BxTxD = sublayer(x_BxTxD, lambda h: CrossAttention(cfg, self.layer,
-                                                          name='cross_attention')(
-          h, encoded_BxSxD, source_bias, decode, deterministic))
+          h, decode), 'aan')
+    name = 'merged_attention' if kind == 'merged' else 'cross_attention'
+    x_BxTxD = sublayer(x_BxTxD, lambda h: CrossAttention(
+        cfg, self.layer, with_average=kind == 'merged', name=name)(
+            h, encoded_BxSxD, source_bias, source_scale, decode, deterministic), name)
     x_BxTxD = sublayer(x_BxTxD, lambda h: FeedForward(cfg, name='mlp')(
-        h, jnp.asarray(self.layer - 1)))
+        h, jnp.asarray(self.layer - 1)), 'mlp')
     return nn.with_logical_constraint(x_BxTxD, ('batch', 'length', 'embed')), scores
 
 
@@ -250,10 +274,11 @@ class Decoder(nn.Module):
       x_BxTxD = Norm(cfg, name='embedding_norm')(x_BxTxD)
     x_BxTxD = Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
     source_bias = mask_bias(source_mask_BxS)
+    source_scale = score_scale(cfg, source_mask_BxS)
     scores = None
     for index in range(cfg.num_decoder_layers):
       x_BxTxD, scores = DecoderLayer(cfg, index + 1, name=f'layers_{index}')(
-          x_BxTxD, scores, encoded_BxSxD, source_bias, decode, deterministic)
+          x_BxTxD, scores, encoded_BxSxD, source_bias, source_scale, decode, deterministic)
     if cfg.ln_placement == 'pre':
       x_BxTxD = Norm(cfg, name='final_norm')(x_BxTxD)
     logits = word.attend(x_BxTxD).astype(jnp.float32)  # tied output embedding

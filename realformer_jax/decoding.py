@@ -10,12 +10,13 @@ max_len). Each step feeds one token per sequence to the decoder in `decode=True`
 reads and updates the 'cache' collection (decoder.py).
 
 Beam search keeps, per source, `beam_size` alive hypotheses and `beam_size` finished ones.
-Each step scores the 2 x beam_size best extensions of the alive beams; those ending in EOS
-join the finished pool (ranked by log-probability / length_penalty, the GNMT penalty
-((5 + length) / 6) ** alpha), the best beam_size others stay alive (their caches gathered to
-follow their parents). It stops at max_len or when no alive hypothesis can still beat the
-worst finished one. A finished hypothesis of any length competes, so a beam of one can
-return a short sequence whose EOS was the second choice where greedy search went on.
+Each step ranks the 2 x beam_size best extensions of the alive beams; those among the best
+beam_size that end in EOS join the finished pool (ranked by log-probability / length_penalty,
+GNMT's penalty ((5 + length) / 6) ** alpha; alpha = 0: plain log-probability), and the best
+beam_size that do not end stay alive (their caches gathered to follow their parents). It
+stops at max_len or when no alive hypothesis can still beat the worst finished one. With
+beam_size = 1 and alpha = 0 this is exactly greedy search (an EOS is only finished when it is
+the best extension, and then nothing alive can beat it).
 """
 
 from __future__ import annotations
@@ -118,8 +119,10 @@ def beam_search(model, params, source_BxS, source_mask_BxS, *, beam_size: int, m
     sequences = jnp.take_along_axis(s['alive_tokens'], parent[:, :, None], axis=1)
     sequences = sequences.at[:, :, t].set(token)
     ends = token == eos_id
-    # Finished pool: previous finished + candidates ending here, best k by penalised score.
-    new_finished = jnp.where(ends, top_scores / length_penalty(t + 1, alpha), NEG_INF)
+    # Finished pool: previous finished + candidates ending here among the best k (as fairseq:
+    # an EOS ranked below k would not have survived a beam of k), best k by penalised score.
+    in_beam = jnp.arange(2 * k) < k
+    new_finished = jnp.where(ends & in_beam, top_scores / length_penalty(t + 1, alpha), NEG_INF)
     pool_scores = jnp.concatenate([s['finished_scores'], new_finished], axis=1)
     pool_tokens = jnp.concatenate([s['finished_tokens'], sequences], axis=1)
     finished_scores, best = jax.lax.top_k(pool_scores, k)

@@ -14,7 +14,7 @@ from typing import Optional
 import flax.linen as nn
 import jax
 
-from realformer_jax.config import ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.decoder import Decoder
 from realformer_jax.encoder import Encoder
 
@@ -25,8 +25,13 @@ class Seq2Seq(nn.Module):
   config: ModelConfig
 
   def setup(self):
-    self.encoder = Encoder(self.config.validate())
-    self.decoder = Decoder(self.config)
+    cfg = self.config.validate()
+    if cfg.residual_branch == 'fixed_schedule':
+      # Its gate is a function of the training step, which decoding does not have.
+      raise ConfigError("model.residual_branch='fixed_schedule': not supported by Seq2Seq "
+                        '(decoding has no training step); use plain, rezero or skipinit')
+    self.encoder = Encoder(cfg)
+    self.decoder = Decoder(cfg)
 
   def encode(self, source_BxS: jax.Array, source_mask_BxS: jax.Array, *,
              deterministic: bool = True) -> jax.Array:

@@ -37,12 +37,25 @@ _FINETUNE_TOY_FLAGS = {
     'data.max_examples': 16, 'data.max_query_len': 8, 'data.doc_stride': 16,
     'train.global_batch_size': 8, 'finetune.num_epochs': 1, 'train.log_every_steps': 1,
 }
+_TRANSLATE_TOY_FLAGS = {
+    'model.hidden_size': 32, 'model.mlp_dim': 64, 'model.max_len': 48,
+    'model.num_layers': 2, 'model.num_decoder_layers': 2, 'data.vocab_size': 300,
+    'data.bucket_lengths': '(32,)', 'data.tokens_per_batch': 256, 'data.max_pairs': 64,
+    'train.num_train_steps': 2, 'train.warmup_steps': 1, 'train.log_every_steps': 1,
+    'train.eval_every_steps': 1, 'decode.batch_size': 16, 'decode.beam_size': 2,
+    'experiment.seeds': '(0,1)', 'experiment.speed_batch_size': 16,
+    'experiment.speed_repeats': 1,
+}
 # Entry point -> toy flags. A config documenting a command of another entry point fails
 # test_every_documented_entry_point_has_toy_flags until it is added here.
-TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS, 'experiments.finetune': _FINETUNE_TOY_FLAGS}
+TOY_FLAGS = {'experiments.train': _TRAIN_TOY_FLAGS, 'experiments.finetune': _FINETUNE_TOY_FLAGS,
+             'experiments.translate': _TRANSLATE_TOY_FLAGS}
+# Entry point -> plain flags that keep a run's outputs in its test directory (DIR).
+TOY_ARGS = {'experiments.translate': ['--out=DIR/out', '--workdirs=DIR/runs']}
 # What a finished toy run prints, per entry point.
 EXPECTED_OUTPUT = {'experiments.train': 'final eval MLM accuracy',
-                   'experiments.finetune': 'final eval'}
+                   'experiments.finetune': 'final eval',
+                   'experiments.translate': '## Decoding speed'}
 # Configs of TFDS catalog datasets (GLUE, SQuAD) run under tfds.testing.mock_data, with the
 # test corpus' tokenizer (the random-init tokenizer would be trained on mocked text).
 _MOCKED_CONFIGS = ('configs/finetune/glue.py', 'configs/finetune/squad.py')
@@ -79,6 +92,8 @@ def test_every_documented_entry_point_has_toy_flags():
 def _run(command: str, workdir: str) -> subprocess.CompletedProcess:
   argv = shlex.split(command.replace('DIR', workdir).replace('/tmp/realformer_tiny', workdir))
   module = argv[2]
+  argv = [arg for arg in argv if not arg.startswith(('--out=', '--workdirs='))]
+  argv += [arg.replace('DIR', workdir) for arg in TOY_ARGS.get(module, [])]
   flags = dict(TOY_FLAGS[module], **{'data.data_dir': bible_config().data_dir})
   mocked = any(config in command for config in _MOCKED_CONFIGS)
   if mocked:

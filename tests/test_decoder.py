@@ -1,7 +1,11 @@
 """The decoder: average attention is uniform causal attention, incremental decoding equals
-teacher forcing for every decoder kind, DS-Init scales decoder layers by their depth, merged
-attention against a float64 NumPy layer, beam search. Float32 matmuls (tests/conftest.py)."""
+teacher forcing for every decoder kind (and the variants that change a decoder layer),
+DS-Init scales decoder layers by their depth, merged attention against a float64 NumPy
+layer, beam search against exhaustive search and greedy search. Float32 matmuls
+('highest' precision, tests/conftest.py). Everything model-sized is jitted: eager dispatch
+of a whole Seq2Seq costs more than compiling it."""
 
+import functools
 import math
 
 import jax
@@ -12,6 +16,7 @@ import pytest
 from model_fixtures import tiny_config
 from realformer_jax import decoding
 from realformer_jax.average_attention import AverageAttention, uniform_prefix_average
+from realformer_jax.config import ConfigError
 from realformer_jax.decoder import causal_bias
 from realformer_jax.params import unbox
 from realformer_jax.seq2seq import Seq2Seq
@@ -19,6 +24,10 @@ from realformer_jax.seq2seq import Seq2Seq
 
 def _seq2seq_config(**overrides):
   return tiny_config(**{'num_layers': 2, 'num_decoder_layers': 2, 'max_len': 16, **overrides})
+
+
+def _init(model, source, mask, target, seed=0):
+  return unbox(jax.jit(model.init)(jax.random.key(seed), source, mask, target)['params'])
 
 
 def _batch(vocab, batch=2, source_len=7, target_len=6, seed=0):
@@ -54,33 +63,48 @@ def test_average_attention_ffn_and_gating_by_hand():
 
 
 @pytest.mark.parametrize('overrides', [
-    dict(decoder_attention='standard'),
-    dict(decoder_attention='standard', ln_placement='realformer'),
-    dict(decoder_attention='aan'),
-    dict(decoder_attention='merged', init='ds_init'),
-    dict(decoder_attention='merged', ln_placement='pre', position_embedding='rope'),
-    dict(decoder_attention='standard', ln_placement='pre', residual_attention=True,
-         position_embedding='rope'),
+    # Each decoder kind, with every option that changes what a decoder layer computes.
+    dict(decoder_attention='standard', ln_placement='realformer', running_mean=True,
+         attention_scale='entropy_invariant', entropy_base_len=4, position_embedding='rope',
+         norm='rmsnorm', use_bias=False),
+    dict(decoder_attention='aan', ln_placement='pre', residual_branch='rezero'),
+    dict(decoder_attention='merged', init='ds_init', residual_branch='skipinit',
+         attention_scale='t5'),
 ])
 def test_incremental_decoding_equals_teacher_forcing(overrides):
+  """Logits of one-token steps through the cache equal the teacher-forced forward pass to
+  2e-5 (float32, 'highest' matmul precision)."""
   cfg = _seq2seq_config(**overrides)
   model = Seq2Seq(cfg)
   source, mask, target = _batch(cfg.vocab_size)
-  params = unbox(model.init(jax.random.key(0), source, mask, target)['params'])
-  full = model.apply({'params': params}, source, mask, target)  # [B, T, V]
-  encoded = model.apply({'params': params}, source, mask, method='encode')
-  cache = decoding.init_cache(model, params, encoded, mask, max_len=cfg.max_len)
+  params = _init(model, source, mask, target)
+  if cfg.residual_branch != 'plain':  # gates start at 0: move them so the branches count
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, p: p + 0.5 if path[-1].key.endswith('_gate') else p, params)
+  full = jax.jit(model.apply)({'params': params}, source, mask, target)  # [B, T, V]
+  encoded = jax.jit(functools.partial(model.apply, method='encode'))(
+      {'params': params}, source, mask)
+  cache = jax.jit(lambda p, e, m: decoding.init_cache(model, p, e, m, max_len=cfg.max_len))(
+      params, encoded, mask)
+  step = jax.jit(functools.partial(decoding.decode_step, model))
   for t in range(target.shape[1]):
-    log_probs, cache = decoding.decode_step(model, params, cache, target[:, t], encoded, mask)
+    log_probs, cache = step(params, cache, target[:, t], encoded, mask)
     expected = jax.nn.log_softmax(full[:, t].at[:, 0].set(-1e30))  # [PAD] is never decoded
     np.testing.assert_allclose(log_probs[:, 1:], expected[:, 1:], rtol=2e-5, atol=2e-5,
                                err_msg=f'step {t}')
 
 
+def test_fixed_schedule_residual_branch_is_refused():
+  model = Seq2Seq(_seq2seq_config(residual_branch='fixed_schedule'))
+  source, mask, target = _batch(50)
+  with pytest.raises(ConfigError, match="model.residual_branch='fixed_schedule'"):
+    model.init(jax.random.key(0), source, mask, target)
+
+
 def test_ds_init_scales_each_decoder_layer_by_its_depth():
   cfg = _seq2seq_config(init='ds_init', num_decoder_layers=4, hidden_size=64, mlp_dim=128)
   source, mask, target = _batch(cfg.vocab_size)
-  params = unbox(Seq2Seq(cfg).init(jax.random.key(0), source, mask, target)['params'])
+  params = _init(Seq2Seq(cfg), source, mask, target)
   for layer in range(4):
     kernel = np.asarray(params['decoder'][f'layers_{layer}']['mlp']['wi']['kernel'])
     bound = (6.0 / (64 + 128)) ** 0.5 / np.sqrt(layer + 1)
@@ -98,10 +122,11 @@ def test_merged_attention_layer_against_a_float64_reference():
   cfg = _seq2seq_config(decoder_attention='merged', num_decoder_layers=1, norm_epsilon=1e-6)
   model = Seq2Seq(cfg)
   source, mask, target = _batch(cfg.vocab_size)
-  params = unbox(model.init(jax.random.key(0), source, mask, target)['params'])
+  params = _init(model, source, mask, target)
   params = jax.tree.map(lambda p: p + 0.1 * jax.random.normal(jax.random.key(3), p.shape),
                         params)
-  encoded = model.apply({'params': params}, source, mask, method='encode')
+  encoded = jax.jit(functools.partial(model.apply, method='encode'))(
+      {'params': params}, source, mask)
   # The decoder's layer input: the embedding sum through its norm (checked separately by the
   # end-to-end logits below).
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params['decoder'])
@@ -120,16 +145,16 @@ def test_merged_attention_layer_against_a_float64_reference():
   context = np.einsum('bhqv,bvhk->bqhk', weights, v_src)
   context += np.cumsum(v_own, 1) / np.arange(1, 7)[None, :, None, None]  # prefix average
   matt = np.einsum('bqhk,hkd->bqd', context, att['out']['kernel']) + att['out']['bias']
-  y = _layer_norm(x + matt, layer['norm_0']['scale'], layer['norm_0']['bias'], 1e-6)
+  y = _layer_norm(x + matt, layer['merged_attention_norm']['scale'], layer['merged_attention_norm']['bias'], 1e-6)
   mlp = layer['mlp']
   erf = np.frompyfunc(math.erf, 1, 1)
   gelu = lambda z: 0.5 * z * (1 + erf(z / np.sqrt(2)).astype(np.float64))
   ffn = gelu(y @ mlp['wi']['kernel'] + mlp['wi']['bias']) @ mlp['wo']['kernel'] + \
       mlp['wo']['bias']
-  y = _layer_norm(y + ffn, layer['norm_1']['scale'], layer['norm_1']['bias'], 1e-6)
+  y = _layer_norm(y + ffn, layer['mlp_norm']['scale'], layer['mlp_norm']['bias'], 1e-6)
   expected = y @ p['word']['embedding'].T + p['output_bias']
-  logits = model.apply({'params': params}, source, mask, target)
-  np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-4)
+  logits = jax.jit(model.apply)({'params': params}, source, mask, target)
+  np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-4)  # float32 vs float64
 
 
 def _all_finished_sequences(vocab, max_len, eos_id, banned=(0,)):
@@ -143,21 +168,22 @@ def _all_finished_sequences(vocab, max_len, eos_id, banned=(0,)):
   return np.asarray([f + [0] * (max_len - len(f)) for f in found], np.int32)
 
 
-@pytest.mark.parametrize('kind, alpha', [('standard', 0.0), ('merged', 0.6), ('aan', 1.0)])
-def test_beam_search_finds_the_exhaustive_best_and_greedy_is_the_argmax_path(kind, alpha):
+@pytest.mark.parametrize('kind, alpha', [('standard', 0.0), ('merged', 0.6)])
+def test_beam_search_finds_the_exhaustive_best_and_beam_one_is_greedy(kind, alpha):
   cfg = _seq2seq_config(decoder_attention=kind, vocab_size=9)
   model = Seq2Seq(cfg)
   source, mask, _ = _batch(cfg.vocab_size)
-  params = unbox(model.init(jax.random.key(1), source, mask, source)['params'])
+  params = _init(model, source, mask, source, seed=1)
   params = jax.tree.map(lambda p: 3.0 * p, params)  # peakier distributions
   bos, eos, max_len = 2, 3, 3
+  apply = jax.jit(model.apply)
 
   def log_prob(tokens_BxT):  # the model's log-probability of each whole sequence
     target_in = jnp.concatenate([jnp.full((tokens_BxT.shape[0], 1), bos), tokens_BxT[:, :-1]],
                                 1)
     rows = tokens_BxT.shape[0] // source.shape[0]
-    logits = model.apply({'params': params}, jnp.repeat(source, rows, 0),
-                         jnp.repeat(mask, rows, 0), target_in)
+    logits = apply({'params': params}, jnp.repeat(source, rows, 0), jnp.repeat(mask, rows, 0),
+                   target_in)
     lp = jax.nn.log_softmax(logits.at[..., 0].set(-1e30))  # [PAD] is never decoded
     picked = jnp.take_along_axis(lp, tokens_BxT[..., None], -1)[..., 0]
     return jnp.sum(jnp.where(tokens_BxT != 0, picked, 0.0), -1)
@@ -166,13 +192,14 @@ def test_beam_search_finds_the_exhaustive_best_and_greedy_is_the_argmax_path(kin
   candidates = _all_finished_sequences(cfg.vocab_size, max_len, eos)
   n = len(candidates)
   tiled = jnp.asarray(np.concatenate([candidates] * source.shape[0]))  # [B * n, T] by source
-  tiled = tiled.reshape(source.shape[0], n, max_len).reshape(-1, max_len)
   scores = np.asarray(log_prob(tiled)).reshape(source.shape[0], n)
   lengths = (candidates != 0).sum(-1)
   penalised = scores / decoding.length_penalty(jnp.asarray(lengths), alpha)
   best = candidates[np.argmax(penalised, axis=1)]
 
-  beam, beam_scores = decoding.beam_search(model, params, source, mask, beam_size=n,
+  # A beam as wide as every prefix (7 * 7 alive after two steps, 8 extensions each): nothing
+  # is pruned, so the result must be the exhaustive optimum.
+  beam, beam_scores = decoding.beam_search(model, params, source, mask, beam_size=7 * 7 * 8,
                                            max_len=max_len, bos_id=bos, eos_id=eos,
                                            alpha=alpha)
   np.testing.assert_array_equal(beam, best)
@@ -182,8 +209,12 @@ def test_beam_search_finds_the_exhaustive_best_and_greedy_is_the_argmax_path(kin
   greedy, greedy_lengths = decoding.greedy_search(model, params, source, mask, max_len=4,
                                                   bos_id=bos, eos_id=eos)
   target_in = jnp.concatenate([jnp.full((source.shape[0], 1), bos), greedy[:, :-1]], 1)
-  logits = model.apply({'params': params}, source, mask, target_in)
+  logits = apply({'params': params}, source, mask, target_in)
   argmax = np.asarray(jnp.argmax(logits.at[..., 0].set(-1e30), -1))
   real = np.asarray(greedy) != 0
   np.testing.assert_array_equal(np.asarray(greedy)[real], argmax[real])
   assert np.all(np.asarray(greedy_lengths) == real.sum(-1))
+  if alpha == 0.0:  # without a length penalty, a beam of one is greedy search
+    beam_one, _ = decoding.beam_search(model, params, source, mask, beam_size=1, max_len=4,
+                                       bos_id=bos, eos_id=eos, alpha=0.0)
+    np.testing.assert_array_equal(beam_one, greedy)

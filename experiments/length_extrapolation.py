@@ -82,10 +82,10 @@ class Scale:
 
 
 SCALES = {
-    # 2 idle CPU cores: ~0.27 s/step estimated (see README), ~4 min a run, 12 runs.
+    # One core of 2 (the layout grid runs on the other): ~0.6 s/step, ~6 min a run, 12 runs.
     # Head size 64 as in RoFormer / BERT.
-    'cpu': Scale(layers=4, hidden=192, heads=3, mlp=768, batch=64, steps=800,
-                 learning_rate=1e-3, vocab=8000),
+    'cpu': Scale(layers=4, hidden=128, heads=2, mlp=512, batch=32, steps=500,
+                 learning_rate=2e-3, vocab=4000),
     # RoFormer-small-like (6 layers x 512, 8 heads) for an accelerator.
     'roformer_small': Scale(layers=6, hidden=512, heads=8, mlp=2048, batch=256, steps=20_000,
                             learning_rate=5e-4, vocab=8000),

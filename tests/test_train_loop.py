@@ -1,6 +1,7 @@
 """The training loop end to end on the real pipeline (embedded corpus, tiny model): loss falls,
 TensorBoard files read back, resume replays the straight run exactly, a non-finite loss stops
-training without touching the last good checkpoint."""
+training without touching the last good checkpoint, and a workdir refuses to resume another
+model before anything is compiled."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import pytest
 
 from train_fixtures import tiny_config
 from realformer_jax import data, train
+from realformer_jax.config import ConfigError
 from realformer_jax.train import loop
 
 
@@ -108,3 +110,23 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
                                          train__checkpoint_every_steps=2), workdir)
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
+
+
+def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path,
+                                                                            monkeypatch):
+  workdir = str(tmp_path)
+  train.train_and_evaluate(tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2),
+                           workdir)
+  good = _saved_params(workdir, 2)
+  monkeypatch.setattr(loop.accumulation, 'resolve',
+                      lambda *a, **k: pytest.fail('compiled before checking the workdir'))
+  config = tiny_config()
+  config.model.hidden_size *= 2
+  with pytest.raises(ConfigError, match=(
+      r'holds checkpoints \(latest step 2\) of another model: model.hidden_size=\d+ '
+      r'\(the checkpoint has \d+\); use a new --workdir')):
+    train.train_and_evaluate(config, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
+  assert json.load(open(os.path.join(workdir, 'config.json')))['model'] == json.loads(
+      tiny_config().model.to_json_best_effort())

@@ -57,10 +57,11 @@ def test_splits_hold_out_whole_books():
   assert not by_split['train'] & (by_split['test'] | by_split['validation'])
 
 
-def test_prepare_encodes_every_split_and_reuses_its_cache():
-  config = _data_config()
+def test_prepare_encodes_every_split_and_reuses_its_cache(tmp_path):
+  # A cache of its own: other tests share the session data dir with other configs.
+  config = _data_config(data_dir=str(tmp_path))
   data = data_lib.prepare(config)
-  cache = os.path.join(_data_dir(), data_lib.DATASET)
+  cache = os.path.join(str(tmp_path), data_lib.DATASET)
   files = {name: os.path.getmtime(os.path.join(cache, name)) for name in os.listdir(cache)
            if name.endswith('.npz')}
   assert len(files) == 1

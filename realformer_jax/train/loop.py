@@ -10,6 +10,7 @@ it has just dispatched; a state is checked finite before it is ever saved. A tas
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Callable, Optional
@@ -51,8 +52,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   train_iter, eval_batches, baseline = (task_data.train_iter, task_data.eval_batches,
                                         task_data.baseline)
 
-  writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
   checkpointer = Checkpointer(workdir, config.train.keep_checkpoints)
+  check_resumable(config, workdir, checkpointer.latest_step())
+  writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
   best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
   preemption = distributed.PreemptionWatcher()
   batches = None
@@ -131,6 +133,27 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
     with open(os.path.join(workdir, 'config.json'), 'w') as f:
       f.write(config.to_json_best_effort(indent=2))
     tokenizer.save(workdir)
+
+
+def check_resumable(config: ml_collections.ConfigDict, workdir: str,
+                    latest_step: Optional[int]) -> None:
+  """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
+  was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
+  dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
+  the checkpoints are left untouched. Fields that are 'auto' on either side are not compared."""
+  path = os.path.join(workdir, 'config.json')
+  if latest_step is None or not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = json.load(f).get('model', {})
+  current = json.loads(config.model.to_json_best_effort())
+  changed = [f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
+             for k in sorted(set(saved) | set(current))
+             if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)]
+  if changed:
+    raise ConfigError(f'{workdir} holds checkpoints (latest step {latest_step}) of another '
+                      f'model: {", ".join(changed)}; use a new --workdir, or the old config, '
+                      'to resume it')
 
 
 def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_iter,

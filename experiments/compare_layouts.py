@@ -73,7 +73,7 @@ class Scale:
 
 
 SCALES = {
-        # 2 CPU cores shared with the length-extrapolation grid: ~0.3 s/step on one core, ~2.5
+    # 2 CPU cores shared with the length-extrapolation grid: ~0.3 s/step on one core, ~2.5
     # min a run, 30 runs (dropout 0.0 and the main runs' 0.1; 0.2 left to larger scales).
     'cpu': Scale(layers=4, hidden=64, heads=2, mlp=256, seq_len=64, batch=32, steps=400,
                  learning_rate=3e-3, vocab=2000, evals=4, eval_batches=16,

@@ -39,6 +39,13 @@ def _shard_bytes(abstract_tree) -> int:
   return total
 
 
+def _size(num_bytes: float) -> str:
+  """GiB for the paper sizes, MiB for small configs (3 decimals of GiB would round to 0)."""
+  if num_bytes >= 2.0 ** 30:
+    return f'{num_bytes / 2.0 ** 30:.3f} GiB'
+  return f'{num_bytes / 2.0 ** 20:.3f} MiB'
+
+
 def main(argv):
   del argv
   devices = jax.device_count()
@@ -47,7 +54,6 @@ def main(argv):
             f'{"step arguments":>15} {"step temporaries":>17}')
   print(header)
   print('-' * len(header))
-  gib = 2.0 ** 30
   for name, shape in LAYOUTS.items():
     config = _CONFIG.value.copy_and_resolve_references()
     config.mesh.shape = shape
@@ -59,9 +65,9 @@ def main(argv):
     memory = compiled.memory_analysis()
     state_bytes = _shard_bytes(setup.layout.abstract)
     param_bytes = _shard_bytes(setup.layout.abstract.params)
-    print(f'{name:38} {state_bytes / gib:>16.3f} GiB {param_bytes / gib:>12.3f} GiB '
-          f'{memory.argument_size_in_bytes / gib:>11.3f} GiB '
-          f'{memory.temp_size_in_bytes / gib:>13.3f} GiB')
+    print(f'{name:38} {_size(state_bytes):>20} {_size(param_bytes):>16} '
+          f'{_size(memory.argument_size_in_bytes):>15} '
+          f'{_size(memory.temp_size_in_bytes):>17}')
 
 
 if __name__ == '__main__':

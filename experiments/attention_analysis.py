@@ -103,11 +103,30 @@ def summarise(per_seed: list[dict], key: str) -> list[dict]:
   return [stats.mean_ci(values[:, i]).as_dict() for i in range(values.shape[1])]
 
 
+def paired_differences(per_layout: dict, layouts: list[str]) -> dict:
+  """Second layout minus first, per layer (pair), paired by seed: the same seed gives the same
+  data order (and, for Post-LN-based layouts, the same initial weights)."""
+  if len(layouts) < 2:
+    return {}
+  a, b = per_layout[layouts[0]], per_layout[layouts[1]]
+  out = {}
+  for key in ('entropy_mean', 'entropy_std', 'jsd_mean'):
+    va, vb = np.asarray([r[key] for r in a]), np.asarray([r[key] for r in b])
+    out[key] = []
+    for i in range(va.shape[1]):
+      diff = stats.paired_diff_ci(list(vb[:, i]), list(va[:, i]))
+      out[key].append({**diff.as_dict(), 'verdict': stats.interval_verdict(diff),
+                       layouts[0]: list(va[:, i]), layouts[1]: list(vb[:, i])})
+  return out
+
+
 def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
-                   seeds: list[int]) -> None:
+                   seeds: list[int], diffs: dict | None = None) -> None:
   fmt = lambda d: stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'], ()), 3)
   lines = ['# Attention entropy and adjacent-layer JSD', '',
-           f'Regenerate: `{command}`. Held-out split, every real query token of every head; '
+           f'Regenerate: `{command}`. The held-out batches each run was evaluated on (its '
+           '`data.eval_batches`, the same masked text for every model), every real query token '
+           'of every head; '
            f'per trained model, then mean ± 95% Student-t interval over seeds {seeds}. Entropy '
            'in nats (uniform attention over n keys: ln n); JSD in nats (at most ln 2 = 0.693).',
            '', '## Entropy per layer: mean (std across heads and tokens)', '',
@@ -125,6 +144,19 @@ def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
   for pair in range(num_layers - 1):
     lines.append(f'| {pair + 1}-{pair + 2} | ' + ' | '.join(
         fmt(summary[l]['jsd_mean'][pair]) for l in layouts) + ' |')
+  if diffs:
+    first, second = layouts[0], layouts[1]
+    lines += ['', f'## {second} - {first}, paired by seed (per-seed values {first} / {second})',
+              '', 'Verdict: lower / higher when the 95% interval of the difference excludes 0.',
+              '', '| statistic | layer(s) | difference | verdict | per seed |',
+              '|---|---|---|---|---|']
+    names = {'entropy_mean': 'entropy mean', 'entropy_std': 'entropy std',
+             'jsd_mean': 'JSD to the next layer'}
+    for key, rows in diffs.items():
+      for i, d in enumerate(rows):
+        where = f'{i + 1}-{i + 2}' if key == 'jsd_mean' else f'{i + 1}'
+        per_seed = ', '.join(f'{x:.3f} / {y:.3f}' for x, y in zip(d[first], d[second]))
+        lines.append(f'| {names[key]} | {where} | {fmt(d)} | {d["verdict"]} | {per_seed} |')
   lines += ['', '![entropy per layer](entropy.png)', '', '![JSD per layer pair](jsd.png)', '']
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
@@ -175,7 +207,7 @@ def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str]) -
   ax.set_xticks(pairs, [f'{p}-{p + 1}' for p in pairs])
   ax.set_xlabel('adjacent layers')
   ax.set_ylabel('mean JSD, same head (nats)')
-  ax.set_title('Jensen-Shannon divergence between adjacent layers (95% interval over seeds)')
+  ax.set_title('JSD between adjacent layers, same head (95% interval over seeds)', fontsize=10)
   ax.legend()
   fig.tight_layout()
   paths.append(os.path.join(out, 'jsd.png'))
@@ -209,9 +241,10 @@ def main(argv=None) -> dict:
   command = 'python -m experiments.attention_analysis' + ''.join(
       f' --{k}={v}' for k, v in (('runs_dir', args.runs_dir), ('layouts', args.layouts),
                                  ('seeds', args.seeds)) if v != parser.get_default(k))
-  write_markdown(os.path.join(args.out, 'attention.md'), summary, layouts, command, seeds)
+  diffs = paired_differences(per_layout, layouts)
+  write_markdown(os.path.join(args.out, 'attention.md'), summary, layouts, command, seeds, diffs)
   runs_lib.write_json(os.path.join(args.out, 'attention.json'), {
-      'summary': summary,
+      'summary': summary, 'paired_differences': diffs,
       'per_model': {layout: [{k: v for k, v in r.items() if k != 'entropy_sample'}
                              for r in rs] for layout, rs in per_layout.items()}})
   plots = write_plots(args.out, per_layout, summary, layouts)

@@ -308,7 +308,10 @@ def write_markdown(path: str, results: dict, claims: dict, scale: Scale, command
       f'{scale.steps} AdamW steps (peak learning rate {scale.learning_rate:g}, '
       f'{int(scale.warmup_frac * 100)}% warmup, linear decay to 0), dropout 0.1 unless stated, '
       f'a {scale.vocab}-piece tokenizer, the embedded corpus (World English Bible), MLM accuracy '
-      'on the whole held-out split. Seeds 0, 1, 2: the same data order per seed for every '
+      + ('on the whole held-out split' if scale.eval_batches < 0 else
+         f'on the first {scale.eval_batches} held-out batches (the same masked tokens for every '
+         f'run: up to {scale.eval_batches * scale.batch * math.ceil(0.15 * scale.seq_len):,} '
+         'predictions)') + '. Seeds 0, 1, 2: the same data order per seed for every '
       'layout. Cells: mean ± 95% Student-t half-width (per-seed values); differences are '
       'paired by seed.',
       '',
@@ -401,6 +404,10 @@ def write_plots(out: str, results: dict, scale: Scale) -> list[str]:
     band(axes[0], 'main', layout, 'train_loss')
     band(axes[1], 'main', layout, 'eval_loss')
     band(axes[2], 'main', layout, 'eval_accuracy', 100)
+  baseline = next((r['baseline_accuracy'] for r in results.values()
+                   if math.isfinite(r.get('baseline_accuracy', math.nan))), None)
+  if baseline is not None:
+    axes[2].axhline(baseline * 100, color='gray', linestyle=':', label='most frequent token')
   for ax, title in zip(axes, ('train MLM loss', 'eval MLM loss', 'eval MLM accuracy (%)')):
     ax.set_xlabel('step')
     ax.set_title(f'{title}: mean of {len(SEEDS)} seeds, band = min-max')

@@ -42,7 +42,13 @@ def test_compare_layouts_quick(tmp_path, capsys):
     jsd = summary[layout]['jsd_mean']
     assert len(jsd) == layers - 1
   assert os.path.getsize(os.path.join(attention_out, 'entropy.png')) > 1000
-  assert '|' in open(os.path.join(attention_out, 'attention.md')).read()
+  table = open(os.path.join(attention_out, 'attention.md')).read()
+  assert 'realformer - post, paired by seed' in table
+  saved = json.load(open(os.path.join(attention_out, 'attention.json')))
+  for key, count in (('entropy_mean', layers), ('entropy_std', layers), ('jsd_mean', layers - 1)):
+    rows = saved['paired_differences'][key]
+    assert len(rows) == count and all(r['n'] == 2 for r in rows)
+    assert all(r['verdict'] in ('higher', 'lower', 'inconclusive') for r in rows)
 
 
 def test_finetune_compare_quick(tmp_path, capsys):

@@ -270,6 +270,12 @@ def analyse(results: dict, scale: Scale) -> dict:
   return claims
 
 
+def _baseline(results: dict) -> float:
+  """The most-frequent-token accuracy on the eval set (the same for every run), or NaN."""
+  return next((r['baseline_accuracy'] for r in results.values()
+               if math.isfinite(r.get('baseline_accuracy', math.nan))), math.nan)
+
+
 def did_not_train(run: dict) -> bool:
   """Loss above the unigram bound, or accuracy within 0.5 point of always predicting the most
   frequent token: the model never left the unigram plateau (a failure as real as a NaN)."""
@@ -324,11 +330,11 @@ def write_markdown(path: str, results: dict, claims: dict, scale: Scale, command
     lines.append(f'| {layout} | {_cell(_values(results, "main", layout, "final_eval_accuracy"))}'
                  f' | {_cell(_values(results, "main", layout, "final_eval_loss"), 1.0, 3)} | '
                  f'{_cell(_values(results, "main", layout, "half_eval_accuracy"))} |')
-  baseline = next((r['baseline_accuracy'] for r in results.values()
-                   if 'baseline_accuracy' in r), math.nan)
-  stuck = sorted(name for name, run in results.items() if did_not_train(run))
+  baseline = _baseline(results)
+  never_trained = sorted(name for name, run in results.items() if did_not_train(run))
   lines += ['', f'Most-frequent-token baseline: {baseline * 100:.2f}%. Runs that never left it '
-            f'(final accuracy within 0.5 point of it): {", ".join(stuck) or "none"}.', '',
+            f'(final accuracy within 0.5 point of it): {", ".join(never_trained) or "none"}.',
+            '',
             '## Doubled learning rate (claim 2)', '',
             '| layout | diverged at step (per seed) | stayed at the baseline (per seed) | '
             'MLM accuracy (%) |', '|---|---|---|---|']
@@ -356,7 +362,8 @@ def write_markdown(path: str, results: dict, claims: dict, scale: Scale, command
   lr = c['2_learning_rate']
   lines.append(f'| 2. at 2x learning rate Post-LN diverges, RealFormer and Pre-LN train (and '
                f'RealFormer improves) | Post-LN diverged at steps {lr["post"]["diverged_at_step"]}'
-               f', stayed at the baseline {lr["post"]["did_not_train"]}; RealFormer 2x - 1x {fmt(lr["realformer_lr2x_minus_lr1x"])} | '
+               f', stayed at the baseline {lr["post"]["did_not_train"]}; RealFormer 2x - 1x '
+               f'{fmt(lr["realformer_lr2x_minus_lr1x"])} | '
                f'{lr["verdict"]} |')
   drop = c['3_dropout']
   parts = '; '.join(f'{r}: vs Post-LN {fmt(drop[r].get("post"))}, vs Pre-LN '
@@ -404,9 +411,8 @@ def write_plots(out: str, results: dict, scale: Scale) -> list[str]:
     band(axes[0], 'main', layout, 'train_loss')
     band(axes[1], 'main', layout, 'eval_loss')
     band(axes[2], 'main', layout, 'eval_accuracy', 100)
-  baseline = next((r['baseline_accuracy'] for r in results.values()
-                   if math.isfinite(r.get('baseline_accuracy', math.nan))), None)
-  if baseline is not None:
+  baseline = _baseline(results)
+  if math.isfinite(baseline):
     axes[2].axhline(baseline * 100, color='gray', linestyle=':', label='most frequent token')
   for ax, title in zip(axes, ('train MLM loss', 'eval MLM loss', 'eval MLM accuracy (%)')):
     ax.set_xlabel('step')

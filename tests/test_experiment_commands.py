@@ -1,7 +1,8 @@
 """The README's experiment commands start and report (at toy size): experiments/compare_layouts.py
 (--quick, the main group only: Post-LN and RealFormer at two seeds, so intervals and paired
-differences exist), experiments/attention_analysis.py on those workdirs, and experiments/finetune_compare.py (--quick: two 4-step pretrainings, then
-fine-tuning on bible_sections at two seeds). Both are run again to check that finished runs are
+differences exist), experiments/attention_analysis.py on those workdirs, and
+experiments/finetune_compare.py (--quick: two 4-step pretrainings, then fine-tuning on
+bible_sections at two seeds). The two grids are run again to check that finished runs are
 skipped, not trained again."""
 
 import json

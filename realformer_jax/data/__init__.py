@@ -15,6 +15,7 @@ The state is the global batch position, the same on every process, so it also re
 different process count (`saved_train_state` reads it from a grain checkpoint directory).
 """
 
+from realformer_jax.data.baseline import context_free_floors
 from realformer_jax.data.baseline import most_frequent_token_baseline
 from realformer_jax.data.config import default_data_config
 from realformer_jax.data.config import validate_data_config

@@ -1,4 +1,9 @@
-"""Masked-LM pretraining as a task of the generic loop (task.py): the project's main job."""
+"""Masked-LM pretraining as a task of the generic loop (task.py): the project's main job.
+
+Evaluation reports loss and accuracy over all predictions and separately at [MASK], kept and
+randomly replaced positions (mlm_metrics.py), beside the context-free floors of the eval set
+(data/baseline.py): the most frequent token, the copy-aware rule and its unigram loss.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ import numpy as np
 
 from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax.losses import mlm_loss_and_metrics, mlm_nll_and_correct
 from realformer_jax.models import MaskedLM
+from realformer_jax.train import mlm_metrics
 from realformer_jax.train.task import Task, TaskData
 
 SUM_METRICS = ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight')  # add across batches
@@ -25,6 +31,11 @@ class MaskedLMTask(Task):
   sum_metrics = SUM_METRICS
   loss_sum = 'mlm_loss_sum'
   weight = 'mlm_weight'
+
+  def __init__(self, mask_id: int | None = None):
+    # The [MASK] id tells a [MASK] slot from a kept or random one at evaluation; build_data
+    # sets it from the tokenizer when it is not given.
+    self.mask_id = mask_id
 
   def default_data_config(self) -> ml_collections.ConfigDict:
     return data.default_data_config()
@@ -69,9 +80,23 @@ class MaskedLMTask(Task):
     _, sums = mlm_loss_and_metrics(outputs, batch['masked_ids'], batch['masked_weights'])
     return sums
 
+  def eval_outputs(self, outputs: jax.Array, batch) -> dict[str, jax.Array]:
+    """Per-slot loss, correctness, target, weight and the id the model saw there ([B, P])."""
+    nll_BxP, correct_BxP = mlm_nll_and_correct(outputs, batch['masked_ids'])
+    visible_BxP = jnp.take_along_axis(batch['input_ids'], batch['masked_positions'], axis=1)
+    return {'nll': nll_BxP, 'correct': correct_BxP, 'visible_ids': visible_BxP,
+            'masked_ids': batch['masked_ids'], 'masked_weights': batch['masked_weights']}
+
   def eval_metrics(self, sums: Mapping[str, float], outputs) -> dict[str, float]:
-    del outputs
-    return _mean_metrics(sums)
+    metrics = _mean_metrics(sums)
+    if self.mask_id is None or not outputs:
+      return metrics
+    rows = mlm_metrics.per_row_sums(outputs['nll'], outputs['correct'], outputs['visible_ids'],
+                                    outputs['masked_ids'], outputs['masked_weights'],
+                                    self.mask_id)
+    by_kind = mlm_metrics.metrics_from_sums(rows)
+    # loss and mlm_accuracy stay the device sums' (the same numbers, summed in float32).
+    return {**metrics, **{k: v for k, v in by_kind.items() if k not in metrics}}
 
   def train_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
     return _mean_metrics(sums)
@@ -80,8 +105,13 @@ class MaskedLMTask(Task):
     return f'acc {metrics["mlm_accuracy"]:.4f}'
 
   def eval_log_fields(self, metrics, baseline) -> str:
-    return (f'MLM accuracy {metrics["mlm_accuracy"]:.4f} (baseline '
-            f'{baseline["mlm_accuracy"]:.4f})')
+    line = (f'MLM accuracy {metrics["mlm_accuracy"]:.4f} (most frequent '
+            f'{baseline["mlm_accuracy"]:.4f}, copy-aware {baseline["copy_accuracy"]:.4f})')
+    if 'mask_accuracy' in metrics:
+      line += (f' | at [MASK] {metrics["mask_accuracy"]:.4f} (most frequent '
+               f'{baseline["mask_accuracy"]:.4f}), loss {metrics["mask_loss"]:.4f} (unigram '
+               f'{baseline["mask_unigram_loss"]:.4f})')
+    return line
 
   def build_data(self, config, model_config, process_index, process_count) -> TaskData:
     tokenizer = data.prepare(config.data)
@@ -93,13 +123,21 @@ class MaskedLMTask(Task):
                                           process_index, process_count)
     eval_batches = data.make_eval_iterator(config.data, batch_size, process_index,
                                            process_count)
-    baseline = data.most_frequent_token_baseline(config.data, batch_size)
-    return TaskData(tokenizer, train_iter, eval_batches, {'mlm_accuracy': baseline})
+    if self.mask_id is None:
+      self.mask_id = tokenizer.mask_id
+    # 'mlm_accuracy' (the most frequent token's) first: the loop reports it as 'baseline'.
+    floors = data.context_free_floors(config.data, batch_size)
+    return TaskData(tokenizer, train_iter, eval_batches, floors)
 
   def summary(self, final, baseline, step: int) -> str:
+    learned = ('did not learn: not below' if mlm_metrics.failed_to_train(
+        final['eval/loss'], baseline) else 'below')
     return (f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
-            f'token baseline {baseline["mlm_accuracy"]:.4f} (eval loss '
-            f'{final["eval/loss"]:.4f}, step {step})')
+            f'token baseline {baseline["mlm_accuracy"]:.4f} and copy-aware '
+            f'{baseline["copy_accuracy"]:.4f}; at [MASK] '
+            f'{final.get("eval/mask_accuracy", float("nan")):.4f} vs '
+            f'{baseline["mask_accuracy"]:.4f}; eval loss {final["eval/loss"]:.4f} ({learned} '
+            f'the copy-aware unigram loss {baseline["copy_unigram_loss"]:.4f}; step {step})')
 
 
 def _mean_metrics(sums: Mapping[str, Any]) -> dict[str, float]:

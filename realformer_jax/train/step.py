@@ -99,7 +99,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation,
 def make_eval_step(model: Any, num_micro: int = 1, task: Optional[Task] = None
                    ) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
   """`eval_step(state, batch) -> (sums, outputs)`: the task's metric sums of one eval batch and
-  its per-row outputs for host-side metrics (`task.eval_outputs`; empty for masked LM), in the
+  its per-row outputs for host-side metrics (`task.eval_outputs`; masked LM: per slot), in the
   train step's microbatches (a batch that needs accumulation to train also needs it to
   evaluate: the forward pass alone holds [B, H, L, L] scores)."""
   task = task or MaskedLMTask()

@@ -1,496 +1,557 @@
-r"""Does RealFormer win? The RealFormer paper's comparisons in miniature, with seeds and intervals.
+r"""Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid: the RealFormer paper's
+claims where its effects should live, with models that learn masked-LM.
 
-    python -m experiments.compare_layouts                    # CPU grid, ~2.5 h on one core
-    python -m experiments.compare_layouts --runs='main-*,lr2x-post-*' &  # or split it over
-    python -m experiments.compare_layouts --runs='lr2x-p*,lr2x-r*,dropout*'  # 2 cores, ~80 min
-    python -m experiments.compare_layouts --scale=bert_small # the same grid at BERT-Small (GPU/TPU)
-    python -m experiments.compare_layouts --quick --out=/tmp/cl   # toy smoke run, seconds
+    python -m experiments.compare_layouts --runs='*-s[02]' &   # split over 2 cores: one process
+    python -m experiments.compare_layouts --runs='*-s[13]'     # per pair of seeds (~2-3 h each)
+    python -m experiments.compare_layouts                      # then: the report (or run it all)
+    python -m experiments.compare_layouts --scale=bert_small   # accelerator size (not run here)
+    python -m experiments.compare_layouts --quick --out=/tmp/cl --workdirs=/tmp/cl_runs
 
-Trains Post-LN, Pre-LN, RealFormer (Post-LN + residual attention) and Pre-LN + residual
-attention on the embedded corpus through the real pretraining loop (`train_and_evaluate`),
-with the same recipe, budget and data order (a function of the seed only; for the same seed the
-Post-LN-based layouts even start from the same weights, so per-seed differences are paired):
+The CPU scale: 12 layers x 64 (2 heads of 32), FFN 256, sequence 64, batch 32, rotary
+positions (learned positions do not learn at this budget: experiments/position_probe.py),
+dropout 0.1, 600 AdamW steps (10% warmup, linear decay to 0), a 2,000-piece tokenizer, scored
+on the first 16 held-out batches (the same masked tokens for every run). For a seed, every
+layout sees the same batches in the same order, and Post-LN and RealFormer start from the same
+weights, so differences are paired by seed.
 
-  main     every layout x seeds, the base learning rate, dropout 0.1      (claims 1, 4, Pre-LN + RA)
-  lr2x     post / pre / realformer x seeds, twice the learning rate        (claim 2)
-  dropout  post / pre / realformer x seeds, dropout 0.0 (and 0.2 above the cpu scale) (claim 3)
+Plan, declared before any run (the code below follows it; `plan`):
+  1. grid      every layout at peak rates 1e-3, 2e-3, 4e-3, 8e-3, seeds 0 and 1. Per layout:
+               its best rate (highest mean [MASK] accuracy) and its largest rate at which every
+               seed learned.
+  2. confirm   r* = Post-LN's best grid rate (ties: the smaller), and 2 r*: every layout at
+               both, seeds 0-3 (the grid's seeds are reused where the rate is in the grid).
+  3. half      RealFormer at r* with a schedule that ends at half the steps, seeds 0-3
+               (claim 4 against Post-LN's full schedule; not a mid-schedule checkpoint).
+Runs are listed in that order of priority (Post-LN's grid first, so r* is known early) and the
+plan is re-read after every finished run; with --runs each process trains only its share.
 
-Half budget (claim 4) is read from the main runs' evaluation at half the steps (the learning
-rate has then decayed only half-way, a handicap for the half-budget side). Divergence is data:
-a non-finite loss ends the run, its step is recorded, and so is a run whose final eval loss is
-above the unigram model's (it did not train). Finished runs are skipped when the command is run
-again (experiments/runs.py); each run also resumes from its own checkpoints.
+Primary comparisons (95% intervals, no correction), [MASK] accuracy, paired by seed:
+  P1  RealFormer - Post-LN at r*        (paper: RealFormer better)
+  P2  RealFormer - Post-LN at 2 r*      (paper: Post-LN breaks at a larger rate, RealFormer not)
+Secondary comparisons, Holm-corrected as one family: Post-LN - Pre-LN and RealFormer - Pre-LN
+at r* and at 2 r*; RealFormer(2 r*) - RealFormer(r*); Post-LN(2 r*) - Post-LN(r*);
+RealFormer(half schedule) - Post-LN(full) at r*. Intervals add the seeds' variance and the
+eval set's (a bootstrap over held-out sequences): stats.paired_ratio_comparison.
 
-Writes to --out (default docs/results/compare_layouts/): results.md (tables: mean with 95%
-Student-t interval and per-seed values, paired differences), curves.png, lr_dropout.png,
-results.json (every number, per seed and per eval step), runs/*.json (one per finished run).
-Workdirs (checkpoints, TensorBoard) go to --workdirs (default results/compare_layouts/): the
-attention analysis reads them (experiments/attention_analysis.py).
+Verdicts: "not testable at this scale" when no run on either side learned (study.learned: eval
+loss below the copy-aware unigram loss and [MASK] accuracy above the most frequent token's);
+otherwise "holds" / "does not hold" when the (Holm-adjusted, for secondaries) p-value is below
+0.05 with the paper's / the opposite sign, else "inconclusive".
+
+Writes to --out (default docs/results/compare_layouts/): results.md, results.json,
+lr_grid.png, curves.png, comparisons.png, runs/*.json (one per finished run, with per-sequence
+sums). Workdirs go to --workdirs (default results/compare_layouts/): the attention analysis and
+the fine-tuning comparison read the r* runs' checkpoints.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import fnmatch
 import math
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
-import ml_collections
 import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats
-from realformer_jax import train
-from realformer_jax.train import read_scalars
+from experiments import study
 
 LAYOUTS = {  # name: model overrides
     'post': dict(ln_placement='post'),
     'pre': dict(ln_placement='pre'),
     'realformer': dict(ln_placement='realformer'),
-    'pre+ra': dict(ln_placement='pre', residual_attention=True),
 }
-PAPER_LAYOUTS = ('post', 'pre', 'realformer')
-SEEDS = (0, 1, 2)
+NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
+COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
 
 
 @dataclasses.dataclass(frozen=True)
-class Scale:
-  layers: int
-  hidden: int
-  heads: int
-  mlp: int
-  seq_len: int
-  batch: int
-  steps: int
-  learning_rate: float
-  vocab: int
-  warmup_frac: float = 0.1
-  evals: int = 8  # evaluations per run (every steps / evals)
-  eval_batches: int = -1  # -1: the whole validation split
-  dropout_rates: tuple = (0.0, 0.2)
+class Plan:
+  scale: study.Scale
+  rates: tuple[float, ...]
+  grid_seeds: tuple[int, ...] = (0, 1)
+  confirm_seeds: tuple[int, ...] = (0, 1, 2, 3)
 
 
-SCALES = {
-    # 2 CPU cores, one run per core: ~0.35 s a step, ~4 min a run, 39 runs in ~80 minutes.
-    # Learning rate 1e-3: at 2e-3 Post-LN stays on the unigram plateau for 800 steps here (a
-    # probe; that is what the lr2x group measures), at 1e-3 it leaves it by step ~300.
-    'cpu': Scale(layers=4, hidden=128, heads=4, mlp=512, seq_len=64, batch=32, steps=600,
-                 learning_rate=1e-3, vocab=2000, evals=6, eval_batches=16,
-                 dropout_rates=(0.0, 0.2)),
-    # BERT-Small (4/512/8/2048) at sequence 128: one accelerator, hours.
-    'bert_small': Scale(layers=4, hidden=512, heads=8, mlp=2048, seq_len=128, batch=256,
-                        steps=20_000, learning_rate=5e-4, vocab=8000),
-    # The smoke test: seconds.
-    'toy': Scale(layers=2, hidden=32, heads=2, mlp=64, seq_len=32, batch=8, steps=8,
-                 learning_rate=3e-3, vocab=500, evals=2, eval_batches=2),
+PLANS = {
+    # 2 CPU cores, one process per core: ~0.5-1 s a step, 36-40 runs of 600 steps.
+    'cpu': Plan(study.Scale(layers=12, hidden=64, heads=2, mlp=256, seq_len=64, batch=32,
+                            steps=600, learning_rate=2e-3, vocab=2000, evals=6,
+                            eval_batches=16),
+                rates=(1e-3, 2e-3, 4e-3, 8e-3)),
+    # BERT-Small width at BERT-Base depth, sequence 128: one accelerator, hours.
+    'bert_small': Plan(study.Scale(layers=12, hidden=512, heads=8, mlp=2048, seq_len=128,
+                                   batch=256, steps=20_000, learning_rate=5e-4, vocab=8000,
+                                   eval_batches=64),
+                       rates=(1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3)),
+    # The smoke test: seconds a run.
+    'toy': Plan(study.Scale(layers=2, hidden=32, heads=2, mlp=64, seq_len=32, batch=8,
+                            steps=4, learning_rate=3e-3, vocab=500, evals=2, eval_batches=2),
+                rates=(3e-3,), grid_seeds=(0, 1), confirm_seeds=(0, 1)),
 }
 
 
-def grid(seeds=SEEDS, layouts=tuple(LAYOUTS),
-         dropout_rates=(0.0, 0.2)) -> list[runs_lib.Run]:
-  runs = []
-  for layout in layouts:
-    for seed in seeds:
-      runs.append(runs_lib.Run(f'main-{layout}-s{seed}', dict(
-          group='main', layout=layout, seed=seed, lr_scale=1.0, dropout=0.1)))
-  for layout in (l for l in PAPER_LAYOUTS if l in layouts):
-    for seed in seeds:
-      runs.append(runs_lib.Run(f'lr2x-{layout}-s{seed}', dict(
-          group='lr2x', layout=layout, seed=seed, lr_scale=2.0, dropout=0.1)))
-  for rate in dropout_rates:
-    for layout in (l for l in PAPER_LAYOUTS if l in layouts):
-      for seed in seeds:
-        runs.append(runs_lib.Run(f'dropout{rate}-{layout}-s{seed}', dict(
-            group='dropout', layout=layout, seed=seed, lr_scale=1.0, dropout=rate)))
-  return runs
+def run_name(rate: float, layout: str, seed: int, prefix: str = '') -> str:
+  return f'{prefix}lr{rate:g}-{layout}-s{seed}'
 
 
-def make_config(scale: Scale, params: dict, data_dir: str = '') -> ml_collections.ConfigDict:
-  config = train.default_config()
-  m = config.model
-  m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim = (scale.layers, scale.hidden,
-                                                         scale.heads, scale.mlp)
-  m.max_len = scale.seq_len
-  for key, value in LAYOUTS[params['layout']].items():
-    m[key] = value
-  m.dropout_rate = m.attention_dropout_rate = params['dropout']
-  d = config.data
-  d.vocab_size, d.max_len = scale.vocab, scale.seq_len
-  d.max_predictions = max(1, math.ceil(0.15 * scale.seq_len))
-  d.eval_batches = scale.eval_batches
-  if data_dir:
-    d.data_dir = data_dir
-  t = config.train
-  t.global_batch_size, t.num_train_steps = scale.batch, scale.steps
-  t.warmup_steps = max(1, int(scale.warmup_frac * scale.steps))
-  t.learning_rate = scale.learning_rate * params['lr_scale']
-  t.log_every_steps = max(1, scale.steps // 20)
-  t.eval_every_steps = max(1, scale.steps // scale.evals)
-  t.checkpoint_every_steps = max(1, scale.steps // 4)
-  t.keep_checkpoints = 1
-  t.seed = params['seed']
-  return config
+def _run(rate, layout, seed, scale, half=False) -> runs_lib.Run:
+  return runs_lib.Run(run_name(rate, layout, seed, 'half-' if half else ''),
+                      dict(layout=layout, seed=seed, learning_rate=rate, half=half),
+                      cost=scale.steps / (2 if half else 1))
 
 
-def train_one(scale: Scale, workdirs: str, data_dir: str, run: runs_lib.Run,
-              report: runs_lib.Report) -> dict:
-  """Trains one run (resuming its workdir), returns its curves and final metrics."""
-  workdir = os.path.join(workdirs, run.name)
-  config = make_config(scale, run.params, data_dir)
+def best_rate(results: dict, plan: Plan, layout: str) -> Optional[float]:
+  """The grid rate with the highest mean final [MASK] accuracy over the grid seeds (ties: the
+  smaller rate); a run that diverged scores 0. None until every such grid run finished."""
+  means = []
+  for rate in plan.rates:
+    runs = [results.get(run_name(rate, layout, s)) for s in plan.grid_seeds]
+    if any(r is None for r in runs):
+      return None
+    means.append(np.mean([_final(r, 'mask_accuracy', 0.0) for r in runs]))
+  return plan.rates[int(np.argmax(means))]
 
-  def on_log(step, stop, scalars):
-    report(step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
 
-  os.makedirs(workdir, exist_ok=True)
-  diverged_at = None
-  with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
-    try:
-      final = train.train_and_evaluate(config, workdir, on_log=on_log)
-    except train.TrainingError as error:  # divergence is a result, not a crash
-      diverged_at = int(str(error).split(' at step ')[1].split(';')[0])
-      final = None
-  scalars = read_scalars(workdir)
-  curve = lambda tag: [[int(s), float(v)] for s, v in scalars.get(tag, [])]
-  result = {'workdir': workdir, 'diverged_at_step': diverged_at,
-            'train_loss': curve('train/loss'), 'eval_loss': curve('eval/loss'),
-            'eval_accuracy': curve('eval/mlm_accuracy'),
-            'baseline_accuracy': (scalars.get('eval/baseline_mlm_accuracy') or [[0, math.nan]])
-            [0][1], 'steps': scale.steps}
-  if final is not None:
-    result.update(final_eval_loss=final['eval/loss'], final_eval_accuracy=final['eval/mlm_accuracy'])
-    half = [v for s, v in result['eval_accuracy'] if s == scale.steps // 2]
-    half_loss = [v for s, v in result['eval_loss'] if s == scale.steps // 2]
-    result.update(half_eval_accuracy=half[0] if half else math.nan,
-                  half_eval_loss=half_loss[0] if half_loss else math.nan)
-    # Did not train: worse than predicting the unigram distribution (log V bounds it above).
-    result['failed_to_train'] = bool(final['eval/loss'] > math.log(scale.vocab))
+def plan_runs(results: dict, plan: Plan) -> list[runs_lib.Run]:
+  """Every run of the plan the results so far define, in priority order (module docstring)."""
+  scale = plan.scale
+  runs = [_run(r, 'post', s, scale) for r in plan.rates for s in plan.grid_seeds]
+  star = best_rate(results, plan, 'post')
+  if star is not None:
+    for rate in (star, 2 * star):
+      runs += [_run(rate, layout, s, scale) for layout in ('post', 'realformer', 'pre')
+               for s in plan.confirm_seeds]
+  runs += [_run(r, layout, s, scale) for layout in ('realformer', 'pre') for r in plan.rates
+           for s in plan.grid_seeds]
+  if star is not None:
+    runs += [_run(star, 'realformer', s, scale, half=True) for s in plan.confirm_seeds]
+  unique = {}
+  for run in runs:
+    unique.setdefault(run.name, run)
+  return list(unique.values())
+
+
+def train_one(plan: Plan, args, run: runs_lib.Run, report: runs_lib.Report) -> dict:
+  p, scale = run.params, plan.scale
+  config = study.mlm_config(
+      scale, seed=p['seed'], learning_rate=p['learning_rate'], data_dir=args.data_dir,
+      steps=scale.steps // 2 if p['half'] else scale.steps,
+      # Fully unrolled layer scan: ~25% faster steps for this deep, narrow model on CPU.
+      model=dict(LAYOUTS[p['layout']], scan_unroll=scale.layers))
+  workdir = os.path.join(args.workdirs, run.name)
+  result = study.train_run(config, workdir, report, progress_share=0.95)
+  if result['diverged_at_step'] is None:
+    report(0.95, 'scoring per sequence')
+    result['scored'] = study.score_workdir(workdir)
   return result
 
 
 # ------------------------------------------------------------------------------------------
-# Analysis: tables, claims, plots.
+# Analysis.
 
-def _rates(scale: Scale) -> tuple:
-  """The dropout rates compared: the grid's, and 0.1 (the main runs)."""
-  return tuple(sorted(set(scale.dropout_rates) | {0.1}))
+def _final(run: Optional[dict], key: str, default=math.nan) -> float:
+  if not run or not run.get('final'):
+    return default
+  return float(run['final'][key])
 
 
-def _values(results: dict, group: str, layout: str, key: str, rate=None) -> list[float]:
-  out = []
-  for seed in SEEDS:
-    name = (f'{group}-{layout}-s{seed}' if group != 'dropout'
-            else f'dropout{rate}-{layout}-s{seed}')
-    if name in results and results[name].get(key) is not None:
-      out.append(float(results[name][key]))
+def grid_table(results: dict, plan: Plan) -> dict:
+  """Per layout and rate: per-seed [MASK] accuracy, loss, learned; the layout's best rate and
+  its largest rate at which every seed learned."""
+  table = {}
+  for layout in LAYOUTS:
+    rows = {}
+    for rate in plan.rates:
+      runs = [results.get(run_name(rate, layout, s)) for s in plan.grid_seeds]
+      runs = [r for r in runs if r is not None]
+      if not runs:
+        continue
+      rows[f'{rate:g}'] = {
+          'mask_accuracy': [_final(r, 'mask_accuracy') for r in runs],
+          'loss': [_final(r, 'loss') for r in runs],
+          'learned': [bool(r.get('learned')) for r in runs],
+          'diverged_at_step': [r.get('diverged_at_step') for r in runs]}
+    complete = len(rows) == len(plan.rates) and all(
+        len(row['learned']) == len(plan.grid_seeds) for row in rows.values())
+    best = best_rate(results, plan, layout) if complete else None
+    trainable = [float(rate) for rate, row in rows.items() if all(row['learned'])]
+    table[layout] = {'rates': rows, 'best_rate': best,
+                     'largest_trainable_rate': max(trainable) if complete and trainable
+                     else None}
+  return table
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  key: str
+  label: str
+  a: tuple  # (rate factor: 1 = r*, 2 = 2 r*; layout; half schedule)
+  b: tuple
+  expected: int  # the paper's sign: +1 a > b, -1 a < b
+  primary: bool = False
+
+
+COMPARISONS = (
+    Comparison('P1', 'RealFormer - Post-LN at r*', (1, 'realformer', False), (1, 'post', False),
+               +1, primary=True),
+    Comparison('P2', 'RealFormer - Post-LN at 2 r*', (2, 'realformer', False),
+               (2, 'post', False), +1, primary=True),
+    Comparison('S1', 'Post-LN - Pre-LN at r*', (1, 'post', False), (1, 'pre', False), +1),
+    Comparison('S2', 'RealFormer - Pre-LN at r*', (1, 'realformer', False), (1, 'pre', False),
+               +1),
+    Comparison('S3', 'Post-LN - Pre-LN at 2 r*', (2, 'post', False), (2, 'pre', False), +1),
+    Comparison('S4', 'RealFormer - Pre-LN at 2 r*', (2, 'realformer', False), (2, 'pre', False),
+               +1),
+    Comparison('S5', 'RealFormer at 2 r* - at r*', (2, 'realformer', False),
+               (1, 'realformer', False), +1),
+    Comparison('S6', 'Post-LN at 2 r* - at r*', (2, 'post', False), (1, 'post', False), -1),
+    Comparison('S7', 'RealFormer (half schedule) - Post-LN (full) at r*',
+               (1, 'realformer', True), (1, 'post', False), +1),
+)
+
+
+def _side_runs(results: dict, plan: Plan, star: float, side: tuple) -> dict[int, dict]:
+  factor, layout, half = side
+  out = {}
+  for seed in plan.confirm_seeds:
+    run = results.get(run_name(factor * star, layout, seed, 'half-' if half else ''))
+    if run is not None:
+      out[seed] = run
   return out
 
 
-def _cell(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
-  if not values:
-    return 'n/a'
-  s = stats.mean_ci(values)
-  seeds = ', '.join(f'{v * scale:.{digits}f}' for v in values)
-  return f'{stats.format_ci(s, digits, scale)} ({seeds})'
+def compare(results: dict, plan: Plan, star: float, comparison: Comparison) -> dict:
+  """One comparison of [MASK] accuracy, paired by seed, with its verdict inputs."""
+  side_a = _side_runs(results, plan, star, comparison.a)
+  side_b = _side_runs(results, plan, star, comparison.b)
+  learned = {'a': [bool(r.get('learned')) for r in side_a.values()],
+             'b': [bool(r.get('learned')) for r in side_b.values()]}
+  out = {'key': comparison.key, 'label': comparison.label, 'primary': comparison.primary,
+         'expected_sign': comparison.expected, 'learned': learned,
+         'seeds_a': sorted(side_a), 'seeds_b': sorted(side_b)}
+  seeds = [s for s in sorted(side_a) if s in side_b and side_a[s].get('scored')
+           and side_b[s].get('scored')]
+  # A diverged run has no evaluation: it counts as a comparison we cannot pair, and is listed.
+  out['diverged'] = [s for s in sorted(set(side_a) | set(side_b))
+                     if (side_a.get(s) or {}).get('diverged_at_step') is not None
+                     or (side_b.get(s) or {}).get('diverged_at_step') is not None]
+  if len(seeds) < 2:
+    out['comparison'] = None
+    return out
+  sums_a = [study.sequence_sums(side_a[s]) for s in seeds]
+  sums_b = [study.sequence_sums(side_b[s]) for s in seeds]
+  count = sums_a[0]['mask_count']
+  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
+    raise ValueError(f'{comparison.label}: runs scored on different eval sets')
+  result = stats.paired_ratio_comparison(np.stack([s['mask_correct_sum'] for s in sums_a]),
+                                         np.stack([s['mask_correct_sum'] for s in sums_b]),
+                                         count)
+  out['comparison'] = result.as_dict()
+  out['seeds'] = seeds
+  return out
 
 
-def _paired(results, group, a, b, key, rate=None) -> tuple[str, stats.Summary]:
-  va, vb = _values(results, group, a, key, rate), _values(results, group, b, key, rate)
-  if len(va) != len(vb) or len(va) < 2:
-    return 'n/a', stats.Summary(math.nan, math.nan, 0, ())
-  diff = stats.paired_diff_ci(va, vb)
-  return f'{stats.format_ci(diff, 2, 100)} pt', diff
-
-
-def analyse(results: dict, scale: Scale) -> dict:
-  """Per-claim verdicts with their numbers (accuracies in percentage points)."""
-  claims = {}
-  # 1. Ranking RealFormer >= Post-LN >= Pre-LN (final eval MLM accuracy, main runs).
-  d_rp = _paired(results, 'main', 'realformer', 'post', 'final_eval_accuracy')
-  d_pp = _paired(results, 'main', 'post', 'pre', 'final_eval_accuracy')
-  claims['1_ranking'] = {'realformer_minus_post': d_rp[1].as_dict(),
-                         'post_minus_pre': d_pp[1].as_dict(),
-                         'verdict': _ranking_verdict(d_rp[1], d_pp[1])}
-  # 2. Doubled learning rate.
-  lr = {}
-  for layout in PAPER_LAYOUTS:
-    diverged = [results.get(f'lr2x-{layout}-s{s}', {}).get('diverged_at_step') for s in SEEDS]
-    failed = [did_not_train(results.get(f'lr2x-{layout}-s{s}', {})) for s in SEEDS]
-    lr[layout] = {'diverged_at_step': diverged, 'did_not_train': failed,
-                  'accuracy': _values(results, 'lr2x', layout, 'final_eval_accuracy')}
-  post_broke = all(d is not None or f for d, f in zip(lr['post']['diverged_at_step'],
-                                                       lr['post']['did_not_train']))
-  others_trained = all(d is None and not f for layout in ('pre', 'realformer')
-                       for d, f in zip(lr[layout]['diverged_at_step'],
-                                       lr[layout]['did_not_train']))
-  rf_gain = stats.paired_diff_ci(
-      _values(results, 'lr2x', 'realformer', 'final_eval_accuracy'),
-      _values(results, 'main', 'realformer', 'final_eval_accuracy')) if len(
-          _values(results, 'lr2x', 'realformer', 'final_eval_accuracy')) == len(SEEDS) else None
-  lr['realformer_lr2x_minus_lr1x'] = rf_gain.as_dict() if rf_gain else None
-  lr['verdict'] = ('holds' if post_broke and others_trained else
-                   'does not hold' if not post_broke else 'partly: Post-LN broke, but so did '
-                   'another layout')
-  claims['2_learning_rate'] = lr
-  # 3. Dropout: RealFormer best at every rate.
-  drop = {}
-  for rate in _rates(scale):
-    group = 'main' if rate == 0.1 else 'dropout'
-    diffs = {}
-    for other in ('post', 'pre'):
-      va = _values(results, group, 'realformer', 'final_eval_accuracy', rate)
-      vb = _values(results, group, other, 'final_eval_accuracy', rate)
-      if len(va) == len(vb) >= 2:
-        diffs[other] = stats.paired_diff_ci(va, vb)
-    drop[str(rate)] = {k: v.as_dict() for k, v in diffs.items()}
-    drop[str(rate)]['verdict'] = _best_verdict(diffs)
-  verdicts = [drop[str(r)]['verdict'] for r in _rates(scale)]
-  drop['verdict'] = ('holds' if all(v == 'holds' for v in verdicts) else
-                     'does not hold' if any(v == 'does not hold' for v in verdicts) else
-                     'inconclusive')
-  claims['3_dropout'] = drop
-  # 4. RealFormer at half the steps vs Post-LN at the full budget.
-  half = _values(results, 'main', 'realformer', 'half_eval_accuracy')
-  full = _values(results, 'main', 'post', 'final_eval_accuracy')
-  if len(half) == len(full) >= 2:
-    diff = stats.paired_diff_ci(half, full)
-    claims['4_half_budget'] = {'realformer_half_minus_post_full': diff.as_dict(),
-                               'verdict': {'higher': 'holds', 'lower': 'does not hold',
-                                           'inconclusive': 'inconclusive (matches within '
-                                           'the interval)'}[stats.interval_verdict(diff)]}
-  # Su's question: residual attention on top of Pre-LN.
-  d = _paired(results, 'main', 'pre+ra', 'pre', 'final_eval_accuracy')
-  claims['pre_plus_residual_attention'] = {
-      'pre_ra_minus_pre': d[1].as_dict(),
-      'verdict': {'higher': 'helps', 'lower': 'hurts',
-                  'inconclusive': 'inconclusive'}[stats.interval_verdict(d[1])]}
-  return claims
-
-
-def _baseline(results: dict) -> float:
-  """The most-frequent-token accuracy on the eval set (the same for every run), or NaN."""
-  return next((r['baseline_accuracy'] for r in results.values()
-               if math.isfinite(r.get('baseline_accuracy', math.nan))), math.nan)
-
-
-def did_not_train(run: dict) -> bool:
-  """Loss above the unigram bound, or accuracy within 0.5 point of always predicting the most
-  frequent token: the model never left the unigram plateau (a failure as real as a NaN)."""
-  if run.get('failed_to_train'):
-    return True
-  accuracy, baseline = run.get('final_eval_accuracy'), run.get('baseline_accuracy', math.nan)
-  return accuracy is not None and accuracy < baseline + 0.005
-
-
-def _ranking_verdict(rf_minus_post: stats.Summary, post_minus_pre: stats.Summary) -> str:
-  a, b = stats.interval_verdict(rf_minus_post), stats.interval_verdict(post_minus_pre)
-  if 'lower' in (a, b):
-    return 'does not hold'
-  if a == b == 'higher':
-    return 'holds'
+def verdict(row: dict, p_value: float) -> str:
+  """The stated rule (module docstring)."""
+  if not row['learned']['a'] or not row['learned']['b']:
+    return 'not run'
+  if not any(row['learned']['a']) and not any(row['learned']['b']):
+    return 'not testable at this scale'
+  c = row['comparison']
+  if c is None or not math.isfinite(p_value):
+    return 'inconclusive (too few paired seeds)'
+  if p_value < 0.05:
+    return 'holds' if np.sign(c['mean']) == row['expected_sign'] else 'does not hold'
   return 'inconclusive'
 
 
-def _best_verdict(diffs: dict) -> str:
-  verdicts = [stats.interval_verdict(d) for d in diffs.values()]
-  if len(verdicts) < 2:
-    return 'n/a'
-  if all(v == 'higher' for v in verdicts):
-    return 'holds'
-  if any(v == 'lower' for v in verdicts):
-    return 'does not hold'
-  return 'inconclusive'
+def analyse(results: dict, plan: Plan) -> dict:
+  grid = grid_table(results, plan)
+  star = grid['post']['best_rate']
+  analysis: dict[str, Any] = {'grid': grid, 'r_star': star, 'comparisons': []}
+  if star is None:
+    return analysis
+  rows = [compare(results, plan, star, c) for c in COMPARISONS]
+  secondary = [r for r in rows if not r['primary'] and r['comparison']]
+  adjusted = stats.holm([r['comparison']['p_value'] for r in secondary])
+  for row, p in zip(secondary, adjusted):
+    row['holm_p_value'] = p
+  for row in rows:
+    p = (row['comparison']['p_value'] if row['primary'] and row['comparison']
+         else row.get('holm_p_value', math.nan))
+    row['verdict'] = verdict(row, p)
+  analysis['comparisons'] = rows
+  analysis['at_rates'] = {f'{f * star:g}': confirm_table(results, plan, f * star)
+                          for f in (1, 2)}
+  analysis['half'] = confirm_table(results, plan, star, half=True)
+  return analysis
 
 
-def write_markdown(path: str, results: dict, claims: dict, scale: Scale, command: str) -> None:
+def confirm_table(results: dict, plan: Plan, rate: float, half: bool = False) -> dict:
+  """Per layout at one rate over the confirmation seeds: per-seed metrics and summaries."""
+  table = {}
+  for layout in (('realformer',) if half else LAYOUTS):
+    runs = [results.get(run_name(rate, layout, s, 'half-' if half else ''))
+            for s in plan.confirm_seeds]
+    runs = [r for r in runs if r is not None]
+    if not runs:
+      continue
+    table[layout] = {
+        key: [_final(r, key) for r in runs]
+        for key in ('mask_accuracy', 'mlm_accuracy', 'loss', 'kept_accuracy',
+                    'random_accuracy')}
+    table[layout]['seeds'] = [r['params']['seed'] for r in runs]
+    table[layout]['learned'] = [bool(r.get('learned')) for r in runs]
+    table[layout]['diverged_at_step'] = [r.get('diverged_at_step') for r in runs]
+  return table
+
+
+def floors_of(results: dict) -> dict:
+  return next((r['floors'] for r in results.values() if r.get('floors')), {})
+
+
+# ------------------------------------------------------------------------------------------
+# Report.
+
+def _ci(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
+  finite = [v for v in values if math.isfinite(v)]
+  per_seed = ', '.join('diverged' if not math.isfinite(v) else f'{v * scale:.{digits}f}'
+                       for v in values)
+  if len(finite) < 2:
+    return per_seed or 'n/a'
+  return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'
+
+
+def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command: str) -> None:
+  scale, floors = plan.scale, floors_of(results)
+  predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
   lines = [
-      '# Post-LN vs Pre-LN vs RealFormer, in miniature',
-      '',
-      f'Regenerate: `{command}`. Model: {scale.layers} layers x {scale.hidden} hidden, '
-      f'{scale.heads} heads, FFN {scale.mlp}, sequence {scale.seq_len}, batch {scale.batch}, '
-      f'{scale.steps} AdamW steps (peak learning rate {scale.learning_rate:g}, '
-      f'{int(scale.warmup_frac * 100)}% warmup, linear decay to 0), dropout 0.1 unless stated, '
-      f'a {scale.vocab}-piece tokenizer, the embedded corpus (World English Bible), MLM accuracy '
-      + ('on the whole held-out split' if scale.eval_batches < 0 else
-         f'on the first {scale.eval_batches} held-out batches (the same masked tokens for every '
-         f'run: up to {scale.eval_batches * scale.batch * math.ceil(0.15 * scale.seq_len):,} '
-         'predictions)') + '. Seeds 0, 1, 2: the same data order per seed for every '
-      'layout. Cells: mean ± 95% Student-t half-width (per-seed values); differences are '
-      'paired by seed.',
-      '',
-      '## Final eval MLM accuracy (%) and loss, main runs (claim 1, Pre-LN + RA)',
-      '',
-      '| layout | MLM accuracy (%) | eval loss | accuracy at half the steps (%) |',
-      '|---|---|---|---|',
-  ]
-  for layout in LAYOUTS:
-    lines.append(f'| {layout} | {_cell(_values(results, "main", layout, "final_eval_accuracy"))}'
-                 f' | {_cell(_values(results, "main", layout, "final_eval_loss"), 1.0, 3)} | '
-                 f'{_cell(_values(results, "main", layout, "half_eval_accuracy"))} |')
-  baseline = _baseline(results)
-  never_trained = sorted(name for name, run in results.items() if did_not_train(run))
-  lines += ['', f'Most-frequent-token baseline: {baseline * 100:.2f}%. Runs that never left it '
-            f'(final accuracy within 0.5 point of it): {", ".join(never_trained) or "none"}.',
-            '',
-            '## Doubled learning rate (claim 2)', '',
-            '| layout | diverged at step (per seed) | stayed at the baseline (per seed) | '
-            'MLM accuracy (%) |', '|---|---|---|---|']
-  for layout in PAPER_LAYOUTS:
-    info = claims['2_learning_rate'][layout]
-    div = ', '.join('-' if d is None else str(d) for d in info['diverged_at_step'])
-    stuck = ', '.join('yes' if f else 'no' for f in info['did_not_train'])
-    lines.append(f'| {layout} | {div} | {stuck} | {_cell(info["accuracy"])} |')
-  lines += ['', '## Dropout (claim 3): final eval MLM accuracy (%)', '',
-            '| layout | ' + ' | '.join(f'dropout {r}' for r in _rates(scale)) + ' |',
-            '|---|' + '---|' * len(_rates(scale))]
-  for layout in PAPER_LAYOUTS:
-    cells = [_cell(_values(results, 'main' if r == 0.1 else 'dropout', layout,
-                           'final_eval_accuracy', r)) for r in _rates(scale)]
-    lines.append(f'| {layout} | ' + ' | '.join(cells) + ' |')
-  lines += ['', '## Claims', '', '| claim | measured | verdict at this scale |', '|---|---|---|']
-
-  def fmt(d):
-    return (stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'], ()), 2, 100)
-            + ' pt') if d else 'n/a'
-  c = claims
-  lines.append(f'| 1. RealFormer >= Post-LN >= Pre-LN | RealFormer - Post-LN '
-               f'{fmt(c["1_ranking"]["realformer_minus_post"])}; Post-LN - Pre-LN '
-               f'{fmt(c["1_ranking"]["post_minus_pre"])} | {c["1_ranking"]["verdict"]} |')
-  lr = c['2_learning_rate']
-  lines.append(f'| 2. at 2x learning rate Post-LN diverges, RealFormer and Pre-LN train (and '
-               f'RealFormer improves) | Post-LN diverged at steps {lr["post"]["diverged_at_step"]}'
-               f', stayed at the baseline {lr["post"]["did_not_train"]}; RealFormer 2x - 1x '
-               f'{fmt(lr["realformer_lr2x_minus_lr1x"])} | '
-               f'{lr["verdict"]} |')
-  drop = c['3_dropout']
-  parts = '; '.join(f'{r}: vs Post-LN {fmt(drop[r].get("post"))}, vs Pre-LN '
-                    f'{fmt(drop[r].get("pre"))} ({drop[r]["verdict"]})' for r in map(str, _rates(scale)))
-  lines.append(f'| 3. RealFormer best at every dropout rate | {parts} | {drop["verdict"]} |')
-  if '4_half_budget' in c:
-    lines.append(f'| 4. RealFormer at half the steps matches Post-LN at the full budget | '
-                 f'RealFormer(half) - Post-LN(full) '
-                 f'{fmt(c["4_half_budget"]["realformer_half_minus_post_full"])} | '
-                 f'{c["4_half_budget"]["verdict"]} |')
-  pre = c['pre_plus_residual_attention']
-  lines.append(f'| Su: residual attention on Pre-LN | Pre-LN+RA - Pre-LN '
-               f'{fmt(pre["pre_ra_minus_pre"])} | {pre["verdict"]} |')
-  lines += ['', '![loss and accuracy curves](curves.png)', '',
-            '![learning rate and dropout](lr_dropout.png)', '']
+      '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid', '',
+      f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
+      f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
+      f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
+      f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
+      f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
+      f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
+      f'{predictions.get("predictions", math.nan):,.0f} predictions, '
+      f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).', '']
+  if floors:
+    lines += [
+        f'Floors (context-free predictors from the train split, on this eval set): most '
+        f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+        f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
+        f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+        f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
+        f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
+        'that loss and its [MASK] accuracy above the floor.', '']
+  grid = analysis['grid']
+  lines += ['## 1. Learning-rate grid: [MASK] accuracy (%)', '',
+            f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
+            '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
+            'the best rate.', '',
+            '| layout | ' + ' | '.join(f'{r:g}' for r in plan.rates)
+            + ' | best rate | largest rate where every seed learned |',
+            '|---' * (len(plan.rates) + 3) + '|']
+  for layout, info in grid.items():
+    cells = []
+    for rate in plan.rates:
+      row = info['rates'].get(f'{rate:g}')
+      cells.append('n/a' if row is None else
+                   f'{_ci(row["mask_accuracy"])}; learned {sum(row["learned"])}/'
+                   f'{len(row["learned"])}')
+    best = info['best_rate']
+    trainable = info['largest_trainable_rate']
+    lines.append(f'| {NAMES[layout]} | ' + ' | '.join(cells) + f' | '
+                 f'{"n/a" if best is None else f"{best:g}"} | '
+                 f'{"n/a" if trainable is None else f"{trainable:g}"} |')
+  star = analysis['r_star']
+  if star is None:
+    lines += ['', 'r* (Post-LN\'s best rate) is not known yet: the grid is unfinished.', '']
+  else:
+    lines += ['', f'r* = Post-LN\'s best grid rate = {star:g}; 2 r* = {2 * star:g}.', '',
+              f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}', '',
+              '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
+              'learned | kept / random accuracy (%) |', '|---|---|---|---|---|---|---|']
+    for rate, table in analysis['at_rates'].items():
+      for layout, row in table.items():
+        lines.append(_confirm_line(rate, NAMES[layout], row))
+    for layout, row in analysis['half'].items():
+      lines.append(_confirm_line(f'{star:g}, half schedule ({scale.steps // 2} steps)',
+                                 NAMES[layout], row))
+    if floors:
+      lines.append(f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
+                   f'{100 * floors["mlm_accuracy"]:.2f} | | | |')
+      lines.append(f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
+                   f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
+                   f'| | 100 / 0 |')
+    lines += ['', '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
+              '', 'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
+              'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
+              'Holm-adjusted as one family.', '',
+              '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
+              '(a / b) | verdict |', '|---|---|---|---|---|---|---|---|---|']
+    for row in analysis['comparisons']:
+      c = row['comparison']
+      diff = ('n/a' if c is None else
+              f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}')
+      p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
+      holm = '' if row['primary'] else (f'{row["holm_p_value"]:.3g}'
+                                       if 'holm_p_value' in row else 'n/a')
+      learned = (f'{sum(row["learned"]["a"])}/{len(row["learned"]["a"])} / '
+                 f'{sum(row["learned"]["b"])}/{len(row["learned"]["b"])}')
+      lines.append(f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
+                   f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
+                   f'{row["verdict"]} |')
+  lines += ['', '![[MASK] accuracy over the learning-rate grid](lr_grid.png)', '',
+            '![[MASK] accuracy during training at r* and 2 r*](curves.png)', '',
+            '![comparisons with intervals](comparisons.png)', '']
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
 
 
-def write_plots(out: str, results: dict, scale: Scale) -> list[str]:
-  try:
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  except ImportError:
+def _confirm_line(rate, name: str, row: dict) -> str:
+  kept = [v for v in row['kept_accuracy'] if math.isfinite(v)]
+  random = [v for v in row['random_accuracy'] if math.isfinite(v)]
+  kept_random = (f'{100 * np.mean(kept):.1f} / {100 * np.mean(random):.1f}' if kept and random
+                 else 'n/a')
+  return (f'| {rate} | {name} | {_ci(row["mask_accuracy"])} | {_ci(row["mlm_accuracy"])} | '
+          f'{_ci(row["loss"], 1.0, 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
+          f'{kept_random} |')
+
+
+def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
+  plt = study.pyplot()
+  if plt is None:
     return []
-  colors = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red',
-            'pre+ra': 'tab:purple'}
-
-  def band(ax, group, layout, key, scale_by=1.0, label=None, linestyle='-'):
-    curves = [results[f'{group}-{layout}-s{s}'][key] for s in SEEDS
-              if f'{group}-{layout}-s{s}' in results and results[f'{group}-{layout}-s{s}'][key]]
-    if not curves:
-      return
-    n = min(len(c) for c in curves)
-    steps = np.asarray([p[0] for p in curves[0][:n]])
-    values = np.asarray([[p[1] for p in c[:n]] for c in curves]) * scale_by
-    mean = values.mean(0)
-    ax.plot(steps, mean, color=colors[layout], linestyle=linestyle, label=label or layout)
-    if len(curves) > 1:
-      ax.fill_between(steps, values.min(0), values.max(0), color=colors[layout], alpha=0.15)
-
-  fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-  for layout in LAYOUTS:
-    band(axes[0], 'main', layout, 'train_loss')
-    band(axes[1], 'main', layout, 'eval_loss')
-    band(axes[2], 'main', layout, 'eval_accuracy', 100)
-  baseline = _baseline(results)
-  if math.isfinite(baseline):
-    axes[2].axhline(baseline * 100, color='gray', linestyle=':', label='most frequent token')
-  for ax, title in zip(axes, ('train MLM loss', 'eval MLM loss', 'eval MLM accuracy (%)')):
-    ax.set_xlabel('step')
-    ax.set_title(f'{title}: mean of {len(SEEDS)} seeds, band = min-max')
-    ax.legend()
-  axes[0].set_yscale('log')
+  floors = floors_of(results)
+  paths = []
+  # 1. The grid: per-seed points (outcomes can be bimodal) and the mean over seeds.
+  fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(13, 4.8))
+  offsets = {'post': 0.94, 'pre': 1.0, 'realformer': 1.06}
+  for layout, info in analysis['grid'].items():
+    rates = [float(r) for r in info['rates']]
+    for ax, key, scale_by in ((ax_acc, 'mask_accuracy', 100.0), (ax_loss, 'loss', 1.0)):
+      per_seed = [[v * scale_by for v in info['rates'][f'{r:g}'][key]] for r in rates]
+      for rate, values in zip(rates, per_seed):
+        finite = [v for v in values if math.isfinite(v)]
+        ax.scatter([rate * offsets[layout]] * len(finite), finite, color=COLORS[layout],
+                   s=18, alpha=0.7)
+      means = [np.mean([v for v in values if math.isfinite(v)]) if any(
+          math.isfinite(v) for v in values) else np.nan for values in per_seed]
+      ax.plot(rates, means, color=COLORS[layout], label=f'{NAMES[layout]}: mean of seeds')
+  ax_acc.scatter([], [], color='gray', s=18, label='one seed (points)')
+  study.draw_floors(ax_acc, floors, 'mask_accuracy')
+  study.draw_floors(ax_loss, floors, 'loss')
+  for ax in (ax_acc, ax_loss):
+    ax.set_xscale('log', base=2)
+    ax.set_xticks(plan.rates, [f'{r:g}' for r in plan.rates])
+    ax.set_xlabel('peak learning rate')
+    ax.legend(fontsize=8)
+  ax_acc.set_ylim(bottom=0)
+  ax_acc.set_ylabel('final eval accuracy at [MASK] (%)')
+  ax_acc.set_title(f'[MASK] accuracy after {plan.scale.steps} steps, seeds '
+                   f'{list(plan.grid_seeds)}')
+  ax_loss.set_ylabel('final eval loss (nats)')
+  ax_loss.set_title('eval loss (all predictions)')
   fig.tight_layout()
-  paths = [os.path.join(out, 'curves.png')]
-  fig.savefig(paths[0], dpi=110)
+  paths.append(os.path.join(out, 'lr_grid.png'))
+  fig.savefig(paths[-1], dpi=110)
   plt.close(fig)
 
-  fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-  for layout in PAPER_LAYOUTS:
-    band(axes[0], 'main', layout, 'train_loss', label=f'{layout} lr x1')
-    band(axes[0], 'lr2x', layout, 'train_loss', label=f'{layout} lr x2', linestyle='--')
-  axes[0].set_yscale('log')
-  axes[0].set_xlabel('step')
-  axes[0].set_title('train MLM loss at the base and the doubled learning rate')
-  axes[0].legend(fontsize=8)
-  rates = _rates(scale)
-  width = 0.25
-  for i, layout in enumerate(PAPER_LAYOUTS):
-    means, errors = [], []
-    for rate in rates:
-      values = _values(results, 'main' if rate == 0.1 else 'dropout', layout,
-                       'final_eval_accuracy', rate)
-      s = stats.mean_ci(values) if values else stats.Summary(math.nan, math.nan, 0, ())
-      means.append(s.mean * 100)
-      errors.append(0 if math.isnan(s.half_width) else s.half_width * 100)
-    axes[1].bar(np.arange(len(rates)) + (i - 1) * width, means, width, yerr=errors, capsize=3,
-                color=colors[layout], label=layout)
-  axes[1].set_xticks(np.arange(len(rates)), [f'dropout {r}' for r in rates])
-  axes[1].set_ylabel('final eval MLM accuracy (%)')
-  low = min(v for v in axes[1].get_ylim())
-  axes[1].set_title('dropout: mean and 95% interval over seeds')
-  axes[1].legend()
-  all_means = [p.get_height() for p in axes[1].patches if not math.isnan(p.get_height())]
-  if all_means:
-    axes[1].set_ylim(max(low, min(all_means) - 3), max(all_means) + 2)
+  star = analysis['r_star']
+  if star is None:
+    return paths
+  # 2. Curves at r* and 2 r*: one thin line per seed, the mean thick.
+  fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+  for ax, factor in zip(axes, (1, 2)):
+    for layout in LAYOUTS:
+      curves = [results[n]['eval_mask_accuracy'] for n in
+                (run_name(factor * star, layout, s) for s in plan.confirm_seeds)
+                if n in results and results[n].get('eval_mask_accuracy')]
+      for curve in curves:
+        ax.plot(*zip(*[(s, 100 * v) for s, v in curve]), color=COLORS[layout], alpha=0.3,
+                linewidth=0.8)
+      full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
+      if full:
+        steps = [s for s, _ in full[0]]
+        ax.plot(steps, 100 * np.mean([[v for _, v in c] for c in full], 0),
+                color=COLORS[layout], linewidth=2.2,
+                label=f'{NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)')
+    study.draw_floors(ax, floors, 'mask_accuracy')
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel('training step')
+    ax.set_title(f'peak rate {factor * star:g} ({"r*" if factor == 1 else "2 r*"})')
+    ax.legend(fontsize=8)
+  axes[0].set_ylabel('eval accuracy at [MASK] (%)')
   fig.tight_layout()
-  paths.append(os.path.join(out, 'lr_dropout.png'))
-  fig.savefig(paths[1], dpi=110)
+  paths.append(os.path.join(out, 'curves.png'))
+  fig.savefig(paths[-1], dpi=110)
   plt.close(fig)
+
+  # 3. The comparisons: estimate and 95% interval; the paper's expected sign.
+  rows = [r for r in analysis['comparisons'] if r['comparison']]
+  if rows:
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
+    for i, row in enumerate(rows):
+      c = row['comparison']
+      color = 'black' if row['primary'] else 'tab:gray'
+      ax.errorbar([100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o',
+                  color=color, capsize=4)
+      ax.scatter([100 * v for v in c['values']], [i + 0.18] * len(c['values']), s=10,
+                 color=color, alpha=0.6, marker='x')
+    ax.axvline(0, color='gray', linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [f'{r["key"]}: {r["label"]} (paper: '
+                                     f'{"> 0" if r["expected_sign"] > 0 else "< 0"})'
+                                     for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel('difference in [MASK] accuracy (percentage points)')
+    ax.set_title('mean and 95% interval (seeds + eval-set bootstrap); x: each seed; '
+                 'black: primary', fontsize=9)
+    fig.tight_layout()
+    paths.append(os.path.join(out, 'comparisons.png'))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
   return paths
+
+
+def _summary_for_json(results: dict) -> dict:
+  """Per run: everything but the per-sequence sums (those stay in runs/<name>.json)."""
+  out = {}
+  for name, run in results.items():
+    run = dict(run)
+    if 'scored' in run:
+      run['scored'] = {k: v for k, v in run['scored'].items() if k != 'sequence_sums'}
+    out[name] = run
+  return out
 
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--scale', choices=sorted(SCALES), default='cpu')
-  parser.add_argument('--quick', action='store_true', help='the toy scale: a smoke run')
-  parser.add_argument('--out', default='docs/results/compare_layouts')
-  parser.add_argument('--workdirs', default='results/compare_layouts')
-  parser.add_argument('--data_dir', default='', help='TFDS data dir (default: the config\'s)')
-  parser.add_argument('--runs', default='*', help='comma-separated glob patterns of run names '
-                      'to train now (default all; e.g. "main-*"); the report uses every '
-                      'finished run')
+  study.add_common_arguments(parser, out='docs/results/compare_layouts',
+                             workdirs='results/compare_layouts', scales=PLANS)
   args = parser.parse_args(argv)
-  scale_name = 'toy' if args.quick else args.scale
-  scale = SCALES[scale_name]
+  plan = PLANS[study.scale_name(args)]
   os.makedirs(args.out, exist_ok=True)
-  patterns = args.runs.split(',')
-  runs = [dataclasses.replace(r, cost=scale.steps) for r in grid(dropout_rates=scale.dropout_rates)
-          if any(fnmatch.fnmatch(r.name, p) for p in patterns)]
-  command = 'python -m experiments.compare_layouts' + (
-      '' if scale_name == 'cpu' else f' --scale={scale_name}')
-  runs_lib.Grid(args.out, runs).run(
-      lambda run, report: train_one(scale, args.workdirs, args.data_dir, run, report))
-  # The report covers every finished run, also those of earlier invocations.
-  every = runs_lib.Grid(args.out, grid(dropout_rates=scale.dropout_rates))
-  results = {run.name: every.load(run) for run in every.runs if every.load(run) is not None}
-  claims = analyse(results, scale)
+  results = runs_lib.run_planned(
+      args.out, lambda done: plan_runs(done, plan),
+      lambda run, report: train_one(plan, args, run, report),
+      select=lambda runs: study.selected(runs, args.runs))
+  analysis = analyse(results, plan)
   runs_lib.write_json(os.path.join(args.out, 'results.json'),
-                      {'scale': dataclasses.asdict(scale), 'claims': claims, 'runs': results})
-  write_markdown(os.path.join(args.out, 'results.md'), results, claims, scale, command)
-  plots = write_plots(args.out, results, scale)
+                      {'scale': dataclasses.asdict(plan.scale), 'rates': list(plan.rates),
+                       'grid_seeds': list(plan.grid_seeds),
+                       'confirm_seeds': list(plan.confirm_seeds), 'floors': floors_of(results),
+                       'analysis': analysis, 'runs': _summary_for_json(results)})
+  write_markdown(os.path.join(args.out, 'results.md'), results, analysis, plan,
+                 study.command('compare_layouts', args))
+  plots = write_plots(args.out, results, analysis, plan)
   print(f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}'
                                                             if plots else ''))
-  return {'results': results, 'claims': claims}
+  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

@@ -12,6 +12,14 @@ instead of starting over (a run itself may also resume, e.g. from checkpoints in
 
 The grid ETA is the current run's remainder plus the remaining runs' cost (e.g. their step
 counts) at the seconds-per-cost-unit measured so far in this invocation.
+
+A grid whose later runs depend on earlier results (e.g. confirmation runs at the best learning
+rate of a sweep) is a plan, `plan(results) -> runs`, re-evaluated after every finished run:
+
+    run_planned(out_dir, plan, train_one, select=lambda runs: runs)
+
+runs what the plan lists and `select` keeps, one at a time, until nothing is left; results
+written meanwhile by other processes (another part of the same plan) count as finished.
 """
 
 from __future__ import annotations
@@ -74,7 +82,12 @@ class Grid:
     with open(path) as f:
       return json.load(f)
 
-  def run(self, train_one: Callable[[Run, Report], dict]) -> dict[str, dict]:
+  def run_first(self, train_one: Callable[[Run, Report], dict]) -> None:
+    """Trains only the first unfinished run (the ETA still covers the rest)."""
+    self.run(train_one, limit=1)
+
+  def run(self, train_one: Callable[[Run, Report], dict],
+          limit: Optional[int] = None) -> dict[str, dict]:
     results: dict[str, dict] = {}
     todo = [run for run in self.runs if self.load(run) is None]
     for run in self.runs:
@@ -85,6 +98,8 @@ class Grid:
       self._print(f'{total - len(todo)}/{total} runs already done in {self.out_dir}: skipped')
     spent_seconds, spent_cost = 0.0, 0.0
     for position, run in enumerate(todo):
+      if limit is not None and position >= limit:
+        break
       index = total - len(todo) + position + 1
       remaining_cost = sum(r.cost for r in todo[position + 1:])
       start = time.perf_counter()
@@ -119,3 +134,43 @@ class Grid:
 
   def _print(self, line: str) -> None:
     print(line, file=self._stream, flush=True)
+
+
+def load_results(out_dir: str, runs: Sequence[Run]) -> dict[str, dict]:
+  """The finished results among `runs` (by name)."""
+  grid = Grid(out_dir, runs)
+  return {run.name: result for run in grid.runs if (result := grid.load(run)) is not None}
+
+
+def run_planned(out_dir: str, plan: Callable[[dict[str, dict]], Sequence[Run]],
+                train_one: Callable[[Run, Report], dict],
+                select: Callable[[Sequence[Run]], Sequence[Run]] = lambda runs: runs,
+                stream=None) -> dict[str, dict]:
+  """Runs the plan's selected unfinished runs one by one, re-planning after each; returns every
+  finished result of the final plan."""
+  done_here: set[str] = set()
+  while True:
+    every = plan(_all_results(out_dir))
+    todo = [run for run in select(every) if Grid(out_dir, [run]).load(run) is None]
+    if not todo:
+      return load_results(out_dir, every)
+    # One run at a time through a Grid of what is left, so its progress line and ETA cover
+    # the rest of this process's selection.
+    grid = Grid(out_dir, todo, stream=stream)
+    first = todo[0]
+    if first.name in done_here:  # finished but unreadable: do not loop forever
+      raise RuntimeError(f'{first.name}: trained, but its result file is missing')
+    grid.run_first(train_one)
+    done_here.add(first.name)
+
+
+def _all_results(out_dir: str) -> dict[str, dict]:
+  directory = os.path.join(out_dir, 'runs')
+  if not os.path.isdir(directory):
+    return {}
+  results = {}
+  for name in sorted(os.listdir(directory)):
+    if name.endswith('.json'):
+      with open(os.path.join(directory, name)) as f:
+        results[name[:-len('.json')]] = json.load(f)
+  return results

@@ -4,6 +4,8 @@
     format_ci(summary, digits=2)                     # '61.30 ± 1.38'
     paired_diff_ci(realformer, post)                 # per-seed differences, same seeds paired
     welch_diff_ci(a, b)                              # unpaired difference (Welch)
+    paired_ratio_comparison(correct_a, correct_b, count)   # seeds + eval-set bootstrap
+    holm([p1, p2, p3])                               # Holm-adjusted p-values
 
 No SciPy: the t quantile comes from the regularised incomplete beta function (continued
 fraction, Numerical Recipes 6.4) and bisection; tests check it against tabulated values.
@@ -14,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Sequence
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,3 +155,81 @@ def interval_verdict(diff: Summary) -> str:
   if diff.high < 0:
     return 'lower'
   return 'inconclusive'
+
+
+def t_p_value(estimate: float, standard_error: float, df: float) -> float:
+  """Two-sided p-value of estimate / standard_error under Student's t with `df`."""
+  if not standard_error > 0:
+    return 0.0 if estimate != 0 else 1.0
+  return 2.0 * (1.0 - t_cdf(abs(estimate) / standard_error, df))
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedComparison:
+  """mean over seeds of a - b, with an interval for seeds AND eval-set sampling."""
+  mean: float
+  half_width: float  # 95%: t_{n-1} * sqrt(seed variance / n + eval-set bootstrap variance)
+  p_value: float
+  n: int  # seeds
+  per_seed: tuple[float, ...]
+  seed_se: float  # standard error from the seeds alone
+  eval_se: float  # bootstrap standard error over eval sequences (seeds fixed)
+
+  @property
+  def low(self) -> float:
+    return self.mean - self.half_width
+
+  @property
+  def high(self) -> float:
+    return self.mean + self.half_width
+
+  def as_dict(self) -> dict:
+    return {'mean': self.mean, 'ci95_half_width': self.half_width, 'low': self.low,
+            'high': self.high, 'p_value': self.p_value, 'n': self.n,
+            'values': list(self.per_seed), 'seed_se': self.seed_se, 'eval_se': self.eval_se}
+
+
+def paired_ratio_comparison(numer_a_SxN: np.ndarray, numer_b_SxN: np.ndarray,
+                            denom_N: np.ndarray, *, resamples: int = 2000, seed: int = 0,
+                            level: float = 0.95) -> PairedComparison:
+  """Compares a ratio metric (e.g. accuracy at [MASK] = correct / count) of two models.
+
+  Row s of `numer_a_SxN` / `numer_b_SxN` holds per-eval-sequence sums of the two models
+  trained with seed s (paired: same data order, for Post-LN-based layouts the same initial
+  weights), `denom_N` the sequences' counts (the same eval set for every run). Per seed,
+  d_s = (sum a_s - sum b_s) / sum denom. The interval adds two variances: the seeds'
+  (var(d) / n) and the eval set's, from resampling the N sequences with replacement (the same
+  resample for every seed and both models; seeds fixed). Both contain the seed x sequence
+  interaction, so the interval is conservative; t quantile with n - 1 degrees of freedom.
+  """
+  a, b = np.asarray(numer_a_SxN, np.float64), np.asarray(numer_b_SxN, np.float64)
+  denom = np.asarray(denom_N, np.float64)
+  if a.shape != b.shape or a.shape[1] != denom.shape[0]:
+    raise ValueError(f'paired_ratio_comparison: shapes {a.shape}, {b.shape}, {denom.shape}')
+  n = a.shape[0]
+  diff_SxN = a - b
+  per_seed = diff_SxN.sum(1) / denom.sum()
+  mean = float(per_seed.mean())
+  seed_se = float(per_seed.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+  rng = np.random.default_rng(seed)
+  mean_diff_N = diff_SxN.mean(0)
+  index_RxN = rng.integers(0, len(denom), (resamples, len(denom)))
+  boot = mean_diff_N[index_RxN].sum(1) / denom[index_RxN].sum(1)
+  eval_se = float(boot.std(ddof=1))
+  if n < 2:
+    return PairedComparison(mean, math.nan, math.nan, n, tuple(per_seed), seed_se, eval_se)
+  se = math.sqrt(seed_se ** 2 + eval_se ** 2)
+  half = t_quantile(0.5 + level / 2.0, n - 1) * se
+  return PairedComparison(mean, half, t_p_value(mean, se, n - 1), n,
+                          tuple(float(v) for v in per_seed), seed_se, eval_se)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+  """Holm-Bonferroni adjusted p-values (same order): reject H_i at level a iff adjusted <= a."""
+  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+  adjusted = [0.0] * len(p_values)
+  running = 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+    adjusted[i] = running
+  return adjusted

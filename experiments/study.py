@@ -1,0 +1,263 @@
+"""What every masked-LM study here shares: a scale, its config, training one run (resuming),
+scoring it against the context-free floors per sequence, command-line options and plot helpers.
+
+    scale = study.Scale(layers=12, hidden=64, heads=2, mlp=256, seq_len=64, batch=32,
+                        steps=600, learning_rate=2e-3, vocab=2000)
+    config = study.mlm_config(scale, seed=0, model=dict(ln_placement='realformer'))
+    result = study.train_run(config, workdir, report)    # resumes; divergence is a result
+    scored = study.score_workdir(workdir)                  # per-sequence sums + floors
+
+The studies (compare_layouts, position_probe, length_extrapolation, finetune_compare) build
+their grids from these; runs.py runs a grid resumably with a progress line, stats.py has the
+intervals. "Learned" has one definition everywhere: eval loss below the copy-aware unigram
+loss (`realformer_jax.train.mlm_metrics.failed_to_train`) and [MASK] accuracy above the most
+frequent token's (`learned`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fnmatch
+import math
+import os
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from experiments import runs as runs_lib
+from realformer_jax import MaskedLM, data, train
+from realformer_jax.losses import mlm_nll_and_correct
+from realformer_jax.train import mlm_metrics
+
+# Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
+SEQUENCE_SUMS = ('count', 'correct_sum', 'loss_sum', 'mask_count', 'mask_correct_sum',
+                 'mask_loss_sum')
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+  """Model, data and schedule of one study's runs (a run may override the rate or steps)."""
+  layers: int
+  hidden: int
+  heads: int
+  mlp: int
+  seq_len: int
+  batch: int
+  steps: int
+  learning_rate: float
+  vocab: int
+  warmup_frac: float = 0.1  # linear warmup, then linear decay to 0 at `steps`
+  evals: int = 6  # evaluations per run (every steps / evals, and at the end)
+  eval_batches: int = -1  # held-out batches scored; -1: the whole held-out split
+  dropout: float = 0.1
+  position_embedding: str = 'rope'
+
+
+def mlm_config(scale: Scale, *, seed: int, model: Optional[Mapping[str, Any]] = None,
+               learning_rate: Optional[float] = None, steps: Optional[int] = None,
+               dropout: Optional[float] = None, data_dir: str = '') -> ml_collections.ConfigDict:
+  """The pretraining config of one run: `scale`, then the run's own model fields and rate."""
+  config = train.default_config()
+  m = config.model
+  m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim = (scale.layers, scale.hidden,
+                                                         scale.heads, scale.mlp)
+  m.max_len = scale.seq_len
+  m.position_embedding = scale.position_embedding
+  m.dropout_rate = m.attention_dropout_rate = scale.dropout if dropout is None else dropout
+  for key, value in (model or {}).items():
+    m[key] = value
+  d = config.data
+  d.vocab_size, d.max_len = scale.vocab, scale.seq_len
+  d.max_predictions = max(1, math.ceil(0.15 * scale.seq_len))
+  d.eval_batches = scale.eval_batches
+  if data_dir:
+    d.data_dir = data_dir
+  t = config.train
+  t.global_batch_size = scale.batch
+  t.num_train_steps = steps or scale.steps
+  t.warmup_steps = max(1, int(scale.warmup_frac * t.num_train_steps))
+  t.learning_rate = learning_rate or scale.learning_rate
+  t.log_every_steps = max(1, t.num_train_steps // 20)
+  t.eval_every_steps = max(1, t.num_train_steps // scale.evals)
+  t.checkpoint_every_steps = max(1, t.num_train_steps // 4)
+  t.keep_checkpoints = 1
+  t.seed = seed
+  return config
+
+
+def train_run(config: ml_collections.ConfigDict, workdir: str, report: runs_lib.Report,
+              progress_share: float = 1.0) -> dict:
+  """Trains (or resumes) one run in `workdir`, its console output in `workdir/train.log`.
+
+  Returns the curves (train loss, eval loss, accuracy and [MASK] accuracy per eval step), the
+  final eval metrics ('final', unprefixed), the floors of its eval set, whether it diverged
+  (a non-finite loss ends the run: a result, not a crash) and whether it learned."""
+  def on_log(step, stop, scalars):
+    report(progress_share * step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
+
+  os.makedirs(workdir, exist_ok=True)
+  diverged_at, final = None, None
+  with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
+    try:
+      final = train.train_and_evaluate(config, workdir, on_log=on_log)
+    except train.TrainingError as error:
+      diverged_at = int(str(error).split(' at step ')[1].split(';')[0])
+  if final is not None and final.get('preempted'):
+    # The loop saved a checkpoint on SIGTERM: stop the whole grid (this run is not finished,
+    # so it must not get a result file); the same command resumes it.
+    raise SystemExit(f'{workdir}: stopped by SIGTERM at step {final["step"]} (checkpoint '
+                     'saved); run the same command again to resume')
+  scalars = train.read_scalars(workdir)
+  curve = lambda tag: [[int(s), float(v)] for s, v in scalars.get(tag, [])]
+  floors = {name[len('eval/baseline_'):]: values[-1][1] for name, values in scalars.items()
+            if name.startswith('eval/baseline_')}
+  result = {'workdir': workdir, 'steps': config.train.num_train_steps,
+            'learning_rate': config.train.learning_rate, 'diverged_at_step': diverged_at,
+            'train_loss': curve('train/loss'), 'eval_loss': curve('eval/loss'),
+            'eval_accuracy': curve('eval/mlm_accuracy'),
+            'eval_mask_accuracy': curve('eval/mask_accuracy'), 'floors': floors}
+  if final is not None:
+    result['final'] = {k.split('/', 1)[1]: v for k, v in final.items() if k.startswith('eval/')}
+    result['floors'] = {k.split('/', 1)[1]: v for k, v in final.items()
+                        if k.startswith('baseline/')}
+  result['learned'] = learned(result)
+  return result
+
+
+def learned(run: Mapping[str, Any]) -> bool:
+  """The one definition: finished, eval loss below the copy-aware unigram loss, and [MASK]
+  accuracy above the most frequent token's (the copy rule's accuracy at [MASK])."""
+  final, floors = run.get('final'), run.get('floors') or {}
+  if not final or 'copy_unigram_loss' not in floors:
+    return False
+  return (not mlm_metrics.failed_to_train(final['loss'], floors)
+          and final['mask_accuracy'] > floors['mask_accuracy'])
+
+
+# ------------------------------------------------------------------------------------------
+# Scoring a trained workdir per sequence.
+
+def per_sequence_sums(model: MaskedLM, params: Any, batches: Iterable[dict], mask_id: int,
+                      extra: Optional[Callable[[dict, dict], dict]] = None) -> dict:
+  """Per-sequence sums (mlm_metrics.per_row_sums) over `batches`, rows with no prediction
+  (padding rows) dropped; `extra(intermediates, batch)` adds device sums (e.g. attention
+  entropy) that are summed over all batches under 'extra'."""
+  def forward(params, batch):
+    logits, state = model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
+                                batch['segment_ids'], batch['masked_positions'],
+                                mutable=['intermediates'])
+    nll, correct = mlm_nll_and_correct(logits, batch['masked_ids'])
+    return nll, correct, (extra(state['intermediates'], batch) if extra else {})
+
+  forward = jax.jit(forward)
+  rows, extras = [], None
+  for batch in batches:
+    nll, correct, more = jax.device_get(forward(params, {k: jnp.asarray(v)
+                                                         for k, v in batch.items()}))
+    visible = mlm_metrics.visible_ids(batch['input_ids'], batch['masked_positions'])
+    sums = mlm_metrics.per_row_sums(nll, correct, visible, batch['masked_ids'],
+                                    batch['masked_weights'], mask_id)
+    keep = sums['count'] > 0
+    rows.append({k: v[keep] for k, v in sums.items()})
+    extras = more if extras is None else jax.tree.map(np.add, extras, more)
+  sums = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+  return {'sums': sums, 'extra': extras}
+
+
+def score_workdir(workdir: str, data_config: Optional[ml_collections.ConfigDict] = None,
+                  batch_size: Optional[int] = None,
+                  extra: Optional[Callable[[dict, dict], dict]] = None) -> dict:
+  """A trained workdir on its own eval set (or `data_config`'s): metrics by kind, the floors
+  of that set, and the per-sequence sums (SEQUENCE_SUMS) for bootstrap intervals."""
+  run = train.load_workdir(workdir)
+  data_config = data_config or run.config.data
+  batch_size = batch_size or run.config.train.global_batch_size
+  scored = per_sequence_sums(MaskedLM(run.model_config), run.params,
+                             data.make_eval_iterator(data_config, batch_size),
+                             run.tokenizer.mask_id, extra)
+  sums = scored['sums']
+  result = {'metrics': mlm_metrics.metrics_from_sums(sums),
+            'floors': data.context_free_floors(data_config, batch_size),
+            'sequences': int(len(sums['count'])),
+            'sequence_sums': {k: np.round(sums[k], 4).tolist() for k in SEQUENCE_SUMS}}
+  if scored['extra'] is not None:
+    result['extra'] = jax.tree.map(lambda x: np.asarray(x).tolist(), scored['extra'])
+  return result
+
+
+def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """A run's stored per-sequence sums as arrays."""
+  return {k: np.asarray(v, np.float64) for k, v in run['scored']['sequence_sums'].items()}
+
+
+# ------------------------------------------------------------------------------------------
+# Command line.
+
+def add_common_arguments(parser: argparse.ArgumentParser, *, out: str, workdirs: str,
+                         scales: Sequence[str]) -> None:
+  """--scale, --quick, --out, --workdirs, --data_dir, --runs: the same in every study."""
+  parser.add_argument('--scale', choices=sorted(scales), default='cpu')
+  parser.add_argument('--quick', action='store_true', help='the toy scale: a smoke run')
+  parser.add_argument('--out', default=out, help='tables, plots, results.json, runs/*.json')
+  parser.add_argument('--workdirs', default=workdirs, help='checkpoints and TensorBoard files')
+  parser.add_argument('--data_dir', default='', help="TFDS data dir (default: the config's)")
+  parser.add_argument('--runs', default='*', help='comma-separated glob patterns of the run '
+                      'names to train now (default all): split a grid over processes; the '
+                      'report uses every finished run')
+
+
+def scale_name(args: argparse.Namespace) -> str:
+  return 'toy' if args.quick else args.scale
+
+
+def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:
+  globs = patterns.split(',')
+  return [r for r in runs if any(fnmatch.fnmatch(r.name, g) for g in globs)]
+
+
+def command(module: str, args: argparse.Namespace) -> str:
+  """The command that regenerates a study's report at this scale."""
+  name = scale_name(args)
+  return f'python -m experiments.{module}' + ('' if name == 'cpu' else f' --scale={name}')
+
+
+# ------------------------------------------------------------------------------------------
+# Plots.
+
+def pyplot():
+  """matplotlib.pyplot with the file backend, or None when matplotlib is missing."""
+  try:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  return plt
+
+
+def draw_floors(ax, floors: Mapping[str, float], kind: str = 'mask_accuracy',
+                scale: float = 100.0) -> None:
+  """Horizontal lines at the context-free floors of one metric: 'mask_accuracy' (the copy
+  rule's = the most frequent token's at [MASK]), 'mlm_accuracy' (most frequent and copy-aware,
+  all predictions) or 'loss' (the copy-aware unigram loss)."""
+  if not floors:
+    return
+  if kind == 'mask_accuracy':
+    ax.axhline(scale * floors['mask_accuracy'], color='gray', linestyle=':',
+               label='floor: most frequent token (= copy rule at [MASK])')
+  elif kind == 'mlm_accuracy':
+    ax.axhline(scale * floors['mlm_accuracy'], color='gray', linestyle=':',
+               label='floor: most frequent token')
+    ax.axhline(scale * floors['copy_accuracy'], color='black', linestyle=':',
+               label='floor: copy-aware (copy visible, else most frequent)')
+  elif kind == 'loss':
+    ax.axhline(floors['copy_unigram_loss'], color='black', linestyle=':',
+               label='floor: copy-aware unigram loss')
+  elif kind == 'mask_loss':
+    ax.axhline(floors['mask_unigram_loss'], color='black', linestyle=':',
+               label='floor: unigram loss at [MASK]')

@@ -1,7 +1,11 @@
 r"""Attention entropy and adjacent-layer similarity of trained models (RealFormer paper, sec. 4.4).
 
-    python -m experiments.attention_analysis            # the main runs of compare_layouts
-    python -m experiments.attention_analysis --runs_dir=DIR --layouts=post,realformer --seeds=0
+    python -m experiments.attention_analysis            # compare_layouts' runs at r*, ~5 min
+    python -m experiments.attention_analysis --runs_dir=DIR --rate=0.002 --seeds=0,1
+
+The models are experiments/compare_layouts.py's Post-LN and RealFormer runs at r* (Post-LN's
+best peak rate; read from --layouts_results) with its confirmation seeds: the same seeds give
+the same data order and the same initial weights, so differences are paired by seed.
 
 For each trained workdir (`<runs_dir>/main-<layout>-s<seed>`, as experiments/compare_layouts.py
 writes them), over the held-out split (the evaluation batches, masked as in evaluation), from
@@ -13,13 +17,24 @@ the attention probabilities the model sows (`mutable=['intermediates']`, one bat
   * Jensen-Shannon divergence (natural log, at most ln 2) between the distributions of the same
     head and token in adjacent layers l and l + 1, averaged per layer pair.
 Seeds give the intervals: each statistic is computed per trained model, then mean and 95%
-Student-t interval over seeds. Writes attention.md, entropy.png, jsd.png, attention.json to
---out (default docs/results/attention_analysis/).
+Student-t interval over seeds. The paper's three statements, declared before the analysis and
+Holm-corrected as one family (RealFormer - Post-LN, paired by seed, seeds whose two runs both
+learned masked-LM; study.learned):
+
+  5a  the top layer's mean entropy is lower (sparser attention);
+  5b  the top layer's entropy spread across heads and tokens (std) is lower;
+  5c  adjacent layers are more alike: the JSD averaged over the middle third of layer pairs
+      is lower.
+Verdict: "not testable at this scale" with fewer than 2 such seeds; else "holds" / "does not
+hold" when the Holm-adjusted p-value is below 0.05 with the paper's / the opposite sign, else
+"inconclusive". Writes attention.md, entropy.png, jsd.png, attention.json to --out (default
+docs/results/attention_analysis/).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -30,6 +45,7 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats
+from experiments import study
 from realformer_jax import MaskedLM, data, train
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
@@ -92,6 +108,7 @@ def analyse_workdir(workdir: str, max_batches: int = -1, seed: int = 0) -> dict:
   sample = [rng.choice(np.concatenate(s), min(SAMPLE_PER_LAYER, sum(map(len, s))),
                         replace=False).tolist() for s in samples]
   return {'workdir': workdir, 'tokens': count, 'heads': heads,
+          'length': int(config.data.max_len),
           'entropy_mean': mean.tolist(), 'entropy_std': std.tolist(),
           'entropy_head_std': (head_std_sums / count).tolist(),
           'jsd_mean': (jsd_sums / (count * heads)).tolist(), 'entropy_sample': sample}
@@ -103,12 +120,12 @@ def summarise(per_seed: list[dict], key: str) -> list[dict]:
   return [stats.mean_ci(values[:, i]).as_dict() for i in range(values.shape[1])]
 
 
-def paired_differences(per_layout: dict, layouts: list[str]) -> dict:
-  """Second layout minus first, per layer (pair), paired by seed: the same seed gives the same
-  data order (and, for Post-LN-based layouts, the same initial weights)."""
-  if len(layouts) < 2:
+def paired_differences(per_layout: dict, layouts: list[str], seeds: list[int]) -> dict:
+  """Second layout minus first, per layer (pair), paired by seed."""
+  if len(layouts) < 2 or len(seeds) < 2:
     return {}
-  a, b = per_layout[layouts[0]], per_layout[layouts[1]]
+  a = [per_layout[layouts[0]][s] for s in seeds]
+  b = [per_layout[layouts[1]][s] for s in seeds]
   out = {}
   for key in ('entropy_mean', 'entropy_std', 'jsd_mean'):
     va, vb = np.asarray([r[key] for r in a]), np.asarray([r[key] for r in b])
@@ -120,18 +137,81 @@ def paired_differences(per_layout: dict, layouts: list[str]) -> dict:
   return out
 
 
+def middle_pairs(num_layers: int) -> list[int]:
+  """Indices of the adjacent-layer pairs in the middle third of the stack (at least one)."""
+  pairs = num_layers - 1
+  start, stop = pairs // 3, pairs - pairs // 3
+  return list(range(start, max(stop, start + 1)))
+
+
+CLAIMS = (  # key, statement, statistic (per model), the paper's sign of RealFormer - Post-LN
+    ('5a', 'top layer: mean entropy lower', 'top_entropy', -1),
+    ('5b', 'top layer: entropy std across heads and tokens lower', 'top_entropy_std', -1),
+    ('5c', 'adjacent layers more alike: JSD over the middle third of pairs lower',
+     'middle_jsd', -1),
+)
+
+
+def claim_statistics(model: dict) -> dict:
+  return {'top_entropy': model['entropy_mean'][-1], 'top_entropy_std': model['entropy_std'][-1],
+          'middle_jsd': float(np.mean([model['jsd_mean'][i]
+                                       for i in middle_pairs(len(model['entropy_mean']))]))
+          if len(model['entropy_mean']) > 1 else math.nan}
+
+
+def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
+  """The paper's statements 5a-5c with verdicts by the module docstring's rule."""
+  rows = []
+  for key, statement, stat, sign in CLAIMS:
+    row = {'key': key, 'statement': statement, 'expected_sign': sign, 'seeds': seeds}
+    if len(seeds) >= 2:
+      rf = [claim_statistics(per_layout['realformer'][s])[stat] for s in seeds]
+      post = [claim_statistics(per_layout['post'][s])[stat] for s in seeds]
+      diff = stats.paired_diff_ci(rf, post)
+      se = diff.half_width / stats.t_quantile(0.975, len(seeds) - 1)
+      row.update(difference=diff.as_dict(), realformer=rf, post=post,
+                 p_value=stats.t_p_value(diff.mean, se, len(seeds) - 1))
+    rows.append(row)
+  tested = [r for r in rows if 'p_value' in r]
+  for row, p in zip(tested, stats.holm([r['p_value'] for r in tested])):
+    row['holm_p_value'] = p
+  for row in rows:
+    if 'holm_p_value' not in row:
+      row['verdict'] = 'not testable at this scale'
+    elif row['holm_p_value'] < 0.05:
+      row['verdict'] = ('holds' if np.sign(row['difference']['mean']) == row['expected_sign']
+                        else 'does not hold')
+    else:
+      row['verdict'] = 'inconclusive'
+  return rows
+
+
 def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
-                   seeds: list[int], diffs: dict | None = None) -> None:
+                   seeds: list[int], diffs: dict, claim_rows: list[dict], notes: list[str],
+                   length: int) -> None:
   fmt = lambda d: stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'], ()), 3)
   lines = ['# Attention entropy and adjacent-layer JSD', '',
            f'Regenerate: `{command}`. The held-out batches each run was evaluated on (its '
            '`data.eval_batches`, the same masked text for every model), every real query token '
-           'of every head; '
-           f'per trained model, then mean ± 95% Student-t interval over seeds {seeds}. Entropy '
-           'in nats (uniform attention over n keys: ln n); JSD in nats (at most ln 2 = 0.693).',
-           '', '## Entropy per layer: mean (std across heads and tokens)', '',
-           '| layer | ' + ' | '.join(f'{l} mean | {l} std' for l in layouts) + ' |',
-           '|---' * (1 + 2 * len(layouts)) + '|']
+           'of every head; per trained model, then mean ± 95% Student-t interval over seeds '
+           f'{seeds}. Entropy in nats (uniform attention over all {length} keys: ln {length} = '
+           f'{math.log(length):.3f}); JSD in nats (0 for identical distributions, at most '
+           'ln 2 = 0.693).', '']
+  lines += [f'- {note}' for note in notes] + ([''] if notes else [])
+  lines += ['## The paper\'s statements (RealFormer - Post-LN, paired by seed, Holm-corrected)',
+            '', '| | statement | RealFormer - Post-LN | p | Holm p | verdict | per seed '
+            '(Post-LN / RealFormer) |', '|---|---|---|---|---|---|---|']
+  for row in claim_rows:
+    if 'difference' in row:
+      per_seed = ', '.join(f'{p:.3f} / {r:.3f}' for p, r in zip(row['post'], row['realformer']))
+      lines.append(f'| {row["key"]} | {row["statement"]} | {fmt(row["difference"])} | '
+                   f'{row["p_value"]:.3g} | {row["holm_p_value"]:.3g} | {row["verdict"]} | '
+                   f'{per_seed} |')
+    else:
+      lines.append(f'| {row["key"]} | {row["statement"]} | n/a | | | {row["verdict"]} | |')
+  lines += ['', '## Entropy per layer: mean (std across heads and tokens)', '',
+            '| layer | ' + ' | '.join(f'{l} mean | {l} std' for l in layouts) + ' |',
+            '|---' * (1 + 2 * len(layouts)) + '|']
   num_layers = len(summary[layouts[0]]['entropy_mean'])
   for layer in range(num_layers):
     cells = []
@@ -146,9 +226,10 @@ def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
         fmt(summary[l]['jsd_mean'][pair]) for l in layouts) + ' |')
   if diffs:
     first, second = layouts[0], layouts[1]
-    lines += ['', f'## {second} - {first}, paired by seed (per-seed values {first} / {second})',
-              '', 'Verdict: lower / higher when the 95% interval of the difference excludes 0.',
-              '', '| statistic | layer(s) | difference | verdict | per seed |',
+    lines += ['', f'## {second} - {first} per layer, paired by seed (per-seed values {first} / '
+              f'{second})', '', 'Descriptive (one interval per layer, not corrected for '
+              'their number): lower / higher when the 95% interval excludes 0.', '',
+              '| statistic | layer(s) | difference | verdict | per seed |',
               '|---|---|---|---|---|']
     names = {'entropy_mean': 'entropy mean', 'entropy_std': 'entropy std',
              'jsd_mean': 'JSD to the next layer'}
@@ -162,53 +243,68 @@ def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
     f.write('\n'.join(lines))
 
 
-def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str]) -> list[str]:
-  try:
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  except ImportError:
+COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
+
+
+def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str],
+                length: int) -> list[str]:
+  plt = study.pyplot()
+  if plt is None:
     return []
-  colors = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red',
-            'pre+ra': 'tab:purple'}
   num_layers = len(summary[layouts[0]]['entropy_mean'])
-  fig, ax = plt.subplots(figsize=(max(7, 1.6 * num_layers), 4.5))
+  fig, ax = plt.subplots(figsize=(max(7, 1.1 * num_layers), 4.8))
   width = 0.8 / len(layouts)
   for i, layout in enumerate(layouts):
+    models = list(per_layout[layout].values())
     # Pool the seeds' samples per layer: the distribution over tokens and heads.
-    pooled = [sum((r['entropy_sample'][l] for r in per_layout[layout]), []) for l in
-              range(num_layers)]
+    pooled = [sum((r['entropy_sample'][l] for r in models), []) for l in range(num_layers)]
     positions = np.arange(num_layers) + (i - (len(layouts) - 1) / 2) * width
     parts = ax.violinplot(pooled, positions=positions, widths=width * 0.95, showmedians=True)
     for body in parts['bodies']:
-      body.set_facecolor(colors.get(layout, 'gray'))
-      body.set_alpha(0.5)
-    ax.plot([], [], color=colors.get(layout, 'gray'), label=layout, linewidth=6, alpha=0.5)
+      body.set_facecolor(COLORS.get(layout, 'gray'))
+      body.set_alpha(0.45)
+    for r in models:  # each seed's mean entropy per layer
+      ax.scatter(positions, r['entropy_mean'], color=COLORS.get(layout, 'gray'), s=10,
+                 marker='x', zorder=3)
+    ax.plot([], [], color=COLORS.get(layout, 'gray'), label=f'{layout}: tokens x heads, '
+            f'{len(models)} seeds pooled (violin); x: each seed\'s mean', linewidth=6, alpha=0.5)
+  ax.axhline(math.log(length), color='gray', linestyle='--',
+             label=f'uniform attention over {length} keys: ln {length}')
+  ax.set_ylim(0, math.log(length) * 1.08)
   ax.set_xticks(np.arange(num_layers), [str(l + 1) for l in range(num_layers)])
   ax.set_xlabel('layer')
   ax.set_ylabel('attention entropy (nats)')
-  ax.set_title('per-token, per-head attention entropy on held-out text (all seeds pooled)')
-  ax.legend()
+  ax.set_title('per-token, per-head attention entropy on held-out text')
+  ax.legend(fontsize=8, loc='lower left')
   fig.tight_layout()
   paths = [os.path.join(out, 'entropy.png')]
   fig.savefig(paths[0], dpi=110)
   plt.close(fig)
 
-  fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig, ax = plt.subplots(figsize=(max(7, 0.8 * num_layers), 4.8))
   pairs = np.arange(1, num_layers)
   for layout in layouts:
     rows = summary[layout]['jsd_mean']
     mean = np.asarray([r['mean'] for r in rows])
     half = np.asarray([0 if math.isnan(r['ci95_half_width']) else r['ci95_half_width']
                        for r in rows])
-    ax.plot(pairs, mean, marker='o', color=colors.get(layout, 'gray'), label=layout)
-    ax.fill_between(pairs, mean - half, mean + half, color=colors.get(layout, 'gray'),
-                    alpha=0.2)
+    color = COLORS.get(layout, 'gray')
+    ax.plot(pairs, mean, marker='o', color=color, label=f'{layout}: mean over seeds')
+    # JSD >= 0: the band is clipped to the quantity's range.
+    ax.fill_between(pairs, np.maximum(mean - half, 0.0), mean + half, color=color, alpha=0.2,
+                    label=f'{layout}: 95% interval over seeds (clipped at 0)')
+    for r in per_layout[layout].values():
+      ax.scatter(pairs, r['jsd_mean'], color=color, s=10, marker='x')
+  middle = middle_pairs(num_layers)
+  ax.axvspan(pairs[middle[0]] - 0.4, pairs[middle[-1]] + 0.4, color='gray', alpha=0.08,
+             label='middle third (statement 5c)')
+  ax.scatter([], [], color='gray', s=10, marker='x', label='each seed')
+  ax.set_ylim(bottom=0)
   ax.set_xticks(pairs, [f'{p}-{p + 1}' for p in pairs])
   ax.set_xlabel('adjacent layers')
-  ax.set_ylabel('mean JSD, same head (nats)')
-  ax.set_title('JSD between adjacent layers, same head (95% interval over seeds)', fontsize=10)
-  ax.legend()
+  ax.set_ylabel('mean JSD, same head and token (nats)')
+  ax.set_title('Jensen-Shannon divergence between adjacent layers', fontsize=10)
+  ax.legend(fontsize=7)
   fig.tight_layout()
   paths.append(os.path.join(out, 'jsd.png'))
   fig.savefig(paths[1], dpi=110)
@@ -216,40 +312,80 @@ def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str]) -
   return paths
 
 
+def _layouts_plan(path: str) -> tuple[float | None, list[int]]:
+  """r* and the confirmation seeds from compare_layouts' results.json (None, [] if absent)."""
+  if not os.path.exists(path):
+    return None, []
+  with open(path) as f:
+    saved = json.load(f)
+  return saved['analysis'].get('r_star'), saved.get('confirm_seeds', [])
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--runs_dir', default='results/compare_layouts')
-  parser.add_argument('--layouts', default='post,realformer')
-  parser.add_argument('--seeds', default='0,1,2')
+  parser.add_argument('--runs_dir', default='results/compare_layouts',
+                      help="compare_layouts' --workdirs")
+  parser.add_argument('--layouts_results', default='docs/results/compare_layouts',
+                      help="compare_layouts' --out (results.json: r*, seeds; runs/: learned)")
+  parser.add_argument('--rate', type=float, default=None, help='peak rate (default: r*)')
+  parser.add_argument('--seeds', default='', help='default: the confirmation seeds')
   parser.add_argument('--max_batches', type=int, default=-1,
-                      help='held-out batches per model (-1: the whole split)')
+                      help='held-out batches per model (-1: every eval batch of the run)')
   parser.add_argument('--out', default='docs/results/attention_analysis')
   args = parser.parse_args(argv)
-  layouts = args.layouts.split(',')
-  seeds = [int(s) for s in args.seeds.split(',')]
+  star, confirm_seeds = _layouts_plan(os.path.join(args.layouts_results, 'results.json'))
+  rate = args.rate if args.rate is not None else star
+  if rate is None:
+    parser.error(f'no r* in {args.layouts_results}/results.json: pass --rate')
+  seeds = [int(s) for s in args.seeds.split(',')] if args.seeds else confirm_seeds
+  layouts = ['post', 'realformer']
   os.makedirs(args.out, exist_ok=True)
-  per_layout = {}
+  per_layout, learned, notes = {l: {} for l in layouts}, {}, []
   for layout in layouts:
-    per_layout[layout] = []
     for seed in seeds:
-      workdir = os.path.join(args.runs_dir, f'main-{layout}-s{seed}')
+      name = f'lr{rate:g}-{layout}-s{seed}'
+      workdir = os.path.join(args.runs_dir, name)
+      record = os.path.join(args.layouts_results, 'runs', f'{name}.json')
+      if not os.path.exists(record) or not os.path.isdir(workdir):
+        notes.append(f'{name}: no finished run, skipped')
+        continue
+      with open(record) as f:
+        run = json.load(f)
+      if run.get('diverged_at_step') is not None:
+        notes.append(f'{name}: diverged at step {run["diverged_at_step"]}, skipped')
+        continue
+      learned[(layout, seed)] = bool(run.get('learned'))
       print(f'analysing {workdir}', flush=True)
-      per_layout[layout].append(analyse_workdir(workdir, args.max_batches, seed))
-  summary = {layout: {key: summarise(per_layout[layout], key)
-                      for key in ('entropy_mean', 'entropy_std', 'entropy_head_std',
-                                  'jsd_mean')} for layout in layouts}
+      per_layout[layout][seed] = analyse_workdir(workdir, args.max_batches, seed)
+  both = [s for s in seeds if all(s in per_layout[l] for l in layouts)]
+  paired = [s for s in both if all(learned[(l, s)] for l in layouts)]
+  untrained = [s for s in both if s not in paired]
+  if untrained:
+    notes.append(f'seeds {untrained}: a run did not learn masked-LM; left out of the '
+                 'paired statements')
+  if not both:
+    raise SystemExit(f'attention_analysis: no seed has both layouts at rate {rate:g} in '
+                     f'{args.runs_dir}')
+  summary = {l: {key: summarise([per_layout[l][s] for s in both], key)
+                 for key in ('entropy_mean', 'entropy_std', 'entropy_head_std', 'jsd_mean')}
+             for l in layouts}
+  length = int(next(iter(per_layout['post'].values()))['length'])
+  diffs = paired_differences(per_layout, layouts, paired)
+  claim_rows = claims(per_layout, paired)
+  defaults = {'runs_dir': parser.get_default('runs_dir'),
+              'layouts_results': parser.get_default('layouts_results'), 'rate': None, 'seeds': ''}
   command = 'python -m experiments.attention_analysis' + ''.join(
-      f' --{k}={v}' for k, v in (('runs_dir', args.runs_dir), ('layouts', args.layouts),
-                                 ('seeds', args.seeds)) if v != parser.get_default(k))
-  diffs = paired_differences(per_layout, layouts)
-  write_markdown(os.path.join(args.out, 'attention.md'), summary, layouts, command, seeds, diffs)
+      f' --{k}={getattr(args, k)}' for k in defaults if getattr(args, k) != defaults[k])
+  write_markdown(os.path.join(args.out, 'attention.md'), summary, layouts, command, both,
+                 diffs, claim_rows, notes, length)
   runs_lib.write_json(os.path.join(args.out, 'attention.json'), {
-      'summary': summary, 'paired_differences': diffs,
-      'per_model': {layout: [{k: v for k, v in r.items() if k != 'entropy_sample'}
-                             for r in rs] for layout, rs in per_layout.items()}})
-  plots = write_plots(args.out, per_layout, summary, layouts)
+      'rate': rate, 'seeds': both, 'paired_seeds': paired, 'notes': notes,
+      'claims': claim_rows, 'summary': summary, 'paired_differences': diffs,
+      'per_model': {l: {str(s): {k: v for k, v in r.items() if k != 'entropy_sample'}
+                        for s, r in rs.items()} for l, rs in per_layout.items()}})
+  plots = write_plots(args.out, per_layout, summary, layouts, length)
   print(f'wrote {os.path.join(args.out, "attention.md")} and {", ".join(plots)}')
-  return summary
+  return {'summary': summary, 'claims': claim_rows, 'notes': notes}
 
 
 if __name__ == '__main__':

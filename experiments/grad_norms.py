@@ -1,12 +1,12 @@
 """Per-layer gradient norms of a deep, narrow encoder at init and after a few hundred AdamW
 steps, for Post-LN, Pre-LN, RealFormer, Post-LN + DS-Init and ReZero (docs/variants.md).
 
-    python experiments/grad_norms.py                        # 48 layers, ~10 min on 2 CPU cores
-    python experiments/grad_norms.py --quick --out /tmp/gn  # 4 layers, 3 steps: a smoke test
+    python -m experiments.grad_norms                        # 48 layers, ~10 min on 2 CPU cores
+    python -m experiments.grad_norms --quick --out /tmp/gn  # 4 layers, 3 steps: a smoke test
 
 Writes <out>/grad_norms.md (tables), <out>/grad_norms.png (plot, if matplotlib is installed) and
-<out>/grad_norms.json (every number). Data: the embedded corpus of `realformer_jax.data` when
-that package is present (--data=auto), else a synthetic MLM stream with the same batch contract.
+<out>/grad_norms.json (every number). Data: the embedded corpus (--data=auto or embedded), or a
+synthetic MLM stream with the same batch contract (study.BatchSource).
 
 Every variant uses the same width, data order, measurement batch and optimiser. Dense kernels
 use Xavier init (--init) as in the DS-Init paper's baseline: under BERT's 0.02 init a width-64
@@ -21,18 +21,16 @@ import json
 import os
 import sys
 import time
-from typing import Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from realformer_jax import MaskedLM, ModelConfig, diagnostics  # noqa: E402
-from realformer_jax import params as params_lib  # noqa: E402
-from realformer_jax.losses import mlm_loss_and_metrics  # noqa: E402
+from experiments import study
+from realformer_jax import MaskedLM, ModelConfig, diagnostics
+from realformer_jax import params as params_lib
+from realformer_jax.losses import mlm_loss_and_metrics
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
     'post': dict(ln_placement='post'),
@@ -43,7 +41,6 @@ VARIANTS = {  # name: ModelConfig overrides on top of the shared base
 }
 SUBLAYERS = ('attention', 'mlp')
 COSINE_SEQUENCES = 16  # capture_intermediates keeps every attention map: a few sequences
-MASK_ID, NUM_SPECIAL = 4, 5  # the data pipeline's [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -83,82 +80,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------------------------------------
-# Data: the project pipeline, or a synthetic stream with the same batch contract.
-# ---------------------------------------------------------------------------------------------
-
-def _synthetic_batches(vocab: int, seq_len: int, batch: int, predictions: int,
-                       seed: int) -> Iterator[dict]:
-  """[CLS] t_1 .. t_n [SEP] where t_{i+1} = succ[t_i] with prob 0.7 (so context predicts a
-  token) else a Zipf draw; BERT masking (80% [MASK], 10% random, 10% kept)."""
-  rng = np.random.default_rng(seed)
-  structure = np.random.default_rng(1234)
-  succ = structure.integers(NUM_SPECIAL, vocab, size=vocab)
-  zipf = 1.0 / np.arange(1, vocab - NUM_SPECIAL + 1)
-  zipf /= zipf.sum()
-  while True:
-    ids = np.zeros((batch, seq_len), np.int32)
-    ids[:, 0], ids[:, -1] = 2, 3
-    tokens = NUM_SPECIAL + rng.choice(vocab - NUM_SPECIAL, size=(batch, seq_len), p=zipf)
-    for i in range(2, seq_len - 1):
-      follow = rng.random(batch) < 0.7
-      tokens[follow, i] = succ[tokens[follow, i - 1]]
-    ids[:, 1:-1] = tokens[:, 1:-1]
-    positions = np.zeros((batch, predictions), np.int32)
-    targets = np.zeros((batch, predictions), np.int32)
-    weights = np.zeros((batch, predictions), np.float32)
-    inputs = ids.copy()
-    count = min(predictions, max(1, round(0.15 * (seq_len - 2))))
-    for b in range(batch):
-      chosen = np.sort(rng.choice(np.arange(1, seq_len - 1), size=count, replace=False))
-      positions[b, :count], targets[b, :count], weights[b, :count] = chosen, ids[b, chosen], 1
-      u = rng.random(count)
-      inputs[b, chosen[u < 0.8]] = MASK_ID
-      rand = chosen[(u >= 0.8) & (u < 0.9)]
-      inputs[b, rand] = rng.integers(NUM_SPECIAL, vocab, size=rand.size)
-    yield dict(input_ids=inputs, segment_ids=np.zeros_like(ids),
-               input_mask=np.ones_like(ids), masked_positions=positions,
-               masked_ids=targets, masked_weights=weights)
-
-
-class BatchSource:
-  """`batches(batch_size, seed)` -> endless iterator of numpy batch dicts; `vocab_size`."""
-
-  def __init__(self, args: argparse.Namespace):
-    self.args = args
-    self.predictions = max(1, round(0.15 * args.seq_len))
-    self.kind = args.data
-    if self.kind in ('auto', 'embedded'):
-      try:
-        from realformer_jax import data  # lands with the data pipeline (branch `data`)
-      except ImportError:
-        if self.kind == 'embedded':
-          raise
-        self.kind = 'synthetic'
-      else:
-        self.kind = 'embedded'
-        self.data = data
-        self.data_config = data.default_data_config()
-        self.data_config.max_len = args.seq_len
-        self.data_config.max_predictions = self.predictions
-        if args.data_dir:
-          self.data_config.data_dir = args.data_dir
-        data.prepare(self.data_config)
-    self.vocab_size = (self.data_config.vocab_size if self.kind == 'embedded' else args.vocab)
-
-  def measure_batch(self, batch_size: int, seed: int) -> dict:
-    """The fixed batch every table is measured on: held-out (eval split) when embedded."""
-    if self.kind == 'embedded':
-      return next(iter(self.data.make_eval_iterator(self.data_config, batch_size)))
-    return next(self.batches(batch_size, seed))
-
-  def batches(self, batch_size: int, seed: int) -> Iterator[dict]:
-    if self.kind == 'embedded':
-      return iter(self.data.make_train_iterator(self.data_config, batch_size, seed))
-    return _synthetic_batches(self.vocab_size, self.args.seq_len, batch_size,
-                              self.predictions, seed)
-
-
-# ---------------------------------------------------------------------------------------------
 # Model, optimiser, jitted steps.
 # ---------------------------------------------------------------------------------------------
 
@@ -169,16 +90,11 @@ def model_config(args: argparse.Namespace, vocab_size: int, overrides: dict) -> 
   return ModelConfig(**{**base, **overrides}).validate()
 
 
-def _model_inputs(batch):
-  return (batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-          batch['masked_positions'])
-
-
 def make_steps(cfg: ModelConfig, tx: optax.GradientTransformation):
   model = MaskedLM(cfg)
 
   def loss_fn(variables, batch, step):
-    logits = model.apply(variables, *_model_inputs(batch), step=step)
+    logits = model.apply(variables, *study.model_inputs(batch), step=step)
     return mlm_loss_and_metrics(logits, batch['masked_ids'], batch['masked_weights'])[0]
 
   @jax.jit
@@ -190,7 +106,7 @@ def make_steps(cfg: ModelConfig, tx: optax.GradientTransformation):
   def token_cosines(params, batch, step):
     """Mean cosine between the tokens of a sequence after each layer (rank collapse)."""
     few = jax.tree.map(lambda a: a[:COSINE_SEQUENCES], batch)
-    outputs = diagnostics.layer_outputs(model, {'params': params}, *_model_inputs(few),
+    outputs = diagnostics.layer_outputs(model, {'params': params}, *study.model_inputs(few),
                                         step=step)
     return jax.vmap(lambda h: diagnostics.token_cosine(h, few['input_mask']))(outputs)
 
@@ -210,7 +126,7 @@ def make_steps(cfg: ModelConfig, tx: optax.GradientTransformation):
   return model, train_step, measure
 
 
-def run_variant(name: str, cfg: ModelConfig, args, source: BatchSource, measure_batch) -> dict:
+def run_variant(name: str, cfg: ModelConfig, args, source: study.BatchSource, measure_batch) -> dict:
   warmup = max(1, int(args.warmup * args.steps))
   # BERT's schedule: linear warm-up, then linear decay to 0.
   lr = optax.join_schedules([optax.linear_schedule(0.0, args.lr, warmup),
@@ -220,9 +136,9 @@ def run_variant(name: str, cfg: ModelConfig, args, source: BatchSource, measure_
                    optax.adamw(lr, weight_decay=args.weight_decay))
   model, train_step, measure = make_steps(cfg, tx)
   start = time.time()
-  params = params_lib.unbox(jax.jit(lambda k: model.init(k, *_model_inputs(measure_batch)))(
+  params = params_lib.unbox(jax.jit(lambda k: model.init(k, *study.model_inputs(measure_batch)))(
       jax.random.key(args.seed))['params'])
-  perturbations = diagnostics.zero_perturbations(model, params, *_model_inputs(measure_batch))
+  perturbations = diagnostics.zero_perturbations(model, params, *study.model_inputs(measure_batch))
   opt_state = tx.init(params)
   at_init = jax.device_get(measure(params, perturbations, measure_batch, 0))
 
@@ -382,7 +298,7 @@ def main(argv=None) -> dict:
     raise SystemExit(f'--variants: unknown {unknown}; choose from {list(VARIANTS)}')
   os.makedirs(args.out, exist_ok=True)
   start = time.time()
-  source = BatchSource(args)
+  source = study.BatchSource(args.seq_len, args.data, args.data_dir, args.vocab)
   measure_batch = source.measure_batch(args.measure_batch, args.seed + 10_000)
   print(f'data: {source.kind} (vocab {source.vocab_size}); {args.layers} layers, '
         f'{args.steps} steps per variant', flush=True)

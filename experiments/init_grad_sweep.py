@@ -3,12 +3,13 @@ experiments/grad_norms.py (per-layer sublayer gradient norms on a fixed held-out
 init only, for Post-LN under one change at a time: sequence length, width, depth, activation,
 initialisation, dropout in the backward pass.
 
-    python experiments/init_grad_sweep.py                       # ~2 min on 2 CPU cores
-    python experiments/init_grad_sweep.py --quick --out /tmp/s  # smoke test
+    python -m experiments.init_grad_sweep                       # ~2 min on 2 CPU cores
+    python -m experiments.init_grad_sweep --quick --out /tmp/s  # smoke test
 
 Writes <out>/init_sweep.md and <out>/init_sweep.json. A first/last ratio < 1 means the first
-layer's gradient is smaller than the last one's (the vanishing pattern DESIGN.md section 2
-describes); > 1 means it grows toward the input.
+layer's gradient is smaller than the last one's (Post-LN's vanishing pattern; docs/variants.md,
+Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"); > 1 means it
+grows toward the input.
 """
 
 from __future__ import annotations
@@ -16,18 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments import grad_norms  # noqa: E402  (the shared batch source)
-from realformer_jax import MaskedLM, ModelConfig, diagnostics  # noqa: E402
-from realformer_jax import params as params_lib  # noqa: E402
-from realformer_jax.losses import mlm_loss_and_metrics  # noqa: E402
+from experiments import study
+from realformer_jax import MaskedLM, ModelConfig, diagnostics
+from realformer_jax import params as params_lib
+from realformer_jax.losses import mlm_loss_and_metrics
 
 BASE = dict(num_layers=48, hidden_size=64, num_heads=4, mlp_dim=256, max_len=64, init='xavier',
             ln_placement='post', dropout_rate=0.0, attention_dropout_rate=0.0)
@@ -60,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def measure(cfg: ModelConfig, batch: dict, seed: int) -> dict:
   model = MaskedLM(cfg)
-  inputs = grad_norms._model_inputs(batch)
+  inputs = study.model_inputs(batch)
   params = params_lib.unbox(jax.jit(lambda k: model.init(k, *inputs))(
       jax.random.key(seed))['params'])
   train_mode = cfg.dropout_rate > 0
@@ -74,7 +72,7 @@ def measure(cfg: ModelConfig, batch: dict, seed: int) -> dict:
   norms = {k: np.asarray(v) for k, v in diagnostics.per_layer_grad_norms(grads).items()}
   few = jax.tree.map(lambda a: a[:COSINE_SEQUENCES], batch)
   outputs = diagnostics.layer_outputs(model, {'params': params},
-                                      *grad_norms._model_inputs(few), step=0)
+                                      *study.model_inputs(few), step=0)
   cosine = np.asarray(jax.vmap(lambda h: diagnostics.token_cosine(h, few['input_mask']))(
       outputs))
   return {'attention': norms['attention'].tolist(), 'mlp': norms['mlp'].tolist(),
@@ -96,12 +94,9 @@ def main(argv=None) -> dict:
   sources: dict[int, tuple] = {}
   results = {}
   for name, (overrides, seq_len) in settings.items():
-    if seq_len not in sources:  # the grad_norms.py batch source at this length
-      src_args = grad_norms.parse_args(['--seq_len', str(seq_len), '--data', args.data] +
-                                       (['--data_dir', args.data_dir] if args.data_dir else []))
-      if args.quick:
-        src_args.vocab = 256
-      source = grad_norms.BatchSource(src_args)
+    if seq_len not in sources:  # grad_norms.py's batch source at this length
+      source = study.BatchSource(seq_len, args.data, args.data_dir,
+                                 vocab=256 if args.quick else 8000)
       sources[seq_len] = (source, source.measure_batch(args.measure_batch, args.seed))
     source, batch = sources[seq_len]
     cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size}).validate()

@@ -22,7 +22,7 @@ import dataclasses
 import fnmatch
 import math
 import os
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -261,3 +261,82 @@ def draw_floors(ax, floors: Mapping[str, float], kind: str = 'mask_accuracy',
   elif kind == 'mask_loss':
     ax.axhline(floors['mask_unigram_loss'], color='black', linestyle=':',
                label='floor: unigram loss at [MASK]')
+
+
+# ------------------------------------------------------------------------------------------
+# Batches for diagnostics that drive the model directly (grad_norms, init_grad_sweep).
+
+MASK_ID, NUM_SPECIAL = 4, 5  # the data pipeline's [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4
+
+
+def model_inputs(batch: Mapping[str, Any]) -> tuple:
+  """MaskedLM's positional inputs from a batch of the data contract."""
+  return (batch['input_ids'], batch['input_mask'], batch['segment_ids'],
+          batch['masked_positions'])
+
+
+def synthetic_batches(vocab: int, seq_len: int, batch: int, predictions: int,
+                      seed: int) -> Iterator[dict]:
+  """[CLS] t_1 .. t_n [SEP] where t_{i+1} = succ[t_i] with prob 0.7 (so context predicts a
+  token) else a Zipf draw; BERT masking (80% [MASK], 10% random, 10% kept)."""
+  rng = np.random.default_rng(seed)
+  structure = np.random.default_rng(1234)
+  succ = structure.integers(NUM_SPECIAL, vocab, size=vocab)
+  zipf = 1.0 / np.arange(1, vocab - NUM_SPECIAL + 1)
+  zipf /= zipf.sum()
+  while True:
+    ids = np.zeros((batch, seq_len), np.int32)
+    ids[:, 0], ids[:, -1] = 2, 3
+    tokens = NUM_SPECIAL + rng.choice(vocab - NUM_SPECIAL, size=(batch, seq_len), p=zipf)
+    for i in range(2, seq_len - 1):
+      follow = rng.random(batch) < 0.7
+      tokens[follow, i] = succ[tokens[follow, i - 1]]
+    ids[:, 1:-1] = tokens[:, 1:-1]
+    positions = np.zeros((batch, predictions), np.int32)
+    targets = np.zeros((batch, predictions), np.int32)
+    weights = np.zeros((batch, predictions), np.float32)
+    inputs = ids.copy()
+    count = min(predictions, max(1, round(0.15 * (seq_len - 2))))
+    for b in range(batch):
+      chosen = np.sort(rng.choice(np.arange(1, seq_len - 1), size=count, replace=False))
+      positions[b, :count], targets[b, :count], weights[b, :count] = chosen, ids[b, chosen], 1
+      u = rng.random(count)
+      inputs[b, chosen[u < 0.8]] = MASK_ID
+      rand = chosen[(u >= 0.8) & (u < 0.9)]
+      inputs[b, rand] = rng.integers(NUM_SPECIAL, vocab, size=rand.size)
+    yield dict(input_ids=inputs, segment_ids=np.zeros_like(ids),
+               input_mask=np.ones_like(ids), masked_positions=positions,
+               masked_ids=targets, masked_weights=weights)
+
+
+class BatchSource:
+  """MLM batches of `seq_len` tokens from the embedded corpus (data='auto' or 'embedded') or
+  the synthetic stream (data='synthetic', `vocab` ids): `batches(batch_size, seed)` is an
+  endless iterator, `measure_batch` a fixed held-out batch, `vocab_size` the vocabulary."""
+
+  def __init__(self, seq_len: int, data_kind: str = 'auto', data_dir: str = '',
+               vocab: int = 8000):
+    self.seq_len = seq_len
+    self.predictions = max(1, round(0.15 * seq_len))
+    self.kind = 'synthetic' if data_kind == 'synthetic' else 'embedded'
+    self.vocab_size = vocab
+    if self.kind == 'embedded':
+      self.data_config = data.default_data_config()
+      self.data_config.max_len = seq_len
+      self.data_config.max_predictions = self.predictions
+      if data_dir:
+        self.data_config.data_dir = data_dir
+      data.prepare(self.data_config)
+      self.vocab_size = self.data_config.vocab_size
+
+  def measure_batch(self, batch_size: int, seed: int) -> dict:
+    """The fixed batch every table is measured on: held-out (eval split) when embedded."""
+    if self.kind == 'embedded':
+      return next(iter(data.make_eval_iterator(self.data_config, batch_size)))
+    return next(self.batches(batch_size, seed))
+
+  def batches(self, batch_size: int, seed: int) -> Iterator[dict]:
+    if self.kind == 'embedded':
+      return iter(data.make_train_iterator(self.data_config, batch_size, seed))
+    return synthetic_batches(self.vocab_size, self.seq_len, batch_size, self.predictions,
+                             seed)

@@ -1,10 +1,12 @@
-"""experiments/stats.py against tabulated t quantiles and hand computations; experiments/runs.py
-resumes a grid without re-running finished runs and prints ETAs."""
+"""experiments/stats.py against tabulated t quantiles, hand computations and formulas (Holm,
+the seed + eval-set interval); experiments/runs.py resumes a grid without re-running finished
+runs, prints ETAs, and follows a plan that grows with its results."""
 
 import io
 import json
 import math
 
+import numpy as np
 import pytest
 
 from experiments import runs, stats
@@ -82,3 +84,67 @@ def test_t_quantile_non_integer_df_by_quadrature():
   h = q / n
   mass = sum(c * (1 + ((i + 0.5) * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n)) * h
   assert 0.5 + mass == pytest.approx(0.975, abs=1e-7)
+
+
+def test_holm_by_hand():
+  # Sorted p = 0.01, 0.02, 0.04 with m = 3: 0.03, 0.04, 0.04 (monotone), back in input order.
+  assert stats.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+  assert stats.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+
+
+def test_t_p_value_matches_the_quantile():
+  assert stats.t_p_value(stats.t_quantile(0.975, 3), 1.0, 3) == pytest.approx(0.05, abs=1e-9)
+  assert stats.t_p_value(0.0, 1.0, 3) == pytest.approx(1.0)
+
+
+def test_paired_ratio_comparison_adds_eval_set_variance():
+  rng = np.random.default_rng(0)
+  count = rng.integers(5, 12, 400).astype(float)
+  # Model a is better on every sequence by a constant rate; seeds add noise per seed.
+  base = rng.binomial(count.astype(int), 0.3).astype(float)
+  a = np.stack([base + rng.binomial(count.astype(int), 0.05) for _ in range(4)])
+  b = np.stack([base for _ in range(4)])
+  result = stats.paired_ratio_comparison(a, b, count, resamples=500)
+  per_seed = (a - b).sum(1) / count.sum()
+  assert result.mean == pytest.approx(per_seed.mean())
+  assert result.per_seed == pytest.approx(tuple(per_seed))
+  seeds_only = stats.paired_diff_ci(list(a.sum(1) / count.sum()), list(b.sum(1) / count.sum()))
+  assert result.seed_se == pytest.approx(seeds_only.half_width / stats.t_quantile(0.975, 3))
+  # The eval-set part: the standard error of a mean over 400 sequences, by formula.
+  diff = (a - b).mean(0)
+  ratio = diff.sum() / count.sum()
+  by_formula = math.sqrt(np.sum((diff - ratio * count) ** 2)) / count.sum()
+  assert result.eval_se == pytest.approx(by_formula, rel=0.15)
+  assert result.half_width == pytest.approx(
+      stats.t_quantile(0.975, 3) * math.hypot(result.seed_se, result.eval_se))
+  assert result.low > 0 and result.p_value < 0.05
+  # Identical models: no difference, p = 1.
+  same = stats.paired_ratio_comparison(b, b, count, resamples=50)
+  assert same.mean == 0 and same.p_value == 1.0
+
+
+def test_run_planned_follows_a_plan_that_grows_with_results(tmp_path):
+  # Stage 2 exists only once both stage-1 runs are done (like confirmation runs at a best
+  # rate); a selection splits the work, and another process's results count as finished.
+  def plan(done):
+    first = [runs.Run('a-s0', {'x': 1}), runs.Run('a-s1', {'x': 2})]
+    if all(r.name in done for r in first):
+      best = max(first, key=lambda r: done[r.name]['value'])
+      return first + [runs.Run(f'b{best.params["x"]}-s{s}', {'x': 10}) for s in (0, 1)]
+    return first
+
+  calls = []
+
+  def train_one(run, report):
+    calls.append(run.name)
+    return {'value': run.params['x']}
+
+  quiet = io.StringIO()
+  only_s0 = lambda rs: [r for r in rs if r.name.endswith('-s0')]
+  runs.run_planned(str(tmp_path), plan, train_one, select=only_s0, stream=quiet)
+  assert calls == ['a-s0']  # stage 2 waits for a-s1, which is not in the selection
+  runs.run_planned(str(tmp_path), plan, train_one, stream=quiet)
+  assert calls == ['a-s0', 'a-s1', 'b2-s0', 'b2-s1']
+  calls.clear()
+  done = runs.run_planned(str(tmp_path), plan, train_one, stream=quiet)
+  assert calls == [] and sorted(done) == ['a-s0', 'a-s1', 'b2-s0', 'b2-s1']

@@ -26,16 +26,17 @@ def get_config(arg: str = 'cpu'):
     # 2 shared CPU cores: XLA:CPU compiles each shape in ~15-60 s, and a 2,048-token step of
     # a d=128 model took ~2.5-3.5 s on the shared machine, too slow for 6 runs. So a narrow
     # model (d=64, 3 + 3 layers, 2,000 pieces), one bucket pair and 400 steps per run (~0.8M
-    # padded target tokens, about one epoch): ~1 h for the grid on the shared machine.
+    # padded target tokens, 0.57 of an epoch): ~1 h for the grid on the shared machine.
     m.hidden_size, m.num_heads, m.mlp_dim = 64, 4, 256
     m.num_layers = m.num_decoder_layers = 3
     m.max_len = 96
-    m.dropout_rate = m.attention_dropout_rate = 0.0  # about one epoch: nothing to regularise
+    m.dropout_rate = m.attention_dropout_rate = 0.0  # 0.57 epochs: nothing to regularise
     d.vocab_size, d.tokens_per_batch, d.bucket_lengths = 2000, 2048, (32, 64)
     t.num_train_steps, t.warmup_steps, t.learning_rate = 400, 40, 3e-3
     t.log_every_steps, t.eval_every_steps = 20, 200
   elif arg == 'gpu':
-    # Transformer-base width, 6 + 6 layers, ~50M padded tokens (~50 epochs) per run. Sized
+    # Transformer-base width, 6 + 6 layers, ~49M padded tokens (~34 epochs at the cpu runs'
+    # 1.43M padded tokens an epoch; these buckets pad differently) per run. Sized
     # for one GPU, not yet run (no GPU was lent to the session that wrote it).
     m.hidden_size, m.num_heads, m.mlp_dim = 512, 8, 2048
     m.num_layers = m.num_decoder_layers = 6

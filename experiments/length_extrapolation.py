@@ -16,31 +16,32 @@ log_512(n): does the factor still keep attention from spreading out as n grows? 
 accuracy, each evaluation measures the mean attention entropy of every layer (nats, over heads
 and real query tokens) to see exactly that.
 
-Writes to --out (default docs/results/length_extrapolation/): results.md (mean MLM accuracy with
-95% Student-t interval at every n, next to Su's RoFormer-small numbers; paired differences;
-attention entropy), accuracy.png (accuracy and entropy vs n, one line per variant, 95% bands),
-results.json (summary and every run's per-length numbers), runs/*.json (one per finished run:
-finished runs are not trained again; a run also resumes from its checkpoints in --workdirs).
+Writes to --out (default docs/results/length_extrapolation/): results.md ([MASK] accuracy at
+every n beside the context-free floors; all-prediction accuracy beside the floors and Su's
+RoFormer-small numbers; the accuracy kept from n = 64 by the runs that learned, beside their
+absolute accuracy; paired differences with seed + eval-set intervals, Holm-corrected, with
+verdicts; attention entropy), accuracy.png ([MASK] accuracy per seed and its mean, the floor,
+and entropy vs n), results.json (summary and every run's per-length numbers), runs/*.json (one
+per finished run, with per-sequence sums: finished runs are not trained again; a run also
+resumes from its checkpoints in --workdirs).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import math
 import os
 import sys
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats
-from realformer_jax import MaskedLM, data, train
-from realformer_jax.losses import mlm_loss_and_metrics
+from experiments import study
+from realformer_jax import data
 
 VARIANTS = {  # name: model overrides
     'O (standard)': dict(ln_placement='post', attention_scale='standard'),
@@ -55,73 +56,41 @@ COLORS = {'O (standard)': 'tab:blue', 'E (entropy-invariant)': 'tab:orange',
           'O + residual attention': 'tab:green', 'E + residual attention': 'tab:red'}
 LENGTHS = (64, 128, 256, 512, 1024)
 SEEDS = (0, 1, 2)
-# DESIGN.md section 3: Su's RoFormer-small MLM accuracy (%), trained at n = 64, one run each.
+# Su Jianlin's RoFormer-small MLM accuracy (%) trained at n = 64, one run each (his blog post on
+# entropy-invariant attention scaling, kexue.fm, December 2021; the attention_scale docstring).
 SU = {'O (standard)': dict(zip(LENGTHS, (43.27, 36.53, 23.02, 15.12, 11.54))),
       'E (entropy-invariant)': dict(zip(LENGTHS, (43.11, 41.17, 34.04, 20.15, 13.58)))}
-# The paired differences the README's statement rests on: (a, b) reports a - b.
-COMPARISONS = (('E (entropy-invariant)', 'O (standard)'),
-               ('E + residual attention', 'O + residual attention'),
-               ('O + residual attention', 'O (standard)'),
-               ('E + residual attention', 'E (entropy-invariant)'))
-
-
-@dataclasses.dataclass(frozen=True)
-class Scale:
-  layers: int
-  hidden: int
-  heads: int
-  mlp: int
-  batch: int
-  steps: int
-  learning_rate: float
-  vocab: int
-  train_len: int = 64
-  eval_tokens: int = 8192  # tokens per evaluation batch (batch = eval_tokens // n)
-  lengths: tuple = LENGTHS
-  max_eval_batches: int = -1  # per length; -1: the whole held-out split
+# The paired differences, (a, b, the sign Su's argument expects or 0 for no expectation):
+# a - b at every n, Holm-corrected as one family.
+COMPARISONS = (('E (entropy-invariant)', 'O (standard)', +1),
+               ('E + residual attention', 'O + residual attention', +1),
+               ('O + residual attention', 'O (standard)', 0),
+               ('E + residual attention', 'E (entropy-invariant)', 0))
 
 
 SCALES = {
-    # One core of 2 (the layout grid runs on the other): ~0.6 s/step, ~6 min a run, 12 runs.
-    # Head size 64 as in RoFormer / BERT.
-    'cpu': Scale(layers=4, hidden=128, heads=2, mlp=512, batch=32, steps=500,
-                 learning_rate=2e-3, vocab=4000),
+    # 2 CPU cores: ~0.6 s/step, ~6 min a run, 12 runs. Head size 64 as in RoFormer / BERT.
+    'cpu': study.Scale(layers=4, hidden=128, heads=2, mlp=512, seq_len=64, batch=32, steps=500,
+                       learning_rate=2e-3, vocab=4000, evals=3, eval_batches=4),
     # RoFormer-small-like (6 layers x 512, 8 heads) for an accelerator.
-    'roformer_small': Scale(layers=6, hidden=512, heads=8, mlp=2048, batch=256, steps=20_000,
-                            learning_rate=5e-4, vocab=8000),
+    'roformer_small': study.Scale(layers=6, hidden=512, heads=8, mlp=2048, seq_len=64,
+                                  batch=256, steps=20_000, learning_rate=5e-4, vocab=8000,
+                                  evals=3, eval_batches=4),
     # The smoke test: seconds.
-    'toy': Scale(layers=2, hidden=32, heads=2, mlp=64, batch=8, steps=6, learning_rate=3e-3,
-                 vocab=500, train_len=16, eval_tokens=256, lengths=(16, 32),
-                 max_eval_batches=2),
+    'toy': study.Scale(layers=2, hidden=32, heads=2, mlp=64, seq_len=16, batch=8, steps=6,
+                       learning_rate=3e-3, vocab=500, evals=3, eval_batches=2),
 }
+EVAL_LENGTHS = {'cpu': LENGTHS, 'roformer_small': LENGTHS, 'toy': (16, 32)}
+# Tokens per evaluation batch (batch = EVAL_TOKENS // n).
+EVAL_TOKENS = {'cpu': 8192, 'roformer_small': 8192, 'toy': 256}
+MAX_EVAL_BATCHES = {'toy': 2}  # per length; default: the whole held-out split
 
 
-def make_config(scale: Scale, variant: str, seed: int,
+def make_config(scale: study.Scale, variant: str, seed: int,
                 data_dir: str = '') -> ml_collections.ConfigDict:
-  config = train.default_config()
-  m = config.model
-  m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim = (scale.layers, scale.hidden,
-                                                         scale.heads, scale.mlp)
-  m.position_embedding = 'rope'
-  m.max_len = scale.train_len  # no table under rope; evaluation goes past it
-  m.dropout_rate = m.attention_dropout_rate = 0.1
-  for key, value in VARIANTS[variant].items():
-    m[key] = value
-  d = config.data
-  d.vocab_size, d.max_len = scale.vocab, scale.train_len
-  d.max_predictions = max(1, math.ceil(0.15 * scale.train_len))
-  d.eval_batches = 4  # the loop's own evaluations at n = train_len (progress only)
-  if data_dir:
-    d.data_dir = data_dir
-  t = config.train
-  t.global_batch_size, t.num_train_steps = scale.batch, scale.steps
-  t.warmup_steps = max(1, scale.steps // 10)
-  t.learning_rate = scale.learning_rate
-  t.log_every_steps = max(1, scale.steps // 20)
-  t.eval_every_steps = t.checkpoint_every_steps = max(1, scale.steps // 3)
-  t.keep_checkpoints = 1
-  t.seed = seed
-  return config
+  """Rotary positions, trained at n = scale.seq_len (the loop's own evaluations there)."""
+  return study.mlm_config(scale, seed=seed, data_dir=data_dir,
+                          model=dict(VARIANTS[variant], position_embedding='rope'))
 
 
 def eval_data_config(train_data: ml_collections.ConfigDict, length: int,
@@ -134,66 +103,49 @@ def eval_data_config(train_data: ml_collections.ConfigDict, length: int,
   return config
 
 
-def _batch_sums(model: MaskedLM, params, batch: dict) -> dict:
-  """MLM sums and per-layer attention entropy summed over real query rows and heads."""
-  logits, state = model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
-                              batch['segment_ids'], batch['masked_positions'],
-                              mutable=['intermediates'])
-  sums = mlm_loss_and_metrics(logits, batch['masked_ids'], batch['masked_weights'])[1]
-  probs_NxBxHxLxL = state['intermediates']['encoder']['layers']['attention'][
-      'attention_probs'][0].astype(jnp.float32)
+def attention_entropy(intermediates: dict, batch: dict) -> dict:
+  """Per-layer attention entropy summed over real query rows and heads, and the count."""
+  probs_NxBxHxLxL = intermediates['encoder']['layers']['attention']['attention_probs'][0]
+  probs_NxBxHxLxL = probs_NxBxHxLxL.astype(jnp.float32)
   # Padded keys get probability ~0 (bias -1e9): the entropy is over real keys.
   plogp = probs_NxBxHxLxL * jnp.log(jnp.maximum(probs_NxBxHxLxL, 1e-30))
   entropy_NxBxHxL = -jnp.sum(plogp, axis=-1)
   real_queries_1xBx1xL = batch['input_mask'][None, :, None, :].astype(jnp.float32)
-  sums['entropy_sum_N'] = jnp.sum(entropy_NxBxHxL * real_queries_1xBx1xL, axis=(1, 2, 3))
-  sums['entropy_count'] = jnp.sum(real_queries_1xBx1xL) * probs_NxBxHxLxL.shape[2]
-  return sums
+  return {'entropy_sum': jnp.sum(entropy_NxBxHxL * real_queries_1xBx1xL, axis=(1, 2, 3)),
+          'count': jnp.sum(real_queries_1xBx1xL) * probs_NxBxHxLxL.shape[2]}
 
 
-def evaluate_at_lengths(workdir: str, scale: Scale) -> dict[int, dict]:
-  """MLM accuracy, loss and attention entropy of a trained workdir on the held-out split
-  packed at each n."""
-  run = train.load_workdir(workdir)
-  model = MaskedLM(run.model_config)
-  sums_fn = jax.jit(lambda params, batch: _batch_sums(model, params, batch))
+def evaluate_at_lengths(workdir: str, lengths, max_batches: int,
+                        eval_tokens: int) -> dict[int, dict]:
+  """A trained workdir on the held-out split packed at each n: metrics by kind, the floors,
+  per-sequence sums and the attention entropy per layer."""
+  from realformer_jax import train  # pylint: disable=import-outside-toplevel
+  train_data = train.load_workdir(workdir).config.data
   results = {}
-  for length in scale.lengths:
-    config = eval_data_config(run.config.data, length, scale.max_eval_batches)
-    totals, sequences = None, 0
-    for batch in data.make_eval_iterator(config, max(1, scale.eval_tokens // length)):
-      out = jax.device_get(sums_fn(run.params, {k: jnp.asarray(v) for k, v in batch.items()}))
-      totals = out if totals is None else {k: totals[k] + out[k] for k in out}
-      sequences += int(np.sum(batch['input_mask'][:, 0]))
-    weight = float(totals['mlm_weight'])
-    results[length] = {
-        'accuracy': float(totals['mlm_correct_sum']) / weight,
-        'loss': float(totals['mlm_loss_sum']) / weight,
-        'entropy_by_layer': (totals['entropy_sum_N'] / totals['entropy_count']).tolist(),
-        'predictions': int(weight), 'sequences': sequences}
+  for length in lengths:
+    config = eval_data_config(train_data, length, max_batches)
+    scored = study.score_workdir(workdir, config, max(1, eval_tokens // length),
+                                 extra=attention_entropy)
+    extra = scored.pop('extra')
+    scored['entropy_by_layer'] = (np.asarray(extra['entropy_sum'])
+                                  / extra['count']).tolist()
+    results[length] = scored
   return results
 
 
-def train_one(scale: Scale, workdirs: str, data_dir: str, run: runs_lib.Run,
+def train_one(scale: study.Scale, lengths, args, run: runs_lib.Run,
               report: runs_lib.Report) -> dict:
   """Trains one run (resuming its workdir) and evaluates it at every length."""
-  workdir = os.path.join(workdirs, run.name)
-  config = make_config(scale, run.params['variant'], run.params['seed'], data_dir)
-
-  def on_log(step, stop, scalars):
-    report(0.9 * step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
-
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
-    try:
-      final = train.train_and_evaluate(config, workdir, on_log=on_log)
-    except train.TrainingError as error:  # divergence is a result, not a crash
-      return {'workdir': workdir, 'diverged': str(error), 'by_length': None}
-  report(0.9, 'evaluating at n = ' + ', '.join(map(str, scale.lengths)))
-  by_length = evaluate_at_lengths(workdir, scale)
-  return {'workdir': workdir, 'diverged': None,
-          'final_eval_at_train_length': final,
-          'by_length': {str(n): r for n, r in by_length.items()}}
+  workdir = os.path.join(args.workdirs, run.name)
+  config = make_config(scale, run.params['variant'], run.params['seed'], args.data_dir)
+  result = study.train_run(config, workdir, report, progress_share=0.8)
+  if result['diverged_at_step'] is not None:
+    return dict(result, by_length=None)
+  report(0.8, 'evaluating at n = ' + ', '.join(map(str, lengths)))
+  name = study.scale_name(args)
+  by_length = evaluate_at_lengths(workdir, lengths, MAX_EVAL_BATCHES.get(name, -1),
+                                  EVAL_TOKENS[name])
+  return dict(result, by_length={str(n): r for n, r in by_length.items()})
 
 
 def grid(seeds=SEEDS, variants=tuple(VARIANTS)) -> list[runs_lib.Run]:
@@ -202,155 +154,241 @@ def grid(seeds=SEEDS, variants=tuple(VARIANTS)) -> list[runs_lib.Run]:
           for seed in seeds for variant in variants]
 
 
-def _per_seed(results: dict, variant: str, seeds, n: int, key: str) -> list:
-  """Per-seed values in seed order; None where a run is missing or diverged."""
-  out = []
-  for seed in seeds:
-    run = results.get(f'{SLUGS[variant]}-s{seed}')
-    out.append(run['by_length'][str(n)][key] if run and run['by_length'] else None)
-  return out
+def _run(results: dict, variant: str, seed: int) -> dict | None:
+  run = results.get(f'{SLUGS[variant]}-s{seed}')
+  return run if run and run.get('by_length') else None
 
 
-def summarise(results: dict, scale: Scale, seeds=SEEDS) -> dict:
-  """Mean and 95% interval per (variant, n); paired-by-seed differences (same data order and
-  masking; Post-LN-based variants also start from the same weights)."""
-  accuracy, entropy = {}, {}
+def _metric(run: dict, n: int, key: str) -> float:
+  return run['by_length'][str(n)]['metrics'][key]
+
+
+def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
+  """Per (variant, n): per-seed [MASK] and overall accuracy, the runs that learned, accuracy
+  kept relative to the training length (runs that learned only); paired comparisons with
+  seed + eval-set intervals, Holm-corrected as one family; the floors at each n."""
+  base = lengths[0]
+  table, entropy = {}, {}
   for variant in VARIANTS:
-    accuracy[variant], entropy[variant] = {}, {}
-    for n in scale.lengths:
-      values = [v for v in _per_seed(results, variant, seeds, n, 'accuracy') if v is not None]
-      accuracy[variant][str(n)] = stats.mean_ci(values).as_dict() if values else None
-      layers = [v for v in _per_seed(results, variant, seeds, n, 'entropy_by_layer')
-                if v is not None]
-      entropy[variant][str(n)] = ([stats.mean_ci(per_layer).as_dict()
-                                   for per_layer in zip(*layers)] if layers else None)
-  comparisons = {}
-  for a, b in COMPARISONS:
-    comparisons[f'{a} - {b}'] = per_n = {}
-    for n in scale.lengths:
-      pairs = [(x, y) for x, y in zip(_per_seed(results, a, seeds, n, 'accuracy'),
-                                      _per_seed(results, b, seeds, n, 'accuracy'))
-               if x is not None and y is not None]
+    table[variant], entropy[variant] = {}, {}
+    runs = {s: _run(results, variant, s) for s in seeds}
+    runs = {s: r for s, r in runs.items() if r}
+    for n in lengths:
+      if not runs:
+        table[variant][str(n)] = None
+        continue
+      learned = {s: bool(r.get('learned')) for s, r in runs.items()}
+      kept = [_metric(r, n, 'mask_accuracy') / _metric(r, base, 'mask_accuracy')
+              for s, r in runs.items() if learned[s]]
+      table[variant][str(n)] = {
+          'seeds': sorted(runs), 'learned': [learned[s] for s in sorted(runs)],
+          'mask_accuracy': [_metric(runs[s], n, 'mask_accuracy') for s in sorted(runs)],
+          'mlm_accuracy': [_metric(runs[s], n, 'mlm_accuracy') for s in sorted(runs)],
+          'kept_of_train_length': kept}
+      entropy[variant][str(n)] = [runs[s]['by_length'][str(n)]['entropy_by_layer']
+                                  for s in sorted(runs)]
+  floors = {}
+  for run in results.values():
+    if run.get('by_length'):
+      floors = {n: run['by_length'][n]['floors'] for n in run['by_length']}
+      sizes = {n: {'sequences': run['by_length'][n]['sequences'],
+                   'predictions': run['by_length'][n]['metrics']['predictions'],
+                   'mask_predictions': run['by_length'][n]['metrics']['mask_predictions']}
+               for n in run['by_length']}
+      break
+  else:
+    sizes = {}
+  comparisons = []
+  for a, b, sign in COMPARISONS:
+    for n in lengths:
+      both = [s for s in seeds if _run(results, a, s) and _run(results, b, s)]
+      # Only seeds whose two runs learned: a run at the floor says nothing about extrapolation.
+      pairs = [s for s in both if all(_run(results, v, s).get('learned') for v in (a, b))]
+      row = {'a': a, 'b': b, 'n': n, 'expected_sign': sign, 'seeds': pairs,
+             'left_out': [s for s in both if s not in pairs]}
+      if len(pairs) < 2 and len(both) >= 2:
+        row['verdict'] = 'not testable at this scale (fewer than 2 seeds where both learned)'
       if len(pairs) >= 2:
-        diff = stats.paired_diff_ci([x for x, _ in pairs], [y for _, y in pairs])
-        per_n[str(n)] = dict(diff.as_dict(), verdict=stats.interval_verdict(diff))
-  diverged = sorted(name for name, run in results.items() if run.get('diverged'))
-  return {'accuracy': accuracy, 'entropy': entropy, 'comparisons': comparisons,
-          'diverged': diverged}
+        sums = lambda v: [study.sequence_sums({'scored': _run(results, v, s)['by_length'][
+            str(n)]}) for s in pairs]
+        sa, sb = sums(a), sums(b)
+        result = stats.paired_ratio_comparison(
+            np.stack([x['mask_correct_sum'] for x in sa]),
+            np.stack([x['mask_correct_sum'] for x in sb]), sa[0]['mask_count'])
+        row['comparison'] = result.as_dict()
+      comparisons.append(row)
+  tested = [r for r in comparisons if 'comparison' in r]
+  for row, p in zip(tested, stats.holm([r['comparison']['p_value'] for r in tested])):
+    row['holm_p_value'] = p
+    row['verdict'] = _verdict(row, p)
+  diverged = sorted(name for name, run in results.items()
+                    if run.get('diverged_at_step') is not None)
+  return {'table': table, 'entropy': entropy, 'comparisons': comparisons, 'floors': floors,
+          'sizes': sizes, 'diverged': diverged}
 
 
-def _summary(d: dict) -> stats.Summary:
-  return stats.Summary(d['mean'], d['ci95_half_width'], d['n'], tuple(d['values']))
+def _verdict(row: dict, holm_p: float) -> str:
+  """Holm-adjusted p < 0.05: 'holds' / 'does not hold' against the expected sign (or
+  'higher' / 'lower' where there is none); else 'inconclusive'."""
+  if holm_p >= 0.05:
+    return 'inconclusive'
+  direction = 1 if row['comparison']['mean'] > 0 else -1
+  if row['expected_sign'] == 0:
+    return 'higher' if direction > 0 else 'lower'
+  return 'holds' if direction == row['expected_sign'] else 'does not hold'
 
 
-def write_markdown(path: str, results: dict, summary: dict, scale: Scale, command: str,
+def _cell(values: list[float], digits: int = 2) -> str:
+  per_seed = ', '.join(f'{100 * v:.{digits}f}' for v in values)
+  if len(values) < 2:
+    return per_seed or 'n/a'
+  return f'{stats.format_ci(stats.mean_ci(values), digits, 100)} ({per_seed})'
+
+
+def write_markdown(path: str, summary: dict, scale: study.Scale, lengths, command: str,
                    seeds=SEEDS) -> None:
-  fmt = lambda d, digits=2, times=100: stats.format_ci(_summary(d), digits, times) if d else 'n/a'
-  evaluated = next((r for r in results.values() if r['by_length']), None)
-  sizes = ', '.join(
-      f'n = {n}: {evaluated["by_length"][str(n)]["sequences"]} sequences, '
-      f'{evaluated["by_length"][str(n)]["predictions"]} predictions'
-      for n in scale.lengths) if evaluated else 'no run evaluated'
+  floors, sizes, table = summary['floors'], summary['sizes'], summary['table']
+  described = ', '.join(f'n = {n}: {s["sequences"]} sequences, {s["predictions"]:.0f} '
+                        f'predictions ({s["mask_predictions"]:.0f} at [MASK])'
+                        for n, s in sizes.items())
+  untrained = sorted(f'{SLUGS[v]}-s{s}' for v in VARIANTS for row in [table[v].get(
+      str(lengths[0]))] if row for s, ok in zip(row['seeds'], row['learned']) if not ok)
   lines = [
       '# Length extrapolation: Attention-O vs Attention-E, with and without residual attention',
       '',
       f'Regenerate: `{command}`. BERT-style MLM with rotary positions (RoFormer form), '
       f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads of '
       f'{scale.hidden // scale.heads}, FFN {scale.mlp}; Post-LN, or RealFormer (Post-LN + '
-      f'residual attention). Trained at n = {scale.train_len} for {scale.steps} steps of '
-      f'{scale.batch} sequences (AdamW, peak learning rate {scale.learning_rate:g}, warmup '
-      f'{max(1, scale.steps // 10)} steps then linear decay, dropout 0.1) with a '
-      f'{scale.vocab}-piece tokenizer on the embedded corpus. Evaluated on the whole held-out '
-      f'split packed at each n (15% of tokens predicted, fixed masking seed): {sizes}.',
+      f'residual attention). Trained at n = {scale.seq_len} for {scale.steps} steps of '
+      f'{scale.batch} sequences (AdamW, peak learning rate {scale.learning_rate:g}, 10% warmup '
+      f'then linear decay, dropout {scale.dropout}) with a {scale.vocab}-piece tokenizer on '
+      f'the embedded corpus. Evaluated on the held-out split packed at each n (15% of tokens '
+      f'predicted, fixed masking seed; the same text and masks for every run): {described}.',
       '',
-      f'MLM accuracy (%): mean ± 95% Student-t half-width over seeds {list(seeds)}. Su: '
-      'RoFormer-small trained at n = 64 (DESIGN.md section 3), one run each, a larger model '
-      'and corpus: compare the shapes of the curves, not their levels.',
-      '',
-      '| n | ' + ' | '.join(VARIANTS) + ' | Su O | Su E |',
-      '|---' * (len(VARIANTS) + 3) + '|']
-  for n in scale.lengths:
+      f'Seeds {list(seeds)}; cells: mean ± 95% Student-t half-width over seeds (per-seed '
+      f'values). A run learned when its eval loss at n = {scale.seq_len} is below the '
+      f'copy-aware unigram loss and its [MASK] accuracy above the most frequent token\'s. '
+      f'Runs that did not learn: {", ".join(untrained) or "none"}.', '',
+      '## Accuracy at [MASK] (%), beside the floors', '',
+      '| n | ' + ' | '.join(VARIANTS) + ' | floor: most frequent = copy rule |',
+      '|---' * (len(VARIANTS) + 2) + '|']
+  for n in lengths:
+    cells = [_cell(table[v][str(n)]['mask_accuracy']) if table[v][str(n)] else 'n/a'
+             for v in VARIANTS]
+    floor = floors.get(str(n), {}).get('mask_accuracy', math.nan)
+    lines.append(f'| {n} | ' + ' | '.join(cells) + f' | {100 * floor:.2f} |')
+  lines += ['', '## All predictions (%), beside the floors and Su\'s RoFormer-small', '',
+            'Su: one run each of a larger model on a larger corpus, all predictions: compare '
+            'the shapes of the curves, not their levels.', '',
+            '| n | ' + ' | '.join(VARIANTS) + ' | most frequent | copy-aware | Su O | Su E |',
+            '|---' * (len(VARIANTS) + 5) + '|']
+  for n in lengths:
+    cells = [_cell(table[v][str(n)]['mlm_accuracy']) if table[v][str(n)] else 'n/a'
+             for v in VARIANTS]
+    f = floors.get(str(n), {})
     su = [f'{SU[v][n]:.2f}' if n in SU[v] else '' for v in SU]
-    lines.append(f'| {n} | ' + ' | '.join(fmt(summary['accuracy'][v][str(n)])
-                                         for v in VARIANTS) + ' | ' + ' | '.join(su) + ' |')
-  lines += ['', f'Accuracy relative to n = {scale.train_len} (mean over seeds of each run\'s '
-            f'accuracy at n divided by its accuracy at n = {scale.train_len}):', '',
-            '| n | ' + ' | '.join(VARIANTS) + ' | Su O | Su E |',
-            '|---' * (len(VARIANTS) + 3) + '|']
-  base = scale.lengths[0]
-  for n in scale.lengths:
+    lines.append(f'| {n} | ' + ' | '.join(cells) + f' | {100 * f.get("mlm_accuracy", math.nan):.2f}'
+                 f' | {100 * f.get("copy_accuracy", math.nan):.2f} | ' + ' | '.join(su) + ' |')
+  lines += ['', f'## [MASK] accuracy kept from n = {lengths[0]}, runs that learned', '',
+            f'Each run\'s [MASK] accuracy at n divided by its own at n = {lengths[0]}, mean '
+            '(per-seed values), beside the absolute [MASK] accuracy of the same runs; a run '
+            'that did not learn is left out (a ratio of floor-level accuracies means '
+            'nothing).', '',
+            '| n | ' + ' | '.join(f'{v}: kept | absolute (%)' for v in VARIANTS) + ' |',
+            '|---' * (2 * len(VARIANTS) + 1) + '|']
+  for n in lengths:
     cells = []
     for v in VARIANTS:
-      ratios = [x / y for x, y in zip(_per_seed(results, v, seeds, n, 'accuracy'),
-                                      _per_seed(results, v, seeds, base, 'accuracy'))
-                if x is not None and y is not None]
-      cells.append(f'{np.mean(ratios):.3f}' if ratios else 'n/a')
-    su = [f'{SU[v][n] / SU[v][base]:.3f}' if n in SU[v] and base in SU[v] else ''
-          for v in SU]
-    lines.append(f'| {n} | ' + ' | '.join(cells) + ' | ' + ' | '.join(su) + ' |')
-  lines += ['', '## Paired differences (percentage points, same seeds)', '',
-            'Verdict: higher / lower when the 95% interval of the difference excludes 0, else '
-            'inconclusive.', '',
-            '| difference | ' + ' | '.join(f'n = {n}' for n in scale.lengths) + ' |',
-            '|---' * (len(scale.lengths) + 1) + '|']
-  for name, per_n in summary['comparisons'].items():
-    cells = [f'{fmt(per_n[str(n)])} ({per_n[str(n)]["verdict"]})' if str(n) in per_n
-             else 'n/a' for n in scale.lengths]
-    lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+      row = table[v][str(n)]
+      if not row or not row['kept_of_train_length']:
+        cells += ['n/a', 'n/a']
+        continue
+      learned = [a for a, ok in zip(row['mask_accuracy'], row['learned']) if ok]
+      kept = row['kept_of_train_length']
+      cells += [f'{np.mean(kept):.3f} ({", ".join(f"{k:.2f}" for k in kept)})',
+                f'{100 * np.mean(learned):.2f}']
+    lines.append(f'| {n} | ' + ' | '.join(cells) + ' |')
+  lines += ['', '## Paired differences of [MASK] accuracy (percentage points)', '',
+            'a - b paired by seed (same data order; Post-LN-based variants also start from '
+            'the same weights); 95% interval over seeds and the eval set (bootstrap over '
+            'held-out sequences), over the seeds whose two runs learned; p Holm-adjusted over '
+            'the whole table. Verdict: "holds" / '
+            '"does not hold" when the adjusted p is below 0.05 with the sign Su\'s argument '
+            'expects (E above O) / the opposite; "higher" / "lower" where no sign is expected; '
+            'else "inconclusive"; "not testable at this scale" with fewer than 2 such seeds.',
+            '',
+            '| a - b | n | seeds (left out: a run did not learn) | difference | Holm p | '
+            'verdict |', '|---|---|---|---|---|---|']
+  for row in summary['comparisons']:
+    c = row.get('comparison')
+    if 'verdict' not in row:
+      continue
+    seeds_cell = f'{row["seeds"]}' + (f' ({row["left_out"]})' if row['left_out'] else '')
+    diff = 'n/a' if not c else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    holm = 'n/a' if not c else f'{row["holm_p_value"]:.3g}'
+    lines.append(f'| {row["a"]} - {row["b"]} | {row["n"]} | {seeds_cell} | {diff} | {holm} | '
+                 f'{row["verdict"]} |')
   lines += ['', '## Attention entropy (nats)', '',
             'Mean entropy of the attention distributions over heads and real query tokens, '
             'per layer (first / ... / last), mean over seeds; log n is the entropy of uniform '
             'attention over n keys.', '',
             '| n | log n | ' + ' | '.join(VARIANTS) + ' |',
             '|---' * (len(VARIANTS) + 2) + '|']
-  for n in scale.lengths:
-    cells = [' / '.join(f'{layer["mean"]:.2f}' for layer in summary['entropy'][v][str(n)])
-             if summary['entropy'][v][str(n)] else 'n/a' for v in VARIANTS]
+  for n in lengths:
+    cells = [' / '.join(f'{v:.2f}' for v in np.mean(summary['entropy'][v][str(n)], 0))
+             if summary['entropy'][v].get(str(n)) else 'n/a' for v in VARIANTS]
     lines.append(f'| {n} | {math.log(n):.2f} | ' + ' | '.join(cells) + ' |')
   if summary['diverged']:
     lines += ['', 'Diverged (no evaluation): ' + ', '.join(summary['diverged']) + '.']
-  lines += ['', '![accuracy and attention entropy vs evaluation length](accuracy.png)', '']
+  lines += ['', '![[MASK] accuracy and attention entropy vs evaluation length](accuracy.png)',
+            '']
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
 
 
-def write_plot(path: str, summary: dict, scale: Scale) -> bool:
-  """Accuracy and layer-mean attention entropy vs n; False when matplotlib is missing."""
-  try:
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  except ImportError:
+def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
+  """[MASK] accuracy (per-seed points, mean line, floor) and layer-mean entropy vs n."""
+  plt = study.pyplot()
+  if plt is None:
     return False
   fig, (ax_acc, ax_ent) = plt.subplots(1, 2, figsize=(13, 5))
-  lengths = np.asarray(scale.lengths)
+  x = np.asarray(lengths, float)
+  offsets = dict(zip(VARIANTS, (0.94, 0.98, 1.02, 1.06)))
   for variant in VARIANTS:
-    rows = [summary['accuracy'][variant][str(n)] for n in scale.lengths]
-    if all(rows):
-      mean = np.asarray([r['mean'] for r in rows]) * 100
-      half = np.nan_to_num(np.asarray([r['ci95_half_width'] for r in rows])) * 100
-      ax_acc.plot(lengths, mean, marker='o', color=COLORS[variant], label=f'{variant} (ours)')
-      ax_acc.fill_between(lengths, mean - half, mean + half, color=COLORS[variant], alpha=0.2)
-    layers = [summary['entropy'][variant][str(n)] for n in scale.lengths]
-    if all(layers):
-      ax_ent.plot(lengths, [np.mean([l['mean'] for l in per_n]) for per_n in layers],
-                  marker='o', color=COLORS[variant], label=variant)
+    rows = [summary['table'][variant][str(n)] for n in lengths]
+    if not all(rows):
+      continue
+    color = COLORS[variant]
+    per_seed = np.asarray([r['mask_accuracy'] for r in rows]) * 100  # [n, seeds]
+    ax_acc.plot(x, per_seed.mean(1), color=color, label=f'{variant}: mean of seeds')
+    for i, n in enumerate(lengths):
+      ax_acc.scatter([n * offsets[variant]] * per_seed.shape[1], per_seed[i], color=color,
+                     s=14, alpha=0.7)
+    layers = [np.mean(summary['entropy'][variant][str(n)], 0) for n in lengths]
+    ax_ent.plot(x, [np.mean(l) for l in layers], marker='o', color=color, label=variant)
+  ax_acc.scatter([], [], color='gray', s=14, label='one seed (points)')
+  floor = [100 * summary['floors'].get(str(n), {}).get('mask_accuracy', np.nan)
+           for n in lengths]
+  ax_acc.plot(x, floor, color='black', linestyle=':',
+              label='floor: most frequent token (= copy rule at [MASK])')
   for variant, values in SU.items():
-    su_lengths = [n for n in scale.lengths if n in values]
-    if su_lengths:
-      ax_acc.plot(su_lengths, [values[n] for n in su_lengths], linestyle=':', marker='x',
-                  color=COLORS[variant], label=f'{variant}, Su (RoFormer-small)')
-  ax_ent.plot(lengths, np.log(lengths), linestyle='--', color='gray', label='uniform: log n')
+    su = [n for n in lengths if n in values]
+    if su:
+      ax_acc.plot(su, [values[n] for n in su], linestyle='--', marker='x', linewidth=0.8,
+                  color=COLORS[variant], label=f'{variant}, Su (all predictions)')
+  ax_ent.plot(x, np.log(x), linestyle='--', color='gray', label='uniform: log n')
   for ax in (ax_acc, ax_ent):
     ax.set_xscale('log', base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.axvline(scale.train_len, color='gray', linewidth=0.8)
-    ax.set_xlabel(f'evaluation length n (trained at {scale.train_len})')
-    ax.legend(fontsize=8)
-  ax_acc.set_ylabel('MLM accuracy (%)')
-  ax_acc.set_title('MLM accuracy vs n (bands: 95% interval over seeds)')
-  ax_ent.set_ylabel('attention entropy (nats), mean over layers')
-  ax_ent.set_title('Attention entropy vs n (mean over seeds)')
+    ax.axvline(scale.seq_len, color='gray', linewidth=0.8)
+    ax.set_xlabel(f'evaluation length n (trained at {scale.seq_len})')
+    ax.legend(fontsize=7)
+  ax_acc.set_ylim(bottom=0)
+  ax_acc.set_ylabel('accuracy at [MASK] (%)')
+  ax_acc.set_title('[MASK] accuracy vs n (points: seeds; line: their mean)')
+  ax_ent.set_ylim(bottom=0)
+  ax_ent.set_ylabel('attention entropy (nats), mean over layers and seeds')
+  ax_ent.set_title('Attention entropy vs n')
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -359,40 +397,44 @@ def write_plot(path: str, summary: dict, scale: Scale) -> bool:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--scale', choices=sorted(SCALES), default='cpu')
-  parser.add_argument('--quick', action='store_true', help='the toy scale: a smoke run')
-  parser.add_argument('--out', default='docs/results/length_extrapolation')
-  parser.add_argument('--workdirs', default='results/length_extrapolation')
-  parser.add_argument('--data_dir', default='', help='TFDS data dir (default: the data '
-                      "config's)")
+  study.add_common_arguments(parser, out='docs/results/length_extrapolation',
+                             workdirs='results/length_extrapolation', scales=SCALES)
   parser.add_argument('--seeds', default=','.join(map(str, SEEDS)))
   parser.add_argument('--variants', default=','.join(SLUGS.values()),
                       help='comma-separated subset of ' + ', '.join(SLUGS.values()))
   args = parser.parse_args(argv)
-  scale_name = 'toy' if args.quick else args.scale
-  scale = SCALES[scale_name]
+  name = study.scale_name(args)
+  scale, lengths = SCALES[name], EVAL_LENGTHS[name]
   seeds = tuple(int(s) for s in args.seeds.split(','))
   by_slug = {slug: variant for variant, slug in SLUGS.items()}
   unknown = sorted(set(args.variants.split(',')) - set(by_slug))
   if unknown:
     parser.error(f'--variants: unknown {unknown}; choose from {sorted(by_slug)}')
   variants = tuple(by_slug[slug] for slug in args.variants.split(','))
-  runs = [dataclasses.replace(r, cost=scale.steps) for r in grid(seeds, variants)]
-  results = runs_lib.Grid(args.out, runs).run(
-      lambda run, report: train_one(scale, args.workdirs, args.data_dir, run, report))
-  summary = summarise(results, scale, seeds)
-  command = 'python -m experiments.length_extrapolation' + (
-      '' if scale_name == 'cpu' else f' --scale={scale_name}')
-  runs_lib.write_json(os.path.join(args.out, 'results.json'),
-                      {'scale': dataclasses.asdict(scale), 'seeds': list(seeds),
-                       'su': {v: {str(n): a for n, a in values.items()}
-                              for v, values in SU.items()},
-                       'summary': summary, 'runs': results})
-  write_markdown(os.path.join(args.out, 'results.md'), results, summary, scale, command, seeds)
-  plotted = write_plot(os.path.join(args.out, 'accuracy.png'), summary, scale)
+  every = [dataclasses.replace(r, cost=scale.steps) for r in grid(seeds, variants)]
+  runs_lib.Grid(args.out, study.selected(every, args.runs)).run(
+      lambda run, report: train_one(scale, lengths, args, run, report))
+  results = runs_lib.load_results(args.out, every)
+  summary = summarise(results, lengths, seeds)
+  runs_lib.write_json(os.path.join(args.out, 'results.json'), {
+      'scale': dataclasses.asdict(scale), 'lengths': list(lengths), 'seeds': list(seeds),
+      'su': {v: {str(n): a for n, a in values.items()} for v, values in SU.items()},
+      'summary': summary,
+      'runs': {k: _without_sequence_sums(v) for k, v in results.items()}})
+  write_markdown(os.path.join(args.out, 'results.md'), summary, scale, lengths,
+                 study.command('length_extrapolation', args), seeds)
+  plotted = write_plot(os.path.join(args.out, 'accuracy.png'), summary, scale, lengths)
   print(f'wrote {os.path.join(args.out, "results.md")}'
         + (' and accuracy.png' if plotted else ''))
   return {'results': results, 'summary': summary}
+
+
+def _without_sequence_sums(run: dict) -> dict:
+  run = dict(run)
+  if run.get('by_length'):
+    run['by_length'] = {n: {k: v for k, v in r.items() if k != 'sequence_sums'}
+                        for n, r in run['by_length'].items()}
+  return run
 
 
 if __name__ == '__main__':

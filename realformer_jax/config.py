@@ -26,6 +26,12 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 DECODER_ATTENTIONS = ('standard', 'aan', 'merged')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
+# How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
+# fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU);
+# 'pallas_triton' / 'pallas_mosaic' one of them by name; 'cudnn' jax's cuDNN flash attention
+# (GPU; post / pre without attention dropout); 'auto' by the platform the step is compiled for.
+ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'pallas', 'pallas_triton', 'pallas_mosaic')
+ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 
 
 class ConfigError(ValueError):
@@ -88,6 +94,11 @@ class ModelConfig:
   # acc_{l-1} = acc_l - s_l is rebuilt and each layer recomputed (recomputed_scores.py).
   # O(1) instead of O(num_layers) score-sized buffers: for long sequences. Needs scan_layers.
   residual_scores_backward: str = 'saved'
+  # Same numbers, different kernels (see ATTENTION_IMPLS above and kernels/select.py).
+  attention_impl: str = 'auto'
+  # Platform the attention is compiled for: 'auto' = jax.default_backend() when traced. The
+  # train setup sets it from the mesh's devices (in a deviceless compile: the target's).
+  attention_platform: str = 'auto'
 
   # Encoder-decoder models only (seq2seq.py): decoder depth, and its attention: 'standard'
   # (masked self-attention, cross-attention, FFN), 'aan' (average attention with FFN and
@@ -141,6 +152,8 @@ class ModelConfig:
         'remat_policy': REMAT_POLICIES,
         'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
         'decoder_attention': DECODER_ATTENTIONS,
+        'attention_impl': ATTENTION_IMPLS,
+        'attention_platform': ATTENTION_PLATFORMS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)
@@ -174,6 +187,13 @@ class ModelConfig:
     if self.residual_scores_backward == 'recomputed' and not self.scan_layers:
       raise ConfigError("model.residual_scores_backward='recomputed': needs "
                         'model.scan_layers=True (it runs its own scan over the stacked layers)')
+    if self.attention_impl == 'cudnn' and self.use_residual_attention:
+      raise ConfigError("model.attention_impl='cudnn': cuDNN attention cannot carry residual "
+                        "scores; use 'pallas' (or 'auto') for residual attention")
+    if self.attention_impl == 'cudnn' and self.attention_dropout_rate > 0:
+      raise ConfigError("model.attention_impl='cudnn': jax's cuDNN attention has no attention "
+                        f'dropout (model.attention_dropout_rate={self.attention_dropout_rate}); '
+                        "set it to 0 or use 'pallas'")
     if self.residual_attention not in (None, True, False):
       raise ConfigError(f'model.residual_attention={self.residual_attention!r}: '
                         'must be None, True or False')

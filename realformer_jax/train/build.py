@@ -14,6 +14,7 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding
 
+from realformer_jax import kernels
 from realformer_jax.config import ModelConfig
 from realformer_jax.train import partitioning, state as state_lib, step as step_lib, validation
 from realformer_jax.train.mlm_task import MaskedLMTask
@@ -56,6 +57,8 @@ def make_setup(config: ml_collections.ConfigDict, model_config: Optional[ModelCo
                                               process_count=jax.process_count(), task=task)
   mesh = partitioning.make_mesh(config.mesh)
   rules = partitioning.logical_rules(config)
+  # Attention kernels for the platform the step is compiled for (kernels/select.py).
+  model_config = kernels.resolve_platform(model_config, mesh.devices.flat)
   model = task.make_model(model_config)
   tx = state_lib.make_optimizer(config.train)
   layout = state_lib.state_layout(model, tx, config.data, mesh, rules, task)

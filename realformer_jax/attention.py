@@ -100,9 +100,11 @@ class ResidualSelfAttention(nn.Module):
     plan = kernels.plan(cfg, x_BxLxD.shape[1],
                         maps_requested=self.is_mutable_collection('intermediates'))
     if plan is not None:
+      if cfg.position_embedding == 'rope':
+        qkv_BxLx3xHxK = jnp.stack([q_BxLxHxK, k_BxLxHxK, v_BxLxHxK], axis=2)
       context_BxLxHxK, scores_BxHxLxL = kernels.fused_self_attention(
-          plan, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale,
-          divisor, dropout_key, 1.0 - cfg.attention_dropout_rate, cfg.use_residual_attention)
+          plan, qkv_BxLx3xHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale, divisor, dropout_key,
+          1.0 - cfg.attention_dropout_rate, cfg.use_residual_attention)
     else:
       context_BxLxHxK, scores_BxHxLxL = self._einsum_attention(
           q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale, divisor,

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from realformer_jax import kernels
 from realformer_jax.attention import SCORES_AXES, mask_bias, score_scale
 from realformer_jax.block import EncoderLayer
 from realformer_jax.config import ModelConfig
@@ -90,24 +91,32 @@ class Encoder(nn.Module):
     scale = score_scale(cfg, input_mask_BxL)
     gate = residual_gate_value(cfg, step)
 
-    if cfg.scan_layers:
-      scores = None
-      if cfg.use_residual_attention:
-        # Zeros are exact: 0 + s_0 == s_0, so layer 0 still sees only its own scores.
-        batch, length = input_ids_BxL.shape
-        scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
-        scores = nn.with_logical_constraint(scores, SCORES_AXES)
-      if self._recompute_scores():
-        x_BxLxD = self._recomputed_stack(x_BxLxD, scores, bias_Bx1x1xL, scale, gate,
-                                         deterministic)
-      else:
-        (x_BxLxD, _), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers),
-                                      bias_Bx1x1xL, scale, gate, deterministic)
+    attention_plan = kernels.plan(cfg, input_ids_BxL.shape[1],
+                                  maps_requested=self.is_mutable_collection('intermediates'))
+    # Fused residual attention carries (sum, shadow) and rebuilds the sums going down
+    # (kernels/carried.py); the top of the stack is sealed with the final sum.
+    pair = kernels.pair_carry(cfg, attention_plan)
+    scores = None
+    if cfg.use_residual_attention and (cfg.scan_layers or pair):
+      # Zeros are exact: 0 + s_0 == s_0, so layer 0 still sees only its own scores.
+      batch, length = input_ids_BxL.shape
+      scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
+      scores = nn.with_logical_constraint(scores, SCORES_AXES)
+    if cfg.scan_layers and self._recompute_scores():
+      x_BxLxD = self._recomputed_stack(x_BxLxD, scores, bias_Bx1x1xL, scale, gate,
+                                       deterministic, fused=attention_plan is not None)
+      pair = False
+    elif cfg.scan_layers:
+      scores = kernels.initial_carry(scores) if pair else scores
+      (x_BxLxD, scores), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers),
+                                         bias_Bx1x1xL, scale, gate, deterministic)
     else:
-      scores = None
+      scores = kernels.initial_carry(scores) if pair else scores
       for index, layer in enumerate(self.layers):
         (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), bias_Bx1x1xL,
                                      scale, gate, deterministic)
+    if pair:
+      x_BxLxD = kernels.seal(x_BxLxD, scores)
     if cfg.ln_placement == 'pre':
       x_BxLxD = self.final_norm(x_BxLxD)
     return x_BxLxD
@@ -121,8 +130,10 @@ class Encoder(nn.Module):
             and not self.is_mutable_collection('intermediates')
             and not self.has_variable('perturbations', 'layers'))
 
-  def _recomputed_stack(self, x_BxLxD, scores, bias_Bx1x1xL, scale, gate, deterministic):
-    """The scanned layers through recomputed_scores.residual_stack (same parameters)."""
+  def _recomputed_stack(self, x_BxLxD, scores, bias_Bx1x1xL, scale, gate, deterministic,
+                        fused: bool):
+    """The scanned layers through recomputed_scores.residual_stack, or its fused-kernel form
+    (kernels/recomputed_stack.py); same parameters."""
     cfg = self.config
     params_N = unbox(self.variables['params']['layers'])
     layer = EncoderLayer(cfg, parent=None)  # unbound: applied to one layer's params at a time
@@ -137,8 +148,8 @@ class Encoder(nn.Module):
           rngs=None if key is None else {'dropout': key})
       return y, acc_new
 
-    return residual_stack(layer_fn, params_N, x_BxLxD, scores, keys_N,
-                          (bias_Bx1x1xL, scale, gate))
+    stack = kernels.kernel_residual_stack if fused else residual_stack
+    return stack(layer_fn, params_N, x_BxLxD, scores, keys_N, (bias_Bx1x1xL, scale, gate))
 
   def attend(self, h_BxPxD: jax.Array) -> jax.Array:
     """Tied decoder: hidden states -> vocabulary logits through the word embeddings."""

@@ -1,7 +1,7 @@
 """The fused attention op: one custom VJP over the GPU (Triton) and TPU (Mosaic) kernels.
 
-    out_BxLxHxK, acc_BxHxLxL = fused_attention(q, k, v, acc_in, bias_BxL, fparams, iparams,
-                                               spec)
+    out_BxLxHxK, acc_BxHxLxL = fused_attention(qkv_BxLx3xHxK, acc_in, bias_BxL, fparams,
+                                               iparams, spec)
 
 computes what attention.py's einsum path computes (see tile_math.py for the notation) without
 writing probabilities or their gradient to memory. The forward saves q, k, v, the output, the
@@ -9,7 +9,7 @@ row log-sum-exp and, with residual attention, the carried sum acc_l it wrote (no
 the softmax reads acc_l, and the backward never needs acc_{l-1}). The backward regenerates the
 dropout mask from the key words in `iparams`.
 
-Gradients: q, k, v, and the carried sum (d acc_{l-1} = d acc_l + dz * inv_div, written by the
+Gradients: qkv, and the carried sum (d acc_{l-1} = d acc_l + dz * inv_div, written by the
 kernel); the bias, the score scale and the running-mean divisor come from the padding mask and
 the layer index, which have no gradient, so theirs are zero.
 """
@@ -35,48 +35,45 @@ def _kernels(spec: KernelSpec):
   return mosaic_attention
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
-def fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, acc_in: Optional[jax.Array],
-                    bias: jax.Array, fparams: jax.Array, iparams: jax.Array,
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def fused_attention(qkv: jax.Array, acc_in: Optional[jax.Array], bias: jax.Array,
+                    fparams: jax.Array, iparams: jax.Array,
                     spec: KernelSpec) -> tuple[jax.Array, Optional[jax.Array]]:
-  """(attention output [B, L, H, K] in q's dtype, carried sum [B, H, L, L] float32 or None)."""
-  out, _, acc_out = _kernels(spec).forward(q, k, v, acc_in, bias, fparams, iparams, spec)
+  """(attention output [B, L, H, K] in qkv's dtype, carried sum [B, H, L, L] float32 or
+  None)."""
+  out, _, acc_out = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
   return out, acc_out
 
 
-def _fused_fwd(q, k, v, acc_in, bias, fparams, iparams, spec):
-  out, lse, acc_out = _kernels(spec).forward(q, k, v, acc_in, bias, fparams, iparams, spec)
-  return (out, acc_out), (q, k, v, acc_out, bias, fparams, iparams, out, lse)
+def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
+  out, lse, acc_out = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse)
 
 
 def _fused_bwd(spec, residuals, cotangents):
-  q, k, v, acc_out, bias, fparams, iparams, out, lse = residuals
+  qkv, acc_out, bias, fparams, iparams, out, lse = residuals
   g_out, g_acc = cotangents
-  dq, dk, dv, g_acc_in = attention_backward(q, k, v, acc_out, g_acc, bias, fparams, iparams,
-                                            out, lse, g_out, spec)[:4]
-  return (dq, dk, dv, g_acc_in if spec.carry_in else None, jnp.zeros_like(bias),
+  dqkv, g_acc_in, _ = attention_backward(qkv, acc_out, g_acc, bias, fparams, iparams, out, lse,
+                                         g_out, spec)
+  return (dqkv, g_acc_in if spec.carry_in else None, jnp.zeros_like(bias),
           jnp.zeros_like(fparams), None)
 
 
-def attention_backward(q, k, v, acc, g_acc, bias, fparams, iparams, out, lse, g_out,
+def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, g_out,
                        spec: KernelSpec, rebuild: bool = False):
-  """(dq, dk, dv, d acc_{l-1} or None, acc_{l-1} = acc_l - s or None).
+  """(dqkv, d acc_{l-1} or None, acc_{l-1} = acc_l - s or None).
 
   `acc` is the layer's carried OUTPUT acc_l; with `rebuild` the kernel also writes acc_{l-1}
-  (the recomputed-scores stack walks down with it)."""
-  g_out = g_out.astype(q.dtype)
+  (the layer below walks down with it)."""
+  g_out = g_out.astype(qkv.dtype)
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
   if spec.carry_out and g_acc is None:
     g_acc = jnp.zeros_like(acc)
-  dq, dk, dv, g_acc_in, acc_in = _kernels(spec).backward(
-      q, k, v, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, spec, rebuild=rebuild)
-  if spec.carry_out:
-    # dQ = scale * dS K, with dS = d acc_{l-1} (the kernel's output): one matmul, reading the
-    # float32 gradient once, as the einsum path's backward does.
-    ds = (g_acc_in * fparams[:, 0][:, None, None, None]).astype(q.dtype)
-    dq = jnp.einsum('bhqk,bkhd->bqhd', ds, k, preferred_element_type=jnp.float32)
-    dq = dq.astype(q.dtype)
-  return dq, dk, dv, g_acc_in, acc_in
+  dqkv, g_acc_in, acc_in = _kernels(spec).backward(
+      qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, spec, rebuild=rebuild)
+  if spec.carry_out:  # dQ = scale d acc_{l-1} K: the kernel wrote d acc_{l-1}, read it once
+    dqkv = _kernels(spec).query_gradient(g_acc_in, qkv, fparams, dqkv, spec)
+  return dqkv, g_acc_in, acc_in
 
 
 fused_attention.defvjp(_fused_fwd, _fused_bwd)

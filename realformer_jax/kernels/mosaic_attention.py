@@ -19,7 +19,6 @@ layout), the same mask as the einsum path. Row statistics are stored [B, H, L, 1
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +43,11 @@ def _keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
 
 def _heads_major(x):
   return jnp.swapaxes(x, 1, 2)  # [B, L, H, K] <-> [B, H, L, K]
+
+
+def _split_heads_major(qkv):
+  """[B, L, 3, H, K] -> q, k, v each [B, H, L, K] (Mosaic tiles want (rows, K) last)."""
+  return tuple(jnp.transpose(qkv[:, :, part], (0, 2, 1, 3)) for part in range(3))
 
 
 def _cost(spec, batch, heads, seq_len, head_dim, passes, score_tensors, itemsize):
@@ -71,11 +75,14 @@ def _forward_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, acc_in_ref, bias_ref, o_r
     m, l, o = tm.initial_state(*o_scratch.shape)
     m_scratch[...], l_scratch[...], o_scratch[...] = m, l, o
 
-  acc = tm.scores(q_ref[...], k_ref[...], f_ref[b, 0])
-  if spec.carry_in:
-    acc = acc_in_ref[...] + acc
-  if spec.carry_out:
-    acc_out_ref[...] = acc
+  if spec.sum_given:
+    acc = acc_in_ref[...]
+  else:
+    acc = tm.scores(q_ref[...], k_ref[...], f_ref[b, 0])
+    if spec.carry_in:
+      acc = acc_in_ref[...] + acc
+    if spec.carry_out:
+      acc_out_ref[...] = acc
   z = tm.softmax_input(acc, f_ref[b, 1], bias_ref[...])
   keep = _keep(spec, i_ref, b, h, seq_len, i * block_q, j * block_k, (block_q, block_k))
   m, l, o = tm.online_softmax_step((m_scratch[...], l_scratch[...], o_scratch[...]), z,
@@ -89,22 +96,24 @@ def _forward_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, acc_in_ref, bias_ref, o_r
     lse_ref[...] = lse
 
 
-def forward(q, k, v, acc_in, bias, fparams, iparams, spec: KernelSpec):
+def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   """(out [B, L, H, K], lse [B, H, L, 1] float32, acc_out [B, H, L, L] float32 or None)."""
-  batch, seq_len, heads, head_dim = q.shape
+  batch, seq_len, _, heads, head_dim = qkv.shape
+  qh, kh, vh = _split_heads_major(qkv)
   block_q, block_k = spec.block_q, spec.block_k
   grid = (batch, heads, seq_len // block_q, seq_len // block_k)
   q_spec = pl.BlockSpec((None, None, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0))
   kv_spec = pl.BlockSpec((None, None, block_k, head_dim), lambda b, h, i, j: (b, h, j, 0))
   acc_spec = pl.BlockSpec((None, None, block_q, block_k), lambda b, h, i, j: (b, h, i, j))
   stat_spec = pl.BlockSpec((None, None, block_q, 1), lambda b, h, i, j: (b, h, i, 0))
+  writes_sum = spec.carry_out and not spec.sum_given
   in_specs = [_SMEM, _SMEM, q_spec, kv_spec, kv_spec, acc_spec if spec.carry_in else None,
               pl.BlockSpec((None, 1, block_k), lambda b, h, i, j: (b, 0, j))]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
-  out_shape = [jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), q.dtype),
+  out_shape = [jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), qkv.dtype),
                jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
-               scores_shape if spec.carry_out else None]
-  out_specs = [q_spec, stat_spec, acc_spec if spec.carry_out else None]
+               scores_shape if writes_sum else None]
+  out_specs = [q_spec, stat_spec, acc_spec if writes_sum else None]
   scratch = [pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
              pltpu.VMEM((block_q, head_dim), jnp.float32)]
   out, lse, acc_out = pl.pallas_call(
@@ -113,11 +122,12 @@ def forward(q, k, v, acc_in, bias, fparams, iparams, spec: KernelSpec):
                                              in_specs=in_specs, out_specs=out_specs,
                                              scratch_shapes=scratch),
       out_shape=out_shape, compiler_params=_compiler_params(), interpret=spec.interpret,
-      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 2,
-                          int(spec.carry_in) + int(spec.carry_out), q.dtype.itemsize),
+      input_output_aliases={5: 2} if writes_sum and spec.carry_in else {},  # in place
+      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 1 if spec.sum_given else 2,
+                          int(spec.carry_in) + int(writes_sum), qkv.dtype.itemsize),
       name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
-  )(fparams, _int_words(iparams), _heads_major(q), _heads_major(k), _heads_major(v),
-    acc_in if spec.carry_in else None, bias[:, None, :])
+  )(fparams, _int_words(iparams), qh, kh, vh, acc_in if spec.carry_in else None,
+    bias[:, None, :])
   return _heads_major(out), lse, acc_out
 
 
@@ -180,15 +190,18 @@ def _dq_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, bi
     dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
 
 
-def backward(q, k, v, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
+def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
              rebuild: bool = False):
-  """(dq or None, dk, dv, g_acc_in or None, acc_in or None), like triton_attention.backward.
-  `lse` is [B, H, L, 1] (this module's forward), `delta` [B, H, L]."""
-  batch, seq_len, heads, head_dim = q.shape
+  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward
+  (with residual attention dQ is zero until query_gradient). `lse` is [B, H, L, 1] (this
+  module's forward), `delta` [B, H, L]."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
   block = spec.block_bwd
   n = seq_len // block
   carry = spec.carry_out
-  qh, kh, vh, doh = (_heads_major(x) for x in (q, k, v, do))
+  qh, kh, vh = _split_heads_major(qkv)
+  doh = _heads_major(do)
+  dtype = qkv.dtype
   delta = delta[..., None]
   words = _int_words(iparams)
   bias3 = bias[:, None, :]
@@ -209,15 +222,16 @@ def backward(q, k, v, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: 
           out_specs=[row_k, row_k, tile if carry else None,
                      tile if carry and rebuild else None],
           scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)] * 2),
-      out_shape=[jax.ShapeDtypeStruct(kh.shape, k.dtype), jax.ShapeDtypeStruct(vh.shape, v.dtype),
+      out_shape=[jax.ShapeDtypeStruct(kh.shape, dtype), jax.ShapeDtypeStruct(vh.shape, dtype),
                  scores_shape if carry else None, scores_shape if carry and rebuild else None],
       compiler_params=_compiler_params(), interpret=spec.interpret,
+      input_output_aliases=({9: 2, 8: 3} if rebuild else {9: 2}) if carry else {},
       cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 4,
-                          (3 + int(rebuild)) if carry else 0, q.dtype.itemsize),
+                          (3 + int(rebuild)) if carry else 0, dtype.itemsize),
       name='realformer_attention_dkv' if carry else 'flash_attention_dkv',
   )(fparams, words, qh, kh, vh, doh, lse, delta, acc if carry else None,
     g_acc if carry else None, bias3)
-  dq = None
+  dq = jnp.zeros_like(qh)
   if not carry:
     row_i = pl.BlockSpec((None, None, block, head_dim), lambda b, h, i, j: (b, h, i, 0))
     row_j = pl.BlockSpec((None, None, block, head_dim), lambda b, h, i, j: (b, h, j, 0))
@@ -230,10 +244,50 @@ def backward(q, k, v, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: 
                       pl.BlockSpec((None, 1, block), lambda b, h, i, j: (b, 0, j))],
             out_specs=row_i,
             scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)]),
-        out_shape=jax.ShapeDtypeStruct(qh.shape, q.dtype),
+        out_shape=jax.ShapeDtypeStruct(qh.shape, dtype),
         compiler_params=_compiler_params(), interpret=spec.interpret,
-        cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 3, 0, q.dtype.itemsize),
+        cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 3, 0, dtype.itemsize),
         name='flash_attention_dq',
     )(fparams, words, qh, kh, vh, doh, lse, delta, bias3)
-    dq = _heads_major(dq)
-  return dq, _heads_major(dk), _heads_major(dv), g_acc_in, acc_in
+  dqkv = jnp.stack([jnp.transpose(x, (0, 2, 1, 3)) for x in (dq, dk, dv)], axis=2)
+  return dqkv, g_acc_in, acc_in
+
+
+def _query_gradient_kernel(f_ref, g_ref, k_ref, dq_ref, dq_scratch):
+  b, j = pl.program_id(0), pl.program_id(3)
+
+  @pl.when(j == 0)
+  def _start():
+    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+
+  k = k_ref[...]
+  dq_scratch[...] += tm.dot((g_ref[...] * f_ref[b, 0]).astype(k.dtype), k)
+
+  @pl.when(j == pl.num_programs(3) - 1)
+  def _finish():
+    dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
+
+
+def query_gradient(g, qkv, fparams, dqkv, spec: KernelSpec):
+  """dqkv with its dQ part = scale g K, from the float32 score gradient g [B, H, L, L]."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
+  block_q, block_k = spec.block_q, spec.block_k
+  kh = _split_heads_major(qkv)[1]
+  dq = pl.pallas_call(
+      _query_gradient_kernel,
+      grid_spec=pltpu.PrefetchScalarGridSpec(
+          num_scalar_prefetch=0, grid=(batch, heads, seq_len // block_q, seq_len // block_k),
+          in_specs=[_SMEM,
+                    pl.BlockSpec((None, None, block_q, block_k),
+                                 lambda b, h, i, j: (b, h, i, j)),
+                    pl.BlockSpec((None, None, block_k, head_dim),
+                                 lambda b, h, i, j: (b, h, j, 0))],
+          out_specs=pl.BlockSpec((None, None, block_q, head_dim),
+                                 lambda b, h, i, j: (b, h, i, 0)),
+          scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32)]),
+      out_shape=jax.ShapeDtypeStruct(kh.shape, qkv.dtype),
+      compiler_params=_compiler_params(), interpret=spec.interpret,
+      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 1, 1, qkv.dtype.itemsize),
+      name='realformer_attention_dq',
+  )(fparams, g, kh)
+  return dqkv.at[:, :, 0].set(_heads_major(dq))

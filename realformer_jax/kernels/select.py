@@ -121,3 +121,12 @@ def plan(config: ModelConfig, seq_len: int, *, maps_requested: bool = False
     raise ConfigError(f'model.attention_impl={config.attention_impl!r}: sequence length '
                       f'{seq_len} cannot be tiled by the {backend} kernels (needs {rule})')
   return AttentionPlan('pallas', backend, interpret, *blocks)
+
+
+def pair_carry(config: ModelConfig, attention_plan: Optional[AttentionPlan]) -> bool:
+  """Whether a layer stack carries residual scores as a `carried.CarriedScores` pair and seals
+  it (the kernels then rebuild each layer's sum going down instead of saving it). Not under a
+  per-layer remat: that saves every layer's carried input anyway, and the pair would double
+  it; `residual_scores_backward='recomputed'` is the memory-flat route there."""
+  return (attention_plan is not None and attention_plan.path == 'pallas'
+          and config.use_residual_attention and config.remat_policy == 'none')

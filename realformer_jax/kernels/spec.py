@@ -2,7 +2,7 @@
 
 One frozen, hashable record (it is a `nondiff_argnums` of the custom VJP and keys the kernel
 builders), shared by the Triton (GPU) and Mosaic (TPU) kernels. The dynamic half travels as
-arrays: q, k, v [B, L, H, K]; the carried float32 sum [B, H, L, L]; the additive key bias [B, L];
+arrays: qkv [B, L, 3, H, K]; the carried float32 sum [B, H, L, L]; the additive key bias [B, L];
 `fparams` [B, 2] float32 = (score scale of the row's sequence, 1 / running-mean divisor);
 `iparams` [4] uint32 = (dropout key word 1, word 2, batch offset, head offset) — the offsets
 place a shard's tile in the global [B, H, L, L] array, so the dropout stream does not depend on
@@ -27,6 +27,9 @@ class KernelSpec:
   block_k: int  # forward tile columns
   block_bwd: int  # backward tiles are square (the dK/dV loop and the dQ loop share it)
   interpret: bool = False  # run the kernels in Pallas interpret mode (CPU tests)
+  # The carried input is already this layer's acc_l (the recomputed stack walking down): the
+  # forward reads it as the softmax input, computes no Q K^T and writes no sum.
+  sum_given: bool = False
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
@@ -34,6 +37,8 @@ class KernelSpec:
     if self.carry_in and not self.carry_out:
       raise ValueError('KernelSpec: a carried sum that is read is also written (carry_in '
                        'needs carry_out)')
+    if self.sum_given and not self.carry_in:
+      raise ValueError('KernelSpec: sum_given needs carry_in')
 
   @property
   def dropout(self) -> bool:

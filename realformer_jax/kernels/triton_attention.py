@@ -13,7 +13,10 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           kernel. Without it a second loop of the same program computes the dQ tile of the
           query block with its own index (so query and key blocks are the same size there).
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
-backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}), + 4 read by the dQ matmul.
+backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}), + 4 read by the dQ kernel.
+q, k and v are read straight from the fused projection's [B, L, 3, H, K] output, and the
+gradient is written into one [B, L, 3, H, K] array, so no slices or concatenations surround the
+kernels.
 """
 
 from __future__ import annotations
@@ -51,11 +54,14 @@ def _forward_kernel(q_ref, k_ref, v_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_r
 
   def body(j, state):
     ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
-    acc = tm.scores(q, k_ref[ks, :], scale)
-    if spec.carry_in:
-      acc = acc_in_ref[:, ks] + acc
-    if spec.carry_out:
-      acc_out_ref[:, ks] = acc
+    if spec.sum_given:
+      acc = acc_in_ref[:, ks]
+    else:
+      acc = tm.scores(q, k_ref[ks, :], scale)
+      if spec.carry_in:
+        acc = acc_in_ref[:, ks] + acc
+      if spec.carry_out:
+        acc_out_ref[:, ks] = acc
     z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
     keep = _keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
     return tm.online_softmax_step(state, z, v_ref[ks, :], keep, spec.keep_prob)
@@ -66,22 +72,32 @@ def _forward_kernel(q_ref, k_ref, v_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_r
   lse_ref[...] = lse[:, 0]
 
 
-def forward(q, k, v, acc_in, bias, fparams, iparams, spec: KernelSpec):
-  """(out [B, L, H, K], lse [B, H, L] float32, acc_out [B, H, L, L] float32 or None)."""
-  batch, seq_len, heads, head_dim = q.shape
+def _qkv_spec(rows: int, part: int, row_block, head_dim: int) -> pl.BlockSpec:
+  """Rows of q (part 0), k (1) or v (2) of one (batch, head) in a [B, L, 3, H, K] array;
+  `row_block(first program id)` is the block index along L."""
+  return pl.BlockSpec((None, rows, None, None, head_dim),
+                      lambda i, b, h: (b, row_block(i), part, h, 0))
+
+
+def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
+  """(out [B, L, H, K], lse [B, H, L] float32, acc_out [B, H, L, L] float32 or None; None
+  with `spec.sum_given`, whose acc_in is already acc_l)."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
   block_q, block_k = spec.block_q, spec.block_k
   grid = (seq_len // block_q, batch, heads)
-  row_spec = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
-  seq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda i, b, h: (b, 0, h, 0))
+  whole = lambda i: 0
   acc_spec = pl.BlockSpec((None, None, block_q, seq_len), lambda i, b, h: (b, h, i, 0))
-  in_specs = [row_spec, seq_spec, seq_spec, acc_spec if spec.carry_in else None,
+  in_specs = [_qkv_spec(block_q, 0, lambda i: i, head_dim),
+              _qkv_spec(seq_len, 1, whole, head_dim), _qkv_spec(seq_len, 2, whole, head_dim),
+              acc_spec if spec.carry_in else None,
               pl.BlockSpec((None, seq_len), lambda i, b, h: (b, 0)),
               pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
               pl.BlockSpec((4,), lambda i, b, h: (0,))]
-  out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype),
+  out_shape = [jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
                jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32)]
-  out_specs = [row_spec, pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))]
-  if spec.carry_out:
+  out_specs = [pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+               pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))]
+  if spec.carry_out and not spec.sum_given:
     out_shape.append(jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32))
     out_specs.append(acc_spec)
   else:
@@ -91,14 +107,18 @@ def forward(q, k, v, acc_in, bias, fparams, iparams, spec: KernelSpec):
       functools.partial(_forward_kernel, spec=spec), grid=grid, in_specs=in_specs,
       out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
       compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
-      metadata=_flops_metadata(batch, heads, seq_len, head_dim, passes=2),
+      # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
+      # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
+      input_output_aliases={3: 2} if spec.carry_in and not spec.sum_given else {},
+      metadata=_flops_metadata(batch, heads, seq_len, head_dim,
+                               passes=1 if spec.sum_given else 2),
       name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
-  )(q, k, v, acc_in if spec.carry_in else None, bias, fparams, iparams)
+  )(qkv, qkv, qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
   return out, lse, acc_out
 
 
 def _backward_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref,
-                     bias_ref, f_ref, i_ref, dq_ref, dk_ref, dv_ref, g_acc_in_ref, acc_in_ref,
+                     bias_ref, f_ref, i_ref, dqkv_ref, g_acc_in_ref, acc_in_ref,
                      *, spec: KernelSpec, rebuild: bool):
   seq_len, head_dim = q_ref.shape
   block = spec.block_bwd
@@ -135,10 +155,10 @@ def _backward_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref, g
 
   zeros = jnp.zeros((block, head_dim), jnp.float32)
   dk, dv = lax.fori_loop(0, seq_len // block, dkv_body, (zeros, zeros))
-  dk_ref[...] = dk.astype(dk_ref.dtype)
-  dv_ref[...] = dv.astype(dv_ref.dtype)
+  dqkv_ref[:, 1, :] = dk.astype(dqkv_ref.dtype)
+  dqkv_ref[:, 2, :] = dv.astype(dqkv_ref.dtype)
   if spec.carry_out:
-    return
+    return  # dQ: query_gradient, from the carried gradient this kernel wrote
 
   iq = jk  # second loop: the query block with this program's index, over every key block
 
@@ -149,39 +169,79 @@ def _backward_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref, g
     return dq + tm.dot((g * scale).astype(kj.dtype), kj)
 
   dq = lax.fori_loop(0, seq_len // block, dq_body, jnp.zeros((block, head_dim), jnp.float32))
-  dq_ref[...] = dq.astype(dq_ref.dtype)
+  dqkv_ref[:, 0, :] = dq.astype(dqkv_ref.dtype)
 
 
-def backward(q, k, v, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
+def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
              rebuild: bool = False):
-  """(dq or None, dk, dv, g_acc_in or None, acc_in or None); see the module docstring."""
-  batch, seq_len, heads, head_dim = q.shape
+  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); see the module docstring.
+  With residual attention dqkv holds dK and dV only: query_gradient adds dQ in place."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
   block = spec.block_bwd
   grid = (seq_len // block, batch, heads)
+  whole = lambda j: 0
   seq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
-  row_spec = pl.BlockSpec((None, block, None, head_dim), lambda j, b, h: (b, j, h, 0))
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
   column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
   carry = spec.carry_out
-  in_specs = [seq_spec, seq_spec, seq_spec, seq_spec, stat_spec, stat_spec,
+  in_specs = [_qkv_spec(seq_len, part, whole, head_dim) for part in range(3)] + [
+              seq_spec, stat_spec, stat_spec,
               column_spec if carry else None, column_spec if carry else None,
               pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
               pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
               pl.BlockSpec((4,), lambda j, b, h: (0,))]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
-  out_shape = [None if carry else jax.ShapeDtypeStruct(q.shape, q.dtype),
-               jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
+  out_shape = [jax.ShapeDtypeStruct(qkv.shape, qkv.dtype),
                scores_shape if carry else None, scores_shape if carry and rebuild else None]
-  out_specs = [None if carry else row_spec, row_spec, row_spec,
+  # Program j writes rows j of dK and dV and (without residual attention) of dQ.
+  out_specs = [pl.BlockSpec((None, block, 3, None, head_dim),
+                            lambda j, b, h: (b, j, 0, h, 0)),
                column_spec if carry else None, column_spec if carry and rebuild else None]
   return pl.pallas_call(
       functools.partial(_backward_kernel, spec=spec, rebuild=rebuild), grid=grid,
       in_specs=in_specs, out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
       compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
+      # In place, column strip by column strip: g_{l-1} over g_l, acc_{l-1} over acc_l.
+      input_output_aliases=({7: 1, 6: 2} if rebuild else {7: 1}) if carry else {},
       metadata=_flops_metadata(batch, heads, seq_len, head_dim, passes=4 if carry else 7),
       name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
-  )(q, k, v, do, lse, delta, acc if carry else None, g_acc if carry else None, bias, fparams,
-    iparams)
+  )(qkv, qkv, qkv, do, lse, delta, acc if carry else None, g_acc if carry else None, bias,
+    fparams, iparams)
+
+
+def _dq_kernel(g_ref, k_ref, f_ref, _, dq_ref, *, spec: KernelSpec):
+  block_q, head_dim = dq_ref.shape
+  seq_len = k_ref.shape[0]
+  block_k = spec.block_k
+  scale = f_ref[0]
+
+  def body(j, dq):
+    ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
+    k = k_ref[ks, :]
+    return dq + tm.dot((g_ref[:, ks] * scale).astype(k.dtype), k)
+
+  dq = lax.fori_loop(0, seq_len // block_k, body, jnp.zeros((block_q, head_dim), jnp.float32))
+  dq_ref[...] = dq.astype(dq_ref.dtype)
+
+
+def query_gradient(g, qkv, fparams, dqkv, spec: KernelSpec):
+  """dqkv with its dQ part = scale g K, from the float32 score gradient g [B, H, L, L], read
+  once (an XLA matmul would first write a bfloat16 copy of g); written into dqkv in place."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
+  block_q = spec.block_q
+  dq_spec = pl.BlockSpec((None, block_q, None, None, head_dim),
+                         lambda i, b, h: (b, i, 0, h, 0))
+  return pl.pallas_call(
+      functools.partial(_dq_kernel, spec=spec), grid=(seq_len // block_q, batch, heads),
+      in_specs=[pl.BlockSpec((None, None, block_q, seq_len), lambda i, b, h: (b, h, i, 0)),
+                _qkv_spec(seq_len, 1, lambda i: 0, head_dim),
+                pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)), dq_spec],
+      out_specs=dq_spec, out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
+      input_output_aliases={3: 0}, interpret=spec.interpret,
+      compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
+      metadata=_flops_metadata(batch, heads, seq_len, head_dim, passes=1),
+      name='realformer_attention_dq',
+  )(g, qkv, fparams, dqkv)
 
 
 def _flops_metadata(batch, heads, seq_len, head_dim, passes: int) -> dict:

@@ -222,3 +222,17 @@ def test_cudnn_wrapper_arithmetic_through_jax_xla_implementation():
   got = cudnn_attention(q, k, v, bias[:, None, None, :], scale, implementation='xla')
   want, _ = _reference(qkv, None, bias, scale, 1.0, None, False, jnp.float32)
   _assert_close(got, want, 1e-5)
+
+
+def test_a_run_resumes_with_another_attention_implementation(tmp_path):
+  from realformer_jax.train import default_config, loop  # pylint: disable=import-outside-toplevel
+  saved = default_config()
+  saved.model.attention_impl = 'xla'
+  (tmp_path / 'config.json').write_text(saved.to_json_best_effort())
+  resumed = default_config()
+  resumed.model.attention_impl = 'pallas'
+  resumed.model.attention_platform = 'gpu'
+  loop.check_resumable(resumed, str(tmp_path), latest_step=2)  # same model: no error
+  resumed.model.num_layers += 1
+  with pytest.raises(ConfigError, match='model.num_layers=13'):
+    loop.check_resumable(resumed, str(tmp_path), latest_step=2)

@@ -135,12 +135,17 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
     tokenizer.save(workdir)
 
 
+# How attention is computed (kernels/select.py) changes no parameter and no number.
+_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform')
+
+
 def check_resumable(config: ml_collections.ConfigDict, workdir: str,
                     latest_step: Optional[int]) -> None:
   """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
   was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
   dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
-  the checkpoints are left untouched. Fields that are 'auto' on either side are not compared."""
+  the checkpoints are left untouched. Fields that are 'auto' on either side, and the attention
+  implementation, are not compared."""
   path = os.path.join(workdir, 'config.json')
   if latest_step is None or not os.path.exists(path):
     return
@@ -148,7 +153,7 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str,
     saved = json.load(f).get('model', {})
   current = json.loads(config.model.to_json_best_effort())
   changed = [f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
-             for k in sorted(set(saved) | set(current))
+             for k in sorted(set(saved) | set(current)) if k not in _HOW_ATTENTION_RUNS
              if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)]
   if changed:
     raise ConfigError(f'{workdir} holds checkpoints (latest step {latest_step}) of another '

@@ -13,6 +13,7 @@ import numpy as np
 from benchmarks import steps
 from configs import tiny
 from realformer_jax.train import build, partitioning, state as state_lib, step as step_lib
+from realformer_jax.train import validation
 from tests import scale_out_support as support
 
 
@@ -37,10 +38,10 @@ def main():
   batch['input_mask'][3, 20:] = 0  # padding in one shard's rows
   results = {}
   for impl in ('xla', 'pallas'):
-    config = _config(impl)
-    setup = build.make_setup(config)
-    state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout,
-                                 jax.random.key(0), setup.mesh, setup.rules)
+    spec = validation.validate_config(_config(impl))
+    setup = build.make_setup(spec)
+    state = state_lib.init_state(setup.model, setup.tx, spec.data, setup.layout,
+                                 jax.random.key(0), setup.mesh, setup.rules, setup.task)
     device_batch = partitioning.global_batch(batch, setup.batch_sharding)
     rng = jax.random.key(1)
     forward_rng = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # as train_step at step 0
@@ -56,7 +57,7 @@ def main():
       value, grads = grad_fn(state.params, device_batch, forward_rng)
     results[impl] = (float(value), jax.tree.map(np.asarray, grads))
     if impl == 'pallas':
-      train_step = build.compile_train_step(config, setup)
+      train_step = build.compile_train_step(setup)
       _, metrics = train_step(state, device_batch, rng)
       metrics = jax.device_get(metrics)
       results['step_loss'] = float(metrics['mlm_loss_sum'] / metrics['mlm_weight'])

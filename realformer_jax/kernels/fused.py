@@ -69,11 +69,8 @@ def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, g_out,
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
   if spec.carry_out and g_acc is None:
     g_acc = jnp.zeros_like(acc)
-  dqkv, g_acc_in, acc_in = _kernels(spec).backward(
-      qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, spec, rebuild=rebuild)
-  if spec.carry_out:  # dQ = scale d acc_{l-1} K: the kernel wrote d acc_{l-1}, read it once
-    dqkv = _kernels(spec).query_gradient(g_acc_in, qkv, fparams, dqkv, spec)
-  return dqkv, g_acc_in, acc_in
+  return _kernels(spec).backward(qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams,
+                                 spec, rebuild=rebuild)
 
 
 fused_attention.defvjp(_fused_fwd, _fused_bwd)

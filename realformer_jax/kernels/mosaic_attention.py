@@ -192,9 +192,10 @@ def _dq_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, bi
 
 def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
              rebuild: bool = False):
-  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward
-  (with residual attention dQ is zero until query_gradient). `lse` is [B, H, L, 1] (this
-  module's forward), `delta` [B, H, L]."""
+  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward.
+  `lse` is [B, H, L, 1] (this module's forward), `delta` [B, H, L]. No atomics on a TPU: dQ
+  comes from a second kernel, which reads the carried gradient the first one wrote (residual
+  attention) or recomputes p (without)."""
   batch, seq_len, _, heads, head_dim = qkv.shape
   block = spec.block_bwd
   n = seq_len // block
@@ -250,6 +251,8 @@ def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: Kern
         name='flash_attention_dq',
     )(fparams, words, qh, kh, vh, doh, lse, delta, bias3)
   dqkv = jnp.stack([jnp.transpose(x, (0, 2, 1, 3)) for x in (dq, dk, dv)], axis=2)
+  if carry:  # dQ = scale d acc_{l-1} K from the gradient just written
+    dqkv = query_gradient(g_acc_in, qkv, fparams, dqkv, spec)
   return dqkv, g_acc_in, acc_in
 
 

@@ -7,16 +7,23 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           Writes the output and the row log-sum-exp; probabilities never reach HBM.
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
           blocks, recomputing p = exp(z - lse) and the mask, accumulating dK and dV. With
-          residual attention it reads acc_l and the carried gradient g_l, writes
+          residual attention it reads acc_l and the carried gradient g_l and writes
           g_{l-1} = g_l + dz * inv_div (and, when asked, acc_{l-1} = acc_l - s, so the layer
-          below needs no saved sum); dQ = scale g_{l-1} K is then one matmul outside the
-          kernel. Without it a second loop of the same program computes the dQ tile of the
-          query block with its own index (so query and key blocks are the same size there).
+          below needs no saved sum), in place; each tile's dQ share goes to a float32 dQ by
+          atomic adds (FlashAttention-2's scheme; the (batch, head) slice added to, 128 KB at
+          L = 512, K = 64, stays in L2 while that head's programs run), because reading the
+          written gradient again would cost 4 more bytes per score element. Without residual
+          attention a second loop of the program recomputes its query block's dQ instead.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
-backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}), + 4 read by the dQ kernel.
-q, k and v are read straight from the fused projection's [B, L, 3, H, K] output, and the
-gradient is written into one [B, L, 3, H, K] array, so no slices or concatenations surround the
-kernels.
+backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
+products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
+(the dQ loop recomputes Q K^T and dO V^T).
+q, k and v are read straight from the fused projection's [B, L, 3, H, K] output (one operand:
+a program's (batch, head) slice, rows and parts picked in the kernel), and the gradient is
+written into one [B, L, 3, H, K] array, so no slices or concatenations surround the kernels.
+Each pallas_call states its matmul FLOPs and the HBM bytes it moves (`_cost_metadata`): XLA's
+GPU cost model cannot see inside a Triton kernel, and operand sizes alone would count a
+(batch, head) slice read by many programs, or an array updated in place, as read whole.
 """
 
 from __future__ import annotations
@@ -43,13 +50,13 @@ def _keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
   return keep_tile_joined(i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold)
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_ref, lse_ref,
-                    acc_out_ref, *, spec: KernelSpec):
-  block_q, head_dim = q_ref.shape
-  seq_len = k_ref.shape[0]
-  block_k = spec.block_k
+def _forward_kernel(qkv_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_ref, lse_ref, acc_out_ref,
+                    *, spec: KernelSpec):
+  seq_len, _, head_dim = qkv_ref.shape
+  block_q, block_k = spec.block_q, spec.block_k
   iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  q = q_ref[...]
+  if not spec.sum_given:  # with the sum given, no Q K^T
+    q = qkv_ref[pl.ds(pl.multiple_of(iq * block_q, block_q), block_q), 0, :]
   scale, inv_div = f_ref[0], f_ref[1]
 
   def body(j, state):
@@ -57,14 +64,14 @@ def _forward_kernel(q_ref, k_ref, v_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_r
     if spec.sum_given:
       acc = acc_in_ref[:, ks]
     else:
-      acc = tm.scores(q, k_ref[ks, :], scale)
+      acc = tm.scores(q, qkv_ref[ks, 1, :], scale)
       if spec.carry_in:
         acc = acc_in_ref[:, ks] + acc
       if spec.carry_out:
         acc_out_ref[:, ks] = acc
     z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
     keep = _keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
-    return tm.online_softmax_step(state, z, v_ref[ks, :], keep, spec.keep_prob)
+    return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
   out, lse = tm.finish(state)
@@ -72,65 +79,60 @@ def _forward_kernel(q_ref, k_ref, v_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_r
   lse_ref[...] = lse[:, 0]
 
 
-def _qkv_spec(rows: int, part: int, row_block, head_dim: int) -> pl.BlockSpec:
-  """Rows of q (part 0), k (1) or v (2) of one (batch, head) in a [B, L, 3, H, K] array;
-  `row_block(first program id)` is the block index along L."""
-  return pl.BlockSpec((None, rows, None, None, head_dim),
-                      lambda i, b, h: (b, row_block(i), part, h, 0))
+def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
+  """One (batch, head)'s q, k and v [L, 3, K] in a [B, L, 3, H, K] array (grid (_, b, h))."""
+  return pl.BlockSpec((None, seq_len, 3, None, head_dim), lambda _, b, h: (b, 0, 0, h, 0))
 
 
 def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   """(out [B, L, H, K], lse [B, H, L] float32, acc_out [B, H, L, L] float32 or None; None
   with `spec.sum_given`, whose acc_in is already acc_l)."""
   batch, seq_len, _, heads, head_dim = qkv.shape
-  block_q, block_k = spec.block_q, spec.block_k
-  grid = (seq_len // block_q, batch, heads)
-  whole = lambda i: 0
+  block_q = spec.block_q
+  writes_sum = spec.carry_out and not spec.sum_given
   acc_spec = pl.BlockSpec((None, None, block_q, seq_len), lambda i, b, h: (b, h, i, 0))
-  in_specs = [_qkv_spec(block_q, 0, lambda i: i, head_dim),
-              _qkv_spec(seq_len, 1, whole, head_dim), _qkv_spec(seq_len, 2, whole, head_dim),
-              acc_spec if spec.carry_in else None,
+  in_specs = [_head_spec(seq_len, head_dim), acc_spec if spec.carry_in else None,
               pl.BlockSpec((None, seq_len), lambda i, b, h: (b, 0)),
               pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
               pl.BlockSpec((4,), lambda i, b, h: (0,))]
+  scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   out_shape = [jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
-               jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32)]
+               jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
+               scores_shape if writes_sum else None]
   out_specs = [pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
-               pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))]
-  if spec.carry_out and not spec.sum_given:
-    out_shape.append(jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32))
-    out_specs.append(acc_spec)
-  else:
-    out_shape.append(None)
-    out_specs.append(None)
+               pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+               acc_spec if writes_sum else None]
+  rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize  # one [B, L, H, K] array
   out, lse, acc_out = pl.pallas_call(
-      functools.partial(_forward_kernel, spec=spec), grid=grid, in_specs=in_specs,
-      out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
-      compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
+      functools.partial(_forward_kernel, spec=spec), grid=(seq_len // block_q, batch, heads),
+      in_specs=in_specs, out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
+      compiler_params=_compiler_params(head_dim),
       # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
       # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
-      input_output_aliases={3: 2} if spec.carry_in and not spec.sum_given else {},
-      metadata=_flops_metadata(batch, heads, seq_len, head_dim,
-                               passes=1 if spec.sum_given else 2),
+      input_output_aliases={1: 2} if spec.carry_in and writes_sum else {},
+      metadata=_cost_metadata(batch, heads, seq_len, head_dim,
+                              passes=1 if spec.sum_given else 2,
+                              score_arrays=int(spec.carry_in) + int(writes_sum),
+                              row_bytes=(1 if spec.sum_given else 3) * rows + rows),
       name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
-  )(qkv, qkv, qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
+  )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
   return out, lse, acc_out
 
 
-def _backward_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref,
-                     bias_ref, f_ref, i_ref, dqkv_ref, g_acc_in_ref, acc_in_ref,
-                     *, spec: KernelSpec, rebuild: bool):
-  seq_len, head_dim = q_ref.shape
+def _backward_kernel(qkv_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref, bias_ref, f_ref,
+                     i_ref, _, dqkv_ref, dq_ref, g_acc_in_ref, acc_in_ref, *, spec: KernelSpec,
+                     rebuild: bool):
+  seq_len, _, head_dim = qkv_ref.shape
   block = spec.block_bwd
   jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
-  k, v = k_ref[ks, :], v_ref[ks, :]
+  k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
   bias_row = bias_ref[ks][None, :]
 
   def tile(i, k, v, bias_row, k0, acc=None, g_acc=None):
     qs = pl.ds(pl.multiple_of(i * block, block), block)
-    q, do = q_ref[qs, :], do_ref[qs, :]
+    q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
     s = tm.scores(q, k, scale)
     z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
     keep = _keep(spec, i_ref, b, h, seq_len, i * block, k0, (block, block))
@@ -145,12 +147,14 @@ def _backward_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref, g
     acc = acc_ref[qs, :] if spec.carry_out else None
     g_acc = g_acc_ref[qs, :] if spec.carry_out else None
     q, do, s, p_dropped, g = tile(i, k, v, bias_row, jk * block, acc, g_acc)
+    ds = (g * scale).astype(q.dtype)
     if spec.carry_out:
       g_acc_in_ref[qs, :] = g
       if rebuild:
         acc_in_ref[qs, :] = acc - s
+      plgpu.atomic_add(dq_ref, (qs, slice(None)), tm.dot(ds, k))
     dv = dv + tm.t_dot(p_dropped, do)
-    dk = dk + tm.t_dot((g * scale).astype(q.dtype), q)
+    dk = dk + tm.t_dot(ds, q)
     return dk, dv
 
   zeros = jnp.zeros((block, head_dim), jnp.float32)
@@ -158,94 +162,105 @@ def _backward_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref, g
   dqkv_ref[:, 1, :] = dk.astype(dqkv_ref.dtype)
   dqkv_ref[:, 2, :] = dv.astype(dqkv_ref.dtype)
   if spec.carry_out:
-    return  # dQ: query_gradient, from the carried gradient this kernel wrote
+    return
 
-  iq = jk  # second loop: the query block with this program's index, over every key block
+  # Without a carried gradient to re-read, dQ is cheapest recomputed: a second loop of the
+  # same program over every key block, for the query block with this program's index (two
+  # more [L, L] x [L, K] products, no float32 dQ traffic).
+  iq = jk
 
   def dq_body(j, dq):
     js = pl.ds(pl.multiple_of(j * block, block), block)
-    kj = k_ref[js, :]
-    *_, g = tile(iq, kj, v_ref[js, :], bias_ref[js][None, :], j * block)
+    kj = qkv_ref[js, 1, :]
+    *_, g = tile(iq, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], j * block)
     return dq + tm.dot((g * scale).astype(kj.dtype), kj)
 
-  dq = lax.fori_loop(0, seq_len // block, dq_body, jnp.zeros((block, head_dim), jnp.float32))
+  dq = lax.fori_loop(0, seq_len // block, dq_body, zeros)
   dqkv_ref[:, 0, :] = dq.astype(dqkv_ref.dtype)
 
 
 def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
              rebuild: bool = False):
-  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); see the module docstring.
-  With residual attention dqkv holds dK and dV only: query_gradient adds dQ in place."""
+  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); see the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
   block = spec.block_bwd
-  grid = (seq_len // block, batch, heads)
-  whole = lambda j: 0
-  seq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
   column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
+  dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
   carry = spec.carry_out
-  in_specs = [_qkv_spec(seq_len, part, whole, head_dim) for part in range(3)] + [
-              seq_spec, stat_spec, stat_spec,
+  in_specs = [_head_spec(seq_len, head_dim),
+              pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0)),
+              stat_spec, stat_spec,
               column_spec if carry else None, column_spec if carry else None,
               pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
               pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
-              pl.BlockSpec((4,), lambda j, b, h: (0,))]
+              pl.BlockSpec((4,), lambda j, b, h: (0,)), dq_spec if carry else None]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
-  out_shape = [jax.ShapeDtypeStruct(qkv.shape, qkv.dtype),
+  dq_shape = jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), jnp.float32)
+  out_shape = [jax.ShapeDtypeStruct(qkv.shape, qkv.dtype), dq_shape if carry else None,
                scores_shape if carry else None, scores_shape if carry and rebuild else None]
-  # Program j writes rows j of dK and dV and (without residual attention) of dQ.
-  out_specs = [pl.BlockSpec((None, block, 3, None, head_dim),
-                            lambda j, b, h: (b, j, 0, h, 0)),
-               column_spec if carry else None, column_spec if carry and rebuild else None]
-  return pl.pallas_call(
-      functools.partial(_backward_kernel, spec=spec, rebuild=rebuild), grid=grid,
-      in_specs=in_specs, out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
-      compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
-      # In place, column strip by column strip: g_{l-1} over g_l, acc_{l-1} over acc_l.
-      input_output_aliases=({7: 1, 6: 2} if rebuild else {7: 1}) if carry else {},
-      metadata=_flops_metadata(batch, heads, seq_len, head_dim, passes=4 if carry else 7),
+  # Program j writes rows j of dK, dV (parts 1, 2) and, without residual attention, of dQ.
+  out_specs = [pl.BlockSpec((None, block, 3, None, head_dim), lambda j, b, h: (b, j, 0, h, 0)),
+               dq_spec if carry else None, column_spec if carry else None,
+               column_spec if carry and rebuild else None]
+  rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize
+  # In place: dQ accumulates over the zeros it is given; column strip by column strip,
+  # g_{l-1} over g_l and acc_{l-1} over acc_l.
+  aliases = ({9: 1, 5: 2, 4: 3} if rebuild else {9: 1, 5: 2}) if carry else {}
+  dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
+      functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
+      grid=(seq_len // block, batch, heads), in_specs=in_specs, out_specs=out_specs,
+      out_shape=out_shape, interpret=spec.interpret, compiler_params=_compiler_params(head_dim),
+      input_output_aliases=aliases,
+      metadata=_cost_metadata(
+          batch, heads, seq_len, head_dim, passes=5 if carry else 7,
+          score_arrays=(3 + int(rebuild)) if carry else 0,
+          # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
+          row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows)),
       name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
-  )(qkv, qkv, qkv, do, lse, delta, acc if carry else None, g_acc if carry else None, bias,
-    fparams, iparams)
+  )(qkv, do, lse, delta, acc if carry else None, g_acc if carry else None, bias, fparams,
+    iparams, jnp.zeros(dq_shape.shape, jnp.float32) if carry else None)
+  if carry:
+    dqkv = _store_query_gradient(dq, dqkv, spec)
+  return dqkv, g_acc_in, acc_in
 
 
-def _dq_kernel(g_ref, k_ref, f_ref, _, dq_ref, *, spec: KernelSpec):
-  block_q, head_dim = dq_ref.shape
-  seq_len = k_ref.shape[0]
-  block_k = spec.block_k
-  scale = f_ref[0]
-
-  def body(j, dq):
-    ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
-    k = k_ref[ks, :]
-    return dq + tm.dot((g_ref[:, ks] * scale).astype(k.dtype), k)
-
-  dq = lax.fori_loop(0, seq_len // block_k, body, jnp.zeros((block_q, head_dim), jnp.float32))
-  dq_ref[...] = dq.astype(dq_ref.dtype)
+def _store_kernel(dq_ref, _, dqkv_ref):
+  dqkv_ref[...] = dq_ref[...].astype(dqkv_ref.dtype)
 
 
-def query_gradient(g, qkv, fparams, dqkv, spec: KernelSpec):
-  """dqkv with its dQ part = scale g K, from the float32 score gradient g [B, H, L, L], read
-  once (an XLA matmul would first write a bfloat16 copy of g); written into dqkv in place."""
-  batch, seq_len, _, heads, head_dim = qkv.shape
-  block_q = spec.block_q
-  dq_spec = pl.BlockSpec((None, block_q, None, None, head_dim),
-                         lambda i, b, h: (b, i, 0, h, 0))
+def _store_query_gradient(dq, dqkv, spec: KernelSpec):
+  """dqkv with part 0 = dQ (float32 -> the compute dtype), in place. A kernel, not XLA's
+  dynamic-update-slice: XLA fused that update into the bias gradient's reduction as well,
+  which kept the old dqkv alive and cost a copy of it."""
+  batch, seq_len, _, heads, head_dim = dqkv.shape
+  block = spec.block_q
+  part0 = pl.BlockSpec((None, block, None, None, head_dim), lambda i, b, h: (b, i, 0, h, 0))
+  rows = batch * seq_len * heads * head_dim * dqkv.dtype.itemsize
   return pl.pallas_call(
-      functools.partial(_dq_kernel, spec=spec), grid=(seq_len // block_q, batch, heads),
-      in_specs=[pl.BlockSpec((None, None, block_q, seq_len), lambda i, b, h: (b, h, i, 0)),
-                _qkv_spec(seq_len, 1, lambda i: 0, head_dim),
-                pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)), dq_spec],
-      out_specs=dq_spec, out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
-      input_output_aliases={3: 0}, interpret=spec.interpret,
-      compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
-      metadata=_flops_metadata(batch, heads, seq_len, head_dim, passes=1),
-      name='realformer_attention_dq',
-  )(g, qkv, fparams, dqkv)
+      _store_kernel, grid=(seq_len // block, batch, heads),
+      in_specs=[pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+                part0],
+      out_specs=part0, out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
+      input_output_aliases={1: 0}, interpret=spec.interpret,
+      compiler_params=_compiler_params(head_dim),
+      metadata={'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out; no matmul
+      name='attention_store_dq',
+  )(dq, dqkv)
 
 
-def _flops_metadata(batch, heads, seq_len, head_dim, passes: int) -> dict:
-  """Matmul FLOPs of the kernel (`passes` [L, L] x [L, K] products per (b, h)), in the
-  custom call's backend config: XLA's GPU cost model does not see inside a Triton kernel, so
-  the roofline estimator reads them from here."""
-  return {'flops': str(2 * passes * batch * heads * seq_len * seq_len * head_dim)}
+def _compiler_params(head_dim: int):
+  return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+
+
+def _cost_metadata(batch, heads, seq_len, head_dim, *, passes: int, score_arrays: int,
+                   row_bytes: int) -> dict:
+  """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`):
+  matmul FLOPs (`passes` [L, L] x [L, K] products per (batch, head)) and HBM bytes: each
+  float32 [B, H, L, L] array read or written once, plus `row_bytes` of [B, L, H, K]-sized
+  traffic. K and V tiles that several programs read come from L2 (a (batch, head) slice is
+  ~100 KB at L = 512), so they count once."""
+  elements = batch * heads * seq_len * seq_len
+  return {'flops': str(2 * passes * elements * head_dim),
+          'bytes_accessed': str(4 * score_arrays * elements + row_bytes
+                                + 8 * batch * heads * seq_len)}

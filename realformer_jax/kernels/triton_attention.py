@@ -244,7 +244,7 @@ def _store_query_gradient(dq, dqkv, spec: KernelSpec):
       out_specs=part0, out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
       input_output_aliases={1: 0}, interpret=spec.interpret,
       compiler_params=_compiler_params(head_dim),
-      metadata={'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out; no matmul
+      metadata={'flops': '0', 'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out
       name='attention_store_dq',
   )(dq, dqkv)
 

@@ -128,6 +128,10 @@ def test_dropout_tiles_reproduce_keep_mask():
     for row0, col0 in ((0, 0), (2, 16), (4, 48)):
       got = tile(k1, k2, jnp.uint32(row0), jnp.uint32(col0), (2, 16), threshold)
       np.testing.assert_array_equal(got, full[row0:row0 + 2, col0:col0 + 16])
+  for width in (16, 32):  # the GPU forward stores the mask at one bit per element
+    packed = dropout_tiles.pack_bits(full, width)
+    assert packed.shape == (6, 64 // width) and packed.dtype == jnp.uint32
+    np.testing.assert_array_equal(dropout_tiles.unpack_bits(packed, width), full)
 
 
 # --- The model: every path of Encoder with kernels equals attention_impl='xla' -------------

@@ -58,7 +58,7 @@ def carried_attention(qkv, acc_in: Optional[jax.Array], shadow_in: Optional[jax.
                       bias, fparams, iparams, spec: KernelSpec):
   """(out, acc_l, shadow): the layer's attention; acc_in / shadow_in None at a first layer
   that has no incoming sum."""
-  out, _, acc_out = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
   return out, acc_out, _shadow_out(shadow_in, acc_out)
 
 
@@ -67,16 +67,16 @@ def _shadow_out(shadow_in, acc_out):
 
 
 def _carried_fwd(qkv, acc_in, shadow_in, bias, fparams, iparams, spec):
-  out, lse, acc_out = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
-  residuals = (qkv, bias, fparams, iparams, out, lse)
+  out, lse, acc_out, bits = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  residuals = (qkv, bias, fparams, iparams, out, lse, bits)
   return (out, acc_out, _shadow_out(shadow_in, acc_out)), residuals
 
 
 def _carried_bwd(spec, residuals, cotangents):
-  qkv, bias, fparams, iparams, out, lse = residuals
+  qkv, bias, fparams, iparams, out, lse, bits = residuals
   g_out, g_acc, acc_out = cotangents  # the shadow's cotangent is acc_l (module docstring)
   dqkv, g_acc_in, acc_in = attention_backward(qkv, acc_out, g_acc, bias, fparams, iparams, out,
-                                              lse, g_out, spec, rebuild=spec.carry_in)
+                                              lse, bits, g_out, spec, rebuild=spec.carry_in)
   if not spec.carry_in:
     g_acc_in = acc_in = None
   return dqkv, g_acc_in, acc_in, jnp.zeros_like(bias), jnp.zeros_like(fparams), None
@@ -89,20 +89,20 @@ carried_attention.defvjp(_carried_fwd, _carried_bwd)
 def top_down_attention(qkv, acc_l, shadow, bias, fparams, iparams, spec: KernelSpec):
   """(out, acc_l, shadow) from the known sum acc_l; the VJP returns d acc_{l-1} for acc_l and
   acc_{l-1} for shadow. `spec.sum_given` must be set."""
-  out, _, _ = _kernels(spec).forward(qkv, acc_l, bias, fparams, iparams, spec)
+  out, _, _, _ = _kernels(spec).forward(qkv, acc_l, bias, fparams, iparams, spec)
   return out, acc_l, shadow
 
 
 def _top_down_fwd(qkv, acc_l, shadow, bias, fparams, iparams, spec):
-  out, lse, _ = _kernels(spec).forward(qkv, acc_l, bias, fparams, iparams, spec)
-  return (out, acc_l, shadow), (qkv, acc_l, bias, fparams, iparams, out, lse)
+  out, lse, _, bits = _kernels(spec).forward(qkv, acc_l, bias, fparams, iparams, spec)
+  return (out, acc_l, shadow), (qkv, acc_l, bias, fparams, iparams, out, lse, bits)
 
 
 def _top_down_bwd(spec, residuals, cotangents):
-  qkv, acc_l, bias, fparams, iparams, out, lse = residuals
+  qkv, acc_l, bias, fparams, iparams, out, lse, bits = residuals
   g_out, g_acc, _ = cotangents
   dqkv, g_acc_in, acc_in = attention_backward(qkv, acc_l, g_acc, bias, fparams, iparams, out,
-                                              lse, g_out, spec, rebuild=True)
+                                              lse, bits, g_out, spec, rebuild=True)
   return dqkv, g_acc_in, acc_in, jnp.zeros_like(bias), jnp.zeros_like(fparams), None
 
 

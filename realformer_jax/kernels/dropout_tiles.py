@@ -13,6 +13,9 @@ Two layouts of the same computation, because the kernel compilers accept differe
             [.., 2, 2] intermediate to (8, 128) tiles and runs out of VMEM.
   selected  one hash per element (each element hashes its word and picks its half): 4x the
             integer work, but plain element-wise ops that Mosaic lowers.
+
+`pack_bits` / `unpack_bits` store a mask at one bit per element (1/32 of a float32 score): the
+GPU forward kernel writes the mask it drew, so the backward reads it instead of hashing again.
 """
 
 import jax
@@ -54,3 +57,19 @@ def keep_tile_selected(k1: jax.Array, k2: jax.Array, row0: jax.Array, col0: jax.
   y = jnp.where(lane < 2, y1, y2)
   draws = jnp.where((lane & np.uint32(1)) == 0, y & _LOW, y >> _HALF)
   return draws < np.uint32(threshold)
+
+
+def pack_bits(keep: jax.Array, width: int) -> jax.Array:
+  """[rows, cols] booleans -> [rows, cols / width] uint32, bit c % width of word c // width."""
+  rows, cols = keep.shape
+  lanes = lax.broadcasted_iota(jnp.uint32, (rows, cols // width, width), 2)
+  bits = keep.astype(jnp.uint32).reshape(rows, cols // width, width) << lanes
+  return jnp.sum(bits, axis=-1, dtype=jnp.uint32)  # disjoint bits: the sum is their or
+
+
+def unpack_bits(words: jax.Array, width: int) -> jax.Array:
+  """pack_bits's inverse: [rows, n] uint32 -> [rows, n * width] booleans."""
+  rows, n = words.shape
+  lanes = lax.broadcasted_iota(jnp.uint32, (rows, n, width), 2)
+  bits = (words[:, :, None] >> lanes) & np.uint32(1)
+  return bits.reshape(rows, n * width) == np.uint32(1)

@@ -41,36 +41,37 @@ def fused_attention(qkv: jax.Array, acc_in: Optional[jax.Array], bias: jax.Array
                     spec: KernelSpec) -> tuple[jax.Array, Optional[jax.Array]]:
   """(attention output [B, L, H, K] in qkv's dtype, carried sum [B, H, L, L] float32 or
   None)."""
-  out, _, acc_out = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
   return out, acc_out
 
 
 def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
-  out, lse, acc_out = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
-  return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse)
+  out, lse, acc_out, bits = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse, bits)
 
 
 def _fused_bwd(spec, residuals, cotangents):
-  qkv, acc_out, bias, fparams, iparams, out, lse = residuals
+  qkv, acc_out, bias, fparams, iparams, out, lse, bits = residuals
   g_out, g_acc = cotangents
   dqkv, g_acc_in, _ = attention_backward(qkv, acc_out, g_acc, bias, fparams, iparams, out, lse,
-                                         g_out, spec)
+                                         bits, g_out, spec)
   return (dqkv, g_acc_in if spec.carry_in else None, jnp.zeros_like(bias),
           jnp.zeros_like(fparams), None)
 
 
-def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, g_out,
+def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, bits, g_out,
                        spec: KernelSpec, rebuild: bool = False):
   """(dqkv, d acc_{l-1} or None, acc_{l-1} = acc_l - s or None).
 
   `acc` is the layer's carried OUTPUT acc_l; with `rebuild` the kernel also writes acc_{l-1}
-  (the layer below walks down with it)."""
+  (the layer below walks down with it). `bits`: the dropout mask the GPU forward stored (None:
+  the kernels draw it again)."""
   g_out = g_out.astype(qkv.dtype)
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
   if spec.carry_out and g_acc is None:
     g_acc = jnp.zeros_like(acc)
   return _kernels(spec).backward(qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams,
-                                 spec, rebuild=rebuild)
+                                 bits, spec, rebuild=rebuild)
 
 
 fused_attention.defvjp(_fused_fwd, _fused_bwd)

@@ -128,7 +128,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(fparams, _int_words(iparams), qh, kh, vh, acc_in if spec.carry_in else None,
     bias[:, None, :])
-  return _heads_major(out), lse, acc_out
+  return _heads_major(out), lse, acc_out, None  # the backward draws the mask again
 
 
 def _int_words(iparams):
@@ -190,12 +190,13 @@ def _dq_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, bi
     dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
 
 
-def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, spec: KernelSpec,
+def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec: KernelSpec,
              rebuild: bool = False):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward.
   `lse` is [B, H, L, 1] (this module's forward), `delta` [B, H, L]. No atomics on a TPU: dQ
   comes from a second kernel, which reads the carried gradient the first one wrote (residual
   attention) or recomputes p (without)."""
+  del bits  # None: Mosaic cannot pack bits along lanes; the mask is drawn again
   batch, seq_len, _, heads, head_dim = qkv.shape
   block = spec.block_bwd
   n = seq_len // block

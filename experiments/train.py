@@ -6,12 +6,15 @@ realformer_jax/train/.
         --config.train.global_batch_size=256 --config.mesh.shape='(1,-1,1)'
 
 Re-running with the same --workdir resumes from its latest checkpoint. Bad flags, configs and
-data exit with status 1 and one line `error: <message>` on stderr, before any compilation.
+data exit with status 1 and one line `error: <message>` on stderr, before any compilation; so
+do the faults of a long run (a damaged checkpoint or data file, a full disk, a workdir that
+another run holds: README "Reliability").
 On CPU, --malloc=retain makes the process re-execute itself (same PID) with glibc settings that
 stop XLA's per-step temporaries from being page-faulted afresh every step (~20% faster BERT-Base
 steps on 2 cores; realformer_jax/malloc.py).
 """
 
+import os
 import re
 import sys
 
@@ -21,6 +24,7 @@ from ml_collections import config_flags
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
+from realformer_jax.train import library_noise
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.',
                                           lock_config=True)
@@ -34,6 +38,16 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def fail(message: str):
   print(f'error: {message}', file=sys.stderr)
   sys.exit(1)
+
+
+def fail_after_training(message: str):
+  """`fail` for an error raised once training has started: the run has already waited for
+  its saves and closed everything it opened, but a failed save can leave orbax coroutines
+  behind whose teardown prints tracebacks at interpreter exit; exiting at once keeps the
+  error line the last thing on stderr."""
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(1)  # pylint: disable=protected-access
 
 
 def parse_flags(argv):
@@ -60,6 +74,7 @@ def run_job(argv, job):
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
+    library_noise.quiet()  # orbax's own logs of a failure we report in one line
   config = _CONFIG.value
   try:
     config.keys()  # a config file that failed to load raises on first use, not when parsed
@@ -67,8 +82,10 @@ def run_job(argv, job):
     fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
   try:
     job(config, _WORKDIR.value)
-  except (ConfigError, DataError, train.TrainingError) as e:
+  except (ConfigError, DataError) as e:
     fail(str(e))
+  except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...
+    fail_after_training(str(e))
 
 
 def main(argv):

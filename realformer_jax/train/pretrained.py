@@ -95,13 +95,14 @@ def load_workdir(workdir: str, step: Optional[int] = None,
   config.mesh.shape = tuple(mesh_shape) if mesh_shape is not None else (
       (-1,) + (1,) * (len(config.mesh.axes) - 1))
   model_config = validation.validate_config(config)
-  checkpointer = Checkpointer(workdir, keep=config.train.keep_checkpoints)
+  # Read-only: safe beside a live run (nothing cleaned up, renamed or rotated).
+  checkpointer = Checkpointer(workdir, keep=config.train.keep_checkpoints, writer=False)
   try:
     steps = checkpointer.all_steps()
     if not steps:
       raise ConfigError(f'{checkpointer.directory}: no checkpoint to load')
     if step is None:
-      step = max(steps)
+      step = checkpointer.newest_intact_step()
     elif step not in steps:
       raise ConfigError(f'step={step}: no checkpoint at that step in {checkpointer.directory} '
                         f'(have {sorted(steps)})')

@@ -129,45 +129,50 @@ class Checkpointer:
                      data_iterator: Any, warn_fn: Callable[[str], None] = warn
                      ) -> Optional[tuple[int, TrainState, jax.Array]]:
     """(step, state, rng key data) of the newest step that restores, or None if there is no
-    checkpoint. Steps that fail are set aside as described in the module docstring; if none
-    restores, CheckpointError. A ConfigError or DataError (another config or dataset: every
-    step would fail alike) propagates unchanged."""
+    checkpoint. Steps that fail are set aside as described in the module docstring, with one
+    warning each; if none restores, CheckpointError (which then says it all: no warnings). A
+    ConfigError or DataError (another config or dataset: every step would fail alike)
+    propagates unchanged."""
     failed = []  # (step, reason) of steps that failed to restore, not yet set aside
-    set_aside = []  # (step, reason, new name)
+    set_aside = []  # (step, reason, new name, warning)
     for step in sorted(self.all_steps(), reverse=True):
       reason = self._agreed_problem(step)
-      if reason is None:
-        try:
-          state, key_data = self.restore(step, abstract_state, abstract_rng_data,
-                                         data_iterator)
-          error = None
-        except (ConfigError, data.DataError):
-          raise
-        except Exception as e:  # pylint: disable=broad-except
-          error = e
-        if _all_processes_ok(error is None):
-          for failed_step, failed_reason in failed:
-            set_aside.append(self._set_aside(failed_step, failed_reason, warn_fn,
-                                             older=step))
-          if set_aside:
-            self._manager.reload()
-          return step, state, key_data
-        failed.append((step, _first_line(error) if error is not None else
-                       'it failed to restore on another process'))
+      if reason is not None:
+        set_aside.append(self._set_aside(step, reason, then='trying the next older step'))
         continue
-      set_aside.append(self._set_aside(step, reason, warn_fn, older=None))
+      try:
+        state, key_data = self.restore(step, abstract_state, abstract_rng_data, data_iterator)
+        error = None
+      except (ConfigError, data.DataError):
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        error = e
+      if _all_processes_ok(error is None):
+        for failed_step, failed_reason in failed:
+          set_aside.append(self._set_aside(failed_step, failed_reason,
+                                           then=f'resuming from step {step}'))
+        if set_aside:
+          self._manager.reload()
+        for *_, warning in sorted(set_aside):
+          warn_fn(warning)
+        return step, state, key_data
+      failed.append((step, _first_line(error) if error is not None else
+                     'it failed to restore on another process'))
     if set_aside:
       self._manager.reload()
     if not failed and not set_aside:
       return None
     problems = '; '.join(f'step {s}: {r}' for s, r in
-                         sorted([(s, r) for s, r, _ in set_aside] + failed, reverse=True))
+                         sorted([(s, r) for s, r, *_ in set_aside] + failed, reverse=True))
     if failed:
       outcome = ('the steps that failed to restore are left in place (damaged files, or a '
                  'config that differs from the one they were saved with)')
-      remedy = ('fix the config, or move those step directories aside to start from step 0')
+      remedy = 'fix the config, or move those step directories aside to start from step 0'
+      if set_aside:
+        outcome = ('the damaged ones were moved aside (' +
+                   ', '.join(name for _, _, name, _ in set_aside) + '), ' + outcome)
     else:
-      outcome = 'they were moved aside (' + ', '.join(name for _, _, name in set_aside) + ')'
+      outcome = 'they were moved aside (' + ', '.join(name for _, _, name, _ in set_aside) + ')'
       remedy = 'rerun to start from step 0, or put back a good copy of a step'
     raise CheckpointError(f'no checkpoint in {self.directory} can be restored: {problems}; '
                           f'{outcome}; {remedy}')
@@ -184,9 +189,9 @@ class Checkpointer:
         reason = 'damaged (process 0 found the problem)'
     return reason
 
-  def _set_aside(self, step: int, reason: str, warn_fn: Callable[[str], None],
-                 older: Optional[int]) -> tuple[int, str, str]:
-    """Renames step `step` to `<step>.damaged[-n]` (process 0; all wait); one warning line."""
+  def _set_aside(self, step: int, reason: str, then: str) -> tuple[int, str, str, str]:
+    """Renames step `step` to `<step>.damaged[-n]` (process 0; all wait). Returns (step,
+    reason, new name, the warning line)."""
     source = os.path.join(self.directory, str(step))
     target = source + DAMAGED_SUFFIX
     n = 1
@@ -197,10 +202,9 @@ class Checkpointer:
       os.rename(source, target)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f'checkpoint set aside {step}')
-    then = f'resuming from step {older}' if older is not None else 'trying the next older step'
-    warn_fn(f'checkpoint step {step} in {self.directory} is damaged ({reason}): moved aside to '
-            f'{os.path.basename(target)}; {then}')
-    return step, reason, os.path.basename(target)
+    name = os.path.basename(target)
+    return step, reason, name, (f'checkpoint step {step} in {self.directory} is damaged '
+                                f'({reason}): moved aside to {name}; {then}')
 
   def newest_intact_step(self) -> int:
     """The newest step whose files pass their checksums, for readers (which never set steps

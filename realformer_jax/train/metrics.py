@@ -3,10 +3,10 @@ lines, and a reader for the event files (`read_scalars`) that needs neither Tens
 tensorboard.
 
 Only process 0 writes; other processes get a writer that does nothing. Events are written and
-flushed in the calling thread, in the order logged. (tensorboardX's SummaryWriter hands them to
-a background thread through a bounded queue instead: when that thread dies on a write error,
-e.g. a full disk, the next `add_scalar` blocks forever and training hangs without a word.) A
-write error is a one-line TrainingError naming the file.
+flushed in the calling thread, in the order logged, so a write error (a full disk) is a
+one-line TrainingError naming the directory. tensorboardX's SummaryWriter hands events to a
+background thread through a 10-event queue instead: when that thread dies on a write error, the
+call that finds the queue full blocks forever (seen on a full 1 MiB tmpfs).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from absl import app, flags
 import jax
 from ml_collections import config_flags
 
-from realformer_jax.train import build
+from realformer_jax.train import build, validation
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/realformer_large.py',
                                           'Training config file.')
@@ -55,13 +55,14 @@ def main(argv):
   print(header)
   print('-' * len(header))
   for name, shape in LAYOUTS.items():
-    config = _CONFIG.value.copy_and_resolve_references()
+    config = _CONFIG.value.copy_and_resolve_references()  # this layout's copy
     config.mesh.shape = shape
     config.train.global_batch_size = _BATCH.value
     config.data.max_len = _LENGTH.value
     config.data.max_predictions = max(1, math.ceil(0.15 * _LENGTH.value))
-    setup = build.make_setup(config)
-    compiled = build.compile_train_step(config, setup)
+    setup = build.make_setup(validation.validate_config(
+        config, device_count=jax.device_count(), process_count=jax.process_count()))
+    compiled = build.compile_train_step(setup)
     memory = compiled.memory_analysis()
     state_bytes = _shard_bytes(setup.layout.abstract)
     param_bytes = _shard_bytes(setup.layout.abstract.params)

@@ -16,7 +16,7 @@ import fault_support as fs
 from data_fixtures import bible_config
 from realformer_jax import data
 from realformer_jax.data import DataError, cache_integrity, preparation
-from realformer_jax.data import translation as translation_data
+from realformer_jax.seq2seq import data as translation_data
 
 
 def _copied_corpus(tmp_path, **overrides):
@@ -120,10 +120,9 @@ def test_a_copied_cache_is_verified_once_then_trusted(tmp_path, caplog):
 
 
 def test_a_damaged_translation_cache_is_encoded_again(tmp_path, caplog):
-  config = translation_data.default_translation_data_config()
-  config.data_dir = str(tmp_path)
-  config.vocab_size, config.max_pairs, config.bucket_lengths = 300, 80, (16, 32, 48)
-  config.tokens_per_batch = 192
+  config = translation_data.TranslationDataConfig(
+      data_dir=str(tmp_path), vocab_size=300, max_pairs=80, bucket_lengths=(16, 32, 48),
+      tokens_per_batch=192)
   first = translation_data.prepare(config)
   cache = os.path.join(str(tmp_path), translation_data.DATASET)
   [encoded] = [os.path.join(cache, n) for n in os.listdir(cache) if n.endswith('.npz')]

@@ -33,6 +33,7 @@ def _save_error(step: int, phase: str, code: int) -> None:
   tmp_dir = f'{step}.orbax-checkpoint-tmp'
   if phase == 'blocking':
     import grain._src.python.checkpoint.handler as grain_handler  # pylint: disable=g-import-not-at-top
+
     real_save = grain_handler.CheckpointHandler.save
 
     def save(self, directory, *args, **kwargs):
@@ -43,6 +44,7 @@ def _save_error(step: int, phase: str, code: int) -> None:
     grain_handler.CheckpointHandler.save = save
   elif phase == 'background':
     from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
+
     real_write_text = async_path.write_text
 
     async def write_text(path, text, *args, **kwargs):
@@ -57,6 +59,7 @@ def _save_error(step: int, phase: str, code: int) -> None:
 
 def _slow_save(step: int, seconds: float) -> None:
   from realformer_jax.train import checkpointing  # pylint: disable=g-import-not-at-top
+
   real_record = checkpointing.Checkpointer._record_checksums  # pylint: disable=protected-access
 
   def record(self):
@@ -70,6 +73,7 @@ def _slow_save(step: int, seconds: float) -> None:
 
 def _slow_eval(step: int, seconds: float) -> None:
   from realformer_jax.train import loop  # pylint: disable=g-import-not-at-top
+
   real_evaluate = loop.evaluate
 
   def evaluate(eval_step, state, eval_batches, setup):
@@ -82,10 +86,9 @@ def _slow_eval(step: int, seconds: float) -> None:
 
 
 _FAULTS = {
-    'save_error': lambda step, phase, code: _save_error(int(step), phase,
-                                                        getattr(errno, code)),
-    'slow_save': lambda step, seconds: _slow_save(int(step), float(seconds)),
-    'slow_eval': lambda step, seconds: _slow_eval(int(step), float(seconds)),
+  'save_error': lambda step, phase, code: _save_error(int(step), phase, getattr(errno, code)),
+  'slow_save': lambda step, seconds: _slow_save(int(step), float(seconds)),
+  'slow_eval': lambda step, seconds: _slow_eval(int(step), float(seconds)),
 }
 
 

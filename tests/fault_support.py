@@ -20,18 +20,24 @@ import tempfile
 
 import numpy as np
 import orbax.checkpoint as ocp
-
 from data_fixtures import bible_config
-from realformer_jax import data
 from train_fixtures import REPO, TINY_OVERRIDES, cli_flags
+
+from realformer_jax import data
 
 ERROR_LINE = re.compile(r'^error: \S.*$')
 
 # The run every checkpoint fault starts from: checkpoints at 4, 6, 8 (kept 3), a log line per
 # step, evaluations at 3 and 6. Dropout is on (tiny_config), so an exact resume also needs the
 # PRNG key and the data position.
-RUN = dict(train__num_train_steps=8, train__checkpoint_every_steps=2, train__keep_checkpoints=3,
-           train__log_every_steps=1, train__eval_every_steps=3, train__warmup_steps=2)
+RUN = dict(
+  train__num_train_steps=8,
+  train__checkpoint_every_steps=2,
+  train__keep_checkpoints=3,
+  train__log_every_steps=1,
+  train__eval_every_steps=3,
+  train__warmup_steps=2,
+)
 
 
 @functools.cache
@@ -45,9 +51,13 @@ def cli_config(**overrides):
   """The config the CLI of `start` trains (configs/tiny.py with the same overrides), for
   in-process checks of its workdirs."""
   from configs import tiny  # pylint: disable=import-outside-toplevel
+
   config = tiny.get_config()
-  values = {**TINY_OVERRIDES, 'data.data_dir': bible_config().data_dir,
-            **{k.replace('__', '.'): v for k, v in {**RUN, **overrides}.items()}}
+  values = {
+    **TINY_OVERRIDES,
+    'data.data_dir': bible_config().data_dir,
+    **{k.replace('__', '.'): v for k, v in {**RUN, **overrides}.items()},
+  }
   for path, value in values.items():
     section, field = path.split('.')
     config[section][field] = value
@@ -57,25 +67,42 @@ def cli_config(**overrides):
 def env(faults: str = '') -> dict:
   """The environment of a CLI run: the suite's JAX settings (conftest.py), the shared
   compilation cache, and the faults for fault_launcher.py."""
-  return dict(os.environ, JAX_PLATFORMS='cpu', JAX_DISABLE_MOST_OPTIMIZATIONS='true',
-              JAX_COMPILATION_CACHE_DIR=_compilation_cache(),
-              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
-              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0', REALFORMER_TEST_FAULTS=faults)
+  return dict(
+    os.environ,
+    JAX_PLATFORMS='cpu',
+    JAX_DISABLE_MOST_OPTIMIZATIONS='true',
+    JAX_COMPILATION_CACHE_DIR=_compilation_cache(),
+    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0',
+    REALFORMER_TEST_FAULTS=faults,
+  )
 
 
 def command(workdir, faults: str = '', **overrides) -> list[str]:
   """`python -m experiments.train --config=configs/tiny.py` at RUN (plus `overrides`) on the
   shared test corpus, through fault_launcher.py when `faults` are given."""
   data.prepare(bible_config())  # the corpus and tokenizer, once per session
-  entry = [os.path.join(REPO, 'tests', 'fault_launcher.py')] if faults else [
-      '-m', 'experiments.train']
-  return [sys.executable, *entry, '--config=configs/tiny.py', f'--workdir={workdir}',
-          *cli_flags(**{**RUN, **overrides})]
+  entry = (
+    [os.path.join(REPO, 'tests', 'fault_launcher.py')] if faults else ['-m', 'experiments.train']
+  )
+  return [
+    sys.executable,
+    *entry,
+    '--config=configs/tiny.py',
+    f'--workdir={workdir}',
+    *cli_flags(**{**RUN, **overrides}),
+  ]
 
 
 def start(workdir, faults: str = '', **overrides) -> subprocess.Popen:
-  return subprocess.Popen(command(workdir, faults, **overrides), cwd=REPO, env=env(faults),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen(
+    command(workdir, faults, **overrides),
+    cwd=REPO,
+    env=env(faults),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def run(workdir, faults: str = '', timeout: float = 300, **overrides):
@@ -106,8 +133,11 @@ def wait_for_line(stream, pattern: str, seen: list) -> str:
 def unexpected_stderr(stderr: str) -> list[str]:
   """stderr lines other than fault_launcher's markers and orbax's note that a save waited
   for the previous one (which the slow-save fault causes)."""
-  return [line for line in stderr.splitlines()
-          if not line.startswith('FAULT: ') and 'Waiting for previous save' not in line]
+  return [
+    line
+    for line in stderr.splitlines()
+    if not line.startswith('FAULT: ') and 'Waiting for previous save' not in line
+  ]
 
 
 def terminate(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 120):

@@ -18,11 +18,11 @@ import signal
 import subprocess
 import time
 
+import fault_support as fs
 import jax
 import jax.numpy as jnp
 import pytest
 
-import fault_support as fs
 from realformer_jax import data
 from realformer_jax.train import build, checkpoint_integrity, validation
 from realformer_jax.train.checkpointing import Checkpointer
@@ -41,6 +41,7 @@ def straight(tmp_path_factory):
 
 # --- restoring: each kind of damage, in-process --------------------------------------------
 
+
 @functools.cache
 def _setup():
   config = fs.cli_config()
@@ -52,13 +53,15 @@ def _restore_latest(workdir, setup=None):
   config, default_setup = _setup()
   setup = setup or default_setup
   warnings = []
-  train_iter = data.make_train_iterator(config.data, config.train.global_batch_size,
-                                        config.train.seed)
+  train_iter = data.make_train_iterator(
+    config.data, config.train.global_batch_size, config.train.seed
+  )
   checkpointer = Checkpointer(workdir, keep=3)
   try:
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
-    restored = checkpointer.restore_latest(setup.layout.abstract, key, train_iter,
-                                           warn_fn=warnings.append)
+    restored = checkpointer.restore_latest(
+      setup.layout.abstract, key, train_iter, warn_fn=warnings.append
+    )
   finally:
     checkpointer.close()
     train_iter.close()
@@ -70,21 +73,32 @@ def _state_file(step_dir):
 
 
 _DAMAGE = {
-    'truncated': (lambda d: fs.truncate(_state_file(d), 1000),
-                  r'state/\S+ has 1000 bytes, \d+ were saved'),
-    'zero_length': (lambda d: fs.truncate(_state_file(d), 0),
-                    r'state/\S+ has 0 bytes, \d+ were saved'),
-    'missing_file': (lambda d: os.remove(_state_file(d)), r'state/\S+ is missing'),
-    'flipped_bytes': (lambda d: fs.flip_bytes(_state_file(d), 5000),
-                      r'state/\S+ does not match its saved checksum \(its bytes changed\)'),
-    'flipped_data_position': (
-        lambda d: fs.flip_bytes(os.path.join(d, 'data', 'process_0-of-1.json'), 20, 4),
-        r'data/process_0-of-1\.json does not match its saved checksum \(its bytes changed\)'),
-    'no_commit_marker': (lambda d: os.remove(os.path.join(d, 'commit_success.txt')),
-                         r'it has no commit marker \(commit_success\.txt\): its save never '
-                         r'finished'),
-    'unreadable_checksums': (lambda d: fs.truncate(os.path.join(d, 'checksums.json'), 10),
-                             r'its checksums\.json is unreadable \(JSONDecodeError\)'),
+  'truncated': (
+    lambda d: fs.truncate(_state_file(d), 1000),
+    r'state/\S+ has 1000 bytes, \d+ were saved',
+  ),
+  'zero_length': (
+    lambda d: fs.truncate(_state_file(d), 0),
+    r'state/\S+ has 0 bytes, \d+ were saved',
+  ),
+  'missing_file': (lambda d: os.remove(_state_file(d)), r'state/\S+ is missing'),
+  'flipped_bytes': (
+    lambda d: fs.flip_bytes(_state_file(d), 5000),
+    r'state/\S+ does not match its saved checksum \(its bytes changed\)',
+  ),
+  'flipped_data_position': (
+    lambda d: fs.flip_bytes(os.path.join(d, 'data', 'process_0-of-1.json'), 20, 4),
+    r'data/process_0-of-1\.json does not match its saved checksum \(its bytes changed\)',
+  ),
+  'no_commit_marker': (
+    lambda d: os.remove(os.path.join(d, 'commit_success.txt')),
+    r'it has no commit marker \(commit_success\.txt\): its save never '
+    r'finished',
+  ),
+  'unreadable_checksums': (
+    lambda d: fs.truncate(os.path.join(d, 'checksums.json'), 10),
+    r'its checksums\.json is unreadable \(JSONDecodeError\)',
+  ),
 }
 
 
@@ -99,13 +113,17 @@ def test_damaged_step_is_moved_aside_and_the_previous_one_restores(straight, tmp
 
   assert step == 6
   [warning] = warnings
-  assert re.fullmatch(rf'checkpoint step 8 in {re.escape(workdir)}/checkpoints is damaged '
-                      rf'\({reason}\): moved aside to 8\.damaged; trying the next older step',
-                      warning), warning
+  assert re.fullmatch(
+    rf'checkpoint step 8 in {re.escape(workdir)}/checkpoints is damaged '
+    rf'\({reason}\): moved aside to 8\.damaged; trying the next older step',
+    warning,
+  ), warning
   assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
   # Renamed, not changed: the evidence is all there, byte for byte.
-  assert {path.replace('/8.damaged/', '/8/'): open(path, 'rb').read()
-          for path in _all_files(workdir, '8.damaged')} == evidence
+  assert {
+    path.replace('/8.damaged/', '/8/'): open(path, 'rb').read()
+    for path in _all_files(workdir, '8.damaged')
+  } == evidence
   fs.assert_same_state(jax.device_get(state.params), fs.saved_state(straight, 6)['params'])
 
 
@@ -125,8 +143,11 @@ def test_a_step_saved_without_checksums_falls_back_when_its_restore_fails(straig
 
   assert step == 6
   [warning] = warnings
-  assert re.fullmatch(r'checkpoint step 8 in \S+ is damaged \(.+\): moved aside to 8\.damaged; '
-                      r'resuming from step 6', warning), warning
+  assert re.fullmatch(
+    r'checkpoint step 8 in \S+ is damaged \(.+\): moved aside to 8\.damaged; '
+    r'resuming from step 6',
+    warning,
+  ), warning
   assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
 
 
@@ -138,10 +159,12 @@ def test_when_every_restore_fails_nothing_is_moved(straight, tmp_path):
   with pytest.raises(CheckpointError) as raised:
     _restore_latest(workdir, setup=other_model)
   assert re.fullmatch(
-      rf'no checkpoint in {re.escape(workdir)}/checkpoints can be restored: step 8: .+; '
-      r'step 6: .+; step 4: .+; the steps that failed to restore are left in place \(damaged '
-      r'files, or a config that differs from the one they were saved with\); fix the config, '
-      r'or move those step directories aside to start from step 0', str(raised.value))
+    rf'no checkpoint in {re.escape(workdir)}/checkpoints can be restored: step 8: .+; '
+    r'step 6: .+; step 4: .+; the steps that failed to restore are left in place \(damaged '
+    r'files, or a config that differs from the one they were saved with\); fix the config, '
+    r'or move those step directories aside to start from step 0',
+    str(raised.value),
+  )
   assert fs.checkpoint_entries(workdir) == ['4', '6', '8']
 
 
@@ -154,9 +177,12 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one_exactly(strai
   returncode, out, err = fs.run(workdir)
 
   assert returncode == 0, out + err
-  fs.the_line(err, rf'warning: checkpoint step 8 in {re.escape(workdir)}/checkpoints is '
-                   r'damaged \(state/\S+ has 1000 bytes, \d+ were saved\): moved aside to '
-                   r'8\.damaged; trying the next older step')
+  fs.the_line(
+    err,
+    rf'warning: checkpoint step 8 in {re.escape(workdir)}/checkpoints is '
+    r'damaged \(state/\S+ has 1000 bytes, \d+ were saved\): moved aside to '
+    r'8\.damaged; trying the next older step',
+  )
   assert f'resumed from the checkpoint at step 6 in {workdir}/checkpoints' in out
   assert fs.checkpoint_entries(workdir) == ['4', '6', '8', '8.damaged']
   assert os.path.getsize(damaged.replace('/8/', '/8.damaged/')) == 1000
@@ -173,10 +199,13 @@ def test_no_restorable_checkpoint_is_one_error_line(straight, tmp_path):
   returncode, out, err = fs.run(workdir)
 
   assert returncode == 1, out + err
-  fs.the_line(err, rf'error: no checkpoint in {re.escape(workdir)}/checkpoints can be restored: '
-                   r'step 8: state/\S+ does not match its saved checksum \(its bytes '
-                   r'changed\); they were moved aside \(8\.damaged\); rerun to start from step '
-                   r'0, or put back a good copy of a step')
+  fs.the_line(
+    err,
+    rf'error: no checkpoint in {re.escape(workdir)}/checkpoints can be restored: '
+    r'step 8: state/\S+ does not match its saved checksum \(its bytes '
+    r'changed\); they were moved aside \(8\.damaged\); rerun to start from step '
+    r'0, or put back a good copy of a step',
+  )
   assert fs.checkpoint_entries(workdir) == ['8.damaged']
 
 
@@ -185,29 +214,44 @@ def test_committed_steps_carry_checksums_of_every_file(straight):
   assert checkpoint_integrity.problem(step_dir) is None
   listed = fs.read_json(os.path.join(step_dir, 'checksums.json'))['files']
   on_disk = {os.path.relpath(p, step_dir) for p in _all_files(straight, '8')}
-  assert set(listed) == on_disk - {'checksums.json', 'commit_success.txt',
-                                   '_CHECKPOINT_METADATA'}
+  assert set(listed) == on_disk - {'checksums.json', 'commit_success.txt', '_CHECKPOINT_METADATA'}
 
 
 # --- saving: a failed save stops in one line and touches nothing committed ------------------
 
-@pytest.mark.parametrize('phase, code, what, remedy', [
-    ('blocking', 'ENOSPC', r'no space left on the device of {dir} \(\S+ \S+ free\)',
-     'free space and rerun'),
-    ('background', 'ENOSPC', r'no space left on the device of {dir} \(\S+ \S+ free\)',
-     'free space and rerun'),
+
+@pytest.mark.parametrize(
+  'phase, code, what, remedy',
+  [
+    (
+      'blocking',
+      'ENOSPC',
+      r'no space left on the device of {dir} \(\S+ \S+ free\)',
+      'free space and rerun',
+    ),
+    (
+      'background',
+      'ENOSPC',
+      r'no space left on the device of {dir} \(\S+ \S+ free\)',
+      'free space and rerun',
+    ),
     ('background', 'EACCES', r'permission denied writing to {dir}', 'make it writable and rerun'),
-])
-def test_a_failed_save_is_one_line_and_keeps_every_committed_step(straight, tmp_path, phase,
-                                                                  code, what, remedy):
+  ],
+)
+def test_a_failed_save_is_one_line_and_keeps_every_committed_step(
+  straight, tmp_path, phase, code, what, remedy
+):
   workdir = str(tmp_path / 'w')
   returncode, out, err = fs.run(workdir, faults=f'save_error:6:{phase}:{code}')
 
   assert returncode == 1, out + err
   directory = re.escape(f'{workdir}/checkpoints')
-  fs.the_line(err, rf'error: saving the checkpoint at step 6 failed: '
-                   rf'{what.format(dir=directory)}; intact checkpoints: steps 2, 4 \(untouched\); '
-                   rf'{remedy} to resume from step 4')
+  fs.the_line(
+    err,
+    rf'error: saving the checkpoint at step 6 failed: '
+    rf'{what.format(dir=directory)}; intact checkpoints: steps 2, 4 \(untouched\); '
+    rf'{remedy} to resume from step 4',
+  )
   # Nothing committed was deleted (rotation waits for a newer commit) and the failed step's
   # partial directory is gone.
   assert fs.checkpoint_entries(workdir) == ['2', '4']
@@ -215,20 +259,22 @@ def test_a_failed_save_is_one_line_and_keeps_every_committed_step(straight, tmp_
   if phase == 'background':  # then the rerun resumes from 4 and ends where the straight run did
     returncode, out, err = fs.run(workdir)
     assert returncode == 0 and not err, out + err
-    assert f'resumed from the checkpoint at step 4' in out
+    assert 'resumed from the checkpoint at step 4' in out
     fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
 
 
 def _unshare_available() -> bool:
   try:
-    return subprocess.run(['unshare', '-Urm', 'true'], capture_output=True,
-                          timeout=30).returncode == 0
+    return (
+      subprocess.run(['unshare', '-Urm', 'true'], capture_output=True, timeout=30).returncode == 0
+    )
   except (OSError, subprocess.SubprocessError):
     return False
 
 
-@pytest.mark.skipif(not _unshare_available(),
-                    reason='a real full disk needs a private tmpfs (unshare -Urm)')
+@pytest.mark.skipif(
+  not _unshare_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
+)
 def test_a_really_full_disk_is_one_line(straight, tmp_path):
   """A 5 MiB tmpfs: steps 2 and 4 fit (1.9 MiB each), step 6's background write meets ENOSPC
   inside TensorStore. The tmpfs lives in a private mount namespace, so the workdir is copied
@@ -236,24 +282,35 @@ def test_a_really_full_disk_is_one_line(straight, tmp_path):
   mount, out_dir = tmp_path / 'tmpfs', tmp_path / 'copy'
   mount.mkdir()
   command = fs.command(f'{mount}/w')
-  script = (f'mount -t tmpfs -o size=5m tmpfs {mount} && {{ {fs.shell_join(command)}; '
-            f'status=$?; cp -a {mount}/w {out_dir}; exit $status; }}')
-  proc = subprocess.run(['unshare', '-Urm', 'sh', '-c', script], capture_output=True, text=True,
-                        cwd=fs.REPO, env=fs.env(), timeout=300)
+  script = (
+    f'mount -t tmpfs -o size=5m tmpfs {mount} && {{ {fs.shell_join(command)}; '
+    f'status=$?; cp -a {mount}/w {out_dir}; exit $status; }}'
+  )
+  proc = subprocess.run(
+    ['unshare', '-Urm', 'sh', '-c', script],
+    capture_output=True,
+    text=True,
+    cwd=fs.REPO,
+    env=fs.env(),
+    timeout=300,
+  )
 
   assert proc.returncode == 1, proc.stdout + proc.stderr
-  fs.the_line(proc.stderr, rf'error: saving the checkpoint at step 6 failed: no space left on '
-                           rf'the device of {re.escape(str(mount))}/w/checkpoints \(\S+ \S+ free\); '
-                           r'intact checkpoints: steps 2, 4 \(untouched\); free space and rerun '
-                           r'to resume from step 4')
+  fs.the_line(
+    proc.stderr,
+    rf'error: saving the checkpoint at step 6 failed: no space left on '
+    rf'the device of {re.escape(str(mount))}/w/checkpoints \(\S+ \S+ free\); '
+    r'intact checkpoints: steps 2, 4 \(untouched\); free space and rerun '
+    r'to resume from step 4',
+  )
   assert fs.checkpoint_entries(out_dir) == ['2', '4']
   fs.assert_same_state(fs.saved_state(out_dir, 4), fs.saved_state(straight, 4))
 
 
 # --- interruptions: SIGTERM mid-evaluation and mid-save, kill -9 at random moments ---------
 
-def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(straight,
-                                                                             tmp_path):
+
+def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(straight, tmp_path):
   workdir = str(tmp_path / 'w')
   # SIGTERM while step 2's save commits in the background (held there for 3 s): training goes
   # on until a step sees the signal, which saves and exits 0; step 2 still commits.
@@ -283,8 +340,7 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
 
 
-def test_kill_9_at_random_moments_then_the_parameters_of_the_uninterrupted_run(straight,
-                                                                                tmp_path):
+def test_kill_9_at_random_moments_then_the_parameters_of_the_uninterrupted_run(straight, tmp_path):
   """Three kill -9s, each at a random step line plus a random delay (so inside a step, a save
   or an evaluation), each followed by a restart; the stale lock of the killed run never
   blocks it. The seed is printed for a failure's reproduction."""
@@ -296,8 +352,9 @@ def test_kill_9_at_random_moments_then_the_parameters_of_the_uninterrupted_run(s
     proc = fs.start(workdir)
     seen = []
     try:
-      first = int(fs.wait_for_line(proc.stdout, r'^training steps \d+-8', seen).split()[2]
-                  .split('-')[0])
+      first = int(
+        fs.wait_for_line(proc.stdout, r'^training steps \d+-8', seen).split()[2].split('-')[0]
+      )
       fs.wait_for_line(proc.stdout, rf'^step +{rng.randint(first, 8)}/8 ', seen)
       time.sleep(rng.uniform(0.0, 0.5))  # inside the next step, a save or an evaluation
     except AssertionError:

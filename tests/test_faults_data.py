@@ -9,11 +9,11 @@ import os
 import re
 import shutil
 
+import fault_support as fs
 import numpy as np
 import pytest
-
-import fault_support as fs
 from data_fixtures import bible_config
+
 from realformer_jax import data
 from realformer_jax.data import DataError, cache_integrity, preparation
 from realformer_jax.seq2seq import data as translation_data
@@ -29,8 +29,9 @@ def _copied_corpus(tmp_path, **overrides):
 
 
 def _train_shard(config) -> str:
-  return os.path.join(config.data_dir, 'bible_web', '1.0.0',
-                      'bible_web-train.array_record-00000-of-00001')
+  return os.path.join(
+    config.data_dir, 'bible_web', '1.0.0', 'bible_web-train.array_record-00000-of-00001'
+  )
 
 
 def test_a_truncated_dataset_file_is_one_line_naming_it(tmp_path):
@@ -41,10 +42,13 @@ def test_a_truncated_dataset_file_is_one_line_naming_it(tmp_path):
   returncode, out, err = fs.run(tmp_path / 'w', data__data_dir=config.data_dir)
 
   assert returncode == 1, out + err
-  fs.the_line(err, rf"error: Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} "
-                   r'is damaged \(ArrayRecord file should be at least 64KB big\); delete '
-                   rf'{re.escape(os.path.dirname(shard))} and rerun \(the embedded corpus is '
-                   r'prepared again on first use\)\.')
+  fs.the_line(
+    err,
+    rf"error: Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} "
+    r'is damaged \(ArrayRecord file should be at least 64KB big\); delete '
+    rf'{re.escape(os.path.dirname(shard))} and rerun \(the embedded corpus is '
+    r'prepared again on first use\)\.',
+  )
   assert not os.path.exists(tmp_path / 'w' / 'checkpoints')
 
 
@@ -57,23 +61,29 @@ def test_flipped_bytes_in_a_dataset_file_name_the_file_and_record_when_read(tmp_
     preparation.packed_train_store(config)
   # str(): the message the CLI prints (grain adds a traceback note, which str() leaves out).
   assert re.fullmatch(
-      rf"Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} \(record \d+\) is "
-      r'damaged \(Corrupted Riegeli/records file: chunk data hash mismatch .*\); delete \S+ and '
-      r'rerun \(the embedded corpus is prepared again on first use\)\.', str(raised.value))
+    rf"Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} \(record \d+\) is "
+    r'damaged \(Corrupted Riegeli/records file: chunk data hash mismatch .*\); delete \S+ and '
+    r'rerun \(the embedded corpus is prepared again on first use\)\.',
+    str(raised.value),
+  )
 
 
 def _note(caplog, path, reason, action):
   notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith('note: cache')]
   assert len(notes) == 1, notes
-  assert re.fullmatch(rf'note: cache {re.escape(path)} is damaged \({reason}\): {action}',
-                      notes[0]), notes[0]
+  assert re.fullmatch(
+    rf'note: cache {re.escape(path)} is damaged \({reason}\): {action}', notes[0]
+  ), notes[0]
 
 
-@pytest.mark.parametrize('damage, reason', [
+@pytest.mark.parametrize(
+  'damage, reason',
+  [
     ('whole_rows', r'it has [\d,]+ bytes, [\d,]+ were written'),  # passed unnoticed before
     ('flipped', r'its bytes changed since it was built \(checksum mismatch\)'),
     ('no_record', r'its record \S+\.json is missing'),
-])
+  ],
+)
 def test_a_damaged_packed_store_is_packed_again(tmp_path, caplog, damage, reason):
   config = _copied_corpus(tmp_path)
   store = preparation.packed_train_store(config)
@@ -104,8 +114,12 @@ def test_a_damaged_tokenizer_is_trained_again(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     again = data.prepare(config)
 
-  _note(caplog, tokenizer.source, r'it has 1,000 bytes, [\d,]+ were written',
-        'training the tokenizer again')
+  _note(
+    caplog,
+    tokenizer.source,
+    r'it has 1,000 bytes, [\d,]+ were written',
+    'training the tokenizer again',
+  )
   assert again.file_bytes() == original  # training is deterministic: the same tokenizer
 
 
@@ -121,8 +135,12 @@ def test_a_copied_cache_is_verified_once_then_trusted(tmp_path, caplog):
 
 def test_a_damaged_translation_cache_is_encoded_again(tmp_path, caplog):
   config = translation_data.TranslationDataConfig(
-      data_dir=str(tmp_path), vocab_size=300, max_pairs=80, bucket_lengths=(16, 32, 48),
-      tokens_per_batch=192)
+    data_dir=str(tmp_path),
+    vocab_size=300,
+    max_pairs=80,
+    bucket_lengths=(16, 32, 48),
+    tokens_per_batch=192,
+  )
   first = translation_data.prepare(config)
   cache = os.path.join(str(tmp_path), translation_data.DATASET)
   [encoded] = [os.path.join(cache, n) for n in os.listdir(cache) if n.endswith('.npz')]
@@ -132,8 +150,10 @@ def test_a_damaged_translation_cache_is_encoded_again(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     again = translation_data.prepare(config)
 
-  _note(caplog, encoded, r'it has [\d,]+ bytes, [\d,]+ were written',
-        'encoding the verse pairs again')
+  _note(
+    caplog, encoded, r'it has [\d,]+ bytes, [\d,]+ were written', 'encoding the verse pairs again'
+  )
   for name in ('train', 'validation', 'test'):
-    np.testing.assert_array_equal(np.concatenate(again.splits[name].sources),
-                                  np.concatenate(first.splits[name].sources))
+    np.testing.assert_array_equal(
+      np.concatenate(again.splits[name].sources), np.concatenate(first.splits[name].sources)
+    )

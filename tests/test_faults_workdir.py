@@ -13,9 +13,9 @@ import subprocess
 import sys
 import time
 
+import fault_support as fs
 import pytest
 
-import fault_support as fs
 from realformer_jax.train import workdir_lock
 from realformer_jax.train.workdir_lock import WorkdirInUseError, WorkdirLock
 
@@ -25,19 +25,23 @@ def test_a_second_run_on_a_held_workdir_is_refused_in_one_line(tmp_path):
   first = fs.start(workdir, faults='slow_eval:3:600')  # holds the workdir, paused at step 3
   try:
     fs.wait_for_line(first.stderr, r'^FAULT: evaluating step 3$', [])
-    _wait_for(lambda: os.path.isfile(os.path.join(workdir, 'checkpoints', '2',
-                                                  'commit_success.txt')))
+    _wait_for(
+      lambda: os.path.isfile(os.path.join(workdir, 'checkpoints', '2', 'commit_success.txt'))
+    )
     before = _snapshot(workdir)  # the first run writes nothing more until it is resumed
 
     returncode, out, err = fs.run(workdir)
 
     assert returncode == 1, out + err
     started = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d'
-    fs.the_line(err, rf'error: workdir {re.escape(workdir)} is in use by another run \(pid '
-                     rf'{first.pid} on host {re.escape(socket.gethostname())}, started '
-                     rf'{started}\), which holds its lock: stop that run or use another '
-                     rf'--workdir \(the lock is {re.escape(workdir)}/run\.lock; a dead run\'s '
-                     r'lock on another host expires 300 s after its last heartbeat\)')
+    fs.the_line(
+      err,
+      rf'error: workdir {re.escape(workdir)} is in use by another run \(pid '
+      rf'{first.pid} on host {re.escape(socket.gethostname())}, started '
+      rf'{started}\), which holds its lock: stop that run or use another '
+      rf'--workdir \(the lock is {re.escape(workdir)}/run\.lock; a dead run\'s '
+      r'lock on another host expires 300 s after its last heartbeat\)',
+    )
     assert _snapshot(workdir) == before  # the refused run wrote nothing
     assert first.poll() is None  # and the first run goes on
   finally:
@@ -54,8 +58,12 @@ def _wait_for(condition, timeout_s=120.0):
 
 def _snapshot(workdir):
   """Every file under `workdir` but the lock (whose heartbeat the live run rewrites)."""
-  return {os.path.join(root, name): os.stat(os.path.join(root, name)).st_mtime_ns
-          for root, _, names in os.walk(workdir) for name in names if name != 'run.lock'}
+  return {
+    os.path.join(root, name): os.stat(os.path.join(root, name)).st_mtime_ns
+    for root, _, names in os.walk(workdir)
+    for name in names
+    if name != 'run.lock'
+  }
 
 
 def _write_lock(workdir, **owner):
@@ -69,10 +77,14 @@ def _write_lock(workdir, **owner):
 
 def test_a_live_run_on_another_host_holds_the_workdir_until_its_lease_expires(tmp_path):
   _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() - 20)
-  with pytest.raises(WorkdirInUseError, match=(
-      r"^workdir \S+ is in use by another run \(pid 4242 on host other-host, started .+\), "
+  with pytest.raises(
+    WorkdirInUseError,
+    match=(
+      r'^workdir \S+ is in use by another run \(pid 4242 on host other-host, started .+\), '
       r'which renewed its lease 2\d s ago \(a lease lasts 300 s\): stop that run or use '
-      r'another --workdir')):
+      r'another --workdir'
+    ),
+  ):
     WorkdirLock(str(tmp_path)).acquire()
 
   _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() - 301)
@@ -119,10 +131,14 @@ def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(tmp_path):
     with open(tmp_path / workdir_lock.LOCK_FILE, 'r+') as f:
       f.truncate(0)
       json.dump(dict(host='other-host', pid=99, started=1.0, heartbeat=time.time()), f)
-    with pytest.raises(WorkdirInUseError, match=(
+    with pytest.raises(
+      WorkdirInUseError,
+      match=(
         r'^\S+: another run took over the workdir lock \(pid 99 on host other-host, started '
         r'.+\) while this one ran \(its heartbeat stalled for over 300 s\); stopped without '
-        r'saving so the two runs do not write the same checkpoints$')):
+        r'saving so the two runs do not write the same checkpoints$'
+      ),
+    ):
       lock.check()
   finally:
     lock.release()

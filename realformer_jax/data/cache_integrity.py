@@ -44,11 +44,13 @@ def publish(tmp_path: str, path: str, record: dict, checksum: Optional[int] = No
   """Publishes the finished file `tmp_path` as `path` with its sidecar (`record` plus size,
   checksum and time). `checksum`: its zlib.crc32, if the writer computed it on the way."""
   stat = os.stat(tmp_path)
-  record = dict(record, file_bytes=stat.st_size,
-                file_crc32=crc32(tmp_path) if checksum is None else checksum,
-                file_mtime_ns=stat.st_mtime_ns)  # a rename keeps the time
-  cache_lock.atomic_write(sidecar_path(path),
-                          json.dumps(record, indent=2, sort_keys=True).encode())
+  record = dict(
+    record,
+    file_bytes=stat.st_size,
+    file_crc32=crc32(tmp_path) if checksum is None else checksum,
+    file_mtime_ns=stat.st_mtime_ns,
+  )  # a rename keeps the time
+  cache_lock.atomic_write(sidecar_path(path), json.dumps(record, indent=2, sort_keys=True).encode())
   os.replace(tmp_path, path)
 
 
@@ -84,8 +86,10 @@ def problem(path: str) -> Optional[str]:
   if crc32(path) != record['file_crc32']:
     return 'its bytes changed since it was built (checksum mismatch)'
   try:  # the same bytes with a new time (copied): remember it, to skip the hash next time
-    cache_lock.atomic_write(sidecar_path(path), json.dumps(
-        dict(record, file_mtime_ns=stat.st_mtime_ns), indent=2, sort_keys=True).encode())
+    cache_lock.atomic_write(
+      sidecar_path(path),
+      json.dumps(dict(record, file_mtime_ns=stat.st_mtime_ns), indent=2, sort_keys=True).encode(),
+    )
   except OSError:
     pass  # a read-only data dir: verified again next time
   return None

@@ -21,27 +21,30 @@ from typing import Any, Sequence
 
 from realformer_jax.data.errors import DataError
 
+
 def remedy(builder, embedded: bool) -> str:
   """How to get intact files back for `builder`'s dataset (`embedded`: prepared by us)."""
   directory = os.fspath(builder.data_dir)
   if embedded:
     return f'delete {directory} and rerun (the embedded corpus is prepared again on first use)'
   data_dir = os.path.dirname(os.path.dirname(directory))
-  return (f'prepare it again: delete {directory}, then run `tfds build {builder.name} '
-          f'--data_dir={data_dir} --file_format=array_record` (or set data.download=True)')
+  return (
+    f'prepare it again: delete {directory}, then run `tfds build {builder.name} '
+    f'--data_dir={data_dir} --file_format=array_record` (or set data.download=True)'
+  )
 
 
 def check_files(builder, split: str, fix: str) -> list[tuple[str, int]]:
   """[(file, records it holds for `split`)] of `split`, each file checked as described above;
   DataError naming the first file that is missing or damaged, and `fix` (`remedy`)."""
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
   name = builder.info.full_name
   files = []
   for instruction in builder.info.splits[split].file_instructions:
     path = os.fspath(instruction.filename)
     if not os.path.isfile(path):
-      raise DataError(f"Dataset '{name}' split '{split}': file {path} is missing; "
-                      f'{fix}.')
+      raise DataError(f"Dataset '{name}' split '{split}': file {path} is missing; {fix}.")
     try:
       reader = array_record_module.ArrayRecordReader(path, 'readahead_buffer_size:0')
       try:
@@ -49,11 +52,14 @@ def check_files(builder, split: str, fix: str) -> list[tuple[str, int]]:
       finally:
         reader.close()  # raises the reader's deferred error, e.g. a truncated file
     except (RuntimeError, ValueError, OSError) as e:
-      raise DataError(f"Dataset '{name}' split '{split}': file {path} is damaged "
-                      f'({_first_line(e)}); {fix}.') from None
+      raise DataError(
+        f"Dataset '{name}' split '{split}': file {path} is damaged ({_first_line(e)}); {fix}."
+      ) from None
     if count != instruction.examples_in_shard:
-      raise DataError(f"Dataset '{name}' split '{split}': file {path} holds {count} records, "
-                      f'{instruction.examples_in_shard} were written; {fix}.')
+      raise DataError(
+        f"Dataset '{name}' split '{split}': file {path} holds {count} records, "
+        f'{instruction.examples_in_shard} were written; {fix}.'
+      )
     files.append((path, instruction.take))
   return files
 

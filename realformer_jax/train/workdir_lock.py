@@ -73,19 +73,25 @@ class WorkdirLock:
       if flock == 'busy':
         raise WorkdirInUseError(self._in_use_message(holder, why='holds its lock'))
       if holder is not None and self._is_live(holder, flock_works=flock == 'held'):
-        raise WorkdirInUseError(self._in_use_message(
-            holder, why=f'renewed its lease {_age(holder):.0f} s ago (a lease lasts '
-                        f'{self._lease_s:.0f} s)'))
+        raise WorkdirInUseError(
+          self._in_use_message(
+            holder,
+            why=f'renewed its lease {_age(holder):.0f} s ago (a lease lasts {self._lease_s:.0f} s)',
+          )
+        )
     except BaseException:
       os.close(fd)
       raise
     self._fd = fd
     now = time.time()
-    self._owner = {'host': socket.gethostname(), 'pid': os.getpid(), 'started': now,
-                   'heartbeat': now}
+    self._owner = {
+      'host': socket.gethostname(),
+      'pid': os.getpid(),
+      'started': now,
+      'heartbeat': now,
+    }
     self._write(self._owner)
-    self._thread = threading.Thread(target=self._beat, name='workdir-lock-heartbeat',
-                                    daemon=True)
+    self._thread = threading.Thread(target=self._beat, name='workdir-lock-heartbeat', daemon=True)
     self._thread.start()
     return self
 
@@ -96,9 +102,10 @@ class WorkdirLock:
     holder = _parse(_read_all(self._fd))
     if not _same_run(holder, self._owner):
       raise WorkdirInUseError(
-          f'{self.workdir}: another run took over the workdir lock ({_describe(holder)}) '
-          f'while this one ran (its heartbeat stalled for over {self._lease_s:.0f} s); '
-          'stopped without saving so the two runs do not write the same checkpoints')
+        f'{self.workdir}: another run took over the workdir lock ({_describe(holder)}) '
+        f'while this one ran (its heartbeat stalled for over {self._lease_s:.0f} s); '
+        'stopped without saving so the two runs do not write the same checkpoints'
+      )
 
   def release(self) -> None:
     if self._fd is None:
@@ -122,14 +129,15 @@ class WorkdirLock:
     if holder.get('host') == socket.gethostname():
       # A live owner on this host would hold the flock. Only where the filesystem has no flock
       # does its pid tell (a pid seen after a restart may belong to another process).
-      return not flock_works and holder.get('pid') != os.getpid() and _pid_alive(
-          holder.get('pid'))
+      return not flock_works and holder.get('pid') != os.getpid() and _pid_alive(holder.get('pid'))
     return _age(holder) < self._lease_s
 
   def _in_use_message(self, holder: Optional[dict], why: str) -> str:
-    return (f'workdir {self.workdir} is in use by another run ({_describe(holder)}), which '
-            f'{why}: stop that run or use another --workdir (the lock is {self.path}; a dead '
-            f"run's lock on another host expires {self._lease_s:.0f} s after its last heartbeat)")
+    return (
+      f'workdir {self.workdir} is in use by another run ({_describe(holder)}), which '
+      f'{why}: stop that run or use another --workdir (the lock is {self.path}; a dead '
+      f"run's lock on another host expires {self._lease_s:.0f} s after its last heartbeat)"
+    )
 
   def _beat(self) -> None:
     while not self._stop.wait(self._heartbeat_s):
@@ -163,8 +171,9 @@ def acquire_for_run(workdir: str, **kwargs: Any) -> Optional[WorkdirLock]:
   if jax.process_count() > 1:
     refused = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
     if int(refused) and error is None:
-      error = WorkdirInUseError(f'workdir {os.path.abspath(workdir)} is in use by another run '
-                                "(process 0's error names it)")
+      error = WorkdirInUseError(
+        f"workdir {os.path.abspath(workdir)} is in use by another run (process 0's error names it)"
+      )
   if error is not None:
     raise error
   return lock
@@ -199,8 +208,11 @@ def _parse(data: bytes) -> Optional[dict]:
 
 
 def _same_run(holder: Optional[dict], owner: Optional[dict]) -> bool:
-  return (holder is not None and owner is not None and
-          all(holder.get(k) == owner.get(k) for k in ('host', 'pid', 'started')))
+  return (
+    holder is not None
+    and owner is not None
+    and all(holder.get(k) == owner.get(k) for k in ('host', 'pid', 'started'))
+  )
 
 
 def _age(holder: dict) -> float:
@@ -223,4 +235,4 @@ def _describe(holder: Optional[dict]) -> str:
   if holder is None:
     return 'owner unknown'
   started = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(float(holder.get('started', 0))))
-  return f"pid {holder.get('pid')} on host {holder.get('host')}, started {started}"
+  return f'pid {holder.get("pid")} on host {holder.get("host")}, started {started}'

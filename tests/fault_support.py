@@ -113,8 +113,9 @@ def run(workdir, faults: str = '', timeout: float = 300, **overrides):
 
 
 def the_line(stderr: str, pattern: str) -> re.Match:
-  """stderr is exactly one line and it matches `pattern` (a regex for the whole line)."""
-  lines = stderr.splitlines()
+  """stderr is exactly one line and it matches `pattern` (a regex for the whole line), not
+  counting orbax's note that a save waited for the previous one (a slow or busy disk)."""
+  lines = unexpected_stderr(stderr)
   assert len(lines) == 1, stderr
   match = re.fullmatch(pattern, lines[0])
   assert match, lines[0]

@@ -93,6 +93,8 @@ class Checkpointer:
     to finish before orbax starts). Arrays are copied off the devices before this returns (the
     state may be donated right after); files are written in the background. A failure of this
     save or of the previous one's background writes raises CheckpointError."""
+    if self._failed is not None:
+      raise self._failed
     self.wait()  # the previous save is committed (or its failure raised) before step changes
     self._saving_step = step
     try:

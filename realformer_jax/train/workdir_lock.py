@@ -44,6 +44,7 @@ LOCK_FILE = 'run.lock'
 HEARTBEAT_S = 30.0
 # Several missed heartbeats, and more than any clock skew between hosts we expect.
 LEASE_S = 300.0
+_RECORD_BYTES = 512  # the lock record, padded: host names are at most 255 bytes
 
 
 class WorkdirInUseError(TrainingError):
@@ -99,7 +100,8 @@ class WorkdirLock:
     """Raises WorkdirInUseError if the lock file no longer names this run (taken over)."""
     if self._fd is None:
       return
-    holder = _parse(_read_all(self._fd))
+    with self._write_lock:  # never read our own heartbeat half-written
+      holder = _parse(_read_all(self._fd))
     if not _same_run(holder, self._owner):
       raise WorkdirInUseError(
         f'{self.workdir}: another run took over the workdir lock ({_describe(holder)}) '
@@ -142,7 +144,8 @@ class WorkdirLock:
   def _beat(self) -> None:
     while not self._stop.wait(self._heartbeat_s):
       try:
-        holder = _parse(_read_all(self._fd))
+        with self._write_lock:
+          holder = _parse(_read_all(self._fd))
         if not _same_run(holder, self._owner):
           return  # taken over: `check` reports it at the next checkpoint
         self._owner['heartbeat'] = time.time()
@@ -151,10 +154,12 @@ class WorkdirLock:
         pass  # a full or flaky disk: keep trying; the lease is long
 
   def _write(self, owner: dict) -> None:
-    data = json.dumps(owner).encode()
+    # One fixed-size write, never a truncation first: another host reading the file mid-write
+    # sees the old record or the new one, never an empty file.
+    data = json.dumps(owner).encode().ljust(_RECORD_BYTES)
     with self._write_lock:
-      os.ftruncate(self._fd, 0)
       os.pwrite(self._fd, data, 0)
+      os.ftruncate(self._fd, len(data))
       os.fsync(self._fd)
 
 

@@ -24,7 +24,7 @@ from ml_collections import config_flags
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
-from realformer_jax.train import library_noise
+from realformer_jax.train import distributed, library_noise
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.',
                                           lock_config=True)
@@ -81,7 +81,8 @@ def run_job(argv, job):
   except OSError as e:
     fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
   try:
-    job(config, _WORKDIR.value)
+    with distributed.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)
+      job(config, _WORKDIR.value)
   except (ConfigError, DataError) as e:
     fail(str(e))
   except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...

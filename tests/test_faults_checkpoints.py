@@ -16,12 +16,14 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import fault_support as fs
 import jax
 import jax.numpy as jnp
 import pytest
+from data_fixtures import bible_config
 
 from realformer_jax import data
 from realformer_jax.train import build, checkpoint_integrity, validation
@@ -370,3 +372,48 @@ def test_kill_9_at_random_moments_then_the_parameters_of_the_uninterrupted_run(s
   entries = fs.checkpoint_entries(workdir)
   assert entries[-3:] == ['4', '6', '8'] and set(entries[:-3]) <= {'2'}, entries
   fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
+
+
+_LIBRARY_RUN = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import conftest  # the suite's JAX settings
+from train_fixtures import tiny_config
+from realformer_jax import train
+
+def on_log(step, stop, scalars):
+  if step == 3:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+config = tiny_config(train__num_train_steps=8, train__log_every_steps=1,
+                     train__checkpoint_every_steps=100, train__eval_every_steps=100)
+config.data.data_dir = {data_dir!r}
+result = train.train_and_evaluate(config, {workdir!r}, on_log=on_log)
+print('returned', result)
+"""
+
+
+def test_sigterm_in_library_use_saves_then_ends_the_process(tmp_path):
+  """train_and_evaluate called from Python (not the CLI): SIGTERM waits for the end of the
+  step, the checkpoint is saved and committed, then the signal ends the process as it would
+  have without the loop, instead of returning a result its caller takes for a finished run."""
+  workdir = str(tmp_path / 'w')
+  script = _LIBRARY_RUN.format(
+    tests=os.path.dirname(os.path.abspath(__file__)),
+    data_dir=fs.bible_config().data_dir,
+    workdir=workdir,
+  )
+  data.prepare(bible_config())
+  proc = subprocess.run(
+    [sys.executable, '-c', script],
+    cwd=fs.REPO,
+    env=fs.env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == -signal.SIGTERM, proc.stdout + proc.stderr
+  assert 'SIGTERM: saved a checkpoint at step 4; exiting.' in proc.stdout
+  assert 'returned' not in proc.stdout
+  assert fs.checkpoint_entries(workdir) == ['4']
+  assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', '4')) is None

@@ -127,6 +127,8 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
                best and best.close, writer and writer.close, batches and batches.close,
                train_iter.close,  # stops its prefetch thread
                lock and lock.release)
+    if preemption is not None:
+      preemption.deliver()  # a SIGTERM deferred to save the checkpoint now takes effect
 
 
 def _close_all(*closers: Optional[Callable[[], None]]) -> None:

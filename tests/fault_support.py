@@ -167,7 +167,8 @@ def checkpoint_entries(workdir) -> list[str]:
 def saved_state(workdir, step: int) -> dict:
   """The train state saved at `step`, as numpy arrays."""
   path = os.path.join(os.path.abspath(workdir), 'checkpoints', str(step), 'state')
-  return ocp.StandardCheckpointer().restore(path)
+  with ocp.StandardCheckpointer() as checkpointer:
+    return checkpointer.restore(path)
 
 
 def assert_same_state(a: dict, b: dict) -> None:

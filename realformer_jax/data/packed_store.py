@@ -11,7 +11,8 @@ raw little-endian int32, row-major, no header (N = file size / (4 * max_len)), o
 A `.json` sidecar records what it was built from and the file's size and checksum: a damaged
 store (truncated, even to a whole number of rows, or rewritten) is packed again, with a note
 (cache_integrity.py). The digest hashes the dataset, split, text feature, max_documents, max_len
-and the tokenizer's bytes, so different configs never share a file. The input mask is not stored: real tokens are never [PAD], so it is `ids != [PAD]`.
+and the tokenizer's bytes, so different configs never share a file. The input mask is not
+stored: real tokens are never [PAD], so it is `ids != [PAD]`.
 
 Building takes the cache lock (cache_lock.py), writes a temporary file and renames it, so
 concurrent processes on one machine (or hosts sharing a data_dir over NFS) build it once and a

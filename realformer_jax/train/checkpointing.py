@@ -69,7 +69,6 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int, writer: bool = True):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
-    self._writer = writer
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
     options = ocp.CheckpointManagerOptions(

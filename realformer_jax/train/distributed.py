@@ -34,10 +34,10 @@ class PreemptionWatcher:
   After the run has saved and closed everything, `deliver` lets a deferred SIGTERM take the
   effect it would have had without the loop: the process ends (or the handler that was there
   before runs). Only inside `return_on_preemption()` (the CLIs, which then exit 0) does the run
-  return {'preempted': True} instead. A library caller that got that dict back used to carry on
-  as if training had finished: an experiment grid went on to its next run, and a test failed
-  alone while the rest of its session went on (tests/test_train_loop.py's pipeline test, under a
-  stray SIGTERM on a shared machine).
+  return {'preempted': True} instead. A library caller that got that dict back took it for a
+  finished run: an experiment grid failed on its missing eval metrics, and a test failed alone
+  while the rest of its pytest session went on (tests/test_train_loop.py's pipeline test, under
+  a stray SIGTERM on a shared machine).
   """
 
   def __init__(self):

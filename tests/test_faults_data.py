@@ -65,7 +65,7 @@ def test_flipped_bytes_in_a_dataset_file_name_the_file_and_record_when_read(tmp_
     r'damaged \(Corrupted Riegeli/records file: chunk data hash mismatch .*\); delete \S+ and '
     r'rerun \(the embedded corpus is prepared again on first use\)\.',
     str(raised.value),
-  )
+  ), str(raised.value)
 
 
 def _note(caplog, path, reason, action):

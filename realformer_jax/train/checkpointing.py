@@ -248,10 +248,29 @@ class Checkpointer:
     if self._failed is None:
       self._manager.close()
 
+  def _drain(self) -> None:
+    """Waits for what a failed save left in flight: orbax raises the first failure and stops
+    waiting, while its other writes go on, among them the step's metadata file, written by a
+    metadata store that its checkpointer only waits for once the failure has been raised (so
+    the second wait below)."""
+    checkpointer = getattr(self._manager, '_checkpointer', None)  # orbax 0.12's AsyncCheckpointer
+    for _ in range(2):
+      try:
+        if checkpointer is not None:
+          checkpointer.wait_until_finished()
+        break
+      except Exception:  # pylint: disable=broad-except
+        continue  # the failure itself, raised once more: the next wait drains the rest
+    deadline = time.monotonic() + _IN_FLIGHT_WAIT_S
+    for thread in threading.enumerate():  # orbax's writer threads, e.g. TensorStore writes
+      if thread is not threading.current_thread() and type(thread).__module__.startswith(
+          'orbax.'):
+        thread.join(max(0.0, deadline - time.monotonic()))
+
   def _save_failed(self, step: Optional[int], error: BaseException) -> CheckpointError:
     """The one-line error for a failed save of `step`, after its other writes have ended and
     its uncommitted directory is gone."""
-    _wait_for_orbax_writes(_IN_FLIGHT_WAIT_S)
+    self._drain()
     if jax.process_index() == 0:
       for path in glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')):
         shutil.rmtree(path, ignore_errors=True)
@@ -276,14 +295,6 @@ class Checkpointer:
     return self._failed
 
 
-def _wait_for_orbax_writes(timeout_s: float) -> None:
-  """Joins orbax's writer threads still running after a save failed: orbax reports the first
-  failed write and leaves the others in flight."""
-  deadline = time.monotonic() + timeout_s
-  for thread in threading.enumerate():
-    if thread is not threading.current_thread() and type(thread).__module__.startswith(
-        'orbax.'):
-      thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _cause(error: BaseException) -> str:

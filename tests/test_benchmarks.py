@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip('transformers')
 
+from benchmarks import profiles
 from benchmarks import run as bench
 
 
@@ -25,7 +26,7 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
                  'matmul peak (f32 2048^3, best of 3/round)'):
     assert (train, metric) in metrics
   for kind in ('scanned', 'loop'):
-    for layers in bench.PROFILES['tiny'].compile_layers:
+    for layers in profiles.PROFILES['tiny'].compile_layers:
       assert ('compile', f'{kind:7s} {layers:2d} layers: trace+lower+compile') in metrics
   for layout in ('post', 'realformer'):
     for remat in ('none', 'full'):
@@ -36,7 +37,7 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
     assert row['n'] >= 1, row
     assert math.isfinite(row['median']), row
   # One line per target, and none of them can fail the run.
-  assert {t['target'] for t in saved['targets']} == set(bench.TARGETS)
+  assert {t['target'] for t in saved['targets']} == set(profiles.TARGETS)
   assert {t['status'] for t in saved['targets']} <= {'PASS', 'MISS', 'INFO'}
   assert report.rows
 
@@ -72,7 +73,7 @@ def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
     assert rows[('trace_tiny', f'{name}: matmul')]['median'] > 0
     assert rows[('train_tiny', f'{name} compile (trace+lower+compile)')]['median'] > 0
   assert (tmp_path / 'traces' / 'post').is_dir()
-  assert {t['target'] for t in saved['targets']} == set(bench.ACCELERATOR_TARGETS)
+  assert {t['target'] for t in saved['targets']} == set(profiles.ACCELERATOR_TARGETS)
   assert {t['status'] for t in saved['targets']} == {'INFO'}  # toy shapes: never PASS/MISS
 
 

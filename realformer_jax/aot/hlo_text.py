@@ -63,6 +63,7 @@ class Instruction:
   attributes: str  # everything after the operand list, verbatim
   is_root: bool = False
   parameter_number: Optional[int] = None  # parameter instructions only
+  operand_text: str = ''  # the operand list verbatim (a constant's value)
 
   @property
   def result_bytes(self) -> float:
@@ -235,7 +236,8 @@ def parse_instruction(line: str) -> Optional[Instruction]:
   return Instruction(name=match.group(2), opcode=opcode, shapes=parse_shape(shape_text),
                      operands=operands, attributes=rest[close_at:].lstrip(', '),
                      is_root=bool(match.group(1)),
-                     parameter_number=int(operand_text) if opcode == 'parameter' else None)
+                     parameter_number=int(operand_text) if opcode == 'parameter' else None,
+                     operand_text=operand_text)
 
 
 def _stack_frames(lines: list[str]) -> dict[int, tuple[str, ...]]:

@@ -70,6 +70,9 @@ COLLECTIVE_OPS = frozenset({
     'reduce-scatter-start', 'all-to-all', 'all-to-all-start', 'collective-permute',
     'collective-permute-start', 'collective-broadcast', 'ragged-all-to-all'})
 HOST_OPS = frozenset({'send', 'recv', 'infeed', 'outfeed'})
+FREE_CUSTOM_CALLS = frozenset({'AllocateBuffer'})  # TPU: reserves a buffer, no work
+# Custom calls that only move or reinterpret data: costed by their bytes, no warning.
+MOVEMENT_CALLS = frozenset({'ConcatBitcast', 'SliceToDynamic', 'PadToStatic'})
 # Instructions that only move or reinterpret data inside a fusion: no arithmetic.
 NO_ARITHMETIC = categories.MOVEMENT_OPS | frozenset({
     'dot', 'convolution', 'fusion', 'call', 'custom-call', 'scatter', 'bitcast-convert',
@@ -238,14 +241,18 @@ def estimate(program, target: Target, *, score_dims: Optional[tuple[int, int]] =
 
 
 def _xla_cost(compiled) -> dict:
-  """XLA's cost analysis where the backend gives one (TPU); {} otherwise."""
+  """XLA's cost analysis where the backend gives one (TPU); {} otherwise. A negative
+  optimal_seconds (what XLA:TPU returns for some programs with loops) is dropped."""
   try:
     cost = compiled.cost_analysis()
   except Exception:  # pylint: disable=broad-except  # backends without a cost model
     return {}
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else None
-  return dict(cost) if cost else {}
+  cost = dict(cost) if cost else {}
+  if cost.get('optimal_seconds') is not None and cost['optimal_seconds'] < 0:
+    cost.pop('optimal_seconds')
+  return cost
 
 
 class _Walker:
@@ -269,13 +276,13 @@ class _Walker:
       if op in FREE_OPS:
         continue
       if op == 'while':
-        trips = ins.known_trip_count
+        body, condition = self.computation(_name(ins.attribute('body'))), self.computation(
+            _name(ins.attribute('condition')))
+        trips = ins.known_trip_count or _counted_loop_trips(ins, computation, condition)
         if trips is None:
           trips = 1
           self.warnings.append(f'{ins.name}: while loop without a known trip count, counted '
                                'once')
-        body, condition = self.computation(_name(ins.attribute('body'))), self.computation(
-            _name(ins.attribute('condition')))
         if body:
           self.visit(body, count * trips)
         if condition:
@@ -286,6 +293,8 @@ class _Walker:
             self.visit(self.computation(name), count)
       elif op == 'conditional':
         self._conditional(ins, count)
+      elif op == 'custom-call' and ins.custom_call_target in FREE_CUSTOM_CALLS:
+        continue
       else:
         self._kernel(ins, computation, count)
 
@@ -420,6 +429,8 @@ class _Walker:
     work.arrays = operand_arrays + list(ins.shapes)
     if ins.opcode in SLICING_OPS:
       work.bytes = 2 * ins.result_bytes + sum(o.result_bytes for o in operands[1:] if o)
+    elif ins.opcode == 'copy-start':  # TPU: a move between memory spaces reads HBM once
+      work.bytes = sum(a.bytes for a in operand_arrays)
     elif ins.opcode == 'dynamic-update-slice' and len(operands) > 1 and operands[1]:
       work.bytes = 2 * operands[1].result_bytes
     elif ins.opcode == 'scatter' and operands and operands[-1]:
@@ -469,6 +480,8 @@ class _Walker:
         work.warning = f'{ins.name}: {target} without score dimensions, costed by bytes only'
     elif target.startswith(categories.THREEFRY_CALLS):
       work.int_ops = THREEFRY_OPS_PER_OUTPUT * sum(a.elements for a in results)
+    elif target in MOVEMENT_CALLS:
+      work.opcodes = {'copy'}
     elif HOST_CALLBACK.search(target):
       work.warning = f'{ins.name}: host callback {target!r}, not costed by the roofline'
     else:
@@ -549,6 +562,42 @@ def _read_bytes(module: Module, computation: Computation, param: Instruction) ->
   return min(total, full)
 
 
+def _counted_loop_trips(loop: Instruction, computation: Computation,
+                        condition: Optional[Computation]) -> Optional[int]:
+  """Trips of a counted loop whose backend config states none (TPU): the condition compares
+  the tuple element i < N (or <= N) with a constant N, and i starts at a constant."""
+  if condition is None:
+    return None
+  root = _resolve(condition, condition.root)
+  direction = re.search(r'direction=(\w+)', root.attributes)
+  if root.opcode != 'compare' or not direction or direction.group(1) not in ('LT', 'LE'):
+    return None
+  operands = [condition.by_name.get(n) for n in root.operands]
+  if len(operands) != 2 or None in operands:
+    return None
+  counter, limit = operands
+  if counter.opcode != 'get-tuple-element' or limit.opcode != 'constant':
+    return None
+  bound = _constant_value(limit)
+  index = re.search(r'index=(\d+)', counter.attributes)
+  start = 0
+  initial = computation.by_name.get(loop.operands[0]) if loop.operands else None
+  if initial is not None and initial.opcode == 'tuple' and index:
+    element = computation.by_name.get(initial.operands[int(index.group(1))])
+    if element is not None and element.opcode == 'constant':
+      start = _constant_value(element)
+  if bound is None or start is None:
+    return None
+  trips = bound - start + (1 if direction.group(1) == 'LE' else 0)
+  return trips if trips > 0 else None
+
+
+def _constant_value(ins: Instruction) -> Optional[int]:
+  """The value of a scalar integer constant, e.g. `s32[] constant(12)`."""
+  match = re.match(r'\s*(-?\d+)\s*$', ins.operand_text)
+  return int(match.group(1)) if match else None
+
+
 def _resolve(computation: Computation, ins: Instruction) -> Instruction:
   """`ins`, or what it bitcasts / reshapes."""
   while ins.opcode in TRANSPARENT_OPS and ins.operands and ins.operands[0] in \
@@ -578,23 +627,58 @@ def _write_bytes(computation: Computation) -> float:
 
 def _dot_flops(ins: Instruction, lhs: Optional[Instruction],
                rhs: Optional[Instruction]) -> float:
-  """2 x output elements x contracted size (dot); 2 x output x kernel window (convolution)."""
+  """2 x output elements x contracted size for a dot; for a convolution, 2 x the multiply-adds
+  of its window taps that land on real input (convolution.py-style dots on a TPU put batch
+  dimensions in dilated, padded windows whose other taps do no work)."""
   if not ins.shapes or lhs is None or not lhs.shapes:
     return 0.0
-  out = ins.shapes[0].elements
   if ins.opcode == 'dot':
     contracting = ins.dims_attribute('lhs_contracting_dims')
-    return 2.0 * out * math.prod(lhs.shapes[0].dims[d] for d in contracting)
+    return 2.0 * ins.shapes[0].elements * math.prod(lhs.shapes[0].dims[d] for d in contracting)
   if rhs is None or not rhs.shapes:
     return 0.0
-  labels = ins.attribute('dim_labels') or ''
-  match = re.match(r'[^_]*_([^-]*)->', labels)
-  kernel = rhs.shapes[0]
-  if match and 'o' in match.group(1) and len(match.group(1)) == len(kernel.dims):
-    out_features = kernel.dims[match.group(1).index('o')]
-  else:
-    out_features = kernel.dims[-1] if kernel.dims else 1
-  return 2.0 * out * kernel.elements / max(out_features, 1)
+  return _convolution_flops(ins, lhs.shapes[0], rhs.shapes[0])
+
+
+def _window(ins: Instruction, key: str, rank: int, default: int) -> list:
+  value = ins.attribute('window') or ''
+  match = re.search(key + r'=([\d_x\-]+)', value)
+  if not match:
+    return [default] * rank
+  return match.group(1).split('x')
+
+
+def _convolution_flops(ins: Instruction, lhs: Array, rhs: Array) -> float:
+  labels = re.match(r'(\w+)_(\w+)->(\w+)', ins.attribute('dim_labels') or '')
+  if not labels:
+    return 2.0 * ins.shapes[0].elements * rhs.elements / max(rhs.dims[-1], 1)
+  lhs_labels, rhs_labels, out_labels = labels.groups()
+  out = ins.shapes[0]
+  spatial = sorted(c for c in lhs_labels if c.isdigit())
+  rank = len(spatial)
+  sizes = [int(k) for k in _window(ins, 'size', rank, 1)]
+  strides = [int(k) for k in _window(ins, 'stride', rank, 1)]
+  lhs_dilation = [int(k) for k in _window(ins, 'lhs_dilate', rank, 1)]
+  rhs_dilation = [int(k) for k in _window(ins, 'rhs_dilate', rank, 1)]
+  pads = [int(str(p).split('_')[0]) for p in _window(ins, 'pad', rank, '0_0')]
+  taps = 1
+  for d, name in enumerate(spatial):
+    n = lhs.dims[lhs_labels.index(name)]
+    m = out.dims[out_labels.index(name)]
+    if lhs_dilation[d] == 1 and pads[d] == 0:
+      taps *= m * sizes[d]  # every tap reads real input
+      continue
+    extent = (n - 1) * lhs_dilation[d]  # last real input position, in dilated coordinates
+    valid = 0
+    for o in range(m):
+      for t in range(sizes[d]):
+        x = o * strides[d] + t * rhs_dilation[d] - pads[d]
+        valid += 0 <= x <= extent and x % lhs_dilation[d] == 0
+    taps *= valid
+  batch = out.dims[out_labels.index('b')]
+  in_features = rhs.dims[rhs_labels.index('i')]
+  out_features = out.dims[out_labels.index('f')]
+  return 2.0 * batch * out_features * in_features * taps
 
 
 def _element_kind(dtype: str) -> str:

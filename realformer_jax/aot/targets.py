@@ -58,7 +58,7 @@ class Chip:
   vector_int_ops: Optional[float] = None
   transcendentals: Optional[float] = None
   # Share of memory_bytes an XLA program can use by default: JAX preallocates 75 % of a GPU
-  # (XLA_PYTHON_CLIENT_MEM_FRACTION); a TPU's whole HBM is XLA's.
+  # (XLA_PYTHON_CLIENT_MEM_FRACTION); on a TPU what the compiler reports as available HBM.
   default_memory_fraction: float = 1.0
   gpu_target_config: str = ''  # GpuTargetConfigProto text (GPUs)
   tpu_chip_config: str = 'default'  # 'megacore' for v4 / v5p (one device per chip)
@@ -141,12 +141,14 @@ def _a100(memory_gb: int) -> Chip:
                   '600 GB/s NVLink; 108 SMs')
 
 
-def _tpu(name: str, description: str, memory_gib: float, bf16_tflops: float,
-         hbm_gbps: float, ici_gbps: float, int8_tops: float, megacore: bool) -> Chip:
+def _tpu(name: str, description: str, memory_gib: float, available_gib: float,
+         bf16_tflops: float, hbm_gbps: float, ici_gbps: float, int8_tops: float,
+         megacore: bool) -> Chip:
   bf16 = bf16_tflops * TERA
   return Chip(
       name=name, platform='tpu', description=description,
       memory_bytes=int(memory_gib * 1024 ** 3), hbm_bytes_per_s=hbm_gbps * GB,
+      default_memory_fraction=available_gib / memory_gib,
       # float32 dots: 1 bf16 pass at default precision, 6 at 'highest'.
       matmul_flops={'bf16': bf16, 'tf32': bf16, 'f32': bf16 / 6, 'fp8': int8_tops * TERA,
                     'int8': int8_tops * TERA},
@@ -156,15 +158,18 @@ def _tpu(name: str, description: str, memory_gib: float, bf16_tflops: float,
                   f'{hbm_gbps:.0f} GB/s HBM, {memory_gib} GiB per chip')
 
 
-# TPU figures per chip from the Cloud TPU pages (ICI: half the bidirectional figure).
+# TPU figures per chip from the Cloud TPU pages (ICI: half the bidirectional figure); the
+# available HBM (second number, GiB) is what XLA:TPU (libtpu 0.0.42.1) reports when a program is
+# too large ('exceeds available HBM (15.75G)' on a v5e). v5p: the pages say 95 GB / 95 GiB; its
+# compiler offers 95.74 GiB, so the chip has 96 GiB.
 CHIPS: dict[str, Chip] = {
     'h100': _h100(),
     'a100-40g': _a100(40),
     'a100-80g': _a100(80),
-    'v4': _tpu('v4', 'TPU v4', 32, 275, 1228, 300, 275, megacore=True),
-    'v5e': _tpu('v5e', 'TPU v5e', 16, 197, 819, 200, 393, megacore=False),
-    'v5p': _tpu('v5p', 'TPU v5p', 95, 459, 2765, 600, 918, megacore=True),
-    'v6e': _tpu('v6e', 'TPU v6e (Trillium)', 32, 918, 1638, 400, 1836, megacore=False),
+    'v4': _tpu('v4', 'TPU v4', 32, 30.75, 275, 1228, 300, 275, megacore=True),
+    'v5e': _tpu('v5e', 'TPU v5e', 16, 15.75, 197, 819, 200, 393, megacore=False),
+    'v5p': _tpu('v5p', 'TPU v5p', 96, 95.74, 459, 2765, 600, 918, megacore=True),
+    'v6e': _tpu('v6e', 'TPU v6e (Trillium)', 32, 31.25, 918, 1638, 400, 1836, megacore=False),
 }
 GPUS_PER_HOST = 8
 
@@ -250,5 +255,6 @@ def dtype_class(dtype: str, precision: Optional[str], platform: str) -> str:
   if dtype == 'f32':
     if precision and re.search(r'highest|f32_f32_f32', precision):
       return 'f32'
-    return 'tf32'
+    # Default precision: TF32 tensor cores on a GPU, one bf16 pass on a TPU's MXU.
+    return 'bf16' if platform == 'tpu' else 'tf32'
   return 'f32'

@@ -9,7 +9,8 @@ XLA's buffer assignment (`compiled.memory_analysis()`):
 
 and keeps the smallest A with need(A) <= budget, where the budget is
 `train.device_memory_bytes` (or the device's own limit from `memory_stats()`, or the host's
-available memory divided among its CPU devices) times `train.memory_fraction`. If even one
+available memory divided among its CPU devices; or, compiling for an accelerator target that is
+not here, the target's memory: realformer_jax/aot) times `train.memory_fraction`. If even one
 sequence per device does not fit, each layer is rematerialised (`remat_policy='full'`) and the
 search repeats; if that does not fit either, a one-line ConfigError names the bytes needed and
 available, before any parameter is allocated.
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Optional
+import re
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import ml_collections
@@ -56,6 +58,21 @@ def step_memory_bytes(compiled: jax.stages.Compiled) -> int:
           + m.temp_size_in_bytes)
 
 
+_UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
+
+
+def out_of_memory_bytes(error: Exception) -> Optional[int]:
+  """The bytes a compilation that ran out of device memory says it needed, or None if `error`
+  is something else. XLA:TPU does not compile a program larger than the HBM ('RESOURCE_EXHAUSTED:
+  ... required for HLO temporaries (21.36G) exceeds available HBM (15.75G)'); the GPU and CPU
+  compilers return a program whose memory_analysis() says so."""
+  message = str(error)
+  if 'RESOURCE_EXHAUSTED' not in message:
+    return None
+  match = re.search(r'\((\d+(?:\.\d+)?)([KMGT]?)i?B?\)', message)
+  return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
+
+
 def _host_available_bytes() -> int:
   try:
     with open('/proc/meminfo') as f:
@@ -83,8 +100,9 @@ def memory_budget(train: ml_collections.ConfigDict) -> tuple[int, str]:
       f'{source}: {capacity / GiB:.2f} GiB x memory_fraction {train.memory_fraction}')
 
 
-def _per_device_batch(config: ml_collections.ConfigDict) -> int:
-  mesh = partitioning.make_mesh(config.mesh)
+def _per_device_batch(config: ml_collections.ConfigDict,
+                      devices: Optional[Sequence[Any]] = None) -> int:
+  mesh = partitioning.make_mesh(config.mesh, devices)
   data_parallel = partitioning.data_parallel_size(mesh, partitioning.logical_rules(config))
   return config.train.global_batch_size // data_parallel
 
@@ -100,15 +118,19 @@ def _with(config: ml_collections.ConfigDict, accum: int,
 
 
 def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
-            log: Callable[[str], None] = print, task: Optional[Task] = None) -> Resolved:
+            log: Callable[[str], None] = print, task: Optional[Task] = None,
+            devices: Optional[Sequence[Any]] = None,
+            budget: Optional[tuple[int, str]] = None) -> Resolved:
   """The config with a concrete accumulation, its setup and the compiled train step
-  (for `task`; default masked LM)."""
+  (for `task`; default masked LM). `devices` and `budget` (bytes one device may use, and where
+  that figure came from) default to this job's devices and memory_budget(config.train); a
+  deviceless compile for an accelerator target passes the target's."""
   if config.train.grad_accum_steps != AUTO:
-    setup = build.make_setup(config, model_config, task)
+    setup = build.make_setup(config, model_config, task, devices)
     return Resolved(config, model_config, setup, build.compile_train_step(config, setup))
 
-  budget, source = memory_budget(config.train)
-  per_device = _per_device_batch(config)
+  budget, source = budget or memory_budget(config.train)
+  per_device = _per_device_batch(config, devices)
   # Accumulation counts that split every device's rows evenly, ascending.
   candidates = [a for a in range(1, per_device + 1) if per_device % a == 0]
   policies = [model_config.remat_policy] + (['full'] if model_config.remat_policy != 'full'
@@ -120,9 +142,16 @@ def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
     def need(accum: int, policy=policy, policy_model=policy_model, probes=probes) -> int:
       if accum not in probes:
         candidate = _with(config, accum, policy)
-        setup = build.make_setup(candidate, policy_model, task)
-        compiled = build.compile_train_step(candidate, setup)
-        probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+        setup = build.make_setup(candidate, policy_model, task, devices)
+        try:
+          compiled = build.compile_train_step(candidate, setup)
+          probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+        except jax.errors.JaxRuntimeError as e:  # XLA:TPU refuses a program that cannot fit
+          required = out_of_memory_bytes(e)
+          if required is None:
+            raise
+          # Never chosen, whatever the budget says: the device cannot hold it.
+          probes[accum] = (setup, None, max(required, budget + 1))
       return probes[accum][2]
 
     chosen = _smallest_fitting(candidates, need, budget, per_device)

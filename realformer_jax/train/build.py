@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import jax
 import ml_collections
@@ -46,15 +46,17 @@ class TrainSetup:
 
 
 def make_setup(config: ml_collections.ConfigDict, model_config: Optional[ModelConfig] = None,
-               task: Optional[Task] = None) -> TrainSetup:
-  """Everything but data and arrays, for `task` (default: masked-LM pretraining). Validates
+               task: Optional[Task] = None, devices: Optional[Sequence[Any]] = None
+               ) -> TrainSetup:
+  """Everything but data and arrays, for `task` (default: masked-LM pretraining), on
+  `devices` (default: this job's; realformer_jax/aot passes a compile target's). Validates
   the config first unless `model_config` (the result of an earlier validate_config) is
   given."""
   task = task or MaskedLMTask()
   if model_config is None:
     model_config = validation.validate_config(config, device_count=jax.device_count(),
                                               process_count=jax.process_count(), task=task)
-  mesh = partitioning.make_mesh(config.mesh)
+  mesh = partitioning.make_mesh(config.mesh, devices)
   rules = partitioning.logical_rules(config)
   model = task.make_model(model_config)
   tx = state_lib.make_optimizer(config.train)

@@ -8,7 +8,7 @@ config changes. Rules are applied in order and a mesh axis is used at most once 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -21,11 +21,15 @@ from realformer_jax.train import validation
 Rules = tuple[tuple[str, Any], ...]
 
 
-def make_mesh(mesh_config: ml_collections.ConfigDict) -> Mesh:
-  """The global mesh; Auto axis types, which Flax's logical partitioning expects."""
-  shape = validation.resolve_mesh_shape(mesh_config, jax.device_count())
+def make_mesh(mesh_config: ml_collections.ConfigDict,
+              devices: Optional[Sequence[Any]] = None) -> Mesh:
+  """The global mesh over `devices` (default: all of this job's devices; a compile target's
+  devices for a deviceless compile); Auto axis types, which Flax's logical partitioning
+  expects."""
+  count = len(devices) if devices is not None else jax.device_count()
+  shape = validation.resolve_mesh_shape(mesh_config, count)
   axes = tuple(mesh_config.axes)
-  return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes))
+  return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
 
 
 def logical_rules(config: ml_collections.ConfigDict) -> Rules:

@@ -1,0 +1,173 @@
+"""Deviceless compiles for accelerator targets on the CI machine (no GPU or TPU needed): the
+compile command on an H100 and a TPU v5e target, the one-line error of a config that cannot
+fit, 'auto' accumulation for a target against a hand calculation, and the estimator on programs
+XLA really compiled for an H100.
+
+Every case runs in a subprocess started with JAX_PLATFORMS=cpu, as the command itself does: the
+accelerator plugins (`pip install -e '.[aot]'`) must not try to open a device, and the suite's
+own process keeps its backend.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, JAX_PLATFORMS='cpu')
+
+
+def _run(*args, timeout=600) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, *args], cwd=REPO, env=ENV, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def _compile_command(*flags) -> subprocess.CompletedProcess:
+  return _run('-m', 'experiments.compile', '--config=configs/tiny.py', *flags)
+
+
+def test_the_tiny_config_compiles_for_an_h100_target_and_dumps_its_program(tmp_path):
+  done = _compile_command('--target=h100:2', f'--dump={tmp_path}')
+  assert done.returncode == 0, done.stderr[-3000:]
+  out = done.stdout
+  assert 'Compiling the train step for 2 x NVIDIA H100 SXM 80GB (h100:2)' in out
+  assert 'mesh data=2 fsdp=1 tensor=1' in out
+  assert 'accumulation: 1 microbatch(es) of 16 sequence(s) per device (as configured)' in out
+  assert ': fits, ' in out and 'ESTIMATED step time: ' in out and 'ESTIMATED MFU: ' in out
+  report = json.loads((tmp_path / 'report.json').read_text())
+  memory = report['memory']
+  assert memory['needed'] == (memory['arguments'] + memory['outputs'] - memory['aliased']
+                              + memory['temporaries'])
+  assert 0 < memory['needed'] <= memory['budget'] and memory['fits']
+  assert memory['params'] > 0 and memory['optimizer_state'] >= 2 * memory['params']
+  assert report['estimate']['seconds'] > 0 and 0 < report['estimate']['mfu'] < 1
+  hlo = (tmp_path / 'train_step.hlo.txt').read_text()
+  assert hlo.startswith('HloModule') and 'ENTRY' in hlo
+  rows = (tmp_path / 'kernels.csv').read_text().splitlines()
+  assert rows[0].startswith('kernel,') and len(rows) > 20
+
+
+def test_the_tiny_config_compiles_for_a_tpu_v5e_target():
+  done = _compile_command('--target=v5e:2x2', '--config.mesh.shape=(1,-1,1)',
+                          "--config.train.grad_accum_steps='auto'")
+  assert done.returncode == 0, done.stderr[-3000:]
+  out = done.stdout
+  assert 'Compiling the train step for 4 x TPU v5e (v5e:2x2)' in out
+  assert 'mesh data=1 fsdp=4 tensor=1' in out
+  # 32 sequences over 4 devices fit at once: 'auto' keeps one microbatch.
+  assert ("accumulation: 1 microbatch(es) of 8 sequence(s) per device (grad_accum_steps='auto', "
+          'chosen for this target)') in out
+  assert 'of 14.17 GiB (TPU v5e: 15.75 GiB of 16 GiB HBM available to XLA x memory_fraction 0.9)' \
+      in out
+  assert 'ESTIMATED step time: ' in out
+
+
+def test_a_config_that_cannot_fit_ends_with_one_error_line_naming_the_bytes():
+  # 1M x 1024 embeddings: parameters, AdamW moments and gradients alone exceed a v5e's 16 GiB.
+  done = _compile_command('--target=v5e:2x2', '--config.data.vocab_size=1000000',
+                          '--config.model.hidden_size=1024', '--config.model.mlp_dim=1024',
+                          '--config.train.global_batch_size=4',
+                          "--config.train.grad_accum_steps='auto'")
+  assert done.returncode == 1
+  last = done.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: train.grad_accum_steps='auto': even one sequence per device "
+                         'does not fit: the step needs '), last
+  assert "remat_policy='full'" in last and 'the device has 15,218,733,465 (TPU v5e' in last
+  assert 'Traceback' not in done.stderr
+
+
+_AUTO_SCRIPT = textwrap.dedent('''
+    import json
+    from configs import tiny
+    from realformer_jax.aot import targets, train_step
+    from realformer_jax.train import build
+
+    compiled = {}
+    real_compile = build.compile_train_step
+
+    def cached(config, setup=None, task=None):  # each accumulation compiles once
+      key = (int(config.train.grad_accum_steps), config.model.remat_policy)
+      if key not in compiled:
+        compiled[key] = real_compile(config, setup, task)
+      return compiled[key]
+
+    build.compile_train_step = cached
+    target = targets.parse('h100:2')
+
+    def config(accum, fraction=0.9):
+      c = tiny.get_config()
+      c.train.global_batch_size = 16  # 8 sequences per device
+      c.model.dropout_rate = 0.1
+      c.train.grad_accum_steps = accum
+      c.train.memory_fraction = fraction
+      return c
+
+    needs = {a: train_step.compile_for_target(config(a), target).memory.needed
+             for a in (1, 2, 4, 8)}
+    usable = target.chip.usable_memory_bytes
+    budget = (needs[2] + needs[4]) // 2
+    lines = []
+    auto = train_step.compile_for_target(config('auto', budget / usable), target,
+                                         log=lines.append)
+    print(json.dumps({'needs': needs, 'budget': auto.budget_bytes,
+                      'chosen': auto.resolved.config.train.grad_accum_steps,
+                      'need': auto.memory.needed, 'log': lines}))
+''')
+
+
+def test_auto_accumulation_for_a_target_equals_the_hand_calculation():
+  done = _run('-c', _AUTO_SCRIPT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  needs = {int(a): n for a, n in result['needs'].items()}
+  assert needs[1] > needs[2] > needs[4] > needs[8], needs  # smaller microbatches, less memory
+  # The hand calculation: the smallest accumulation whose step fits the target's budget.
+  by_hand = min(a for a, need in needs.items() if need <= result['budget'])
+  assert by_hand == 4
+  assert result['chosen'] == by_hand and result['need'] == needs[by_hand]
+  assert "4 microbatch(es) of 2 sequence(s) per device, remat_policy='none'" in result['log'][-1]
+  assert 'NVIDIA H100 SXM 80GB' in result['log'][-1]
+
+
+_ESTIMATOR_SCRIPT = textwrap.dedent('''
+    import json
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from realformer_jax.aot import roofline, targets
+
+    target = targets.parse('h100:1')
+    sharding = NamedSharding(Mesh(target.devices(), ('d',)), PartitionSpec())
+    spec = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=sharding)
+    matmul = jax.jit(jnp.matmul).lower(spec(4096, 4096), spec(4096, 4096)).compile()
+
+    def twelve_layers(w, x):
+      return jax.lax.scan(lambda h, wl: (jnp.tanh(h @ wl), None), x, w)[0]
+
+    scan = jax.jit(twelve_layers).lower(spec(12, 1024, 1024), spec(2048, 1024)).compile()
+    out = {}
+    for name, program in (('matmul', matmul), ('scan', scan)):
+      est = roofline.estimate(program, target)
+      out[name] = {'seconds': est.seconds, 'flops': est.matmul_flops,
+                   'gemms': [(k.count, k.matmul_flops, k.seconds) for k in est.kernels
+                             if k.category == 'GEMM'],
+                   'warnings': list(est.warnings)}
+    print(json.dumps(out))
+''')
+
+
+def test_the_estimator_on_programs_xla_compiled_for_an_h100():
+  done = _run('-c', _ESTIMATOR_SCRIPT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  rate = 805e12  # the H100's roofline bf16 rate (targets.py)
+  matmul = result['matmul']
+  (count, flops, seconds), = matmul['gemms']
+  assert count == 1 and flops == 2 * 4096 ** 3
+  assert abs(seconds - (flops / rate + 2e-6)) < 1e-9 and not matmul['warnings']
+  # The scan's body runs 12 times: one [2048, 1024] x [1024, 1024] GEMM per trip.
+  scan = result['scan']
+  assert scan['flops'] == 12 * 2 * 2048 * 1024 * 1024
+  assert [c for c, _, _ in scan['gemms']] == [12] and not scan['warnings']

@@ -10,6 +10,7 @@ import jax
 
 from benchmarks import steps
 
+
 class CompiledStep:
   """A compiled train step with its own state; calling it runs one step and blocks."""
 

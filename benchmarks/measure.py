@@ -13,12 +13,12 @@ from typing import Optional, Sequence
 import jax
 
 from benchmarks import flops as flops_lib
-from benchmarks import steps
-from benchmarks import trace_breakdown
+from benchmarks import steps, trace_breakdown
 from benchmarks.compiled_steps import CompiledStep, build_step, device_peak_bytes
 from benchmarks.profiles import LAYOUTS, Profile
 from benchmarks.report import Report
 from benchmarks.timing import Candidate, MatmulPeak, interleave, per_round_ratio
+
 
 def trace_categories(candidate: CompiledStep, steps_to_trace: int, score_dims,
                      trace_dir: Optional[str]) -> dict[str, float]:

@@ -14,6 +14,7 @@ import jax
 
 from benchmarks.timing import Summary
 
+
 @dataclasses.dataclass
 class Row:
   section: str

@@ -10,6 +10,7 @@ from benchmarks.profiles import ACCELERATOR_TARGETS, LARGE_512, PROFILES, TARGET
 from benchmarks.report import Report
 from benchmarks.timing import Summary
 
+
 def cpu_targets(report: Report, profile: Profile, profile_name: str, train: dict,
                  compile_results: dict) -> None:
   applicable = profile == PROFILES['full']

@@ -7,7 +7,7 @@ initialisation, dropout in the backward pass.
     python experiments/init_grad_sweep.py --quick --out /tmp/s  # smoke test
 
 Writes <out>/init_sweep.md and <out>/init_sweep.json. A first/last ratio < 1 means the first
-layer's gradient is smaller than the last one's (the vanishing pattern DESIGN.md section 2
+layer's gradient is smaller than the last one's (the vanishing pattern docs/design.md §2
 describes); > 1 means it grows toward the input.
 """
 
@@ -104,7 +104,7 @@ def main(argv=None) -> dict:
       source = grad_norms.BatchSource(src_args)
       sources[seq_len] = (source, source.measure_batch(args.measure_batch, args.seed))
     source, batch = sources[seq_len]
-    cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size}).validate()
+    cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size})
     r = measure(cfg, batch, args.seed)
     r['config'] = {k: getattr(cfg, k) for k in ('num_layers', 'hidden_size', 'max_len',
                                                  'activation', 'init', 'ln_placement',

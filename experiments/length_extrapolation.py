@@ -55,7 +55,7 @@ COLORS = {'O (standard)': 'tab:blue', 'E (entropy-invariant)': 'tab:orange',
           'O + residual attention': 'tab:green', 'E + residual attention': 'tab:red'}
 LENGTHS = (64, 128, 256, 512, 1024)
 SEEDS = (0, 1, 2)
-# DESIGN.md section 3: Su's RoFormer-small MLM accuracy (%), trained at n = 64, one run each.
+# docs/design.md §3: Su's RoFormer-small MLM accuracy (%), trained at n = 64, one run each.
 SU = {'O (standard)': dict(zip(LENGTHS, (43.27, 36.53, 23.02, 15.12, 11.54))),
       'E (entropy-invariant)': dict(zip(LENGTHS, (43.11, 41.17, 34.04, 20.15, 13.58)))}
 # The paired differences the README's statement rests on: (a, b) reports a - b.
@@ -264,7 +264,7 @@ def write_markdown(path: str, results: dict, summary: dict, scale: Scale, comman
       f'split packed at each n (15% of tokens predicted, fixed masking seed): {sizes}.',
       '',
       f'MLM accuracy (%): mean ± 95% Student-t half-width over seeds {list(seeds)}. Su: '
-      'RoFormer-small trained at n = 64 (DESIGN.md section 3), one run each, a larger model '
+      'RoFormer-small trained at n = 64 (docs/design.md §3), one run each, a larger model '
       'and corpus: compare the shapes of the curves, not their levels.',
       '',
       '| n | ' + ' | '.join(VARIANTS) + ' | Su O | Su E |',

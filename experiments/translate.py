@@ -5,7 +5,7 @@ r"""Does merged attention keep BLEU while decoding faster? WEB -> BBE, standard 
 
 For every seed and decoder ('standard': masked self-attention, cross-attention, FFN;
 'merged': MAtt = AAN + cross-attention, FFN; both Post-LN with DS-Init) it trains one
-encoder-decoder on the training books (realformer_jax/train/translation.py) and scores greedy
+encoder-decoder on the training books (realformer_jax/seq2seq/trainer.py) and scores greedy
 and beam search on the held-out test books with sacrebleu. Runs are a resumable grid
 (experiments/runs.py): a finished run is never trained again, and a run whose parameters are
 saved in its workdir is only evaluated.
@@ -26,7 +26,7 @@ results/translation/<config arg>).
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 import math
 import os
 import statistics
@@ -42,8 +42,9 @@ from experiments import runs as runs_lib
 from experiments import stats
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
-from realformer_jax.data import translation as data_lib
-from realformer_jax.train import translation
+from realformer_jax.seq2seq import config as seq2seq_config
+from realformer_jax.seq2seq import data as data_lib
+from realformer_jax.seq2seq import trainer as translation
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/translate.py',
                                           'configs/translate.py[:cpu|gpu]')
@@ -53,18 +54,62 @@ _WORKDIRS = flags.DEFINE_string('workdirs', None, 'Run workdirs (default '
                                 'results/translation/<config arg>).')
 
 
-def grid(config) -> list[runs_lib.Run]:
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """The config's `experiment` section (configs/translate.py)."""
+
+  decoders: tuple[str, ...]  # the two decoder kinds compared
+  seeds: tuple[int, ...]
+  speed_batch_size: int  # the first N test sources, one timed decoding call
+  speed_repeats: int  # timed calls per decoder and search, interleaved
+
+  def __post_init__(self):
+    if len(self.decoders) != 2 or len(set(self.decoders)) != 2:
+      raise ConfigError(f'experiment.decoders={tuple(self.decoders)!r}: name two decoder kinds')
+    if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
+      raise ConfigError(f'experiment.seeds={tuple(self.seeds)!r}: need two or more distinct '
+                        'seeds for an interval')
+    for field in ('speed_batch_size', 'speed_repeats'):
+      if getattr(self, field) <= 0:
+        raise ConfigError(f'experiment.{field}={getattr(self, field)!r}: must be positive')
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """The validated translation spec and the experiment around it."""
+
+  spec: seq2seq_config.TranslationSpec
+  experiment: Experiment
+
+  model = property(lambda self: self.spec.model)
+  data = property(lambda self: self.spec.data)
+  train = property(lambda self: self.spec.train)
+  decode = property(lambda self: self.spec.decode)
+
+
+def validate_study(config) -> Study:
+  """The one check of the experiment's config (ConfigError / DataError naming the field)."""
+  spec = seq2seq_config.validate(config)
+  x = config.experiment
+  study = Study(spec, Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size,
+                                 x.speed_repeats))
+  for kind in study.experiment.decoders:
+    run_spec(study, {'decoder': kind, 'seed': 0})  # each decoder kind is a valid model
+  return study
+
+
+def grid(config: Study) -> list[runs_lib.Run]:
   """Seeds outermost, so an interrupted grid already holds whole pairs of decoders."""
   return [runs_lib.Run(f'{kind}-s{seed}', {'decoder': kind, 'seed': seed},
                        cost=config.train.num_train_steps)
           for seed in config.experiment.seeds for kind in config.experiment.decoders]
 
 
-def run_config(config, params: dict):
-  run = copy.deepcopy(config)
-  run.model.decoder_attention = params['decoder']
-  run.train.seed = params['seed']
-  return run
+def run_spec(config: Study, params: dict) -> seq2seq_config.TranslationSpec:
+  spec = config.spec
+  return dataclasses.replace(
+      spec, model=spec.model.replace(decoder_attention=params['decoder']),
+      train=dataclasses.replace(spec.train, seed=params['seed']))
 
 
 def train_one(config, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
@@ -75,7 +120,7 @@ def train_one(config, workdirs: str, run: runs_lib.Run, report: runs_lib.Report)
     report(step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
-    trained = translation.train(run_config(config, run.params), workdir, on_log=on_log)
+    trained = translation.train(run_spec(config, run.params), workdir, on_log=on_log)
   report(1.0, 'trained; decoding the test books')
   result = {'workdir': workdir, 'history': trained.history,
             'num_params': int(sum(x.size for x in _leaves(trained.params)))}
@@ -148,7 +193,7 @@ def speed_all_seeds(config, workdirs: str) -> dict:
   for seed in config.experiment.seeds:
     models = {}
     for kind in config.experiment.decoders:
-      run_cfg = run_config(config, {'decoder': kind, 'seed': seed})
+      run_cfg = run_spec(config, {'decoder': kind, 'seed': seed})
       with open(os.devnull, 'w') as sink, contextlib.redirect_stdout(sink):
         models[kind] = translation.train(run_cfg, os.path.join(workdirs, f'{kind}-s{seed}'))
     batch = speed_batch(models[config.experiment.decoders[0]].data, config)
@@ -310,20 +355,6 @@ def _config_arg(argv) -> str:
   return 'cpu'
 
 
-def validate_experiment(config) -> None:
-  x = config.experiment
-  if len(x.decoders) != 2 or len(set(x.decoders)) != 2:
-    raise ConfigError(f'experiment.decoders={tuple(x.decoders)!r}: name two decoder kinds')
-  for kind in x.decoders:
-    translation.validate(run_config(config, {'decoder': kind, 'seed': 0}))
-  if len(x.seeds) < 2 or len(set(x.seeds)) != len(x.seeds):
-    raise ConfigError(f'experiment.seeds={tuple(x.seeds)!r}: need two or more distinct seeds '
-                      'for an interval')
-  for field in ('speed_batch_size', 'speed_repeats'):
-    if x[field] <= 0:
-      raise ConfigError(f'experiment.{field}={x[field]!r}: must be positive')
-
-
 def main(argv):
   del argv
   if not flags.FLAGS['verbosity'].present:
@@ -333,7 +364,7 @@ def main(argv):
   out = _OUT.value or os.path.join('docs', 'results', 'translation', arg)
   workdirs = _WORKDIRS.value or os.path.join('results', 'translation', arg)
   try:
-    validate_experiment(config)
+    config = validate_study(config)
     data_lib.prepare(config.data)  # data errors before any training
   except (ConfigError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)

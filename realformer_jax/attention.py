@@ -1,4 +1,4 @@
-"""Multi-head self-attention with RealFormer residual scores (DESIGN.md section 1).
+"""Multi-head self-attention with RealFormer residual scores (docs/design.md §1).
 
 For layer l, per head:
   s_l   = scale * Q_l K_l^T                    (this layer's own scaled scores)

@@ -94,10 +94,10 @@ _AUTO_SCRIPT = textwrap.dedent('''
     compiled = {}
     real_compile = build.compile_train_step
 
-    def cached(config, setup=None, task=None):  # each accumulation compiles once
-      key = (int(config.train.grad_accum_steps), config.model.remat_policy)
+    def cached(setup):  # each accumulation compiles once
+      key = (setup.spec.train.grad_accum_steps, setup.spec.model.remat_policy)
       if key not in compiled:
-        compiled[key] = real_compile(config, setup, task)
+        compiled[key] = real_compile(setup)
       return compiled[key]
 
     build.compile_train_step = cached
@@ -119,7 +119,7 @@ _AUTO_SCRIPT = textwrap.dedent('''
     auto = train_step.compile_for_target(config('auto', budget / usable), target,
                                          log=lines.append)
     print(json.dumps({'needs': needs, 'budget': auto.budget_bytes,
-                      'chosen': auto.resolved.config.train.grad_accum_steps,
+                      'chosen': auto.spec.train.grad_accum_steps,
                       'need': auto.memory.needed, 'log': lines}))
 ''')
 

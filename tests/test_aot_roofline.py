@@ -1,5 +1,6 @@
 """The roofline estimator (realformer_jax/aot/roofline.py) on hand-written HLO programs whose
 bytes, FLOPs and trip counts are known. Pure text: no compiler, plugin or device needed."""
+# ruff: noqa: E501  (HLO instructions are one line each, as XLA prints them)
 
 import math
 

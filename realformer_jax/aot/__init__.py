@@ -11,6 +11,7 @@ started with JAX_PLATFORMS=cpu; the estimator itself needs neither.
 """
 
 from realformer_jax.aot.roofline import Estimate, Kernel, estimate
-from realformer_jax.aot.targets import CHIPS, Chip, Target, parse as parse_target
+from realformer_jax.aot.targets import CHIPS, Chip, Target
+from realformer_jax.aot.targets import parse as parse_target
 
 __all__ = ['CHIPS', 'Chip', 'Estimate', 'Kernel', 'Target', 'estimate', 'parse_target']

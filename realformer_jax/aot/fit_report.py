@@ -19,7 +19,6 @@ import ml_collections
 from realformer_jax import flops as flops_lib
 from realformer_jax.aot import roofline, targets, train_step
 from realformer_jax.config import ConfigError
-from realformer_jax.train import partitioning
 
 GiB = 2 ** 30
 ESTIMATE_MODEL = ('a kernel roofline over the optimized program, realformer_jax/aot/'
@@ -39,12 +38,11 @@ def run(config: ml_collections.ConfigDict, target_spec: str, dump_dir: Optional[
   out(f'Compiling the train step for {target.describe()} on this host (deviceless: XLA '
       'compiles for the target; nothing is run or measured)')
   step = train_step.compile_for_target(config, target, log=lambda line: out(f'  {line}'))
-  resolved = step.resolved
-  model = resolved.model_config
-  data, train = resolved.config.data, resolved.config.train
-  mesh = dict(resolved.setup.mesh.shape)
+  spec = step.spec
+  model, data, train = spec.model, spec.data, spec.train
+  mesh = dict(step.resolved.setup.mesh.shape)
   accum = int(train.grad_accum_steps)
-  per_device = train.global_batch_size // max(1, _data_parallel(resolved))
+  per_device = train.global_batch_size // spec.data_parallel_size(target.num_devices)
   estimate = roofline.estimate(step.compiled, target, score_dims=(data.max_len, data.max_len))
   model_flops = flops_lib.mlm_step_flops(model, batch=train.global_batch_size,
                                          seq_len=data.max_len, predictions=data.max_predictions)
@@ -59,7 +57,7 @@ def run(config: ml_collections.ConfigDict, target_spec: str, dump_dir: Optional[
       f'{data.max_len} tokens; mesh ' + ' '.join(f'{k}={v}' for k, v in mesh.items()))
   out(f'accumulation: {accum} microbatch(es) of {per_device // accum} sequence(s) per device'
       + (" (grad_accum_steps='auto', chosen for this target)" if
-         config.train.grad_accum_steps == 'auto' else ' (as configured)'))
+         str(config.train.grad_accum_steps) == 'auto' else ' (as configured)'))
   out('memory per device (XLA buffer assignment for the target):')
   out(f'  arguments    {_gib(m.arguments):>11}  (params {_gib(m.params)}, optimizer state '
       f'{_gib(m.optimizer_state)}, batch and rng {_gib(m.batch_and_rest)})')
@@ -129,10 +127,6 @@ def _dump(directory: str, step: train_step.TargetStep, estimate: roofline.Estima
     with open(os.path.join(directory, name), 'w') as f:
       f.write(text)
   out(f'wrote {", ".join(files)} to {directory}')
-
-
-def _data_parallel(resolved) -> int:
-  return partitioning.data_parallel_size(resolved.setup.mesh, resolved.setup.rules)
 
 
 def _short_dtype(dtype: str) -> str:

@@ -1,7 +1,7 @@
 """The project's train step compiled for an accelerator target on any machine.
 
     step = train_step.compile_for_target(config, targets.parse('h100:8'))
-    step.memory.needed, step.budget_bytes, step.resolved.config.train.grad_accum_steps
+    step.memory.needed, step.budget_bytes, step.spec.train.grad_accum_steps
 
 Everything is the real training path (realformer_jax/train): the config is validated for the
 target's device and host count, the mesh and logical rules of the config are laid over the
@@ -23,6 +23,7 @@ import ml_collections
 from realformer_jax.aot.targets import Target
 from realformer_jax.config import ConfigError
 from realformer_jax.train import accumulation, validation
+from realformer_jax.train.spec import RunSpec, TrainConfig
 
 GiB = 2 ** 30
 
@@ -56,7 +57,7 @@ def per_device_bytes(abstract_tree) -> int:
   return total
 
 
-def memory_budget(train: ml_collections.ConfigDict, target: Target) -> tuple[int, str]:
+def memory_budget(train: TrainConfig, target: Target) -> tuple[int, str]:
   """(bytes one device of `target` may use, where that figure came from): the config's
   `train.device_memory_bytes` if it sets one, else what XLA may use on the target's device,
   times `train.memory_fraction`."""
@@ -79,7 +80,7 @@ def memory_budget(train: ml_collections.ConfigDict, target: Target) -> tuple[int
 @dataclasses.dataclass(frozen=True)
 class TargetStep:
   target: Target
-  resolved: accumulation.Resolved  # concrete config, its setup and the compiled step
+  resolved: accumulation.Resolved  # concrete spec, its setup and the compiled step
   memory: MemoryUse
   budget_bytes: int
   budget_source: str
@@ -87,6 +88,10 @@ class TargetStep:
   @property
   def compiled(self) -> jax.stages.Compiled:
     return self.resolved.compiled
+
+  @property
+  def spec(self) -> RunSpec:
+    return self.resolved.spec
 
   @property
   def fits(self) -> bool:
@@ -100,18 +105,16 @@ def compile_for_target(config: ml_collections.ConfigDict, target: Target,
   or a step that cannot fit even at one sequence per device."""
   devices = target.devices()
   hosts = len({d.process_index for d in devices})
-  model_config = validation.validate_config(config, device_count=len(devices),
-                                            process_count=hosts)
-  budget, source = memory_budget(config.train, target)
+  spec = validation.validate_config(config, device_count=len(devices), process_count=hosts)
+  budget, source = memory_budget(spec.train, target)
   try:
-    resolved = accumulation.resolve(config, model_config, log=log, devices=devices,
-                                    budget=(budget, source))
+    resolved = accumulation.resolve(spec, log=log, devices=devices, budget=(budget, source))
   except jax.errors.JaxRuntimeError as e:  # an explicit accumulation XLA:TPU cannot fit
     required = accumulation.out_of_memory_bytes(e)
     if required is None:
       raise
     raise ConfigError(
-        f'train.grad_accum_steps={config.train.grad_accum_steps}: the step needs at least '
+        f'train.grad_accum_steps={spec.train.grad_accum_steps}: the step needs at least '
         f'{required:,} bytes per device ({required / GiB:.2f} GiB of temporaries, as XLA reports '
         f'it), the target has {budget:,} ({source}); try grad_accum_steps=\'auto\', FSDP '
         '(mesh.shape=(1,-1,1)) or more devices') from e

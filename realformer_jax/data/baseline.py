@@ -7,13 +7,13 @@ trained model's MLM accuracy means little until it clearly beats it (in English 
 
 from __future__ import annotations
 
-import ml_collections
 import numpy as np
 
+from realformer_jax.data import config as config_lib
 from realformer_jax.data import pipeline
 
 
-def most_frequent_token_baseline(data_config: ml_collections.ConfigDict,
+def most_frequent_token_baseline(data_config: config_lib.DataConfig,
                                  global_batch_size: int | None = None) -> float:
   """Accuracy of always predicting the eval split's most frequent masked target.
 

@@ -5,15 +5,17 @@ one-line DataError naming the dataset, split, feature or directory:
   unknown dataset name; not prepared under data_dir while download=False (we never touch the
   network then); prepared in a format grain cannot read (tfrecord needs TensorFlow); unknown
   split; missing or non-text feature; split with zero records.
+`config` below is any data section that names `dataset`, `data_dir` and `download` (the
+masked-LM DataConfig, the fine-tuning one).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import grain
-import ml_collections
 import tensorflow_datasets as tfds
 
 from realformer_jax.data import cache_lock
@@ -25,15 +27,15 @@ from realformer_jax.data.errors import DataError
 _NAMESPACE = re.compile(r'^[A-Za-z_][\w-]*:(?!\d)')
 
 
-def data_dir_of(config: ml_collections.ConfigDict) -> str:
+def data_dir_of(config: Any) -> str:
   return os.path.abspath(os.path.expanduser(config.data_dir))
 
 
-def is_embedded(config: ml_collections.ConfigDict) -> bool:
+def is_embedded(config: Any) -> bool:
   return config.dataset.split(':')[0].split('/')[0] == corpus.BibleWeb.name
 
 
-def load_builder(config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+def load_builder(config: Any) -> tfds.core.DatasetBuilder:
   """The dataset's builder, prepared (embedded corpus or download=True) or checked prepared."""
   name, data_dir = config.dataset, data_dir_of(config)
   if is_embedded(config):

@@ -24,9 +24,9 @@ from realformer_jax import data, diagnostics
 from realformer_jax.config import ConfigError
 from realformer_jax.params import count_params
 from realformer_jax.train import accumulation, build, distributed, metrics as metrics_lib
-from realformer_jax.train import partitioning, prefetch, state as state_lib, validation
+from realformer_jax.train import partitioning, prefetch, validation
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
-from realformer_jax.train.mlm_task import MaskedLMTask
+from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task, prefixed
 
 
@@ -37,49 +37,55 @@ class TrainingError(RuntimeError):
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        on_log: Optional[Callable[[int, int, dict], None]] = None,
                        task: Optional[Task] = None) -> dict[str, Any]:
-  """Trains `task` (default: masked-LM pretraining) until train.stop_at_step (or
-  num_train_steps), resuming from the latest checkpoint in `workdir`. Returns the final eval
-  metrics, the baseline (the task's first baseline metric; all of them as 'baseline/<name>')
-  and the step reached.
+  """Trains `task` (default: masked-LM pretraining) on `config` until train.stop_at_step (or
+  num_train_steps), resuming from the latest checkpoint in `workdir`: validates the config
+  once (validation.py), then `run`."""
+  return run(validation.validate_config(config, task=task), workdir, config, on_log=on_log)
+
+
+def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
+        on_log: Optional[Callable[[int, int, dict], None]] = None) -> dict[str, Any]:
+  """Trains `spec` (`config` is the user's config it was validated from, written to the
+  workdir as config.json). Returns the final eval metrics, the baseline (the task's first
+  baseline metric; all of them as 'baseline/<name>') and the step reached.
 
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
-  task = task or MaskedLMTask()
-  model_config = validation.validate_config(config, task=task)
-  distributed.initialize(config.distributed)
-  validation.check_devices(config, jax.device_count(), jax.process_count())
-  task_data = task.build_data(config, model_config, jax.process_index(), jax.process_count())
+  task = spec.task
+  distributed.initialize(spec.distributed)
+  validation.check_devices(spec, jax.device_count(), jax.process_count())
+  task_data = task.build_data(spec, jax.process_index(), jax.process_count())
   train_iter, eval_batches, baseline = (task_data.train_iter, task_data.eval_batches,
                                         task_data.baseline)
 
-  checkpointer = Checkpointer(workdir, config.train.keep_checkpoints)
+  checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
   check_resumable(config, workdir, checkpointer.latest_step())
   writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
   best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
   preemption = distributed.PreemptionWatcher()
   batches = None
   try:
-    user_config = config
-    resolved = accumulation.resolve(config, model_config, log=writer.print, task=task)
-    config, setup, train_step = resolved.config, resolved.setup, resolved.compiled
+    resolved = accumulation.resolve(spec, log=writer.print)
+    spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
+    train = spec.train
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
     eval_step = build.compile_eval_step(setup)
-    _write_run_files(user_config, task_data.tokenizer, workdir)
+    _write_run_files(config, task_data.tokenizer, workdir)
     writer.print(f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
                  f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)')
 
-    stop = _stop_step(config.train)
+    stop = train.stop_step
     step = int(jax.device_get(state.step))
     last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
-    log = _TrainLog(writer, config, task, start_step=step, stop_step=stop, on_log=on_log)
+    log = _TrainLog(writer, spec, start_step=step, stop_step=stop, on_log=on_log)
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py).
     batches = prefetch.DevicePrefetcher(train_iter, setup.batch_sharding,
-                                        depth=config.train.prefetch_batches)
+                                        depth=train.prefetch_batches)
     if step < stop:
       writer.print(f'training steps {step + 1}-{stop}: the first step is running (logged when '
-                   f'done, then every {config.train.log_every_steps})')
+                   f'done, then every {train.log_every_steps})')
     pending = None  # (step, device metrics) of the step dispatched last
     while step < stop:
       state, step_metrics = train_step(state, next(batches), rng)
@@ -88,7 +94,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         log.record(*pending, last_checkpoint=last_saved)
       pending = (step, step_metrics)
       preempted = preemption.requested(step)
-      if step % config.train.checkpoint_every_steps == 0 or step == stop or preempted:
+      if step % train.checkpoint_every_steps == 0 or step == stop or preempted:
         log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
         pending = None
         checkpointer.save(state, rng_data, batches, step=step)
@@ -96,7 +102,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       if preempted:
         writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
-      if step % config.train.eval_every_steps == 0 and step != stop:
+      if step % train.eval_every_steps == 0 and step != stop:
         _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
                              best)
         log.restart_clock(step)  # throughput counts training time only
@@ -117,12 +123,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     if batches is not None:
       batches.close()
     train_iter.close()  # stops its prefetch thread
-
-
-def _stop_step(train: ml_collections.ConfigDict) -> int:
-  if train.stop_at_step == -1:
-    return train.num_train_steps
-  return min(train.stop_at_step, train.num_train_steps)
 
 
 def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str) -> None:
@@ -163,9 +163,8 @@ def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_
   if latest is None:
     # Made by a jitted function: a replicated array that spans every process's devices.
     init_rng, rng = jax.jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))),
-                            out_shardings=setup.replicated)(setup.config.train.seed)
-    state = state_lib.init_state(setup.model, setup.tx, setup.config.data, setup.layout,
-                                 init_rng, setup.mesh, setup.rules, setup.task)
+                            out_shardings=setup.replicated)(setup.spec.train.seed)
+    state = setup.init_state(init_rng)
     # AdamW's moments start at zero whatever the parameters: only the parameters change.
     return state.replace(params=setup.task.initial_params(state.params, setup)), rng
   abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
@@ -207,18 +206,17 @@ def _evaluate_and_record(eval_step, state, eval_batches, setup: build.TrainSetup
 class _TrainLog:
   """Host side of the train metrics: finiteness check, sums per log interval, output."""
 
-  def __init__(self, writer: metrics_lib.MetricWriter, config: ml_collections.ConfigDict,
-               task: Task, start_step: int, stop_step: int,
-               on_log: Optional[Callable[[int, int, dict], None]] = None):
+  def __init__(self, writer: metrics_lib.MetricWriter, spec: RunSpec, start_step: int,
+               stop_step: int, on_log: Optional[Callable[[int, int, dict], None]] = None):
     self._on_log = on_log
-    self._task = task
+    self._task = spec.task
     self._writer = writer
-    self._every = config.train.log_every_steps
+    self._every = spec.train.log_every_steps
     self._start = start_step
     self._stop = stop_step
     self._sums: Optional[dict] = None
     self._throughput = metrics_lib.Throughput(
-        config.train.global_batch_size * config.data.max_len, start_step, stop_step)
+        spec.train.global_batch_size * spec.data.max_len, start_step, stop_step)
 
   def restart_clock(self, step: int) -> None:
     self._throughput.restart(step)

@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 
 import jax
 
-from benchmarks import measure, target_checks
+from benchmarks import aot, measure, target_checks
 from benchmarks.profiles import PROFILES, SHAPES, Profile
 from benchmarks.report import Report, machine_info
 from benchmarks.timing import MatmulPeak, Summary
@@ -118,12 +118,17 @@ def run(profile: Profile, profile_name: str, dropout: float = 0.1,
   return report
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Report:
+def main(argv: Optional[Sequence[str]] = None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--profile', choices=('full', 'quick', 'tiny', 'accelerator'),
+  parser.add_argument('--profile', choices=('full', 'quick', 'tiny', 'accelerator', 'aot-h100',
+                                            'aot-v5p'),
                       help='what to measure: full (CPU, default), quick, tiny, or accelerator '
-                      '(GPU / TPU: bf16, BERT-Base/Large 32x512, traces); --tiny with '
-                      'accelerator runs its code path at toy shapes')
+                      '(GPU / TPU: bf16, BERT-Base/Large 32x512, traces); aot-h100 / aot-v5p: '
+                      "the accelerator profile's steps compiled for that target on this host "
+                      'and ESTIMATED (benchmarks/aot.py); --tiny with accelerator or aot-* runs '
+                      'its code path at toy shapes')
+  parser.add_argument('--out_dir', help='aot profiles: where the results go (default '
+                      'docs/results/aot/<profile>)')
   parser.add_argument('--trace_dir', help='accelerator profile: keep the profiler traces here')
   parser.add_argument('--scan_unroll', type=int,
                       help="ours: layers per scan iteration (default: the profile's)")
@@ -142,6 +147,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Report:
                       help='glibc malloc settings for the process (realformer_jax/malloc.py); '
                       'the command re-runs itself with them')
   args = parser.parse_args(argv)
+  if args.profile and args.profile.startswith('aot'):
+    # Compiling for a target opens no device: JAX stays on the CPU whatever plugins are here.
+    jax.config.update('jax_platforms', 'cpu')
+    return aot.run('aot_tiny' if args.tiny else args.profile, args.out_dir)
   if argv is None:  # a command line, not a call from Python (tests)
     malloc.reexec_with(args.malloc)
   name = args.profile or ('tiny' if args.tiny else 'quick' if args.quick else 'full')

@@ -1,7 +1,7 @@
 """Deviceless compiles for accelerator targets on the CI machine (no GPU or TPU needed): the
-compile command on an H100 and a TPU v5e target, the one-line error of a config that cannot
-fit, 'auto' accumulation for a target against a hand calculation, and the estimator on programs
-XLA really compiled for an H100.
+README's compile commands (H100 x 8 with FSDP, a TPU v5e slice, A100s with --dump) at toy
+width, the one-line error of a config that cannot fit, 'auto' accumulation for a target against
+a hand calculation, and the estimator on programs XLA really compiled for an H100.
 
 Every case runs in a subprocess started with JAX_PLATFORMS=cpu, as the command itself does: the
 accelerator plugins (`pip install -e '.[aot]'`) must not try to open a device, and the suite's
@@ -11,9 +11,13 @@ own process keeps its backend.
 import json
 import os
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, JAX_PLATFORMS='cpu')
@@ -31,40 +35,52 @@ def _compile_command(*flags, fast: bool = False) -> subprocess.CompletedProcess:
   return _run('-m', 'experiments.compile', '--config=configs/tiny.py', *flags, fast=fast)
 
 
-def test_the_tiny_config_compiles_for_an_h100_target_and_dumps_its_program(tmp_path):
-  done = _compile_command('--target=h100:2', f'--dump={tmp_path}')
-  assert done.returncode == 0, done.stderr[-3000:]
-  out = done.stdout
-  assert 'Compiling the train step for 2 x NVIDIA H100 SXM 80GB (h100:2)' in out
-  assert 'mesh data=2 fsdp=1 tensor=1' in out
-  assert 'accumulation: 1 microbatch(es) of 16 sequence(s) per device (as configured)' in out
-  assert ': fits, ' in out and 'ESTIMATED step time: ' in out and 'ESTIMATED MFU: ' in out
-  report = json.loads((tmp_path / 'report.json').read_text())
-  memory = report['memory']
-  assert memory['needed'] == (memory['arguments'] + memory['outputs'] - memory['aliased']
-                              + memory['temporaries'])
-  assert 0 < memory['needed'] <= memory['budget'] and memory['fits']
-  assert memory['params'] > 0 and memory['optimizer_state'] >= 2 * memory['params']
-  assert report['estimate']['seconds'] > 0 and 0 < report['estimate']['mfu'] < 1
-  hlo = (tmp_path / 'train_step.hlo.txt').read_text()
-  assert hlo.startswith('HloModule') and 'ENTRY' in hlo
-  rows = (tmp_path / 'kernels.csv').read_text().splitlines()
-  assert rows[0].startswith('kernel,') and len(rows) > 20
+# The README's paper-size commands at toy width (as tests/test_configs.py runs the configs'
+# commands): depth, heads, LN placement, remat, dtype and 'auto' accumulation stay.
+_TOY_FLAGS = ['--config.model.hidden_size=48', '--config.model.mlp_dim=96',
+              '--config.model.max_len=32', '--config.data.max_len=32',
+              '--config.data.max_predictions=5', '--config.train.global_batch_size=16']
 
 
-def test_the_tiny_config_compiles_for_a_tpu_v5e_target():
-  done = _compile_command('--target=v5e:2x2', '--config.mesh.shape=(1,-1,1)',
-                          "--config.train.grad_accum_steps='auto'")
+def readme_compile_commands():
+  """Every `python -m experiments.compile ...` line of the README."""
+  text = (REPO / 'README.md').read_text()
+  return re.findall(r'^(python -m experiments\.compile .*)$', text, flags=re.M)
+
+
+def test_the_readme_shows_compile_commands_for_an_h100_a_tpu_v5e_and_an_a100():
+  targets = [re.search(r'--target=(\S+)', c).group(1) for c in readme_compile_commands()]
+  assert targets == ['h100:8', 'v5e:4x4', 'a100-40g:2']
+
+
+@pytest.mark.parametrize('command', readme_compile_commands())
+def test_each_readme_compile_command_runs_at_toy_width(command, tmp_path):
+  argv = shlex.split(command.replace('/tmp/tiny_a100', str(tmp_path)))[1:]
+  done = _run(*argv, *_TOY_FLAGS)
   assert done.returncode == 0, done.stderr[-3000:]
   out = done.stdout
-  assert 'Compiling the train step for 4 x TPU v5e (v5e:2x2)' in out
-  assert 'mesh data=1 fsdp=4 tensor=1' in out
-  # 32 sequences over 4 devices fit at once: 'auto' keeps one microbatch.
-  assert ("accumulation: 1 microbatch(es) of 8 sequence(s) per device (grad_accum_steps='auto', "
-          'chosen for this target)') in out
-  assert 'of 14.17 GiB (TPU v5e: 15.75 GiB of 16 GiB HBM available to XLA x memory_fraction 0.9)' \
-      in out
-  assert 'ESTIMATED step time: ' in out
+  target = re.search(r'--target=(\S+)', command).group(1)
+  description = {'h100:8': '8 x NVIDIA H100 SXM 80GB', 'v5e:4x4': '16 x TPU v5e',
+                 'a100-40g:2': '2 x NVIDIA A100 SXM 40GB'}[target]
+  assert f'Compiling the train step for {description} ({target})' in out
+  assert re.search(r'needs +[\d.]+ GiB +of [\d.]+ GiB .*: fits, [\d.]+ GiB to spare', out), out
+  assert 'ESTIMATED step time: ' in out and 'ESTIMATED MFU: ' in out
+  if 'mesh.shape' in command:  # FSDP over the 8 GPUs
+    assert 'mesh data=1 fsdp=8 tensor=1' in out
+  if 'realformer_large' in command:  # the paper config: 'auto', chosen for the target
+    assert "(grad_accum_steps='auto', chosen for this target)" in out
+  if '--dump' in command:
+    report = json.loads((tmp_path / 'report.json').read_text())
+    memory = report['memory']
+    assert memory['needed'] == (memory['arguments'] + memory['outputs'] - memory['aliased']
+                                + memory['temporaries'])
+    assert 0 < memory['needed'] <= memory['budget'] and memory['fits']
+    assert memory['params'] > 0 and memory['optimizer_state'] >= 2 * memory['params']
+    assert report['estimate']['seconds'] > 0 and 0 < report['estimate']['mfu'] < 1
+    hlo = (tmp_path / 'train_step.hlo.txt').read_text()
+    assert hlo.startswith('HloModule') and 'ENTRY' in hlo
+    rows = (tmp_path / 'kernels.csv').read_text().splitlines()
+    assert rows[0].startswith('kernel,') and len(rows) > 20
 
 
 def test_a_config_that_cannot_fit_ends_with_one_error_line_naming_the_bytes():

@@ -3,6 +3,10 @@ every number finite."""
 
 import json
 import math
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +14,8 @@ pytest.importorskip('transformers')
 
 from benchmarks import profiles
 from benchmarks import run as bench
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
@@ -86,3 +92,24 @@ def test_long_sequence_benchmark_at_toy_size():
   assert set(results) == {(64, name) for name in variants}
   for result in results.values():
     assert result['xla_peak_gb'] > 0 and result['step_s'] > 0
+
+
+
+def test_aot_profile_code_path_at_toy_shape(tmp_path):
+  # The H100 profile compiled on this host (deviceless) and estimated, at toy shape, for ours
+  # and Hugging Face's step. A subprocess: the accelerator plugins need JAX_PLATFORMS=cpu
+  # from the start (tests/test_aot_compile.py).
+  done = subprocess.run([sys.executable, '-m', 'benchmarks.run', '--profile', 'aot-h100',
+                         '--tiny', '--out_dir', str(tmp_path)], cwd=REPO, capture_output=True,
+                        text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'), timeout=900)
+  assert done.returncode == 0, done.stderr[-3000:]
+  summary = json.loads((tmp_path / 'results.json').read_text())
+  assert summary['meta']['profile'] == 'aot_tiny'
+  assert set(summary['runs']) == {'tiny-realformer', 'tiny-hf'}
+  for result in summary['runs'].values():
+    assert result['fits'] and result['step_seconds'] > 0 and 0 < result['mfu'] < 1
+    assert result['launches'] > 0 and len(result['top']) == 10
+    assert abs(sum(result['by_category'].values()) - result['step_seconds']) < 1e-9
+  text = (tmp_path / 'results.md').read_text()
+  assert "Estimated from XLA's compile for 1 x NVIDIA H100 SXM 80GB" in text
+  assert 'ESTIMATES' in text and '| tiny (2 x 16) | HF FlaxBertForMaskedLM |' in text

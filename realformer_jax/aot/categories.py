@@ -71,9 +71,14 @@ def categorize(facts: KernelFacts, score_dims: Optional[tuple[int, int]] = None)
     return DROPOUT_BITS
   if any('/optax/' in f or f.endswith('train/state.py') for f in facts.source_files):
     return OPTIMIZER
-  if facts.opcodes <= MOVEMENT_OPS:
+  if facts.opcodes and facts.opcodes <= MOVEMENT_OPS:
     return COPIES
-  if score_dims and any(len(a.dims) >= 2 and tuple(a.dims[-2:]) == tuple(score_dims)
-                        for a in facts.arrays):
+  if touches(facts.arrays, score_dims):
     return SCORES
   return ELEMENTWISE
+
+
+def touches(arrays: Sequence[Array], score_dims: Optional[tuple[int, int]]) -> bool:
+  """Whether any of `arrays` is attention-score sized: last two dims == score_dims."""
+  return bool(score_dims) and any(len(a.dims) >= 2 and tuple(a.dims[-2:]) == tuple(score_dims)
+                                  for a in arrays)

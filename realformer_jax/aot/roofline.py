@@ -87,6 +87,7 @@ class Kernel:
   shape: str  # the result, e.g. 'f32[8,16,512,512]'
   op_name: str  # the jax op it came from (metadata)
   warning: Optional[str] = None
+  score_sized: bool = False  # reads or writes an [.., L, L] array (estimate(score_dims=))
 
   @property
   def total_seconds(self) -> float:
@@ -293,7 +294,8 @@ class _Walker:
         count=count, bytes=work.bytes, matmul_flops=sum(work.matmul_flops.values()),
         seconds=seconds, bound=bound, category=categories.categorize(facts, self.score_dims),
         shape=' '.join(str(a) for a in ins.shapes[:3]) + (' ...' if len(ins.shapes) > 3 else ''),
-        op_name=ins.op_name, warning=work.warning))
+        op_name=ins.op_name, warning=work.warning,
+        score_sized=categories.touches(work.arrays, self.score_dims)))
 
   def _time(self, work: kernel_work.Work, collective: bool) -> tuple[float, str]:
     chip = self.chip

@@ -223,15 +223,22 @@ def parse(spec: str) -> Target:
 
 def _topology(target: Target):
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+  # libtpu holds a machine-wide lock file (/tmp/libtpu_lockfile) so that two processes cannot
+  # share a TPU; compiling for a topology opens no TPU, so several processes may load it.
+  os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
   try:
     if target.platform == 'cuda':
       return topologies.get_topology_desc(target.chip.name, 'cuda',
                                           target_config=target.chip.gpu_target_config,
                                           topology=target.topology)
+    # Hosts of up to 2x2x1 chips (as Cloud TPU VMs and MaxText lay them out); smaller
+    # topologies are one host.
+    dims = [int(d) for d in target.topology.split(':')[1].split('x')] + [1]
+    bounds = tuple(min(b, d) for b, d in zip((2, 2, 1), dims))
     return topologies.get_topology_desc(
         platform='tpu', topology_name=target.topology,
-        chip_config_name=target.chip.tpu_chip_config,
-        chips_per_host_bounds=(2, 2, 1), num_slices=1)
+        chip_config_name=target.chip.tpu_chip_config, chips_per_host_bounds=bounds,
+        num_slices=1)
   except Exception as e:  # the plugin missing, or a topology XLA does not accept
     package = 'jax-cuda13-plugin' if target.platform == 'cuda' else 'libtpu'
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -107,9 +107,10 @@ def measure_candidate(shape: steps.Shape, which: str, profile: AotProfile,
       'non_gemm_bytes': est.non_gemm_bytes, 'launches': est.launches,
       'by_category': est.by_category(), 'warnings': list(est.warnings),
       'xla_optimal_seconds': est.xla_optimal_seconds,
-      'top': [{'kernel': k.name, 'category': k.category, 'bound': k.bound, 'count': k.count,
-               'total_ms': k.total_seconds * 1e3, 'bytes': k.bytes, 'shape': k.shape,
-               'op_name': k.op_name[-80:]} for k in est.top(10)],
+      'top': [{'kernel': g.name, 'category': g.first.category, 'bound': g.first.bound,
+               'count': g.count, 'total_ms': g.total_seconds * 1e3, 'bytes': g.first.bytes,
+               'shape': g.first.shape, 'op_name': g.first.op_name[-80:]}
+              for g in est.top_ops(10)],
   }
 
 
@@ -187,7 +188,8 @@ def render(summary: dict, profile: AotProfile) -> str:
         lines.append(f"| {name} | {LABELS[which]} | does not fit: XLA needs "
                      f"{r['required_bytes'] / GiB:.1f} GiB | | | | | |")
         continue
-      top = ', '.join(f'{c} {s * 1e3:.1f}' for c, s in list(r['by_category'].items())[:3])
+      dearest = sorted(r['by_category'].items(), key=lambda kv: -kv[1])[:3]
+      top = ', '.join(f'{c} {s * 1e3:.1f}' for c, s in dearest)
       lines.append(f"| {name} | {LABELS[which]} | {r['step_seconds'] * 1e3:.1f} | "
                    f"{r['mfu']:.3f} | {r['non_gemm_bytes'] / 1e9:.1f} | {r['launches']:,} | "
                    f"{r['memory_bytes'] / GiB:.2f} | {top} |")
@@ -196,7 +198,8 @@ def render(summary: dict, profile: AotProfile) -> str:
   if optimal:
     lines += ['', "XLA's own cost analysis (optimal_seconds, counts each loop body once): "
               + ', '.join(f'{k} {s * 1e3:.2f} ms' for k, s in optimal)]
-  warnings = sorted({w for r in results.values() for w in r.get('warnings', [])})
+  warnings = [f'{name}: {w}' for name, r in sorted(results.items())
+              for w in r.get('warnings', [])]
   if warnings:
     lines += ['', 'Warnings (kernels the roofline cannot judge):', '']
     lines += [f'- {w}' for w in warnings]
@@ -206,6 +209,8 @@ def render(summary: dict, profile: AotProfile) -> str:
       if not r or not r['fits']:
         continue
       lines += ['', f'## {shape.name}, {LABELS[which]}: the ten dearest kernels', '',
+                'Kernels doing the same jax op on the same shape are summed (HF runs one per '
+                'layer, ours one in a loop of as many trips); runs = executions per step.', '',
                 '| kernel | category | bound | runs | est. ms/step | result | jax op |',
                 '|---|---|---|---:|---:|---|---|']
       for k in r['top']:

@@ -99,6 +99,30 @@ class Kernel:
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelGroup:
+  """Kernels doing the same jax op on the same shape (e.g. one per unrolled layer)."""
+
+  kernels: tuple[Kernel, ...]
+
+  @property
+  def total_seconds(self) -> float:
+    return sum(k.total_seconds for k in self.kernels)
+
+  @property
+  def count(self) -> int:
+    return sum(k.count for k in self.kernels)
+
+  @property
+  def first(self) -> Kernel:
+    return max(self.kernels, key=lambda k: k.total_seconds)
+
+  @property
+  def name(self) -> str:
+    extra = len(self.kernels) - 1
+    return self.first.name + (f' (+{extra} alike)' if extra else '')
+
+
+@dataclasses.dataclass(frozen=True)
 class Estimate:
   """The roofline of one program on one target (per device; every device runs the same)."""
 
@@ -155,7 +179,19 @@ class Estimate:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
   def top(self, n: int = 10) -> list[Kernel]:
+    """The `n` kernels (instructions) that cost the most per step."""
     return sorted(self.kernels, key=lambda k: -k.total_seconds)[:n]
+
+  def top_ops(self, n: int = 10) -> list['KernelGroup']:
+    """The `n` dearest groups of kernels that do the same jax op on the same shape: a model
+    whose layers are unrolled (one instruction per layer) and one whose layers run in a loop
+    (one instruction, run once a layer) compare like with like."""
+    groups: dict[tuple, list[Kernel]] = {}
+    for k in self.kernels:
+      op = re.sub(r'/(?:layer_?)?\d+/', '/N/', k.op_name)
+      groups.setdefault((k.category, k.shape, op), []).append(k)
+    merged = [KernelGroup(tuple(ks)) for ks in groups.values()]
+    return sorted(merged, key=lambda g: -g.total_seconds)[:n]
 
   def csv(self) -> str:
     """One row per kernel (the `--dump` file)."""

@@ -34,8 +34,6 @@ OPTIMIZER = 'optimizer'
 SCORES = 'score-sized element-wise'
 COPIES = 'copies & layout'
 ELEMENTWISE = 'other element-wise'
-ALL = (GEMM, ATTENTION, SCORES, DROPOUT_BITS, COPIES, OPTIMIZER, SCATTER, ELEMENTWISE,
-       COLLECTIVES)
 
 MOVEMENT_OPS = frozenset({
     'copy', 'copy-start', 'copy-done', 'transpose', 'dynamic-slice', 'dynamic-update-slice',

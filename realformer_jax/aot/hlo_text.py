@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Iterator, Optional
+from typing import Optional
 
 # Bytes per element of XLA primitive types (sub-byte types as fractions).
 DTYPE_BYTES = {
@@ -309,16 +309,3 @@ def parse_module(text: str) -> Module:
     raise ValueError('HLO text has no ENTRY computation (expected compiled.as_text())')
   return Module(module_name, computations, entry, _stack_frames(lines))
 
-
-def walk(module: Module, computation: Computation,
-         seen: Optional[set] = None) -> Iterator[Instruction]:
-  """Every instruction of `computation` and of the computations it calls, recursively."""
-  seen = set() if seen is None else seen
-  if computation.name in seen:
-    return
-  seen.add(computation.name)
-  for instruction in computation.instructions:
-    yield instruction
-    for name in instruction.called():
-      if name in module.computations:
-        yield from walk(module, module.computations[name], seen)

@@ -14,13 +14,10 @@ stop XLA's per-step temporaries from being page-faulted afresh every step (~20% 
 steps on 2 cores; realformer_jax/malloc.py).
 """
 
-import os
-import re
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments.cli import fail, fail_after_training, loaded, parse_flags
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
@@ -35,37 +32,6 @@ _MALLOC = flags.DEFINE_enum('malloc', 'default', list(malloc.TUNABLES),
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def fail(message: str):
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(1)
-
-
-def fail_after_training(message: str):
-  """`fail` for an error raised once training has started: the run has already waited for
-  its saves and closed everything it opened, but a failed save can leave orbax coroutines
-  behind whose teardown prints tracebacks at interpreter exit; exiting at once keeps the
-  error line the last thing on stderr."""
-  print(f'error: {message}', file=sys.stderr, flush=True)
-  sys.stdout.flush()
-  os._exit(1)  # pylint: disable=protected-access
-
-
-def parse_flags(argv):
-  """absl parsing, with every failure (including an unknown --config.a.b key, which
-  ml_collections reports as an AttributeError) as one line."""
-  try:
-    return flags.FLAGS(argv)
-  except (AttributeError, KeyError) as e:
-    match = re.search(r"(\w+)\\?'", str(e))
-    key = match.group(1) if match else str(e)
-    names = [a.split('=')[0] for a in argv if a.startswith('--config.')]
-    name = next((n for n in names if key in n.split('.')), '--config.*')
-    fail(f'{name}: unknown config field ({key!r})')
-  except flags.Error as e:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
-
-
 def run_job(argv, job):
   """The checks and settings every entry point shares, then `job(config, workdir)`; a user
   error (ConfigError, DataError, TrainingError) exits 1 with one line."""
@@ -75,11 +41,7 @@ def run_job(argv, job):
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
     library_noise.quiet()  # orbax's own logs of a failure we report in one line
-  config = _CONFIG.value
-  try:
-    config.keys()  # a config file that failed to load raises on first use, not when parsed
-  except OSError as e:
-    fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
+  config = loaded(_CONFIG.value)
   try:
     with distributed.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)
       job(config, _WORKDIR.value)

@@ -98,21 +98,21 @@ def validate_study(config) -> Study:
   return study
 
 
-def grid(config: Study) -> list[runs_lib.Run]:
+def grid(study: Study) -> list[runs_lib.Run]:
   """Seeds outermost, so an interrupted grid already holds whole pairs of decoders."""
   return [runs_lib.Run(f'{kind}-s{seed}', {'decoder': kind, 'seed': seed},
-                       cost=config.train.num_train_steps)
-          for seed in config.experiment.seeds for kind in config.experiment.decoders]
+                       cost=study.train.num_train_steps)
+          for seed in study.experiment.seeds for kind in study.experiment.decoders]
 
 
-def run_spec(config: Study, params: dict) -> seq2seq_config.TranslationSpec:
-  spec = config.spec
+def run_spec(study: Study, params: dict) -> seq2seq_config.TranslationSpec:
+  spec = study.spec
   return dataclasses.replace(
       spec, model=spec.model.replace(decoder_attention=params['decoder']),
       train=dataclasses.replace(spec.train, seed=params['seed']))
 
 
-def train_one(config, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
+def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
   workdir = os.path.join(workdirs, run.name)
   os.makedirs(workdir, exist_ok=True)
 
@@ -120,7 +120,7 @@ def train_one(config, workdirs: str, run: runs_lib.Run, report: runs_lib.Report)
     report(step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
-    trained = translation.train(run_spec(config, run.params), workdir, on_log=on_log)
+    trained = translation.train(run_spec(study, run.params), workdir, on_log=on_log)
   report(1.0, 'trained; decoding the test books')
   result = {'workdir': workdir, 'history': trained.history,
             'num_params': int(sum(x.size for x in _leaves(trained.params)))}
@@ -138,21 +138,21 @@ def _leaves(tree):
   return jax.tree.leaves(tree)
 
 
-def copy_baseline(config) -> float:
+def copy_baseline(study) -> float:
   """Test BLEU of copying the WEB source unchanged: what a model must beat."""
   from sacrebleu.metrics import BLEU  # pylint: disable=import-outside-toplevel
 
-  test = data_lib.prepare(config.data).splits['test']
+  test = data_lib.prepare(study.data).splits['test']
   return BLEU().corpus_score(test.source_texts, [test.references]).score
 
 
 # ------------------------------------------------------------------------------------------
 # Decoding speed.
 
-def speed_batch(data: data_lib.TranslationData, config) -> dict:
+def speed_batch(data: data_lib.TranslationData, study) -> dict:
   """The first speed_batch_size test sources (in order), padded like every decoding batch."""
-  x = config.experiment
-  length = config.data.bucket_lengths[-1]
+  x = study.experiment
+  length = study.data.bucket_lengths[-1]
   chosen = list(range(min(x.speed_batch_size, len(data.splits['test']))))
   source = np.zeros((x.speed_batch_size, length), np.int32)
   for row, i in enumerate(chosen):
@@ -187,17 +187,17 @@ def measure_speed(models: dict, batch: dict, repeats: int) -> dict:
   return out
 
 
-def speed_all_seeds(config, workdirs: str) -> dict:
+def speed_all_seeds(study, workdirs: str) -> dict:
   """Per seed: the tokens/s of each decoder and the merged / standard ratios."""
   per_seed = {}
-  for seed in config.experiment.seeds:
+  for seed in study.experiment.seeds:
     models = {}
-    for kind in config.experiment.decoders:
-      run_cfg = run_spec(config, {'decoder': kind, 'seed': seed})
+    for kind in study.experiment.decoders:
+      run_cfg = run_spec(study, {'decoder': kind, 'seed': seed})
       with open(os.devnull, 'w') as sink, contextlib.redirect_stdout(sink):
         models[kind] = translation.train(run_cfg, os.path.join(workdirs, f'{kind}-s{seed}'))
-    batch = speed_batch(models[config.experiment.decoders[0]].data, config)
-    per_seed[seed] = measure_speed(models, batch, config.experiment.speed_repeats)
+    batch = speed_batch(models[study.experiment.decoders[0]].data, study)
+    per_seed[seed] = measure_speed(models, batch, study.experiment.speed_repeats)
     print(f'speed seed {seed}: ' + '; '.join(
         f'{search} {measure} ' + ' '.join(f'{k} {v:,.0f}' for k, v in values.items())
         for search, by_measure in per_seed[seed].items()
@@ -215,8 +215,8 @@ def _cell(values, digits=2) -> str:
   return f'{stats.format_ci(stats.mean_ci(values), digits)} ({seeds})'
 
 
-def analyse(config, results: dict, speed: dict) -> dict:
-  seeds, (base, other) = config.experiment.seeds, config.experiment.decoders[:2]
+def analyse(study, results: dict, speed: dict) -> dict:
+  seeds, (base, other) = study.experiment.seeds, study.experiment.decoders[:2]
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
   summary = {'bleu': {}, 'speed': {}, 'per_seed': {}}
   for search in ('greedy', 'beam'):
@@ -246,10 +246,10 @@ def analyse(config, results: dict, speed: dict) -> dict:
   return summary
 
 
-def results_markdown(config, config_arg: str, results: dict, summary: dict) -> str:
-  seeds, (base, other) = config.experiment.seeds, config.experiment.decoders[:2]
-  m, t, d = config.model, config.train, config.decode
-  x = config.experiment
+def results_markdown(study, config_arg: str, results: dict, summary: dict) -> str:
+  seeds, (base, other) = study.experiment.seeds, study.experiment.decoders[:2]
+  m, t, d = study.model, study.train, study.decode
+  x = study.experiment
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
   lines = [
       f'# WEB -> BBE: {base} vs {other} decoder (config `{config_arg}`)', '',
@@ -258,8 +258,8 @@ def results_markdown(config, config_arg: str, results: dict, summary: dict) -> s
       f'over seeds {tuple(seeds)}, per-seed values in brackets.', '',
       f'Model: Post-LN, init={m.init}, {m.num_layers} encoder + {m.num_decoder_layers} '
       f'decoder layers, d={m.hidden_size}, {m.num_heads} heads, FFN {m.mlp_dim}, shared '
-      f'vocabulary of {config.data.vocab_size}; {t.num_train_steps} steps of '
-      f'~{config.data.tokens_per_batch} padded tokens, lr {t.learning_rate}, label smoothing '
+      f'vocabulary of {study.data.vocab_size}; {t.num_train_steps} steps of '
+      f'~{study.data.tokens_per_batch} padded tokens, lr {t.learning_rate}, label smoothing '
       f'{t.label_smoothing}. Parameters: {base} {summary["num_params"][base]:,}, {other} '
       f'{summary["num_params"][other]:,}. Beam {d.beam_size}, length penalty alpha {d.alpha} '
       f'(GNMT); outputs limited to {d.length_ratio} x the padded source length.', '',
@@ -279,7 +279,7 @@ def results_markdown(config, config_arg: str, results: dict, summary: dict) -> s
             f'BLEU. Signature: `{results[f"{base}-s{seeds[0]}"]["test_beam_signature"]}`.', '',
             '## Decoding speed (tokens/s, this machine, medians of interleaved calls)', '',
             f'Batch: the first {x.speed_batch_size} test sources, padded to '
-            f'{config.data.bucket_lengths[-1]} tokens; {x.speed_repeats} timed calls per decoder after '
+            f'{study.data.bucket_lengths[-1]} tokens; {x.speed_repeats} timed calls per decoder after '
             'compilation. `to EOS`: output tokens of the real translations per second; '
             '`fixed`: no EOS, every row decodes to the length limit (the per-step cost). The '
             'machine was shared with other jobs: absolute numbers vary, the ratios were '
@@ -308,14 +308,14 @@ def _fmt_summary(d: dict, digits: int) -> str:
   return f'{d["mean"]:,.{digits}f} ± {d["ci95_half_width"]:,.{digits}f} ({seeds})'
 
 
-def plot(config, results: dict, summary: dict, path: str) -> None:
+def plot(study, results: dict, summary: dict, path: str) -> None:
   try:
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   except ImportError:
     return
-  seeds, kinds = config.experiment.seeds, config.experiment.decoders[:2]
+  seeds, kinds = study.experiment.seeds, study.experiment.decoders[:2]
   fig, (ax_bleu, ax_speed) = plt.subplots(1, 2, figsize=(10, 4))
   for offset, search in ((-0.2, 'greedy'), (0.2, 'beam')):
     for i, kind in enumerate(kinds):
@@ -364,8 +364,8 @@ def main(argv):
   out = _OUT.value or os.path.join('docs', 'results', 'translation', arg)
   workdirs = _WORKDIRS.value or os.path.join('results', 'translation', arg)
   try:
-    config = validate_study(config)
-    data_lib.prepare(config.data)  # data errors before any training
+    study = validate_study(config)
+    data_lib.prepare(study.data)  # data errors before any training
   except (ConfigError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
@@ -373,17 +373,17 @@ def main(argv):
   jax.config.update('jax_compilation_cache_dir', os.path.abspath(os.path.join(workdirs,
                                                                              'jax_cache')))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-  results = runs_lib.Grid(out, grid(config)).run(
-      lambda run, report: train_one(config, workdirs, run, report))
-  speed = speed_all_seeds(config, workdirs)
-  summary = analyse(config, results, speed)
-  summary['copy_source_bleu'] = copy_baseline(config)
+  results = runs_lib.Grid(out, grid(study)).run(
+      lambda run, report: train_one(study, workdirs, run, report))
+  speed = speed_all_seeds(study, workdirs)
+  summary = analyse(study, results, speed)
+  summary['copy_source_bleu'] = copy_baseline(study)
   runs_lib.write_json(os.path.join(out, 'results.json'), {
       'config': config.to_dict(), 'summary': summary, 'speed_per_seed': speed,
       'runs': results})
   with open(os.path.join(out, 'results.md'), 'w') as f:
-    f.write(results_markdown(config, arg, results, summary))
-  plot(config, results, summary, os.path.join(out, 'bleu_speed.png'))
+    f.write(results_markdown(study, arg, results, summary))
+  plot(study, results, summary, os.path.join(out, 'bleu_speed.png'))
   print(open(os.path.join(out, 'results.md')).read())
 
 

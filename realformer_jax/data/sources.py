@@ -4,7 +4,8 @@ Every check runs before any text is tokenized or any model is compiled, and each
 one-line DataError naming the dataset, split, feature or directory:
   unknown dataset name; not prepared under data_dir while download=False (we never touch the
   network then); prepared in a format grain cannot read (tfrecord needs TensorFlow); unknown
-  split; missing or non-text feature; split with zero records.
+  split; missing or non-text feature; split with zero records; a missing or damaged shard file
+  (shard_check.py, which also names the file when a later read meets damage).
 `config` below is any data section that names `dataset`, `data_dir` and `download` (the
 masked-LM DataConfig, the fine-tuning one).
 """
@@ -20,6 +21,7 @@ import tensorflow_datasets as tfds
 
 from realformer_jax.data import cache_lock
 from realformer_jax.data import corpus
+from realformer_jax.data import shard_check
 from realformer_jax.data.errors import DataError
 
 
@@ -81,7 +83,11 @@ def open_split(builder: tfds.core.DatasetBuilder, split: str, text_feature: str,
                     f'{sorted(builder.info.splits)}): {_first_line(e)}') from None
   if num_records == 0:  # Checked first: as_data_source fails obscurely on empty slices.
     raise DataError(f"Dataset '{name}' split '{split}' has zero records.")
-  records = grain.MapDataset.source(builder.as_data_source(split))
+  # Missing or damaged files fail here or on the read that meets them, naming the file.
+  fix = shard_check.remedy(builder, embedded=builder.name == corpus.BibleWeb.name)
+  files = shard_check.check_files(builder, split, fix)
+  records = grain.MapDataset.source(shard_check.CheckedSource(
+      builder.as_data_source(split), files, f"Dataset '{name}' split '{split}'", fix))
   return records[:max_documents] if max_documents > 0 else records
 
 

@@ -23,9 +23,10 @@ the text supports) fails with a DataError naming both sizes, or, with `fit_to_co
 the largest vocabulary it supports instead.
 
 The cache entry is one `.model` file plus a `.json` sidecar recording what it was trained
-on; its name holds the model type and vocab size and a hash of every training setting, so
-configs that differ never share a file. Training writes the model to memory and publishes it
-with an atomic rename under a file lock (see cache_lock.py).
+on and the file's size and checksum (a damaged entry is trained again, with a note:
+cache_integrity.py); its name holds the model type and vocab size and a hash of every training
+setting, so configs that differ never share a file. Training writes the model to memory and
+publishes it with an atomic rename under a file lock (see cache_lock.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Iterable
 import numpy as np
 import sentencepiece as spm
 
+from realformer_jax.data import cache_integrity
 from realformer_jax.data import cache_lock, wordpiece
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
@@ -152,17 +154,19 @@ def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_siz
     what: names the data in error messages, e.g. "dataset 'x' split 'train' feature 'text'".
     fit_to_corpus: see `train`.
   """
-  if os.path.isfile(path):
+  if cache_integrity.problem(path) is None:
     return load(path)
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
   with cache_lock.exclusive_lock(directory, os.path.basename(path)):
-    if os.path.isfile(path):  # Another process trained it while we waited.
+    reason = cache_integrity.problem(path)
+    if reason is None:  # Another process trained it while we waited.
       return load(path)
+    if os.path.exists(path):  # Derived data: damaged means train it again.
+      cache_integrity.note_rebuild(path, reason, 'training the tokenizer again')
     model_proto = train(texts, model_type=model_type, vocab_size=vocab_size, what=what,
                         fit_to_corpus=fit_to_corpus)
-    cache_lock.atomic_write(path + '.json', json.dumps(description, indent=2, sort_keys=True).encode())
-    cache_lock.atomic_write(path, model_proto)
+    cache_integrity.publish_bytes(path, model_proto, description)
   return SentencePieceTokenizer(model_proto, source=path)
 
 

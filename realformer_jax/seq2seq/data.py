@@ -21,7 +21,8 @@ source longer than the last bucket (counted too). The order is a function of (se
 
 Caching (data_dir/bible_web_bbe/): the tokenizer as in tokenizer.py, and the encoded splits as
 one .npz whose name hashes every setting and the text packages' versions, built under a file
-lock and published with an atomic rename (cache_lock.py), like the pretraining data.
+lock and published with an atomic rename (cache_lock.py), like the pretraining data; a `.json`
+sidecar records its size and checksum, and a damaged one is encoded again (cache_integrity.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import from_section, to_config_dict
+from realformer_jax.data import cache_integrity
 from realformer_jax.data import cache_lock
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
@@ -182,13 +184,16 @@ def _prepare_uncached(config) -> TranslationData:
                      revision=_CACHE_REVISION)
   digest = hashlib.sha256(json.dumps(encoded_key, sort_keys=True).encode()).hexdigest()[:10]
   path = os.path.join(cache_dir, f'encoded-{digest}.npz')
-  if not os.path.isfile(path):
+  if cache_integrity.problem(path) is not None:
     os.makedirs(cache_dir, exist_ok=True)
     with cache_lock.exclusive_lock(cache_dir, os.path.basename(path)):
-      if not os.path.isfile(path):  # another process may have written it meanwhile
+      reason = cache_integrity.problem(path)
+      if reason is not None:  # else another process wrote it meanwhile
+        if os.path.exists(path):  # derived data: damaged means encode it again
+          cache_integrity.note_rebuild(path, reason, 'encoding the verse pairs again')
         buffer = io.BytesIO()
         np.savez(buffer, **_encode(pairs or _pairs_by_split(config), tokenizer))
-        cache_lock.atomic_write(path, buffer.getvalue())
+        cache_integrity.publish_bytes(path, buffer.getvalue(), dict(encoded_key))
   with np.load(path) as stored:
     splits = {name: _unpack(stored, name) for name in bible_pairs.SPLITS}
   longest = config.bucket_lengths[-1]

@@ -9,7 +9,9 @@ XLA's buffer assignment (`compiled.memory_analysis()`):
 
 and keeps the smallest A with need(A) <= budget, where the budget is
 `train.device_memory_bytes` (or the device's own limit from `memory_stats()`, or the host's
-available memory divided among its CPU devices) times `train.memory_fraction`. If even one
+available memory divided among its CPU devices; or, compiling for an accelerator this host does
+not have, the target's memory: realformer_jax/aot) times `train.memory_fraction`. A candidate
+that XLA:TPU refuses to compile because it exceeds the HBM counts as not fitting. If even one
 sequence per device does not fit, each layer is rematerialised (`remat_policy='full'`) and the
 search repeats; if that does not fit either, a one-line ConfigError names the bytes needed and
 available, before any parameter is allocated.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
@@ -53,6 +56,21 @@ def step_memory_bytes(compiled: jax.stages.Compiled) -> int:
   m = compiled.memory_analysis()
   return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
           + m.temp_size_in_bytes)
+
+
+_UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
+
+
+def out_of_memory_bytes(error: Exception) -> Optional[int]:
+  """The bytes a compilation that ran out of device memory says it needed, or None if `error`
+  is something else. XLA:TPU does not compile a program larger than the HBM ('RESOURCE_EXHAUSTED:
+  ... required for HLO temporaries (21.36G) exceeds available HBM (15.75G)'); the GPU and CPU
+  compilers return a program whose memory_analysis() says so."""
+  message = str(error)
+  if 'RESOURCE_EXHAUSTED' not in message:
+    return None
+  match = re.search(r'\((\d+(?:\.\d+)?)([KMGT]?)i?B?\)', message)
+  return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
 
 
 def _host_available_bytes() -> int:
@@ -125,8 +143,15 @@ def resolve(spec: RunSpec, log: Callable[[str], None] = print,
     def need(accum: int, policy=policy, probes=probes) -> int:
       if accum not in probes:
         setup = build.make_setup(_with(spec, accum, policy), devices)
-        compiled = build.compile_train_step(setup)
-        probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+        try:
+          compiled = build.compile_train_step(setup)
+          probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+        except jax.errors.JaxRuntimeError as e:  # XLA:TPU refuses a program that cannot fit
+          required = out_of_memory_bytes(e)
+          if required is None:
+            raise
+          # Never chosen, whatever the budget says: the device cannot hold it.
+          probes[accum] = (setup, None, max(required, budget + 1))
       return probes[accum][2]
 
     chosen = _smallest_fitting(candidates, need, budget, per_device)

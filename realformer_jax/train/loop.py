@@ -22,16 +22,15 @@ import numpy as np
 
 from realformer_jax import data, diagnostics
 from realformer_jax.config import ConfigError
+from realformer_jax.data import cache_lock
 from realformer_jax.params import count_params
 from realformer_jax.train import accumulation, build, distributed, metrics as metrics_lib
-from realformer_jax.train import partitioning, prefetch, validation
+from realformer_jax.train import checkpointing, partitioning, prefetch, validation
+from realformer_jax.train import workdir_lock
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
+from realformer_jax.train.errors import TrainingError
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task, prefixed
-
-
-class TrainingError(RuntimeError):
-  """Training cannot go on (e.g. a non-finite loss). The message names the step."""
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
@@ -58,13 +57,16 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
   train_iter, eval_batches, baseline = (task_data.train_iter, task_data.eval_batches,
                                         task_data.baseline)
 
-  checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
-  check_resumable(config, workdir, checkpointer.latest_step())
-  writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
-  best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
-  preemption = distributed.PreemptionWatcher()
-  batches = None
+  # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
+  lock = workdir_lock.acquire_for_run(workdir)
+  checkpointer = writer = best = preemption = batches = None
   try:
+    checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
+    check_resumable(config, workdir, checkpointer.latest_step())
+    writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
+    best = (BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric
+            else None)
+    preemption = distributed.PreemptionWatcher()
     resolved = accumulation.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
@@ -97,12 +99,17 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
       if step % train.checkpoint_every_steps == 0 or step == stop or preempted:
         log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
         pending = None
+        if lock is not None:
+          lock.check()  # never write beside a run that took the workdir over
         checkpointer.save(state, rng_data, batches, step=step)
         last_saved = step
       if preempted:
         writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
       if step % train.eval_every_steps == 0 and step != stop:
+        if pending is not None:  # logged before the clock restarts: its time is training time
+          log.record(*pending, last_checkpoint=last_saved)
+          pending = None
         _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
                              best)
         log.restart_clock(step)  # throughput counts training time only
@@ -114,15 +121,27 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
             'baseline': next(iter(baseline.values())),
             **{f'baseline/{k}': float(v) for k, v in baseline.items()}, 'preempted': False}
   finally:
-    preemption.close()
-    checkpointer.wait()
-    checkpointer.close()
-    if best is not None:
-      best.close()
-    writer.close()
-    if batches is not None:
-      batches.close()
-    train_iter.close()  # stops its prefetch thread
+    # Every step runs even if one fails (the lock must go); the first failure is raised, e.g.
+    # the CheckpointError of a last save that failed in the background.
+    _close_all(preemption and preemption.close, checkpointer and checkpointer.close,
+               best and best.close, writer and writer.close, batches and batches.close,
+               train_iter.close,  # stops its prefetch thread
+               lock and lock.release)
+    if preemption is not None:
+      preemption.deliver()  # a SIGTERM deferred to save the checkpoint now takes effect
+
+
+def _close_all(*closers: Optional[Callable[[], None]]) -> None:
+  first_error = None
+  for close in closers:
+    if close is None:
+      continue
+    try:
+      close()
+    except Exception as e:  # pylint: disable=broad-except
+      first_error = first_error or e
+  if first_error is not None:
+    raise first_error
 
 
 def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str) -> None:
@@ -130,8 +149,9 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
   workdir alone is enough to use the model later (train.load_workdir)."""
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, 'config.json'), 'w') as f:
-      f.write(config.to_json_best_effort(indent=2))
+    # Atomic: a run killed while writing it must not leave a truncated config.json behind.
+    cache_lock.atomic_write(os.path.join(workdir, 'config.json'),
+                            config.to_json_best_effort(indent=2).encode())
     tokenizer.save(workdir)
 
 
@@ -149,8 +169,13 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str,
   path = os.path.join(workdir, 'config.json')
   if latest_step is None or not os.path.exists(path):
     return
-  with open(path) as f:
-    saved = json.load(f).get('model', {})
+  try:
+    with open(path) as f:
+      saved = json.load(f).get('model', {})
+  except (OSError, ValueError) as e:  # e.g. truncated by a run killed before it was atomic
+    checkpointing.warn(f'{path} is unreadable ({type(e).__name__}), so the model it was '
+                       'trained with cannot be compared; it is rewritten by this run')
+    return
   current = json.loads(config.model.to_json_best_effort())
   changed = [f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
              for k in sorted(set(saved) | set(current)) if k not in _HOW_ATTENTION_RUNS
@@ -163,19 +188,19 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str,
 
 def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_iter,
                      writer: metrics_lib.MetricWriter):
-  """(state, rng) from the latest checkpoint (moving `train_iter` to its position), or new."""
-  latest = checkpointer.latest_step()
-  if latest is None:
+  """(state, rng) from the newest checkpoint that restores (moving `train_iter` to its
+  position; damaged steps are set aside, checkpointing.py), or new."""
+  abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
+  restored = checkpointer.restore_latest(setup.layout.abstract, abstract_key_data, train_iter)
+  if restored is None:
     # Made by a jitted function: a replicated array that spans every process's devices.
     init_rng, rng = jax.jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))),
                             out_shardings=setup.replicated)(setup.spec.train.seed)
     state = setup.init_state(init_rng)
     # AdamW's moments start at zero whatever the parameters: only the parameters change.
     return state.replace(params=setup.task.initial_params(state.params, setup)), rng
-  abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
-  state, key_data = checkpointer.restore(latest, setup.layout.abstract, abstract_key_data,
-                                         train_iter)
-  writer.print(f'resumed from the checkpoint at step {latest} in {checkpointer.directory}')
+  step, state, key_data = restored
+  writer.print(f'resumed from the checkpoint at step {step} in {checkpointer.directory}')
   return state, jax.random.wrap_key_data(key_data)
 
 

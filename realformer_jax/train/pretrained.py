@@ -98,13 +98,14 @@ def load_workdir(workdir: str, step: Optional[int] = None,
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(mesh=spec.mesh.replace(shape=tuple(mesh_shape) if mesh_shape is not None
                                              else (-1,) + (1,) * (len(spec.mesh.axes) - 1)))
-  checkpointer = Checkpointer(workdir, keep=spec.train.keep_checkpoints)
+  # Read-only: safe beside a live run (nothing cleaned up, renamed or rotated).
+  checkpointer = Checkpointer(workdir, keep=spec.train.keep_checkpoints, writer=False)
   try:
     steps = checkpointer.all_steps()
     if not steps:
       raise ConfigError(f'{checkpointer.directory}: no checkpoint to load')
     if step is None:
-      step = max(steps)
+      step = checkpointer.newest_intact_step()
     elif step not in steps:
       raise ConfigError(f'step={step}: no checkpoint at that step in {checkpointer.directory} '
                         f'(have {sorted(steps)})')

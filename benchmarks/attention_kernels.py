@@ -14,7 +14,8 @@ Rows (bfloat16 compute, float32 parameters, dropout 0.1, the project's train ste
   `optimal_seconds` is printed beside the roofline when XLA gives one (it returns a negative
   number, dropped, for programs with loops: the whole train step).
 * Long sequences, BERT-Base, batch 1, every layer rematerialised: post and realformer with
-  residual_scores_backward='recomputed', L = 2048 / 4096 / 8192 / 16384, step and XLA memory.
+  residual_scores_backward='recomputed', L = 2048 / 4096 / 8192 / 16384, step and XLA memory
+  (on the TPU, L = 16384 on one v5e chip: a batch of 1 cannot be split over a slice).
 
 For each row: estimated step, MFU (model FLOPs, benchmarks/flops.py, over the roofline's matmul
 rate: 805 TFLOP/s on an H100), HBM bytes, XLA's step memory, and the attention kernels' own rows
@@ -110,7 +111,9 @@ def plan(quick: bool) -> list[Row]:
                 (('attention_impl', 'pallas'),))
             for target in ('h100:1', 'v5e:2x2') for layout in ('post', 'realformer')]
   return (_rows('h100:1', LARGE, unrolled=True) + _long_rows('h100:1', (2048, 4096, 8192, 16384))
-          + _rows('v5e:2x2', LARGE, unrolled=False) + _long_rows('v5e:2x2', (16384,)))
+          + _rows('v5e:2x2', LARGE, unrolled=False)
+          # batch 1 cannot be split over a slice: one chip (16 GB) for the long row.
+          + _long_rows('v5e:1x1', (16384,)))
 
 
 def compile_row(row: Row, devices: list) -> jax.stages.Compiled:
@@ -219,7 +222,15 @@ def _kernel_table(row: Row, r: dict) -> list[str]:
   lines = [f'Attention kernels of "{row.label}" ({row.target}, {row.shape.name}), per step:', '',
            '| kernel | count | bytes each | matmul FLOPs each | ms total | bound |',
            '|---|---:|---:|---:|---:|---|']
+  merged: dict = {}  # an unrolled stack has one kernel per layer: one line per op and size
   for k in r.get('attention_kernels', []):
+    key = (k['op'], k['bytes'], k['matmul_flops'], k['bound'])
+    if key in merged:
+      merged[key] = dict(merged[key], count=merged[key]['count'] + k['count'],
+                         ms=merged[key]['ms'] + k['ms'])
+    else:
+      merged[key] = dict(k)
+  for k in merged.values():
     lines.append(f'| {k["op"]} | {k["count"]} | {k["bytes"] / 1e6:.0f} MB | '
                  f'{k["matmul_flops"] / 1e9:.1f} G | {k["ms"]:.2f} | {k["bound"]} |')
   return lines + ['']
@@ -229,8 +240,11 @@ def verdicts(rows: Sequence[Row], results: dict) -> list[tuple[str, bool, str]]:
   """(target, passed, detail) for every target chip present."""
   by_name = {row.name: (row, results.get(row.name)) for row in rows}
   out = []
-  for chip in sorted({row.target for row in rows}):
-    tag = chip.split(':')[0]
+  for tag in sorted({row.target.split(':')[0] for row in rows}):
+    large = [row for row in rows if row.name.startswith(f'{tag}_{LARGE.name}_')]
+    chip = large[0].target if large else tag
+    # Bytes are per device; the floor is the whole batch's, shared by the data-parallel chips.
+    devices = targets.parse(chip).num_devices if large else 1
 
     def get(suffix):
       row, r = by_name.get(f'{tag}_{LARGE.name}_{suffix}', (None, None))
@@ -248,7 +262,7 @@ def verdicts(rows: Sequence[Row], results: dict) -> list[tuple[str, bool, str]]:
       out.append((f'{chip} pre <= post', pre['step_s'] <= post['step_s'] * 1.0005,
                   f'{pre["step_s"] * 1e3:.1f} vs {post["step_s"] * 1e3:.1f} ms'))
     if post and real:
-      f = floors(LARGE)
+      f = {k: v / devices for k, v in floors(LARGE).items()}
       extra = real['hbm_bytes'] - post['hbm_bytes']
       out.append((f'{chip} realformer bytes beyond post <= 1.3 x floor', extra <= 1.3 * f['floor24'],
                   f'{extra / 1e9:.1f} GB = {extra / f["floor24"]:.2f} x the 24-byte floor '
@@ -259,7 +273,8 @@ def verdicts(rows: Sequence[Row], results: dict) -> list[tuple[str, bool, str]]:
       fits = bool(long_r['fits'])
       detail = (f'{long_r["memory_bytes"] / GiB:.1f} GiB of {long_r["usable_bytes"] / GiB:.1f} '
                 'GiB usable' if 'memory_bytes' in long_r else long_r.get('error', '')[:120])
-      out.append((f'{chip} BERT-Base realformer L=16384 fits (float32 carry)', fits, detail))
+      out.append((f'{long_row.target} BERT-Base realformer L=16384 fits (float32 carry)', fits,
+                  detail))
   return out
 
 

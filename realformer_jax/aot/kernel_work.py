@@ -204,13 +204,18 @@ class Analyzer:
     elif HOST_CALLBACK.search(target):
       work.warning = f'{ins.name}: host callback {target!r}, not costed by the roofline'
     else:
-      flops = _stated_cost(config).get('flops')
+      stated = _stated_cost(config)
+      if stated.get('bytes_accessed'):  # the kernel knows what it moves better than its
+        work.bytes = float(stated['bytes_accessed'])  # operands' sizes do (in-place, slices)
+      for field in ('float_ops', 'int_ops', 'transcendentals'):  # its element-wise work
+        setattr(work, field, getattr(work, field) + float(stated.get(field, 0.0)))
+      flops = stated.get('flops')
       if flops is None and self.custom_call_flops is not None:
         flops = self.custom_call_flops(ins)
       if flops:
         dtype = operand_arrays[0].dtype if operand_arrays else 'bf16'
         work.add_flops(targets.dtype_class(dtype, None, self.chip.platform), float(flops))
-      else:
+      elif flops is None:  # a stated 0 is a kernel without matmuls, not an unknown
         work.warning = (f'{ins.name}: custom call {target!r}{_kernel_name(config)} states no '
                         'FLOPs, costed by its bytes only (estimate(..., custom_call_flops=...))')
     return work
@@ -434,9 +439,21 @@ def _json_field(config: str, key: str):
 
 
 def _stated_cost(config: str) -> dict:
-  """A custom kernel's own cost statement (Mosaic's "cost_estimate"), if any."""
+  """A custom kernel's own cost statement, if any: Mosaic's "cost_estimate", or the `metadata`
+  a Pallas Triton kernel carries (`serialized_metadata`, JSON with MLIR's \\22 for quotes;
+  realformer_jax/kernels states 'flops' and 'bytes_accessed' there)."""
   cost = _json_field(config, 'cost_estimate')
-  return cost if isinstance(cost, dict) else {}
+  if isinstance(cost, dict):
+    return cost
+  match = re.search(r'serialized_metadata = "((?:[^"\\]|\\.)*)"', config)
+  if not match:
+    return {}
+  try:
+    stated = json.loads(match.group(1).replace('\\22', '"'))
+  except ValueError:
+    return {}
+  return {key: float(value) for key, value in stated.items()
+          if key in ('flops', 'bytes_accessed', 'float_ops', 'int_ops', 'transcendentals')}
 
 
 def _kernel_name(config: str) -> str:

@@ -22,7 +22,7 @@ import time
 
 import jax
 
-from benchmarks import run as bench
+from benchmarks import compiled_steps as bench
 from benchmarks import steps
 
 VARIANTS = {

@@ -26,7 +26,7 @@ import time
 import jax
 
 from realformer_jax import data, train
-from realformer_jax.train import accumulation, partitioning, state as state_lib
+from realformer_jax.train import accumulation, partitioning
 
 TARGET = 0.95
 
@@ -51,13 +51,12 @@ def _apply(config, overrides: list[str]):
 
 def bare_tokens_per_sec(config, steps: int) -> float:
   """The compiled train step alone, `steps` times on one device-resident batch."""
-  resolved = accumulation.resolve(config, train.validate_config(config), log=lambda _: None)
-  config, setup, step_fn = resolved.config, resolved.setup, resolved.compiled
-  key = jax.random.key(config.train.seed)
-  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
-                               setup.mesh, setup.rules)
-  host_batch = next(data.make_train_iterator(config.data, config.train.global_batch_size,
-                                             config.train.seed))
+  resolved = accumulation.resolve(train.validate_config(config), log=lambda _: None)
+  spec, setup, step_fn = resolved.spec, resolved.setup, resolved.compiled
+  key = jax.random.key(spec.train.seed)
+  state = setup.init_state(key)
+  host_batch = next(data.make_train_iterator(spec.data, spec.train.global_batch_size,
+                                             spec.train.seed))
   batch = partitioning.global_batch(host_batch, setup.batch_sharding)
   rng = jax.device_put(key, setup.replicated)
   state, metrics = step_fn(state, batch, rng)  # warm-up
@@ -67,7 +66,7 @@ def bare_tokens_per_sec(config, steps: int) -> float:
     state, metrics = step_fn(state, batch, rng)
   jax.block_until_ready((state, metrics))
   seconds = time.perf_counter() - start
-  return steps * config.train.global_batch_size * config.data.max_len / seconds
+  return steps * spec.train.global_batch_size * spec.data.max_len / seconds
 
 
 def loop_tokens_per_sec(config, steps: int, log_every: int) -> float:

@@ -25,6 +25,7 @@ from realformer_jax import train as train_lib
 from realformer_jax.train import partitioning
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
+from realformer_jax.train.mlm_task import MaskedLMTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,16 +115,19 @@ def make_project_step(config: ml_collections.ConfigDict, batch: dict, seed: int 
 
   `abstract=True` gives the state as shapes only: for compile-time and memory analysis.
   """
-  setup = train_lib.make_setup(config)
-  fn = jax.jit(step_lib.make_train_step(setup.model, setup.tx, config.train,
-                                        setup.layout.param_shardings),
+  spec = train_lib.validate_config(config, device_count=jax.device_count(),
+                                   process_count=jax.process_count())
+  setup = train_lib.make_setup(spec)
+  fn = jax.jit(step_lib.make_train_step(setup.model, setup.tx, spec.task,
+                                        state_lib.learning_rate_schedule(spec.train),
+                                        grad_accum_steps=spec.train.grad_accum_steps,
+                                        param_shardings=setup.layout.param_shardings),
                in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
                out_shardings=(setup.layout.shardings, setup.replicated), donate_argnums=0)
   if abstract:
     state = setup.layout.abstract
   else:
-    state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout,
-                                 jax.random.key(seed), setup.mesh, setup.rules)
+    state = setup.init_state(jax.random.key(seed))
   return Step(fn, state, jax.device_put(batch, setup.batch_sharding),
               jax.device_put(jax.random.key(seed), setup.replicated),
               lambda: partitioning.activate(setup.mesh, setup.rules))
@@ -153,8 +157,11 @@ def make_hf_step(hf_config, config: ml_collections.ConfigDict, batch: dict, seed
   import transformers  # optional dependency (the 'test' extra)
   hf_model = transformers.FlaxBertForMaskedLM(hf_config, seed=seed, dtype=jnp.dtype(dtype),
                                                _do_init=False)
-  tx = state_lib.make_optimizer(config.train)
-  fn = jax.jit(step_lib.make_train_step(HFMaskedLM(hf_model), tx, config.train),
+  train = train_lib.validate_config(config).train
+  tx = state_lib.make_optimizer(train)
+  fn = jax.jit(step_lib.make_train_step(HFMaskedLM(hf_model), tx, MaskedLMTask(),
+                                        state_lib.learning_rate_schedule(train),
+                                        grad_accum_steps=train.grad_accum_steps),
                donate_argnums=0)
 
   def init(key):

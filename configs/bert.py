@@ -5,7 +5,7 @@ r"""BERT-style masked-LM pretraining at the RealFormer paper's sizes, with its r
 Argument: `size` = small | base | large | xlarge (layers/hidden/heads/FFN 4/512/8/2048,
 12/768/12/3072, 24/1024/16/4096, 36/1536/24/6144), `ln` = post | pre | realformer.
 
-Recipe (RealFormer paper; DESIGN.md section 5): AdamW, peak learning rate 1e-4, weight decay
+Recipe (RealFormer paper; docs/design.md §5): AdamW, peak learning rate 1e-4, weight decay
 0.01 (not on biases and norm scales), 10k warmup steps then linear decay to 0 at 1M steps,
 dropout 0.1, sequence length 512, batch 512 (xLarge 256), a 30K vocabulary; RealFormer xLarge
 uses the running mean of the residual scores. RealFormer reuses Post-LN's hyperparameters.

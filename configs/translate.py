@@ -9,7 +9,7 @@ FFN), 3 seeds each. Any field can be changed with --config.a.b=v (tests/test_con
 runs both commands at toy size that way).
 """
 
-from realformer_jax.train.translation import default_translation_config
+from realformer_jax.seq2seq.config import default_translation_config
 
 
 def get_config(arg: str = 'cpu'):

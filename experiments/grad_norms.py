@@ -87,7 +87,7 @@ def model_config(args: argparse.Namespace, vocab_size: int, overrides: dict) -> 
   base = dict(vocab_size=vocab_size, hidden_size=args.hidden, num_layers=args.layers,
               num_heads=args.heads, mlp_dim=args.mlp, max_len=args.seq_len,
               dropout_rate=0.0, attention_dropout_rate=0.0, init=args.init)
-  return ModelConfig(**{**base, **overrides}).validate()
+  return ModelConfig(**{**base, **overrides})
 
 
 def make_steps(cfg: ModelConfig, tx: optax.GradientTransformation):

@@ -99,7 +99,7 @@ def main(argv=None) -> dict:
                                  vocab=256 if args.quick else 8000)
       sources[seq_len] = (source, source.measure_batch(args.measure_batch, args.seed))
     source, batch = sources[seq_len]
-    cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size}).validate()
+    cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size})
     r = measure(cfg, batch, args.seed)
     r['config'] = {k: getattr(cfg, k) for k in ('num_layers', 'hidden_size', 'max_len',
                                                  'activation', 'init', 'ln_placement',

@@ -16,7 +16,8 @@ from absl import app, flags
 import jax
 from ml_collections import config_flags
 
-from realformer_jax.train import build
+from realformer_jax.aot.train_step import per_device_bytes
+from realformer_jax.train import build, validation
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/realformer_large.py',
                                           'Training config file.')
@@ -28,15 +29,6 @@ LAYOUTS = {
     'FSDP (fsdp=N)': (1, -1, 1),
     'FSDP x tensor (fsdp=N/2, tensor=2)': (1, -1, 2),
 }
-
-
-def _shard_bytes(abstract_tree) -> int:
-  """Bytes one device holds of a tree of sharded ShapeDtypeStructs (device 0's shards)."""
-  total = 0
-  for leaf in jax.tree.leaves(abstract_tree):
-    shard_shape = leaf.sharding.shard_shape(leaf.shape)
-    total += math.prod(shard_shape) * leaf.dtype.itemsize
-  return total
 
 
 def _size(num_bytes: float) -> str:
@@ -55,16 +47,17 @@ def main(argv):
   print(header)
   print('-' * len(header))
   for name, shape in LAYOUTS.items():
-    config = _CONFIG.value.copy_and_resolve_references()
+    config = _CONFIG.value.copy_and_resolve_references()  # this layout's copy
     config.mesh.shape = shape
     config.train.global_batch_size = _BATCH.value
     config.data.max_len = _LENGTH.value
     config.data.max_predictions = max(1, math.ceil(0.15 * _LENGTH.value))
-    setup = build.make_setup(config)
-    compiled = build.compile_train_step(config, setup)
+    setup = build.make_setup(validation.validate_config(
+        config, device_count=jax.device_count(), process_count=jax.process_count()))
+    compiled = build.compile_train_step(setup)
     memory = compiled.memory_analysis()
-    state_bytes = _shard_bytes(setup.layout.abstract)
-    param_bytes = _shard_bytes(setup.layout.abstract.params)
+    state_bytes = per_device_bytes(setup.layout.abstract)
+    param_bytes = per_device_bytes(setup.layout.abstract.params)
     print(f'{name:38} {_size(state_bytes):>20} {_size(param_bytes):>16} '
           f'{_size(memory.argument_size_in_bytes):>15} '
           f'{_size(memory.temp_size_in_bytes):>17}')

@@ -6,21 +6,22 @@ realformer_jax/train/.
         --config.train.global_batch_size=256 --config.mesh.shape='(1,-1,1)'
 
 Re-running with the same --workdir resumes from its latest checkpoint. Bad flags, configs and
-data exit with status 1 and one line `error: <message>` on stderr, before any compilation.
+data exit with status 1 and one line `error: <message>` on stderr, before any compilation; so
+do the faults of a long run (a damaged checkpoint or data file, a full disk, a workdir that
+another run holds: README "Reliability").
 On CPU, --malloc=retain makes the process re-execute itself (same PID) with glibc settings that
 stop XLA's per-step temporaries from being page-faulted afresh every step (~20% faster BERT-Base
 steps on 2 cores; realformer_jax/malloc.py).
 """
 
-import re
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments.cli import fail, fail_after_training, loaded, parse_flags
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
+from realformer_jax.train import distributed, library_noise
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.',
                                           lock_config=True)
@@ -31,27 +32,6 @@ _MALLOC = flags.DEFINE_enum('malloc', 'default', list(malloc.TUNABLES),
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def fail(message: str):
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(1)
-
-
-def parse_flags(argv):
-  """absl parsing, with every failure (including an unknown --config.a.b key, which
-  ml_collections reports as an AttributeError) as one line."""
-  try:
-    return flags.FLAGS(argv)
-  except (AttributeError, KeyError) as e:
-    match = re.search(r"(\w+)\\?'", str(e))
-    key = match.group(1) if match else str(e)
-    names = [a.split('=')[0] for a in argv if a.startswith('--config.')]
-    name = next((n for n in names if key in n.split('.')), '--config.*')
-    fail(f'{name}: unknown config field ({key!r})')
-  except flags.Error as e:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
-
-
 def run_job(argv, job):
   """The checks and settings every entry point shares, then `job(config, workdir)`; a user
   error (ConfigError, DataError, TrainingError) exits 1 with one line."""
@@ -60,15 +40,15 @@ def run_job(argv, job):
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
-  config = _CONFIG.value
+    library_noise.quiet()  # orbax's own logs of a failure we report in one line
+  config = loaded(_CONFIG.value)
   try:
-    config.keys()  # a config file that failed to load raises on first use, not when parsed
-  except OSError as e:
-    fail(f'--config: {str(e).strip().splitlines()[-1].strip()}')
-  try:
-    job(config, _WORKDIR.value)
-  except (ConfigError, DataError, train.TrainingError) as e:
+    with distributed.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)
+      job(config, _WORKDIR.value)
+  except (ConfigError, DataError) as e:
     fail(str(e))
+  except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...
+    fail_after_training(str(e))
 
 
 def main(argv):

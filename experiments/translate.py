@@ -5,7 +5,7 @@ r"""Does merged attention keep BLEU while decoding faster? WEB -> BBE, standard 
 
 For every seed and decoder ('standard': masked self-attention, cross-attention, FFN;
 'merged': MAtt = AAN + cross-attention, FFN; both Post-LN with DS-Init) it trains one
-encoder-decoder on the training books (realformer_jax/train/translation.py) and scores greedy
+encoder-decoder on the training books (realformer_jax/seq2seq/trainer.py) and scores greedy
 and beam search on the held-out test books with sacrebleu. Runs are a resumable grid
 (experiments/runs.py): a finished run is never trained again, and a run whose parameters are
 saved in its workdir is only evaluated.
@@ -26,7 +26,7 @@ results/translation/<config arg>).
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 import math
 import os
 import statistics
@@ -42,8 +42,9 @@ from experiments import runs as runs_lib
 from experiments import stats
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
-from realformer_jax.data import translation as data_lib
-from realformer_jax.train import translation
+from realformer_jax.seq2seq import config as seq2seq_config
+from realformer_jax.seq2seq import data as data_lib
+from realformer_jax.seq2seq import trainer as translation
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/translate.py',
                                           'configs/translate.py[:cpu|gpu]')
@@ -53,21 +54,65 @@ _WORKDIRS = flags.DEFINE_string('workdirs', None, 'Run workdirs (default '
                                 'results/translation/<config arg>).')
 
 
-def grid(config) -> list[runs_lib.Run]:
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """The config's `experiment` section (configs/translate.py)."""
+
+  decoders: tuple[str, ...]  # the two decoder kinds compared
+  seeds: tuple[int, ...]
+  speed_batch_size: int  # the first N test sources, one timed decoding call
+  speed_repeats: int  # timed calls per decoder and search, interleaved
+
+  def __post_init__(self):
+    if len(self.decoders) != 2 or len(set(self.decoders)) != 2:
+      raise ConfigError(f'experiment.decoders={tuple(self.decoders)!r}: name two decoder kinds')
+    if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
+      raise ConfigError(f'experiment.seeds={tuple(self.seeds)!r}: need two or more distinct '
+                        'seeds for an interval')
+    for field in ('speed_batch_size', 'speed_repeats'):
+      if getattr(self, field) <= 0:
+        raise ConfigError(f'experiment.{field}={getattr(self, field)!r}: must be positive')
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """The validated translation spec and the experiment around it."""
+
+  spec: seq2seq_config.TranslationSpec
+  experiment: Experiment
+
+  model = property(lambda self: self.spec.model)
+  data = property(lambda self: self.spec.data)
+  train = property(lambda self: self.spec.train)
+  decode = property(lambda self: self.spec.decode)
+
+
+def validate_study(config) -> Study:
+  """The one check of the experiment's config (ConfigError / DataError naming the field)."""
+  spec = seq2seq_config.validate(config)
+  x = config.experiment
+  study = Study(spec, Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size,
+                                 x.speed_repeats))
+  for kind in study.experiment.decoders:
+    run_spec(study, {'decoder': kind, 'seed': 0})  # each decoder kind is a valid model
+  return study
+
+
+def grid(study: Study) -> list[runs_lib.Run]:
   """Seeds outermost, so an interrupted grid already holds whole pairs of decoders."""
   return [runs_lib.Run(f'{kind}-s{seed}', {'decoder': kind, 'seed': seed},
-                       cost=config.train.num_train_steps)
-          for seed in config.experiment.seeds for kind in config.experiment.decoders]
+                       cost=study.train.num_train_steps)
+          for seed in study.experiment.seeds for kind in study.experiment.decoders]
 
 
-def run_config(config, params: dict):
-  run = copy.deepcopy(config)
-  run.model.decoder_attention = params['decoder']
-  run.train.seed = params['seed']
-  return run
+def run_spec(study: Study, params: dict) -> seq2seq_config.TranslationSpec:
+  spec = study.spec
+  return dataclasses.replace(
+      spec, model=spec.model.replace(decoder_attention=params['decoder']),
+      train=dataclasses.replace(spec.train, seed=params['seed']))
 
 
-def train_one(config, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
+def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
   workdir = os.path.join(workdirs, run.name)
   os.makedirs(workdir, exist_ok=True)
 
@@ -75,7 +120,7 @@ def train_one(config, workdirs: str, run: runs_lib.Run, report: runs_lib.Report)
     report(step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
-    trained = translation.train(run_config(config, run.params), workdir, on_log=on_log)
+    trained = translation.train(run_spec(study, run.params), workdir, on_log=on_log)
   report(1.0, 'trained; decoding the test books')
   result = {'workdir': workdir, 'history': trained.history,
             'num_params': int(sum(x.size for x in _leaves(trained.params)))}
@@ -93,21 +138,21 @@ def _leaves(tree):
   return jax.tree.leaves(tree)
 
 
-def copy_baseline(config) -> float:
+def copy_baseline(study) -> float:
   """Test BLEU of copying the WEB source unchanged: what a model must beat."""
   from sacrebleu.metrics import BLEU  # pylint: disable=import-outside-toplevel
 
-  test = data_lib.prepare(config.data).splits['test']
+  test = data_lib.prepare(study.data).splits['test']
   return BLEU().corpus_score(test.source_texts, [test.references]).score
 
 
 # ------------------------------------------------------------------------------------------
 # Decoding speed.
 
-def speed_batch(data: data_lib.TranslationData, config) -> dict:
+def speed_batch(data: data_lib.TranslationData, study) -> dict:
   """The first speed_batch_size test sources (in order), padded like every decoding batch."""
-  x = config.experiment
-  length = config.data.bucket_lengths[-1]
+  x = study.experiment
+  length = study.data.bucket_lengths[-1]
   chosen = list(range(min(x.speed_batch_size, len(data.splits['test']))))
   source = np.zeros((x.speed_batch_size, length), np.int32)
   for row, i in enumerate(chosen):
@@ -142,17 +187,17 @@ def measure_speed(models: dict, batch: dict, repeats: int) -> dict:
   return out
 
 
-def speed_all_seeds(config, workdirs: str) -> dict:
+def speed_all_seeds(study, workdirs: str) -> dict:
   """Per seed: the tokens/s of each decoder and the merged / standard ratios."""
   per_seed = {}
-  for seed in config.experiment.seeds:
+  for seed in study.experiment.seeds:
     models = {}
-    for kind in config.experiment.decoders:
-      run_cfg = run_config(config, {'decoder': kind, 'seed': seed})
+    for kind in study.experiment.decoders:
+      run_cfg = run_spec(study, {'decoder': kind, 'seed': seed})
       with open(os.devnull, 'w') as sink, contextlib.redirect_stdout(sink):
         models[kind] = translation.train(run_cfg, os.path.join(workdirs, f'{kind}-s{seed}'))
-    batch = speed_batch(models[config.experiment.decoders[0]].data, config)
-    per_seed[seed] = measure_speed(models, batch, config.experiment.speed_repeats)
+    batch = speed_batch(models[study.experiment.decoders[0]].data, study)
+    per_seed[seed] = measure_speed(models, batch, study.experiment.speed_repeats)
     print(f'speed seed {seed}: ' + '; '.join(
         f'{search} {measure} ' + ' '.join(f'{k} {v:,.0f}' for k, v in values.items())
         for search, by_measure in per_seed[seed].items()
@@ -170,8 +215,8 @@ def _cell(values, digits=2) -> str:
   return f'{stats.format_ci(stats.mean_ci(values), digits)} ({seeds})'
 
 
-def analyse(config, results: dict, speed: dict) -> dict:
-  seeds, (base, other) = config.experiment.seeds, config.experiment.decoders[:2]
+def analyse(study, results: dict, speed: dict) -> dict:
+  seeds, (base, other) = study.experiment.seeds, study.experiment.decoders[:2]
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
   summary = {'bleu': {}, 'speed': {}, 'per_seed': {}}
   for search in ('greedy', 'beam'):
@@ -201,10 +246,10 @@ def analyse(config, results: dict, speed: dict) -> dict:
   return summary
 
 
-def results_markdown(config, config_arg: str, results: dict, summary: dict) -> str:
-  seeds, (base, other) = config.experiment.seeds, config.experiment.decoders[:2]
-  m, t, d = config.model, config.train, config.decode
-  x = config.experiment
+def results_markdown(study, config_arg: str, results: dict, summary: dict) -> str:
+  seeds, (base, other) = study.experiment.seeds, study.experiment.decoders[:2]
+  m, t, d = study.model, study.train, study.decode
+  x = study.experiment
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
   lines = [
       f'# WEB -> BBE: {base} vs {other} decoder (config `{config_arg}`)', '',
@@ -213,8 +258,8 @@ def results_markdown(config, config_arg: str, results: dict, summary: dict) -> s
       f'over seeds {tuple(seeds)}, per-seed values in brackets.', '',
       f'Model: Post-LN, init={m.init}, {m.num_layers} encoder + {m.num_decoder_layers} '
       f'decoder layers, d={m.hidden_size}, {m.num_heads} heads, FFN {m.mlp_dim}, shared '
-      f'vocabulary of {config.data.vocab_size}; {t.num_train_steps} steps of '
-      f'~{config.data.tokens_per_batch} padded tokens, lr {t.learning_rate}, label smoothing '
+      f'vocabulary of {study.data.vocab_size}; {t.num_train_steps} steps of '
+      f'~{study.data.tokens_per_batch} padded tokens, lr {t.learning_rate}, label smoothing '
       f'{t.label_smoothing}. Parameters: {base} {summary["num_params"][base]:,}, {other} '
       f'{summary["num_params"][other]:,}. Beam {d.beam_size}, length penalty alpha {d.alpha} '
       f'(GNMT); outputs limited to {d.length_ratio} x the padded source length.', '',
@@ -234,7 +279,7 @@ def results_markdown(config, config_arg: str, results: dict, summary: dict) -> s
             f'BLEU. Signature: `{results[f"{base}-s{seeds[0]}"]["test_beam_signature"]}`.', '',
             '## Decoding speed (tokens/s, this machine, medians of interleaved calls)', '',
             f'Batch: the first {x.speed_batch_size} test sources, padded to '
-            f'{config.data.bucket_lengths[-1]} tokens; {x.speed_repeats} timed calls per decoder after '
+            f'{study.data.bucket_lengths[-1]} tokens; {x.speed_repeats} timed calls per decoder after '
             'compilation. `to EOS`: output tokens of the real translations per second; '
             '`fixed`: no EOS, every row decodes to the length limit (the per-step cost). The '
             'machine was shared with other jobs: absolute numbers vary, the ratios were '
@@ -263,14 +308,14 @@ def _fmt_summary(d: dict, digits: int) -> str:
   return f'{d["mean"]:,.{digits}f} ± {d["ci95_half_width"]:,.{digits}f} ({seeds})'
 
 
-def plot(config, results: dict, summary: dict, path: str) -> None:
+def plot(study, results: dict, summary: dict, path: str) -> None:
   try:
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   except ImportError:
     return
-  seeds, kinds = config.experiment.seeds, config.experiment.decoders[:2]
+  seeds, kinds = study.experiment.seeds, study.experiment.decoders[:2]
   fig, (ax_bleu, ax_speed) = plt.subplots(1, 2, figsize=(10, 4))
   for offset, search in ((-0.2, 'greedy'), (0.2, 'beam')):
     for i, kind in enumerate(kinds):
@@ -310,20 +355,6 @@ def _config_arg(argv) -> str:
   return 'cpu'
 
 
-def validate_experiment(config) -> None:
-  x = config.experiment
-  if len(x.decoders) != 2 or len(set(x.decoders)) != 2:
-    raise ConfigError(f'experiment.decoders={tuple(x.decoders)!r}: name two decoder kinds')
-  for kind in x.decoders:
-    translation.validate(run_config(config, {'decoder': kind, 'seed': 0}))
-  if len(x.seeds) < 2 or len(set(x.seeds)) != len(x.seeds):
-    raise ConfigError(f'experiment.seeds={tuple(x.seeds)!r}: need two or more distinct seeds '
-                      'for an interval')
-  for field in ('speed_batch_size', 'speed_repeats'):
-    if x[field] <= 0:
-      raise ConfigError(f'experiment.{field}={x[field]!r}: must be positive')
-
-
 def main(argv):
   del argv
   if not flags.FLAGS['verbosity'].present:
@@ -333,8 +364,8 @@ def main(argv):
   out = _OUT.value or os.path.join('docs', 'results', 'translation', arg)
   workdirs = _WORKDIRS.value or os.path.join('results', 'translation', arg)
   try:
-    validate_experiment(config)
-    data_lib.prepare(config.data)  # data errors before any training
+    study = validate_study(config)
+    data_lib.prepare(study.data)  # data errors before any training
   except (ConfigError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
@@ -342,17 +373,17 @@ def main(argv):
   jax.config.update('jax_compilation_cache_dir', os.path.abspath(os.path.join(workdirs,
                                                                              'jax_cache')))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-  results = runs_lib.Grid(out, grid(config)).run(
-      lambda run, report: train_one(config, workdirs, run, report))
-  speed = speed_all_seeds(config, workdirs)
-  summary = analyse(config, results, speed)
-  summary['copy_source_bleu'] = copy_baseline(config)
+  results = runs_lib.Grid(out, grid(study)).run(
+      lambda run, report: train_one(study, workdirs, run, report))
+  speed = speed_all_seeds(study, workdirs)
+  summary = analyse(study, results, speed)
+  summary['copy_source_bleu'] = copy_baseline(study)
   runs_lib.write_json(os.path.join(out, 'results.json'), {
       'config': config.to_dict(), 'summary': summary, 'speed_per_seed': speed,
       'runs': results})
   with open(os.path.join(out, 'results.md'), 'w') as f:
-    f.write(results_markdown(config, arg, results, summary))
-  plot(config, results, summary, os.path.join(out, 'bleu_speed.png'))
+    f.write(results_markdown(study, arg, results, summary))
+  plot(study, results, summary, os.path.join(out, 'bleu_speed.png'))
   print(open(os.path.join(out, 'results.md')).read())
 
 

@@ -1,7 +1,7 @@
 """Activation functions chosen by name (`ModelConfig.activation`).
 
 The second-moment-normalised variants rescale so that a standard-normal input gives an output
-with unit second moment (DESIGN.md section 4), which keeps E[y^2] = E[x^2] through a LeCun-
+with unit second moment (docs/design.md §4), which keeps E[y^2] = E[x^2] through a LeCun-
 initialised layer followed by the activation.
 """
 

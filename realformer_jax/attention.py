@@ -1,4 +1,4 @@
-"""Multi-head self-attention with RealFormer residual scores (DESIGN.md section 1).
+"""Multi-head self-attention with RealFormer residual scores (docs/design.md §1).
 
 For layer l, per head:
   s_l   = scale * Q_l K_l^T                    (this layer's own scaled scores)
@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers
+from realformer_jax import initializers, kernels
 from realformer_jax.config import ModelConfig
 from realformer_jax.layers import DenseGeneral
 from realformer_jax.rotary import apply_rotary
@@ -90,29 +90,25 @@ class ResidualSelfAttention(nn.Module):
       q_BxLxHxK = apply_rotary(q_BxLxHxK, cfg.rope_base)
       k_BxLxHxK = apply_rotary(k_BxLxHxK, cfg.rope_base)
 
-    logits_BxHxLxL = jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK,
-                                preferred_element_type=jnp.float32)
-    scores_BxHxLxL = logits_BxHxLxL * scale
-    if prev_scores_BxHxLxL is not None:
-      scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
-    scores_BxHxLxL = nn.with_logical_constraint(scores_BxHxLxL, SCORES_AXES)
-
     divisor = None
     if cfg.use_residual_attention and cfg.running_mean:
       divisor = jnp.asarray(layer, jnp.float32) + 1.0
     dropout_key = None
     if not deterministic and cfg.attention_dropout_rate > 0.0:
       dropout_key = self.make_rng('dropout')
-    # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
-    # backward pass (softmax_attention.py).
-    context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
-        scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key,
-        1.0 - cfg.attention_dropout_rate, dtype)
-    # Free when not asked for: stored only if 'intermediates' is mutable in apply().
-    if self.is_mutable_collection('intermediates'):
-      softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor
-      self.sow('intermediates', 'attention_logits', softmax_in + bias_Bx1x1xL)
-      self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
+    # A fused kernel (kernels/select.py) unless sown attention maps are asked for.
+    plan = kernels.plan(cfg, x_BxLxD.shape[1],
+                        maps_requested=self.is_mutable_collection('intermediates'))
+    if plan is not None:
+      if cfg.position_embedding == 'rope':
+        qkv_BxLx3xHxK = jnp.stack([q_BxLxHxK, k_BxLxHxK, v_BxLxHxK], axis=2)
+      context_BxLxHxK, scores_BxHxLxL = kernels.fused_self_attention(
+          plan, qkv_BxLx3xHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale, divisor, dropout_key,
+          1.0 - cfg.attention_dropout_rate, cfg.use_residual_attention)
+    else:
+      context_BxLxHxK, scores_BxHxLxL = self._einsum_attention(
+          q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale, divisor,
+          dropout_key)
 
     out_BxLxD = DenseGeneral(
         features=(d_model,), axis=(-2, -1),
@@ -123,3 +119,25 @@ class ResidualSelfAttention(nn.Module):
         name='out')(context_BxLxHxK)
     carried = scores_BxHxLxL if cfg.use_residual_attention else None
     return out_BxLxD, carried
+
+  def _einsum_attention(self, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, prev_scores_BxHxLxL,
+                        bias_Bx1x1xL, scale, divisor, dropout_key):
+    """(context [B, L, H, K], scores [B, H, L, L] float32): the reference path."""
+    cfg = self.config
+    logits_BxHxLxL = jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK,
+                                preferred_element_type=jnp.float32)
+    scores_BxHxLxL = logits_BxHxLxL * scale
+    if prev_scores_BxHxLxL is not None:
+      scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
+    scores_BxHxLxL = nn.with_logical_constraint(scores_BxHxLxL, SCORES_AXES)
+    # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
+    # backward pass (softmax_attention.py).
+    context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
+        scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key,
+        1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
+    # Free when not asked for: stored only if 'intermediates' is mutable in apply().
+    if self.is_mutable_collection('intermediates'):
+      softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor
+      self.sow('intermediates', 'attention_logits', softmax_in + bias_Bx1x1xL)
+      self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
+    return context_BxLxHxK, scores_BxHxLxL

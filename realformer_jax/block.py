@@ -6,7 +6,8 @@ Order of operations (D = dropout on the branch output, g = residual gate, N = no
   none:               h = x + g·D(Attn(x));        y = h + g·D(FFN(h))
 Residual attention (the carried scores) is independent of the norm placement and of the gate.
 
-Residual branches (`residual_branch`; DESIGN.md section 2):
+Residual branches (`residual_branch`; the rule for norms and gates is placement.py's, shared
+with the decoder; docs/design.md "Layer-norm placement"):
   plain           g = 1.
   rezero          g = a trainable float32 scalar per branch (two per layer: 'attention_gate',
                   'mlp_gate'), initialised to 0, and NO norm inside the layer whatever the
@@ -37,6 +38,7 @@ Diagnostics hooks (free unless asked for, see realformer_jax/diagnostics.py):
 from typing import Optional
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -46,6 +48,7 @@ from realformer_jax.attention import ResidualSelfAttention
 from realformer_jax.config import ModelConfig
 from realformer_jax.layers import DenseGeneral, Dropout
 from realformer_jax.normalization import Norm
+from realformer_jax.placement import placement, trained_gate
 
 ACTIVATION_AXES = ('batch', 'length', 'embed')
 
@@ -77,20 +80,26 @@ class FeedForward(nn.Module):
     return nn.remat(lambda mdl, h: mdl(activation(h)), prevent_cse=False)(wo, h_BxLxF)
 
 
+@flax.struct.dataclass
+class LayerInputs:
+  """What every layer of the stack gets besides its carry and index (one value for all)."""
+
+  bias_Bx1x1xL: jax.Array  # additive padding mask (attention.mask_bias)
+  scale: jax.Array  # multiplier of Q K^T (attention.score_scale)
+  gate: Optional[jax.Array]  # the fixed_schedule gate min(1, step / K); None otherwise
+  # Dropout off. Static (not a leaf), so remat and scan trace it as a Python bool.
+  deterministic: bool = flax.struct.field(pytree_node=False, default=True)
+
+
 class EncoderLayer(nn.Module):
-  """Scan body: ((x, scores), layer, ...) -> ((y, scores'), None). `layer` is 0-based."""
+  """Scan body: ((x, scores), layer, inputs) -> ((y, scores'), None). `layer` is 0-based."""
 
   config: ModelConfig
 
   def _gate(self, name: str, gate_value: Optional[jax.Array]) -> Optional[jax.Array]:
-    branch = self.config.residual_branch
-    if branch == 'plain':
-      return None
-    if branch == 'fixed_schedule':
-      return gate_value
-    # ReZero / SkipInit: one trainable scalar per residual branch, zero at init.
-    return self.param(name, nn.with_logical_partitioning(nn.initializers.zeros, ()), (),
-                      jnp.float32)
+    if placement(self.config).trained_gate:  # ReZero / SkipInit: one scalar per branch
+      return trained_gate(self, name)
+    return gate_value  # fixed_schedule: the encoder's min(1, step / K); plain: None
 
   def _add(self, x, branch_out, gate, deterministic):
     branch_out = Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
@@ -107,20 +116,14 @@ class EncoderLayer(nn.Module):
     return self.perturb(name, x)
 
   @nn.compact
-  def __call__(self, carry, layer, bias_Bx1x1xL, scale, gate_value, deterministic: bool):
+  def __call__(self, carry, layer: jax.Array, inputs: LayerInputs):
     cfg = self.config
     x_BxLxD, prev_scores = carry
-    placement = cfg.ln_placement
-    post = placement in ('post', 'realformer')
-    # Which norms exist (see the module docstring): rezero drops every norm in the layer,
-    # skipinit only those on the branch (Pre-LN's).
-    if placement == 'none' or cfg.residual_branch == 'rezero':
-      norms_on = False
-    elif cfg.residual_branch == 'skipinit':
-      norms_on = post
-    else:
-      norms_on = True
-    norm = lambda name: (RecomputedNorm(cfg, name=name) if norms_on else (lambda t: t))
+    bias_Bx1x1xL, scale, gate_value = inputs.bias_Bx1x1xL, inputs.scale, inputs.gate
+    deterministic = inputs.deterministic
+    layout = placement(cfg)
+    post = layout.post
+    norm = lambda name: (RecomputedNorm(cfg, name=name) if layout.layer_norms else (lambda t: t))
 
     attention = ResidualSelfAttention(cfg, name='attention')
     attention_norm, mlp_norm = norm('attention_norm'), norm('mlp_norm')

@@ -1,18 +1,27 @@
-"""Model configuration: one frozen dataclass, validated before anything is traced.
+"""Model configuration: one frozen dataclass, validated when it is made.
 
 Every choice the papers compare (layer-norm placement, residual attention, attention scaling,
 norm, residual branch, initialisation, parameterisation, activation) is a named string field, so
-an experiment is a config change. `ModelConfig.validate()` raises `ConfigError` with a one-line
-message naming the offending field; the model constructors call it, so bad input never reaches
-compilation.
+an experiment is a config change. Making a `ModelConfig` (directly, by `replace`, or from a
+config section with `from_mapping`) checks it once and raises `ConfigError` with a one-line
+message naming the offending field: a ModelConfig that exists is valid, so the modules below
+never check it again and bad input never reaches tracing.
+
+`from_section` / `to_config_dict` are the bridge every frozen config section of the project
+uses (train/spec.py, data/config.py, finetune/config.py): the dataclass is the schema (field
+names, defaults, a comment per field); the ml_collections ConfigDict that configs/ files and
+`--config.a.b=v` flags edit is generated from it, and turned back into the dataclass once, at
+the entry point.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, TypeVar
 
 import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_dict
 
 LN_PLACEMENTS = ('post', 'pre', 'realformer', 'none')
 ATTENTION_SCALES = ('standard', 'entropy_invariant', 't5')
@@ -26,10 +35,54 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 DECODER_ATTENTIONS = ('standard', 'aan', 'merged')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
+# How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
+# fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU);
+# 'pallas_triton' / 'pallas_mosaic' one of them by name; 'cudnn' jax's cuDNN flash attention
+# (GPU; post / pre without attention dropout); 'auto' by the platform the step is compiled for.
+ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'pallas', 'pallas_triton', 'pallas_mosaic')
+ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 
 
 class ConfigError(ValueError):
   """A configuration value is invalid. The message names the field."""
+
+
+SectionT = TypeVar('SectionT')
+
+
+def _plain(value: Any) -> Any:
+  """JSON and ConfigDict hand back lists where the schema has tuples (hashable, frozen)."""
+  if isinstance(value, list):
+    return tuple(_plain(v) for v in value)
+  return value
+
+
+def from_section(cls: type[SectionT], section: str, values: Mapping[str, Any]) -> SectionT:
+  """The frozen dataclass `cls` from one config section (a ConfigDict or dict), rejecting an
+  unknown field by name ('<section>.<field>: unknown config field'); `cls` validates itself."""
+  if isinstance(values, cls):
+    return values
+  known = {f.name for f in dataclasses.fields(cls)}
+  for key in values.keys():
+    if key not in known:
+      raise ConfigError(f'{section}.{key}: unknown config field')
+  return cls(**{key: _plain(values[key]) for key in values.keys()})
+
+
+def to_config_dict(instance: Any, field_types: Optional[Mapping[str, type]] = None
+                   ) -> ml_collections.ConfigDict:
+  """A config dataclass as a ConfigDict (the editable defaults of a configs/ file).
+
+  `field_types` types fields whose value may change type (e.g. int or 'auto': object) or is
+  None by default (a typed placeholder, so that a command-line override still parses)."""
+  field_types = field_types or {}
+  c = ml_collections.ConfigDict()
+  for field in dataclasses.fields(instance):
+    value = getattr(instance, field.name)
+    if field.name in field_types:
+      value = config_dict.FieldReference(value, field_type=field_types[field.name])
+    c[field.name] = value
+  return c
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +141,11 @@ class ModelConfig:
   # acc_{l-1} = acc_l - s_l is rebuilt and each layer recomputed (recomputed_scores.py).
   # O(1) instead of O(num_layers) score-sized buffers: for long sequences. Needs scan_layers.
   residual_scores_backward: str = 'saved'
+  # Same numbers, different kernels (see ATTENTION_IMPLS above and kernels/select.py).
+  attention_impl: str = 'auto'
+  # Platform the attention is compiled for: 'auto' = jax.default_backend() when traced. The
+  # train setup sets it from the mesh's devices (in a deviceless compile: the target's).
+  attention_platform: str = 'auto'
 
   # Encoder-decoder models only (seq2seq.py): decoder depth, and its attention: 'standard'
   # (masked self-attention, cross-attention, FFN), 'aan' (average attention with FFN and
@@ -114,19 +172,18 @@ class ModelConfig:
   def storage_dtype(self) -> jnp.dtype:
     return jnp.dtype(self.param_dtype)
 
+  def __post_init__(self):
+    self._check()
+
   def replace(self, **changes: Any) -> 'ModelConfig':
-    return dataclasses.replace(self, **changes).validate()
+    return dataclasses.replace(self, **changes)  # checked by __post_init__
 
   @classmethod
   def from_mapping(cls, values: Mapping[str, Any]) -> 'ModelConfig':
-    """Builds from a dict / ConfigDict, rejecting unknown fields by name."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in values:
-      if key not in known:
-        raise ConfigError(f'model.{key}: unknown model config field')
-    return cls(**dict(values)).validate()
+    """Builds from a dict / ConfigDict (the `model` section), rejecting unknown fields."""
+    return from_section(cls, 'model', values)
 
-  def validate(self) -> 'ModelConfig':
+  def _check(self) -> None:
     choices = {
         'ln_placement': LN_PLACEMENTS,
         'attention_scale': ATTENTION_SCALES,
@@ -141,6 +198,8 @@ class ModelConfig:
         'remat_policy': REMAT_POLICIES,
         'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
         'decoder_attention': DECODER_ATTENTIONS,
+        'attention_impl': ATTENTION_IMPLS,
+        'attention_platform': ATTENTION_PLATFORMS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)
@@ -174,7 +233,13 @@ class ModelConfig:
     if self.residual_scores_backward == 'recomputed' and not self.scan_layers:
       raise ConfigError("model.residual_scores_backward='recomputed': needs "
                         'model.scan_layers=True (it runs its own scan over the stacked layers)')
+    if self.attention_impl == 'cudnn' and self.use_residual_attention:
+      raise ConfigError("model.attention_impl='cudnn': cuDNN attention cannot carry residual "
+                        "scores; use 'pallas' (or 'auto') for residual attention")
+    if self.attention_impl == 'cudnn' and self.attention_dropout_rate > 0:
+      raise ConfigError("model.attention_impl='cudnn': jax's cuDNN attention has no attention "
+                        f'dropout (model.attention_dropout_rate={self.attention_dropout_rate}); '
+                        "set it to 0 or use 'pallas'")
     if self.residual_attention not in (None, True, False):
       raise ConfigError(f'model.residual_attention={self.residual_attention!r}: '
                         'must be None, True or False')
-    return self

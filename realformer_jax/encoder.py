@@ -13,11 +13,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from realformer_jax import kernels
 from realformer_jax.attention import SCORES_AXES, mask_bias, score_scale
-from realformer_jax.block import EncoderLayer
+from realformer_jax.block import EncoderLayer, LayerInputs
 from realformer_jax.config import ModelConfig
 from realformer_jax.embeddings import Embeddings
 from realformer_jax.normalization import Norm
+from realformer_jax.placement import placement
 from realformer_jax.params import unbox
 from realformer_jax.recomputed_scores import residual_stack
 
@@ -27,10 +29,6 @@ REMAT_POLICIES = {
     'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 
-# Positional index of `deterministic` in EncoderLayer.__call__ (self counts as 0).
-_DETERMINISTIC_ARGNUM = 6
-
-
 def _layer_class(config: ModelConfig):
   if config.remat_policy == 'none':
     return EncoderLayer
@@ -38,9 +36,9 @@ def _layer_class(config: ModelConfig):
   # otherwise XLA's CSE merges the backward's recomputation with the forward and the
   # rematerialisation saves nothing.
   rolled = config.scan_layers and config.scan_unroll == 1
+  # `deterministic` rides in LayerInputs as static pytree data: no static_argnums needed.
   return nn.remat(EncoderLayer, policy=REMAT_POLICIES[config.remat_policy],
-                  prevent_cse=not rolled,
-                  static_argnums=(_DETERMINISTIC_ARGNUM,))
+                  prevent_cse=not rolled)
 
 
 def residual_gate_value(config: ModelConfig, step: Optional[jax.Array]) -> Optional[jax.Array]:
@@ -59,7 +57,7 @@ class Encoder(nn.Module):
   config: ModelConfig
 
   def setup(self):
-    cfg = self.config.validate()
+    cfg = self.config
     self.embeddings = Embeddings(cfg)
     layer_cls = _layer_class(cfg)
     if cfg.scan_layers:
@@ -67,14 +65,14 @@ class Encoder(nn.Module):
           layer_cls,
           variable_axes={'params': 0, 'intermediates': 0, 'perturbations': 0},
           split_rngs={'params': True, 'dropout': True},
-          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+          in_axes=(0, nn.broadcast),  # (layer index, LayerInputs)
           length=cfg.num_layers,
           unroll=cfg.scan_unroll,
           metadata_params={nn.PARTITION_NAME: 'layers'},
       )(cfg)
     else:
       self.layers = [layer_cls(cfg) for _ in range(cfg.num_layers)]
-    if cfg.ln_placement == 'pre':
+    if placement(cfg).final_norm:
       self.final_norm = Norm(cfg)
 
   def __call__(self, input_ids_BxL: jax.Array, input_mask_BxL: Optional[jax.Array] = None,
@@ -86,29 +84,35 @@ class Encoder(nn.Module):
     if segment_ids_BxL is None:
       segment_ids_BxL = jnp.zeros_like(input_ids_BxL)
     x_BxLxD = self.embeddings(input_ids_BxL, segment_ids_BxL, deterministic)
-    bias_Bx1x1xL = mask_bias(input_mask_BxL)
-    scale = score_scale(cfg, input_mask_BxL)
-    gate = residual_gate_value(cfg, step)
+    inputs = LayerInputs(bias_Bx1x1xL=mask_bias(input_mask_BxL),
+                         scale=score_scale(cfg, input_mask_BxL),
+                         gate=residual_gate_value(cfg, step), deterministic=deterministic)
 
-    if cfg.scan_layers:
-      scores = None
-      if cfg.use_residual_attention:
-        # Zeros are exact: 0 + s_0 == s_0, so layer 0 still sees only its own scores.
-        batch, length = input_ids_BxL.shape
-        scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
-        scores = nn.with_logical_constraint(scores, SCORES_AXES)
-      if self._recompute_scores():
-        x_BxLxD = self._recomputed_stack(x_BxLxD, scores, bias_Bx1x1xL, scale, gate,
-                                         deterministic)
-      else:
-        (x_BxLxD, _), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers),
-                                      bias_Bx1x1xL, scale, gate, deterministic)
+    attention_plan = kernels.plan(cfg, input_ids_BxL.shape[1],
+                                  maps_requested=self.is_mutable_collection('intermediates'))
+    # Fused residual attention carries (sum, shadow) and rebuilds the sums going down
+    # (kernels/carried.py); the top of the stack is sealed with the final sum.
+    pair = kernels.pair_carry(cfg, attention_plan)
+    scores = None
+    if cfg.use_residual_attention and (cfg.scan_layers or pair):
+      # Zeros are exact: 0 + s_0 == s_0, so layer 0 still sees only its own scores.
+      batch, length = input_ids_BxL.shape
+      scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
+      scores = nn.with_logical_constraint(scores, SCORES_AXES)
+    if cfg.scan_layers and self._recompute_scores():
+      x_BxLxD = self._recomputed_stack(x_BxLxD, scores, inputs,
+                                       fused=attention_plan is not None)
+      pair = False
+    elif cfg.scan_layers:
+      scores = kernels.initial_carry(scores) if pair else scores
+      (x_BxLxD, scores), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers), inputs)
     else:
-      scores = None
+      scores = kernels.initial_carry(scores) if pair else scores
       for index, layer in enumerate(self.layers):
-        (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), bias_Bx1x1xL,
-                                     scale, gate, deterministic)
-    if cfg.ln_placement == 'pre':
+        (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), inputs)
+    if pair:
+      x_BxLxD = kernels.seal(x_BxLxD, scores)
+    if placement(cfg).final_norm:
       x_BxLxD = self.final_norm(x_BxLxD)
     return x_BxLxD
 
@@ -121,24 +125,23 @@ class Encoder(nn.Module):
             and not self.is_mutable_collection('intermediates')
             and not self.has_variable('perturbations', 'layers'))
 
-  def _recomputed_stack(self, x_BxLxD, scores, bias_Bx1x1xL, scale, gate, deterministic):
-    """The scanned layers through recomputed_scores.residual_stack (same parameters)."""
+  def _recomputed_stack(self, x_BxLxD, scores, inputs: LayerInputs, fused: bool):
+    """The scanned layers through recomputed_scores.residual_stack, or its fused-kernel form
+    (kernels/recomputed_stack.py); same parameters."""
     cfg = self.config
     params_N = unbox(self.variables['params']['layers'])
     layer = EncoderLayer(cfg, parent=None)  # unbound: applied to one layer's params at a time
     keys_N = None
-    if not deterministic and (cfg.dropout_rate > 0 or cfg.attention_dropout_rate > 0):
+    if not inputs.deterministic and (cfg.dropout_rate > 0 or cfg.attention_dropout_rate > 0):
       keys_N = jax.random.split(self.make_rng('dropout'), cfg.num_layers)
 
-    def layer_fn(params_l, x, acc, index, key, aux):
-      bias, layer_scale, layer_gate = aux
-      (y, acc_new), _ = layer.apply(
-          {'params': params_l}, (x, acc), index, bias, layer_scale, layer_gate, deterministic,
-          rngs=None if key is None else {'dropout': key})
+    def layer_fn(params_l, x, acc, index, key, layer_inputs):
+      (y, acc_new), _ = layer.apply({'params': params_l}, (x, acc), index, layer_inputs,
+                                    rngs=None if key is None else {'dropout': key})
       return y, acc_new
 
-    return residual_stack(layer_fn, params_N, x_BxLxD, scores, keys_N,
-                          (bias_Bx1x1xL, scale, gate))
+    stack = kernels.kernel_residual_stack if fused else residual_stack
+    return stack(layer_fn, params_N, x_BxLxD, scores, keys_N, inputs)
 
   def attend(self, h_BxPxD: jax.Array) -> jax.Array:
     """Tied decoder: hidden states -> vocabulary logits through the word embeddings."""

@@ -137,4 +137,4 @@ def config_from_hf(hf_config: Any, **overrides: Any) -> ModelConfig:
       norm_epsilon=hf_config.layer_norm_eps, activation=act, init_std=hf_config.initializer_range,
       ln_placement='post')
   values.update(overrides)
-  return ModelConfig(**values).validate()
+  return ModelConfig(**values)

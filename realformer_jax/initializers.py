@@ -5,7 +5,7 @@ fan-out (the kernels are multi-dimensional, e.g. [embed, heads, kv], so shape-ba
 inference would be wrong), its role in the block and its 1-based depth `layer` (a traced value
 under `nn.scan`; DS-Init divides its bound by sqrt(layer)).
 
-Realised standard deviations (m = fan-in, n = fan-out; DESIGN.md section 4):
+Realised standard deviations (m = fan-in, n = fan-out; docs/design.md §4):
 
   init                std of every dense kernel            sampled from
   'bert'              0.8796 * init_std                    N(0, init_std^2) cut at +-2 init_std

@@ -30,7 +30,8 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
-# layer_fn(params_l, x, acc, index, key, aux) -> (y, acc_new); aux = (bias, scale, gate).
+# layer_fn(params_l, x, acc, index, key, aux) -> (y, acc_new); aux: the layers' shared inputs
+# (block.LayerInputs: mask bias, score scale, gate), a pytree whose cotangent is summed.
 LayerFn = Callable[..., tuple[jax.Array, jax.Array]]
 
 

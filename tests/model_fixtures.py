@@ -12,7 +12,7 @@ TINY = dict(vocab_size=50, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=48
 
 
 def tiny_config(**overrides) -> ModelConfig:
-  return ModelConfig(**{**TINY, **overrides}).validate()
+  return ModelConfig(**{**TINY, **overrides})
 
 
 def padded_batch(batch=2, length=12, vocab=50, seed=0, real_lengths=(12, 7)):

@@ -81,7 +81,7 @@ def restore_params(workdir: str, data_dir: str, step: int):
   import orbax.checkpoint as ocp
   from ml_collections import config_flags  # noqa: F401  (registers the flag types)
   from configs import tiny
-  from realformer_jax.train import build
+  from realformer_jax.train import build, validation
 
   config = tiny.get_config()
   for flag in TINY_SHARDED:
@@ -92,7 +92,7 @@ def restore_params(workdir: str, data_dir: str, step: int):
         and not isinstance(current, bool) else value
   config.data.data_dir = data_dir
   config.mesh.shape = (1, 1, 1)
-  setup = build.make_setup(config)
+  setup = build.make_setup(validation.validate_config(config))
   manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'),
                                   item_names=('state', 'rng', 'data'))
   restored = manager.restore(step, args=ocp.args.Composite(

@@ -3,12 +3,19 @@ every number finite."""
 
 import json
 import math
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
 pytest.importorskip('transformers')
 
+from benchmarks import profiles
 from benchmarks import run as bench
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
@@ -25,7 +32,7 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
                  'matmul peak (f32 2048^3, best of 3/round)'):
     assert (train, metric) in metrics
   for kind in ('scanned', 'loop'):
-    for layers in bench.PROFILES['tiny'].compile_layers:
+    for layers in profiles.PROFILES['tiny'].compile_layers:
       assert ('compile', f'{kind:7s} {layers:2d} layers: trace+lower+compile') in metrics
   for layout in ('post', 'realformer'):
     for remat in ('none', 'full'):
@@ -36,7 +43,7 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
     assert row['n'] >= 1, row
     assert math.isfinite(row['median']), row
   # One line per target, and none of them can fail the run.
-  assert {t['target'] for t in saved['targets']} == set(bench.TARGETS)
+  assert {t['target'] for t in saved['targets']} == set(profiles.TARGETS)
   assert {t['status'] for t in saved['targets']} <= {'PASS', 'MISS', 'INFO'}
   assert report.rows
 
@@ -72,7 +79,7 @@ def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
     assert rows[('trace_tiny', f'{name}: matmul')]['median'] > 0
     assert rows[('train_tiny', f'{name} compile (trace+lower+compile)')]['median'] > 0
   assert (tmp_path / 'traces' / 'post').is_dir()
-  assert {t['target'] for t in saved['targets']} == set(bench.ACCELERATOR_TARGETS)
+  assert {t['target'] for t in saved['targets']} == set(profiles.ACCELERATOR_TARGETS)
   assert {t['status'] for t in saved['targets']} == {'INFO'}  # toy shapes: never PASS/MISS
 
 
@@ -85,3 +92,24 @@ def test_long_sequence_benchmark_at_toy_size():
   assert set(results) == {(64, name) for name in variants}
   for result in results.values():
     assert result['xla_peak_gb'] > 0 and result['step_s'] > 0
+
+
+
+def test_aot_profile_code_path_at_toy_shape(tmp_path):
+  # The H100 profile compiled on this host (deviceless) and estimated, at toy shape, for ours
+  # and Hugging Face's step. A subprocess: the accelerator plugins need JAX_PLATFORMS=cpu
+  # from the start (tests/test_aot_compile.py).
+  done = subprocess.run([sys.executable, '-m', 'benchmarks.run', '--profile', 'aot-h100',
+                         '--tiny', '--out_dir', str(tmp_path)], cwd=REPO, capture_output=True,
+                        text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'), timeout=900)
+  assert done.returncode == 0, done.stderr[-3000:]
+  summary = json.loads((tmp_path / 'results.json').read_text())
+  assert summary['meta']['profile'] == 'aot_tiny'
+  assert set(summary['runs']) == {'tiny-realformer', 'tiny-hf'}
+  for result in summary['runs'].values():
+    assert result['fits'] and result['step_seconds'] > 0 and 0 < result['mfu'] < 1
+    assert result['launches'] > 0 and len(result['top']) == 10
+    assert abs(sum(result['by_category'].values()) - result['step_seconds']) < 1e-9
+  text = (tmp_path / 'results.md').read_text()
+  assert "Estimated from XLA's compile for 1 x NVIDIA H100 SXM 80GB" in text
+  assert 'ESTIMATES' in text and '| tiny (2 x 16) | HF FlaxBertForMaskedLM |' in text

@@ -49,7 +49,7 @@ def _global_batches(config, seed, process_count, num_batches, global_batch_size=
 
 def test_store_is_built_once_and_keeps_every_token(small_config, bible_tokenizer, monkeypatch):
   store = preparation.packed_train_store(small_config)
-  preparation._PACKED.pop(small_config.to_json())  # Forget the in-process memo only.
+  preparation._PACKED.pop(data.data_config(small_config))  # Forget the in-process memo only.
   monkeypatch.setattr(packed_store, '_build', lambda *a, **k: pytest.fail('rebuilt'))
   again = preparation.packed_train_store(small_config)
   assert again.path == store.path and len(again) == len(store)

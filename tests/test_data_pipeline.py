@@ -50,7 +50,7 @@ def test_tokenizer_special_ids_and_round_trip(bible_tokenizer):
 
 def test_tokenizer_cache_is_reused_and_keyed_by_settings(bible_tokenizer):
   config = bible_config()
-  cached = preparation._PREPARED.pop(config.to_json())  # Forget the in-process memo only.
+  cached = preparation._PREPARED.pop(data.data_config(config))  # Forget the in-process memo only.
   again = data.prepare(config)
   assert again.source == cached.tokenizer.source  # Loaded from the cache file, not retrained.
   bpe = data.prepare(bible_config(tokenizer_model_type='bpe', vocab_size=500))

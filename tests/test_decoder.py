@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 
 from model_fixtures import tiny_config
-from realformer_jax import decoding
-from realformer_jax.average_attention import AverageAttention, uniform_prefix_average
 from realformer_jax.config import ConfigError
-from realformer_jax.decoder import causal_bias
 from realformer_jax.params import unbox
-from realformer_jax.seq2seq import Seq2Seq
+from realformer_jax.seq2seq import Seq2Seq, decoding
+from realformer_jax.seq2seq.average_attention import AverageAttention, uniform_prefix_average
+from realformer_jax.seq2seq.decoder import causal_bias
 
 
 def _seq2seq_config(**overrides):

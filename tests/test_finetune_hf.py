@@ -8,7 +8,6 @@ import pytest
 
 from finetune_fixtures import toy_config
 from realformer_jax import SequenceClassifier, finetune, train
-from realformer_jax.finetune.starting_point import StartingPoint
 from realformer_jax.train import build, checkpointing
 
 transformers = pytest.importorskip('transformers')
@@ -35,10 +34,11 @@ def test_imported_encoder_and_pooler_match_hugging_face(hf_checkpoint):
   directory, hf_config, model = hf_checkpoint
   config = toy_config('bible_sections', model=False, data__vocab_file='',
                       finetune__init=str(directory / 'model.safetensors'))
-  source = StartingPoint.from_config(config)
-  model_config = source.model_config(config.model)
+  spec = train.validate_config(config, task=finetune.make_task(config))
+  source = spec.task.starting_point
+  model_config = spec.model
   assert (model_config.hidden_size, model_config.vocab_size) == (48, hf_config.vocab_size)
-  tokenizer = source.tokenizer(config.data)
+  tokenizer = source.tokenizer(spec.data)
   assert tokenizer.source.endswith('vocab.txt') and tokenizer.cls_id == 2
   params = source.load_encoder(model_config)
   rng = np.random.default_rng(0)
@@ -67,13 +67,13 @@ def test_fine_tuning_starts_from_a_safetensors_file(hf_checkpoint, tmp_path):
                       finetune__init=str(directory / 'model.safetensors'))
   config.model.ln_placement = 'realformer'  # BERT's weights also start a RealFormer
   task = finetune.make_task(config)
-  assert train.validate_config(config, task=task).use_residual_attention
+  assert train.validate_config(config, task=task).model.use_residual_attention
   result = finetune.run(config, str(tmp_path))
   assert result['step'] == 2 and np.isfinite(result['test/accuracy'])
   # The run began from the file: its best checkpoint's word embeddings are Hugging Face's
   # moved by at most two AdamW steps (each at most ~lr = 1e-3 per weight).
   hf_words = np.asarray(model.params['bert']['embeddings']['word_embeddings']['embedding'])
-  setup = build.make_setup(config, train.validate_config(config, task=task), task)
+  setup = build.make_setup(train.validate_config(config, task=task))
   params, _, _ = checkpointing.restore_best_params(str(tmp_path), setup.layout.abstract.params)
   words = np.asarray(jax.device_get(params['encoder']['embeddings']['word']['embedding']))
   assert 0 < np.abs(words - hf_words).max() <= 2 * 1e-3 + 1e-6

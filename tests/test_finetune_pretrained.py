@@ -13,8 +13,7 @@ from finetune_fixtures import cli_flags, run_cli, toy_config
 from train_fixtures import tiny_config
 from realformer_jax import finetune, train
 from realformer_jax.config import ConfigError
-from realformer_jax.finetune.starting_point import StartingPoint
-from realformer_jax.train import build, state as state_lib
+from realformer_jax.train import build
 
 
 @pytest.fixture(scope='module')
@@ -31,18 +30,18 @@ def test_encoder_starts_from_the_checkpoint_and_follows_its_config(pretrained_wo
                       data__vocab_file='')
   config.model.dropout_rate = 0.0  # a fine-tuning field: may differ from the checkpoint
   task = finetune.make_task(config)
-  model_config = train.validate_config(config, task=task)
+  spec = train.validate_config(config, task=task)
+  model_config = spec.model
   assert model_config.ln_placement == 'post' and model_config.hidden_size == 32
   assert model_config.dropout_rate == 0.0
-  setup = build.make_setup(config, model_config, task)
-  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout,
-                               jax.random.key(0), setup.mesh, setup.rules, task)
+  setup = build.make_setup(spec)
+  state = setup.init_state(jax.random.key(0))
   params = jax.device_get(task.initial_params(state.params, setup))
   saved = jax.device_get(train.load_workdir(pretrained_workdir).params)
   jax.tree.map(np.testing.assert_array_equal, params['encoder'], saved['encoder'])
   assert set(params) == {'encoder', 'pooler', 'classifier'}  # heads: fresh
   # The tokenizer is the run's copy in its workdir.
-  assert task.tokenizer(config).source == os.path.join(pretrained_workdir, 'tokenizer.model')
+  assert task.tokenizer(spec.data).source == os.path.join(pretrained_workdir, 'tokenizer.model')
 
 
 def test_a_model_field_that_differs_from_the_checkpoint_is_one_line(pretrained_workdir,
@@ -56,7 +55,7 @@ def test_a_model_field_that_differs_from_the_checkpoint_is_one_line(pretrained_w
   config.model.ln_placement = 'realformer'
   with pytest.raises(ConfigError, match="model.ln_placement='realformer': .* has "
                      "model.ln_placement='post'"):
-    StartingPoint.from_config(config).model_config(config.model)
+    finetune.make_task(config).model_config(config.model)
 
 
 def test_readme_fine_tuning_command_runs(pretrained_workdir, tmp_path):

@@ -48,20 +48,19 @@ def test_custom_vjp_equals_autodiff_of_the_same_stack_with_dropout():
   ids, mask, segments = padded_batch(vocab=cfg.vocab_size)
   variables = MaskedLM(cfg).init(jax.random.key(0), ids, mask, segments)
   params_N = unbox(variables['params']['encoder']['layers'])
-  from realformer_jax.block import EncoderLayer  # pylint: disable=import-outside-toplevel
+  from realformer_jax.block import EncoderLayer, LayerInputs  # pylint: disable=import-outside-toplevel
   from realformer_jax.attention import mask_bias, score_scale  # pylint: disable=import-outside-toplevel
   layer = EncoderLayer(cfg)
 
-  def layer_fn(p, x, acc, index, key, aux):
-    bias, scale, gate = aux
-    (y, acc_new), _ = layer.apply({'params': p}, (x, acc), index, bias, scale, gate, False,
+  def layer_fn(p, x, acc, index, key, inputs):
+    (y, acc_new), _ = layer.apply({'params': p}, (x, acc), index, inputs,
                                   rngs={'dropout': key})
     return y, acc_new
 
   x = jax.random.normal(jax.random.key(1), ids.shape + (cfg.hidden_size,))
   acc0 = jnp.zeros((ids.shape[0], cfg.num_heads, ids.shape[1], ids.shape[1]))
   keys = jax.random.split(jax.random.key(2), cfg.num_layers)
-  aux = (mask_bias(mask), score_scale(cfg, mask), None)
+  aux = LayerInputs(mask_bias(mask), score_scale(cfg, mask), None, deterministic=False)
   cotangent = jax.random.normal(jax.random.key(3), x.shape)
   custom = jax.vjp(lambda p, x: residual_stack(layer_fn, p, x, acc0, keys, aux), params_N, x)
   plain = jax.vjp(lambda p, x: _forward(layer_fn, p, x, acc0, keys, aux)[0], params_N, x)
@@ -96,4 +95,4 @@ def test_recomputed_memory_does_not_grow_with_depth():
 def test_recomputed_needs_the_scan():
   with pytest.raises(ConfigError, match="residual_scores_backward='recomputed': needs "
                                         'model.scan_layers=True'):
-    ModelConfig(residual_scores_backward='recomputed', scan_layers=False).validate()
+    ModelConfig(residual_scores_backward='recomputed', scan_layers=False)

@@ -1,4 +1,4 @@
-"""RealFormer forward pass against an independent NumPy reference (DESIGN.md section 1).
+"""RealFormer forward pass against an independent NumPy reference (docs/design.md §1).
 
 The reference is written from the paper's official TF1 modeling.py semantics with plain NumPy,
 sharing nothing with the Flax code but the weights. Tolerances are for float32 matmuls: the

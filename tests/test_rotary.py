@@ -162,7 +162,7 @@ def test_training_config_allows_sequences_past_max_len_only_under_rope():
   from train_fixtures import tiny_config as train_config  # pylint: disable=import-outside-toplevel
   from realformer_jax import train  # pylint: disable=import-outside-toplevel
   rope = train_config(model__position_embedding='rope', model__max_len=16, data__max_len=32)
-  assert train.validate_config(rope).position_embedding == 'rope'
+  assert train.validate_config(rope).model.position_embedding == 'rope'
   with pytest.raises(ConfigError, match='data.max_len=32: sequence longer than the position'):
     train.validate_config(train_config(model__max_len=16, data__max_len=32))
 
@@ -173,19 +173,18 @@ import jax
 jax.config.update('jax_disable_most_optimizations', True)
 jax.config.update('jax_default_matmul_precision', 'highest')
 sys.path.insert(0, 'tests')
-from train_fixtures import synthetic_batch, tiny_config
+from train_fixtures import make_setup, synthetic_batch, tiny_config
 from realformer_jax import train
-from realformer_jax.train import partitioning, state as state_lib
+from realformer_jax.train import build, partitioning
 
 losses = {}
 for name, shape in [('dp', (8, 1, 1)), ('fsdp_tp', (2, 2, 2))]:
   config = tiny_config(mesh__shape=shape, model__position_embedding='rope',
                        model__attention_scale='entropy_invariant', model__remat_policy='full')
-  setup = train.make_setup(config)
+  setup = make_setup(config)
   key = jax.random.key(0)
-  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
-                               setup.mesh, setup.rules)
-  compiled = train.compile_train_step(config, setup)
+  state = setup.init_state(key)
+  compiled = build.compile_train_step(setup)
   rng = jax.device_put(key, setup.replicated)
   losses[name] = []
   for seed in range(2):

@@ -9,7 +9,7 @@ import pytest
 from train_fixtures import synthetic_batch, tiny_config
 from realformer_jax import train
 from realformer_jax.config import ConfigError
-from realformer_jax.train import accumulation, partitioning, state as state_lib
+from realformer_jax.train import accumulation, partitioning
 
 
 _COMPILED = {}
@@ -21,16 +21,15 @@ def compile_each_config_once(monkeypatch):
   the searches of this module (compilation dominates these tests)."""
   real = accumulation.build.compile_train_step
 
-  def cached(config, setup=None):
+  def cached(setup):
     # What the program depends on (not, e.g., the memory budget the search was given).
-    key = (config.model.to_json_best_effort(), config.data.to_json_best_effort(),
-           int(config.train.grad_accum_steps), config.train.global_batch_size)
+    spec = setup.spec
+    key = (spec.model, spec.data, spec.train.grad_accum_steps, spec.train.global_batch_size)
     if key not in _COMPILED:
-      _COMPILED[key] = real(config, setup)
+      _COMPILED[key] = real(setup)
     return _COMPILED[key]
 
   monkeypatch.setattr(accumulation.build, 'compile_train_step', cached)
-  monkeypatch.setattr(train, 'compile_train_step', cached)
 
 
 def _need_by_hand(config, accum):
@@ -48,7 +47,7 @@ def _resolve(budget, **overrides):
   config = tiny_config(**_BASE, train__grad_accum_steps='auto', train__device_memory_bytes=budget,
                        train__memory_fraction=1.0, **overrides)
   lines = []
-  return accumulation.resolve(config, train.validate_config(config), log=lines.append), lines
+  return accumulation.resolve(train.validate_config(config), log=lines.append), lines
 
 
 def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit_step():
@@ -58,11 +57,11 @@ def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit
   budget = (needs[2] + needs[4]) // 2
   assert by_hand(budget) == 4, needs
   resolved, lines = _resolve(budget)
-  assert resolved.config.train.grad_accum_steps == 4
+  assert resolved.spec.train.grad_accum_steps == 4
   assert resolved.need_bytes == needs[4] and resolved.budget_bytes == budget
   assert "4 microbatch(es) of 2 sequence(s) per device, remat_policy='none'" in lines[-1]
   for exact in (needs[1], needs[8]):  # exactly enough memory
-    assert _resolve(exact)[0].config.train.grad_accum_steps == by_hand(exact)
+    assert _resolve(exact)[0].spec.train.grad_accum_steps == by_hand(exact)
 
   # The chosen step is the explicit A=4 step: same program, same numbers, bit for bit.
   explicit_config = tiny_config(**_BASE, train__grad_accum_steps=4)
@@ -72,8 +71,7 @@ def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit
   batch = partitioning.global_batch(synthetic_batch(explicit_config), setup.batch_sharding)
   results = []
   for step in (resolved.compiled, explicit):
-    state = state_lib.init_state(setup.model, setup.tx, explicit_config.data, setup.layout, key,
-                                 setup.mesh, setup.rules)
+    state = setup.init_state(key)
     results.append(jax.device_get(step(state, batch, jax.device_put(key, setup.replicated))))
   jax.tree.map(np.testing.assert_array_equal, results[0], results[1])
 
@@ -94,8 +92,7 @@ def test_auto_tries_full_remat_before_giving_up():
   if needs_full >= needs_none:
     pytest.skip(f'full remat saves nothing at this size ({needs_full} vs {needs_none} bytes)')
   resolved, lines = _resolve((needs_none + needs_full) // 2)
-  assert resolved.model_config.remat_policy == 'full'
-  assert resolved.config.model.remat_policy == 'full'
+  assert resolved.spec.model.remat_policy == 'full'
   assert any("trying 'full'" in line for line in lines)
 
 
@@ -104,7 +101,7 @@ def test_accumulation_values_are_checked_before_compilation():
                                         r"integer or 'auto'"):
     train.validate_config(tiny_config(train__grad_accum_steps='some'))
   config = tiny_config(train__grad_accum_steps='4')  # as the command line delivers it
-  train.validate_config(config)
-  assert config.train.grad_accum_steps == 4
+  assert train.validate_config(config).train.grad_accum_steps == 4
+  assert config.train.grad_accum_steps == '4'  # the user's config is read, never written
   with pytest.raises(ConfigError, match='train.memory_fraction=1.5'):
     train.validate_config(tiny_config(train__memory_fraction=1.5))

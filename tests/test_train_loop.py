@@ -32,8 +32,8 @@ def recorded_batches(monkeypatch):
   batches = []
   real_compile = loop.build.compile_train_step
 
-  def compile_and_record(config, setup=None):
-    compiled = real_compile(config, setup)
+  def compile_and_record(setup):
+    compiled = real_compile(setup)
 
     def step(state, batch, rng):
       batches.append(np.asarray(batch['input_ids']))

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 jax.config.update('jax_disable_most_optimizations', True)
 sys.path.insert(0, 'tests')
-from train_fixtures import synthetic_batch, tiny_config
+from train_fixtures import make_setup, synthetic_batch, tiny_config
 from realformer_jax import train
-from realformer_jax.train import partitioning, state as state_lib
+from realformer_jax.train import build, partitioning
 
 def spec(x):
   return [list(a) if isinstance(a, tuple) else a for a in x.sharding.spec]
@@ -32,11 +32,10 @@ def shard_shape(x):
 results = {}
 for name, shape in [('dp', (8, 1, 1)), ('fsdp', (1, 8, 1)), ('fsdp_tp', (2, 2, 2))]:
   config = tiny_config(mesh__shape=shape)
-  setup = train.make_setup(config)
+  setup = make_setup(config)
   key = jax.random.key(0)
-  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
-                               setup.mesh, setup.rules)
-  compiled = train.compile_train_step(config, setup)
+  state = setup.init_state(key)
+  compiled = build.compile_train_step(setup)
   rng = jax.device_put(key, setup.replicated)
   losses = []
   for seed in range(2):

@@ -6,19 +6,18 @@ import numpy as np
 import optax
 import pytest
 
-from train_fixtures import synthetic_batch, tiny_config
+from train_fixtures import make_setup, synthetic_batch, tiny_config
 from realformer_jax import losses, train
-from realformer_jax.train import partitioning, state as state_lib
+from realformer_jax.train import build, partitioning, state as state_lib
 
 
 def _first_step(config):
   """(setup, initial state, state after one step, metrics); states and metrics on the host."""
-  setup = train.make_setup(config)
+  setup = make_setup(config)
   key = jax.random.key(0)
-  state = state_lib.init_state(setup.model, setup.tx, config.data, setup.layout, key,
-                               setup.mesh, setup.rules)
+  state = setup.init_state(key)
   initial = jax.device_get(state)  # before the step donates it
-  step = train.compile_train_step(config, setup)
+  step = build.compile_train_step(setup)
   batch = partitioning.global_batch(synthetic_batch(config), setup.batch_sharding)
   new_state, metrics = jax.device_get(step(state, batch, jax.device_put(key, setup.replicated)))
   return setup, initial, new_state, metrics
@@ -51,7 +50,7 @@ def test_schedule_warms_up_then_decays_linearly_to_zero():
 
 
 def test_weight_decay_only_on_kernels_and_embeddings():
-  setup = train.make_setup(tiny_config())
+  setup = make_setup(tiny_config())
   mask = state_lib.weight_decay_mask(setup.layout.abstract.params)
   flat = {jax.tree_util.keystr(path): decayed
           for path, decayed in jax.tree_util.tree_leaves_with_path(mask)}

@@ -12,22 +12,21 @@ import pytest
 
 from data_fixtures import bible_config
 from realformer_jax.config import ConfigError
-from realformer_jax.data import DataError, bible_pairs
-from realformer_jax.data import translation as data_lib
-from realformer_jax.train import translation
+from realformer_jax.data import DataError
+from realformer_jax.seq2seq import bible_pairs
+from realformer_jax.seq2seq import config as translation_config
+from realformer_jax.seq2seq import data as data_lib
+from realformer_jax.seq2seq import trainer as translation
 
 
 def _data_dir() -> str:
   return bible_config().data_dir  # the data tests' session directory; ours is a subfolder
 
 
-def _data_config(**overrides):
-  config = data_lib.default_translation_data_config()
-  config.data_dir = _data_dir()
-  config.vocab_size, config.max_pairs, config.bucket_lengths = 300, 80, (16, 32, 48)
-  config.tokens_per_batch = 192
-  config.update(overrides)
-  return config
+def _data_config(**overrides) -> data_lib.TranslationDataConfig:
+  values = dict(data_dir=_data_dir(), vocab_size=300, max_pairs=80, bucket_lengths=(16, 32, 48),
+                tokens_per_batch=192)
+  return data_lib.TranslationDataConfig(**{**values, **overrides})
 
 
 def test_bbe_verses_follow_the_kjv_references_of_the_edition():
@@ -128,7 +127,7 @@ def test_eval_batches_have_one_shape_and_every_pair():
 ])
 def test_bad_data_config_is_one_line_naming_the_field(overrides, field):
   with pytest.raises(DataError, match=f'data config: {field}='):
-    data_lib.validate_translation_data_config(_data_config(**overrides))
+    _data_config(**overrides)
 
 
 @pytest.mark.parametrize('section, name, value, message', [
@@ -139,10 +138,10 @@ def test_bad_data_config_is_one_line_naming_the_field(overrides, field):
     ('model', 'decoder_attention', 'fused', "model.decoder_attention='fused'"),
 ])
 def test_bad_translation_config_is_one_line_naming_the_field(section, name, value, message):
-  config = translation.default_translation_config()
+  config = translation_config.default_translation_config()
   config[section][name] = value
   with pytest.raises(ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
-    translation.validate(config)
+    translation_config.validate(config)
 
 
 def test_label_smoothed_loss_against_numpy():

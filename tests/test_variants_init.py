@@ -1,4 +1,4 @@
-"""Initialisers and parameterisations: realised statistics against their formulas (DESIGN.md 4)."""
+"""Initialisers and parameterisations: realised statistics against their formulas (docs/design.md §4)."""
 
 import math
 

@@ -84,3 +84,11 @@ def run_train_cli(workdir, *flags, env=None, **popen_kwargs):
   popen_kwargs.setdefault('stderr', subprocess.PIPE)
   return subprocess.Popen(command, cwd=REPO, env=full_env, stdout=subprocess.PIPE, text=True,
                           **popen_kwargs)
+
+
+def make_setup(config):
+  """The setup of `config` on this process's devices (validated as the training loop does)."""
+  import jax
+  from realformer_jax.train import build, validation
+  return build.make_setup(validation.validate_config(
+      config, device_count=jax.device_count(), process_count=jax.process_count()))

@@ -17,6 +17,8 @@ different process count (`saved_train_state` reads it from a grain checkpoint di
 
 from realformer_jax.data.baseline import context_free_floors
 from realformer_jax.data.baseline import most_frequent_token_baseline
+from realformer_jax.data.config import DataConfig
+from realformer_jax.data.config import data_config
 from realformer_jax.data.config import default_data_config
 from realformer_jax.data.config import validate_data_config
 from realformer_jax.data.errors import DataError

@@ -22,14 +22,16 @@ predictor cannot (train/mlm_metrics.py: `failed_to_train`).
 
 from __future__ import annotations
 
-import ml_collections
+from typing import Mapping
+
 import numpy as np
 
+from realformer_jax.data import config as config_lib
 from realformer_jax.data import pipeline
 from realformer_jax.data import preparation
 
 
-def most_frequent_token_baseline(data_config: ml_collections.ConfigDict,
+def most_frequent_token_baseline(data_config: config_lib.DataConfig,
                                  global_batch_size: int | None = None) -> float:
   """Accuracy of always predicting the eval split's most frequent masked target (an oracle:
   it reads the eval labels; `context_free_floors` uses the train split's frequencies)."""
@@ -38,9 +40,10 @@ def most_frequent_token_baseline(data_config: ml_collections.ConfigDict,
   return float(np.bincount(targets).max() / len(targets))
 
 
-def train_unigram(data_config: ml_collections.ConfigDict) -> np.ndarray:
+def train_unigram(data_config: config_lib.DataConfig | Mapping) -> np.ndarray:
   """[V] token probabilities of the train split over the ids masking can choose (the others
   0), add-one smoothed."""
+  data_config = config_lib.data_config(data_config)
   tokenizer = preparation.prepare(data_config)
   store = preparation.packed_train_store(data_config)
   counts = np.zeros(tokenizer.vocab_size, np.float64)
@@ -51,9 +54,10 @@ def train_unigram(data_config: ml_collections.ConfigDict) -> np.ndarray:
   return counts / counts.sum()
 
 
-def context_free_floors(data_config: ml_collections.ConfigDict,
+def context_free_floors(data_config: config_lib.DataConfig | Mapping,
                         global_batch_size: int | None = None) -> dict[str, float]:
   """The floors of the eval set `data_config` (and the batch size) defines; see `floors`."""
+  data_config = config_lib.data_config(data_config)
   sequences = pipeline.eval_sequences(data_config, global_batch_size)
   tokenizer = preparation.prepare(data_config)
   visible = np.take_along_axis(sequences['input_ids'], sequences['masked_positions'], 1)

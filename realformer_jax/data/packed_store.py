@@ -8,9 +8,11 @@ final row is short, padded with [PAD] = 0). Row r of the store is packed sequenc
 File: `<dataset dir>/packed/packed-L<max_len>-<digest>.int32` beside `<dataset dir>/tokenizers`:
 raw little-endian int32, row-major, no header (N = file size / (4 * max_len)), opened with
 `np.memmap(mode='r')`, so every process maps the same pages and reads only the rows it uses.
-A `.json` sidecar records what it was built from. The digest hashes the dataset, split, text
-feature, max_documents, max_len and the tokenizer's bytes, so different configs never share
-a file. The input mask is not stored: real tokens are never [PAD], so it is `ids != [PAD]`.
+A `.json` sidecar records what it was built from and the file's size and checksum: a damaged
+store (truncated, even to a whole number of rows, or rewritten) is packed again, with a note
+(cache_integrity.py). The digest hashes the dataset, split, text feature, max_documents, max_len
+and the tokenizer's bytes, so different configs never share a file. The input mask is not
+stored: real tokens are never [PAD], so it is `ids != [PAD]`.
 
 Building takes the cache lock (cache_lock.py), writes a temporary file and renames it, so
 concurrent processes on one machine (or hosts sharing a data_dir over NFS) build it once and a
@@ -33,11 +35,13 @@ import hashlib
 import json
 import os
 import time
+import zlib
 from typing import Iterable
 
 from absl import logging
 import numpy as np
 
+from realformer_jax.data import cache_integrity
 from realformer_jax.data import cache_lock
 from realformer_jax.data import packing
 from realformer_jax.data.errors import DataError
@@ -99,12 +103,15 @@ def load_or_build(path: str, documents: Iterable[np.ndarray], *, max_len: int, c
     description: written to the `.json` sidecar, for humans.
     what: names the data in error messages, e.g. "dataset 'x' split 'train'".
   """
-  if os.path.isfile(path):
+  if cache_integrity.problem(path) is None:
     return PackedStore(path, max_len)
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
   with cache_lock.exclusive_lock(directory, os.path.basename(path)):
-    if not os.path.isfile(path):  # Else another process built it while we waited.
+    reason = cache_integrity.problem(path)
+    if reason is not None:  # Else another process built it while we waited.
+      if os.path.exists(path):  # Derived data: damaged means build it again.
+        cache_integrity.note_rebuild(path, reason, f'packing {what} again')
       _build(path, documents, max_len=max_len, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id,
              description=description, what=what)
   return PackedStore(path, max_len)
@@ -113,13 +120,15 @@ def load_or_build(path: str, documents: Iterable[np.ndarray], *, max_len: int, c
 def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, what) -> None:
   logging.info('Packing %s into %s (one pass over the split).', what, path)
   start = time.monotonic()
-  num_rows = num_tokens = 0
+  num_rows = num_tokens = checksum = 0
   tmp_path = f'{path}.tmp.{os.getpid()}'
   try:
     with open(tmp_path, 'wb') as f:
       for block in packing.pack_blocks(_without_pad(documents, pad_id, what), max_len=max_len,
                                        cls_id=cls_id, sep_id=sep_id, pad_id=pad_id):
-        f.write(block.astype(_DTYPE).tobytes())
+        data = block.astype(_DTYPE).tobytes()
+        f.write(data)
+        checksum = zlib.crc32(data, checksum)  # on the way: no second pass over the store
         num_rows += len(block)
         num_tokens += int(np.count_nonzero(block != pad_id))
     if not num_rows:
@@ -127,8 +136,7 @@ def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, wha
     seconds = time.monotonic() - start
     sidecar = dict(description, max_len=max_len, rows=num_rows, real_tokens=num_tokens,
                    build_seconds=round(seconds, 1))
-    cache_lock.atomic_write(path + '.json', json.dumps(sidecar, indent=2, sort_keys=True).encode())
-    os.replace(tmp_path, path)
+    cache_integrity.publish(tmp_path, path, sidecar, checksum=checksum)
   finally:
     if os.path.exists(tmp_path):
       os.remove(tmp_path)

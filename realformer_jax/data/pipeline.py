@@ -45,9 +45,9 @@ from typing import Any
 from absl import flags
 from etils import epath
 import grain
-import ml_collections
 import numpy as np
 
+from realformer_jax.data import config as config_lib
 from realformer_jax.data import masking
 from realformer_jax.data import packed_store
 from realformer_jax.data import packing
@@ -70,7 +70,7 @@ def local_batch_size(global_batch_size: int, process_index: int, process_count: 
   return global_batch_size // process_count
 
 
-def make_train_iterator(data_config: ml_collections.ConfigDict, global_batch_size: int,
+def make_train_iterator(data_config: config_lib.DataConfig, global_batch_size: int,
                         seed: int, process_index: int = 0,
                         process_count: int = 1) -> grain.DatasetIterator:
   """An endless, checkpointable iterator of this process's training batches.
@@ -78,6 +78,7 @@ def make_train_iterator(data_config: ml_collections.ConfigDict, global_batch_siz
   Its batches are rows [p*B, (p+1)*B) of the global batches, which do not depend on
   process_count (see the module docstring).
   """
+  data_config = config_lib.data_config(data_config)
   local_batch_size(global_batch_size, process_index, process_count)
   seed = int(seed)  # May arrive as a numpy or JAX scalar.
   if not 0 <= seed < 2**32:
@@ -88,7 +89,7 @@ def make_train_iterator(data_config: ml_collections.ConfigDict, global_batch_siz
                        store=store.name, worker_count=data_config.worker_count)
 
 
-def train_batches(data_config: ml_collections.ConfigDict, global_batch_size: int, seed: int,
+def train_batches(data_config: config_lib.DataConfig, global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
                   store: packed_store.PackedStore | None = None) -> grain.MapDataset:
   """This process's endless training batches as a MapDataset: element b is its share of global
@@ -96,6 +97,7 @@ def train_batches(data_config: ml_collections.ConfigDict, global_batch_size: int
 
   `store` defaults to the config's packed train split (tests pass an instrumented one).
   """
+  data_config = config_lib.data_config(data_config)
   batch_size = local_batch_size(global_batch_size, process_index, process_count)
   tokenizer = preparation.prepare(data_config)
   if store is None:
@@ -231,9 +233,10 @@ class EvalBatches:
       yield {k: v[start:start + self._batch_size] for k, v in self._arrays.items()}
 
 
-def make_eval_iterator(data_config: ml_collections.ConfigDict, global_batch_size: int,
+def make_eval_iterator(data_config: config_lib.DataConfig, global_batch_size: int,
                        process_index: int = 0, process_count: int = 1) -> EvalBatches:
   """This process's eval batches: one pass (or `eval_batches` batches); iterate it any times."""
+  data_config = config_lib.data_config(data_config)
   batch_size = local_batch_size(global_batch_size, process_index, process_count)
   sequences = eval_sequences(data_config, global_batch_size)
   num_batches = math.ceil(len(sequences['input_ids']) / global_batch_size)
@@ -245,16 +248,17 @@ def make_eval_iterator(data_config: ml_collections.ConfigDict, global_batch_size
   return EvalBatches(padded, batch_size)
 
 
-def eval_sequences(data_config: ml_collections.ConfigDict,
+def eval_sequences(data_config: config_lib.DataConfig,
                    global_batch_size: int | None = None) -> dict[str, np.ndarray]:
   """All masked eval sequences as stacked arrays [N, ...], N capped by eval_batches.
 
   Built once per (config, cap) and kept in memory: evaluation runs many times per training job.
   """
+  data_config = config_lib.data_config(data_config)
   limit = -1
   if data_config.eval_batches > 0 and global_batch_size:
     limit = data_config.eval_batches * global_batch_size
-  key = (data_config.to_json(), limit)
+  key = (data_config, limit)
   if key not in _EVAL_CACHE:
     if len(_EVAL_CACHE) >= _EVAL_CACHE_SIZE:
       _EVAL_CACHE.pop(next(iter(_EVAL_CACHE)))
@@ -262,11 +266,11 @@ def eval_sequences(data_config: ml_collections.ConfigDict,
   return _EVAL_CACHE[key]
 
 
-_EVAL_CACHE: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+_EVAL_CACHE: dict[tuple[config_lib.DataConfig, int], dict[str, np.ndarray]] = {}
 _EVAL_CACHE_SIZE = 4
 
 
-def _build_eval_sequences(data_config: ml_collections.ConfigDict,
+def _build_eval_sequences(data_config: config_lib.DataConfig,
                           limit: int) -> dict[str, np.ndarray]:
   prepared = preparation.prepared_data(data_config)
   tokenizer = prepared.tokenizer

@@ -1,7 +1,7 @@
 """Preparing a data config: dataset on disk, splits checked, tokenizer trained or loaded.
 
 `prepare(config)` is idempotent and cheap after the first call in a process (memoized by the
-config's contents); the iterator builders call it, so the train loop only needs to call it
+config's contents: a DataConfig is its own key); the iterator builders call it, so the train loop only needs to call it
 itself to learn the vocabulary size before building the model. `packed_train_store(config)`
 (called by `make_train_iterator`) packs the train split once into a cached array store
 (packed_store.py); it is memoized the same way and is a cache hit on every later run.
@@ -14,7 +14,6 @@ import logging
 import os
 
 import grain
-import ml_collections
 import numpy as np
 
 from realformer_jax.data import config as config_lib
@@ -39,24 +38,23 @@ class PreparedData:
   cache_dir: str  # Beside the dataset's version directories; holds tokenizers/ and packed/.
 
 
-_PREPARED: dict[str, PreparedData] = {}
-_PACKED: dict[str, packed_store.PackedStore] = {}
+_PREPARED: dict[config_lib.DataConfig, PreparedData] = {}
+_PACKED: dict[config_lib.DataConfig, packed_store.PackedStore] = {}
 
 
-def prepare(config: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
+def prepare(config: config_lib.DataConfig) -> tokenizer_lib.Tokenizer:
   """Prepares dataset and tokenizer for `config`; returns the tokenizer. Idempotent."""
   return prepared_data(config).tokenizer
 
 
-def prepared_data(config: ml_collections.ConfigDict) -> PreparedData:
-  key = config.to_json()
+def prepared_data(config: config_lib.DataConfig) -> PreparedData:
+  key = config = config_lib.data_config(config)
   if key not in _PREPARED:
     _PREPARED[key] = _prepare_uncached(config)
   return _PREPARED[key]
 
 
-def _prepare_uncached(config: ml_collections.ConfigDict) -> PreparedData:
-  config_lib.validate_data_config(config)
+def _prepare_uncached(config: config_lib.DataConfig) -> PreparedData:
   builder = sources.load_builder(config)
   name = builder.info.full_name
   train_records = sources.open_split(builder, config.train_split, config.text_feature,
@@ -71,9 +69,9 @@ def _prepare_uncached(config: ml_collections.ConfigDict) -> PreparedData:
                       dataset_name=name, cache_dir=_cache_dir(builder))
 
 
-def packed_train_store(config: ml_collections.ConfigDict) -> packed_store.PackedStore:
+def packed_train_store(config: config_lib.DataConfig) -> packed_store.PackedStore:
   """The train split packed into [N, max_len] rows, built on first use. Idempotent."""
-  key = config.to_json()
+  key = config = config_lib.data_config(config)
   if key not in _PACKED:
     _PACKED[key] = _packed_train_store_uncached(config)
   return _PACKED[key]

@@ -4,20 +4,24 @@ Every check runs before any text is tokenized or any model is compiled, and each
 one-line DataError naming the dataset, split, feature or directory:
   unknown dataset name; not prepared under data_dir while download=False (we never touch the
   network then); prepared in a format grain cannot read (tfrecord needs TensorFlow); unknown
-  split; missing or non-text feature; split with zero records.
+  split; missing or non-text feature; split with zero records; a missing or damaged shard file
+  (shard_check.py, which also names the file when a later read meets damage).
+`config` below is any data section that names `dataset`, `data_dir` and `download` (the
+masked-LM DataConfig, the fine-tuning one).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import grain
-import ml_collections
 import tensorflow_datasets as tfds
 
 from realformer_jax.data import cache_lock
 from realformer_jax.data import corpus
+from realformer_jax.data import shard_check
 from realformer_jax.data.errors import DataError
 
 
@@ -25,15 +29,15 @@ from realformer_jax.data.errors import DataError
 _NAMESPACE = re.compile(r'^[A-Za-z_][\w-]*:(?!\d)')
 
 
-def data_dir_of(config: ml_collections.ConfigDict) -> str:
+def data_dir_of(config: Any) -> str:
   return os.path.abspath(os.path.expanduser(config.data_dir))
 
 
-def is_embedded(config: ml_collections.ConfigDict) -> bool:
+def is_embedded(config: Any) -> bool:
   return config.dataset.split(':')[0].split('/')[0] == corpus.BibleWeb.name
 
 
-def load_builder(config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+def load_builder(config: Any) -> tfds.core.DatasetBuilder:
   """The dataset's builder, prepared (embedded corpus or download=True) or checked prepared."""
   name, data_dir = config.dataset, data_dir_of(config)
   if is_embedded(config):
@@ -79,7 +83,11 @@ def open_split(builder: tfds.core.DatasetBuilder, split: str, text_feature: str,
                     f'{sorted(builder.info.splits)}): {_first_line(e)}') from None
   if num_records == 0:  # Checked first: as_data_source fails obscurely on empty slices.
     raise DataError(f"Dataset '{name}' split '{split}' has zero records.")
-  records = grain.MapDataset.source(builder.as_data_source(split))
+  # Missing or damaged files fail here or on the read that meets them, naming the file.
+  fix = shard_check.remedy(builder, embedded=builder.name == corpus.BibleWeb.name)
+  files = shard_check.check_files(builder, split, fix)
+  records = grain.MapDataset.source(shard_check.CheckedSource(
+      builder.as_data_source(split), files, f"Dataset '{name}' split '{split}'", fix))
   return records[:max_documents] if max_documents > 0 else records
 
 

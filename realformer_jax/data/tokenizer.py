@@ -1,6 +1,7 @@
 """Tokenizers with BERT's special tokens: SentencePiece models trained on first use and cached,
 or a given file (`data.vocab_file`): a SentencePiece `.model` or a BERT WordPiece `vocab.txt`
-(wordpiece.py), so that data and Hugging Face BERT checkpoints share one vocabulary.
+(wordpiece.py), so that data and Hugging Face BERT checkpoints share one vocabulary. The base
+class both implement lives in tokenizer_base.py; this module picks one (`load`) and trains.
 
 Special ids of every tokenizer trained here (the batch contract relies on PAD == 0):
 
@@ -22,9 +23,10 @@ the text supports) fails with a DataError naming both sizes, or, with `fit_to_co
 the largest vocabulary it supports instead.
 
 The cache entry is one `.model` file plus a `.json` sidecar recording what it was trained
-on; its name holds the model type and vocab size and a hash of every training setting, so
-configs that differ never share a file. Training writes the model to memory and publishes it
-with an atomic rename under a file lock (see cache_lock.py).
+on and the file's size and checksum (a damaged entry is trained again, with a note:
+cache_integrity.py); its name holds the model type and vocab size and a hash of every training
+setting, so configs that differ never share a file. Training writes the model to memory and
+publishes it with an atomic rename under a file lock (see cache_lock.py).
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ from typing import Iterable
 import numpy as np
 import sentencepiece as spm
 
-from realformer_jax.data import cache_lock
+from realformer_jax.data import cache_integrity
+from realformer_jax.data import cache_lock, wordpiece
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
-PAD, UNK, CLS, SEP, MASK = '[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'
+__all__ = ['CLS', 'MASK', 'MODEL_TYPES', 'PAD', 'SEP', 'SentencePieceTokenizer', 'Tokenizer',
+           'UNK', 'cache_path', 'load', 'load_or_train', 'train']
 MODEL_TYPES = ('unigram', 'bpe')
 # Bump when the trainer settings below change, so old cache entries are not reused.
 _TRAINER_REVISION = 1
@@ -52,70 +57,6 @@ _MAX_SENTENCE_CHARS = 4096
 # hosts with local data dirs must train identical tokenizers.
 _TRAINER_THREADS = 4
 _SENTENCE_END = re.compile(r'(?<=[.!?;:])\s+|\n+')
-
-
-class Tokenizer:
-  """Token ids with the special ids the pipeline needs. Subclasses: SentencePieceTokenizer
-  (this module) and WordPieceTokenizer (wordpiece.py, BERT `vocab.txt` files).
-
-  Picklable (for workers). `file_name` is what the tokenizer's file is called when a run copies
-  it into its workdir (`save`), so the workdir alone is enough to tokenize for it later.
-  """
-
-  file_name: str = ''
-
-  def __init__(self, *, source: str, vocab_size: int, pad_id: int, unk_id: int, cls_id: int,
-               sep_id: int, mask_id: int):
-    self.source = source  # The file it came from; for messages.
-    self.vocab_size = vocab_size
-    self.pad_id, self.unk_id = pad_id, unk_id
-    self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
-    if self.pad_id != 0:
-      raise DataError(f'Tokenizer {source}: {PAD} must have id 0 (it has {self.pad_id}).')
-    self.special_ids = (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
-    if len(set(self.special_ids)) != 5:
-      raise DataError(f'Tokenizer {source}: special ids {self.special_ids} are not distinct.')
-    is_special_V = np.zeros(self.vocab_size, bool)
-    is_special_V[list(self.special_ids)] = True
-    self.is_special_V = is_special_V
-    # Random replacements in MLM masking are drawn from these.
-    self.regular_ids = np.flatnonzero(~is_special_V).astype(np.int32)
-
-  def encode(self, text: str) -> np.ndarray:
-    """Token ids of `text` (no [CLS]/[SEP]), int32."""
-    raise NotImplementedError
-
-  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-    """Token ids of each text, as `encode`."""
-    return [self.encode(text) for text in texts]
-
-  def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, starts, ends), int32: token i covers text[starts[i]:ends[i]] (character offsets,
-    end exclusive, leading whitespace excluded). For span tasks such as SQuAD."""
-    raise NotImplementedError
-
-  def decode(self, ids: Iterable[int]) -> str:
-    """Text of `ids`; special tokens decode to nothing."""
-    raise NotImplementedError
-
-  def id_to_piece(self, token_id: int) -> str:
-    raise NotImplementedError
-
-  def file_bytes(self) -> bytes:
-    """The tokenizer's file, byte for byte."""
-    raise NotImplementedError
-
-  @property
-  def sha256(self) -> str:
-    """Hash of the tokenizer's file: identifies the tokenizer in cache keys."""
-    return hashlib.sha256(self.file_bytes()).hexdigest()
-
-  def save(self, directory: str) -> str:
-    """Writes the tokenizer's file into `directory` as `file_name`; returns the path."""
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, self.file_name)
-    cache_lock.atomic_write(path, self.file_bytes())
-    return path
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -183,7 +124,6 @@ def load(path: str, lower_case: bool = True) -> Tokenizer:
   if not os.path.isfile(path):
     raise DataError(f'Tokenizer file {path} does not exist (data.vocab_file).')
   if path.endswith('.txt'):
-    from realformer_jax.data import wordpiece  # pylint: disable=import-outside-toplevel
     return wordpiece.WordPieceTokenizer.from_file(path, lower_case=lower_case)
   with open(path, 'rb') as f:
     model_proto = f.read()
@@ -214,17 +154,19 @@ def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_siz
     what: names the data in error messages, e.g. "dataset 'x' split 'train' feature 'text'".
     fit_to_corpus: see `train`.
   """
-  if os.path.isfile(path):
+  if cache_integrity.problem(path) is None:
     return load(path)
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
   with cache_lock.exclusive_lock(directory, os.path.basename(path)):
-    if os.path.isfile(path):  # Another process trained it while we waited.
+    reason = cache_integrity.problem(path)
+    if reason is None:  # Another process trained it while we waited.
       return load(path)
+    if os.path.exists(path):  # Derived data: damaged means train it again.
+      cache_integrity.note_rebuild(path, reason, 'training the tokenizer again')
     model_proto = train(texts, model_type=model_type, vocab_size=vocab_size, what=what,
                         fit_to_corpus=fit_to_corpus)
-    cache_lock.atomic_write(path + '.json', json.dumps(description, indent=2, sort_keys=True).encode())
-    cache_lock.atomic_write(path, model_proto)
+    cache_integrity.publish_bytes(path, model_proto, description)
   return SentencePieceTokenizer(model_proto, source=path)
 
 

@@ -14,8 +14,7 @@ Hugging Face), batches (train stream, eval batches), tasks (the loop's Task obje
 
 from realformer_jax.finetune.config import default_config
 from realformer_jax.finetune.datasets import DATASETS
-from realformer_jax.finetune.run import evaluate_best, resolve_schedule, run
+from realformer_jax.finetune.run import evaluate_best, run, with_schedule
 from realformer_jax.finetune.tasks import make_task
 
-__all__ = ['DATASETS', 'default_config', 'evaluate_best', 'make_task', 'resolve_schedule',
-           'run']
+__all__ = ['DATASETS', 'default_config', 'evaluate_best', 'make_task', 'run', 'with_schedule']

@@ -19,7 +19,7 @@ import dataclasses
 import ml_collections
 from ml_collections import config_dict
 
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig, to_config_dict
 from realformer_jax.data.errors import DataError
 from realformer_jax.finetune import datasets
 from realformer_jax.train import defaults
@@ -39,41 +39,75 @@ def default_model_config() -> ml_collections.ConfigDict:
   return c
 
 
-def default_data_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.dataset = 'bible_sections'  # a name in datasets.DATASETS: embedded bible_*, glue/*, squad/*
-  c.data_dir = '~/tensorflow_datasets'  # TFDS data dir (GLUE / SQuAD prepared as array_record)
-  c.download = False  # let TFDS download and prepare a missing catalog dataset
-  c.train_split = ''  # '' = the dataset's default (train)
-  c.eval_split = ''  # '' = the dataset's default (validation; MNLI: validation_matched)
-  c.test_split = ''  # '' = the dataset's labelled test split if it has one (embedded tasks)
-  c.max_examples = -1  # N examples per split (-1: all; embedded tasks: evenly spaced); smoke runs
+@dataclasses.dataclass(frozen=True)
+class FinetuneDataConfig:
+  """The fine-tuning `data` section. Hashable: it keys the per-process encoded-split cache."""
+
+  dataset: str = 'bible_sections'  # a name in datasets.DATASETS: embedded bible_*, glue/*, squad/*
+  data_dir: str = '~/tensorflow_datasets'  # TFDS data dir (GLUE / SQuAD prepared as array_record)
+  download: bool = False  # let TFDS download and prepare a missing catalog dataset
+  train_split: str = ''  # '' = the dataset's default (train)
+  eval_split: str = ''  # '' = the dataset's default (validation; MNLI: validation_matched)
+  test_split: str = ''  # '' = the dataset's labelled test split if it has one (embedded tasks)
+  max_examples: int = -1  # N examples per split (-1: all; embedded tasks: evenly spaced); smoke runs
   # Tokenizer: '' = the starting checkpoint's (a workdir's copy; vocab.txt beside Hugging Face
   # weights; random init: SentencePiece trained on the embedded pretraining corpus).
-  c.vocab_file = ''
-  c.lower_case = True  # WordPiece vocab.txt: BERT uncased
-  c.vocab_size = 8000  # random init without vocab_file: pieces of that trained tokenizer
-  c.max_len = 128  # tokens per sequence, [CLS] and [SEP]s included
-  c.doc_stride = 128  # SQuAD: tokens between the starts of consecutive context windows
-  c.max_query_len = 64  # SQuAD: question tokens kept
-  c.max_answer_len = 30  # SQuAD: longest predicted answer, in tokens
-  c.n_best = 20  # SQuAD: start / end candidates per window
-  c.null_threshold = 0.0  # SQuAD v2.0: answer '' when no-answer score - best span > this
-  return c
+  vocab_file: str = ''
+  lower_case: bool = True  # WordPiece vocab.txt: BERT uncased
+  vocab_size: int = 8000  # random init without vocab_file: pieces of that trained tokenizer
+  max_len: int = 128  # tokens per sequence, [CLS] and [SEP]s included
+  doc_stride: int = 128  # SQuAD: tokens between the starts of consecutive context windows
+  max_query_len: int = 64  # SQuAD: question tokens kept
+  max_answer_len: int = 30  # SQuAD: longest predicted answer, in tokens
+  n_best: int = 20  # SQuAD: start / end candidates per window
+  null_threshold: float = 0.0  # SQuAD v2.0: answer '' when no-answer score - best span > this
+
+  def __post_init__(self):
+    def need(ok: bool, field: str, rule: str):
+      if not ok:
+        raise DataError(f'data config: {field}={getattr(self, field)!r} is invalid: {rule}.')
+
+    kind = datasets.spec(self.dataset).kind  # an unknown dataset is a DataError
+    need(self.max_len >= 4, 'max_len', 'need room for [CLS], two texts and two [SEP]s')
+    need(self.max_examples == -1 or self.max_examples > 0, 'max_examples', 'must be -1 or > 0')
+    need(self.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
+    if kind == datasets.SPAN:
+      need(self.doc_stride > 0, 'doc_stride', 'must be positive')
+      need(self.max_query_len > 0, 'max_query_len', 'must be positive')
+      need(self.max_query_len + 4 <= self.max_len, 'max_query_len',
+           'must leave room in data.max_len for [CLS], [SEP]s and one context token')
+      need(self.max_answer_len > 0, 'max_answer_len', 'must be positive')
+      need(self.n_best > 0, 'n_best', 'must be positive')
 
 
-def default_finetune_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+  """The `finetune` section: where training starts, how long, which metric picks the best."""
+
   # Starting point: '' = random init; a workdir of experiments.train (its latest checkpoint,
   # or init_step); a Hugging Face BERT checkpoint file (.safetensors, or a PyTorch .bin state
   # dict where torch is installed) with its config.json beside it (or hf_config).
-  c.init = ''
-  c.init_step = -1
-  c.hf_config = ''
-  c.num_epochs = 3  # passes over the train split
-  c.warmup_fraction = 0.1  # of the steps, linear warmup (then linear decay to 0)
-  c.best_metric = ''  # eval metric that picks the kept best checkpoint; '' = the dataset's
-  return c
+  init: str = ''
+  init_step: int = -1
+  hf_config: str = ''
+  num_epochs: float = 3  # passes over the train split
+  warmup_fraction: float = 0.1  # of the steps, linear warmup (then linear decay to 0)
+  best_metric: str = ''  # eval metric that picks the kept best checkpoint; '' = the dataset's
+
+  def __post_init__(self):
+    if not (isinstance(self.num_epochs, (int, float)) and self.num_epochs > 0):
+      raise ConfigError(f'finetune.num_epochs={self.num_epochs!r}: must be positive')
+    if not 0 <= self.warmup_fraction < 1:
+      raise ConfigError(f'finetune.warmup_fraction={self.warmup_fraction!r}: must be in '
+                        '[0, 1)')
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  return to_config_dict(FinetuneDataConfig())
+
+
+def default_finetune_config() -> ml_collections.ConfigDict:
+  return to_config_dict(FinetuneConfig())
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -120,30 +154,3 @@ def apply_config_args(config: ml_collections.ConfigDict, arg: str,
     config.model.update(TINY_MODEL)
     config.data.vocab_size = TINY_MODEL['vocab_size']
   return values
-
-
-def validate_data_config(data: ml_collections.ConfigDict) -> None:
-  spec = datasets.spec(data.dataset)
-
-  def need(ok: bool, field: str, rule: str):
-    if not ok:
-      raise DataError(f'data config: {field}={data[field]!r} is invalid: {rule}.')
-
-  need(data.max_len >= 4, 'max_len', 'need room for [CLS], two texts and two [SEP]s')
-  need(data.max_examples == -1 or data.max_examples > 0, 'max_examples', 'must be -1 or > 0')
-  need(data.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
-  if spec.kind == datasets.SPAN:
-    need(data.doc_stride > 0, 'doc_stride', 'must be positive')
-    need(data.max_query_len > 0, 'max_query_len', 'must be positive')
-    need(data.max_query_len + 4 <= data.max_len, 'max_query_len',
-         'must leave room in data.max_len for [CLS], [SEP]s and one context token')
-    need(data.max_answer_len > 0, 'max_answer_len', 'must be positive')
-    need(data.n_best > 0, 'n_best', 'must be positive')
-
-
-def validate_finetune_config(finetune: ml_collections.ConfigDict) -> None:
-  if not (isinstance(finetune.num_epochs, (int, float)) and finetune.num_epochs > 0):
-    raise ConfigError(f'finetune.num_epochs={finetune.num_epochs!r}: must be positive')
-  if not 0 <= finetune.warmup_fraction < 1:
-    raise ConfigError(f'finetune.warmup_fraction={finetune.warmup_fraction!r}: must be in '
-                      '[0, 1)')

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Any, Optional
 
-import ml_collections
 import numpy as np
 
 from realformer_jax.data.errors import DataError
@@ -70,9 +69,9 @@ def spec(name: str) -> DatasetSpec:
   return _SPECS[base]
 
 
-def split_name(data: ml_collections.ConfigDict, which: str) -> str:
+def split_name(data: Any, which: str) -> str:
   """The configured split ('train' / 'eval' / 'test'), or the dataset's default for ''."""
-  configured = data[f'{which}_split']
+  configured = getattr(data, f'{which}_split')
   return configured or getattr(spec(data.dataset), f'{which}_split')
 
 
@@ -83,7 +82,7 @@ def _register_catalog_builders() -> None:
   import tensorflow_datasets.text.glue  # pylint: disable=import-outside-toplevel,unused-import
 
 
-def open_builder(data: ml_collections.ConfigDict):
+def open_builder(data: Any):
   """The TFDS builder of a catalog dataset (prepared first when data.download is on)."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   _register_catalog_builders()
@@ -98,7 +97,7 @@ def open_builder(data: ml_collections.ConfigDict):
   return builder
 
 
-def read_records(data: ml_collections.ConfigDict, split: str) -> list[dict]:
+def read_records(data: Any, split: str) -> list[dict]:
   """Every record of a catalog dataset's split (the first data.max_examples if > 0)."""
   builder = open_builder(data)
   try:
@@ -123,7 +122,7 @@ def text(record: dict, feature: str) -> str:
   return value.decode('utf-8') if isinstance(value, bytes) else str(value)
 
 
-def labelled_texts(data: ml_collections.ConfigDict, split: str) -> dict:
+def labelled_texts(data: Any, split: str) -> dict:
   """{'texts_a', 'texts_b' (or None), 'labels'} of a classification / regression split;
   DataError for a split without labels (GLUE's test splits have label -1)."""
   dataset = spec(data.dataset)

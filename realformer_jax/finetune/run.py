@@ -3,10 +3,11 @@
     from realformer_jax import finetune
     result = finetune.run(config, workdir)   # config: configs/finetune/*.py
 
-1. The config is checked (one-line ConfigError / DataError) and the train split encoded, which
-   fixes the steps per epoch: train.num_train_steps = ceil(num_epochs * steps_per_epoch),
-   warmup the first finetune.warmup_fraction of them, evaluation and a checkpoint every epoch.
-2. `realformer_jax.train.train_and_evaluate` trains the task (sharding, resume, TensorBoard,
+1. The config is checked once (one-line ConfigError / DataError) into a RunSpec and the train
+   split encoded, which fixes the steps per epoch: train.num_train_steps = ceil(num_epochs *
+   steps_per_epoch), warmup the first finetune.warmup_fraction of them, evaluation and a
+   checkpoint every epoch (derived into the spec; the user's config is not changed).
+2. The training loop (realformer_jax/train/loop.py) trains the task (sharding, resume, TensorBoard,
    progress line, SIGTERM, the best checkpoint by the task's metric under <workdir>/best).
 3. If the dataset has a labelled test split, the best checkpoint is evaluated on it once.
 4. <workdir>/results.json holds the final and best eval metrics, the test metrics and the
@@ -26,7 +27,7 @@ import ml_collections
 
 from realformer_jax import train
 from realformer_jax.finetune import datasets
-from realformer_jax.finetune.tasks import FinetuneTask, make_task
+from realformer_jax.finetune.tasks import make_task
 from realformer_jax.train import build, checkpointing, loop, partitioning, step as step_lib
 from realformer_jax.train import validation
 from realformer_jax.train.state import TrainState
@@ -35,27 +36,28 @@ from realformer_jax.train.task import prefixed
 RESULTS_FILE = 'results.json'
 
 
-def resolve_schedule(config: ml_collections.ConfigDict, task: FinetuneTask) -> None:
-  """Sets the train section's step counts from finetune.num_epochs and the train split."""
-  validation.validate_config(config, task=task)
-  steps_per_epoch = math.ceil(task.train_size(config) / config.train.global_batch_size)
-  total = max(1, math.ceil(config.finetune.num_epochs * steps_per_epoch))
-  config.train.num_train_steps = total
-  config.train.warmup_steps = int(config.finetune.warmup_fraction * total)
-  config.train.eval_every_steps = config.train.checkpoint_every_steps = steps_per_epoch
+def with_schedule(spec: train.RunSpec) -> train.RunSpec:
+  """The spec with its train section's step counts derived from finetune.num_epochs and the
+  size of the train split (the user's train.num_train_steps etc. are not used)."""
+  finetune = spec.sections['finetune']
+  steps_per_epoch = math.ceil(spec.task.train_size(spec.data) / spec.train.global_batch_size)
+  total = max(1, math.ceil(finetune.num_epochs * steps_per_epoch))
+  return spec.replace(train=spec.train.replace(
+      num_train_steps=total, warmup_steps=int(finetune.warmup_fraction * total),
+      eval_every_steps=steps_per_epoch, checkpoint_every_steps=steps_per_epoch))
 
 
 def run(config: ml_collections.ConfigDict, workdir: str,
         on_log: Optional[Callable[[int, int, dict], None]] = None) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
-  task = make_task(config)
-  resolve_schedule(config, task)
-  result = train.train_and_evaluate(config, workdir, on_log=on_log, task=task)
+  spec = with_schedule(validation.validate_config(config, task=make_task(config)))
+  result = loop.run(spec, workdir, config, on_log=on_log)
   if result.get('preempted'):
     return result
-  test_split = datasets.split_name(config.data, 'test')
+  task = spec.task
+  test_split = datasets.split_name(spec.data, 'test')
   if test_split:
-    result.update(evaluate_best(config, workdir, task, test_split))
+    result.update(evaluate_best(spec, workdir, test_split))
     metric = task.best_metric
     print(f'test  {metric} {result[f"test/{metric}"]:.4f} with the best checkpoint (step '
           f'{result["best_step"]}, eval {metric} {result[f"best/eval/{metric}"]:.4f}) vs '
@@ -67,20 +69,19 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   return result
 
 
-def evaluate_best(config: ml_collections.ConfigDict, workdir: str, task: FinetuneTask,
-                  split: str) -> dict[str, float]:
+def evaluate_best(spec: train.RunSpec, workdir: str, split: str) -> dict[str, float]:
   """Metrics of the best checkpoint in `workdir` on `split` ('test/...'), its baseline
   ('test/baseline_...'), the checkpoint's step and its eval metrics ('best/eval/...')."""
-  model_config = validation.validate_config(config, task=task)
-  setup = build.make_setup(config, model_config, task)
+  task = spec.task
+  setup = build.make_setup(spec)
   params, step, best_metrics = checkpointing.restore_best_params(
       workdir, setup.layout.abstract.params)
-  batches, baseline = task.eval_split_data(config, split, jax.process_index(),
+  batches, baseline = task.eval_split_data(spec, split, jax.process_index(),
                                            jax.process_count())
   state = TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=())
-  accum = config.train.grad_accum_steps
+  accum = spec.train.grad_accum_steps
   eval_step = jax.jit(
-      step_lib.make_eval_step(setup.model, accum if isinstance(accum, int) else 1, task),
+      step_lib.make_eval_step(setup.model, task, accum if isinstance(accum, int) else 1),
       in_shardings=(TrainState(step=setup.replicated, params=setup.layout.shardings.params,
                                opt_state=()), setup.batch_sharding),
       out_shardings=setup.replicated)

@@ -1,9 +1,9 @@
 """Where fine-tuning starts: random init, a pretraining workdir, or Hugging Face BERT weights.
 
-    source = StartingPoint.from_config(config)   # reads only configs: cheap, before compiling
+    source = StartingPoint.from_config(finetune) # the finetune section; reads only configs
     source.model_config(config.model)            # the checkpoint's architecture + fine-tuning
                                                  # fields; one-line ConfigError on a mismatch
-    source.tokenizer(config.data)                # the vocabulary the checkpoint was trained with
+    source.tokenizer(spec.data)                  # the vocabulary the checkpoint was trained with
     source.load_encoder(model_config)            # {'encoder': ..., ['pooler': ...]} weights
 
 `finetune.init` picks the source: '' = random; a directory = a workdir of experiments.train
@@ -21,9 +21,8 @@ import dataclasses
 import json
 import os
 import types
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-import ml_collections
 import numpy as np
 
 from realformer_jax import data as data_lib
@@ -50,25 +49,25 @@ class StartingPoint:
   path: str = ''
   step: Optional[int] = None  # workdir: the checkpoint's step (None: latest)
   hf_config_path: str = ''
-  pretrain_config: Optional[ml_collections.ConfigDict] = None  # workdir: its config.json
+  pretrain_data: Any = None  # workdir: its data section (data.DataConfig)
   checkpoint_model: Optional[ModelConfig] = None  # the architecture the weights have
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict) -> 'StartingPoint':
-    init = os.path.expanduser(config.finetune.init)
+  def from_config(cls, finetune: Any) -> 'StartingPoint':
+    """From the `finetune` section (finetune.config.FinetuneConfig)."""
+    init = os.path.expanduser(finetune.init)
     if not init:
       return cls(RANDOM)
     if os.path.isdir(init):
       from realformer_jax.train import pretrained, validation  # pylint: disable=import-outside-toplevel
-      pretrain_config = pretrained.read_config(init)
-      model = validation.validate_config(pretrain_config)
-      step = None if config.finetune.init_step == -1 else int(config.finetune.init_step)
-      return cls(WORKDIR, os.path.abspath(init), step, pretrain_config=pretrain_config,
-                 checkpoint_model=model)
+      pretrain = validation.validate_config(pretrained.read_config(init))
+      step = None if finetune.init_step == -1 else int(finetune.init_step)
+      return cls(WORKDIR, os.path.abspath(init), step, pretrain_data=pretrain.data,
+                 checkpoint_model=pretrain.model)
     if init.endswith(HF_WEIGHT_SUFFIXES):
       if not os.path.isfile(init):
         raise ConfigError(f'finetune.init={init}: no such file')
-      hf_config = os.path.expanduser(config.finetune.hf_config) or os.path.join(
+      hf_config = os.path.expanduser(finetune.hf_config) or os.path.join(
           os.path.dirname(init), 'config.json')
       return cls(HUGGING_FACE, os.path.abspath(init), hf_config_path=hf_config,
                  checkpoint_model=_read_hf_config(hf_config))
@@ -78,17 +77,17 @@ class StartingPoint:
   def describe(self) -> str:
     return 'random init' if self.kind == RANDOM else self.path
 
-  def model_config(self, model: ml_collections.ConfigDict) -> ModelConfig:
+  def model_config(self, model: Mapping[str, Any]) -> ModelConfig:
     """The fine-tuned model's config: the checkpoint's architecture, the fine-tuning fields
     (FINETUNE_MODEL_FIELDS) from `model` where set. A set field that differs from the
     checkpoint raises ConfigError naming both values."""
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     for key in model.keys():
       if key not in known:
-        raise ConfigError(f'model.{key}: unknown model config field')
+        raise ConfigError(f'model.{key}: unknown config field')
     values = {k: v for k, v in model.items() if v is not None}
     if self.checkpoint_model is None:
-      return ModelConfig(**values).validate()
+      return ModelConfig(**values)
     merged = dataclasses.asdict(self.checkpoint_model)
     for name, value in values.items():
       allowed = name in FINETUNE_MODEL_FIELDS or (
@@ -98,14 +97,15 @@ class StartingPoint:
                           f'model.{name}={merged[name]!r} (leave model.{name} unset to take '
                           f"the checkpoint's)")
       merged[name] = value
-    return ModelConfig(**merged).validate()
+    return ModelConfig(**merged)
 
-  def tokenizer(self, data: ml_collections.ConfigDict) -> data_lib.Tokenizer:
+  def tokenizer(self, data: Any) -> data_lib.Tokenizer:
+    """The tokenizer of this starting point for the fine-tuning data section `data`."""
     if data.vocab_file:
       return data_lib.tokenizer.load(data.vocab_file, lower_case=data.lower_case)
     if self.kind == WORKDIR:
       from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
-      return pretrained.workdir_tokenizer(self.path, self.pretrain_config)
+      return pretrained.workdir_tokenizer(self.path, self.pretrain_data)
     if self.kind == HUGGING_FACE:
       vocab = os.path.join(os.path.dirname(self.path), 'vocab.txt')
       if not os.path.isfile(vocab):
@@ -113,10 +113,8 @@ class StartingPoint:
                         'data.vocab_file to the checkpoint\'s WordPiece vocabulary')
       return data_lib.tokenizer.load(vocab, lower_case=data.lower_case)
     # Random init: the tokenizer pretraining on the embedded corpus would train.
-    pretrain_data = data_lib.default_data_config()
-    pretrain_data.data_dir = data.data_dir
-    pretrain_data.vocab_size = data.vocab_size
-    return data_lib.prepare(pretrain_data)
+    return data_lib.prepare(data_lib.DataConfig(data_dir=data.data_dir,
+                                                vocab_size=data.vocab_size))
 
   def load_encoder(self, model_config: ModelConfig) -> dict:
     """The checkpoint's 'encoder' (and 'pooler', if it has one) in `model_config`'s layer

@@ -1,6 +1,6 @@
 """Fine-tuning tasks for the generic training loop (realformer_jax/train/task.py).
 
-    task = make_task(config)          # by the dataset's kind
+    task = make_task(config)          # by the dataset's kind: the entry point picks it once
     train.train_and_evaluate(config, workdir, task=task)
 
   ClassificationTask   SequenceClassifier, cross-entropy; accuracy, F1 (two classes),
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig, from_section
 from realformer_jax.finetune import batches as batches_lib
 from realformer_jax.finetune import config as config_lib
 from realformer_jax.finetune import datasets, encoding, squad
@@ -37,41 +37,40 @@ _INPUTS = ('input_ids', 'segment_ids', 'input_mask')
 
 
 def make_task(config: ml_collections.ConfigDict) -> 'FinetuneTask':
-  spec = datasets.spec(config.data.dataset)
+  """The task of a fine-tuning config, by its dataset's kind (read here, at the entry point;
+  the rest of the config is validated into a RunSpec by train.validate_config)."""
+  finetune = from_section(config_lib.FinetuneConfig, 'finetune', config.finetune)
+  dataset = datasets.spec(config.data.dataset)
   return {datasets.CLASSIFICATION: ClassificationTask, datasets.REGRESSION: RegressionTask,
-          datasets.SPAN: SpanTask}[spec.kind](config)
+          datasets.SPAN: SpanTask}[dataset.kind](dataset, finetune)
 
 
 class FinetuneTask(Task):
   """What the three fine-tuning tasks share: config, starting point, tokenizer, batches."""
 
-  def __init__(self, config: ml_collections.ConfigDict):
-    self.spec = datasets.spec(config.data.dataset)
-    self.name = self.spec.name
-    self.best_metric = config.finetune.best_metric or self.spec.metric
-    self._starting_point = None
-    self._eval_targets = None  # set by build_data: what eval_metrics compares against
+  data_config_class = config_lib.FinetuneDataConfig
 
-  def starting_point(self, config: ml_collections.ConfigDict) -> StartingPoint:
-    if self._starting_point is None:
-      self._starting_point = StartingPoint.from_config(config)
-    return self._starting_point
+  def __init__(self, dataset: datasets.DatasetSpec, finetune: config_lib.FinetuneConfig):
+    self.spec = dataset
+    self.name = dataset.name
+    self.finetune = finetune
+    self.best_metric = finetune.best_metric or dataset.metric
+    # Reads only configs (cheap, before anything is compiled).
+    self.starting_point = StartingPoint.from_config(finetune)
+    self._eval_targets = None  # set by build_data: what eval_metrics compares against
 
   # Config.
   def extra_sections(self):
-    return {'finetune': config_lib.default_finetune_config}
+    return {'finetune': config_lib.FinetuneConfig}
 
-  def default_data_config(self):
-    return config_lib.default_data_config()
+  def model_config(self, section) -> ModelConfig:
+    return self.starting_point.model_config(section)
 
-  def validate_data_config(self, config):
-    config_lib.validate_data_config(config)
-
-  def model_config(self, config) -> ModelConfig:
-    return self.starting_point(config).model_config(config.model)
-
-  def validate(self, config, model: ModelConfig) -> None:
-    config_lib.validate_finetune_config(config.finetune)
+  def validate(self, spec) -> None:
+    if spec.sections['finetune'] != self.finetune:
+      raise ConfigError('finetune: the config differs from the one its task was made from '
+                        '(make the task with finetune.make_task(config))')
+    model = spec.model
     if self.uses_segments and model.type_vocab_size < 2:
       raise ConfigError(f'model.type_vocab_size={model.type_vocab_size}: {self.name} has two '
                         'segments (text pairs / question and context)')
@@ -95,17 +94,17 @@ class FinetuneTask(Task):
     return shapes
 
   # Data and starting point.
-  def tokenizer(self, config):
-    return self.starting_point(config).tokenizer(config.data)
+  def tokenizer(self, data_config):
+    return self.starting_point.tokenizer(data_config)
 
-  def check_vocabulary(self, tokenizer, model_config: ModelConfig, config) -> None:
+  def check_vocabulary(self, tokenizer, model_config: ModelConfig) -> None:
     if tokenizer.vocab_size > model_config.vocab_size:
       raise ConfigError(f'model.vocab_size={model_config.vocab_size} '
-                        f'({self.starting_point(config).describe()}): smaller than the tokenizer '
+                        f'({self.starting_point.describe()}): smaller than the tokenizer '
                         f'vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
 
   def initial_params(self, params, setup):
-    source = self.starting_point(setup.config)
+    source = self.starting_point
     if source.kind == 'random':
       return params
     loaded = source.load_encoder(setup.model.config)
@@ -115,34 +114,35 @@ class FinetuneTask(Task):
         merged[name] = place_like(subtree, params[name], f'params/{name}')
     return merged
 
-  def train_size(self, config) -> int:
+  def train_size(self, data_config) -> int:
     """Training examples (SQuAD: windows) in the train split."""
-    return len(self._train_arrays(config)['weights'])
+    return len(self._train_arrays(data_config)['weights'])
 
-  def build_data(self, config, model_config, process_index, process_count) -> TaskData:
-    tokenizer = self.tokenizer(config)
-    self.check_vocabulary(tokenizer, model_config, config)
-    train_arrays = self._train_arrays(config)
-    eval_arrays, self._eval_targets = self._eval_data(config, datasets.split_name(
-        config.data, 'eval'))
+  def build_data(self, spec, process_index, process_count) -> TaskData:
+    tokenizer = self.tokenizer(spec.data)
+    self.check_vocabulary(tokenizer, spec.model)
+    train_arrays = self._train_arrays(spec.data)
+    eval_arrays, self._eval_targets = self._eval_data(spec.data, datasets.split_name(
+        spec.data, 'eval'))
+    batch_size = spec.train.global_batch_size
     return TaskData(
         tokenizer,
-        batches_lib.ExampleIterator(train_arrays, config.train.global_batch_size,
-                                    config.train.seed, process_index, process_count),
-        batches_lib.eval_batches(eval_arrays, config.train.global_batch_size, process_index,
-                                 process_count),
+        batches_lib.ExampleIterator(train_arrays, batch_size, spec.train.seed, process_index,
+                                    process_count),
+        batches_lib.eval_batches(eval_arrays, batch_size, process_index, process_count),
         self.baseline(train_arrays, self._eval_targets))
 
-  def eval_split_data(self, config, split: str, process_index=0, process_count=1):
+  def eval_split_data(self, spec, split: str, process_index=0, process_count=1):
     """(eval batches, baseline) of another split (e.g. the test split); makes it the split
     eval_metrics scores."""
-    eval_arrays, self._eval_targets = self._eval_data(config, split)
-    batches = batches_lib.eval_batches(eval_arrays, config.train.global_batch_size,
+    eval_arrays, self._eval_targets = self._eval_data(spec.data, split)
+    batches = batches_lib.eval_batches(eval_arrays, spec.train.global_batch_size,
                                        process_index, process_count)
-    return batches, self.baseline(self._train_arrays(config), self._eval_targets)
+    return batches, self.baseline(self._train_arrays(spec.data), self._eval_targets)
 
-  def _train_arrays(self, config) -> dict[str, np.ndarray]:
-    return _cached_arrays(self, config, datasets.split_name(config.data, 'train'), 'train')
+  def _train_arrays(self, data_config) -> dict[str, np.ndarray]:
+    return _cached_arrays(self, data_config, datasets.split_name(data_config, 'train'),
+                          'train')
 
   def summary(self, final, baseline, step: int) -> str:
     metric = self.best_metric
@@ -156,22 +156,21 @@ class FinetuneTask(Task):
   baseline_name = 'baseline'
 
   # Subclasses.
-  def encode_split(self, config, split: str) -> tuple[dict[str, np.ndarray], Any]:
+  def encode_split(self, data_config, split: str) -> tuple[dict[str, np.ndarray], Any]:
     """(arrays [N, ...] with 'weights' and '<...>_index', eval targets) of a split."""
     raise NotImplementedError
 
   def baseline(self, train_arrays, eval_targets) -> dict[str, float]:
     raise NotImplementedError
 
-  def _eval_data(self, config, split):
-    return _cached_arrays(self, config, split, 'eval')
+  def _eval_data(self, data_config, split):
+    return _cached_arrays(self, data_config, split, 'eval')
 
 
-def _cached_arrays(task: FinetuneTask, config, split: str, role: str):
+def _cached_arrays(task: FinetuneTask, data_config, split: str, role: str):
   """Encoded split, memoized per process by everything it depends on."""
-  key = (task.name, split, config.data.to_json(), config.finetune.init,
-         config.finetune.hf_config)
-  arrays, targets = _ENCODED.get(key) or _ENCODED.setdefault(key, task.encode_split(config,
+  key = (task.name, split, data_config, task.finetune.init, task.finetune.hf_config)
+  arrays, targets = _ENCODED.get(key) or _ENCODED.setdefault(key, task.encode_split(data_config,
                                                                                     split))
   return arrays if role == 'train' else (arrays, targets)
 
@@ -231,11 +230,11 @@ class ClassificationTask(FinetuneTask):
     majority = np.bincount(train_arrays['labels'], minlength=self.spec.num_classes).argmax()
     return self.scores(np.full(len(eval_targets), majority), eval_targets)
 
-  def encode_split(self, config, split):
-    texts = datasets.labelled_texts(config.data, split)
-    arrays = encoding.encode_texts(self.tokenizer(config), texts['texts_a'], texts['texts_b'],
-                                   config.data.max_len)
-    labels = np.asarray(texts['labels'], self.batch_shapes(config.data, 1)['labels'][1])
+  def encode_split(self, data_config, split):
+    texts = datasets.labelled_texts(data_config, split)
+    arrays = encoding.encode_texts(self.tokenizer(data_config), texts['texts_a'],
+                                   texts['texts_b'], data_config.max_len)
+    labels = np.asarray(texts['labels'], self.batch_shapes(data_config, 1)['labels'][1])
     arrays.update(labels=labels, weights=np.ones(len(labels), np.float32),
                   example_index=np.arange(len(labels), dtype=np.int32))
     return arrays, labels
@@ -334,13 +333,13 @@ class SpanTask(FinetuneTask):
     scores = squad.score(examples, [''] * len(examples.questions))
     return {k: scores[k] for k in self.metric_names}
 
-  def encode_split(self, config, split):
-    examples = squad.examples_from_records(datasets.read_records(config.data, split))
-    features = squad.make_features(examples, self.tokenizer(config), config.data.max_len,
-                                   config.data.doc_stride, config.data.max_query_len)
+  def encode_split(self, data_config, split):
+    examples = squad.examples_from_records(datasets.read_records(data_config, split))
+    features = squad.make_features(examples, self.tokenizer(data_config), data_config.max_len,
+                                   data_config.doc_stride, data_config.max_query_len)
     arrays = dict(features.arrays, weights=np.ones(len(features.example_index), np.float32),
                   feature_index=np.arange(len(features.example_index), dtype=np.int32))
-    return arrays, (examples, features, config.data)
+    return arrays, (examples, features, data_config)
 
 
 def _in_example_order(outputs: Mapping[str, np.ndarray], name: str, count: int,

@@ -1,27 +1,33 @@
-"""Masked-LM pretraining: sharded from the start (mesh + logical axis rules + jax.jit).
+"""Training any task (masked-LM pretraining by default), sharded from the start (mesh +
+logical axis rules + jax.jit).
 
     from realformer_jax import train
     train.train_and_evaluate(config, workdir)      # the whole job; resumes from workdir
-    train.validate_config(config)                  # one-line ConfigError / DataError
+    spec = train.validate_config(config)           # RunSpec, or one-line ConfigError / DataError
     train.compile_train_step(config)               # AOT-compiled step: .memory_analysis()
     train.load_workdir(workdir)                    # config, params, tokenizer of a trained run
 
-Files: defaults (config schema), validation, partitioning (mesh, rules, shardings), state
-(TrainState, optimizer, sharded init), step (train/eval steps), build (setup + compilation),
-checkpointing (orbax), metrics (TensorBoard, console, event reader), distributed, loop.
+The path from a config to a step, one module per stop:
+  defaults (the editable ConfigDict) -> validation (checked once) -> spec (RunSpec: frozen
+  sections) -> accumulation ('auto' resolved) -> build (setup: mesh, model, optimizer, state
+  layout; compiled steps) -> step (the pure train / eval step) -> loop (data, checkpoints,
+  metrics). Beside them: task / mlm_task (what is trained), partitioning (mesh, rules,
+  shardings), state (TrainState, optimizer, sharded init), checkpointing (orbax), metrics
+  (TensorBoard, console, event reader), prefetch, distributed, pretrained (a trained workdir).
 """
 
-from realformer_jax.train.build import TrainSetup, compile_eval_step, compile_train_step
-from realformer_jax.train.build import make_setup
+from realformer_jax.train.accumulation import compile_train_step
+from realformer_jax.train.build import TrainSetup, compile_eval_step, make_setup
 from realformer_jax.train.defaults import default_config
 from realformer_jax.train.loop import TrainingError, evaluate, train_and_evaluate
 from realformer_jax.train.metrics import read_scalars
 from realformer_jax.train.pretrained import Pretrained, load_workdir
+from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.state import TrainState
 from realformer_jax.train.validation import validate_config
 
 __all__ = [
-    'Pretrained', 'TrainSetup', 'TrainState', 'TrainingError', 'compile_eval_step',
+    'Pretrained', 'RunSpec', 'TrainSetup', 'TrainState', 'TrainingError', 'compile_eval_step',
     'compile_train_step', 'default_config', 'evaluate', 'load_workdir', 'make_setup',
     'read_scalars', 'train_and_evaluate', 'validate_config',
 ]

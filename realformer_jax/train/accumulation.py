@@ -9,7 +9,9 @@ XLA's buffer assignment (`compiled.memory_analysis()`):
 
 and keeps the smallest A with need(A) <= budget, where the budget is
 `train.device_memory_bytes` (or the device's own limit from `memory_stats()`, or the host's
-available memory divided among its CPU devices) times `train.memory_fraction`. If even one
+available memory divided among its CPU devices; or, compiling for an accelerator this host does
+not have, the target's memory: realformer_jax/aot) times `train.memory_fraction`. A candidate
+that XLA:TPU refuses to compile because it exceeds the HBM counts as not fitting. If even one
 sequence per device does not fit, each layer is rematerialised (`remat_policy='full'`) and the
 search repeats; if that does not fit either, a one-line ConfigError names the bytes needed and
 available, before any parameter is allocated.
@@ -17,31 +19,31 @@ available, before any parameter is allocated.
 need(A) falls as A grows (smaller microbatches), so the search probes: A = 1; the largest A (one
 sequence per device); then the A an affine fit of need against microbatch size predicts, and its
 neighbours until the boundary is found. Every probe is a real compilation, and the chosen step is
-returned compiled, so training reuses it.
+returned compiled, so training reuses it. This module is the only place 'auto' is resolved: the
+step builders (build.py, step.py) take a concrete count.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Optional
+import re
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
 import ml_collections
-from ml_collections import config_dict
 
-from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.train import build, partitioning
+from realformer_jax.config import ConfigError
+from realformer_jax.train import build, validation
+from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task
 
-AUTO = 'auto'
 GiB = 2 ** 30
 
 
 @dataclasses.dataclass(frozen=True)
 class Resolved:
-  config: ml_collections.ConfigDict  # with an int grad_accum_steps (and maybe remat 'full')
-  model_config: ModelConfig
+  spec: RunSpec  # with an int grad_accum_steps (and maybe remat_policy 'full')
   setup: build.TrainSetup
   compiled: jax.stages.Compiled  # the train step at that accumulation
   need_bytes: Optional[int] = None  # memory the chosen step needs ('auto' only)
@@ -56,6 +58,21 @@ def step_memory_bytes(compiled: jax.stages.Compiled) -> int:
           + m.temp_size_in_bytes)
 
 
+_UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
+
+
+def out_of_memory_bytes(error: Exception) -> Optional[int]:
+  """The bytes a compilation that ran out of device memory says it needed, or None if `error`
+  is something else. XLA:TPU does not compile a program larger than the HBM ('RESOURCE_EXHAUSTED:
+  ... required for HLO temporaries (21.36G) exceeds available HBM (15.75G)'); the GPU and CPU
+  compilers return a program whose memory_analysis() says so."""
+  message = str(error)
+  if 'RESOURCE_EXHAUSTED' not in message:
+    return None
+  match = re.search(r'\((\d+(?:\.\d+)?)([KMGT]?)i?B?\)', message)
+  return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
+
+
 def _host_available_bytes() -> int:
   try:
     with open('/proc/meminfo') as f:
@@ -67,8 +84,8 @@ def _host_available_bytes() -> int:
   return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
 
 
-def memory_budget(train: ml_collections.ConfigDict) -> tuple[int, str]:
-  """(bytes one device may use, where that figure came from)."""
+def memory_budget(train) -> tuple[int, str]:
+  """(bytes one device may use, where that figure came from), for this host's devices."""
   if train.device_memory_bytes > 0:
     capacity, source = int(train.device_memory_bytes), 'train.device_memory_bytes'
   else:
@@ -83,46 +100,58 @@ def memory_budget(train: ml_collections.ConfigDict) -> tuple[int, str]:
       f'{source}: {capacity / GiB:.2f} GiB x memory_fraction {train.memory_fraction}')
 
 
-def _per_device_batch(config: ml_collections.ConfigDict) -> int:
-  mesh = partitioning.make_mesh(config.mesh)
-  data_parallel = partitioning.data_parallel_size(mesh, partitioning.logical_rules(config))
-  return config.train.global_batch_size // data_parallel
+def _per_device_batch(spec: RunSpec, devices: Optional[Sequence[Any]]) -> int:
+  device_count = jax.device_count() if devices is None else len(devices)
+  return spec.train.global_batch_size // spec.data_parallel_size(device_count)
 
 
-def _with(config: ml_collections.ConfigDict, accum: int,
-          remat_policy: str) -> ml_collections.ConfigDict:
-  resolved = config.copy_and_resolve_references()
-  resolved.unlock()
-  # A reference again: the resolved copy typed the field after its value ('auto': str).
-  resolved.train.grad_accum_steps = config_dict.FieldReference(accum, field_type=object)
-  resolved.model.remat_policy = remat_policy
-  return resolved
+def _with(spec: RunSpec, accum: int, remat_policy: str) -> RunSpec:
+  return spec.replace(train=spec.train.replace(grad_accum_steps=accum),
+                      model=spec.model.replace(remat_policy=remat_policy))
 
 
-def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
-            log: Callable[[str], None] = print, task: Optional[Task] = None) -> Resolved:
-  """The config with a concrete accumulation, its setup and the compiled train step
-  (for `task`; default masked LM)."""
-  if config.train.grad_accum_steps != AUTO:
-    setup = build.make_setup(config, model_config, task)
-    return Resolved(config, model_config, setup, build.compile_train_step(config, setup))
+def compile_train_step(config: Union[ml_collections.ConfigDict, RunSpec],
+                       task: Optional[Task] = None) -> jax.stages.Compiled:
+  """The compiled train step of a config (validated here) or spec, on this host's devices,
+  with 'auto' accumulation resolved: `compile_train_step(config).memory_analysis()`."""
+  spec = config if isinstance(config, RunSpec) else validation.validate_config(
+      config, task=task, device_count=jax.device_count(), process_count=jax.process_count())
+  return resolve(spec, log=lambda _: None).compiled
 
-  budget, source = memory_budget(config.train)
-  per_device = _per_device_batch(config)
+
+def resolve(spec: RunSpec, log: Callable[[str], None] = print,
+            devices: Optional[Sequence[Any]] = None,
+            budget: Optional[tuple[int, str]] = None) -> Resolved:
+  """The spec with a concrete accumulation, its setup and its compiled train step.
+
+  `devices` (default: all) are those the step is compiled for; `budget` is (bytes per device,
+  description), default `memory_budget(spec.train)` of this host's devices. Both are for
+  compiling for devices this host does not have (an accelerator topology)."""
+  if spec.train.grad_accum_steps != AUTO:
+    setup = build.make_setup(spec, devices)
+    return Resolved(spec, setup, build.compile_train_step(setup))
+
+  budget, source = budget or memory_budget(spec.train)
+  per_device = _per_device_batch(spec, devices)
   # Accumulation counts that split every device's rows evenly, ascending.
   candidates = [a for a in range(1, per_device + 1) if per_device % a == 0]
-  policies = [model_config.remat_policy] + (['full'] if model_config.remat_policy != 'full'
-                                            else [])
+  policies = [spec.model.remat_policy] + (['full'] if spec.model.remat_policy != 'full'
+                                          else [])
   for policy in policies:
-    policy_model = model_config.replace(remat_policy=policy)
     probes: dict[int, tuple[build.TrainSetup, jax.stages.Compiled, int]] = {}
 
-    def need(accum: int, policy=policy, policy_model=policy_model, probes=probes) -> int:
+    def need(accum: int, policy=policy, probes=probes) -> int:
       if accum not in probes:
-        candidate = _with(config, accum, policy)
-        setup = build.make_setup(candidate, policy_model, task)
-        compiled = build.compile_train_step(candidate, setup)
-        probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+        setup = build.make_setup(_with(spec, accum, policy), devices)
+        try:
+          compiled = build.compile_train_step(setup)
+          probes[accum] = (setup, compiled, step_memory_bytes(compiled))
+        except jax.errors.JaxRuntimeError as e:  # XLA:TPU refuses a program that cannot fit
+          required = out_of_memory_bytes(e)
+          if required is None:
+            raise
+          # Never chosen, whatever the budget says: the device cannot hold it.
+          probes[accum] = (setup, None, max(required, budget + 1))
       return probes[accum][2]
 
     chosen = _smallest_fitting(candidates, need, budget, per_device)
@@ -142,8 +171,7 @@ def resolve(config: ml_collections.ConfigDict, model_config: ModelConfig,
         f"sequence(s) per device, remat_policy='{policy}': the step needs "
         f'{chosen_need / GiB:.2f} GiB of {budget / GiB:.2f} GiB ({source}); '
         f'{len(probes)} compilation(s) probed')
-    return Resolved(_with(config, chosen, policy), policy_model, setup, compiled,
-                    need_bytes=chosen_need, budget_bytes=budget)
+    return Resolved(setup.spec, setup, compiled, need_bytes=chosen_need, budget_bytes=budget)
   raise AssertionError('unreachable: the last policy either fits or raises')
 
 

@@ -1,81 +1,84 @@
-"""From a validated config to the compiled steps: model, optimizer, mesh, shardings.
+"""From a RunSpec to the compiled steps: model, optimizer, mesh, shardings.
 
-`compile_train_step(config)` needs no data and allocates no parameters, so a script can read
-`compile_train_step(config).memory_analysis()` for any model size on any mesh.
+`make_setup(spec)` needs no data and allocates no parameters; `compile_train_step(setup)`
+compiles the step for the spec's concrete accumulation (an int: 'auto' is resolved before, by
+accumulation.py, which calls this module; never the other way round). A script reads
+`compile_train_step(setup).memory_analysis()` for any model size on any mesh, also for the
+devices of an accelerator topology that this host does not have (`devices=`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import jax
-import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from realformer_jax.config import ModelConfig
-from realformer_jax.train import partitioning, state as state_lib, step as step_lib, validation
-from realformer_jax.train.mlm_task import MaskedLMTask
+from realformer_jax import kernels
+from realformer_jax.train import partitioning, state as state_lib, step as step_lib
+from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainSetup:
-  config: ml_collections.ConfigDict
+  spec: RunSpec
   model: Any  # the task's Flax module (MaskedLM for pretraining)
   tx: optax.GradientTransformation
   mesh: Mesh
-  rules: partitioning.Rules
   layout: state_lib.StateLayout
   batch_sharding: NamedSharding
-  task: Task = dataclasses.field(default_factory=MaskedLMTask)
+
+  @property
+  def task(self) -> Task:
+    return self.spec.task
+
+  @property
+  def rules(self) -> partitioning.Rules:
+    return self.spec.rules
 
   @property
   def replicated(self) -> NamedSharding:
     return partitioning.replicated(self.mesh)
 
   def abstract_batch(self) -> dict:
-    shapes = self.task.batch_shapes(self.config.data, self.config.train.global_batch_size)
+    shapes = self.task.batch_shapes(self.spec.data, self.spec.train.global_batch_size)
     return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
             for name, (shape, dtype) in shapes.items()}
+
+  def init_state(self, rng: jax.Array) -> state_lib.TrainState:
+    """A fresh TrainState from `rng`, created shard by shard on the devices that own it."""
+    return state_lib.init_state(self.model, self.tx, self.spec.data, self.layout, rng,
+                                self.mesh, self.rules, self.task)
 
   def abstract_rng(self) -> jax.ShapeDtypeStruct:
     key = jax.eval_shape(jax.random.key, 0)
     return jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=self.replicated)
 
 
-def make_setup(config: ml_collections.ConfigDict, model_config: Optional[ModelConfig] = None,
-               task: Optional[Task] = None) -> TrainSetup:
-  """Everything but data and arrays, for `task` (default: masked-LM pretraining). Validates
-  the config first unless `model_config` (the result of an earlier validate_config) is
-  given."""
-  task = task or MaskedLMTask()
-  if model_config is None:
-    model_config = validation.validate_config(config, device_count=jax.device_count(),
-                                              process_count=jax.process_count(), task=task)
-  mesh = partitioning.make_mesh(config.mesh)
-  rules = partitioning.logical_rules(config)
-  model = task.make_model(model_config)
-  tx = state_lib.make_optimizer(config.train)
-  layout = state_lib.state_layout(model, tx, config.data, mesh, rules, task)
-  return TrainSetup(config=config, model=model, tx=tx, mesh=mesh, rules=rules, layout=layout,
-                    batch_sharding=partitioning.batch_sharding(mesh, rules), task=task)
+def make_setup(spec: RunSpec, devices: Optional[Sequence[Any]] = None) -> TrainSetup:
+  """Everything but data and arrays, on a mesh of `devices` (default: all of them)."""
+  mesh = partitioning.make_mesh(spec.mesh, devices)
+  # Attention kernels for the platform the step is compiled for (kernels/select.py).
+  model = spec.task.make_model(kernels.resolve_platform(spec.model, mesh.devices.flat))
+  tx = state_lib.make_optimizer(spec.train)
+  layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
+  return TrainSetup(spec=spec, model=model, tx=tx, mesh=mesh, layout=layout,
+                    batch_sharding=partitioning.batch_sharding(mesh, spec.rules))
 
 
-def compile_train_step(config: ml_collections.ConfigDict, setup: Optional[TrainSetup] = None,
-                       task: Optional[Task] = None) -> jax.stages.Compiled:
-  """The compiled `train_step(state, batch, rng) -> (state, metrics)`; the state is donated.
-
-  With `train.grad_accum_steps='auto'` the accumulation is chosen first (accumulation.py)."""
-  task = setup.task if setup is not None else task or MaskedLMTask()
-  if config.train.grad_accum_steps == 'auto':
-    from realformer_jax.train import accumulation  # pylint: disable=import-outside-toplevel
-    return accumulation.resolve(config, validation.validate_config(config, task=task),
-                                task=task).compiled
-  setup = setup or make_setup(config, task=task)
-  train_step = step_lib.make_train_step(setup.model, setup.tx, config.train,
-                                        setup.layout.param_shardings, task=setup.task)
+def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:
+  """The compiled `train_step(state, batch, rng) -> (state, metrics)`; the state is donated."""
+  train = setup.spec.train
+  if train.grad_accum_steps == AUTO:
+    raise ValueError("train.grad_accum_steps='auto': resolve it first "
+                     '(train.accumulation.resolve or train.compile_train_step)')
+  train_step = step_lib.make_train_step(
+      setup.model, setup.tx, setup.task, state_lib.learning_rate_schedule(train),
+      grad_accum_steps=train.grad_accum_steps, param_shardings=setup.layout.param_shardings,
+      log_layer_grad_norms=train.log_layer_grad_norms)
   jitted = jax.jit(train_step,
                    in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
                    out_shardings=(setup.layout.shardings, setup.replicated),
@@ -88,8 +91,8 @@ def compile_train_step(config: ml_collections.ConfigDict, setup: Optional[TrainS
 def compile_eval_step(setup: TrainSetup) -> jax.stages.Compiled:
   """The compiled `eval_step(state, batch) -> (metric sums, per-row outputs)`, both
   replicated (outputs are small: logits or predictions per row)."""
-  jitted = jax.jit(step_lib.make_eval_step(setup.model, setup.config.train.grad_accum_steps,
-                                           setup.task),
+  jitted = jax.jit(step_lib.make_eval_step(setup.model, setup.task,
+                                           setup.spec.train.grad_accum_steps),
                    in_shardings=(setup.layout.shardings, setup.batch_sharding),
                    out_shardings=setup.replicated)
   with partitioning.activate(setup.mesh, setup.rules):

@@ -5,33 +5,80 @@ Layout of `<workdir>/checkpoints/<step>/`:
     rng/    the run's base PRNG key data (dropout keys are fold_in(rng, step))
     data/   the data iterator position, one JSON file per process (grain's orbax handler);
             the same on every process, so a restore may use another process count
+    checksums.json  size and CRC-32 of every file, recorded before the step is committed
+            (checkpoint_integrity.py)
 
 Restoring takes an abstract target whose leaves carry shardings, so a checkpoint restores
 onto any mesh and process count, and optax's state types survive.
+
+Faults (README "Reliability"):
+- Restoring falls back: a step that fails its checksums, or fails to restore while an older
+  one restores, is renamed aside to `<step>.damaged` (never deleted; orbax ignores the name)
+  with one warning line, and the next older step is tried. If none restores, one
+  CheckpointError says what each step's problem was.
+- A failed save (a full disk, a permission denied, in the blocking part or in the background
+  writes) waits for the writes still in flight, removes its own uncommitted directory, and
+  raises one CheckpointError naming the step, the directory, the free bytes, the intact steps
+  and what to do. Committed steps are never touched: orbax deletes old steps (rotation,
+  `keep`) only after a newer step has been committed, so a failed save deletes nothing.
+- An interrupted save (kill -9) leaves only `<step>.orbax-checkpoint-tmp`, which the next run
+  removes before it saves (the workdir lock, workdir_lock.py, makes that safe).
 """
 
 from __future__ import annotations
 
+import errno
+import glob
 import os
-from typing import Any, Optional
+import shutil
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional
 
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from realformer_jax import data
+from realformer_jax.config import ConfigError
+from realformer_jax.train import checkpoint_integrity
+from realformer_jax.train.errors import CheckpointError
 from realformer_jax.train.state import TrainState
+
+DAMAGED_SUFFIX = '.damaged'
+_TMP_SUFFIX = '.orbax-checkpoint-tmp'
+# How long a failed save waits for its other writes to end before removing its directory.
+_IN_FLIGHT_WAIT_S = 60.0
+
+
+def warn(message: str) -> None:
+  """A one-line warning on stderr (process 0 only)."""
+  if jax.process_index() == 0:
+    print(f'warning: {message}', file=sys.stderr, flush=True)
 
 
 class Checkpointer:
-  """Saves and restores one run's checkpoints under `<workdir>/checkpoints`."""
+  """Saves and restores one run's checkpoints under `<workdir>/checkpoints`.
 
-  def __init__(self, workdir: str, keep: int):
+  `writer=False` opens them for reading only (train.load_workdir): nothing is created, cleaned
+  up, renamed or rotated, so it is safe beside a live run.
+  """
+
+  def __init__(self, workdir: str, keep: int, writer: bool = True):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
-    self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
-        item_names=('state', 'rng', 'data'))
+    self._saving_step: Optional[int] = None
+    self._failed: Optional[CheckpointError] = None
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=writer, read_only=not writer,
+        # Uncommitted steps of a killed or failed run: ours to remove (we hold the workdir).
+        cleanup_tmp_directories=writer,
+        async_options=ocp.AsyncOptions(post_finalization_callback=self._record_checksums)
+        if writer else None)
+    self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                          item_names=('state', 'rng', 'data'))
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -43,11 +90,28 @@ class Checkpointer:
            step: int) -> None:
     """Saves `state` (whose step is `step`: passed in, so saving does not wait for the step
     to finish before orbax starts). Arrays are copied off the devices before this returns (the
-    state may be donated right after); files are written in the background."""
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state),
-        rng=ocp.args.StandardSave({'key_data': rng_data}),
-        data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+    state may be donated right after); files are written in the background. A failure of this
+    save or of the previous one's background writes raises CheckpointError."""
+    if self._failed is not None:
+      raise self._failed
+    self.wait()  # the previous save is committed (or its failure raised) before step changes
+    self._saving_step = step
+    try:
+      self._manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state),
+          rng=ocp.args.StandardSave({'key_data': rng_data}),
+          data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_failed(step, e) from None
+
+  def _record_checksums(self) -> None:
+    """orbax's post-finalization hook (primary host, background thread): every process has
+    written the step, which is not yet committed; its files are in the temporary directory."""
+    step = self._saving_step
+    candidates = sorted(glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')),
+                        key=os.path.getmtime)
+    checkpoint_integrity.record(candidates[-1] if candidates else
+                                os.path.join(self.directory, str(step)))
 
   def restore(self, step: int, abstract_state: TrainState, abstract_rng_data: Any,
               data_iterator: Any) -> tuple[TrainState, jax.Array]:
@@ -62,17 +126,212 @@ class Checkpointer:
                                                                 'data')))
     return restored.state, restored.rng['key_data']
 
+  def restore_latest(self, abstract_state: TrainState, abstract_rng_data: Any,
+                     data_iterator: Any, warn_fn: Callable[[str], None] = warn
+                     ) -> Optional[tuple[int, TrainState, jax.Array]]:
+    """(step, state, rng key data) of the newest step that restores, or None if there is no
+    checkpoint. Steps that fail are set aside as described in the module docstring, with one
+    warning each; if none restores, CheckpointError (which then says it all: no warnings). A
+    ConfigError or DataError (another config or dataset: every step would fail alike)
+    propagates unchanged."""
+    failed = []  # (step, reason) of steps that failed to restore, not yet set aside
+    set_aside = []  # (step, reason, new name, warning)
+    for step in sorted(self.all_steps(), reverse=True):
+      reason = self._agreed_problem(step)
+      if reason is not None:
+        set_aside.append(self._set_aside(step, reason, then='trying the next older step'))
+        continue
+      try:
+        state, key_data = self.restore(step, abstract_state, abstract_rng_data, data_iterator)
+        error = None
+      except (ConfigError, data.DataError):
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        error = e
+      if _all_processes_ok(error is None):
+        for failed_step, failed_reason in failed:
+          set_aside.append(self._set_aside(failed_step, failed_reason,
+                                           then=f'resuming from step {step}'))
+        if set_aside:
+          self._manager.reload()
+        for *_, warning in sorted(set_aside):
+          warn_fn(warning)
+        return step, state, key_data
+      failed.append((step, _first_line(error) if error is not None else
+                     'it failed to restore on another process'))
+    if set_aside:
+      self._manager.reload()
+    if not failed and not set_aside:
+      return None
+    problems = '; '.join(f'step {s}: {r}' for s, r in
+                         sorted([(s, r) for s, r, *_ in set_aside] + failed, reverse=True))
+    if failed:
+      outcome = ('the steps that failed to restore are left in place (damaged files, or a '
+                 'config that differs from the one they were saved with)')
+      remedy = 'fix the config, or move those step directories aside to start from step 0'
+      if set_aside:
+        outcome = ('the damaged ones were moved aside (' +
+                   ', '.join(name for _, _, name, _ in set_aside) + '), ' + outcome)
+    else:
+      outcome = 'they were moved aside (' + ', '.join(name for _, _, name, _ in set_aside) + ')'
+      remedy = 'rerun to start from step 0, or put back a good copy of a step'
+    raise CheckpointError(f'no checkpoint in {self.directory} can be restored: {problems}; '
+                          f'{outcome}; {remedy}')
+
+  def _agreed_problem(self, step: int) -> Optional[str]:
+    """checkpoint_integrity.problem of `step`, computed on process 0 (it reads every file)
+    and agreed by all processes."""
+    reason = None
+    if jax.process_index() == 0:
+      reason = checkpoint_integrity.problem(os.path.join(self.directory, str(step)))
+    if jax.process_count() > 1:
+      damaged = multihost_utils.broadcast_one_to_all(np.int32(reason is not None))
+      if int(damaged) and reason is None:
+        reason = 'damaged (process 0 found the problem)'
+    return reason
+
+  def _set_aside(self, step: int, reason: str, then: str) -> tuple[int, str, str, str]:
+    """Renames step `step` to `<step>.damaged[-n]` (process 0; all wait). Returns (step,
+    reason, new name, the warning line)."""
+    source = os.path.join(self.directory, str(step))
+    target = source + DAMAGED_SUFFIX
+    n = 1
+    while os.path.exists(target):
+      n += 1
+      target = f'{source}{DAMAGED_SUFFIX}-{n}'
+    if jax.process_index() == 0:
+      os.rename(source, target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f'checkpoint set aside {step}')
+    name = os.path.basename(target)
+    return step, reason, name, (f'checkpoint step {step} in {self.directory} is damaged '
+                                f'({reason}): moved aside to {name}; {then}')
+
+  def newest_intact_step(self) -> int:
+    """The newest step whose files pass their checksums, for readers (which never set steps
+    aside; one warning per damaged step); CheckpointError if none does."""
+    problems = []
+    for step in sorted(self.all_steps(), reverse=True):
+      reason = checkpoint_integrity.problem(os.path.join(self.directory, str(step)))
+      if reason is None:
+        return step
+      warn(f'checkpoint step {step} in {self.directory} is damaged ({reason}): skipped')
+      problems.append(f'step {step}: {reason}')
+    raise CheckpointError(f'no intact checkpoint in {self.directory}: {"; ".join(problems)}')
+
   def restore_state(self, step: int, abstract_state: TrainState) -> TrainState:
     """Only the train state at `step` (no data iterator or PRNG key): for loading weights."""
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state)))
     return restored.state
 
+  def intact_steps(self) -> list[int]:
+    """Committed steps on disk (newest last): what a restart can resume from."""
+    if not os.path.isdir(self.directory):
+      return []
+    return sorted(int(name) for name in os.listdir(self.directory) if name.isdigit() and
+                  os.path.isfile(os.path.join(self.directory, name,
+                                              checkpoint_integrity.COMMIT_MARKER)))
+
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    """Blocks until the background save is committed; CheckpointError if it failed (once:
+    after a failure this returns, the error having been raised already)."""
+    if self._failed is not None:
+      return
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_failed(self._saving_step, e) from None
 
   def close(self) -> None:
-    self._manager.close()
+    self.wait()
+    if self._failed is None:
+      self._manager.close()
+
+  def _drain(self) -> None:
+    """Waits for what a failed save left in flight: orbax raises the first failure and stops
+    waiting, while its other writes go on, among them the step's metadata file, written by a
+    metadata store that its checkpointer only waits for once the failure has been raised (so
+    the second wait below)."""
+    checkpointer = getattr(self._manager, '_checkpointer', None)  # orbax 0.12's AsyncCheckpointer
+    for _ in range(2):
+      try:
+        if checkpointer is not None:
+          checkpointer.wait_until_finished()
+        break
+      except Exception:  # pylint: disable=broad-except
+        continue  # the failure itself, raised once more: the next wait drains the rest
+    deadline = time.monotonic() + _IN_FLIGHT_WAIT_S
+    for thread in threading.enumerate():  # orbax's writer threads, e.g. TensorStore writes
+      if thread is not threading.current_thread() and type(thread).__module__.startswith(
+          'orbax.'):
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+  def _save_failed(self, step: Optional[int], error: BaseException) -> CheckpointError:
+    """The one-line error for a failed save of `step`, after its other writes have ended and
+    its uncommitted directory is gone."""
+    self._drain()
+    if jax.process_index() == 0:
+      for path in glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')):
+        shutil.rmtree(path, ignore_errors=True)
+    free = shutil.disk_usage(self.directory).free if os.path.isdir(self.directory) else 0
+    intact = self.intact_steps()
+    kept = (f'intact checkpoints: step{"s" if len(intact) > 1 else ""} '
+            f'{", ".join(map(str, intact))} (untouched)' if intact else
+            'no checkpoint was committed before')
+    resume = f'resume from step {intact[-1]}' if intact else 'start from step 0'
+    cause = _cause(error)
+    if cause == 'disk_full':
+      what = f'no space left on the device of {self.directory} ({_format_bytes(free)} free)'
+      remedy = f'free space and rerun to {resume}'
+    elif cause == 'permission':
+      what = f'permission denied writing to {self.directory}'
+      remedy = f'make it writable and rerun to {resume}'
+    else:
+      what = f'{_first_line(error)} (in {self.directory}, {_format_bytes(free)} free)'
+      remedy = f'rerun to {resume}'
+    self._failed = CheckpointError(f'saving the checkpoint at step {step} failed: {what}; '
+                                   f'{kept}; {remedy}')
+    return self._failed
+
+
+
+
+def _cause(error: BaseException) -> str:
+  """'disk_full', 'permission' or 'other', from the error and the errors it chains."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    text = str(error)
+    code = getattr(error, 'errno', None)
+    if code in (errno.ENOSPC, errno.EDQUOT) or any(
+        s in text for s in ('No space left on device', 'Disk quota exceeded',
+                            f"os_error_code='{errno.ENOSPC}'", 'RESOURCE_EXHAUSTED')):
+      return 'disk_full'
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS) or any(
+        s in text for s in ('Permission denied', 'PERMISSION_DENIED', 'Read-only file system')):
+      return 'permission'
+    error = error.__cause__ or error.__context__
+  return 'other'
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+  line = (str(error).strip().splitlines() or [''])[0].strip() or type(error).__name__
+  return line if len(line) <= limit else line[:limit] + '...'
+
+
+def _format_bytes(n: int) -> str:
+  for unit in ('bytes', 'KiB', 'MiB', 'GiB'):
+    if n < 1024 or unit == 'GiB':
+      return f'{n:.0f} {unit}' if unit == 'bytes' else f'{n:.1f} {unit}'
+    n /= 1024
+  return f'{n} bytes'
+
+
+def _all_processes_ok(ok: bool) -> bool:
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
 
 
 class BestCheckpoint:

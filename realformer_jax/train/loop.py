@@ -22,64 +22,72 @@ import numpy as np
 
 from realformer_jax import data, diagnostics
 from realformer_jax.config import ConfigError
+from realformer_jax.data import cache_lock
 from realformer_jax.params import count_params
 from realformer_jax.train import accumulation, build, distributed, metrics as metrics_lib
-from realformer_jax.train import partitioning, prefetch, state as state_lib, validation
+from realformer_jax.train import checkpointing, partitioning, prefetch, validation
+from realformer_jax.train import workdir_lock
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
-from realformer_jax.train.mlm_task import MaskedLMTask
+from realformer_jax.train.errors import TrainingError
+from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task, prefixed
-
-
-class TrainingError(RuntimeError):
-  """Training cannot go on (e.g. a non-finite loss). The message names the step."""
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        on_log: Optional[Callable[[int, int, dict], None]] = None,
                        task: Optional[Task] = None) -> dict[str, Any]:
-  """Trains `task` (default: masked-LM pretraining) until train.stop_at_step (or
-  num_train_steps), resuming from the latest checkpoint in `workdir`. Returns the final eval
-  metrics, the baseline (the task's first baseline metric; all of them as 'baseline/<name>')
-  and the step reached.
+  """Trains `task` (default: masked-LM pretraining) on `config` until train.stop_at_step (or
+  num_train_steps), resuming from the latest checkpoint in `workdir`: validates the config
+  once (validation.py), then `run`."""
+  return run(validation.validate_config(config, task=task), workdir, config, on_log=on_log)
+
+
+def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
+        on_log: Optional[Callable[[int, int, dict], None]] = None) -> dict[str, Any]:
+  """Trains `spec` (`config` is the user's config it was validated from, written to the
+  workdir as config.json). Returns the final eval metrics, the baseline (the task's first
+  baseline metric; all of them as 'baseline/<name>') and the step reached.
 
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
-  task = task or MaskedLMTask()
-  model_config = validation.validate_config(config, task=task)
-  distributed.initialize(config.distributed)
-  validation.check_devices(config, jax.device_count(), jax.process_count())
-  task_data = task.build_data(config, model_config, jax.process_index(), jax.process_count())
+  task = spec.task
+  distributed.initialize(spec.distributed)
+  validation.check_devices(spec, jax.device_count(), jax.process_count())
+  task_data = task.build_data(spec, jax.process_index(), jax.process_count())
   train_iter, eval_batches, baseline = (task_data.train_iter, task_data.eval_batches,
                                         task_data.baseline)
 
-  checkpointer = Checkpointer(workdir, config.train.keep_checkpoints)
-  check_resumable(config, workdir, checkpointer.latest_step())
-  writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
-  best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
-  preemption = distributed.PreemptionWatcher()
-  batches = None
+  # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
+  lock = workdir_lock.acquire_for_run(workdir)
+  checkpointer = writer = best = preemption = batches = None
   try:
-    user_config = config
-    resolved = accumulation.resolve(config, model_config, log=writer.print, task=task)
-    config, setup, train_step = resolved.config, resolved.setup, resolved.compiled
+    checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
+    check_resumable(config, workdir, checkpointer.latest_step())
+    writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
+    best = (BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric
+            else None)
+    preemption = distributed.PreemptionWatcher()
+    resolved = accumulation.resolve(spec, log=writer.print)
+    spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
+    train = spec.train
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
     eval_step = build.compile_eval_step(setup)
-    _write_run_files(user_config, task_data.tokenizer, workdir)
+    _write_run_files(config, task_data.tokenizer, workdir)
     writer.print(f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
                  f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)')
 
-    stop = _stop_step(config.train)
+    stop = train.stop_step
     step = int(jax.device_get(state.step))
     last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
-    log = _TrainLog(writer, config, task, start_step=step, stop_step=stop, on_log=on_log)
+    log = _TrainLog(writer, spec, start_step=step, stop_step=stop, on_log=on_log)
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py).
     batches = prefetch.DevicePrefetcher(train_iter, setup.batch_sharding,
-                                        depth=config.train.prefetch_batches)
+                                        depth=train.prefetch_batches)
     if step < stop:
       writer.print(f'training steps {step + 1}-{stop}: the first step is running (logged when '
-                   f'done, then every {config.train.log_every_steps})')
+                   f'done, then every {train.log_every_steps})')
     pending = None  # (step, device metrics) of the step dispatched last
     while step < stop:
       state, step_metrics = train_step(state, next(batches), rng)
@@ -88,15 +96,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         log.record(*pending, last_checkpoint=last_saved)
       pending = (step, step_metrics)
       preempted = preemption.requested(step)
-      if step % config.train.checkpoint_every_steps == 0 or step == stop or preempted:
+      if step % train.checkpoint_every_steps == 0 or step == stop or preempted:
         log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
         pending = None
+        if lock is not None:
+          lock.check()  # never write beside a run that took the workdir over
         checkpointer.save(state, rng_data, batches, step=step)
         last_saved = step
       if preempted:
         writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
-      if step % config.train.eval_every_steps == 0 and step != stop:
+      if step % train.eval_every_steps == 0 and step != stop:
+        if pending is not None:  # logged before the clock restarts: its time is training time
+          log.record(*pending, last_checkpoint=last_saved)
+          pending = None
         _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
                              best)
         log.restart_clock(step)  # throughput counts training time only
@@ -108,21 +121,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             'baseline': next(iter(baseline.values())),
             **{f'baseline/{k}': float(v) for k, v in baseline.items()}, 'preempted': False}
   finally:
-    preemption.close()
-    checkpointer.wait()
-    checkpointer.close()
-    if best is not None:
-      best.close()
-    writer.close()
-    if batches is not None:
-      batches.close()
-    train_iter.close()  # stops its prefetch thread
+    # Every step runs even if one fails (the lock must go); the first failure is raised, e.g.
+    # the CheckpointError of a last save that failed in the background.
+    _close_all(preemption and preemption.close, checkpointer and checkpointer.close,
+               best and best.close, writer and writer.close, batches and batches.close,
+               train_iter.close,  # stops its prefetch thread
+               lock and lock.release)
+    if preemption is not None:
+      preemption.deliver()  # a SIGTERM deferred to save the checkpoint now takes effect
 
 
-def _stop_step(train: ml_collections.ConfigDict) -> int:
-  if train.stop_at_step == -1:
-    return train.num_train_steps
-  return min(train.stop_at_step, train.num_train_steps)
+def _close_all(*closers: Optional[Callable[[], None]]) -> None:
+  first_error = None
+  for close in closers:
+    if close is None:
+      continue
+    try:
+      close()
+    except Exception as e:  # pylint: disable=broad-except
+      first_error = first_error or e
+  if first_error is not None:
+    raise first_error
 
 
 def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str) -> None:
@@ -130,9 +149,14 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
   workdir alone is enough to use the model later (train.load_workdir)."""
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, 'config.json'), 'w') as f:
-      f.write(config.to_json_best_effort(indent=2))
+    # Atomic: a run killed while writing it must not leave a truncated config.json behind.
+    cache_lock.atomic_write(os.path.join(workdir, 'config.json'),
+                            config.to_json_best_effort(indent=2).encode())
     tokenizer.save(workdir)
+
+
+# How attention is computed (kernels/select.py) changes no parameter and no number.
+_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform')
 
 
 def check_resumable(config: ml_collections.ConfigDict, workdir: str,
@@ -140,15 +164,21 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str,
   """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
   was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
   dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
-  the checkpoints are left untouched. Fields that are 'auto' on either side are not compared."""
+  the checkpoints are left untouched. Fields that are 'auto' on either side, and the attention
+  implementation, are not compared."""
   path = os.path.join(workdir, 'config.json')
   if latest_step is None or not os.path.exists(path):
     return
-  with open(path) as f:
-    saved = json.load(f).get('model', {})
+  try:
+    with open(path) as f:
+      saved = json.load(f).get('model', {})
+  except (OSError, ValueError) as e:  # e.g. truncated by a run killed before it was atomic
+    checkpointing.warn(f'{path} is unreadable ({type(e).__name__}), so the model it was '
+                       'trained with cannot be compared; it is rewritten by this run')
+    return
   current = json.loads(config.model.to_json_best_effort())
   changed = [f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
-             for k in sorted(set(saved) | set(current))
+             for k in sorted(set(saved) | set(current)) if k not in _HOW_ATTENTION_RUNS
              if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)]
   if changed:
     raise ConfigError(f'{workdir} holds checkpoints (latest step {latest_step}) of another '
@@ -158,20 +188,19 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str,
 
 def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_iter,
                      writer: metrics_lib.MetricWriter):
-  """(state, rng) from the latest checkpoint (moving `train_iter` to its position), or new."""
-  latest = checkpointer.latest_step()
-  if latest is None:
+  """(state, rng) from the newest checkpoint that restores (moving `train_iter` to its
+  position; damaged steps are set aside, checkpointing.py), or new."""
+  abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
+  restored = checkpointer.restore_latest(setup.layout.abstract, abstract_key_data, train_iter)
+  if restored is None:
     # Made by a jitted function: a replicated array that spans every process's devices.
     init_rng, rng = jax.jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))),
-                            out_shardings=setup.replicated)(setup.config.train.seed)
-    state = state_lib.init_state(setup.model, setup.tx, setup.config.data, setup.layout,
-                                 init_rng, setup.mesh, setup.rules, setup.task)
+                            out_shardings=setup.replicated)(setup.spec.train.seed)
+    state = setup.init_state(init_rng)
     # AdamW's moments start at zero whatever the parameters: only the parameters change.
     return state.replace(params=setup.task.initial_params(state.params, setup)), rng
-  abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
-  state, key_data = checkpointer.restore(latest, setup.layout.abstract, abstract_key_data,
-                                         train_iter)
-  writer.print(f'resumed from the checkpoint at step {latest} in {checkpointer.directory}')
+  step, state, key_data = restored
+  writer.print(f'resumed from the checkpoint at step {step} in {checkpointer.directory}')
   return state, jax.random.wrap_key_data(key_data)
 
 
@@ -207,18 +236,17 @@ def _evaluate_and_record(eval_step, state, eval_batches, setup: build.TrainSetup
 class _TrainLog:
   """Host side of the train metrics: finiteness check, sums per log interval, output."""
 
-  def __init__(self, writer: metrics_lib.MetricWriter, config: ml_collections.ConfigDict,
-               task: Task, start_step: int, stop_step: int,
-               on_log: Optional[Callable[[int, int, dict], None]] = None):
+  def __init__(self, writer: metrics_lib.MetricWriter, spec: RunSpec, start_step: int,
+               stop_step: int, on_log: Optional[Callable[[int, int, dict], None]] = None):
     self._on_log = on_log
-    self._task = task
+    self._task = spec.task
     self._writer = writer
-    self._every = config.train.log_every_steps
+    self._every = spec.train.log_every_steps
     self._start = start_step
     self._stop = stop_step
     self._sums: Optional[dict] = None
     self._throughput = metrics_lib.Throughput(
-        config.train.global_batch_size * config.data.max_len, start_step, stop_step)
+        spec.train.global_batch_size * spec.data.max_len, start_step, stop_step)
 
   def restart_clock(self, step: int) -> None:
     self._throughput.restart(step)

@@ -1,7 +1,12 @@
-"""Metrics out: TensorBoard event files (tensorboardX, no TensorFlow), console lines, and a
-reader for the event files (`read_scalars`) that needs neither TensorFlow nor tensorboard.
+"""Metrics out: TensorBoard event files (tensorboardX's record format, no TensorFlow), console
+lines, and a reader for the event files (`read_scalars`) that needs neither TensorFlow nor
+tensorboard.
 
-Only process 0 writes; other processes get a writer that does nothing.
+Only process 0 writes; other processes get a writer that does nothing. Events are written and
+flushed in the calling thread, in the order logged, so a write error (a full disk) is a
+one-line TrainingError naming the directory. tensorboardX's SummaryWriter hands events to a
+background thread through a 10-event queue instead: when that thread dies on a write error, the
+call that finds the queue full blocks forever (seen on a full 1 MiB tmpfs).
 """
 
 from __future__ import annotations
@@ -9,12 +14,15 @@ from __future__ import annotations
 import collections
 import glob
 import os
+import shutil
 import struct
 import time
 from typing import Mapping, Optional
 
-from tensorboardX import SummaryWriter
-from tensorboardX.proto import event_pb2
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto import event_pb2, summary_pb2
+
+from realformer_jax.train.errors import TrainingError
 
 
 class MetricWriter:
@@ -22,22 +30,46 @@ class MetricWriter:
 
   def __init__(self, workdir: str, enabled: bool):
     self.enabled = enabled
-    self._writer = SummaryWriter(os.path.join(workdir, 'tensorboard')) if enabled else None
+    self._directory = os.path.join(workdir, 'tensorboard')
+    self._events = None
+    if enabled:
+      # One file per run (the pid keeps two runs started in the same second apart).
+      self._events = self._guarded(lambda: _events_writer(self._directory))
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
-    if self._writer is None:
+    if self._events is None:
       return
-    for tag, value in values.items():
-      self._writer.add_scalar(tag, float(value), step)
-    self._writer.flush()
+    summary = summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+        for tag, value in values.items()])
+    event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary)
+    self._guarded(lambda: (self._events.write_event(event), self._events.flush()))
 
   def print(self, line: str) -> None:
     if self.enabled:
       print(line, flush=True)
 
   def close(self) -> None:
-    if self._writer is not None:
-      self._writer.close()
+    if self._events is not None:
+      events, self._events = self._events, None
+      try:
+        events.close()
+      except OSError:
+        pass  # what was flushed is on disk; a full disk was reported by the write that failed
+
+  def _guarded(self, write):
+    try:
+      return write()
+    except OSError as e:
+      free = shutil.disk_usage(self._directory).free if os.path.isdir(self._directory) else 0
+      raise TrainingError(f'writing TensorBoard events to {self._directory} failed: '
+                          f'{e.strerror or e} ({free:,} bytes free); fix that and rerun '
+                          '(training resumes from its last checkpoint)') from None
+
+
+def _events_writer(directory: str) -> EventsWriter:
+  os.makedirs(directory, exist_ok=True)
+  return EventsWriter(os.path.join(directory, 'events'), filename_suffix=f'.{os.getpid()}')
 
 
 class Throughput:

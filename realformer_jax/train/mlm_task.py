@@ -11,7 +11,6 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from realformer_jax import data
@@ -32,21 +31,17 @@ class MaskedLMTask(Task):
   loss_sum = 'mlm_loss_sum'
   weight = 'mlm_weight'
 
+  data_config_class = data.DataConfig
+
   def __init__(self, mask_id: int | None = None):
     # The [MASK] id tells a [MASK] slot from a kept or random one at evaluation; build_data
     # sets it from the tokenizer when it is not given.
     self.mask_id = mask_id
 
-  def default_data_config(self) -> ml_collections.ConfigDict:
-    return data.default_data_config()
-
-  def validate_data_config(self, config: ml_collections.ConfigDict) -> None:
-    data.validate_data_config(config)
-
-  def validate(self, config: ml_collections.ConfigDict, model: ModelConfig) -> None:
-    if config.data.vocab_size > model.vocab_size:
-      raise ConfigError(f'model.vocab_size={model.vocab_size}: smaller than the tokenizer '
-                        f'vocabulary data.vocab_size={config.data.vocab_size}')
+  def validate(self, spec) -> None:
+    if spec.data.vocab_size > spec.model.vocab_size:
+      raise ConfigError(f'model.vocab_size={spec.model.vocab_size}: smaller than the tokenizer '
+                        f'vocabulary data.vocab_size={spec.data.vocab_size}')
 
   def make_model(self, model_config: ModelConfig) -> MaskedLM:
     return MaskedLM(model_config)
@@ -113,20 +108,19 @@ class MaskedLMTask(Task):
                f'{baseline["mask_unigram_loss"]:.4f})')
     return line
 
-  def build_data(self, config, model_config, process_index, process_count) -> TaskData:
-    tokenizer = data.prepare(config.data)
-    if tokenizer.vocab_size > model_config.vocab_size:
-      raise ConfigError(f'model.vocab_size={model_config.vocab_size}: smaller than the '
+  def build_data(self, spec, process_index, process_count) -> TaskData:
+    tokenizer = data.prepare(spec.data)
+    if tokenizer.vocab_size > spec.model.vocab_size:
+      raise ConfigError(f'model.vocab_size={spec.model.vocab_size}: smaller than the '
                         f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
-    batch_size = config.train.global_batch_size
-    train_iter = data.make_train_iterator(config.data, batch_size, config.train.seed,
+    batch_size = spec.train.global_batch_size
+    train_iter = data.make_train_iterator(spec.data, batch_size, spec.train.seed,
                                           process_index, process_count)
-    eval_batches = data.make_eval_iterator(config.data, batch_size, process_index,
-                                           process_count)
+    eval_batches = data.make_eval_iterator(spec.data, batch_size, process_index, process_count)
     if self.mask_id is None:
       self.mask_id = tokenizer.mask_id
     # 'mlm_accuracy' (the most frequent token's) first: the loop reports it as 'baseline'.
-    floors = data.context_free_floors(config.data, batch_size)
+    floors = data.context_free_floors(spec.data, batch_size)
     return TaskData(tokenizer, train_iter, eval_batches, floors)
 
   def summary(self, final, baseline, step: int) -> str:

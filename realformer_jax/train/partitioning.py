@@ -1,36 +1,32 @@
 """Device mesh, logical-axis rules and shardings: everything that decides where arrays live.
 
-The model names only logical axes (`batch`, `embed`, `heads`, ...); `config.logical_axis_rules`
-maps them onto the mesh axes of `config.mesh`, so data parallel, FSDP and tensor parallel are
-config changes. Rules are applied in order and a mesh axis is used at most once per array.
+The model names only logical axes (`batch`, `embed`, `heads`, ...); the run's logical axis rules
+(`spec.rules`, from `config.logical_axis_rules`) map them onto the mesh axes of `spec.mesh`, so
+data parallel, FSDP and tensor parallel are config changes. Rules are applied in order and a
+mesh axis is used at most once per array.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from realformer_jax.train import validation
-
-Rules = tuple[tuple[str, Any], ...]
+from realformer_jax.train.spec import MeshConfig, Rules
 
 
-def make_mesh(mesh_config: ml_collections.ConfigDict) -> Mesh:
-  """The global mesh; Auto axis types, which Flax's logical partitioning expects."""
-  shape = validation.resolve_mesh_shape(mesh_config, jax.device_count())
-  axes = tuple(mesh_config.axes)
-  return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes))
-
-
-def logical_rules(config: ml_collections.ConfigDict) -> Rules:
-  return tuple((logical, tuple(t) if isinstance(t, (list, tuple)) else t)
-               for logical, t in config.logical_axis_rules)
+def make_mesh(mesh_config: MeshConfig, devices: Optional[Sequence[Any]] = None) -> Mesh:
+  """The mesh over `devices` (default: every device of every process); Auto axis types, which
+  Flax's logical partitioning expects. Other devices than the default are, e.g., the devices of
+  an accelerator topology that a deviceless compile targets."""
+  devices = jax.devices() if devices is None else list(devices)
+  shape = mesh_config.resolve(len(devices))
+  return jax.make_mesh(shape, mesh_config.axes, axis_types=(AxisType.Auto,) * len(shape),
+                       devices=devices)
 
 
 @contextlib.contextmanager
@@ -51,7 +47,9 @@ def batch_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
 
 
 def data_parallel_size(mesh: Mesh, rules: Rules) -> int:
-  axes = validation.batch_mesh_axes(rules)
+  """How many groups of `mesh`'s devices the batch is split over under `rules`."""
+  axes = batch_sharding(mesh, rules).spec[0]  # the mesh axes of the batch dimension
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
   return int(np.prod([mesh.shape[a] for a in axes], dtype=int))
 
 

@@ -25,6 +25,7 @@ from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.train import build, defaults, validation
 from realformer_jax.train.checkpointing import Checkpointer
+from realformer_jax.train.spec import RunSpec
 
 CONFIG_FILE = 'config.json'
 # Where the pretraining loop copies its tokenizer, by kind (see tokenizer_files below).
@@ -37,6 +38,7 @@ _RENAMED_FIELDS = {('data', 'tokenizer_path'): ('data', 'vocab_file')}
 class Pretrained:
   workdir: str
   config: ml_collections.ConfigDict  # the run's training config (config.json)
+  spec: RunSpec  # that config, validated
   model_config: ModelConfig
   params: Any  # restored parameters (jax.Arrays on this process's devices)
   step: int  # the checkpoint's step
@@ -44,16 +46,16 @@ class Pretrained:
   @functools.cached_property
   def tokenizer(self) -> data.Tokenizer:
     """The run's tokenizer: the copy in the workdir, else prepared from its data config."""
-    return workdir_tokenizer(self.workdir, self.config)
+    return workdir_tokenizer(self.workdir, self.spec.data)
 
 
-def workdir_tokenizer(workdir: str, config: ml_collections.ConfigDict) -> data.Tokenizer:
+def workdir_tokenizer(workdir: str, data_config: data.DataConfig) -> data.Tokenizer:
   """The tokenizer of a run: the copy in its workdir, else prepared from its data config."""
   for name in TOKENIZER_FILES:
     path = os.path.join(workdir, name)
     if os.path.exists(path):
-      return data.tokenizer.load(path, lower_case=config.data.lower_case)
-  return data.prepare(config.data)
+      return data.tokenizer.load(path, lower_case=data_config.lower_case)
+  return data.prepare(data_config)
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
@@ -92,23 +94,24 @@ def load_workdir(workdir: str, step: Optional[int] = None,
   """Config and parameters of `workdir` at `step` (default: its latest checkpoint)."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   config = read_config(workdir)
-  config.mesh.shape = tuple(mesh_shape) if mesh_shape is not None else (
-      (-1,) + (1,) * (len(config.mesh.axes) - 1))
-  model_config = validation.validate_config(config)
-  checkpointer = Checkpointer(workdir, keep=config.train.keep_checkpoints)
+  spec = validation.validate_config(config)
+  # Batch divisibility does not matter for loading: one row per data-parallel device.
+  spec = spec.replace(mesh=spec.mesh.replace(shape=tuple(mesh_shape) if mesh_shape is not None
+                                             else (-1,) + (1,) * (len(spec.mesh.axes) - 1)))
+  # Read-only: safe beside a live run (nothing cleaned up, renamed or rotated).
+  checkpointer = Checkpointer(workdir, keep=spec.train.keep_checkpoints, writer=False)
   try:
     steps = checkpointer.all_steps()
     if not steps:
       raise ConfigError(f'{checkpointer.directory}: no checkpoint to load')
     if step is None:
-      step = max(steps)
+      step = checkpointer.newest_intact_step()
     elif step not in steps:
       raise ConfigError(f'step={step}: no checkpoint at that step in {checkpointer.directory} '
                         f'(have {sorted(steps)})')
-    # Batch divisibility does not matter for loading: one row per data-parallel device.
-    setup = build.make_setup(config, model_config)
+    setup = build.make_setup(spec)
     state = checkpointer.restore_state(step, setup.layout.abstract)
   finally:
     checkpointer.close()
-  return Pretrained(workdir=workdir, config=config, model_config=model_config,
+  return Pretrained(workdir=workdir, config=config, spec=spec, model_config=spec.model,
                     params=jax.block_until_ready(state.params), step=int(step))

@@ -9,24 +9,36 @@ mesh; `jax.jit(init, out_shardings=...)` then creates every array directly in it
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Protocol
 
 import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from jax.sharding import PartitionSpec
 
 from realformer_jax.params import unbox
 from realformer_jax.train import partitioning
-from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.task import Task
 
 # Parameters that get weight decay; BERT exempts biases and LayerNorm (and here also the
 # residual gates and every other scalar or vector parameter).
 _DECAYED_PARAM_NAMES = ('kernel', 'embedding')
+
+
+class OptimizerConfig(Protocol):
+  """What the schedule and optimizer read: TrainConfig (train/spec.py), or a trainer's own
+  section with these fields (seq2seq/trainer.py)."""
+
+  learning_rate: float
+  warmup_steps: int
+  num_train_steps: int
+  weight_decay: float
+  adam_b1: float
+  adam_b2: float
+  adam_eps: float
+  clip_grad_norm: float
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -35,7 +47,7 @@ class TrainState(flax.struct.PyTreeNode):
   opt_state: Any
 
 
-def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
+def learning_rate_schedule(train: OptimizerConfig) -> optax.Schedule:
   """Linear warmup from 0 to the peak, then linear decay to 0 at num_train_steps."""
   warmup = optax.linear_schedule(0.0, train.learning_rate, train.warmup_steps)
   decay = optax.linear_schedule(train.learning_rate, 0.0,
@@ -64,7 +76,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda params: optax.ClipByGlobalNormState(), update_fn)
 
 
-def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def make_optimizer(train: OptimizerConfig) -> optax.GradientTransformation:
   adamw = optax.adamw(learning_rate_schedule(train), b1=train.adam_b1, b2=train.adam_b2,
                       eps=train.adam_eps, weight_decay=train.weight_decay,
                       mask=weight_decay_mask)
@@ -92,11 +104,9 @@ def _make_init_fn(model, tx, batch_size, data_config, task: Task):
   return init
 
 
-def state_layout(model: Any, tx: optax.GradientTransformation,
-                 data_config: ml_collections.ConfigDict, mesh, rules,
-                 task: Optional[Task] = None) -> StateLayout:
+def state_layout(model: Any, tx: optax.GradientTransformation, data_config: Any, mesh, rules,
+                 task: Task) -> StateLayout:
   """Abstract sharded TrainState, computed without allocating any parameter."""
-  task = task or MaskedLMTask()
   # One row per data-parallel shard keeps init's activation constraints divisible.
   batch_size = partitioning.data_parallel_size(mesh, rules)
   rng = jax.random.key(0)
@@ -118,11 +128,9 @@ def state_layout(model: Any, tx: optax.GradientTransformation,
   return StateLayout(abstract=abstract, shardings=shardings)
 
 
-def init_state(model: Any, tx: optax.GradientTransformation,
-               data_config: ml_collections.ConfigDict, layout: StateLayout, rng: jax.Array,
-               mesh, rules, task: Optional[Task] = None) -> TrainState:
+def init_state(model: Any, tx: optax.GradientTransformation, data_config: Any,
+               layout: StateLayout, rng: jax.Array, mesh, rules, task: Task) -> TrainState:
   """Fresh TrainState, created shard by shard on the devices that own it."""
-  task = task or MaskedLMTask()
   batch_size = partitioning.data_parallel_size(mesh, rules)
   init = _make_init_fn(model, tx, batch_size, data_config, task)
   with partitioning.activate(mesh, rules):

@@ -1,4 +1,5 @@
-"""The compiled train and eval steps, for any task (task.py; masked LM by default).
+"""The train and eval steps of every trainer: pretraining, fine-tuning and translation differ
+only in their task (task.py: model call, loss sums, batch weight).
 
 `train_step(state, batch, rng) -> (state, metrics)` is pure: dropout randomness is
 `fold_in(rng, state.step)` (then per microbatch), so a resumed run replays the same numbers.
@@ -13,17 +14,14 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 
 from realformer_jax import diagnostics
-from realformer_jax.train.mlm_task import SUM_METRICS, MaskedLMTask
-from realformer_jax.train.state import TrainState, learning_rate_schedule
+from realformer_jax.train.state import TrainState
 from realformer_jax.train.task import Task
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
-__all__ = ['SUM_METRICS', 'make_eval_step', 'make_train_step', 'split_microbatches']
 
 
 def _forward_sums(task: Task, model: Any, params: Any, batch: Batch, *, step: jax.Array,
@@ -44,14 +42,18 @@ def split_microbatches(batch: Batch, num_micro: int) -> Batch:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(model: Any, tx: optax.GradientTransformation,
-                    train: ml_collections.ConfigDict, param_shardings: Any = None,
-                    task: Optional[Task] = None) -> Callable[..., tuple[TrainState, Metrics]]:
-  """Builds the pure train step. `param_shardings` pins gradients to the parameters' layout
-  (under FSDP this makes XLA reduce-scatter gradients instead of all-reducing them)."""
-  task = task or MaskedLMTask()
-  num_micro = train.grad_accum_steps
-  schedule = learning_rate_schedule(train)
+def make_train_step(model: Any, tx: optax.GradientTransformation, task: Task,
+                    schedule: optax.Schedule, *, grad_accum_steps: int = 1,
+                    param_shardings: Any = None, log_layer_grad_norms: bool = False
+                    ) -> Callable[..., tuple[TrainState, Metrics]]:
+  """Builds the pure train step of `task` with `grad_accum_steps` microbatches (an int:
+  'auto' is resolved before, train/accumulation.py). `schedule` is the optimizer's learning
+  rate, logged per step. `param_shardings` pins gradients to the parameters' layout (under FSDP
+  this makes XLA reduce-scatter gradients instead of all-reducing them);
+  `log_layer_grad_norms` adds each layer's sublayer gradient norms to the metrics."""
+  num_micro = grad_accum_steps
+  if not isinstance(num_micro, int) or num_micro < 1:
+    raise ValueError(f'grad_accum_steps={num_micro!r}: a positive int (resolve auto first)')
 
   def grads_and_sums(params, batch, rng, step, loss_scale):
     def loss(p):
@@ -89,20 +91,20 @@ def make_train_step(model: Any, tx: optax.GradientTransformation,
     # without another pass over all of them (~110M floats at BERT-Base).
     metrics = dict(sums, grad_norm=grad_norm, learning_rate=schedule(state.step),
                    grads_finite=jnp.isfinite(grad_norm))
-    if train.log_layer_grad_norms:  # [num_layers] per sublayer: signal-propagation studies
+    if log_layer_grad_norms:  # [num_layers] per sublayer: signal-propagation studies
       metrics['layer_grad_norms'] = diagnostics.per_layer_grad_norms(grads)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
 
 
-def make_eval_step(model: Any, num_micro: int = 1, task: Optional[Task] = None
+def make_eval_step(model: Any, task: Task, grad_accum_steps: int = 1
                    ) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
   """`eval_step(state, batch) -> (sums, outputs)`: the task's metric sums of one eval batch and
   its per-row outputs for host-side metrics (`task.eval_outputs`; masked LM: per slot), in the
   train step's microbatches (a batch that needs accumulation to train also needs it to
   evaluate: the forward pass alone holds [B, H, L, L] scores)."""
-  task = task or MaskedLMTask()
+  num_micro = grad_accum_steps
 
   def forward(params, batch, step):
     outputs = task.forward(model, params, batch, step=step, rng=None)

@@ -5,8 +5,9 @@ against this interface; masked-LM pretraining (mlm_task.py) is one task, the fin
 (classification, regression, span extraction; realformer_jax/finetune/tasks.py) are others.
 
 A task says
-  * its config: the `data` section's schema and checks, any extra sections, how the config
-    becomes a ModelConfig;
+  * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
+    sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
+    validated RunSpec, train/spec.py);
   * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
     compilation), which batch arrays the model is called with;
   * its loss: per-(micro)batch sums that add across batches, devices and microbatches
@@ -21,13 +22,16 @@ A task says
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import jax
 import ml_collections
 import numpy as np
 
-from realformer_jax.config import ModelConfig
+from realformer_jax.config import ModelConfig, from_section, to_config_dict
+
+if TYPE_CHECKING:
+  from realformer_jax.train.spec import RunSpec
 
 Batch = dict[str, jax.Array]
 
@@ -51,27 +55,33 @@ class Task:
   best_mode = 'max'  # 'max' or 'min'
 
   # Config.
-  def extra_sections(self) -> dict[str, Callable[[], ml_collections.ConfigDict]]:
-    """Config sections beyond model / data / train / mesh / rules / distributed."""
+  data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)
+
+  def extra_sections(self) -> dict[str, type]:
+    """Config sections beyond model / data / train / mesh / rules / distributed: name ->
+    schema (a frozen dataclass that checks itself)."""
     return {}
 
   def default_data_config(self) -> ml_collections.ConfigDict:
-    raise NotImplementedError
+    """The editable `data` section, from the schema's defaults."""
+    return to_config_dict(self.data_config_class())
 
-  def validate_data_config(self, config: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError / DataError naming the field."""
+  def data_config(self, section: Mapping[str, Any]) -> Any:
+    """The checked data section (raises ConfigError / DataError naming the field)."""
+    return from_section(self.data_config_class, 'data', section)
 
-  def model_config(self, config: ml_collections.ConfigDict) -> ModelConfig:
-    return ModelConfig.from_mapping(config.model)
+  def model_config(self, section: Mapping[str, Any]) -> ModelConfig:
+    """The ModelConfig of the `model` section."""
+    return ModelConfig.from_mapping(section)
 
-  def validate(self, config: ml_collections.ConfigDict, model: ModelConfig) -> None:
+  def validate(self, spec: 'RunSpec') -> None:
     """Checks across sections (after each section's own checks)."""
 
   # Model and batch.
   def make_model(self, model_config: ModelConfig) -> Any:
     raise NotImplementedError
 
-  def batch_shapes(self, data_config: ml_collections.ConfigDict,
+  def batch_shapes(self, data_config: Any,
                    batch_size: int) -> dict[str, tuple[tuple[int, ...], Any]]:
     """{name: (shape, dtype)} of one batch of `batch_size` rows (the data contract)."""
     raise NotImplementedError
@@ -88,7 +98,7 @@ class Task:
                        deterministic=deterministic, step=step,
                        rngs=None if deterministic else {'dropout': rng})
 
-  def init_variables(self, model: Any, rng: jax.Array, data_config: ml_collections.ConfigDict,
+  def init_variables(self, model: Any, rng: jax.Array, data_config: Any,
                      batch_size: int) -> dict:
     """model.init on a batch of zeros (parameters depend on shapes only)."""
     zeros = {name: np.zeros(shape, dtype)
@@ -128,8 +138,7 @@ class Task:
     return f'{self.log_fields(metrics)} (baseline {self.log_fields(baseline)})'
 
   # Data and starting point.
-  def build_data(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 process_index: int, process_count: int) -> TaskData:
+  def build_data(self, spec: 'RunSpec', process_index: int, process_count: int) -> TaskData:
     raise NotImplementedError
 
   def initial_params(self, params: Any, setup: Any) -> Any:

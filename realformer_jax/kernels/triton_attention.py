@@ -1,0 +1,318 @@
+"""Fused attention kernels for NVIDIA GPUs (Pallas on Triton).
+
+forward   grid (query blocks, B, H). A program holds its query tile and walks the key blocks:
+          s = scale q k^T; with residual attention it reads the acc_{l-1} tile, writes
+          acc_l = acc_{l-1} + s, and feeds z = acc_l * inv_div + bias to an online softmax;
+          dropout (the einsum path's mask, dropout_tiles.py) and P V happen in registers.
+          Writes the output, the row log-sum-exp and, with dropout, the mask it drew at one bit
+          per element (1/32 of a float32 score): hashing it again would cost the backward ~30
+          integer ops per element. Probabilities never reach HBM.
+backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
+          blocks, recomputing p = exp(z - lse), reading the mask, accumulating dK and dV. With
+          residual attention it reads acc_l and the carried gradient g_l and writes
+          g_{l-1} = g_l + dz * inv_div (and, when asked, acc_{l-1} = acc_l - s, so the layer
+          below needs no saved sum), in place; each tile's dQ share goes to a float32 dQ by
+          atomic adds (FlashAttention-2's scheme; the (batch, head) slice added to, 128 KB at
+          L = 512, K = 64, stays in L2 while that head's programs run), because reading the
+          written gradient again would cost 4 more bytes per score element. Without residual
+          attention a second loop of the program recomputes its query block's dQ instead.
+HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
+backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
+products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
+(the dQ loop recomputes Q K^T and dO V^T).
+q, k and v are read straight from the fused projection's [B, L, 3, H, K] output (one operand:
+a program's (batch, head) slice, rows and parts picked in the kernel), and the gradient is
+written into one [B, L, 3, H, K] array, so no slices or concatenations surround the kernels.
+Each pallas_call states its matmul FLOPs, its element-wise work (float ops, integer ops: the
+dropout hash, transcendentals: exp) and the HBM bytes it moves (`_cost_metadata`): XLA's GPU
+cost model cannot see inside a Triton kernel, and operand sizes alone would count a (batch,
+head) slice read by many programs, or an array updated in place, as read whole.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from realformer_jax.kernels import tile_math as tm
+from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
+from realformer_jax.kernels.spec import KernelSpec
+
+
+def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
+  row0 = ((i_ref[2] + b.astype(jnp.uint32)) * spec.heads_total + i_ref[3]
+          + h.astype(jnp.uint32)) * seq_len + q0.astype(jnp.uint32)
+  return keep_tile_joined(i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold)
+
+
+def pack_width(spec: KernelSpec) -> int:
+  """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
+  return min(32, spec.block_k, spec.block_bwd)
+
+
+def _forward_kernel(qkv_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_ref, lse_ref, acc_out_ref,
+                    bits_ref, *, spec: KernelSpec):
+  seq_len, _, head_dim = qkv_ref.shape
+  block_q, block_k = spec.block_q, spec.block_k
+  width = pack_width(spec)
+  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  if not spec.sum_given:  # with the sum given, no Q K^T
+    q = qkv_ref[pl.ds(pl.multiple_of(iq * block_q, block_q), block_q), 0, :]
+  scale, inv_div = f_ref[0], f_ref[1]
+
+  def body(j, state):
+    ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
+    if spec.sum_given:
+      acc = acc_in_ref[:, ks]
+    else:
+      acc = tm.scores(q, qkv_ref[ks, 1, :], scale)
+      if spec.carry_in:
+        acc = acc_in_ref[:, ks] + acc
+      if spec.carry_out:
+        acc_out_ref[:, ks] = acc
+    z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
+    keep = None
+    if spec.dropout:
+      keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k,
+                        (block_q, block_k))
+      words = pl.ds(pl.multiple_of(j * (block_k // width), block_k // width), block_k // width)
+      bits_ref[:, words] = pack_bits(keep, width)
+    return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
+
+  state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
+  out, lse = tm.finish(state)
+  o_ref[...] = out.astype(o_ref.dtype)
+  lse_ref[...] = lse[:, 0]
+
+
+def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
+  """One (batch, head)'s q, k and v [L, 3, K] in a [B, L, 3, H, K] array (grid (_, b, h))."""
+  return pl.BlockSpec((None, seq_len, 3, None, head_dim), lambda _, b, h: (b, 0, 0, h, 0))
+
+
+def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
+  """(out [B, L, H, K], lse [B, H, L] float32, acc_out [B, H, L, L] float32 or None (None with
+  `spec.sum_given`, whose acc_in is already acc_l), the dropout mask [B, H, L, L / width]
+  uint32 or None)."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
+  block_q = spec.block_q
+  width = pack_width(spec)
+  writes_sum = spec.carry_out and not spec.sum_given
+  acc_spec = pl.BlockSpec((None, None, block_q, seq_len), lambda i, b, h: (b, h, i, 0))
+  in_specs = [_head_spec(seq_len, head_dim), acc_spec if spec.carry_in else None,
+              pl.BlockSpec((None, seq_len), lambda i, b, h: (b, 0)),
+              pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
+              pl.BlockSpec((4,), lambda i, b, h: (0,))]
+  scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
+  bits_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32)
+  out_shape = [jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
+               jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
+               scores_shape if writes_sum else None, bits_shape if spec.dropout else None]
+  out_specs = [pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+               pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+               acc_spec if writes_sum else None,
+               pl.BlockSpec((None, None, block_q, seq_len // width),
+                            lambda i, b, h: (b, h, i, 0)) if spec.dropout else None]
+  rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize  # one [B, L, H, K] array
+  elements = batch * heads * seq_len * seq_len
+  return pl.pallas_call(
+      functools.partial(_forward_kernel, spec=spec), grid=(seq_len // block_q, batch, heads),
+      in_specs=in_specs, out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
+      compiler_params=_compiler_params(head_dim),
+      # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
+      # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
+      input_output_aliases={1: 2} if spec.carry_in and writes_sum else {},
+      metadata=_cost_metadata(
+          elements, head_dim, seq_len, passes=1 if spec.sum_given else 2,
+          score_bytes=4 * (int(spec.carry_in) + int(writes_sum)) + spec.dropout / 8,
+          row_bytes=(1 if spec.sum_given else 3) * rows + rows,
+          float_ops=9 + int(spec.carry_in) + 2 * spec.dropout, exps=1,
+          int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0),
+      name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
+  )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
+
+
+def _backward_kernel(qkv_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref, bias_ref, f_ref,
+                     column_bits_ref, row_bits_ref, _, dqkv_ref, dq_ref, g_acc_in_ref,
+                     acc_in_ref, *, spec: KernelSpec, rebuild: bool):
+  seq_len, _, head_dim = qkv_ref.shape
+  block = spec.block_bwd
+  jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  scale, inv_div = f_ref[0], f_ref[1]
+  ks = pl.ds(pl.multiple_of(jk * block, block), block)
+  k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
+  bias_row = bias_ref[ks][None, :]
+
+  width = pack_width(spec)
+
+  def tile(i, k, v, bias_row, bits, acc=None, g_acc=None):
+    qs = pl.ds(pl.multiple_of(i * block, block), block)
+    q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
+    s = tm.scores(q, k, scale)
+    z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
+    keep = None if bits is None else unpack_bits(bits, width)
+    p_dropped, dz = tm.score_gradient(z, lse_ref[qs][:, None], delta_ref[qs][:, None], do, v,
+                                      keep, spec.keep_prob)
+    g = dz * inv_div if g_acc is None else g_acc + dz * inv_div
+    return q, do, s, p_dropped, g
+
+  def dkv_body(i, carry):
+    dk, dv = carry
+    qs = pl.ds(pl.multiple_of(i * block, block), block)
+    acc = acc_ref[qs, :] if spec.carry_out else None
+    g_acc = g_acc_ref[qs, :] if spec.carry_out else None
+    bits = column_bits_ref[qs, :] if spec.dropout else None
+    q, do, s, p_dropped, g = tile(i, k, v, bias_row, bits, acc, g_acc)
+    ds = (g * scale).astype(q.dtype)
+    if spec.carry_out:
+      g_acc_in_ref[qs, :] = g
+      if rebuild:
+        acc_in_ref[qs, :] = acc - s
+      plgpu.atomic_add(dq_ref, (qs, slice(None)), tm.dot(ds, k))
+    dv = dv + tm.t_dot(p_dropped, do)
+    dk = dk + tm.t_dot(ds, q)
+    return dk, dv
+
+  zeros = jnp.zeros((block, head_dim), jnp.float32)
+  dk, dv = lax.fori_loop(0, seq_len // block, dkv_body, (zeros, zeros))
+  dqkv_ref[:, 1, :] = dk.astype(dqkv_ref.dtype)
+  dqkv_ref[:, 2, :] = dv.astype(dqkv_ref.dtype)
+  if spec.carry_out:
+    return
+
+  # Without a carried gradient to re-read, dQ is cheapest recomputed: a second loop of the
+  # same program over every key block, for the query block with this program's index (two
+  # more [L, L] x [L, K] products, no float32 dQ traffic).
+  iq = jk
+
+  def dq_body(j, dq):
+    js = pl.ds(pl.multiple_of(j * block, block), block)
+    kj = qkv_ref[js, 1, :]
+    bits = None
+    if spec.dropout:
+      bits = row_bits_ref[:, pl.ds(pl.multiple_of(j * (block // width), block // width),
+                                   block // width)]
+    *_, g = tile(iq, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], bits)
+    return dq + tm.dot((g * scale).astype(kj.dtype), kj)
+
+  dq = lax.fori_loop(0, seq_len // block, dq_body, zeros)
+  dqkv_ref[:, 0, :] = dq.astype(dqkv_ref.dtype)
+
+
+def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec: KernelSpec,
+             rebuild: bool = False):
+  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
+  (dropout only). See the module docstring."""
+  batch, seq_len, _, heads, head_dim = qkv.shape
+  block = spec.block_bwd
+  width = pack_width(spec)
+  stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
+  column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
+  dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
+  carry, dropout = spec.carry_out, spec.dropout
+  # The mask: a column strip for the dK / dV loop, a row strip for the dQ loop.
+  column_bits = pl.BlockSpec((None, None, seq_len, block // width),
+                             lambda j, b, h: (b, h, 0, j))
+  row_bits = pl.BlockSpec((None, None, block, seq_len // width), lambda j, b, h: (b, h, j, 0))
+  in_specs = [_head_spec(seq_len, head_dim),
+              pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0)),
+              stat_spec, stat_spec,
+              column_spec if carry else None, column_spec if carry else None,
+              pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
+              pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
+              column_bits if dropout else None, row_bits if dropout and not carry else None,
+              dq_spec if carry else None]
+  scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
+  dq_shape = jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), jnp.float32)
+  out_shape = [jax.ShapeDtypeStruct(qkv.shape, qkv.dtype), dq_shape if carry else None,
+               scores_shape if carry else None, scores_shape if carry and rebuild else None]
+  # Program j writes rows j of dK, dV (parts 1, 2) and, without residual attention, of dQ.
+  out_specs = [pl.BlockSpec((None, block, 3, None, head_dim), lambda j, b, h: (b, j, 0, h, 0)),
+               dq_spec if carry else None, column_spec if carry else None,
+               column_spec if carry and rebuild else None]
+  rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize
+  elements = batch * heads * seq_len * seq_len
+  # In place: dQ accumulates over the zeros it is given (the last input present);
+  # column strip by column strip, g_{l-1} over g_l and acc_{l-1} over acc_l.
+  aliases = {}
+  if carry:
+    dq_input = 8 + int(dropout)
+    aliases = {dq_input: 1, 5: 2, 4: 3} if rebuild else {dq_input: 1, 5: 2}
+  dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
+      functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
+      grid=(seq_len // block, batch, heads), in_specs=in_specs, out_specs=out_specs,
+      out_shape=out_shape, interpret=spec.interpret, compiler_params=_compiler_params(head_dim),
+      input_output_aliases=aliases,
+      metadata=_cost_metadata(
+          elements, head_dim, seq_len, passes=5 if carry else 7,
+          score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + dropout / 8,
+          # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
+          row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows),
+          # one pass over the tiles with residual attention, two without (the dQ loop)
+          float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
+          exps=1 if carry else 2, int_ops=(3 if dropout else 0) * (1 if carry else 2)),
+      name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
+  )(qkv, do, lse, delta, acc if carry else None, g_acc if carry else None, bias, fparams,
+    bits if dropout else None, bits if dropout and not carry else None,
+    jnp.zeros(dq_shape.shape, jnp.float32) if carry else None)
+  if carry:
+    dqkv = _store_query_gradient(dq, dqkv, spec)
+  return dqkv, g_acc_in, acc_in
+
+
+def _store_kernel(dq_ref, _, dqkv_ref):
+  dqkv_ref[...] = dq_ref[...].astype(dqkv_ref.dtype)
+
+
+def _store_query_gradient(dq, dqkv, spec: KernelSpec):
+  """dqkv with part 0 = dQ (float32 -> the compute dtype), in place. A kernel, not XLA's
+  dynamic-update-slice: XLA fused that update into the bias gradient's reduction as well,
+  which kept the old dqkv alive and cost a copy of it."""
+  batch, seq_len, _, heads, head_dim = dqkv.shape
+  block = spec.block_q
+  part0 = pl.BlockSpec((None, block, None, None, head_dim), lambda i, b, h: (b, i, 0, h, 0))
+  rows = batch * seq_len * heads * head_dim * dqkv.dtype.itemsize
+  return pl.pallas_call(
+      _store_kernel, grid=(seq_len // block, batch, heads),
+      in_specs=[pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+                part0],
+      out_specs=part0, out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
+      input_output_aliases={1: 0}, interpret=spec.interpret,
+      compiler_params=_compiler_params(head_dim),
+      metadata={'flops': '0', 'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out
+      name='attention_store_dq',
+  )(dq, dqkv)
+
+
+def _compiler_params(head_dim: int):
+  return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+
+
+# Integer ops of the joined dropout hash per element: one Threefry-2x32 (20 rounds of add,
+# rotate = two shifts and an or, xor; five key injections: ~115 ops) per four elements, plus the
+# half-word picks and the comparison.
+HASH_OPS_PER_ELEMENT = 32
+
+
+def _cost_metadata(elements: int, head_dim: int, seq_len: int, *, passes: int,
+                   score_bytes: float, row_bytes: int, float_ops: int, exps: int,
+                   int_ops: int) -> dict:
+  """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
+  read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
+  (batch, head)); HBM bytes: `score_bytes` per score element (float32 sums and gradients read
+  or written once, mask bits) plus `row_bytes` of [B, L, H, K]-sized traffic (K and V tiles
+  that several programs read come from L2: a (batch, head) slice is ~100 KB at L = 512), plus
+  the row statistics; and per score element the float ops (scale, sums, softmax, dropout,
+  gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores."""
+  stats = 8 * elements // seq_len  # float32 lse and delta per row
+  return {'flops': str(int(2 * passes * elements * head_dim)),
+          'bytes_accessed': str(int(score_bytes * elements + row_bytes + stats)),
+          'float_ops': str(int(float_ops * elements)),
+          'transcendentals': str(int(exps * elements)),
+          'int_ops': str(int(int_ops * elements))}

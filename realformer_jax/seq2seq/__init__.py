@@ -1,0 +1,20 @@
+"""Encoder-decoder models and their WEB -> BBE translation task, in one package.
+
+    from realformer_jax.seq2seq import Seq2Seq, decoding
+    model = Seq2Seq(config)                                   # model.py
+    tokens, scores = decoding.beam_search(model, params, source, source_mask, ...)
+
+Files: model (Seq2Seq: the project's encoder + a decoder), decoder (standard / AAN / merged
+decoder layers), average_attention (the AAN), decoding (greedy and beam search with caches),
+bible_pairs (aligned WEB / BBE verses), data (tokenizer, cached encoded splits, length-bucketed
+batches), config (the translation run's sections), trainer (training on the shared train step,
+BLEU). The package mirrors finetune/: a task built on the core model. Importing it loads only
+the model modules; `seq2seq.trainer` and `seq2seq.data` bring the training stack.
+"""
+
+from realformer_jax.seq2seq import decoding
+from realformer_jax.seq2seq.average_attention import AverageAttention
+from realformer_jax.seq2seq.decoder import Decoder, DecoderLayer
+from realformer_jax.seq2seq.model import Seq2Seq
+
+__all__ = ['AverageAttention', 'Decoder', 'DecoderLayer', 'Seq2Seq', 'decoding']

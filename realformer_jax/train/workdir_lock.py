@@ -1,0 +1,243 @@
+"""One training run per workdir: `<workdir>/run.lock`.
+
+Two runs writing one workdir would interleave their checkpoints, and each one's rotation
+(`keep_checkpoints`) would delete the other's: the second run is refused, in one line, before it
+builds data or compiles anything.
+
+The lock file holds its owner (host, pid, start time) and a heartbeat that a daemon thread
+refreshes every `heartbeat_s` seconds, and the owner holds an exclusive `flock` on it:
+
+- On one host the kernel releases the flock when the owner dies, kill -9 included, so the
+  lock a killed run leaves behind never blocks the restart.
+- Runs on different hosts share the workdir through a network filesystem, where flock may not
+  reach the other host (NFS without lockd, some FUSE mounts). There the heartbeat is a lease:
+  a lock whose owner is another host and whose heartbeat is younger than `lease_s` is held;
+  an older one is stale (the run died with its host) and is taken over.
+
+The file is rewritten in place and never deleted or renamed: a process that opened it just
+before it was replaced would lock an orphaned inode and believe it owned the workdir. Releasing
+empties it. The owner also re-reads it at every checkpoint (`check`): if another run took the
+lock over (a heartbeat starved for a whole lease), the owner stops instead of writing beside it.
+
+In a multi-process run only process 0 takes the lock (it speaks for the whole run); every
+process learns the outcome (`acquire_for_run`), so all of them stop with the same error.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from realformer_jax.train.errors import TrainingError
+
+LOCK_FILE = 'run.lock'
+HEARTBEAT_S = 30.0
+# Several missed heartbeats, and more than any clock skew between hosts we expect.
+LEASE_S = 300.0
+_RECORD_BYTES = 512  # the lock record, padded: host names are at most 255 bytes
+
+
+class WorkdirInUseError(TrainingError):
+  """Another live run holds the workdir."""
+
+
+class WorkdirLock:
+  """The exclusive claim of one run on a workdir. `acquire` or `WorkdirInUseError`."""
+
+  def __init__(self, workdir: str, heartbeat_s: float = HEARTBEAT_S, lease_s: float = LEASE_S):
+    self.workdir = os.path.abspath(os.path.expanduser(workdir))
+    self.path = os.path.join(self.workdir, LOCK_FILE)
+    self._heartbeat_s = heartbeat_s
+    self._lease_s = lease_s
+    self._fd: Optional[int] = None
+    self._owner: Optional[dict] = None
+    self._stop = threading.Event()
+    self._thread: Optional[threading.Thread] = None
+    self._write_lock = threading.Lock()
+
+  def acquire(self) -> 'WorkdirLock':
+    os.makedirs(self.workdir, exist_ok=True)
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      flock = _try_flock(fd)
+      holder = _parse(_read_all(fd))
+      if flock == 'busy':
+        raise WorkdirInUseError(self._in_use_message(holder, why='holds its lock'))
+      if holder is not None and self._is_live(holder, flock_works=flock == 'held'):
+        raise WorkdirInUseError(
+          self._in_use_message(
+            holder,
+            why=f'renewed its lease {_age(holder):.0f} s ago (a lease lasts {self._lease_s:.0f} s)',
+          )
+        )
+    except BaseException:
+      os.close(fd)
+      raise
+    self._fd = fd
+    now = time.time()
+    self._owner = {
+      'host': socket.gethostname(),
+      'pid': os.getpid(),
+      'started': now,
+      'heartbeat': now,
+    }
+    self._write(self._owner)
+    self._thread = threading.Thread(target=self._beat, name='workdir-lock-heartbeat', daemon=True)
+    self._thread.start()
+    return self
+
+  def check(self) -> None:
+    """Raises WorkdirInUseError if the lock file no longer names this run (taken over)."""
+    if self._fd is None:
+      return
+    with self._write_lock:  # never read our own heartbeat half-written
+      holder = _parse(_read_all(self._fd))
+    if not _same_run(holder, self._owner):
+      raise WorkdirInUseError(
+        f'{self.workdir}: another run took over the workdir lock ({_describe(holder)}) '
+        f'while this one ran (its heartbeat stalled for over {self._lease_s:.0f} s); '
+        'stopped without saving so the two runs do not write the same checkpoints'
+      )
+
+  def release(self) -> None:
+    if self._fd is None:
+      return
+    self._stop.set()
+    if self._thread is not None:
+      self._thread.join()
+    try:
+      if _same_run(_parse(_read_all(self._fd)), self._owner):
+        with self._write_lock:
+          os.ftruncate(self._fd, 0)
+    except OSError:
+      pass  # e.g. a full disk: the flock goes with the process, the lease expires
+    finally:
+      os.close(self._fd)  # drops the flock
+      self._fd = None
+
+  def _is_live(self, holder: dict, flock_works: bool) -> bool:
+    """Whether `holder`, found in the file although its flock is free, still owns the
+    workdir."""
+    if holder.get('host') == socket.gethostname():
+      # A live owner on this host would hold the flock. Only where the filesystem has no flock
+      # does its pid tell (a pid seen after a restart may belong to another process).
+      return not flock_works and holder.get('pid') != os.getpid() and _pid_alive(holder.get('pid'))
+    return _age(holder) < self._lease_s
+
+  def _in_use_message(self, holder: Optional[dict], why: str) -> str:
+    return (
+      f'workdir {self.workdir} is in use by another run ({_describe(holder)}), which '
+      f'{why}: stop that run or use another --workdir (the lock is {self.path}; a dead '
+      f"run's lock on another host expires {self._lease_s:.0f} s after its last heartbeat)"
+    )
+
+  def _beat(self) -> None:
+    while not self._stop.wait(self._heartbeat_s):
+      try:
+        with self._write_lock:
+          holder = _parse(_read_all(self._fd))
+        if not _same_run(holder, self._owner):
+          return  # taken over: `check` reports it at the next checkpoint
+        self._owner['heartbeat'] = time.time()
+        self._write(self._owner)
+      except OSError:
+        pass  # a full or flaky disk: keep trying; the lease is long
+
+  def _write(self, owner: dict) -> None:
+    # One fixed-size write, never a truncation first: another host reading the file mid-write
+    # sees the old record or the new one, never an empty file.
+    data = json.dumps(owner).encode().ljust(_RECORD_BYTES)
+    with self._write_lock:
+      os.pwrite(self._fd, data, 0)
+      os.ftruncate(self._fd, len(data))
+      os.fsync(self._fd)
+
+
+def acquire_for_run(workdir: str, **kwargs: Any) -> Optional[WorkdirLock]:
+  """Process 0 takes the workdir's lock for the whole run; in a multi-process run every
+  process learns whether it got it and raises the same WorkdirInUseError if not. Returns the
+  lock on process 0, None on the others."""
+  lock, error = None, None
+  if jax.process_index() == 0:
+    try:
+      lock = WorkdirLock(workdir, **kwargs).acquire()
+    except WorkdirInUseError as e:
+      error = e
+  if jax.process_count() > 1:
+    refused = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
+    if int(refused) and error is None:
+      error = WorkdirInUseError(
+        f"workdir {os.path.abspath(workdir)} is in use by another run (process 0's error names it)"
+      )
+  if error is not None:
+    raise error
+  return lock
+
+
+def _try_flock(fd: int) -> str:
+  """'held' (we now hold the exclusive flock), 'busy' (another open file holds it) or
+  'unsupported' (this filesystem has no flock; the pid and the lease still apply)."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return 'held'
+  except BlockingIOError:
+    return 'busy'
+  except OSError as e:
+    if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+      return 'unsupported'
+    raise
+
+
+def _read_all(fd: int) -> bytes:
+  return os.pread(fd, 1 << 16, 0)
+
+
+def _parse(data: bytes) -> Optional[dict]:
+  """The owner recorded in the file; None if empty (released) or unreadable (a write cut
+  short: no live run leaves it so, since each heartbeat rewrites it)."""
+  try:
+    holder = json.loads(data)
+  except ValueError:
+    return None
+  return holder if isinstance(holder, dict) and 'pid' in holder else None
+
+
+def _same_run(holder: Optional[dict], owner: Optional[dict]) -> bool:
+  return (
+    holder is not None
+    and owner is not None
+    and all(holder.get(k) == owner.get(k) for k in ('host', 'pid', 'started'))
+  )
+
+
+def _age(holder: dict) -> float:
+  return time.time() - float(holder.get('heartbeat', 0.0))
+
+
+def _pid_alive(pid: Any) -> bool:
+  if not isinstance(pid, int) or pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # exists, owned by another user
+  return True
+
+
+def _describe(holder: Optional[dict]) -> str:
+  if holder is None:
+    return 'owner unknown'
+  started = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(float(holder.get('started', 0))))
+  return f'pid {holder.get("pid")} on host {holder.get("host")}, started {started}'

@@ -1,0 +1,424 @@
+"""Fault injection, checkpoints: damaged checkpoints fall back to the newest step that restores
+(the damaged one renamed aside, never deleted), a run with none stops in one line, a failed
+save (full disk, permission denied; blocking or background) stops in one line without touching
+a committed checkpoint, and SIGTERM during a save or an evaluation, or kill -9 at random
+moments, still ends with the parameters of the uninterrupted run.
+
+The training runs are the real CLI in subprocesses (fault_support.py; faults patched in by
+fault_launcher.py); checks of restore_latest on each kind of damage run in-process on copies
+of one trained workdir.
+"""
+
+import functools
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import fault_support as fs
+import jax
+import jax.numpy as jnp
+import pytest
+from data_fixtures import bible_config
+
+from realformer_jax import data
+from realformer_jax.train import build, checkpoint_integrity, validation
+from realformer_jax.train.checkpointing import Checkpointer
+from realformer_jax.train.errors import CheckpointError
+
+# Reading checkpoints in-process, orbax leaves coroutines behind (a failed restore's, or
+# TensorStore callbacks that complete after orbax closed their event loop: "Event loop is
+# closed"); their teardown is orbax's, not what these tests check.
+pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
+
+
+@pytest.fixture(scope='module')
+def straight(tmp_path_factory):
+  """The uninterrupted run: checkpoints 4, 6, 8; every fault below must end where it ends."""
+  workdir = str(tmp_path_factory.mktemp('straight'))
+  returncode, out, err = fs.run(workdir)
+  assert returncode == 0 and not fs.unexpected_stderr(err), out + err
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8']
+  return workdir
+
+
+# --- restoring: each kind of damage, in-process --------------------------------------------
+
+
+@functools.cache
+def _setup():
+  config = fs.cli_config()
+  return config, build.make_setup(validation.validate_config(config))
+
+
+def _restore_latest(workdir, setup=None):
+  """(restored step, warnings) of Checkpointer.restore_latest on `workdir`."""
+  config, default_setup = _setup()
+  setup = setup or default_setup
+  warnings = []
+  train_iter = data.make_train_iterator(
+    config.data, config.train.global_batch_size, config.train.seed
+  )
+  checkpointer = Checkpointer(workdir, keep=3)
+  try:
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
+    restored = checkpointer.restore_latest(
+      setup.layout.abstract, key, train_iter, warn_fn=warnings.append
+    )
+  finally:
+    checkpointer.close()
+    train_iter.close()
+  return restored, warnings
+
+
+def _state_file(step_dir):
+  return fs.largest_file(os.path.join(step_dir, 'state'))
+
+
+_DAMAGE = {
+  'truncated': (
+    lambda d: fs.truncate(_state_file(d), 1000),
+    r'state/\S+ has 1000 bytes, \d+ were saved',
+  ),
+  'zero_length': (
+    lambda d: fs.truncate(_state_file(d), 0),
+    r'state/\S+ has 0 bytes, \d+ were saved',
+  ),
+  'missing_file': (lambda d: os.remove(_state_file(d)), r'state/\S+ is missing'),
+  'flipped_bytes': (
+    lambda d: fs.flip_bytes(_state_file(d), 5000),
+    r'state/\S+ does not match its saved checksum \(its bytes changed\)',
+  ),
+  'flipped_data_position': (
+    lambda d: fs.flip_bytes(os.path.join(d, 'data', 'process_0-of-1.json'), 20, 4),
+    r'data/process_0-of-1\.json does not match its saved checksum \(its bytes changed\)',
+  ),
+  'no_commit_marker': (
+    lambda d: os.remove(os.path.join(d, 'commit_success.txt')),
+    r'it has no commit marker \(commit_success\.txt\): its save never '
+    r'finished',
+  ),
+  'unreadable_checksums': (
+    lambda d: fs.truncate(os.path.join(d, 'checksums.json'), 10),
+    r'its checksums\.json is unreadable \(JSONDecodeError\)',
+  ),
+}
+
+
+@pytest.mark.parametrize('damage', sorted(_DAMAGE))
+def test_damaged_step_is_moved_aside_and_the_previous_one_restores(straight, tmp_path, damage):
+  workdir = fs.copy_workdir(straight, tmp_path / 'w')
+  damage_fn, reason = _DAMAGE[damage]
+  damage_fn(os.path.join(workdir, 'checkpoints', '8'))
+  evidence = {path: open(path, 'rb').read() for path in _all_files(workdir, '8')}
+
+  (step, state, _), warnings = _restore_latest(workdir)
+
+  assert step == 6
+  [warning] = warnings
+  assert re.fullmatch(
+    rf'checkpoint step 8 in {re.escape(workdir)}/checkpoints is damaged '
+    rf'\({reason}\): moved aside to 8\.damaged; trying the next older step',
+    warning,
+  ), warning
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  # Renamed, not changed: the evidence is all there, byte for byte.
+  assert {
+    path.replace('/8.damaged/', '/8/'): open(path, 'rb').read()
+    for path in _all_files(workdir, '8.damaged')
+  } == evidence
+  fs.assert_same_state(jax.device_get(state.params), fs.saved_state(straight, 6)['params'])
+
+
+def _all_files(workdir, step_name):
+  root = os.path.join(workdir, 'checkpoints', step_name)
+  return [os.path.join(r, n) for r, _, names in os.walk(root) for n in names]
+
+
+def test_a_step_saved_without_checksums_falls_back_when_its_restore_fails(straight, tmp_path):
+  """Checkpoints written before checksums existed: the failed restore itself is the check."""
+  workdir = fs.copy_workdir(straight, tmp_path / 'w')
+  for step in (4, 6, 8):
+    os.remove(os.path.join(workdir, 'checkpoints', str(step), 'checksums.json'))
+  fs.truncate(_state_file(os.path.join(workdir, 'checkpoints', '8')), 1000)
+
+  (step, _, _), warnings = _restore_latest(workdir)
+
+  assert step == 6
+  [warning] = warnings
+  assert re.fullmatch(
+    r'checkpoint step 8 in \S+ is damaged \(.+\): moved aside to 8\.damaged; '
+    r'resuming from step 6',
+    warning,
+  ), warning
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+
+
+def test_when_every_restore_fails_nothing_is_moved(straight, tmp_path):
+  """A restore that fails on every step is no proof of damage (here: another model's
+  shapes), so the steps stay where they are and the error says so."""
+  workdir = fs.copy_workdir(straight, tmp_path / 'w')
+  other_model = build.make_setup(validation.validate_config(fs.cli_config(model__mlp_dim=48)))
+  with pytest.raises(CheckpointError) as raised:
+    _restore_latest(workdir, setup=other_model)
+  assert re.fullmatch(
+    rf'no checkpoint in {re.escape(workdir)}/checkpoints can be restored: step 8: .+; '
+    r'step 6: .+; step 4: .+; the steps that failed to restore are left in place \(damaged '
+    r'files, or a config that differs from the one they were saved with\); fix the config, '
+    r'or move those step directories aside to start from step 0',
+    str(raised.value),
+  )
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8']
+
+
+def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one_exactly(straight, tmp_path):
+  """The issue's case through the CLI: the newest checkpoint has a truncated file."""
+  workdir = fs.copy_workdir(straight, tmp_path / 'w')
+  damaged = _state_file(os.path.join(workdir, 'checkpoints', '8'))
+  fs.truncate(damaged, 1000)
+
+  returncode, out, err = fs.run(workdir)
+
+  assert returncode == 0, out + err
+  fs.the_line(
+    err,
+    rf'warning: checkpoint step 8 in {re.escape(workdir)}/checkpoints is '
+    r'damaged \(state/\S+ has 1000 bytes, \d+ were saved\): moved aside to '
+    r'8\.damaged; trying the next older step',
+  )
+  assert f'resumed from the checkpoint at step 6 in {workdir}/checkpoints' in out
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8', '8.damaged']
+  assert os.path.getsize(damaged.replace('/8/', '/8.damaged/')) == 1000
+  for step in (4, 6, 8):  # 4 and 6 untouched; 8 trained again from 6, identically
+    fs.assert_same_state(fs.saved_state(workdir, step), fs.saved_state(straight, step))
+
+
+def test_no_restorable_checkpoint_is_one_error_line(straight, tmp_path):
+  workdir = fs.copy_workdir(straight, tmp_path / 'w')
+  for step in (4, 6):
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(step)))
+  fs.flip_bytes(_state_file(os.path.join(workdir, 'checkpoints', '8')), 5000)
+
+  returncode, out, err = fs.run(workdir)
+
+  assert returncode == 1, out + err
+  fs.the_line(
+    err,
+    rf'error: no checkpoint in {re.escape(workdir)}/checkpoints can be restored: '
+    r'step 8: state/\S+ does not match its saved checksum \(its bytes '
+    r'changed\); they were moved aside \(8\.damaged\); rerun to start from step '
+    r'0, or put back a good copy of a step',
+  )
+  assert fs.checkpoint_entries(workdir) == ['8.damaged']
+
+
+def test_committed_steps_carry_checksums_of_every_file(straight):
+  step_dir = os.path.join(straight, 'checkpoints', '8')
+  assert checkpoint_integrity.problem(step_dir) is None
+  listed = fs.read_json(os.path.join(step_dir, 'checksums.json'))['files']
+  on_disk = {os.path.relpath(p, step_dir) for p in _all_files(straight, '8')}
+  assert set(listed) == on_disk - {'checksums.json', 'commit_success.txt', '_CHECKPOINT_METADATA'}
+
+
+# --- saving: a failed save stops in one line and touches nothing committed ------------------
+
+
+# Both parts of a save and both causes in two runs: a permission denied in the blocking part
+# (the data position's file, written before save() returns), a full disk in the background
+# commit (which surfaces at the next save, step 8's).
+@pytest.mark.parametrize(
+  'phase, code, what, remedy',
+  [
+    ('blocking', 'EACCES', r'permission denied writing to {dir}', 'make it writable and rerun'),
+    (
+      'background',
+      'ENOSPC',
+      r'no space left on the device of {dir} \(\S+ \S+ free\)',
+      'free space and rerun',
+    ),
+  ],
+)
+def test_a_failed_save_is_one_line_and_keeps_every_committed_step(
+  straight, tmp_path, phase, code, what, remedy
+):
+  workdir = str(tmp_path / 'w')
+  returncode, out, err = fs.run(workdir, faults=f'save_error:6:{phase}:{code}')
+
+  assert returncode == 1, out + err
+  directory = re.escape(f'{workdir}/checkpoints')
+  fs.the_line(
+    err,
+    rf'error: saving the checkpoint at step 6 failed: '
+    rf'{what.format(dir=directory)}; intact checkpoints: steps 2, 4 \(untouched\); '
+    rf'{remedy} to resume from step 4',
+  )
+  # Nothing committed was deleted (rotation waits for a newer commit) and the failed step's
+  # partial directory is gone.
+  assert fs.checkpoint_entries(workdir) == ['2', '4']
+  fs.assert_same_state(fs.saved_state(workdir, 4), fs.saved_state(straight, 4))
+  if phase == 'background':  # then the rerun resumes from 4 and ends where the straight run did
+    returncode, out, err = fs.run(workdir)
+    assert returncode == 0 and not fs.unexpected_stderr(err), out + err
+    assert 'resumed from the checkpoint at step 4' in out
+    fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
+
+
+def _unshare_available() -> bool:
+  try:
+    return (
+      subprocess.run(['unshare', '-Urm', 'true'], capture_output=True, timeout=30).returncode == 0
+    )
+  except (OSError, subprocess.SubprocessError):
+    return False
+
+
+@pytest.mark.skipif(
+  not _unshare_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
+)
+def test_a_really_full_disk_is_one_line(straight, tmp_path):
+  """A 5 MiB tmpfs: steps 2 and 4 fit (1.9 MiB each), step 6's background write meets ENOSPC
+  inside TensorStore. The tmpfs lives in a private mount namespace, so the workdir is copied
+  out before it goes."""
+  mount, out_dir = tmp_path / 'tmpfs', tmp_path / 'copy'
+  mount.mkdir()
+  command = fs.command(f'{mount}/w')
+  script = (
+    f'mount -t tmpfs -o size=5m tmpfs {mount} && {{ {fs.shell_join(command)}; '
+    f'status=$?; cp -a {mount}/w {out_dir}; exit $status; }}'
+  )
+  proc = subprocess.run(
+    ['unshare', '-Urm', 'sh', '-c', script],
+    capture_output=True,
+    text=True,
+    cwd=fs.REPO,
+    env=fs.env(),
+    timeout=300,
+  )
+
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  fs.the_line(
+    proc.stderr,
+    rf'error: saving the checkpoint at step 6 failed: no space left on '
+    rf'the device of {re.escape(str(mount))}/w/checkpoints \(\S+ \S+ free\); '
+    r'intact checkpoints: steps 2, 4 \(untouched\); free space and rerun '
+    r'to resume from step 4',
+  )
+  assert fs.checkpoint_entries(out_dir) == ['2', '4']
+  fs.assert_same_state(fs.saved_state(out_dir, 4), fs.saved_state(straight, 4))
+
+
+# --- interruptions: SIGTERM mid-evaluation and mid-save, kill -9 at random moments ---------
+
+
+def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(straight, tmp_path):
+  """The CLI's preemption contract (SIGTERM saves at the step it reached and exits 0; the
+  restart resumes there, redoing nothing), at its two hardest moments. (This replaces
+  tests/test_train_preemption.py, whose plain SIGTERM case it covers.)"""
+  workdir = str(tmp_path / 'w')
+  # SIGTERM while step 2's save commits in the background (held there for 3 s): training goes
+  # on until a step sees the signal, which saves and exits 0; step 2 still commits.
+  proc = fs.start(workdir, faults='slow_save:2:3')
+  fs.wait_for_line(proc.stderr, r'^FAULT: saving step 2$', [])
+  out, err = fs.terminate(proc)
+  assert proc.returncode == 0, out + err
+  assert not fs.unexpected_stderr(err), err
+  stopped = int(re.search(r'SIGTERM: saved a checkpoint at step (\d+); exiting\.', out)[1])
+  assert stopped in (3, 4, 5)  # the step-4 save waits for step 2's commit: 5 at the latest
+  for step in (2, stopped):
+    assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', str(step))) is None
+
+  # SIGTERM while the evaluation at step 6 runs (held for 3 s before it computes): it
+  # finishes, step 7 saves, exit 0.
+  proc = fs.start(workdir, faults='slow_eval:6:3')
+  fs.wait_for_line(proc.stderr, r'^FAULT: evaluating step 6$', [])
+  out, err = fs.terminate(proc)
+  assert proc.returncode == 0, out + err
+  assert not fs.unexpected_stderr(err), err
+  assert f'resumed from the checkpoint at step {stopped}' in out
+  assert 'eval  step 6:' in out and 'SIGTERM: saved a checkpoint at step 7; exiting.' in out
+
+  returncode, out, err = fs.run(workdir)
+  assert returncode == 0 and not fs.unexpected_stderr(err), out + err
+  assert 'resumed from the checkpoint at step 7' in out
+  fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
+
+
+def test_kill_9_at_random_moments_then_the_parameters_of_the_uninterrupted_run(straight, tmp_path):
+  """Three kill -9s, each at a random step line plus a random delay (so inside a step, a save
+  or an evaluation), each followed by a restart; the stale lock of the killed run never
+  blocks it. The seed is printed for a failure's reproduction."""
+  seed = random.randrange(1 << 30)
+  print(f'kill -9 moments: random.Random({seed})')
+  rng = random.Random(seed)
+  workdir = str(tmp_path / 'w')
+  for _ in range(3):
+    proc = fs.start(workdir)
+    seen = []
+    try:
+      first = int(
+        fs.wait_for_line(proc.stdout, r'^training steps \d+-8', seen).split()[2].split('-')[0]
+      )
+      fs.wait_for_line(proc.stdout, rf'^step +{rng.randint(first, 8)}/8 ', seen)
+      time.sleep(rng.uniform(0.0, 0.5))  # inside the next step, a save or an evaluation
+    except AssertionError:
+      pass  # the run had nothing left to train
+    proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert 'error' not in err and 'Traceback' not in err, ''.join(seen) + out + err
+  returncode, out, err = fs.run(workdir)
+  assert returncode == 0, out + err
+  assert not re.search(r'^(error|warning):|Traceback', err, re.M), err  # nothing fell back
+  # No partial or damaged step is left. (A kill in the middle of rotation can leave part of an
+  # older step, 2, which the next save's rotation deletes; orbax then warns about its metadata.)
+  entries = fs.checkpoint_entries(workdir)
+  assert entries[-3:] == ['4', '6', '8'] and set(entries[:-3]) <= {'2'}, entries
+  fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
+
+
+_LIBRARY_RUN = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import conftest  # the suite's JAX settings
+from train_fixtures import tiny_config
+from realformer_jax import train
+
+def on_log(step, stop, scalars):
+  if step == 3:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+config = tiny_config(train__num_train_steps=8, train__log_every_steps=1,
+                     train__checkpoint_every_steps=100, train__eval_every_steps=100)
+config.data.data_dir = {data_dir!r}
+result = train.train_and_evaluate(config, {workdir!r}, on_log=on_log)
+print('returned', result)
+"""
+
+
+def test_sigterm_in_library_use_saves_then_ends_the_process(tmp_path):
+  """train_and_evaluate called from Python (not the CLI): SIGTERM waits for the end of the
+  step, the checkpoint is saved and committed, then the signal ends the process as it would
+  have without the loop, instead of returning a result its caller takes for a finished run."""
+  workdir = str(tmp_path / 'w')
+  script = _LIBRARY_RUN.format(
+    tests=os.path.dirname(os.path.abspath(__file__)),
+    data_dir=fs.bible_config().data_dir,
+    workdir=workdir,
+  )
+  data.prepare(bible_config())
+  proc = subprocess.run(
+    [sys.executable, '-c', script],
+    cwd=fs.REPO,
+    env=fs.env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == -signal.SIGTERM, proc.stdout + proc.stderr
+  assert 'SIGTERM: saved a checkpoint at step 4; exiting.' in proc.stdout
+  assert 'returned' not in proc.stdout
+  assert fs.checkpoint_entries(workdir) == ['4']
+  assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', '4')) is None

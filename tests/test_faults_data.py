@@ -1,0 +1,159 @@
+"""Fault injection, data: a damaged dataset file stops the run in one line naming the file and
+how to prepare it again; damaged derived caches (tokenizer, packed sequences, translation
+pairs) are rebuilt, with a note, into exactly what they were.
+
+Every test damages its own copy of the session's prepared corpus (data_fixtures.py)."""
+
+import logging
+import os
+import re
+import shutil
+
+import fault_support as fs
+import numpy as np
+import pytest
+from data_fixtures import bible_config
+
+from realformer_jax import data
+from realformer_jax.data import DataError, cache_integrity, preparation
+from realformer_jax.seq2seq import data as translation_data
+
+
+def _copied_corpus(tmp_path, **overrides):
+  """A data config on a copy of the session's prepared data dir (dataset and caches)."""
+  source = bible_config().data_dir
+  data.prepare(bible_config())  # the session's corpus and tokenizer exist before the copy
+  target = str(tmp_path / 'data')
+  shutil.copytree(source, target)  # copy2 keeps the times: the caches stay verified
+  return bible_config(data_dir=target, **overrides)
+
+
+def _train_shard(config) -> str:
+  return os.path.join(
+    config.data_dir, 'bible_web', '1.0.0', 'bible_web-train.array_record-00000-of-00001'
+  )
+
+
+def test_a_truncated_dataset_file_is_one_line_naming_it(tmp_path):
+  config = _copied_corpus(tmp_path)
+  shard = _train_shard(config)
+  fs.truncate(shard, 1000)
+
+  returncode, out, err = fs.run(tmp_path / 'w', data__data_dir=config.data_dir)
+
+  assert returncode == 1, out + err
+  fs.the_line(
+    err,
+    rf"error: Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} "
+    r'is damaged \(ArrayRecord file should be at least 64KB big\); delete '
+    rf'{re.escape(os.path.dirname(shard))} and rerun \(the embedded corpus is '
+    r'prepared again on first use\)\.',
+  )
+  assert not os.path.exists(tmp_path / 'w' / 'checkpoints')
+
+
+def test_flipped_bytes_in_a_dataset_file_name_the_file_and_record_when_read(tmp_path):
+  config = _copied_corpus(tmp_path)
+  shutil.rmtree(os.path.join(config.data_dir, 'bible_web', 'packed'), ignore_errors=True)
+  shard = _train_shard(config)
+  fs.flip_bytes(shard, os.path.getsize(shard) // 2, 64)
+  with pytest.raises(DataError) as raised:
+    preparation.packed_train_store(config)
+  # str(): the message the CLI prints (grain adds a traceback note, which str() leaves out).
+  assert re.fullmatch(
+    rf"Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} \(record \d+\) is "
+    r'damaged \(Corrupted Riegeli/records file: chunk data hash mismatch .*\); delete \S+ and '
+    r'rerun \(the embedded corpus is prepared again on first use\)\.',
+    str(raised.value),
+  ), str(raised.value)
+
+
+def _note(caplog, path, reason, action):
+  notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith('note: cache')]
+  assert len(notes) == 1, notes
+  assert re.fullmatch(
+    rf'note: cache {re.escape(path)} is damaged \({reason}\): {action}', notes[0]
+  ), notes[0]
+
+
+@pytest.mark.parametrize(
+  'damage, reason',
+  [
+    ('whole_rows', r'it has [\d,]+ bytes, [\d,]+ were written'),  # passed unnoticed before
+    ('flipped', r'its bytes changed since it was built \(checksum mismatch\)'),
+    ('no_record', r'its record \S+\.json is missing'),
+  ],
+)
+def test_a_damaged_packed_store_is_packed_again(tmp_path, caplog, damage, reason):
+  config = _copied_corpus(tmp_path)
+  store = preparation.packed_train_store(config)
+  rows = store.rows(np.arange(len(store)))
+  if damage == 'whole_rows':
+    fs.truncate(store.path, 4 * config.max_len * (len(store) - 3))
+  elif damage == 'flipped':
+    fs.flip_bytes(store.path, 4 * config.max_len * 5, 8)
+  else:
+    os.remove(cache_integrity.sidecar_path(store.path))
+  preparation._PACKED.clear()  # pylint: disable=protected-access  # as a new process
+
+  with caplog.at_level(logging.WARNING):
+    again = preparation.packed_train_store(config)
+
+  _note(caplog, store.path, reason, r"packing dataset 'bible_web/1\.0\.0' split 'train' again")
+  assert again.path == store.path and cache_integrity.problem(store.path) is None
+  np.testing.assert_array_equal(again.rows(np.arange(len(again))), rows)
+
+
+def test_a_damaged_tokenizer_is_trained_again(tmp_path, caplog):
+  config = _copied_corpus(tmp_path)
+  tokenizer = data.prepare(config)
+  original = tokenizer.file_bytes()
+  fs.truncate(tokenizer.source, 1000)
+  preparation._PREPARED.clear()  # pylint: disable=protected-access  # as a new process
+
+  with caplog.at_level(logging.WARNING):
+    again = data.prepare(config)
+
+  _note(
+    caplog,
+    tokenizer.source,
+    r'it has 1,000 bytes, [\d,]+ were written',
+    'training the tokenizer again',
+  )
+  assert again.file_bytes() == original  # training is deterministic: the same tokenizer
+
+
+def test_a_copied_cache_is_verified_once_then_trusted(tmp_path, caplog):
+  config = _copied_corpus(tmp_path)
+  store = preparation.packed_train_store(config)
+  os.utime(store.path)  # what a copy without preserved times does: the checksum is re-read
+  assert cache_integrity.problem(store.path) is None
+  record = fs.read_json(cache_integrity.sidecar_path(store.path))
+  assert record['file_mtime_ns'] == os.stat(store.path).st_mtime_ns  # ... once
+  assert not [r for r in caplog.records if 'note: cache' in r.getMessage()]
+
+
+def test_a_damaged_translation_cache_is_encoded_again(tmp_path, caplog):
+  config = translation_data.TranslationDataConfig(
+    data_dir=str(tmp_path),
+    vocab_size=300,
+    max_pairs=80,
+    bucket_lengths=(16, 32, 48),
+    tokens_per_batch=192,
+  )
+  first = translation_data.prepare(config)
+  cache = os.path.join(str(tmp_path), translation_data.DATASET)
+  [encoded] = [os.path.join(cache, n) for n in os.listdir(cache) if n.endswith('.npz')]
+  fs.truncate(encoded, os.path.getsize(encoded) // 2)
+  translation_data._PREPARED.clear()  # pylint: disable=protected-access  # as a new process
+
+  with caplog.at_level(logging.WARNING):
+    again = translation_data.prepare(config)
+
+  _note(
+    caplog, encoded, r'it has [\d,]+ bytes, [\d,]+ were written', 'encoding the verse pairs again'
+  )
+  for name in ('train', 'validation', 'test'):
+    np.testing.assert_array_equal(
+      np.concatenate(again.splits[name].sources), np.concatenate(first.splits[name].sources)
+    )

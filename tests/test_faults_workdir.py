@@ -1,0 +1,145 @@
+"""Fault injection, the workdir: a second run on a workdir that a live run holds is refused in
+one line and touches nothing; a lock left by a dead run does not block (same host: the flock
+died with it; another host: its heartbeat lease expired); a run whose lock was taken over stops
+instead of writing beside the new owner. (A restart after kill -9 on the same host is also
+part of the kill test in test_faults_checkpoints.py.)"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import fault_support as fs
+import pytest
+
+from realformer_jax.train import workdir_lock
+from realformer_jax.train.workdir_lock import WorkdirInUseError, WorkdirLock
+
+
+def test_a_second_run_on_a_held_workdir_is_refused_in_one_line(tmp_path):
+  workdir = str(tmp_path / 'w')
+  first = fs.start(workdir, faults='slow_eval:3:600')  # holds the workdir, paused at step 3
+  try:
+    fs.wait_for_line(first.stderr, r'^FAULT: evaluating step 3$', [])
+    _wait_for(
+      lambda: os.path.isfile(os.path.join(workdir, 'checkpoints', '2', 'commit_success.txt'))
+    )
+    before = _snapshot(workdir)  # the first run writes nothing more until it is resumed
+
+    returncode, out, err = fs.run(workdir)
+
+    assert returncode == 1, out + err
+    started = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d'
+    fs.the_line(
+      err,
+      rf'error: workdir {re.escape(workdir)} is in use by another run \(pid '
+      rf'{first.pid} on host {re.escape(socket.gethostname())}, started '
+      rf'{started}\), which holds its lock: stop that run or use another '
+      rf'--workdir \(the lock is {re.escape(workdir)}/run\.lock; a dead run\'s '
+      r'lock on another host expires 300 s after its last heartbeat\)',
+    )
+    assert _snapshot(workdir) == before  # the refused run wrote nothing
+    assert first.poll() is None  # and the first run goes on
+  finally:
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=120)
+
+
+def _wait_for(condition, timeout_s=120.0):
+  deadline = time.monotonic() + timeout_s
+  while not condition():
+    assert time.monotonic() < deadline, 'timed out'
+    time.sleep(0.05)
+
+
+def _snapshot(workdir):
+  """Every file under `workdir` but the lock (whose heartbeat the live run rewrites)."""
+  return {
+    os.path.join(root, name): os.stat(os.path.join(root, name)).st_mtime_ns
+    for root, _, names in os.walk(workdir)
+    for name in names
+    if name != 'run.lock'
+  }
+
+
+def _write_lock(workdir, **owner):
+  os.makedirs(workdir, exist_ok=True)
+  now = time.time()
+  holder = dict(host=socket.gethostname(), pid=os.getpid(), started=now, heartbeat=now)
+  holder.update(owner)
+  with open(os.path.join(workdir, workdir_lock.LOCK_FILE), 'w') as f:
+    json.dump(holder, f)
+
+
+def test_a_live_run_on_another_host_holds_the_workdir_until_its_lease_expires(tmp_path):
+  _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() - 20)
+  with pytest.raises(
+    WorkdirInUseError,
+    match=(
+      r'^workdir \S+ is in use by another run \(pid 4242 on host other-host, started .+\), '
+      r'which renewed its lease 2\d s ago \(a lease lasts 300 s\): stop that run or use '
+      r'another --workdir'
+    ),
+  ):
+    WorkdirLock(str(tmp_path)).acquire()
+
+  _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() - 301)
+  lock = WorkdirLock(str(tmp_path)).acquire()  # that host's run died: its lease expired
+  try:
+    owner = json.load(open(tmp_path / workdir_lock.LOCK_FILE))
+    assert (owner['host'], owner['pid']) == (socket.gethostname(), os.getpid())
+  finally:
+    lock.release()
+
+
+def test_a_lock_left_by_a_dead_run_on_this_host_does_not_block(tmp_path):
+  # The pid of a process that has exited; the flock died with it (nobody holds it).
+  dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+  dead.wait()
+  _write_lock(tmp_path, pid=dead.pid)
+  WorkdirLock(str(tmp_path)).acquire().release()
+
+
+def test_the_lock_is_held_until_released_and_released_empty(tmp_path):
+  lock = WorkdirLock(str(tmp_path)).acquire()
+  with pytest.raises(WorkdirInUseError, match=r'which holds its lock'):
+    WorkdirLock(str(tmp_path)).acquire()  # another open file: the flock refuses it
+  lock.release()
+  assert os.path.getsize(tmp_path / workdir_lock.LOCK_FILE) == 0  # never deleted: emptied
+  WorkdirLock(str(tmp_path)).acquire().release()
+
+
+def test_the_heartbeat_renews_the_lease(tmp_path):
+  lock = WorkdirLock(str(tmp_path), heartbeat_s=0.05).acquire()
+  try:
+    first = json.load(open(tmp_path / workdir_lock.LOCK_FILE))['heartbeat']
+    time.sleep(0.3)
+    assert json.load(open(tmp_path / workdir_lock.LOCK_FILE))['heartbeat'] > first
+  finally:
+    lock.release()
+
+
+def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(tmp_path):
+  lock = WorkdirLock(str(tmp_path), heartbeat_s=3600).acquire()
+  try:
+    lock.check()  # still ours
+    # What a run on another host writes after our heartbeat stalled for a whole lease.
+    with open(tmp_path / workdir_lock.LOCK_FILE, 'r+') as f:
+      f.truncate(0)
+      json.dump(dict(host='other-host', pid=99, started=1.0, heartbeat=time.time()), f)
+    with pytest.raises(
+      WorkdirInUseError,
+      match=(
+        r'^\S+: another run took over the workdir lock \(pid 99 on host other-host, started '
+        r'.+\) while this one ran \(its heartbeat stalled for over 300 s\); stopped without '
+        r'saving so the two runs do not write the same checkpoints$'
+      ),
+    ):
+      lock.check()
+  finally:
+    lock.release()
+  assert json.load(open(tmp_path / workdir_lock.LOCK_FILE))['pid'] == 99  # not ours to clear

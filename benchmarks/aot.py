@@ -35,10 +35,14 @@ from realformer_jax.aot import roofline, targets
 from realformer_jax.train import accumulation, build, validation
 
 CANDIDATES = ('post', 'realformer', 'pre', 'hf')
-LABELS = {'post': 'ours post', 'realformer': 'ours realformer', 'pre': 'ours pre',
-          'hf': 'HF FlaxBertForMaskedLM'}
+LABELS = {
+  'post': 'ours post',
+  'realformer': 'ours realformer',
+  'pre': 'ours pre',
+  'hf': 'HF FlaxBertForMaskedLM',
+}
 RESULTS_DIR = os.path.join('docs', 'results', 'aot')
-GiB = 2 ** 30
+GiB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +56,12 @@ class AotProfile:
 
 
 AOT_PROFILES = {
-    'aot-h100': AotProfile('h100:1', (BASE_512, LARGE_512, BASE_128)),
-    # One v5p chip (96 GiB): every candidate fits, so every candidate compiles (XLA:TPU does not
-    # compile a program larger than the chip's HBM).
-    'aot-v5p': AotProfile('v5p:1x1x1', (BASE_512, LARGE_512, BASE_128)),
-    # The profiles' code path at toy shape (the smoke test): ours and Hugging Face's step.
-    'aot_tiny': AotProfile('h100:1', (TINY,), candidates=('realformer', 'hf')),
+  'aot-h100': AotProfile('h100:1', (BASE_512, LARGE_512, BASE_128)),
+  # One v5p chip (96 GiB): every candidate fits, so every candidate compiles (XLA:TPU does not
+  # compile a program larger than the chip's HBM).
+  'aot-v5p': AotProfile('v5p:1x1x1', (BASE_512, LARGE_512, BASE_128)),
+  # The profiles' code path at toy shape (the smoke test): ours and Hugging Face's step.
+  'aot_tiny': AotProfile('h100:1', (TINY,), candidates=('realformer', 'hf')),
 }
 
 
@@ -65,25 +69,39 @@ def _abstract(tree, sharding):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
-def compile_candidate(shape: steps.Shape, which: str, profile: AotProfile,
-                      devices: list) -> jax.stages.Compiled:
+def compile_candidate(
+  shape: steps.Shape, which: str, profile: AotProfile, devices: list
+) -> jax.stages.Compiled:
   """The benchmark's train step for `which` ('post' | 'realformer' | 'pre' | 'hf'), compiled
   for `devices` (one compile-only device of the target)."""
   if which == 'hf':
-    step = steps.make_hf_step(steps.hf_bert_config(shape, dropout=profile.dropout),
-                              steps.train_config(shape, dropout=profile.dropout),
-                              steps.make_batch(shape), abstract=True, dtype=profile.dtype)
+    step = steps.make_hf_step(
+      steps.hf_bert_config(shape, dropout=profile.dropout),
+      steps.train_config(shape, dropout=profile.dropout),
+      steps.make_batch(shape),
+      abstract=True,
+      dtype=profile.dtype,
+    )
     sharding = NamedSharding(Mesh(devices, ('device',)), PartitionSpec())
-    return step.fn.lower(_abstract(step.state, sharding), _abstract(step.batch, sharding),
-                         _abstract(step.rng, sharding)).compile()
-  config = steps.train_config(shape, ln_placement=which, dropout=profile.dropout,
-                              dtype=profile.dtype, scan_unroll=profile.scan_unroll)
+    return step.fn.lower(
+      _abstract(step.state, sharding),
+      _abstract(step.batch, sharding),
+      _abstract(step.rng, sharding),
+    ).compile()
+  config = steps.train_config(
+    shape,
+    ln_placement=which,
+    dropout=profile.dropout,
+    dtype=profile.dtype,
+    scan_unroll=profile.scan_unroll,
+  )
   spec = validation.validate_config(config, device_count=len(devices), process_count=1)
   return build.compile_train_step(build.make_setup(spec, devices))
 
 
-def measure_candidate(shape: steps.Shape, which: str, profile: AotProfile,
-                      target: targets.Target, devices: list) -> dict:
+def measure_candidate(
+  shape: steps.Shape, which: str, profile: AotProfile, target: targets.Target, devices: list
+) -> dict:
   """One candidate's estimate (JSON-serialisable)."""
   start = time.perf_counter()
   try:
@@ -92,44 +110,68 @@ def measure_candidate(shape: steps.Shape, which: str, profile: AotProfile,
     required = accumulation.out_of_memory_bytes(e)
     if required is None:
       raise
-    return {'fits': False, 'required_bytes': required,
-            'compile_s': time.perf_counter() - start}
+    return {'fits': False, 'required_bytes': required, 'compile_s': time.perf_counter() - start}
   compile_s = time.perf_counter() - start
   est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
   peak = target.chip.matmul_flops['bf16']
   model_flops = flops_lib.model_flops(shape)
   return {
-      'fits': True, 'compile_s': compile_s,
-      'memory_bytes': accumulation.step_memory_bytes(compiled),
-      'step_seconds': est.seconds, 'compute_seconds': est.compute_seconds,
-      'mfu': model_flops / est.seconds / peak, 'model_flops': model_flops,
-      'matmul_flops': est.matmul_flops, 'hbm_bytes': est.hbm_bytes,
-      'non_gemm_bytes': est.non_gemm_bytes, 'launches': est.launches,
-      'by_category': est.by_category(), 'warnings': list(est.warnings),
-      'xla_optimal_seconds': est.xla_optimal_seconds,
-      'top': [{'kernel': g.name, 'category': g.first.category, 'bound': g.first.bound,
-               'count': g.count, 'total_ms': g.total_seconds * 1e3, 'bytes': g.first.bytes,
-               'shape': g.first.shape, 'op_name': g.first.op_name[-80:]}
-              for g in est.top_ops(10)],
+    'fits': True,
+    'compile_s': compile_s,
+    'memory_bytes': accumulation.step_memory_bytes(compiled),
+    'step_seconds': est.seconds,
+    'compute_seconds': est.compute_seconds,
+    'mfu': model_flops / est.seconds / peak,
+    'model_flops': model_flops,
+    'matmul_flops': est.matmul_flops,
+    'hbm_bytes': est.hbm_bytes,
+    'non_gemm_bytes': est.non_gemm_bytes,
+    'launches': est.launches,
+    'by_category': est.by_category(),
+    'warnings': list(est.warnings),
+    'xla_optimal_seconds': est.xla_optimal_seconds,
+    'top': [
+      {
+        'kernel': g.name,
+        'category': g.first.category,
+        'bound': g.first.bound,
+        'count': g.count,
+        'total_ms': g.total_seconds * 1e3,
+        'bytes': g.first.bytes,
+        'shape': g.first.shape,
+        'op_name': g.first.op_name[-80:],
+      }
+      for g in est.top_ops(10)
+    ],
   }
 
 
-def run(profile_name: str, out_dir: Optional[str] = None,
-        out: Callable[[str], None] = print) -> dict:
+def run(
+  profile_name: str, out_dir: Optional[str] = None, out: Callable[[str], None] = print
+) -> dict:
   profile = AOT_PROFILES[profile_name]
   out_dir = out_dir or os.path.join(RESULTS_DIR, profile_name)
   target = targets.parse(profile.target)
   devices = target.devices()[:1]
-  grid = runs_lib.Grid(out_dir, [
-      runs_lib.Run(f'{shape.name}-{which}', {'shape': shape.name, 'candidate': which},
-                   cost=shape.layers * (2 if which == 'hf' else 1))
-      for shape in profile.shapes for which in profile.candidates])
+  grid = runs_lib.Grid(
+    out_dir,
+    [
+      runs_lib.Run(
+        f'{shape.name}-{which}',
+        {'shape': shape.name, 'candidate': which},
+        cost=shape.layers * (2 if which == 'hf' else 1),
+      )
+      for shape in profile.shapes
+      for which in profile.candidates
+    ],
+  )
   shapes = {s.name: s for s in profile.shapes}
 
   def one(run: runs_lib.Run, report) -> dict:
     report(0.0, 'compiling for ' + target.describe())
-    return measure_candidate(shapes[run.params['shape']], run.params['candidate'], profile,
-                             target, devices)
+    return measure_candidate(
+      shapes[run.params['shape']], run.params['candidate'], profile, target, devices
+    )
 
   results = grid.run(one)
   summary = {'meta': _meta(profile_name, profile, target), 'runs': results}
@@ -150,33 +192,39 @@ def _meta(profile_name: str, profile: AotProfile, target: targets.Target) -> dic
     except importlib.metadata.PackageNotFoundError:
       pass
   chip = target.chip
-  return {'profile': profile_name, 'target': target.describe(),
-          'date': datetime.datetime.now().isoformat(timespec='seconds'), 'versions': versions,
-          'dtype': profile.dtype, 'dropout': profile.dropout,
-          'datasheet_bf16_flops': chip.matmul_flops['bf16'],
-          'roofline_bf16_flops': chip.roofline_matmul_flops['bf16'],
-          'roofline_hbm_bytes_per_s': chip.roofline_hbm_bytes_per_s,
-          'launch_overhead_s': chip.launch_overhead_s}
+  return {
+    'profile': profile_name,
+    'target': target.describe(),
+    'date': datetime.datetime.now().isoformat(timespec='seconds'),
+    'versions': versions,
+    'dtype': profile.dtype,
+    'dropout': profile.dropout,
+    'datasheet_bf16_flops': chip.matmul_flops['bf16'],
+    'roofline_bf16_flops': chip.roofline_matmul_flops['bf16'],
+    'roofline_hbm_bytes_per_s': chip.roofline_hbm_bytes_per_s,
+    'launch_overhead_s': chip.launch_overhead_s,
+  }
 
 
 def render(summary: dict, profile: AotProfile) -> str:
   """results.md: the summary table, time by category, and each candidate's top-10 kernels."""
   meta, results = summary['meta'], summary['runs']
   lines = [
-      f"# Estimated from XLA's compile for {meta['target']} on a CPU host",
-      '',
-      f"ESTIMATES (realformer_jax/aot/roofline.py), not measurements. {meta['date']}; "
-      + ', '.join(f'{k} {v}' for k, v in meta['versions'].items()) + '. '
-      f"{profile.dtype} compute, float32 parameters, dropout {profile.dropout}; ours with the "
-      f'rolled layer scan; one device. MFU = model FLOPs (benchmarks/flops.py) / estimated step / '
-      f"datasheet bf16 peak {meta['datasheet_bf16_flops'] / 1e12:.1f} TFLOP/s. Roofline rates: "
-      f"{meta['roofline_bf16_flops'] / 1e12:.0f} TFLOP/s bf16, "
-      f"{meta['roofline_hbm_bytes_per_s'] / 1e12:.2f} TB/s HBM, "
-      f"{meta['launch_overhead_s'] * 1e6:.0f} us per kernel launch.",
-      '',
-      '| shape | model | est. step (ms) | est. MFU | non-GEMM HBM (GB) | kernel launches | '
-      'XLA step memory (GiB) | largest categories (ms) |',
-      '|---|---|---:|---:|---:|---:|---:|---|',
+    f"# Estimated from XLA's compile for {meta['target']} on a CPU host",
+    '',
+    f'ESTIMATES (realformer_jax/aot/roofline.py), not measurements. {meta["date"]}; '
+    + ', '.join(f'{k} {v}' for k, v in meta['versions'].items())
+    + '. '
+    f'{profile.dtype} compute, float32 parameters, dropout {profile.dropout}; ours with the '
+    f'rolled layer scan; one device. MFU = model FLOPs (benchmarks/flops.py) / estimated step / '
+    f'datasheet bf16 peak {meta["datasheet_bf16_flops"] / 1e12:.1f} TFLOP/s. Roofline rates: '
+    f'{meta["roofline_bf16_flops"] / 1e12:.0f} TFLOP/s bf16, '
+    f'{meta["roofline_hbm_bytes_per_s"] / 1e12:.2f} TB/s HBM, '
+    f'{meta["launch_overhead_s"] * 1e6:.0f} us per kernel launch.',
+    '',
+    '| shape | model | est. step (ms) | est. MFU | non-GEMM HBM (GB) | kernel launches | '
+    'XLA step memory (GiB) | largest categories (ms) |',
+    '|---|---|---:|---:|---:|---:|---:|---|',
   ]
   for shape in profile.shapes:
     for which in profile.candidates:
@@ -185,21 +233,30 @@ def render(summary: dict, profile: AotProfile) -> str:
         continue
       name = f'{shape.name} ({shape.batch} x {shape.seq_len})'
       if not r['fits']:
-        lines.append(f"| {name} | {LABELS[which]} | does not fit: XLA needs "
-                     f"{r['required_bytes'] / GiB:.1f} GiB | | | | | |")
+        lines.append(
+          f'| {name} | {LABELS[which]} | does not fit: XLA needs '
+          f'{r["required_bytes"] / GiB:.1f} GiB | | | | | |'
+        )
         continue
       dearest = sorted(r['by_category'].items(), key=lambda kv: -kv[1])[:3]
       top = ', '.join(f'{c} {s * 1e3:.1f}' for c, s in dearest)
-      lines.append(f"| {name} | {LABELS[which]} | {r['step_seconds'] * 1e3:.1f} | "
-                   f"{r['mfu']:.3f} | {r['non_gemm_bytes'] / 1e9:.1f} | {r['launches']:,} | "
-                   f"{r['memory_bytes'] / GiB:.2f} | {top} |")
-  optimal = [(k, r['xla_optimal_seconds']) for k, r in results.items()
-             if r.get('xla_optimal_seconds') is not None]
+      lines.append(
+        f'| {name} | {LABELS[which]} | {r["step_seconds"] * 1e3:.1f} | '
+        f'{r["mfu"]:.3f} | {r["non_gemm_bytes"] / 1e9:.1f} | {r["launches"]:,} | '
+        f'{r["memory_bytes"] / GiB:.2f} | {top} |'
+      )
+  optimal = [
+    (k, r['xla_optimal_seconds'])
+    for k, r in results.items()
+    if r.get('xla_optimal_seconds') is not None
+  ]
   if optimal:
-    lines += ['', "XLA's own cost analysis (optimal_seconds, counts each loop body once): "
-              + ', '.join(f'{k} {s * 1e3:.2f} ms' for k, s in optimal)]
-  warnings = [f'{name}: {w}' for name, r in sorted(results.items())
-              for w in r.get('warnings', [])]
+    lines += [
+      '',
+      "XLA's own cost analysis (optimal_seconds, counts each loop body once): "
+      + ', '.join(f'{k} {s * 1e3:.2f} ms' for k, s in optimal),
+    ]
+  warnings = [f'{name}: {w}' for name, r in sorted(results.items()) for w in r.get('warnings', [])]
   if warnings:
     lines += ['', 'Warnings (kernels the roofline cannot judge):', '']
     lines += [f'- {w}' for w in warnings]
@@ -208,13 +265,20 @@ def render(summary: dict, profile: AotProfile) -> str:
       r = results.get(f'{shape.name}-{which}')
       if not r or not r['fits']:
         continue
-      lines += ['', f'## {shape.name}, {LABELS[which]}: the ten dearest kernels', '',
-                'Kernels doing the same jax op on the same shape are summed (HF runs one per '
-                'layer, ours one in a loop of as many trips); runs = executions per step.', '',
-                '| kernel | category | bound | runs | est. ms/step | result | jax op |',
-                '|---|---|---|---:|---:|---|---|']
+      lines += [
+        '',
+        f'## {shape.name}, {LABELS[which]}: the ten dearest kernels',
+        '',
+        'Kernels doing the same jax op on the same shape are summed (HF runs one per '
+        'layer, ours one in a loop of as many trips); runs = executions per step.',
+        '',
+        '| kernel | category | bound | runs | est. ms/step | result | jax op |',
+        '|---|---|---|---:|---:|---|---|',
+      ]
       for k in r['top']:
         op = k['op_name'].split('/')[-1] if k['op_name'] else ''
-        lines.append(f"| {k['kernel']} | {k['category']} | {k['bound']} | {k['count']} | "
-                     f"{k['total_ms']:.2f} | `{k['shape']}` | {op} |")
+        lines.append(
+          f'| {k["kernel"]} | {k["category"]} | {k["bound"]} | {k["count"]} | '
+          f'{k["total_ms"]:.2f} | `{k["shape"]}` | {op} |'
+        )
   return '\n'.join(lines) + '\n'

@@ -37,23 +37,37 @@ SCORE_DIMS = (512, 512)
 # Issue 11's H100 profile of that code (ms per step, BERT-Base 32 x 512, bf16): kernel time of
 # a profiler trace, by what the kernels did, and the benchmark's median step times.
 MEASURED = {
-    'post': {'scatter': 50.2, 'copies': 20.0, 'score_non_gemm': 38.7, 'gemm': 23.0,
-             'optimizer': 1.9, 'kernel_total': 128.0, 'step_median': 113.0},
-    'hf': {'scatter': 39.7, 'copies': 0.0, 'score_non_gemm': 13.1, 'gemm': 23.5,
-           'optimizer': 2.0, 'kernel_total': 90.0, 'step_median': 99.0},
+  'post': {
+    'scatter': 50.2,
+    'copies': 20.0,
+    'score_non_gemm': 38.7,
+    'gemm': 23.0,
+    'optimizer': 1.9,
+    'kernel_total': 128.0,
+    'step_median': 113.0,
+  },
+  'hf': {
+    'scatter': 39.7,
+    'copies': 0.0,
+    'score_non_gemm': 13.1,
+    'gemm': 23.5,
+    'optimizer': 2.0,
+    'kernel_total': 90.0,
+    'step_median': 99.0,
+  },
 }
 ROWS = (
-    ('gemm', 'all GEMMs (cuBLAS + Triton)'),
-    ('score_non_gemm', 'every non-GEMM kernel on a [32,12,512,512] score tensor'),
-    ('copies', "copies / zero-fills / dynamic-(update-)slices (the rolled scan's stacking)"),
-    ('optimizer', 'optimizer'),
-    ('scatter', 'token-type embedding gradient: atomic scatter of 16,384 rows into 2'),
-    ('without_scatter', 'whole step without that scatter'),
+  ('gemm', 'all GEMMs (cuBLAS + Triton)'),
+  ('score_non_gemm', 'every non-GEMM kernel on a [32,12,512,512] score tensor'),
+  ('copies', "copies / zero-fills / dynamic-(update-)slices (the rolled scan's stacking)"),
+  ('optimizer', 'optimizer'),
+  ('scatter', 'token-type embedding gradient: atomic scatter of 16,384 rows into 2'),
+  ('without_scatter', 'whole step without that scatter'),
 )
 
 # Runs inside the extracted old tree: its own benchmarks.steps and realformer_jax.train, on the
 # devices of the H100 topology (argv: candidate, output path, GpuTargetConfigProto text).
-_COMPILE_OLD_CODE = textwrap.dedent('''
+_COMPILE_OLD_CODE = textwrap.dedent("""
     import sys
     import jax
     import jax.numpy as jnp
@@ -107,12 +121,13 @@ _COMPILE_OLD_CODE = textwrap.dedent('''
                            jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=setup.replicated))
     with open(out_path, 'w') as f:
       f.write(lowered.compile().as_text())
-''')
+""")
 
 
 def extract(commit: str, directory: str) -> None:
-  archive = subprocess.run(['git', '-C', str(REPO), 'archive', '--format=tar', commit],
-                           check=True, capture_output=True).stdout
+  archive = subprocess.run(
+    ['git', '-C', str(REPO), 'archive', '--format=tar', commit], check=True, capture_output=True
+  ).stdout
   with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
     tar.extractall(directory, filter='data')
 
@@ -120,12 +135,17 @@ def extract(commit: str, directory: str) -> None:
 def compile_old(which: str, tree: str, out_path: str) -> None:
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONDONTWRITEBYTECODE='1')
   chip = targets.parse(TARGET).chip
-  done = subprocess.run([sys.executable, '-c', _COMPILE_OLD_CODE, which, out_path,
-                         chip.gpu_target_config], cwd=tree, env=env, capture_output=True,
-                        text=True)
+  done = subprocess.run(
+    [sys.executable, '-c', _COMPILE_OLD_CODE, which, out_path, chip.gpu_target_config],
+    cwd=tree,
+    env=env,
+    capture_output=True,
+    text=True,
+  )
   if done.returncode:
-    raise RuntimeError(f'compiling {which} at {CALIBRATION_COMMIT[:7]} failed:\n'
-                       + done.stderr[-3000:])
+    raise RuntimeError(
+      f'compiling {which} at {CALIBRATION_COMMIT[:7]} failed:\n' + done.stderr[-3000:]
+    )
 
 
 def estimated_rows(hlo: str) -> dict:
@@ -134,46 +154,60 @@ def estimated_rows(hlo: str) -> dict:
   ms = lambda kernels: sum(k.total_seconds for k in kernels) * 1e3
   kernels = est.kernels
   return {
-      'gemm': ms(k for k in kernels if k.category == categories.GEMM),
-      'score_non_gemm': ms(k for k in kernels if k.score_sized and k.category != categories.GEMM),
-      'copies': ms(k for k in kernels if k.category == categories.COPIES),
-      'optimizer': ms(k for k in kernels if k.category == categories.OPTIMIZER),
-      'scatter': ms(k for k in kernels if k.category == categories.SCATTER),
-      'without_scatter': ms(k for k in kernels if k.category != categories.SCATTER),
-      'warnings': list(est.warnings), 'launches': est.launches,
+    'gemm': ms(k for k in kernels if k.category == categories.GEMM),
+    'score_non_gemm': ms(k for k in kernels if k.score_sized and k.category != categories.GEMM),
+    'copies': ms(k for k in kernels if k.category == categories.COPIES),
+    'optimizer': ms(k for k in kernels if k.category == categories.OPTIMIZER),
+    'scatter': ms(k for k in kernels if k.category == categories.SCATTER),
+    'without_scatter': ms(k for k in kernels if k.category != categories.SCATTER),
+    'warnings': list(est.warnings),
+    'launches': est.launches,
   }
 
 
 def render(results: dict) -> str:
   lines = [
-      '# Calibration: the roofline estimate vs issue 11\'s H100 profile',
-      '',
-      f'Code of commit `{CALIBRATION_COMMIT[:7]}` (what issue 11 profiled), BERT-Base 32 x 512, '
-      'bf16, dropout 0.1, rolled layer scan, one H100. "estimated": compiled for an H100 on a '
-      'CPU host and read by realformer_jax/aot/roofline.py (ms per step). "measured": issue '
-      "11's profiler trace on an H100 in an earlier session, quoted, not re-measured. The "
-      "trace's categories overlap (a copy of a score tensor is in both of its rows), and so do "
-      'these.',
-      '',
-      '| ms per step | ours post: estimated | ours post: measured | HF: estimated | '
-      'HF: measured |',
-      '|---|---:|---:|---:|---:|',
+    "# Calibration: the roofline estimate vs issue 11's H100 profile",
+    '',
+    f'Code of commit `{CALIBRATION_COMMIT[:7]}` (what issue 11 profiled), BERT-Base 32 x 512, '
+    'bf16, dropout 0.1, rolled layer scan, one H100. "estimated": compiled for an H100 on a '
+    'CPU host and read by realformer_jax/aot/roofline.py (ms per step). "measured": issue '
+    "11's profiler trace on an H100 in an earlier session, quoted, not re-measured. The "
+    "trace's categories overlap (a copy of a score tensor is in both of its rows), and so do "
+    'these.',
+    '',
+    '| ms per step | ours post: estimated | ours post: measured | HF: estimated | HF: measured |',
+    '|---|---:|---:|---:|---:|',
   ]
   for key, label in ROWS:
     cells = []
     for which in ('post', 'hf'):
       measured = MEASURED[which]
-      value = (measured['kernel_total'] - measured['scatter'] if key == 'without_scatter'
-               else measured[key])
-      note = ' (trace total ~{:.0f} - {:.1f})'.format(
-          measured['kernel_total'], measured['scatter']) if key == 'without_scatter' else ''
+      value = (
+        measured['kernel_total'] - measured['scatter']
+        if key == 'without_scatter'
+        else measured[key]
+      )
+      note = (
+        ' (trace total ~{:.0f} - {:.1f})'.format(measured['kernel_total'], measured['scatter'])
+        if key == 'without_scatter'
+        else ''
+      )
       estimated = results[which][key]
-      cells += [f'{estimated:.1f}' + (' + warning' if key == 'scatter' else ''),
-                f'{"~" if key in ("copies", "without_scatter") else ""}{value:.1f}{note}']
+      cells += [
+        f'{estimated:.1f}' + (' + warning' if key == 'scatter' else ''),
+        f'{"~" if key in ("copies", "without_scatter") else ""}{value:.1f}{note}',
+      ]
     lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
-  lines += ['', 'Estimated kernel launches: ' + ', '.join(
-      f'{which} {results[which]["launches"]:,}' for which in ('post', 'hf')) + '.', '',
-            'Warnings the estimator raised:', '']
+  lines += [
+    '',
+    'Estimated kernel launches: '
+    + ', '.join(f'{which} {results[which]["launches"]:,}' for which in ('post', 'hf'))
+    + '.',
+    '',
+    'Warnings the estimator raised:',
+    '',
+  ]
   lines += [f'- {which}: {w}' for which in ('post', 'hf') for w in results[which]['warnings']]
   return '\n'.join(lines) + '\n'
 
@@ -188,9 +222,15 @@ def main() -> dict:
       path = os.path.join(scratch, f'{which}.hlo')
       compile_old(which, tree, path)
       results[which] = estimated_rows(pathlib.Path(path).read_text())
-  runs_lib.write_json(str(OUT_DIR / 'results.json'),
-                      {'commit': CALIBRATION_COMMIT, 'target': TARGET, 'estimated': results,
-                       'measured_issue_11': MEASURED})
+  runs_lib.write_json(
+    str(OUT_DIR / 'results.json'),
+    {
+      'commit': CALIBRATION_COMMIT,
+      'target': TARGET,
+      'estimated': results,
+      'measured_issue_11': MEASURED,
+    },
+  )
   text = render(results)
   (OUT_DIR / 'results.md').write_text(text)
   print(text)

@@ -41,7 +41,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -53,15 +53,32 @@ from realformer_jax.train import build, validation
 
 RESULTS_DIR = os.path.join('docs', 'results', 'attention_kernels')
 GiB = 2**30
-LARGE = steps.Shape('bert_large_32x512', hidden=1024, layers=24, heads=16, vocab=30522,
-                    seq_len=512, batch=32, predictions=80)
-TINY = steps.Shape('tiny_8x128', hidden=64, layers=2, heads=4, vocab=1000, seq_len=128,
-                   batch=8, predictions=20)
+LARGE = steps.Shape(
+  'bert_large_32x512',
+  hidden=1024,
+  layers=24,
+  heads=16,
+  vocab=30522,
+  seq_len=512,
+  batch=32,
+  predictions=80,
+)
+TINY = steps.Shape(
+  'tiny_8x128', hidden=64, layers=2, heads=4, vocab=1000, seq_len=128, batch=8, predictions=20
+)
 
 
 def long_shape(length: int) -> steps.Shape:
-  return steps.Shape(f'bert_base_1x{length}', hidden=768, layers=12, heads=12, vocab=30522,
-                     seq_len=length, batch=1, predictions=max(1, round(0.15 * length)))
+  return steps.Shape(
+    f'bert_base_1x{length}',
+    hidden=768,
+    layers=12,
+    heads=12,
+    vocab=30522,
+    seq_len=length,
+    batch=1,
+    predictions=max(1, round(0.15 * length)),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,14 +99,27 @@ class Row:
 
 def _rows(target: str, shape: steps.Shape, unrolled: bool) -> list[Row]:
   tag = f'{target.split(":")[0]}_{shape.name}'
-  rows = [Row(f'{tag}_{layout}_{impl}', target, shape, layout,
-              (('attention_impl', impl),))
-          for layout, impl in (('post', 'pallas'), ('pre', 'pallas'), ('realformer', 'pallas'),
-                               ('post', 'xla'), ('realformer', 'xla'))]
+  rows = [
+    Row(f'{tag}_{layout}_{impl}', target, shape, layout, (('attention_impl', impl),))
+    for layout, impl in (
+      ('post', 'pallas'),
+      ('pre', 'pallas'),
+      ('realformer', 'pallas'),
+      ('post', 'xla'),
+      ('realformer', 'xla'),
+    )
+  ]
   rows.append(Row(f'{tag}_hf', target, shape, 'hf'))
   if unrolled:
-    rows.append(Row(f'{tag}_post_pallas_unrolled', target, shape, 'post',
-                    (('attention_impl', 'pallas'), ('scan_unroll', shape.layers))))
+    rows.append(
+      Row(
+        f'{tag}_post_pallas_unrolled',
+        target,
+        shape,
+        'post',
+        (('attention_impl', 'pallas'), ('scan_unroll', shape.layers)),
+      )
+    )
   return rows
 
 
@@ -100,46 +130,73 @@ def _long_rows(target: str, lengths: Sequence[int]) -> list[Row]:
     tag = f'{target.split(":")[0]}_{shape.name}'
     remat = (('attention_impl', 'pallas'), ('remat_policy', 'full'))
     rows.append(Row(f'{tag}_post', target, shape, 'post', remat))
-    rows.append(Row(f'{tag}_realformer', target, shape, 'realformer',
-                    remat + (('residual_scores_backward', 'recomputed'),)))
+    rows.append(
+      Row(
+        f'{tag}_realformer',
+        target,
+        shape,
+        'realformer',
+        remat + (('residual_scores_backward', 'recomputed'),),
+      )
+    )
   return rows
 
 
 def plan(quick: bool) -> list[Row]:
   if quick:
-    return [Row(f'{target.split(":")[0]}_tiny_{layout}', target, TINY, layout,
-                (('attention_impl', 'pallas'),))
-            for target in ('h100:1', 'v5e:2x2') for layout in ('post', 'realformer')]
-  return (_rows('h100:1', LARGE, unrolled=True) + _long_rows('h100:1', (2048, 4096, 8192, 16384))
-          + _rows('v5e:2x2', LARGE, unrolled=False)
-          # batch 1 cannot be split over a slice: one chip (16 GB) for the long row.
-          + _long_rows('v5e:1x1', (16384,)))
+    return [
+      Row(
+        f'{target.split(":")[0]}_tiny_{layout}',
+        target,
+        TINY,
+        layout,
+        (('attention_impl', 'pallas'),),
+      )
+      for target in ('h100:1', 'v5e:2x2')
+      for layout in ('post', 'realformer')
+    ]
+  return (
+    _rows('h100:1', LARGE, unrolled=True)
+    + _long_rows('h100:1', (2048, 4096, 8192, 16384))
+    + _rows('v5e:2x2', LARGE, unrolled=False)
+    # batch 1 cannot be split over a slice: one chip (16 GB) for the long row.
+    + _long_rows('v5e:1x1', (16384,))
+  )
 
 
 def compile_row(row: Row, devices: list) -> jax.stages.Compiled:
   """The row's train step compiled for `devices` (the target's compile-only devices)."""
   if row.layout == 'hf':
-    step = steps.make_hf_step(steps.hf_bert_config(row.shape, dropout=0.1),
-                              steps.train_config(row.shape, dropout=0.1),
-                              steps.make_batch(row.shape), abstract=True, dtype='bfloat16')
+    step = steps.make_hf_step(
+      steps.hf_bert_config(row.shape, dropout=0.1),
+      steps.train_config(row.shape, dropout=0.1),
+      steps.make_batch(row.shape),
+      abstract=True,
+      dtype='bfloat16',
+    )
     mesh = Mesh(devices, ('data',))
     batch_sharding = NamedSharding(mesh, PartitionSpec('data'))
     replicated = NamedSharding(mesh, PartitionSpec())
     abstract = lambda tree, sharding: jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
-    return step.fn.lower(abstract(step.state, replicated),
-                         abstract(step.batch, batch_sharding),
-                         abstract(step.rng, replicated)).compile()
-  config = steps.train_config(row.shape, ln_placement=row.layout, dropout=0.1,
-                              dtype='bfloat16', **dict(row.overrides))
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree
+    )
+    return step.fn.lower(
+      abstract(step.state, replicated),
+      abstract(step.batch, batch_sharding),
+      abstract(step.rng, replicated),
+    ).compile()
+  config = steps.train_config(
+    row.shape, ln_placement=row.layout, dropout=0.1, dtype='bfloat16', **dict(row.overrides)
+  )
   spec = validation.validate_config(config, device_count=len(devices), process_count=1)
   return build.compile_train_step(build.make_setup(spec, devices))
 
 
 def _memory_bytes(compiled) -> int:
   m = compiled.memory_analysis()
-  return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-             + m.temp_size_in_bytes)
+  return int(
+    m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+  )
 
 
 def measure(row: Row) -> dict:
@@ -152,26 +209,44 @@ def measure(row: Row) -> dict:
   except jax.errors.JaxRuntimeError as e:
     if 'RESOURCE_EXHAUSTED' not in str(e):
       raise
-    return {'fits': False, 'error': str(e).splitlines()[0][:300],
-            'compile_s': time.perf_counter() - start}
+    return {
+      'fits': False,
+      'error': str(e).splitlines()[0][:300],
+      'compile_s': time.perf_counter() - start,
+    }
   compile_s = time.perf_counter() - start
   shape = row.shape
   est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
   peak = target.chip.roofline_matmul_flops['bf16']
   model_flops = flops_lib.model_flops(shape)
   memory = _memory_bytes(compiled)
-  attention = [dict(kernel=k.name, op=k.op_name.rsplit('/', 2)[-2], count=k.count,
-                    bytes=k.bytes, matmul_flops=k.matmul_flops, ms=k.total_seconds * 1e3,
-                    bound=k.bound)
-               for k in est.kernels if k.opcode == 'custom-call' and 'attention' in k.op_name]
+  attention = [
+    dict(
+      kernel=k.name,
+      op=k.op_name.rsplit('/', 2)[-2],
+      count=k.count,
+      bytes=k.bytes,
+      matmul_flops=k.matmul_flops,
+      ms=k.total_seconds * 1e3,
+      bound=k.bound,
+    )
+    for k in est.kernels
+    if k.opcode == 'custom-call' and 'attention' in k.op_name
+  ]
   return {
-      'fits': memory <= target.chip.usable_memory_bytes, 'compile_s': compile_s,
-      'step_s': est.seconds, 'mfu': model_flops / est.seconds / peak / target.num_devices,
-      'model_flops': model_flops, 'hbm_bytes': est.hbm_bytes, 'memory_bytes': memory,
-      'usable_bytes': target.chip.usable_memory_bytes, 'launches': est.launches,
-      'by_category_ms': {k: v * 1e3 for k, v in est.by_category().items()},
-      'xla_optimal_s': est.xla_optimal_seconds, 'warnings': list(est.warnings),
-      'attention_kernels': attention,
+    'fits': memory <= target.chip.usable_memory_bytes,
+    'compile_s': compile_s,
+    'step_s': est.seconds,
+    'mfu': model_flops / est.seconds / peak / target.num_devices,
+    'model_flops': model_flops,
+    'hbm_bytes': est.hbm_bytes,
+    'memory_bytes': memory,
+    'usable_bytes': target.chip.usable_memory_bytes,
+    'launches': est.launches,
+    'by_category_ms': {k: v * 1e3 for k, v in est.by_category().items()},
+    'xla_optimal_s': est.xla_optimal_seconds,
+    'warnings': list(est.warnings),
+    'attention_kernels': attention,
   }
 
 
@@ -203,6 +278,7 @@ def run_rows(rows: Sequence[Row], out_dir: str, log: Callable[[str], None] = pri
 # ---------------------------------------------------------------------------------------------
 # Report.
 
+
 def floors(shape: steps.Shape) -> dict:
   elements = shape.batch * shape.heads * shape.seq_len**2 * shape.layers
   return {'score_elements': elements, 'floor20': 20 * elements, 'floor24': 24 * elements}
@@ -214,25 +290,33 @@ def _fmt_row(row: Row, r: dict) -> str:
   optimal = r.get('xla_optimal_s')
   optimal = '' if optimal is None else f'{optimal * 1e3:.1f}'
   fits = '' if r['fits'] else ' (does not fit)'
-  return (f'| {row.label} | {r["step_s"] * 1e3:.1f} | {r["mfu"]:.3f} | '
-          f'{r["hbm_bytes"] / 1e9:.1f} | {r["memory_bytes"] / GiB:.2f}{fits} | {optimal} |')
+  return (
+    f'| {row.label} | {r["step_s"] * 1e3:.1f} | {r["mfu"]:.3f} | '
+    f'{r["hbm_bytes"] / 1e9:.1f} | {r["memory_bytes"] / GiB:.2f}{fits} | {optimal} |'
+  )
 
 
 def _kernel_table(row: Row, r: dict) -> list[str]:
-  lines = [f'Attention kernels of "{row.label}" ({row.target}, {row.shape.name}), per step:', '',
-           '| kernel | count | bytes each | matmul FLOPs each | ms total | bound |',
-           '|---|---:|---:|---:|---:|---|']
+  lines = [
+    f'Attention kernels of "{row.label}" ({row.target}, {row.shape.name}), per step:',
+    '',
+    '| kernel | count | bytes each | matmul FLOPs each | ms total | bound |',
+    '|---|---:|---:|---:|---:|---|',
+  ]
   merged: dict = {}  # an unrolled stack has one kernel per layer: one line per op and size
   for k in r.get('attention_kernels', []):
     key = (k['op'], k['bytes'], k['matmul_flops'], k['bound'])
     if key in merged:
-      merged[key] = dict(merged[key], count=merged[key]['count'] + k['count'],
-                         ms=merged[key]['ms'] + k['ms'])
+      merged[key] = dict(
+        merged[key], count=merged[key]['count'] + k['count'], ms=merged[key]['ms'] + k['ms']
+      )
     else:
       merged[key] = dict(k)
   for k in merged.values():
-    lines.append(f'| {k["op"]} | {k["count"]} | {k["bytes"] / 1e6:.0f} MB | '
-                 f'{k["matmul_flops"] / 1e9:.1f} G | {k["ms"]:.2f} | {k["bound"]} |')
+    lines.append(
+      f'| {k["op"]} | {k["count"]} | {k["bytes"] / 1e6:.0f} MB | '
+      f'{k["matmul_flops"] / 1e9:.1f} G | {k["ms"]:.2f} | {k["bound"]} |'
+    )
   return lines + ['']
 
 
@@ -250,46 +334,76 @@ def verdicts(rows: Sequence[Row], results: dict) -> list[tuple[str, bool, str]]:
       row, r = by_name.get(f'{tag}_{LARGE.name}_{suffix}', (None, None))
       return r if r and 'step_s' in r else None
 
-    post, pre, real, hf = get('post_pallas'), get('pre_pallas'), get('realformer_pallas'), get(
-        'hf')
+    post, pre, real, hf = get('post_pallas'), get('pre_pallas'), get('realformer_pallas'), get('hf')
     if post:
-      out.append((f'{chip} post MFU >= 0.45', post['mfu'] >= 0.45,
-                  f'{post["mfu"]:.3f} ({post["step_s"] * 1e3:.1f} ms)'))
+      out.append(
+        (
+          f'{chip} post MFU >= 0.45',
+          post['mfu'] >= 0.45,
+          f'{post["mfu"]:.3f} ({post["step_s"] * 1e3:.1f} ms)',
+        )
+      )
     if post and hf:
-      out.append((f'{chip} post below Hugging Face', post['step_s'] < hf['step_s'],
-                  f'{post["step_s"] * 1e3:.1f} vs {hf["step_s"] * 1e3:.1f} ms'))
+      out.append(
+        (
+          f'{chip} post below Hugging Face',
+          post['step_s'] < hf['step_s'],
+          f'{post["step_s"] * 1e3:.1f} vs {hf["step_s"] * 1e3:.1f} ms',
+        )
+      )
     if post and pre:
-      out.append((f'{chip} pre <= post', pre['step_s'] <= post['step_s'] * 1.0005,
-                  f'{pre["step_s"] * 1e3:.1f} vs {post["step_s"] * 1e3:.1f} ms'))
+      out.append(
+        (
+          f'{chip} pre <= post',
+          pre['step_s'] <= post['step_s'] * 1.0005,
+          f'{pre["step_s"] * 1e3:.1f} vs {post["step_s"] * 1e3:.1f} ms',
+        )
+      )
     if post and real:
       f = {k: v / devices for k, v in floors(LARGE).items()}
       extra = real['hbm_bytes'] - post['hbm_bytes']
-      out.append((f'{chip} realformer bytes beyond post <= 1.3 x floor', extra <= 1.3 * f['floor24'],
-                  f'{extra / 1e9:.1f} GB = {extra / f["floor24"]:.2f} x the 24-byte floor '
-                  f'({f["floor24"] / 1e9:.1f} GB), {extra / f["floor20"]:.2f} x the 20-byte '
-                  f'one; {extra / f["score_elements"]:.1f} B per score element and layer'))
+      out.append(
+        (
+          f'{chip} realformer bytes beyond post <= 1.3 x floor',
+          extra <= 1.3 * f['floor24'],
+          f'{extra / 1e9:.1f} GB = {extra / f["floor24"]:.2f} x the 24-byte floor '
+          f'({f["floor24"] / 1e9:.1f} GB), {extra / f["floor20"]:.2f} x the 20-byte '
+          f'one; {extra / f["score_elements"]:.1f} B per score element and layer',
+        )
+      )
     long_row, long_r = by_name.get(f'{tag}_{long_shape(16384).name}_realformer', (None, None))
     if long_r:
       fits = bool(long_r['fits'])
-      detail = (f'{long_r["memory_bytes"] / GiB:.1f} GiB of {long_r["usable_bytes"] / GiB:.1f} '
-                'GiB usable' if 'memory_bytes' in long_r else long_r.get('error', '')[:120])
-      out.append((f'{long_row.target} BERT-Base realformer L=16384 fits (float32 carry)', fits,
-                  detail))
+      detail = (
+        f'{long_r["memory_bytes"] / GiB:.1f} GiB of {long_r["usable_bytes"] / GiB:.1f} GiB usable'
+        if 'memory_bytes' in long_r
+        else long_r.get('error', '')[:120]
+      )
+      out.append(
+        (f'{long_row.target} BERT-Base realformer L=16384 fits (float32 carry)', fits, detail)
+      )
   return out
 
 
 def render(rows: Sequence[Row], results: dict, quick: bool) -> str:
-  lines = ['# Attention kernels: estimated from XLA\'s compile for the target on a CPU host', '',
-           'ESTIMATES (realformer_jax/aot/roofline.py), not measurements: no GPU or TPU was '
-           'used. `python -m benchmarks.attention_kernels' + (' --quick' if quick else '') + '`.',
-           '']
+  lines = [
+    "# Attention kernels: estimated from XLA's compile for the target on a CPU host",
+    '',
+    'ESTIMATES (realformer_jax/aot/roofline.py), not measurements: no GPU or TPU was '
+    'used. `python -m benchmarks.attention_kernels' + (' --quick' if quick else '') + '`.',
+    '',
+  ]
   groups: dict = {}
   for row in rows:
     groups.setdefault((row.target, row.shape.name), []).append(row)
   for (target, shape_name), group in groups.items():
-    lines += [f'## {target}, {shape_name}', '',
-              '| candidate | est. step (ms) | MFU | HBM bytes (GB) | XLA memory (GiB) | '
-              'XLA optimal_seconds (ms) |', '|---|---:|---:|---:|---:|---:|']
+    lines += [
+      f'## {target}, {shape_name}',
+      '',
+      '| candidate | est. step (ms) | MFU | HBM bytes (GB) | XLA memory (GiB) | '
+      'XLA optimal_seconds (ms) |',
+      '|---|---:|---:|---:|---:|---:|',
+    ]
     lines += [_fmt_row(row, results[row.name]) for row in group if row.name in results]
     lines.append('')
   for row in rows:
@@ -315,11 +429,19 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   with open(os.path.join(out_dir, 'results.md'), 'w') as f:
     f.write(report)
   with open(os.path.join(out_dir, 'results.json'), 'w') as f:
-    json.dump({'rows': {row.name: dict(label=row.label, target=row.target,
-                                       shape=row.shape.name, result=results[row.name])
-                        for row in rows},
-               'verdicts': [dict(target=n, passed=p, detail=d)
-                            for n, p, d in verdicts(rows, results)]}, f, indent=1)
+    json.dump(
+      {
+        'rows': {
+          row.name: dict(
+            label=row.label, target=row.target, shape=row.shape.name, result=results[row.name]
+          )
+          for row in rows
+        },
+        'verdicts': [dict(target=n, passed=p, detail=d) for n, p, d in verdicts(rows, results)],
+      },
+      f,
+      indent=1,
+    )
   return results
 
 

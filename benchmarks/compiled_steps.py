@@ -46,21 +46,33 @@ def memory_stats(compiled) -> dict:
     return {}
   if m is None:
     return {}
-  stats = {k: int(getattr(m, f'{k}_size_in_bytes', 0)) for k in
-           ('argument', 'output', 'temp', 'alias', 'generated_code')}
+  stats = {
+    k: int(getattr(m, f'{k}_size_in_bytes', 0))
+    for k in ('argument', 'output', 'temp', 'alias', 'generated_code')
+  }
   stats['peak'] = stats['argument'] + stats['output'] + stats['temp'] - stats['alias']
   return stats
 
 
-def build_step(shape: steps.Shape, which: str, dropout: float, *, abstract: bool = False,
-               dtype: str = 'float32', **overrides) -> steps.Step:
+def build_step(
+  shape: steps.Shape,
+  which: str,
+  dropout: float,
+  *,
+  abstract: bool = False,
+  dtype: str = 'float32',
+  **overrides,
+) -> steps.Step:
   batch = steps.make_batch(shape)
   if which == 'hf':
-    return steps.make_hf_step(steps.hf_bert_config(shape, dropout=dropout),
-                              steps.train_config(shape, dropout=dropout), batch,
-                              abstract=abstract, dtype=dtype)
-  config = steps.train_config(shape, ln_placement=which, dropout=dropout, dtype=dtype,
-                              **overrides)
+    return steps.make_hf_step(
+      steps.hf_bert_config(shape, dropout=dropout),
+      steps.train_config(shape, dropout=dropout),
+      batch,
+      abstract=abstract,
+      dtype=dtype,
+    )
+  config = steps.train_config(shape, ln_placement=which, dropout=dropout, dtype=dtype, **overrides)
   return steps.make_project_step(config, batch, abstract=abstract)
 
 

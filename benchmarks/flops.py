@@ -11,19 +11,31 @@ from realformer_jax.flops import train_step_flops
 
 def model_flops(shape) -> int:
   """Useful model FLOPs per step for a `steps.Shape` (MLM head at the masked slots)."""
-  return train_step_flops(batch=shape.batch, seq_len=shape.seq_len,
-                          predictions=shape.predictions, hidden=shape.hidden,
-                          mlp=shape.mlp_dim, layers=shape.layers, vocab=shape.vocab)['total']
+  return train_step_flops(
+    batch=shape.batch,
+    seq_len=shape.seq_len,
+    predictions=shape.predictions,
+    hidden=shape.hidden,
+    mlp=shape.mlp_dim,
+    layers=shape.layers,
+    vocab=shape.vocab,
+  )['total']
 
 
 def hf_executed_flops(shape) -> int:
   """FLOPs Hugging Face's model executes per step (MLM head at every position)."""
-  return train_step_flops(batch=shape.batch, seq_len=shape.seq_len,
-                          predictions=shape.predictions, hidden=shape.hidden,
-                          mlp=shape.mlp_dim, layers=shape.layers, vocab=shape.vocab,
-                          head_positions=shape.tokens)['total']
+  return train_step_flops(
+    batch=shape.batch,
+    seq_len=shape.seq_len,
+    predictions=shape.predictions,
+    hidden=shape.hidden,
+    mlp=shape.mlp_dim,
+    layers=shape.layers,
+    vocab=shape.vocab,
+    head_positions=shape.tokens,
+  )['total']
 
 
 def matmul_flops(n: int) -> int:
   """An n x n by n x n matmul."""
-  return 2 * n ** 3
+  return 2 * n**3

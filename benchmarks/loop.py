@@ -55,8 +55,9 @@ def bare_tokens_per_sec(config, steps: int) -> float:
   spec, setup, step_fn = resolved.spec, resolved.setup, resolved.compiled
   key = jax.random.key(spec.train.seed)
   state = setup.init_state(key)
-  host_batch = next(data.make_train_iterator(spec.data, spec.train.global_batch_size,
-                                             spec.train.seed))
+  host_batch = next(
+    data.make_train_iterator(spec.data, spec.train.global_batch_size, spec.train.seed)
+  )
   batch = partitioning.global_batch(host_batch, setup.batch_sharding)
   rng = jax.device_put(key, setup.replicated)
   state, metrics = step_fn(state, batch, rng)  # warm-up
@@ -95,22 +96,29 @@ def main(argv=None) -> dict:
   parser.add_argument('overrides', nargs='*', help="config overrides 'section.field=value'")
   args = parser.parse_args(argv)
   config = _apply(load_config(args.config), args.overrides)
-  print(f'device: {jax.devices()[0].device_kind} x {jax.device_count()} | config {args.config} '
-        f'{" ".join(args.overrides)} | batch {config.train.global_batch_size} x '
-        f'{config.data.max_len} | {args.steps} steps per measurement, {args.rounds} rounds',
-        flush=True)
+  print(
+    f'device: {jax.devices()[0].device_kind} x {jax.device_count()} | config {args.config} '
+    f'{" ".join(args.overrides)} | batch {config.train.global_batch_size} x '
+    f'{config.data.max_len} | {args.steps} steps per measurement, {args.rounds} rounds',
+    flush=True,
+  )
   ratios, bare, loop = [], [], []
   for round_index in range(args.rounds):
     bare.append(bare_tokens_per_sec(config, args.steps))
     loop.append(loop_tokens_per_sec(config, args.steps, args.log_every))
     ratios.append(loop[-1] / bare[-1])
-    print(f'round {round_index + 1}: bare step {bare[-1]:,.0f} tok/s | loop {loop[-1]:,.0f} '
-          f'tok/s | loop / bare {ratios[-1]:.3f}', flush=True)
+    print(
+      f'round {round_index + 1}: bare step {bare[-1]:,.0f} tok/s | loop {loop[-1]:,.0f} '
+      f'tok/s | loop / bare {ratios[-1]:.3f}',
+      flush=True,
+    )
   ratio = statistics.median(ratios)
   status = 'PASS' if ratio >= TARGET else 'MISS'
   each = ', '.join(f'{r:.3f}' for r in ratios)
-  print(f'loop / bare step tokens/s: median {ratio:.3f} (rounds {each}), target >= {TARGET}: '
-        f'{status}', flush=True)
+  print(
+    f'loop / bare step tokens/s: median {ratio:.3f} (rounds {each}), target >= {TARGET}: {status}',
+    flush=True,
+  )
   return {'bare': bare, 'loop': loop, 'ratios': ratios, 'ratio': ratio, 'status': status}
 
 

@@ -20,8 +20,9 @@ from benchmarks.report import Report
 from benchmarks.timing import Candidate, MatmulPeak, interleave, per_round_ratio
 
 
-def trace_categories(candidate: CompiledStep, steps_to_trace: int, score_dims,
-                     trace_dir: Optional[str]) -> dict[str, float]:
+def trace_categories(
+  candidate: CompiledStep, steps_to_trace: int, score_dims, trace_dir: Optional[str]
+) -> dict[str, float]:
   """Device seconds per step by category (trace_breakdown.py) over `steps_to_trace` steps."""
   directory = trace_dir and os.path.join(trace_dir, candidate.name)
   with tempfile.TemporaryDirectory() as scratch:
@@ -30,8 +31,9 @@ def trace_categories(candidate: CompiledStep, steps_to_trace: int, score_dims,
     with jax.profiler.trace(directory):
       for _ in range(steps_to_trace):
         candidate()
-    paths = sorted(glob.glob(os.path.join(directory, '**', '*.xplane.pb'), recursive=True),
-                   key=os.path.getmtime)
+    paths = sorted(
+      glob.glob(os.path.join(directory, '**', '*.xplane.pb'), recursive=True), key=os.path.getmtime
+    )
     categories = trace_breakdown.categorize_hlo(candidate.compiled.as_text(), score_dims)
     return trace_breakdown.device_time_by_category(paths[-1], categories, steps_to_trace)
 
@@ -39,40 +41,64 @@ def trace_categories(candidate: CompiledStep, steps_to_trace: int, score_dims,
 # ---------------------------------------------------------------------------------------------
 # Sections.
 
-def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dropout: float,
-                        peak: MatmulPeak, log, trace_dir: Optional[str] = None) -> dict:
+
+def measure_train_steps(
+  report: Report,
+  shape: steps.Shape,
+  profile: Profile,
+  dropout: float,
+  peak: MatmulPeak,
+  log,
+  trace_dir: Optional[str] = None,
+) -> dict:
   """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape."""
   section = f'train_{shape.name}'
   model_flops = flops_lib.model_flops(shape)
   compiled: dict[str, CompiledStep] = {}
   times: dict[str, list] = {k: [] for k in ('hf',) + LAYOUTS}
   peaks: dict[str, list] = {k: [] for k in times}
-  ratios: dict[str, list] = {'post_vs_hf': [], 'realformer_vs_post': [], 'pre_vs_post': [],
-                             'realformer_vs_hf': [], 'pre_vs_hf': []}
+  ratios: dict[str, list] = {
+    'post_vs_hf': [],
+    'realformer_vs_post': [],
+    'pre_vs_post': [],
+    'realformer_vs_hf': [],
+    'pre_vs_hf': [],
+  }
   hf_memory: dict = {}
   device_peaks: dict[str, int] = {}
   breakdowns: dict[str, dict] = {}
   unroll = profile.scan_unroll or shape.layers
-  groups = ([['post', 'hf'], ['post', 'realformer', 'pre']] if shape.name in profile.split_groups
-            else [['post', 'realformer', 'pre', 'hf']])
+  groups = (
+    [['post', 'hf'], ['post', 'realformer', 'pre']]
+    if shape.name in profile.split_groups
+    else [['post', 'realformer', 'pre', 'hf']]
+  )
   for group in groups:
     for name in group:
       if name not in compiled:
         log(f'[{shape.name}] compiling {name} train step')
-        step = build_step(shape, name, dropout, dtype=profile.dtype,
-                          **({} if name == 'hf' else {'scan_unroll': unroll}))
+        step = build_step(
+          shape,
+          name,
+          dropout,
+          dtype=profile.dtype,
+          **({} if name == 'hf' else {'scan_unroll': unroll}),
+        )
         compiled[name] = CompiledStep(name, step)
         del step
-        report.add(section, f'{_label(name)} compile (trace+lower+compile)', 's',
-                   compiled[name].lower_s + compiled[name].compile_s)
+        report.add(
+          section,
+          f'{_label(name)} compile (trace+lower+compile)',
+          's',
+          compiled[name].lower_s + compiled[name].compile_s,
+        )
     candidates = [Candidate(name, compiled[name]) for name in group]
     round_peaks: list[float] = []
 
     def on_round(r, candidates=candidates, round_peaks=round_peaks):
       round_peaks.append(peak.measure())
       done = ', '.join(f'{c.name} {c.times[-1]:.3f}s' for c in candidates)
-      log(f'[{shape.name}] round {r + 1}/{profile.rounds}: {done}; '
-          f'load {os.getloadavg()[0]:.2f}')
+      log(f'[{shape.name}] round {r + 1}/{profile.rounds}: {done}; load {os.getloadavg()[0]:.2f}')
 
     interleave(candidates, profile.rounds, profile.warmup, on_round)
     for c in candidates:
@@ -85,8 +111,9 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
       for name in group:
         if name not in breakdowns:
           log(f'[{shape.name}] tracing {profile.trace_steps} {name} step(s)')
-          breakdowns[name] = trace_categories(compiled[name], profile.trace_steps,
-                                              (shape.seq_len, shape.seq_len), trace_dir)
+          breakdowns[name] = trace_categories(
+            compiled[name], profile.trace_steps, (shape.seq_len, shape.seq_len), trace_dir
+          )
     t = {c.name: c.times for c in candidates}
     if 'hf' in t:
       for name in LAYOUTS:
@@ -98,8 +125,10 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
         ratios[f'{name}_vs_post'].extend(per_round_ratio(t[name], t['post']))
     if 'hf' in group:
       losses = {name: compiled[name].loss() for name in group}
-      log(f'[{shape.name}] losses after warm-up and timing: '
-          + ', '.join(f'{k} {v:.3f}' for k, v in losses.items()))
+      log(
+        f'[{shape.name}] losses after warm-up and timing: '
+        + ', '.join(f'{k} {v:.3f}' for k, v in losses.items())
+      )
       hf_memory = compiled.pop('hf').memory  # drop HF's state before the next group
       gc.collect()
 
@@ -109,38 +138,73 @@ def measure_train_steps(report: Report, shape: steps.Shape, profile: Profile, dr
   for name in ('post', 'realformer', 'pre', 'hf'):
     label = 'HF FlaxBertForMaskedLM' if name == 'hf' else name
     report.add(section, f'{label} tokens/s', 'tok/s', [shape.tokens / t for t in times[name]])
-  report.add(section, 'tokens/s ratio post / HF', 'x', ratios['post_vs_hf'],
-             'per round: HF time / post time')
+  report.add(
+    section, 'tokens/s ratio post / HF', 'x', ratios['post_vs_hf'], 'per round: HF time / post time'
+  )
   report.add(section, 'tokens/s ratio realformer / HF', 'x', ratios['realformer_vs_hf'])
   report.add(section, 'tokens/s ratio pre / HF', 'x', ratios['pre_vs_hf'])
-  report.add(section, 'step time realformer / post', 'x', ratios['realformer_vs_post'],
-             'RealFormer overhead')
+  report.add(
+    section, 'step time realformer / post', 'x', ratios['realformer_vs_post'], 'RealFormer overhead'
+  )
   report.add(section, 'step time pre / post', 'x', ratios['pre_vs_post'])
-  report.add(section, f'matmul peak ({_dtype_name(profile.dtype)} {profile.peak_n}^3, best '
-             f'of 3/round)', 'GFLOP/s', [p / 1e9 for p in peaks['post']])
-  report.add(section, 'model FLOPs per step', 'GFLOP', model_flops / 1e9,
-             'formula in benchmarks/flops.py')
-  report.add(section, 'HF executed FLOPs per step', 'GFLOP',
-             flops_lib.hf_executed_flops(shape) / 1e9, 'MLM head at every position')
+  report.add(
+    section,
+    f'matmul peak ({_dtype_name(profile.dtype)} {profile.peak_n}^3, best of 3/round)',
+    'GFLOP/s',
+    [p / 1e9 for p in peaks['post']],
+  )
+  report.add(
+    section, 'model FLOPs per step', 'GFLOP', model_flops / 1e9, 'formula in benchmarks/flops.py'
+  )
+  report.add(
+    section,
+    'HF executed FLOPs per step',
+    'GFLOP',
+    flops_lib.hf_executed_flops(shape) / 1e9,
+    'MLM head at every position',
+  )
   for name in ('post', 'realformer', 'pre', 'hf'):
     label = 'HF' if name == 'hf' else name
-    report.add(section, f'MFU {label} (model FLOPs / time / peak)', 'frac',
-               [model_flops / t / p for t, p in zip(times[name], peaks[name])])
+    report.add(
+      section,
+      f'MFU {label} (model FLOPs / time / peak)',
+      'frac',
+      [model_flops / t / p for t, p in zip(times[name], peaks[name])],
+    )
   for name in ('post', 'realformer', 'pre'):
     if compiled.get(name) and compiled[name].memory:
-      report.add(section, f'{name} XLA step memory (args + out + temp - aliased)', 'MB',
-                 compiled[name].memory['peak'] / 1e6)
+      report.add(
+        section,
+        f'{name} XLA step memory (args + out + temp - aliased)',
+        'MB',
+        compiled[name].memory['peak'] / 1e6,
+      )
   for group, peak_bytes in device_peaks.items():
-    report.add(section, f'device peak bytes in use after {group}', 'MB', peak_bytes / 1e6,
-               'memory_stats high-water mark of the process so far')
+    report.add(
+      section,
+      f'device peak bytes in use after {group}',
+      'MB',
+      peak_bytes / 1e6,
+      'memory_stats high-water mark of the process so far',
+    )
   for name, breakdown in breakdowns.items():
     for category, seconds in breakdown.items():
       report.add(f'trace_{shape.name}', f'{_label(name)}: {category}', 'ms', seconds * 1e3)
-    report.add(f'trace_{shape.name}', f'{_label(name)}: total device time', 'ms',
-               sum(breakdown.values()) * 1e3)
-  return {'ratios': ratios, 'times': times, 'peaks': peaks, 'model_flops': model_flops,
-          'hf_memory': hf_memory, 'post_memory': compiled['post'].memory,
-          'breakdowns': breakdowns}
+    report.add(
+      f'trace_{shape.name}',
+      f'{_label(name)}: total device time',
+      'ms',
+      sum(breakdown.values()) * 1e3,
+    )
+  return {
+    'ratios': ratios,
+    'times': times,
+    'peaks': peaks,
+    'model_flops': model_flops,
+    'hf_memory': hf_memory,
+    'post_memory': compiled['post'].memory,
+    'breakdowns': breakdowns,
+  }
 
 
 def _label(name: str) -> str:
@@ -161,8 +225,9 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, log)
       repeats = profile.compile_repeats if scan else 1
       totals, compiles = [], []
       for _ in range(repeats):
-        step = build_step(shape, 'post', dropout, abstract=True, scan_layers=scan,
-                          dtype=profile.dtype)
+        step = build_step(
+          shape, 'post', dropout, abstract=True, scan_layers=scan, dtype=profile.dtype
+        )
         c = CompiledStep('post', step)
         totals.append(c.lower_s + c.compile_s)
         compiles.append(c.compile_s)
@@ -176,9 +241,16 @@ def measure_compile_times(report: Report, profile: Profile, dropout: float, log)
   return results
 
 
-def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dropout: float,
-                   timed_post_memory: dict, hf_memory: dict, log,
-                   dtype: str = 'float32') -> dict:
+def measure_memory(
+  report: Report,
+  shape: steps.Shape,
+  remats: Sequence[str],
+  dropout: float,
+  timed_post_memory: dict,
+  hf_memory: dict,
+  log,
+  dtype: str = 'float32',
+) -> dict:
   """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer, on the
   rolled layer scan (where remat applies per layer); plus the unrolled post step timed above."""
   section = 'memory'
@@ -186,29 +258,52 @@ def measure_memory(report: Report, shape: steps.Shape, remats: Sequence[str], dr
   for layout in ('post', 'realformer'):
     for remat in remats:
       log(f'[memory] compiling {layout} remat={remat}')
-      c = CompiledStep(layout, build_step(shape, layout, dropout, abstract=True,
-                                          remat_policy=remat, scan_unroll=1, dtype=dtype))
+      c = CompiledStep(
+        layout,
+        build_step(
+          shape, layout, dropout, abstract=True, remat_policy=remat, scan_unroll=1, dtype=dtype
+        ),
+      )
       m = c.memory
       del c
       gc.collect()
       stats[(layout, remat)] = m
       if not m:
         continue
-      report.add(section, f'{layout:10s} remat={remat:5s} peak', 'MB', m['peak'] / 1e6,
-                 f'temp {m["temp"] / 1e6:.0f} MB, args {m["argument"] / 1e6:.0f} MB')
+      report.add(
+        section,
+        f'{layout:10s} remat={remat:5s} peak',
+        'MB',
+        m['peak'] / 1e6,
+        f'temp {m["temp"] / 1e6:.0f} MB, args {m["argument"] / 1e6:.0f} MB',
+      )
   if timed_post_memory:
     m = timed_post_memory
-    report.add(section, 'post unrolled scan, remat=none peak', 'MB', m['peak'] / 1e6,
-               f'temp {m["temp"] / 1e6:.0f} MB (the step timed above)')
+    report.add(
+      section,
+      'post unrolled scan, remat=none peak',
+      'MB',
+      m['peak'] / 1e6,
+      f'temp {m["temp"] / 1e6:.0f} MB (the step timed above)',
+    )
   if hf_memory:
     m = hf_memory
-    report.add(section, 'HF FlaxBertForMaskedLM peak', 'MB', m['peak'] / 1e6,
-               f'temp {m["temp"] / 1e6:.0f} MB')
-  scores = shape.layers * shape.batch * shape.heads * shape.seq_len ** 2 * 4
+    report.add(
+      section,
+      'HF FlaxBertForMaskedLM peak',
+      'MB',
+      m['peak'] / 1e6,
+      f'temp {m["temp"] / 1e6:.0f} MB',
+    )
+  scores = shape.layers * shape.batch * shape.heads * shape.seq_len**2 * 4
   for remat in remats:
     a, b = stats.get(('realformer', remat)), stats.get(('post', remat))
     if a and b:
-      report.add(section, f'realformer - post temp, remat={remat}', 'MB',
-                 (a['temp'] - b['temp']) / 1e6,
-                 f'one [N,B,H,L,L] f32 stack = {scores / 1e6:.0f} MB')
+      report.add(
+        section,
+        f'realformer - post temp, remat={remat}',
+        'MB',
+        (a['temp'] - b['temp']) / 1e6,
+        f'one [N,B,H,L,L] f32 stack = {scores / 1e6:.0f} MB',
+      )
   return stats

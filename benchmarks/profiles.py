@@ -11,16 +11,40 @@ from benchmarks import steps
 LAYOUTS = ('post', 'realformer', 'pre')
 
 SMALL = steps.Shape('small', hidden=256, layers=4, heads=4, vocab=8192, seq_len=128, batch=16)
-BASE = steps.Shape('bert_base', hidden=768, layers=12, heads=12, vocab=30522, seq_len=128,
-                   batch=8)
-TINY = steps.Shape('tiny', hidden=32, layers=2, heads=2, vocab=128, seq_len=16, batch=2,
-                   predictions=3)
-BASE_512 = steps.Shape('bert_base_512', hidden=768, layers=12, heads=12, vocab=30522,
-                       seq_len=512, batch=32, predictions=80)
-LARGE_512 = steps.Shape('bert_large_512', hidden=1024, layers=24, heads=16, vocab=30522,
-                        seq_len=512, batch=32, predictions=80)
-BASE_128 = steps.Shape('bert_base_128', hidden=768, layers=12, heads=12, vocab=30522,
-                       seq_len=128, batch=128, predictions=20)
+BASE = steps.Shape('bert_base', hidden=768, layers=12, heads=12, vocab=30522, seq_len=128, batch=8)
+TINY = steps.Shape(
+  'tiny', hidden=32, layers=2, heads=2, vocab=128, seq_len=16, batch=2, predictions=3
+)
+BASE_512 = steps.Shape(
+  'bert_base_512',
+  hidden=768,
+  layers=12,
+  heads=12,
+  vocab=30522,
+  seq_len=512,
+  batch=32,
+  predictions=80,
+)
+LARGE_512 = steps.Shape(
+  'bert_large_512',
+  hidden=1024,
+  layers=24,
+  heads=16,
+  vocab=30522,
+  seq_len=512,
+  batch=32,
+  predictions=80,
+)
+BASE_128 = steps.Shape(
+  'bert_base_128',
+  hidden=768,
+  layers=12,
+  heads=12,
+  vocab=30522,
+  seq_len=128,
+  batch=128,
+  predictions=20,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,43 +70,88 @@ class Profile:
 
 
 PROFILES = {
-    'full': Profile(shapes=(SMALL, BASE), split_groups=('bert_base',), rounds=10, warmup=2,
-                    compile_shape=SMALL, compile_layers=(12, 24, 48), compile_repeats=2,
-                    memory_shape=BASE, memory_remats=('none', 'full')),
-    'quick': Profile(shapes=(SMALL,), split_groups=(), rounds=4, warmup=1,
-                     compile_shape=SMALL, compile_layers=(4, 16), compile_repeats=1,
-                     memory_shape=SMALL, memory_remats=('none', 'full')),
-    'tiny': Profile(shapes=(TINY,), split_groups=(), rounds=2, warmup=1,
-                    compile_shape=TINY, compile_layers=(1, 2), compile_repeats=1,
-                    memory_shape=TINY, memory_remats=('none', 'full')),
-    # One GPU / TPU chip. The rolled layer scan: XLA:GPU compiles an unrolled BERT-Large step
-    # in ~165 s vs ~30 s rolled (measured on an H100); --scan_unroll overrides.
-    'accelerator': Profile(shapes=(BASE_512, LARGE_512, BASE_128), split_groups=(),
-                           rounds=10, warmup=2, compile_shape=BASE_512,
-                           compile_layers=(12, 24), compile_repeats=1,
-                           memory_shape=LARGE_512, memory_remats=('none', 'full'),
-                           dtype='bfloat16', peak_n=8192, scan_unroll=1, trace_steps=2,
-                           targets='accelerator'),
-    # The accelerator profile's code path at toy shapes (its smoke test, on any backend).
-    'accelerator_tiny': Profile(shapes=(TINY,), split_groups=(), rounds=2, warmup=1,
-                                compile_shape=TINY, compile_layers=(1, 2), compile_repeats=1,
-                                memory_shape=TINY, memory_remats=('none',), dtype='bfloat16',
-                                peak_n=256, scan_unroll=1, trace_steps=1,
-                                targets='accelerator'),
+  'full': Profile(
+    shapes=(SMALL, BASE),
+    split_groups=('bert_base',),
+    rounds=10,
+    warmup=2,
+    compile_shape=SMALL,
+    compile_layers=(12, 24, 48),
+    compile_repeats=2,
+    memory_shape=BASE,
+    memory_remats=('none', 'full'),
+  ),
+  'quick': Profile(
+    shapes=(SMALL,),
+    split_groups=(),
+    rounds=4,
+    warmup=1,
+    compile_shape=SMALL,
+    compile_layers=(4, 16),
+    compile_repeats=1,
+    memory_shape=SMALL,
+    memory_remats=('none', 'full'),
+  ),
+  'tiny': Profile(
+    shapes=(TINY,),
+    split_groups=(),
+    rounds=2,
+    warmup=1,
+    compile_shape=TINY,
+    compile_layers=(1, 2),
+    compile_repeats=1,
+    memory_shape=TINY,
+    memory_remats=('none', 'full'),
+  ),
+  # One GPU / TPU chip. The rolled layer scan: XLA:GPU compiles an unrolled BERT-Large step
+  # in ~165 s vs ~30 s rolled (measured on an H100); --scan_unroll overrides.
+  'accelerator': Profile(
+    shapes=(BASE_512, LARGE_512, BASE_128),
+    split_groups=(),
+    rounds=10,
+    warmup=2,
+    compile_shape=BASE_512,
+    compile_layers=(12, 24),
+    compile_repeats=1,
+    memory_shape=LARGE_512,
+    memory_remats=('none', 'full'),
+    dtype='bfloat16',
+    peak_n=8192,
+    scan_unroll=1,
+    trace_steps=2,
+    targets='accelerator',
+  ),
+  # The accelerator profile's code path at toy shapes (its smoke test, on any backend).
+  'accelerator_tiny': Profile(
+    shapes=(TINY,),
+    split_groups=(),
+    rounds=2,
+    warmup=1,
+    compile_shape=TINY,
+    compile_layers=(1, 2),
+    compile_repeats=1,
+    memory_shape=TINY,
+    memory_remats=('none',),
+    dtype='bfloat16',
+    peak_n=256,
+    scan_unroll=1,
+    trace_steps=1,
+    targets='accelerator',
+  ),
 }
 
 TARGETS = {
-    'tokens_per_s_vs_hf': 1.3,  # ours (post) / HF, at every shape: at least
-    'realformer_over_post': 1.05,  # step time, at every shape: at most
-    'scan_compile_growth': 1.3,  # scanned compile time, deepest / shallowest: at most
-    'mfu_bert_base': 0.75,  # model FLOPs utilisation at the BERT-Base shape: at least
+  'tokens_per_s_vs_hf': 1.3,  # ours (post) / HF, at every shape: at least
+  'realformer_over_post': 1.05,  # step time, at every shape: at most
+  'scan_compile_growth': 1.3,  # scanned compile time, deepest / shallowest: at most
+  'mfu_bert_base': 0.75,  # model FLOPs utilisation at the BERT-Base shape: at least
 }
 # The accelerator profile's targets (one H100, BERT-Large 32 x 512, bf16, dropout 0.1).
 ACCELERATOR_TARGETS = {
-    'large_tokens_per_s_vs_hf': 1.5,  # post / HF: at least
-    'large_mfu_post': 0.45,  # of the measured bf16 matmul peak: at least
-    'large_realformer_over_post': 1.10,  # step time: at most
-    'large_pre_over_post': 1.0,  # step time: at most
+  'large_tokens_per_s_vs_hf': 1.5,  # post / HF: at least
+  'large_mfu_post': 0.45,  # of the measured bf16 matmul peak: at least
+  'large_realformer_over_post': 1.10,  # step time: at most
+  'large_pre_over_post': 1.0,  # step time: at most
 }
 
 SHAPES = {s.name: s for s in (SMALL, BASE, TINY, BASE_512, LARGE_512, BASE_128)}

@@ -24,8 +24,13 @@ class Row:
   note: str = ''
 
   def as_dict(self) -> dict:
-    return {'section': self.section, 'metric': self.metric, 'unit': self.unit,
-            'note': self.note, **self.summary.as_dict()}
+    return {
+      'section': self.section,
+      'metric': self.metric,
+      'unit': self.unit,
+      'note': self.note,
+      **self.summary.as_dict(),
+    }
 
 
 class Report:
@@ -36,8 +41,11 @@ class Report:
     self.out = out
 
   def add(self, section: str, metric: str, unit: str, values, note: str = '') -> Row:
-    summary = values if isinstance(values, Summary) else Summary.of(
-        values if isinstance(values, (list, tuple)) else [values])
+    summary = (
+      values
+      if isinstance(values, Summary)
+      else Summary.of(values if isinstance(values, (list, tuple)) else [values])
+    )
     row = Row(section, metric, unit, summary, note)
     self.rows.append(row)
     return row
@@ -49,12 +57,21 @@ class Report:
     for r in rows:
       s = r.summary
       spread = lambda a, b: f'{fmt(a)}-{fmt(b)}' if s.n > 1 else '-'
-      self.out(f'{r.metric:44s} {fmt(s.median):>10s} {spread(s.q25, s.q75):>21s} '
-               f'{spread(s.lo, s.hi):>21s} {s.n:>3d}  {r.unit}'
-               + (f'  ({r.note})' if r.note else ''))
+      self.out(
+        f'{r.metric:44s} {fmt(s.median):>10s} {spread(s.q25, s.q75):>21s} '
+        f'{spread(s.lo, s.hi):>21s} {s.n:>3d}  {r.unit}' + (f'  ({r.note})' if r.note else '')
+      )
 
-  def target(self, name: str, text: str, value: float, limit: float, at_least: bool,
-             spread: Optional[Summary] = None, applicable: bool = True) -> None:
+  def target(
+    self,
+    name: str,
+    text: str,
+    value: float,
+    limit: float,
+    at_least: bool,
+    spread: Optional[Summary] = None,
+    applicable: bool = True,
+  ) -> None:
     ok = (value >= limit) if at_least else (value <= limit)
     status = ('PASS' if ok else 'MISS') if math.isfinite(value) else 'MISS'
     if not applicable:
@@ -62,13 +79,20 @@ class Report:
     cmp = '>=' if at_least else '<='
     extra = f' (IQR {fmt(spread.q25)}-{fmt(spread.q75)})' if spread and spread.n > 1 else ''
     line = f'{status}  {text}: {fmt(value)}{extra} {cmp} {limit}'
-    self.targets.append({'target': name, 'status': status, 'text': text, 'value': value,
-                         'limit': limit, 'at_least': at_least})
+    self.targets.append(
+      {
+        'target': name,
+        'status': status,
+        'text': text,
+        'value': value,
+        'limit': limit,
+        'at_least': at_least,
+      }
+    )
     self.out(line)
 
   def as_dict(self) -> dict:
-    return {'meta': self.meta, 'rows': [r.as_dict() for r in self.rows],
-            'targets': self.targets}
+    return {'meta': self.meta, 'rows': [r.as_dict() for r in self.rows], 'targets': self.targets}
 
 
 def fmt(x: float) -> str:
@@ -108,14 +132,24 @@ def machine_info() -> dict:
       break
   import flax
   import optax
-  info = {'date': datetime.datetime.now().isoformat(timespec='seconds'), 'cpu': cpu, 'simd': simd,
-          'cores': os.cpu_count(), 'jax': jax.__version__, 'flax': flax.__version__,
-          'optax': optax.__version__, 'backend': jax.default_backend(),
-          'python': platform.python_version(), 'load_avg_start': os.getloadavg(),
-          'glibc_tunables': os.environ.get('GLIBC_TUNABLES', ''),
-          'transparent_hugepage': _read('/sys/kernel/mm/transparent_hugepage/enabled')}
+
+  info = {
+    'date': datetime.datetime.now().isoformat(timespec='seconds'),
+    'cpu': cpu,
+    'simd': simd,
+    'cores': os.cpu_count(),
+    'jax': jax.__version__,
+    'flax': flax.__version__,
+    'optax': optax.__version__,
+    'backend': jax.default_backend(),
+    'python': platform.python_version(),
+    'load_avg_start': os.getloadavg(),
+    'glibc_tunables': os.environ.get('GLIBC_TUNABLES', ''),
+    'transparent_hugepage': _read('/sys/kernel/mm/transparent_hugepage/enabled'),
+  }
   try:
     import transformers
+
     info['transformers'] = transformers.__version__
   except ImportError:
     pass

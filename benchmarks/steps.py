@@ -59,17 +59,18 @@ def make_batch(shape: Shape, seed: int = 0) -> dict[str, np.ndarray]:
   segments = (np.arange(l)[None, :] >= l // 2).astype(np.int32).repeat(b, 0)
   positions = np.sort(np.stack([rng.choice(l, p, replace=False) for _ in range(b)]), -1)
   return {
-      'input_ids': ids,
-      'input_mask': np.ones((b, l), np.int32),
-      'segment_ids': segments,
-      'masked_positions': positions.astype(np.int32),
-      'masked_ids': np.take_along_axis(ids, positions, 1).astype(np.int32),
-      'masked_weights': np.ones((b, p), np.float32),
+    'input_ids': ids,
+    'input_mask': np.ones((b, l), np.int32),
+    'segment_ids': segments,
+    'masked_positions': positions.astype(np.int32),
+    'masked_ids': np.take_along_axis(ids, positions, 1).astype(np.int32),
+    'masked_weights': np.ones((b, p), np.float32),
   }
 
 
-def train_config(shape: Shape, *, ln_placement: str = 'post', dropout: float = 0.1,
-                 **model_overrides: Any) -> ml_collections.ConfigDict:
+def train_config(
+  shape: Shape, *, ln_placement: str = 'post', dropout: float = 0.1, **model_overrides: Any
+) -> ml_collections.ConfigDict:
   """The project's training config for one benchmark shape (defaults otherwise: AdamW 1e-4,
   warmup 10k, clipping 1.0, single-device mesh)."""
   config = train_lib.default_config()
@@ -77,9 +78,17 @@ def train_config(shape: Shape, *, ln_placement: str = 'post', dropout: float = 0
   config.data.max_len = shape.seq_len
   config.data.max_predictions = shape.predictions
   config.train.global_batch_size = shape.batch
-  model = dict(hidden_size=shape.hidden, num_layers=shape.layers, num_heads=shape.heads,
-               mlp_dim=shape.mlp_dim, max_len=max(512, shape.seq_len), dropout_rate=dropout,
-               attention_dropout_rate=dropout, ln_placement=ln_placement, **model_overrides)
+  model = dict(
+    hidden_size=shape.hidden,
+    num_layers=shape.layers,
+    num_heads=shape.heads,
+    mlp_dim=shape.mlp_dim,
+    max_len=max(512, shape.seq_len),
+    dropout_rate=dropout,
+    attention_dropout_rate=dropout,
+    ln_placement=ln_placement,
+    **model_overrides,
+  )
   for name, value in model.items():
     config.model[name] = value
   return config
@@ -87,11 +96,18 @@ def train_config(shape: Shape, *, ln_placement: str = 'post', dropout: float = 0
 
 def hf_bert_config(shape: Shape, *, dropout: float = 0.1):
   import transformers  # optional dependency (the 'test' extra)
+
   return transformers.BertConfig(
-      vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-      num_attention_heads=shape.heads, intermediate_size=shape.mlp_dim,
-      max_position_embeddings=max(512, shape.seq_len), type_vocab_size=2,
-      hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    vocab_size=shape.vocab,
+    hidden_size=shape.hidden,
+    num_hidden_layers=shape.layers,
+    num_attention_heads=shape.heads,
+    intermediate_size=shape.mlp_dim,
+    max_position_embeddings=max(512, shape.seq_len),
+    type_vocab_size=2,
+    hidden_dropout_prob=dropout,
+    attention_probs_dropout_prob=dropout,
+  )
 
 
 @dataclasses.dataclass
@@ -109,28 +125,41 @@ class Step:
       return self.fn.lower(self.state, self.batch, self.rng)
 
 
-def make_project_step(config: ml_collections.ConfigDict, batch: dict, seed: int = 1,
-                      abstract: bool = False) -> Step:
+def make_project_step(
+  config: ml_collections.ConfigDict, batch: dict, seed: int = 1, abstract: bool = False
+) -> Step:
   """The project's train step for `config`, as `train.build.compile_train_step` jits it.
 
   `abstract=True` gives the state as shapes only: for compile-time and memory analysis.
   """
-  spec = train_lib.validate_config(config, device_count=jax.device_count(),
-                                   process_count=jax.process_count())
+  spec = train_lib.validate_config(
+    config, device_count=jax.device_count(), process_count=jax.process_count()
+  )
   setup = train_lib.make_setup(spec)
-  fn = jax.jit(step_lib.make_train_step(setup.model, setup.tx, spec.task,
-                                        state_lib.learning_rate_schedule(spec.train),
-                                        grad_accum_steps=spec.train.grad_accum_steps,
-                                        param_shardings=setup.layout.param_shardings),
-               in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
-               out_shardings=(setup.layout.shardings, setup.replicated), donate_argnums=0)
+  fn = jax.jit(
+    step_lib.make_train_step(
+      setup.model,
+      setup.tx,
+      spec.task,
+      state_lib.learning_rate_schedule(spec.train),
+      grad_accum_steps=spec.train.grad_accum_steps,
+      param_shardings=setup.layout.param_shardings,
+    ),
+    in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
+    out_shardings=(setup.layout.shardings, setup.replicated),
+    donate_argnums=0,
+  )
   if abstract:
     state = setup.layout.abstract
   else:
     state = setup.init_state(jax.random.key(seed))
-  return Step(fn, state, jax.device_put(batch, setup.batch_sharding),
-              jax.device_put(jax.random.key(seed), setup.replicated),
-              lambda: partitioning.activate(setup.mesh, setup.rules))
+  return Step(
+    fn,
+    state,
+    jax.device_put(batch, setup.batch_sharding),
+    jax.device_put(jax.random.key(seed), setup.replicated),
+    lambda: partitioning.activate(setup.mesh, setup.rules),
+  )
 
 
 class HFMaskedLM:
@@ -140,34 +169,63 @@ class HFMaskedLM:
   def __init__(self, hf_model):
     self.hf_model = hf_model
 
-  def apply(self, variables, input_ids, input_mask, segment_ids, masked_positions, *,
-            deterministic: bool, step=None, rngs=None):
+  def apply(
+    self,
+    variables,
+    input_ids,
+    input_mask,
+    segment_ids,
+    masked_positions,
+    *,
+    deterministic: bool,
+    step=None,
+    rngs=None,
+  ):
     del step
     logits_BxLxV = self.hf_model(
-        input_ids, attention_mask=input_mask, token_type_ids=segment_ids,
-        params=variables['params'], train=not deterministic,
-        dropout_rng=None if deterministic else rngs['dropout']).logits
+      input_ids,
+      attention_mask=input_mask,
+      token_type_ids=segment_ids,
+      params=variables['params'],
+      train=not deterministic,
+      dropout_rng=None if deterministic else rngs['dropout'],
+    ).logits
     return jnp.take_along_axis(logits_BxLxV, masked_positions[..., None], axis=1)
 
 
-def make_hf_step(hf_config, config: ml_collections.ConfigDict, batch: dict, seed: int = 1,
-                 abstract: bool = False, dtype: str = 'float32') -> Step:
+def make_hf_step(
+  hf_config,
+  config: ml_collections.ConfigDict,
+  batch: dict,
+  seed: int = 1,
+  abstract: bool = False,
+  dtype: str = 'float32',
+) -> Step:
   """The project's train step around FlaxBertForMaskedLM (same optimizer, loss, checks);
   `dtype` is HF's compute dtype (its parameters stay float32, as ours)."""
   import transformers  # optional dependency (the 'test' extra)
-  hf_model = transformers.FlaxBertForMaskedLM(hf_config, seed=seed, dtype=jnp.dtype(dtype),
-                                               _do_init=False)
+
+  hf_model = transformers.FlaxBertForMaskedLM(
+    hf_config, seed=seed, dtype=jnp.dtype(dtype), _do_init=False
+  )
   train = train_lib.validate_config(config).train
   tx = state_lib.make_optimizer(train)
-  fn = jax.jit(step_lib.make_train_step(HFMaskedLM(hf_model), tx, MaskedLMTask(),
-                                        state_lib.learning_rate_schedule(train),
-                                        grad_accum_steps=train.grad_accum_steps),
-               donate_argnums=0)
+  fn = jax.jit(
+    step_lib.make_train_step(
+      HFMaskedLM(hf_model),
+      tx,
+      MaskedLMTask(),
+      state_lib.learning_rate_schedule(train),
+      grad_accum_steps=train.grad_accum_steps,
+    ),
+    donate_argnums=0,
+  )
 
   def init(key):
     params = hf_model.init_weights(key, (1, batch['input_ids'].shape[1]))
-    return state_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                                opt_state=tx.init(params))
+    return state_lib.TrainState(
+      step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)
+    )
 
   key = jax.random.key(seed)
   state = jax.eval_shape(init, key) if abstract else jax.jit(init)(key)

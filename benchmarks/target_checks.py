@@ -11,55 +11,100 @@ from benchmarks.report import Report
 from benchmarks.timing import Summary
 
 
-def cpu_targets(report: Report, profile: Profile, profile_name: str, train: dict,
-                 compile_results: dict) -> None:
+def cpu_targets(
+  report: Report, profile: Profile, profile_name: str, train: dict, compile_results: dict
+) -> None:
   applicable = profile == PROFILES['full']
-  report.out('\nTargets' + ('' if applicable else
-                            f' ({profile_name} profile, changed or reduced: INFO only)'))
+  report.out(
+    '\nTargets'
+    + ('' if applicable else f' ({profile_name} profile, changed or reduced: INFO only)')
+  )
   for name, res in train.items():
     s = Summary.of(res['ratios']['post_vs_hf'])
-    report.target('tokens_per_s_vs_hf', f'tokens/s post / HF at {name}', s.median,
-                  TARGETS['tokens_per_s_vs_hf'], True, s, applicable)
+    report.target(
+      'tokens_per_s_vs_hf',
+      f'tokens/s post / HF at {name}',
+      s.median,
+      TARGETS['tokens_per_s_vs_hf'],
+      True,
+      s,
+      applicable,
+    )
   for name, res in train.items():
     s = Summary.of(res['ratios']['realformer_vs_post'])
-    report.target('realformer_over_post', f'step time realformer / post at {name}', s.median,
-                  TARGETS['realformer_over_post'], False, s, applicable)
+    report.target(
+      'realformer_over_post',
+      f'step time realformer / post at {name}',
+      s.median,
+      TARGETS['realformer_over_post'],
+      False,
+      s,
+      applicable,
+    )
   if compile_results:
     lo, hi = min(profile.compile_layers), max(profile.compile_layers)
-    growth = (np.median(compile_results[('scanned', hi)])
-              / np.median(compile_results[('scanned', lo)]))
-    report.target('scan_compile_growth', f'scanned compile time {hi} / {lo} layers',
-                  float(growth), TARGETS['scan_compile_growth'], False, None, applicable)
+    growth = np.median(compile_results[('scanned', hi)]) / np.median(
+      compile_results[('scanned', lo)]
+    )
+    report.target(
+      'scan_compile_growth',
+      f'scanned compile time {hi} / {lo} layers',
+      float(growth),
+      TARGETS['scan_compile_growth'],
+      False,
+      None,
+      applicable,
+    )
   if train:
     name = 'bert_base' if 'bert_base' in train else list(train)[-1]
     res = train[name]
-    s = Summary.of([res['model_flops'] / t / p
-                    for t, p in zip(res['times']['post'], res['peaks']['post'])])
-    report.target('mfu_bert_base', f'MFU post at {name}', s.median, TARGETS['mfu_bert_base'],
-                  True, s, applicable and name == 'bert_base')
+    s = Summary.of(
+      [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])]
+    )
+    report.target(
+      'mfu_bert_base',
+      f'MFU post at {name}',
+      s.median,
+      TARGETS['mfu_bert_base'],
+      True,
+      s,
+      applicable and name == 'bert_base',
+    )
 
 
-def accelerator_targets(report: Report, profile: Profile, profile_name: str,
-                         train: dict) -> None:
+def accelerator_targets(report: Report, profile: Profile, profile_name: str, train: dict) -> None:
   """Issue targets at BERT-Large 32 x 512 on one accelerator (INFO on CPU or other shapes)."""
   name = LARGE_512.name if LARGE_512.name in train else (list(train)[-1] if train else None)
-  applicable = (profile == PROFILES['accelerator'] and jax.default_backend() != 'cpu'
-                and name == LARGE_512.name)
-  report.out('\nTargets (one accelerator, BERT-Large 32 x 512, bf16)' + (
-      '' if applicable else f' ({profile_name} profile on {jax.default_backend()}: INFO only)'))
+  applicable = (
+    profile == PROFILES['accelerator'] and jax.default_backend() != 'cpu' and name == LARGE_512.name
+  )
+  report.out(
+    '\nTargets (one accelerator, BERT-Large 32 x 512, bf16)'
+    + ('' if applicable else f' ({profile_name} profile on {jax.default_backend()}: INFO only)')
+  )
   if name is None:
     return
   res = train[name]
   checks = (
-      ('large_tokens_per_s_vs_hf', f'tokens/s post / HF at {name}', res['ratios']['post_vs_hf'],
-       True),
-      ('large_mfu_post', f'MFU post (of the measured bf16 peak) at {name}',
-       [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])],
-       True),
-      ('large_realformer_over_post', f'step time realformer / post at {name}',
-       res['ratios']['realformer_vs_post'], False),
-      ('large_pre_over_post', f'step time pre / post at {name}', res['ratios']['pre_vs_post'],
-       False),
+    (
+      'large_tokens_per_s_vs_hf',
+      f'tokens/s post / HF at {name}',
+      res['ratios']['post_vs_hf'],
+      True,
+    ),
+    (
+      'large_mfu_post',
+      f'MFU post (of the measured bf16 peak) at {name}',
+      [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])],
+      True,
+    ),
+    (
+      'large_realformer_over_post',
+      f'step time realformer / post at {name}',
+      res['ratios']['realformer_vs_post'],
+      False,
+    ),
+    ('large_pre_over_post', f'step time pre / post at {name}', res['ratios']['pre_vs_post'], False),
   )
   for target, text, values, at_least in checks:
     s = Summary.of(values)

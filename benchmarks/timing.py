@@ -57,8 +57,12 @@ def time_once(fn: Callable[[], None]) -> float:
   return time.perf_counter() - start
 
 
-def interleave(candidates: Sequence[Candidate], rounds: int, warmup: int = 1,
-               on_round: Callable[[int], None] | None = None) -> None:
+def interleave(
+  candidates: Sequence[Candidate],
+  rounds: int,
+  warmup: int = 1,
+  on_round: Callable[[int], None] | None = None,
+) -> None:
   """Runs `warmup` untimed rounds, then `rounds` timed ones, rotating the order each round."""
   for _ in range(warmup):
     for c in candidates:
@@ -86,9 +90,10 @@ class MatmulPeak:
 
   def measure(self, repeats: int = 3) -> float:
     """Best FLOP/s of `repeats` calls (a peak, so the best; load only slows it down)."""
-    best = min(time_once(lambda: self.fn(self.a, self.b).block_until_ready())
-               for _ in range(repeats))
-    return 2 * self.n ** 3 / best
+    best = min(
+      time_once(lambda: self.fn(self.a, self.b).block_until_ready()) for _ in range(repeats)
+    )
+    return 2 * self.n**3 / best
 
 
 def per_round_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> list:

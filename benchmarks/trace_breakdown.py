@@ -27,21 +27,58 @@ from typing import Optional, Sequence
 import jax
 
 MATMUL, SCATTER, MOVEMENT, COLLECTIVE = 'matmul', 'scatter', 'copies & layout', 'collectives'
-SCORES, OTHER, UNATTRIBUTED = 'elementwise/reduce on [.., L, L]', 'elementwise/reduce (other)', \
-    'unattributed'
+SCORES, OTHER, UNATTRIBUTED = (
+  'elementwise/reduce on [.., L, L]',
+  'elementwise/reduce (other)',
+  'unattributed',
+)
 CATEGORIES = (MATMUL, SCORES, OTHER, SCATTER, MOVEMENT, COLLECTIVE, UNATTRIBUTED)
 _CONTAINER = None  # while / call / conditional: their time is their body's ops' time
 
 _MATMUL_OPS = {'dot', 'convolution', 'ragged-dot'}
-_MOVEMENT_OPS = {'copy', 'copy-start', 'copy-done', 'transpose', 'dynamic-update-slice',
-                 'dynamic-slice', 'slice', 'concatenate', 'pad', 'broadcast', 'reshape',
-                 'bitcast', 'gather'}
-_COLLECTIVE_OPS = {'all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all',
-                   'collective-permute', 'all-reduce-start', 'all-reduce-done',
-                   'all-gather-start', 'all-gather-done', 'collective-permute-start',
-                   'collective-permute-done', 'send', 'recv', 'send-done', 'recv-done'}
-_CONTAINER_OPS = {'while', 'conditional', 'call', 'async-start', 'async-done', 'parameter',
-                  'tuple', 'get-tuple-element', 'constant'}
+_MOVEMENT_OPS = {
+  'copy',
+  'copy-start',
+  'copy-done',
+  'transpose',
+  'dynamic-update-slice',
+  'dynamic-slice',
+  'slice',
+  'concatenate',
+  'pad',
+  'broadcast',
+  'reshape',
+  'bitcast',
+  'gather',
+}
+_COLLECTIVE_OPS = {
+  'all-reduce',
+  'all-gather',
+  'reduce-scatter',
+  'all-to-all',
+  'collective-permute',
+  'all-reduce-start',
+  'all-reduce-done',
+  'all-gather-start',
+  'all-gather-done',
+  'collective-permute-start',
+  'collective-permute-done',
+  'send',
+  'recv',
+  'send-done',
+  'recv-done',
+}
+_CONTAINER_OPS = {
+  'while',
+  'conditional',
+  'call',
+  'async-start',
+  'async-done',
+  'parameter',
+  'tuple',
+  'get-tuple-element',
+  'constant',
+}
 # Library kernels (no HLO name inside CUDA graphs): cuBLAS / cuBLASLt / CUTLASS / cuDNN names.
 _MATMUL_KERNELS = re.compile(r'gemm|xmma|nvjet|cutlass|cublas|matmul|cudnn|flash|fmha', re.I)
 _MOVEMENT_KERNELS = re.compile(r'memcpy|memset|copy', re.I)
@@ -96,8 +133,9 @@ def _opcodes_by_computation(hlo_text: str) -> tuple[dict, list]:
 def categorize_hlo(hlo_text: str, score_dims: Optional[Sequence[int]] = None) -> dict[str, str]:
   """{HLO instruction name: category} for every instruction that can run as its own op."""
   computation_ops, instructions = _opcodes_by_computation(hlo_text)
-  fused = {c for name, opcode, _, called, _, _ in instructions
-           if opcode == 'fusion' for c in called}
+  fused = {
+    c for name, opcode, _, called, _, _ in instructions if opcode == 'fusion' for c in called
+  }
   categories = {}
   for name, opcode, line, called, target, computation in instructions:
     if computation in fused:
@@ -113,17 +151,31 @@ def categorize_hlo(hlo_text: str, score_dims: Optional[Sequence[int]] = None) ->
       category = COLLECTIVE
     elif 'scatter' in ops:
       category = SCATTER
-    elif ops <= _MOVEMENT_OPS | {'fusion', 'parameter', 'constant', 'tuple',
-                                 'get-tuple-element', 'convert', 'select', 'compare', 'iota'} \
-        and ops & _MOVEMENT_OPS:
+    elif (
+      ops
+      <= _MOVEMENT_OPS
+      | {
+        'fusion',
+        'parameter',
+        'constant',
+        'tuple',
+        'get-tuple-element',
+        'convert',
+        'select',
+        'compare',
+        'iota',
+      }
+      and ops & _MOVEMENT_OPS
+    ):
       category = MOVEMENT
     elif 'dynamic-update-slice' in ops:
       category = MOVEMENT
     else:
       category = OTHER
       if score_dims is not None:
-        shapes = [tuple(int(d) for d in s.split(',')) for s in _SHAPE.findall(line.split(
-            ', metadata=')[0])]
+        shapes = [
+          tuple(int(d) for d in s.split(',')) for s in _SHAPE.findall(line.split(', metadata=')[0])
+        ]
         if any(len(s) >= 3 and tuple(s[-2:]) == tuple(score_dims) for s in shapes):
           category = SCORES
     categories[name] = category
@@ -132,8 +184,11 @@ def categorize_hlo(hlo_text: str, score_dims: Optional[Sequence[int]] = None) ->
 
 def _kernel_to_hlo(categories: dict[str, str]) -> dict[str, str]:
   """XLA:GPU names a fusion's kernel after the instruction, '.' -> '_'."""
-  return {name.replace('.', '_').replace('-', '_'): name
-          for name, category in categories.items() if category is not _CONTAINER}
+  return {
+    name.replace('.', '_').replace('-', '_'): name
+    for name, category in categories.items()
+    if category is not _CONTAINER
+  }
 
 
 def _device_events(profile):
@@ -157,8 +212,9 @@ def _device_events(profile):
         yield event.name, hlo_op, event.duration_ns * 1e-9
 
 
-def device_time_by_category(xplane_path: str, categories: dict[str, str],
-                            steps: int = 1) -> dict[str, float]:
+def device_time_by_category(
+  xplane_path: str, categories: dict[str, str], steps: int = 1
+) -> dict[str, float]:
   """Seconds per step in each category (CATEGORIES order), from one trace file."""
   profile = jax.profiler.ProfileData.from_file(xplane_path)
   by_kernel = _kernel_to_hlo(categories)

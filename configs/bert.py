@@ -31,10 +31,10 @@ from realformer_jax.train import default_config
 
 # layers, hidden, heads, FFN.
 SIZES = {
-    'small': (4, 512, 8, 2048),
-    'base': (12, 768, 12, 3072),
-    'large': (24, 1024, 16, 4096),
-    'xlarge': (36, 1536, 24, 6144),
+  'small': (4, 512, 8, 2048),
+  'base': (12, 768, 12, 3072),
+  'large': (24, 1024, 16, 4096),
+  'xlarge': (36, 1536, 24, 6144),
 }
 LN_PLACEMENTS = ('post', 'pre', 'realformer')
 

@@ -1,6 +1,6 @@
 r"""RealFormer-Small: Post-LN + residual attention, the paper's recipe (see configs/bert.py).
 
-    python -m experiments.train --config=configs/realformer_small.py --workdir=DIR
+python -m experiments.train --config=configs/realformer_small.py --workdir=DIR
 """
 
 from configs import bert

@@ -1,6 +1,6 @@
 r"""RealFormer-xLarge: Post-LN + residual attention, the paper's recipe (see configs/bert.py).
 
-    python -m experiments.train --config=configs/realformer_xlarge.py --workdir=DIR
+python -m experiments.train --config=configs/realformer_xlarge.py --workdir=DIR
 """
 
 from configs import bert

@@ -44,8 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import runs as runs_lib
-from experiments import stats
-from experiments import study
+from experiments import stats, study
 from realformer_jax import MaskedLM, data, train
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
@@ -53,17 +52,26 @@ SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plot
 
 def batch_statistics(model: MaskedLM, params, batch):
   """Entropy [N, B, H, L] and adjacent-layer JSD [N-1, B, H, L] of one batch's maps."""
-  _, state = model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
-                         batch['segment_ids'], batch['masked_positions'],
-                         mutable=['intermediates'])
+  _, state = model.apply(
+    {'params': params},
+    batch['input_ids'],
+    batch['input_mask'],
+    batch['segment_ids'],
+    batch['masked_positions'],
+    mutable=['intermediates'],
+  )
   p = state['intermediates']['encoder']['layers']['attention']['attention_probs'][0]
   p = p.astype(jnp.float32)  # [N, B, H, L, L]
   plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
   entropy = -jnp.sum(plogp, axis=-1)
   a, b = p[:-1], p[1:]
   m = 0.5 * (a + b)
-  kl = lambda x: jnp.sum(jnp.where(x > 0, x * (jnp.log(jnp.where(x > 0, x, 1.0))
-                                               - jnp.log(jnp.where(x > 0, m, 1.0))), 0.0), -1)
+  kl = lambda x: jnp.sum(
+    jnp.where(
+      x > 0, x * (jnp.log(jnp.where(x > 0, x, 1.0)) - jnp.log(jnp.where(x > 0, m, 1.0))), 0.0
+    ),
+    -1,
+  )
   return entropy, 0.5 * kl(a) + 0.5 * kl(b)
 
 
@@ -85,8 +93,9 @@ def analyse_workdir(workdir: str, max_batches: int = -1, seed: int = 0) -> dict:
   for index, batch in enumerate(batches):
     if 0 <= max_batches <= index:
       break
-    entropy, jsd = jax.device_get(stats_fn(run.params, {k: jnp.asarray(v)
-                                                         for k, v in batch.items()}))
+    entropy, jsd = jax.device_get(
+      stats_fn(run.params, {k: jnp.asarray(v) for k, v in batch.items()})
+    )
     real = batch['input_mask'].astype(bool)  # [B, L] real query tokens
     if not real.any():
       continue
@@ -104,14 +113,22 @@ def analyse_workdir(workdir: str, max_batches: int = -1, seed: int = 0) -> dict:
       samples[layer].append(e[layer].reshape(-1))
   heads = run.model_config.num_heads
   mean = sums / (count * heads)
-  std = np.sqrt(np.maximum(squares / (count * heads) - mean ** 2, 0.0))
-  sample = [rng.choice(np.concatenate(s), min(SAMPLE_PER_LAYER, sum(map(len, s))),
-                        replace=False).tolist() for s in samples]
-  return {'workdir': workdir, 'tokens': count, 'heads': heads,
-          'length': int(config.data.max_len),
-          'entropy_mean': mean.tolist(), 'entropy_std': std.tolist(),
-          'entropy_head_std': (head_std_sums / count).tolist(),
-          'jsd_mean': (jsd_sums / (count * heads)).tolist(), 'entropy_sample': sample}
+  std = np.sqrt(np.maximum(squares / (count * heads) - mean**2, 0.0))
+  sample = [
+    rng.choice(np.concatenate(s), min(SAMPLE_PER_LAYER, sum(map(len, s))), replace=False).tolist()
+    for s in samples
+  ]
+  return {
+    'workdir': workdir,
+    'tokens': count,
+    'heads': heads,
+    'length': int(config.data.max_len),
+    'entropy_mean': mean.tolist(),
+    'entropy_std': std.tolist(),
+    'entropy_head_std': (head_std_sums / count).tolist(),
+    'jsd_mean': (jsd_sums / (count * heads)).tolist(),
+    'entropy_sample': sample,
+  }
 
 
 def summarise(per_seed: list[dict], key: str) -> list[dict]:
@@ -132,8 +149,14 @@ def paired_differences(per_layout: dict, layouts: list[str], seeds: list[int]) -
     out[key] = []
     for i in range(va.shape[1]):
       diff = stats.paired_diff_ci(list(vb[:, i]), list(va[:, i]))
-      out[key].append({**diff.as_dict(), 'verdict': stats.interval_verdict(diff),
-                       layouts[0]: list(va[:, i]), layouts[1]: list(vb[:, i])})
+      out[key].append(
+        {
+          **diff.as_dict(),
+          'verdict': stats.interval_verdict(diff),
+          layouts[0]: list(va[:, i]),
+          layouts[1]: list(vb[:, i]),
+        }
+      )
   return out
 
 
@@ -145,18 +168,22 @@ def middle_pairs(num_layers: int) -> list[int]:
 
 
 CLAIMS = (  # key, statement, statistic (per model), the paper's sign of RealFormer - Post-LN
-    ('5a', 'top layer: mean entropy lower', 'top_entropy', -1),
-    ('5b', 'top layer: entropy std across heads and tokens lower', 'top_entropy_std', -1),
-    ('5c', 'adjacent layers more alike: JSD over the middle third of pairs lower',
-     'middle_jsd', -1),
+  ('5a', 'top layer: mean entropy lower', 'top_entropy', -1),
+  ('5b', 'top layer: entropy std across heads and tokens lower', 'top_entropy_std', -1),
+  ('5c', 'adjacent layers more alike: JSD over the middle third of pairs lower', 'middle_jsd', -1),
 )
 
 
 def claim_statistics(model: dict) -> dict:
-  return {'top_entropy': model['entropy_mean'][-1], 'top_entropy_std': model['entropy_std'][-1],
-          'middle_jsd': float(np.mean([model['jsd_mean'][i]
-                                       for i in middle_pairs(len(model['entropy_mean']))]))
-          if len(model['entropy_mean']) > 1 else math.nan}
+  return {
+    'top_entropy': model['entropy_mean'][-1],
+    'top_entropy_std': model['entropy_std'][-1],
+    'middle_jsd': float(
+      np.mean([model['jsd_mean'][i] for i in middle_pairs(len(model['entropy_mean']))])
+    )
+    if len(model['entropy_mean']) > 1
+    else math.nan,
+  }
 
 
 def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
@@ -169,8 +196,12 @@ def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
       post = [claim_statistics(per_layout['post'][s])[stat] for s in seeds]
       diff = stats.paired_diff_ci(rf, post)
       se = diff.half_width / stats.t_quantile(0.975, len(seeds) - 1)
-      row.update(difference=diff.as_dict(), realformer=rf, post=post,
-                 p_value=stats.t_p_value(diff.mean, se, len(seeds) - 1))
+      row.update(
+        difference=diff.as_dict(),
+        realformer=rf,
+        post=post,
+        p_value=stats.t_p_value(diff.mean, se, len(seeds) - 1),
+      )
     rows.append(row)
   tested = [r for r in rows if 'p_value' in r]
   for row, p in zip(tested, stats.holm([r['p_value'] for r in tested])):
@@ -179,60 +210,101 @@ def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
     if 'holm_p_value' not in row:
       row['verdict'] = 'not testable at this scale'
     elif row['holm_p_value'] < 0.05:
-      row['verdict'] = ('holds' if np.sign(row['difference']['mean']) == row['expected_sign']
-                        else 'does not hold')
+      row['verdict'] = (
+        'holds' if np.sign(row['difference']['mean']) == row['expected_sign'] else 'does not hold'
+      )
     else:
       row['verdict'] = 'inconclusive'
   return rows
 
 
-def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
-                   seeds: list[int], diffs: dict, claim_rows: list[dict], notes: list[str],
-                   length: int) -> None:
+def write_markdown(
+  path: str,
+  summary: dict,
+  layouts: list[str],
+  command: str,
+  seeds: list[int],
+  diffs: dict,
+  claim_rows: list[dict],
+  notes: list[str],
+  length: int,
+) -> None:
   fmt = lambda d: stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'], ()), 3)
-  lines = ['# Attention entropy and adjacent-layer JSD', '',
-           f'Regenerate: `{command}`. The held-out batches each run was evaluated on (its '
-           '`data.eval_batches`, the same masked text for every model), every real query token '
-           'of every head; per trained model, then mean ± 95% Student-t interval over seeds '
-           f'{seeds}. Entropy in nats (uniform attention over all {length} keys: ln {length} = '
-           f'{math.log(length):.3f}); JSD in nats (0 for identical distributions, at most '
-           'ln 2 = 0.693).', '']
+  lines = [
+    '# Attention entropy and adjacent-layer JSD',
+    '',
+    f'Regenerate: `{command}`. The held-out batches each run was evaluated on (its '
+    '`data.eval_batches`, the same masked text for every model), every real query token '
+    'of every head; per trained model, then mean ± 95% Student-t interval over seeds '
+    f'{seeds}. Entropy in nats (uniform attention over all {length} keys: ln {length} = '
+    f'{math.log(length):.3f}); JSD in nats (0 for identical distributions, at most '
+    'ln 2 = 0.693).',
+    '',
+  ]
   lines += [f'- {note}' for note in notes] + ([''] if notes else [])
-  lines += ['## The paper\'s statements (RealFormer - Post-LN, paired by seed, Holm-corrected)',
-            '', '| | statement | RealFormer - Post-LN | p | Holm p | verdict | per seed '
-            '(Post-LN / RealFormer) |', '|---|---|---|---|---|---|---|']
+  lines += [
+    "## The paper's statements (RealFormer - Post-LN, paired by seed, Holm-corrected)",
+    '',
+    '| | statement | RealFormer - Post-LN | p | Holm p | verdict | per seed '
+    '(Post-LN / RealFormer) |',
+    '|---|---|---|---|---|---|---|',
+  ]
   for row in claim_rows:
     if 'difference' in row:
       per_seed = ', '.join(f'{p:.3f} / {r:.3f}' for p, r in zip(row['post'], row['realformer']))
-      lines.append(f'| {row["key"]} | {row["statement"]} | {fmt(row["difference"])} | '
-                   f'{row["p_value"]:.3g} | {row["holm_p_value"]:.3g} | {row["verdict"]} | '
-                   f'{per_seed} |')
+      lines.append(
+        f'| {row["key"]} | {row["statement"]} | {fmt(row["difference"])} | '
+        f'{row["p_value"]:.3g} | {row["holm_p_value"]:.3g} | {row["verdict"]} | '
+        f'{per_seed} |'
+      )
     else:
       lines.append(f'| {row["key"]} | {row["statement"]} | n/a | | | {row["verdict"]} | |')
-  lines += ['', '## Entropy per layer: mean (std across heads and tokens)', '',
-            '| layer | ' + ' | '.join(f'{l} mean | {l} std' for l in layouts) + ' |',
-            '|---' * (1 + 2 * len(layouts)) + '|']
+  lines += [
+    '',
+    '## Entropy per layer: mean (std across heads and tokens)',
+    '',
+    '| layer | ' + ' | '.join(f'{l} mean | {l} std' for l in layouts) + ' |',
+    '|---' * (1 + 2 * len(layouts)) + '|',
+  ]
   num_layers = len(summary[layouts[0]]['entropy_mean'])
   for layer in range(num_layers):
     cells = []
     for layout in layouts:
-      cells += [fmt(summary[layout]['entropy_mean'][layer]),
-                fmt(summary[layout]['entropy_std'][layer])]
+      cells += [
+        fmt(summary[layout]['entropy_mean'][layer]),
+        fmt(summary[layout]['entropy_std'][layer]),
+      ]
     lines.append(f'| {layer + 1} | ' + ' | '.join(cells) + ' |')
-  lines += ['', '## Jensen-Shannon divergence, same head, layer l vs l + 1', '',
-            '| layers | ' + ' | '.join(layouts) + ' |', '|---' * (1 + len(layouts)) + '|']
+  lines += [
+    '',
+    '## Jensen-Shannon divergence, same head, layer l vs l + 1',
+    '',
+    '| layers | ' + ' | '.join(layouts) + ' |',
+    '|---' * (1 + len(layouts)) + '|',
+  ]
   for pair in range(num_layers - 1):
-    lines.append(f'| {pair + 1}-{pair + 2} | ' + ' | '.join(
-        fmt(summary[l]['jsd_mean'][pair]) for l in layouts) + ' |')
+    lines.append(
+      f'| {pair + 1}-{pair + 2} | '
+      + ' | '.join(fmt(summary[l]['jsd_mean'][pair]) for l in layouts)
+      + ' |'
+    )
   if diffs:
     first, second = layouts[0], layouts[1]
-    lines += ['', f'## {second} - {first} per layer, paired by seed (per-seed values {first} / '
-              f'{second})', '', 'Descriptive (one interval per layer, not corrected for '
-              'their number): lower / higher when the 95% interval excludes 0.', '',
-              '| statistic | layer(s) | difference | verdict | per seed |',
-              '|---|---|---|---|---|']
-    names = {'entropy_mean': 'entropy mean', 'entropy_std': 'entropy std',
-             'jsd_mean': 'JSD to the next layer'}
+    lines += [
+      '',
+      f'## {second} - {first} per layer, paired by seed (per-seed values {first} / {second})',
+      '',
+      'Descriptive (one interval per layer, not corrected for '
+      'their number): lower / higher when the 95% interval excludes 0.',
+      '',
+      '| statistic | layer(s) | difference | verdict | per seed |',
+      '|---|---|---|---|---|',
+    ]
+    names = {
+      'entropy_mean': 'entropy mean',
+      'entropy_std': 'entropy std',
+      'jsd_mean': 'JSD to the next layer',
+    }
     for key, rows in diffs.items():
       for i, d in enumerate(rows):
         where = f'{i + 1}-{i + 2}' if key == 'jsd_mean' else f'{i + 1}'
@@ -246,8 +318,9 @@ def write_markdown(path: str, summary: dict, layouts: list[str], command: str,
 COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
 
 
-def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str],
-                length: int) -> list[str]:
+def write_plots(
+  out: str, per_layout: dict, summary: dict, layouts: list[str], length: int
+) -> list[str]:
   plt = study.pyplot()
   if plt is None:
     return []
@@ -264,12 +337,23 @@ def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str],
       body.set_facecolor(COLORS.get(layout, 'gray'))
       body.set_alpha(0.45)
     for r in models:  # each seed's mean entropy per layer
-      ax.scatter(positions, r['entropy_mean'], color=COLORS.get(layout, 'gray'), s=10,
-                 marker='x', zorder=3)
-    ax.plot([], [], color=COLORS.get(layout, 'gray'), label=f'{layout}: tokens x heads, '
-            f'{len(models)} seeds pooled (violin); x: each seed\'s mean', linewidth=6, alpha=0.5)
-  ax.axhline(math.log(length), color='gray', linestyle='--',
-             label=f'uniform attention over {length} keys: ln {length}')
+      ax.scatter(
+        positions, r['entropy_mean'], color=COLORS.get(layout, 'gray'), s=10, marker='x', zorder=3
+      )
+    ax.plot(
+      [],
+      [],
+      color=COLORS.get(layout, 'gray'),
+      label=f"{layout}: tokens x heads, {len(models)} seeds pooled (violin); x: each seed's mean",
+      linewidth=6,
+      alpha=0.5,
+    )
+  ax.axhline(
+    math.log(length),
+    color='gray',
+    linestyle='--',
+    label=f'uniform attention over {length} keys: ln {length}',
+  )
   ax.set_ylim(0, math.log(length) * 1.08)
   ax.set_xticks(np.arange(num_layers), [str(l + 1) for l in range(num_layers)])
   ax.set_xlabel('layer')
@@ -286,18 +370,30 @@ def write_plots(out: str, per_layout: dict, summary: dict, layouts: list[str],
   for layout in layouts:
     rows = summary[layout]['jsd_mean']
     mean = np.asarray([r['mean'] for r in rows])
-    half = np.asarray([0 if math.isnan(r['ci95_half_width']) else r['ci95_half_width']
-                       for r in rows])
+    half = np.asarray(
+      [0 if math.isnan(r['ci95_half_width']) else r['ci95_half_width'] for r in rows]
+    )
     color = COLORS.get(layout, 'gray')
     ax.plot(pairs, mean, marker='o', color=color, label=f'{layout}: mean over seeds')
     # JSD >= 0: the band is clipped to the quantity's range.
-    ax.fill_between(pairs, np.maximum(mean - half, 0.0), mean + half, color=color, alpha=0.2,
-                    label=f'{layout}: 95% interval over seeds (clipped at 0)')
+    ax.fill_between(
+      pairs,
+      np.maximum(mean - half, 0.0),
+      mean + half,
+      color=color,
+      alpha=0.2,
+      label=f'{layout}: 95% interval over seeds (clipped at 0)',
+    )
     for r in per_layout[layout].values():
       ax.scatter(pairs, r['jsd_mean'], color=color, s=10, marker='x')
   middle = middle_pairs(num_layers)
-  ax.axvspan(pairs[middle[0]] - 0.4, pairs[middle[-1]] + 0.4, color='gray', alpha=0.08,
-             label='middle third (statement 5c)')
+  ax.axvspan(
+    pairs[middle[0]] - 0.4,
+    pairs[middle[-1]] + 0.4,
+    color='gray',
+    alpha=0.08,
+    label='middle third (statement 5c)',
+  )
   ax.scatter([], [], color='gray', s=10, marker='x', label='each seed')
   ax.set_ylim(bottom=0)
   ax.set_xticks(pairs, [f'{p}-{p + 1}' for p in pairs])
@@ -323,14 +419,22 @@ def _layouts_plan(path: str) -> tuple[float | None, list[int]]:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--runs_dir', default='results/compare_layouts',
-                      help="compare_layouts' --workdirs")
-  parser.add_argument('--layouts_results', default='docs/results/compare_layouts',
-                      help="compare_layouts' --out (results.json: r*, seeds; runs/: learned)")
+  parser.add_argument(
+    '--runs_dir', default='results/compare_layouts', help="compare_layouts' --workdirs"
+  )
+  parser.add_argument(
+    '--layouts_results',
+    default='docs/results/compare_layouts',
+    help="compare_layouts' --out (results.json: r*, seeds; runs/: learned)",
+  )
   parser.add_argument('--rate', type=float, default=None, help='peak rate (default: r*)')
   parser.add_argument('--seeds', default='', help='default: the confirmation seeds')
-  parser.add_argument('--max_batches', type=int, default=-1,
-                      help='held-out batches per model (-1: every eval batch of the run)')
+  parser.add_argument(
+    '--max_batches',
+    type=int,
+    default=-1,
+    help='held-out batches per model (-1: every eval batch of the run)',
+  )
   parser.add_argument('--out', default='docs/results/attention_analysis')
   args = parser.parse_args(argv)
   star, confirm_seeds = _layouts_plan(os.path.join(args.layouts_results, 'results.json'))
@@ -361,28 +465,59 @@ def main(argv=None) -> dict:
   paired = [s for s in both if all(learned[(l, s)] for l in layouts)]
   untrained = [s for s in both if s not in paired]
   if untrained:
-    notes.append(f'seeds {untrained}: a run did not learn masked-LM; left out of the '
-                 'paired statements')
+    notes.append(
+      f'seeds {untrained}: a run did not learn masked-LM; left out of the paired statements'
+    )
   if not both:
-    raise SystemExit(f'attention_analysis: no seed has both layouts at rate {rate:g} in '
-                     f'{args.runs_dir}')
-  summary = {l: {key: summarise([per_layout[l][s] for s in both], key)
-                 for key in ('entropy_mean', 'entropy_std', 'entropy_head_std', 'jsd_mean')}
-             for l in layouts}
+    raise SystemExit(
+      f'attention_analysis: no seed has both layouts at rate {rate:g} in {args.runs_dir}'
+    )
+  summary = {
+    l: {
+      key: summarise([per_layout[l][s] for s in both], key)
+      for key in ('entropy_mean', 'entropy_std', 'entropy_head_std', 'jsd_mean')
+    }
+    for l in layouts
+  }
   length = int(next(iter(per_layout['post'].values()))['length'])
   diffs = paired_differences(per_layout, layouts, paired)
   claim_rows = claims(per_layout, paired)
-  defaults = {'runs_dir': parser.get_default('runs_dir'),
-              'layouts_results': parser.get_default('layouts_results'), 'rate': None, 'seeds': ''}
+  defaults = {
+    'runs_dir': parser.get_default('runs_dir'),
+    'layouts_results': parser.get_default('layouts_results'),
+    'rate': None,
+    'seeds': '',
+  }
   command = 'python -m experiments.attention_analysis' + ''.join(
-      f' --{k}={getattr(args, k)}' for k in defaults if getattr(args, k) != defaults[k])
-  write_markdown(os.path.join(args.out, 'attention.md'), summary, layouts, command, both,
-                 diffs, claim_rows, notes, length)
-  runs_lib.write_json(os.path.join(args.out, 'attention.json'), {
-      'rate': rate, 'seeds': both, 'paired_seeds': paired, 'notes': notes,
-      'claims': claim_rows, 'summary': summary, 'paired_differences': diffs,
-      'per_model': {l: {str(s): {k: v for k, v in r.items() if k != 'entropy_sample'}
-                        for s, r in rs.items()} for l, rs in per_layout.items()}})
+    f' --{k}={getattr(args, k)}' for k in defaults if getattr(args, k) != defaults[k]
+  )
+  write_markdown(
+    os.path.join(args.out, 'attention.md'),
+    summary,
+    layouts,
+    command,
+    both,
+    diffs,
+    claim_rows,
+    notes,
+    length,
+  )
+  runs_lib.write_json(
+    os.path.join(args.out, 'attention.json'),
+    {
+      'rate': rate,
+      'seeds': both,
+      'paired_seeds': paired,
+      'notes': notes,
+      'claims': claim_rows,
+      'summary': summary,
+      'paired_differences': diffs,
+      'per_model': {
+        l: {str(s): {k: v for k, v in r.items() if k != 'entropy_sample'} for s, r in rs.items()}
+        for l, rs in per_layout.items()
+      },
+    },
+  )
   plots = write_plots(args.out, per_layout, summary, layouts, length)
   print(f'wrote {os.path.join(args.out, "attention.md")} and {", ".join(plots)}')
   return {'summary': summary, 'claims': claim_rows, 'notes': notes}

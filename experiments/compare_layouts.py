@@ -56,13 +56,12 @@ from typing import Any, Optional
 import numpy as np
 
 from experiments import runs as runs_lib
-from experiments import stats
-from experiments import study
+from experiments import stats, study
 
 LAYOUTS = {  # name: model overrides
-    'post': dict(ln_placement='post'),
-    'pre': dict(ln_placement='pre'),
-    'realformer': dict(ln_placement='realformer'),
+  'post': dict(ln_placement='post'),
+  'pre': dict(ln_placement='pre'),
+  'realformer': dict(ln_placement='realformer'),
 }
 NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
 COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
@@ -77,20 +76,58 @@ class Plan:
 
 
 PLANS = {
-    # 2 CPU cores, one process per core: ~0.5-1 s a step, 36-40 runs of 600 steps.
-    'cpu': Plan(study.Scale(layers=12, hidden=64, heads=2, mlp=256, seq_len=64, batch=32,
-                            steps=600, learning_rate=2e-3, vocab=2000, evals=6,
-                            eval_batches=16),
-                rates=(1e-3, 2e-3, 4e-3, 8e-3)),
-    # BERT-Small width at BERT-Base depth, sequence 128: one accelerator, hours.
-    'bert_small': Plan(study.Scale(layers=12, hidden=512, heads=8, mlp=2048, seq_len=128,
-                                   batch=256, steps=20_000, learning_rate=5e-4, vocab=8000,
-                                   eval_batches=64),
-                       rates=(1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3)),
-    # The smoke test: seconds a run.
-    'toy': Plan(study.Scale(layers=2, hidden=32, heads=2, mlp=64, seq_len=32, batch=8,
-                            steps=4, learning_rate=3e-3, vocab=500, evals=2, eval_batches=2),
-                rates=(3e-3,), grid_seeds=(0, 1), confirm_seeds=(0, 1)),
+  # 2 CPU cores, one process per core: ~0.5-1 s a step, 36-40 runs of 600 steps.
+  'cpu': Plan(
+    study.Scale(
+      layers=12,
+      hidden=64,
+      heads=2,
+      mlp=256,
+      seq_len=64,
+      batch=32,
+      steps=600,
+      learning_rate=2e-3,
+      vocab=2000,
+      evals=6,
+      eval_batches=16,
+    ),
+    rates=(1e-3, 2e-3, 4e-3, 8e-3),
+  ),
+  # BERT-Small width at BERT-Base depth, sequence 128: one accelerator, hours.
+  'bert_small': Plan(
+    study.Scale(
+      layers=12,
+      hidden=512,
+      heads=8,
+      mlp=2048,
+      seq_len=128,
+      batch=256,
+      steps=20_000,
+      learning_rate=5e-4,
+      vocab=8000,
+      eval_batches=64,
+    ),
+    rates=(1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3),
+  ),
+  # The smoke test: seconds a run.
+  'toy': Plan(
+    study.Scale(
+      layers=2,
+      hidden=32,
+      heads=2,
+      mlp=64,
+      seq_len=32,
+      batch=8,
+      steps=4,
+      learning_rate=3e-3,
+      vocab=500,
+      evals=2,
+      eval_batches=2,
+    ),
+    rates=(3e-3,),
+    grid_seeds=(0, 1),
+    confirm_seeds=(0, 1),
+  ),
 }
 
 
@@ -99,9 +136,11 @@ def run_name(rate: float, layout: str, seed: int, prefix: str = '') -> str:
 
 
 def _run(rate, layout, seed, scale, half=False) -> runs_lib.Run:
-  return runs_lib.Run(run_name(rate, layout, seed, 'half-' if half else ''),
-                      dict(layout=layout, seed=seed, learning_rate=rate, half=half),
-                      cost=scale.steps / (2 if half else 1))
+  return runs_lib.Run(
+    run_name(rate, layout, seed, 'half-' if half else ''),
+    dict(layout=layout, seed=seed, learning_rate=rate, half=half),
+    cost=scale.steps / (2 if half else 1),
+  )
 
 
 def best_rate(results: dict, plan: Plan, layout: str) -> Optional[float]:
@@ -123,10 +162,17 @@ def plan_runs(results: dict, plan: Plan) -> list[runs_lib.Run]:
   star = best_rate(results, plan, 'post')
   if star is not None:
     for rate in (star, 2 * star):
-      runs += [_run(rate, layout, s, scale) for layout in ('post', 'realformer', 'pre')
-               for s in plan.confirm_seeds]
-  runs += [_run(r, layout, s, scale) for layout in ('realformer', 'pre') for r in plan.rates
-           for s in plan.grid_seeds]
+      runs += [
+        _run(rate, layout, s, scale)
+        for layout in ('post', 'realformer', 'pre')
+        for s in plan.confirm_seeds
+      ]
+  runs += [
+    _run(r, layout, s, scale)
+    for layout in ('realformer', 'pre')
+    for r in plan.rates
+    for s in plan.grid_seeds
+  ]
   if star is not None:
     runs += [_run(star, 'realformer', s, scale, half=True) for s in plan.confirm_seeds]
   unique = {}
@@ -138,10 +184,14 @@ def plan_runs(results: dict, plan: Plan) -> list[runs_lib.Run]:
 def train_one(plan: Plan, args, run: runs_lib.Run, report: runs_lib.Report) -> dict:
   p, scale = run.params, plan.scale
   config = study.mlm_config(
-      scale, seed=p['seed'], learning_rate=p['learning_rate'], data_dir=args.data_dir,
-      steps=scale.steps // 2 if p['half'] else scale.steps,
-      # Fully unrolled layer scan: ~25% faster steps for this deep, narrow model on CPU.
-      model=dict(LAYOUTS[p['layout']], scan_unroll=scale.layers))
+    scale,
+    seed=p['seed'],
+    learning_rate=p['learning_rate'],
+    data_dir=args.data_dir,
+    steps=scale.steps // 2 if p['half'] else scale.steps,
+    # Fully unrolled layer scan: ~25% faster steps for this deep, narrow model on CPU.
+    model=dict(LAYOUTS[p['layout']], scan_unroll=scale.layers),
+  )
   workdir = os.path.join(args.workdirs, run.name)
   result = study.train_run(config, workdir, report, progress_share=0.95)
   if result['diverged_at_step'] is None:
@@ -152,6 +202,7 @@ def train_one(plan: Plan, args, run: runs_lib.Run, report: runs_lib.Report) -> d
 
 # ------------------------------------------------------------------------------------------
 # Analysis.
+
 
 def _final(run: Optional[dict], key: str, default=math.nan) -> float:
   if not run or not run.get('final'):
@@ -171,17 +222,21 @@ def grid_table(results: dict, plan: Plan) -> dict:
       if not runs:
         continue
       rows[f'{rate:g}'] = {
-          'mask_accuracy': [_final(r, 'mask_accuracy') for r in runs],
-          'loss': [_final(r, 'loss') for r in runs],
-          'learned': [bool(r.get('learned')) for r in runs],
-          'diverged_at_step': [r.get('diverged_at_step') for r in runs]}
+        'mask_accuracy': [_final(r, 'mask_accuracy') for r in runs],
+        'loss': [_final(r, 'loss') for r in runs],
+        'learned': [bool(r.get('learned')) for r in runs],
+        'diverged_at_step': [r.get('diverged_at_step') for r in runs],
+      }
     complete = len(rows) == len(plan.rates) and all(
-        len(row['learned']) == len(plan.grid_seeds) for row in rows.values())
+      len(row['learned']) == len(plan.grid_seeds) for row in rows.values()
+    )
     best = best_rate(results, plan, layout) if complete else None
     trainable = [float(rate) for rate, row in rows.items() if all(row['learned'])]
-    table[layout] = {'rates': rows, 'best_rate': best,
-                     'largest_trainable_rate': max(trainable) if complete and trainable
-                     else None}
+    table[layout] = {
+      'rates': rows,
+      'best_rate': best,
+      'largest_trainable_rate': max(trainable) if complete and trainable else None,
+    }
   return table
 
 
@@ -196,21 +251,37 @@ class Comparison:
 
 
 COMPARISONS = (
-    Comparison('P1', 'RealFormer - Post-LN at r*', (1, 'realformer', False), (1, 'post', False),
-               +1, primary=True),
-    Comparison('P2', 'RealFormer - Post-LN at 2 r*', (2, 'realformer', False),
-               (2, 'post', False), +1, primary=True),
-    Comparison('S1', 'Post-LN - Pre-LN at r*', (1, 'post', False), (1, 'pre', False), +1),
-    Comparison('S2', 'RealFormer - Pre-LN at r*', (1, 'realformer', False), (1, 'pre', False),
-               +1),
-    Comparison('S3', 'Post-LN - Pre-LN at 2 r*', (2, 'post', False), (2, 'pre', False), +1),
-    Comparison('S4', 'RealFormer - Pre-LN at 2 r*', (2, 'realformer', False), (2, 'pre', False),
-               +1),
-    Comparison('S5', 'RealFormer at 2 r* - at r*', (2, 'realformer', False),
-               (1, 'realformer', False), +1),
-    Comparison('S6', 'Post-LN at 2 r* - at r*', (2, 'post', False), (1, 'post', False), -1),
-    Comparison('S7', 'RealFormer (half schedule) - Post-LN (full) at r*',
-               (1, 'realformer', True), (1, 'post', False), +1),
+  Comparison(
+    'P1',
+    'RealFormer - Post-LN at r*',
+    (1, 'realformer', False),
+    (1, 'post', False),
+    +1,
+    primary=True,
+  ),
+  Comparison(
+    'P2',
+    'RealFormer - Post-LN at 2 r*',
+    (2, 'realformer', False),
+    (2, 'post', False),
+    +1,
+    primary=True,
+  ),
+  Comparison('S1', 'Post-LN - Pre-LN at r*', (1, 'post', False), (1, 'pre', False), +1),
+  Comparison('S2', 'RealFormer - Pre-LN at r*', (1, 'realformer', False), (1, 'pre', False), +1),
+  Comparison('S3', 'Post-LN - Pre-LN at 2 r*', (2, 'post', False), (2, 'pre', False), +1),
+  Comparison('S4', 'RealFormer - Pre-LN at 2 r*', (2, 'realformer', False), (2, 'pre', False), +1),
+  Comparison(
+    'S5', 'RealFormer at 2 r* - at r*', (2, 'realformer', False), (1, 'realformer', False), +1
+  ),
+  Comparison('S6', 'Post-LN at 2 r* - at r*', (2, 'post', False), (1, 'post', False), -1),
+  Comparison(
+    'S7',
+    'RealFormer (half schedule) - Post-LN (full) at r*',
+    (1, 'realformer', True),
+    (1, 'post', False),
+    +1,
+  ),
 )
 
 
@@ -228,17 +299,29 @@ def compare(results: dict, plan: Plan, star: float, comparison: Comparison) -> d
   """One comparison of [MASK] accuracy, paired by seed, with its verdict inputs."""
   side_a = _side_runs(results, plan, star, comparison.a)
   side_b = _side_runs(results, plan, star, comparison.b)
-  learned = {'a': [bool(r.get('learned')) for r in side_a.values()],
-             'b': [bool(r.get('learned')) for r in side_b.values()]}
-  out = {'key': comparison.key, 'label': comparison.label, 'primary': comparison.primary,
-         'expected_sign': comparison.expected, 'learned': learned,
-         'seeds_a': sorted(side_a), 'seeds_b': sorted(side_b)}
-  seeds = [s for s in sorted(side_a) if s in side_b and side_a[s].get('scored')
-           and side_b[s].get('scored')]
+  learned = {
+    'a': [bool(r.get('learned')) for r in side_a.values()],
+    'b': [bool(r.get('learned')) for r in side_b.values()],
+  }
+  out = {
+    'key': comparison.key,
+    'label': comparison.label,
+    'primary': comparison.primary,
+    'expected_sign': comparison.expected,
+    'learned': learned,
+    'seeds_a': sorted(side_a),
+    'seeds_b': sorted(side_b),
+  }
+  seeds = [
+    s for s in sorted(side_a) if s in side_b and side_a[s].get('scored') and side_b[s].get('scored')
+  ]
   # A diverged run has no evaluation: it counts as a comparison we cannot pair, and is listed.
-  out['diverged'] = [s for s in sorted(set(side_a) | set(side_b))
-                     if (side_a.get(s) or {}).get('diverged_at_step') is not None
-                     or (side_b.get(s) or {}).get('diverged_at_step') is not None]
+  out['diverged'] = [
+    s
+    for s in sorted(set(side_a) | set(side_b))
+    if (side_a.get(s) or {}).get('diverged_at_step') is not None
+    or (side_b.get(s) or {}).get('diverged_at_step') is not None
+  ]
   if len(seeds) < 2:
     out['comparison'] = None
     return out
@@ -247,9 +330,11 @@ def compare(results: dict, plan: Plan, star: float, comparison: Comparison) -> d
   count = sums_a[0]['mask_count']
   if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
     raise ValueError(f'{comparison.label}: runs scored on different eval sets')
-  result = stats.paired_ratio_comparison(np.stack([s['mask_correct_sum'] for s in sums_a]),
-                                         np.stack([s['mask_correct_sum'] for s in sums_b]),
-                                         count)
+  result = stats.paired_ratio_comparison(
+    np.stack([s['mask_correct_sum'] for s in sums_a]),
+    np.stack([s['mask_correct_sum'] for s in sums_b]),
+    count,
+  )
   out['comparison'] = result.as_dict()
   out['seeds'] = seeds
   return out
@@ -281,12 +366,14 @@ def analyse(results: dict, plan: Plan) -> dict:
   for row, p in zip(secondary, adjusted):
     row['holm_p_value'] = p
   for row in rows:
-    p = (row['comparison']['p_value'] if row['primary'] and row['comparison']
-         else row.get('holm_p_value', math.nan))
+    p = (
+      row['comparison']['p_value']
+      if row['primary'] and row['comparison']
+      else row.get('holm_p_value', math.nan)
+    )
     row['verdict'] = verdict(row, p)
   analysis['comparisons'] = rows
-  analysis['at_rates'] = {f'{f * star:g}': confirm_table(results, plan, f * star)
-                          for f in (1, 2)}
+  analysis['at_rates'] = {f'{f * star:g}': confirm_table(results, plan, f * star) for f in (1, 2)}
   analysis['half'] = confirm_table(results, plan, star, half=True)
   return analysis
 
@@ -294,16 +381,17 @@ def analyse(results: dict, plan: Plan) -> dict:
 def confirm_table(results: dict, plan: Plan, rate: float, half: bool = False) -> dict:
   """Per layout at one rate over the confirmation seeds: per-seed metrics and summaries."""
   table = {}
-  for layout in (('realformer',) if half else LAYOUTS):
-    runs = [results.get(run_name(rate, layout, s, 'half-' if half else ''))
-            for s in plan.confirm_seeds]
+  for layout in ('realformer',) if half else LAYOUTS:
+    runs = [
+      results.get(run_name(rate, layout, s, 'half-' if half else '')) for s in plan.confirm_seeds
+    ]
     runs = [r for r in runs if r is not None]
     if not runs:
       continue
     table[layout] = {
-        key: [_final(r, key) for r in runs]
-        for key in ('mask_accuracy', 'mlm_accuracy', 'loss', 'kept_accuracy',
-                    'random_accuracy')}
+      key: [_final(r, key) for r in runs]
+      for key in ('mask_accuracy', 'mlm_accuracy', 'loss', 'kept_accuracy', 'random_accuracy')
+    }
     table[layout]['seeds'] = [r['params']['seed'] for r in runs]
     table[layout]['learned'] = [bool(r.get('learned')) for r in runs]
     table[layout]['diverged_at_step'] = [r.get('diverged_at_step') for r in runs]
@@ -317,10 +405,12 @@ def floors_of(results: dict) -> dict:
 # ------------------------------------------------------------------------------------------
 # Report.
 
+
 def _ci(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
   finite = [v for v in values if math.isfinite(v)]
-  per_seed = ', '.join('diverged' if not math.isfinite(v) else f'{v * scale:.{digits}f}'
-                       for v in values)
+  per_seed = ', '.join(
+    'diverged' if not math.isfinite(v) else f'{v * scale:.{digits}f}' for v in values
+  )
   if len(finite) < 2:
     return per_seed or 'n/a'
   return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'
@@ -330,85 +420,126 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
   scale, floors = plan.scale, floors_of(results)
   predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
   lines = [
-      '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid', '',
-      f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
-      f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
-      f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
-      f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
-      f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
-      f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
-      f'{predictions.get("predictions", math.nan):,.0f} predictions, '
-      f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).', '']
+    '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid',
+    '',
+    f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
+    f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
+    f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
+    f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
+    f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
+    f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
+    f'{predictions.get("predictions", math.nan):,.0f} predictions, '
+    f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).',
+    '',
+  ]
   if floors:
     lines += [
-        f'Floors (context-free predictors from the train split, on this eval set): most '
-        f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
-        f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
-        f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
-        f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
-        f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
-        'that loss and its [MASK] accuracy above the floor.', '']
+      f'Floors (context-free predictors from the train split, on this eval set): most '
+      f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+      f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
+      f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+      f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
+      f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
+      'that loss and its [MASK] accuracy above the floor.',
+      '',
+    ]
   grid = analysis['grid']
-  lines += ['## 1. Learning-rate grid: [MASK] accuracy (%)', '',
-            f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
-            '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
-            'the best rate.', '',
-            '| layout | ' + ' | '.join(f'{r:g}' for r in plan.rates)
-            + ' | best rate | largest rate where every seed learned |',
-            '|---' * (len(plan.rates) + 3) + '|']
+  lines += [
+    '## 1. Learning-rate grid: [MASK] accuracy (%)',
+    '',
+    f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
+    '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
+    'the best rate.',
+    '',
+    '| layout | '
+    + ' | '.join(f'{r:g}' for r in plan.rates)
+    + ' | best rate | largest rate where every seed learned |',
+    '|---' * (len(plan.rates) + 3) + '|',
+  ]
   for layout, info in grid.items():
     cells = []
     for rate in plan.rates:
       row = info['rates'].get(f'{rate:g}')
-      cells.append('n/a' if row is None else
-                   f'{_ci(row["mask_accuracy"])}; learned {sum(row["learned"])}/'
-                   f'{len(row["learned"])}')
+      cells.append(
+        'n/a'
+        if row is None
+        else f'{_ci(row["mask_accuracy"])}; learned {sum(row["learned"])}/{len(row["learned"])}'
+      )
     best = info['best_rate']
     trainable = info['largest_trainable_rate']
-    lines.append(f'| {NAMES[layout]} | ' + ' | '.join(cells) + f' | '
-                 f'{"n/a" if best is None else f"{best:g}"} | '
-                 f'{"n/a" if trainable is None else f"{trainable:g}"} |')
+    lines.append(
+      f'| {NAMES[layout]} | ' + ' | '.join(cells) + f' | '
+      f'{"n/a" if best is None else f"{best:g}"} | '
+      f'{"n/a" if trainable is None else f"{trainable:g}"} |'
+    )
   star = analysis['r_star']
   if star is None:
-    lines += ['', 'r* (Post-LN\'s best rate) is not known yet: the grid is unfinished.', '']
+    lines += ['', "r* (Post-LN's best rate) is not known yet: the grid is unfinished.", '']
   else:
-    lines += ['', f'r* = Post-LN\'s best grid rate = {star:g}; 2 r* = {2 * star:g}.', '',
-              f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}', '',
-              '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
-              'learned | kept / random accuracy (%) |', '|---|---|---|---|---|---|---|']
+    lines += [
+      '',
+      f"r* = Post-LN's best grid rate = {star:g}; 2 r* = {2 * star:g}.",
+      '',
+      f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}',
+      '',
+      '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
+      'learned | kept / random accuracy (%) |',
+      '|---|---|---|---|---|---|---|',
+    ]
     for rate, table in analysis['at_rates'].items():
       for layout, row in table.items():
         lines.append(_confirm_line(rate, NAMES[layout], row))
     for layout, row in analysis['half'].items():
-      lines.append(_confirm_line(f'{star:g}, half schedule ({scale.steps // 2} steps)',
-                                 NAMES[layout], row))
+      lines.append(
+        _confirm_line(f'{star:g}, half schedule ({scale.steps // 2} steps)', NAMES[layout], row)
+      )
     if floors:
-      lines.append(f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
-                   f'{100 * floors["mlm_accuracy"]:.2f} | | | |')
-      lines.append(f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
-                   f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
-                   f'| | 100 / 0 |')
-    lines += ['', '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
-              '', 'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
-              'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
-              'Holm-adjusted as one family.', '',
-              '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
-              '(a / b) | verdict |', '|---|---|---|---|---|---|---|---|---|']
+      lines.append(
+        f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
+        f'{100 * floors["mlm_accuracy"]:.2f} | | | |'
+      )
+      lines.append(
+        f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
+        f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
+        f'| | 100 / 0 |'
+      )
+    lines += [
+      '',
+      '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
+      '',
+      'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
+      'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
+      'Holm-adjusted as one family.',
+      '',
+      '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
+      '(a / b) | verdict |',
+      '|---|---|---|---|---|---|---|---|---|',
+    ]
     for row in analysis['comparisons']:
       c = row['comparison']
-      diff = ('n/a' if c is None else
-              f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}')
+      diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
       p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
-      holm = '' if row['primary'] else (f'{row["holm_p_value"]:.3g}'
-                                       if 'holm_p_value' in row else 'n/a')
-      learned = (f'{sum(row["learned"]["a"])}/{len(row["learned"]["a"])} / '
-                 f'{sum(row["learned"]["b"])}/{len(row["learned"]["b"])}')
-      lines.append(f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
-                   f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
-                   f'{row["verdict"]} |')
-  lines += ['', '![[MASK] accuracy over the learning-rate grid](lr_grid.png)', '',
-            '![[MASK] accuracy during training at r* and 2 r*](curves.png)', '',
-            '![comparisons with intervals](comparisons.png)', '']
+      holm = (
+        '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
+      )
+      learned = (
+        f'{sum(row["learned"]["a"])}/{len(row["learned"]["a"])} / '
+        f'{sum(row["learned"]["b"])}/{len(row["learned"]["b"])}'
+      )
+      lines.append(
+        f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
+        f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
+        f'{row["verdict"]} |'
+      )
+  lines += [
+    '',
+    '![[MASK] accuracy over the learning-rate grid](lr_grid.png)',
+    '',
+    '![[MASK] accuracy during training at r* and 2 r*](curves.png)',
+    '',
+    '![comparisons with intervals](comparisons.png)',
+    '',
+  ]
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
 
@@ -416,11 +547,14 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
 def _confirm_line(rate, name: str, row: dict) -> str:
   kept = [v for v in row['kept_accuracy'] if math.isfinite(v)]
   random = [v for v in row['random_accuracy'] if math.isfinite(v)]
-  kept_random = (f'{100 * np.mean(kept):.1f} / {100 * np.mean(random):.1f}' if kept and random
-                 else 'n/a')
-  return (f'| {rate} | {name} | {_ci(row["mask_accuracy"])} | {_ci(row["mlm_accuracy"])} | '
-          f'{_ci(row["loss"], 1.0, 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
-          f'{kept_random} |')
+  kept_random = (
+    f'{100 * np.mean(kept):.1f} / {100 * np.mean(random):.1f}' if kept and random else 'n/a'
+  )
+  return (
+    f'| {rate} | {name} | {_ci(row["mask_accuracy"])} | {_ci(row["mlm_accuracy"])} | '
+    f'{_ci(row["loss"], 1.0, 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
+    f'{kept_random} |'
+  )
 
 
 def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
@@ -438,10 +572,15 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       per_seed = [[v * scale_by for v in info['rates'][f'{r:g}'][key]] for r in rates]
       for rate, values in zip(rates, per_seed):
         finite = [v for v in values if math.isfinite(v)]
-        ax.scatter([rate * offsets[layout]] * len(finite), finite, color=COLORS[layout],
-                   s=18, alpha=0.7)
-      means = [np.mean([v for v in values if math.isfinite(v)]) if any(
-          math.isfinite(v) for v in values) else np.nan for values in per_seed]
+        ax.scatter(
+          [rate * offsets[layout]] * len(finite), finite, color=COLORS[layout], s=18, alpha=0.7
+        )
+      means = [
+        np.mean([v for v in values if math.isfinite(v)])
+        if any(math.isfinite(v) for v in values)
+        else np.nan
+        for values in per_seed
+      ]
       ax.plot(rates, means, color=COLORS[layout], label=f'{NAMES[layout]}: mean of seeds')
   ax_acc.scatter([], [], color='gray', s=18, label='one seed (points)')
   study.draw_floors(ax_acc, floors, 'mask_accuracy')
@@ -453,8 +592,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
     ax.legend(fontsize=8)
   ax_acc.set_ylim(bottom=0)
   ax_acc.set_ylabel('final eval accuracy at [MASK] (%)')
-  ax_acc.set_title(f'[MASK] accuracy after {plan.scale.steps} steps, seeds '
-                   f'{list(plan.grid_seeds)}')
+  ax_acc.set_title(f'[MASK] accuracy after {plan.scale.steps} steps, seeds {list(plan.grid_seeds)}')
   ax_loss.set_ylabel('final eval loss (nats)')
   ax_loss.set_title('eval loss (all predictions)')
   fig.tight_layout()
@@ -469,18 +607,25 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
   for ax, factor in zip(axes, (1, 2)):
     for layout in LAYOUTS:
-      curves = [results[n]['eval_mask_accuracy'] for n in
-                (run_name(factor * star, layout, s) for s in plan.confirm_seeds)
-                if n in results and results[n].get('eval_mask_accuracy')]
+      curves = [
+        results[n]['eval_mask_accuracy']
+        for n in (run_name(factor * star, layout, s) for s in plan.confirm_seeds)
+        if n in results and results[n].get('eval_mask_accuracy')
+      ]
       for curve in curves:
-        ax.plot(*zip(*[(s, 100 * v) for s, v in curve]), color=COLORS[layout], alpha=0.3,
-                linewidth=0.8)
+        ax.plot(
+          *zip(*[(s, 100 * v) for s, v in curve]), color=COLORS[layout], alpha=0.3, linewidth=0.8
+        )
       full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
       if full:
         steps = [s for s, _ in full[0]]
-        ax.plot(steps, 100 * np.mean([[v for _, v in c] for c in full], 0),
-                color=COLORS[layout], linewidth=2.2,
-                label=f'{NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)')
+        ax.plot(
+          steps,
+          100 * np.mean([[v for _, v in c] for c in full], 0),
+          color=COLORS[layout],
+          linewidth=2.2,
+          label=f'{NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
+        )
     study.draw_floors(ax, floors, 'mask_accuracy')
     ax.set_ylim(bottom=0)
     ax.set_xlabel('training step')
@@ -499,18 +644,31 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
     for i, row in enumerate(rows):
       c = row['comparison']
       color = 'black' if row['primary'] else 'tab:gray'
-      ax.errorbar([100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o',
-                  color=color, capsize=4)
-      ax.scatter([100 * v for v in c['values']], [i + 0.18] * len(c['values']), s=10,
-                 color=color, alpha=0.6, marker='x')
+      ax.errorbar(
+        [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+      )
+      ax.scatter(
+        [100 * v for v in c['values']],
+        [i + 0.18] * len(c['values']),
+        s=10,
+        color=color,
+        alpha=0.6,
+        marker='x',
+      )
     ax.axvline(0, color='gray', linewidth=0.8)
-    ax.set_yticks(range(len(rows)), [f'{r["key"]}: {r["label"]} (paper: '
-                                     f'{"> 0" if r["expected_sign"] > 0 else "< 0"})'
-                                     for r in rows], fontsize=8)
+    ax.set_yticks(
+      range(len(rows)),
+      [
+        f'{r["key"]}: {r["label"]} (paper: {"> 0" if r["expected_sign"] > 0 else "< 0"})'
+        for r in rows
+      ],
+      fontsize=8,
+    )
     ax.invert_yaxis()
     ax.set_xlabel('difference in [MASK] accuracy (percentage points)')
-    ax.set_title('mean and 95% interval (seeds + eval-set bootstrap); x: each seed; '
-                 'black: primary', fontsize=9)
+    ax.set_title(
+      'mean and 95% interval (seeds + eval-set bootstrap); x: each seed; black: primary', fontsize=9
+    )
     fig.tight_layout()
     paths.append(os.path.join(out, 'comparisons.png'))
     fig.savefig(paths[-1], dpi=110)
@@ -531,26 +689,42 @@ def _summary_for_json(results: dict) -> dict:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(parser, out='docs/results/compare_layouts',
-                             workdirs='results/compare_layouts', scales=PLANS)
+  study.add_common_arguments(
+    parser, out='docs/results/compare_layouts', workdirs='results/compare_layouts', scales=PLANS
+  )
   args = parser.parse_args(argv)
   plan = PLANS[study.scale_name(args)]
   os.makedirs(args.out, exist_ok=True)
   results = runs_lib.run_planned(
-      args.out, lambda done: plan_runs(done, plan),
-      lambda run, report: train_one(plan, args, run, report),
-      select=lambda runs: study.selected(runs, args.runs))
+    args.out,
+    lambda done: plan_runs(done, plan),
+    lambda run, report: train_one(plan, args, run, report),
+    select=lambda runs: study.selected(runs, args.runs),
+  )
   analysis = analyse(results, plan)
-  runs_lib.write_json(os.path.join(args.out, 'results.json'),
-                      {'scale': dataclasses.asdict(plan.scale), 'rates': list(plan.rates),
-                       'grid_seeds': list(plan.grid_seeds),
-                       'confirm_seeds': list(plan.confirm_seeds), 'floors': floors_of(results),
-                       'analysis': analysis, 'runs': _summary_for_json(results)})
-  write_markdown(os.path.join(args.out, 'results.md'), results, analysis, plan,
-                 study.command('compare_layouts', args))
+  runs_lib.write_json(
+    os.path.join(args.out, 'results.json'),
+    {
+      'scale': dataclasses.asdict(plan.scale),
+      'rates': list(plan.rates),
+      'grid_seeds': list(plan.grid_seeds),
+      'confirm_seeds': list(plan.confirm_seeds),
+      'floors': floors_of(results),
+      'analysis': analysis,
+      'runs': _summary_for_json(results),
+    },
+  )
+  write_markdown(
+    os.path.join(args.out, 'results.md'),
+    results,
+    analysis,
+    plan,
+    study.command('compare_layouts', args),
+  )
   plots = write_plots(args.out, results, analysis, plan)
-  print(f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}'
-                                                            if plots else ''))
+  print(
+    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
+  )
   return {'results': results, 'analysis': analysis}
 
 

@@ -35,12 +35,15 @@ from realformer_jax.aot import fit_report, targets  # pylint: disable=wrong-impo
 from realformer_jax.config import ConfigError  # pylint: disable=wrong-import-position
 from realformer_jax.data import DataError  # pylint: disable=wrong-import-position
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.',
-                                          lock_config=True)
-_TARGET = flags.DEFINE_string('target', None, f'Accelerator target: {targets.known_targets()} '
-                              '(e.g. h100:8, a100-40g:16, v5e:2x2, v4:2x2x1).')
-_DUMP = flags.DEFINE_string('dump', None, 'Write the optimized HLO, kernels.csv and '
-                            'report.json here.')
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
+_TARGET = flags.DEFINE_string(
+  'target',
+  None,
+  f'Accelerator target: {targets.known_targets()} (e.g. h100:8, a100-40g:16, v5e:2x2, v4:2x2x1).',
+)
+_DUMP = flags.DEFINE_string(
+  'dump', None, 'Write the optimized HLO, kernels.csv and report.json here.'
+)
 flags.mark_flags_as_required(['config', 'target'])
 
 

@@ -2,8 +2,10 @@ r"""RealFormer vs Post-LN after fine-tuning, from pretrainings that learned mask
 from-scratch control.
 
     python -m experiments.finetune_compare       # after compare_layouts; ~1.5 h on 2 cores
-    python -m experiments.finetune_compare --runs='*-s[02]' &  python -m experiments.finetune_compare --runs='*-s1'
-    python -m experiments.finetune_compare --quick --layouts_results=/tmp/cl --pretrained=/tmp/cl_runs
+    python -m experiments.finetune_compare --runs='*-s[02]' &   # split over 2 cores,
+    python -m experiments.finetune_compare --runs='*-s1'          # one process each
+    python -m experiments.finetune_compare --quick --layouts_results=/tmp/cl \
+        --pretrained=/tmp/cl_runs
 
 1. Starting points: experiments/compare_layouts.py's Post-LN and RealFormer runs at r*
    (Post-LN's best peak rate; 12 layers x 64, RoPE) for pretraining seeds 0, 1, 2, read from
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 
@@ -42,8 +43,7 @@ import numpy as np
 
 from configs.finetune import bible_sections
 from experiments import runs as runs_lib
-from experiments import stats
-from experiments import study
+from experiments import stats, study
 from realformer_jax import finetune, train
 
 STARTS = ('realformer', 'post', 'scratch')
@@ -67,8 +67,10 @@ def pretrained_run(args, layout: str, seed: int, rate: float) -> tuple[str, dict
   record = os.path.join(args.layouts_results, 'runs', f'{name}.json')
   workdir = os.path.join(args.pretrained, name)
   if not os.path.exists(record) or not os.path.isdir(workdir):
-    raise SystemExit(f'finetune_compare: {name} is not a finished run of compare_layouts in '
-                     f'{args.layouts_results} / {args.pretrained}')
+    raise SystemExit(
+      f'finetune_compare: {name} is not a finished run of compare_layouts in '
+      f'{args.layouts_results} / {args.pretrained}'
+    )
   with open(record) as f:
     return os.path.abspath(workdir), json.load(f)
 
@@ -100,8 +102,11 @@ def finetune_config(args, start: str, seed: int, rate: float):
 
 
 def grid(seeds) -> list[runs_lib.Run]:
-  return [runs_lib.Run(f'{start}-s{seed}', {'start': start, 'seed': seed})
-          for seed in seeds for start in STARTS]
+  return [
+    runs_lib.Run(f'{start}-s{seed}', {'start': start, 'seed': seed})
+    for seed in seeds
+    for start in STARTS
+  ]
 
 
 def train_one(args, rate: float, run: runs_lib.Run, report: runs_lib.Report) -> dict:
@@ -118,58 +123,92 @@ def train_one(args, rate: float, run: runs_lib.Run, report: runs_lib.Report) -> 
   pretraining = {}
   if start != 'scratch':
     _, record = pretrained_run(args, start, seed, rate)
-    pretraining = {'run': record['run'], 'learned': bool(record.get('learned')),
-                   'final': record.get('final'), 'floors': record.get('floors')}
-  return {'workdir': workdir, 'pretraining': pretraining,
-          'last_step': int(config.train.num_train_steps),
-          'validation_accuracy': [[int(s), float(v)] for s, v in
-                                  scalars.get('eval/accuracy', [])],
-          **{k: float(v) for k, v in result.items()
-             if k.startswith(('test/', 'best/', 'eval/', 'baseline')) or k == 'best_step'}}
+    pretraining = {
+      'run': record['run'],
+      'learned': bool(record.get('learned')),
+      'final': record.get('final'),
+      'floors': record.get('floors'),
+    }
+  return {
+    'workdir': workdir,
+    'pretraining': pretraining,
+    'last_step': int(config.train.num_train_steps),
+    'validation_accuracy': [[int(s), float(v)] for s, v in scalars.get('eval/accuracy', [])],
+    **{
+      k: float(v)
+      for k, v in result.items()
+      if k.startswith(('test/', 'best/', 'eval/', 'baseline')) or k == 'best_step'
+    },
+  }
 
 
 def summarize(results: dict, seeds, args, rate: float) -> dict:
-  summary = {'settings': {'seeds': list(seeds), 'train_examples': args.train_examples,
-                          'epochs': args.epochs, 'learning_rate': args.learning_rate,
-                          'pretraining_rate': rate, 'quick': args.quick},
-             'starts': {}, 'differences': {}}
+  summary = {
+    'settings': {
+      'seeds': list(seeds),
+      'train_examples': args.train_examples,
+      'epochs': args.epochs,
+      'learning_rate': args.learning_rate,
+      'pretraining_rate': rate,
+      'quick': args.quick,
+    },
+    'starts': {},
+    'differences': {},
+  }
   for start in STARTS:
     runs = [results[f'{start}-s{s}'] for s in seeds if f'{start}-s{s}' in results]
     if not runs:
       continue
     summary['starts'][start] = {
-        'seeds': [r['params']['seed'] for r in runs],
-        'accuracy': stats.mean_ci([r['test/accuracy'] for r in runs]).as_dict(),
-        'matthews_corrcoef': stats.mean_ci([r['test/matthews_corrcoef'] for r in runs]).as_dict(),
-        'validation_accuracy': stats.mean_ci([r['best/eval/accuracy'] for r in runs]).as_dict(),
-        'best_step': [int(r['best_step']) for r in runs],
-        'last_step': [int(r['last_step']) for r in runs],
-        'pretraining_learned': [r['pretraining'].get('learned') for r in runs],
-        'pretraining_mask_accuracy': [(r['pretraining'].get('final') or {}).get(
-            'mask_accuracy') for r in runs]}
+      'seeds': [r['params']['seed'] for r in runs],
+      'accuracy': stats.mean_ci([r['test/accuracy'] for r in runs]).as_dict(),
+      'matthews_corrcoef': stats.mean_ci([r['test/matthews_corrcoef'] for r in runs]).as_dict(),
+      'validation_accuracy': stats.mean_ci([r['best/eval/accuracy'] for r in runs]).as_dict(),
+      'best_step': [int(r['best_step']) for r in runs],
+      'last_step': [int(r['last_step']) for r in runs],
+      'pretraining_learned': [r['pretraining'].get('learned') for r in runs],
+      'pretraining_mask_accuracy': [
+        (r['pretraining'].get('final') or {}).get('mask_accuracy') for r in runs
+      ],
+    }
   any_run = next(iter(results.values()))
-  summary['majority'] = {'accuracy': any_run['test/baseline_accuracy'],
-                         'matthews_corrcoef': any_run['test/baseline_matthews_corrcoef']}
-  floors = next((r['pretraining']['floors'] for r in results.values()
-                 if r['pretraining'].get('floors')), None)
+  summary['majority'] = {
+    'accuracy': any_run['test/baseline_accuracy'],
+    'matthews_corrcoef': any_run['test/baseline_matthews_corrcoef'],
+  }
+  floors = next(
+    (r['pretraining']['floors'] for r in results.values() if r['pretraining'].get('floors')), None
+  )
   summary['pretraining_floors'] = floors
-  for a, b, sign in (('realformer', 'post', +1), ('realformer', 'scratch', +1),
-                     ('post', 'scratch', +1)):
+  for a, b, sign in (
+    ('realformer', 'post', +1),
+    ('realformer', 'scratch', +1),
+    ('post', 'scratch', +1),
+  ):
     paired = [s for s in seeds if f'{a}-s{s}' in results and f'{b}-s{s}' in results]
     if len(paired) < 2:
       continue
     row = {'seeds': paired, 'expected_sign': sign}
     for metric in ('accuracy', 'matthews_corrcoef'):
-      diff = stats.paired_diff_ci([results[f'{a}-s{s}'][f'test/{metric}'] for s in paired],
-                                  [results[f'{b}-s{s}'][f'test/{metric}'] for s in paired])
+      diff = stats.paired_diff_ci(
+        [results[f'{a}-s{s}'][f'test/{metric}'] for s in paired],
+        [results[f'{b}-s{s}'][f'test/{metric}'] for s in paired],
+      )
       row[metric] = diff.as_dict()
-    learned = [results[f'{x}-s{s}']['pretraining'].get('learned', True)
-               for x in (a, b) for s in paired if x != 'scratch']
-    verdict = stats.interval_verdict(stats.Summary(
-        row['accuracy']['mean'], row['accuracy']['ci95_half_width'], len(paired), ()))
-    row['verdict'] = ('not testable at this scale' if not all(learned) else
-                      {'higher': 'holds', 'lower': 'does not hold',
-                       'inconclusive': 'inconclusive'}[verdict])
+    learned = [
+      results[f'{x}-s{s}']['pretraining'].get('learned', True)
+      for x in (a, b)
+      for s in paired
+      if x != 'scratch'
+    ]
+    verdict = stats.interval_verdict(
+      stats.Summary(row['accuracy']['mean'], row['accuracy']['ci95_half_width'], len(paired), ())
+    )
+    row['verdict'] = (
+      'not testable at this scale'
+      if not all(learned)
+      else {'higher': 'holds', 'lower': 'does not hold', 'inconclusive': 'inconclusive'}[verdict]
+    )
     summary['differences'][f'{a} - {b}'] = row
   return summary
 
@@ -180,44 +219,62 @@ def write_report(summary: dict, results: dict, out: str, command: str) -> None:
   s = summary['settings']
 
   def ci(d, scale=100.0):
-    return stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'],
-                                         tuple(d['values'])), 2, scale)
+    return stats.format_ci(
+      stats.Summary(d['mean'], d['ci95_half_width'], d['n'], tuple(d['values'])), 2, scale
+    )
 
   floors = summary['pretraining_floors'] or {}
   lines = [
-      '# Fine-tuning RealFormer vs Post-LN on the embedded task (bible_sections)', '',
-      f'Regenerate: `{command}`. Starting points: compare_layouts\' Post-LN and RealFormer '
-      f'runs at r* = {s["pretraining_rate"]:g} ({_describe(s["pretraining_scale"])}), '
-      f'pretraining seeds {s["seeds"]}; the control: the same Post-LN architecture and tokenizer, randomly '
-      f'initialised. Fine-tuning: {s["train_examples"]} training verses, {s["epochs"]} epochs '
-      f'at peak rate {s["learning_rate"]:g} (10% warmup, linear decay), validation every '
-      'epoch, the best checkpoint by validation accuracy scored on the test chapters; '
-      'fine-tuning seed = pretraining seed (paired). Mean ± 95% Student-t half-width over '
-      'seeds (per-seed values).', '',
-      '| starting point | pretraining [MASK] accuracy (%) | test accuracy (%) | test Matthews '
-      'corr. (%) | best validation accuracy (%) | best step / last step |',
-      '|---|---|---|---|---|---|']
+    '# Fine-tuning RealFormer vs Post-LN on the embedded task (bible_sections)',
+    '',
+    f"Regenerate: `{command}`. Starting points: compare_layouts' Post-LN and RealFormer "
+    f'runs at r* = {s["pretraining_rate"]:g} ({_describe(s["pretraining_scale"])}), '
+    f'pretraining seeds {s["seeds"]}; the control: the same Post-LN architecture and '
+    f'tokenizer, randomly initialised. Fine-tuning: {s["train_examples"]} training verses, '
+    f'{s["epochs"]} epochs '
+    f'at peak rate {s["learning_rate"]:g} (10% warmup, linear decay), validation every '
+    'epoch, the best checkpoint by validation accuracy scored on the test chapters; '
+    'fine-tuning seed = pretraining seed (paired). Mean ± 95% Student-t half-width over '
+    'seeds (per-seed values).',
+    '',
+    '| starting point | pretraining [MASK] accuracy (%) | test accuracy (%) | test Matthews '
+    'corr. (%) | best validation accuracy (%) | best step / last step |',
+    '|---|---|---|---|---|---|',
+  ]
   for start, row in summary['starts'].items():
-    mask = ', '.join('-' if v is None else f'{100 * v:.2f}'
-                     for v in row['pretraining_mask_accuracy'])
+    mask = ', '.join(
+      '-' if v is None else f'{100 * v:.2f}' for v in row['pretraining_mask_accuracy']
+    )
     per_seed = ', '.join(f'{100 * v:.2f}' for v in row['accuracy']['values'])
     steps = ', '.join(f'{b}/{l}' for b, l in zip(row['best_step'], row['last_step']))
-    lines.append(f'| {NAMES[start]} | {mask} | {ci(row["accuracy"])} ({per_seed}) | '
-                 f'{ci(row["matthews_corrcoef"])} | {ci(row["validation_accuracy"])} | '
-                 f'{steps} |')
-  lines.append(f'| majority class | | {100 * summary["majority"]["accuracy"]:.2f} | '
-               f'{100 * summary["majority"]["matthews_corrcoef"]:.2f} | | |')
+    lines.append(
+      f'| {NAMES[start]} | {mask} | {ci(row["accuracy"])} ({per_seed}) | '
+      f'{ci(row["matthews_corrcoef"])} | {ci(row["validation_accuracy"])} | '
+      f'{steps} |'
+    )
+  lines.append(
+    f'| majority class | | {100 * summary["majority"]["accuracy"]:.2f} | '
+    f'{100 * summary["majority"]["matthews_corrcoef"]:.2f} | | |'
+  )
   if floors:
-    lines += ['', f'Pretraining floors at [MASK] (most frequent token = copy rule): '
-              f'{100 * floors["mask_accuracy"]:.2f}%.']
-  lines += ['', '| difference (paired by seed) | test accuracy (points) | Matthews corr. '
-            '(points) | verdict (accuracy) |', '|---|---|---|---|']
+    lines += [
+      '',
+      f'Pretraining floors at [MASK] (most frequent token = copy rule): '
+      f'{100 * floors["mask_accuracy"]:.2f}%.',
+    ]
+  lines += [
+    '',
+    '| difference (paired by seed) | test accuracy (points) | Matthews corr. '
+    '(points) | verdict (accuracy) |',
+    '|---|---|---|---|',
+  ]
   for name, row in summary['differences'].items():
     a, b = name.split(' - ')
-    lines.append(f'| {NAMES[a]} - {NAMES[b]} | {ci(row["accuracy"])} | '
-                 f'{ci(row["matthews_corrcoef"])} | {row["verdict"]} |')
-  lines += ['', '![test accuracy per seed; validation accuracy per epoch](test_accuracy.png)',
-            '']
+    lines.append(
+      f'| {NAMES[a]} - {NAMES[b]} | {ci(row["accuracy"])} | '
+      f'{ci(row["matthews_corrcoef"])} | {row["verdict"]} |'
+    )
+  lines += ['', '![test accuracy per seed; validation accuracy per epoch](test_accuracy.png)', '']
   with open(os.path.join(out, 'results.md'), 'w') as f:
     f.write('\n'.join(lines))
   _plot(summary, results, os.path.join(out, 'test_accuracy.png'))
@@ -226,8 +283,10 @@ def write_report(summary: dict, results: dict, out: str, command: str) -> None:
 def _describe(scale: dict) -> str:
   if not scale:
     return 'scale unknown'
-  return (f'{scale["layers"]} layers x {scale["hidden"]}, {scale["position_embedding"]} '
-          f'positions, {scale["steps"]} steps')
+  return (
+    f'{scale["layers"]} layers x {scale["hidden"]}, {scale["position_embedding"]} '
+    f'positions, {scale["steps"]} steps'
+  )
 
 
 def _plot(summary: dict, results: dict, path: str) -> None:
@@ -240,13 +299,26 @@ def _plot(summary: dict, results: dict, path: str) -> None:
   for x, start in enumerate(starts):
     row = summary['starts'][start]['accuracy']
     values = [100 * v for v in row['values']]
-    ax.scatter([x - 0.08] * len(values), values, color=COLORS[start], alpha=0.7,
-               label='one seed' if x == 0 else None)
+    ax.scatter(
+      [x - 0.08] * len(values),
+      values,
+      color=COLORS[start],
+      alpha=0.7,
+      label='one seed' if x == 0 else None,
+    )
     half = row['ci95_half_width']
-    ax.errorbar([x + 0.08], [100 * row['mean']], yerr=[[100 * half if half == half else 0]],
-                fmt='o', color='black', capsize=5, label='mean, 95% interval' if x == 0 else None)
-  ax.axhline(100 * summary['majority']['accuracy'], color='black', linestyle=':',
-             label='majority class')
+    ax.errorbar(
+      [x + 0.08],
+      [100 * row['mean']],
+      yerr=[[100 * half if half == half else 0]],
+      fmt='o',
+      color='black',
+      capsize=5,
+      label='mean, 95% interval' if x == 0 else None,
+    )
+  ax.axhline(
+    100 * summary['majority']['accuracy'], color='black', linestyle=':', label='majority class'
+  )
   ax.set_xticks(range(len(starts)), [NAMES[s] for s in starts])
   ax.set_xlim(-0.5, len(starts) - 0.5)
   ax.set_ylim(0, 100)
@@ -257,12 +329,19 @@ def _plot(summary: dict, results: dict, path: str) -> None:
     curve = run.get('validation_accuracy') or []
     if curve:
       steps, values = zip(*curve)
-      ax_val.plot(steps, 100 * np.asarray(values), marker='o', markersize=3,
-                  color=COLORS[run['params']['start']], alpha=0.7)
+      ax_val.plot(
+        steps,
+        100 * np.asarray(values),
+        marker='o',
+        markersize=3,
+        color=COLORS[run['params']['start']],
+        alpha=0.7,
+      )
   for start in starts:
     ax_val.plot([], [], color=COLORS[start], label=f'{NAMES[start]} (one line per seed)')
-  ax_val.axhline(100 * summary['majority']['accuracy'], color='black', linestyle=':',
-                 label='majority class')
+  ax_val.axhline(
+    100 * summary['majority']['accuracy'], color='black', linestyle=':', label='majority class'
+  )
   ax_val.set_ylim(bottom=0)
   ax_val.set_xlabel('fine-tuning step (one evaluation per epoch)')
   ax_val.set_ylabel('validation accuracy (%)')
@@ -277,14 +356,22 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', default='docs/results/finetune')
   parser.add_argument('--workdirs', default='results/finetune_compare')
-  parser.add_argument('--pretrained', default='results/compare_layouts',
-                      help="compare_layouts' --workdirs")
-  parser.add_argument('--layouts_results', default='docs/results/compare_layouts',
-                      help="compare_layouts' --out (r*, and whether each run learned)")
+  parser.add_argument(
+    '--pretrained', default='results/compare_layouts', help="compare_layouts' --workdirs"
+  )
+  parser.add_argument(
+    '--layouts_results',
+    default='docs/results/compare_layouts',
+    help="compare_layouts' --out (r*, and whether each run learned)",
+  )
   parser.add_argument('--rate', type=float, default=None, help='pretraining rate (default r*)')
   parser.add_argument('--seeds', default='0,1,2', help='pretraining = fine-tuning seeds')
-  parser.add_argument('--train_examples', type=int, default=2400,
-                      help='training verses (evenly spaced; -1: all 24,692)')
+  parser.add_argument(
+    '--train_examples',
+    type=int,
+    default=2400,
+    help='training verses (evenly spaced; -1: all 24,692)',
+  )
   parser.add_argument('--epochs', type=float, default=8)
   parser.add_argument('--learning_rate', type=float, default=2e-4)
   parser.add_argument('--runs', default='*', help='glob patterns of the runs to train now')
@@ -295,12 +382,14 @@ def main(argv=None) -> dict:
   star, scale = _layouts_plan(args.layouts_results)
   rate = args.rate if args.rate is not None else star
   if rate is None:
-    parser.error(f'no r* in {args.layouts_results}/results.json: run compare_layouts first, '
-                 'or pass --rate')
+    parser.error(
+      f'no r* in {args.layouts_results}/results.json: run compare_layouts first, or pass --rate'
+    )
   seeds = [int(s) for s in args.seeds.split(',')]
   runs = grid(seeds)
   runs_lib.Grid(args.out, study.selected(runs, args.runs)).run(
-      lambda run, report: train_one(args, rate, run, report))
+    lambda run, report: train_one(args, rate, run, report)
+  )
   results = runs_lib.load_results(args.out, runs)
   if not results:
     raise SystemExit('finetune_compare: no finished run yet')

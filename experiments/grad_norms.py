@@ -23,7 +23,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -33,22 +32,26 @@ from realformer_jax import params as params_lib
 from realformer_jax.losses import mlm_loss_and_metrics
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
-    'post': dict(ln_placement='post'),
-    'pre': dict(ln_placement='pre'),
-    'realformer': dict(ln_placement='realformer'),
-    'post+ds_init': dict(ln_placement='post', init='ds_init'),
-    'rezero': dict(ln_placement='none', residual_branch='rezero'),
+  'post': dict(ln_placement='post'),
+  'pre': dict(ln_placement='pre'),
+  'realformer': dict(ln_placement='realformer'),
+  'post+ds_init': dict(ln_placement='post', init='ds_init'),
+  'rezero': dict(ln_placement='none', residual_branch='rezero'),
 }
 SUBLAYERS = ('attention', 'mlp')
 COSINE_SEQUENCES = 16  # capture_intermediates keeps every attention map: a few sequences
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p = argparse.ArgumentParser(
+    description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+  )
   p.add_argument('--out', default='results/grad_norms', help='output folder')
-  p.add_argument('--quick', action='store_true',
-                 help='smoke test: 4 layers, 3 steps, tiny batches, synthetic data')
+  p.add_argument(
+    '--quick',
+    action='store_true',
+    help='smoke test: 4 layers, 3 steps, tiny batches, synthetic data',
+  )
   p.add_argument('--variants', default=','.join(VARIANTS), help='comma-separated subset')
   p.add_argument('--layers', type=int, default=48)
   p.add_argument('--hidden', type=int, default=64)
@@ -56,8 +59,12 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--mlp', type=int, default=256)
   p.add_argument('--seq_len', type=int, default=64)
   p.add_argument('--batch', type=int, default=8)
-  p.add_argument('--measure_batch', type=int, default=64,
-                 help='sequences in the fixed batch the tables are measured on')
+  p.add_argument(
+    '--measure_batch',
+    type=int,
+    default=64,
+    help='sequences in the fixed batch the tables are measured on',
+  )
   p.add_argument('--steps', type=int, default=200)
   p.add_argument('--lr', type=float, default=5e-4, help='peak AdamW learning rate')
   p.add_argument('--warmup', type=float, default=0.1, help='warm-up fraction of --steps')
@@ -83,10 +90,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 # Model, optimiser, jitted steps.
 # ---------------------------------------------------------------------------------------------
 
+
 def model_config(args: argparse.Namespace, vocab_size: int, overrides: dict) -> ModelConfig:
-  base = dict(vocab_size=vocab_size, hidden_size=args.hidden, num_layers=args.layers,
-              num_heads=args.heads, mlp_dim=args.mlp, max_len=args.seq_len,
-              dropout_rate=0.0, attention_dropout_rate=0.0, init=args.init)
+  base = dict(
+    vocab_size=vocab_size,
+    hidden_size=args.hidden,
+    num_layers=args.layers,
+    num_heads=args.heads,
+    mlp_dim=args.mlp,
+    max_len=args.seq_len,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    init=args.init,
+  )
   return ModelConfig(**{**base, **overrides})
 
 
@@ -106,38 +122,52 @@ def make_steps(cfg: ModelConfig, tx: optax.GradientTransformation):
   def token_cosines(params, batch, step):
     """Mean cosine between the tokens of a sequence after each layer (rank collapse)."""
     few = jax.tree.map(lambda a: a[:COSINE_SEQUENCES], batch)
-    outputs = diagnostics.layer_outputs(model, {'params': params}, *study.model_inputs(few),
-                                        step=step)
+    outputs = diagnostics.layer_outputs(
+      model, {'params': params}, *study.model_inputs(few), step=step
+    )
     return jax.vmap(lambda h: diagnostics.token_cosine(h, few['input_mask']))(outputs)
 
   @jax.jit
   def measure(params, perturbations, batch, step):
     """Per-layer gradient norms of each sublayer and the DS-Init ratios on one batch."""
     param_grads, probe_grads = diagnostics.param_and_probe_grads(
-        lambda v: loss_fn(v, batch, step), params, perturbations)
-    return {'grad_norms': diagnostics.per_layer_grad_norms(param_grads),
-            # |dL/dx| at each layer's input: the activation gradient the vanishing-gradient
-            # argument is about (parameter gradients also scale with the activations).
-            'input_grad_norms': diagnostics.probe_grad_norms(probe_grads)['attention_input'],
-            'beta': diagnostics.beta_ratios(probe_grads),
-            'token_cosine': token_cosines(params, batch, step),
-            'loss': loss_fn({'params': params}, batch, step)}
+      lambda v: loss_fn(v, batch, step), params, perturbations
+    )
+    return {
+      'grad_norms': diagnostics.per_layer_grad_norms(param_grads),
+      # |dL/dx| at each layer's input: the activation gradient the vanishing-gradient
+      # argument is about (parameter gradients also scale with the activations).
+      'input_grad_norms': diagnostics.probe_grad_norms(probe_grads)['attention_input'],
+      'beta': diagnostics.beta_ratios(probe_grads),
+      'token_cosine': token_cosines(params, batch, step),
+      'loss': loss_fn({'params': params}, batch, step),
+    }
 
   return model, train_step, measure
 
 
-def run_variant(name: str, cfg: ModelConfig, args, source: study.BatchSource, measure_batch) -> dict:
+def run_variant(
+  name: str, cfg: ModelConfig, args, source: study.BatchSource, measure_batch
+) -> dict:
   warmup = max(1, int(args.warmup * args.steps))
   # BERT's schedule: linear warm-up, then linear decay to 0.
-  lr = optax.join_schedules([optax.linear_schedule(0.0, args.lr, warmup),
-                             optax.linear_schedule(args.lr, 0.0, max(1, args.steps - warmup))],
-                            [warmup])
-  tx = optax.chain(optax.clip_by_global_norm(args.clip),
-                   optax.adamw(lr, weight_decay=args.weight_decay))
+  lr = optax.join_schedules(
+    [
+      optax.linear_schedule(0.0, args.lr, warmup),
+      optax.linear_schedule(args.lr, 0.0, max(1, args.steps - warmup)),
+    ],
+    [warmup],
+  )
+  tx = optax.chain(
+    optax.clip_by_global_norm(args.clip), optax.adamw(lr, weight_decay=args.weight_decay)
+  )
   model, train_step, measure = make_steps(cfg, tx)
   start = time.time()
-  params = params_lib.unbox(jax.jit(lambda k: model.init(k, *study.model_inputs(measure_batch)))(
-      jax.random.key(args.seed))['params'])
+  params = params_lib.unbox(
+    jax.jit(lambda k: model.init(k, *study.model_inputs(measure_batch)))(jax.random.key(args.seed))[
+      'params'
+    ]
+  )
   perturbations = diagnostics.zero_perturbations(model, params, *study.model_inputs(measure_batch))
   opt_state = tx.init(params)
   at_init = jax.device_get(measure(params, perturbations, measure_batch, 0))
@@ -151,23 +181,33 @@ def run_variant(name: str, cfg: ModelConfig, args, source: study.BatchSource, me
   losses = [float(x) for x in jax.device_get(losses)]
   trained = jax.device_get(measure(params, perturbations, measure_batch, args.steps))
   seconds = time.time() - start
-  tail = losses[-min(20, len(losses)):] if losses else [float('nan')]
-  print(f'{name:>14}: loss {at_init["loss"]:.3f} -> {np.mean(tail):.3f} '
-        f'(measure batch {trained["loss"]:.3f}), {seconds:.0f}s', flush=True)
+  tail = losses[-min(20, len(losses)) :] if losses else [float('nan')]
+  print(
+    f'{name:>14}: loss {at_init["loss"]:.3f} -> {np.mean(tail):.3f} '
+    f'(measure batch {trained["loss"]:.3f}), {seconds:.0f}s',
+    flush=True,
+  )
   to_list = lambda tree: jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
-  return {'config': {k: getattr(cfg, k) for k in ('ln_placement', 'residual_branch', 'init',
-                                                  'use_residual_attention')},
-          'init': to_list(at_init), 'trained': to_list(trained), 'train_loss': losses,
-          'seconds': seconds}
+  return {
+    'config': {
+      k: getattr(cfg, k)
+      for k in ('ln_placement', 'residual_branch', 'init', 'use_residual_attention')
+    },
+    'init': to_list(at_init),
+    'trained': to_list(trained),
+    'train_loss': losses,
+    'seconds': seconds,
+  }
 
 
 # ---------------------------------------------------------------------------------------------
 # Reporting.
 # ---------------------------------------------------------------------------------------------
 
+
 def _grad_table(results: dict, when: str) -> list[str]:
   names = list(results)
-  head = ('| layer | ' + ' | '.join(f'{n} attn | {n} ffn | {n} dx' for n in names) + ' |')
+  head = '| layer | ' + ' | '.join(f'{n} attn | {n} ffn | {n} dx' for n in names) + ' |'
   rule = '|---:|' + '---:|' * (3 * len(names))
   rows = [head, rule]
   num_layers = len(next(iter(results.values()))[when]['grad_norms']['attention'])
@@ -181,79 +221,87 @@ def _grad_table(results: dict, when: str) -> list[str]:
 
 
 def _summary_table(results: dict) -> list[str]:
-  rows = ['| variant | loss: init / last 20 steps | attn first/last: init / end | '
-          'ffn first/last: init / end | dx first/last: init / end | '
-          'beta_LN attn, ffn @init | beta_RC attn, ffn @init |',
-          '|---|---:|---:|---:|---:|---:|---:|']
+  rows = [
+    '| variant | loss: init / last 20 steps | attn first/last: init / end | '
+    'ffn first/last: init / end | dx first/last: init / end | '
+    'beta_LN attn, ffn @init | beta_RC attn, ffn @init |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+  ]
 
   for n, r in results.items():
+
     def ratio(key, when):
-      values = (r[when]['input_grad_norms'] if key == 'dx' else r[when]['grad_norms'][key])
+      values = r[when]['input_grad_norms'] if key == 'dx' else r[when]['grad_norms'][key]
       first, last = values[0], values[-1]
       return f'{first / last:.3g}' if last > 0 else 'n/a'  # ReZero at init: gates are 0
 
     both = lambda key: f'{ratio(key, "init")} / {ratio(key, "trained")}'
     beta = lambda key: ', '.join(f'{np.mean(r["init"]["beta"][s][key]):.3f}' for s in SUBLAYERS)
     tail = r['train_loss'][-20:] or [float('nan')]
-    rows.append(f'| {n} | {r["init"]["loss"]:.3f} / {np.mean(tail):.3f} | '
-                f'{both("attention")} | {both("mlp")} | {both("dx")} | '
-                f'{beta("beta_ln")} | {beta("beta_rc")} |')
+    rows.append(
+      f'| {n} | {r["init"]["loss"]:.3f} / {np.mean(tail):.3f} | '
+      f'{both("attention")} | {both("mlp")} | {both("dx")} | '
+      f'{beta("beta_ln")} | {beta("beta_rc")} |'
+    )
   return rows
 
 
 def _cosine_table(results: dict) -> list[str]:
   num_layers = len(next(iter(results.values()))['init']['token_cosine'])
   layers = sorted({1, *range(4, num_layers + 1, max(1, num_layers // 8)), num_layers})
-  rows = ['| variant | ' + ' | '.join(f'L{l}' for l in layers) + ' |',
-          '|---|' + '---:|' * len(layers)]
+  rows = [
+    '| variant | ' + ' | '.join(f'L{l}' for l in layers) + ' |',
+    '|---|' + '---:|' * len(layers),
+  ]
   for n, r in results.items():
     for when, label in (('init', 'init'), ('trained', 'end')):
       cos = r[when]['token_cosine']
-      rows.append(f'| {n} ({label}) | ' + ' | '.join(f'{cos[l - 1]:.3f}' for l in layers)
-                  + ' |')
+      rows.append(f'| {n} ({label}) | ' + ' | '.join(f'{cos[l - 1]:.3f}' for l in layers) + ' |')
   return rows
 
 
 def write_markdown(path: str, results: dict, args, meta: dict) -> None:
   lines = [
-      '# Per-layer gradient norms',
-      '',
-      f'{args.layers} layers, hidden {args.hidden}, {args.heads} heads, FFN {args.mlp}, '
-      f'sequence {args.seq_len}, batch {args.batch}, {args.steps} AdamW steps (peak lr '
-      f'{args.lr}, warm-up {args.warmup:.0%} then linear decay, weight decay '
-      f'{args.weight_decay}, clip {args.clip}), no dropout, init {args.init} '
-      f'(DS-Init for post+ds_init), data: {meta["data"]} (vocab {meta["vocab_size"]}). '
-      f'Gradient norms are L2 norms of all parameters of a sublayer (attention: Q, K, V, '
-      f'output projection + biases; ffn: both matrices + biases) on one fixed batch of '
-      f'{args.measure_batch} sequences ({"held out: eval split" if meta["data"] == "embedded" else "synthetic"}). Layer 1 is next to the embeddings. '
-      f'Wall time {meta["wall_seconds"]:.0f} s on {meta["device"]}.',
-      '',
-      '## Summary',
-      '',
-      'attn / ffn = L2 norm of the gradient of the sublayer\'s parameters; dx = |dL/dx| at the '
-      'layer\'s input (the activation gradient). first/last = layer 1 divided by the last '
-      'layer (< 1: the gradient shrinks toward the input; n/a: the last layer\'s is 0, as '
-      'for ReZero\'s branches at init). beta = DS-Init ratios averaged over layers, on the '
-      'same batch (realformer_jax/diagnostics.py; beta_LN = 1 where the trunk has no norm).',
-      '',
-      *_summary_table(results),
-      '',
-      '## Token similarity',
-      '',
-      'Mean cosine between the representations of two tokens of the same sequence after '
-      'layer L (first 16 sequences of the same batch): near 1, the tokens have collapsed '
-      'onto one direction (rank collapse) and attention can no longer tell them apart.',
-      '',
-      *_cosine_table(results),
-      '',
-      '## At initialisation',
-      '',
-      *_grad_table(results, 'init'),
-      '',
-      f'## After {args.steps} steps',
-      '',
-      *_grad_table(results, 'trained'),
-      '',
+    '# Per-layer gradient norms',
+    '',
+    f'{args.layers} layers, hidden {args.hidden}, {args.heads} heads, FFN {args.mlp}, '
+    f'sequence {args.seq_len}, batch {args.batch}, {args.steps} AdamW steps (peak lr '
+    f'{args.lr}, warm-up {args.warmup:.0%} then linear decay, weight decay '
+    f'{args.weight_decay}, clip {args.clip}), no dropout, init {args.init} '
+    f'(DS-Init for post+ds_init), data: {meta["data"]} (vocab {meta["vocab_size"]}). '
+    f'Gradient norms are L2 norms of all parameters of a sublayer (attention: Q, K, V, '
+    f'output projection + biases; ffn: both matrices + biases) on one fixed batch of '
+    f'{args.measure_batch} sequences '
+    f'({"held out: eval split" if meta["data"] == "embedded" else "synthetic"}). '
+    'Layer 1 is next to the embeddings. '
+    f'Wall time {meta["wall_seconds"]:.0f} s on {meta["device"]}.',
+    '',
+    '## Summary',
+    '',
+    "attn / ffn = L2 norm of the gradient of the sublayer's parameters; dx = |dL/dx| at the "
+    "layer's input (the activation gradient). first/last = layer 1 divided by the last "
+    "layer (< 1: the gradient shrinks toward the input; n/a: the last layer's is 0, as "
+    "for ReZero's branches at init). beta = DS-Init ratios averaged over layers, on the "
+    'same batch (realformer_jax/diagnostics.py; beta_LN = 1 where the trunk has no norm).',
+    '',
+    *_summary_table(results),
+    '',
+    '## Token similarity',
+    '',
+    'Mean cosine between the representations of two tokens of the same sequence after '
+    'layer L (first 16 sequences of the same batch): near 1, the tokens have collapsed '
+    'onto one direction (rank collapse) and attention can no longer tell them apart.',
+    '',
+    *_cosine_table(results),
+    '',
+    '## At initialisation',
+    '',
+    *_grad_table(results, 'init'),
+    '',
+    f'## After {args.steps} steps',
+    '',
+    *_grad_table(results, 'trained'),
+    '',
   ]
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
@@ -262,14 +310,16 @@ def write_markdown(path: str, results: dict, args, meta: dict) -> None:
 def write_plot(path: str, results: dict, args) -> bool:
   try:
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
   except ImportError:
     print('matplotlib is not installed: no plot (pip install matplotlib)', file=sys.stderr)
     return False
   fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-  for row, (when, title) in enumerate((('init', 'at init'),
-                                       ('trained', f'after {args.steps} steps'))):
+  for row, (when, title) in enumerate(
+    (('init', 'at init'), ('trained', f'after {args.steps} steps'))
+  ):
     for col, sublayer in enumerate(SUBLAYERS):
       ax = axes[row, col]
       for name, r in results.items():
@@ -300,23 +350,31 @@ def main(argv=None) -> dict:
   start = time.time()
   source = study.BatchSource(args.seq_len, args.data, args.data_dir, args.vocab)
   measure_batch = source.measure_batch(args.measure_batch, args.seed + 10_000)
-  print(f'data: {source.kind} (vocab {source.vocab_size}); {args.layers} layers, '
-        f'{args.steps} steps per variant', flush=True)
+  print(
+    f'data: {source.kind} (vocab {source.vocab_size}); {args.layers} layers, '
+    f'{args.steps} steps per variant',
+    flush=True,
+  )
   results = {}
   for name in names:
     cfg = model_config(args, source.vocab_size, VARIANTS[name])
     results[name] = run_variant(name, cfg, args, source, measure_batch)
-  meta = {'data': source.kind, 'vocab_size': source.vocab_size,
-          'wall_seconds': time.time() - start,
-          'device': f'{jax.devices()[0].platform} x{jax.device_count()} '
-                    f'({os.cpu_count()} cores)',
-          'args': vars(args)}
+  meta = {
+    'data': source.kind,
+    'vocab_size': source.vocab_size,
+    'wall_seconds': time.time() - start,
+    'device': f'{jax.devices()[0].platform} x{jax.device_count()} ({os.cpu_count()} cores)',
+    'args': vars(args),
+  }
   write_markdown(os.path.join(args.out, 'grad_norms.md'), results, args, meta)
   plotted = write_plot(os.path.join(args.out, 'grad_norms.png'), results, args)
   with open(os.path.join(args.out, 'grad_norms.json'), 'w') as f:
     json.dump({'meta': meta, 'results': results}, f)
-  print(f'wrote {args.out}/grad_norms.md{", .png" if plotted else ""}, .json '
-        f'in {meta["wall_seconds"]:.0f}s', flush=True)
+  print(
+    f'wrote {args.out}/grad_norms.md{", .png" if plotted else ""}, .json '
+    f'in {meta["wall_seconds"]:.0f}s',
+    flush=True,
+  )
   return {'meta': meta, 'results': results}
 
 

@@ -27,20 +27,33 @@ from realformer_jax import MaskedLM, ModelConfig, diagnostics
 from realformer_jax import params as params_lib
 from realformer_jax.losses import mlm_loss_and_metrics
 
-BASE = dict(num_layers=48, hidden_size=64, num_heads=4, mlp_dim=256, max_len=64, init='xavier',
-            ln_placement='post', dropout_rate=0.0, attention_dropout_rate=0.0)
+BASE = dict(
+  num_layers=48,
+  hidden_size=64,
+  num_heads=4,
+  mlp_dim=256,
+  max_len=64,
+  init='xavier',
+  ln_placement='post',
+  dropout_rate=0.0,
+  attention_dropout_rate=0.0,
+)
 SETTINGS = {  # name: (overrides of BASE, sequence length)
-    'post (grad_norms.py setting)': ({}, 64),
-    'sequence 128': ({'max_len': 128}, 128),
-    'width 256': ({'hidden_size': 256, 'mlp_dim': 1024}, 64),
-    '18 layers': ({'num_layers': 18}, 64),
-    'width 512, 18 layers, seq 128': ({'hidden_size': 512, 'num_heads': 8, 'mlp_dim': 2048,
-                                       'num_layers': 18, 'max_len': 128}, 128),
-    'ReLU FFN': ({'activation': 'relu'}, 64),
-    'dropout 0.1 (training-mode gradient)': ({'dropout_rate': 0.1,
-                                              'attention_dropout_rate': 0.1}, 64),
-    'BERT init (std 0.02)': ({'init': 'bert'}, 64),
-    'pre (for contrast)': ({'ln_placement': 'pre'}, 64),
+  'post (grad_norms.py setting)': ({}, 64),
+  'sequence 128': ({'max_len': 128}, 128),
+  'width 256': ({'hidden_size': 256, 'mlp_dim': 1024}, 64),
+  '18 layers': ({'num_layers': 18}, 64),
+  'width 512, 18 layers, seq 128': (
+    {'hidden_size': 512, 'num_heads': 8, 'mlp_dim': 2048, 'num_layers': 18, 'max_len': 128},
+    128,
+  ),
+  'ReLU FFN': ({'activation': 'relu'}, 64),
+  'dropout 0.1 (training-mode gradient)': (
+    {'dropout_rate': 0.1, 'attention_dropout_rate': 0.1},
+    64,
+  ),
+  'BERT init (std 0.02)': ({'init': 'bert'}, 64),
+  'pre (for contrast)': ({'ln_placement': 'pre'}, 64),
 }
 COSINE_SEQUENCES = 16
 
@@ -59,24 +72,31 @@ def parse_args(argv=None) -> argparse.Namespace:
 def measure(cfg: ModelConfig, batch: dict, seed: int) -> dict:
   model = MaskedLM(cfg)
   inputs = study.model_inputs(batch)
-  params = params_lib.unbox(jax.jit(lambda k: model.init(k, *inputs))(
-      jax.random.key(seed))['params'])
+  params = params_lib.unbox(
+    jax.jit(lambda k: model.init(k, *inputs))(jax.random.key(seed))['params']
+  )
   train_mode = cfg.dropout_rate > 0
 
   def loss(p):
-    logits = model.apply({'params': p}, *inputs, deterministic=not train_mode, step=0,
-                         rngs={'dropout': jax.random.key(seed + 1)})
+    logits = model.apply(
+      {'params': p},
+      *inputs,
+      deterministic=not train_mode,
+      step=0,
+      rngs={'dropout': jax.random.key(seed + 1)},
+    )
     return mlm_loss_and_metrics(logits, batch['masked_ids'], batch['masked_weights'])[0]
 
   grads = jax.jit(jax.grad(loss))(params)
   norms = {k: np.asarray(v) for k, v in diagnostics.per_layer_grad_norms(grads).items()}
   few = jax.tree.map(lambda a: a[:COSINE_SEQUENCES], batch)
-  outputs = diagnostics.layer_outputs(model, {'params': params},
-                                      *study.model_inputs(few), step=0)
-  cosine = np.asarray(jax.vmap(lambda h: diagnostics.token_cosine(h, few['input_mask']))(
-      outputs))
-  return {'attention': norms['attention'].tolist(), 'mlp': norms['mlp'].tolist(),
-          'token_cosine': cosine.tolist()}
+  outputs = diagnostics.layer_outputs(model, {'params': params}, *study.model_inputs(few), step=0)
+  cosine = np.asarray(jax.vmap(lambda h: diagnostics.token_cosine(h, few['input_mask']))(outputs))
+  return {
+    'attention': norms['attention'].tolist(),
+    'mlp': norms['mlp'].tolist(),
+    'token_cosine': cosine.tolist(),
+  }
 
 
 def main(argv=None) -> dict:
@@ -95,19 +115,32 @@ def main(argv=None) -> dict:
   results = {}
   for name, (overrides, seq_len) in settings.items():
     if seq_len not in sources:  # grad_norms.py's batch source at this length
-      source = study.BatchSource(seq_len, args.data, args.data_dir,
-                                 vocab=256 if args.quick else 8000)
+      source = study.BatchSource(
+        seq_len, args.data, args.data_dir, vocab=256 if args.quick else 8000
+      )
       sources[seq_len] = (source, source.measure_batch(args.measure_batch, args.seed))
     source, batch = sources[seq_len]
     cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size})
     r = measure(cfg, batch, args.seed)
-    r['config'] = {k: getattr(cfg, k) for k in ('num_layers', 'hidden_size', 'max_len',
-                                                 'activation', 'init', 'ln_placement',
-                                                 'dropout_rate')}
+    r['config'] = {
+      k: getattr(cfg, k)
+      for k in (
+        'num_layers',
+        'hidden_size',
+        'max_len',
+        'activation',
+        'init',
+        'ln_placement',
+        'dropout_rate',
+      )
+    }
     results[name] = r
-    print(f'{name:40s} attn first/last {r["attention"][0] / r["attention"][-1]:6.3g}  '
-          f'ffn first/last {r["mlp"][0] / r["mlp"][-1]:6.3g}  '
-          f'token cosine after last layer {r["token_cosine"][-1]:.3f}', flush=True)
+    print(
+      f'{name:40s} attn first/last {r["attention"][0] / r["attention"][-1]:6.3g}  '
+      f'ffn first/last {r["mlp"][0] / r["mlp"][-1]:6.3g}  '
+      f'token cosine after last layer {r["token_cosine"][-1]:.3f}',
+      flush=True,
+    )
   seconds = time.time() - start
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, 'init_sweep.json'), 'w') as f:
@@ -118,20 +151,27 @@ def main(argv=None) -> dict:
 
 
 def write_markdown(path: str, results: dict, base: dict, seconds: float) -> None:
-  lines = ['# Post-LN gradients at initialisation: one change at a time', '',
-           f'Base: {base["num_layers"]} layers, hidden {base["hidden_size"]}, FFN '
-           f'{base["mlp_dim"]}, init {base["init"]}, no dropout, the fixed held-out batch of '
-           'experiments/grad_norms.py. Gradient norm = L2 norm of all parameters of a sublayer. '
-           'first/last = layer 1 / last layer (< 1: shrinks toward the input). Token cosine = '
-           'mean cosine between two tokens of a sequence after the layer (1: rank collapse). '
-           f'Run time {seconds:.0f} s.', '',
-           '| setting | layers | attn first/last | ffn first/last | attn grad: layer 1, mid, '
-           'last | token cosine: layer 10, last |', '|---|---:|---:|---:|---|---|']
+  lines = [
+    '# Post-LN gradients at initialisation: one change at a time',
+    '',
+    f'Base: {base["num_layers"]} layers, hidden {base["hidden_size"]}, FFN '
+    f'{base["mlp_dim"]}, init {base["init"]}, no dropout, the fixed held-out batch of '
+    'experiments/grad_norms.py. Gradient norm = L2 norm of all parameters of a sublayer. '
+    'first/last = layer 1 / last layer (< 1: shrinks toward the input). Token cosine = '
+    'mean cosine between two tokens of a sequence after the layer (1: rank collapse). '
+    f'Run time {seconds:.0f} s.',
+    '',
+    '| setting | layers | attn first/last | ffn first/last | attn grad: layer 1, mid, '
+    'last | token cosine: layer 10, last |',
+    '|---|---:|---:|---:|---|---|',
+  ]
   for name, r in results.items():
     a, m, c = r['attention'], r['mlp'], r['token_cosine']
-    lines.append(f'| {name} | {len(a)} | {a[0] / a[-1]:.3g} | {m[0] / m[-1]:.3g} | '
-                 f'{a[0]:.3g}, {a[len(a) // 2]:.3g}, {a[-1]:.3g} | '
-                 f'{c[min(9, len(c) - 1)]:.3f}, {c[-1]:.3f} |')
+    lines.append(
+      f'| {name} | {len(a)} | {a[0] / a[-1]:.3g} | {m[0] / m[-1]:.3g} | '
+      f'{a[0]:.3g}, {a[len(a) // 2]:.3g}, {a[-1]:.3g} | '
+      f'{c[min(9, len(c) - 1)]:.3f}, {c[-1]:.3f} |'
+    )
   with open(path, 'w') as f:
     f.write('\n'.join(lines) + '\n')
 

@@ -41,34 +41,58 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import runs as runs_lib
-from experiments import stats
-from experiments import study
+from experiments import stats, study
 from realformer_jax import train
 
 SCALES = {
-    # The earlier compare_layouts CPU scale, where learned positions did not learn.
-    'cpu': study.Scale(layers=4, hidden=128, heads=4, mlp=512, seq_len=64, batch=32, steps=600,
-                       learning_rate=1e-3, vocab=2000, evals=6, eval_batches=16,
-                       position_embedding='learned'),
-    'toy': study.Scale(layers=2, hidden=32, heads=2, mlp=64, seq_len=32, batch=8, steps=8,
-                       learning_rate=3e-3, vocab=500, evals=2, eval_batches=2,
-                       position_embedding='learned'),
+  # The earlier compare_layouts CPU scale, where learned positions did not learn.
+  'cpu': study.Scale(
+    layers=4,
+    hidden=128,
+    heads=4,
+    mlp=512,
+    seq_len=64,
+    batch=32,
+    steps=600,
+    learning_rate=1e-3,
+    vocab=2000,
+    evals=6,
+    eval_batches=16,
+    position_embedding='learned',
+  ),
+  'toy': study.Scale(
+    layers=2,
+    hidden=32,
+    heads=2,
+    mlp=64,
+    seq_len=32,
+    batch=8,
+    steps=8,
+    learning_rate=3e-3,
+    vocab=500,
+    evals=2,
+    eval_batches=2,
+    position_embedding='learned',
+  ),
 }
 VARIANTS = {  # name: (position_embedding, steps multiplier, learning-rate multiplier, seeds)
-    'learned': ('learned', 1, 1, (0,)),
-    'rope': ('rope', 1, 1, (0,)),
-    'none': ('none', 1, 1, (0,)),
-    'learned-lr4': ('learned', 1, 4, (0,)),
-    'learned-4x': ('learned', 4, 1, (0,)),
+  'learned': ('learned', 1, 1, (0,)),
+  'rope': ('rope', 1, 1, (0,)),
+  'none': ('none', 1, 1, (0,)),
+  'learned-lr4': ('learned', 1, 4, (0,)),
+  'learned-4x': ('learned', 4, 1, (0,)),
 }
 DISTANCES = (1, 2, 4, 8, 16)
 
 
 def grid() -> list[runs_lib.Run]:
   """Seed-major: every variant's first seed comes first."""
-  return [runs_lib.Run(f'{name}-s{seed}', dict(variant=name, seed=seed), cost=steps)
-          for seed in (0, 1) for name, (_, steps, _, seeds) in VARIANTS.items()
-          if seed in seeds]
+  return [
+    runs_lib.Run(f'{name}-s{seed}', dict(variant=name, seed=seed), cost=steps)
+    for seed in (0, 1)
+    for name, (_, steps, _, seeds) in VARIANTS.items()
+    if seed in seeds
+  ]
 
 
 def neighbour_attention(intermediates: dict, batch: dict) -> dict:
@@ -80,36 +104,46 @@ def neighbour_attention(intermediates: dict, batch: dict) -> dict:
   offsets_LxL = jnp.abs(jnp.arange(length)[:, None] - jnp.arange(length)[None, :])
   neighbours_NxBxHxL = jnp.sum(probs_NxBxHxLxL * (offsets_LxL == 1), axis=-1)
   real_1xBx1xL = batch['input_mask'][None, :, None, :].astype(jnp.float32)
-  return {'neighbour_sum': jnp.sum(neighbours_NxBxHxL * real_1xBx1xL, axis=(1, 2, 3)),
-          'query_count': jnp.sum(real_1xBx1xL) * probs_NxBxHxLxL.shape[2]}
+  return {
+    'neighbour_sum': jnp.sum(neighbours_NxBxHxL * real_1xBx1xL, axis=(1, 2, 3)),
+    'query_count': jnp.sum(real_1xBx1xL) * probs_NxBxHxLxL.shape[2],
+  }
 
 
 def table_smoothness(workdir: str) -> list[float] | None:
   """Mean cosine between position rows i and i + d for each d in DISTANCES (None: no table)."""
   params = train.load_workdir(workdir).params
-  table = params['encoder']['embeddings']['position']['embedding'] if 'position' in params[
-      'encoder']['embeddings'] else None
+  table = (
+    params['encoder']['embeddings']['position']['embedding']
+    if 'position' in params['encoder']['embeddings']
+    else None
+  )
   if table is None:
     return None
   rows = np.asarray(table, np.float64)
   rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-  return [float(np.mean(np.sum(rows[:-d] * rows[d:], axis=1))) for d in DISTANCES
-          if d < len(rows)]
+  return [float(np.mean(np.sum(rows[:-d] * rows[d:], axis=1))) for d in DISTANCES if d < len(rows)]
 
 
 def train_one(scale: study.Scale, args, run: runs_lib.Run, report: runs_lib.Report) -> dict:
   positions, steps, rate, _ = VARIANTS[run.params['variant']]
-  config = study.mlm_config(scale, seed=run.params['seed'], steps=scale.steps * steps,
-                            learning_rate=scale.learning_rate * rate, data_dir=args.data_dir,
-                            model=dict(ln_placement='post', position_embedding=positions))
+  config = study.mlm_config(
+    scale,
+    seed=run.params['seed'],
+    steps=scale.steps * steps,
+    learning_rate=scale.learning_rate * rate,
+    data_dir=args.data_dir,
+    model=dict(ln_placement='post', position_embedding=positions),
+  )
   workdir = os.path.join(args.workdirs, run.name)
   result = study.train_run(config, workdir, report, progress_share=0.9)
   if result['diverged_at_step'] is None:
     report(0.9, 'scoring')
     result['scored'] = study.score_workdir(workdir, extra=neighbour_attention)
     extra = result['scored'].pop('extra')
-    result['neighbour_attention'] = (np.asarray(extra['neighbour_sum'])
-                                     / extra['query_count']).tolist()
+    result['neighbour_attention'] = (
+      np.asarray(extra['neighbour_sum']) / extra['query_count']
+    ).tolist()
     result['table_cosine'] = table_smoothness(workdir)
   return result
 
@@ -123,13 +157,16 @@ def summarise(results: dict) -> dict:
       continue
     values = lambda key: [100 * r['final'][key] for r in finished]
     rows[name] = {
-        'seeds': [r['params']['seed'] for r in finished],
-        'mask_accuracy': values('mask_accuracy'), 'mlm_accuracy': values('mlm_accuracy'),
-        'loss': [r['final']['loss'] for r in finished],
-        'learned': [study.learned(r) for r in finished],
-        'neighbour_attention': [r['neighbour_attention'] for r in finished],
-        'table_cosine': [r['table_cosine'] for r in finished],
-        'steps': finished[0]['steps'], 'learning_rate': finished[0]['learning_rate']}
+      'seeds': [r['params']['seed'] for r in finished],
+      'mask_accuracy': values('mask_accuracy'),
+      'mlm_accuracy': values('mlm_accuracy'),
+      'loss': [r['final']['loss'] for r in finished],
+      'learned': [study.learned(r) for r in finished],
+      'neighbour_attention': [r['neighbour_attention'] for r in finished],
+      'table_cosine': [r['table_cosine'] for r in finished],
+      'steps': finished[0]['steps'],
+      'learning_rate': finished[0]['learning_rate'],
+    }
   floors = next((r['floors'] for r in results.values() if r.get('floors')), {})
   return {'variants': rows, 'floors': floors}
 
@@ -144,33 +181,47 @@ def _cell(values: list[float], digits: int = 2) -> str:
 def write_markdown(path: str, summary: dict, scale: study.Scale, command: str) -> None:
   floors = summary['floors']
   lines = [
-      '# Why learned positions do not learn here: a probe', '',
-      f'Regenerate: `{command}`. Post-LN, {scale.layers} layers x {scale.hidden}, '
-      f'{scale.heads} heads, FFN {scale.mlp}, sequence {scale.seq_len}, batch {scale.batch}, '
-      f'dropout {scale.dropout}, AdamW with 10% warmup and linear decay, a {scale.vocab}-piece '
-      f'tokenizer; scored on the first {scale.eval_batches} held-out batches. Cells: per-seed '
-      'values (mean ± 95% Student-t half-width where there are 2 seeds).', '',
-      f'Floors on this eval set: most frequent token {100 * floors["mlm_accuracy"]:.2f}% of all '
-      f'predictions and {100 * floors["mask_accuracy"]:.2f}% at [MASK]; copy-aware '
-      f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
-      f'{floors["copy_unigram_loss"]:.3f} nats.', '',
-      '| variant | steps | peak rate | [MASK] accuracy (%) | all predictions (%) | eval loss '
-      '| learned? | attention to neighbours, by layer | position table cosine at d = '
-      + ', '.join(map(str, DISTANCES)) + ' |',
-      '|---|---|---|---|---|---|---|---|---|']
+    '# Why learned positions do not learn here: a probe',
+    '',
+    f'Regenerate: `{command}`. Post-LN, {scale.layers} layers x {scale.hidden}, '
+    f'{scale.heads} heads, FFN {scale.mlp}, sequence {scale.seq_len}, batch {scale.batch}, '
+    f'dropout {scale.dropout}, AdamW with 10% warmup and linear decay, a {scale.vocab}-piece '
+    f'tokenizer; scored on the first {scale.eval_batches} held-out batches. Cells: per-seed '
+    'values (mean ± 95% Student-t half-width where there are 2 seeds).',
+    '',
+    f'Floors on this eval set: most frequent token {100 * floors["mlm_accuracy"]:.2f}% of all '
+    f'predictions and {100 * floors["mask_accuracy"]:.2f}% at [MASK]; copy-aware '
+    f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
+    f'{floors["copy_unigram_loss"]:.3f} nats.',
+    '',
+    '| variant | steps | peak rate | [MASK] accuracy (%) | all predictions (%) | eval loss '
+    '| learned? | attention to neighbours, by layer | position table cosine at d = '
+    + ', '.join(map(str, DISTANCES))
+    + ' |',
+    '|---|---|---|---|---|---|---|---|---|',
+  ]
   for name, row in summary['variants'].items():
-    neighbours = '; '.join(' / '.join(f'{v:.3f}' for v in seed) for seed in
-                           row['neighbour_attention'])
-    cosine = '; '.join(' / '.join(f'{v:.2f}' for v in seed) if seed else 'no table'
-                       for seed in row['table_cosine'])
+    neighbours = '; '.join(
+      ' / '.join(f'{v:.3f}' for v in seed) for seed in row['neighbour_attention']
+    )
+    cosine = '; '.join(
+      ' / '.join(f'{v:.2f}' for v in seed) if seed else 'no table' for seed in row['table_cosine']
+    )
     lines.append(
-        f'| {name} | {row["steps"]} | {row["learning_rate"]:g} | {_cell(row["mask_accuracy"])} '
-        f'| {_cell(row["mlm_accuracy"])} | {_cell(row["loss"], 3)} | '
-        f'{", ".join("yes" if v else "no" for v in row["learned"])} | {neighbours} | {cosine} |')
-  lines += ['', 'Learned: eval loss below the copy-aware unigram loss and [MASK] accuracy above '
-            'the most frequent token\'s. Attention to neighbours: mean probability on tokens '
-            f'i - 1 and i + 1 (uniform: 2/{scale.seq_len} = {2 / scale.seq_len:.3f}). Table '
-            'cosine: mean cosine between rows i and i + d (random rows: ~0).', '', '![[MASK] accuracy curves](curves.png)', '']
+      f'| {name} | {row["steps"]} | {row["learning_rate"]:g} | {_cell(row["mask_accuracy"])} '
+      f'| {_cell(row["mlm_accuracy"])} | {_cell(row["loss"], 3)} | '
+      f'{", ".join("yes" if v else "no" for v in row["learned"])} | {neighbours} | {cosine} |'
+    )
+  lines += [
+    '',
+    'Learned: eval loss below the copy-aware unigram loss and [MASK] accuracy above '
+    "the most frequent token's. Attention to neighbours: mean probability on tokens "
+    f'i - 1 and i + 1 (uniform: 2/{scale.seq_len} = {2 / scale.seq_len:.3f}). Table '
+    'cosine: mean cosine between rows i and i + d (random rows: ~0).',
+    '',
+    '![[MASK] accuracy curves](curves.png)',
+    '',
+  ]
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
 
@@ -179,16 +230,27 @@ def write_plot(path: str, results: dict, summary: dict) -> bool:
   plt = study.pyplot()
   if plt is None:
     return False
-  colors = {'learned': 'tab:blue', 'none': 'tab:gray', 'rope': 'tab:red',
-            'learned-4x': 'tab:cyan', 'learned-lr4': 'tab:purple'}
+  colors = {
+    'learned': 'tab:blue',
+    'none': 'tab:gray',
+    'rope': 'tab:red',
+    'learned-4x': 'tab:cyan',
+    'learned-lr4': 'tab:purple',
+  }
   fig, ax = plt.subplots(figsize=(8, 4.8))
   for name, run in sorted(results.items()):
     variant = run['params']['variant']
     curve = run.get('eval_mask_accuracy') or []
     if curve:
       steps, values = zip(*curve)
-      ax.plot(steps, 100 * np.asarray(values), marker='o', markersize=3,
-              color=colors.get(variant, 'black'), label=name)
+      ax.plot(
+        steps,
+        100 * np.asarray(values),
+        marker='o',
+        markersize=3,
+        color=colors.get(variant, 'black'),
+        label=name,
+      )
   study.draw_floors(ax, summary['floors'], 'mask_accuracy')
   ax.set_xlabel('training step')
   ax.set_ylabel('eval accuracy at [MASK] positions (%)')
@@ -203,8 +265,9 @@ def write_plot(path: str, results: dict, summary: dict) -> bool:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(parser, out='docs/results/position_probe',
-                             workdirs='results/position_probe', scales=SCALES)
+  study.add_common_arguments(
+    parser, out='docs/results/position_probe', workdirs='results/position_probe', scales=SCALES
+  )
   args = parser.parse_args(argv)
   scale = SCALES[study.scale_name(args)]
   runs = study.selected(grid(), args.runs)
@@ -213,13 +276,18 @@ def main(argv=None) -> dict:
   every = runs_lib.Grid(args.out, grid())
   results = {run.name: every.load(run) for run in every.runs if every.load(run) is not None}
   summary = summarise(results)
-  runs_lib.write_json(os.path.join(args.out, 'results.json'),
-                      {'scale': dataclasses.asdict(scale), 'summary': summary,
-                       'runs': {k: {kk: vv for kk, vv in v.items() if kk != 'scored'}
-                                for k, v in results.items()}})
+  runs_lib.write_json(
+    os.path.join(args.out, 'results.json'),
+    {
+      'scale': dataclasses.asdict(scale),
+      'summary': summary,
+      'runs': {k: {kk: vv for kk, vv in v.items() if kk != 'scored'} for k, v in results.items()},
+    },
+  )
   if summary['variants']:
-    write_markdown(os.path.join(args.out, 'results.md'), summary, scale,
-                   study.command('position_probe', args))
+    write_markdown(
+      os.path.join(args.out, 'results.md'), summary, scale, study.command('position_probe', args)
+    )
     write_plot(os.path.join(args.out, 'curves.png'), results, summary)
   print(f'wrote {os.path.join(args.out, "results.md")}')
   return summary

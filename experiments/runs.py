@@ -62,8 +62,7 @@ def write_json(path: str, value: Any) -> None:
 class Grid:
   """Runs `runs` in order, skipping those with a result file."""
 
-  def __init__(self, out_dir: str, runs: Sequence[Run], *, min_interval: float = 10.0,
-               stream=None):
+  def __init__(self, out_dir: str, runs: Sequence[Run], *, min_interval: float = 10.0, stream=None):
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
       raise ValueError(f'duplicate run names in the grid: {sorted(names)}')
@@ -86,8 +85,9 @@ class Grid:
     """Trains only the first unfinished run (the ETA still covers the rest)."""
     self.run(train_one, limit=1)
 
-  def run(self, train_one: Callable[[Run, Report], dict],
-          limit: Optional[int] = None) -> dict[str, dict]:
+  def run(
+    self, train_one: Callable[[Run, Report], dict], limit: Optional[int] = None
+  ) -> dict[str, dict]:
     results: dict[str, dict] = {}
     todo = [run for run in self.runs if self.load(run) is None]
     for run in self.runs:
@@ -101,23 +101,35 @@ class Grid:
       if limit is not None and position >= limit:
         break
       index = total - len(todo) + position + 1
-      remaining_cost = sum(r.cost for r in todo[position + 1:])
+      remaining_cost = sum(r.cost for r in todo[position + 1 :])
       start = time.perf_counter()
       last_print = [-float('inf')]
 
-      def report(fraction: float, message: str, run=run, index=index, start=start,
-                 remaining_cost=remaining_cost, last_print=last_print) -> None:
+      def report(
+        fraction: float,
+        message: str,
+        run=run,
+        index=index,
+        start=start,
+        remaining_cost=remaining_cost,
+        last_print=last_print,
+      ) -> None:
         now = time.perf_counter()
         if now - last_print[0] < self.min_interval and fraction < 1.0:
           return
         last_print[0] = now
         elapsed = now - start
         run_left = elapsed / fraction * (1.0 - fraction) if fraction > 0 else float('nan')
-        rate = ((spent_seconds + elapsed) / (spent_cost + fraction * run.cost)
-                if spent_cost + fraction * run.cost > 0 else float('nan'))
+        rate = (
+          (spent_seconds + elapsed) / (spent_cost + fraction * run.cost)
+          if spent_cost + fraction * run.cost > 0
+          else float('nan')
+        )
         grid_left = run_left + remaining_cost * rate
-        self._print(f'[{index}/{total} {run.name}] {message} | run ETA '
-                    f'{format_duration(run_left)} | grid ETA {format_duration(grid_left)}')
+        self._print(
+          f'[{index}/{total} {run.name}] {message} | run ETA '
+          f'{format_duration(run_left)} | grid ETA {format_duration(grid_left)}'
+        )
 
       self._print(f'[{index}/{total} {run.name}] starting {run.params}')
       result = train_one(run, report)
@@ -128,8 +140,10 @@ class Grid:
       spent_seconds += seconds
       spent_cost += run.cost
       rate = spent_seconds / spent_cost
-      self._print(f'[{index}/{total} {run.name}] done in {format_duration(seconds)} | grid ETA '
-                  f'{format_duration(remaining_cost * rate)}')
+      self._print(
+        f'[{index}/{total} {run.name}] done in {format_duration(seconds)} | grid ETA '
+        f'{format_duration(remaining_cost * rate)}'
+      )
     return results
 
   def _print(self, line: str) -> None:
@@ -142,10 +156,13 @@ def load_results(out_dir: str, runs: Sequence[Run]) -> dict[str, dict]:
   return {run.name: result for run in grid.runs if (result := grid.load(run)) is not None}
 
 
-def run_planned(out_dir: str, plan: Callable[[dict[str, dict]], Sequence[Run]],
-                train_one: Callable[[Run, Report], dict],
-                select: Callable[[Sequence[Run]], Sequence[Run]] = lambda runs: runs,
-                stream=None) -> dict[str, dict]:
+def run_planned(
+  out_dir: str,
+  plan: Callable[[dict[str, dict]], Sequence[Run]],
+  train_one: Callable[[Run, Report], dict],
+  select: Callable[[Sequence[Run]], Sequence[Run]] = lambda runs: runs,
+  stream=None,
+) -> dict[str, dict]:
   """Runs the plan's selected unfinished runs one by one, re-planning after each; returns every
   finished result of the final plan."""
   done_here: set[str] = set()
@@ -172,5 +189,5 @@ def _all_results(out_dir: str) -> dict[str, dict]:
   for name in sorted(os.listdir(directory)):
     if name.endswith('.json'):
       with open(os.path.join(directory, name)) as f:
-        results[name[:-len('.json')]] = json.load(f)
+        results[name[: -len('.json')]] = json.load(f)
   return results

@@ -36,8 +36,14 @@ class Summary:
     return self.mean + self.half_width
 
   def as_dict(self) -> dict:
-    return {'mean': self.mean, 'ci95_half_width': self.half_width, 'low': self.low,
-            'high': self.high, 'n': self.n, 'values': list(self.values)}
+    return {
+      'mean': self.mean,
+      'ci95_half_width': self.half_width,
+      'low': self.low,
+      'high': self.high,
+      'n': self.n,
+      'values': list(self.values),
+    }
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -71,8 +77,9 @@ def _betainc(a: float, b: float, x: float) -> float:
     return 0.0
   if x >= 1.0:
     return 1.0
-  log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-               + a * math.log(x) + b * math.log1p(-x))
+  log_front = (
+    math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+  )
   if x < (a + 1.0) / (a + b + 2.0):
     return math.exp(log_front) * _betacf(a, b, x) / a
   return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
@@ -134,7 +141,7 @@ def welch_diff_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -
   vb = sum((v - sb.mean) ** 2 for v in sb.values) / (sb.n - 1) / sb.n
   if va + vb == 0:
     return Summary(sa.mean - sb.mean, 0.0, min(sa.n, sb.n), ())
-  df = (va + vb) ** 2 / (va ** 2 / (sa.n - 1) + vb ** 2 / (sb.n - 1))
+  df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
   half = t_quantile(0.5 + level / 2.0, df) * math.sqrt(va + vb)
   return Summary(sa.mean - sb.mean, half, min(sa.n, sb.n), ())
 
@@ -167,6 +174,7 @@ def t_p_value(estimate: float, standard_error: float, df: float) -> float:
 @dataclasses.dataclass(frozen=True)
 class PairedComparison:
   """mean over seeds of a - b, with an interval for seeds AND eval-set sampling."""
+
   mean: float
   half_width: float  # 95%: t_{n-1} * sqrt(seed variance / n + eval-set bootstrap variance)
   p_value: float
@@ -184,14 +192,28 @@ class PairedComparison:
     return self.mean + self.half_width
 
   def as_dict(self) -> dict:
-    return {'mean': self.mean, 'ci95_half_width': self.half_width, 'low': self.low,
-            'high': self.high, 'p_value': self.p_value, 'n': self.n,
-            'values': list(self.per_seed), 'seed_se': self.seed_se, 'eval_se': self.eval_se}
+    return {
+      'mean': self.mean,
+      'ci95_half_width': self.half_width,
+      'low': self.low,
+      'high': self.high,
+      'p_value': self.p_value,
+      'n': self.n,
+      'values': list(self.per_seed),
+      'seed_se': self.seed_se,
+      'eval_se': self.eval_se,
+    }
 
 
-def paired_ratio_comparison(numer_a_SxN: np.ndarray, numer_b_SxN: np.ndarray,
-                            denom_N: np.ndarray, *, resamples: int = 2000, seed: int = 0,
-                            level: float = 0.95) -> PairedComparison:
+def paired_ratio_comparison(
+  numer_a_SxN: np.ndarray,
+  numer_b_SxN: np.ndarray,
+  denom_N: np.ndarray,
+  *,
+  resamples: int = 2000,
+  seed: int = 0,
+  level: float = 0.95,
+) -> PairedComparison:
   """Compares a ratio metric (e.g. accuracy at [MASK] = correct / count) of two models.
 
   Row s of `numer_a_SxN` / `numer_b_SxN` holds per-eval-sequence sums of the two models
@@ -218,10 +240,11 @@ def paired_ratio_comparison(numer_a_SxN: np.ndarray, numer_b_SxN: np.ndarray,
   eval_se = float(boot.std(ddof=1))
   if n < 2:
     return PairedComparison(mean, math.nan, math.nan, n, tuple(per_seed), seed_se, eval_se)
-  se = math.sqrt(seed_se ** 2 + eval_se ** 2)
+  se = math.sqrt(seed_se**2 + eval_se**2)
   half = t_quantile(0.5 + level / 2.0, n - 1) * se
-  return PairedComparison(mean, half, t_p_value(mean, se, n - 1), n,
-                          tuple(float(v) for v in per_seed), seed_se, eval_se)
+  return PairedComparison(
+    mean, half, t_p_value(mean, se, n - 1), n, tuple(float(v) for v in per_seed), seed_se, eval_se
+  )
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -35,13 +35,20 @@ from realformer_jax.losses import mlm_nll_and_correct
 from realformer_jax.train import mlm_metrics
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
-SEQUENCE_SUMS = ('count', 'correct_sum', 'loss_sum', 'mask_count', 'mask_correct_sum',
-                 'mask_loss_sum')
+SEQUENCE_SUMS = (
+  'count',
+  'correct_sum',
+  'loss_sum',
+  'mask_count',
+  'mask_correct_sum',
+  'mask_loss_sum',
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Scale:
   """Model, data and schedule of one study's runs (a run may override the rate or steps)."""
+
   layers: int
   hidden: int
   heads: int
@@ -58,14 +65,25 @@ class Scale:
   position_embedding: str = 'rope'
 
 
-def mlm_config(scale: Scale, *, seed: int, model: Optional[Mapping[str, Any]] = None,
-               learning_rate: Optional[float] = None, steps: Optional[int] = None,
-               dropout: Optional[float] = None, data_dir: str = '') -> ml_collections.ConfigDict:
+def mlm_config(
+  scale: Scale,
+  *,
+  seed: int,
+  model: Optional[Mapping[str, Any]] = None,
+  learning_rate: Optional[float] = None,
+  steps: Optional[int] = None,
+  dropout: Optional[float] = None,
+  data_dir: str = '',
+) -> ml_collections.ConfigDict:
   """The pretraining config of one run: `scale`, then the run's own model fields and rate."""
   config = train.default_config()
   m = config.model
-  m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim = (scale.layers, scale.hidden,
-                                                         scale.heads, scale.mlp)
+  m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim = (
+    scale.layers,
+    scale.hidden,
+    scale.heads,
+    scale.mlp,
+  )
   m.max_len = scale.seq_len
   m.position_embedding = scale.position_embedding
   m.dropout_rate = m.attention_dropout_rate = scale.dropout if dropout is None else dropout
@@ -90,13 +108,18 @@ def mlm_config(scale: Scale, *, seed: int, model: Optional[Mapping[str, Any]] = 
   return config
 
 
-def train_run(config: ml_collections.ConfigDict, workdir: str, report: runs_lib.Report,
-              progress_share: float = 1.0) -> dict:
+def train_run(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  report: runs_lib.Report,
+  progress_share: float = 1.0,
+) -> dict:
   """Trains (or resumes) one run in `workdir`, its console output in `workdir/train.log`.
 
   Returns the curves (train loss, eval loss, accuracy and [MASK] accuracy per eval step), the
   final eval metrics ('final', unprefixed), the floors of its eval set, whether it diverged
   (a non-finite loss ends the run: a result, not a crash) and whether it learned."""
+
   def on_log(step, stop, scalars):
     report(progress_share * step / stop, f'step {step}/{stop} loss {scalars["train/loss"]:.3f}')
 
@@ -110,21 +133,33 @@ def train_run(config: ml_collections.ConfigDict, workdir: str, report: runs_lib.
   if final is not None and final.get('preempted'):
     # The loop saved a checkpoint on SIGTERM: stop the whole grid (this run is not finished,
     # so it must not get a result file); the same command resumes it.
-    raise SystemExit(f'{workdir}: stopped by SIGTERM at step {final["step"]} (checkpoint '
-                     'saved); run the same command again to resume')
+    raise SystemExit(
+      f'{workdir}: stopped by SIGTERM at step {final["step"]} (checkpoint '
+      'saved); run the same command again to resume'
+    )
   scalars = train.read_scalars(workdir)
   curve = lambda tag: [[int(s), float(v)] for s, v in scalars.get(tag, [])]
-  floors = {name[len('eval/baseline_'):]: values[-1][1] for name, values in scalars.items()
-            if name.startswith('eval/baseline_')}
-  result = {'workdir': workdir, 'steps': config.train.num_train_steps,
-            'learning_rate': config.train.learning_rate, 'diverged_at_step': diverged_at,
-            'train_loss': curve('train/loss'), 'eval_loss': curve('eval/loss'),
-            'eval_accuracy': curve('eval/mlm_accuracy'),
-            'eval_mask_accuracy': curve('eval/mask_accuracy'), 'floors': floors}
+  floors = {
+    name[len('eval/baseline_') :]: values[-1][1]
+    for name, values in scalars.items()
+    if name.startswith('eval/baseline_')
+  }
+  result = {
+    'workdir': workdir,
+    'steps': config.train.num_train_steps,
+    'learning_rate': config.train.learning_rate,
+    'diverged_at_step': diverged_at,
+    'train_loss': curve('train/loss'),
+    'eval_loss': curve('eval/loss'),
+    'eval_accuracy': curve('eval/mlm_accuracy'),
+    'eval_mask_accuracy': curve('eval/mask_accuracy'),
+    'floors': floors,
+  }
   if final is not None:
     result['final'] = {k.split('/', 1)[1]: v for k, v in final.items() if k.startswith('eval/')}
-    result['floors'] = {k.split('/', 1)[1]: v for k, v in final.items()
-                        if k.startswith('baseline/')}
+    result['floors'] = {
+      k.split('/', 1)[1]: v for k, v in final.items() if k.startswith('baseline/')
+    }
   result['learned'] = learned(result)
   return result
 
@@ -135,33 +170,49 @@ def learned(run: Mapping[str, Any]) -> bool:
   final, floors = run.get('final'), run.get('floors') or {}
   if not final or 'copy_unigram_loss' not in floors:
     return False
-  return (not mlm_metrics.failed_to_train(final['loss'], floors)
-          and final['mask_accuracy'] > floors['mask_accuracy'])
+  return (
+    not mlm_metrics.failed_to_train(final['loss'], floors)
+    and final['mask_accuracy'] > floors['mask_accuracy']
+  )
 
 
 # ------------------------------------------------------------------------------------------
 # Scoring a trained workdir per sequence.
 
-def per_sequence_sums(model: MaskedLM, params: Any, batches: Iterable[dict], mask_id: int,
-                      extra: Optional[Callable[[dict, dict], dict]] = None) -> dict:
+
+def per_sequence_sums(
+  model: MaskedLM,
+  params: Any,
+  batches: Iterable[dict],
+  mask_id: int,
+  extra: Optional[Callable[[dict, dict], dict]] = None,
+) -> dict:
   """Per-sequence sums (mlm_metrics.per_row_sums) over `batches`, rows with no prediction
   (padding rows) dropped; `extra(intermediates, batch)` adds device sums (e.g. attention
   entropy) that are summed over all batches under 'extra'."""
+
   def forward(params, batch):
-    logits, state = model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
-                                batch['segment_ids'], batch['masked_positions'],
-                                mutable=['intermediates'])
+    logits, state = model.apply(
+      {'params': params},
+      batch['input_ids'],
+      batch['input_mask'],
+      batch['segment_ids'],
+      batch['masked_positions'],
+      mutable=['intermediates'],
+    )
     nll, correct = mlm_nll_and_correct(logits, batch['masked_ids'])
     return nll, correct, (extra(state['intermediates'], batch) if extra else {})
 
   forward = jax.jit(forward)
   rows, extras = [], None
   for batch in batches:
-    nll, correct, more = jax.device_get(forward(params, {k: jnp.asarray(v)
-                                                         for k, v in batch.items()}))
+    nll, correct, more = jax.device_get(
+      forward(params, {k: jnp.asarray(v) for k, v in batch.items()})
+    )
     visible = mlm_metrics.visible_ids(batch['input_ids'], batch['masked_positions'])
-    sums = mlm_metrics.per_row_sums(nll, correct, visible, batch['masked_ids'],
-                                    batch['masked_weights'], mask_id)
+    sums = mlm_metrics.per_row_sums(
+      nll, correct, visible, batch['masked_ids'], batch['masked_weights'], mask_id
+    )
     keep = sums['count'] > 0
     rows.append({k: v[keep] for k, v in sums.items()})
     extras = more if extras is None else jax.tree.map(np.add, extras, more)
@@ -169,22 +220,31 @@ def per_sequence_sums(model: MaskedLM, params: Any, batches: Iterable[dict], mas
   return {'sums': sums, 'extra': extras}
 
 
-def score_workdir(workdir: str, data_config: Optional[ml_collections.ConfigDict] = None,
-                  batch_size: Optional[int] = None,
-                  extra: Optional[Callable[[dict, dict], dict]] = None) -> dict:
+def score_workdir(
+  workdir: str,
+  data_config: Optional[ml_collections.ConfigDict] = None,
+  batch_size: Optional[int] = None,
+  extra: Optional[Callable[[dict, dict], dict]] = None,
+) -> dict:
   """A trained workdir on its own eval set (or `data_config`'s): metrics by kind, the floors
   of that set, and the per-sequence sums (SEQUENCE_SUMS) for bootstrap intervals."""
   run = train.load_workdir(workdir)
   data_config = data_config or run.config.data
   batch_size = batch_size or run.config.train.global_batch_size
-  scored = per_sequence_sums(MaskedLM(run.model_config), run.params,
-                             data.make_eval_iterator(data_config, batch_size),
-                             run.tokenizer.mask_id, extra)
+  scored = per_sequence_sums(
+    MaskedLM(run.model_config),
+    run.params,
+    data.make_eval_iterator(data_config, batch_size),
+    run.tokenizer.mask_id,
+    extra,
+  )
   sums = scored['sums']
-  result = {'metrics': mlm_metrics.metrics_from_sums(sums),
-            'floors': data.context_free_floors(data_config, batch_size),
-            'sequences': int(len(sums['count'])),
-            'sequence_sums': {k: np.round(sums[k], 4).tolist() for k in SEQUENCE_SUMS}}
+  result = {
+    'metrics': mlm_metrics.metrics_from_sums(sums),
+    'floors': data.context_free_floors(data_config, batch_size),
+    'sequences': int(len(sums['count'])),
+    'sequence_sums': {k: np.round(sums[k], 4).tolist() for k in SEQUENCE_SUMS},
+  }
   if scored['extra'] is not None:
     result['extra'] = jax.tree.map(lambda x: np.asarray(x).tolist(), scored['extra'])
   return result
@@ -198,17 +258,23 @@ def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------------------
 # Command line.
 
-def add_common_arguments(parser: argparse.ArgumentParser, *, out: str, workdirs: str,
-                         scales: Sequence[str]) -> None:
+
+def add_common_arguments(
+  parser: argparse.ArgumentParser, *, out: str, workdirs: str, scales: Sequence[str]
+) -> None:
   """--scale, --quick, --out, --workdirs, --data_dir, --runs: the same in every study."""
   parser.add_argument('--scale', choices=sorted(scales), default='cpu')
   parser.add_argument('--quick', action='store_true', help='the toy scale: a smoke run')
   parser.add_argument('--out', default=out, help='tables, plots, results.json, runs/*.json')
   parser.add_argument('--workdirs', default=workdirs, help='checkpoints and TensorBoard files')
   parser.add_argument('--data_dir', default='', help="TFDS data dir (default: the config's)")
-  parser.add_argument('--runs', default='*', help='comma-separated glob patterns of the run '
-                      'names to train now (default all): split a grid over processes; the '
-                      'report uses every finished run')
+  parser.add_argument(
+    '--runs',
+    default='*',
+    help='comma-separated glob patterns of the run '
+    'names to train now (default all): split a grid over processes; the '
+    'report uses every finished run',
+  )
 
 
 def scale_name(args: argparse.Namespace) -> str:
@@ -229,10 +295,12 @@ def command(module: str, args: argparse.Namespace) -> str:
 # ------------------------------------------------------------------------------------------
 # Plots.
 
+
 def pyplot():
   """matplotlib.pyplot with the file backend, or None when matplotlib is missing."""
   try:
     import matplotlib  # pylint: disable=import-outside-toplevel
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   except ImportError:
@@ -240,27 +308,48 @@ def pyplot():
   return plt
 
 
-def draw_floors(ax, floors: Mapping[str, float], kind: str = 'mask_accuracy',
-                scale: float = 100.0) -> None:
+def draw_floors(
+  ax, floors: Mapping[str, float], kind: str = 'mask_accuracy', scale: float = 100.0
+) -> None:
   """Horizontal lines at the context-free floors of one metric: 'mask_accuracy' (the copy
   rule's = the most frequent token's at [MASK]), 'mlm_accuracy' (most frequent and copy-aware,
   all predictions) or 'loss' (the copy-aware unigram loss)."""
   if not floors:
     return
   if kind == 'mask_accuracy':
-    ax.axhline(scale * floors['mask_accuracy'], color='gray', linestyle=':',
-               label='floor: most frequent token (= copy rule at [MASK])')
+    ax.axhline(
+      scale * floors['mask_accuracy'],
+      color='gray',
+      linestyle=':',
+      label='floor: most frequent token (= copy rule at [MASK])',
+    )
   elif kind == 'mlm_accuracy':
-    ax.axhline(scale * floors['mlm_accuracy'], color='gray', linestyle=':',
-               label='floor: most frequent token')
-    ax.axhline(scale * floors['copy_accuracy'], color='black', linestyle=':',
-               label='floor: copy-aware (copy visible, else most frequent)')
+    ax.axhline(
+      scale * floors['mlm_accuracy'],
+      color='gray',
+      linestyle=':',
+      label='floor: most frequent token',
+    )
+    ax.axhline(
+      scale * floors['copy_accuracy'],
+      color='black',
+      linestyle=':',
+      label='floor: copy-aware (copy visible, else most frequent)',
+    )
   elif kind == 'loss':
-    ax.axhline(floors['copy_unigram_loss'], color='black', linestyle=':',
-               label='floor: copy-aware unigram loss')
+    ax.axhline(
+      floors['copy_unigram_loss'],
+      color='black',
+      linestyle=':',
+      label='floor: copy-aware unigram loss',
+    )
   elif kind == 'mask_loss':
-    ax.axhline(floors['mask_unigram_loss'], color='black', linestyle=':',
-               label='floor: unigram loss at [MASK]')
+    ax.axhline(
+      floors['mask_unigram_loss'],
+      color='black',
+      linestyle=':',
+      label='floor: unigram loss at [MASK]',
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -271,12 +360,12 @@ MASK_ID, NUM_SPECIAL = 4, 5  # the data pipeline's [PAD] [UNK] [CLS] [SEP] [MASK
 
 def model_inputs(batch: Mapping[str, Any]) -> tuple:
   """MaskedLM's positional inputs from a batch of the data contract."""
-  return (batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-          batch['masked_positions'])
+  return (batch['input_ids'], batch['input_mask'], batch['segment_ids'], batch['masked_positions'])
 
 
-def synthetic_batches(vocab: int, seq_len: int, batch: int, predictions: int,
-                      seed: int) -> Iterator[dict]:
+def synthetic_batches(
+  vocab: int, seq_len: int, batch: int, predictions: int, seed: int
+) -> Iterator[dict]:
   """[CLS] t_1 .. t_n [SEP] where t_{i+1} = succ[t_i] with prob 0.7 (so context predicts a
   token) else a Zipf draw; BERT masking (80% [MASK], 10% random, 10% kept)."""
   rng = np.random.default_rng(seed)
@@ -304,9 +393,14 @@ def synthetic_batches(vocab: int, seq_len: int, batch: int, predictions: int,
       inputs[b, chosen[u < 0.8]] = MASK_ID
       rand = chosen[(u >= 0.8) & (u < 0.9)]
       inputs[b, rand] = rng.integers(NUM_SPECIAL, vocab, size=rand.size)
-    yield dict(input_ids=inputs, segment_ids=np.zeros_like(ids),
-               input_mask=np.ones_like(ids), masked_positions=positions,
-               masked_ids=targets, masked_weights=weights)
+    yield dict(
+      input_ids=inputs,
+      segment_ids=np.zeros_like(ids),
+      input_mask=np.ones_like(ids),
+      masked_positions=positions,
+      masked_ids=targets,
+      masked_weights=weights,
+    )
 
 
 class BatchSource:
@@ -314,8 +408,7 @@ class BatchSource:
   the synthetic stream (data='synthetic', `vocab` ids): `batches(batch_size, seed)` is an
   endless iterator, `measure_batch` a fixed held-out batch, `vocab_size` the vocabulary."""
 
-  def __init__(self, seq_len: int, data_kind: str = 'auto', data_dir: str = '',
-               vocab: int = 8000):
+  def __init__(self, seq_len: int, data_kind: str = 'auto', data_dir: str = '', vocab: int = 8000):
     self.seq_len = seq_len
     self.predictions = max(1, round(0.15 * seq_len))
     self.kind = 'synthetic' if data_kind == 'synthetic' else 'embedded'
@@ -338,5 +431,4 @@ class BatchSource:
   def batches(self, batch_size: int, seed: int) -> Iterator[dict]:
     if self.kind == 'embedded':
       return iter(data.make_train_iterator(self.data_config, batch_size, seed))
-    return synthetic_batches(self.vocab_size, self.seq_len, batch_size, self.predictions,
-                             seed)
+    return synthetic_batches(self.vocab_size, self.seq_len, batch_size, self.predictions, seed)

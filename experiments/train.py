@@ -23,12 +23,15 @@ from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.train import distributed, library_noise
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.',
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Checkpoints, TensorBoard logs, config.json.')
-_MALLOC = flags.DEFINE_enum('malloc', 'default', list(malloc.TUNABLES),
-                            'glibc malloc settings; the process re-executes itself with them '
-                            '(realformer_jax/malloc.py). retain: fastest XLA:CPU steps.')
+_MALLOC = flags.DEFINE_enum(
+  'malloc',
+  'default',
+  list(malloc.TUNABLES),
+  'glibc malloc settings; the process re-executes itself with them '
+  '(realformer_jax/malloc.py). retain: fastest XLA:CPU steps.',
+)
 flags.mark_flags_as_required(['config', 'workdir'])
 
 

@@ -33,10 +33,10 @@ import statistics
 import sys
 import time
 
-from absl import app, flags, logging
 import jax
-from ml_collections import config_flags
 import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
 
 from experiments import runs as runs_lib
 from experiments import stats
@@ -46,12 +46,15 @@ from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import trainer as translation
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/translate.py',
-                                          'configs/translate.py[:cpu|gpu]')
-_OUT = flags.DEFINE_string('out', None, 'Results directory (default docs/results/translation/'
-                           '<config arg>).')
-_WORKDIRS = flags.DEFINE_string('workdirs', None, 'Run workdirs (default '
-                                'results/translation/<config arg>).')
+_CONFIG = config_flags.DEFINE_config_file(
+  'config', 'configs/translate.py', 'configs/translate.py[:cpu|gpu]'
+)
+_OUT = flags.DEFINE_string(
+  'out', None, 'Results directory (default docs/results/translation/<config arg>).'
+)
+_WORKDIRS = flags.DEFINE_string(
+  'workdirs', None, 'Run workdirs (default results/translation/<config arg>).'
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +70,9 @@ class Experiment:
     if len(self.decoders) != 2 or len(set(self.decoders)) != 2:
       raise ConfigError(f'experiment.decoders={tuple(self.decoders)!r}: name two decoder kinds')
     if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
-      raise ConfigError(f'experiment.seeds={tuple(self.seeds)!r}: need two or more distinct '
-                        'seeds for an interval')
+      raise ConfigError(
+        f'experiment.seeds={tuple(self.seeds)!r}: need two or more distinct seeds for an interval'
+      )
     for field in ('speed_batch_size', 'speed_repeats'):
       if getattr(self, field) <= 0:
         raise ConfigError(f'experiment.{field}={getattr(self, field)!r}: must be positive')
@@ -91,8 +95,9 @@ def validate_study(config) -> Study:
   """The one check of the experiment's config (ConfigError / DataError naming the field)."""
   spec = seq2seq_config.validate(config)
   x = config.experiment
-  study = Study(spec, Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size,
-                                 x.speed_repeats))
+  study = Study(
+    spec, Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size, x.speed_repeats)
+  )
   for kind in study.experiment.decoders:
     run_spec(study, {'decoder': kind, 'seed': 0})  # each decoder kind is a valid model
   return study
@@ -100,16 +105,22 @@ def validate_study(config) -> Study:
 
 def grid(study: Study) -> list[runs_lib.Run]:
   """Seeds outermost, so an interrupted grid already holds whole pairs of decoders."""
-  return [runs_lib.Run(f'{kind}-s{seed}', {'decoder': kind, 'seed': seed},
-                       cost=study.train.num_train_steps)
-          for seed in study.experiment.seeds for kind in study.experiment.decoders]
+  return [
+    runs_lib.Run(
+      f'{kind}-s{seed}', {'decoder': kind, 'seed': seed}, cost=study.train.num_train_steps
+    )
+    for seed in study.experiment.seeds
+    for kind in study.experiment.decoders
+  ]
 
 
 def run_spec(study: Study, params: dict) -> seq2seq_config.TranslationSpec:
   spec = study.spec
   return dataclasses.replace(
-      spec, model=spec.model.replace(decoder_attention=params['decoder']),
-      train=dataclasses.replace(spec.train, seed=params['seed']))
+    spec,
+    model=spec.model.replace(decoder_attention=params['decoder']),
+    train=dataclasses.replace(spec.train, seed=params['seed']),
+  )
 
 
 def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
@@ -122,8 +133,11 @@ def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
     trained = translation.train(run_spec(study, run.params), workdir, on_log=on_log)
   report(1.0, 'trained; decoding the test books')
-  result = {'workdir': workdir, 'history': trained.history,
-            'num_params': int(sum(x.size for x in _leaves(trained.params)))}
+  result = {
+    'workdir': workdir,
+    'history': trained.history,
+    'num_params': int(sum(x.size for x in _leaves(trained.params))),
+  }
   for search in ('greedy', 'beam'):
     scores = translation.evaluate_bleu(trained, 'test', search)
     with open(os.path.join(workdir, f'test_{search}.txt'), 'w') as f:
@@ -149,6 +163,7 @@ def copy_baseline(study) -> float:
 # ------------------------------------------------------------------------------------------
 # Decoding speed.
 
+
 def speed_batch(data: data_lib.TranslationData, study) -> dict:
   """The first speed_batch_size test sources (in order), padded like every decoding batch."""
   x = study.experiment
@@ -156,8 +171,8 @@ def speed_batch(data: data_lib.TranslationData, study) -> dict:
   chosen = list(range(min(x.speed_batch_size, len(data.splits['test']))))
   source = np.zeros((x.speed_batch_size, length), np.int32)
   for row, i in enumerate(chosen):
-    ids = np.append(data.splits['test'].sources[i][:length - 1], data.eos_id)
-    source[row, :len(ids)] = ids
+    ids = np.append(data.splits['test'].sources[i][: length - 1], data.eos_id)
+    source[row, : len(ids)] = ids
   return {'source': source, 'source_mask': (source > 0).astype(np.int32)}
 
 
@@ -171,10 +186,12 @@ def measure_speed(models: dict, batch: dict, repeats: int) -> dict:
       calls = {}
       for name, trained in models.items():
         # 'fixed': an EOS id no token has, so every sequence runs to the length limit.
-        fn = translation.search_fn(trained, search, length,
-                                   eos_id=-1 if measure == 'fixed' else None)
-        tokens = np.asarray(jax.block_until_ready(fn(trained.params, batch['source'],
-                                                     batch['source_mask'])))
+        fn = translation.search_fn(
+          trained, search, length, eos_id=-1 if measure == 'fixed' else None
+        )
+        tokens = np.asarray(
+          jax.block_until_ready(fn(trained.params, batch['source'], batch['source_mask']))
+        )
         calls[name] = (fn, trained.params, int((tokens != 0).sum()))
       times = {name: [] for name in models}
       for _ in range(repeats):
@@ -183,7 +200,8 @@ def measure_speed(models: dict, batch: dict, repeats: int) -> dict:
           jax.block_until_ready(fn(params, batch['source'], batch['source_mask']))
           times[name].append(time.perf_counter() - start)
       out.setdefault(search, {})[measure] = {
-          name: calls[name][2] / statistics.median(times[name]) for name in models}
+        name: calls[name][2] / statistics.median(times[name]) for name in models
+      }
   return out
 
 
@@ -198,15 +216,21 @@ def speed_all_seeds(study, workdirs: str) -> dict:
         models[kind] = translation.train(run_cfg, os.path.join(workdirs, f'{kind}-s{seed}'))
     batch = speed_batch(models[study.experiment.decoders[0]].data, study)
     per_seed[seed] = measure_speed(models, batch, study.experiment.speed_repeats)
-    print(f'speed seed {seed}: ' + '; '.join(
+    print(
+      f'speed seed {seed}: '
+      + '; '.join(
         f'{search} {measure} ' + ' '.join(f'{k} {v:,.0f}' for k, v in values.items())
         for search, by_measure in per_seed[seed].items()
-        for measure, values in by_measure.items()), flush=True)
+        for measure, values in by_measure.items()
+      ),
+      flush=True,
+    )
   return per_seed
 
 
 # ------------------------------------------------------------------------------------------
 # Tables and plot.
+
 
 def _cell(values, digits=2) -> str:
   if not values:
@@ -223,26 +247,33 @@ def analyse(study, results: dict, speed: dict) -> dict:
     key = f'test_bleu_{search}'
     diff = stats.paired_diff_ci(value(other, key), value(base, key))
     summary['bleu'][search] = {
-        base: stats.mean_ci(value(base, key)).as_dict(),
-        other: stats.mean_ci(value(other, key)).as_dict(),
-        f'{other}_minus_{base}': diff.as_dict(), 'verdict': stats.interval_verdict(diff)}
+      base: stats.mean_ci(value(base, key)).as_dict(),
+      other: stats.mean_ci(value(other, key)).as_dict(),
+      f'{other}_minus_{base}': diff.as_dict(),
+      'verdict': stats.interval_verdict(diff),
+    }
     for measure in ('to_eos', 'fixed'):
       per = {kind: [speed[s][search][measure][kind] for s in seeds] for kind in (base, other)}
       ratios = [o / b for o, b in zip(per[other], per[base])]
       ratio = stats.mean_ci(ratios)
       summary['speed'].setdefault(search, {})[measure] = {
-          f'{base}_tokens_per_s': stats.mean_ci(per[base]).as_dict(),
-          f'{other}_tokens_per_s': stats.mean_ci(per[other]).as_dict(),
-          f'{other}_over_{base}': ratio.as_dict(),
-          'verdict': ('faster' if ratio.low > 1 else 'slower' if ratio.high < 1
-                      else 'inconclusive')}
-  summary['dev_nll'] = {kind: stats.mean_ci(value(kind, 'final_dev_nll')).as_dict()
-                        for kind in (base, other)}
-  summary['num_params'] = {kind: results[f'{kind}-s{seeds[0]}']['num_params']
-                           for kind in (base, other)}
-  summary['train_seconds'] = {kind: stats.mean_ci(
-      [results[f'{kind}-s{s}']['history']['train_seconds'] for s in seeds]).as_dict()
-      for kind in (base, other)}
+        f'{base}_tokens_per_s': stats.mean_ci(per[base]).as_dict(),
+        f'{other}_tokens_per_s': stats.mean_ci(per[other]).as_dict(),
+        f'{other}_over_{base}': ratio.as_dict(),
+        'verdict': ('faster' if ratio.low > 1 else 'slower' if ratio.high < 1 else 'inconclusive'),
+      }
+  summary['dev_nll'] = {
+    kind: stats.mean_ci(value(kind, 'final_dev_nll')).as_dict() for kind in (base, other)
+  }
+  summary['num_params'] = {
+    kind: results[f'{kind}-s{seeds[0]}']['num_params'] for kind in (base, other)
+  }
+  summary['train_seconds'] = {
+    kind: stats.mean_ci(
+      [results[f'{kind}-s{s}']['history']['train_seconds'] for s in seeds]
+    ).as_dict()
+    for kind in (base, other)
+  }
   return summary
 
 
@@ -252,52 +283,78 @@ def results_markdown(study, config_arg: str, results: dict, summary: dict) -> st
   x = study.experiment
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
   lines = [
-      f'# WEB -> BBE: {base} vs {other} decoder (config `{config_arg}`)', '',
-      f'Regenerate: `python -m experiments.translate --config=configs/translate.py'
-      f'{"" if config_arg == "cpu" else ":" + config_arg}`. Mean ± 95% Student-t interval '
-      f'over seeds {tuple(seeds)}, per-seed values in brackets.', '',
-      f'Model: Post-LN, init={m.init}, {m.num_layers} encoder + {m.num_decoder_layers} '
-      f'decoder layers, d={m.hidden_size}, {m.num_heads} heads, FFN {m.mlp_dim}, shared '
-      f'vocabulary of {study.data.vocab_size}; {t.num_train_steps} steps of '
-      f'~{study.data.tokens_per_batch} padded tokens, lr {t.learning_rate}, label smoothing '
-      f'{t.label_smoothing}. Parameters: {base} {summary["num_params"][base]:,}, {other} '
-      f'{summary["num_params"][other]:,}. Beam {d.beam_size}, length penalty alpha {d.alpha} '
-      f'(GNMT); outputs limited to {d.length_ratio} x the padded source length.', '',
-      '## Test BLEU (sacrebleu, held-out books)', '',
-      f'| search | {base} | {other} | {other} - {base} (paired) | verdict |',
-      '|---|---|---|---|---|']
+    f'# WEB -> BBE: {base} vs {other} decoder (config `{config_arg}`)',
+    '',
+    f'Regenerate: `python -m experiments.translate --config=configs/translate.py'
+    f'{"" if config_arg == "cpu" else ":" + config_arg}`. Mean ± 95% Student-t interval '
+    f'over seeds {tuple(seeds)}, per-seed values in brackets.',
+    '',
+    f'Model: Post-LN, init={m.init}, {m.num_layers} encoder + {m.num_decoder_layers} '
+    f'decoder layers, d={m.hidden_size}, {m.num_heads} heads, FFN {m.mlp_dim}, shared '
+    f'vocabulary of {study.data.vocab_size}; {t.num_train_steps} steps of '
+    f'~{study.data.tokens_per_batch} padded tokens, lr {t.learning_rate}, label smoothing '
+    f'{t.label_smoothing}. Parameters: {base} {summary["num_params"][base]:,}, {other} '
+    f'{summary["num_params"][other]:,}. Beam {d.beam_size}, length penalty alpha {d.alpha} '
+    f'(GNMT); outputs limited to {d.length_ratio} x the padded source length.',
+    '',
+    '## Test BLEU (sacrebleu, held-out books)',
+    '',
+    f'| search | {base} | {other} | {other} - {base} (paired) | verdict |',
+    '|---|---|---|---|---|',
+  ]
   for search in ('greedy', 'beam'):
     key = f'test_bleu_{search}'
     s = summary['bleu'][search]
-    diff = stats.Summary(**{k: v for k, v in zip(
-        ('mean', 'half_width', 'n', 'values'),
-        (s[f'{other}_minus_{base}']['mean'], s[f'{other}_minus_{base}']['ci95_half_width'],
-         s[f'{other}_minus_{base}']['n'], ()))})
-    lines.append(f'| {search} | {_cell(value(base, key))} | {_cell(value(other, key))} | '
-                 f'{stats.format_ci(diff, 2)} | {s["verdict"]} |')
-  lines += ['', f'Copying the WEB source unchanged scores {summary["copy_source_bleu"]:.2f} '
-            f'BLEU. Signature: `{results[f"{base}-s{seeds[0]}"]["test_beam_signature"]}`.', '',
-            '## Decoding speed (tokens/s, this machine, medians of interleaved calls)', '',
-            f'Batch: the first {x.speed_batch_size} test sources, padded to '
-            f'{study.data.bucket_lengths[-1]} tokens; {x.speed_repeats} timed calls per decoder after '
-            'compilation. `to EOS`: output tokens of the real translations per second; '
-            '`fixed`: no EOS, every row decodes to the length limit (the per-step cost). The '
-            'machine was shared with other jobs: absolute numbers vary, the ratios were '
-            'measured interleaved.', '',
-            f'| search | measure | {base} | {other} | {other} / {base} | verdict |',
-            '|---|---|---|---|---|---|']
+    diff = stats.Summary(
+      **{
+        k: v
+        for k, v in zip(
+          ('mean', 'half_width', 'n', 'values'),
+          (
+            s[f'{other}_minus_{base}']['mean'],
+            s[f'{other}_minus_{base}']['ci95_half_width'],
+            s[f'{other}_minus_{base}']['n'],
+            (),
+          ),
+        )
+      }
+    )
+    lines.append(
+      f'| {search} | {_cell(value(base, key))} | {_cell(value(other, key))} | '
+      f'{stats.format_ci(diff, 2)} | {s["verdict"]} |'
+    )
+  lines += [
+    '',
+    f'Copying the WEB source unchanged scores {summary["copy_source_bleu"]:.2f} '
+    f'BLEU. Signature: `{results[f"{base}-s{seeds[0]}"]["test_beam_signature"]}`.',
+    '',
+    '## Decoding speed (tokens/s, this machine, medians of interleaved calls)',
+    '',
+    f'Batch: the first {x.speed_batch_size} test sources, padded to '
+    f'{study.data.bucket_lengths[-1]} tokens; {x.speed_repeats} timed calls per decoder after '
+    'compilation. `to EOS`: output tokens of the real translations per second; '
+    '`fixed`: no EOS, every row decodes to the length limit (the per-step cost). The '
+    'machine was shared with other jobs: absolute numbers vary, the ratios were '
+    'measured interleaved.',
+    '',
+    f'| search | measure | {base} | {other} | {other} / {base} | verdict |',
+    '|---|---|---|---|---|---|',
+  ]
   for search in ('greedy', 'beam'):
     for measure in ('to_eos', 'fixed'):
       s = summary['speed'][search][measure]
       fmt = lambda d, digits=0: _fmt_summary(d, digits)
-      lines.append(f'| {search} | {measure.replace("_", " ")} | '
-                   f'{fmt(s[f"{base}_tokens_per_s"])} | {fmt(s[f"{other}_tokens_per_s"])} | '
-                   f'{fmt(s[f"{other}_over_{base}"], 3)} | {s["verdict"]} |')
-  lines += ['', '## Training', '',
-            f'| decoder | final dev NLL | train seconds |', '|---|---|---|']
+      lines.append(
+        f'| {search} | {measure.replace("_", " ")} | '
+        f'{fmt(s[f"{base}_tokens_per_s"])} | {fmt(s[f"{other}_tokens_per_s"])} | '
+        f'{fmt(s[f"{other}_over_{base}"], 3)} | {s["verdict"]} |'
+      )
+  lines += ['', '## Training', '', '| decoder | final dev NLL | train seconds |', '|---|---|---|']
   for kind in (base, other):
-    lines.append(f'| {kind} | {_fmt_summary(summary["dev_nll"][kind], 3)} | '
-                 f'{_fmt_summary(summary["train_seconds"][kind], 0)} |')
+    lines.append(
+      f'| {kind} | {_fmt_summary(summary["dev_nll"][kind], 3)} | '
+      f'{_fmt_summary(summary["train_seconds"][kind], 0)} |'
+    )
   return '\n'.join(lines) + '\n'
 
 
@@ -311,6 +368,7 @@ def _fmt_summary(d: dict, digits: int) -> str:
 def plot(study, results: dict, summary: dict, path: str) -> None:
   try:
     import matplotlib  # pylint: disable=import-outside-toplevel
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   except ImportError:
@@ -321,10 +379,20 @@ def plot(study, results: dict, summary: dict, path: str) -> None:
     for i, kind in enumerate(kinds):
       values = [results[f'{kind}-s{s}'][f'test_bleu_{search}'] for s in seeds]
       x = i + offset
-      ax_bleu.scatter([x] * len(values), values, color='C0' if search == 'greedy' else 'C1',
-                      label=search if i == 0 else None, zorder=3)
-      ax_bleu.errorbar([x], [np.mean(values)], color='k', capsize=4,
-                       yerr=[summary['bleu'][search][kind]['ci95_half_width']])
+      ax_bleu.scatter(
+        [x] * len(values),
+        values,
+        color='C0' if search == 'greedy' else 'C1',
+        label=search if i == 0 else None,
+        zorder=3,
+      )
+      ax_bleu.errorbar(
+        [x],
+        [np.mean(values)],
+        color='k',
+        capsize=4,
+        yerr=[summary['bleu'][search][kind]['ci95_half_width']],
+      )
   if 'copy_source_bleu' in summary:  # what copying the WEB source scores
     ax_bleu.axhline(summary['copy_source_bleu'], color='gray', ls='--', label='copy the source')
   ax_bleu.set_xticks(range(len(kinds)), kinds)
@@ -370,17 +438,20 @@ def main(argv):
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
   # Seeds of one decoder compile the same programs: the persistent cache compiles them once.
-  jax.config.update('jax_compilation_cache_dir', os.path.abspath(os.path.join(workdirs,
-                                                                             'jax_cache')))
+  jax.config.update(
+    'jax_compilation_cache_dir', os.path.abspath(os.path.join(workdirs, 'jax_cache'))
+  )
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   results = runs_lib.Grid(out, grid(study)).run(
-      lambda run, report: train_one(study, workdirs, run, report))
+    lambda run, report: train_one(study, workdirs, run, report)
+  )
   speed = speed_all_seeds(study, workdirs)
   summary = analyse(study, results, speed)
   summary['copy_source_bleu'] = copy_baseline(study)
-  runs_lib.write_json(os.path.join(out, 'results.json'), {
-      'config': config.to_dict(), 'summary': summary, 'speed_per_seed': speed,
-      'runs': results})
+  runs_lib.write_json(
+    os.path.join(out, 'results.json'),
+    {'config': config.to_dict(), 'summary': summary, 'speed_per_seed': speed, 'runs': results},
+  )
   with open(os.path.join(out, 'results.md'), 'w') as f:
     f.write(results_markdown(study, arg, results, summary))
   plot(study, results, summary, os.path.join(out, 'bleu_speed.png'))

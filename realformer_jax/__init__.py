@@ -12,8 +12,22 @@ from realformer_jax.models import MaskedLM, SequenceClassifier, SpanExtractor
 from realformer_jax.seq2seq import AverageAttention, Decoder, DecoderLayer, Seq2Seq
 
 __all__ = [
-    'AverageAttention', 'ClassificationHead', 'ConfigError', 'Decoder', 'DecoderLayer',
-    'Embeddings', 'Encoder', 'EncoderLayer', 'FeedForward', 'MaskedLM', 'MaskedLMHead',
-    'ModelConfig', 'Pooler', 'ResidualSelfAttention', 'Seq2Seq', 'SequenceClassifier',
-    'SpanExtractor', 'SpanHead',
+  'AverageAttention',
+  'ClassificationHead',
+  'ConfigError',
+  'Decoder',
+  'DecoderLayer',
+  'Embeddings',
+  'Encoder',
+  'EncoderLayer',
+  'FeedForward',
+  'MaskedLM',
+  'MaskedLMHead',
+  'ModelConfig',
+  'Pooler',
+  'ResidualSelfAttention',
+  'Seq2Seq',
+  'SequenceClassifier',
+  'SpanExtractor',
+  'SpanHead',
 ]

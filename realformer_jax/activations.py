@@ -29,11 +29,11 @@ def normalized_sigmoid(x: jax.Array) -> jax.Array:
 
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    'gelu': gelu,  # BERT's exact erf GELU
-    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
-    'relu': jax.nn.relu,
-    'normalized_sigmoid': normalized_sigmoid,
-    'selu': jax.nn.selu,  # lambda = 1.0507..., alpha = 1.6732...: self-normalising ELU
+  'gelu': gelu,  # BERT's exact erf GELU
+  'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
+  'relu': jax.nn.relu,
+  'normalized_sigmoid': normalized_sigmoid,
+  'selu': jax.nn.selu,  # lambda = 1.0507..., alpha = 1.6732...: self-normalising ELU
 }
 
 

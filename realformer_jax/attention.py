@@ -40,7 +40,7 @@ def score_scale(config: ModelConfig, input_mask_BxL: jax.Array) -> jax.Array:
   entropy_invariant: log_{base}(n) / sqrt(d), n = number of real keys the row may attend to.
   With a bidirectional padding mask every row of a sequence sees the same n.
   """
-  inv_sqrt_d = config.head_dim ** -0.5
+  inv_sqrt_d = config.head_dim**-0.5
   if config.attention_scale == 'standard':
     return jnp.asarray(inv_sqrt_d, jnp.float32)
   if config.attention_scale == 't5':
@@ -56,9 +56,15 @@ class ResidualSelfAttention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x_BxLxD: jax.Array, bias_Bx1x1xL: jax.Array, scale: jax.Array,
-               prev_scores_BxHxLxL: Optional[jax.Array], layer: jax.Array,
-               deterministic: bool = True):
+  def __call__(
+    self,
+    x_BxLxD: jax.Array,
+    bias_Bx1x1xL: jax.Array,
+    scale: jax.Array,
+    prev_scores_BxHxLxL: Optional[jax.Array],
+    layer: jax.Array,
+    deterministic: bool = True,
+  ):
     """Returns (output [B, L, D], scores to carry [B, H, L, L] float32 or None)."""
     cfg = self.config
     d_model, heads, head_dim = cfg.hidden_size, cfg.num_heads, cfg.head_dim
@@ -69,20 +75,26 @@ class ResidualSelfAttention(nn.Module):
       # its own so that role-specific rules (T5 query scaling) apply per slice.
       keys = jax.random.split(key, 3)
       slices = [
-          initializers.kernel_init(cfg, fan_in=d_model, fan_out=d_model, role=role,
-                                   layer=layer + 1)(
-              k, (shape[0],) + tuple(shape[2:]), param_dtype)
-          for k, role in zip(keys, ('query', 'key', 'value'))
+        initializers.kernel_init(cfg, fan_in=d_model, fan_out=d_model, role=role, layer=layer + 1)(
+          k, (shape[0],) + tuple(shape[2:]), param_dtype
+        )
+        for k, role in zip(keys, ('query', 'key', 'value'))
       ]
       return jnp.stack(slices, axis=1)
 
     qkv_BxLx3xHxK = DenseGeneral(
-        features=(3, heads, head_dim), kernel_init=qkv_init,
-        kernel_axes=('embed', None, 'heads', 'kv'), use_bias=cfg.use_bias,
-        ntk=cfg.parameterization == 'ntk', dtype=dtype, param_dtype=cfg.storage_dtype,
-        name='qkv')(x_BxLxD)
+      features=(3, heads, head_dim),
+      kernel_init=qkv_init,
+      kernel_axes=('embed', None, 'heads', 'kv'),
+      use_bias=cfg.use_bias,
+      ntk=cfg.parameterization == 'ntk',
+      dtype=dtype,
+      param_dtype=cfg.storage_dtype,
+      name='qkv',
+    )(x_BxLxD)
     qkv_BxLx3xHxK = nn.with_logical_constraint(
-        qkv_BxLx3xHxK, ('batch', 'length', None, 'heads', 'kv'))
+      qkv_BxLx3xHxK, ('batch', 'length', None, 'heads', 'kv')
+    )
     q_BxLxHxK = qkv_BxLx3xHxK[:, :, 0]
     k_BxLxHxK = qkv_BxLx3xHxK[:, :, 1]
     v_BxLxHxK = qkv_BxLx3xHxK[:, :, 2]
@@ -97,35 +109,67 @@ class ResidualSelfAttention(nn.Module):
     if not deterministic and cfg.attention_dropout_rate > 0.0:
       dropout_key = self.make_rng('dropout')
     # A fused kernel (kernels/select.py) unless sown attention maps are asked for.
-    plan = kernels.plan(cfg, x_BxLxD.shape[1],
-                        maps_requested=self.is_mutable_collection('intermediates'))
+    plan = kernels.plan(
+      cfg, x_BxLxD.shape[1], maps_requested=self.is_mutable_collection('intermediates')
+    )
     if plan is not None:
       if cfg.position_embedding == 'rope':
         qkv_BxLx3xHxK = jnp.stack([q_BxLxHxK, k_BxLxHxK, v_BxLxHxK], axis=2)
       context_BxLxHxK, scores_BxHxLxL = kernels.fused_self_attention(
-          plan, qkv_BxLx3xHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale, divisor, dropout_key,
-          1.0 - cfg.attention_dropout_rate, cfg.use_residual_attention)
+        plan,
+        qkv_BxLx3xHxK,
+        prev_scores_BxHxLxL,
+        bias_Bx1x1xL,
+        scale,
+        divisor,
+        dropout_key,
+        1.0 - cfg.attention_dropout_rate,
+        cfg.use_residual_attention,
+      )
     else:
       context_BxLxHxK, scores_BxHxLxL = self._einsum_attention(
-          q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, prev_scores_BxHxLxL, bias_Bx1x1xL, scale, divisor,
-          dropout_key)
+        q_BxLxHxK,
+        k_BxLxHxK,
+        v_BxLxHxK,
+        prev_scores_BxHxLxL,
+        bias_Bx1x1xL,
+        scale,
+        divisor,
+        dropout_key,
+      )
 
     out_BxLxD = DenseGeneral(
-        features=(d_model,), axis=(-2, -1),
-        kernel_init=initializers.kernel_init(cfg, fan_in=d_model, fan_out=d_model,
-                                             role='attention_out', layer=layer + 1),
-        kernel_axes=('heads', 'kv', 'embed'), use_bias=cfg.use_bias,
-        ntk=cfg.parameterization == 'ntk', dtype=dtype, param_dtype=cfg.storage_dtype,
-        name='out')(context_BxLxHxK)
+      features=(d_model,),
+      axis=(-2, -1),
+      kernel_init=initializers.kernel_init(
+        cfg, fan_in=d_model, fan_out=d_model, role='attention_out', layer=layer + 1
+      ),
+      kernel_axes=('heads', 'kv', 'embed'),
+      use_bias=cfg.use_bias,
+      ntk=cfg.parameterization == 'ntk',
+      dtype=dtype,
+      param_dtype=cfg.storage_dtype,
+      name='out',
+    )(context_BxLxHxK)
     carried = scores_BxHxLxL if cfg.use_residual_attention else None
     return out_BxLxD, carried
 
-  def _einsum_attention(self, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, prev_scores_BxHxLxL,
-                        bias_Bx1x1xL, scale, divisor, dropout_key):
+  def _einsum_attention(
+    self,
+    q_BxLxHxK,
+    k_BxLxHxK,
+    v_BxLxHxK,
+    prev_scores_BxHxLxL,
+    bias_Bx1x1xL,
+    scale,
+    divisor,
+    dropout_key,
+  ):
     """(context [B, L, H, K], scores [B, H, L, L] float32): the reference path."""
     cfg = self.config
-    logits_BxHxLxL = jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK,
-                                preferred_element_type=jnp.float32)
+    logits_BxHxLxL = jnp.einsum(
+      'bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK, preferred_element_type=jnp.float32
+    )
     scores_BxHxLxL = logits_BxHxLxL * scale
     if prev_scores_BxHxLxL is not None:
       scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
@@ -133,8 +177,14 @@ class ResidualSelfAttention(nn.Module):
     # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
     # backward pass (softmax_attention.py).
     context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
-        scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key,
-        1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
+      scores_BxHxLxL,
+      bias_Bx1x1xL,
+      divisor,
+      v_BxLxHxK,
+      dropout_key,
+      1.0 - cfg.attention_dropout_rate,
+      cfg.compute_dtype,
+    )
     # Free when not asked for: stored only if 'intermediates' is mutable in apply().
     if self.is_mutable_collection('intermediates'):
       softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor

@@ -65,13 +65,20 @@ class FeedForward(nn.Module):
   def __call__(self, x_BxLxD: jax.Array, layer: jax.Array) -> jax.Array:
     cfg = self.config
     dense = lambda features, axes, fan_in, fan_out, role, name: DenseGeneral(
-        features=(features,), kernel_axes=axes, use_bias=cfg.use_bias,
-        kernel_init=initializers.kernel_init(cfg, fan_in=fan_in, fan_out=fan_out, role=role,
-                                             layer=layer + 1),
-        ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
-        param_dtype=cfg.storage_dtype, name=name)
-    h_BxLxF = dense(cfg.mlp_dim, ('embed', 'mlp'), cfg.hidden_size, cfg.mlp_dim, 'mlp_in',
-                    'wi')(x_BxLxD)
+      features=(features,),
+      kernel_axes=axes,
+      use_bias=cfg.use_bias,
+      kernel_init=initializers.kernel_init(
+        cfg, fan_in=fan_in, fan_out=fan_out, role=role, layer=layer + 1
+      ),
+      ntk=cfg.parameterization == 'ntk',
+      dtype=cfg.compute_dtype,
+      param_dtype=cfg.storage_dtype,
+      name=name,
+    )
+    h_BxLxF = dense(cfg.mlp_dim, ('embed', 'mlp'), cfg.hidden_size, cfg.mlp_dim, 'mlp_in', 'wi')(
+      x_BxLxD
+    )
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, ('batch', 'length', 'mlp'))
     activation = get_activation(cfg.activation)
     wo = dense(cfg.hidden_size, ('mlp', 'embed'), cfg.mlp_dim, cfg.hidden_size, 'mlp_out', 'wo')
@@ -123,17 +130,15 @@ class EncoderLayer(nn.Module):
     deterministic = inputs.deterministic
     layout = placement(cfg)
     post = layout.post
-    norm = lambda name: (RecomputedNorm(cfg, name=name) if layout.layer_norms else (lambda t: t))
+    norm = lambda name: RecomputedNorm(cfg, name=name) if layout.layer_norms else (lambda t: t)
 
     attention = ResidualSelfAttention(cfg, name='attention')
     attention_norm, mlp_norm = norm('attention_norm'), norm('mlp_norm')
 
     x_BxLxD = self._probe('attention_input', x_BxLxD)
     attn_in = x_BxLxD if post else attention_norm(x_BxLxD)
-    attn_out, scores = attention(attn_in, bias_Bx1x1xL, scale, prev_scores, layer,
-                                  deterministic)
-    h_BxLxD = self._add(x_BxLxD, attn_out, self._gate('attention_gate', gate_value),
-                        deterministic)
+    attn_out, scores = attention(attn_in, bias_Bx1x1xL, scale, prev_scores, layer, deterministic)
+    h_BxLxD = self._add(x_BxLxD, attn_out, self._gate('attention_gate', gate_value), deterministic)
     h_BxLxD = self._probe('attention_residual', h_BxLxD)
     if post:
       h_BxLxD = attention_norm(h_BxLxD)
@@ -149,6 +154,7 @@ class EncoderLayer(nn.Module):
     y_BxLxD = nn.with_logical_constraint(y_BxLxD, ACTIVATION_AXES)
     y_BxLxD = self._probe('mlp_output', y_BxLxD)
     # Residual-stream second moment per layer, for signal-propagation diagnostics.
-    self.sow('intermediates', 'residual_second_moment',
-             jnp.mean(jnp.square(y_BxLxD.astype(jnp.float32))))
+    self.sow(
+      'intermediates', 'residual_second_moment', jnp.mean(jnp.square(y_BxLxD.astype(jnp.float32)))
+    )
     return (y_BxLxD, scores), None

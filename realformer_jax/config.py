@@ -69,8 +69,9 @@ def from_section(cls: type[SectionT], section: str, values: Mapping[str, Any]) -
   return cls(**{key: _plain(values[key]) for key in values.keys()})
 
 
-def to_config_dict(instance: Any, field_types: Optional[Mapping[str, type]] = None
-                   ) -> ml_collections.ConfigDict:
+def to_config_dict(
+  instance: Any, field_types: Optional[Mapping[str, type]] = None
+) -> ml_collections.ConfigDict:
   """A config dataclass as a ConfigDict (the editable defaults of a configs/ file).
 
   `field_types` types fields whose value may change type (e.g. int or 'auto': object) or is
@@ -185,61 +186,82 @@ class ModelConfig:
 
   def _check(self) -> None:
     choices = {
-        'ln_placement': LN_PLACEMENTS,
-        'attention_scale': ATTENTION_SCALES,
-        'position_embedding': POSITION_EMBEDDINGS,
-        'norm': NORMS,
-        'residual_branch': RESIDUAL_BRANCHES,
-        'init': INITS,
-        'parameterization': PARAMETERIZATIONS,
-        'activation': ACTIVATIONS,
-        'dtype': DTYPES,
-        'param_dtype': DTYPES,
-        'remat_policy': REMAT_POLICIES,
-        'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
-        'decoder_attention': DECODER_ATTENTIONS,
-        'attention_impl': ATTENTION_IMPLS,
-        'attention_platform': ATTENTION_PLATFORMS,
+      'ln_placement': LN_PLACEMENTS,
+      'attention_scale': ATTENTION_SCALES,
+      'position_embedding': POSITION_EMBEDDINGS,
+      'norm': NORMS,
+      'residual_branch': RESIDUAL_BRANCHES,
+      'init': INITS,
+      'parameterization': PARAMETERIZATIONS,
+      'activation': ACTIVATIONS,
+      'dtype': DTYPES,
+      'param_dtype': DTYPES,
+      'remat_policy': REMAT_POLICIES,
+      'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
+      'decoder_attention': DECODER_ATTENTIONS,
+      'attention_impl': ATTENTION_IMPLS,
+      'attention_platform': ATTENTION_PLATFORMS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)
       if value not in allowed:
         raise ConfigError(f'model.{name}={value!r}: must be one of {", ".join(allowed)}')
-    positive = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'max_len',
-                'type_vocab_size', 'entropy_base_len', 'gate_schedule_steps', 'scan_unroll',
-                'num_decoder_layers')
+    positive = (
+      'vocab_size',
+      'hidden_size',
+      'num_layers',
+      'num_heads',
+      'mlp_dim',
+      'max_len',
+      'type_vocab_size',
+      'entropy_base_len',
+      'gate_schedule_steps',
+      'scan_unroll',
+      'num_decoder_layers',
+    )
     for name in positive:
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f'model.{name}={value!r}: must be a positive integer')
     if self.hidden_size % self.num_heads:
-      raise ConfigError(f'model.num_heads={self.num_heads}: must divide '
-                        f'model.hidden_size={self.hidden_size}')
+      raise ConfigError(
+        f'model.num_heads={self.num_heads}: must divide model.hidden_size={self.hidden_size}'
+      )
     for name in ('dropout_rate', 'attention_dropout_rate'):
       value = getattr(self, name)
       if not 0.0 <= value < 1.0:
         raise ConfigError(f'model.{name}={value!r}: must be in [0, 1)')
     if self.position_embedding == 'rope' and self.head_dim % 2:
-      raise ConfigError(f'model.position_embedding=rope: rotates feature pairs, so the head '
-                        f'size model.hidden_size/model.num_heads={self.head_dim} must be even')
+      raise ConfigError(
+        f'model.position_embedding=rope: rotates feature pairs, so the head '
+        f'size model.hidden_size/model.num_heads={self.head_dim} must be even'
+      )
     for name in ('norm_epsilon', 'init_std', 'ds_init_gamma', 'ds_init_alpha', 'rope_base'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'model.{name}={getattr(self, name)!r}: must be positive')
     if self.num_layers % self.scan_unroll:
-      raise ConfigError(f'model.scan_unroll={self.scan_unroll}: must divide '
-                        f'model.num_layers={self.num_layers}')
+      raise ConfigError(
+        f'model.scan_unroll={self.scan_unroll}: must divide model.num_layers={self.num_layers}'
+      )
     if self.entropy_base_len < 2:
       raise ConfigError(f'model.entropy_base_len={self.entropy_base_len}: must be >= 2')
     if self.residual_scores_backward == 'recomputed' and not self.scan_layers:
-      raise ConfigError("model.residual_scores_backward='recomputed': needs "
-                        'model.scan_layers=True (it runs its own scan over the stacked layers)')
+      raise ConfigError(
+        "model.residual_scores_backward='recomputed': needs "
+        'model.scan_layers=True (it runs its own scan over the stacked layers)'
+      )
     if self.attention_impl == 'cudnn' and self.use_residual_attention:
-      raise ConfigError("model.attention_impl='cudnn': cuDNN attention cannot carry residual "
-                        "scores; use 'pallas' (or 'auto') for residual attention")
+      raise ConfigError(
+        "model.attention_impl='cudnn': cuDNN attention cannot carry residual "
+        "scores; use 'pallas' (or 'auto') for residual attention"
+      )
     if self.attention_impl == 'cudnn' and self.attention_dropout_rate > 0:
-      raise ConfigError("model.attention_impl='cudnn': jax's cuDNN attention has no attention "
-                        f'dropout (model.attention_dropout_rate={self.attention_dropout_rate}); '
-                        "set it to 0 or use 'pallas'")
+      raise ConfigError(
+        "model.attention_impl='cudnn': jax's cuDNN attention has no attention "
+        f'dropout (model.attention_dropout_rate={self.attention_dropout_rate}); '
+        "set it to 0 or use 'pallas'"
+      )
     if self.residual_attention not in (None, True, False):
-      raise ConfigError(f'model.residual_attention={self.residual_attention!r}: '
-                        'must be None, True or False')
+      raise ConfigError(
+        f'model.residual_attention={self.residual_attention!r}: must be None, True or False'
+      )

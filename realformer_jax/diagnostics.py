@@ -35,7 +35,7 @@ no norm (Pre-LN, none, ReZero) z = r and beta_LN = 1. The gradient w.r.t. the br
 itself equals dr (r = x + o), so it carries no information beyond dr and is not probed.
 """
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 import flax.linen as nn
 import jax
@@ -46,8 +46,8 @@ from realformer_jax import params as params_lib
 SUBLAYERS = ('attention', 'mlp')
 # Trunk probe names per sublayer: (input x, residual sum r, output z). block.py defines them.
 PROBES = {
-    'attention': ('attention_input', 'attention_residual', 'attention_output'),
-    'mlp': ('attention_output', 'mlp_residual', 'mlp_output'),
+  'attention': ('attention_input', 'attention_residual', 'attention_output'),
+  'mlp': ('attention_output', 'mlp_residual', 'mlp_output'),
 }
 
 
@@ -80,8 +80,10 @@ def layer_tree(tree: Mapping) -> Mapping:
 
 def _stacked_norm(subtree: Any) -> jax.Array:
   """sqrt of the sum of squares over everything but the leading layer axis -> [num_layers]."""
-  squares = [jnp.sum(jnp.square(leaf.astype(jnp.float32)), axis=tuple(range(1, leaf.ndim)))
-             for leaf in jax.tree.leaves(subtree)]
+  squares = [
+    jnp.sum(jnp.square(leaf.astype(jnp.float32)), axis=tuple(range(1, leaf.ndim)))
+    for leaf in jax.tree.leaves(subtree)
+  ]
   return jnp.sqrt(sum(squares))
 
 
@@ -111,6 +113,7 @@ def residual_second_moments(intermediates: Mapping) -> jax.Array:
 
 def _is_layer_call(module: nn.Module, method_name: str) -> bool:
   from realformer_jax.block import EncoderLayer  # late: block.py does not import this file
+
   return isinstance(module, EncoderLayer) and method_name == '__call__'
 
 
@@ -120,8 +123,9 @@ def layer_outputs(model: nn.Module, variables: Mapping, *args, **kwargs) -> jax.
   Uses `capture_intermediates`, which also keeps every sown value (attention maps included):
   for analysis batches, not inside a training step.
   """
-  _, state = model.apply(variables, *args, capture_intermediates=_is_layer_call,
-                         mutable=['intermediates'], **kwargs)
+  _, state = model.apply(
+    variables, *args, capture_intermediates=_is_layer_call, mutable=['intermediates'], **kwargs
+  )
   (outputs, _scores), _ = layer_tree(state['intermediates'])['__call__'][0]
   return outputs
 
@@ -144,6 +148,7 @@ def zero_perturbations(model: nn.Module, params: Mapping, *args, **kwargs) -> di
 
   Traces the model once for the shapes (jax.eval_shape); nothing is computed.
   """
+
   def probes():
     _, state = model.apply({'params': params}, *args, mutable=['perturbations'], **kwargs)
     return state['perturbations']
@@ -152,8 +157,12 @@ def zero_perturbations(model: nn.Module, params: Mapping, *args, **kwargs) -> di
   return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def param_and_probe_grads(loss_fn: Callable[[dict], jax.Array], params: Mapping,
-                          perturbations: Mapping, has_aux: bool = False):
+def param_and_probe_grads(
+  loss_fn: Callable[[dict], jax.Array],
+  params: Mapping,
+  perturbations: Mapping,
+  has_aux: bool = False,
+):
   """Gradients of `loss_fn(variables)` w.r.t. the parameters and the trunk activations.
 
   `loss_fn` must pass `variables` (a dict with 'params' and 'perturbations') to model.apply.
@@ -182,9 +191,9 @@ def beta_ratios(probe_grads: Mapping, eps: float = 1e-30) -> dict[str, dict[str,
     x_name, r_name, z_name = PROBES[sublayer]
     dx, dr, dz = norms[x_name], norms[r_name], norms[z_name]
     out[sublayer] = {
-        'beta_ln': dr / jnp.maximum(dz, eps),
-        'beta_rc': dx / jnp.maximum(dr, eps),
-        'beta': dx / jnp.maximum(dz, eps),
+      'beta_ln': dr / jnp.maximum(dz, eps),
+      'beta_rc': dx / jnp.maximum(dr, eps),
+      'beta': dx / jnp.maximum(dz, eps),
     }
   return out
 

@@ -30,8 +30,9 @@ def _rotate_left(v: jax.Array, r: int) -> jax.Array:
   return (v << np.uint32(r)) | (v >> np.uint32(32 - r))
 
 
-def threefry2x32(k1: jax.Array, k2: jax.Array, x1: jax.Array,
-                 x2: jax.Array) -> tuple[jax.Array, jax.Array]:
+def threefry2x32(
+  k1: jax.Array, k2: jax.Array, x1: jax.Array, x2: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """Threefry-2x32 with 20 rounds on uint32 key words (k1, k2) and counters (x1, x2)."""
   ks = (k1, k2, k1 ^ k2 ^ _PARITY)
   x1, x2 = x1 + ks[0], x2 + ks[1]
@@ -77,6 +78,7 @@ def keep_mask(rng: jax.Array, keep_prob: float, shape: Sequence[int]) -> jax.Arr
   y1, y2 = threefry2x32(k1, k2, row, column)
   t = np.uint32(keep_threshold(keep_prob))
   low = np.uint32(2**MASK_BITS - 1)
-  draws = jnp.stack([(y1 & low) < t, (y1 >> MASK_BITS) < t,
-                     (y2 & low) < t, (y2 >> MASK_BITS) < t], axis=-1)
+  draws = jnp.stack(
+    [(y1 & low) < t, (y1 >> MASK_BITS) < t, (y2 & low) < t, (y2 >> MASK_BITS) < t], axis=-1
+  )
   return draws.reshape(lead + (words * DRAWS_PER_HASH,))[..., :last]

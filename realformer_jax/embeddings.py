@@ -25,9 +25,12 @@ class Embeddings(nn.Module):
   def setup(self):
     cfg = self.config
     embed = lambda num, axes: nn.Embed(
-        num, cfg.hidden_size,
-        embedding_init=nn.with_logical_partitioning(initializers.embedding_init(cfg), axes),
-        dtype=cfg.compute_dtype, param_dtype=cfg.storage_dtype)
+      num,
+      cfg.hidden_size,
+      embedding_init=nn.with_logical_partitioning(initializers.embedding_init(cfg), axes),
+      dtype=cfg.compute_dtype,
+      param_dtype=cfg.storage_dtype,
+    )
     self.word = embed(cfg.vocab_size, ('vocab', 'embed'))
     if cfg.position_embedding == 'learned':  # rope acts in attention; none has no positions
       self.position = embed(cfg.max_len, (None, 'embed'))
@@ -35,24 +38,30 @@ class Embeddings(nn.Module):
     self.norm = Norm(cfg)
     self.dropout = Dropout(cfg.dropout_rate)
 
-  def __call__(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array,
-               deterministic: bool = True) -> jax.Array:
+  def __call__(
+    self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array, deterministic: bool = True
+  ) -> jax.Array:
     cfg = self.config
     length = input_ids_BxL.shape[1]
     dtype = cfg.compute_dtype
     x_BxLxD = self.word(input_ids_BxL)
     if cfg.position_embedding == 'learned':
       if length > cfg.max_len:
-        raise ValueError(f'sequence length {length} exceeds model.max_len={cfg.max_len} (the '
-                         "learned position table; position_embedding='rope' has no limit)")
+        raise ValueError(
+          f'sequence length {length} exceeds model.max_len={cfg.max_len} (the '
+          "learned position table; position_embedding='rope' has no limit)"
+        )
       # Positions 0..L-1 are a static slice: its gradient pads instead of scattering.
       x_BxLxD = x_BxLxD + self.position.embedding[None, :length].astype(dtype)
     if cfg.type_vocab_size <= ONE_HOT_MAX_ROWS:
       one_hot_BxLxT = jax.nn.one_hot(segment_ids_BxL, cfg.type_vocab_size, dtype=dtype)
       # HIGHEST: a TF32 matmul (the GPU default for float32) would round the rows.
-      segment_BxLxD = jnp.einsum('blt,td->bld', one_hot_BxLxT,
-                                 self.segment.embedding.astype(dtype),
-                                 precision=jax.lax.Precision.HIGHEST)
+      segment_BxLxD = jnp.einsum(
+        'blt,td->bld',
+        one_hot_BxLxT,
+        self.segment.embedding.astype(dtype),
+        precision=jax.lax.Precision.HIGHEST,
+      )
     else:
       segment_BxLxD = self.segment(segment_ids_BxL)
     x_BxLxD = x_BxLxD + segment_BxLxD

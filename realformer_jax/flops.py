@@ -25,15 +25,24 @@ def encoder_matmul_params(hidden: int, mlp: int) -> int:
   return 4 * hidden * hidden + 2 * hidden * mlp
 
 
-def train_step_flops(*, batch: int, seq_len: int, predictions: int, hidden: int, mlp: int,
-                     layers: int, vocab: int, head_positions: int | None = None) -> dict:
+def train_step_flops(
+  *,
+  batch: int,
+  seq_len: int,
+  predictions: int,
+  hidden: int,
+  mlp: int,
+  layers: int,
+  vocab: int,
+  head_positions: int | None = None,
+) -> dict:
   """Per-step FLOPs by part. `head_positions` (default B P) is where the MLM head runs."""
   tokens = batch * seq_len
   head_positions = batch * predictions if head_positions is None else head_positions
   parts = {
-      'encoder_matmuls': 6 * layers * encoder_matmul_params(hidden, mlp) * tokens,
-      'attention': 3 * layers * 4 * batch * seq_len * seq_len * hidden,
-      'mlm_head': 6 * (hidden * hidden + hidden * vocab) * head_positions,
+    'encoder_matmuls': 6 * layers * encoder_matmul_params(hidden, mlp) * tokens,
+    'attention': 3 * layers * 4 * batch * seq_len * seq_len * hidden,
+    'mlm_head': 6 * (hidden * hidden + hidden * vocab) * head_positions,
   }
   parts['total'] = sum(parts.values())
   return parts
@@ -41,6 +50,12 @@ def train_step_flops(*, batch: int, seq_len: int, predictions: int, hidden: int,
 
 def mlm_step_flops(model: ModelConfig, *, batch: int, seq_len: int, predictions: int) -> int:
   """Model FLOPs of one pretraining step of `model` on a global batch of `batch` sequences."""
-  return train_step_flops(batch=batch, seq_len=seq_len, predictions=predictions,
-                          hidden=model.hidden_size, mlp=model.mlp_dim, layers=model.num_layers,
-                          vocab=model.vocab_size)['total']
+  return train_step_flops(
+    batch=batch,
+    seq_len=seq_len,
+    predictions=predictions,
+    hidden=model.hidden_size,
+    mlp=model.mlp_dim,
+    layers=model.num_layers,
+    vocab=model.vocab_size,
+  )['total']

@@ -1,6 +1,6 @@
 """Task heads: masked-LM (evaluated at the masked positions only), pooler, classifier."""
 
-from typing import Callable, Optional
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -15,11 +15,17 @@ from realformer_jax.normalization import Norm
 
 def _dense(cfg: ModelConfig, features: int, axes, name: str) -> DenseGeneral:
   return DenseGeneral(
-      features=(features,), kernel_axes=axes, use_bias=cfg.use_bias,
-      kernel_init=initializers.kernel_init(cfg, fan_in=cfg.hidden_size, fan_out=features,
-                                           role='head'),
-      ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
-      param_dtype=cfg.storage_dtype, name=name)
+    features=(features,),
+    kernel_axes=axes,
+    use_bias=cfg.use_bias,
+    kernel_init=initializers.kernel_init(
+      cfg, fan_in=cfg.hidden_size, fan_out=features, role='head'
+    ),
+    ntk=cfg.parameterization == 'ntk',
+    dtype=cfg.compute_dtype,
+    param_dtype=cfg.storage_dtype,
+    name=name,
+  )
 
 
 def gather_positions(h_BxLxD: jax.Array, positions_BxP: jax.Array) -> jax.Array:
@@ -48,9 +54,12 @@ class MaskedLMHead(nn.Module):
     x_BxPxD = Norm(cfg, name='norm')(x_BxPxD)
     logits_BxPxV = decode(x_BxPxD).astype(jnp.float32)
     if cfg.use_bias:
-      bias_V = self.param('output_bias', nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                      ('vocab',)),
-                          (cfg.vocab_size,), cfg.storage_dtype)
+      bias_V = self.param(
+        'output_bias',
+        nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+        (cfg.vocab_size,),
+        cfg.storage_dtype,
+      )
       logits_BxPxV = logits_BxPxV + bias_V.astype(jnp.float32)
     return logits_BxPxV
 
@@ -62,8 +71,9 @@ class Pooler(nn.Module):
 
   @nn.compact
   def __call__(self, h_BxLxD: jax.Array) -> jax.Array:
-    return jnp.tanh(_dense(self.config, self.config.hidden_size, ('embed', 'mlp'),
-                           'dense')(h_BxLxD[:, 0]))
+    return jnp.tanh(
+      _dense(self.config, self.config.hidden_size, ('embed', 'mlp'), 'dense')(h_BxLxD[:, 0])
+    )
 
 
 class ClassificationHead(nn.Module):
@@ -75,8 +85,9 @@ class ClassificationHead(nn.Module):
   @nn.compact
   def __call__(self, pooled_BxD: jax.Array, deterministic: bool = True) -> jax.Array:
     x_BxD = Dropout(self.config.dropout_rate)(pooled_BxD, deterministic=deterministic)
-    return _dense(self.config, self.num_classes, ('embed', None),
-                  'classifier')(x_BxD).astype(jnp.float32)
+    return _dense(self.config, self.num_classes, ('embed', None), 'classifier')(x_BxD).astype(
+      jnp.float32
+    )
 
 
 class SpanHead(nn.Module):
@@ -87,8 +98,7 @@ class SpanHead(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, h_BxLxD: jax.Array, input_mask_BxL: jax.Array) -> tuple[jax.Array,
-                                                                              jax.Array]:
+  def __call__(self, h_BxLxD: jax.Array, input_mask_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
     logits_BxLx2 = _dense(self.config, 2, ('embed', None), 'span')(h_BxLxD).astype(jnp.float32)
     logits_BxLx2 = jnp.where(input_mask_BxL[..., None] > 0, logits_BxLx2, -1e9)
     return logits_BxLx2[..., 0], logits_BxLx2[..., 1]

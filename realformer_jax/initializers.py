@@ -15,7 +15,7 @@ Realised standard deviations (m = fan-in, n = fan-out; docs/design.md §4):
   'lecun'             sqrt(1 / m)                          normal
   'he'                sqrt(2 / m)                          normal
   'xavier'            sqrt(2 / (m + n))                    U(+-sqrt(6 / (m + n)))
-  'ds_init'           gamma * alpha * sqrt(2/(m+n) / l)    U(+-gamma * alpha * sqrt(6/(m+n)) / sqrt(l))
+  'ds_init'           gamma * alpha * sqrt(2/(m+n) / l)    U(+-gamma*alpha*sqrt(6/(m+n)/l))
 
 DS-Init (Zhang, Titov & Sennrich 2019) scales the Xavier bound of every kernel of encoder layer
 l (1-based: q, k, v, attention output, both FFN matrices) by 1/sqrt(l); kernels outside the
@@ -44,7 +44,7 @@ Initializer = Callable[[jax.Array, tuple, jnp.dtype], jax.Array]
 
 # Variance of a standard normal truncated at +-2 sigma.
 TRUNCATED_NORMAL_VARIANCE = 0.7737413
-TRUNCATED_NORMAL_STD = TRUNCATED_NORMAL_VARIANCE ** 0.5  # 0.8796; 1 / 0.8796 = 1.1368472
+TRUNCATED_NORMAL_STD = TRUNCATED_NORMAL_VARIANCE**0.5  # 0.8796; 1 / 0.8796 = 1.1368472
 
 
 def truncated_normal(std: float, corrected: bool) -> Initializer:
@@ -61,18 +61,21 @@ def truncated_normal(std: float, corrected: bool) -> Initializer:
 def normal(std) -> Initializer:
   def init(key, shape, dtype=jnp.float32):
     return (std * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
+
   return init
 
 
 def uniform(bound) -> Initializer:
   def init(key, shape, dtype=jnp.float32):
     return jax.random.uniform(key, shape, jnp.float32, -bound, bound).astype(dtype)
+
   return init
 
 
 def _scaled(base: Initializer, factor) -> Initializer:
   def init(key, shape, dtype=jnp.float32):
     return (base(key, shape, jnp.float32) * factor).astype(dtype)
+
   return init
 
 
@@ -83,12 +86,14 @@ def xavier_bound(fan_in: int, fan_out: int) -> float:
 def ds_init_bound(config: ModelConfig, fan_in: int, fan_out: int, layer) -> jax.Array:
   """gamma * alpha * xavier_bound / sqrt(l), l 1-based (traced under nn.scan)."""
   depth = jnp.asarray(1.0 if layer is None else layer, jnp.float32)
-  return (config.ds_init_gamma * config.ds_init_alpha * xavier_bound(fan_in, fan_out)
-          / jnp.sqrt(depth))
+  return (
+    config.ds_init_gamma * config.ds_init_alpha * xavier_bound(fan_in, fan_out) / jnp.sqrt(depth)
+  )
 
 
-def standard_kernel_init(config: ModelConfig, *, fan_in: int, fan_out: int,
-                         layer: Optional[jax.Array] = None) -> Initializer:
+def standard_kernel_init(
+  config: ModelConfig, *, fan_in: int, fan_out: int, layer: Optional[jax.Array] = None
+) -> Initializer:
   """The standard-parameterisation initialiser named by `config.init` (see module docstring)."""
   if config.init == 'bert':
     return truncated_normal(config.init_std, corrected=False)
@@ -105,17 +110,23 @@ def standard_kernel_init(config: ModelConfig, *, fan_in: int, fan_out: int,
   raise ValueError(f'init={config.init!r}: unknown initialiser')
 
 
-def kernel_init(config: ModelConfig, *, fan_in: int, fan_out: int, role: str = 'dense',
-                layer: Optional[jax.Array] = None) -> Initializer:
+def kernel_init(
+  config: ModelConfig,
+  *,
+  fan_in: int,
+  fan_out: int,
+  role: str = 'dense',
+  layer: Optional[jax.Array] = None,
+) -> Initializer:
   """Initialiser for a dense kernel. `role='query'` gets T5's 1/sqrt(d_head) folding;
   `layer` is the 1-based depth inside the encoder stack (None outside it)."""
   init = standard_kernel_init(config, fan_in=fan_in, fan_out=fan_out, layer=layer)
   if role == 'query' and config.attention_scale == 't5':
     # T5: no 1/sqrt(d) in the forward pass, so shrink the query init instead.
-    init = _scaled(init, config.head_dim ** -0.5)
+    init = _scaled(init, config.head_dim**-0.5)
   if config.parameterization == 'ntk':
     # Stored sqrt(m) larger; DenseGeneral(ntk=True) multiplies by 1/sqrt(m) at run time.
-    init = _scaled(init, fan_in ** 0.5)
+    init = _scaled(init, fan_in**0.5)
   return init
 
 

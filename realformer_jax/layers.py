@@ -34,18 +34,25 @@ class DenseGeneral(nn.Module):
     axis = tuple(a % x.ndim for a in self.axis)
     features = tuple(self.features)
     in_shape = tuple(x.shape[a] for a in axis)
-    kernel = self.param('kernel', nn.with_logical_partitioning(self.kernel_init,
-                                                               tuple(self.kernel_axes)),
-                        in_shape + features, self.param_dtype)
+    kernel = self.param(
+      'kernel',
+      nn.with_logical_partitioning(self.kernel_init, tuple(self.kernel_axes)),
+      in_shape + features,
+      self.param_dtype,
+    )
     kernel = kernel.astype(self.dtype)
     if self.ntk:
       kernel = kernel * jnp.asarray(1.0 / math.sqrt(math.prod(in_shape)), self.dtype)
     contract = (axis, tuple(range(len(axis))))
     y = jax.lax.dot_general(x.astype(self.dtype), kernel, (contract, ((), ())))
     if self.use_bias:
-      bias_axes = tuple(self.kernel_axes)[len(axis):]
-      bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, bias_axes),
-                        features, self.param_dtype)
+      bias_axes = tuple(self.kernel_axes)[len(axis) :]
+      bias = self.param(
+        'bias',
+        nn.with_logical_partitioning(nn.initializers.zeros, bias_axes),
+        features,
+        self.param_dtype,
+      )
       y = y + bias.astype(self.dtype)
     return y
 

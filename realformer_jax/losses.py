@@ -4,8 +4,9 @@ import jax
 import jax.numpy as jnp
 
 
-def mlm_nll_and_correct(logits_BxPxV: jax.Array,
-                        masked_ids_BxP: jax.Array) -> tuple[jax.Array, jax.Array]:
+def mlm_nll_and_correct(
+  logits_BxPxV: jax.Array, masked_ids_BxP: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """Per-slot cross-entropy and argmax-correctness (float32 [B, P]), unweighted."""
   logits = logits_BxPxV.astype(jnp.float32)
   log_z = jax.nn.logsumexp(logits, axis=-1)
@@ -14,8 +15,9 @@ def mlm_nll_and_correct(logits_BxPxV: jax.Array,
   return log_z - target_logit, correct_BxP
 
 
-def mlm_loss_and_metrics(logits_BxPxV: jax.Array, masked_ids_BxP: jax.Array,
-                         masked_weights_BxP: jax.Array) -> tuple[jax.Array, dict]:
+def mlm_loss_and_metrics(
+  logits_BxPxV: jax.Array, masked_ids_BxP: jax.Array, masked_weights_BxP: jax.Array
+) -> tuple[jax.Array, dict]:
   """Mean cross-entropy over real predictions; metrics are sums so that they add across
   batches, devices and accumulation steps (divide by 'mlm_weight' at the end)."""
   weights = masked_weights_BxP.astype(jnp.float32)
@@ -23,8 +25,8 @@ def mlm_loss_and_metrics(logits_BxPxV: jax.Array, masked_ids_BxP: jax.Array,
   total_weight = jnp.sum(weights)
   loss = jnp.sum(nll_BxP * weights) / jnp.maximum(total_weight, 1.0)
   metrics = {
-      'mlm_loss_sum': jnp.sum(nll_BxP * weights),
-      'mlm_correct_sum': jnp.sum(correct_BxP * weights),
-      'mlm_weight': total_weight,
+    'mlm_loss_sum': jnp.sum(nll_BxP * weights),
+    'mlm_correct_sum': jnp.sum(correct_BxP * weights),
+    'mlm_weight': total_weight,
   }
   return loss, metrics

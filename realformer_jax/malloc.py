@@ -17,10 +17,10 @@ import sys
 from typing import Optional
 
 TUNABLES = {
-    'default': '',
-    'retain': 'glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:'
-              'glibc.malloc.trim_threshold=1152921504606846976',
-    'hugepages': 'glibc.malloc.hugetlb=1',
+  'default': '',
+  'retain': 'glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:'
+  'glibc.malloc.trim_threshold=1152921504606846976',
+  'hugepages': 'glibc.malloc.hugetlb=1',
 }
 
 

@@ -8,8 +8,13 @@ import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.encoder import Encoder
-from realformer_jax.heads import ClassificationHead, MaskedLMHead, Pooler, SpanHead
-from realformer_jax.heads import gather_positions
+from realformer_jax.heads import (
+  ClassificationHead,
+  MaskedLMHead,
+  Pooler,
+  SpanHead,
+  gather_positions,
+)
 
 
 class MaskedLM(nn.Module):
@@ -18,15 +23,22 @@ class MaskedLM(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, input_ids_BxL: jax.Array, input_mask_BxL: Optional[jax.Array] = None,
-               segment_ids_BxL: Optional[jax.Array] = None,
-               masked_positions_BxP: Optional[jax.Array] = None, *,
-               deterministic: bool = True, step: Optional[jax.Array] = None) -> jax.Array:
+  def __call__(
+    self,
+    input_ids_BxL: jax.Array,
+    input_mask_BxL: Optional[jax.Array] = None,
+    segment_ids_BxL: Optional[jax.Array] = None,
+    masked_positions_BxP: Optional[jax.Array] = None,
+    *,
+    deterministic: bool = True,
+    step: Optional[jax.Array] = None,
+  ) -> jax.Array:
     """Logits float32 [B, P, V] at `masked_positions` ([B, L, V] at every position if None:
     for analysis only, never for pretraining)."""
     encoder = Encoder(self.config, name='encoder')
-    h_BxLxD = encoder(input_ids_BxL, input_mask_BxL, segment_ids_BxL,
-                      deterministic=deterministic, step=step)
+    h_BxLxD = encoder(
+      input_ids_BxL, input_mask_BxL, segment_ids_BxL, deterministic=deterministic, step=step
+    )
     if masked_positions_BxP is not None:
       h_BxLxD = gather_positions(h_BxLxD, masked_positions_BxP)
     return MaskedLMHead(self.config, name='mlm_head')(h_BxLxD, encoder.attend)
@@ -39,14 +51,22 @@ class SequenceClassifier(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, input_ids_BxL: jax.Array, input_mask_BxL: Optional[jax.Array] = None,
-               segment_ids_BxL: Optional[jax.Array] = None, *, deterministic: bool = True,
-               step: Optional[jax.Array] = None) -> jax.Array:
+  def __call__(
+    self,
+    input_ids_BxL: jax.Array,
+    input_mask_BxL: Optional[jax.Array] = None,
+    segment_ids_BxL: Optional[jax.Array] = None,
+    *,
+    deterministic: bool = True,
+    step: Optional[jax.Array] = None,
+  ) -> jax.Array:
     h_BxLxD = Encoder(self.config, name='encoder')(
-        input_ids_BxL, input_mask_BxL, segment_ids_BxL, deterministic=deterministic, step=step)
+      input_ids_BxL, input_mask_BxL, segment_ids_BxL, deterministic=deterministic, step=step
+    )
     pooled_BxD = Pooler(self.config, name='pooler')(h_BxLxD)
     return ClassificationHead(self.config, self.num_classes, name='classifier')(
-        pooled_BxD, deterministic)
+      pooled_BxD, deterministic
+    )
 
 
 class SpanExtractor(nn.Module):
@@ -55,11 +75,18 @@ class SpanExtractor(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, input_ids_BxL: jax.Array, input_mask_BxL: Optional[jax.Array] = None,
-               segment_ids_BxL: Optional[jax.Array] = None, *, deterministic: bool = True,
-               step: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+  def __call__(
+    self,
+    input_ids_BxL: jax.Array,
+    input_mask_BxL: Optional[jax.Array] = None,
+    segment_ids_BxL: Optional[jax.Array] = None,
+    *,
+    deterministic: bool = True,
+    step: Optional[jax.Array] = None,
+  ) -> tuple[jax.Array, jax.Array]:
     if input_mask_BxL is None:
       input_mask_BxL = jnp.ones_like(input_ids_BxL)
     h_BxLxD = Encoder(self.config, name='encoder')(
-        input_ids_BxL, input_mask_BxL, segment_ids_BxL, deterministic=deterministic, step=step)
+      input_ids_BxL, input_mask_BxL, segment_ids_BxL, deterministic=deterministic, step=step
+    )
     return SpanHead(self.config, name='span')(h_BxLxD, input_mask_BxL)

@@ -29,11 +29,19 @@ class Norm(nn.Module):
       x = x - jnp.mean(x, axis=-1, keepdims=True)
     mean_square = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
     y = x * jax.lax.rsqrt(mean_square + cfg.norm_epsilon)
-    scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
-                       (features,), cfg.storage_dtype)
+    scale = self.param(
+      'scale',
+      nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
+      (features,),
+      cfg.storage_dtype,
+    )
     y = y * scale.astype(jnp.float32)
     if cfg.norm == 'layernorm' and cfg.use_bias:
-      bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
-                        (features,), cfg.storage_dtype)
+      bias = self.param(
+        'bias',
+        nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
+        (features,),
+        cfg.storage_dtype,
+      )
       y = y + bias.astype(jnp.float32)
     return y.astype(cfg.compute_dtype)

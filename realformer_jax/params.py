@@ -30,6 +30,7 @@ def _map_encoders(tree: Mapping, fn) -> dict:
 
 def unstack_layers(params: Mapping) -> dict:
   """scan layout ('layers' stacked on axis 0) -> loop layout ('layers_<i>'); idempotent."""
+
   def split(encoder: dict) -> dict:
     if 'layers' not in encoder:  # already in loop layout
       return encoder
@@ -38,19 +39,23 @@ def unstack_layers(params: Mapping) -> dict:
     for i in range(num_layers):
       encoder[f'layers_{i}'] = jax.tree.map(lambda x, i=i: x[i], stacked)
     return encoder
+
   return _map_encoders(unbox(params), split)
 
 
 def stack_layers(params: Mapping) -> dict:
   """loop layout ('layers_<i>') -> scan layout ('layers' stacked on axis 0); idempotent."""
+
   def join(encoder: dict) -> dict:
-    names = sorted((k for k in encoder if _LOOP_LAYER.match(k)),
-                   key=lambda k: int(_LOOP_LAYER.match(k).group(1)))
+    names = sorted(
+      (k for k in encoder if _LOOP_LAYER.match(k)), key=lambda k: int(_LOOP_LAYER.match(k).group(1))
+    )
     if not names:  # already in scan layout
       return encoder
     layers = [encoder.pop(k) for k in names]
     encoder['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
     return encoder
+
   return _map_encoders(unbox(params), join)
 
 

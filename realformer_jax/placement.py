@@ -46,12 +46,16 @@ def placement(config: ModelConfig) -> Placement:
     layer_norms = post  # Post-LN's norms sit on the trunk, not on the branch
   else:
     layer_norms = True
-  return Placement(post=post, layer_norms=layer_norms,
-                   trained_gate=branch in ('rezero', 'skipinit'),
-                   final_norm=config.ln_placement == 'pre')
+  return Placement(
+    post=post,
+    layer_norms=layer_norms,
+    trained_gate=branch in ('rezero', 'skipinit'),
+    final_norm=config.ln_placement == 'pre',
+  )
 
 
 def trained_gate(module: nn.Module, name: str) -> jax.Array:
   """A branch's trainable scalar gate (float32, zero at init) as a parameter of `module`."""
-  return module.param(name, nn.with_logical_partitioning(nn.initializers.zeros, ()), (),
-                      jnp.float32)
+  return module.param(
+    name, nn.with_logical_partitioning(nn.initializers.zeros, ()), (), jnp.float32
+  )

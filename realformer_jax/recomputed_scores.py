@@ -36,9 +36,14 @@ LayerFn = Callable[..., tuple[jax.Array, jax.Array]]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def residual_stack(layer_fn: LayerFn, params_N: Any, x_BxLxD: jax.Array,
-                   acc0_BxHxLxL: jax.Array, keys_N: Optional[jax.Array],
-                   aux: Any) -> jax.Array:
+def residual_stack(
+  layer_fn: LayerFn,
+  params_N: Any,
+  x_BxLxD: jax.Array,
+  acc0_BxHxLxL: jax.Array,
+  keys_N: Optional[jax.Array],
+  aux: Any,
+) -> jax.Array:
   """The output of N layers (stacked params, per-layer dropout keys or None)."""
   return _forward(layer_fn, params_N, x_BxLxD, acc0_BxHxLxL, keys_N, aux)[0]
 
@@ -73,15 +78,17 @@ def _residual_stack_bwd(layer_fn, residuals, g_y):
     _, own_scores = layer_fn(params_l, x_l, jnp.zeros_like(acc), index, key, aux)
     # Layer 0's incoming sum is the zero the stack started from: exact, not a difference.
     acc_prev = jnp.where(index == 0, jnp.zeros_like(acc), acc - own_scores)
-    _, vjp = jax.vjp(lambda p, x, a, c: layer_fn(p, x, a, index, key, c), params_l, x_l,
-                     acc_prev, aux)
+    _, vjp = jax.vjp(
+      lambda p, x, a, c: layer_fn(p, x, a, index, key, c), params_l, x_l, acc_prev, aux
+    )
     g_params, g_x_prev, g_acc_prev, g_aux = vjp((g_x, g_acc))
     return (g_x_prev, g_acc_prev, acc_prev), (g_params, g_aux)
 
   indices = jnp.arange(_num_layers(params_N))
   zeros = jnp.zeros_like(acc_top)
   (g_x0, g_acc0, _), (g_params_N, g_aux_N) = jax.lax.scan(
-      body, (g_y, zeros, acc_top), (params_N, xs_N, indices, keys_N), reverse=True)
+    body, (g_y, zeros, acc_top), (params_N, xs_N, indices, keys_N), reverse=True
+  )
   g_aux = jax.tree.map(lambda g: jnp.sum(g, axis=0), g_aux_N)
   return g_params_N, g_x0, g_acc0, None, g_aux
 

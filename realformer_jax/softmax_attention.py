@@ -44,10 +44,15 @@ def _drop(p_c, key, keep_prob):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def softmax_dropout_values(scores_BxHxLxL: jax.Array, bias_Bx1x1xL: jax.Array,
-                           divisor: Optional[jax.Array], v_BxLxHxK: jax.Array,
-                           key: Optional[jax.Array], keep_prob: float,
-                           dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
+def softmax_dropout_values(
+  scores_BxHxLxL: jax.Array,
+  bias_Bx1x1xL: jax.Array,
+  divisor: Optional[jax.Array],
+  v_BxLxHxK: jax.Array,
+  key: Optional[jax.Array],
+  keep_prob: float,
+  dtype: jnp.dtype,
+) -> tuple[jax.Array, jax.Array]:
   """(context [B, L, H, K] in `dtype`, probabilities [B, H, L, L] float32 before dropout).
 
   `key` None means no dropout (evaluation, or rate 0)."""
@@ -69,8 +74,9 @@ def _backward(keep_prob, dtype, residuals, cotangents):
   p_drop = _drop(p_c, key, keep_prob)
   g_v = jnp.einsum('bhqv,bqhk->bvhk', p_drop, g_context.astype(dtype)).astype(v.dtype)
   # d(p_drop): dC V^T in float32, then back through dropout with the regenerated mask.
-  g_p_drop = jnp.einsum('bqhk,bvhk->bhqv', g_context.astype(dtype), v.astype(dtype),
-                        preferred_element_type=jnp.float32)
+  g_p_drop = jnp.einsum(
+    'bqhk,bvhk->bhqv', g_context.astype(dtype), v.astype(dtype), preferred_element_type=jnp.float32
+  )
   g_probs = _drop(g_p_drop, key, keep_prob) + g_p  # g_p: a user of the returned p, usually 0
   p = p_c.astype(jnp.float32)
   g_z = p * (g_probs - jnp.sum(g_probs * p, axis=-1, keepdims=True))

@@ -9,14 +9,29 @@ import subprocess
 import sys
 
 from data_fixtures import bible_config
+
 from realformer_jax import data, finetune
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-TOY_MODEL = {'num_layers': 2, 'hidden_size': 32, 'num_heads': 2, 'mlp_dim': 64, 'max_len': 64,
-             'ln_placement': 'realformer', 'dropout_rate': 0.1, 'attention_dropout_rate': 0.1}
-TOY = {'data.max_len': 32, 'data.max_examples': 16, 'train.global_batch_size': 8,
-       'train.log_every_steps': 1, 'finetune.num_epochs': 1, 'train.learning_rate': 1e-3}
+TOY_MODEL = {
+  'num_layers': 2,
+  'hidden_size': 32,
+  'num_heads': 2,
+  'mlp_dim': 64,
+  'max_len': 64,
+  'ln_placement': 'realformer',
+  'dropout_rate': 0.1,
+  'attention_dropout_rate': 0.1,
+}
+TOY = {
+  'data.max_len': 32,
+  'data.max_examples': 16,
+  'train.global_batch_size': 8,
+  'train.log_every_steps': 1,
+  'finetune.num_epochs': 1,
+  'train.learning_rate': 1e-3,
+}
 
 
 def tokenizer_file() -> str:
@@ -47,17 +62,19 @@ def cli_flags(**overrides) -> list[str]:
 
 # Runs a module's main under tfds.testing.mock_data: a subprocess sees the fake GLUE / SQuAD
 # records the in-process tests see (the command itself is unchanged).
-MOCKED_MAIN = ('import runpy, sys; import tensorflow_datasets as tfds; '
-               'sys.argv = sys.argv[1:]; module = sys.argv[0]; '
-               'ctx = tfds.testing.mock_data(num_examples=16); ctx.__enter__(); '
-               "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+MOCKED_MAIN = (
+  'import runpy, sys; import tensorflow_datasets as tfds; '
+  'sys.argv = sys.argv[1:]; module = sys.argv[0]; '
+  'ctx = tfds.testing.mock_data(num_examples=16); ctx.__enter__(); '
+  "runpy.run_module(module, run_name='__main__', alter_sys=True)"
+)
 
 
 def run_cli(module: str, *args, mocked: bool = False, timeout: int = 600):
   """`python -m module args...` (optionally under mock_data) with the suite's JAX settings."""
   data.prepare(bible_config())
-  command = ([sys.executable, '-c', MOCKED_MAIN, module] if mocked
-             else [sys.executable, '-m', module]) + list(args)
+  command = (
+    [sys.executable, '-c', MOCKED_MAIN, module] if mocked else [sys.executable, '-m', module]
+  ) + list(args)
   env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
-  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

@@ -12,19 +12,23 @@ import numpy as np
 
 from benchmarks import steps
 from configs import tiny
-from realformer_jax.train import build, partitioning, state as state_lib, step as step_lib
-from realformer_jax.train import validation
+from realformer_jax.train import build, partitioning, validation
+from realformer_jax.train import state as state_lib
+from realformer_jax.train import step as step_lib
 from tests import scale_out_support as support
 
 
 def _config(impl: str):
   config = tiny.get_config()
   for flag in support.TINY_SHARDED:
-    key, value = flag[len('--config.'):].split('=')
+    key, value = flag[len('--config.') :].split('=')
     section, field = key.split('.')
     current = config[section][field]
-    config[section][field] = type(current)(float(value)) if isinstance(
-        current, (int, float)) and not isinstance(current, bool) else value
+    config[section][field] = (
+      type(current)(float(value))
+      if isinstance(current, (int, float)) and not isinstance(current, bool)
+      else value
+    )
   config.mesh.shape = (2, 2, 2)
   config.model.attention_dropout_rate = 0.5  # masks that matter: any mismatch shows
   config.model.attention_impl = impl
@@ -32,27 +36,44 @@ def _config(impl: str):
 
 
 def main():
-  shape = steps.Shape('tiny', hidden=64, layers=2, heads=8, vocab=1000, seq_len=32, batch=16,
-                      predictions=5)
+  shape = steps.Shape(
+    'tiny', hidden=64, layers=2, heads=8, vocab=1000, seq_len=32, batch=16, predictions=5
+  )
   batch = steps.make_batch(shape)
   batch['input_mask'][3, 20:] = 0  # padding in one shard's rows
   results = {}
   for impl in ('xla', 'pallas'):
     spec = validation.validate_config(_config(impl))
     setup = build.make_setup(spec)
-    state = state_lib.init_state(setup.model, setup.tx, spec.data, setup.layout,
-                                 jax.random.key(0), setup.mesh, setup.rules, setup.task)
+    state = state_lib.init_state(
+      setup.model,
+      setup.tx,
+      spec.data,
+      setup.layout,
+      jax.random.key(0),
+      setup.mesh,
+      setup.rules,
+      setup.task,
+    )
     device_batch = partitioning.global_batch(batch, setup.batch_sharding)
     rng = jax.random.key(1)
     forward_rng = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # as train_step at step 0
 
     def loss(params, batch, rng):
-      sums = step_lib._forward_sums(setup.task, setup.model, params, batch,  # pylint: disable=protected-access
-                                    step=jnp.zeros((), jnp.int32), rng=rng)
+      sums = step_lib._forward_sums(
+        setup.task,
+        setup.model,
+        params,
+        batch,  # pylint: disable=protected-access
+        step=jnp.zeros((), jnp.int32),
+        rng=rng,
+      )
       return sums[setup.task.loss_sum] / setup.task.batch_weight(batch)
 
-    grad_fn = jax.jit(jax.value_and_grad(loss),
-                      in_shardings=(setup.layout.param_shardings, setup.batch_sharding, None))
+    grad_fn = jax.jit(
+      jax.value_and_grad(loss),
+      in_shardings=(setup.layout.param_shardings, setup.batch_sharding, None),
+    )
     with partitioning.activate(setup.mesh, setup.rules):
       value, grads = grad_fn(state.params, device_batch, forward_rng)
     results[impl] = (float(value), jax.tree.map(np.asarray, grads))
@@ -62,11 +83,21 @@ def main():
       metrics = jax.device_get(metrics)
       results['step_loss'] = float(metrics['mlm_loss_sum'] / metrics['mlm_weight'])
   scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(results['xla'][1]))
-  worst = max(float(np.max(np.abs(a - b))) for a, b in zip(
-      jax.tree.leaves(results['pallas'][1]), jax.tree.leaves(results['xla'][1])))
-  print(json.dumps({'grad_difference': worst / scale, 'loss_xla': results['xla'][0],
-                    'loss_pallas': results['pallas'][0], 'step_loss': results['step_loss'],
-                    'devices': jax.device_count()}))
+  worst = max(
+    float(np.max(np.abs(a - b)))
+    for a, b in zip(jax.tree.leaves(results['pallas'][1]), jax.tree.leaves(results['xla'][1]))
+  )
+  print(
+    json.dumps(
+      {
+        'grad_difference': worst / scale,
+        'loss_xla': results['xla'][0],
+        'loss_pallas': results['pallas'][0],
+        'step_loss': results['step_loss'],
+        'devices': jax.device_count(),
+      }
+    )
+  )
 
 
 if __name__ == '__main__':

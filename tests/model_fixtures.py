@@ -7,8 +7,16 @@ import numpy as np
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax import params as params_lib
 
-TINY = dict(vocab_size=50, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=48, max_len=24,
-            dropout_rate=0.0, attention_dropout_rate=0.0)
+TINY = dict(
+  vocab_size=50,
+  hidden_size=32,
+  num_layers=3,
+  num_heads=4,
+  mlp_dim=48,
+  max_len=24,
+  dropout_rate=0.0,
+  attention_dropout_rate=0.0,
+)
 
 
 def tiny_config(**overrides) -> ModelConfig:

@@ -17,15 +17,24 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A model small enough to compile in seconds, with 8 heads so that every mesh axis of size
 # up to 8 divides heads, FFN, vocabulary and batch.
 TINY_SHARDED = (
-    '--config.model.num_layers=2', '--config.model.hidden_size=64',
-    '--config.model.num_heads=8', '--config.model.mlp_dim=128', '--config.model.max_len=32',
-    '--config.model.dropout_rate=0.1', '--config.model.attention_dropout_rate=0.1',
-    '--config.data.vocab_size=1000', '--config.data.max_len=32',
-    '--config.data.max_predictions=5', '--config.data.eval_batches=2',
-    '--config.train.global_batch_size=16', '--config.train.num_train_steps=5',
-    '--config.train.warmup_steps=2', '--config.train.log_every_steps=1',
-    '--config.train.eval_every_steps=1000', '--config.train.checkpoint_every_steps=1000',
-    '--config.train.keep_checkpoints=5',
+  '--config.model.num_layers=2',
+  '--config.model.hidden_size=64',
+  '--config.model.num_heads=8',
+  '--config.model.mlp_dim=128',
+  '--config.model.max_len=32',
+  '--config.model.dropout_rate=0.1',
+  '--config.model.attention_dropout_rate=0.1',
+  '--config.data.vocab_size=1000',
+  '--config.data.max_len=32',
+  '--config.data.max_predictions=5',
+  '--config.data.eval_batches=2',
+  '--config.train.global_batch_size=16',
+  '--config.train.num_train_steps=5',
+  '--config.train.warmup_steps=2',
+  '--config.train.log_every_steps=1',
+  '--config.train.eval_every_steps=1000',
+  '--config.train.checkpoint_every_steps=1000',
+  '--config.train.keep_checkpoints=5',
 )
 
 
@@ -39,13 +48,22 @@ def device_env(num_devices: int) -> dict[str, str]:
 
 
 def train_command(workdir: str, data_dir: str, mesh_shape: str, *extra: str) -> list[str]:
-  return [sys.executable, '-m', 'experiments.train', '--config=configs/tiny.py',
-          f'--workdir={workdir}', f'--config.data.data_dir={data_dir}',
-          f'--config.mesh.shape={mesh_shape}', *TINY_SHARDED, *extra]
+  return [
+    sys.executable,
+    '-m',
+    'experiments.train',
+    '--config=configs/tiny.py',
+    f'--workdir={workdir}',
+    f'--config.data.data_dir={data_dir}',
+    f'--config.mesh.shape={mesh_shape}',
+    *TINY_SHARDED,
+    *extra,
+  ]
 
 
-def run_all(jobs: Sequence[tuple[list[str], dict]], parallel: int = 2,
-            timeout: float = 600) -> list[subprocess.CompletedProcess]:
+def run_all(
+  jobs: Sequence[tuple[list[str], dict]], parallel: int = 2, timeout: float = 600
+) -> list[subprocess.CompletedProcess]:
   """Runs (command, env) jobs, `parallel` at a time; raises with the output of any failure."""
   results: list = [None] * len(jobs)
   running: list[tuple[int, subprocess.Popen]] = []
@@ -53,9 +71,14 @@ def run_all(jobs: Sequence[tuple[list[str], dict]], parallel: int = 2,
   while pending or running:
     while pending and len(running) < parallel:
       index, (command, env) = pending.pop(0)
-      running.append((index, subprocess.Popen(command, env=env, cwd=REPO, text=True,
-                                              stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT)))
+      running.append(
+        (
+          index,
+          subprocess.Popen(
+            command, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+          ),
+        )
+      )
     index, process = running.pop(0)
     output, _ = process.communicate(timeout=timeout)
     results[index] = subprocess.CompletedProcess(process.args, process.returncode, output)
@@ -66,6 +89,7 @@ def run_all(jobs: Sequence[tuple[list[str], dict]], parallel: int = 2,
 
 def train_losses(workdir: str) -> dict[int, float]:
   from realformer_jax.train import read_scalars
+
   return dict(read_scalars(workdir)['train/loss'])
 
 
@@ -80,23 +104,29 @@ def restore_params(workdir: str, data_dir: str, step: int):
   checkpoints were written from 8-device meshes or 2 processes)."""
   import orbax.checkpoint as ocp
   from ml_collections import config_flags  # noqa: F401  (registers the flag types)
+
   from configs import tiny
   from realformer_jax.train import build, validation
 
   config = tiny.get_config()
   for flag in TINY_SHARDED:
-    key, value = flag[len('--config.'):].split('=')
+    key, value = flag[len('--config.') :].split('=')
     section, field = key.split('.')
     current = config[section][field]
-    config[section][field] = type(current)(float(value)) if isinstance(current, (int, float)) \
-        and not isinstance(current, bool) else value
+    config[section][field] = (
+      type(current)(float(value))
+      if isinstance(current, (int, float)) and not isinstance(current, bool)
+      else value
+    )
   config.data.data_dir = data_dir
   config.mesh.shape = (1, 1, 1)
   setup = build.make_setup(validation.validate_config(config))
-  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'),
-                                  item_names=('state', 'rng', 'data'))
-  restored = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(setup.layout.abstract)))
+  manager = ocp.CheckpointManager(
+    os.path.join(workdir, 'checkpoints'), item_names=('state', 'rng', 'data')
+  )
+  restored = manager.restore(
+    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(setup.layout.abstract))
+  )
   manager.close()
   return restored.state.params
 
@@ -104,6 +134,7 @@ def restore_params(workdir: str, data_dir: str, step: int):
 def relative_difference(a, b) -> float:
   """max over leaves of ||a - b|| / ||b||."""
   import jax
+
   worst = 0.0
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)

@@ -26,8 +26,9 @@ def _run(*args, fast: bool = False, timeout=600) -> subprocess.CompletedProcess:
   """`fast`: XLA's cheap optimisation level (the suite's conftest setting), where a test
   compares compiled programs with each other rather than with a fully optimised one."""
   env = dict(ENV, JAX_DISABLE_MOST_OPTIMIZATIONS='true') if fast else ENV
-  return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+  )
 
 
 def _compile_command(*flags, fast: bool = False) -> subprocess.CompletedProcess:
@@ -38,9 +39,14 @@ def _compile_command(*flags, fast: bool = False) -> subprocess.CompletedProcess:
 # commands): depth, heads, LN placement, remat, dtype and 'auto' accumulation stay. Width 64,
 # not test_configs' 48: XLA:GPU, which cannot autotune without a device, found no Triton tiling
 # for a [256, 48] GEMM ('Couldn't find output tile sizes').
-_TOY_FLAGS = ['--config.model.hidden_size=64', '--config.model.mlp_dim=128',
-              '--config.model.max_len=32', '--config.data.max_len=32',
-              '--config.data.max_predictions=5', '--config.train.global_batch_size=16']
+_TOY_FLAGS = [
+  '--config.model.hidden_size=64',
+  '--config.model.mlp_dim=128',
+  '--config.model.max_len=32',
+  '--config.data.max_len=32',
+  '--config.data.max_predictions=5',
+  '--config.train.global_batch_size=16',
+]
 
 
 def readme_compile_commands():
@@ -58,9 +64,14 @@ def test_each_readme_compile_command_runs_at_toy_width(tmp_path):
   commands = readme_compile_commands()
   # Two at a time: a compile is mostly one thread, and CI has two cores.
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-    runs = list(pool.map(
-        lambda c: _run(*shlex.split(c.replace('/tmp/tiny_a100', str(tmp_path)))[1:],
-                       *_TOY_FLAGS, fast=True), commands))
+    runs = list(
+      pool.map(
+        lambda c: _run(
+          *shlex.split(c.replace('/tmp/tiny_a100', str(tmp_path)))[1:], *_TOY_FLAGS, fast=True
+        ),
+        commands,
+      )
+    )
   for command, done in zip(commands, runs):
     _check_compile_output(command, done, tmp_path)
 
@@ -69,8 +80,11 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
   assert done.returncode == 0, (command, done.stderr[-3000:])
   out = done.stdout
   target = re.search(r'--target=(\S+)', command).group(1)
-  description = {'h100:8': '8 x NVIDIA H100 SXM 80GB', 'v5e:4x4': '16 x TPU v5e',
-                 'a100-40g:2': '2 x NVIDIA A100 SXM 40GB'}[target]
+  description = {
+    'h100:8': '8 x NVIDIA H100 SXM 80GB',
+    'v5e:4x4': '16 x TPU v5e',
+    'a100-40g:2': '2 x NVIDIA A100 SXM 40GB',
+  }[target]
   assert f'Compiling the train step for {description} ({target})' in out
   assert re.search(r'needs +[\d.]+ GiB +of [\d.]+ GiB .*: fits, [\d.]+ GiB to spare', out), out
   assert 'ESTIMATED step time: ' in out and 'ESTIMATED MFU: ' in out
@@ -81,8 +95,9 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
   if '--dump' in command:
     report = json.loads((dump_dir / 'report.json').read_text())
     memory = report['memory']
-    assert memory['needed'] == (memory['arguments'] + memory['outputs'] - memory['aliased']
-                                + memory['temporaries'])
+    assert memory['needed'] == (
+      memory['arguments'] + memory['outputs'] - memory['aliased'] + memory['temporaries']
+    )
     assert 0 < memory['needed'] <= memory['budget'] and memory['fits']
     assert memory['params'] > 0 and memory['optimizer_state'] >= 2 * memory['params']
     assert report['estimate']['seconds'] > 0 and 0 < report['estimate']['mfu'] < 1
@@ -94,23 +109,32 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
 
 def test_a_config_that_cannot_fit_ends_with_one_error_line_naming_the_bytes():
   # 1M x 1024 embeddings: parameters, AdamW moments and gradients alone exceed a v5e's 16 GiB.
-  done = _compile_command('--target=v5e:2x2', '--config.data.vocab_size=1000000',
-                          '--config.model.hidden_size=1024', '--config.model.mlp_dim=1024',
-                          '--config.train.global_batch_size=4',
-                          "--config.train.grad_accum_steps='auto'", fast=True)
+  done = _compile_command(
+    '--target=v5e:2x2',
+    '--config.data.vocab_size=1000000',
+    '--config.model.hidden_size=1024',
+    '--config.model.mlp_dim=1024',
+    '--config.train.global_batch_size=4',
+    "--config.train.grad_accum_steps='auto'",
+    fast=True,
+  )
   assert done.returncode == 1
   last = done.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: train.grad_accum_steps='auto': even one sequence per device "
-                         'does not fit: the step needs '), last
+  assert last.startswith(
+    "error: train.grad_accum_steps='auto': even one sequence per device "
+    'does not fit: the step needs '
+  ), last
   needed = int(last.split('the step needs ')[1].split(' bytes')[0].replace(',', ''))
-  available = int(15.75 * 2 ** 30 * 0.9)  # XLA:TPU's available HBM x memory_fraction
+  available = int(15.75 * 2**30 * 0.9)  # XLA:TPU's available HBM x memory_fraction
   assert needed > available
-  assert (f"remat_policy='full'), the device has {available:,} (TPU v5e: 15.75 GiB of 16 GiB HBM "
-          'available to XLA x memory_fraction 0.9)') in last
+  assert (
+    f"remat_policy='full'), the device has {available:,} (TPU v5e: 15.75 GiB of 16 GiB HBM "
+    'available to XLA x memory_fraction 0.9)'
+  ) in last
   assert 'Traceback' not in done.stderr
 
 
-_AUTO_SCRIPT = textwrap.dedent('''
+_AUTO_SCRIPT = textwrap.dedent("""
     import json
     from configs import tiny
     from realformer_jax.aot import targets, train_step
@@ -146,7 +170,7 @@ _AUTO_SCRIPT = textwrap.dedent('''
     print(json.dumps({'needs': needs, 'budget': auto.budget_bytes,
                       'chosen': auto.spec.train.grad_accum_steps,
                       'need': auto.memory.needed, 'log': lines}))
-''')
+""")
 
 
 def test_auto_accumulation_for_a_target_equals_the_hand_calculation():
@@ -163,7 +187,7 @@ def test_auto_accumulation_for_a_target_equals_the_hand_calculation():
   assert 'NVIDIA H100 SXM 80GB' in result['log'][-1]
 
 
-_ESTIMATOR_SCRIPT = textwrap.dedent('''
+_ESTIMATOR_SCRIPT = textwrap.dedent("""
     import json
     import jax
     import jax.numpy as jnp
@@ -187,7 +211,7 @@ _ESTIMATOR_SCRIPT = textwrap.dedent('''
                              if k.category == 'GEMM'],
                    'warnings': list(est.warnings)}
     print(json.dumps(out))
-''')
+""")
 
 
 def test_the_estimator_on_programs_xla_compiled_for_an_h100():
@@ -196,8 +220,8 @@ def test_the_estimator_on_programs_xla_compiled_for_an_h100():
   result = json.loads(done.stdout.strip().splitlines()[-1])
   rate = 805e12  # the H100's roofline bf16 rate (targets.py)
   matmul = result['matmul']
-  (count, flops, seconds), = matmul['gemms']
-  assert count == 1 and flops == 2 * 4096 ** 3
+  ((count, flops, seconds),) = matmul['gemms']
+  assert count == 1 and flops == 2 * 4096**3
   assert abs(seconds - (flops / rate + 2e-6)) < 1e-9 and not matmul['warnings']
   # The scan's body runs 12 times: one [2048, 1024] x [1024, 1024] GEMM per trip.
   scan = result['scan']

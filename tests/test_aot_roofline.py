@@ -33,7 +33,7 @@ ENTRY %main (a: bf16[4096,4096], b: bf16[4096,4096]) -> bf16[4096,4096] {
 def test_a_4096_cubed_bf16_matmul_is_its_flops_over_the_matmul_rate():
   est = roofline.estimate(GEMM_4096, H100)
   (kernel,) = est.kernels
-  flops = 2 * 4096 ** 3
+  flops = 2 * 4096**3
   assert kernel.matmul_flops == flops
   assert kernel.bytes == 3 * 4096 * 4096 * 2  # two operands read, one result written
   assert kernel.bound == 'matmul' and kernel.category == categories.GEMM
@@ -101,8 +101,7 @@ SLICE = 256 * 1024 * 4  # one f32[256,1024] layer slice
 
 
 def test_a_loop_of_12_trips_counts_its_body_12_times_and_a_stacked_buffer_as_one_slice():
-  est = roofline.estimate(
-      _loop_program(', backend_config={"known_trip_count":{"n":"12"}}'), H100)
+  est = roofline.estimate(_loop_program(', backend_config={"known_trip_count":{"n":"12"}}'), H100)
   kernels = {k.name: k for k in est.kernels}
   read, write = kernels['x'], kernels['stacked']
   assert read.count == write.count == kernels['next'].count == 12
@@ -114,7 +113,8 @@ def test_a_loop_of_12_trips_counts_its_body_12_times_and_a_stacked_buffer_as_one
   assert write.category == categories.COPIES
   elements = 256 * 1024
   assert read.seconds == pytest.approx(
-      max(read.bytes / HBM_RATE, elements / CHIP.transcendentals) + LAUNCH)
+    max(read.bytes / HBM_RATE, elements / CHIP.transcendentals) + LAUNCH
+  )
   assert est.compute_seconds == pytest.approx(sum(k.seconds * k.count for k in est.kernels))
   assert not est.warnings
 
@@ -126,10 +126,15 @@ def test_a_counted_loop_without_a_stated_trip_count_is_read_from_its_condition()
 
 
 def test_a_loop_of_unknown_trips_is_counted_once_with_a_warning():
-  program = _loop_program('').replace('constant(0)\n  %init', 'parameter(2)\n  %init').replace(
+  program = (
+    _loop_program('')
+    .replace('constant(0)\n  %init', 'parameter(2)\n  %init')
+    .replace(
       'ENTRY %main (src: f32[12,256,1024], dst: f32[12,256,1024])',
-      'ENTRY %main (src: f32[12,256,1024], dst: f32[12,256,1024], n: s32[])').replace(
-          'direction=LT', 'direction=NE')
+      'ENTRY %main (src: f32[12,256,1024], dst: f32[12,256,1024], n: s32[])',
+    )
+    .replace('direction=LT', 'direction=NE')
+  )
   est = roofline.estimate(program, H100)
   assert {k.name: k.count for k in est.kernels}['x'] == 1
   assert any('without a known trip count' in w for w in est.warnings)
@@ -188,8 +193,10 @@ def test_host_callbacks_and_custom_kernels_without_flops_are_listed_as_warnings(
 
 
 def test_cudnn_flash_attention_counts_both_matmuls_forward_and_five_backward():
-  config = ('{"cudnn_fmha_backend_config": {"intermediate_tensor_shape": {"element_type": '
-            '"BF16", "dimensions": ["2", "12", "512", "512"]}}}')
+  config = (
+    '{"cudnn_fmha_backend_config": {"intermediate_tensor_shape": {"element_type": '
+    '"BF16", "dimensions": ["2", "12", "512", "512"]}}}'
+  )
   forward = roofline.estimate(_custom_call('__cudnn$fmhaSoftmax', config), H100)
   backward = roofline.estimate(_custom_call('__cudnn$fmhaSoftmaxBackward', config), H100)
   per_matmul = 2 * 2 * 12 * 512 * 512 * 64
@@ -212,8 +219,15 @@ ENTRY %main (g: f32[1024,1024]) -> f32[1024,1024] {
 """
 
 
-@pytest.mark.parametrize('groups, n', [('{{0,1,2,3},{4,5,6,7}}', 4), ('[1,8]<=[8]', 8),
-                                       ("mesh['data'=2,'fsdp'=4] {'fsdp'}", 4), ('{}', 8)])
+@pytest.mark.parametrize(
+  'groups, n',
+  [
+    ('{{0,1,2,3},{4,5,6,7}}', 4),
+    ('[1,8]<=[8]', 8),
+    ("mesh['data'=2,'fsdp'=4] {'fsdp'}", 4),
+    ('{}', 8),
+  ],
+)
 def test_a_ring_all_reduce_sends_2_n_minus_1_over_n_of_its_bytes(groups, n):
   est = roofline.estimate(ALL_REDUCE.replace('GROUPS', groups), H100)
   (kernel,) = est.kernels
@@ -266,25 +280,46 @@ def test_an_integer_hash_is_judged_by_the_vector_units_not_only_its_bytes():
 
 
 def test_categories_follow_the_documented_order():
-  facts = lambda **kw: categories.KernelFacts(**{
-      'opcodes': frozenset(), 'custom_call_target': None, 'matmul_flops': 0.0,
-      'is_collective': False, 'arrays': (), 'source_files': frozenset(), **kw})
+  facts = lambda **kw: categories.KernelFacts(
+    **{
+      'opcodes': frozenset(),
+      'custom_call_target': None,
+      'matmul_flops': 0.0,
+      'is_collective': False,
+      'arrays': (),
+      'source_files': frozenset(),
+      **kw,
+    }
+  )
   score = hlo_text.Array('f32', (8, 12, 512, 512))
   assert categories.categorize(facts(matmul_flops=1.0, arrays=(score,)), (512, 512)) == 'GEMM'
-  assert categories.categorize(facts(opcodes=frozenset({'exponential'}), arrays=(score,)),
-                               (512, 512)) == categories.SCORES
-  assert categories.categorize(facts(opcodes=frozenset({'dynamic-update-slice'}),
-                                     arrays=(score,)), (512, 512)) == categories.COPIES
-  assert categories.categorize(
-      facts(opcodes=frozenset({'multiply', 'sqrt'}),
-            source_files=frozenset({'/x/optax/_src/transform.py'})), None) == categories.OPTIMIZER
+  assert (
+    categories.categorize(facts(opcodes=frozenset({'exponential'}), arrays=(score,)), (512, 512))
+    == categories.SCORES
+  )
+  assert (
+    categories.categorize(
+      facts(opcodes=frozenset({'dynamic-update-slice'}), arrays=(score,)), (512, 512)
+    )
+    == categories.COPIES
+  )
+  assert (
+    categories.categorize(
+      facts(
+        opcodes=frozenset({'multiply', 'sqrt'}),
+        source_files=frozenset({'/x/optax/_src/transform.py'}),
+      ),
+      None,
+    )
+    == categories.OPTIMIZER
+  )
   assert categories.categorize(facts(opcodes=frozenset({'add'})), None) == categories.ELEMENTWISE
 
 
 def test_estimate_tables_add_up_and_the_csv_has_one_row_per_kernel():
   est = roofline.estimate(
-      _loop_program(', backend_config={"known_trip_count":{"n":"12"}}'), H100,
-      score_dims=(256, 1024))
+    _loop_program(', backend_config={"known_trip_count":{"n":"12"}}'), H100, score_dims=(256, 1024)
+  )
   assert math.isclose(sum(est.by_category().values()), est.seconds)
   rows = est.csv().strip().splitlines()
   assert rows[0].startswith('kernel,computation,opcode') and len(rows) == 1 + len(est.kernels)
@@ -292,7 +327,8 @@ def test_estimate_tables_add_up_and_the_csv_has_one_row_per_kernel():
 
 
 def test_shapes_parse_with_tpu_tiled_layouts_and_tuples():
-  arrays = hlo_text.parse_shape('(bf16[12,4096,1024]{2,1,0:T(8,128)(2,1)S(1)}, s32[]{:T(128)}, '
-                                '/*index=2*/pred[3])')
+  arrays = hlo_text.parse_shape(
+    '(bf16[12,4096,1024]{2,1,0:T(8,128)(2,1)S(1)}, s32[]{:T(128)}, /*index=2*/pred[3])'
+  )
   assert [str(a) for a in arrays] == ['bf16[12,4096,1024]', 's32[]', 'pred[3]']
   assert arrays[0].bytes == 12 * 4096 * 1024 * 2 and arrays[1].bytes == 4

@@ -7,24 +7,37 @@ from realformer_jax.aot import targets, train_step
 from realformer_jax.config import ConfigError
 from realformer_jax.train.spec import TrainConfig
 
-GiB = 2 ** 30
+GiB = 2**30
 
 
-@pytest.mark.parametrize('spec, devices, topology', [
-    ('h100:8', 8, '1x1x8'), ('h100', 1, '1x1x1'), ('a100-40g:16', 16, '1x2x8'),
-    ('a100-80g:4', 4, '1x1x4'), ('v5e:2x4', 8, 'v5e:2x4'), ('v4:2x2x1', 4, 'v4:2x2x1'),
-    ('v5p:4x4x4', 64, 'v5p:4x4x4'), ('v6e:1x1', 1, 'v6e:1x1')])
+@pytest.mark.parametrize(
+  'spec, devices, topology',
+  [
+    ('h100:8', 8, '1x1x8'),
+    ('h100', 1, '1x1x1'),
+    ('a100-40g:16', 16, '1x2x8'),
+    ('a100-80g:4', 4, '1x1x4'),
+    ('v5e:2x4', 8, 'v5e:2x4'),
+    ('v4:2x2x1', 4, 'v4:2x2x1'),
+    ('v5p:4x4x4', 64, 'v5p:4x4x4'),
+    ('v6e:1x1', 1, 'v6e:1x1'),
+  ],
+)
 def test_targets_parse_into_a_device_count_and_a_topology(spec, devices, topology):
   target = targets.parse(spec)
   assert target.num_devices == devices and target.topology == topology
 
 
-@pytest.mark.parametrize('spec, message', [
+@pytest.mark.parametrize(
+  'spec, message',
+  [
     ('h200:8', r"--target=h200:8: unknown accelerator 'h200' \(known: h100, a100-40g"),
     ('h100:12', r'--target=h100:12: more than 8 GPUs must be whole hosts of 8'),
     ('h100:x', r'--target=h100:x: a GPU target is NAME:COUNT, e.g. h100:8'),
     ('v5e:8', r'--target=v5e:8: a TPU target is v5e:TOPOLOGY in chips, e.g. v5e:2x2'),
-    ('v4', r'--target=v4: a TPU target is v4:TOPOLOGY in chips, e.g. v4:2x2x1')])
+    ('v4', r'--target=v4: a TPU target is v4:TOPOLOGY in chips, e.g. v4:2x2x1'),
+  ],
+)
 def test_a_bad_target_is_one_line_naming_it(spec, message):
   with pytest.raises(ConfigError, match=message) as error:
     targets.parse(spec)
@@ -43,7 +56,8 @@ def test_the_memory_budget_is_what_xla_may_use_on_the_target_times_memory_fracti
   assert source == ('TPU v5e: 15.75 GiB of 16 GiB HBM available to XLA x memory_fraction 0.9')
   # An explicit train.device_memory_bytes wins.
   budget, source = train_step.memory_budget(
-      TrainConfig(device_memory_bytes=10 * GiB, memory_fraction=0.5), h100)
+    TrainConfig(device_memory_bytes=10 * GiB, memory_fraction=0.5), h100
+  )
   assert budget == 5 * GiB and source.startswith('train.device_memory_bytes')
 
 

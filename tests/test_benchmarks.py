@@ -27,9 +27,13 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
   for name in ('post', 'realformer', 'pre', 'HF FlaxBertForMaskedLM'):
     assert (train, f'{name} step time') in metrics
     assert (train, f'{name} tokens/s') in metrics
-  for metric in ('tokens/s ratio post / HF', 'step time realformer / post',
-                 'step time pre / post', 'MFU post (model FLOPs / time / peak)',
-                 'matmul peak (f32 2048^3, best of 3/round)'):
+  for metric in (
+    'tokens/s ratio post / HF',
+    'step time realformer / post',
+    'step time pre / post',
+    'MFU post (model FLOPs / time / peak)',
+    'matmul peak (f32 2048^3, best of 3/round)',
+  ):
     assert (train, metric) in metrics
   for kind in ('scanned', 'loop'):
     for layers in profiles.PROFILES['tiny'].compile_layers:
@@ -49,13 +53,26 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
 
 
 def test_loop_benchmark_compares_the_loop_with_the_bare_step():
-  from benchmarks import loop as loop_bench  # pylint: disable=import-outside-toplevel
   from data_fixtures import bible_config  # pylint: disable=import-outside-toplevel
-  result = loop_bench.main([
-      '--steps=4', '--log_every=2', '--rounds=1', f'data.data_dir={bible_config().data_dir}',
-      'model.num_layers=2', 'model.hidden_size=32', 'model.num_heads=2', 'model.mlp_dim=64',
-      'model.max_len=32', 'data.max_len=32', 'data.max_predictions=5',
-      'train.global_batch_size=8'])
+
+  from benchmarks import loop as loop_bench  # pylint: disable=import-outside-toplevel
+
+  result = loop_bench.main(
+    [
+      '--steps=4',
+      '--log_every=2',
+      '--rounds=1',
+      f'data.data_dir={bible_config().data_dir}',
+      'model.num_layers=2',
+      'model.hidden_size=32',
+      'model.num_heads=2',
+      'model.mlp_dim=64',
+      'model.max_len=32',
+      'data.max_len=32',
+      'data.max_predictions=5',
+      'train.global_batch_size=8',
+    ]
+  )
   assert len(result['ratios']) == 1 and result['status'] in ('PASS', 'MISS')
   assert all(math.isfinite(x) and x > 0 for x in result['bare'] + result['loop'])
 
@@ -64,17 +81,32 @@ def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
   # The GPU / TPU profile (bf16, interleaved HF comparison, device-time breakdown from a
   # profiler trace, the accelerator targets) at toy shapes on whatever backend runs the suite.
   path = tmp_path / 'accelerator.json'
-  bench.main(['--profile', 'accelerator', '--tiny', '--sections', 'train', '--json', str(path),
-              '--trace_dir', str(tmp_path / 'traces')])
+  bench.main(
+    [
+      '--profile',
+      'accelerator',
+      '--tiny',
+      '--sections',
+      'train',
+      '--json',
+      str(path),
+      '--trace_dir',
+      str(tmp_path / 'traces'),
+    ]
+  )
   saved = json.loads(path.read_text())
   assert saved['meta']['profile'] == 'accelerator_tiny'
   rows = {(r['section'], r['metric']): r for r in saved['rows']}
   assert ('train_tiny', 'matmul peak (bf16 256^3, best of 3/round)') in rows
   for name in ('post', 'realformer', 'pre', 'HF FlaxBertForMaskedLM'):
     total = rows[('trace_tiny', f'{name}: total device time')]['median']
-    parts = [r['median'] for (section, metric), r in rows.items()
-             if section == 'trace_tiny' and metric.startswith(f'{name}: ')
-             and not metric.endswith('total device time')]
+    parts = [
+      r['median']
+      for (section, metric), r in rows.items()
+      if section == 'trace_tiny'
+      and metric.startswith(f'{name}: ')
+      and not metric.endswith('total device time')
+    ]
     assert total > 0 and math.isclose(sum(parts), total, rel_tol=1e-6)
     assert rows[('trace_tiny', f'{name}: matmul')]['median'] > 0
     assert rows[('train_tiny', f'{name} compile (trace+lower+compile)')]['median'] > 0
@@ -85,23 +117,52 @@ def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
 
 def test_long_sequence_benchmark_at_toy_size():
   from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
+
   variants = ('realformer saved', 'realformer recomputed')
-  results = long_sequences.main(['--lengths', '64', '--hidden', '32', '--layers', '2',
-                                 '--heads', '2', '--dtype', 'float32', '--run', '1',
-                                 '--variants', ','.join(variants)])
+  results = long_sequences.main(
+    [
+      '--lengths',
+      '64',
+      '--hidden',
+      '32',
+      '--layers',
+      '2',
+      '--heads',
+      '2',
+      '--dtype',
+      'float32',
+      '--run',
+      '1',
+      '--variants',
+      ','.join(variants),
+    ]
+  )
   assert set(results) == {(64, name) for name in variants}
   for result in results.values():
     assert result['xla_peak_gb'] > 0 and result['step_s'] > 0
-
 
 
 def test_aot_profile_code_path_at_toy_shape(tmp_path):
   # The H100 profile compiled on this host (deviceless) and estimated, at toy shape, for ours
   # and Hugging Face's step. A subprocess: the accelerator plugins need JAX_PLATFORMS=cpu
   # from the start (tests/test_aot_compile.py).
-  done = subprocess.run([sys.executable, '-m', 'benchmarks.run', '--profile', 'aot-h100',
-                         '--tiny', '--out_dir', str(tmp_path)], cwd=REPO, capture_output=True,
-                        text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'), timeout=900)
+  done = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'benchmarks.run',
+      '--profile',
+      'aot-h100',
+      '--tiny',
+      '--out_dir',
+      str(tmp_path),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env=dict(os.environ, JAX_PLATFORMS='cpu'),
+    timeout=900,
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   summary = json.loads((tmp_path / 'results.json').read_text())
   assert summary['meta']['profile'] == 'aot_tiny'

@@ -15,8 +15,8 @@ import shutil
 import jax
 import jax.numpy as jnp
 import pytest
-
 from train_fixtures import tiny_config
+
 from realformer_jax import ModelConfig, Seq2Seq, train
 from realformer_jax.params import unbox
 from realformer_jax.placement import placement
@@ -45,14 +45,24 @@ def test_a_workdir_written_before_the_restructuring_resumes_and_loads(tmp_path, 
 
 
 def _seq2seq_paths(**overrides) -> list[str]:
-  cfg = ModelConfig(vocab_size=50, hidden_size=16, num_layers=2, num_decoder_layers=2,
-                    num_heads=2, mlp_dim=32, max_len=16, **overrides)
+  cfg = ModelConfig(
+    vocab_size=50,
+    hidden_size=16,
+    num_layers=2,
+    num_decoder_layers=2,
+    num_heads=2,
+    mlp_dim=32,
+    max_len=16,
+    **overrides,
+  )
   ids = jnp.ones((1, 8), jnp.int32)
   params = jax.eval_shape(
-      lambda: unbox(Seq2Seq(cfg).init(jax.random.key(0), ids, ids, ids)['params']))
-  return sorted('/'.join(str(getattr(k, 'key', k)) for k in path) + ':'
-                + 'x'.join(map(str, leaf.shape))
-                for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0])
+    lambda: unbox(Seq2Seq(cfg).init(jax.random.key(0), ids, ids, ids)['params'])
+  )
+  return sorted(
+    '/'.join(str(getattr(k, 'key', k)) for k in path) + ':' + 'x'.join(map(str, leaf.shape))
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+  )
 
 
 @pytest.mark.parametrize('kind', ['standard', 'aan', 'merged'])
@@ -63,8 +73,9 @@ def test_seq2seq_parameter_names_are_those_of_the_old_layout(kind, ln):
   paths = _seq2seq_paths(decoder_attention=kind, ln_placement=ln)
   # The one deliberate change: under ln_placement='none' the decoder's embeddings now have
   # their norm, as the encoder's always had (placement.py).
-  added = ({'decoder/embedding_norm/bias:16', 'decoder/embedding_norm/scale:16'}
-           if ln == 'none' else set())
+  added = (
+    {'decoder/embedding_norm/bias:16', 'decoder/embedding_norm/scale:16'} if ln == 'none' else set()
+  )
   assert set(paths) == set(golden) | added
 
 
@@ -81,12 +92,17 @@ def test_the_embeddings_norm_exists_for_every_placement_in_encoder_and_decoder(l
 
 # (placement, branch) -> (post, layer norms, trained gate): the module docstring's table.
 _RULE = {
-    ('post', 'plain'): (True, True, False), ('pre', 'plain'): (False, True, False),
-    ('none', 'plain'): (False, False, False), ('realformer', 'plain'): (True, True, False),
-    ('post', 'rezero'): (True, False, True), ('pre', 'rezero'): (False, False, True),
-    ('post', 'skipinit'): (True, True, True), ('pre', 'skipinit'): (False, False, True),
-    ('none', 'skipinit'): (False, False, True),
-    ('post', 'fixed_schedule'): (True, True, False), ('pre', 'fixed_schedule'): (False, True, False),
+  ('post', 'plain'): (True, True, False),
+  ('pre', 'plain'): (False, True, False),
+  ('none', 'plain'): (False, False, False),
+  ('realformer', 'plain'): (True, True, False),
+  ('post', 'rezero'): (True, False, True),
+  ('pre', 'rezero'): (False, False, True),
+  ('post', 'skipinit'): (True, True, True),
+  ('pre', 'skipinit'): (False, False, True),
+  ('none', 'skipinit'): (False, False, True),
+  ('post', 'fixed_schedule'): (True, True, False),
+  ('pre', 'fixed_schedule'): (False, True, False),
 }
 
 
@@ -96,8 +112,9 @@ def test_placement_rule(key):
   layout = placement(ModelConfig(ln_placement=ln, residual_branch=branch))
   assert (layout.post, layout.layer_norms, layout.trained_gate) == _RULE[key]
   # The decoder's layers follow the same rule: a layer norm exists iff the rule says so.
-  paths = _seq2seq_paths(ln_placement=ln, residual_branch=branch) if branch != 'fixed_schedule' \
-      else None
+  paths = (
+    _seq2seq_paths(ln_placement=ln, residual_branch=branch) if branch != 'fixed_schedule' else None
+  )
   if paths is not None:
     assert any('layers_0/mlp_norm' in p for p in paths) == layout.layer_norms
     assert any('layers_0/mlp_gate' in p for p in paths) == layout.trained_gate

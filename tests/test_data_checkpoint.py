@@ -2,9 +2,13 @@
 
 import numpy as np
 import pytest
+from data_fixtures import (
+  assert_same_batches,
+  bible_config,
+  bible_tokenizer,  # noqa: F401  (pytest fixture)
+  take,
+)
 
-from data_fixtures import assert_same_batches, bible_config, take
-from data_fixtures import bible_tokenizer  # noqa: F401  (pytest fixture)
 from realformer_jax import data
 
 
@@ -16,16 +20,24 @@ def test_orbax_composite_checkpoint_restores_the_iterator(tmp_path, bible_tokeni
   iterator = data.make_train_iterator(config, 8, seed=0)
   take(iterator, 5)
   manager = ocp.CheckpointManager(tmp_path)
-  manager.save(5, args=ocp.args.Composite(
+  manager.save(
+    5,
+    args=ocp.args.Composite(
       state=ocp.args.StandardSave({'step': np.full((), 5, np.int32)}),
-      data_iter=grain.checkpoint.CheckpointSave(iterator)))
+      data_iter=grain.checkpoint.CheckpointSave(iterator),
+    ),
+  )
   manager.wait_until_finished()
   following = take(iterator, 3)
 
   fresh = data.make_train_iterator(config, 8, seed=0)
-  restored = ocp.CheckpointManager(tmp_path).restore(5, args=ocp.args.Composite(
+  restored = ocp.CheckpointManager(tmp_path).restore(
+    5,
+    args=ocp.args.Composite(
       state=ocp.args.StandardRestore({'step': np.zeros((), np.int32)}),
-      data_iter=grain.checkpoint.CheckpointRestore(fresh)))
+      data_iter=grain.checkpoint.CheckpointRestore(fresh),
+    ),
+  )
   assert restored.data_iter is fresh and restored.state['step'] == 5
   assert_same_batches(following, take(fresh, 3))
 

@@ -6,15 +6,14 @@ import json
 
 import numpy as np
 import pytest
+from data_fixtures import (
+  assert_same_batches,
+  bible_config,
+  bible_tokenizer,  # noqa: F401  (pytest fixture)
+)
 
-from data_fixtures import assert_same_batches, bible_config
-from data_fixtures import bible_tokenizer  # noqa: F401  (pytest fixture)
 from realformer_jax import data
-from realformer_jax.data import packed_store
-from realformer_jax.data import packing
-from realformer_jax.data import pipeline
-from realformer_jax.data import preparation
-from realformer_jax.data import sources
+from realformer_jax.data import packed_store, packing, pipeline, preparation, sources
 
 G = 8  # Global batch size.
 
@@ -36,8 +35,10 @@ def _original_ids(batch):
 
 def _global_batches(config, seed, process_count, num_batches, global_batch_size=G):
   """Global batches assembled from the per-process batches, in process order."""
-  iterators = [data.make_train_iterator(config, global_batch_size, seed, p, process_count)
-               for p in range(process_count)]
+  iterators = [
+    data.make_train_iterator(config, global_batch_size, seed, p, process_count)
+    for p in range(process_count)
+  ]
   batches = []
   for _ in range(num_batches):
     parts = [next(iterator) for iterator in iterators]
@@ -63,8 +64,12 @@ def test_store_is_built_once_and_keeps_every_token(small_config, bible_tokenizer
   assert rows.shape == (len(store), 128) and 100 < len(store) < 300
   assert np.count_nonzero(rows) == sum(map(len, documents)) + 2 * len(store)
   # The same [CLS] ... [SEP] packing as the eval split, in stored document order.
-  expected = [s['input_ids'] for s in packing.pack_documents(
-      documents, max_len=128, cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)]
+  expected = [
+    s['input_ids']
+    for s in packing.pack_documents(
+      documents, max_len=128, cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id
+    )
+  ]
   np.testing.assert_array_equal(rows, np.stack(expected))
 
 
@@ -73,15 +78,14 @@ def test_global_batches_do_not_depend_on_the_process_count(small_config):
   num_batches = num_rows // G + 3  # Past the first epoch boundary.
   reference = _global_batches(small_config, 3, 1, num_batches)
   for process_count in (2, 4):
-    assert_same_batches(_global_batches(small_config, 3, process_count, num_batches),
-                         reference)
+    assert_same_batches(_global_batches(small_config, 3, process_count, num_batches), reference)
 
   # Each epoch is every packed row once, in a new order; batches run across the boundary.
   store_rows = preparation.packed_train_store(small_config).rows(np.arange(num_rows))
   stream = np.concatenate([_original_ids(b) for b in reference])
-  epochs = [stream[:num_rows], stream[num_rows:2 * num_rows]]
+  epochs = [stream[:num_rows], stream[num_rows : 2 * num_rows]]
   assert sorted(map(bytes, epochs[0])) == sorted(map(bytes, store_rows))
-  assert not np.array_equal(epochs[0][:len(epochs[1])], epochs[1])
+  assert not np.array_equal(epochs[0][: len(epochs[1])], epochs[1])
   masked = np.concatenate([b['masked_weights'] for b in reference])
   assert (masked.sum(axis=1) >= 1).all()
 
@@ -103,8 +107,9 @@ def test_each_process_reads_only_its_own_rows(small_config):
 
   def rows_read(process_index, process_count, num_batches=3):
     recording = _RecordingStore(store.path, store.max_len)
-    batches = pipeline.train_batches(small_config, G, 7, process_index, process_count,
-                                     store=recording)
+    batches = pipeline.train_batches(
+      small_config, G, 7, process_index, process_count, store=recording
+    )
     for b in range(num_batches):
       batches[b]  # pylint: disable=pointless-statement
     return recording.read
@@ -140,14 +145,14 @@ def test_state_saved_with_two_processes_restores_with_any_process_count(small_co
   for quarter in quarters:
     quarter.set_state(state)
   parts = [next(quarter) for quarter in quarters]
-  assert_same_batches([{k: np.concatenate([p[k] for p in parts]) for k in parts[0]}],
-                       following[:1])
+  assert_same_batches([{k: np.concatenate([p[k] for p in parts]) for k in parts[0]}], following[:1])
   # The position is in sequences: a smaller global batch that divides it resumes there too.
   half = data.make_train_iterator(small_config, G // 2, 5)
   half.set_state(state)
   halves = [next(half), next(half)]
-  assert_same_batches([{k: np.concatenate([h[k] for h in halves]) for k in halves[0]}],
-                       following[:1])
+  assert_same_batches(
+    [{k: np.concatenate([h[k] for h in halves]) for k in halves[0]}], following[:1]
+  )
 
   with pytest.raises(data.DataError, match='not a multiple of global_batch_size=16'):
     data.make_train_iterator(small_config, 2 * G, 5).set_state(state)

@@ -21,8 +21,8 @@ def _synthetic_sequences(num_sequences, max_len, rng):
   for row in sequences:
     body_len = rng.integers(1, max_len - 1)
     row[0] = CLS
-    row[1:body_len + 1] = rng.integers(5, VOCAB, body_len)
-    row[1:body_len + 1][rng.random(body_len) < 0.02] = UNK
+    row[1 : body_len + 1] = rng.integers(5, VOCAB, body_len)
+    row[1 : body_len + 1][rng.random(body_len) < 0.02] = UNK
     row[body_len + 1] = SEP
   return sequences
 
@@ -30,10 +30,16 @@ def _synthetic_sequences(num_sequences, max_len, rng):
 def _mask_all(sequences, mask_rate=0.15, max_predictions=MAX_PREDICTIONS):
   is_special_V, regular_ids = _special_tables()
   return [
-      masking.mask_sequence(ids, np.random.default_rng([7, i]), is_special_V=is_special_V,
-                            regular_ids=regular_ids, mask_id=MASK,
-                            max_predictions=max_predictions, mask_rate=mask_rate)
-      for i, ids in enumerate(sequences)
+    masking.mask_sequence(
+      ids,
+      np.random.default_rng([7, i]),
+      is_special_V=is_special_V,
+      regular_ids=regular_ids,
+      mask_id=MASK,
+      max_predictions=max_predictions,
+      mask_rate=mask_rate,
+    )
+    for i, ids in enumerate(sequences)
   ]
 
 
@@ -85,8 +91,9 @@ def test_cap_binds_on_long_sequences():
   used = np.array([r['masked_weights'].sum() for r in results])
   assert used.max() == MAX_PREDICTIONS
   lengths = (sequences > 4).sum(axis=1)  # Non-special tokens.
-  np.testing.assert_array_equal(used, np.minimum(MAX_PREDICTIONS,
-                                                 np.maximum(1, np.round(lengths * 0.5))))
+  np.testing.assert_array_equal(
+    used, np.minimum(MAX_PREDICTIONS, np.maximum(1, np.round(lengths * 0.5)))
+  )
 
 
 def test_sequence_without_candidates_predicts_nothing():
@@ -99,8 +106,12 @@ def test_sequence_without_candidates_predicts_nothing():
 def test_same_rng_same_mask_different_rng_different_mask():
   ids_L = _synthetic_sequences(1, 128, np.random.default_rng(2))[0]
   is_special_V, regular_ids = _special_tables()
-  kwargs = dict(is_special_V=is_special_V, regular_ids=regular_ids, mask_id=MASK,
-                max_predictions=MAX_PREDICTIONS)
+  kwargs = dict(
+    is_special_V=is_special_V,
+    regular_ids=regular_ids,
+    mask_id=MASK,
+    max_predictions=MAX_PREDICTIONS,
+  )
   a = masking.mask_sequence(ids_L, np.random.default_rng([1, 5]), **kwargs)
   b = masking.mask_sequence(ids_L, np.random.default_rng([1, 5]), **kwargs)
   c = masking.mask_sequence(ids_L, np.random.default_rng([1, 6]), **kwargs)

@@ -17,7 +17,7 @@ def _documents():
 
 
 def _bodies(sequences):
-  return [s['input_ids'][1:s['input_mask'].sum() - 1] for s in sequences]
+  return [s['input_ids'][1 : s['input_mask'].sum() - 1] for s in sequences]
 
 
 def _check_sequences(sequences, documents):

@@ -7,18 +7,24 @@ import json
 
 import numpy as np
 import pytest
+from data_fixtures import (
+  assert_same_batches,
+  bible_config,
+  bible_tokenizer,  # noqa: F401  (pytest fixture)
+  take,
+)
 
-from data_fixtures import assert_same_batches, bible_config, take
-from data_fixtures import bible_tokenizer  # noqa: F401  (pytest fixture)
 from realformer_jax import data
-from realformer_jax.data import preparation
-from realformer_jax.data import sources
+from realformer_jax.data import preparation, sources
 
 BATCH = 8
 CONTRACT = {
-    'input_ids': (np.int32, 128), 'segment_ids': (np.int32, 128), 'input_mask': (np.int32, 128),
-    'masked_positions': (np.int32, 20), 'masked_ids': (np.int32, 20),
-    'masked_weights': (np.float32, 20),
+  'input_ids': (np.int32, 128),
+  'segment_ids': (np.int32, 128),
+  'input_mask': (np.int32, 128),
+  'masked_positions': (np.int32, 20),
+  'masked_ids': (np.int32, 20),
+  'masked_weights': (np.float32, 20),
 }
 
 
@@ -78,8 +84,9 @@ def test_train_batches_follow_the_contract(bible_tokenizer):
   for batch in batches:
     _check_batch(batch, bible_tokenizer, BATCH)
   selected = sum(b['masked_weights'].sum() for b in batches)
-  candidates = sum(((b['input_mask'] == 1) & (b['input_ids'] != 2) & (b['input_ids'] != 3)).sum()
-                   for b in batches)
+  candidates = sum(
+    ((b['input_mask'] == 1) & (b['input_ids'] != 2) & (b['input_ids'] != 3)).sum() for b in batches
+  )
   assert 0.13 < selected / candidates < 0.17
 
 
@@ -112,10 +119,12 @@ def test_eval_is_finite_reiterable_and_split_evenly_across_processes(bible_token
     _check_batch(batch, bible_tokenizer, BATCH)
   halves = [data.make_eval_iterator(config, BATCH, p, 2) for p in (0, 1)]
   assert len(halves[0]) == len(halves[1]) == len(single)
+
   # Same sequences and masks whatever the process count; padding rows carry no weight.
   def real_rows(batch_lists):
     rows = np.concatenate([b['input_ids'] for bl in batch_lists for b in bl])
     return sorted(map(bytes, rows[rows.any(axis=1)]))
+
   assert real_rows([batches]) == real_rows([list(h) for h in halves])
   weight = lambda bl: sum(b['masked_weights'].sum() for b in bl)
   assert weight(batches) == weight(halves[0]) + weight(halves[1])
@@ -126,8 +135,9 @@ def test_eval_is_finite_reiterable_and_split_evenly_across_processes(bible_token
 
 def test_most_frequent_token_baseline_matches_a_direct_count():
   config = bible_config()
-  targets = np.concatenate([b['masked_ids'][b['masked_weights'] > 0]
-                            for b in data.make_eval_iterator(config, BATCH)])
+  targets = np.concatenate(
+    [b['masked_ids'][b['masked_weights'] > 0] for b in data.make_eval_iterator(config, BATCH)]
+  )
   expected = np.bincount(targets).max() / len(targets)
   assert data.most_frequent_token_baseline(config) == pytest.approx(expected)
   assert 0.02 < expected < 0.2

@@ -11,9 +11,9 @@ from realformer_jax.dropout_bits import keep_mask, realised_keep_prob, threefry2
 # Known-answer vectors of Threefry-2x32-20 (Random123's kat_vectors, which list the counter
 # before the key; JAX's own tests use them): (key1, key2, count1, count2) -> (out1, out2).
 KNOWN_ANSWERS = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x6b200159, 0x99ba4efe)),
-    ((0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
-    ((0x13198a2e, 0x03707344, 0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0)),
+  ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),
+  ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+  ((0x13198A2E, 0x03707344, 0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
 ]
 
 

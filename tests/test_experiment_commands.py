@@ -9,10 +9,9 @@ import math
 import os
 
 import pytest
-
 from data_fixtures import bible_config
-from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe
-from experiments import study
+
+from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe, study
 
 
 @pytest.fixture(scope='module')
@@ -20,15 +19,28 @@ def layouts(tmp_path_factory):
   """compare_layouts --quick, Post-LN and RealFormer at the toy plan's only grid rate."""
   root = tmp_path_factory.mktemp('layouts')
   out, workdirs = str(root / 'out'), str(root / 'runs')
-  argv = ['--quick', '--out', out, '--workdirs', workdirs, '--data_dir',
-          bible_config().data_dir, '--runs', 'lr0.003-post-*,lr0.003-realformer-*']
+  argv = [
+    '--quick',
+    '--out',
+    out,
+    '--workdirs',
+    workdirs,
+    '--data_dir',
+    bible_config().data_dir,
+    '--runs',
+    'lr0.003-post-*,lr0.003-realformer-*',
+  ]
   return argv, out, workdirs, compare_layouts.main(argv)
 
 
 def test_compare_layouts_quick(layouts, capsys):
   argv, out, _, report = layouts
-  assert sorted(report['results']) == ['lr0.003-post-s0', 'lr0.003-post-s1',
-                                        'lr0.003-realformer-s0', 'lr0.003-realformer-s1']
+  assert sorted(report['results']) == [
+    'lr0.003-post-s0',
+    'lr0.003-post-s1',
+    'lr0.003-realformer-s0',
+    'lr0.003-realformer-s1',
+  ]
   for run in report['results'].values():
     assert run['diverged_at_step'] is None and run['learned'] in (True, False)
     metrics = run['scored']['metrics']
@@ -39,11 +51,15 @@ def test_compare_layouts_quick(layouts, capsys):
   assert analysis['r_star'] == 0.003  # the toy plan has one rate: Post-LN's best
   rows = {row['key']: row for row in analysis['comparisons']}
   assert rows['P1']['comparison']['n'] == 2 and rows['P1']['primary']
-  assert rows['P1']['verdict'] in ('holds', 'does not hold', 'inconclusive',
-                                   'not testable at this scale')
+  assert rows['P1']['verdict'] in (
+    'holds',
+    'does not hold',
+    'inconclusive',
+    'not testable at this scale',
+  )
   assert rows['S1']['verdict'] == 'not run'  # no Pre-LN run in this selection
   table = open(os.path.join(out, 'results.md')).read()
-  assert 'r* = Post-LN\'s best grid rate = 0.003' in table and '| P1 |' in table
+  assert "r* = Post-LN's best grid rate = 0.003" in table and '| P1 |' in table
   assert 'copy-aware' in table and '| floors | most frequent |' in table
   saved = json.load(open(os.path.join(out, 'results.json')))
   assert 'sequence_sums' not in saved['runs']['lr0.003-post-s0']['scored']
@@ -57,33 +73,59 @@ def test_compare_layouts_quick(layouts, capsys):
 
 def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
   _, out, workdirs, _ = layouts
-  report = attention_analysis.main(['--runs_dir', workdirs, '--layouts_results', out,
-                                    '--seeds', '0,1', '--max_batches', '1',
-                                    '--out', str(tmp_path)])
+  report = attention_analysis.main(
+    [
+      '--runs_dir',
+      workdirs,
+      '--layouts_results',
+      out,
+      '--seeds',
+      '0,1',
+      '--max_batches',
+      '1',
+      '--out',
+      str(tmp_path),
+    ]
+  )
   layers = compare_layouts.PLANS['toy'].scale.layers
   for layout in ('post', 'realformer'):
     assert len(report['summary'][layout]['entropy_mean']) == layers
     assert len(report['summary'][layout]['jsd_mean']) == layers - 1
   # Toy runs do not learn masked-LM: the paper's statements are not testable on them.
   assert {row['verdict'] for row in report['claims']} <= {
-      'not testable at this scale', 'holds', 'does not hold', 'inconclusive'}
+    'not testable at this scale',
+    'holds',
+    'does not hold',
+    'inconclusive',
+  }
   assert os.path.getsize(tmp_path / 'entropy.png') > 1000
-  assert 'The paper\'s statements' in (tmp_path / 'attention.md').read_text()
+  assert "The paper's statements" in (tmp_path / 'attention.md').read_text()
 
 
 def test_finetune_compare_quick(layouts, tmp_path, capsys):
   _, out, workdirs, _ = layouts
-  argv = ['--quick', '--layouts_results', out, '--pretrained', workdirs, '--seeds', '0,1',
-          '--runs', 'realformer-*,scratch-*', '--out', str(tmp_path / 'out'),
-          '--workdirs', str(tmp_path / 'runs')]
+  argv = [
+    '--quick',
+    '--layouts_results',
+    out,
+    '--pretrained',
+    workdirs,
+    '--seeds',
+    '0,1',
+    '--runs',
+    'realformer-*,scratch-*',
+    '--out',
+    str(tmp_path / 'out'),
+    '--workdirs',
+    str(tmp_path / 'runs'),
+  ]
   summary = finetune_compare.main(argv)
   assert sorted(summary['starts']) == ['realformer', 'scratch']
   for start in ('realformer', 'scratch'):
     accuracy = summary['starts'][start]['accuracy']
     assert accuracy['n'] == 2 and 0.0 <= accuracy['mean'] <= 1.0
   diff = summary['differences']['realformer - scratch']
-  assert diff['verdict'] in ('holds', 'does not hold', 'inconclusive',
-                             'not testable at this scale')
+  assert diff['verdict'] in ('holds', 'does not hold', 'inconclusive', 'not testable at this scale')
   # The scratch control has the pretrained model's architecture, randomly initialised.
   config = json.load(open(tmp_path / 'runs' / 'scratch-s0' / 'config.json'))
   assert config['model']['num_layers'] == compare_layouts.PLANS['toy'].scale.layers
@@ -95,9 +137,19 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
 
 
 def test_position_probe_quick(tmp_path):
-  summary = position_probe.main(['--quick', '--out', str(tmp_path / 'out'), '--workdirs',
-                                 str(tmp_path / 'runs'), '--data_dir', bible_config().data_dir,
-                                 '--runs', 'learned-s0,none-s0'])
+  summary = position_probe.main(
+    [
+      '--quick',
+      '--out',
+      str(tmp_path / 'out'),
+      '--workdirs',
+      str(tmp_path / 'runs'),
+      '--data_dir',
+      bible_config().data_dir,
+      '--runs',
+      'learned-s0,none-s0',
+    ]
+  )
   assert sorted(summary['variants']) == ['learned', 'none']
   learned = summary['variants']['learned']
   assert len(learned['table_cosine'][0]) == len(position_probe.DISTANCES)

@@ -12,8 +12,9 @@ import pytest
 from experiments import runs, stats
 
 
-@pytest.mark.parametrize('df, expected', [(1, 12.706205), (2, 4.302653), (4, 2.776445),
-                                          (10, 2.228139), (30, 2.042272)])
+@pytest.mark.parametrize(
+  'df, expected', [(1, 12.706205), (2, 4.302653), (4, 2.776445), (10, 2.228139), (30, 2.042272)]
+)
 def test_t_quantile_matches_tables(df, expected):
   assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=1e-5)
 
@@ -116,7 +117,8 @@ def test_paired_ratio_comparison_adds_eval_set_variance():
   by_formula = math.sqrt(np.sum((diff - ratio * count) ** 2)) / count.sum()
   assert result.eval_se == pytest.approx(by_formula, rel=0.15)
   assert result.half_width == pytest.approx(
-      stats.t_quantile(0.975, 3) * math.hypot(result.seed_se, result.eval_se))
+    stats.t_quantile(0.975, 3) * math.hypot(result.seed_se, result.eval_se)
+  )
   assert result.low > 0 and result.p_value < 0.05
   # Identical models: no difference, p = 1.
   same = stats.paired_ratio_comparison(b, b, count, resamples=50)

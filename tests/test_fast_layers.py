@@ -40,6 +40,7 @@ def test_dropout_values_and_gradients_equal_plain_dropout_with_its_mask(rate):
 def test_dropout_keeps_flax_auto_names_and_rng_stream():
   """Same auto-names as flax (so checkpoints and RNG folding line up), distinct masks for two
   layers in one module, and the layer's mask is keep_mask of flax's per-layer RNG."""
+
   class Two(nn.Module):
     cls: type
 
@@ -91,6 +92,7 @@ def test_embeddings_lookups_equal_plain_gathers_with_their_gradients(dtype):
   from realformer_jax.embeddings import Embeddings  # pylint: disable=import-outside-toplevel
   from realformer_jax.normalization import Norm  # pylint: disable=import-outside-toplevel
   from realformer_jax.params import unbox  # pylint: disable=import-outside-toplevel
+
   cfg = tiny_config(dtype=dtype, type_vocab_size=3, norm='rmsnorm', dropout_rate=0.0)
   ids = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size)
   segments = jax.random.randint(jax.random.key(2), (2, 9), 0, 3)
@@ -102,10 +104,10 @@ def test_embeddings_lookups_equal_plain_gathers_with_their_gradients(dtype):
     return module.apply({'params': params}, ids, segments).astype(jnp.float32)
 
   def plain(params):
-    tables = {k: params[k]['embedding'].astype(cfg.compute_dtype)
-              for k in ('word', 'position', 'segment')}
-    x = (tables['word'][ids] + tables['position'][jnp.arange(9)][None] +
-         tables['segment'][segments])
+    tables = {
+      k: params[k]['embedding'].astype(cfg.compute_dtype) for k in ('word', 'position', 'segment')
+    }
+    x = tables['word'][ids] + tables['position'][jnp.arange(9)][None] + tables['segment'][segments]
     return Norm(cfg).apply({'params': params['norm']}, x).astype(jnp.float32)
 
   with jax.default_matmul_precision('highest'):  # only the plain path has matmuls to pin
@@ -116,8 +118,9 @@ def test_embeddings_lookups_equal_plain_gathers_with_their_gradients(dtype):
   # The row gradients are the same sums in another order: equal to rounding.
   tolerance = 1e-5 if dtype == 'float32' else 2e-2
   for name in ('position', 'segment'):
-    np.testing.assert_allclose(fast_grads[name]['embedding'], plain_grads[name]['embedding'],
-                               rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(
+      fast_grads[name]['embedding'], plain_grads[name]['embedding'], rtol=tolerance, atol=tolerance
+    )
 
 
 def _plain_softmax_dropout_values(scores, bias, divisor, v, key, keep_prob, dtype):
@@ -125,15 +128,18 @@ def _plain_softmax_dropout_values(scores, bias, divisor, v, key, keep_prob, dtyp
   p = jax.nn.softmax(scores / divisor + bias, axis=-1)
   p_c = p.astype(dtype)
   if key is not None:
-    p_c = _plain_dropout(p_c, keep_mask(key, keep_prob, p.shape),
-                         jnp.asarray(realised_keep_prob(keep_prob), dtype))
+    p_c = _plain_dropout(
+      p_c, keep_mask(key, keep_prob, p.shape), jnp.asarray(realised_keep_prob(keep_prob), dtype)
+    )
   return jnp.einsum('bhqv,bvhk->bqhk', p_c, v.astype(dtype)), p
 
 
-@pytest.mark.parametrize('dtype, dropout', [('float32', True), ('float32', False),
-                                            ('bfloat16', True)])
+@pytest.mark.parametrize(
+  'dtype, dropout', [('float32', True), ('float32', False), ('bfloat16', True)]
+)
 def test_softmax_dropout_values_match_autodiff_of_the_plain_form(dtype, dropout):
   from realformer_jax.softmax_attention import softmax_dropout_values  # pylint: disable=g-import-not-at-top
+
   dtype = jnp.dtype(dtype)
   keys = jax.random.split(jax.random.key(0), 5)
   scores = 3.0 * jax.random.normal(keys[0], (2, 3, 5, 5))
@@ -141,19 +147,24 @@ def test_softmax_dropout_values_match_autodiff_of_the_plain_form(dtype, dropout)
   v = jax.random.normal(keys[1], (2, 5, 3, 4)).astype(dtype)
   divisor = jnp.asarray(3.0)
   key = keys[2] if dropout else None
-  cotangents = (jax.random.normal(keys[3], (2, 5, 3, 4)).astype(dtype),
-                jax.random.normal(keys[4], (2, 3, 5, 5)))  # also a user of the returned p
+  cotangents = (
+    jax.random.normal(keys[3], (2, 5, 3, 4)).astype(dtype),
+    jax.random.normal(keys[4], (2, 3, 5, 5)),
+  )  # also a user of the returned p
 
   def run(fn):
     return jax.vjp(lambda s, b, v: fn(s, b, divisor, v, key, 0.75, dtype), scores, bias, v)
 
   with jax.default_matmul_precision('highest'):
-    (fast_out, fast_vjp), (plain_out, plain_vjp) = run(softmax_dropout_values), run(
-        _plain_softmax_dropout_values)
+    (fast_out, fast_vjp), (plain_out, plain_vjp) = (
+      run(softmax_dropout_values),
+      run(_plain_softmax_dropout_values),
+    )
     fast_grads, plain_grads = fast_vjp(cotangents), plain_vjp(cotangents)
   # float32: the same arithmetic up to summation order; bfloat16: p read back in bfloat16.
   tol = 1e-5 if dtype == jnp.float32 else 2e-2
   for fast, plain in zip(fast_out + fast_grads, plain_out + plain_grads):
     assert fast.dtype == plain.dtype
-    np.testing.assert_allclose(np.asarray(fast, np.float32), np.asarray(plain, np.float32),
-                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+      np.asarray(fast, np.float32), np.asarray(plain, np.float32), rtol=tol, atol=tol
+    )

@@ -5,15 +5,17 @@ transformers BERT starts a fine-tuning run whose encoder and pooler reproduce Hu
 import jax
 import numpy as np
 import pytest
-
 from finetune_fixtures import toy_config
+
 from realformer_jax import SequenceClassifier, finetune, train
 from realformer_jax.train import build, checkpointing
 
 transformers = pytest.importorskip('transformers')
 
-_WORDS = ('in the beginning god created heavens and earth was waste void darkness upon face '
-          'of deep spirit moved waters said let there be light').split()
+_WORDS = (
+  'in the beginning god created heavens and earth was waste void darkness upon face '
+  'of deep spirit moved waters said let there be light'
+).split()
 
 
 @pytest.fixture(scope='module')
@@ -23,8 +25,14 @@ def hf_checkpoint(tmp_path_factory):
   vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + _WORDS + ['##s', '##ed', '.', ',']
   (directory / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
   hf_config = transformers.BertConfig(
-      vocab_size=len(vocab) + 3, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
-      intermediate_size=80, max_position_embeddings=64, num_labels=3)
+    vocab_size=len(vocab) + 3,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=80,
+    max_position_embeddings=64,
+    num_labels=3,
+  )
   model = transformers.FlaxBertForSequenceClassification(hf_config, seed=4)
   model.save_pretrained(str(directory), safe_serialization=True)
   return directory, hf_config, model
@@ -32,8 +40,12 @@ def hf_checkpoint(tmp_path_factory):
 
 def test_imported_encoder_and_pooler_match_hugging_face(hf_checkpoint):
   directory, hf_config, model = hf_checkpoint
-  config = toy_config('bible_sections', model=False, data__vocab_file='',
-                      finetune__init=str(directory / 'model.safetensors'))
+  config = toy_config(
+    'bible_sections',
+    model=False,
+    data__vocab_file='',
+    finetune__init=str(directory / 'model.safetensors'),
+  )
   spec = train.validate_config(config, task=finetune.make_task(config))
   source = spec.task.starting_point
   model_config = spec.model
@@ -47,24 +59,37 @@ def test_imported_encoder_and_pooler_match_hugging_face(hf_checkpoint):
   mask[1, 7:] = 0
   segments = (np.arange(12) >= 6).astype(np.int32)[None].repeat(2, 0) * mask
   expected = transformers.FlaxBertModel(hf_config, seed=4)(
-      ids, attention_mask=mask, token_type_ids=segments, params=model.params['bert'])
+    ids, attention_mask=mask, token_type_ids=segments, params=model.params['bert']
+  )
   ours = SequenceClassifier(model_config, 3)
-  variables = {'params': dict(params, classifier={'classifier': {
-      'kernel': np.zeros((48, 3), np.float32), 'bias': np.zeros(3, np.float32)}})}
-  _, state = ours.apply(variables, ids, mask, segments, capture_intermediates=True,
-                        mutable=['intermediates'])
+  variables = {
+    'params': dict(
+      params,
+      classifier={
+        'classifier': {'kernel': np.zeros((48, 3), np.float32), 'bias': np.zeros(3, np.float32)}
+      },
+    )
+  }
+  _, state = ours.apply(
+    variables, ids, mask, segments, capture_intermediates=True, mutable=['intermediates']
+  )
   hidden = state['intermediates']['encoder']['__call__'][0]
   pooled = state['intermediates']['pooler']['__call__'][0]
   real = mask.astype(bool)
-  np.testing.assert_allclose(np.asarray(hidden)[real],
-                             np.asarray(expected.last_hidden_state)[real], atol=1e-4, rtol=1e-4)
+  np.testing.assert_allclose(
+    np.asarray(hidden)[real], np.asarray(expected.last_hidden_state)[real], atol=1e-4, rtol=1e-4
+  )
   np.testing.assert_allclose(pooled, expected.pooler_output, atol=1e-4, rtol=1e-4)
 
 
 def test_fine_tuning_starts_from_a_safetensors_file(hf_checkpoint, tmp_path):
   directory, _, model = hf_checkpoint
-  config = toy_config('bible_pairs', model=False, data__vocab_file='',
-                      finetune__init=str(directory / 'model.safetensors'))
+  config = toy_config(
+    'bible_pairs',
+    model=False,
+    data__vocab_file='',
+    finetune__init=str(directory / 'model.safetensors'),
+  )
   config.model.ln_placement = 'realformer'  # BERT's weights also start a RealFormer
   task = finetune.make_task(config)
   assert train.validate_config(config, task=task).model.use_residual_attention

@@ -31,6 +31,7 @@ def test_multiclass_matthews_by_hand():
 
   def cov(a, b):
     return np.sum((a - a.mean(0)) * (b - b.mean(0)))
+
   expected = cov(x, y) / math.sqrt(cov(x, x) * cov(y, y))
   assert metrics.matthews_corrcoef(predictions, labels) == pytest.approx(expected)
 
@@ -40,23 +41,26 @@ def test_correlations_by_hand():
   y = np.array([2.0, 1.0, 4.0, 3.0])
   # dx = dy-pattern: sum(dx*dy) = 3, sum(dx^2) = sum(dy^2) = 5
   assert metrics.pearson(x, y) == pytest.approx(3 / 5)
-  assert metrics.spearman(x, y ** 3) == pytest.approx(3 / 5)  # ranks only
+  assert metrics.spearman(x, y**3) == pytest.approx(3 / 5)  # ranks only
   # Ties share their average rank: y ranks (1.5, 1.5, 3, 4)
   ranks_y = np.array([1.5, 1.5, 3.0, 4.0])
   tied = np.array([5.0, 5.0, 7.0, 9.0])
   dx, dy = x - x.mean(), ranks_y - ranks_y.mean()
-  expected = np.sum(dx * dy) / math.sqrt(np.sum(dx ** 2) * np.sum(dy ** 2))
+  expected = np.sum(dx * dy) / math.sqrt(np.sum(dx**2) * np.sum(dy**2))
   assert metrics.spearman(x, tied) == pytest.approx(expected)
   assert metrics.pearson(x, np.ones(4)) == 0.0
 
 
-@pytest.mark.parametrize('text, normalized', [
+@pytest.mark.parametrize(
+  'text, normalized',
+  [
     ('The Eiffel Tower!', 'eiffel tower'),
     ('  an   apple, a pear; the end. ', 'apple pear end'),
     ('Theatre then', 'theatre then'),  # articles only as whole words
     ("Denver Broncos'", 'denver broncos'),
     ('A', ''),
-])
+  ],
+)
 def test_squad_normalisation_follows_the_official_script(text, normalized):
   assert metrics.normalize_answer(text) == normalized
 
@@ -68,8 +72,9 @@ def test_squad_exact_match_and_f1_by_hand():
   assert metrics.token_f1('Broncos Broncos', 'Broncos') == pytest.approx(2 / 3)  # multiset
   assert metrics.token_f1('', '') == 1.0 and metrics.token_f1('x', '') == 0.0
   scores = metrics.squad_scores(
-      ['Denver Broncos team', '', 'Paris', 'blue'],
-      [['Denver Broncos', 'the Broncos'], [], ['paris', 'Paris, France'], ['']])
+    ['Denver Broncos team', '', 'Paris', 'blue'],
+    [['Denver Broncos', 'the Broncos'], [], ['paris', 'Paris, France'], ['']],
+  )
   # per question: EM (0, 1, 1, 0), F1 (0.8 best over golds, 1, 1, 0); questions 2 and 4 have
   # no answer (an all-article / empty gold counts as none)
   assert scores['exact_match'] == pytest.approx(50.0)

@@ -8,9 +8,9 @@ import os
 import jax
 import numpy as np
 import pytest
-
 from finetune_fixtures import cli_flags, run_cli, toy_config
 from train_fixtures import tiny_config
+
 from realformer_jax import finetune, train
 from realformer_jax.config import ConfigError
 from realformer_jax.train import build
@@ -20,14 +20,22 @@ from realformer_jax.train import build
 def pretrained_workdir(tmp_path_factory):
   """A tiny Post-LN pretraining run (the fine-tuned model must follow its LN placement)."""
   workdir = str(tmp_path_factory.mktemp('pretrained'))
-  train.train_and_evaluate(tiny_config(train__num_train_steps=2, train__checkpoint_every_steps=2,
-                                       model__ln_placement='post', model__max_len=64), workdir)
+  train.train_and_evaluate(
+    tiny_config(
+      train__num_train_steps=2,
+      train__checkpoint_every_steps=2,
+      model__ln_placement='post',
+      model__max_len=64,
+    ),
+    workdir,
+  )
   return workdir
 
 
 def test_encoder_starts_from_the_checkpoint_and_follows_its_config(pretrained_workdir):
-  config = toy_config('bible_sections', model=False, finetune__init=pretrained_workdir,
-                      data__vocab_file='')
+  config = toy_config(
+    'bible_sections', model=False, finetune__init=pretrained_workdir, data__vocab_file=''
+  )
   config.model.dropout_rate = 0.0  # a fine-tuning field: may differ from the checkpoint
   task = finetune.make_task(config)
   spec = train.validate_config(config, task=task)
@@ -44,26 +52,32 @@ def test_encoder_starts_from_the_checkpoint_and_follows_its_config(pretrained_wo
   assert task.tokenizer(spec.data).source == os.path.join(pretrained_workdir, 'tokenizer.model')
 
 
-def test_a_model_field_that_differs_from_the_checkpoint_is_one_line(pretrained_workdir,
-                                                                   tmp_path):
+def test_a_model_field_that_differs_from_the_checkpoint_is_one_line(pretrained_workdir, tmp_path):
   config = toy_config('bible_sections', model=False, finetune__init=pretrained_workdir)
   config.model.hidden_size = 64
-  with pytest.raises(ConfigError, match=r"model.hidden_size=64: the starting checkpoint "
-                     r".* has model.hidden_size=32 \(leave model.hidden_size unset"):
+  with pytest.raises(
+    ConfigError,
+    match=r'model.hidden_size=64: the starting checkpoint '
+    r'.* has model.hidden_size=32 \(leave model.hidden_size unset',
+  ):
     finetune.run(config, str(tmp_path))
   config = toy_config('bible_sections', model=False, finetune__init=pretrained_workdir)
   config.model.ln_placement = 'realformer'
-  with pytest.raises(ConfigError, match="model.ln_placement='realformer': .* has "
-                     "model.ln_placement='post'"):
+  with pytest.raises(
+    ConfigError, match="model.ln_placement='realformer': .* has model.ln_placement='post'"
+  ):
     finetune.make_task(config).model_config(config.model)
 
 
 def test_readme_fine_tuning_command_runs(pretrained_workdir, tmp_path):
   # README: python -m experiments.finetune --config=configs/finetune/bible_sections.py:init=
   # /tmp/realformer_tiny --workdir=DIR (here from a toy pretraining run, at toy size).
-  result = run_cli('experiments.finetune',
-                   f'--config=configs/finetune/bible_sections.py:init={pretrained_workdir}',
-                   f'--workdir={tmp_path}', *cli_flags(**{'train.stop_at_step': 2}))
+  result = run_cli(
+    'experiments.finetune',
+    f'--config=configs/finetune/bible_sections.py:init={pretrained_workdir}',
+    f'--workdir={tmp_path}',
+    *cli_flags(**{'train.stop_at_step': 2}),
+  )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-3000:]
   assert 'final eval accuracy' in output and 'test  accuracy' in output

@@ -8,16 +8,22 @@ import pytest
 
 transformers = pytest.importorskip('transformers')
 
-from realformer_jax import MaskedLM
-from realformer_jax import hf_convert
-from realformer_jax import params as params_lib
+from realformer_jax import MaskedLM, hf_convert  # noqa: E402 (after the importorskip)
+from realformer_jax import params as params_lib  # noqa: E402
 
 
 def _hf_model():
   config = transformers.BertConfig(
-      vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
-      intermediate_size=80, max_position_embeddings=40, type_vocab_size=2,
-      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    vocab_size=97,
+    hidden_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=80,
+    max_position_embeddings=40,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+  )
   model = transformers.FlaxBertForMaskedLM(config, seed=3)
   return config, model, _perturbed(model.params, seed=0)
 
@@ -25,8 +31,9 @@ def _hf_model():
 def _perturbed(params, seed):
   """Random biases and LayerNorm offsets (HF initialises them to 0/1) so all weights matter."""
   rng = np.random.default_rng(seed)
-  return jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
-                      .astype(np.float32), params)
+  return jax.tree.map(
+    lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape).astype(np.float32), params
+  )
 
 
 def _batch():
@@ -45,6 +52,7 @@ def _batch():
 def _torch_style_state_dict(flax_params):
   """The PyTorch BertForMaskedLM naming: Linear '.weight' stored [out, in], LayerNorm weight."""
   flat = {}
+
   def visit(tree, prefix):
     for key, value in tree.items():
       name = f'{prefix}{key}'
@@ -56,6 +64,7 @@ def _torch_style_state_dict(flax_params):
         flat[f'{prefix}weight'] = np.asarray(value)
       else:
         flat[name] = np.asarray(value)
+
   visit(flax_params, '')
   flat['cls.predictions.decoder.weight'] = flat['bert.embeddings.word_embeddings.weight']
   return flat
@@ -66,15 +75,21 @@ def _torch_style_state_dict(flax_params):
 def test_post_matches_hugging_face_mlm_logits(source, scan_layers):
   hf_config, hf_model, hf_params = _hf_model()
   ids, mask, segments, positions = _batch()
-  expected = np.asarray(hf_model(ids, attention_mask=mask, token_type_ids=segments,
-                                 params=hf_params).logits)
+  expected = np.asarray(
+    hf_model(ids, attention_mask=mask, token_type_ids=segments, params=hf_params).logits
+  )
   expected = np.take_along_axis(expected, positions[:, :, None], axis=1)
 
   config = hf_convert.config_from_hf(hf_config, scan_layers=scan_layers)
   weights = hf_params if source == 'flax' else _torch_style_state_dict(hf_params)
   params = hf_convert.from_hf_bert(weights, config)
-  ours = MaskedLM(config).apply({'params': params}, jnp.asarray(ids), jnp.asarray(mask),
-                                jnp.asarray(segments), jnp.asarray(positions))
+  ours = MaskedLM(config).apply(
+    {'params': params},
+    jnp.asarray(ids),
+    jnp.asarray(mask),
+    jnp.asarray(segments),
+    jnp.asarray(positions),
+  )
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4, rtol=1e-4)
   # The imported tree has exactly the shapes our own init produces.
   own = jax.eval_shape(lambda: MaskedLM(config).init(jax.random.key(0), ids[:, :4]))['params']
@@ -87,16 +102,25 @@ def test_import_rejects_layouts_bert_cannot_fill():
     hf_convert.from_hf_bert(hf_params, hf_convert.config_from_hf(hf_config, ln_placement='pre'))
   assert hf_convert.config_from_hf(hf_config).position_embedding == 'learned'
   with pytest.raises(ValueError, match="position_embedding='rope' has none"):
-    hf_convert.from_hf_bert(hf_params,
-                            hf_convert.config_from_hf(hf_config, position_embedding='rope'))
+    hf_convert.from_hf_bert(
+      hf_params, hf_convert.config_from_hf(hf_config, position_embedding='rope')
+    )
 
 
 def test_sequence_classifier_matches_hugging_face_classifier():
   from realformer_jax import SequenceClassifier
+
   hf_config = transformers.BertConfig(
-      vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
-      intermediate_size=80, max_position_embeddings=40, num_labels=3,
-      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    vocab_size=97,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=80,
+    max_position_embeddings=40,
+    num_labels=3,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+  )
   hf_model = transformers.FlaxBertForSequenceClassification(hf_config, seed=5)
   hf_params = _perturbed(hf_model.params, seed=2)
   ids, mask, segments, _ = _batch()

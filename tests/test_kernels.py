@@ -43,8 +43,9 @@ def _reference(qkv, acc, bias, scale, inv_div, key, carry, dtype):
   s = s * scale[:, None, None, None]
   if carry:
     s = acc + s
-  context, _ = softmax_dropout_values(s, bias[:, None, None, :], jnp.float32(1 / inv_div), v,
-                                      key, KEEP, dtype)
+  context, _ = softmax_dropout_values(
+    s, bias[:, None, None, :], jnp.float32(1 / inv_div), v, key, KEEP, dtype
+  )
   return context, s
 
 
@@ -70,12 +71,21 @@ def _values_and_grads(fn, qkv, acc, carry):
 
 
 def _spec(backend, carry, dropout, **blocks):
-  sizes = dict(block_q=16, block_k=16, block_bwd=16) if backend == 'triton' else dict(
-      block_q=8, block_k=16, block_bwd=16)
+  sizes = (
+    dict(block_q=16, block_k=16, block_bwd=16)
+    if backend == 'triton'
+    else dict(block_q=8, block_k=16, block_bwd=16)
+  )
   sizes.update(blocks)
-  return kernels.KernelSpec(backend, carry_in=carry, carry_out=carry,
-                            keep_threshold=keep_threshold(KEEP) if dropout else 0,
-                            heads_total=H, interpret=True, **sizes)
+  return kernels.KernelSpec(
+    backend,
+    carry_in=carry,
+    carry_out=carry,
+    keep_threshold=keep_threshold(KEEP) if dropout else 0,
+    heads_total=H,
+    interpret=True,
+    **sizes,
+  )
 
 
 def _assert_close(actual, expected, rtol, atol=0.0):
@@ -91,10 +101,11 @@ def test_kernel_equals_einsum_path_float32(backend, carry, dropout, inv_div):
   key = jax.random.key(7) if dropout else None
   spec = _spec(backend, carry, dropout)
   (out, scores), grads = _values_and_grads(
-      lambda x, a: _fused(x, a, bias, scale, inv_div, key, carry, spec), qkv, acc, carry)
+    lambda x, a: _fused(x, a, bias, scale, inv_div, key, carry, spec), qkv, acc, carry
+  )
   (ref_out, ref_scores), ref_grads = _values_and_grads(
-      lambda x, a: _reference(x, a, bias, scale, inv_div, key, carry, jnp.float32), qkv, acc,
-      carry)
+    lambda x, a: _reference(x, a, bias, scale, inv_div, key, carry, jnp.float32), qkv, acc, carry
+  )
   _assert_close(out, ref_out, 1e-5)
   _assert_close(grads[0], ref_grads[0], 1e-5)
   if carry:
@@ -111,9 +122,11 @@ def test_kernel_bfloat16_within_stated_tolerance(backend):
   key = jax.random.key(3)
   spec = _spec(backend, True, True)
   (out, _), grads = _values_and_grads(
-      lambda x, a: _fused(x, a, bias, scale, 1.0, key, True, spec), qkv, acc, True)
+    lambda x, a: _fused(x, a, bias, scale, 1.0, key, True, spec), qkv, acc, True
+  )
   (ref_out, _), ref_grads = _values_and_grads(
-      lambda x, a: _reference(x, a, bias, scale, 1.0, key, True, jnp.bfloat16), qkv, acc, True)
+    lambda x, a: _reference(x, a, bias, scale, 1.0, key, True, jnp.bfloat16), qkv, acc, True
+  )
   _assert_close(out, ref_out, 2e-2)
   _assert_close(grads[0], ref_grads[0], 2e-2)
   _assert_close(grads[1], ref_grads[1], 2e-2)
@@ -127,7 +140,7 @@ def test_dropout_tiles_reproduce_keep_mask():
   for tile in (dropout_tiles.keep_tile_joined, dropout_tiles.keep_tile_selected):
     for row0, col0 in ((0, 0), (2, 16), (4, 48)):
       got = tile(k1, k2, jnp.uint32(row0), jnp.uint32(col0), (2, 16), threshold)
-      np.testing.assert_array_equal(got, full[row0:row0 + 2, col0:col0 + 16])
+      np.testing.assert_array_equal(got, full[row0 : row0 + 2, col0 : col0 + 16])
   for width in (16, 32):  # the GPU forward stores the mask at one bit per element
     packed = dropout_tiles.pack_bits(full, width)
     assert packed.shape == (6, 64 // width) and packed.dtype == jnp.uint32
@@ -136,39 +149,65 @@ def test_dropout_tiles_reproduce_keep_mask():
 
 # --- The model: every path of Encoder with kernels equals attention_impl='xla' -------------
 
+
 def _encoder_loss_and_grads(cfg, params, ids, mask):
   def loss(p):
-    h = Encoder(cfg).apply(p, ids, mask, deterministic=False,
-                           rngs={'dropout': jax.random.key(5)})
+    h = Encoder(cfg).apply(p, ids, mask, deterministic=False, rngs={'dropout': jax.random.key(5)})
     return jnp.sum(jnp.sin(h) * jnp.linspace(-1, 1, h.shape[-1]))
+
   return jax.value_and_grad(loss)(params)
 
 
-@pytest.mark.parametrize('impl,overrides', [
+@pytest.mark.parametrize(
+  'impl,overrides',
+  [
     # (sum, shadow) carried through nn.scan, sealed at the top (kernels/carried.py)
     ('pallas_triton', dict(running_mean=True, attention_scale='entropy_invariant')),
     # the same through the Python loop, RoPE's q and k stacked back into qkv
     ('pallas_mosaic', dict(scan_layers=False, position_embedding='rope', attention_scale='t5')),
     # the recomputed stack: layers re-run top-down from their sums (recomputed_stack.py)
     ('pallas_triton', dict(residual_scores_backward='recomputed')),
-])
+  ],
+)
 def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
-  cfg = ModelConfig(**{**dict(vocab_size=50, hidden_size=32, num_layers=2, num_heads=2,
-                              mlp_dim=48, max_len=L, ln_placement='realformer',
-                              dropout_rate=0.1, attention_dropout_rate=0.2), **overrides})
+  cfg = ModelConfig(
+    **{
+      **dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=48,
+        max_len=L,
+        ln_placement='realformer',
+        dropout_rate=0.1,
+        attention_dropout_rate=0.2,
+      ),
+      **overrides,
+    }
+  )
   ids = jax.random.randint(jax.random.key(1), (B, L), 1, 50)
   mask = jnp.ones((B, L), jnp.int32).at[1, 21:].set(0)
   params = Encoder(cfg).init(jax.random.key(0), ids, mask)
   loss, grads = _encoder_loss_and_grads(cfg.replace(attention_impl='xla'), params, ids, mask)
-  fused_loss, fused_grads = _encoder_loss_and_grads(cfg.replace(attention_impl=impl), params,
-                                                    ids, mask)
+  fused_loss, fused_grads = _encoder_loss_and_grads(
+    cfg.replace(attention_impl=impl), params, ids, mask
+  )
   np.testing.assert_allclose(fused_loss, loss, rtol=1e-5)
   jax.tree.map(lambda a, b: _assert_close(a, b, 1e-5), fused_grads, grads)
 
 
 def test_sown_attention_maps_take_the_einsum_path():
-  cfg = ModelConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=48,
-                    max_len=L, ln_placement='realformer', attention_impl='pallas')
+  cfg = ModelConfig(
+    vocab_size=50,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    mlp_dim=48,
+    max_len=L,
+    ln_placement='realformer',
+    attention_impl='pallas',
+  )
   ids = jnp.ones((1, L), jnp.int32)
   params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids)
   _, state = Encoder(cfg).apply(params, ids, mutable=['intermediates'])
@@ -178,6 +217,7 @@ def test_sown_attention_maps_take_the_einsum_path():
 
 
 # --- Which path a config takes ------------------------------------------------------------
+
 
 def _devices(platform):
   return [types.SimpleNamespace(platform=platform)]
@@ -198,12 +238,15 @@ def test_auto_follows_the_platform_of_the_devices_not_the_host():
   assert kernels.plan(cfg.replace(attention_impl='pallas'), 32).interpret  # CPU: interpret
 
 
-@pytest.mark.parametrize('overrides,message', [
+@pytest.mark.parametrize(
+  'overrides,message',
+  [
     (dict(attention_impl='cudnn', ln_placement='realformer'), 'cannot carry residual scores'),
     (dict(attention_impl='cudnn'), 'no attention dropout'),
     (dict(attention_impl='flash'), "attention_impl='flash': must be one of"),
     (dict(attention_platform='npu'), "attention_platform='npu'"),
-])
+  ],
+)
 def test_config_refuses_what_a_kernel_cannot_do(overrides, message):
   with pytest.raises(ConfigError, match=message):
     ModelConfig(**overrides).validate()
@@ -214,8 +257,7 @@ def test_kernel_on_the_wrong_platform_is_refused_before_tracing():
   with pytest.raises(ConfigError, match='triton kernels do not run on tpu'):
     kernels.plan(cfg, 512)
   with pytest.raises(ConfigError, match="'cudnn': needs a GPU"):
-    kernels.plan(dataclasses.replace(cfg, attention_impl='cudnn',
-                                     attention_dropout_rate=0.0), 512)
+    kernels.plan(dataclasses.replace(cfg, attention_impl='cudnn', attention_dropout_rate=0.0), 512)
 
 
 def test_cudnn_wrapper_arithmetic_through_jax_xla_implementation():
@@ -230,6 +272,7 @@ def test_cudnn_wrapper_arithmetic_through_jax_xla_implementation():
 
 def test_a_run_resumes_with_another_attention_implementation(tmp_path):
   from realformer_jax.train import default_config, loop  # pylint: disable=import-outside-toplevel
+
   saved = default_config()
   saved.model.attention_impl = 'xla'
   (tmp_path / 'config.json').write_text(saved.to_json_best_effort())

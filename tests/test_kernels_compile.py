@@ -12,21 +12,30 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KERNELS = {
-    'h100_tiny_post': {'flash_attention_fwd', 'flash_attention_bwd'},
-    'h100_tiny_realformer': {'realformer_attention_fwd', 'realformer_attention_bwd',
-                             'attention_store_dq'},
-    'v5e_tiny_post': {'flash_attention_fwd', 'flash_attention_dkv', 'flash_attention_dq'},
-    'v5e_tiny_realformer': {'realformer_attention_fwd', 'realformer_attention_dkv',
-                            'realformer_attention_dq'},
+  'h100_tiny_post': {'flash_attention_fwd', 'flash_attention_bwd'},
+  'h100_tiny_realformer': {
+    'realformer_attention_fwd',
+    'realformer_attention_bwd',
+    'attention_store_dq',
+  },
+  'v5e_tiny_post': {'flash_attention_fwd', 'flash_attention_dkv', 'flash_attention_dq'},
+  'v5e_tiny_realformer': {
+    'realformer_attention_fwd',
+    'realformer_attention_dkv',
+    'realformer_attention_dq',
+  },
 }
 
 
 def test_kernels_compile_for_an_h100_and_a_tpu_v5e(tmp_path):
   result = subprocess.run(
-      [sys.executable, '-m', 'benchmarks.attention_kernels', '--quick',
-       f'--out_dir={tmp_path}'],
-      cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
-      timeout=900)
+    [sys.executable, '-m', 'benchmarks.attention_kernels', '--quick', f'--out_dir={tmp_path}'],
+    cwd=REPO,
+    env=dict(os.environ, JAX_PLATFORMS='cpu'),
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   rows = json.loads((tmp_path / 'results.json').read_text())['rows']
   assert set(rows) == set(KERNELS)

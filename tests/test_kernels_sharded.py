@@ -15,9 +15,14 @@ from tests import scale_out_support as support
 
 
 def test_kernels_on_a_2x2x2_mesh_give_the_einsum_path_gradients():
-  result = subprocess.run([sys.executable, '-m', 'tests.kernels_sharded_check'],
-                          env=support.device_env(8), cwd=support.REPO, text=True,
-                          capture_output=True, timeout=900)
+  result = subprocess.run(
+    [sys.executable, '-m', 'tests.kernels_sharded_check'],
+    env=support.device_env(8),
+    cwd=support.REPO,
+    text=True,
+    capture_output=True,
+    timeout=900,
+  )
   assert result.returncode == 0, result.stdout + result.stderr
   report = json.loads(result.stdout.strip().splitlines()[-1])
   assert report['devices'] == 8

@@ -8,13 +8,25 @@ import math
 import os
 
 from data_fixtures import bible_config
+
 from experiments import length_extrapolation
 
 
 def test_length_extrapolation_quick(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
-  argv = ['--quick', '--out', out, '--workdirs', workdirs,
-          '--data_dir', bible_config().data_dir, '--seeds', '0,1', '--variants', 'E,E-ra']
+  argv = [
+    '--quick',
+    '--out',
+    out,
+    '--workdirs',
+    workdirs,
+    '--data_dir',
+    bible_config().data_dir,
+    '--seeds',
+    '0,1',
+    '--variants',
+    'E,E-ra',
+  ]
   report = length_extrapolation.main(argv)
   assert sorted(report['results']) == ['E-ra-s0', 'E-ra-s1', 'E-s0', 'E-s1']
   for run in report['results'].values():
@@ -32,12 +44,20 @@ def test_length_extrapolation_quick(tmp_path, capsys):
   row = summary['table']['E + residual attention']['32']
   assert row['seeds'] == [0, 1] and len(row['mask_accuracy']) == 2
   assert summary['table']['O (standard)']['16'] is None  # not in this grid
-  rows = [r for r in summary['comparisons']
-          if r['a'] == 'E + residual attention' and r['b'] == 'E (entropy-invariant)']
+  rows = [
+    r
+    for r in summary['comparisons']
+    if r['a'] == 'E + residual attention' and r['b'] == 'E (entropy-invariant)'
+  ]
   assert [r['n'] for r in rows] == [16, 32]
   for r in rows:  # six steps learn nothing: no seed pair qualifies
     assert r['verdict'].startswith('not testable') or r['verdict'] in (
-        'holds', 'does not hold', 'higher', 'lower', 'inconclusive')
+      'holds',
+      'does not hold',
+      'higher',
+      'lower',
+      'inconclusive',
+    )
 
   table = open(os.path.join(out, 'results.md')).read()
   assert '## Accuracy at [MASK] (%), beside the floors' in table and '| 32 |' in table

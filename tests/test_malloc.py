@@ -19,7 +19,8 @@ def test_environment_adds_the_tunables_once(monkeypatch):
   assert env['GLIBC_TUNABLES'] == malloc.TUNABLES['retain']
   monkeypatch.setenv('GLIBC_TUNABLES', 'glibc.malloc.tcache_count=0')
   assert malloc.environment('hugepages')['GLIBC_TUNABLES'] == (
-      'glibc.malloc.tcache_count=0:' + malloc.TUNABLES['hugepages'])
+    'glibc.malloc.tcache_count=0:' + malloc.TUNABLES['hugepages']
+  )
   monkeypatch.setenv('GLIBC_TUNABLES', malloc.TUNABLES['retain'])
   assert malloc.environment('retain') is None  # already running under it: no second exec
   with pytest.raises(ValueError, match="malloc mode 'fast': must be one of"):
@@ -28,12 +29,21 @@ def test_environment_adds_the_tunables_once(monkeypatch):
 
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc only')
 def test_reexec_keeps_the_pid_and_command_line_and_sets_the_variable():
-  script = ('import os, sys; print("start", os.getpid(), sys.argv[1:], flush=True); '
-            'from realformer_jax import malloc; malloc.reexec_with("retain"); '
-            'print("after", os.getpid(), os.environ["GLIBC_TUNABLES"])')
+  script = (
+    'import os, sys; print("start", os.getpid(), sys.argv[1:], flush=True); '
+    'from realformer_jax import malloc; malloc.reexec_with("retain"); '
+    'print("after", os.getpid(), os.environ["GLIBC_TUNABLES"])'
+  )
   env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
-  out = subprocess.run([sys.executable, '-c', script, 'x', '--flag=1'], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=60, check=True).stdout.split('\n')
+  out = subprocess.run(
+    [sys.executable, '-c', script, 'x', '--flag=1'],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=True,
+  ).stdout.split('\n')
   starts = [line for line in out if line.startswith('start')]
   after = [line for line in out if line.startswith('after')]
   assert len(starts) == 2 and starts[0] == starts[1]  # ran twice, same PID and arguments
@@ -46,4 +56,5 @@ def test_training_cli_with_retain_still_fails_fast_with_one_line(tmp_path):
   _, stderr = proc.communicate(timeout=120)
   assert proc.returncode == 1
   assert [l for l in stderr.splitlines() if l.startswith('error:')] == [
-      'error: model.num_heads=3: must divide model.hidden_size=128']
+    'error: model.num_heads=3: must divide model.hidden_size=128'
+  ]

@@ -6,8 +6,8 @@ import math
 import jax
 import numpy as np
 import pytest
-
 from train_fixtures import tiny_config
+
 from realformer_jax import MaskedLM, data, train
 from realformer_jax.data.baseline import floors
 from realformer_jax.train import mlm_metrics
@@ -24,8 +24,9 @@ def test_kinds_and_sums_by_hand():
   correct = np.array([[0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
   visible = mlm_metrics.visible_ids(input_ids, positions)
   np.testing.assert_array_equal(visible, [[MASK, 7, 9], [MASK, 8, 2]])
-  np.testing.assert_array_equal(mlm_metrics.prediction_kinds(visible, targets, MASK),
-                                [[0, 1, 2], [0, 1, 2]])
+  np.testing.assert_array_equal(
+    mlm_metrics.prediction_kinds(visible, targets, MASK), [[0, 1, 2], [0, 1, 2]]
+  )
   sums = mlm_metrics.per_row_sums(nll, correct, visible, targets, weights, MASK)
   np.testing.assert_allclose(sums['loss_sum'], [4.5, 2.25])
   np.testing.assert_allclose(sums['mask_loss_sum'], [1.0, 2.0])
@@ -35,8 +36,11 @@ def test_kinds_and_sums_by_hand():
   assert metrics['mlm_accuracy'] == pytest.approx(3 / 5)
   assert metrics['mask_accuracy'] == 0.5 and metrics['mask_loss'] == 1.5
   assert metrics['kept_accuracy'] == 1.0 and metrics['random_loss'] == 3.0
-  assert metrics['mask_predictions'] + metrics['kept_predictions'] + metrics[
-      'random_predictions'] == metrics['predictions'] == 5
+  assert (
+    metrics['mask_predictions'] + metrics['kept_predictions'] + metrics['random_predictions']
+    == metrics['predictions']
+    == 5
+  )
 
 
 def test_floors_by_hand():
@@ -44,8 +48,16 @@ def test_floors_by_hand():
   visible = np.array([[MASK, MASK, 6, 7]])
   targets = np.array([[5, 6, 6, 5]])  # [MASK]; [MASK]; kept 6; random 7 over a 5
   weights = np.ones((1, 4))
-  got = floors(visible, targets, weights, unigram, mask_id=MASK, num_random_ids=3,
-               keep_rate=0.1, random_rate=0.1)
+  got = floors(
+    visible,
+    targets,
+    weights,
+    unigram,
+    mask_id=MASK,
+    num_random_ids=3,
+    keep_rate=0.1,
+    random_rate=0.1,
+  )
   assert got['mlm_accuracy'] == 0.5 and got['mask_accuracy'] == 0.5
   assert got['copy_accuracy'] == 0.5  # [MASK] -> 5 right once; copies 6 right, 7 wrong
   # p(6 | 6) = (0.1*0.3 + 0.1*0.3/3) / (0.1*0.3 + 0.1/3); p(5 | 7) = (0.1*0.5/3) / (0.1*0.2 + 0.1/3)
@@ -68,15 +80,23 @@ def test_copy_aware_unigram_loss_is_the_best_context_free_cross_entropy():
   targets = rng.choice(11, n, p=unigram)
   action = rng.random(n)
   visible = np.where(action < 0.8, MASK, np.where(action < 0.9, rng.choice(regular, n), targets))
-  got = floors(visible[None], targets[None], np.ones((1, n)), unigram, mask_id=MASK,
-               num_random_ids=len(regular), keep_rate=0.1, random_rate=0.1)
+  got = floors(
+    visible[None],
+    targets[None],
+    np.ones((1, n)),
+    unigram,
+    mask_id=MASK,
+    num_random_ids=len(regular),
+    keep_rate=0.1,
+    random_rate=0.1,
+  )
   joint = np.zeros((11, 11))
   np.add.at(joint, (visible, targets), 1.0)
   conditional = joint / joint.sum(1, keepdims=True).clip(1)
   empirical = -np.mean(np.log(conditional[visible, targets]))
   assert got['copy_unigram_loss'] == pytest.approx(empirical, abs=5e-3)
   # Ignoring the visible token (the plain unigram) is worse.
-  assert -np.mean(np.log(unigram[targets])) > got["copy_unigram_loss"] + 0.05
+  assert -np.mean(np.log(unigram[targets])) > got['copy_unigram_loss'] + 0.05
   assert got['copy_accuracy'] == pytest.approx(0.8 * 0.4 + 0.1 + 0.1 / 6, abs=5e-3)
 
 
@@ -97,20 +117,32 @@ def test_training_loop_eval_reports_kinds_and_floors(tmp_path, capsys):
   assert result['baseline'] == result['baseline/mlm_accuracy']
   scalars = train.read_scalars(str(tmp_path))
   assert scalars['eval/baseline_copy_unigram_loss'][0][1] == pytest.approx(
-      floors_now['copy_unigram_loss'])
+    floors_now['copy_unigram_loss']
+  )
 
   # The loop's split, recomputed from the model's own logits on the eval batches.
   run = train.load_workdir(str(tmp_path))
   model = MaskedLM(run.model_config)
   hits = {kind: [] for kind in mlm_metrics.KINDS}
   for batch in data.make_eval_iterator(config.data, config.train.global_batch_size):
-    logits = jax.device_get(model.apply({'params': run.params}, batch['input_ids'],
-                                        batch['input_mask'], batch['segment_ids'],
-                                        batch['masked_positions']))
+    logits = jax.device_get(
+      model.apply(
+        {'params': run.params},
+        batch['input_ids'],
+        batch['input_mask'],
+        batch['segment_ids'],
+        batch['masked_positions'],
+      )
+    )
     for b, p in zip(*np.nonzero(batch['masked_weights'])):
       seen = batch['input_ids'][b, batch['masked_positions'][b, p]]
-      kind = ('mask' if seen == run.tokenizer.mask_id else
-              'kept' if seen == batch['masked_ids'][b, p] else 'random')
+      kind = (
+        'mask'
+        if seen == run.tokenizer.mask_id
+        else 'kept'
+        if seen == batch['masked_ids'][b, p]
+        else 'random'
+      )
       hits[kind].append(np.argmax(logits[b, p]) == batch['masked_ids'][b, p])
   for kind, values in hits.items():
     assert result[f'eval/{kind}_predictions'] == len(values)

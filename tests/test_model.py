@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from realformer_jax import MaskedLM, ModelConfig, ResidualSelfAttention
-from realformer_jax.config import ConfigError
 from realformer_jax import params as params_lib
 from realformer_jax.attention import mask_bias, score_scale
+from realformer_jax.config import ConfigError
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
 POSITIONS = jnp.array([[0, 3, 11], [1, 2, 6]], jnp.int32)
@@ -32,14 +32,17 @@ def test_scan_and_loop_agree_on_outputs_and_gradients(remat_policy, ln_placement
   loop_params = params_lib.unstack_layers(scan_params)
   assert 'layers_2' in loop_params['encoder'] and 'layers' not in loop_params['encoder']
 
-  scan_loss, scan_grads = jax.value_and_grad(
-      lambda p: _loss(scan_cfg, p, ids, mask, segments))(scan_params)
-  loop_loss, loop_grads = jax.value_and_grad(
-      lambda p: _loss(loop_cfg, p, ids, mask, segments))(loop_params)
+  scan_loss, scan_grads = jax.value_and_grad(lambda p: _loss(scan_cfg, p, ids, mask, segments))(
+    scan_params
+  )
+  loop_loss, loop_grads = jax.value_and_grad(lambda p: _loss(loop_cfg, p, ids, mask, segments))(
+    loop_params
+  )
   np.testing.assert_allclose(scan_loss, loop_loss, atol=1e-5, rtol=1e-5)
   restacked = params_lib.stack_layers(loop_grads)
-  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(scan_grads),
-                          jax.tree.leaves(restacked)):
+  for (path, a), b in zip(
+    jax.tree_util.tree_leaves_with_path(scan_grads), jax.tree.leaves(restacked)
+  ):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=str(path))
   # And the gradients are not trivially zero.
   assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(scan_grads)) > 1e-3
@@ -54,15 +57,17 @@ def test_unrolled_scan_is_the_rolled_scan_with_and_without_dropout():
   rngs = {'dropout': jax.random.key(4)}
 
   def loss(cfg, p):
-    logits = MaskedLM(cfg).apply({'params': p}, ids, mask, segments, POSITIONS,
-                                 deterministic=False, rngs=rngs)
+    logits = MaskedLM(cfg).apply(
+      {'params': p}, ids, mask, segments, POSITIONS, deterministic=False, rngs=rngs
+    )
     return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 0])
 
   a_loss, a_grads = jax.value_and_grad(lambda p: loss(rolled, p))(params)
   b_loss, b_grads = jax.value_and_grad(lambda p: loss(unrolled, p))(params)
   np.testing.assert_allclose(a_loss, b_loss, rtol=1e-6)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5),
-               a_grads, b_grads)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5), a_grads, b_grads
+  )
   with pytest.raises(ConfigError, match=r'^model.scan_unroll=2: must divide model.num_layers=3$'):
     rolled.replace(scan_unroll=2)
 
@@ -80,8 +85,9 @@ def test_realformer_without_residual_attention_is_post_exactly():
   params = init_params(post, ids, mask, segments)
   off = tiny_config(ln_placement='realformer', residual_attention=False)
   on = tiny_config(ln_placement='realformer')
-  run = lambda cfg: np.asarray(MaskedLM(cfg).apply({'params': params}, ids, mask, segments,
-                                                   POSITIONS))
+  run = lambda cfg: np.asarray(
+    MaskedLM(cfg).apply({'params': params}, ids, mask, segments, POSITIONS)
+  )
   np.testing.assert_array_equal(run(off), run(post))
   # Residual attention does change the output (slightly at init: BERT-init scores are tiny).
   assert np.abs(run(on) - run(post)).max() > 1e-6
@@ -96,16 +102,19 @@ def test_appended_padding_leaves_real_positions_unchanged(ln_placement, running_
   extra = 9
   pad = lambda x: jnp.pad(x, ((0, 0), (0, extra)))
   model = MaskedLM(cfg)
-  short, short_vars = model.apply({'params': params}, ids, mask, segments,
-                                  mutable=['intermediates'])
-  long, long_vars = model.apply({'params': params}, pad(ids), pad(mask), pad(segments),
-                                mutable=['intermediates'])
+  short, short_vars = model.apply(
+    {'params': params}, ids, mask, segments, mutable=['intermediates']
+  )
+  long, long_vars = model.apply(
+    {'params': params}, pad(ids), pad(mask), pad(segments), mutable=['intermediates']
+  )
   for b, n in enumerate((12, 7)):
     np.testing.assert_allclose(long[b, :n], short[b, :n], atol=2e-5, rtol=2e-5)
   # The mask enters each layer's softmax exactly once: had it been carried, padded keys of
   # layer l would sit near (l + 1) * bias.
   logits_NxBxHxLxL = long_vars['intermediates']['encoder']['layers']['attention'][
-      'attention_logits'][0]
+    'attention_logits'
+  ][0]
   padded_keys = logits_NxBxHxLxL[..., 12:]
   assert padded_keys.shape[0] == cfg.num_layers
   assert float(padded_keys.min()) > 1.5 * float(mask_bias(jnp.zeros((1, 1)))[0, 0, 0, 0])
@@ -114,7 +123,7 @@ def test_appended_padding_leaves_real_positions_unchanged(ln_placement, running_
 def test_entropy_invariant_scale_equals_standard_at_base_length():
   cfg = tiny_config(attention_scale='entropy_invariant', entropy_base_len=512, max_len=512)
   full = jnp.ones((2, 512), jnp.int32)
-  np.testing.assert_allclose(score_scale(cfg, full), cfg.head_dim ** -0.5, rtol=1e-6)
+  np.testing.assert_allclose(score_scale(cfg, full), cfg.head_dim**-0.5, rtol=1e-6)
 
 
 def test_entropy_invariant_scale_uses_unpadded_key_count_per_row():
@@ -132,11 +141,18 @@ def test_entropy_invariant_attention_uses_that_scale():
   ids, mask, segments = padded_batch()
   x = jax.random.normal(jax.random.key(0), (2, 12, cfg.hidden_size))
   attention = ResidualSelfAttention(cfg)
-  variables = attention.init(jax.random.key(1), x, mask_bias(mask), score_scale(cfg, mask),
-                             None, jnp.asarray(0))
+  variables = attention.init(
+    jax.random.key(1), x, mask_bias(mask), score_scale(cfg, mask), None, jnp.asarray(0)
+  )
   get_logits = lambda c: ResidualSelfAttention(c).apply(
-      variables, x, mask_bias(mask), score_scale(c, mask), None, jnp.asarray(0),
-      mutable=['intermediates'])[1]['intermediates']['attention_logits'][0]
+    variables,
+    x,
+    mask_bias(mask),
+    score_scale(c, mask),
+    None,
+    jnp.asarray(0),
+    mutable=['intermediates'],
+  )[1]['intermediates']['attention_logits'][0]
   ratio = get_logits(cfg)[1, :, :, :7] / get_logits(std_cfg)[1, :, :, :7]
   np.testing.assert_allclose(ratio, math.log(7, 512), rtol=1e-4)
 
@@ -144,12 +160,13 @@ def test_entropy_invariant_attention_uses_that_scale():
 def test_t5_scaling_folds_one_over_sqrt_d_into_query_init():
   ids, mask, segments = padded_batch()
   std = init_params(tiny_config(hidden_size=256, num_heads=4, mlp_dim=32), ids, mask, segments)
-  t5 = init_params(tiny_config(hidden_size=256, num_heads=4, mlp_dim=32, attention_scale='t5'),
-                   ids, mask, segments)
+  t5 = init_params(
+    tiny_config(hidden_size=256, num_heads=4, mlp_dim=32, attention_scale='t5'), ids, mask, segments
+  )
   std_q = std['encoder']['layers']['attention']['qkv']['kernel'][:, :, 0]
   t5_q = t5['encoder']['layers']['attention']['qkv']['kernel'][:, :, 0]
   t5_k = t5['encoder']['layers']['attention']['qkv']['kernel'][:, :, 1]
-  np.testing.assert_allclose(np.std(t5_q) / np.std(std_q), 64 ** -0.5, rtol=0.03)
+  np.testing.assert_allclose(np.std(t5_q) / np.std(std_q), 64**-0.5, rtol=0.03)
   np.testing.assert_allclose(np.std(t5_k), np.std(std_q), rtol=0.03)
 
 
@@ -159,10 +176,12 @@ def test_bfloat16_keeps_carried_scores_float32_and_24_layers_stay_finite():
   x = jnp.ones((2, 12, cfg.hidden_size), jnp.bfloat16)
   attention = ResidualSelfAttention(cfg)
   prev = jnp.zeros((2, cfg.num_heads, 12, 12), jnp.float32)
-  variables = attention.init(jax.random.key(0), x, mask_bias(mask), score_scale(cfg, mask), prev,
-                             jnp.asarray(3))
-  out, carried = attention.apply(variables, x, mask_bias(mask), score_scale(cfg, mask), prev,
-                                 jnp.asarray(3))
+  variables = attention.init(
+    jax.random.key(0), x, mask_bias(mask), score_scale(cfg, mask), prev, jnp.asarray(3)
+  )
+  out, carried = attention.apply(
+    variables, x, mask_bias(mask), score_scale(cfg, mask), prev, jnp.asarray(3)
+  )
   assert out.dtype == jnp.bfloat16 and carried.dtype == jnp.float32
 
   params = init_params(cfg, ids, mask, segments)
@@ -170,8 +189,10 @@ def test_bfloat16_keeps_carried_scores_float32_and_24_layers_stay_finite():
   assert hidden.dtype == jnp.float32  # MLM logits are float32
   assert bool(jnp.all(jnp.isfinite(hidden)))
   carry_shapes = jax.eval_shape(
-      lambda: MaskedLM(cfg).apply({'params': params}, ids, mask, segments,
-                                  mutable=['intermediates'])[1])
+    lambda: MaskedLM(cfg).apply({'params': params}, ids, mask, segments, mutable=['intermediates'])[
+      1
+    ]
+  )
   logits = carry_shapes['intermediates']['encoder']['layers']['attention']['attention_logits'][0]
   assert logits.dtype == jnp.float32 and logits.shape == (24, 2, cfg.num_heads, 12, 12)
 
@@ -181,8 +202,9 @@ def test_attention_maps_are_opt_in():
   ids, mask, segments = padded_batch()
   params = init_params(cfg, ids, mask, segments)
   plain = MaskedLM(cfg).apply({'params': params}, ids, mask, segments, POSITIONS)
-  with_maps, state = MaskedLM(cfg).apply({'params': params}, ids, mask, segments, POSITIONS,
-                                         mutable=['intermediates'])
+  with_maps, state = MaskedLM(cfg).apply(
+    {'params': params}, ids, mask, segments, POSITIONS, mutable=['intermediates']
+  )
   np.testing.assert_array_equal(plain, with_maps)
   probs = state['intermediates']['encoder']['layers']['attention']['attention_probs'][0]
   assert probs.shape == (3, 2, 4, 12, 12)
@@ -199,9 +221,15 @@ def _analytic_mlm_params(layers, d, heads, ffn, vocab=30522, max_len=512, types=
   return embeddings + layers * layer + mlm_head
 
 
-@pytest.mark.parametrize('name,shape,paper_millions', [
-    ('small', (4, 512, 8, 2048), 30), ('base', (12, 768, 12, 3072), 110),
-    ('large', (24, 1024, 16, 4096), 340), ('xlarge', (36, 1536, 24, 6144), 1000)])
+@pytest.mark.parametrize(
+  'name,shape,paper_millions',
+  [
+    ('small', (4, 512, 8, 2048), 30),
+    ('base', (12, 768, 12, 3072), 110),
+    ('large', (24, 1024, 16, 4096), 340),
+    ('xlarge', (36, 1536, 24, 6144), 1000),
+  ],
+)
 def test_parameter_counts_of_paper_shapes(name, shape, paper_millions):
   layers, d, heads, ffn = shape
   cfg = ModelConfig(num_layers=layers, hidden_size=d, num_heads=heads, mlp_dim=ffn)

@@ -28,8 +28,10 @@ def test_readme_commands_match_ci():
 def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
   # The example compiles the paper's Large step; here at the toy width of test_configs.py
   # (same depth, heads, remat, 'auto' accumulation), which is what the example's code path is.
-  from configs import realformer_large  # pylint: disable=import-outside-toplevel
   from test_configs import _TRAIN_TOY_FLAGS  # pylint: disable=import-outside-toplevel
+
+  from configs import realformer_large  # pylint: disable=import-outside-toplevel
+
   block = next(b for b in _python_blocks() if 'memory_analysis()' in b)
   paper_config = realformer_large.get_config
 

@@ -48,8 +48,9 @@ def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
   entropy_invariant: log_base(real keys) / sqrt(d))."""
   p = params_lib.unstack_layers(params)
   p = {k: np.asarray(v) if not isinstance(v, dict) else v for k, v in p.items()}
-  to_np = lambda tree: {k: to_np(v) if isinstance(v, dict) else np.asarray(v, np.float64)
-                        for k, v in tree.items()}
+  to_np = lambda tree: {
+    k: to_np(v) if isinstance(v, dict) else np.asarray(v, np.float64) for k, v in tree.items()
+  }
   p = to_np(p)
   ids, mask, segments = map(np.asarray, (ids, mask, segments))
   emb = p['encoder']['embeddings']
@@ -58,7 +59,7 @@ def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
   if cfg.position_embedding == 'learned':
     x = x + emb['position']['embedding'][:length][None]
   x = _layer_norm(x, emb['norm'], cfg.norm_epsilon)
-  heads, dh = cfg.num_heads, cfg.head_dim
+  dh = cfg.head_dim
   scale = np.full((ids.shape[0], 1, 1, 1), 1.0 / math.sqrt(dh))
   if cfg.attention_scale == 'entropy_invariant':
     real_keys = mask.sum(-1)[:, None, None, None]
@@ -79,8 +80,10 @@ def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
     z = z + (1.0 - mask[:, None, None, :]) * -10000.0  # BERT's additive mask, after the sum
     probs = _softmax(z)
     ctx = np.einsum('bhqv,bhvk->bqhk', probs, v)
-    attn = np.einsum('bqhk,hkd->bqd', ctx, lp['attention']['out']['kernel']) \
-        + lp['attention']['out']['bias']
+    attn = (
+      np.einsum('bqhk,hkd->bqd', ctx, lp['attention']['out']['kernel'])
+      + lp['attention']['out']['bias']
+    )
     h = _layer_norm(x + attn, lp['attention_norm'], cfg.norm_epsilon)
     ff = _gelu(h @ lp['mlp']['wi']['kernel'] + lp['mlp']['wi']['bias'])
     ff = ff @ lp['mlp']['wo']['kernel'] + lp['mlp']['wo']['bias']
@@ -95,8 +98,7 @@ def reference_mlm_logits(params, cfg, ids, mask, segments, positions):
 @pytest.mark.parametrize('running_mean', [False, True])
 @pytest.mark.parametrize('scan_layers', [True, False])
 def test_three_layer_realformer_matches_numpy_reference(running_mean, scan_layers):
-  cfg = tiny_config(ln_placement='realformer', running_mean=running_mean,
-                    scan_layers=scan_layers)
+  cfg = tiny_config(ln_placement='realformer', running_mean=running_mean, scan_layers=scan_layers)
   ids, mask, segments = padded_batch()
   params = init_params(cfg, ids, mask, segments, seed=1)
   # Non-zero biases and norm offsets so that every parameter matters.
@@ -109,8 +111,10 @@ def test_three_layer_realformer_matches_numpy_reference(running_mean, scan_layer
 
 def _perturb(params, seed=7, scale=0.05):
   import jax
+
   leaves, treedef = jax.tree.flatten(params)
   rng = np.random.default_rng(seed)
-  leaves = [np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.float32)
-            for x in leaves]
+  leaves = [
+    np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.float32) for x in leaves
+  ]
   return jax.tree.unflatten(treedef, leaves)

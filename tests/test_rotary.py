@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from model_fixtures import init_params, padded_batch, tiny_config
+
 from realformer_jax import MaskedLM
 from realformer_jax.config import ConfigError
 from realformer_jax.params import stack_layers, unbox, unstack_layers
@@ -31,7 +31,7 @@ def _reference_rotary(x, base):
     for i in range(dim // 2):
       angle = m * base ** (-2.0 * i / dim)
       rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
-      out[:, m, :, 2 * i:2 * i + 2] = x[:, m, :, 2 * i:2 * i + 2] @ rotation.T
+      out[:, m, :, 2 * i : 2 * i + 2] = x[:, m, :, 2 * i : 2 * i + 2] @ rotation.T
   return out
 
 
@@ -41,8 +41,9 @@ def test_rotary_matches_a_float64_rotation():
   norms = lambda v: np.linalg.norm(np.asarray(v), axis=-1)
   np.testing.assert_allclose(norms(apply_rotary(x, 100.0)), norms(x), rtol=1e-5)
   # An offset continues the positions: the tail of a longer sequence.
-  np.testing.assert_allclose(apply_rotary(x[:, 3:], 100.0, offset=3),
-                             _reference_rotary(x, 100.0)[:, 3:], atol=2e-6)
+  np.testing.assert_allclose(
+    apply_rotary(x[:, 3:], 100.0, offset=3), _reference_rotary(x, 100.0)[:, 3:], atol=2e-6
+  )
 
 
 def test_rotated_scores_depend_only_on_the_offset():
@@ -61,15 +62,13 @@ def test_rotated_scores_depend_only_on_the_offset():
 
 
 def _first_layer_logits(cfg, params, ids, mask, segments):
-  _, state = MaskedLM(cfg).apply({'params': params}, ids, mask, segments,
-                                 mutable=['intermediates'])
+  _, state = MaskedLM(cfg).apply({'params': params}, ids, mask, segments, mutable=['intermediates'])
   logits = state['intermediates']['encoder']['layers']['attention']['attention_logits'][0]
   return np.asarray(logits[0])  # layer 0: [B, H, L, L]
 
 
 @pytest.mark.parametrize('position_embedding', ['rope', 'learned'])
-def test_first_layer_scores_of_a_constant_sequence_are_toeplitz_only_under_rope(
-    position_embedding):
+def test_first_layer_scores_of_a_constant_sequence_are_toeplitz_only_under_rope(position_embedding):
   """Every position holds the same token, so under rope the layer-0 score of (m, n) is a
   function of n - m alone (constant along diagonals); a learned table breaks that."""
   cfg = tiny_config(position_embedding=position_embedding, ln_placement='realformer')
@@ -77,8 +76,10 @@ def test_first_layer_scores_of_a_constant_sequence_are_toeplitz_only_under_rope(
   mask, segments = jnp.ones_like(ids), jnp.zeros_like(ids)
   params = init_params(cfg, ids, mask, segments, seed=3)
   logits_HxLxL = _first_layer_logits(cfg, params, ids, mask, segments)[0]
-  deviation = max(float(np.ptp(np.diagonal(logits_HxLxL, offset, axis1=1, axis2=2), axis=1).max())
-                  for offset in range(-19, 20))
+  deviation = max(
+    float(np.ptp(np.diagonal(logits_HxLxL, offset, axis1=1, axis2=2), axis=1).max())
+    for offset in range(-19, 20)
+  )
   spread = float(np.ptp(logits_HxLxL))
   assert spread > 1e-4  # the scores do vary with the offset
   if position_embedding == 'rope':
@@ -101,13 +102,15 @@ def test_no_positions_means_permuting_tokens_permutes_the_outputs():
 
 @pytest.mark.parametrize('attention_scale', ['standard', 'entropy_invariant'])
 def test_rope_realformer_matches_a_float64_reference(attention_scale):
-  cfg = tiny_config(position_embedding='rope', ln_placement='realformer',
-                    attention_scale=attention_scale)
+  cfg = tiny_config(
+    position_embedding='rope', ln_placement='realformer', attention_scale=attention_scale
+  )
   ids, mask, segments = padded_batch(vocab=cfg.vocab_size, real_lengths=(12, 9))
   params = init_params(cfg, ids, mask, segments, seed=1)
   rng = np.random.default_rng(7)
-  params = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape)
-                        .astype(np.float32), params)
+  params = jax.tree.map(
+    lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape).astype(np.float32), params
+  )
   # Large query/key weights: peaked attention, so positions change the output a lot.
   qkv = params['encoder']['layers']['attention']['qkv']
   qkv['kernel'] = qkv['kernel'] * 25.0
@@ -116,8 +119,9 @@ def test_rope_realformer_matches_a_float64_reference(attention_scale):
   expected = reference_mlm_logits(params, cfg, ids, mask, segments, positions)
   np.testing.assert_allclose(ours, expected, atol=2e-4, rtol=2e-4)
   # The rotation matters at this size: the same weights without it are far off.
-  unrotated = reference_mlm_logits(params, cfg.replace(position_embedding='none'), ids, mask,
-                                   segments, positions)
+  unrotated = reference_mlm_logits(
+    params, cfg.replace(position_embedding='none'), ids, mask, segments, positions
+  )
   assert np.abs(unrotated - expected).max() > 100 * 2e-4
 
 
@@ -128,21 +132,27 @@ def _loss(cfg, params, ids, mask, segments):
 
 @pytest.mark.parametrize('ln_placement', ['post', 'pre', 'realformer'])
 def test_rope_runs_past_max_len_and_scan_with_remat_equals_the_loop(ln_placement):
-  cfg = tiny_config(position_embedding='rope', ln_placement=ln_placement, max_len=16,
-                    remat_policy='full')
+  cfg = tiny_config(
+    position_embedding='rope', ln_placement=ln_placement, max_len=16, remat_policy='full'
+  )
   ids, mask, segments = padded_batch(length=40, vocab=cfg.vocab_size, real_lengths=(40, 25))
   scan_params = init_params(cfg, ids, mask, segments)  # 40 > max_len = 16
   assert 'position' not in scan_params['encoder']['embeddings']
   loop_cfg = cfg.replace(scan_layers=False, remat_policy='none')
   loop_params = unstack_layers(scan_params)
-  scan_loss, scan_grads = jax.value_and_grad(
-      lambda p: _loss(cfg, p, ids, mask, segments))(scan_params)
-  loop_loss, loop_grads = jax.value_and_grad(
-      lambda p: _loss(loop_cfg, p, ids, mask, segments))(loop_params)
+  scan_loss, scan_grads = jax.value_and_grad(lambda p: _loss(cfg, p, ids, mask, segments))(
+    scan_params
+  )
+  loop_loss, loop_grads = jax.value_and_grad(lambda p: _loss(loop_cfg, p, ids, mask, segments))(
+    loop_params
+  )
   assert np.isfinite(scan_loss)
   np.testing.assert_allclose(scan_loss, loop_loss, rtol=1e-5, atol=1e-5)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-               scan_grads, stack_layers(loop_grads))
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+    scan_grads,
+    stack_layers(loop_grads),
+  )
 
 
 def test_learned_positions_still_stop_at_their_table():
@@ -160,14 +170,16 @@ def test_learned_positions_still_stop_at_their_table():
 
 def test_training_config_allows_sequences_past_max_len_only_under_rope():
   from train_fixtures import tiny_config as train_config  # pylint: disable=import-outside-toplevel
+
   from realformer_jax import train  # pylint: disable=import-outside-toplevel
+
   rope = train_config(model__position_embedding='rope', model__max_len=16, data__max_len=32)
   assert train.validate_config(rope).model.position_embedding == 'rope'
   with pytest.raises(ConfigError, match='data.max_len=32: sequence longer than the position'):
     train.validate_config(train_config(model__max_len=16, data__max_len=32))
 
 
-_SHARDED_SCRIPT = r'''
+_SHARDED_SCRIPT = r"""
 import json, sys
 import jax
 jax.config.update('jax_disable_most_optimizations', True)
@@ -192,15 +204,20 @@ for name, shape in [('dp', (8, 1, 1)), ('fsdp_tp', (2, 2, 2))]:
     state, metrics = compiled(state, batch, rng)
     losses[name].append(float(metrics['mlm_loss_sum']))
 print('RESULTS ' + json.dumps(losses))
-'''
+"""
 
 
 def test_rope_trains_the_same_under_fsdp_and_tensor_parallel_sharding():
   """Heads split over the tensor axis: the rotation acts within a head (no communication)."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu')
-  done = subprocess.run([sys.executable, '-c', _SHARDED_SCRIPT], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=300)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
+  done = subprocess.run(
+    [sys.executable, '-c', _SHARDED_SCRIPT],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   losses = json.loads(done.stdout.split('RESULTS ', 1)[1])
   assert np.all(np.isfinite(losses['dp'])) and losses['dp'][0] != losses['dp'][1]

@@ -17,11 +17,11 @@ from tests import scale_out_support as support
 STEPS = 5
 # name: (devices, mesh shape over (data, fsdp, tensor))
 MESHES = {
-    '1x1': (1, '(1,1,1)'),
-    '8x1_data': (8, '(8,1,1)'),
-    '2x4_data_tensor': (8, '(2,1,4)'),
-    '1x8_fsdp': (8, '(1,8,1)'),
-    '1x8_tensor': (8, '(1,1,8)'),
+  '1x1': (1, '(1,1,1)'),
+  '8x1_data': (8, '(8,1,1)'),
+  '2x4_data_tensor': (8, '(2,1,4)'),
+  '1x8_fsdp': (8, '(1,8,1)'),
+  '1x8_tensor': (8, '(1,1,8)'),
 }
 
 
@@ -29,8 +29,9 @@ MESHES = {
 def data_dir(tmp_path_factory):
   """Embedded corpus + tokenizer prepared once for every run of this module."""
   path = str(tmp_path_factory.mktemp('tfds'))
-  from realformer_jax import data
   from configs import tiny
+  from realformer_jax import data
+
   config = tiny.get_config()
   config.data.data_dir = path
   config.data.vocab_size = 1000
@@ -47,15 +48,27 @@ def mesh_runs(data_dir, tmp_path_factory):
   jobs, workdirs = [], {}
   for name, (devices, shape) in MESHES.items():
     workdirs[name] = str(root / name)
-    jobs.append((support.train_command(workdirs[name], data_dir, shape,
-                                       '--config.train.checkpoint_every_steps=5'),
-                 support.device_env(devices)))
+    jobs.append(
+      (
+        support.train_command(
+          workdirs[name], data_dir, shape, '--config.train.checkpoint_every_steps=5'
+        ),
+        support.device_env(devices),
+      )
+    )
   workdirs['resumed'] = str(root / 'resumed')
-  jobs.append((support.train_command(workdirs['resumed'], data_dir, '(8,1,1)',
-                                     '--config.train.stop_at_step=3'), support.device_env(8)))
+  jobs.append(
+    (
+      support.train_command(
+        workdirs['resumed'], data_dir, '(8,1,1)', '--config.train.stop_at_step=3'
+      ),
+      support.device_env(8),
+    )
+  )
   support.run_all(jobs)
-  resumed = support.run_all([(support.train_command(workdirs['resumed'], data_dir, '(2,1,4)'),
-                              support.device_env(8))])[0]
+  resumed = support.run_all(
+    [(support.train_command(workdirs['resumed'], data_dir, '(2,1,4)'), support.device_env(8))]
+  )[0]
   assert 'resumed from the checkpoint at step 3' in resumed.stdout, resumed.stdout
   return workdirs
 
@@ -87,30 +100,37 @@ def test_checkpoint_from_8x1_resumes_on_2x4_like_an_uninterrupted_run(mesh_runs,
   assert support.relative_difference(params, reference) <= 1e-4
 
 
-def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(
-    data_dir, tmp_path):
+def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(data_dir, tmp_path):
   """2 processes x 2 CPU devices (gloo collectives over localhost) == 1 process x 4 devices;
   the 2-process checkpoint then resumes in a single 4-device process."""
   single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
   stop = ('--config.train.stop_at_step=3',)
   port = support.free_port()
   jobs = [
-      (support.train_command(
-          multi, data_dir, '(4,1,1)', *stop, '--config.distributed.num_processes=2',
-          f'--config.distributed.process_id={i}',
-          f'--config.distributed.coordinator_address=127.0.0.1:{port}'), support.device_env(2))
-      for i in range(2)
+    (
+      support.train_command(
+        multi,
+        data_dir,
+        '(4,1,1)',
+        *stop,
+        '--config.distributed.num_processes=2',
+        f'--config.distributed.process_id={i}',
+        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
+      ),
+      support.device_env(2),
+    )
+    for i in range(2)
   ]
   first, second = support.run_all(jobs, parallel=2)
   assert "mesh {'data': 4, 'fsdp': 1, 'tensor': 1}, 2 process(es)" in first.stdout
   assert 'final eval MLM accuracy' in first.stdout
   # Logs, metrics and progress come from process 0 only.
   assert 'final eval' not in second.stdout and 'step 2/' not in second.stdout
-  support.run_all([(support.train_command(single, data_dir, '(4,1,1)'),
-                    support.device_env(4))])
+  support.run_all([(support.train_command(single, data_dir, '(4,1,1)'), support.device_env(4))])
   # Continue the 2-process run to the end in ONE process with 4 devices.
-  resumed = support.run_all([(support.train_command(multi, data_dir, '(4,1,1)'),
-                              support.device_env(4))])[0]
+  resumed = support.run_all(
+    [(support.train_command(multi, data_dir, '(4,1,1)'), support.device_env(4))]
+  )[0]
   assert 'resumed from the checkpoint at step 3' in resumed.stdout, resumed.stdout
   one, two = support.train_losses(single), support.train_losses(multi)
   for step in range(1, STEPS + 1):
@@ -128,8 +148,14 @@ def test_partition_specs_match_golden_tree():
   FSDP and tensor layouts. Regenerate (after an intended change) with
       python -m tests.partition_specs > tests/golden/partition_specs.json
   """
-  result = subprocess.run([sys.executable, '-m', 'tests.partition_specs'], cwd=support.REPO,
-                          env=support.device_env(8), capture_output=True, text=True, timeout=300)
+  result = subprocess.run(
+    [sys.executable, '-m', 'tests.partition_specs'],
+    cwd=support.REPO,
+    env=support.device_env(8),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert result.returncode == 0, result.stderr
   with open(GOLDEN) as f:
     golden = json.load(f)

@@ -5,12 +5,11 @@ that cannot fit fails in one line naming the bytes."""
 import jax
 import numpy as np
 import pytest
-
 from train_fixtures import synthetic_batch, tiny_config
+
 from realformer_jax import train
 from realformer_jax.config import ConfigError
 from realformer_jax.train import accumulation, partitioning
-
 
 _COMPILED = {}
 
@@ -33,19 +32,26 @@ def compile_each_config_once(monkeypatch):
 
 
 def _need_by_hand(config, accum):
-  m = train.compile_train_step(tiny_config(**config, train__grad_accum_steps=accum)) \
-      .memory_analysis()
+  m = train.compile_train_step(
+    tiny_config(**config, train__grad_accum_steps=accum)
+  ).memory_analysis()
   # Live inputs + outputs, the donated state (aliased outputs) counted once, + temporaries.
-  return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-          + m.temp_size_in_bytes)
+  return (
+    m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+  )
 
 
 _BASE = dict(model__dropout_rate=0.1, train__global_batch_size=8, model__remat_policy='none')
 
 
 def _resolve(budget, **overrides):
-  config = tiny_config(**_BASE, train__grad_accum_steps='auto', train__device_memory_bytes=budget,
-                       train__memory_fraction=1.0, **overrides)
+  config = tiny_config(
+    **_BASE,
+    train__grad_accum_steps='auto',
+    train__device_memory_bytes=budget,
+    train__memory_fraction=1.0,
+    **overrides,
+  )
   lines = []
   return accumulation.resolve(train.validate_config(config), log=lines.append), lines
 
@@ -81,9 +87,11 @@ def test_auto_fails_in_one_line_when_one_sequence_cannot_fit():
     _resolve(1_000)
   message = str(error.value)
   assert '\n' not in message
-  assert "even one sequence per device does not fit" in message
-  assert "remat_policy='full'" in message and 'the device has 1,000 (train.device_memory_bytes' \
-      in message
+  assert 'even one sequence per device does not fit' in message
+  assert (
+    "remat_policy='full'" in message
+    and 'the device has 1,000 (train.device_memory_bytes' in message
+  )
 
 
 def test_auto_tries_full_remat_before_giving_up():
@@ -97,8 +105,11 @@ def test_auto_tries_full_remat_before_giving_up():
 
 
 def test_accumulation_values_are_checked_before_compilation():
-  with pytest.raises(ConfigError, match=r"train.grad_accum_steps='some': must be a positive "
-                                        r"integer or 'auto'"):
+  with pytest.raises(
+    ConfigError,
+    match=r"train.grad_accum_steps='some': must be a positive "
+    r"integer or 'auto'",
+  ):
     train.validate_config(tiny_config(train__grad_accum_steps='some'))
   config = tiny_config(train__grad_accum_steps='4')  # as the command line delivers it
   assert train.validate_config(config).train.grad_accum_steps == 4

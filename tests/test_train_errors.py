@@ -1,8 +1,8 @@
 """Bad input fails before anything is compiled, with one line naming the problem."""
 
 import pytest
-
 from train_fixtures import cli_flags, run_train_cli, tiny_config
+
 from realformer_jax import train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
@@ -12,30 +12,50 @@ from realformer_jax.train import loop
 @pytest.fixture
 def nothing_compiles(monkeypatch):
   """Fails the test if the loop gets as far as building the model or compiling."""
+
   def forbidden(*args, **kwargs):
     raise AssertionError('reached model construction / compilation')
+
   monkeypatch.setattr(loop.build, 'make_setup', forbidden)
   monkeypatch.setattr(loop.build, 'compile_train_step', forbidden)
 
 
-@pytest.mark.parametrize('overrides, error, message', [
-    (dict(model__ln_placement='sideways'), ConfigError,
-     r"^model\.ln_placement='sideways': must be one of post, pre, realformer, none$"),
-    (dict(model__num_heads=3), ConfigError,
-     r'^model\.num_heads=3: must divide model\.hidden_size=32$'),
-    (dict(data__max_len=64), ConfigError,
-     r'^data\.max_len=64: sequence longer than the position table model\.max_len=32$'),
-    (dict(train__global_batch_size=6, train__grad_accum_steps=4), ConfigError,
-     r'^train\.global_batch_size=6: must be divisible by the data-parallel size 1 '
-     r'\(mesh data\*fsdp\) times train\.grad_accum_steps=4$'),
+@pytest.mark.parametrize(
+  'overrides, error, message',
+  [
+    (
+      dict(model__ln_placement='sideways'),
+      ConfigError,
+      r"^model\.ln_placement='sideways': must be one of post, pre, realformer, none$",
+    ),
+    (
+      dict(model__num_heads=3),
+      ConfigError,
+      r'^model\.num_heads=3: must divide model\.hidden_size=32$',
+    ),
+    (
+      dict(data__max_len=64),
+      ConfigError,
+      r'^data\.max_len=64: sequence longer than the position table model\.max_len=32$',
+    ),
+    (
+      dict(train__global_batch_size=6, train__grad_accum_steps=4),
+      ConfigError,
+      r'^train\.global_batch_size=6: must be divisible by the data-parallel size 1 '
+      r'\(mesh data\*fsdp\) times train\.grad_accum_steps=4$',
+    ),
     (dict(data__dataset='no_such_dataset_xyz'), DataError, r"^Unknown dataset 'no_such_data"),
     (dict(data__eval_split='train[:0]'), DataError, r"split 'train\[:0\]' has zero records"),
     (dict(train__warmup_steps=100), ConfigError, r'^train\.warmup_steps=100: must be in'),
-    (dict(mesh__shape=(1, 1, 2)), ConfigError, r'^mesh\.shape=\(1, 1, 2\): needs 2 devices, '
-     r'found 1$'),
-])
-def test_bad_config_fails_before_compilation(tmp_path, nothing_compiles, overrides, error,
-                                             message):
+    (
+      dict(mesh__shape=(1, 1, 2)),
+      ConfigError,
+      r'^mesh\.shape=\(1, 1, 2\): needs 2 devices, '
+      r'found 1$',
+    ),
+  ],
+)
+def test_bad_config_fails_before_compilation(tmp_path, nothing_compiles, overrides, error, message):
   with pytest.raises(error, match=message) as raised:
     train.train_and_evaluate(tiny_config(**overrides), str(tmp_path))
   assert '\n' not in str(raised.value)
@@ -48,8 +68,9 @@ def test_unprepared_tfds_dataset_with_downloads_off(tmp_path, nothing_compiles):
     train.train_and_evaluate(config, str(tmp_path))
 
 
-@pytest.mark.parametrize('section, field', [('train', 'lerning_rate'), ('mesh', 'axis'),
-                                            ('distributed', 'workers')])
+@pytest.mark.parametrize(
+  'section, field', [('train', 'lerning_rate'), ('mesh', 'axis'), ('distributed', 'workers')]
+)
 def test_unknown_fields_are_rejected(section, field):
   config = tiny_config()
   with config.unlocked():
@@ -70,12 +91,16 @@ def test_rules_must_name_known_axes():
 
 def test_batch_must_split_over_data_parallel_devices():
   config = tiny_config(train__global_batch_size=12, mesh__shape=(2, 4, 1))
-  with pytest.raises(ConfigError, match=r'global_batch_size=12: must be divisible by the '
-                                        r'data-parallel size 8 \(mesh data\*fsdp\)'):
+  with pytest.raises(
+    ConfigError,
+    match=r'global_batch_size=12: must be divisible by the '
+    r'data-parallel size 8 \(mesh data\*fsdp\)',
+  ):
     train.validate_config(config, device_count=8, process_count=1)
   # Tensor parallelism does not split the batch: 12 rows over data*fsdp = 2 is fine.
-  train.validate_config(tiny_config(train__global_batch_size=12, mesh__shape=(2, 1, 4)),
-                        device_count=8, process_count=1)
+  train.validate_config(
+    tiny_config(train__global_batch_size=12, mesh__shape=(2, 1, 4)), device_count=8, process_count=1
+  )
 
 
 def _cli(tmp_path, *flags, env=None) -> tuple[int, str]:
@@ -87,13 +112,17 @@ def _cli(tmp_path, *flags, env=None) -> tuple[int, str]:
 
 def test_cli_reports_one_line_and_exit_status_1(tmp_path):
   """On 8 devices, a batch of 12 cannot split over data parallelism 8: one line, no trace."""
-  status, stderr = _cli(tmp_path, *cli_flags(train__global_batch_size=12),
-                        env={'XLA_FLAGS': '--xla_force_host_platform_device_count=8',
-                             'JAX_PLATFORMS': 'cpu'})  # 8 forced CPU devices on any machine
+  status, stderr = _cli(
+    tmp_path,
+    *cli_flags(train__global_batch_size=12),
+    env={'XLA_FLAGS': '--xla_force_host_platform_device_count=8', 'JAX_PLATFORMS': 'cpu'},
+  )  # 8 forced CPU devices on any machine
   assert status == 1
   errors = [line for line in stderr.splitlines() if line.startswith('error:')]
-  assert errors == ['error: train.global_batch_size=12: must be divisible by the data-parallel '
-                    'size 8 (mesh data*fsdp) times train.grad_accum_steps=1']
+  assert errors == [
+    'error: train.global_batch_size=12: must be divisible by the data-parallel '
+    'size 8 (mesh data*fsdp) times train.grad_accum_steps=1'
+  ]
   assert 'Traceback' not in stderr
   assert not (tmp_path / 'checkpoints').exists()
 
@@ -102,15 +131,20 @@ def test_cli_rejects_unknown_override(tmp_path):
   status, stderr = _cli(tmp_path, '--config.train.lerning_rate=0.1')
   assert status == 1
   assert stderr.strip().splitlines()[-1] == (
-      "error: --config.train.lerning_rate: unknown config field ('lerning_rate')")
+    "error: --config.train.lerning_rate: unknown config field ('lerning_rate')"
+  )
   assert 'Traceback' not in stderr
 
 
 def test_each_process_needs_its_own_batch_rows():
   # 2 processes on a tensor-only mesh: one batch shard cannot be fed by two processes.
   config = tiny_config(train__global_batch_size=8, mesh__shape=(1, 1, 8))
-  with pytest.raises(ConfigError, match=r'^mesh\.shape=\(1, 1, 8\): the batch is split over 1 '
-                                        r'device group\(s\) .* multiple of the process count 2$'):
+  with pytest.raises(
+    ConfigError,
+    match=r'^mesh\.shape=\(1, 1, 8\): the batch is split over 1 '
+    r'device group\(s\) .* multiple of the process count 2$',
+  ):
     train.validate_config(config, device_count=8, process_count=2)
-  train.validate_config(tiny_config(train__global_batch_size=8, mesh__shape=(2, 1, 4)),
-                        device_count=8, process_count=2)
+  train.validate_config(
+    tiny_config(train__global_batch_size=8, mesh__shape=(2, 1, 4)), device_count=8, process_count=2
+  )

@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-
 from train_fixtures import tiny_config
+
 from realformer_jax import data, train
 from realformer_jax.config import ConfigError
 from realformer_jax.train import loop
@@ -38,6 +38,7 @@ def recorded_batches(monkeypatch):
     def step(state, batch, rng):
       batches.append(np.asarray(batch['input_ids']))
       return compiled(state, batch, rng)
+
     return step
 
   monkeypatch.setattr(loop.build, 'compile_train_step', compile_and_record)
@@ -47,9 +48,16 @@ def recorded_batches(monkeypatch):
 def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   workdir = str(tmp_path)
   result = train.train_and_evaluate(
-      tiny_config(train__num_train_steps=24, train__warmup_steps=4, train__log_every_steps=4,
-                  train__eval_every_steps=12, train__checkpoint_every_steps=8,
-                  train__keep_checkpoints=2), workdir)
+    tiny_config(
+      train__num_train_steps=24,
+      train__warmup_steps=4,
+      train__log_every_steps=4,
+      train__eval_every_steps=12,
+      train__checkpoint_every_steps=8,
+      train__keep_checkpoints=2,
+    ),
+    workdir,
+  )
 
   scalars = train.read_scalars(workdir)
   losses = [value for _, value in scalars['train/loss']]
@@ -67,8 +75,10 @@ def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   out = capsys.readouterr().out
   assert 'step 24/24 | loss' in out and 'tok/s | ETA' in out
   assert 'training steps 1-24: the first step is running' in out
-  assert (f'final eval MLM accuracy {result["eval/mlm_accuracy"]:.4f} vs most-frequent-token '
-          f'baseline {result["baseline"]:.4f}') in out
+  assert (
+    f'final eval MLM accuracy {result["eval/mlm_accuracy"]:.4f} vs most-frequent-token '
+    f'baseline {result["baseline"]:.4f}'
+  ) in out
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['16', '24']  # last 2
   assert json.load(open(os.path.join(workdir, 'config.json')))['train']['num_train_steps'] == 24
 
@@ -81,8 +91,9 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   recorded_batches.clear()
 
   split_dir = str(tmp_path / 'split')
-  first = train.train_and_evaluate(tiny_config(train__num_train_steps=8, train__stop_at_step=4),
-                                   split_dir)
+  first = train.train_and_evaluate(
+    tiny_config(train__num_train_steps=8, train__stop_at_step=4), split_dir
+  )
   assert first['step'] == 4
   resumed = train.train_and_evaluate(config, split_dir)
   assert resumed['step'] == 8
@@ -90,8 +101,11 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   assert len(straight_batches) == len(recorded_batches) == 8
   for a, b in zip(straight_batches, recorded_batches):
     np.testing.assert_array_equal(a, b)
-  jax.tree.map(np.testing.assert_array_equal, _saved_params(str(tmp_path / 'straight'), 8),
-               _saved_params(split_dir, 8))
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    _saved_params(str(tmp_path / 'straight'), 8),
+    _saved_params(split_dir, 8),
+  )
   assert _data_position(str(tmp_path / 'straight'), 8) == _data_position(split_dir, 8)
   assert resumed['eval/mlm_accuracy'] == straight['eval/mlm_accuracy']
   assert resumed['eval/loss'] == straight['eval/loss']
@@ -99,34 +113,46 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   workdir = str(tmp_path)
-  train.train_and_evaluate(tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2),
-                           workdir)
+  train.train_and_evaluate(
+    tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
+  )
   good = _saved_params(workdir, 2)
   # Resumed with an absurd learning rate: step 3's update explodes, step 4's loss is not finite.
-  with pytest.raises(train.TrainingError,
-                     match=r'^non-finite loss nan at step 4; stopped without saving '
-                           r'\(last good checkpoint: step 2\)$'):
-    train.train_and_evaluate(tiny_config(train__learning_rate=1e30,
-                                         train__checkpoint_every_steps=2), workdir)
+  with pytest.raises(
+    train.TrainingError,
+    match=r'^non-finite loss nan at step 4; stopped without saving '
+    r'\(last good checkpoint: step 2\)$',
+  ):
+    train.train_and_evaluate(
+      tiny_config(train__learning_rate=1e30, train__checkpoint_every_steps=2), workdir
+    )
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
 
 
-def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path,
-                                                                            monkeypatch):
+def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path, monkeypatch):
   workdir = str(tmp_path)
-  train.train_and_evaluate(tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2),
-                           workdir)
+  train.train_and_evaluate(
+    tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
+  )
   good = _saved_params(workdir, 2)
-  monkeypatch.setattr(loop.accumulation, 'resolve',
-                      lambda *a, **k: pytest.fail('compiled before checking the workdir'))
+  monkeypatch.setattr(
+    loop.accumulation,
+    'resolve',
+    lambda *a, **k: pytest.fail('compiled before checking the workdir'),
+  )
   config = tiny_config()
   config.model.hidden_size *= 2
-  with pytest.raises(ConfigError, match=(
+  with pytest.raises(
+    ConfigError,
+    match=(
       r'holds checkpoints \(latest step 2\) of another model: model.hidden_size=\d+ '
-      r'\(the checkpoint has \d+\); use a new --workdir')):
+      r'\(the checkpoint has \d+\); use a new --workdir'
+    ),
+  ):
     train.train_and_evaluate(config, workdir)
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
   assert json.load(open(os.path.join(workdir, 'config.json')))['model'] == json.loads(
-      tiny_config().model.to_json_best_effort())
+    tiny_config().model.to_json_best_effort()
+  )

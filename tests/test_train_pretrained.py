@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-
 from train_fixtures import tiny_config
+
 from realformer_jax import MaskedLM, train
 from realformer_jax.config import ConfigError
 
@@ -16,8 +16,12 @@ from realformer_jax.config import ConfigError
 @pytest.fixture(scope='module')
 def trained_workdir(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('pretrained'))
-  train.train_and_evaluate(tiny_config(train__num_train_steps=4, train__checkpoint_every_steps=2,
-                                       model__ln_placement='post'), workdir)
+  train.train_and_evaluate(
+    tiny_config(
+      train__num_train_steps=4, train__checkpoint_every_steps=2, model__ln_placement='post'
+    ),
+    workdir,
+  )
   return workdir
 
 
@@ -27,13 +31,15 @@ def test_load_workdir_restores_the_latest_checkpoint(trained_workdir):
   assert run.model_config.ln_placement == 'post' and run.model_config.hidden_size == 32
   assert run.config.train.num_train_steps == 4
   saved = ocp.StandardCheckpointer().restore(
-      os.path.join(trained_workdir, 'checkpoints', '4', 'state'))['params']
+    os.path.join(trained_workdir, 'checkpoints', '4', 'state')
+  )['params']
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(run.params), saved)
   earlier = train.load_workdir(trained_workdir, step=2)
   assert earlier.step == 2
-  assert not np.array_equal(jax.device_get(earlier.params['encoder']['layers']['mlp']['wi']
-                                           ['kernel']),
-                            saved['encoder']['layers']['mlp']['wi']['kernel'])
+  assert not np.array_equal(
+    jax.device_get(earlier.params['encoder']['layers']['mlp']['wi']['kernel']),
+    saved['encoder']['layers']['mlp']['wi']['kernel'],
+  )
 
   # The run copied its tokenizer into the workdir: no data preparation needed to use it.
   assert run.tokenizer.source == os.path.join(trained_workdir, 'tokenizer.model')

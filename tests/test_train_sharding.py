@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import numpy as np
-
 from train_fixtures import REPO
 
-_SCRIPT = r'''
+_SCRIPT = r"""
 import json, sys
 import jax
 import numpy as np
@@ -56,15 +55,15 @@ for name, shape in [('dp', (8, 1, 1)), ('fsdp', (1, 8, 1)), ('fsdp_tp', (2, 2, 2
       'argument_bytes': compiled.memory_analysis().argument_size_in_bytes,
   }
 print('RESULTS ' + json.dumps(results))
-'''
+"""
 
 
 def test_data_fsdp_and_tensor_parallel_layouts_on_8_devices():
   # 8 forced CPU devices, also on a machine with an accelerator.
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu')
-  done = subprocess.run([sys.executable, '-c', _SCRIPT], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=300)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
+  done = subprocess.run(
+    [sys.executable, '-c', _SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   results = json.loads(done.stdout.split('RESULTS ', 1)[1])
   dp, fsdp, fsdp_tp = results['dp'], results['fsdp'], results['fsdp_tp']

@@ -5,10 +5,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-
 from train_fixtures import make_setup, synthetic_batch, tiny_config
+
 from realformer_jax import losses, train
-from realformer_jax.train import build, partitioning, state as state_lib
+from realformer_jax.train import build, partitioning
+from realformer_jax.train import state as state_lib
 
 
 def _first_step(config):
@@ -29,21 +30,26 @@ def _one_step(config):
 
 def test_gradient_accumulation_equals_one_big_batch():
   # No dropout: microbatches would otherwise draw different masks than the big batch.
-  overrides = dict(model__dropout_rate=0.0, model__attention_dropout_rate=0.0,
-                   train__warmup_steps=0)
+  overrides = dict(
+    model__dropout_rate=0.0, model__attention_dropout_rate=0.0, train__warmup_steps=0
+  )
   big_state, big_metrics = _one_step(tiny_config(**overrides))
   acc_state, acc_metrics = _one_step(tiny_config(train__grad_accum_steps=4, **overrides))
   for name in ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight', 'grad_norm'):
     assert acc_metrics[name] == pytest.approx(big_metrics[name], rel=1e-5), name
   moved = jax.tree.map(lambda a, b: np.abs(a - b).max(), big_state.params, acc_state.params)
   assert max(jax.tree.leaves(moved)) < 1e-6
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-               big_state.opt_state[1][0].mu, acc_state.opt_state[1][0].mu)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+    big_state.opt_state[1][0].mu,
+    acc_state.opt_state[1][0].mu,
+  )
 
 
 def test_schedule_warms_up_then_decays_linearly_to_zero():
-  config = tiny_config(train__num_train_steps=100, train__warmup_steps=10,
-                       train__learning_rate=1e-3)
+  config = tiny_config(
+    train__num_train_steps=100, train__warmup_steps=10, train__learning_rate=1e-3
+  )
   schedule = state_lib.learning_rate_schedule(config.train)
   values = [float(schedule(s)) for s in (0, 5, 10, 55, 100)]
   np.testing.assert_allclose(values, [0.0, 5e-4, 1e-3, 5e-4, 0.0], atol=1e-9)
@@ -52,8 +58,10 @@ def test_schedule_warms_up_then_decays_linearly_to_zero():
 def test_weight_decay_only_on_kernels_and_embeddings():
   setup = make_setup(tiny_config())
   mask = state_lib.weight_decay_mask(setup.layout.abstract.params)
-  flat = {jax.tree_util.keystr(path): decayed
-          for path, decayed in jax.tree_util.tree_leaves_with_path(mask)}
+  flat = {
+    jax.tree_util.keystr(path): decayed
+    for path, decayed in jax.tree_util.tree_leaves_with_path(mask)
+  }
   assert flat["['encoder']['embeddings']['word']['embedding']"]
   assert flat["['encoder']['layers']['attention']['qkv']['kernel']"]
   assert not flat["['encoder']['layers']['attention']['qkv']['bias']"]
@@ -75,14 +83,16 @@ def test_per_layer_gradient_norms_are_opt_in_metrics():
     assert values.shape == (config.model.num_layers,) and np.all(values > 0), name
   # The per-layer pieces are a partition of part of the gradient: their squares sum to at most
   # the squared global norm.
-  assert sum(float(np.sum(v ** 2)) for v in norms.values()) <= metrics['grad_norm'] ** 2 * 1.0001
+  assert sum(float(np.sum(v**2)) for v in norms.values()) <= metrics['grad_norm'] ** 2 * 1.0001
   assert 'layer_grad_norms' not in _one_step(tiny_config())[1]
 
 
 @pytest.mark.parametrize('max_norm', [1e-3, 1.0, 1e3])
 def test_clip_by_global_norm_matches_optax(max_norm):
-  tree = {'a': np.linspace(-2.0, 3.0, 12, dtype=np.float32).reshape(3, 4),
-          'b': {'c': np.full((5,), 0.25, np.float32)}}
+  tree = {
+    'a': np.linspace(-2.0, 3.0, 12, dtype=np.float32).reshape(3, 4),
+    'b': {'c': np.full((5,), 0.25, np.float32)},
+  }
   ours = state_lib.clip_by_global_norm(max_norm)
   reference = optax.clip_by_global_norm(max_norm)
   got, got_state = ours.update(tree, ours.init(tree))
@@ -95,32 +105,56 @@ def test_clip_by_global_norm_matches_optax(max_norm):
 
 def test_train_step_is_clipped_adamw_on_the_mean_gradient():
   """One step against optax's own clip + AdamW applied to jax.grad of the mean MLM loss."""
-  config = tiny_config(model__dropout_rate=0.0, model__attention_dropout_rate=0.0,
-                       train__warmup_steps=0, train__clip_grad_norm=0.05)
+  config = tiny_config(
+    model__dropout_rate=0.0,
+    model__attention_dropout_rate=0.0,
+    train__warmup_steps=0,
+    train__clip_grad_norm=0.05,
+  )
   setup, state, new_state, metrics = _first_step(config)
   batch = synthetic_batch(config)
 
   def mean_loss(params):
-    logits = setup.model.apply({'params': params}, batch['input_ids'], batch['input_mask'],
-                               batch['segment_ids'], batch['masked_positions'],
-                               deterministic=True, step=0)
+    logits = setup.model.apply(
+      {'params': params},
+      batch['input_ids'],
+      batch['input_mask'],
+      batch['segment_ids'],
+      batch['masked_positions'],
+      deterministic=True,
+      step=0,
+    )
     return losses.mlm_loss_and_metrics(logits, batch['masked_ids'], batch['masked_weights'])[0]
 
   grads = jax.grad(mean_loss)(state.params)
   assert metrics['grad_norm'] == pytest.approx(float(optax.tree.norm(grads)), rel=1e-5)
   assert metrics['grad_norm'] > config.train.clip_grad_norm  # clipping is active
-  tx = optax.chain(optax.clip_by_global_norm(config.train.clip_grad_norm),
-                   optax.adamw(state_lib.learning_rate_schedule(config.train),
-                               b1=config.train.adam_b1, b2=config.train.adam_b2,
-                               eps=config.train.adam_eps, weight_decay=config.train.weight_decay,
-                               mask=state_lib.weight_decay_mask))
+  tx = optax.chain(
+    optax.clip_by_global_norm(config.train.clip_grad_norm),
+    optax.adamw(
+      state_lib.learning_rate_schedule(config.train),
+      b1=config.train.adam_b1,
+      b2=config.train.adam_b2,
+      eps=config.train.adam_eps,
+      weight_decay=config.train.weight_decay,
+      mask=state_lib.weight_decay_mask,
+    ),
+  )
   updates, opt_state = tx.update(grads, tx.init(state.params), state.params)
   # The moments carry the gradient's scale (the first Adam step itself is nearly sign(g)).
-  for got, want in ((new_state.opt_state[1][0].mu, opt_state[1][0].mu),
-                    (new_state.opt_state[1][0].nu, opt_state[1][0].nu)):
-    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-4,
-                                                         atol=1e-4 * np.abs(w).max()), got, want)
+  for got, want in (
+    (new_state.opt_state[1][0].mu, opt_state[1][0].mu),
+    (new_state.opt_state[1][0].nu, opt_state[1][0].nu),
+  ):
+    jax.tree.map(
+      lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max()),
+      got,
+      want,
+    )
   # Entries with |g| near eps are sensitive to summation order: compare at 1% of a step.
   step_size = config.train.learning_rate
-  jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, atol=1e-2 * step_size),
-               new_state.params, optax.apply_updates(state.params, updates))
+  jax.tree.map(
+    lambda g, w: np.testing.assert_allclose(g, w, atol=1e-2 * step_size),
+    new_state.params,
+    optax.apply_updates(state.params, updates),
+  )

@@ -9,8 +9,8 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from data_fixtures import bible_config
+
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import bible_pairs
@@ -24,8 +24,13 @@ def _data_dir() -> str:
 
 
 def _data_config(**overrides) -> data_lib.TranslationDataConfig:
-  values = dict(data_dir=_data_dir(), vocab_size=300, max_pairs=80, bucket_lengths=(16, 32, 48),
-                tokens_per_batch=192)
+  values = dict(
+    data_dir=_data_dir(),
+    vocab_size=300,
+    max_pairs=80,
+    bucket_lengths=(16, 32, 48),
+    tokens_per_batch=192,
+  )
   return data_lib.TranslationDataConfig(**{**values, **overrides})
 
 
@@ -61,8 +66,11 @@ def test_prepare_encodes_every_split_and_reuses_its_cache(tmp_path):
   config = _data_config(data_dir=str(tmp_path))
   data = data_lib.prepare(config)
   cache = os.path.join(str(tmp_path), data_lib.DATASET)
-  files = {name: os.path.getmtime(os.path.join(cache, name)) for name in os.listdir(cache)
-           if name.endswith('.npz')}
+  files = {
+    name: os.path.getmtime(os.path.join(cache, name))
+    for name in os.listdir(cache)
+    if name.endswith('.npz')
+  }
   assert len(files) == 1
   for name in bible_pairs.SPLITS:
     split = data.splits[name]
@@ -73,8 +81,9 @@ def test_prepare_encodes_every_split_and_reuses_its_cache(tmp_path):
   again = data_lib.prepare(config)
   assert again.tokenizer.sha256 == data.tokenizer.sha256
   assert {n: os.path.getmtime(os.path.join(cache, n)) for n in files} == files
-  np.testing.assert_array_equal(np.concatenate(again.splits['test'].sources),
-                                np.concatenate(data.splits['test'].sources))
+  np.testing.assert_array_equal(
+    np.concatenate(again.splits['test'].sources), np.concatenate(data.splits['test'].sources)
+  )
 
 
 def test_train_batches_cover_the_split_once_in_buckets():
@@ -90,13 +99,14 @@ def test_train_batches_cover_the_split_once_in_buckets():
     real = batch['target_mask'].sum(1) > 0
     # target_in is [CLS] + target, target_out is target + [SEP]: shifted by one.
     inner = batch['target_mask'][real, 1:]  # positions followed by another target token
-    np.testing.assert_array_equal(batch['target_in'][real, 1:] * inner,
-                                  batch['target_out'][real, :-1] * inner)
+    np.testing.assert_array_equal(
+      batch['target_in'][real, 1:] * inner, batch['target_out'][real, :-1] * inner
+    )
     assert np.all(batch['target_in'][real, 0] == data.bos_id)
     for row in np.flatnonzero(real):
       n = int(batch['target_mask'][row].sum())
       assert batch['target_out'][row, n - 1] == data.eos_id
-      seen.append(tuple(batch['target_out'][row, :n - 1]))
+      seen.append(tuple(batch['target_out'][row, : n - 1]))
   assert sorted(seen) == sorted(tuple(t) for t in train.targets)
   again = [b['source'] for b in data_lib.train_batches(data, config, seed=3, epoch=0)]
   other = [b['source'] for b in data_lib.train_batches(data, config, seed=3, epoch=1)]
@@ -112,31 +122,38 @@ def test_eval_batches_have_one_shape_and_every_pair():
     assert batch['source'].shape == (16, config.bucket_lengths[-1])
     for row, index in enumerate(rows):
       n = int(batch['source_mask'][row].sum())
-      np.testing.assert_array_equal(batch['source'][row, :n - 1],
-                                    data.splits['test'].sources[index][:n - 1])
-    assert not batch['source'][len(rows):].any()
+      np.testing.assert_array_equal(
+        batch['source'][row, : n - 1], data.splits['test'].sources[index][: n - 1]
+      )
+    assert not batch['source'][len(rows) :].any()
     indices += list(rows)
   assert sorted(indices) == list(range(len(data.splits['test'])))
 
 
-@pytest.mark.parametrize('overrides, field', [
+@pytest.mark.parametrize(
+  'overrides, field',
+  [
     (dict(bucket_lengths=(32, 16)), 'bucket_lengths'),
     (dict(tokens_per_batch=8), 'tokens_per_batch'),
     (dict(test_books=(8, 31)), 'test_books'),
     (dict(dev_books=(70,)), 'dev_books'),
-])
+  ],
+)
 def test_bad_data_config_is_one_line_naming_the_field(overrides, field):
   with pytest.raises(DataError, match=f'data config: {field}='):
     _data_config(**overrides)
 
 
-@pytest.mark.parametrize('section, name, value, message', [
+@pytest.mark.parametrize(
+  'section, name, value, message',
+  [
     ('train', 'warmup_steps', 5000, 'train.warmup_steps=5000'),
     ('train', 'label_smoothing', 1.0, 'train.label_smoothing=1.0'),
     ('decode', 'beam_size', 0, 'decode.beam_size=0'),
     ('model', 'max_len', 32, 'model.max_len=32'),
     ('model', 'decoder_attention', 'fused', "model.decoder_attention='fused'"),
-])
+  ],
+)
 def test_bad_translation_config_is_one_line_naming_the_field(section, name, value, message):
   config = translation_config.default_translation_config()
   config[section][name] = value
@@ -149,8 +166,9 @@ def test_label_smoothed_loss_against_numpy():
   logits = rng.normal(size=(2, 3, 7)) * 3
   targets = rng.integers(0, 7, (2, 3))
   weights = np.array([[1, 1, 0], [1, 0, 0]])
-  loss, sums = translation.label_smoothed_loss(jnp.asarray(logits, jnp.float32),
-                                               jnp.asarray(targets), jnp.asarray(weights), 0.1)
+  loss, sums = translation.label_smoothed_loss(
+    jnp.asarray(logits, jnp.float32), jnp.asarray(targets), jnp.asarray(weights), 0.1
+  )
   log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   nll = -np.take_along_axis(log_p, targets[..., None], -1)[..., 0]
   per_token = 0.9 * nll + 0.1 * -log_p.mean(-1)
@@ -168,13 +186,20 @@ def _fake_results(config, bleu, speed_ratio):
   for i, seed in enumerate(seeds):
     for kind, shift in (('standard', 0.0), ('merged', bleu)):
       results[f'{kind}-s{seed}'] = {
-          'test_bleu_greedy': 20.0 + i + shift, 'test_bleu_beam': 21.0 + i + shift,
-          'test_beam_signature': 'sig', 'final_dev_nll': 3.0 + 0.1 * i, 'num_params': 1000,
-          'history': {'train_seconds': 60.0 + i}}
-    speed[seed] = {search: {measure: {'standard': 100.0 + i,
-                                      'merged': (100.0 + i) * speed_ratio * (1 + 0.01 * i)}
-                            for measure in ('to_eos', 'fixed')}
-                   for search in ('greedy', 'beam')}
+        'test_bleu_greedy': 20.0 + i + shift,
+        'test_bleu_beam': 21.0 + i + shift,
+        'test_beam_signature': 'sig',
+        'final_dev_nll': 3.0 + 0.1 * i,
+        'num_params': 1000,
+        'history': {'train_seconds': 60.0 + i},
+      }
+    speed[seed] = {
+      search: {
+        measure: {'standard': 100.0 + i, 'merged': (100.0 + i) * speed_ratio * (1 + 0.01 * i)}
+        for measure in ('to_eos', 'fixed')
+      }
+      for search in ('greedy', 'beam')
+    }
   return results, speed
 
 
@@ -209,8 +234,10 @@ def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
 def test_readme_seq2seq_example_runs(capsys):
   import pathlib  # pylint: disable=import-outside-toplevel
   import re  # pylint: disable=import-outside-toplevel
+
   readme = (pathlib.Path(__file__).resolve().parents[1] / 'README.md').read_text()
-  block = next(b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
-               if 'beam_search(' in b)
+  block = next(
+    b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S) if 'beam_search(' in b
+  )
   exec(compile(block, 'README.md', 'exec'), {})  # noqa: S102
   assert '(1, 3, 100) (1, 8)' in capsys.readouterr().out

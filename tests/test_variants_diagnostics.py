@@ -50,11 +50,12 @@ def test_grad_norms_and_second_moments_per_layer_in_scan_and_loop_layouts(ln_pla
     np.testing.assert_allclose(loop_norms[name], norms[name], rtol=1e-6)
   # Hand check of one entry: layer 1's FFN = both kernels and both biases.
   mlp = jax.tree.map(lambda g: g[1], grads['encoder']['layers']['mlp'])
-  expected = np.sqrt(sum(float(jnp.sum(g ** 2)) for g in jax.tree.leaves(mlp)))
+  expected = np.sqrt(sum(float(jnp.sum(g**2)) for g in jax.tree.leaves(mlp)))
   np.testing.assert_allclose(norms['mlp'][1], expected, rtol=1e-5)
 
-  _, state = jax.jit(lambda p: model.apply({'params': p}, *inputs,
-                                           mutable=['intermediates']))(params)
+  _, state = jax.jit(lambda p: model.apply({'params': p}, *inputs, mutable=['intermediates']))(
+    params
+  )
   moments = np.asarray(diagnostics.residual_second_moments(state['intermediates']))
   assert moments.shape == (cfg.num_layers,)
   if ln_placement == 'post':  # each layer ends in a unit-scale, zero-bias LayerNorm at init
@@ -70,9 +71,16 @@ def test_probes_are_free_when_off():
   assert set(variables) == {'params'}  # init creates no perturbation variables
   zeros = diagnostics.zero_perturbations(model, params, *inputs)
   shapes = jax.tree.map(jnp.shape, params_lib.stack_layers(zeros))['encoder']['layers']
-  assert shapes == {name: (cfg.num_layers, 2, 12, cfg.hidden_size) for name in (
-      'attention_input', 'attention_residual', 'attention_output', 'mlp_residual',
-      'mlp_output')}
+  assert shapes == {
+    name: (cfg.num_layers, 2, 12, cfg.hidden_size)
+    for name in (
+      'attention_input',
+      'attention_residual',
+      'attention_output',
+      'mlp_residual',
+      'mlp_output',
+    )
+  }
   run = jax.jit(lambda v: model.apply(v, *inputs))
   plain = run({'params': params})
   probed = run({'params': params, 'perturbations': zeros})
@@ -82,8 +90,9 @@ def test_probes_are_free_when_off():
 def _layer_norm(v, p, eps):
   """LayerNorm written out (not the Norm module)."""
   centred = v - jnp.mean(v, -1, keepdims=True)
-  return centred / jnp.sqrt(jnp.mean(centred ** 2, -1, keepdims=True) + eps) * p['scale'] + (
-      p['bias'])
+  return (
+    centred / jnp.sqrt(jnp.mean(centred**2, -1, keepdims=True) + eps) * p['scale'] + (p['bias'])
+  )
 
 
 def test_beta_ratios_match_a_hand_wired_post_ln_layer():
@@ -94,7 +103,8 @@ def test_beta_ratios_match_a_hand_wired_post_ln_layer():
   ids, mask, segments, positions = inputs
   zeros = diagnostics.zero_perturbations(model, params, *inputs)
   _, probe_grads = jax.jit(lambda p, z: diagnostics.param_and_probe_grads(loss_fn, p, z))(
-      params, zeros)
+    params, zeros
+  )
   ratios = diagnostics.beta_ratios(probe_grads)
   probes = diagnostics.layer_tree(probe_grads)
 
@@ -103,12 +113,13 @@ def test_beta_ratios_match_a_hand_wired_post_ln_layer():
   layer0 = jnp.asarray(0)
   eps = cfg.norm_epsilon
   attn = lambda v: ResidualSelfAttention(cfg).apply(
-      {'params': layer_p['attention']}, v, mask_bias(mask), score_scale(cfg, mask), None,
-      layer0)[0]
+    {'params': layer_p['attention']}, v, mask_bias(mask), score_scale(cfg, mask), None, layer0
+  )[0]
   ffn = lambda v: FeedForward(cfg).apply({'params': layer_p['mlp']}, v, layer0)
   decode = lambda h: Embeddings(cfg).apply({'params': emb_p}, h, method='attend')
-  head = lambda z: MaskedLMHead(cfg).apply({'params': params['mlm_head']},
-                                           gather_positions(z, positions), decode)
+  head = lambda z: MaskedLMHead(cfg).apply(
+    {'params': params['mlm_head']}, gather_positions(z, positions), decode
+  )
 
   @jax.jit
   def hand_grads():
@@ -118,41 +129,50 @@ def test_beta_ratios_match_a_hand_wired_post_ln_layer():
     z1, norm1_vjp = jax.vjp(lambda v: _layer_norm(v, layer_p['attention_norm'], eps), r1)
     r2, ffn_vjp = jax.vjp(lambda v: v + ffn(v), z1)
     z2, norm2_vjp = jax.vjp(lambda v: _layer_norm(v, layer_p['mlp_norm'], eps), r2)
-    loss, dz2 = jax.value_and_grad(
-        lambda z: mlm_loss_and_metrics(head(z), TARGETS, WEIGHTS)[0])(z2)
+    loss, dz2 = jax.value_and_grad(lambda z: mlm_loss_and_metrics(head(z), TARGETS, WEIGHTS)[0])(z2)
     (dr2,) = norm2_vjp(dz2)
     (dz1,) = ffn_vjp(dr2)
     (dr1,) = norm1_vjp(dz1)
     (dx,) = attn_vjp(dr1)
-    return loss, {'attention_input': dx, 'attention_residual': dr1, 'attention_output': dz1,
-                  'mlp_residual': dr2, 'mlp_output': dz2}
+    return loss, {
+      'attention_input': dx,
+      'attention_residual': dr1,
+      'attention_output': dz1,
+      'mlp_residual': dr2,
+      'mlp_output': dz2,
+    }
 
   hand_loss, hand = hand_grads()
   np.testing.assert_allclose(hand_loss, loss_fn({'params': params}), rtol=1e-5)
   for name, grad in hand.items():
     np.testing.assert_allclose(probes[name][0], grad, rtol=1e-4, atol=1e-7, err_msg=name)
 
-  norm = lambda g: float(jnp.sqrt(jnp.sum(g ** 2)))
+  norm = lambda g: float(jnp.sqrt(jnp.sum(g**2)))
   expected = {
-      'attention': {'beta_ln': norm(hand['attention_residual']) / norm(hand['attention_output']),
-                    'beta_rc': norm(hand['attention_input']) / norm(hand['attention_residual'])},
-      'mlp': {'beta_ln': norm(hand['mlp_residual']) / norm(hand['mlp_output']),
-              'beta_rc': norm(hand['attention_output']) / norm(hand['mlp_residual'])},
+    'attention': {
+      'beta_ln': norm(hand['attention_residual']) / norm(hand['attention_output']),
+      'beta_rc': norm(hand['attention_input']) / norm(hand['attention_residual']),
+    },
+    'mlp': {
+      'beta_ln': norm(hand['mlp_residual']) / norm(hand['mlp_output']),
+      'beta_rc': norm(hand['attention_output']) / norm(hand['mlp_residual']),
+    },
   }
   for sublayer, values in expected.items():
     for name, value in values.items():
       got = float(ratios[sublayer][name][0])
       assert np.isfinite(got) and got > 0
       np.testing.assert_allclose(got, value, rtol=1e-4, err_msg=f'{sublayer} {name}')
-    np.testing.assert_allclose(ratios[sublayer]['beta'][0],
-                               values['beta_ln'] * values['beta_rc'], rtol=1e-4)
+    np.testing.assert_allclose(
+      ratios[sublayer]['beta'][0], values['beta_ln'] * values['beta_rc'], rtol=1e-4
+    )
   # The LayerNorm backward shrinks the gradient here (Xavier init: |r| > |z|).
   assert float(ratios['mlp']['beta_ln'][0]) < 1.0
 
 
-@pytest.mark.parametrize('ln_placement,residual_branch', [('realformer', 'plain'),
-                                                          ('pre', 'plain'),
-                                                          ('none', 'rezero')])
+@pytest.mark.parametrize(
+  'ln_placement,residual_branch', [('realformer', 'plain'), ('pre', 'plain'), ('none', 'rezero')]
+)
 def test_beta_ratios_are_finite_on_tiny_models(ln_placement, residual_branch):
   cfg = tiny_config(ln_placement=ln_placement, residual_branch=residual_branch, init='xavier')
   model, params, inputs, loss_fn = _setup(cfg)
@@ -177,8 +197,7 @@ def test_layer_outputs_and_token_cosine():
   onehot = jnp.eye(8)[None, :4]
   mask = jnp.array([[1, 1, 1, 0]])
   np.testing.assert_allclose(diagnostics.token_cosine(same, jnp.ones((1, 4))), 1.0, rtol=1e-6)
-  np.testing.assert_allclose(diagnostics.token_cosine(onehot, jnp.ones((1, 4))), 0.0,
-                             atol=1e-7)
+  np.testing.assert_allclose(diagnostics.token_cosine(onehot, jnp.ones((1, 4))), 0.0, atol=1e-7)
   mixed = onehot.at[0, 3].set(onehot[0, 0])  # only the padded token repeats token 0
   np.testing.assert_allclose(diagnostics.token_cosine(mixed, mask), 0.0, atol=1e-7)
 

@@ -27,8 +27,11 @@ def test_grad_norms_script_quick(tmp_path):
   # ReZero's branches get no gradient at init (gates are 0), and do once the gates move.
   assert np.all(np.asarray(results['rezero']['init']['grad_norms']['attention']) == 0)
   assert np.all(np.asarray(results['rezero']['trained']['grad_norms']['attention']) > 0)
-  np.testing.assert_allclose(results['rezero']['init']['token_cosine'],
-                             results['rezero']['init']['token_cosine'][0], rtol=1e-5)
+  np.testing.assert_allclose(
+    results['rezero']['init']['token_cosine'],
+    results['rezero']['init']['token_cosine'][0],
+    rtol=1e-5,
+  )
 
   table = open(os.path.join(out, 'grad_norms.md')).read()
   assert '| rezero |' in table and '| 4 |' in table and '## After 3 steps' in table
@@ -43,6 +46,7 @@ def test_grad_norms_script_quick(tmp_path):
 
 def test_init_sweep_script_quick(tmp_path):
   from experiments import init_grad_sweep
+
   out = str(tmp_path / 'sweep')
   results = init_grad_sweep.main(['--quick', '--out', out])
   assert set(results) == {'post', 'ReLU FFN'}

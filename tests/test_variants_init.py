@@ -1,4 +1,5 @@
-"""Initialisers and parameterisations: realised statistics against their formulas (docs/design.md §4)."""
+"""Initialisers and parameterisations: realised statistics against their formulas
+(docs/design.md §4)."""
 
 import math
 
@@ -7,8 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax import MaskedLM, SequenceClassifier
-from realformer_jax import initializers
+from realformer_jax import MaskedLM, SequenceClassifier, initializers
 from realformer_jax import params as params_lib
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
@@ -22,14 +22,17 @@ def _sample(init, shape=(FAN_IN, FAN_OUT), seed=0):
   return np.asarray(init(jax.random.key(seed), shape, jnp.float32), np.float64)
 
 
-@pytest.mark.parametrize('name,target_std', [
+@pytest.mark.parametrize(
+  'name,target_std',
+  [
     ('bert', 0.8796256 * 0.02),  # TF1 truncated normal: the +-2 sigma cut is not corrected
     ('truncated_normal', 0.02),
     ('lecun', math.sqrt(1.0 / FAN_IN)),
     ('he', math.sqrt(2.0 / FAN_IN)),
     ('xavier', XAVIER_STD),
     ('ds_init', XAVIER_STD),  # layer 1: DS-Init is Xavier
-])
+  ],
+)
 @pytest.mark.parametrize('parameterization', ['standard', 'ntk'])
 def test_each_initialiser_realises_its_target_std(name, target_std, parameterization):
   cfg = tiny_config(init=name, parameterization=parameterization)
@@ -67,25 +70,26 @@ def test_fused_qkv_slices_and_all_model_kernels_use_their_own_fans():
   layers = params['encoder']['layers']
   qkv = np.asarray(layers['attention']['qkv']['kernel'])  # [layers, d, 3, heads, kv]
   for i in range(3):
-    np.testing.assert_allclose(qkv[:, :, i].std(), d ** -0.5, rtol=0.03)
-  np.testing.assert_allclose(np.std(layers['attention']['out']['kernel']), d ** -0.5, rtol=0.03)
-  np.testing.assert_allclose(np.std(layers['mlp']['wi']['kernel']), d ** -0.5, rtol=0.03)
-  np.testing.assert_allclose(np.std(layers['mlp']['wo']['kernel']), f ** -0.5, rtol=0.03)
+    np.testing.assert_allclose(qkv[:, :, i].std(), d**-0.5, rtol=0.03)
+  np.testing.assert_allclose(np.std(layers['attention']['out']['kernel']), d**-0.5, rtol=0.03)
+  np.testing.assert_allclose(np.std(layers['mlp']['wi']['kernel']), d**-0.5, rtol=0.03)
+  np.testing.assert_allclose(np.std(layers['mlp']['wo']['kernel']), f**-0.5, rtol=0.03)
 
 
 def test_ds_init_bound_per_layer_of_the_scanned_stack():
   d, f, num_layers = 64, 256, 6
-  cfg = tiny_config(hidden_size=d, num_heads=4, mlp_dim=f, num_layers=num_layers,
-                    init='ds_init', ds_init_alpha=0.8)
+  cfg = tiny_config(
+    hidden_size=d, num_heads=4, mlp_dim=f, num_layers=num_layers, init='ds_init', ds_init_alpha=0.8
+  )
   params = init_params(cfg, *padded_batch())
   layers = params['encoder']['layers']
   kernels = {  # name: (stacked kernel, fan_in, fan_out of one matrix)
-      'q': (layers['attention']['qkv']['kernel'][:, :, 0], d, d),
-      'k': (layers['attention']['qkv']['kernel'][:, :, 1], d, d),
-      'v': (layers['attention']['qkv']['kernel'][:, :, 2], d, d),
-      'out': (layers['attention']['out']['kernel'], d, d),
-      'wi': (layers['mlp']['wi']['kernel'], d, f),
-      'wo': (layers['mlp']['wo']['kernel'], f, d),
+    'q': (layers['attention']['qkv']['kernel'][:, :, 0], d, d),
+    'k': (layers['attention']['qkv']['kernel'][:, :, 1], d, d),
+    'v': (layers['attention']['qkv']['kernel'][:, :, 2], d, d),
+    'out': (layers['attention']['out']['kernel'], d, d),
+    'wi': (layers['mlp']['wi']['kernel'], d, f),
+    'wo': (layers['mlp']['wo']['kernel'], f, d),
   }
   for name, (stacked, fan_in, fan_out) in kernels.items():
     stacked = np.asarray(stacked)
@@ -111,8 +115,9 @@ def _fan_in(path: tuple, kernel: np.ndarray, scanned: bool) -> int:
 def test_ntk_and_standard_compute_the_same_function(model_kind):
   """Standard weights = NTK weights / sqrt(fan_in) (embeddings shared) -> identical outputs."""
   ids, mask, segments = padded_batch()
-  ntk = tiny_config(parameterization='ntk', init='lecun', ln_placement='pre',
-                    activation='gelu_tanh')
+  ntk = tiny_config(
+    parameterization='ntk', init='lecun', ln_placement='pre', activation='gelu_tanh'
+  )
   standard = ntk.replace(parameterization='standard')
   build = {'mlm': lambda c: MaskedLM(c), 'classifier': lambda c: SequenceClassifier(c, 3)}
   variables = build[model_kind](ntk).init(jax.random.key(0), ids, mask, segments)
@@ -129,8 +134,7 @@ def test_ntk_and_standard_compute_the_same_function(model_kind):
   # The textbook NTK form: LeCun kernels are stored as N(0, 1).
   wi = ntk_params['encoder']['layers']['mlp']['wi']['kernel']
   assert abs(np.std(wi) - 1.0) < 0.1
-  run = lambda cfg, p: np.asarray(build[model_kind](cfg).apply({'params': p}, ids, mask,
-                                                               segments))
+  run = lambda cfg, p: np.asarray(build[model_kind](cfg).apply({'params': p}, ids, mask, segments))
   out_ntk, out_std = run(ntk, ntk_params), run(standard, std_params)
   np.testing.assert_allclose(out_ntk, out_std, rtol=2e-5, atol=2e-5)
   assert np.abs(out_std).max() > 1e-2  # not trivially zero

@@ -10,33 +10,33 @@ import sys
 
 import ml_collections
 import numpy as np
-
 from data_fixtures import bible_config
+
 from realformer_jax import data
 from realformer_jax.train import default_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TINY_OVERRIDES = {
-    'model.num_layers': 2,
-    'model.hidden_size': 32,
-    'model.num_heads': 2,
-    'model.mlp_dim': 64,
-    'model.max_len': 32,
-    'model.ln_placement': 'realformer',
-    'model.dropout_rate': 0.1,
-    'model.attention_dropout_rate': 0.1,
-    'data.max_len': 32,
-    'data.max_predictions': 5,
-    'data.eval_batches': 2,
-    'train.global_batch_size': 8,
-    'train.num_train_steps': 8,
-    'train.warmup_steps': 2,
-    'train.learning_rate': 3e-3,
-    'train.log_every_steps': 2,
-    'train.eval_every_steps': 4,
-    'train.checkpoint_every_steps': 4,
-    'train.keep_checkpoints': 5,
+  'model.num_layers': 2,
+  'model.hidden_size': 32,
+  'model.num_heads': 2,
+  'model.mlp_dim': 64,
+  'model.max_len': 32,
+  'model.ln_placement': 'realformer',
+  'model.dropout_rate': 0.1,
+  'model.attention_dropout_rate': 0.1,
+  'data.max_len': 32,
+  'data.max_predictions': 5,
+  'data.eval_batches': 2,
+  'train.global_batch_size': 8,
+  'train.num_train_steps': 8,
+  'train.warmup_steps': 2,
+  'train.learning_rate': 3e-3,
+  'train.log_every_steps': 2,
+  'train.eval_every_steps': 4,
+  'train.checkpoint_every_steps': 4,
+  'train.keep_checkpoints': 5,
 }
 
 
@@ -56,12 +56,12 @@ def synthetic_batch(config, seed=0):
   b, l, p = config.train.global_batch_size, config.data.max_len, config.data.max_predictions
   weights = (rng.random((b, p)) < 0.8).astype(np.float32)
   return {
-      'input_ids': rng.integers(5, config.data.vocab_size, (b, l), dtype=np.int32),
-      'segment_ids': np.zeros((b, l), np.int32),
-      'input_mask': (np.arange(l) < rng.integers(l // 2, l + 1, (b, 1))).astype(np.int32),
-      'masked_positions': rng.integers(1, l // 2, (b, p), dtype=np.int32),
-      'masked_ids': rng.integers(5, config.data.vocab_size, (b, p), dtype=np.int32),
-      'masked_weights': weights,
+    'input_ids': rng.integers(5, config.data.vocab_size, (b, l), dtype=np.int32),
+    'segment_ids': np.zeros((b, l), np.int32),
+    'input_mask': (np.arange(l) < rng.integers(l // 2, l + 1, (b, 1))).astype(np.int32),
+    'masked_positions': rng.integers(1, l // 2, (b, p), dtype=np.int32),
+    'masked_ids': rng.integers(5, config.data.vocab_size, (b, p), dtype=np.int32),
+    'masked_weights': weights,
   }
 
 
@@ -78,17 +78,29 @@ def run_train_cli(workdir, *flags, env=None, **popen_kwargs):
   """`python -m experiments.train --config=configs/tiny.py --workdir=...` as a Popen, with the
   suite's JAX settings (conftest.py) and the shared corpus prepared beforehand."""
   data.prepare(bible_config())
-  command = [sys.executable, '-m', 'experiments.train', '--config=configs/tiny.py',
-             f'--workdir={workdir}', *flags]
+  command = [
+    sys.executable,
+    '-m',
+    'experiments.train',
+    '--config=configs/tiny.py',
+    f'--workdir={workdir}',
+    *flags,
+  ]
   full_env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true', **(env or {}))
   popen_kwargs.setdefault('stderr', subprocess.PIPE)
-  return subprocess.Popen(command, cwd=REPO, env=full_env, stdout=subprocess.PIPE, text=True,
-                          **popen_kwargs)
+  return subprocess.Popen(
+    command, cwd=REPO, env=full_env, stdout=subprocess.PIPE, text=True, **popen_kwargs
+  )
 
 
 def make_setup(config):
   """The setup of `config` on this process's devices (validated as the training loop does)."""
   import jax
+
   from realformer_jax.train import build, validation
-  return build.make_setup(validation.validate_config(
-      config, device_count=jax.device_count(), process_count=jax.process_count()))
+
+  return build.make_setup(
+    validation.validate_config(
+      config, device_count=jax.device_count(), process_count=jax.process_count()
+    )
+  )

@@ -18,7 +18,8 @@ VERSIONS = ('v1.1', 'v2.0')
 def get_config(arg: str = 'v1.1'):
   config = finetune_config.default_config()
   version = finetune_config.apply_config_args(config, arg, positional='version').get(
-      'version', 'v1.1')
+    'version', 'v1.1'
+  )
   if version not in VERSIONS:
     raise ValueError(f'squad version {version!r}: one of {", ".join(VERSIONS)}')
   config.data.dataset = f'squad/{version}'

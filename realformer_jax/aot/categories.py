@@ -35,10 +35,29 @@ SCORES = 'score-sized element-wise'
 COPIES = 'copies & layout'
 ELEMENTWISE = 'other element-wise'
 
-MOVEMENT_OPS = frozenset({
-    'copy', 'copy-start', 'copy-done', 'transpose', 'dynamic-slice', 'dynamic-update-slice',
-    'slice', 'concatenate', 'pad', 'broadcast', 'reshape', 'bitcast', 'reverse', 'parameter',
-    'constant', 'tuple', 'get-tuple-element', 'iota', 'gather'})
+MOVEMENT_OPS = frozenset(
+  {
+    'copy',
+    'copy-start',
+    'copy-done',
+    'transpose',
+    'dynamic-slice',
+    'dynamic-update-slice',
+    'slice',
+    'concatenate',
+    'pad',
+    'broadcast',
+    'reshape',
+    'bitcast',
+    'reverse',
+    'parameter',
+    'constant',
+    'tuple',
+    'get-tuple-element',
+    'iota',
+    'gather',
+  }
+)
 ATTENTION_CALLS = ('__cudnn$fmha', '__gpu$xla.gpu.triton', 'tpu_custom_call')
 THREEFRY_CALLS = ('cu_threefry2x32', 'threefry2x32')
 
@@ -78,5 +97,6 @@ def categorize(facts: KernelFacts, score_dims: Optional[tuple[int, int]] = None)
 
 def touches(arrays: Sequence[Array], score_dims: Optional[tuple[int, int]]) -> bool:
   """Whether any of `arrays` is attention-score sized: last two dims == score_dims."""
-  return bool(score_dims) and any(len(a.dims) >= 2 and tuple(a.dims[-2:]) == tuple(score_dims)
-                                  for a in arrays)
+  return bool(score_dims) and any(
+    len(a.dims) >= 2 and tuple(a.dims[-2:]) == tuple(score_dims) for a in arrays
+  )

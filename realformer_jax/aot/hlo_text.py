@@ -20,13 +20,37 @@ from typing import Optional
 
 # Bytes per element of XLA primitive types (sub-byte types as fractions).
 DTYPE_BYTES = {
-    'pred': 1, 's4': 0.5, 'u4': 0.5, 's8': 1, 'u8': 1, 's16': 2, 'u16': 2, 's32': 4, 'u32': 4,
-    's64': 8, 'u64': 8, 'f16': 2, 'bf16': 2, 'f32': 4, 'f64': 8, 'c64': 8, 'c128': 16,
-    'f8e4m3fn': 1, 'f8e5m2': 1, 'f8e4m3': 1, 'f8e4m3b11fnuz': 1, 'f8e5m2fnuz': 1,
-    'f8e4m3fnuz': 1, 'f8e3m4': 1, 'f8e8m0fnu': 1, 'f4e2m1fn': 0.5, 'token': 0,
+  'pred': 1,
+  's4': 0.5,
+  'u4': 0.5,
+  's8': 1,
+  'u8': 1,
+  's16': 2,
+  'u16': 2,
+  's32': 4,
+  'u32': 4,
+  's64': 8,
+  'u64': 8,
+  'f16': 2,
+  'bf16': 2,
+  'f32': 4,
+  'f64': 8,
+  'c64': 8,
+  'c128': 16,
+  'f8e4m3fn': 1,
+  'f8e5m2': 1,
+  'f8e4m3': 1,
+  'f8e4m3b11fnuz': 1,
+  'f8e5m2fnuz': 1,
+  'f8e4m3fnuz': 1,
+  'f8e3m4': 1,
+  'f8e8m0fnu': 1,
+  'f4e2m1fn': 0.5,
+  'token': 0,
 }
-_ARRAY = re.compile(r'\b(' + '|'.join(sorted(DTYPE_BYTES, key=len, reverse=True))
-                    + r')\[([\d,\s]*)\]')
+_ARRAY = re.compile(
+  r'\b(' + '|'.join(sorted(DTYPE_BYTES, key=len, reverse=True)) + r')\[([\d,\s]*)\]'
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +74,10 @@ class Array:
 
 def parse_shape(text: str) -> tuple[Array, ...]:
   """Every array in a (possibly tuple) shape string, in order; layouts are ignored."""
-  return tuple(Array(dtype, tuple(int(d) for d in dims.split(',') if d.strip()))
-               for dtype, dims in _ARRAY.findall(text))
+  return tuple(
+    Array(dtype, tuple(int(d) for d in dims.split(',') if d.strip()))
+    for dtype, dims in _ARRAY.findall(text)
+  )
 
 
 @dataclasses.dataclass
@@ -79,8 +105,15 @@ class Instruction:
   def called(self) -> list[str]:
     """Names of the computations this instruction calls."""
     names = []
-    for key in ('calls', 'to_apply', 'condition', 'body', 'branch_computations',
-                'true_computation', 'false_computation'):
+    for key in (
+      'calls',
+      'to_apply',
+      'condition',
+      'body',
+      'branch_computations',
+      'true_computation',
+      'false_computation',
+    ):
       value = self.attribute(key)
       if value:
         names.extend(n.strip().lstrip('%') for n in value.strip('{}').split(',') if n.strip())
@@ -185,7 +218,7 @@ def _read_value(text: str, start: int) -> str:
         elif c == closer:
           depth -= 1
           if depth == 0:
-            return text[start:i + 1]
+            return text[start : i + 1]
       i += 1
     return text[start:]
   if opener == '"':
@@ -217,7 +250,7 @@ def parse_instruction(line: str) -> Optional[Instruction]:
   match = _INSTRUCTION.match(line)
   if not match:
     return None
-  rest = line[match.end():]
+  rest = line[match.end() :]
   # The result shape: a tuple in balanced parentheses, or one token (array with layout).
   if rest.startswith('('):
     end = _balanced(rest, 0)
@@ -230,14 +263,19 @@ def parse_instruction(line: str) -> Optional[Instruction]:
     return None
   open_at = op.end() - 1
   close_at = _balanced(rest, open_at)
-  operand_text = rest[open_at + 1:close_at - 1]
+  operand_text = rest[open_at + 1 : close_at - 1]
   operands = tuple(m.group(1) for m in re.finditer(r'%([\w.\-]+)', operand_text))
   opcode = op.group(1)
-  return Instruction(name=match.group(2), opcode=opcode, shapes=parse_shape(shape_text),
-                     operands=operands, attributes=rest[close_at:].lstrip(', '),
-                     is_root=bool(match.group(1)),
-                     parameter_number=int(operand_text) if opcode == 'parameter' else None,
-                     operand_text=operand_text)
+  return Instruction(
+    name=match.group(2),
+    opcode=opcode,
+    shapes=parse_shape(shape_text),
+    operands=operands,
+    attributes=rest[close_at:].lstrip(', '),
+    is_root=bool(match.group(1)),
+    parameter_number=int(operand_text) if opcode == 'parameter' else None,
+    operand_text=operand_text,
+  )
 
 
 def _stack_frames(lines: list[str]) -> dict[int, tuple[str, ...]]:
@@ -265,8 +303,10 @@ def _stack_frames(lines: list[str]) -> dict[int, tuple[str, ...]]:
   for k, v in sections.get('StackFrames', {}).items():
     loc = re.search(r'file_location_id=(\d+)', v)
     parent = re.search(r'parent_frame_id=(\d+)', v)
-    frames[k] = (location_file.get(int(loc.group(1)), '') if loc else '',
-                 int(parent.group(1)) if parent else 0)
+    frames[k] = (
+      location_file.get(int(loc.group(1)), '') if loc else '',
+      int(parent.group(1)) if parent else 0,
+    )
   chains = {}
   for frame in frames:
     chain, seen, f = [], set(), frame
@@ -308,4 +348,3 @@ def parse_module(text: str) -> Module:
   if entry is None:
     raise ValueError('HLO text has no ENTRY computation (expected compiled.as_text())')
   return Module(module_name, computations, entry, _stack_frames(lines))
-

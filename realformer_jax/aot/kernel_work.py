@@ -19,13 +19,45 @@ CustomCallFlops = Callable[[Instruction], Optional[float]]
 # Custom calls that only move or reinterpret data: costed by their bytes, no warning.
 MOVEMENT_CALLS = frozenset({'ConcatBitcast', 'SliceToDynamic', 'PadToStatic'})
 # Instructions that only move or reinterpret data inside a fusion: no arithmetic.
-NO_ARITHMETIC = categories.MOVEMENT_OPS | frozenset({
-    'dot', 'convolution', 'fusion', 'call', 'custom-call', 'scatter', 'bitcast-convert',
-    'rng-bit-generator', 'rng-get-and-update-state', 'sort', 'while', 'conditional',
-    'partition-id', 'replica-id', 'after-all', 'opt-barrier'})
-TRANSCENDENTAL_OPS = frozenset({
-    'exponential', 'exponential-minus-one', 'log', 'log-plus-one', 'tanh', 'logistic', 'erf',
-    'sine', 'cosine', 'tan', 'atan2', 'power', 'sqrt', 'rsqrt', 'cbrt'})
+NO_ARITHMETIC = categories.MOVEMENT_OPS | frozenset(
+  {
+    'dot',
+    'convolution',
+    'fusion',
+    'call',
+    'custom-call',
+    'scatter',
+    'bitcast-convert',
+    'rng-bit-generator',
+    'rng-get-and-update-state',
+    'sort',
+    'while',
+    'conditional',
+    'partition-id',
+    'replica-id',
+    'after-all',
+    'opt-barrier',
+  }
+)
+TRANSCENDENTAL_OPS = frozenset(
+  {
+    'exponential',
+    'exponential-minus-one',
+    'log',
+    'log-plus-one',
+    'tanh',
+    'logistic',
+    'erf',
+    'sine',
+    'cosine',
+    'tan',
+    'atan2',
+    'power',
+    'sqrt',
+    'rsqrt',
+    'cbrt',
+  }
+)
 SLICING_OPS = frozenset({'dynamic-slice', 'slice', 'gather'})
 TRANSPARENT_OPS = frozenset({'bitcast', 'reshape'})
 HOST_CALLBACK = re.compile(r'callback|host|xla_python', re.I)
@@ -34,10 +66,22 @@ HOST_CALLBACK = re.compile(r'callback|host|xla_python', re.I)
 THREEFRY_OPS_PER_OUTPUT = 65
 # An atomic scatter is flagged when it writes more than this many rows per table row.
 SCATTER_CONTENTION_ROWS = 64
-COLLECTIVE_OPS = frozenset({
-    'all-reduce', 'all-reduce-start', 'all-gather', 'all-gather-start', 'reduce-scatter',
-    'reduce-scatter-start', 'all-to-all', 'all-to-all-start', 'collective-permute',
-    'collective-permute-start', 'collective-broadcast', 'ragged-all-to-all'})
+COLLECTIVE_OPS = frozenset(
+  {
+    'all-reduce',
+    'all-reduce-start',
+    'all-gather',
+    'all-gather-start',
+    'reduce-scatter',
+    'reduce-scatter-start',
+    'all-to-all',
+    'all-to-all-start',
+    'collective-permute',
+    'collective-permute-start',
+    'collective-broadcast',
+    'ragged-all-to-all',
+  }
+)
 
 
 @dataclasses.dataclass
@@ -62,8 +106,13 @@ class Work:
 class Analyzer:
   """Work of the kernels of one module on one chip."""
 
-  def __init__(self, module: Module, chip: targets.Chip, devices: int,
-               custom_call_flops: Optional[CustomCallFlops] = None):
+  def __init__(
+    self,
+    module: Module,
+    chip: targets.Chip,
+    devices: int,
+    custom_call_flops: Optional[CustomCallFlops] = None,
+  ):
     self.module, self.chip, self.devices = module, chip, devices
     self.custom_call_flops = custom_call_flops
 
@@ -94,8 +143,7 @@ class Analyzer:
       work.bytes = sum(a.bytes for a in work.arrays)
       return work
     params = fused.parameters()
-    work.bytes = (sum(_read_bytes(self.module, fused, p) for p in params)
-                  + _write_bytes(fused))
+    work.bytes = sum(_read_bytes(self.module, fused, p) for p in params) + _write_bytes(fused)
     self._body_work(fused, work)
     return work
 
@@ -114,8 +162,7 @@ class Analyzer:
         rhs = computation.by_name.get(ins.operands[1]) if len(ins.operands) > 1 else None
         flops = _dot_flops(ins, lhs, rhs)
         dtype = lhs.shapes[0].dtype if lhs is not None and lhs.shapes else 'f32'
-        precision = (ins.attribute('operand_precision') or '') + (ins.attribute('algorithm')
-                                                                 or '')
+        precision = (ins.attribute('operand_precision') or '') + (ins.attribute('algorithm') or '')
         work.add_flops(targets.dtype_class(dtype, precision, self.chip.platform), flops)
       elif ins.opcode == 'fusion':
         nested = self.module.computations.get(name_of(ins.attribute('calls')))
@@ -136,9 +183,11 @@ class Analyzer:
     row = math.prod(table.shapes[0].dims[1:]) if len(table.shapes[0].dims) > 1 else 1
     update_rows = updates.shapes[0].elements // max(row, 1)
     if update_rows > SCATTER_CONTENTION_ROWS * max(table_rows, 1):
-      work.warning = (f'{ins.name}: atomic scatter of {update_rows:,} rows into a {table_rows}'
-                      f'-row table {table.shapes[0]} (updates {list(update_dims)}): contention '
-                      'the roofline cannot judge; its real time can be far larger')
+      work.warning = (
+        f'{ins.name}: atomic scatter of {update_rows:,} rows into a {table_rows}'
+        f'-row table {table.shapes[0]} (updates {list(update_dims)}): contention '
+        'the roofline cannot judge; its real time can be far larger'
+      )
 
   def single(self, ins: Instruction, computation: Computation) -> Work:
     """An unfused instruction: a kernel of its own."""
@@ -153,8 +202,7 @@ class Analyzer:
     elif ins.opcode == 'dynamic-update-slice' and len(operands) > 1 and operands[1]:
       work.bytes = 2 * operands[1].result_bytes
     elif ins.opcode == 'scatter' and operands and operands[-1]:
-      work.bytes = 3 * operands[-1].result_bytes + sum(
-          o.result_bytes for o in operands[1:-1] if o)
+      work.bytes = 3 * operands[-1].result_bytes + sum(o.result_bytes for o in operands[1:-1] if o)
       self._check_scatter(ins, computation, work)
     else:
       work.bytes = sum(a.bytes for a in operand_arrays) + ins.result_bytes
@@ -162,8 +210,9 @@ class Analyzer:
       lhs, rhs = (operands + [None, None])[:2]
       dtype = lhs.shapes[0].dtype if lhs is not None and lhs.shapes else 'f32'
       precision = (ins.attribute('operand_precision') or '') + (ins.attribute('algorithm') or '')
-      work.add_flops(targets.dtype_class(dtype, precision, self.chip.platform),
-                     _dot_flops(ins, lhs, rhs))
+      work.add_flops(
+        targets.dtype_class(dtype, precision, self.chip.platform), _dot_flops(ins, lhs, rhs)
+      )
     elif ins.opcode not in NO_ARITHMETIC:
       _count_ops(ins, computation, work)
     return work
@@ -174,8 +223,11 @@ class Analyzer:
     operands = [computation.by_name.get(n) for n in ins.operands]
     operand_arrays = [a for o in operands if o is not None for a in o.shapes]
     results = list(ins.shapes)
-    if (target.startswith(('__cublas', '__cudnn')) and len(results) > 1
-        and results[-1].dtype in ('u8', 's8')):
+    if (
+      target.startswith(('__cublas', '__cudnn'))
+      and len(results) > 1
+      and results[-1].dtype in ('u8', 's8')
+    ):
       results = results[:-1]  # the scratch workspace
     work.arrays = operand_arrays + results
     work.bytes = sum(a.bytes for a in work.arrays)
@@ -193,8 +245,10 @@ class Analyzer:
       if len(dims) == 4 and q is not None:
         b, h, lq, lk = (int(d) for d in dims)
         factor = 10 if 'Backward' in target else 4
-        work.add_flops(targets.dtype_class(q.dtype, None, self.chip.platform),
-                       factor * b * h * lq * lk * q.dims[-1])
+        work.add_flops(
+          targets.dtype_class(q.dtype, None, self.chip.platform),
+          factor * b * h * lq * lk * q.dims[-1],
+        )
       else:
         work.warning = f'{ins.name}: {target} without score dimensions, costed by bytes only'
     elif target.startswith(categories.THREEFRY_CALLS):
@@ -216,8 +270,10 @@ class Analyzer:
         dtype = operand_arrays[0].dtype if operand_arrays else 'bf16'
         work.add_flops(targets.dtype_class(dtype, None, self.chip.platform), float(flops))
       elif flops is None:  # a stated 0 is a kernel without matmuls, not an unknown
-        work.warning = (f'{ins.name}: custom call {target!r}{_kernel_name(config)} states no '
-                        'FLOPs, costed by its bytes only (estimate(..., custom_call_flops=...))')
+        work.warning = (
+          f'{ins.name}: custom call {target!r}{_kernel_name(config)} states no '
+          'FLOPs, costed by its bytes only (estimate(..., custom_call_flops=...))'
+        )
     return work
 
   def collective(self, ins: Instruction, computation: Computation) -> Work:
@@ -240,13 +296,11 @@ class Analyzer:
     return work
 
 
-
 def name_of(value: Optional[str]) -> str:
   return (value or '').strip('{}').split(',')[0].strip().lstrip('%')
 
 
-def _follow(computation: Computation, users: dict, name: str) -> Iterable[tuple[Instruction,
-                                                                                  int]]:
+def _follow(computation: Computation, users: dict, name: str) -> Iterable[tuple[Instruction, int]]:
   """(user, operand index) of `name`, looking through bitcasts and reshapes."""
   for user in users.get(name, ()):
     if user.opcode in TRANSPARENT_OPS:
@@ -275,8 +329,11 @@ def _read_bytes(module: Module, computation: Computation, param: Instruction) ->
       total += updates.result_bytes if updates is not None else full
     elif user.opcode == 'fusion':
       nested = module.computations.get(name_of(user.attribute('calls')))
-      inner = next((p for p in nested.parameters() if p.parameter_number == index),
-                   None) if nested else None
+      inner = (
+        next((p for p in nested.parameters() if p.parameter_number == index), None)
+        if nested
+        else None
+      )
       if inner is None:
         return full
       total += _read_bytes(module, nested, inner)
@@ -287,8 +344,7 @@ def _read_bytes(module: Module, computation: Computation, param: Instruction) ->
 
 def resolve(computation: Computation, ins: Instruction) -> Instruction:
   """`ins`, or what it bitcasts / reshapes."""
-  while ins.opcode in TRANSPARENT_OPS and ins.operands and ins.operands[0] in \
-      computation.by_name:
+  while ins.opcode in TRANSPARENT_OPS and ins.operands and ins.operands[0] in computation.by_name:
     ins = computation.by_name[ins.operands[0]]
   return ins
 
@@ -296,14 +352,18 @@ def resolve(computation: Computation, ins: Instruction) -> Instruction:
 def _write_bytes(computation: Computation) -> float:
   """HBM bytes a fusion writes: its results, or the update where one is written in place."""
   root = computation.root
-  outputs = ([computation.by_name.get(n) for n in root.operands] if root.opcode == 'tuple'
-             else [root])
+  outputs = (
+    [computation.by_name.get(n) for n in root.operands] if root.opcode == 'tuple' else [root]
+  )
   total = 0.0
   for out in filter(None, outputs):
     source = resolve(computation, out)
-    if (source.opcode in ('dynamic-update-slice', 'scatter') and source.operands and
-        resolve(computation, computation.by_name.get(source.operands[0], source)).opcode
-        == 'parameter'):
+    if (
+      source.opcode in ('dynamic-update-slice', 'scatter')
+      and source.operands
+      and resolve(computation, computation.by_name.get(source.operands[0], source)).opcode
+      == 'parameter'
+    ):
       index = 1 if source.opcode == 'dynamic-update-slice' else -1
       update = computation.by_name.get(source.operands[index])
       total += update.result_bytes if update is not None else out.result_bytes
@@ -312,8 +372,7 @@ def _write_bytes(computation: Computation) -> float:
   return total
 
 
-def _dot_flops(ins: Instruction, lhs: Optional[Instruction],
-               rhs: Optional[Instruction]) -> float:
+def _dot_flops(ins: Instruction, lhs: Optional[Instruction], rhs: Optional[Instruction]) -> float:
   """2 x output elements x contracted size for a dot; for a convolution, 2 x the multiply-adds
   of its window taps that land on real input (convolution.py-style dots on a TPU put batch
   dimensions in dilated, padded windows whose other taps do no work)."""
@@ -397,7 +456,7 @@ def _count_ops(ins: Instruction, computation: Computation, work: Work) -> None:
 
 def _group_size(ins: Instruction, devices: int) -> int:
   """Devices in one replica group of a collective."""
-  mesh = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", ins.attributes)
+  mesh = re.search(r'replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}', ins.attributes)
   if mesh:
     sizes = {k: int(v) for k, v in re.findall(r"'(\w+)'=(\d+)", mesh.group(1))}
     axes = re.findall(r"'(\w+)'", mesh.group(2))
@@ -421,7 +480,7 @@ def _json_field(config: str, key: str):
   if start < 0:
     return None
   colon = config.find(':', start)
-  text = config[colon + 1:].lstrip()
+  text = config[colon + 1 :].lstrip()
   if not text.startswith(('{', '[')):
     match = re.match(r'"?([^",}]*)"?', text)
     return match.group(1) if match else None
@@ -432,7 +491,7 @@ def _json_field(config: str, key: str):
     depth -= c == closer
     if depth == 0:
       try:
-        return json.loads(text[:i + 1])
+        return json.loads(text[: i + 1])
       except ValueError:
         return None
   return None
@@ -452,11 +511,15 @@ def _stated_cost(config: str) -> dict:
     stated = json.loads(match.group(1).replace('\\22', '"'))
   except ValueError:
     return {}
-  return {key: float(value) for key, value in stated.items()
-          if key in ('flops', 'bytes_accessed', 'float_ops', 'int_ops', 'transcendentals')}
+  return {
+    key: float(value)
+    for key, value in stated.items()
+    if key in ('flops', 'bytes_accessed', 'float_ops', 'int_ops', 'transcendentals')
+  }
 
 
 def _kernel_name(config: str) -> str:
   match = re.search(r'name = \\?"([\w.\-]+)\\?"', config) or re.search(
-      r'"kernel_name":\s*"([\w.\-]+)"', config)
+    r'"kernel_name":\s*"([\w.\-]+)"', config
+  )
   return f' ({match.group(1)})' if match else ''

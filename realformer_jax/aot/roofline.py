@@ -60,12 +60,33 @@ from typing import Optional, Union
 from realformer_jax.aot import categories, hlo_text, kernel_work, targets
 from realformer_jax.aot.hlo_text import Computation, Instruction, Module
 
-FREE_OPS = frozenset({
-    'parameter', 'constant', 'get-tuple-element', 'tuple', 'bitcast', 'after-all',
-    'partition-id', 'replica-id', 'opt-barrier', 'add-dependency', 'domain', 'async-done',
-    'async-update', 'all-reduce-done', 'all-gather-done', 'collective-permute-done',
-    'reduce-scatter-done', 'all-to-all-done', 'copy-done', 'send-done', 'recv-done',
-    'get-dimension-size', 'set-dimension-size'})
+FREE_OPS = frozenset(
+  {
+    'parameter',
+    'constant',
+    'get-tuple-element',
+    'tuple',
+    'bitcast',
+    'after-all',
+    'partition-id',
+    'replica-id',
+    'opt-barrier',
+    'add-dependency',
+    'domain',
+    'async-done',
+    'async-update',
+    'all-reduce-done',
+    'all-gather-done',
+    'collective-permute-done',
+    'reduce-scatter-done',
+    'all-to-all-done',
+    'copy-done',
+    'send-done',
+    'recv-done',
+    'get-dimension-size',
+    'set-dimension-size',
+  }
+)
 HOST_OPS = frozenset({'send', 'recv', 'infeed', 'outfeed'})
 FREE_CUSTOM_CALLS = frozenset({'AllocateBuffer'})  # TPU: reserves a buffer, no work
 
@@ -163,9 +184,11 @@ class Estimate:
   @property
   def non_gemm_bytes(self) -> float:
     """HBM traffic of everything that is not a matmul (or fused attention) or a collective."""
-    return sum(k.bytes * k.count for k in self.kernels
-               if k.category not in (categories.GEMM, categories.ATTENTION,
-                                     categories.COLLECTIVES))
+    return sum(
+      k.bytes * k.count
+      for k in self.kernels
+      if k.category not in (categories.GEMM, categories.ATTENTION, categories.COLLECTIVES)
+    )
 
   @property
   def matmul_flops(self) -> float:
@@ -195,13 +218,28 @@ class Estimate:
 
   def csv(self) -> str:
     """One row per kernel (the `--dump` file)."""
-    header = ('kernel,computation,opcode,kind,count,category,bound,us_each,ms_total,'
-              'bytes_each,matmul_flops_each,shape,op_name,warning')
+    header = (
+      'kernel,computation,opcode,kind,count,category,bound,us_each,ms_total,'
+      'bytes_each,matmul_flops_each,shape,op_name,warning'
+    )
     rows = [header]
     for k in sorted(self.kernels, key=lambda k: -k.total_seconds):
-      fields = [k.name, k.computation, k.opcode, k.kind, k.count, k.category, k.bound,
-                f'{k.seconds * 1e6:.3f}', f'{k.total_seconds * 1e3:.4f}', f'{k.bytes:.0f}',
-                f'{k.matmul_flops:.0f}', k.shape, k.op_name, k.warning or '']
+      fields = [
+        k.name,
+        k.computation,
+        k.opcode,
+        k.kind,
+        k.count,
+        k.category,
+        k.bound,
+        f'{k.seconds * 1e6:.3f}',
+        f'{k.total_seconds * 1e3:.4f}',
+        f'{k.bytes:.0f}',
+        f'{k.matmul_flops:.0f}',
+        k.shape,
+        k.op_name,
+        k.warning or '',
+      ]
       rows.append(','.join(_csv_field(f) for f in fields))
     return '\n'.join(rows) + '\n'
 
@@ -217,8 +255,13 @@ Target = Union[targets.Target, targets.Chip]
 CustomCallFlops = kernel_work.CustomCallFlops
 
 
-def estimate(program, target: Target, *, score_dims: Optional[tuple[int, int]] = None,
-             custom_call_flops: Optional[CustomCallFlops] = None) -> Estimate:
+def estimate(
+  program,
+  target: Target,
+  *,
+  score_dims: Optional[tuple[int, int]] = None,
+  custom_call_flops: Optional[CustomCallFlops] = None,
+) -> Estimate:
   """The roofline estimate of `program` (a `jax.stages.Compiled` or its `as_text()`) on
   `target` (a targets.Target, or a bare targets.Chip). `score_dims` = (L, L) names the
   attention-score arrays for the 'score-sized element-wise' category. `custom_call_flops(
@@ -232,9 +275,14 @@ def estimate(program, target: Target, *, score_dims: Optional[tuple[int, int]] =
   walker.visit(module.entry_computation, 1)
   name = target.describe() if isinstance(target, targets.Target) else chip.description
   xla = _xla_cost(program) if not isinstance(program, str) else {}
-  return Estimate(name, tuple(walker.kernels), tuple(dict.fromkeys(walker.warnings)),
-                  xla_optimal_seconds=xla.get('optimal_seconds'), xla_flops=xla.get('flops'),
-                  xla_bytes_accessed=xla.get('bytes accessed'))
+  return Estimate(
+    name,
+    tuple(walker.kernels),
+    tuple(dict.fromkeys(walker.warnings)),
+    xla_optimal_seconds=xla.get('optimal_seconds'),
+    xla_flops=xla.get('flops'),
+    xla_bytes_accessed=xla.get('bytes accessed'),
+  )
 
 
 def _xla_cost(compiled) -> dict:
@@ -255,9 +303,14 @@ def _xla_cost(compiled) -> dict:
 class _Walker:
   """Visits executed computations and turns their instructions into Kernels."""
 
-  def __init__(self, module: Module, chip: targets.Chip, devices: int,
-               score_dims: Optional[tuple[int, int]],
-               custom_call_flops: Optional[CustomCallFlops]):
+  def __init__(
+    self,
+    module: Module,
+    chip: targets.Chip,
+    devices: int,
+    score_dims: Optional[tuple[int, int]],
+    custom_call_flops: Optional[CustomCallFlops],
+  ):
     self.module, self.chip, self.devices = module, chip, devices
     self.score_dims = score_dims
     self.custom_call_flops = custom_call_flops
@@ -279,8 +332,7 @@ class _Walker:
         trips = ins.known_trip_count or _counted_loop_trips(ins, computation, condition)
         if trips is None:
           trips = 1
-          self.warnings.append(f'{ins.name}: while loop without a known trip count, counted '
-                               'once')
+          self.warnings.append(f'{ins.name}: while loop without a known trip count, counted once')
         if body:
           self.visit(body, count * trips)
         if condition:
@@ -299,8 +351,7 @@ class _Walker:
   def _conditional(self, ins: Instruction, count: int) -> None:
     branches = []
     for name in ins.called():
-      sub = _Walker(self.module, self.chip, self.devices, self.score_dims,
-                    self.custom_call_flops)
+      sub = _Walker(self.module, self.chip, self.devices, self.score_dims, self.custom_call_flops)
       if self.computation(name):
         sub.visit(self.computation(name), count)
       branches.append(sub)
@@ -309,8 +360,9 @@ class _Walker:
     dearest = max(branches, key=lambda w: sum(k.total_seconds for k in w.kernels))
     self.kernels.extend(dearest.kernels)
     self.warnings.extend(dearest.warnings)
-    self.warnings.append(f'{ins.name}: conditional with {len(branches)} branches, the dearest '
-                         'counted')
+    self.warnings.append(
+      f'{ins.name}: conditional with {len(branches)} branches, the dearest counted'
+    )
 
   def _kernel(self, ins: Instruction, computation: Computation, count: int) -> None:
     work = self.analyzer.work(ins, computation)
@@ -318,20 +370,34 @@ class _Walker:
       work.warning = f'{ins.name}: host transfer ({ins.opcode}), not costed by the roofline'
     collective = ins.opcode in kernel_work.COLLECTIVE_OPS
     facts = categories.KernelFacts(
-        opcodes=frozenset(work.opcodes), custom_call_target=ins.custom_call_target,
-        matmul_flops=sum(work.matmul_flops.values()), is_collective=collective,
-        arrays=work.arrays, source_files=frozenset(work.files))
+      opcodes=frozenset(work.opcodes),
+      custom_call_target=ins.custom_call_target,
+      matmul_flops=sum(work.matmul_flops.values()),
+      is_collective=collective,
+      arrays=work.arrays,
+      source_files=frozenset(work.files),
+    )
     seconds, bound = self._time(work, collective)
     if work.warning:
       self.warnings.append(work.warning)
-    self.kernels.append(Kernel(
-        name=ins.name, computation=computation.name, opcode=ins.opcode,
+    self.kernels.append(
+      Kernel(
+        name=ins.name,
+        computation=computation.name,
+        opcode=ins.opcode,
         kind=ins.custom_call_target or ins.backend_kind or ins.fusion_kind or ins.opcode,
-        count=count, bytes=work.bytes, matmul_flops=sum(work.matmul_flops.values()),
-        seconds=seconds, bound=bound, category=categories.categorize(facts, self.score_dims),
+        count=count,
+        bytes=work.bytes,
+        matmul_flops=sum(work.matmul_flops.values()),
+        seconds=seconds,
+        bound=bound,
+        category=categories.categorize(facts, self.score_dims),
         shape=' '.join(str(a) for a in ins.shapes[:3]) + (' ...' if len(ins.shapes) > 3 else ''),
-        op_name=ins.op_name, warning=work.warning,
-        score_sized=categories.touches(work.arrays, self.score_dims)))
+        op_name=ins.op_name,
+        warning=work.warning,
+        score_sized=categories.touches(work.arrays, self.score_dims),
+      )
+    )
 
   def _time(self, work: kernel_work.Work, collective: bool) -> tuple[float, str]:
     chip = self.chip
@@ -340,9 +406,9 @@ class _Walker:
       return work.link_bytes / chip.interconnect_bytes_per_s + launch, 'interconnect'
     rates = chip.roofline_matmul_flops
     parts = {
-        'memory': work.bytes / chip.roofline_hbm_bytes_per_s,
-        'matmul': sum(flops / rates[dtype] for dtype, flops in work.matmul_flops.items()),
-        'vector': _vector_seconds(work, chip),
+      'memory': work.bytes / chip.roofline_hbm_bytes_per_s,
+      'matmul': sum(flops / rates[dtype] for dtype, flops in work.matmul_flops.items()),
+      'vector': _vector_seconds(work, chip),
     }
     bound = max(parts, key=parts.get)
     if parts[bound] == 0.0:
@@ -350,8 +416,9 @@ class _Walker:
     return parts.get(bound, 0.0) + launch, bound
 
 
-def _counted_loop_trips(loop: Instruction, computation: Computation,
-                        condition: Optional[Computation]) -> Optional[int]:
+def _counted_loop_trips(
+  loop: Instruction, computation: Computation, condition: Optional[Computation]
+) -> Optional[int]:
   """Trips of a counted loop whose backend config states none (TPU): the condition compares
   the tuple element i < N (or <= N) with a constant N, and i starts at a constant."""
   if condition is None:
@@ -389,5 +456,8 @@ def _constant_value(ins: Instruction) -> Optional[int]:
 def _vector_seconds(work: kernel_work.Work, chip: targets.Chip) -> float:
   if chip.vector_flops is None:
     return 0.0
-  return (work.float_ops / chip.vector_flops + work.int_ops / chip.vector_int_ops
-          + work.transcendentals / chip.transcendentals)
+  return (
+    work.float_ops / chip.vector_flops
+    + work.int_ops / chip.vector_int_ops
+    + work.transcendentals / chip.transcendentals
+  )

@@ -29,8 +29,8 @@ from typing import Mapping, Optional
 
 from realformer_jax.config import ConfigError
 
-GB = 10 ** 9
-TERA = 10 ** 12
+GB = 10**9
+TERA = 10**12
 # Measured on an H100 through jax (issue 11): bf16 8192^3 matmul 805 TFLOP/s of 989.4.
 _MATMUL_FRACTION = 805 / 989.4
 _HBM_FRACTION = 0.9  # 3.0 of 3.35 TB/s: the issue's calibration constant
@@ -82,80 +82,150 @@ class Chip:
     return int(self.memory_bytes * fraction)
 
 
-def _gpu_config(*, sms: int, fp32_lanes: int, smem_per_sm: int, smem_optin: int, l2: int,
-                clock_ghz: float, memory: int, bandwidth: float, major: int, minor: int,
-                description: str) -> str:
+def _gpu_config(
+  *,
+  sms: int,
+  fp32_lanes: int,
+  smem_per_sm: int,
+  smem_optin: int,
+  l2: int,
+  clock_ghz: float,
+  memory: int,
+  bandwidth: float,
+  major: int,
+  minor: int,
+  description: str,
+) -> str:
   """A GpuTargetConfigProto (text format) for XLA:GPU's deviceless compiler."""
   return (
-      'gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32 '
-      f'shared_memory_per_block: 49152 shared_memory_per_core: {smem_per_sm} '
-      f'threads_per_core_limit: 2048 core_count: {sms} fpus_per_core: {fp32_lanes} '
-      'block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535 '
-      f'memory_bandwidth: {int(bandwidth)} l2_cache_size: {l2} clock_rate_ghz: {clock_ghz} '
-      f'device_memory_size: {memory} shared_memory_per_block_optin: {smem_optin} '
-      f'cuda_compute_capability {{ major: {major} minor: {minor} }} '
-      'registers_per_core_limit: 65536 registers_per_block_limit: 65536 } '
-      'runtime_version { major: 12 minor: 8 patch: 0 } platform_name: "CUDA" '
-      f'dnn_version_info {{ major: 9 minor: 7 }} device_description_str: "{description}"')
+    'gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32 '
+    f'shared_memory_per_block: 49152 shared_memory_per_core: {smem_per_sm} '
+    f'threads_per_core_limit: 2048 core_count: {sms} fpus_per_core: {fp32_lanes} '
+    'block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535 '
+    f'memory_bandwidth: {int(bandwidth)} l2_cache_size: {l2} clock_rate_ghz: {clock_ghz} '
+    f'device_memory_size: {memory} shared_memory_per_block_optin: {smem_optin} '
+    f'cuda_compute_capability {{ major: {major} minor: {minor} }} '
+    'registers_per_core_limit: 65536 registers_per_block_limit: 65536 } '
+    'runtime_version { major: 12 minor: 8 patch: 0 } platform_name: "CUDA" '
+    f'dnn_version_info {{ major: 9 minor: 7 }} device_description_str: "{description}"'
+  )
 
 
 def _h100() -> Chip:
   sms, clock = 132, 1.98
   memory, bandwidth = 84_929_347_584, 3.35e12  # 79.1 GiB as the driver reports; HBM3
   return Chip(
-      name='h100', platform='cuda', description='NVIDIA H100 SXM 80GB', memory_bytes=memory,
-      hbm_bytes_per_s=bandwidth,
-      matmul_flops={'fp8': 1979 * TERA, 'int8': 1979 * TERA, 'bf16': 989.4 * TERA,
-                    'tf32': 494.7 * TERA, 'f32': 66.9 * TERA},
-      interconnect_bytes_per_s=450 * GB,  # NVLink 4: 900 GB/s bidirectional per GPU
-      launch_overhead_s=2e-6,
-      vector_flops=sms * 128 * clock * 1e9, vector_int_ops=sms * 64 * clock * 1e9,
-      transcendentals=sms * 16 * clock * 1e9, default_memory_fraction=0.75,
-      gpu_target_config=_gpu_config(sms=sms, fp32_lanes=128, smem_per_sm=233472,
-                                    smem_optin=232448, l2=52_428_800, clock_ghz=clock,
-                                    memory=memory, bandwidth=bandwidth, major=9, minor=0,
-                                    description='NVIDIA H100 80GB HBM3'),
-      spec_source='NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989.4 TFLOP/s dense bf16, '
-                  '494.7 TF32, 66.9 FP32, 3.35 TB/s HBM3, 900 GB/s NVLink; 132 SMs')
+    name='h100',
+    platform='cuda',
+    description='NVIDIA H100 SXM 80GB',
+    memory_bytes=memory,
+    hbm_bytes_per_s=bandwidth,
+    matmul_flops={
+      'fp8': 1979 * TERA,
+      'int8': 1979 * TERA,
+      'bf16': 989.4 * TERA,
+      'tf32': 494.7 * TERA,
+      'f32': 66.9 * TERA,
+    },
+    interconnect_bytes_per_s=450 * GB,  # NVLink 4: 900 GB/s bidirectional per GPU
+    launch_overhead_s=2e-6,
+    vector_flops=sms * 128 * clock * 1e9,
+    vector_int_ops=sms * 64 * clock * 1e9,
+    transcendentals=sms * 16 * clock * 1e9,
+    default_memory_fraction=0.75,
+    gpu_target_config=_gpu_config(
+      sms=sms,
+      fp32_lanes=128,
+      smem_per_sm=233472,
+      smem_optin=232448,
+      l2=52_428_800,
+      clock_ghz=clock,
+      memory=memory,
+      bandwidth=bandwidth,
+      major=9,
+      minor=0,
+      description='NVIDIA H100 80GB HBM3',
+    ),
+    spec_source='NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989.4 TFLOP/s dense bf16, '
+    '494.7 TF32, 66.9 FP32, 3.35 TB/s HBM3, 900 GB/s NVLink; 132 SMs',
+  )
 
 
 def _a100(memory_gb: int) -> Chip:
   sms, clock = 108, 1.41
-  memory = memory_gb * 1024 ** 3  # 40960 / 81920 MiB (nvidia-smi)
+  memory = memory_gb * 1024**3  # 40960 / 81920 MiB (nvidia-smi)
   bandwidth = 1.555e12 if memory_gb == 40 else 2.039e12
   return Chip(
-      name=f'a100-{memory_gb}g', platform='cuda', description=f'NVIDIA A100 SXM {memory_gb}GB',
-      memory_bytes=memory, hbm_bytes_per_s=bandwidth,
-      matmul_flops={'int8': 624 * TERA, 'bf16': 312 * TERA, 'tf32': 156 * TERA,
-                    'f32': 19.5 * TERA, 'fp8': 312 * TERA},  # no fp8 units: bf16 rate
-      interconnect_bytes_per_s=300 * GB,  # NVLink 3: 600 GB/s bidirectional per GPU
-      launch_overhead_s=2e-6,
-      vector_flops=sms * 64 * clock * 1e9, vector_int_ops=sms * 64 * clock * 1e9,
-      transcendentals=sms * 16 * clock * 1e9, default_memory_fraction=0.75,
-      gpu_target_config=_gpu_config(sms=sms, fp32_lanes=64, smem_per_sm=167936,
-                                    smem_optin=166912, l2=41_943_040, clock_ghz=clock,
-                                    memory=memory, bandwidth=bandwidth, major=8, minor=0,
-                                    description=f'NVIDIA A100-SXM4-{memory_gb}GB'),
-      spec_source=f'NVIDIA A100 Tensor Core GPU datasheet (SXM4 {memory_gb}GB): 312 TFLOP/s '
-                  f'dense bf16, 156 TF32, 19.5 FP32, {bandwidth / 1e12:.3f} TB/s HBM, '
-                  '600 GB/s NVLink; 108 SMs')
+    name=f'a100-{memory_gb}g',
+    platform='cuda',
+    description=f'NVIDIA A100 SXM {memory_gb}GB',
+    memory_bytes=memory,
+    hbm_bytes_per_s=bandwidth,
+    matmul_flops={
+      'int8': 624 * TERA,
+      'bf16': 312 * TERA,
+      'tf32': 156 * TERA,
+      'f32': 19.5 * TERA,
+      'fp8': 312 * TERA,
+    },  # no fp8 units: bf16 rate
+    interconnect_bytes_per_s=300 * GB,  # NVLink 3: 600 GB/s bidirectional per GPU
+    launch_overhead_s=2e-6,
+    vector_flops=sms * 64 * clock * 1e9,
+    vector_int_ops=sms * 64 * clock * 1e9,
+    transcendentals=sms * 16 * clock * 1e9,
+    default_memory_fraction=0.75,
+    gpu_target_config=_gpu_config(
+      sms=sms,
+      fp32_lanes=64,
+      smem_per_sm=167936,
+      smem_optin=166912,
+      l2=41_943_040,
+      clock_ghz=clock,
+      memory=memory,
+      bandwidth=bandwidth,
+      major=8,
+      minor=0,
+      description=f'NVIDIA A100-SXM4-{memory_gb}GB',
+    ),
+    spec_source=f'NVIDIA A100 Tensor Core GPU datasheet (SXM4 {memory_gb}GB): 312 TFLOP/s '
+    f'dense bf16, 156 TF32, 19.5 FP32, {bandwidth / 1e12:.3f} TB/s HBM, '
+    '600 GB/s NVLink; 108 SMs',
+  )
 
 
-def _tpu(name: str, description: str, memory_gib: float, available_gib: float,
-         bf16_tflops: float, hbm_gbps: float, ici_gbps: float, int8_tops: float,
-         megacore: bool) -> Chip:
+def _tpu(
+  name: str,
+  description: str,
+  memory_gib: float,
+  available_gib: float,
+  bf16_tflops: float,
+  hbm_gbps: float,
+  ici_gbps: float,
+  int8_tops: float,
+  megacore: bool,
+) -> Chip:
   bf16 = bf16_tflops * TERA
   return Chip(
-      name=name, platform='tpu', description=description,
-      memory_bytes=int(memory_gib * 1024 ** 3), hbm_bytes_per_s=hbm_gbps * GB,
-      default_memory_fraction=available_gib / memory_gib,
-      # float32 dots: 1 bf16 pass at default precision, 6 at 'highest'.
-      matmul_flops={'bf16': bf16, 'tf32': bf16, 'f32': bf16 / 6, 'fp8': int8_tops * TERA,
-                    'int8': int8_tops * TERA},
-      interconnect_bytes_per_s=ici_gbps * GB, launch_overhead_s=0.0,
-      tpu_chip_config='megacore' if megacore else 'default',
-      spec_source=f'Google Cloud TPU {name} system architecture: {bf16_tflops} TFLOP/s bf16, '
-                  f'{hbm_gbps:.0f} GB/s HBM, {memory_gib} GiB per chip')
+    name=name,
+    platform='tpu',
+    description=description,
+    memory_bytes=int(memory_gib * 1024**3),
+    hbm_bytes_per_s=hbm_gbps * GB,
+    default_memory_fraction=available_gib / memory_gib,
+    # float32 dots: 1 bf16 pass at default precision, 6 at 'highest'.
+    matmul_flops={
+      'bf16': bf16,
+      'tf32': bf16,
+      'f32': bf16 / 6,
+      'fp8': int8_tops * TERA,
+      'int8': int8_tops * TERA,
+    },
+    interconnect_bytes_per_s=ici_gbps * GB,
+    launch_overhead_s=0.0,
+    tpu_chip_config='megacore' if megacore else 'default',
+    spec_source=f'Google Cloud TPU {name} system architecture: {bf16_tflops} TFLOP/s bf16, '
+    f'{hbm_gbps:.0f} GB/s HBM, {memory_gib} GiB per chip',
+  )
 
 
 # TPU figures per chip from the Cloud TPU pages (ICI: half the bidirectional figure); the
@@ -163,13 +233,13 @@ def _tpu(name: str, description: str, memory_gib: float, available_gib: float,
 # too large ('exceeds available HBM (15.75G)' on a v5e). v5p: the pages say 95 GB / 95 GiB; its
 # compiler offers 95.74 GiB, so the chip has 96 GiB.
 CHIPS: dict[str, Chip] = {
-    'h100': _h100(),
-    'a100-40g': _a100(40),
-    'a100-80g': _a100(80),
-    'v4': _tpu('v4', 'TPU v4', 32, 30.75, 275, 1228, 300, 275, megacore=True),
-    'v5e': _tpu('v5e', 'TPU v5e', 16, 15.75, 197, 819, 200, 393, megacore=False),
-    'v5p': _tpu('v5p', 'TPU v5p', 96, 95.74, 459, 2765, 600, 918, megacore=True),
-    'v6e': _tpu('v6e', 'TPU v6e (Trillium)', 32, 31.25, 918, 1638, 400, 1836, megacore=False),
+  'h100': _h100(),
+  'a100-40g': _a100(40),
+  'a100-80g': _a100(80),
+  'v4': _tpu('v4', 'TPU v4', 32, 30.75, 275, 1228, 300, 275, megacore=True),
+  'v5e': _tpu('v5e', 'TPU v5e', 16, 15.75, 197, 819, 200, 393, megacore=False),
+  'v5p': _tpu('v5p', 'TPU v5p', 96, 95.74, 459, 2765, 600, 918, megacore=True),
+  'v6e': _tpu('v6e', 'TPU v6e (Trillium)', 32, 31.25, 918, 1638, 400, 1836, megacore=False),
 }
 GPUS_PER_HOST = 8
 
@@ -200,8 +270,10 @@ def parse(spec: str) -> Target:
   ConfigError names what is wrong."""
   name, _, rest = spec.strip().lower().partition(':')
   if name not in CHIPS:
-    raise ConfigError(f'--target={spec}: unknown accelerator {name!r} (known: '
-                      f'{", ".join(CHIPS)}; e.g. h100:8, a100-40g:16, v5e:2x2, v4:2x2x1)')
+    raise ConfigError(
+      f'--target={spec}: unknown accelerator {name!r} (known: '
+      f'{", ".join(CHIPS)}; e.g. h100:8, a100-40g:16, v5e:2x2, v4:2x2x1)'
+    )
   chip = CHIPS[name]
   if chip.platform == 'cuda':
     count = rest or '1'
@@ -209,42 +281,51 @@ def parse(spec: str) -> Target:
       raise ConfigError(f'--target={spec}: a GPU target is NAME:COUNT, e.g. {name}:8')
     n = int(count)
     if n > GPUS_PER_HOST and n % GPUS_PER_HOST:
-      raise ConfigError(f'--target={spec}: more than {GPUS_PER_HOST} GPUs must be whole hosts '
-                        f'of {GPUS_PER_HOST}')
+      raise ConfigError(
+        f'--target={spec}: more than {GPUS_PER_HOST} GPUs must be whole hosts of {GPUS_PER_HOST}'
+      )
     hosts = max(1, n // GPUS_PER_HOST)
     return Target(chip, spec, f'1x{hosts}x{n // hosts}', n)
   dims = rest.split('x') if rest else []
   if not dims or not all(d.isdigit() and int(d) > 0 for d in dims) or len(dims) not in (2, 3):
     example = 'v5e:2x2' if name in ('v5e', 'v6e') else f'{name}:2x2x1'
-    raise ConfigError(f'--target={spec}: a TPU target is {name}:TOPOLOGY in chips, e.g. '
-                      f'{example}')
+    raise ConfigError(f'--target={spec}: a TPU target is {name}:TOPOLOGY in chips, e.g. {example}')
   return Target(chip, spec, f'{name}:{rest}', math.prod(int(d) for d in dims))
 
 
 def _topology(target: Target):
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+
   # libtpu holds a machine-wide lock file (/tmp/libtpu_lockfile) so that two processes cannot
   # share a TPU; compiling for a topology opens no TPU, so several processes may load it.
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
   try:
     if target.platform == 'cuda':
-      return topologies.get_topology_desc(target.chip.name, 'cuda',
-                                          target_config=target.chip.gpu_target_config,
-                                          topology=target.topology)
+      return topologies.get_topology_desc(
+        target.chip.name,
+        'cuda',
+        target_config=target.chip.gpu_target_config,
+        topology=target.topology,
+      )
     # Hosts of up to 2x2x1 chips (as Cloud TPU VMs and MaxText lay them out); smaller
     # topologies are one host.
     dims = [int(d) for d in target.topology.split(':')[1].split('x')] + [1]
     bounds = tuple(min(b, d) for b, d in zip((2, 2, 1), dims))
     return topologies.get_topology_desc(
-        platform='tpu', topology_name=target.topology,
-        chip_config_name=target.chip.tpu_chip_config, chips_per_host_bounds=bounds,
-        num_slices=1)
+      platform='tpu',
+      topology_name=target.topology,
+      chip_config_name=target.chip.tpu_chip_config,
+      chips_per_host_bounds=bounds,
+      num_slices=1,
+    )
   except Exception as e:  # the plugin missing, or a topology XLA does not accept
     package = 'jax-cuda13-plugin' if target.platform == 'cuda' else 'libtpu'
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise ConfigError(f'--target={target.spec}: cannot describe the {target.chip.description} '
-                      f'devices ({message}); the compiler comes with {package}: pip install '
-                      f"-e '.[aot]', and run with JAX_PLATFORMS=cpu") from e
+    raise ConfigError(
+      f'--target={target.spec}: cannot describe the {target.chip.description} '
+      f'devices ({message}); the compiler comes with {package}: pip install '
+      f"-e '.[aot]', and run with JAX_PLATFORMS=cpu"
+    ) from e
 
 
 def known_targets() -> str:

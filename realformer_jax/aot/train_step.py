@@ -25,7 +25,7 @@ from realformer_jax.config import ConfigError
 from realformer_jax.train import accumulation, validation
 from realformer_jax.train.spec import RunSpec, TrainConfig
 
-GiB = 2 ** 30
+GiB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,12 +69,15 @@ def memory_budget(train: TrainConfig, target: Target) -> tuple[int, str]:
     share = capacity / chip.memory_bytes
     source = f'{chip.description}: {capacity / GiB:.2f} GiB'
     if chip.platform == 'cuda':
-      source += (f' usable ({share:.0%} of {chip.memory_bytes / GiB:.2f} GiB: JAX preallocates '
-                 'that share of a GPU, XLA_PYTHON_CLIENT_MEM_FRACTION)')
+      source += (
+        f' usable ({share:.0%} of {chip.memory_bytes / GiB:.2f} GiB: JAX preallocates '
+        'that share of a GPU, XLA_PYTHON_CLIENT_MEM_FRACTION)'
+      )
     else:
       source += f' of {chip.memory_bytes / GiB:.0f} GiB HBM available to XLA'
   return int(capacity * train.memory_fraction), (
-      f'{source} x memory_fraction {train.memory_fraction}')
+    f'{source} x memory_fraction {train.memory_fraction}'
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +101,9 @@ class TargetStep:
     return self.memory.needed <= self.budget_bytes
 
 
-def compile_for_target(config: ml_collections.ConfigDict, target: Target,
-                       log: Callable[[str], None] = print) -> TargetStep:
+def compile_for_target(
+  config: ml_collections.ConfigDict, target: Target, log: Callable[[str], None] = print
+) -> TargetStep:
   """Validates `config` for the target and compiles its train step there (resolving 'auto'
   accumulation against the target's memory). Raises ConfigError (one line) for a bad config
   or a step that cannot fit even at one sequence per device."""
@@ -114,14 +118,19 @@ def compile_for_target(config: ml_collections.ConfigDict, target: Target,
     if required is None:
       raise
     raise ConfigError(
-        f'train.grad_accum_steps={spec.train.grad_accum_steps}: the step needs at least '
-        f'{required:,} bytes per device ({required / GiB:.2f} GiB of temporaries, as XLA reports '
-        f'it), the target has {budget:,} ({source}); try grad_accum_steps=\'auto\', FSDP '
-        '(mesh.shape=(1,-1,1)) or more devices') from e
+      f'train.grad_accum_steps={spec.train.grad_accum_steps}: the step needs at least '
+      f'{required:,} bytes per device ({required / GiB:.2f} GiB of temporaries, as XLA reports '
+      f"it), the target has {budget:,} ({source}); try grad_accum_steps='auto', FSDP "
+      '(mesh.shape=(1,-1,1)) or more devices'
+    ) from e
   m = resolved.compiled.memory_analysis()
   state = resolved.setup.layout.abstract
   memory = MemoryUse(
-      arguments=m.argument_size_in_bytes, outputs=m.output_size_in_bytes,
-      aliased=m.alias_size_in_bytes, temporaries=m.temp_size_in_bytes,
-      params=per_device_bytes(state.params), optimizer_state=per_device_bytes(state.opt_state))
+    arguments=m.argument_size_in_bytes,
+    outputs=m.output_size_in_bytes,
+    aliased=m.alias_size_in_bytes,
+    temporaries=m.temp_size_in_bytes,
+    params=per_device_bytes(state.params),
+    optimizer_state=per_device_bytes(state.opt_state),
+  )
   return TargetStep(target, resolved, memory, budget, source)

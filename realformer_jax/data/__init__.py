@@ -15,18 +15,21 @@ The state is the global batch position, the same on every process, so it also re
 different process count (`saved_train_state` reads it from a grain checkpoint directory).
 """
 
-from realformer_jax.data.baseline import context_free_floors
-from realformer_jax.data.baseline import most_frequent_token_baseline
-from realformer_jax.data.config import DataConfig
-from realformer_jax.data.config import data_config
-from realformer_jax.data.config import default_data_config
-from realformer_jax.data.config import validate_data_config
+from realformer_jax.data.baseline import context_free_floors, most_frequent_token_baseline
+from realformer_jax.data.config import (
+  DataConfig,
+  data_config,
+  default_data_config,
+  validate_data_config,
+)
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.pipeline import BATCH_KEYS
-from realformer_jax.data.pipeline import EvalBatches
-from realformer_jax.data.pipeline import local_batch_size
-from realformer_jax.data.pipeline import make_eval_iterator
-from realformer_jax.data.pipeline import make_train_iterator
-from realformer_jax.data.pipeline import saved_train_state
+from realformer_jax.data.pipeline import (
+  BATCH_KEYS,
+  EvalBatches,
+  local_batch_size,
+  make_eval_iterator,
+  make_train_iterator,
+  saved_train_state,
+)
 from realformer_jax.data.preparation import prepare
 from realformer_jax.data.tokenizer import Tokenizer

@@ -27,12 +27,12 @@ from typing import Mapping
 import numpy as np
 
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import pipeline
-from realformer_jax.data import preparation
+from realformer_jax.data import pipeline, preparation
 
 
-def most_frequent_token_baseline(data_config: config_lib.DataConfig,
-                                 global_batch_size: int | None = None) -> float:
+def most_frequent_token_baseline(
+  data_config: config_lib.DataConfig, global_batch_size: int | None = None
+) -> float:
   """Accuracy of always predicting the eval split's most frequent masked target (an oracle:
   it reads the eval labels; `context_free_floors` uses the train split's frequencies)."""
   sequences = pipeline.eval_sequences(data_config, global_batch_size)
@@ -49,28 +49,43 @@ def train_unigram(data_config: config_lib.DataConfig | Mapping) -> np.ndarray:
   counts = np.zeros(tokenizer.vocab_size, np.float64)
   for start in range(0, len(store), 4096):  # the store is memory-mapped: read it in blocks
     ids = store.rows(np.arange(start, min(start + 4096, len(store))))
-    counts += np.bincount(ids.ravel(), minlength=tokenizer.vocab_size)[:tokenizer.vocab_size]
+    counts += np.bincount(ids.ravel(), minlength=tokenizer.vocab_size)[: tokenizer.vocab_size]
   counts = np.where(tokenizer.is_special_V, 0.0, counts + 1.0)
   return counts / counts.sum()
 
 
-def context_free_floors(data_config: config_lib.DataConfig | Mapping,
-                        global_batch_size: int | None = None) -> dict[str, float]:
+def context_free_floors(
+  data_config: config_lib.DataConfig | Mapping, global_batch_size: int | None = None
+) -> dict[str, float]:
   """The floors of the eval set `data_config` (and the batch size) defines; see `floors`."""
   data_config = config_lib.data_config(data_config)
   sequences = pipeline.eval_sequences(data_config, global_batch_size)
   tokenizer = preparation.prepare(data_config)
   visible = np.take_along_axis(sequences['input_ids'], sequences['masked_positions'], 1)
   keep_rate = 1.0 - data_config.mask_token_rate - data_config.random_token_rate
-  return floors(visible, sequences['masked_ids'], sequences['masked_weights'],
-                train_unigram(data_config), mask_id=tokenizer.mask_id,
-                num_random_ids=len(tokenizer.regular_ids), keep_rate=keep_rate,
-                random_rate=data_config.random_token_rate)
+  return floors(
+    visible,
+    sequences['masked_ids'],
+    sequences['masked_weights'],
+    train_unigram(data_config),
+    mask_id=tokenizer.mask_id,
+    num_random_ids=len(tokenizer.regular_ids),
+    keep_rate=keep_rate,
+    random_rate=data_config.random_token_rate,
+  )
 
 
-def floors(visible_NxP: np.ndarray, targets_NxP: np.ndarray, weights_NxP: np.ndarray,
-           unigram_V: np.ndarray, *, mask_id: int, num_random_ids: int, keep_rate: float,
-           random_rate: float) -> dict[str, float]:
+def floors(
+  visible_NxP: np.ndarray,
+  targets_NxP: np.ndarray,
+  weights_NxP: np.ndarray,
+  unigram_V: np.ndarray,
+  *,
+  mask_id: int,
+  num_random_ids: int,
+  keep_rate: float,
+  random_rate: float,
+) -> dict[str, float]:
   """Context-free floors of a set of prediction slots.
 
   Args:
@@ -93,13 +108,15 @@ def floors(visible_NxP: np.ndarray, targets_NxP: np.ndarray, weights_NxP: np.nda
   predicted = np.where(at_mask, most_frequent, visible)
   # Visible x: the target is x (kept, or a random draw of x itself) or any y (random).
   seen = keep_rate * unigram[visible] + random_rate / num_random_ids
-  p_visible = (keep_rate * unigram[visible] * (targets == visible)
-               + random_rate * unigram[targets] / num_random_ids) / seen
+  p_visible = (
+    keep_rate * unigram[visible] * (targets == visible)
+    + random_rate * unigram[targets] / num_random_ids
+  ) / seen
   nll = -np.log(np.where(at_mask, unigram[targets], p_visible))
   return {
-      'mlm_accuracy': float(np.mean(targets == most_frequent)),
-      'mask_accuracy': float(np.mean(targets[at_mask] == most_frequent)),
-      'copy_accuracy': float(np.mean(predicted == targets)),
-      'copy_unigram_loss': float(np.mean(nll)),
-      'mask_unigram_loss': float(np.mean(nll[at_mask])),
+    'mlm_accuracy': float(np.mean(targets == most_frequent)),
+    'mask_accuracy': float(np.mean(targets[at_mask] == most_frequent)),
+    'copy_accuracy': float(np.mean(predicted == targets)),
+    'copy_unigram_loss': float(np.mean(nll)),
+    'mask_unigram_loss': float(np.mean(nll[at_mask])),
   }

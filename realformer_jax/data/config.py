@@ -29,30 +29,46 @@ class DataConfig:
   """The masked-LM `data` section. Hashable: it keys the per-process preparation caches."""
 
   # Source.
-  dataset: str = EMBEDDED_DATASET  # TFDS name ('name', 'name/config', 'name:1.2.3'); bible_web = embedded corpus.
-  data_dir: str = '~/tensorflow_datasets'  # TFDS data dir; the tokenizer cache lives beside the dataset.
+  # TFDS name ('name', 'name/config', 'name:1.2.3'); bible_web = the embedded corpus.
+  dataset: str = EMBEDDED_DATASET
+  # TFDS data dir; the tokenizer cache lives beside the dataset.
+  data_dir: str = '~/tensorflow_datasets'
   text_feature: str = 'text'  # Feature holding a document's text; 'a/b' for nested features.
   train_split: str = 'train'  # TFDS split (slicing syntax allowed, e.g. 'train[:99%]').
   eval_split: str = 'validation'  # Held-out split, read in order as one finite pass.
-  download: bool = False  # Let TFDS download+prepare a missing catalog dataset (never for bible_web: it needs no network).
-  max_documents: int = -1  # Use only the first N records of each split (-1: all); for smoke runs and tests.
+  # Let TFDS download+prepare a missing catalog dataset (never for bible_web: no network).
+  download: bool = False
+  # Use only the first N records of each split (-1: all); for smoke runs and tests.
+  max_documents: int = -1
   # Tokenizer.
-  vocab_file: str = ''  # A SentencePiece .model or a BERT WordPiece vocab.txt; '' = train SentencePiece on train_split on first use and cache.
-  lower_case: bool = True  # WordPiece vocab.txt only: lower-case and strip accents first (BERT uncased).
-  vocab_size: int = 8000  # Pieces to train, including [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4); ignored with vocab_file.
-  fit_vocab_to_corpus: bool = True  # A corpus too small for vocab_size trains the largest size it supports (with a note) instead of failing; the model keeps model.vocab_size rows.
+  # A SentencePiece .model or a BERT WordPiece vocab.txt; '' = train SentencePiece on
+  # train_split on first use and cache it.
+  vocab_file: str = ''
+  # WordPiece vocab.txt only: lower-case and strip accents first (BERT uncased).
+  lower_case: bool = True
+  # Pieces to train, including [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4); ignored with vocab_file.
+  vocab_size: int = 8000
+  # A corpus too small for vocab_size trains the largest size it supports (with a note)
+  # instead of failing; the model keeps model.vocab_size rows.
+  fit_vocab_to_corpus: bool = True
   tokenizer_model_type: str = 'unigram'  # 'unigram' or 'bpe' (both train in ~1 s on bible_web).
-  tokenizer_sample_chars: int = 100_000_000  # Cap on text used to train the tokenizer (evenly spaced records).
+  # Cap on text used to train the tokenizer (evenly spaced records).
+  tokenizer_sample_chars: int = 100_000_000
   # Sequences and masking.
   max_len: int = 128  # Tokens per packed sequence, including [CLS] and [SEP].
   max_predictions: int = 20  # P: masked-LM prediction slots per sequence (BERT: 20 at length 128).
-  mask_rate: float = 0.15  # Fraction of real, non-special tokens chosen for prediction (capped at P).
+  # Fraction of real, non-special tokens chosen for prediction (capped at P).
+  mask_rate: float = 0.15
   mask_token_rate: float = 0.8  # Of the chosen tokens, replaced by [MASK].
-  random_token_rate: float = 0.1  # Of the chosen tokens, replaced by a random non-special token (rest unchanged).
-  # Order and iteration (train order: a global shuffle of the packed rows per epoch, from the train seed).
+  # Of the chosen tokens, replaced by a random non-special token (the rest stay unchanged).
+  random_token_rate: float = 0.1
+  # Order and iteration (train order: a global shuffle of the packed rows per epoch, from the
+  # train seed).
   eval_mask_seed: int = 0  # Fixed so every evaluation scores the same masked positions.
   eval_batches: int = -1  # Batches per evaluation; -1 = one full pass over eval_split.
-  worker_count: int = 0  # Processes masking train batches ahead (grain mp_prefetch); 0 = one in-process thread (CI has 2 cores).
+  # Processes masking train batches ahead (grain mp_prefetch); 0 = one in-process thread (CI
+  # has 2 cores).
+  worker_count: int = 0
 
   def __post_init__(self):
     def need(ok: bool, field: str, rule: str):
@@ -64,20 +80,29 @@ class DataConfig:
     need(bool(self.train_split), 'train_split', 'name a split')
     need(bool(self.eval_split), 'eval_split', 'name a split')
     need(self.max_len >= 3, 'max_len', 'need room for [CLS], one token and [SEP]')
-    need(1 <= self.max_predictions <= self.max_len - 2, 'max_predictions',
-         'must be in [1, max_len - 2]')
+    need(
+      1 <= self.max_predictions <= self.max_len - 2,
+      'max_predictions',
+      'must be in [1, max_len - 2]',
+    )
     need(0.0 < self.mask_rate <= 1.0, 'mask_rate', 'must be in (0, 1]')
-    need(0.0 <= self.mask_token_rate and 0.0 <= self.random_token_rate
-         and self.mask_token_rate + self.random_token_rate <= 1.0, 'mask_token_rate',
-         'mask_token_rate and random_token_rate must be >= 0 with a sum <= 1')
-    need(self.tokenizer_model_type in tokenizer_lib.MODEL_TYPES, 'tokenizer_model_type',
-         f'must be one of {tokenizer_lib.MODEL_TYPES}')
+    need(
+      0.0 <= self.mask_token_rate
+      and 0.0 <= self.random_token_rate
+      and self.mask_token_rate + self.random_token_rate <= 1.0,
+      'mask_token_rate',
+      'mask_token_rate and random_token_rate must be >= 0 with a sum <= 1',
+    )
+    need(
+      self.tokenizer_model_type in tokenizer_lib.MODEL_TYPES,
+      'tokenizer_model_type',
+      f'must be one of {tokenizer_lib.MODEL_TYPES}',
+    )
     need(self.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
     need(self.tokenizer_sample_chars > 0, 'tokenizer_sample_chars', 'must be positive')
     need(self.eval_batches == -1 or self.eval_batches > 0, 'eval_batches', 'must be -1 or > 0')
     need(self.worker_count >= 0, 'worker_count', 'must be >= 0')
-    need(self.max_documents == -1 or self.max_documents > 0, 'max_documents',
-         'must be -1 or > 0')
+    need(self.max_documents == -1 or self.max_documents > 0, 'max_documents', 'must be -1 or > 0')
 
   def replace(self, **changes) -> 'DataConfig':
     return dataclasses.replace(self, **changes)

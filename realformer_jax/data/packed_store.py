@@ -38,12 +38,10 @@ import time
 import zlib
 from typing import Iterable
 
-from absl import logging
 import numpy as np
+from absl import logging
 
-from realformer_jax.data import cache_integrity
-from realformer_jax.data import cache_lock
-from realformer_jax.data import packing
+from realformer_jax.data import cache_integrity, cache_lock, packing
 from realformer_jax.data.errors import DataError
 
 # Bump when the packing or file layout changes, so old cache entries are not reused.
@@ -60,8 +58,10 @@ class PackedStore:
     row_bytes = _DTYPE.itemsize * max_len
     size = os.path.getsize(path)
     if size % row_bytes:
-      raise DataError(f'Packed store {path} has {size} bytes, not a multiple of one row '
-                      f'({row_bytes}): delete it and rerun to rebuild it.')
+      raise DataError(
+        f'Packed store {path} has {size} bytes, not a multiple of one row '
+        f'({row_bytes}): delete it and rerun to rebuild it.'
+      )
     self.num_rows = size // row_bytes
     self._array = None
 
@@ -92,8 +92,17 @@ def store_path(cache_dir: str, key: dict) -> str:
   return os.path.join(cache_dir, f'packed-L{key["max_len"]}-{digest}.int32')
 
 
-def load_or_build(path: str, documents: Iterable[np.ndarray], *, max_len: int, cls_id: int,
-                  sep_id: int, pad_id: int, description: dict, what: str) -> PackedStore:
+def load_or_build(
+  path: str,
+  documents: Iterable[np.ndarray],
+  *,
+  max_len: int,
+  cls_id: int,
+  sep_id: int,
+  pad_id: int,
+  description: dict,
+  what: str,
+) -> PackedStore:
   """Opens `path`, or packs `documents` (consumed only when building) and publishes it there.
 
   Args:
@@ -112,8 +121,16 @@ def load_or_build(path: str, documents: Iterable[np.ndarray], *, max_len: int, c
     if reason is not None:  # Else another process built it while we waited.
       if os.path.exists(path):  # Derived data: damaged means build it again.
         cache_integrity.note_rebuild(path, reason, f'packing {what} again')
-      _build(path, documents, max_len=max_len, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id,
-             description=description, what=what)
+      _build(
+        path,
+        documents,
+        max_len=max_len,
+        cls_id=cls_id,
+        sep_id=sep_id,
+        pad_id=pad_id,
+        description=description,
+        what=what,
+      )
   return PackedStore(path, max_len)
 
 
@@ -124,8 +141,13 @@ def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, wha
   tmp_path = f'{path}.tmp.{os.getpid()}'
   try:
     with open(tmp_path, 'wb') as f:
-      for block in packing.pack_blocks(_without_pad(documents, pad_id, what), max_len=max_len,
-                                       cls_id=cls_id, sep_id=sep_id, pad_id=pad_id):
+      for block in packing.pack_blocks(
+        _without_pad(documents, pad_id, what),
+        max_len=max_len,
+        cls_id=cls_id,
+        sep_id=sep_id,
+        pad_id=pad_id,
+      ):
         data = block.astype(_DTYPE).tobytes()
         f.write(data)
         checksum = zlib.crc32(data, checksum)  # on the way: no second pass over the store
@@ -134,8 +156,13 @@ def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, wha
     if not num_rows:
       raise DataError(f'{what} has zero tokens: nothing to train on.')
     seconds = time.monotonic() - start
-    sidecar = dict(description, max_len=max_len, rows=num_rows, real_tokens=num_tokens,
-                   build_seconds=round(seconds, 1))
+    sidecar = dict(
+      description,
+      max_len=max_len,
+      rows=num_rows,
+      real_tokens=num_tokens,
+      build_seconds=round(seconds, 1),
+    )
     cache_integrity.publish(tmp_path, path, sidecar, checksum=checksum)
   finally:
     if os.path.exists(tmp_path):

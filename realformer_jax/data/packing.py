@@ -22,14 +22,21 @@ _ROWS_PER_BLOCK = 1024
 def sequence_from_ids(input_ids_L: np.ndarray, *, pad_id: int) -> dict[str, np.ndarray]:
   """input_ids, segment_ids, input_mask [L] of one packed row (real tokens are never [PAD])."""
   return {
-      'input_ids': np.asarray(input_ids_L, np.int32),
-      'segment_ids': np.zeros(len(input_ids_L), np.int32),  # One segment: no NSP pairs.
-      'input_mask': (input_ids_L != pad_id).astype(np.int32),
+    'input_ids': np.asarray(input_ids_L, np.int32),
+    'segment_ids': np.zeros(len(input_ids_L), np.int32),  # One segment: no NSP pairs.
+    'input_mask': (input_ids_L != pad_id).astype(np.int32),
   }
 
 
-def pack_blocks(documents: Iterable[np.ndarray], *, max_len: int, cls_id: int, sep_id: int,
-                pad_id: int, rows_per_block: int = _ROWS_PER_BLOCK) -> Iterator[np.ndarray]:
+def pack_blocks(
+  documents: Iterable[np.ndarray],
+  *,
+  max_len: int,
+  cls_id: int,
+  sep_id: int,
+  pad_id: int,
+  rows_per_block: int = _ROWS_PER_BLOCK,
+) -> Iterator[np.ndarray]:
   """Yields the packed input ids of a finite stream of tokenized documents, int32 [K, L] blocks.
 
   Row order is stream order; every block but the last has `rows_per_block` rows or more.
@@ -43,33 +50,34 @@ def pack_blocks(documents: Iterable[np.ndarray], *, max_len: int, cls_id: int, s
     if num_pending >= body_len * rows_per_block:
       flat = np.concatenate(pending)
       num_rows = len(flat) // body_len
-      yield _rows(flat[:num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id,
-                  sep_id, pad_id)
-      pending, num_pending = [flat[num_rows * body_len:]], len(flat) - num_rows * body_len
+      yield _rows(
+        flat[: num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id, sep_id, pad_id
+      )
+      pending, num_pending = [flat[num_rows * body_len :]], len(flat) - num_rows * body_len
   if num_pending:
     flat = np.concatenate(pending)
     num_rows = len(flat) // body_len
-    block = _rows(flat[:num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id,
-                  sep_id, pad_id)
-    rest = flat[num_rows * body_len:]
+    block = _rows(
+      flat[: num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id, sep_id, pad_id
+    )
+    rest = flat[num_rows * body_len :]
     if len(rest):
       last = np.full((1, max_len), pad_id, np.int32)
-      last[0, 0], last[0, 1:len(rest) + 1], last[0, len(rest) + 1] = cls_id, rest, sep_id
+      last[0, 0], last[0, 1 : len(rest) + 1], last[0, len(rest) + 1] = cls_id, rest, sep_id
       block = np.concatenate([block, last])
     yield block
 
 
-def _rows(body_KB: np.ndarray, max_len: int, cls_id: int, sep_id: int,
-          pad_id: int) -> np.ndarray:
+def _rows(body_KB: np.ndarray, max_len: int, cls_id: int, sep_id: int, pad_id: int) -> np.ndarray:
   ids_KL = np.full((len(body_KB), max_len), pad_id, np.int32)
-  ids_KL[:, 0], ids_KL[:, 1:max_len - 1], ids_KL[:, max_len - 1] = cls_id, body_KB, sep_id
+  ids_KL[:, 0], ids_KL[:, 1 : max_len - 1], ids_KL[:, max_len - 1] = cls_id, body_KB, sep_id
   return ids_KL
 
 
-def pack_documents(documents: Iterable[np.ndarray], *, max_len: int, cls_id: int, sep_id: int,
-                   pad_id: int) -> Iterator[dict[str, np.ndarray]]:
+def pack_documents(
+  documents: Iterable[np.ndarray], *, max_len: int, cls_id: int, sep_id: int, pad_id: int
+) -> Iterator[dict[str, np.ndarray]]:
   """Yields the packed sequences of a finite stream of tokenized documents, one by one."""
-  for block in pack_blocks(documents, max_len=max_len, cls_id=cls_id, sep_id=sep_id,
-                           pad_id=pad_id):
+  for block in pack_blocks(documents, max_len=max_len, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id):
     for input_ids_L in block:
       yield sequence_from_ids(input_ids_L, pad_id=pad_id)

@@ -42,22 +42,24 @@ import json
 import math
 from typing import Any
 
-from absl import flags
-from etils import epath
 import grain
 import numpy as np
+from absl import flags
+from etils import epath
 
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import masking
-from realformer_jax.data import packed_store
-from realformer_jax.data import packing
-from realformer_jax.data import preparation
-from realformer_jax.data import sources
+from realformer_jax.data import masking, packed_store, packing, preparation, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
 
-BATCH_KEYS = ('input_ids', 'segment_ids', 'input_mask', 'masked_positions', 'masked_ids',
-              'masked_weights')
+BATCH_KEYS = (
+  'input_ids',
+  'segment_ids',
+  'input_mask',
+  'masked_positions',
+  'masked_ids',
+  'masked_weights',
+)
 
 
 def local_batch_size(global_batch_size: int, process_index: int, process_count: int) -> int:
@@ -65,14 +67,20 @@ def local_batch_size(global_batch_size: int, process_index: int, process_count: 
   if process_count < 1 or not 0 <= process_index < process_count:
     raise DataError(f'process_index={process_index} is not in [0, process_count={process_count}).')
   if global_batch_size < 1 or global_batch_size % process_count:
-    raise DataError(f'global_batch_size={global_batch_size} is not a positive multiple of '
-                    f'process_count={process_count}.')
+    raise DataError(
+      f'global_batch_size={global_batch_size} is not a positive multiple of '
+      f'process_count={process_count}.'
+    )
   return global_batch_size // process_count
 
 
-def make_train_iterator(data_config: config_lib.DataConfig, global_batch_size: int,
-                        seed: int, process_index: int = 0,
-                        process_count: int = 1) -> grain.DatasetIterator:
+def make_train_iterator(
+  data_config: config_lib.DataConfig,
+  global_batch_size: int,
+  seed: int,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> grain.DatasetIterator:
   """An endless, checkpointable iterator of this process's training batches.
 
   Its batches are rows [p*B, (p+1)*B) of the global batches, which do not depend on
@@ -85,13 +93,23 @@ def make_train_iterator(data_config: config_lib.DataConfig, global_batch_size: i
     raise DataError(f'seed={seed} must be in [0, 2**32) (grain shuffle seeds are uint32).')
   store = preparation.packed_train_store(data_config)
   batches = train_batches(data_config, global_batch_size, seed, process_index, process_count)
-  return TrainIterator(batches, global_batch_size=global_batch_size, seed=seed,
-                       store=store.name, worker_count=data_config.worker_count)
+  return TrainIterator(
+    batches,
+    global_batch_size=global_batch_size,
+    seed=seed,
+    store=store.name,
+    worker_count=data_config.worker_count,
+  )
 
 
-def train_batches(data_config: config_lib.DataConfig, global_batch_size: int, seed: int,
-                  process_index: int = 0, process_count: int = 1,
-                  store: packed_store.PackedStore | None = None) -> grain.MapDataset:
+def train_batches(
+  data_config: config_lib.DataConfig,
+  global_batch_size: int,
+  seed: int,
+  process_index: int = 0,
+  process_count: int = 1,
+  store: packed_store.PackedStore | None = None,
+) -> grain.MapDataset:
   """This process's endless training batches as a MapDataset: element b is its share of global
   batch b. Random access, so an iterator can start at any batch.
 
@@ -111,8 +129,7 @@ def train_batches(data_config: config_lib.DataConfig, global_batch_size: int, se
   # Blocks of B consecutive positions; global batch b is blocks b*n ... b*n + n - 1 in process
   # order, so this process's block of global batch b is block b*n + p.
   blocks = positions.batch(batch_size)[process_index::process_count]
-  return blocks.map(functools.partial(_load_and_mask_block, data_config, tokenizer, store,
-                                      seed))
+  return blocks.map(functools.partial(_load_and_mask_block, data_config, tokenizer, store, seed))
 
 
 def _with_position(position: int, row: int) -> tuple[int, int]:
@@ -132,8 +149,15 @@ class TrainIterator(grain.DatasetIterator):
   size dividing the position). `set_state` checks seed and store (the packed data) match.
   """
 
-  def __init__(self, batches: grain.MapDataset, *, global_batch_size: int, seed: int,
-               store: str, worker_count: int = 0):
+  def __init__(
+    self,
+    batches: grain.MapDataset,
+    *,
+    global_batch_size: int,
+    seed: int,
+    store: str,
+    worker_count: int = 0,
+  ):
     super().__init__()
     self._batches = batches
     self._global_batch_size = global_batch_size
@@ -144,8 +168,9 @@ class TrainIterator(grain.DatasetIterator):
     self._iterator = None
 
   def _start(self) -> grain.DatasetIterator:
-    stream = self._batches[self._next_batch:].to_iter_dataset(
-        grain.ReadOptions(num_threads=1, prefetch_buffer_size=_PREFETCH_BATCHES))
+    stream = self._batches[self._next_batch :].to_iter_dataset(
+      grain.ReadOptions(num_threads=1, prefetch_buffer_size=_PREFETCH_BATCHES)
+    )
     if self._worker_count > 0:
       # grain's worker start-up reads absl flags; scripts that do not use absl.app never parse
       # them.
@@ -162,19 +187,26 @@ class TrainIterator(grain.DatasetIterator):
     return batch
 
   def get_state(self) -> dict[str, Any]:
-    return {'next_position': self._next_batch * self._global_batch_size, 'seed': self._seed,
-            'store': self._store}
+    return {
+      'next_position': self._next_batch * self._global_batch_size,
+      'seed': self._seed,
+      'store': self._store,
+    }
 
   def set_state(self, state: dict[str, Any]) -> None:
     for key in ('seed', 'store'):
       if state.get(key) != getattr(self, '_' + key):
-        raise DataError(f'Train iterator state has {key}={state.get(key)!r}, but this iterator '
-                        f'has {getattr(self, "_" + key)!r}: it was saved with other data or '
-                        f'another seed.')
+        raise DataError(
+          f'Train iterator state has {key}={state.get(key)!r}, but this iterator '
+          f'has {getattr(self, "_" + key)!r}: it was saved with other data or '
+          f'another seed.'
+        )
     position = int(state['next_position'])
     if position % self._global_batch_size:
-      raise DataError(f'Train iterator state position {position} is not a multiple of '
-                      f'global_batch_size={self._global_batch_size}.')
+      raise DataError(
+        f'Train iterator state position {position} is not a multiple of '
+        f'global_batch_size={self._global_batch_size}.'
+      )
     self.close()
     self._next_batch = position // self._global_batch_size
 
@@ -184,22 +216,29 @@ class TrainIterator(grain.DatasetIterator):
       self._iterator = None
 
   def __str__(self) -> str:
-    return (f'TrainIterator(next_batch={self._next_batch}, '
-            f'global_batch_size={self._global_batch_size})')
+    return (
+      f'TrainIterator(next_batch={self._next_batch}, global_batch_size={self._global_batch_size})'
+    )
 
 
 # Batches computed ahead by the reader thread (each is B rows masked).
 _PREFETCH_BATCHES = 4
 
 
-def _load_and_mask_block(data_config, tokenizer, store, seed: int,
-                         block: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+def _load_and_mask_block(
+  data_config, tokenizer, store, seed: int, block: tuple[np.ndarray, np.ndarray]
+) -> dict[str, np.ndarray]:
   positions_B, rows_B = block
   ids_BL = store.rows(rows_B)
   examples = [
-      _mask_example(data_config, tokenizer, (seed,), int(g),
-                    packing.sequence_from_ids(ids_L, pad_id=tokenizer.pad_id))
-      for g, ids_L in zip(positions_B, ids_BL)
+    _mask_example(
+      data_config,
+      tokenizer,
+      (seed,),
+      int(g),
+      packing.sequence_from_ids(ids_L, pad_id=tokenizer.pad_id),
+    )
+    for g, ids_L in zip(positions_B, ids_BL)
   ]
   return {k: np.stack([e[k] for e in examples]) for k in BATCH_KEYS}
 
@@ -213,8 +252,10 @@ def saved_train_state(directory) -> dict[str, Any]:
     raise DataError(f'No grain iterator state (process_*-of-*.json) in {directory}.')
   states = [json.loads(f.read_text()) for f in files]
   if any(state != states[0] for state in states):
-    raise DataError(f'The iterator states in {directory} differ between processes: they were '
-                    f'not saved by this pipeline at one step.')
+    raise DataError(
+      f'The iterator states in {directory} differ between processes: they were '
+      f'not saved by this pipeline at one step.'
+    )
   return states[0]
 
 
@@ -230,11 +271,15 @@ class EvalBatches:
 
   def __iter__(self):
     for start in range(0, len(self) * self._batch_size, self._batch_size):
-      yield {k: v[start:start + self._batch_size] for k, v in self._arrays.items()}
+      yield {k: v[start : start + self._batch_size] for k, v in self._arrays.items()}
 
 
-def make_eval_iterator(data_config: config_lib.DataConfig, global_batch_size: int,
-                       process_index: int = 0, process_count: int = 1) -> EvalBatches:
+def make_eval_iterator(
+  data_config: config_lib.DataConfig,
+  global_batch_size: int,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> EvalBatches:
   """This process's eval batches: one pass (or `eval_batches` batches); iterate it any times."""
   data_config = config_lib.data_config(data_config)
   batch_size = local_batch_size(global_batch_size, process_index, process_count)
@@ -244,12 +289,13 @@ def make_eval_iterator(data_config: config_lib.DataConfig, global_batch_size: in
   padded = {}
   for key, values in share.items():
     padded[key] = np.zeros((num_batches * batch_size,) + values.shape[1:], values.dtype)
-    padded[key][:len(values)] = values
+    padded[key][: len(values)] = values
   return EvalBatches(padded, batch_size)
 
 
-def eval_sequences(data_config: config_lib.DataConfig,
-                   global_batch_size: int | None = None) -> dict[str, np.ndarray]:
+def eval_sequences(
+  data_config: config_lib.DataConfig, global_batch_size: int | None = None
+) -> dict[str, np.ndarray]:
   """All masked eval sequences as stacked arrays [N, ...], N capped by eval_batches.
 
   Built once per (config, cap) and kept in memory: evaluation runs many times per training job.
@@ -270,54 +316,68 @@ _EVAL_CACHE: dict[tuple[config_lib.DataConfig, int], dict[str, np.ndarray]] = {}
 _EVAL_CACHE_SIZE = 4
 
 
-def _build_eval_sequences(data_config: config_lib.DataConfig,
-                          limit: int) -> dict[str, np.ndarray]:
+def _build_eval_sequences(data_config: config_lib.DataConfig, limit: int) -> dict[str, np.ndarray]:
   prepared = preparation.prepared_data(data_config)
   tokenizer = prepared.tokenizer
   records = prepared.eval_records
-  documents = (_encode_record(tokenizer, data_config.text_feature, records[i])
-               for i in range(len(records)))
+  documents = (
+    _encode_record(tokenizer, data_config.text_feature, records[i]) for i in range(len(records))
+  )
   examples = []
-  for index, sequence in enumerate(packing.pack_documents(
-      documents, **_packing_ids(data_config, tokenizer))):
+  for index, sequence in enumerate(
+    packing.pack_documents(documents, **_packing_ids(data_config, tokenizer))
+  ):
     if index == limit:
       break
-    examples.append(_mask_example(data_config, tokenizer, (data_config.eval_mask_seed,),
-                                  index, sequence))
+    examples.append(
+      _mask_example(data_config, tokenizer, (data_config.eval_mask_seed,), index, sequence)
+    )
   if not examples:
-    raise DataError(f"{prepared.description} split '{data_config.eval_split}' "
-                    f'produced no sequences.')
+    raise DataError(
+      f"{prepared.description} split '{data_config.eval_split}' produced no sequences."
+    )
   arrays = {k: np.stack([e[k] for e in examples]) for k in BATCH_KEYS}
   for values in arrays.values():
     values.flags.writeable = False  # Shared by every EvalBatches built from this cache entry.
   return arrays
 
 
-def _encode_record(tokenizer: tokenizer_lib.Tokenizer, text_feature: str,
-                   record: dict) -> np.ndarray:
+def _encode_record(
+  tokenizer: tokenizer_lib.Tokenizer, text_feature: str, record: dict
+) -> np.ndarray:
   return tokenizer.encode(sources.text_of(record, text_feature))
 
 
 def _packing_ids(data_config, tokenizer) -> dict[str, int]:
-  return dict(max_len=data_config.max_len, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
-              pad_id=tokenizer.pad_id)
+  return dict(
+    max_len=data_config.max_len,
+    cls_id=tokenizer.cls_id,
+    sep_id=tokenizer.sep_id,
+    pad_id=tokenizer.pad_id,
+  )
 
 
-def _mask_example(data_config, tokenizer, seed_prefix: tuple[int, ...], index: int,
-                  sequence: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _mask_example(
+  data_config, tokenizer, seed_prefix: tuple[int, ...], index: int, sequence: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
   # The example's own generator: its mask depends on (seed, index) only.
   rng = np.random.default_rng([*seed_prefix, index])
   masked = masking.mask_sequence(
-      sequence['input_ids'], rng, is_special_V=tokenizer.is_special_V,
-      regular_ids=tokenizer.regular_ids, mask_id=tokenizer.mask_id,
-      max_predictions=data_config.max_predictions, mask_rate=data_config.mask_rate,
-      mask_token_rate=data_config.mask_token_rate,
-      random_token_rate=data_config.random_token_rate)
+    sequence['input_ids'],
+    rng,
+    is_special_V=tokenizer.is_special_V,
+    regular_ids=tokenizer.regular_ids,
+    mask_id=tokenizer.mask_id,
+    max_predictions=data_config.max_predictions,
+    mask_rate=data_config.mask_rate,
+    mask_token_rate=data_config.mask_token_rate,
+    random_token_rate=data_config.random_token_rate,
+  )
   return {
-      'input_ids': masked['input_ids'],
-      'segment_ids': sequence['segment_ids'],
-      'input_mask': sequence['input_mask'],
-      'masked_positions': masked['masked_positions'],
-      'masked_ids': masked['masked_ids'],
-      'masked_weights': masked['masked_weights'],
+    'input_ids': masked['input_ids'],
+    'segment_ids': sequence['segment_ids'],
+    'input_mask': sequence['input_mask'],
+    'masked_positions': masked['masked_positions'],
+    'masked_ids': masked['masked_ids'],
+    'masked_weights': masked['masked_weights'],
   }

@@ -1,10 +1,11 @@
 """Preparing a data config: dataset on disk, splits checked, tokenizer trained or loaded.
 
 `prepare(config)` is idempotent and cheap after the first call in a process (memoized by the
-config's contents: a DataConfig is its own key); the iterator builders call it, so the train loop only needs to call it
-itself to learn the vocabulary size before building the model. `packed_train_store(config)`
-(called by `make_train_iterator`) packs the train split once into a cached array store
-(packed_store.py); it is memoized the same way and is a cache hit on every later run.
+config's contents: a DataConfig is its own key); the iterator builders call it, so the train
+loop only needs to call it itself to learn the vocabulary size before building the model.
+`packed_train_store(config)` (called by `make_train_iterator`) packs the train split once into a
+cached array store (packed_store.py); it is memoized the same way and is a cache hit on every
+later run.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import grain
 import numpy as np
 
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import packed_store
-from realformer_jax.data import sources
+from realformer_jax.data import packed_store, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
 
@@ -57,16 +57,28 @@ def prepared_data(config: config_lib.DataConfig) -> PreparedData:
 def _prepare_uncached(config: config_lib.DataConfig) -> PreparedData:
   builder = sources.load_builder(config)
   name = builder.info.full_name
-  train_records = sources.open_split(builder, config.train_split, config.text_feature,
-                                     config.max_documents)
-  eval_records = sources.open_split(builder, config.eval_split, config.text_feature,
-                                    config.max_documents)
+  train_records = sources.open_split(
+    builder, config.train_split, config.text_feature, config.max_documents
+  )
+  eval_records = sources.open_split(
+    builder, config.eval_split, config.text_feature, config.max_documents
+  )
   tokenizer = _load_or_train_tokenizer(config, builder, train_records)
   for split, records in ((config.train_split, train_records), (config.eval_split, eval_records)):
-    _check_has_tokens(records, tokenizer, config.text_feature,
-                      what=f"dataset '{name}' split '{split}' feature '{config.text_feature}'")
-  return PreparedData(tokenizer, train_records, eval_records, description=f"dataset '{name}'",
-                      dataset_name=name, cache_dir=_cache_dir(builder))
+    _check_has_tokens(
+      records,
+      tokenizer,
+      config.text_feature,
+      what=f"dataset '{name}' split '{split}' feature '{config.text_feature}'",
+    )
+  return PreparedData(
+    tokenizer,
+    train_records,
+    eval_records,
+    description=f"dataset '{name}'",
+    dataset_name=name,
+    cache_dir=_cache_dir(builder),
+  )
 
 
 def packed_train_store(config: config_lib.DataConfig) -> packed_store.PackedStore:
@@ -81,23 +93,32 @@ def _packed_train_store_uncached(config) -> packed_store.PackedStore:
   prepared = prepared_data(config)
   tokenizer = prepared.tokenizer
   key = {
-      'dataset': prepared.dataset_name,
-      'split': config.train_split,
-      'text_feature': config.text_feature,
-      'max_documents': config.max_documents,
-      'max_len': config.max_len,
-      'tokenizer_sha256': tokenizer.sha256,
+    'dataset': prepared.dataset_name,
+    'split': config.train_split,
+    'text_feature': config.text_feature,
+    'max_documents': config.max_documents,
+    'max_len': config.max_len,
+    'tokenizer_sha256': tokenizer.sha256,
   }
   path = packed_store.store_path(os.path.join(prepared.cache_dir, 'packed'), key)
   return packed_store.load_or_build(
-      path, _encoded_documents(prepared.train_records, tokenizer, config.text_feature),
-      max_len=config.max_len, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
-      pad_id=tokenizer.pad_id, description=dict(key, tokenizer=tokenizer.source),
-      what=f"dataset '{prepared.dataset_name}' split '{config.train_split}'")
+    path,
+    _encoded_documents(prepared.train_records, tokenizer, config.text_feature),
+    max_len=config.max_len,
+    cls_id=tokenizer.cls_id,
+    sep_id=tokenizer.sep_id,
+    pad_id=tokenizer.pad_id,
+    description=dict(key, tokenizer=tokenizer.source),
+    what=f"dataset '{prepared.dataset_name}' split '{config.train_split}'",
+  )
 
 
-def _encoded_documents(records: grain.MapDataset, tokenizer: tokenizer_lib.Tokenizer,
-                       text_feature: str, docs_per_batch: int = 512):
+def _encoded_documents(
+  records: grain.MapDataset,
+  tokenizer: tokenizer_lib.Tokenizer,
+  text_feature: str,
+  docs_per_batch: int = 512,
+):
   """Token ids of every record, in stored order (read ahead by one thread, encoded in batches)."""
   stream = records.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=256))
   texts = []
@@ -119,33 +140,48 @@ def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.To
   if config.vocab_file:
     return tokenizer_lib.load(config.vocab_file, lower_case=config.lower_case)
   key = {
-      'dataset': builder.info.full_name,
-      'split': config.train_split,
-      'text_feature': config.text_feature,
-      'max_documents': config.max_documents,
-      'sample_chars': config.tokenizer_sample_chars,
+    'dataset': builder.info.full_name,
+    'split': config.train_split,
+    'text_feature': config.text_feature,
+    'max_documents': config.max_documents,
+    'sample_chars': config.tokenizer_sample_chars,
   }
   cache_dir = os.path.join(_cache_dir(builder), 'tokenizers')
-  path = tokenizer_lib.cache_path(cache_dir, model_type=config.tokenizer_model_type,
-                                  vocab_size=config.vocab_size, key=key)
-  what = (f"dataset '{builder.info.full_name}' split '{config.train_split}' "
-          f"feature '{config.text_feature}'")
+  path = tokenizer_lib.cache_path(
+    cache_dir, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size, key=key
+  )
+  what = (
+    f"dataset '{builder.info.full_name}' split '{config.train_split}' "
+    f"feature '{config.text_feature}'"
+  )
   texts = _sample_texts(train_records, config.text_feature, config.tokenizer_sample_chars)
   tokenizer = tokenizer_lib.load_or_train(
-      path, texts, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size,
-      description=dict(key, model_type=config.tokenizer_model_type,
-                       vocab_size=config.vocab_size),
-      what=what, fit_to_corpus=config.fit_vocab_to_corpus)
+    path,
+    texts,
+    model_type=config.tokenizer_model_type,
+    vocab_size=config.vocab_size,
+    description=dict(key, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size),
+    what=what,
+    fit_to_corpus=config.fit_vocab_to_corpus,
+  )
   if tokenizer.vocab_size < config.vocab_size and not config.fit_vocab_to_corpus:
-    raise DataError(f'{what} supports at most {tokenizer.vocab_size} pieces (cached in {path}), '
-                    f'fewer than data.vocab_size={config.vocab_size}: set a smaller vocab_size '
-                    'or data.fit_vocab_to_corpus=True.')
+    raise DataError(
+      f'{what} supports at most {tokenizer.vocab_size} pieces (cached in {path}), '
+      f'fewer than data.vocab_size={config.vocab_size}: set a smaller vocab_size '
+      'or data.fit_vocab_to_corpus=True.'
+    )
   if tokenizer.vocab_size < config.vocab_size:
-    _log.warning('note: %s supports at most %d %s pieces, fewer than data.vocab_size=%d: '
-                 'trained %d (data.fit_vocab_to_corpus); ids >= %d are never used. For a real '
-                 'corpus give a vocabulary with data.vocab_file.', what, tokenizer.vocab_size,
-                 config.tokenizer_model_type, config.vocab_size, tokenizer.vocab_size,
-                 tokenizer.vocab_size)
+    _log.warning(
+      'note: %s supports at most %d %s pieces, fewer than data.vocab_size=%d: '
+      'trained %d (data.fit_vocab_to_corpus); ids >= %d are never used. For a real '
+      'corpus give a vocabulary with data.vocab_file.',
+      what,
+      tokenizer.vocab_size,
+      config.tokenizer_model_type,
+      config.vocab_size,
+      tokenizer.vocab_size,
+      tokenizer.vocab_size,
+    )
   return tokenizer
 
 
@@ -164,5 +200,7 @@ def _check_has_tokens(records, tokenizer, text_feature: str, what: str) -> None:
   for index in range(min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)):
     if len(tokenizer.encode(sources.text_of(records[index], text_feature))):
       return
-  raise DataError(f'{what} has zero tokens in its first '
-                  f'{min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)} records.')
+  raise DataError(
+    f'{what} has zero tokens in its first '
+    f'{min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)} records.'
+  )

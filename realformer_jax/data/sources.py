@@ -19,11 +19,8 @@ from typing import Any
 import grain
 import tensorflow_datasets as tfds
 
-from realformer_jax.data import cache_lock
-from realformer_jax.data import corpus
-from realformer_jax.data import shard_check
+from realformer_jax.data import cache_lock, corpus, shard_check
 from realformer_jax.data.errors import DataError
-
 
 # 'huggingface:mnist' (a namespace), but not 'mnist:3.0.1' (a version).
 _NAMESPACE = re.compile(r'^[A-Za-z_][\w-]*:(?!\d)')
@@ -44,50 +41,65 @@ def load_builder(config: Any) -> tfds.core.DatasetBuilder:
     builder = corpus.BibleWeb(data_dir=data_dir)
   else:
     if _NAMESPACE.match(name) and not config.download:
-      raise DataError(f"Dataset '{name}' is a community (namespaced) dataset, which TFDS looks "
-                      f'up online: set download=True or use a local catalog name.')
+      raise DataError(
+        f"Dataset '{name}' is a community (namespaced) dataset, which TFDS looks "
+        f'up online: set download=True or use a local catalog name.'
+      )
     try:
       # Local only: tfds.builder reads the catalog code and data_dir; no network.
       builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
-      raise DataError(f"Unknown dataset '{name}': not in the TFDS catalog and not prepared "
-                      f"under data_dir {data_dir}.") from None
+      raise DataError(
+        f"Unknown dataset '{name}': not in the TFDS catalog and not prepared "
+        f'under data_dir {data_dir}.'
+      ) from None
     except (ValueError, KeyError) as e:  # E.g. unknown config or version.
-      raise DataError(f"Dataset '{name}' cannot be opened from data_dir {data_dir}: "
-                      f'{_first_line(e)}') from None
+      raise DataError(
+        f"Dataset '{name}' cannot be opened from data_dir {data_dir}: {_first_line(e)}"
+      ) from None
   if not builder.is_prepared():
     if not (is_embedded(config) or config.download):
-      raise DataError(f"Dataset '{name}' is not prepared under data_dir {data_dir} and "
-                      f'download=False: prepare it in array_record format '
-                      f'(tfds build --file_format=array_record) or set download=True.')
+      raise DataError(
+        f"Dataset '{name}' is not prepared under data_dir {data_dir} and "
+        f'download=False: prepare it in array_record format '
+        f'(tfds build --file_format=array_record) or set download=True.'
+      )
     os.makedirs(data_dir, exist_ok=True)
     with cache_lock.exclusive_lock(data_dir, f'prepare-{name}'):
       if not builder.is_prepared():  # Another process may have prepared it meanwhile.
         builder.download_and_prepare(file_format='array_record')
   if 'array_record' not in {f.value for f in builder.info.available_file_formats()}:
-    raise DataError(f"Dataset '{name}' under {builder.data_dir} is stored as "
-                    f'{builder.info.file_format.value}; grain needs array_record '
-                    f'(re-prepare with tfds build --file_format=array_record).')
+    raise DataError(
+      f"Dataset '{name}' under {builder.data_dir} is stored as "
+      f'{builder.info.file_format.value}; grain needs array_record '
+      f'(re-prepare with tfds build --file_format=array_record).'
+    )
   return builder
 
 
-def open_split(builder: tfds.core.DatasetBuilder, split: str, text_feature: str,
-               max_documents: int = -1) -> grain.MapDataset:
+def open_split(
+  builder: tfds.core.DatasetBuilder, split: str, text_feature: str, max_documents: int = -1
+) -> grain.MapDataset:
   """The records of `split` (the first `max_documents` if > 0), checked non-empty and textual."""
   name = builder.info.full_name
   _check_text_feature(builder, text_feature)
   try:
     num_records = builder.info.splits[split].num_examples
   except (ValueError, KeyError) as e:  # Unknown split or bad slice syntax.
-    raise DataError(f"Dataset '{name}' has no split '{split}' (available: "
-                    f'{sorted(builder.info.splits)}): {_first_line(e)}') from None
+    raise DataError(
+      f"Dataset '{name}' has no split '{split}' (available: "
+      f'{sorted(builder.info.splits)}): {_first_line(e)}'
+    ) from None
   if num_records == 0:  # Checked first: as_data_source fails obscurely on empty slices.
     raise DataError(f"Dataset '{name}' split '{split}' has zero records.")
   # Missing or damaged files fail here or on the read that meets them, naming the file.
   fix = shard_check.remedy(builder, embedded=builder.name == corpus.BibleWeb.name)
   files = shard_check.check_files(builder, split, fix)
-  records = grain.MapDataset.source(shard_check.CheckedSource(
-      builder.as_data_source(split), files, f"Dataset '{name}' split '{split}'", fix))
+  records = grain.MapDataset.source(
+    shard_check.CheckedSource(
+      builder.as_data_source(split), files, f"Dataset '{name}' split '{split}'", fix
+    )
+  )
   return records[:max_documents] if max_documents > 0 else records
 
 
@@ -103,13 +115,17 @@ def _check_text_feature(builder: tfds.core.DatasetBuilder, text_feature: str) ->
   for key in text_feature.split('/'):
     if not isinstance(feature, tfds.features.FeaturesDict) or key not in feature.keys():
       available = sorted(feature.keys()) if isinstance(feature, tfds.features.FeaturesDict) else []
-      raise DataError(f"Dataset '{builder.info.full_name}' has no text feature "
-                      f"'{text_feature}' (top-level features: "
-                      f'{sorted(builder.info.features.keys())}; at {key!r}: {available}).')
+      raise DataError(
+        f"Dataset '{builder.info.full_name}' has no text feature "
+        f"'{text_feature}' (top-level features: "
+        f'{sorted(builder.info.features.keys())}; at {key!r}: {available}).'
+      )
     feature = feature[key]
   if not isinstance(feature, tfds.features.Text):
-    raise DataError(f"Feature '{text_feature}' of dataset '{builder.info.full_name}' is "
-                    f'{type(feature).__name__}, not Text.')
+    raise DataError(
+      f"Feature '{text_feature}' of dataset '{builder.info.full_name}' is "
+      f'{type(feature).__name__}, not Text.'
+    )
 
 
 def _first_line(error: Exception) -> str:

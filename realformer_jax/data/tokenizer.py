@@ -41,13 +41,24 @@ from typing import Iterable
 import numpy as np
 import sentencepiece as spm
 
-from realformer_jax.data import cache_integrity
-from realformer_jax.data import cache_lock, wordpiece
+from realformer_jax.data import cache_integrity, cache_lock, wordpiece
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
-__all__ = ['CLS', 'MASK', 'MODEL_TYPES', 'PAD', 'SEP', 'SentencePieceTokenizer', 'Tokenizer',
-           'UNK', 'cache_path', 'load', 'load_or_train', 'train']
+__all__ = [
+  'CLS',
+  'MASK',
+  'MODEL_TYPES',
+  'PAD',
+  'SEP',
+  'SentencePieceTokenizer',
+  'Tokenizer',
+  'UNK',
+  'cache_path',
+  'load',
+  'load_or_train',
+  'train',
+]
 MODEL_TYPES = ('unigram', 'bpe')
 # Bump when the trainer settings below change, so old cache entries are not reused.
 _TRAINER_REVISION = 1
@@ -68,16 +79,23 @@ class SentencePieceTokenizer(Tokenizer):
     self._model_proto = model_proto
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
     self.source = source
-    super().__init__(source=source, vocab_size=self._sp.get_piece_size(),
-                     pad_id=self._sp.pad_id(), unk_id=self._sp.unk_id(),
-                     cls_id=self._special_id(CLS), sep_id=self._special_id(SEP),
-                     mask_id=self._special_id(MASK))
+    super().__init__(
+      source=source,
+      vocab_size=self._sp.get_piece_size(),
+      pad_id=self._sp.pad_id(),
+      unk_id=self._sp.unk_id(),
+      cls_id=self._special_id(CLS),
+      sep_id=self._special_id(SEP),
+      mask_id=self._special_id(MASK),
+    )
 
   def _special_id(self, piece: str) -> int:
     piece_id = self._sp.piece_to_id(piece)
     if piece_id == self._sp.unk_id() and piece != UNK:
-      raise DataError(f'Tokenizer {self.source} has no {piece} piece; '
-                      f'train one with this module or add it as a control symbol.')
+      raise DataError(
+        f'Tokenizer {self.source} has no {piece} piece; '
+        f'train one with this module or add it as a control symbol.'
+      )
     return piece_id
 
   def encode(self, text: str) -> np.ndarray:
@@ -130,8 +148,10 @@ def load(path: str, lower_case: bool = True) -> Tokenizer:
   try:
     return SentencePieceTokenizer(model_proto, source=path)
   except RuntimeError as e:  # SentencePiece's parse error.
-    raise DataError(f'Tokenizer file {path} is not a SentencePiece model (a BERT WordPiece '
-                    f'vocabulary must end in .txt): {e}') from None
+    raise DataError(
+      f'Tokenizer file {path} is not a SentencePiece model (a BERT WordPiece '
+      f'vocabulary must end in .txt): {e}'
+    ) from None
 
 
 def cache_path(cache_dir: str, *, model_type: str, vocab_size: int, key: dict) -> str:
@@ -141,8 +161,16 @@ def cache_path(cache_dir: str, *, model_type: str, vocab_size: int, key: dict) -
   return os.path.join(cache_dir, f'spm-{model_type}-{vocab_size}-{digest}.model')
 
 
-def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_size: int,
-                  description: dict, what: str, fit_to_corpus: bool = False) -> Tokenizer:
+def load_or_train(
+  path: str,
+  texts: Iterable[str],
+  *,
+  model_type: str,
+  vocab_size: int,
+  description: dict,
+  what: str,
+  fit_to_corpus: bool = False,
+) -> Tokenizer:
   """Loads `path`, or trains on `texts` and publishes it there atomically.
 
   Args:
@@ -164,18 +192,22 @@ def load_or_train(path: str, texts: Iterable[str], *, model_type: str, vocab_siz
       return load(path)
     if os.path.exists(path):  # Derived data: damaged means train it again.
       cache_integrity.note_rebuild(path, reason, 'training the tokenizer again')
-    model_proto = train(texts, model_type=model_type, vocab_size=vocab_size, what=what,
-                        fit_to_corpus=fit_to_corpus)
+    model_proto = train(
+      texts, model_type=model_type, vocab_size=vocab_size, what=what, fit_to_corpus=fit_to_corpus
+    )
     cache_integrity.publish_bytes(path, model_proto, description)
   return SentencePieceTokenizer(model_proto, source=path)
 
 
-_VOCAB_TOO_HIGH = re.compile(r'Vocabulary size too high \((\d+)\)\. Please set it to a value <= '
-                             r'(\d+)')
+_VOCAB_TOO_HIGH = re.compile(
+  r'Vocabulary size too high \((\d+)\)\. Please set it to a value <= '
+  r'(\d+)'
+)
 
 
-def train(texts: Iterable[str], *, model_type: str, vocab_size: int, what: str,
-          fit_to_corpus: bool = False) -> bytes:
+def train(
+  texts: Iterable[str], *, model_type: str, vocab_size: int, what: str, fit_to_corpus: bool = False
+) -> bytes:
   """Trains a SentencePiece model in memory and returns its serialized proto.
 
   With `fit_to_corpus`, a `vocab_size` larger than the corpus supports trains the largest size
@@ -192,31 +224,37 @@ def train(texts: Iterable[str], *, model_type: str, vocab_size: int, what: str,
     supported = _VOCAB_TOO_HIGH.search(str(e))
     if not (fit_to_corpus and supported):
       raise
-    return _train_sentences(sentences, model_type=model_type, vocab_size=int(supported[2]),
-                            what=what)
+    return _train_sentences(
+      sentences, model_type=model_type, vocab_size=int(supported[2]), what=what
+    )
 
 
-def _train_sentences(sentences: list[str], *, model_type: str, vocab_size: int,
-                     what: str) -> bytes:
+def _train_sentences(sentences: list[str], *, model_type: str, vocab_size: int, what: str) -> bytes:
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
-        model_writer=model,
-        model_type=model_type,
-        vocab_size=vocab_size,
-        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,  # No BOS/EOS: packing adds [CLS]/[SEP].
-        pad_piece=PAD, unk_piece=UNK,
-        control_symbols=[CLS, SEP, MASK],  # Get ids 2, 3, 4 in this order.
-        character_coverage=0.9995,
-        max_sentence_length=4 * _MAX_SENTENCE_CHARS,  # Bytes, for multi-byte scripts.
-        num_threads=_TRAINER_THREADS,
-        minloglevel=2,  # Errors only: training logs are thousands of lines.
+      sentence_iterator=iter(sentences),
+      model_writer=model,
+      model_type=model_type,
+      vocab_size=vocab_size,
+      pad_id=0,
+      unk_id=1,
+      bos_id=-1,
+      eos_id=-1,  # No BOS/EOS: packing adds [CLS]/[SEP].
+      pad_piece=PAD,
+      unk_piece=UNK,
+      control_symbols=[CLS, SEP, MASK],  # Get ids 2, 3, 4 in this order.
+      character_coverage=0.9995,
+      max_sentence_length=4 * _MAX_SENTENCE_CHARS,  # Bytes, for multi-byte scripts.
+      num_threads=_TRAINER_THREADS,
+      minloglevel=2,  # Errors only: training logs are thousands of lines.
     )
   except RuntimeError as e:
     # E.g. "Vocabulary size too high" on a tiny corpus: say which data and setting.
-    raise DataError(f'Training a {model_type} tokenizer with vocab_size={vocab_size} on '
-                    f'{what} failed: {str(e).strip().splitlines()[-1]}') from None
+    raise DataError(
+      f'Training a {model_type} tokenizer with vocab_size={vocab_size} on '
+      f'{what} failed: {str(e).strip().splitlines()[-1]}'
+    ) from None
   return model.getvalue()
 
 

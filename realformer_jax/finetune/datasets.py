@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -41,11 +41,27 @@ def _glue(name, features, classes, metric, eval_split='validation'):
   return DatasetSpec(f'glue/{name}', kind, features, classes, metric, eval_split=eval_split)
 
 
-_SPECS = {spec.name: spec for spec in (
-    DatasetSpec('bible_sections', CLASSIFICATION, ('text',), len(bible.SECTIONS), 'accuracy',
-                test_split='test', embedded=True),
-    DatasetSpec('bible_pairs', CLASSIFICATION, ('text', 'next_text'), 2, 'accuracy',
-                test_split='test', embedded=True),
+_SPECS = {
+  spec.name: spec
+  for spec in (
+    DatasetSpec(
+      'bible_sections',
+      CLASSIFICATION,
+      ('text',),
+      len(bible.SECTIONS),
+      'accuracy',
+      test_split='test',
+      embedded=True,
+    ),
+    DatasetSpec(
+      'bible_pairs',
+      CLASSIFICATION,
+      ('text', 'next_text'),
+      2,
+      'accuracy',
+      test_split='test',
+      embedded=True,
+    ),
     _glue('cola', ('sentence',), 2, 'matthews_corrcoef'),
     _glue('sst2', ('sentence',), 2, 'accuracy'),
     _glue('mrpc', ('sentence1', 'sentence2'), 2, 'f1'),
@@ -57,15 +73,17 @@ _SPECS = {spec.name: spec for spec in (
     _glue('wnli', ('sentence1', 'sentence2'), 2, 'accuracy'),
     DatasetSpec('squad/v1.1', SPAN, metric='f1'),
     DatasetSpec('squad/v2.0', SPAN, metric='f1'),
-)}
+  )
+}
 DATASETS = tuple(_SPECS)
 
 
 def spec(name: str) -> DatasetSpec:
   base = name.split(':')[0]  # 'glue/mrpc:2.0.0' -> 'glue/mrpc'
   if base not in _SPECS:
-    raise DataError(f"data.dataset='{name}': not a fine-tuning dataset (available: "
-                    f"{', '.join(DATASETS)}).")
+    raise DataError(
+      f"data.dataset='{name}': not a fine-tuning dataset (available: {', '.join(DATASETS)})."
+    )
   return _SPECS[base]
 
 
@@ -78,20 +96,22 @@ def split_name(data: Any, which: str) -> str:
 def _register_catalog_builders() -> None:
   # tensorflow_datasets' text and question-answering packages import TensorFlow in some of
   # their modules; importing only these two registers GLUE and SQuAD without it.
-  import tensorflow_datasets.question_answering.squad  # pylint: disable=import-outside-toplevel,unused-import
-  import tensorflow_datasets.text.glue  # pylint: disable=import-outside-toplevel,unused-import
+  pass  # pylint: disable=import-outside-toplevel,unused-import
 
 
 def open_builder(data: Any):
   """The TFDS builder of a catalog dataset (prepared first when data.download is on)."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
   _register_catalog_builders()
   data_dir = os.path.abspath(os.path.expanduser(data.data_dir))
   try:
     builder = tfds.builder(data.dataset, data_dir=data_dir)
   except (tfds.core.registered.DatasetNotFoundError, ValueError, KeyError) as e:
-    raise DataError(f"Dataset '{data.dataset}' cannot be opened from data_dir {data_dir}: "
-                    f'{str(e).strip().splitlines()[0]}') from None
+    raise DataError(
+      f"Dataset '{data.dataset}' cannot be opened from data_dir {data_dir}: "
+      f'{str(e).strip().splitlines()[0]}'
+    ) from None
   if data.download and not builder.is_prepared():
     builder.download_and_prepare(file_format='array_record')
   return builder
@@ -104,13 +124,16 @@ def read_records(data: Any, split: str) -> list[dict]:
     # Never downloads: an unprepared (or tfrecord) dataset has no random-access source.
     source = builder.as_data_source(split)
   except NotImplementedError:
-    raise DataError(f"Dataset '{data.dataset}' is not prepared as array_record under data_dir "
-                    f'{os.path.abspath(os.path.expanduser(data.data_dir))} and '
-                    f'data.download=False: tfds build {data.dataset} '
-                    '--file_format=array_record, or set data.download=True.') from None
+    raise DataError(
+      f"Dataset '{data.dataset}' is not prepared as array_record under data_dir "
+      f'{os.path.abspath(os.path.expanduser(data.data_dir))} and '
+      f'data.download=False: tfds build {data.dataset} '
+      '--file_format=array_record, or set data.download=True.'
+    ) from None
   except (ValueError, KeyError) as e:
-    raise DataError(f"Dataset '{data.dataset}' has no split '{split}': "
-                    f'{str(e).strip().splitlines()[0]}') from None
+    raise DataError(
+      f"Dataset '{data.dataset}' has no split '{split}': {str(e).strip().splitlines()[0]}"
+    ) from None
   count = len(source) if data.max_examples < 0 else min(len(source), data.max_examples)
   if count == 0:
     raise DataError(f"Dataset '{data.dataset}' split '{split}' has zero records.")
@@ -131,24 +154,33 @@ def labelled_texts(data: Any, split: str) -> dict:
     if 0 < data.max_examples < len(loaded['labels']):
       # Evenly spaced, not the first N: verses come in canonical (so label) order.
       keep = np.linspace(0, len(loaded['labels']) - 1, data.max_examples).round().astype(int)
-      loaded = {k: None if v is None else [v[i] for i in keep] if isinstance(v, list)
-                else v[keep] for k, v in loaded.items()}
+      loaded = {
+        k: None if v is None else [v[i] for i in keep] if isinstance(v, list) else v[keep]
+        for k, v in loaded.items()
+      }
   else:
     records = read_records(data, split)
     missing = [f for f in dataset.text_features + ('label',) if f not in records[0]]
     if missing:
-      raise DataError(f"Dataset '{data.dataset}' split '{split}' has no feature(s) {missing} "
-                      f'(has {sorted(records[0])}).')
+      raise DataError(
+        f"Dataset '{data.dataset}' split '{split}' has no feature(s) {missing} "
+        f'(has {sorted(records[0])}).'
+      )
     first, second = (dataset.text_features + (None,))[:2]
     dtype = np.float32 if dataset.kind == REGRESSION else np.int32
     loaded = {
-        'texts_a': [text(r, first) for r in records],
-        'texts_b': [text(r, second) for r in records] if second else None,
-        'labels': np.asarray([r['label'] for r in records], dtype),
+      'texts_a': [text(r, first) for r in records],
+      'texts_b': [text(r, second) for r in records] if second else None,
+      'labels': np.asarray([r['label'] for r in records], dtype),
     }
-  if dataset.kind == CLASSIFICATION and len(loaded['labels']) and (
-      loaded['labels'].min() < 0 or loaded['labels'].max() >= dataset.num_classes):
-    raise DataError(f"Dataset '{data.dataset}' split '{split}' has labels outside "
-                    f'[0, {dataset.num_classes}) (min {loaded["labels"].min()}): an unlabelled '
-                    f'(test) split cannot be trained or evaluated on.')
+  if (
+    dataset.kind == CLASSIFICATION
+    and len(loaded['labels'])
+    and (loaded['labels'].min() < 0 or loaded['labels'].max() >= dataset.num_classes)
+  ):
+    raise DataError(
+      f"Dataset '{data.dataset}' split '{split}' has labels outside "
+      f'[0, {dataset.num_classes}) (min {loaded["labels"].min()}): an unlabelled '
+      f'(test) split cannot be trained or evaluated on.'
+    )
   return loaded

@@ -46,7 +46,7 @@ def matthews_corrcoef(predictions: np.ndarray, labels: np.ndarray) -> float:
   correct = np.trace(confusion)
   true_k, predicted_k = confusion.sum(axis=1), confusion.sum(axis=0)
   numerator = correct * n - true_k @ predicted_k
-  denominator = np.sqrt((n ** 2 - predicted_k @ predicted_k) * (n ** 2 - true_k @ true_k))
+  denominator = np.sqrt((n**2 - predicted_k @ predicted_k) * (n**2 - true_k @ true_k))
   return float(numerator / denominator) if denominator > 0 else 0.0
 
 
@@ -74,8 +74,9 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
   """Pearson correlation of the average ranks."""
-  return pearson(_average_ranks(np.asarray(x, np.float64)),
-                 _average_ranks(np.asarray(y, np.float64)))
+  return pearson(
+    _average_ranks(np.asarray(x, np.float64)), _average_ranks(np.asarray(y, np.float64))
+  )
 
 
 _ARTICLES = re.compile(r'\b(a|an|the)\b', re.UNICODE)
@@ -106,8 +107,9 @@ def token_f1(prediction: str, gold: str) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: Sequence[str],
-                 gold_answers: Sequence[Sequence[str]]) -> dict[str, float]:
+def squad_scores(
+  predictions: Sequence[str], gold_answers: Sequence[Sequence[str]]
+) -> dict[str, float]:
   """{'exact_match', 'f1'} in percent: per example the best over its gold answers (a question
   without answers has the single gold answer ''). For v2.0 also 'has_answer_f1' and
   'no_answer_f1' when both kinds occur."""

@@ -28,8 +28,8 @@ import ml_collections
 from realformer_jax import train
 from realformer_jax.finetune import datasets
 from realformer_jax.finetune.tasks import make_task
-from realformer_jax.train import build, checkpointing, loop, partitioning, step as step_lib
-from realformer_jax.train import validation
+from realformer_jax.train import build, checkpointing, loop, partitioning, validation
+from realformer_jax.train import step as step_lib
 from realformer_jax.train.state import TrainState
 from realformer_jax.train.task import prefixed
 
@@ -42,13 +42,21 @@ def with_schedule(spec: train.RunSpec) -> train.RunSpec:
   finetune = spec.sections['finetune']
   steps_per_epoch = math.ceil(spec.task.train_size(spec.data) / spec.train.global_batch_size)
   total = max(1, math.ceil(finetune.num_epochs * steps_per_epoch))
-  return spec.replace(train=spec.train.replace(
-      num_train_steps=total, warmup_steps=int(finetune.warmup_fraction * total),
-      eval_every_steps=steps_per_epoch, checkpoint_every_steps=steps_per_epoch))
+  return spec.replace(
+    train=spec.train.replace(
+      num_train_steps=total,
+      warmup_steps=int(finetune.warmup_fraction * total),
+      eval_every_steps=steps_per_epoch,
+      checkpoint_every_steps=steps_per_epoch,
+    )
+  )
 
 
-def run(config: ml_collections.ConfigDict, workdir: str,
-        on_log: Optional[Callable[[int, int, dict], None]] = None) -> dict[str, Any]:
+def run(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  on_log: Optional[Callable[[int, int, dict], None]] = None,
+) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
   spec = with_schedule(validation.validate_config(config, task=make_task(config)))
   result = loop.run(spec, workdir, config, on_log=on_log)
@@ -59,13 +67,23 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   if test_split:
     result.update(evaluate_best(spec, workdir, test_split))
     metric = task.best_metric
-    print(f'test  {metric} {result[f"test/{metric}"]:.4f} with the best checkpoint (step '
-          f'{result["best_step"]}, eval {metric} {result[f"best/eval/{metric}"]:.4f}) vs '
-          f'{task.baseline_name} {result[f"test/baseline_{metric}"]:.4f}', flush=True)
+    print(
+      f'test  {metric} {result[f"test/{metric}"]:.4f} with the best checkpoint (step '
+      f'{result["best_step"]}, eval {metric} {result[f"best/eval/{metric}"]:.4f}) vs '
+      f'{task.baseline_name} {result[f"test/baseline_{metric}"]:.4f}',
+      flush=True,
+    )
   if jax.process_index() == 0:
     with open(os.path.join(workdir, RESULTS_FILE), 'w') as f:
-      json.dump({k: v if isinstance(v, (bool, str)) else float(v) if not isinstance(v, int)
-                 else v for k, v in result.items()}, f, indent=2, sort_keys=True)
+      json.dump(
+        {
+          k: v if isinstance(v, (bool, str)) else float(v) if not isinstance(v, int) else v
+          for k, v in result.items()
+        },
+        f,
+        indent=2,
+        sort_keys=True,
+      )
   return result
 
 
@@ -75,18 +93,24 @@ def evaluate_best(spec: train.RunSpec, workdir: str, split: str) -> dict[str, fl
   task = spec.task
   setup = build.make_setup(spec)
   params, step, best_metrics = checkpointing.restore_best_params(
-      workdir, setup.layout.abstract.params)
-  batches, baseline = task.eval_split_data(spec, split, jax.process_index(),
-                                           jax.process_count())
+    workdir, setup.layout.abstract.params
+  )
+  batches, baseline = task.eval_split_data(spec, split, jax.process_index(), jax.process_count())
   state = TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=())
   accum = spec.train.grad_accum_steps
   eval_step = jax.jit(
-      step_lib.make_eval_step(setup.model, task, accum if isinstance(accum, int) else 1),
-      in_shardings=(TrainState(step=setup.replicated, params=setup.layout.shardings.params,
-                               opt_state=()), setup.batch_sharding),
-      out_shardings=setup.replicated)
+    step_lib.make_eval_step(setup.model, task, accum if isinstance(accum, int) else 1),
+    in_shardings=(
+      TrainState(step=setup.replicated, params=setup.layout.shardings.params, opt_state=()),
+      setup.batch_sharding,
+    ),
+    out_shardings=setup.replicated,
+  )
   with partitioning.activate(setup.mesh, setup.rules):
     metrics = loop.evaluate(eval_step, state, batches, setup)
-  return {**{f'test/{k.split("/", 1)[1]}': v for k, v in metrics.items()},
-          **{f'test/baseline_{k}': v for k, v in baseline.items()},
-          **prefixed(best_metrics, 'best'), 'best_step': int(step)}
+  return {
+    **{f'test/{k.split("/", 1)[1]}': v for k, v in metrics.items()},
+    **{f'test/baseline_{k}': v for k, v in baseline.items()},
+    **prefixed(best_metrics, 'best'),
+    'best_step': int(step),
+  }

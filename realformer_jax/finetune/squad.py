@@ -49,8 +49,10 @@ class Features:
 
 def examples_from_records(records: Sequence[dict]) -> Examples:
   """TFDS squad records (v1.1 or v2.0) -> Examples."""
+
   def text(value):
     return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
   questions, contexts, golds, starts = [], [], [], []
   for record in records:
     answers = [text(t) for t in np.asarray(record['answers']['text']).reshape(-1)]
@@ -89,8 +91,9 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
   return best_index == span_index
 
 
-def _answer_tokens(starts: np.ndarray, ends: np.ndarray, char_start: int,
-                   char_end: int) -> tuple[int, int]:
+def _answer_tokens(
+  starts: np.ndarray, ends: np.ndarray, char_start: int, char_end: int
+) -> tuple[int, int]:
   """First and last context token overlapping [char_start, char_end), or (-1, -1)."""
   overlapping = np.flatnonzero((ends > char_start) & (starts < char_end))
   if len(overlapping) == 0:
@@ -98,8 +101,9 @@ def _answer_tokens(starts: np.ndarray, ends: np.ndarray, char_start: int,
   return int(overlapping[0]), int(overlapping[-1])
 
 
-def make_features(examples: Examples, tokenizer: Tokenizer, max_len: int, doc_stride: int,
-                  max_query_len: int) -> Features:
+def make_features(
+  examples: Examples, tokenizer: Tokenizer, max_len: int, doc_stride: int, max_query_len: int
+) -> Features:
   """Every window of every question, with targets for training (see the module docstring)."""
   rows = {k: [] for k in FEATURE_KEYS}
   example_index, token_starts, token_ends, max_context = [], [], [], []
@@ -109,8 +113,10 @@ def make_features(examples: Examples, tokenizer: Tokenizer, max_len: int, doc_st
     ids, starts, ends = tokenizer.encode_with_offsets(context)
     window = max_len - len(question) - 3
     if window < 1:
-      raise ValueError(f'max_len={max_len} leaves no room for the context after a '
-                       f'{len(question)}-token question (max_query_len={max_query_len})')
+      raise ValueError(
+        f'max_len={max_len} leaves no room for the context after a '
+        f'{len(question)}-token question (max_query_len={max_query_len})'
+      )
     target = (-1, -1)
     answer = examples.gold_answers[index]
     char_start = examples.answer_starts[index]
@@ -120,15 +126,22 @@ def make_features(examples: Examples, tokenizer: Tokenizer, max_len: int, doc_st
     for span_index, (start, length) in enumerate(spans):
       offset = len(question) + 2  # [CLS] question [SEP]
       input_ids = np.zeros(max_len, np.int32)
-      sequence = np.concatenate([[tokenizer.cls_id], question, [tokenizer.sep_id],
-                                 ids[start:start + length], [tokenizer.sep_id]])
-      input_ids[:len(sequence)] = sequence
+      sequence = np.concatenate(
+        [
+          [tokenizer.cls_id],
+          question,
+          [tokenizer.sep_id],
+          ids[start : start + length],
+          [tokenizer.sep_id],
+        ]
+      )
+      input_ids[: len(sequence)] = sequence
       segment_ids = np.zeros(max_len, np.int32)
-      segment_ids[offset:len(sequence)] = 1
+      segment_ids[offset : len(sequence)] = 1
       input_mask = (np.arange(max_len) < len(sequence)).astype(np.int32)
       tok_start, tok_end = np.full(max_len, -1, np.int32), np.full(max_len, -1, np.int32)
-      tok_start[offset:offset + length] = starts[start:start + length]
-      tok_end[offset:offset + length] = ends[start:start + length]
+      tok_start[offset : offset + length] = starts[start : start + length]
+      tok_end[offset : offset + length] = ends[start : start + length]
       is_max = np.zeros(max_len, bool)
       for i in range(length):
         is_max[offset + i] = _max_context(spans, span_index, start + i)
@@ -143,13 +156,26 @@ def make_features(examples: Examples, tokenizer: Tokenizer, max_len: int, doc_st
       token_ends.append(tok_end)
       max_context.append(is_max)
   arrays = {k: np.asarray(v, np.int32) for k, v in rows.items()}
-  return Features(arrays, np.asarray(example_index, np.int32), np.asarray(token_starts),
-                  np.asarray(token_ends), np.asarray(max_context))
+  return Features(
+    arrays,
+    np.asarray(example_index, np.int32),
+    np.asarray(token_starts),
+    np.asarray(token_ends),
+    np.asarray(max_context),
+  )
 
 
-def predict(examples: Examples, features: Features, start_logits: np.ndarray,
-            end_logits: np.ndarray, *, version_2: bool, max_answer_len: int = 30,
-            n_best: int = 20, null_threshold: float = 0.0) -> list[str]:
+def predict(
+  examples: Examples,
+  features: Features,
+  start_logits: np.ndarray,
+  end_logits: np.ndarray,
+  *,
+  version_2: bool,
+  max_answer_len: int = 30,
+  n_best: int = 20,
+  null_threshold: float = 0.0,
+) -> list[str]:
   """The answer text of every question from its windows' logits ([F, L] each, rows in
   `features` order)."""
   answers = []
@@ -173,8 +199,9 @@ def predict(examples: Examples, features: Features, start_logits: np.ndarray,
           score = float(starts[s] + ends[e])
           if score > best_score:
             best_score = score
-            best_text = examples.contexts[example][features.token_starts[f, s]:
-                                                   features.token_ends[f, e]]
+            best_text = examples.contexts[example][
+              features.token_starts[f, s] : features.token_ends[f, e]
+            ]
     if version_2 and null_score - best_score > null_threshold:
       best_text = ''
     answers.append(best_text)

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from realformer_jax import data as data_lib
-from realformer_jax import hf_convert, params as params_lib
+from realformer_jax import hf_convert
+from realformer_jax import params as params_lib
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data.errors import DataError
 from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
@@ -34,11 +35,20 @@ from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
 RANDOM, WORKDIR, HUGGING_FACE = 'random', 'workdir', 'hugging_face'
 HF_WEIGHT_SUFFIXES = ('.safetensors', '.bin')
 # transformers' BertConfig defaults, for config.json files that leave a field out.
-_HF_BERT_DEFAULTS = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
-                         num_attention_heads=12, intermediate_size=3072, hidden_act='gelu',
-                         hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                         max_position_embeddings=512, type_vocab_size=2,
-                         initializer_range=0.02, layer_norm_eps=1e-12)
+_HF_BERT_DEFAULTS = dict(
+  vocab_size=30522,
+  hidden_size=768,
+  num_hidden_layers=12,
+  num_attention_heads=12,
+  intermediate_size=3072,
+  hidden_act='gelu',
+  hidden_dropout_prob=0.1,
+  attention_probs_dropout_prob=0.1,
+  max_position_embeddings=512,
+  type_vocab_size=2,
+  initializer_range=0.02,
+  layer_norm_eps=1e-12,
+)
 # Hugging Face weights initialise RealFormer too (the paper reuses BERT's parameters).
 _HF_LN_PLACEMENTS = ('post', 'realformer')
 
@@ -60,19 +70,32 @@ class StartingPoint:
       return cls(RANDOM)
     if os.path.isdir(init):
       from realformer_jax.train import pretrained, validation  # pylint: disable=import-outside-toplevel
+
       pretrain = validation.validate_config(pretrained.read_config(init))
       step = None if finetune.init_step == -1 else int(finetune.init_step)
-      return cls(WORKDIR, os.path.abspath(init), step, pretrain_data=pretrain.data,
-                 checkpoint_model=pretrain.model)
+      return cls(
+        WORKDIR,
+        os.path.abspath(init),
+        step,
+        pretrain_data=pretrain.data,
+        checkpoint_model=pretrain.model,
+      )
     if init.endswith(HF_WEIGHT_SUFFIXES):
       if not os.path.isfile(init):
         raise ConfigError(f'finetune.init={init}: no such file')
       hf_config = os.path.expanduser(finetune.hf_config) or os.path.join(
-          os.path.dirname(init), 'config.json')
-      return cls(HUGGING_FACE, os.path.abspath(init), hf_config_path=hf_config,
-                 checkpoint_model=_read_hf_config(hf_config))
-    raise ConfigError(f'finetune.init={init}: neither a workdir of experiments.train (a '
-                      f'directory) nor a Hugging Face weights file ({", ".join(HF_WEIGHT_SUFFIXES)})')
+        os.path.dirname(init), 'config.json'
+      )
+      return cls(
+        HUGGING_FACE,
+        os.path.abspath(init),
+        hf_config_path=hf_config,
+        checkpoint_model=_read_hf_config(hf_config),
+      )
+    raise ConfigError(
+      f'finetune.init={init}: neither a workdir of experiments.train (a '
+      f'directory) nor a Hugging Face weights file ({", ".join(HF_WEIGHT_SUFFIXES)})'
+    )
 
   def describe(self) -> str:
     return 'random init' if self.kind == RANDOM else self.path
@@ -91,11 +114,14 @@ class StartingPoint:
     merged = dataclasses.asdict(self.checkpoint_model)
     for name, value in values.items():
       allowed = name in FINETUNE_MODEL_FIELDS or (
-          self.kind == HUGGING_FACE and name == 'ln_placement' and value in _HF_LN_PLACEMENTS)
+        self.kind == HUGGING_FACE and name == 'ln_placement' and value in _HF_LN_PLACEMENTS
+      )
       if value != merged[name] and not allowed:
-        raise ConfigError(f'model.{name}={value!r}: the starting checkpoint {self.path} has '
-                          f'model.{name}={merged[name]!r} (leave model.{name} unset to take '
-                          f"the checkpoint's)")
+        raise ConfigError(
+          f'model.{name}={value!r}: the starting checkpoint {self.path} has '
+          f'model.{name}={merged[name]!r} (leave model.{name} unset to take '
+          f"the checkpoint's)"
+        )
       merged[name] = value
     return ModelConfig(**merged)
 
@@ -105,22 +131,25 @@ class StartingPoint:
       return data_lib.tokenizer.load(data.vocab_file, lower_case=data.lower_case)
     if self.kind == WORKDIR:
       from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
+
       return pretrained.workdir_tokenizer(self.path, self.pretrain_data)
     if self.kind == HUGGING_FACE:
       vocab = os.path.join(os.path.dirname(self.path), 'vocab.txt')
       if not os.path.isfile(vocab):
-        raise DataError(f'{vocab}: no vocab.txt beside the Hugging Face weights; set '
-                        'data.vocab_file to the checkpoint\'s WordPiece vocabulary')
+        raise DataError(
+          f'{vocab}: no vocab.txt beside the Hugging Face weights; set '
+          "data.vocab_file to the checkpoint's WordPiece vocabulary"
+        )
       return data_lib.tokenizer.load(vocab, lower_case=data.lower_case)
     # Random init: the tokenizer pretraining on the embedded corpus would train.
-    return data_lib.prepare(data_lib.DataConfig(data_dir=data.data_dir,
-                                                vocab_size=data.vocab_size))
+    return data_lib.prepare(data_lib.DataConfig(data_dir=data.data_dir, vocab_size=data.vocab_size))
 
   def load_encoder(self, model_config: ModelConfig) -> dict:
     """The checkpoint's 'encoder' (and 'pooler', if it has one) in `model_config`'s layer
     layout (scan or loop); jax.Arrays (workdir) or numpy arrays (Hugging Face)."""
     if self.kind == WORKDIR:
       from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
+
       params = pretrained.load_workdir(self.path, step=self.step).params
     elif self.kind == HUGGING_FACE:
       weights = _read_hf_weights(self.path)
@@ -139,8 +168,9 @@ class StartingPoint:
 
 def _read_hf_config(path: str) -> ModelConfig:
   if not os.path.isfile(path):
-    raise ConfigError(f'{path}: no Hugging Face config.json beside the weights; set '
-                      'finetune.hf_config')
+    raise ConfigError(
+      f'{path}: no Hugging Face config.json beside the weights; set finetune.hf_config'
+    )
   with open(path) as f:
     values = json.load(f)
   if values.get('model_type', 'bert') != 'bert':
@@ -155,29 +185,37 @@ def _read_hf_config(path: str) -> ModelConfig:
 def _read_hf_weights(path: str) -> dict[str, np.ndarray]:
   if path.endswith('.safetensors'):
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+
     return load_file(path)
   try:
     import torch  # pylint: disable=import-outside-toplevel
   except ImportError:
-    raise ConfigError(f'finetune.init={path}: a PyTorch .bin state dict needs torch, which is '
-                      'not installed (or convert it to .safetensors)') from None
+    raise ConfigError(
+      f'finetune.init={path}: a PyTorch .bin state dict needs torch, which is '
+      'not installed (or convert it to .safetensors)'
+    ) from None
   state = torch.load(path, map_location='cpu', weights_only=True)
-  return {name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
-          for name, tensor in state.items()}
+  return {
+    name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
+    for name, tensor in state.items()
+  }
 
 
 def place_like(loaded: Any, target: Any, path: str = 'params') -> Any:
   """`loaded` arrays as `target`'s leaves are (shape, dtype, sharding); ConfigError naming the
   first parameter whose shape differs."""
   import jax  # pylint: disable=import-outside-toplevel
+
   if isinstance(target, dict):
     if not isinstance(loaded, dict) or set(loaded) != set(target):
       have = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
       raise ConfigError(f'{path}: the checkpoint has {have}, the model needs {sorted(target)}')
     return {k: place_like(loaded[k], target[k], f'{path}/{k}') for k in target}
   if tuple(np.shape(loaded)) != tuple(target.shape):
-    raise ConfigError(f'{path}: the checkpoint has shape {tuple(np.shape(loaded))}, the model '
-                      f'needs {tuple(target.shape)}')
+    raise ConfigError(
+      f'{path}: the checkpoint has shape {tuple(np.shape(loaded))}, the model '
+      f'needs {tuple(target.shape)}'
+    )
   if isinstance(loaded, jax.Array):
     return jax.jit(lambda x: x.astype(target.dtype), out_shardings=target.sharding)(loaded)
   host = np.asarray(loaded).astype(target.dtype)

@@ -5,6 +5,12 @@ from realformer_jax.kernels.attend import fused_self_attention
 from realformer_jax.kernels.carried import CarriedScores, TopDown, initial_carry, seal
 from realformer_jax.kernels.fused import fused_attention
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
-from realformer_jax.kernels.select import (AttentionPlan, block_sizes, pair_carry, plan,
-                                           platform_of, resolve_platform)
+from realformer_jax.kernels.select import (
+  AttentionPlan,
+  block_sizes,
+  pair_carry,
+  plan,
+  platform_of,
+  resolve_platform,
+)
 from realformer_jax.kernels.spec import KernelSpec

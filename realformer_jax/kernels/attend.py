@@ -1,9 +1,10 @@
 """Self-attention through a fused kernel: the hook ResidualSelfAttention calls.
 
 Takes what the einsum path has at the point where it would form Q K^T — the fused projection's
-q, k, v as one [B, L, 3, H, K] array (after RoPE), the incoming carried sum, the additive padding bias, the score scale, the layer
-index and the dropout key — and returns what it returns: the attention context [B, L, H, K]
-and the carried sum for the next layer (residual attention) or None.
+q, k, v as one [B, L, 3, H, K] array (after RoPE), the incoming carried sum, the additive
+padding bias, the score scale, the layer index and the dropout key — and returns what it
+returns: the attention context [B, L, H, K] and the carried sum for the next layer (residual
+attention) or None.
 
 Under a device mesh the kernels run per shard (`jax.shard_map`): batch and heads are split as
 the logical-axis rules split 'batch' and 'heads'; each shard gets the global offsets of its
@@ -29,9 +30,17 @@ from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec, padded_head_dim
 
 
-def fused_self_attention(plan: AttentionPlan, qkv_BxLx3xHxK: jax.Array, prev_scores: Any, bias_Bx1x1xL: jax.Array, scale: jax.Array,
-                         divisor: Optional[jax.Array], dropout_key: Optional[jax.Array],
-                         keep_prob: float, carry_out: bool) -> tuple[jax.Array, Any]:
+def fused_self_attention(
+  plan: AttentionPlan,
+  qkv_BxLx3xHxK: jax.Array,
+  prev_scores: Any,
+  bias_Bx1x1xL: jax.Array,
+  scale: jax.Array,
+  divisor: Optional[jax.Array],
+  dropout_key: Optional[jax.Array],
+  keep_prob: float,
+  carry_out: bool,
+) -> tuple[jax.Array, Any]:
   """(context [B, L, H, K], what to carry to the next layer or None).
 
   `prev_scores` is what the previous layer carried: None, a float32 [B, H, L, L] sum (the op
@@ -42,17 +51,28 @@ def fused_self_attention(plan: AttentionPlan, qkv_BxLx3xHxK: jax.Array, prev_sco
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
   if plan.path == 'cudnn':
     from realformer_jax.kernels.cudnn import cudnn_attention  # pylint: disable=import-outside-toplevel
+
     q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
     return cudnn_attention(q, k, v, bias_Bx1x1xL, scale_B), None
   inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
   fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
-  words = (jnp.zeros((2,), jnp.uint32) if dropout_key is None
-           else jax.random.bits(dropout_key, (2,), jnp.uint32))  # as dropout_bits.keep_mask
-  spec = KernelSpec(plan.backend, carry_in=prev_scores is not None, carry_out=carry_out,
-                    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
-                    heads_total=heads, block_q=plan.block_q, block_k=plan.block_k,
-                    block_bwd=plan.block_bwd, interpret=plan.interpret,
-                    sum_given=isinstance(prev_scores, carried.TopDown))
+  words = (
+    jnp.zeros((2,), jnp.uint32)
+    if dropout_key is None
+    else jax.random.bits(dropout_key, (2,), jnp.uint32)
+  )  # as dropout_bits.keep_mask
+  spec = KernelSpec(
+    plan.backend,
+    carry_in=prev_scores is not None,
+    carry_out=carry_out,
+    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    heads_total=heads,
+    block_q=plan.block_q,
+    block_k=plan.block_k,
+    block_bwd=plan.block_bwd,
+    interpret=plan.interpret,
+    sum_given=isinstance(prev_scores, carried.TopDown),
+  )
   qkv = qkv_BxLx3xHxK
   padded = padded_head_dim(head_dim) if plan.backend == 'triton' else head_dim
   if padded != head_dim:  # zero features change no score; their outputs are sliced off
@@ -67,8 +87,9 @@ def fused_self_attention(plan: AttentionPlan, qkv_BxLx3xHxK: jax.Array, prev_sco
   else:
     op, scores_in = _plain, () if prev_scores is None else (prev_scores,)
   outputs = 1 + (0 if not carry_out else 1 if op is _plain else 2)
-  context, *scores_out = _sharded(functools.partial(op, spec=spec), outputs, qkv, scores_in,
-                                  bias_BxL, fparams, words)
+  context, *scores_out = _sharded(
+    functools.partial(op, spec=spec), outputs, qkv, scores_in, bias_BxL, fparams, words
+  )
   context = context[..., :head_dim]
   if not carry_out:
     return context, None
@@ -118,16 +139,28 @@ def _sharded(op, outputs: int, qkv, scores_in, bias, fparams, words):
   scores = P(batch_axes, head_axes, None, None)
 
   def per_shard(qkv, scores_in, bias, fparams, words):
-    b0 = jnp.zeros((), jnp.uint32) if batch_axes is None else (
-        jax.lax.axis_index(batch_axes).astype(jnp.uint32) * local_batch)
-    h0 = jnp.zeros((), jnp.uint32) if head_axes is None else (
-        jax.lax.axis_index(head_axes).astype(jnp.uint32) * local_heads)
-    return tuple(op(qkv, scores_in, bias, fparams,
-                    jnp.concatenate([words, jnp.stack([b0, h0])])))
+    b0 = (
+      jnp.zeros((), jnp.uint32)
+      if batch_axes is None
+      else (jax.lax.axis_index(batch_axes).astype(jnp.uint32) * local_batch)
+    )
+    h0 = (
+      jnp.zeros((), jnp.uint32)
+      if head_axes is None
+      else (jax.lax.axis_index(head_axes).astype(jnp.uint32) * local_heads)
+    )
+    return tuple(op(qkv, scores_in, bias, fparams, jnp.concatenate([words, jnp.stack([b0, h0])])))
 
   return jax.shard_map(
-      per_shard, mesh=mesh,
-      in_specs=(P(batch_axes, None, None, head_axes, None), (scores,) * len(scores_in),
-                P(batch_axes, None), P(batch_axes, None), P()),
-      out_specs=(rows,) + (scores,) * (outputs - 1), check_vma=False,
+    per_shard,
+    mesh=mesh,
+    in_specs=(
+      P(batch_axes, None, None, head_axes, None),
+      (scores,) * len(scores_in),
+      P(batch_axes, None),
+      P(batch_axes, None),
+      P(),
+    ),
+    out_specs=(rows,) + (scores,) * (outputs - 1),
+    check_vma=False,
   )(qkv, scores_in, bias, fparams, words)

@@ -54,8 +54,15 @@ def initial_carry(acc0: jax.Array) -> CarriedScores:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def carried_attention(qkv, acc_in: Optional[jax.Array], shadow_in: Optional[jax.Array],
-                      bias, fparams, iparams, spec: KernelSpec):
+def carried_attention(
+  qkv,
+  acc_in: Optional[jax.Array],
+  shadow_in: Optional[jax.Array],
+  bias,
+  fparams,
+  iparams,
+  spec: KernelSpec,
+):
   """(out, acc_l, shadow): the layer's attention; acc_in / shadow_in None at a first layer
   that has no incoming sum."""
   out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
@@ -75,8 +82,9 @@ def _carried_fwd(qkv, acc_in, shadow_in, bias, fparams, iparams, spec):
 def _carried_bwd(spec, residuals, cotangents):
   qkv, bias, fparams, iparams, out, lse, bits = residuals
   g_out, g_acc, acc_out = cotangents  # the shadow's cotangent is acc_l (module docstring)
-  dqkv, g_acc_in, acc_in = attention_backward(qkv, acc_out, g_acc, bias, fparams, iparams, out,
-                                              lse, bits, g_out, spec, rebuild=spec.carry_in)
+  dqkv, g_acc_in, acc_in = attention_backward(
+    qkv, acc_out, g_acc, bias, fparams, iparams, out, lse, bits, g_out, spec, rebuild=spec.carry_in
+  )
   if not spec.carry_in:
     g_acc_in = acc_in = None
   return dqkv, g_acc_in, acc_in, jnp.zeros_like(bias), jnp.zeros_like(fparams), None
@@ -101,8 +109,9 @@ def _top_down_fwd(qkv, acc_l, shadow, bias, fparams, iparams, spec):
 def _top_down_bwd(spec, residuals, cotangents):
   qkv, acc_l, bias, fparams, iparams, out, lse, bits = residuals
   g_out, g_acc, _ = cotangents
-  dqkv, g_acc_in, acc_in = attention_backward(qkv, acc_l, g_acc, bias, fparams, iparams, out,
-                                              lse, bits, g_out, spec, rebuild=True)
+  dqkv, g_acc_in, acc_in = attention_backward(
+    qkv, acc_l, g_acc, bias, fparams, iparams, out, lse, bits, g_out, spec, rebuild=True
+  )
   return dqkv, g_acc_in, acc_in, jnp.zeros_like(bias), jnp.zeros_like(fparams), None
 
 

@@ -14,12 +14,21 @@ import jax
 import jax.numpy as jnp
 
 
-def cudnn_attention(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, v_BxLxHxK: jax.Array,
-                    bias_Bx1x1xL: jax.Array, scale_B: jax.Array,
-                    implementation: str = 'cudnn') -> jax.Array:
+def cudnn_attention(
+  q_BxLxHxK: jax.Array,
+  k_BxLxHxK: jax.Array,
+  v_BxLxHxK: jax.Array,
+  bias_Bx1x1xL: jax.Array,
+  scale_B: jax.Array,
+  implementation: str = 'cudnn',
+) -> jax.Array:
   """softmax(scale q k^T + bias) v, [B, L, H, K] in q's dtype."""
-  scaled_q = (q_BxLxHxK.astype(jnp.float32) * scale_B[:, None, None, None]).astype(
-      q_BxLxHxK.dtype)
+  scaled_q = (q_BxLxHxK.astype(jnp.float32) * scale_B[:, None, None, None]).astype(q_BxLxHxK.dtype)
   return jax.nn.dot_product_attention(
-      scaled_q, k_BxLxHxK, v_BxLxHxK, bias=bias_Bx1x1xL.astype(q_BxLxHxK.dtype), scale=1.0,
-      implementation=implementation)
+    scaled_q,
+    k_BxLxHxK,
+    v_BxLxHxK,
+    bias=bias_Bx1x1xL.astype(q_BxLxHxK.dtype),
+    scale=1.0,
+    implementation=implementation,
+  )

@@ -29,14 +29,21 @@ _LOW = np.uint32(2**MASK_BITS - 1)
 _HALF = np.uint32(MASK_BITS)
 
 
-def keep_tile_joined(k1: jax.Array, k2: jax.Array, row0: jax.Array, col0: jax.Array,
-                     shape: tuple[int, int], threshold: int) -> jax.Array:
+def keep_tile_joined(
+  k1: jax.Array,
+  k2: jax.Array,
+  row0: jax.Array,
+  col0: jax.Array,
+  shape: tuple[int, int],
+  threshold: int,
+) -> jax.Array:
   """Boolean keep mask [rows, cols]; one Threefry-2x32 per four elements."""
   rows, cols = shape
   words = cols // 4
   row = row0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, words), 0)
   word = (col0.astype(jnp.uint32) >> np.uint32(2)) + lax.broadcasted_iota(
-      jnp.uint32, (rows, words), 1)
+    jnp.uint32, (rows, words), 1
+  )
   y1, y2 = threefry2x32(k1, k2, row, word)
   # Lanes 0..3 of a word are y1 low, y1 high, y2 low, y2 high: [[a, c], [b, d]] flattened
   # row-major over its last two axes gives a, b, c, d.
@@ -46,8 +53,14 @@ def keep_tile_joined(k1: jax.Array, k2: jax.Array, row0: jax.Array, col0: jax.Ar
   return draws < np.uint32(threshold)
 
 
-def keep_tile_selected(k1: jax.Array, k2: jax.Array, row0: jax.Array, col0: jax.Array,
-                       shape: tuple[int, int], threshold: int) -> jax.Array:
+def keep_tile_selected(
+  k1: jax.Array,
+  k2: jax.Array,
+  row0: jax.Array,
+  col0: jax.Array,
+  shape: tuple[int, int],
+  threshold: int,
+) -> jax.Array:
   """Boolean keep mask [rows, cols]; one Threefry-2x32 per element, same bits as joined."""
   rows, cols = shape
   row = row0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, cols), 0)

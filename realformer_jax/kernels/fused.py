@@ -30,15 +30,22 @@ def _kernels(spec: KernelSpec):
   # to import a backend's lowering code before it is asked for.
   if spec.backend == 'triton':
     from realformer_jax.kernels import triton_attention  # pylint: disable=import-outside-toplevel
+
     return triton_attention
   from realformer_jax.kernels import mosaic_attention  # pylint: disable=import-outside-toplevel
+
   return mosaic_attention
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def fused_attention(qkv: jax.Array, acc_in: Optional[jax.Array], bias: jax.Array,
-                    fparams: jax.Array, iparams: jax.Array,
-                    spec: KernelSpec) -> tuple[jax.Array, Optional[jax.Array]]:
+def fused_attention(
+  qkv: jax.Array,
+  acc_in: Optional[jax.Array],
+  bias: jax.Array,
+  fparams: jax.Array,
+  iparams: jax.Array,
+  spec: KernelSpec,
+) -> tuple[jax.Array, Optional[jax.Array]]:
   """(attention output [B, L, H, K] in qkv's dtype, carried sum [B, H, L, L] float32 or
   None)."""
   out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
@@ -53,14 +60,32 @@ def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
 def _fused_bwd(spec, residuals, cotangents):
   qkv, acc_out, bias, fparams, iparams, out, lse, bits = residuals
   g_out, g_acc = cotangents
-  dqkv, g_acc_in, _ = attention_backward(qkv, acc_out, g_acc, bias, fparams, iparams, out, lse,
-                                         bits, g_out, spec)
-  return (dqkv, g_acc_in if spec.carry_in else None, jnp.zeros_like(bias),
-          jnp.zeros_like(fparams), None)
+  dqkv, g_acc_in, _ = attention_backward(
+    qkv, acc_out, g_acc, bias, fparams, iparams, out, lse, bits, g_out, spec
+  )
+  return (
+    dqkv,
+    g_acc_in if spec.carry_in else None,
+    jnp.zeros_like(bias),
+    jnp.zeros_like(fparams),
+    None,
+  )
 
 
-def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, bits, g_out,
-                       spec: KernelSpec, rebuild: bool = False):
+def attention_backward(
+  qkv,
+  acc,
+  g_acc,
+  bias,
+  fparams,
+  iparams,
+  out,
+  lse,
+  bits,
+  g_out,
+  spec: KernelSpec,
+  rebuild: bool = False,
+):
   """(dqkv, d acc_{l-1} or None, acc_{l-1} = acc_l - s or None).
 
   `acc` is the layer's carried OUTPUT acc_l; with `rebuild` the kernel also writes acc_{l-1}
@@ -70,8 +95,9 @@ def attention_backward(qkv, acc, g_acc, bias, fparams, iparams, out, lse, bits, 
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
   if spec.carry_out and g_acc is None:
     g_acc = jnp.zeros_like(acc)
-  return _kernels(spec).backward(qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams,
-                                 bits, spec, rebuild=rebuild)
+  return _kernels(spec).backward(
+    qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec, rebuild=rebuild
+  )
 
 
 fused_attention.defvjp(_fused_fwd, _fused_bwd)

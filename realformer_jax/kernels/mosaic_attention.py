@@ -36,8 +36,9 @@ def _keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
   if not spec.dropout:
     return None
   words = [i_ref[n].astype(jnp.uint32) for n in range(4)]
-  row0 = ((words[2] + b.astype(jnp.uint32)) * spec.heads_total + words[3]
-          + h.astype(jnp.uint32)) * seq_len + q0.astype(jnp.uint32)
+  row0 = (
+    (words[2] + b.astype(jnp.uint32)) * spec.heads_total + words[3] + h.astype(jnp.uint32)
+  ) * seq_len + q0.astype(jnp.uint32)
   return keep_tile_selected(words[0], words[1], row0, k0, shape, spec.keep_threshold)
 
 
@@ -55,18 +56,35 @@ def _cost(spec, batch, heads, seq_len, head_dim, passes, score_tensors, itemsize
   elements = batch * heads * seq_len * seq_len
   rows = batch * heads * seq_len * head_dim * itemsize
   blocks = max(seq_len // spec.block_q, 1)
-  return pl.CostEstimate(flops=2 * passes * elements * head_dim, transcendentals=elements,
-                         bytes_accessed=4 * score_tensors * elements + (2 + 2 * blocks) * rows)
+  return pl.CostEstimate(
+    flops=2 * passes * elements * head_dim,
+    transcendentals=elements,
+    bytes_accessed=4 * score_tensors * elements + (2 + 2 * blocks) * rows,
+  )
 
 
 def _compiler_params():
-  return pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'parallel',
-                                                   'arbitrary'))
+  return pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'parallel', 'arbitrary'))
 
 
-def _forward_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, acc_in_ref, bias_ref, o_ref, lse_ref,
-                    acc_out_ref, m_scratch, l_scratch, o_scratch, *, spec: KernelSpec,
-                    seq_len: int):
+def _forward_kernel(
+  f_ref,
+  i_ref,
+  q_ref,
+  k_ref,
+  v_ref,
+  acc_in_ref,
+  bias_ref,
+  o_ref,
+  lse_ref,
+  acc_out_ref,
+  m_scratch,
+  l_scratch,
+  o_scratch,
+  *,
+  spec: KernelSpec,
+  seq_len: int,
+):
   b, h, i, j = (pl.program_id(n) for n in range(4))
   block_q, block_k = spec.block_q, spec.block_k
 
@@ -85,8 +103,9 @@ def _forward_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, acc_in_ref, bias_ref, o_r
       acc_out_ref[...] = acc
   z = tm.softmax_input(acc, f_ref[b, 1], bias_ref[...])
   keep = _keep(spec, i_ref, b, h, seq_len, i * block_q, j * block_k, (block_q, block_k))
-  m, l, o = tm.online_softmax_step((m_scratch[...], l_scratch[...], o_scratch[...]), z,
-                                   v_ref[...], keep, spec.keep_prob)
+  m, l, o = tm.online_softmax_step(
+    (m_scratch[...], l_scratch[...], o_scratch[...]), z, v_ref[...], keep, spec.keep_prob
+  )
   m_scratch[...], l_scratch[...], o_scratch[...] = m, l, o
 
   @pl.when(j == pl.num_programs(3) - 1)
@@ -107,27 +126,52 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   acc_spec = pl.BlockSpec((None, None, block_q, block_k), lambda b, h, i, j: (b, h, i, j))
   stat_spec = pl.BlockSpec((None, None, block_q, 1), lambda b, h, i, j: (b, h, i, 0))
   writes_sum = spec.carry_out and not spec.sum_given
-  in_specs = [_SMEM, _SMEM, q_spec, kv_spec, kv_spec, acc_spec if spec.carry_in else None,
-              pl.BlockSpec((None, 1, block_k), lambda b, h, i, j: (b, 0, j))]
+  in_specs = [
+    _SMEM,
+    _SMEM,
+    q_spec,
+    kv_spec,
+    kv_spec,
+    acc_spec if spec.carry_in else None,
+    pl.BlockSpec((None, 1, block_k), lambda b, h, i, j: (b, 0, j)),
+  ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
-  out_shape = [jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), qkv.dtype),
-               jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
-               scores_shape if writes_sum else None]
+  out_shape = [
+    jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), qkv.dtype),
+    jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
+    scores_shape if writes_sum else None,
+  ]
   out_specs = [q_spec, stat_spec, acc_spec if writes_sum else None]
-  scratch = [pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
-             pltpu.VMEM((block_q, head_dim), jnp.float32)]
+  scratch = [
+    pltpu.VMEM((block_q, 1), jnp.float32),
+    pltpu.VMEM((block_q, 1), jnp.float32),
+    pltpu.VMEM((block_q, head_dim), jnp.float32),
+  ]
   out, lse, acc_out = pl.pallas_call(
-      functools.partial(_forward_kernel, spec=spec, seq_len=seq_len),
-      grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=0, grid=grid,
-                                             in_specs=in_specs, out_specs=out_specs,
-                                             scratch_shapes=scratch),
-      out_shape=out_shape, compiler_params=_compiler_params(), interpret=spec.interpret,
-      input_output_aliases={5: 2} if writes_sum and spec.carry_in else {},  # in place
-      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 1 if spec.sum_given else 2,
-                          int(spec.carry_in) + int(writes_sum), qkv.dtype.itemsize),
-      name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
-  )(fparams, _int_words(iparams), qh, kh, vh, acc_in if spec.carry_in else None,
-    bias[:, None, :])
+    functools.partial(_forward_kernel, spec=spec, seq_len=seq_len),
+    grid_spec=pltpu.PrefetchScalarGridSpec(
+      num_scalar_prefetch=0,
+      grid=grid,
+      in_specs=in_specs,
+      out_specs=out_specs,
+      scratch_shapes=scratch,
+    ),
+    out_shape=out_shape,
+    compiler_params=_compiler_params(),
+    interpret=spec.interpret,
+    input_output_aliases={5: 2} if writes_sum and spec.carry_in else {},  # in place
+    cost_estimate=_cost(
+      spec,
+      batch,
+      heads,
+      seq_len,
+      head_dim,
+      1 if spec.sum_given else 2,
+      int(spec.carry_in) + int(writes_sum),
+      qkv.dtype.itemsize,
+    ),
+    name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
+  )(fparams, _int_words(iparams), qh, kh, vh, acc_in if spec.carry_in else None, bias[:, None, :])
   return _heads_major(out), lse, acc_out, None  # the backward draws the mask again
 
 
@@ -135,9 +179,29 @@ def _int_words(iparams):
   return jax.lax.bitcast_convert_type(iparams, jnp.int32)  # SMEM holds 32-bit signed words
 
 
-def _dkv_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, acc_ref,
-                g_acc_ref, bias_ref, dk_ref, dv_ref, g_acc_in_ref, acc_in_ref, dk_scratch,
-                dv_scratch, *, spec: KernelSpec, seq_len: int, rebuild: bool):
+def _dkv_kernel(
+  f_ref,
+  i_ref,
+  q_ref,
+  k_ref,
+  v_ref,
+  do_ref,
+  lse_ref,
+  delta_ref,
+  acc_ref,
+  g_acc_ref,
+  bias_ref,
+  dk_ref,
+  dv_ref,
+  g_acc_in_ref,
+  acc_in_ref,
+  dk_scratch,
+  dv_scratch,
+  *,
+  spec: KernelSpec,
+  seq_len: int,
+  rebuild: bool,
+):
   b, h, j, i = (pl.program_id(n) for n in range(4))
   block = spec.block_bwd
 
@@ -152,8 +216,7 @@ def _dkv_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, a
   acc = acc_ref[...] if spec.carry_out else s
   z = tm.softmax_input(acc, inv_div, bias_ref[...])
   keep = _keep(spec, i_ref, b, h, seq_len, i * block, j * block, (block, block))
-  p_dropped, dz = tm.score_gradient(z, lse_ref[...], delta_ref[...], do, v, keep,
-                                    spec.keep_prob)
+  p_dropped, dz = tm.score_gradient(z, lse_ref[...], delta_ref[...], do, v, keep, spec.keep_prob)
   g = dz * inv_div
   if spec.carry_out:
     g = g_acc_ref[...] + g
@@ -169,8 +232,22 @@ def _dkv_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, a
     dv_ref[...] = dv_scratch[...].astype(dv_ref.dtype)
 
 
-def _dq_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, bias_ref, dq_ref,
-               dq_scratch, *, spec: KernelSpec, seq_len: int):
+def _dq_kernel(
+  f_ref,
+  i_ref,
+  q_ref,
+  k_ref,
+  v_ref,
+  do_ref,
+  lse_ref,
+  delta_ref,
+  bias_ref,
+  dq_ref,
+  dq_scratch,
+  *,
+  spec: KernelSpec,
+  seq_len: int,
+):
   b, h, i, j = (pl.program_id(n) for n in range(4))
   block = spec.block_bwd
 
@@ -190,8 +267,20 @@ def _dq_kernel(f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, bi
     dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
 
 
-def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec: KernelSpec,
-             rebuild: bool = False):
+def backward(
+  qkv,
+  do,
+  lse,
+  delta,
+  acc,
+  g_acc,
+  bias,
+  fparams,
+  iparams,
+  bits,
+  spec: KernelSpec,
+  rebuild: bool = False,
+):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward.
   `lse` is [B, H, L, 1] (this module's forward), `delta` [B, H, L]. No atomics on a TPU: dQ
   comes from a second kernel, which reads the carried gradient the first one wrote (residual
@@ -215,41 +304,81 @@ def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec
   tile = pl.BlockSpec((None, None, block, block), lambda b, h, j, i: (b, h, i, j))
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   dk, dv, g_acc_in, acc_in = pl.pallas_call(
-      functools.partial(_dkv_kernel, spec=spec, seq_len=seq_len, rebuild=rebuild),
-      grid_spec=pltpu.PrefetchScalarGridSpec(
-          num_scalar_prefetch=0, grid=(batch, heads, n, n),
-          in_specs=[_SMEM, _SMEM, row_q, row_k, row_k, row_q, stat_q, stat_q,
-                    tile if carry else None, tile if carry else None,
-                    pl.BlockSpec((None, 1, block), lambda b, h, j, i: (b, 0, j))],
-          out_specs=[row_k, row_k, tile if carry else None,
-                     tile if carry and rebuild else None],
-          scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)] * 2),
-      out_shape=[jax.ShapeDtypeStruct(kh.shape, dtype), jax.ShapeDtypeStruct(vh.shape, dtype),
-                 scores_shape if carry else None, scores_shape if carry and rebuild else None],
-      compiler_params=_compiler_params(), interpret=spec.interpret,
-      input_output_aliases=({9: 2, 8: 3} if rebuild else {9: 2}) if carry else {},
-      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 4,
-                          (3 + int(rebuild)) if carry else 0, dtype.itemsize),
-      name='realformer_attention_dkv' if carry else 'flash_attention_dkv',
-  )(fparams, words, qh, kh, vh, doh, lse, delta, acc if carry else None,
-    g_acc if carry else None, bias3)
+    functools.partial(_dkv_kernel, spec=spec, seq_len=seq_len, rebuild=rebuild),
+    grid_spec=pltpu.PrefetchScalarGridSpec(
+      num_scalar_prefetch=0,
+      grid=(batch, heads, n, n),
+      in_specs=[
+        _SMEM,
+        _SMEM,
+        row_q,
+        row_k,
+        row_k,
+        row_q,
+        stat_q,
+        stat_q,
+        tile if carry else None,
+        tile if carry else None,
+        pl.BlockSpec((None, 1, block), lambda b, h, j, i: (b, 0, j)),
+      ],
+      out_specs=[row_k, row_k, tile if carry else None, tile if carry and rebuild else None],
+      scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)] * 2,
+    ),
+    out_shape=[
+      jax.ShapeDtypeStruct(kh.shape, dtype),
+      jax.ShapeDtypeStruct(vh.shape, dtype),
+      scores_shape if carry else None,
+      scores_shape if carry and rebuild else None,
+    ],
+    compiler_params=_compiler_params(),
+    interpret=spec.interpret,
+    input_output_aliases=({9: 2, 8: 3} if rebuild else {9: 2}) if carry else {},
+    cost_estimate=_cost(
+      spec, batch, heads, seq_len, head_dim, 4, (3 + int(rebuild)) if carry else 0, dtype.itemsize
+    ),
+    name='realformer_attention_dkv' if carry else 'flash_attention_dkv',
+  )(
+    fparams,
+    words,
+    qh,
+    kh,
+    vh,
+    doh,
+    lse,
+    delta,
+    acc if carry else None,
+    g_acc if carry else None,
+    bias3,
+  )
   dq = jnp.zeros_like(qh)
   if not carry:
     row_i = pl.BlockSpec((None, None, block, head_dim), lambda b, h, i, j: (b, h, i, 0))
     row_j = pl.BlockSpec((None, None, block, head_dim), lambda b, h, i, j: (b, h, j, 0))
     stat_i = pl.BlockSpec((None, None, block, 1), lambda b, h, i, j: (b, h, i, 0))
     dq = pl.pallas_call(
-        functools.partial(_dq_kernel, spec=spec, seq_len=seq_len),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0, grid=(batch, heads, n, n),
-            in_specs=[_SMEM, _SMEM, row_i, row_j, row_j, row_i, stat_i, stat_i,
-                      pl.BlockSpec((None, 1, block), lambda b, h, i, j: (b, 0, j))],
-            out_specs=row_i,
-            scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)]),
-        out_shape=jax.ShapeDtypeStruct(qh.shape, dtype),
-        compiler_params=_compiler_params(), interpret=spec.interpret,
-        cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 3, 0, dtype.itemsize),
-        name='flash_attention_dq',
+      functools.partial(_dq_kernel, spec=spec, seq_len=seq_len),
+      grid_spec=pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=0,
+        grid=(batch, heads, n, n),
+        in_specs=[
+          _SMEM,
+          _SMEM,
+          row_i,
+          row_j,
+          row_j,
+          row_i,
+          stat_i,
+          stat_i,
+          pl.BlockSpec((None, 1, block), lambda b, h, i, j: (b, 0, j)),
+        ],
+        out_specs=row_i,
+        scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)],
+      ),
+      out_shape=jax.ShapeDtypeStruct(qh.shape, dtype),
+      compiler_params=_compiler_params(),
+      interpret=spec.interpret,
+      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 3, 0, dtype.itemsize),
+      name='flash_attention_dq',
     )(fparams, words, qh, kh, vh, doh, lse, delta, bias3)
   dqkv = jnp.stack([jnp.transpose(x, (0, 2, 1, 3)) for x in (dq, dk, dv)], axis=2)
   if carry:  # dQ = scale d acc_{l-1} K from the gradient just written
@@ -278,20 +407,22 @@ def query_gradient(g, qkv, fparams, dqkv, spec: KernelSpec):
   block_q, block_k = spec.block_q, spec.block_k
   kh = _split_heads_major(qkv)[1]
   dq = pl.pallas_call(
-      _query_gradient_kernel,
-      grid_spec=pltpu.PrefetchScalarGridSpec(
-          num_scalar_prefetch=0, grid=(batch, heads, seq_len // block_q, seq_len // block_k),
-          in_specs=[_SMEM,
-                    pl.BlockSpec((None, None, block_q, block_k),
-                                 lambda b, h, i, j: (b, h, i, j)),
-                    pl.BlockSpec((None, None, block_k, head_dim),
-                                 lambda b, h, i, j: (b, h, j, 0))],
-          out_specs=pl.BlockSpec((None, None, block_q, head_dim),
-                                 lambda b, h, i, j: (b, h, i, 0)),
-          scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32)]),
-      out_shape=jax.ShapeDtypeStruct(kh.shape, qkv.dtype),
-      compiler_params=_compiler_params(), interpret=spec.interpret,
-      cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 1, 1, qkv.dtype.itemsize),
-      name='realformer_attention_dq',
+    _query_gradient_kernel,
+    grid_spec=pltpu.PrefetchScalarGridSpec(
+      num_scalar_prefetch=0,
+      grid=(batch, heads, seq_len // block_q, seq_len // block_k),
+      in_specs=[
+        _SMEM,
+        pl.BlockSpec((None, None, block_q, block_k), lambda b, h, i, j: (b, h, i, j)),
+        pl.BlockSpec((None, None, block_k, head_dim), lambda b, h, i, j: (b, h, j, 0)),
+      ],
+      out_specs=pl.BlockSpec((None, None, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
+      scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32)],
+    ),
+    out_shape=jax.ShapeDtypeStruct(kh.shape, qkv.dtype),
+    compiler_params=_compiler_params(),
+    interpret=spec.interpret,
+    cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 1, 1, qkv.dtype.itemsize),
+    name='realformer_attention_dq',
   )(fparams, g, kh)
   return dqkv.at[:, :, 0].set(_heads_major(dq))

@@ -32,9 +32,14 @@ def _num_layers(params_N) -> int:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def kernel_residual_stack(layer_fn: LayerFn, params_N: Any, x_BxLxD: jax.Array,
-                          acc0_BxHxLxL: jax.Array, keys_N: Optional[jax.Array],
-                          aux: Any) -> jax.Array:
+def kernel_residual_stack(
+  layer_fn: LayerFn,
+  params_N: Any,
+  x_BxLxD: jax.Array,
+  acc0_BxHxLxL: jax.Array,
+  keys_N: Optional[jax.Array],
+  aux: Any,
+) -> jax.Array:
   """The output of N layers (stacked params, per-layer dropout keys or None)."""
   return _forward(layer_fn, params_N, x_BxLxD, acc0_BxHxLxL, keys_N, aux)[0]
 
@@ -47,8 +52,9 @@ def _forward(layer_fn, params_N, x, acc0, keys_N, aux):
     return (y, scores), x  # save each layer's input
 
   indices = jnp.arange(_num_layers(params_N))
-  (y, scores), xs_N = jax.lax.scan(body, (x, carried.initial_carry(acc0)),
-                                   (params_N, indices, keys_N))
+  (y, scores), xs_N = jax.lax.scan(
+    body, (x, carried.initial_carry(acc0)), (params_N, indices, keys_N)
+  )
   return y, (xs_N, scores.acc)
 
 
@@ -70,13 +76,14 @@ def _stack_bwd(layer_fn, residuals, g_y):
     _, vjp = jax.vjp(layer, params_l, x_l, acc, jnp.zeros_like(acc), aux)
     # The output shadow's cotangent is unused by the kernel's VJP (carried.py).
     g_params, g_x_prev, g_acc_prev, acc_prev, g_aux = vjp(
-        (g_x, carried.TopDown(g_acc, jnp.zeros_like(acc))))
+      (g_x, carried.TopDown(g_acc, jnp.zeros_like(acc)))
+    )
     return (g_x_prev, g_acc_prev, acc_prev), (g_params, g_aux)
 
   indices = jnp.arange(_num_layers(params_N))
   (g_x0, g_acc0, _), (g_params_N, g_aux_N) = jax.lax.scan(
-      body, (g_y, jnp.zeros_like(acc_top), acc_top), (params_N, xs_N, indices, keys_N),
-      reverse=True)
+    body, (g_y, jnp.zeros_like(acc_top), acc_top), (params_N, xs_N, indices, keys_N), reverse=True
+  )
   g_aux = jax.tree.map(lambda g: jnp.sum(g, axis=0), g_aux_N)
   return g_params_N, g_x0, g_acc0, None, g_aux
 

@@ -32,6 +32,7 @@ _PLATFORM_NAMES = {'cpu': 'cpu', 'gpu': 'gpu', 'cuda': 'gpu', 'rocm': 'gpu', 'tp
 @dataclasses.dataclass(frozen=True)
 class AttentionPlan:
   """A fused path: 'cudnn', or the Pallas kernels of `backend` with these tile sizes."""
+
   path: str  # 'cudnn' | 'pallas'
   backend: Optional[str] = None  # 'triton' | 'mosaic'
   interpret: bool = False
@@ -87,12 +88,16 @@ def block_sizes(backend: str, seq_len: int, interpret: bool) -> Optional[tuple[i
     return (seq_len, seq_len, seq_len)
   if seq_len % 128:
     return None
-  return (_largest_block(seq_len, 256, 128), _largest_block(seq_len, 512, 128),
-          _largest_block(seq_len, 256, 128))
+  return (
+    _largest_block(seq_len, 256, 128),
+    _largest_block(seq_len, 512, 128),
+    _largest_block(seq_len, 256, 128),
+  )
 
 
-def plan(config: ModelConfig, seq_len: int, *, maps_requested: bool = False
-         ) -> Optional[AttentionPlan]:
+def plan(
+  config: ModelConfig, seq_len: int, *, maps_requested: bool = False
+) -> Optional[AttentionPlan]:
   """The fused path for this config and sequence length, or None for the einsum path."""
   impl = config.attention_impl
   if impl == 'xla' or maps_requested:
@@ -106,20 +111,30 @@ def plan(config: ModelConfig, seq_len: int, *, maps_requested: bool = False
     if platform != 'gpu':
       raise ConfigError(f"model.attention_impl='cudnn': needs a GPU (platform {platform})")
     return AttentionPlan('cudnn')
-  backend = {'pallas': 'mosaic' if platform == 'tpu' else 'triton',
-             'pallas_triton': 'triton', 'pallas_mosaic': 'mosaic'}[impl]
+  backend = {
+    'pallas': 'mosaic' if platform == 'tpu' else 'triton',
+    'pallas_triton': 'triton',
+    'pallas_mosaic': 'mosaic',
+  }[impl]
   if (backend, platform) in (('triton', 'tpu'), ('mosaic', 'gpu')):
-    raise ConfigError(f'model.attention_impl={impl!r}: the {backend} kernels do not run on '
-                      f"{platform}; use 'pallas' (or 'auto')")
+    raise ConfigError(
+      f'model.attention_impl={impl!r}: the {backend} kernels do not run on '
+      f"{platform}; use 'pallas' (or 'auto')"
+    )
   interpret = platform == 'cpu'
   blocks = block_sizes(backend, seq_len, interpret)
   if blocks is None:
     if config.attention_impl == 'auto':
       return None
-    rule = ('a multiple of 16' if backend == 'triton'
-            else 'a multiple of 8 up to 256, else a multiple of 128')
-    raise ConfigError(f'model.attention_impl={config.attention_impl!r}: sequence length '
-                      f'{seq_len} cannot be tiled by the {backend} kernels (needs {rule})')
+    rule = (
+      'a multiple of 16'
+      if backend == 'triton'
+      else 'a multiple of 8 up to 256, else a multiple of 128'
+    )
+    raise ConfigError(
+      f'model.attention_impl={config.attention_impl!r}: sequence length '
+      f'{seq_len} cannot be tiled by the {backend} kernels (needs {rule})'
+    )
   return AttentionPlan('pallas', backend, interpret, *blocks)
 
 
@@ -128,5 +143,9 @@ def pair_carry(config: ModelConfig, attention_plan: Optional[AttentionPlan]) -> 
   it (the kernels then rebuild each layer's sum going down instead of saving it). Not under a
   per-layer remat: that saves every layer's carried input anyway, and the pair would double
   it; `residual_scores_backward='recomputed'` is the memory-flat route there."""
-  return (attention_plan is not None and attention_plan.path == 'pallas'
-          and config.use_residual_attention and config.remat_policy == 'none')
+  return (
+    attention_plan is not None
+    and attention_plan.path == 'pallas'
+    and config.use_residual_attention
+    and config.remat_policy == 'none'
+  )

@@ -35,8 +35,9 @@ class KernelSpec:
     if self.backend not in BACKENDS:
       raise ValueError(f'KernelSpec.backend={self.backend!r}: must be one of {BACKENDS}')
     if self.carry_in and not self.carry_out:
-      raise ValueError('KernelSpec: a carried sum that is read is also written (carry_in '
-                       'needs carry_out)')
+      raise ValueError(
+        'KernelSpec: a carried sum that is read is also written (carry_in needs carry_out)'
+      )
     if self.sum_given and not self.carry_in:
       raise ValueError('KernelSpec: sum_given needs carry_in')
 

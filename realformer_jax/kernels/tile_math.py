@@ -49,12 +49,16 @@ def drop(x: jax.Array, keep: Optional[jax.Array], keep_prob: float) -> jax.Array
 
 
 def initial_state(rows: int, head_dim: int):
-  return (jnp.full((rows, 1), -jnp.inf, jnp.float32), jnp.zeros((rows, 1), jnp.float32),
-          jnp.zeros((rows, head_dim), jnp.float32))
+  return (
+    jnp.full((rows, 1), -jnp.inf, jnp.float32),
+    jnp.zeros((rows, 1), jnp.float32),
+    jnp.zeros((rows, head_dim), jnp.float32),
+  )
 
 
-def online_softmax_step(state, z: jax.Array, v: jax.Array, keep: Optional[jax.Array],
-                        keep_prob: float):
+def online_softmax_step(
+  state, z: jax.Array, v: jax.Array, keep: Optional[jax.Array], keep_prob: float
+):
   """One key block of the online softmax: (m, l, o) -> updated, o unnormalised."""
   m, l, o = state
   m_new = jnp.maximum(m, jnp.max(z, axis=-1, keepdims=True))
@@ -71,8 +75,15 @@ def finish(state):
   return o / l, m + jnp.log(l)
 
 
-def score_gradient(z: jax.Array, lse: jax.Array, delta: jax.Array, do: jax.Array,
-                   v: jax.Array, keep: Optional[jax.Array], keep_prob: float):
+def score_gradient(
+  z: jax.Array,
+  lse: jax.Array,
+  delta: jax.Array,
+  do: jax.Array,
+  v: jax.Array,
+  keep: Optional[jax.Array],
+  keep_prob: float,
+):
   """(dropped probabilities in the compute dtype, d loss / d z) for one tile.
 
   p = exp(z - lse); out = drop(p) V, so dP = drop(dO V^T) and dz = p (dP - delta) with

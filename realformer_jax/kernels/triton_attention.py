@@ -32,7 +32,6 @@ head) slice read by many programs, or an array updated in place, as read whole.
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -46,8 +45,9 @@ from realformer_jax.kernels.spec import KernelSpec
 
 
 def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
-  row0 = ((i_ref[2] + b.astype(jnp.uint32)) * spec.heads_total + i_ref[3]
-          + h.astype(jnp.uint32)) * seq_len + q0.astype(jnp.uint32)
+  row0 = (
+    (i_ref[2] + b.astype(jnp.uint32)) * spec.heads_total + i_ref[3] + h.astype(jnp.uint32)
+  ) * seq_len + q0.astype(jnp.uint32)
   return keep_tile_joined(i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold)
 
 
@@ -56,8 +56,19 @@ def pack_width(spec: KernelSpec) -> int:
   return min(32, spec.block_k, spec.block_bwd)
 
 
-def _forward_kernel(qkv_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_ref, lse_ref, acc_out_ref,
-                    bits_ref, *, spec: KernelSpec):
+def _forward_kernel(
+  qkv_ref,
+  acc_in_ref,
+  bias_ref,
+  f_ref,
+  i_ref,
+  o_ref,
+  lse_ref,
+  acc_out_ref,
+  bits_ref,
+  *,
+  spec: KernelSpec,
+):
   seq_len, _, head_dim = qkv_ref.shape
   block_q, block_k = spec.block_q, spec.block_k
   width = pack_width(spec)
@@ -79,8 +90,7 @@ def _forward_kernel(qkv_ref, acc_in_ref, bias_ref, f_ref, i_ref, o_ref, lse_ref,
     z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
     keep = None
     if spec.dropout:
-      keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k,
-                        (block_q, block_k))
+      keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
       words = pl.ds(pl.multiple_of(j * (block_k // width), block_k // width), block_k // width)
       bits_ref[:, words] = pack_bits(keep, width)
     return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
@@ -105,45 +115,80 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   width = pack_width(spec)
   writes_sum = spec.carry_out and not spec.sum_given
   acc_spec = pl.BlockSpec((None, None, block_q, seq_len), lambda i, b, h: (b, h, i, 0))
-  in_specs = [_head_spec(seq_len, head_dim), acc_spec if spec.carry_in else None,
-              pl.BlockSpec((None, seq_len), lambda i, b, h: (b, 0)),
-              pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
-              pl.BlockSpec((4,), lambda i, b, h: (0,))]
+  in_specs = [
+    _head_spec(seq_len, head_dim),
+    acc_spec if spec.carry_in else None,
+    pl.BlockSpec((None, seq_len), lambda i, b, h: (b, 0)),
+    pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
+    pl.BlockSpec((4,), lambda i, b, h: (0,)),
+  ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   bits_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32)
-  out_shape = [jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
-               jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
-               scores_shape if writes_sum else None, bits_shape if spec.dropout else None]
-  out_specs = [pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
-               pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
-               acc_spec if writes_sum else None,
-               pl.BlockSpec((None, None, block_q, seq_len // width),
-                            lambda i, b, h: (b, h, i, 0)) if spec.dropout else None]
+  out_shape = [
+    jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
+    jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
+    scores_shape if writes_sum else None,
+    bits_shape if spec.dropout else None,
+  ]
+  out_specs = [
+    pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+    acc_spec if writes_sum else None,
+    pl.BlockSpec((None, None, block_q, seq_len // width), lambda i, b, h: (b, h, i, 0))
+    if spec.dropout
+    else None,
+  ]
   rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize  # one [B, L, H, K] array
   elements = batch * heads * seq_len * seq_len
   return pl.pallas_call(
-      functools.partial(_forward_kernel, spec=spec), grid=(seq_len // block_q, batch, heads),
-      in_specs=in_specs, out_specs=out_specs, out_shape=out_shape, interpret=spec.interpret,
-      compiler_params=_compiler_params(head_dim),
-      # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
-      # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
-      input_output_aliases={1: 2} if spec.carry_in and writes_sum else {},
-      metadata=_cost_metadata(
-          elements, head_dim, seq_len, passes=1 if spec.sum_given else 2,
-          score_bytes=4 * (int(spec.carry_in) + int(writes_sum)) + spec.dropout / 8,
-          row_bytes=(1 if spec.sum_given else 3) * rows + rows,
-          float_ops=9 + int(spec.carry_in) + 2 * spec.dropout, exps=1,
-          int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0),
-      name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
+    functools.partial(_forward_kernel, spec=spec),
+    grid=(seq_len // block_q, batch, heads),
+    in_specs=in_specs,
+    out_specs=out_specs,
+    out_shape=out_shape,
+    interpret=spec.interpret,
+    compiler_params=_compiler_params(head_dim),
+    # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
+    # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
+    input_output_aliases={1: 2} if spec.carry_in and writes_sum else {},
+    metadata=_cost_metadata(
+      elements,
+      head_dim,
+      seq_len,
+      passes=1 if spec.sum_given else 2,
+      score_bytes=4 * (int(spec.carry_in) + int(writes_sum)) + spec.dropout / 8,
+      row_bytes=(1 if spec.sum_given else 3) * rows + rows,
+      float_ops=9 + int(spec.carry_in) + 2 * spec.dropout,
+      exps=1,
+      int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    ),
+    name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
 
 
-def _backward_kernel(qkv_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref, bias_ref, f_ref,
-                     column_bits_ref, row_bits_ref, _, dqkv_ref, dq_ref, g_acc_in_ref,
-                     acc_in_ref, *, spec: KernelSpec, rebuild: bool):
+def _backward_kernel(
+  qkv_ref,
+  do_ref,
+  lse_ref,
+  delta_ref,
+  acc_ref,
+  g_acc_ref,
+  bias_ref,
+  f_ref,
+  column_bits_ref,
+  row_bits_ref,
+  _,
+  dqkv_ref,
+  dq_ref,
+  g_acc_in_ref,
+  acc_in_ref,
+  *,
+  spec: KernelSpec,
+  rebuild: bool,
+):
   seq_len, _, head_dim = qkv_ref.shape
   block = spec.block_bwd
-  jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  jk = pl.program_id(0)  # grid (key block, batch, head): batch and head index the refs
   scale, inv_div = f_ref[0], f_ref[1]
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
   k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
@@ -157,8 +202,9 @@ def _backward_kernel(qkv_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref, bi
     s = tm.scores(q, k, scale)
     z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
     keep = None if bits is None else unpack_bits(bits, width)
-    p_dropped, dz = tm.score_gradient(z, lse_ref[qs][:, None], delta_ref[qs][:, None], do, v,
-                                      keep, spec.keep_prob)
+    p_dropped, dz = tm.score_gradient(
+      z, lse_ref[qs][:, None], delta_ref[qs][:, None], do, v, keep, spec.keep_prob
+    )
     g = dz * inv_div if g_acc is None else g_acc + dz * inv_div
     return q, do, s, p_dropped, g
 
@@ -196,8 +242,9 @@ def _backward_kernel(qkv_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref, bi
     kj = qkv_ref[js, 1, :]
     bits = None
     if spec.dropout:
-      bits = row_bits_ref[:, pl.ds(pl.multiple_of(j * (block // width), block // width),
-                                   block // width)]
+      bits = row_bits_ref[
+        :, pl.ds(pl.multiple_of(j * (block // width), block // width), block // width)
+      ]
     *_, g = tile(iq, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], bits)
     return dq + tm.dot((g * scale).astype(kj.dtype), kj)
 
@@ -205,8 +252,20 @@ def _backward_kernel(qkv_ref, do_ref, lse_ref, delta_ref, acc_ref, g_acc_ref, bi
   dqkv_ref[:, 0, :] = dq.astype(dqkv_ref.dtype)
 
 
-def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec: KernelSpec,
-             rebuild: bool = False):
+def backward(
+  qkv,
+  do,
+  lse,
+  delta,
+  acc,
+  g_acc,
+  bias,
+  fparams,
+  iparams,
+  bits,
+  spec: KernelSpec,
+  rebuild: bool = False,
+):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
   (dropout only). See the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
@@ -217,25 +276,36 @@ def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec
   dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
   carry, dropout = spec.carry_out, spec.dropout
   # The mask: a column strip for the dK / dV loop, a row strip for the dQ loop.
-  column_bits = pl.BlockSpec((None, None, seq_len, block // width),
-                             lambda j, b, h: (b, h, 0, j))
+  column_bits = pl.BlockSpec((None, None, seq_len, block // width), lambda j, b, h: (b, h, 0, j))
   row_bits = pl.BlockSpec((None, None, block, seq_len // width), lambda j, b, h: (b, h, j, 0))
-  in_specs = [_head_spec(seq_len, head_dim),
-              pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0)),
-              stat_spec, stat_spec,
-              column_spec if carry else None, column_spec if carry else None,
-              pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
-              pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
-              column_bits if dropout else None, row_bits if dropout and not carry else None,
-              dq_spec if carry else None]
+  in_specs = [
+    _head_spec(seq_len, head_dim),
+    pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0)),
+    stat_spec,
+    stat_spec,
+    column_spec if carry else None,
+    column_spec if carry else None,
+    pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
+    pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
+    column_bits if dropout else None,
+    row_bits if dropout and not carry else None,
+    dq_spec if carry else None,
+  ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   dq_shape = jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), jnp.float32)
-  out_shape = [jax.ShapeDtypeStruct(qkv.shape, qkv.dtype), dq_shape if carry else None,
-               scores_shape if carry else None, scores_shape if carry and rebuild else None]
+  out_shape = [
+    jax.ShapeDtypeStruct(qkv.shape, qkv.dtype),
+    dq_shape if carry else None,
+    scores_shape if carry else None,
+    scores_shape if carry and rebuild else None,
+  ]
   # Program j writes rows j of dK, dV (parts 1, 2) and, without residual attention, of dQ.
-  out_specs = [pl.BlockSpec((None, block, 3, None, head_dim), lambda j, b, h: (b, j, 0, h, 0)),
-               dq_spec if carry else None, column_spec if carry else None,
-               column_spec if carry and rebuild else None]
+  out_specs = [
+    pl.BlockSpec((None, block, 3, None, head_dim), lambda j, b, h: (b, j, 0, h, 0)),
+    dq_spec if carry else None,
+    column_spec if carry else None,
+    column_spec if carry and rebuild else None,
+  ]
   rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize
   elements = batch * heads * seq_len * seq_len
   # In place: dQ accumulates over the zeros it is given (the last input present);
@@ -245,22 +315,41 @@ def backward(qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec
     dq_input = 8 + int(dropout)
     aliases = {dq_input: 1, 5: 2, 4: 3} if rebuild else {dq_input: 1, 5: 2}
   dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
-      functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
-      grid=(seq_len // block, batch, heads), in_specs=in_specs, out_specs=out_specs,
-      out_shape=out_shape, interpret=spec.interpret, compiler_params=_compiler_params(head_dim),
-      input_output_aliases=aliases,
-      metadata=_cost_metadata(
-          elements, head_dim, seq_len, passes=5 if carry else 7,
-          score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + dropout / 8,
-          # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
-          row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows),
-          # one pass over the tiles with residual attention, two without (the dQ loop)
-          float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
-          exps=1 if carry else 2, int_ops=(3 if dropout else 0) * (1 if carry else 2)),
-      name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
-  )(qkv, do, lse, delta, acc if carry else None, g_acc if carry else None, bias, fparams,
-    bits if dropout else None, bits if dropout and not carry else None,
-    jnp.zeros(dq_shape.shape, jnp.float32) if carry else None)
+    functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
+    grid=(seq_len // block, batch, heads),
+    in_specs=in_specs,
+    out_specs=out_specs,
+    out_shape=out_shape,
+    interpret=spec.interpret,
+    compiler_params=_compiler_params(head_dim),
+    input_output_aliases=aliases,
+    metadata=_cost_metadata(
+      elements,
+      head_dim,
+      seq_len,
+      passes=5 if carry else 7,
+      score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + dropout / 8,
+      # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
+      row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows),
+      # one pass over the tiles with residual attention, two without (the dQ loop)
+      float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
+      exps=1 if carry else 2,
+      int_ops=(3 if dropout else 0) * (1 if carry else 2),
+    ),
+    name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
+  )(
+    qkv,
+    do,
+    lse,
+    delta,
+    acc if carry else None,
+    g_acc if carry else None,
+    bias,
+    fparams,
+    bits if dropout else None,
+    bits if dropout and not carry else None,
+    jnp.zeros(dq_shape.shape, jnp.float32) if carry else None,
+  )
   if carry:
     dqkv = _store_query_gradient(dq, dqkv, spec)
   return dqkv, g_acc_in, acc_in
@@ -279,14 +368,16 @@ def _store_query_gradient(dq, dqkv, spec: KernelSpec):
   part0 = pl.BlockSpec((None, block, None, None, head_dim), lambda i, b, h: (b, i, 0, h, 0))
   rows = batch * seq_len * heads * head_dim * dqkv.dtype.itemsize
   return pl.pallas_call(
-      _store_kernel, grid=(seq_len // block, batch, heads),
-      in_specs=[pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)),
-                part0],
-      out_specs=part0, out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
-      input_output_aliases={1: 0}, interpret=spec.interpret,
-      compiler_params=_compiler_params(head_dim),
-      metadata={'flops': '0', 'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out
-      name='attention_store_dq',
+    _store_kernel,
+    grid=(seq_len // block, batch, heads),
+    in_specs=[pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)), part0],
+    out_specs=part0,
+    out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
+    input_output_aliases={1: 0},
+    interpret=spec.interpret,
+    compiler_params=_compiler_params(head_dim),
+    metadata={'flops': '0', 'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out
+    name='attention_store_dq',
   )(dq, dqkv)
 
 
@@ -300,9 +391,18 @@ def _compiler_params(head_dim: int):
 HASH_OPS_PER_ELEMENT = 32
 
 
-def _cost_metadata(elements: int, head_dim: int, seq_len: int, *, passes: int,
-                   score_bytes: float, row_bytes: int, float_ops: int, exps: int,
-                   int_ops: int) -> dict:
+def _cost_metadata(
+  elements: int,
+  head_dim: int,
+  seq_len: int,
+  *,
+  passes: int,
+  score_bytes: float,
+  row_bytes: int,
+  float_ops: int,
+  exps: int,
+  int_ops: int,
+) -> dict:
   """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
   read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
   (batch, head)); HBM bytes: `score_bytes` per score element (float32 sums and gradients read
@@ -311,8 +411,10 @@ def _cost_metadata(elements: int, head_dim: int, seq_len: int, *, passes: int,
   the row statistics; and per score element the float ops (scale, sums, softmax, dropout,
   gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores."""
   stats = 8 * elements // seq_len  # float32 lse and delta per row
-  return {'flops': str(int(2 * passes * elements * head_dim)),
-          'bytes_accessed': str(int(score_bytes * elements + row_bytes + stats)),
-          'float_ops': str(int(float_ops * elements)),
-          'transcendentals': str(int(exps * elements)),
-          'int_ops': str(int(int_ops * elements))}
+  return {
+    'flops': str(int(2 * passes * elements * head_dim)),
+    'bytes_accessed': str(int(score_bytes * elements + row_bytes + stats)),
+    'float_ops': str(int(float_ops * elements)),
+    'transcendentals': str(int(exps * elements)),
+    'int_ops': str(int(int_ops * elements)),
+  }

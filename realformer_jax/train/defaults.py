@@ -25,15 +25,15 @@ LOGICAL_AXES = ('batch', 'length', 'kv_length', 'embed', 'heads', 'kv', 'mlp', '
 # tensor parallel splits heads, FFN and vocabulary. Order matters: a mesh axis is used once per
 # array, so activations, which name `batch` before `embed`, keep `embed` unsharded.
 DEFAULT_LOGICAL_AXIS_RULES = (
-    ('batch', ('data', 'fsdp')),
-    ('vocab', 'tensor'),
-    ('heads', 'tensor'),
-    ('mlp', 'tensor'),
-    ('embed', 'fsdp'),
-    ('kv', None),
-    ('layers', None),
-    ('length', None),
-    ('kv_length', None),
+  ('batch', ('data', 'fsdp')),
+  ('vocab', 'tensor'),
+  ('heads', 'tensor'),
+  ('mlp', 'tensor'),
+  ('embed', 'fsdp'),
+  ('kv', None),
+  ('layers', None),
+  ('length', None),
+  ('kv_length', None),
 )
 
 

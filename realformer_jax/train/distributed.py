@@ -20,8 +20,11 @@ def initialize(dist: ml_collections.ConfigDict) -> None:
   if dist.auto_detect:
     jax.distributed.initialize()
   elif dist.num_processes > 1:
-    jax.distributed.initialize(coordinator_address=dist.coordinator_address,
-                               num_processes=dist.num_processes, process_id=dist.process_id)
+    jax.distributed.initialize(
+      coordinator_address=dist.coordinator_address,
+      num_processes=dist.num_processes,
+      process_id=dist.process_id,
+    )
 
 
 class PreemptionWatcher:

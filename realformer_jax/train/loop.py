@@ -20,30 +20,45 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import data, diagnostics
+from realformer_jax import diagnostics
 from realformer_jax.config import ConfigError
 from realformer_jax.data import cache_lock
 from realformer_jax.params import count_params
-from realformer_jax.train import accumulation, build, distributed, metrics as metrics_lib
-from realformer_jax.train import checkpointing, partitioning, prefetch, validation
-from realformer_jax.train import workdir_lock
+from realformer_jax.train import (
+  accumulation,
+  build,
+  checkpointing,
+  distributed,
+  partitioning,
+  prefetch,
+  validation,
+  workdir_lock,
+)
+from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
 from realformer_jax.train.errors import TrainingError
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task, prefixed
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       on_log: Optional[Callable[[int, int, dict], None]] = None,
-                       task: Optional[Task] = None) -> dict[str, Any]:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  on_log: Optional[Callable[[int, int, dict], None]] = None,
+  task: Optional[Task] = None,
+) -> dict[str, Any]:
   """Trains `task` (default: masked-LM pretraining) on `config` until train.stop_at_step (or
   num_train_steps), resuming from the latest checkpoint in `workdir`: validates the config
   once (validation.py), then `run`."""
   return run(validation.validate_config(config, task=task), workdir, config, on_log=on_log)
 
 
-def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
-        on_log: Optional[Callable[[int, int, dict], None]] = None) -> dict[str, Any]:
+def run(
+  spec: RunSpec,
+  workdir: str,
+  config: ml_collections.ConfigDict,
+  on_log: Optional[Callable[[int, int, dict], None]] = None,
+) -> dict[str, Any]:
   """Trains `spec` (`config` is the user's config it was validated from, written to the
   workdir as config.json). Returns the final eval metrics, the baseline (the task's first
   baseline metric; all of them as 'baseline/<name>') and the step reached.
@@ -54,8 +69,11 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
   distributed.initialize(spec.distributed)
   validation.check_devices(spec, jax.device_count(), jax.process_count())
   task_data = task.build_data(spec, jax.process_index(), jax.process_count())
-  train_iter, eval_batches, baseline = (task_data.train_iter, task_data.eval_batches,
-                                        task_data.baseline)
+  train_iter, eval_batches, baseline = (
+    task_data.train_iter,
+    task_data.eval_batches,
+    task_data.baseline,
+  )
 
   # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
   lock = workdir_lock.acquire_for_run(workdir)
@@ -64,8 +82,7 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
     check_resumable(config, workdir, checkpointer.latest_step())
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
-    best = (BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric
-            else None)
+    best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = distributed.PreemptionWatcher()
     resolved = accumulation.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
@@ -73,8 +90,10 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
     eval_step = build.compile_eval_step(setup)
     _write_run_files(config, task_data.tokenizer, workdir)
-    writer.print(f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
-                 f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)')
+    writer.print(
+      f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
+      f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'
+    )
 
     stop = train.stop_step
     step = int(jax.device_get(state.step))
@@ -83,11 +102,14 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
     log = _TrainLog(writer, spec, start_step=step, stop_step=stop, on_log=on_log)
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py).
-    batches = prefetch.DevicePrefetcher(train_iter, setup.batch_sharding,
-                                        depth=train.prefetch_batches)
+    batches = prefetch.DevicePrefetcher(
+      train_iter, setup.batch_sharding, depth=train.prefetch_batches
+    )
     if step < stop:
-      writer.print(f'training steps {step + 1}-{stop}: the first step is running (logged when '
-                   f'done, then every {train.log_every_steps})')
+      writer.print(
+        f'training steps {step + 1}-{stop}: the first step is running (logged when '
+        f'done, then every {train.log_every_steps})'
+      )
     pending = None  # (step, device metrics) of the step dispatched last
     while step < stop:
       state, step_metrics = train_step(state, next(batches), rng)
@@ -110,23 +132,32 @@ def run(spec: RunSpec, workdir: str, config: ml_collections.ConfigDict,
         if pending is not None:  # logged before the clock restarts: its time is training time
           log.record(*pending, last_checkpoint=last_saved)
           pending = None
-        _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
-                             best)
+        _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline, best)
         log.restart_clock(step)  # throughput counts training time only
 
-    final = _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline,
-                                 best)
+    final = _evaluate_and_record(
+      eval_step, state, eval_batches, setup, writer, step, baseline, best
+    )
     writer.print(task.summary(final, baseline, step))
-    return {**{k: float(v) for k, v in final.items()}, 'step': step,
-            'baseline': next(iter(baseline.values())),
-            **{f'baseline/{k}': float(v) for k, v in baseline.items()}, 'preempted': False}
+    return {
+      **{k: float(v) for k, v in final.items()},
+      'step': step,
+      'baseline': next(iter(baseline.values())),
+      **{f'baseline/{k}': float(v) for k, v in baseline.items()},
+      'preempted': False,
+    }
   finally:
     # Every step runs even if one fails (the lock must go); the first failure is raised, e.g.
     # the CheckpointError of a last save that failed in the background.
-    _close_all(preemption and preemption.close, checkpointer and checkpointer.close,
-               best and best.close, writer and writer.close, batches and batches.close,
-               train_iter.close,  # stops its prefetch thread
-               lock and lock.release)
+    _close_all(
+      preemption and preemption.close,
+      checkpointer and checkpointer.close,
+      best and best.close,
+      writer and writer.close,
+      batches and batches.close,
+      train_iter.close,  # stops its prefetch thread
+      lock and lock.release,
+    )
     if preemption is not None:
       preemption.deliver()  # a SIGTERM deferred to save the checkpoint now takes effect
 
@@ -150,8 +181,9 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     # Atomic: a run killed while writing it must not leave a truncated config.json behind.
-    cache_lock.atomic_write(os.path.join(workdir, 'config.json'),
-                            config.to_json_best_effort(indent=2).encode())
+    cache_lock.atomic_write(
+      os.path.join(workdir, 'config.json'), config.to_json_best_effort(indent=2).encode()
+    )
     tokenizer.save(workdir)
 
 
@@ -159,8 +191,9 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
 _HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform')
 
 
-def check_resumable(config: ml_collections.ConfigDict, workdir: str,
-                    latest_step: Optional[int]) -> None:
+def check_resumable(
+  config: ml_collections.ConfigDict, workdir: str, latest_step: Optional[int]
+) -> None:
   """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
   was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
   dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
@@ -173,29 +206,38 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str,
     with open(path) as f:
       saved = json.load(f).get('model', {})
   except (OSError, ValueError) as e:  # e.g. truncated by a run killed before it was atomic
-    checkpointing.warn(f'{path} is unreadable ({type(e).__name__}), so the model it was '
-                       'trained with cannot be compared; it is rewritten by this run')
+    checkpointing.warn(
+      f'{path} is unreadable ({type(e).__name__}), so the model it was '
+      'trained with cannot be compared; it is rewritten by this run'
+    )
     return
   current = json.loads(config.model.to_json_best_effort())
-  changed = [f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
-             for k in sorted(set(saved) | set(current)) if k not in _HOW_ATTENTION_RUNS
-             if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)]
+  changed = [
+    f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
+    for k in sorted(set(saved) | set(current))
+    if k not in _HOW_ATTENTION_RUNS
+    if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)
+  ]
   if changed:
-    raise ConfigError(f'{workdir} holds checkpoints (latest step {latest_step}) of another '
-                      f'model: {", ".join(changed)}; use a new --workdir, or the old config, '
-                      'to resume it')
+    raise ConfigError(
+      f'{workdir} holds checkpoints (latest step {latest_step}) of another '
+      f'model: {", ".join(changed)}; use a new --workdir, or the old config, '
+      'to resume it'
+    )
 
 
-def _restore_or_init(setup: build.TrainSetup, checkpointer: Checkpointer, train_iter,
-                     writer: metrics_lib.MetricWriter):
+def _restore_or_init(
+  setup: build.TrainSetup, checkpointer: Checkpointer, train_iter, writer: metrics_lib.MetricWriter
+):
   """(state, rng) from the newest checkpoint that restores (moving `train_iter` to its
   position; damaged steps are set aside, checkpointing.py), or new."""
   abstract_key_data = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
   restored = checkpointer.restore_latest(setup.layout.abstract, abstract_key_data, train_iter)
   if restored is None:
     # Made by a jitted function: a replicated array that spans every process's devices.
-    init_rng, rng = jax.jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))),
-                            out_shardings=setup.replicated)(setup.spec.train.seed)
+    init_rng, rng = jax.jit(
+      lambda seed: tuple(jax.random.split(jax.random.key(seed))), out_shardings=setup.replicated
+    )(setup.spec.train.seed)
     state = setup.init_state(init_rng)
     # AdamW's moments start at zero whatever the parameters: only the parameters change.
     return state.replace(params=setup.task.initial_params(state.params, setup)), rng
@@ -213,21 +255,33 @@ def evaluate(eval_step, state, eval_batches, setup: build.TrainSetup) -> dict[st
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if rows:
       outputs.append(jax.device_get(rows))
-  concatenated = {name: np.concatenate([rows[name] for rows in outputs])
-                  for name in (outputs[0] if outputs else {})}
+  concatenated = {
+    name: np.concatenate([rows[name] for rows in outputs])
+    for name in (outputs[0] if outputs else {})
+  }
   return prefixed(setup.task.eval_metrics(jax.device_get(totals), concatenated), 'eval')
 
 
-def _evaluate_and_record(eval_step, state, eval_batches, setup: build.TrainSetup,
-                         writer: metrics_lib.MetricWriter, step: int, baseline: dict,
-                         best: Optional[BestCheckpoint]) -> dict[str, float]:
+def _evaluate_and_record(
+  eval_step,
+  state,
+  eval_batches,
+  setup: build.TrainSetup,
+  writer: metrics_lib.MetricWriter,
+  step: int,
+  baseline: dict,
+  best: Optional[BestCheckpoint],
+) -> dict[str, float]:
   """Evaluates, writes scalars and a console line, and offers the state to `best`."""
   eval_metrics = evaluate(eval_step, state, eval_batches, setup)
-  writer.scalars(step, dict(eval_metrics, **{f'eval/baseline_{name}': value
-                                             for name, value in baseline.items()}))
+  writer.scalars(
+    step, dict(eval_metrics, **{f'eval/baseline_{name}': value for name, value in baseline.items()})
+  )
   unprefixed = {name.split('/', 1)[1]: value for name, value in eval_metrics.items()}
-  writer.print(f'eval  step {step}: loss {eval_metrics["eval/loss"]:.4f} | '
-               f'{setup.task.eval_log_fields(unprefixed, baseline)}')
+  writer.print(
+    f'eval  step {step}: loss {eval_metrics["eval/loss"]:.4f} | '
+    f'{setup.task.eval_log_fields(unprefixed, baseline)}'
+  )
   if best is not None:
     best.offer(step, state, eval_metrics)
   return eval_metrics
@@ -236,8 +290,14 @@ def _evaluate_and_record(eval_step, state, eval_batches, setup: build.TrainSetup
 class _TrainLog:
   """Host side of the train metrics: finiteness check, sums per log interval, output."""
 
-  def __init__(self, writer: metrics_lib.MetricWriter, spec: RunSpec, start_step: int,
-               stop_step: int, on_log: Optional[Callable[[int, int, dict], None]] = None):
+  def __init__(
+    self,
+    writer: metrics_lib.MetricWriter,
+    spec: RunSpec,
+    start_step: int,
+    stop_step: int,
+    on_log: Optional[Callable[[int, int, dict], None]] = None,
+  ):
     self._on_log = on_log
     self._task = spec.task
     self._writer = writer
@@ -246,7 +306,8 @@ class _TrainLog:
     self._stop = stop_step
     self._sums: Optional[dict] = None
     self._throughput = metrics_lib.Throughput(
-        spec.train.global_batch_size * spec.data.max_len, start_step, stop_step)
+      spec.train.global_batch_size * spec.data.max_len, start_step, stop_step
+    )
 
   def restart_clock(self, step: int) -> None:
     self._throughput.restart(step)
@@ -258,8 +319,9 @@ class _TrainLog:
     if not (math.isfinite(loss) and bool(values['grads_finite'])):
       what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite gradients'
       kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
-      raise TrainingError(f'{what} at step {step}; stopped without saving '
-                          f'(last good checkpoint: {kept})')
+      raise TrainingError(
+        f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})'
+      )
     self._sums = metrics_lib.add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:
@@ -267,9 +329,13 @@ class _TrainLog:
     tokens_per_sec, seconds_left = self._throughput.update(step)
     train_metrics = task.train_metrics(self._sums)
     scalars = prefixed(train_metrics, 'train')
-    scalars.update({'train/learning_rate': float(values['learning_rate']),
-                    'train/grad_norm': float(values['grad_norm']),
-                    'train/tokens_per_sec': tokens_per_sec})
+    scalars.update(
+      {
+        'train/learning_rate': float(values['learning_rate']),
+        'train/grad_norm': float(values['grad_norm']),
+        'train/tokens_per_sec': tokens_per_sec,
+      }
+    )
     if 'layer_grad_norms' in values:
       scalars.update(diagnostics.flatten_metrics(values['layer_grad_norms'], 'train/grad_norm'))
     self._sums = None
@@ -278,7 +344,8 @@ class _TrainLog:
       self._on_log(step, self._stop, scalars)
     fields = task.log_fields(train_metrics)
     self._writer.print(
-        f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
-        f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
-        f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
-        f'ETA {metrics_lib.format_duration(seconds_left)}')
+      f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
+      f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
+      f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
+      f'ETA {metrics_lib.format_duration(seconds_left)}'
+    )

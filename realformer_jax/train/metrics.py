@@ -39,9 +39,12 @@ class MetricWriter:
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
     if self._events is None:
       return
-    summary = summary_pb2.Summary(value=[
+    summary = summary_pb2.Summary(
+      value=[
         summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
-        for tag, value in values.items()])
+        for tag, value in values.items()
+      ]
+    )
     event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary)
     self._guarded(lambda: (self._events.write_event(event), self._events.flush()))
 
@@ -62,9 +65,11 @@ class MetricWriter:
       return write()
     except OSError as e:
       free = shutil.disk_usage(self._directory).free if os.path.isdir(self._directory) else 0
-      raise TrainingError(f'writing TensorBoard events to {self._directory} failed: '
-                          f'{e.strerror or e} ({free:,} bytes free); fix that and rerun '
-                          '(training resumes from its last checkpoint)') from None
+      raise TrainingError(
+        f'writing TensorBoard events to {self._directory} failed: '
+        f'{e.strerror or e} ({free:,} bytes free); fix that and rerun '
+        '(training resumes from its last checkpoint)'
+      ) from None
 
 
 def _events_writer(directory: str) -> EventsWriter:

@@ -28,22 +28,29 @@ def visible_ids(input_ids_BxL: np.ndarray, masked_positions_BxP: np.ndarray) -> 
   return np.take_along_axis(np.asarray(input_ids_BxL), np.asarray(masked_positions_BxP), 1)
 
 
-def prediction_kinds(visible_BxP: np.ndarray, targets_BxP: np.ndarray,
-                     mask_id: int) -> np.ndarray:
+def prediction_kinds(visible_BxP: np.ndarray, targets_BxP: np.ndarray, mask_id: int) -> np.ndarray:
   """Index into KINDS of every slot: 0 [MASK], 1 kept, 2 random."""
   return np.where(visible_BxP == mask_id, 0, np.where(visible_BxP == targets_BxP, 1, 2))
 
 
-def per_row_sums(nll_BxP: np.ndarray, correct_BxP: np.ndarray, visible_BxP: np.ndarray,
-                 targets_BxP: np.ndarray, weights_BxP: np.ndarray,
-                 mask_id: int) -> dict[str, np.ndarray]:
+def per_row_sums(
+  nll_BxP: np.ndarray,
+  correct_BxP: np.ndarray,
+  visible_BxP: np.ndarray,
+  targets_BxP: np.ndarray,
+  weights_BxP: np.ndarray,
+  mask_id: int,
+) -> dict[str, np.ndarray]:
   """Per-sequence sums [B]: 'loss_sum', 'correct_sum', 'count' over all real predictions and
   '<kind>_loss_sum', '<kind>_correct_sum', '<kind>_count' per kind (float64)."""
   weights = np.asarray(weights_BxP, np.float64)
   nll, correct = np.asarray(nll_BxP, np.float64), np.asarray(correct_BxP, np.float64)
   kinds = prediction_kinds(np.asarray(visible_BxP), np.asarray(targets_BxP), mask_id)
-  sums = {'loss_sum': (nll * weights).sum(1), 'correct_sum': (correct * weights).sum(1),
-          'count': weights.sum(1)}
+  sums = {
+    'loss_sum': (nll * weights).sum(1),
+    'correct_sum': (correct * weights).sum(1),
+    'count': weights.sum(1),
+  }
   for index, kind in enumerate(KINDS):
     w = weights * (kinds == index)
     sums[f'{kind}_loss_sum'] = (nll * w).sum(1)
@@ -59,8 +66,11 @@ def metrics_from_sums(sums: Mapping[str, np.ndarray | float]) -> dict[str, float
   (NaN when the rows hold none of it); '<kind>_predictions' counts them."""
   total = {k: float(np.sum(v)) for k, v in sums.items()}
   ratio = lambda a, b: total[a] / total[b] if total[b] > 0 else float('nan')
-  metrics = {'loss': ratio('loss_sum', 'count'), 'mlm_accuracy': ratio('correct_sum', 'count'),
-             'predictions': total['count']}
+  metrics = {
+    'loss': ratio('loss_sum', 'count'),
+    'mlm_accuracy': ratio('correct_sum', 'count'),
+    'predictions': total['count'],
+  }
   for kind in KINDS:
     metrics[f'{kind}_accuracy'] = ratio(f'{kind}_correct_sum', f'{kind}_count')
     metrics[f'{kind}_loss'] = ratio(f'{kind}_loss_sum', f'{kind}_count')

@@ -40,8 +40,10 @@ class MaskedLMTask(Task):
 
   def validate(self, spec) -> None:
     if spec.data.vocab_size > spec.model.vocab_size:
-      raise ConfigError(f'model.vocab_size={spec.model.vocab_size}: smaller than the tokenizer '
-                        f'vocabulary data.vocab_size={spec.data.vocab_size}')
+      raise ConfigError(
+        f'model.vocab_size={spec.model.vocab_size}: smaller than the tokenizer '
+        f'vocabulary data.vocab_size={spec.data.vocab_size}'
+      )
 
   def make_model(self, model_config: ModelConfig) -> MaskedLM:
     return MaskedLM(model_config)
@@ -49,24 +51,35 @@ class MaskedLMTask(Task):
   def batch_shapes(self, data_config, batch_size):
     length, predictions = data_config.max_len, data_config.max_predictions
     return {
-        'input_ids': ((batch_size, length), np.int32),
-        'segment_ids': ((batch_size, length), np.int32),
-        'input_mask': ((batch_size, length), np.int32),
-        'masked_positions': ((batch_size, predictions), np.int32),
-        'masked_ids': ((batch_size, predictions), np.int32),
-        'masked_weights': ((batch_size, predictions), np.float32),
+      'input_ids': ((batch_size, length), np.int32),
+      'segment_ids': ((batch_size, length), np.int32),
+      'input_mask': ((batch_size, length), np.int32),
+      'masked_positions': ((batch_size, predictions), np.int32),
+      'masked_ids': ((batch_size, predictions), np.int32),
+      'masked_weights': ((batch_size, predictions), np.float32),
     }
 
   def model_inputs(self, batch):
-    return (batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-            batch['masked_positions'])
+    return (
+      batch['input_ids'],
+      batch['input_mask'],
+      batch['segment_ids'],
+      batch['masked_positions'],
+    )
 
   def init_variables(self, model, rng, data_config, batch_size):
     # As it always was (ones for the mask); parameters depend on shapes only.
     ids = np.zeros((batch_size, data_config.max_len), np.int32)
     positions = np.zeros((batch_size, data_config.max_predictions), np.int32)
-    return model.init({'params': rng}, ids, np.ones_like(ids), ids, positions,
-                      deterministic=True, step=np.zeros((), np.int32))
+    return model.init(
+      {'params': rng},
+      ids,
+      np.ones_like(ids),
+      ids,
+      positions,
+      deterministic=True,
+      step=np.zeros((), np.int32),
+    )
 
   def batch_weight(self, batch) -> jax.Array:
     return jnp.sum(batch['masked_weights'].astype(jnp.float32))
@@ -79,16 +92,26 @@ class MaskedLMTask(Task):
     """Per-slot loss, correctness, target, weight and the id the model saw there ([B, P])."""
     nll_BxP, correct_BxP = mlm_nll_and_correct(outputs, batch['masked_ids'])
     visible_BxP = jnp.take_along_axis(batch['input_ids'], batch['masked_positions'], axis=1)
-    return {'nll': nll_BxP, 'correct': correct_BxP, 'visible_ids': visible_BxP,
-            'masked_ids': batch['masked_ids'], 'masked_weights': batch['masked_weights']}
+    return {
+      'nll': nll_BxP,
+      'correct': correct_BxP,
+      'visible_ids': visible_BxP,
+      'masked_ids': batch['masked_ids'],
+      'masked_weights': batch['masked_weights'],
+    }
 
   def eval_metrics(self, sums: Mapping[str, float], outputs) -> dict[str, float]:
     metrics = _mean_metrics(sums)
     if self.mask_id is None or not outputs:
       return metrics
-    rows = mlm_metrics.per_row_sums(outputs['nll'], outputs['correct'], outputs['visible_ids'],
-                                    outputs['masked_ids'], outputs['masked_weights'],
-                                    self.mask_id)
+    rows = mlm_metrics.per_row_sums(
+      outputs['nll'],
+      outputs['correct'],
+      outputs['visible_ids'],
+      outputs['masked_ids'],
+      outputs['masked_weights'],
+      self.mask_id,
+    )
     by_kind = mlm_metrics.metrics_from_sums(rows)
     # loss and mlm_accuracy stay the device sums' (the same numbers, summed in float32).
     return {**metrics, **{k: v for k, v in by_kind.items() if k not in metrics}}
@@ -100,22 +123,29 @@ class MaskedLMTask(Task):
     return f'acc {metrics["mlm_accuracy"]:.4f}'
 
   def eval_log_fields(self, metrics, baseline) -> str:
-    line = (f'MLM accuracy {metrics["mlm_accuracy"]:.4f} (most frequent '
-            f'{baseline["mlm_accuracy"]:.4f}, copy-aware {baseline["copy_accuracy"]:.4f})')
+    line = (
+      f'MLM accuracy {metrics["mlm_accuracy"]:.4f} (most frequent '
+      f'{baseline["mlm_accuracy"]:.4f}, copy-aware {baseline["copy_accuracy"]:.4f})'
+    )
     if 'mask_accuracy' in metrics:
-      line += (f' | at [MASK] {metrics["mask_accuracy"]:.4f} (most frequent '
-               f'{baseline["mask_accuracy"]:.4f}), loss {metrics["mask_loss"]:.4f} (unigram '
-               f'{baseline["mask_unigram_loss"]:.4f})')
+      line += (
+        f' | at [MASK] {metrics["mask_accuracy"]:.4f} (most frequent '
+        f'{baseline["mask_accuracy"]:.4f}), loss {metrics["mask_loss"]:.4f} (unigram '
+        f'{baseline["mask_unigram_loss"]:.4f})'
+      )
     return line
 
   def build_data(self, spec, process_index, process_count) -> TaskData:
     tokenizer = data.prepare(spec.data)
     if tokenizer.vocab_size > spec.model.vocab_size:
-      raise ConfigError(f'model.vocab_size={spec.model.vocab_size}: smaller than the '
-                        f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})')
+      raise ConfigError(
+        f'model.vocab_size={spec.model.vocab_size}: smaller than the '
+        f'tokenizer vocabulary {tokenizer.vocab_size} ({tokenizer.source})'
+      )
     batch_size = spec.train.global_batch_size
-    train_iter = data.make_train_iterator(spec.data, batch_size, spec.train.seed,
-                                          process_index, process_count)
+    train_iter = data.make_train_iterator(
+      spec.data, batch_size, spec.train.seed, process_index, process_count
+    )
     eval_batches = data.make_eval_iterator(spec.data, batch_size, process_index, process_count)
     if self.mask_id is None:
       self.mask_id = tokenizer.mask_id
@@ -124,18 +154,22 @@ class MaskedLMTask(Task):
     return TaskData(tokenizer, train_iter, eval_batches, floors)
 
   def summary(self, final, baseline, step: int) -> str:
-    learned = ('did not learn: not below' if mlm_metrics.failed_to_train(
-        final['eval/loss'], baseline) else 'below')
-    return (f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
-            f'token baseline {baseline["mlm_accuracy"]:.4f} and copy-aware '
-            f'{baseline["copy_accuracy"]:.4f}; at [MASK] '
-            f'{final.get("eval/mask_accuracy", float("nan")):.4f} vs '
-            f'{baseline["mask_accuracy"]:.4f}; eval loss {final["eval/loss"]:.4f} ({learned} '
-            f'the copy-aware unigram loss {baseline["copy_unigram_loss"]:.4f}; step {step})')
+    learned = (
+      'did not learn: not below'
+      if mlm_metrics.failed_to_train(final['eval/loss'], baseline)
+      else 'below'
+    )
+    return (
+      f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
+      f'token baseline {baseline["mlm_accuracy"]:.4f} and copy-aware '
+      f'{baseline["copy_accuracy"]:.4f}; at [MASK] '
+      f'{final.get("eval/mask_accuracy", float("nan")):.4f} vs '
+      f'{baseline["mask_accuracy"]:.4f}; eval loss {final["eval/loss"]:.4f} ({learned} '
+      f'the copy-aware unigram loss {baseline["copy_unigram_loss"]:.4f}; step {step})'
+    )
 
 
 def _mean_metrics(sums: Mapping[str, Any]) -> dict[str, float]:
   """Loss and accuracy per prediction."""
   weight = max(sums['mlm_weight'], 1.0)
-  return {'loss': sums['mlm_loss_sum'] / weight,
-          'mlm_accuracy': sums['mlm_correct_sum'] / weight}
+  return {'loss': sums['mlm_loss_sum'] / weight, 'mlm_accuracy': sums['mlm_correct_sum'] / weight}

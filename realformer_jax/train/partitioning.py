@@ -25,8 +25,9 @@ def make_mesh(mesh_config: MeshConfig, devices: Optional[Sequence[Any]] = None) 
   an accelerator topology that a deviceless compile targets."""
   devices = jax.devices() if devices is None else list(devices)
   shape = mesh_config.resolve(len(devices))
-  return jax.make_mesh(shape, mesh_config.axes, axis_types=(AxisType.Auto,) * len(shape),
-                       devices=devices)
+  return jax.make_mesh(
+    shape, mesh_config.axes, axis_types=(AxisType.Auto,) * len(shape), devices=devices
+  )
 
 
 @contextlib.contextmanager
@@ -57,8 +58,11 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def global_batch(local_batch: Mapping[str, np.ndarray],
-                 sharding: NamedSharding) -> dict[str, jax.Array]:
+def global_batch(
+  local_batch: Mapping[str, np.ndarray], sharding: NamedSharding
+) -> dict[str, jax.Array]:
   """This process's rows -> global arrays (each process feeds only its own devices)."""
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-          for k, v in local_batch.items()}
+  return {
+    k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+    for k, v in local_batch.items()
+  }

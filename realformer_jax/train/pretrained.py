@@ -89,15 +89,21 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
   return config
 
 
-def load_workdir(workdir: str, step: Optional[int] = None,
-                 mesh_shape: Optional[Sequence[int]] = None) -> Pretrained:
+def load_workdir(
+  workdir: str, step: Optional[int] = None, mesh_shape: Optional[Sequence[int]] = None
+) -> Pretrained:
   """Config and parameters of `workdir` at `step` (default: its latest checkpoint)."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   config = read_config(workdir)
   spec = validation.validate_config(config)
   # Batch divisibility does not matter for loading: one row per data-parallel device.
-  spec = spec.replace(mesh=spec.mesh.replace(shape=tuple(mesh_shape) if mesh_shape is not None
-                                             else (-1,) + (1,) * (len(spec.mesh.axes) - 1)))
+  spec = spec.replace(
+    mesh=spec.mesh.replace(
+      shape=tuple(mesh_shape)
+      if mesh_shape is not None
+      else (-1,) + (1,) * (len(spec.mesh.axes) - 1)
+    )
+  )
   # Read-only: safe beside a live run (nothing cleaned up, renamed or rotated).
   checkpointer = Checkpointer(workdir, keep=spec.train.keep_checkpoints, writer=False)
   try:
@@ -107,11 +113,19 @@ def load_workdir(workdir: str, step: Optional[int] = None,
     if step is None:
       step = checkpointer.newest_intact_step()
     elif step not in steps:
-      raise ConfigError(f'step={step}: no checkpoint at that step in {checkpointer.directory} '
-                        f'(have {sorted(steps)})')
+      raise ConfigError(
+        f'step={step}: no checkpoint at that step in {checkpointer.directory} '
+        f'(have {sorted(steps)})'
+      )
     setup = build.make_setup(spec)
     state = checkpointer.restore_state(step, setup.layout.abstract)
   finally:
     checkpointer.close()
-  return Pretrained(workdir=workdir, config=config, spec=spec, model_config=spec.model,
-                    params=jax.block_until_ready(state.params), step=int(step))
+  return Pretrained(
+    workdir=workdir,
+    config=config,
+    spec=spec,
+    model_config=spec.model,
+    params=jax.block_until_ready(state.params),
+    step=int(step),
+  )

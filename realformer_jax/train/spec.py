@@ -70,34 +70,77 @@ class TrainConfig(_Section):
     accum = self.grad_accum_steps
     if isinstance(accum, str) and accum.isdigit():  # from the command line: '--...=4'
       object.__setattr__(self, 'grad_accum_steps', accum := int(accum))
-    _require(accum == AUTO or (_is_int(accum) and accum > 0), 'train.grad_accum_steps', accum,
-             "must be a positive integer or 'auto'")
-    for name in ('global_batch_size', 'num_train_steps', 'log_every_steps', 'prefetch_batches',
-                 'eval_every_steps', 'checkpoint_every_steps', 'keep_checkpoints'):
+    _require(
+      accum == AUTO or (_is_int(accum) and accum > 0),
+      'train.grad_accum_steps',
+      accum,
+      "must be a positive integer or 'auto'",
+    )
+    for name in (
+      'global_batch_size',
+      'num_train_steps',
+      'log_every_steps',
+      'prefetch_batches',
+      'eval_every_steps',
+      'checkpoint_every_steps',
+      'keep_checkpoints',
+    ):
       value = getattr(self, name)
       _require(_is_int(value) and value > 0, f'train.{name}', value, 'must be a positive integer')
-    _require(_is_int(self.device_memory_bytes) and (self.device_memory_bytes > 0
-                                                    or self.device_memory_bytes == -1),
-             'train.device_memory_bytes', self.device_memory_bytes,
-             'must be a positive number of bytes or -1 (ask the device)')
-    _require(0 < self.memory_fraction <= 1, 'train.memory_fraction', self.memory_fraction,
-             'must be in (0, 1]')
-    _require(_is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.num_train_steps,
-             'train.warmup_steps', self.warmup_steps, 'must be in [0, train.num_train_steps]')
-    _require(self.stop_at_step == -1 or (_is_int(self.stop_at_step) and self.stop_at_step > 0),
-             'train.stop_at_step', self.stop_at_step, 'must be -1 or a positive integer')
-    _require(math.isfinite(self.learning_rate) and self.learning_rate > 0,
-             'train.learning_rate', self.learning_rate, 'must be positive and finite')
-    _require(math.isfinite(self.weight_decay) and self.weight_decay >= 0,
-             'train.weight_decay', self.weight_decay, 'must be >= 0')
-    _require(math.isfinite(self.clip_grad_norm) and self.clip_grad_norm >= 0,
-             'train.clip_grad_norm', self.clip_grad_norm, 'must be >= 0 (0 = off)')
+    _require(
+      _is_int(self.device_memory_bytes)
+      and (self.device_memory_bytes > 0 or self.device_memory_bytes == -1),
+      'train.device_memory_bytes',
+      self.device_memory_bytes,
+      'must be a positive number of bytes or -1 (ask the device)',
+    )
+    _require(
+      0 < self.memory_fraction <= 1,
+      'train.memory_fraction',
+      self.memory_fraction,
+      'must be in (0, 1]',
+    )
+    _require(
+      _is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.num_train_steps,
+      'train.warmup_steps',
+      self.warmup_steps,
+      'must be in [0, train.num_train_steps]',
+    )
+    _require(
+      self.stop_at_step == -1 or (_is_int(self.stop_at_step) and self.stop_at_step > 0),
+      'train.stop_at_step',
+      self.stop_at_step,
+      'must be -1 or a positive integer',
+    )
+    _require(
+      math.isfinite(self.learning_rate) and self.learning_rate > 0,
+      'train.learning_rate',
+      self.learning_rate,
+      'must be positive and finite',
+    )
+    _require(
+      math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+      'train.weight_decay',
+      self.weight_decay,
+      'must be >= 0',
+    )
+    _require(
+      math.isfinite(self.clip_grad_norm) and self.clip_grad_norm >= 0,
+      'train.clip_grad_norm',
+      self.clip_grad_norm,
+      'must be >= 0 (0 = off)',
+    )
     for name in ('adam_b1', 'adam_b2'):
-      _require(0 <= getattr(self, name) < 1, f'train.{name}', getattr(self, name),
-               'must be in [0, 1)')
+      _require(
+        0 <= getattr(self, name) < 1, f'train.{name}', getattr(self, name), 'must be in [0, 1)'
+      )
     _require(self.adam_eps > 0, 'train.adam_eps', self.adam_eps, 'must be positive')
-    _require(_is_int(self.seed) and 0 <= self.seed < 2**32, 'train.seed', self.seed,
-             'must be an integer in [0, 2**32)')
+    _require(
+      _is_int(self.seed) and 0 <= self.seed < 2**32,
+      'train.seed',
+      self.seed,
+      'must be an integer in [0, 2**32)',
+    )
 
   @property
   def stop_step(self) -> int:
@@ -118,13 +161,21 @@ class MeshConfig(_Section):
     axes, shape = tuple(self.axes), tuple(self.shape)
     object.__setattr__(self, 'axes', axes)
     object.__setattr__(self, 'shape', shape)
-    _require(len(axes) > 0 and all(isinstance(a, str) and a for a in axes)
-             and len(set(axes)) == len(axes), 'mesh.axes', axes,
-             'must be distinct non-empty names')
-    _require(len(shape) == len(axes), 'mesh.shape', shape,
-             f'must have one entry per mesh axis {axes}')
-    _require(all(_is_int(s) and (s > 0 or s == -1) for s in shape) and shape.count(-1) <= 1,
-             'mesh.shape', shape, 'entries must be positive, with at most one -1')
+    _require(
+      len(axes) > 0 and all(isinstance(a, str) and a for a in axes) and len(set(axes)) == len(axes),
+      'mesh.axes',
+      axes,
+      'must be distinct non-empty names',
+    )
+    _require(
+      len(shape) == len(axes), 'mesh.shape', shape, f'must have one entry per mesh axis {axes}'
+    )
+    _require(
+      all(_is_int(s) and (s > 0 or s == -1) for s in shape) and shape.count(-1) <= 1,
+      'mesh.shape',
+      shape,
+      'entries must be positive, with at most one -1',
+    )
 
   def resolve(self, device_count: int) -> tuple[int, ...]:
     """The shape with -1 replaced by the remaining devices; its product must be
@@ -132,11 +183,19 @@ class MeshConfig(_Section):
     known = math.prod(s for s in self.shape if s != -1)
     shape = self.shape
     if -1 in shape:
-      _require(device_count % known == 0, 'mesh.shape', shape,
-               f'fixed axes ({known} devices) do not divide the {device_count} devices')
+      _require(
+        device_count % known == 0,
+        'mesh.shape',
+        shape,
+        f'fixed axes ({known} devices) do not divide the {device_count} devices',
+      )
       shape = tuple(device_count // known if s == -1 else s for s in shape)
-    _require(math.prod(shape) == device_count, 'mesh.shape', self.shape,
-             f'needs {math.prod(shape)} devices, found {device_count}')
+    _require(
+      math.prod(shape) == device_count,
+      'mesh.shape',
+      self.shape,
+      f'needs {math.prod(shape)} devices, found {device_count}',
+    )
     return shape
 
 
@@ -150,14 +209,24 @@ class DistributedConfig(_Section):
   auto_detect: bool = False  # jax.distributed.initialize() from the cluster environment
 
   def __post_init__(self):
-    _require(_is_int(self.num_processes) and self.num_processes >= 1,
-             'distributed.num_processes', self.num_processes, 'must be a positive integer')
-    _require(_is_int(self.process_id) and 0 <= self.process_id < self.num_processes,
-             'distributed.process_id', self.process_id,
-             'must be in [0, distributed.num_processes)')
-    _require(self.num_processes == 1 or bool(self.coordinator_address),
-             'distributed.coordinator_address', self.coordinator_address,
-             "must be 'host:port' when distributed.num_processes > 1")
+    _require(
+      _is_int(self.num_processes) and self.num_processes >= 1,
+      'distributed.num_processes',
+      self.num_processes,
+      'must be a positive integer',
+    )
+    _require(
+      _is_int(self.process_id) and 0 <= self.process_id < self.num_processes,
+      'distributed.process_id',
+      self.process_id,
+      'must be in [0, distributed.num_processes)',
+    )
+    _require(
+      self.num_processes == 1 or bool(self.coordinator_address),
+      'distributed.coordinator_address',
+      self.coordinator_address,
+      "must be 'host:port' when distributed.num_processes > 1",
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,14 +50,16 @@ class TrainState(flax.struct.PyTreeNode):
 def learning_rate_schedule(train: OptimizerConfig) -> optax.Schedule:
   """Linear warmup from 0 to the peak, then linear decay to 0 at num_train_steps."""
   warmup = optax.linear_schedule(0.0, train.learning_rate, train.warmup_steps)
-  decay = optax.linear_schedule(train.learning_rate, 0.0,
-                                train.num_train_steps - train.warmup_steps)
+  decay = optax.linear_schedule(
+    train.learning_rate, 0.0, train.num_train_steps - train.warmup_steps
+  )
   return optax.join_schedules([warmup, decay], [train.warmup_steps])
 
 
 def weight_decay_mask(params: Any) -> Any:
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: getattr(path[-1], 'key', None) in _DECAYED_PARAM_NAMES, params)
+    lambda path, _: getattr(path[-1], 'key', None) in _DECAYED_PARAM_NAMES, params
+  )
 
 
 def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
@@ -68,6 +70,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
   into both AdamW moment updates: an extra write and two extra reads of every gradient (~5% of
   a BERT-Base step). The factor form fuses. Same values up to one rounding; same (empty) state.
   """
+
   def update_fn(updates, state, params=None):
     del params
     factor = jnp.minimum(1.0, max_norm / optax.tree.norm(updates))  # ||g|| = 0 -> 1
@@ -77,9 +80,14 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 
 
 def make_optimizer(train: OptimizerConfig) -> optax.GradientTransformation:
-  adamw = optax.adamw(learning_rate_schedule(train), b1=train.adam_b1, b2=train.adam_b2,
-                      eps=train.adam_eps, weight_decay=train.weight_decay,
-                      mask=weight_decay_mask)
+  adamw = optax.adamw(
+    learning_rate_schedule(train),
+    b1=train.adam_b1,
+    b2=train.adam_b2,
+    eps=train.adam_eps,
+    weight_decay=train.weight_decay,
+    mask=weight_decay_mask,
+  )
   if train.clip_grad_norm > 0:
     return optax.chain(clip_by_global_norm(train.clip_grad_norm), adamw)
   return adamw
@@ -101,35 +109,53 @@ def _make_init_fn(model, tx, batch_size, data_config, task: Task):
   def init(rng: jax.Array) -> TrainState:
     params = unbox(task.init_variables(model, rng, data_config, batch_size)['params'])
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
   return init
 
 
-def state_layout(model: Any, tx: optax.GradientTransformation, data_config: Any, mesh, rules,
-                 task: Task) -> StateLayout:
+def state_layout(
+  model: Any, tx: optax.GradientTransformation, data_config: Any, mesh, rules, task: Task
+) -> StateLayout:
   """Abstract sharded TrainState, computed without allocating any parameter."""
   # One row per data-parallel shard keeps init's activation constraints divisible.
   batch_size = partitioning.data_parallel_size(mesh, rules)
   rng = jax.random.key(0)
   with partitioning.activate(mesh, rules):
-    boxed = jax.eval_shape(lambda r: task.init_variables(model, r, data_config, batch_size),
-                           rng)
+    boxed = jax.eval_shape(lambda r: task.init_variables(model, r, data_config, batch_size), rng)
   params = unbox(boxed['params'])
-  abstract = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
-                        opt_state=jax.eval_shape(tx.init, params))
+  abstract = TrainState(
+    step=jax.ShapeDtypeStruct((), jnp.int32),
+    params=params,
+    opt_state=jax.eval_shape(tx.init, params),
+  )
   param_specs = nn.get_partition_spec(boxed['params'])
   is_spec = lambda x: isinstance(x, PartitionSpec)
-  opt_specs = optax.tree_map_params(tx, lambda _, spec: spec, abstract.opt_state, param_specs,
-                                    transform_non_params=lambda _: PartitionSpec(),
-                                    is_leaf=is_spec)
+  opt_specs = optax.tree_map_params(
+    tx,
+    lambda _, spec: spec,
+    abstract.opt_state,
+    param_specs,
+    transform_non_params=lambda _: PartitionSpec(),
+    is_leaf=is_spec,
+  )
   specs = TrainState(step=PartitionSpec(), params=param_specs, opt_state=opt_specs)
   shardings = partitioning.to_mesh_shardings(specs, mesh, rules)
-  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                          abstract, shardings)
+  abstract = jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+  )
   return StateLayout(abstract=abstract, shardings=shardings)
 
 
-def init_state(model: Any, tx: optax.GradientTransformation, data_config: Any,
-               layout: StateLayout, rng: jax.Array, mesh, rules, task: Task) -> TrainState:
+def init_state(
+  model: Any,
+  tx: optax.GradientTransformation,
+  data_config: Any,
+  layout: StateLayout,
+  rng: jax.Array,
+  mesh,
+  rules,
+  task: Task,
+) -> TrainState:
   """Fresh TrainState, created shard by shard on the devices that own it."""
   batch_size = partitioning.data_parallel_size(mesh, rules)
   init = _make_init_fn(model, tx, batch_size, data_config, task)

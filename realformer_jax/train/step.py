@@ -24,8 +24,9 @@ Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
 
 
-def _forward_sums(task: Task, model: Any, params: Any, batch: Batch, *, step: jax.Array,
-                  rng: Optional[jax.Array]) -> Metrics:
+def _forward_sums(
+  task: Task, model: Any, params: Any, batch: Batch, *, step: jax.Array, rng: Optional[jax.Array]
+) -> Metrics:
   """The task's metric sums (`task.sum_metrics`) of one (micro)batch."""
   return task.loss_sums(task.forward(model, params, batch, step=step, rng=rng), batch)
 
@@ -36,16 +37,24 @@ def split_microbatches(batch: Batch, num_micro: int) -> Batch:
   Strided, not contiguous: each device's rows split evenly across microbatches, so no row
   leaves its device (needs (B / data-parallel size) % A == 0, checked by validate_config).
   """
+
   def split(x):
     x = x.reshape((x.shape[0] // num_micro, num_micro) + x.shape[1:])
     return jnp.swapaxes(x, 0, 1)
+
   return jax.tree.map(split, batch)
 
 
-def make_train_step(model: Any, tx: optax.GradientTransformation, task: Task,
-                    schedule: optax.Schedule, *, grad_accum_steps: int = 1,
-                    param_shardings: Any = None, log_layer_grad_norms: bool = False
-                    ) -> Callable[..., tuple[TrainState, Metrics]]:
+def make_train_step(
+  model: Any,
+  tx: optax.GradientTransformation,
+  task: Task,
+  schedule: optax.Schedule,
+  *,
+  grad_accum_steps: int = 1,
+  param_shardings: Any = None,
+  log_layer_grad_norms: bool = False,
+) -> Callable[..., tuple[TrainState, Metrics]]:
   """Builds the pure train step of `task` with `grad_accum_steps` microbatches (an int:
   'auto' is resolved before, train/accumulation.py). `schedule` is the optimizer's learning
   rate, logged per step. `param_shardings` pins gradients to the parameters' layout (under FSDP
@@ -59,6 +68,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, task: Task,
     def loss(p):
       sums = _forward_sums(task, model, p, batch, step=step, rng=rng)
       return sums[task.loss_sum] * loss_scale, sums
+
     grads, sums = jax.grad(loss, has_aux=True)(params)
     if param_shardings is not None:
       grads = jax.lax.with_sharding_constraint(grads, param_shardings)
@@ -71,26 +81,37 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, task: Task,
     # gradients instead is one more read and write of every gradient.
     loss_scale = 1.0 / jnp.maximum(task.batch_weight(batch), 1.0)
     if num_micro == 1:
-      grads, sums = grads_and_sums(state.params, batch, jax.random.fold_in(step_rng, 0),
-                                   state.step, loss_scale)
+      grads, sums = grads_and_sums(
+        state.params, batch, jax.random.fold_in(step_rng, 0), state.step, loss_scale
+      )
     else:
+
       def accumulate(carry, xs):
         index, micro = xs
-        grads, sums = grads_and_sums(state.params, micro, jax.random.fold_in(step_rng, index),
-                                     state.step, loss_scale)
+        grads, sums = grads_and_sums(
+          state.params, micro, jax.random.fold_in(step_rng, index), state.step, loss_scale
+        )
         return jax.tree.map(jnp.add, carry, (grads, sums)), None
-      zeros = (jax.tree.map(jnp.zeros_like, state.params),
-               {name: jnp.zeros((), jnp.float32) for name in task.sum_metrics})
+
+      zeros = (
+        jax.tree.map(jnp.zeros_like, state.params),
+        {name: jnp.zeros((), jnp.float32) for name in task.sum_metrics},
+      )
       (grads, sums), _ = jax.lax.scan(
-          accumulate, zeros, (jnp.arange(num_micro), split_microbatches(batch, num_micro)))
+        accumulate, zeros, (jnp.arange(num_micro), split_microbatches(batch, num_micro))
+      )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     grad_norm = optax.tree.norm(grads)  # the same reduction clipping does: XLA computes it once
     # Finite gradients from finite parameters give finite AdamW updates (the clipped moments
     # are finite and the denominator is >= eps), so this one scalar guards the new parameters
     # without another pass over all of them (~110M floats at BERT-Base).
-    metrics = dict(sums, grad_norm=grad_norm, learning_rate=schedule(state.step),
-                   grads_finite=jnp.isfinite(grad_norm))
+    metrics = dict(
+      sums,
+      grad_norm=grad_norm,
+      learning_rate=schedule(state.step),
+      grads_finite=jnp.isfinite(grad_norm),
+    )
     if log_layer_grad_norms:  # [num_layers] per sublayer: signal-propagation studies
       metrics['layer_grad_norms'] = diagnostics.per_layer_grad_norms(grads)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
@@ -98,8 +119,9 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, task: Task,
   return train_step
 
 
-def make_eval_step(model: Any, task: Task, grad_accum_steps: int = 1
-                   ) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
+def make_eval_step(
+  model: Any, task: Task, grad_accum_steps: int = 1
+) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
   """`eval_step(state, batch) -> (sums, outputs)`: the task's metric sums of one eval batch and
   its per-row outputs for host-side metrics (`task.eval_outputs`; masked LM: per slot), in the
   train step's microbatches (a batch that needs accumulation to train also needs it to
@@ -117,9 +139,11 @@ def make_eval_step(model: Any, task: Task, grad_accum_steps: int = 1
     def accumulate(totals, micro):
       sums, outputs = forward(state.params, micro, state.step)
       return jax.tree.map(jnp.add, totals, sums), outputs
+
     zeros = {name: jnp.zeros((), jnp.float32) for name in task.sum_metrics}
     totals, outputs_A = jax.lax.scan(accumulate, zeros, split_microbatches(batch, num_micro))
     return totals, jax.tree.map(_merge_microbatches, outputs_A)
+
   return eval_step
 
 

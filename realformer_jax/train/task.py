@@ -81,8 +81,9 @@ class Task:
   def make_model(self, model_config: ModelConfig) -> Any:
     raise NotImplementedError
 
-  def batch_shapes(self, data_config: Any,
-                   batch_size: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+  def batch_shapes(
+    self, data_config: Any, batch_size: int
+  ) -> dict[str, tuple[tuple[int, ...], Any]]:
     """{name: (shape, dtype)} of one batch of `batch_size` rows (the data contract)."""
     raise NotImplementedError
 
@@ -90,21 +91,28 @@ class Task:
     """Positional arguments of the model call, taken from a batch."""
     raise NotImplementedError
 
-  def forward(self, model: Any, params: Any, batch: Batch, *, step: jax.Array,
-              rng: Optional[jax.Array]) -> Any:
+  def forward(
+    self, model: Any, params: Any, batch: Batch, *, step: jax.Array, rng: Optional[jax.Array]
+  ) -> Any:
     """The model's outputs on `batch`; dropout on iff `rng` is given."""
     deterministic = rng is None
-    return model.apply({'params': params}, *self.model_inputs(batch),
-                       deterministic=deterministic, step=step,
-                       rngs=None if deterministic else {'dropout': rng})
+    return model.apply(
+      {'params': params},
+      *self.model_inputs(batch),
+      deterministic=deterministic,
+      step=step,
+      rngs=None if deterministic else {'dropout': rng},
+    )
 
-  def init_variables(self, model: Any, rng: jax.Array, data_config: Any,
-                     batch_size: int) -> dict:
+  def init_variables(self, model: Any, rng: jax.Array, data_config: Any, batch_size: int) -> dict:
     """model.init on a batch of zeros (parameters depend on shapes only)."""
-    zeros = {name: np.zeros(shape, dtype)
-             for name, (shape, dtype) in self.batch_shapes(data_config, batch_size).items()}
-    return model.init({'params': rng}, *self.model_inputs(zeros), deterministic=True,
-                      step=np.zeros((), np.int32))
+    zeros = {
+      name: np.zeros(shape, dtype)
+      for name, (shape, dtype) in self.batch_shapes(data_config, batch_size).items()
+    }
+    return model.init(
+      {'params': rng}, *self.model_inputs(zeros), deterministic=True, step=np.zeros((), np.int32)
+    )
 
   # Loss and evaluation.
   def batch_weight(self, batch: Batch) -> jax.Array:
@@ -120,8 +128,9 @@ class Task:
     del outputs, batch
     return {}
 
-  def eval_metrics(self, sums: Mapping[str, float],
-                   outputs: Mapping[str, np.ndarray]) -> dict[str, float]:
+  def eval_metrics(
+    self, sums: Mapping[str, float], outputs: Mapping[str, np.ndarray]
+  ) -> dict[str, float]:
     """Eval metrics (unprefixed) from the summed metrics and the concatenated outputs."""
     raise NotImplementedError
 
@@ -147,8 +156,7 @@ class Task:
     del setup
     return params
 
-  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float],
-              step: int) -> str:
+  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float], step: int) -> str:
     """The run's last console line."""
     raise NotImplementedError
 

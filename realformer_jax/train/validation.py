@@ -18,22 +18,27 @@ from typing import Any, Optional
 import ml_collections
 
 from realformer_jax.config import ConfigError, from_section
-from realformer_jax.train import defaults, spec as spec_lib
+from realformer_jax.train import defaults
+from realformer_jax.train import spec as spec_lib
 from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task
 
 # Sections every task's config has, and their schemas (model and data: the task's).
 _COMMON_SECTIONS = {
-    'train': spec_lib.TrainConfig,
-    'mesh': spec_lib.MeshConfig,
-    'distributed': spec_lib.DistributedConfig,
+  'train': spec_lib.TrainConfig,
+  'mesh': spec_lib.MeshConfig,
+  'distributed': spec_lib.DistributedConfig,
 }
 
 
-def validate_config(config: ml_collections.ConfigDict, *, task: Optional[Task] = None,
-                    device_count: Optional[int] = None,
-                    process_count: Optional[int] = None) -> RunSpec:
+def validate_config(
+  config: ml_collections.ConfigDict,
+  *,
+  task: Optional[Task] = None,
+  device_count: Optional[int] = None,
+  process_count: Optional[int] = None,
+) -> RunSpec:
   """The RunSpec of `config` for `task` (masked-LM pretraining unless another is given: the
   only place that default is made).
 
@@ -45,15 +50,26 @@ def validate_config(config: ml_collections.ConfigDict, *, task: Optional[Task] =
   model = task.model_config(config.model)
   data = task.data_config(config.data)
   if model.position_embedding == 'learned' and data.max_len > model.max_len:
-    raise ConfigError(f'data.max_len={data.max_len}: sequence longer than the position '
-                      f'table model.max_len={model.max_len}')
-  train, mesh, distributed = (from_section(cls, name, config[name])
-                              for name, cls in _COMMON_SECTIONS.items())
-  sections = {name: from_section(cls, name, config[name])
-              for name, cls in task.extra_sections().items()}
-  spec = RunSpec(task=task, model=model, data=data, train=train, mesh=mesh,
-                 rules=_rules(config.logical_axis_rules, mesh), distributed=distributed,
-                 sections=sections)
+    raise ConfigError(
+      f'data.max_len={data.max_len}: sequence longer than the position '
+      f'table model.max_len={model.max_len}'
+    )
+  train, mesh, distributed = (
+    from_section(cls, name, config[name]) for name, cls in _COMMON_SECTIONS.items()
+  )
+  sections = {
+    name: from_section(cls, name, config[name]) for name, cls in task.extra_sections().items()
+  }
+  spec = RunSpec(
+    task=task,
+    model=model,
+    data=data,
+    train=train,
+    mesh=mesh,
+    rules=_rules(config.logical_axis_rules, mesh),
+    distributed=distributed,
+    sections=sections,
+  )
   task.validate(spec)
   if device_count is not None:
     check_devices(spec, device_count, process_count or 1)
@@ -83,19 +99,25 @@ def _rules(rules: Any, mesh: spec_lib.MeshConfig) -> spec_lib.Rules:
       raise ConfigError(f'logical_axis_rules: {rule!r} is not a (logical name, mesh axes) pair')
     logical, targets = rule
     if logical not in defaults.LOGICAL_AXES:
-      raise ConfigError(f'logical_axis_rules: unknown logical axis {logical!r} (the model uses '
-                        f'{", ".join(defaults.LOGICAL_AXES)})')
+      raise ConfigError(
+        f'logical_axis_rules: unknown logical axis {logical!r} (the model uses '
+        f'{", ".join(defaults.LOGICAL_AXES)})'
+      )
     seen.add(logical)
     if isinstance(targets, (list, tuple)):
       targets = tuple(targets)
     for target in () if targets is None else (targets,) if isinstance(targets, str) else targets:
       if target not in mesh.axes:
-        raise ConfigError(f'logical_axis_rules: mesh axis {target!r} (for {logical!r}) is not '
-                          f'in mesh.axes={mesh.axes}')
+        raise ConfigError(
+          f'logical_axis_rules: mesh axis {target!r} (for {logical!r}) is not '
+          f'in mesh.axes={mesh.axes}'
+        )
     normalised.append((logical, targets))
   if 'batch' not in seen:
-    raise ConfigError("logical_axis_rules: no rule for 'batch' (map it to the data-parallel "
-                      'mesh axes, or to None to replicate the batch)')
+    raise ConfigError(
+      "logical_axis_rules: no rule for 'batch' (map it to the data-parallel "
+      'mesh axes, or to None to replicate the batch)'
+    )
   return tuple(normalised)
 
 
@@ -106,15 +128,20 @@ def check_batch_layout(spec: RunSpec, data_parallel: int, process_count: int) ->
   accum = 1 if train.grad_accum_steps == spec_lib.AUTO else train.grad_accum_steps
   if train.global_batch_size % (data_parallel * accum):
     raise ConfigError(
-        f'train.global_batch_size={train.global_batch_size}: must be divisible by the '
-        f'data-parallel size {data_parallel} (mesh {"*".join(batch_axes) or "none"}) times '
-        f'train.grad_accum_steps={accum}')
+      f'train.global_batch_size={train.global_batch_size}: must be divisible by the '
+      f'data-parallel size {data_parallel} (mesh {"*".join(batch_axes) or "none"}) times '
+      f'train.grad_accum_steps={accum}'
+    )
   if train.global_batch_size % process_count:
-    raise ConfigError(f'train.global_batch_size={train.global_batch_size}: must be divisible '
-                      f'by the process count {process_count}')
+    raise ConfigError(
+      f'train.global_batch_size={train.global_batch_size}: must be divisible '
+      f'by the process count {process_count}'
+    )
   if data_parallel % process_count:
     # Each process feeds only its own rows; with fewer batch shards than processes some
     # processes' devices would need rows that another process read.
-    raise ConfigError(f'mesh.shape={spec.mesh.shape}: the batch is split over '
-                      f'{data_parallel} device group(s) (mesh {"*".join(batch_axes) or "none"}), '
-                      f'which must be a multiple of the process count {process_count}')
+    raise ConfigError(
+      f'mesh.shape={spec.mesh.shape}: the batch is split over '
+      f'{data_parallel} device group(s) (mesh {"*".join(batch_axes) or "none"}), '
+      f'which must be a multiple of the process count {process_count}'
+    )

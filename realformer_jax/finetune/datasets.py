@@ -95,8 +95,10 @@ def split_name(data: Any, which: str) -> str:
 
 def _register_catalog_builders() -> None:
   # tensorflow_datasets' text and question-answering packages import TensorFlow in some of
-  # their modules; importing only these two registers GLUE and SQuAD without it.
-  pass  # pylint: disable=import-outside-toplevel,unused-import
+  # their modules; importing only these two registers GLUE and SQuAD without it (imported for
+  # that side effect).
+  import tensorflow_datasets.question_answering.squad  # noqa: F401
+  import tensorflow_datasets.text.glue  # noqa: F401
 
 
 def open_builder(data: Any):

@@ -56,14 +56,16 @@ def test_flipped_bytes_in_a_dataset_file_name_the_file_and_record_when_read(tmp_
   config = _copied_corpus(tmp_path)
   shutil.rmtree(os.path.join(config.data_dir, 'bible_web', 'packed'), ignore_errors=True)
   shard = _train_shard(config)
+  # Where the middle of the file lands (a chunk's data, a chunk header, a block header)
+  # depends on the shard's chunk layout, which differed on CI: riegeli's wording varies with it.
   fs.flip_bytes(shard, os.path.getsize(shard) // 2, 64)
   with pytest.raises(DataError) as raised:
     preparation.packed_train_store(config)
   # str(): the message the CLI prints (grain adds a traceback note, which str() leaves out).
   assert re.fullmatch(
     rf"Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} \(record \d+\) is "
-    r'damaged \(Corrupted Riegeli/records file: chunk data hash mismatch .*\); delete \S+ and '
-    r'rerun \(the embedded corpus is prepared again on first use\)\.',
+    r'damaged \(Corrupted Riegeli/records file: .+\); delete \S+ and rerun \(the embedded '
+    r'corpus is prepared again on first use\)\.',
     str(raised.value),
   ), str(raised.value)
 

@@ -48,20 +48,8 @@ def residual_stack(
   return _forward(layer_fn, params_N, x_BxLxD, acc0_BxHxLxL, keys_N, aux)[0]
 
 
-def _num_layers(params_N) -> int:
-  return jax.tree.leaves(params_N)[0].shape[0]
-
-
 def _forward(layer_fn, params_N, x, acc0, keys_N, aux):
-  def body(carry, inputs):
-    x, acc = carry
-    params_l, index, key = inputs
-    y, acc_new = layer_fn(params_l, x, acc, index, key, aux)
-    return (y, acc_new), x  # save each layer's input
-
-  indices = jnp.arange(_num_layers(params_N))
-  (y, acc), xs_N = jax.lax.scan(body, (x, acc0), (params_N, indices, keys_N))
-  return y, (xs_N, acc)
+  return scan_up(layer_fn, params_N, x, acc0, keys_N, aux)
 
 
 def _residual_stack_fwd(layer_fn, params_N, x, acc0, keys_N, aux):
@@ -70,11 +58,7 @@ def _residual_stack_fwd(layer_fn, params_N, x, acc0, keys_N, aux):
 
 
 def _residual_stack_bwd(layer_fn, residuals, g_y):
-  params_N, xs_N, acc_top, keys_N, aux = residuals
-
-  def body(carry, inputs):
-    g_x, g_acc, acc = carry
-    params_l, x_l, index, key = inputs
+  def layer_down(params_l, x_l, acc, index, key, aux, g_x, g_acc):
     _, own_scores = layer_fn(params_l, x_l, jnp.zeros_like(acc), index, key, aux)
     # Layer 0's incoming sum is the zero the stack started from: exact, not a difference.
     acc_prev = jnp.where(index == 0, jnp.zeros_like(acc), acc - own_scores)
@@ -82,15 +66,56 @@ def _residual_stack_bwd(layer_fn, residuals, g_y):
       lambda p, x, a, c: layer_fn(p, x, a, index, key, c), params_l, x_l, acc_prev, aux
     )
     g_params, g_x_prev, g_acc_prev, g_aux = vjp((g_x, g_acc))
-    return (g_x_prev, g_acc_prev, acc_prev), (g_params, g_aux)
+    return g_params, g_x_prev, g_acc_prev, acc_prev, g_aux
 
-  indices = jnp.arange(_num_layers(params_N))
-  zeros = jnp.zeros_like(acc_top)
-  (g_x0, g_acc0, _), (g_params_N, g_aux_N) = jax.lax.scan(
-    body, (g_y, zeros, acc_top), (params_N, xs_N, indices, keys_N), reverse=True
-  )
-  g_aux = jax.tree.map(lambda g: jnp.sum(g, axis=0), g_aux_N)
-  return g_params_N, g_x0, g_acc0, None, g_aux
+  return scan_down(layer_down, residuals, g_y)
 
 
 residual_stack.defvjp(_residual_stack_fwd, _residual_stack_bwd)
+
+
+# The two scans both recomputing stacks share (this one and kernels/recomputed_stack.py, which
+# carries the kernels' score state instead of a bare sum).
+
+
+def num_layers(params_N) -> int:
+  return jax.tree.leaves(params_N)[0].shape[0]
+
+
+def scan_up(layer_fn, params_N, x, carry0, keys_N, aux, final_sum=lambda carry: carry):
+  """(y, (each layer's input x_l stacked, final_sum(the top layer's carry)))."""
+
+  def body(carry, inputs):
+    x, scores = carry
+    params_l, index, key = inputs
+    y, scores = layer_fn(params_l, x, scores, index, key, aux)
+    return (y, scores), x  # save each layer's input
+
+  indices = jnp.arange(num_layers(params_N))
+  (y, scores), xs_N = jax.lax.scan(body, (x, carry0), (params_N, indices, keys_N))
+  return y, (xs_N, final_sum(scores))
+
+
+def scan_down(layer_down, residuals, g_y):
+  """The custom VJP's cotangents (params_N, x, acc0, keys_N, aux), from the top layer down.
+
+  residuals: (params_N, xs_N, acc_top, keys_N, aux) as the forward pass saved them;
+  layer_down(params_l, x_l, acc_l, index, key, aux, g_x, g_acc) -> (g_params_l, g_x_{l-1},
+  g_acc_{l-1}, acc_{l-1}, g_aux_l): one layer's VJP, rebuilding the sum below it.
+  """
+  params_N, xs_N, acc_top, keys_N, aux = residuals
+
+  def body(carry, inputs):
+    g_x, g_acc, acc = carry
+    params_l, x_l, index, key = inputs
+    g_params, g_x_prev, g_acc_prev, acc_prev, g_aux = layer_down(
+      params_l, x_l, acc, index, key, aux, g_x, g_acc
+    )
+    return (g_x_prev, g_acc_prev, acc_prev), (g_params, g_aux)
+
+  indices = jnp.arange(num_layers(params_N))
+  (g_x0, g_acc0, _), (g_params_N, g_aux_N) = jax.lax.scan(
+    body, (g_y, jnp.zeros_like(acc_top), acc_top), (params_N, xs_N, indices, keys_N), reverse=True
+  )
+  g_aux = jax.tree.map(lambda g: jnp.sum(g, axis=0), g_aux_N)  # aux is shared by every layer
+  return g_params_N, g_x0, g_acc0, None, g_aux

@@ -21,14 +21,11 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from realformer_jax import recomputed_scores
 from realformer_jax.kernels import carried
 
 # layer_fn(params_l, x, scores_carry, index, key, aux) -> (y, scores_carry').
 LayerFn = Callable[..., tuple[jax.Array, Any]]
-
-
-def _num_layers(params_N) -> int:
-  return jax.tree.leaves(params_N)[0].shape[0]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -45,17 +42,9 @@ def kernel_residual_stack(
 
 
 def _forward(layer_fn, params_N, x, acc0, keys_N, aux):
-  def body(carry, inputs):
-    x, scores = carry
-    params_l, index, key = inputs
-    y, scores = layer_fn(params_l, x, scores, index, key, aux)
-    return (y, scores), x  # save each layer's input
-
-  indices = jnp.arange(_num_layers(params_N))
-  (y, scores), xs_N = jax.lax.scan(
-    body, (x, carried.initial_carry(acc0)), (params_N, indices, keys_N)
+  return recomputed_scores.scan_up(
+    layer_fn, params_N, x, carried.initial_carry(acc0), keys_N, aux, lambda c: c.acc
   )
-  return y, (xs_N, scores.acc)
 
 
 def _stack_fwd(layer_fn, params_N, x, acc0, keys_N, aux):
@@ -64,28 +53,19 @@ def _stack_fwd(layer_fn, params_N, x, acc0, keys_N, aux):
 
 
 def _stack_bwd(layer_fn, residuals, g_y):
-  params_N, xs_N, acc_top, keys_N, aux = residuals
-
-  def body(carry, inputs):
-    g_x, g_acc, acc = carry
-    params_l, x_l, index, key = inputs
-
+  def layer_down(params_l, x_l, acc, index, key, aux, g_x, g_acc):
     def layer(p, x, acc_l, shadow, c):
       return layer_fn(p, x, carried.TopDown(acc_l, shadow), index, key, c)
 
     _, vjp = jax.vjp(layer, params_l, x_l, acc, jnp.zeros_like(acc), aux)
-    # The output shadow's cotangent is unused by the kernel's VJP (carried.py).
+    # The output shadow's cotangent is unused by the kernel's VJP (carried.py); the shadow's
+    # "cotangent" is acc_{l-1}, which the backward kernel rebuilt in place.
     g_params, g_x_prev, g_acc_prev, acc_prev, g_aux = vjp(
       (g_x, carried.TopDown(g_acc, jnp.zeros_like(acc)))
     )
-    return (g_x_prev, g_acc_prev, acc_prev), (g_params, g_aux)
+    return g_params, g_x_prev, g_acc_prev, acc_prev, g_aux
 
-  indices = jnp.arange(_num_layers(params_N))
-  (g_x0, g_acc0, _), (g_params_N, g_aux_N) = jax.lax.scan(
-    body, (g_y, jnp.zeros_like(acc_top), acc_top), (params_N, xs_N, indices, keys_N), reverse=True
-  )
-  g_aux = jax.tree.map(lambda g: jnp.sum(g, axis=0), g_aux_N)
-  return g_params_N, g_x0, g_acc0, None, g_aux
+  return recomputed_scores.scan_down(layer_down, residuals, g_y)
 
 
 kernel_residual_stack.defvjp(_stack_fwd, _stack_bwd)

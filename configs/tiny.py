@@ -2,9 +2,10 @@ r"""A tiny RealFormer trained on the embedded bible_web corpus: the CPU smoke ru
 
     python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
 
-Finishes in a few minutes on 2 CPU cores and ends by printing the eval MLM accuracy next to
-the most-frequent-token baseline (it should be clearly above). Any field can be changed with
---config.a.b=v, e.g. --config.model.ln_placement=post for the Post-LN twin.
+Finishes in about 4 minutes on 2 CPU cores and ends by printing the eval MLM accuracy, overall
+and at the [MASK] positions, next to the context-free floors (most frequent token; copy the
+visible token): measured, 33.1% overall vs 15.9% and 28.6% at [MASK] vs 7.4%. Any field can
+be changed with --config.a.b=v, e.g. --config.model.ln_placement=post for the Post-LN twin.
 """
 
 from realformer_jax.train import default_config
@@ -18,6 +19,9 @@ def get_config():
   config.model.mlp_dim = 512
   config.model.max_len = 128
   config.model.ln_placement = 'realformer'
+  # Rotary positions: in 600 steps a learned position table barely moves from its init (see
+  # README "What the experiments show"), and the model then stays at the context-free floors.
+  config.model.position_embedding = 'rope'
   config.model.dropout_rate = 0.0  # a few hundred steps on a small corpus: nothing to regularise
   config.model.attention_dropout_rate = 0.0
 

@@ -29,6 +29,7 @@ def main():
     config.model.hidden_size = 64
     config.model.num_heads = 8
     config.model.mlp_dim = 128
+    config.model.position_embedding = 'learned'  # the golden tree includes the position table
     config.data.vocab_size = 1000
     config.train.global_batch_size = 16
     config.mesh.shape = shape

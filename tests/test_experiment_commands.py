@@ -124,6 +124,9 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
   for start in ('realformer', 'scratch'):
     accuracy = summary['starts'][start]['accuracy']
     assert accuracy['n'] == 2 and 0.0 <= accuracy['mean'] <= 1.0
+    # 64 verses, batch 8, 2 epochs: the schedule ends at step 16, evaluated every 8 steps.
+    assert summary['starts'][start]['last_step'] == [16, 16]
+    assert all(0 < b <= 16 for b in summary['starts'][start]['best_step'])
   diff = summary['differences']['realformer - scratch']
   assert diff['verdict'] in ('holds', 'does not hold', 'inconclusive', 'not testable at this scale')
   # The scratch control has the pretrained model's architecture, randomly initialised.

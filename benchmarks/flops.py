@@ -1,4 +1,4 @@
-"""Model FLOPs of the benchmark shapes (the formula: realformer_jax/flops.py).
+"""Model FLOPs of the benchmark shapes (the formula: realformer_jax/analysis/flops.py).
 
 `hf_executed` is what Hugging Face's FlaxBertForMaskedLM actually multiplies: the same encoder,
 but the MLM head at all B L positions (it returns logits everywhere).
@@ -6,7 +6,7 @@ but the MLM head at all B L positions (it returns logits everywhere).
 
 from __future__ import annotations
 
-from realformer_jax.flops import train_step_flops
+from realformer_jax.analysis.flops import train_step_flops
 
 
 def model_flops(shape) -> int:

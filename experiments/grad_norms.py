@@ -27,9 +27,10 @@ import numpy as np
 import optax
 
 from experiments import study
-from realformer_jax import MaskedLM, ModelConfig, diagnostics
-from realformer_jax import params as params_lib
-from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax import MaskedLM, ModelConfig
+from realformer_jax.analysis import diagnostics
+from realformer_jax.model import params as params_lib
+from realformer_jax.model.losses import mlm_loss_and_metrics
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
   'post': dict(ln_placement='post'),
@@ -282,7 +283,7 @@ def write_markdown(path: str, results: dict, args, meta: dict) -> None:
     "layer's input (the activation gradient). first/last = layer 1 divided by the last "
     "layer (< 1: the gradient shrinks toward the input; n/a: the last layer's is 0, as "
     "for ReZero's branches at init). beta = DS-Init ratios averaged over layers, on the "
-    'same batch (realformer_jax/diagnostics.py; beta_LN = 1 where the trunk has no norm).',
+    'same batch (realformer_jax/analysis/diagnostics.py; beta_LN = 1 where the trunk has no norm).',
     '',
     *_summary_table(results),
     '',

@@ -23,9 +23,10 @@ import jax
 import numpy as np
 
 from experiments import study
-from realformer_jax import MaskedLM, ModelConfig, diagnostics
-from realformer_jax import params as params_lib
-from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax import MaskedLM, ModelConfig
+from realformer_jax.analysis import diagnostics
+from realformer_jax.model import params as params_lib
+from realformer_jax.model.losses import mlm_loss_and_metrics
 
 BASE = dict(
   num_layers=48,

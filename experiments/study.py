@@ -31,7 +31,7 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from realformer_jax import MaskedLM, data, train
-from realformer_jax.losses import mlm_nll_and_correct
+from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import mlm_metrics
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.

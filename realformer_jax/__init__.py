@@ -2,13 +2,13 @@
 encoder-decoder with average / merged attention (the seq2seq package: Seq2Seq, decoding for
 greedy and beam search, the WEB -> BBE translation task)."""
 
-from realformer_jax.attention import ResidualSelfAttention
-from realformer_jax.block import EncoderLayer, FeedForward
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.embeddings import Embeddings
-from realformer_jax.encoder import Encoder
-from realformer_jax.heads import ClassificationHead, MaskedLMHead, Pooler, SpanHead
-from realformer_jax.models import MaskedLM, SequenceClassifier, SpanExtractor
+from realformer_jax.model.attention import ResidualSelfAttention
+from realformer_jax.model.block import EncoderLayer, FeedForward
+from realformer_jax.model.embeddings import Embeddings
+from realformer_jax.model.encoder import Encoder
+from realformer_jax.model.heads import ClassificationHead, MaskedLMHead, Pooler, SpanHead
+from realformer_jax.model.models import MaskedLM, SequenceClassifier, SpanExtractor
 from realformer_jax.seq2seq import AverageAttention, Decoder, DecoderLayer, Seq2Seq
 
 __all__ = [

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from realformer_jax import MaskedLM, ModelConfig
-from realformer_jax import params as params_lib
+from realformer_jax.model import params as params_lib
 
 TINY = dict(
   vocab_size=50,

@@ -18,8 +18,8 @@ import pytest
 from train_fixtures import tiny_config
 
 from realformer_jax import ModelConfig, Seq2Seq, train
-from realformer_jax.params import unbox
-from realformer_jax.placement import placement
+from realformer_jax.model.params import unbox
+from realformer_jax.model.placement import placement
 
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden')
 

@@ -15,7 +15,7 @@ import pytest
 from model_fixtures import tiny_config
 
 from realformer_jax.config import ConfigError
-from realformer_jax.params import unbox
+from realformer_jax.model.params import unbox
 from realformer_jax.seq2seq import Seq2Seq, decoding
 from realformer_jax.seq2seq.average_attention import AverageAttention, uniform_prefix_average
 from realformer_jax.seq2seq.decoder import causal_bias

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax.block import FeedForward
-from realformer_jax.dropout_bits import keep_mask, realised_keep_prob
-from realformer_jax.layers import Dropout
+from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob
+from realformer_jax.model.block import FeedForward
+from realformer_jax.model.layers import Dropout
 from tests.model_fixtures import tiny_config
 
 
@@ -89,9 +89,9 @@ def test_feed_forward_recomputed_activation_gives_plain_values_and_gradients():
 def test_embeddings_lookups_equal_plain_gathers_with_their_gradients(dtype):
   # The segment table goes through a one-hot matmul and the position table through a slice:
   # values and table gradients must be those of plain row gathers (scatter-add gradients).
-  from realformer_jax.embeddings import Embeddings  # pylint: disable=import-outside-toplevel
-  from realformer_jax.normalization import Norm  # pylint: disable=import-outside-toplevel
-  from realformer_jax.params import unbox  # pylint: disable=import-outside-toplevel
+  from realformer_jax.model.embeddings import Embeddings  # pylint: disable=import-outside-toplevel
+  from realformer_jax.model.normalization import Norm  # pylint: disable=import-outside-toplevel
+  from realformer_jax.model.params import unbox  # pylint: disable=import-outside-toplevel
 
   cfg = tiny_config(dtype=dtype, type_vocab_size=3, norm='rmsnorm', dropout_rate=0.0)
   ids = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size)
@@ -138,7 +138,7 @@ def _plain_softmax_dropout_values(scores, bias, divisor, v, key, keep_prob, dtyp
   'dtype, dropout', [('float32', True), ('float32', False), ('bfloat16', True)]
 )
 def test_softmax_dropout_values_match_autodiff_of_the_plain_form(dtype, dropout):
-  from realformer_jax.softmax_attention import softmax_dropout_values  # pylint: disable=g-import-not-at-top
+  from realformer_jax.model.softmax_attention import softmax_dropout_values  # pylint: disable=g-import-not-at-top
 
   dtype = jnp.dtype(dtype)
   keys = jax.random.split(jax.random.key(0), 5)

@@ -8,8 +8,9 @@ import pytest
 
 transformers = pytest.importorskip('transformers')
 
-from realformer_jax import MaskedLM, hf_convert  # noqa: E402 (after the importorskip)
-from realformer_jax import params as params_lib  # noqa: E402
+from realformer_jax import MaskedLM  # noqa: E402 (after the importorskip)
+from realformer_jax.interop import hf_convert  # noqa: E402
+from realformer_jax.model import params as params_lib  # noqa: E402
 
 
 def _hf_model():

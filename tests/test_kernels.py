@@ -17,10 +17,10 @@ import pytest
 
 from realformer_jax import Encoder, ModelConfig, kernels
 from realformer_jax.config import ConfigError
-from realformer_jax.dropout_bits import keep_mask, keep_threshold
 from realformer_jax.kernels import dropout_tiles
 from realformer_jax.kernels.cudnn import cudnn_attention
-from realformer_jax.softmax_attention import softmax_dropout_values
+from realformer_jax.kernels.dropout_bits import keep_mask, keep_threshold
+from realformer_jax.model.softmax_attention import softmax_dropout_values
 
 B, L, H, K = 2, 32, 2, 16
 KEEP = 0.8

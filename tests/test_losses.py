@@ -1,7 +1,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax.model.losses import mlm_loss_and_metrics
 
 
 def test_mlm_loss_ignores_unused_slots_and_counts_correct_predictions():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from realformer_jax import MaskedLM, ModelConfig, ResidualSelfAttention
-from realformer_jax import params as params_lib
-from realformer_jax.attention import mask_bias, score_scale
 from realformer_jax.config import ConfigError
+from realformer_jax.model import params as params_lib
+from realformer_jax.model.attention import mask_bias, score_scale
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
 POSITIONS = jnp.array([[0, 3, 11], [1, 2, 6]], jnp.int32)

@@ -9,8 +9,8 @@ from model_fixtures import padded_batch, tiny_config
 
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.config import ConfigError
-from realformer_jax.params import unbox
-from realformer_jax.recomputed_scores import _forward, residual_stack
+from realformer_jax.kernels.recomputed_scores import _forward, residual_stack
+from realformer_jax.model.params import unbox
 
 
 def _loss_and_grads(cfg, params, batch, rngs=None):
@@ -57,8 +57,8 @@ def test_custom_vjp_equals_autodiff_of_the_same_stack_with_dropout():
   ids, mask, segments = padded_batch(vocab=cfg.vocab_size)
   variables = MaskedLM(cfg).init(jax.random.key(0), ids, mask, segments)
   params_N = unbox(variables['params']['encoder']['layers'])
-  from realformer_jax.attention import mask_bias, score_scale  # pylint: disable=import-outside-toplevel
-  from realformer_jax.block import EncoderLayer, LayerInputs  # pylint: disable=import-outside-toplevel
+  from realformer_jax.model.attention import mask_bias, score_scale  # pylint: disable=import-outside-toplevel
+  from realformer_jax.model.block import EncoderLayer, LayerInputs  # pylint: disable=import-outside-toplevel
 
   layer = EncoderLayer(cfg)
 

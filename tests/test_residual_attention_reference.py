@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from realformer_jax import MaskedLM
-from realformer_jax import params as params_lib
+from realformer_jax.model import params as params_lib
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
 _erf = np.vectorize(math.erf)

@@ -15,8 +15,8 @@ from model_fixtures import init_params, padded_batch, tiny_config
 
 from realformer_jax import MaskedLM
 from realformer_jax.config import ConfigError
-from realformer_jax.params import stack_layers, unbox, unstack_layers
-from realformer_jax.rotary import apply_rotary
+from realformer_jax.model.params import stack_layers, unbox, unstack_layers
+from realformer_jax.model.rotary import apply_rotary
 from tests.test_residual_attention_reference import reference_mlm_logits
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

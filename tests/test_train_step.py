@@ -7,7 +7,8 @@ import optax
 import pytest
 from train_fixtures import make_setup, synthetic_batch, tiny_config
 
-from realformer_jax import losses, train
+from realformer_jax import train
+from realformer_jax.model import losses
 from realformer_jax.train import build, partitioning
 from realformer_jax.train import state as state_lib
 

@@ -6,13 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax import MaskedLM, diagnostics
-from realformer_jax import params as params_lib
-from realformer_jax.attention import ResidualSelfAttention, mask_bias, score_scale
-from realformer_jax.block import FeedForward
-from realformer_jax.embeddings import Embeddings
-from realformer_jax.heads import MaskedLMHead, gather_positions
-from realformer_jax.losses import mlm_loss_and_metrics
+from realformer_jax import MaskedLM
+from realformer_jax.analysis import diagnostics
+from realformer_jax.model import params as params_lib
+from realformer_jax.model.attention import ResidualSelfAttention, mask_bias, score_scale
+from realformer_jax.model.block import FeedForward
+from realformer_jax.model.embeddings import Embeddings
+from realformer_jax.model.heads import MaskedLMHead, gather_positions
+from realformer_jax.model.losses import mlm_loss_and_metrics
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
 POSITIONS = jnp.array([[0, 3, 11], [1, 2, 6]], jnp.int32)

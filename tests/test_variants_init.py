@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax import MaskedLM, SequenceClassifier, initializers
-from realformer_jax import params as params_lib
+from realformer_jax import MaskedLM, SequenceClassifier
+from realformer_jax.model import initializers
+from realformer_jax.model import params as params_lib
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
 N_SAMPLES = 10**6

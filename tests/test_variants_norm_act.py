@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from realformer_jax import MaskedLM, SequenceClassifier
-from realformer_jax import params as params_lib
-from realformer_jax.activations import get_activation
-from realformer_jax.normalization import Norm
+from realformer_jax.model import params as params_lib
+from realformer_jax.model.activations import get_activation
+from realformer_jax.model.normalization import Norm
 from tests.model_fixtures import padded_batch, tiny_config
 
 

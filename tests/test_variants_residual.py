@@ -6,10 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax import Embeddings, Encoder, MaskedLM, diagnostics
-from realformer_jax import params as params_lib
+from realformer_jax import Embeddings, Encoder, MaskedLM
+from realformer_jax.analysis import diagnostics
 from realformer_jax.config import LN_PLACEMENTS, RESIDUAL_BRANCHES
-from realformer_jax.encoder import residual_gate_value
+from realformer_jax.model import params as params_lib
+from realformer_jax.model.encoder import residual_gate_value
 from tests.model_fixtures import init_params, padded_batch, tiny_config
 
 

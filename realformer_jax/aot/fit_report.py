@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import ml_collections
 
-from realformer_jax import flops as flops_lib
+from realformer_jax.analysis import flops as flops_lib
 from realformer_jax.aot import roofline, targets, train_step
 from realformer_jax.config import ConfigError
 
@@ -93,7 +93,7 @@ class FitReport:
       f'  temporaries  {_gib(m.temporaries):>11}',
       f'  needs        {_gib(m.needed):>11}  of {_gib(step.budget_bytes)} '
       f'({step.budget_source}): {verdict}',
-      f'model FLOPs per step: {self.model_flops:.4g} (realformer_jax/flops.py; '
+      f'model FLOPs per step: {self.model_flops:.4g} (realformer_jax/analysis/flops.py; '
       f'{self.model_flops / target.num_devices:.4g} per device)',
       f'ESTIMATED step time: {est.seconds * 1e3:.1f} ms (kernels '
       f'{est.compute_seconds * 1e3:.1f} ms + collectives {est.collective_seconds * 1e3:.1f} '

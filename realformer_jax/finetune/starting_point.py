@@ -26,11 +26,11 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from realformer_jax import data as data_lib
-from realformer_jax import hf_convert
-from realformer_jax import params as params_lib
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data.errors import DataError
 from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
+from realformer_jax.interop import hf_convert
+from realformer_jax.model import params as params_lib
 
 RANDOM, WORKDIR, HUGGING_FACE = 'random', 'workdir', 'hugging_face'
 HF_WEIGHT_SUFFIXES = ('.safetensors', '.bin')

@@ -30,7 +30,7 @@ from realformer_jax.finetune import config as config_lib
 from realformer_jax.finetune import datasets, encoding, squad
 from realformer_jax.finetune import metrics as metrics_lib
 from realformer_jax.finetune.starting_point import StartingPoint, place_like
-from realformer_jax.models import SequenceClassifier, SpanExtractor
+from realformer_jax.model.models import SequenceClassifier, SpanExtractor
 from realformer_jax.train.task import Task, TaskData
 
 _INPUTS = ('input_ids', 'segment_ids', 'input_mask')

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from realformer_jax.dropout_bits import MASK_BITS, threefry2x32
+from realformer_jax.kernels.dropout_bits import MASK_BITS, threefry2x32
 
 _LOW = np.uint32(2**MASK_BITS - 1)
 _HALF = np.uint32(MASK_BITS)

@@ -22,10 +22,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers
-from realformer_jax.activations import get_activation
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral
+from realformer_jax.model import initializers
+from realformer_jax.model.activations import get_activation
+from realformer_jax.model.layers import DenseGeneral
 
 
 def uniform_prefix_average(x_BxTx___: jax.Array) -> jax.Array:

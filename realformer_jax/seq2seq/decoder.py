@@ -36,20 +36,20 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers
-from realformer_jax.attention import mask_bias, score_scale
-from realformer_jax.block import FeedForward
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral, Dropout
-from realformer_jax.normalization import Norm
-from realformer_jax.placement import placement, trained_gate
-from realformer_jax.rotary import apply_rotary
+from realformer_jax.model import initializers
+from realformer_jax.model.attention import mask_bias, score_scale
+from realformer_jax.model.block import FeedForward
+from realformer_jax.model.layers import DenseGeneral, Dropout
+from realformer_jax.model.normalization import Norm
+from realformer_jax.model.placement import placement, trained_gate
+from realformer_jax.model.rotary import apply_rotary
+from realformer_jax.model.softmax_attention import softmax_dropout_values
 from realformer_jax.seq2seq.average_attention import (
   AverageAttention,
   cached_prefix_average,
   uniform_prefix_average,
 )
-from realformer_jax.softmax_attention import softmax_dropout_values
 
 NEG = -1e9  # finite: a row with no allowed key gives a uniform softmax, not NaN
 

@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.encoder import Encoder
+from realformer_jax.model.encoder import Encoder
 from realformer_jax.seq2seq.decoder import Decoder
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from realformer_jax.config import ConfigError
-from realformer_jax.params import unbox
+from realformer_jax.model.params import unbox
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import decoding
 from realformer_jax.seq2seq.config import TranslationSpec

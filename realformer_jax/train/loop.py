@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import diagnostics
+from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError
 from realformer_jax.data import cache_lock
-from realformer_jax.params import count_params
+from realformer_jax.model.params import count_params
 from realformer_jax.train import (
   accumulation,
   build,

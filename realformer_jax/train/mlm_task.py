@@ -15,8 +15,8 @@ import numpy as np
 
 from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.losses import mlm_loss_and_metrics, mlm_nll_and_correct
-from realformer_jax.models import MaskedLM
+from realformer_jax.model.losses import mlm_loss_and_metrics, mlm_nll_and_correct
+from realformer_jax.model.models import MaskedLM
 from realformer_jax.train import mlm_metrics
 from realformer_jax.train.task import Task, TaskData
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec
 
-from realformer_jax.params import unbox
+from realformer_jax.model.params import unbox
 from realformer_jax.train import partitioning
 from realformer_jax.train.task import Task
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from realformer_jax import diagnostics
+from realformer_jax.analysis import diagnostics
 from realformer_jax.train.state import TrainState
 from realformer_jax.train.task import Task
 

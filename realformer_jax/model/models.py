@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.encoder import Encoder
-from realformer_jax.heads import (
+from realformer_jax.model.encoder import Encoder
+from realformer_jax.model.heads import (
   ClassificationHead,
   MaskedLMHead,
   Pooler,

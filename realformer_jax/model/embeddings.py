@@ -4,10 +4,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import Dropout
-from realformer_jax.normalization import Norm
+from realformer_jax.model import initializers
+from realformer_jax.model.layers import Dropout
+from realformer_jax.model.normalization import Norm
 
 # Tables this small are looked up as one_hot(ids) @ table. Speed: the gradient of a gather is
 # a scatter-add, and a scatter of B*L rows into 2 rows is an atomic pile-up on GPUs (measured

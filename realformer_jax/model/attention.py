@@ -16,11 +16,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers, kernels
+from realformer_jax import kernels
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral
-from realformer_jax.rotary import apply_rotary
-from realformer_jax.softmax_attention import softmax_dropout_values
+from realformer_jax.model import initializers
+from realformer_jax.model.layers import DenseGeneral
+from realformer_jax.model.rotary import apply_rotary
+from realformer_jax.model.softmax_attention import softmax_dropout_values
 
 SCORES_AXES = ('batch', 'heads', 'length', 'kv_length')
 

@@ -6,11 +6,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers
-from realformer_jax.activations import get_activation
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral, Dropout
-from realformer_jax.normalization import Norm
+from realformer_jax.model import initializers
+from realformer_jax.model.activations import get_activation
+from realformer_jax.model.layers import DenseGeneral, Dropout
+from realformer_jax.model.normalization import Norm
 
 
 def _dense(cfg: ModelConfig, features: int, axes, name: str) -> DenseGeneral:

@@ -27,7 +27,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.dropout_bits import keep_mask, realised_keep_prob
+from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob
 
 
 def _probabilities(scores, bias, divisor):

@@ -41,7 +41,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import params as params_lib
+from realformer_jax.model import params as params_lib
 
 SUBLAYERS = ('attention', 'mlp')
 # Trunk probe names per sublayer: (input x, residual sum r, output z). block.py defines them.
@@ -112,7 +112,7 @@ def residual_second_moments(intermediates: Mapping) -> jax.Array:
 
 
 def _is_layer_call(module: nn.Module, method_name: str) -> bool:
-  from realformer_jax.block import EncoderLayer  # late: block.py does not import this file
+  from realformer_jax.model.block import EncoderLayer  # late: block.py does not import this file
 
   return isinstance(module, EncoderLayer) and method_name == '__call__'
 

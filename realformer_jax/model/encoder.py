@@ -3,8 +3,8 @@
 
 With `scan_layers=True` the layer parameters are stacked on a leading `layers` axis
 (params['layers'][...] has shape [num_layers, ...]); with `scan_layers=False` each layer has its
-own subtree `layers_<i>`. `realformer_jax.params.stack_layers / unstack_layers` convert between
-the two, and both paths compute the same numbers from the same weights.
+own subtree `layers_<i>`. `realformer_jax.model.params.stack_layers / unstack_layers` convert
+between the two, and both paths compute the same numbers from the same weights.
 """
 
 from typing import Optional
@@ -14,14 +14,14 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax import kernels
-from realformer_jax.attention import SCORES_AXES, mask_bias, score_scale
-from realformer_jax.block import EncoderLayer, LayerInputs
 from realformer_jax.config import ModelConfig
-from realformer_jax.embeddings import Embeddings
-from realformer_jax.normalization import Norm
-from realformer_jax.params import unbox
-from realformer_jax.placement import placement
-from realformer_jax.recomputed_scores import residual_stack
+from realformer_jax.kernels.recomputed_scores import residual_stack
+from realformer_jax.model.attention import SCORES_AXES, mask_bias, score_scale
+from realformer_jax.model.block import EncoderLayer, LayerInputs
+from realformer_jax.model.embeddings import Embeddings
+from realformer_jax.model.normalization import Norm
+from realformer_jax.model.params import unbox
+from realformer_jax.model.placement import placement
 
 REMAT_POLICIES = {
   'full': jax.checkpoint_policies.nothing_saveable,

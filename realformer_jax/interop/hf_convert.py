@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from realformer_jax import params as params_lib
 from realformer_jax.config import ModelConfig
+from realformer_jax.model import params as params_lib
 
 
 def _flatten(tree: Mapping, prefix: str = '') -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ with the decoder; docs/design.md "Layer-norm placement"):
                   argument. Norms follow the placement; use ln_placement='none' for the
                   norm-free form.
 
-Diagnostics hooks (free unless asked for, see realformer_jax/diagnostics.py):
+Diagnostics hooks (free unless asked for, see realformer_jax/analysis/diagnostics.py):
   * `residual_second_moment` (sow, 'intermediates'): mean(y^2) of the layer output.
   * trunk probes (`perturb`, 'perturbations'), per sublayer s in {attention, mlp}:
       'attention_input'  x, the layer input (the attention sublayer's trunk input);
@@ -42,13 +42,13 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import initializers
-from realformer_jax.activations import get_activation
-from realformer_jax.attention import ResidualSelfAttention
 from realformer_jax.config import ModelConfig
-from realformer_jax.layers import DenseGeneral, Dropout
-from realformer_jax.normalization import Norm
-from realformer_jax.placement import placement, trained_gate
+from realformer_jax.model import initializers
+from realformer_jax.model.activations import get_activation
+from realformer_jax.model.attention import ResidualSelfAttention
+from realformer_jax.model.layers import DenseGeneral, Dropout
+from realformer_jax.model.normalization import Norm
+from realformer_jax.model.placement import placement, trained_gate
 
 ACTIVATION_AXES = ('batch', 'length', 'embed')
 

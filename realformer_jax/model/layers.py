@@ -13,8 +13,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.dropout_bits import keep_mask, realised_keep_prob
-from realformer_jax.initializers import Initializer
+from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob
+from realformer_jax.model.initializers import Initializer
 
 
 class DenseGeneral(nn.Module):

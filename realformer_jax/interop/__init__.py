@@ -1,0 +1,1 @@
+"""Moving weights between this project and other frameworks (Hugging Face BERT)."""

@@ -128,8 +128,8 @@ def train_run(
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
     try:
       final = train.train_and_evaluate(config, workdir, on_log=on_log)
-    except train.TrainingError as error:
-      diverged_at = int(str(error).split(' at step ')[1].split(';')[0])
+    except train.DivergenceError as error:
+      diverged_at = error.step
   if final is not None and final.get('preempted'):
     # The loop saved a checkpoint on SIGTERM: stop the whole grid (this run is not finished,
     # so it must not get a result file); the same command resumes it.

@@ -57,14 +57,13 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats, study
+from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
   'pre': dict(ln_placement='pre'),
   'realformer': dict(ln_placement='realformer'),
 }
-NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
-COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,9 +348,7 @@ def verdict(row: dict, p_value: float) -> str:
   c = row['comparison']
   if c is None or not math.isfinite(p_value):
     return 'inconclusive (too few paired seeds)'
-  if p_value < 0.05:
-    return 'holds' if np.sign(c['mean']) == row['expected_sign'] else 'does not hold'
-  return 'inconclusive'
+  return stats.p_verdict(c['mean'], p_value, row['expected_sign'])
 
 
 def analyse(results: dict, plan: Plan) -> dict:
@@ -406,14 +403,12 @@ def floors_of(results: dict) -> dict:
 # Report.
 
 
-def _ci(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
-  finite = [v for v in values if math.isfinite(v)]
-  per_seed = ', '.join(
-    'diverged' if not math.isfinite(v) else f'{v * scale:.{digits}f}' for v in values
-  )
-  if len(finite) < 2:
-    return per_seed or 'n/a'
-  return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'
+def _percent(fractions: list[float]) -> str:
+  return seed_cell(fractions, scale=100)
+
+
+def _count(flags: list[bool]) -> str:
+  return f'{sum(flags)}/{len(flags)}'
 
 
 def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command: str) -> None:
@@ -463,12 +458,12 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
       cells.append(
         'n/a'
         if row is None
-        else f'{_ci(row["mask_accuracy"])}; learned {sum(row["learned"])}/{len(row["learned"])}'
+        else f'{_percent(row["mask_accuracy"])}; learned {_count(row["learned"])}'
       )
     best = info['best_rate']
     trainable = info['largest_trainable_rate']
     lines.append(
-      f'| {NAMES[layout]} | ' + ' | '.join(cells) + f' | '
+      f'| {LAYOUT_NAMES[layout]} | ' + ' | '.join(cells) + f' | '
       f'{"n/a" if best is None else f"{best:g}"} | '
       f'{"n/a" if trainable is None else f"{trainable:g}"} |'
     )
@@ -488,10 +483,12 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     ]
     for rate, table in analysis['at_rates'].items():
       for layout, row in table.items():
-        lines.append(_confirm_line(rate, NAMES[layout], row))
+        lines.append(_confirm_line(rate, LAYOUT_NAMES[layout], row))
     for layout, row in analysis['half'].items():
       lines.append(
-        _confirm_line(f'{star:g}, half schedule ({scale.steps // 2} steps)', NAMES[layout], row)
+        _confirm_line(
+          f'{star:g}, half schedule ({scale.steps // 2} steps)', LAYOUT_NAMES[layout], row
+        )
       )
     if floors:
       lines.append(
@@ -551,8 +548,8 @@ def _confirm_line(rate, name: str, row: dict) -> str:
     f'{100 * np.mean(kept):.1f} / {100 * np.mean(random):.1f}' if kept and random else 'n/a'
   )
   return (
-    f'| {rate} | {name} | {_ci(row["mask_accuracy"])} | {_ci(row["mlm_accuracy"])} | '
-    f'{_ci(row["loss"], 1.0, 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
+    f'| {rate} | {name} | {_percent(row["mask_accuracy"])} | {_percent(row["mlm_accuracy"])} | '
+    f'{seed_cell(row["loss"], 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
     f'{kept_random} |'
   )
 
@@ -573,7 +570,11 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       for rate, values in zip(rates, per_seed):
         finite = [v for v in values if math.isfinite(v)]
         ax.scatter(
-          [rate * offsets[layout]] * len(finite), finite, color=COLORS[layout], s=18, alpha=0.7
+          [rate * offsets[layout]] * len(finite),
+          finite,
+          color=LAYOUT_COLORS[layout],
+          s=18,
+          alpha=0.7,
         )
       means = [
         np.mean([v for v in values if math.isfinite(v)])
@@ -581,7 +582,9 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
         else np.nan
         for values in per_seed
       ]
-      ax.plot(rates, means, color=COLORS[layout], label=f'{NAMES[layout]}: mean of seeds')
+      ax.plot(
+        rates, means, color=LAYOUT_COLORS[layout], label=f'{LAYOUT_NAMES[layout]}: mean of seeds'
+      )
   ax_acc.scatter([], [], color='gray', s=18, label='one seed (points)')
   study.draw_floors(ax_acc, floors, 'mask_accuracy')
   study.draw_floors(ax_loss, floors, 'loss')
@@ -614,7 +617,10 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       ]
       for curve in curves:
         ax.plot(
-          *zip(*[(s, 100 * v) for s, v in curve]), color=COLORS[layout], alpha=0.3, linewidth=0.8
+          *zip(*[(s, 100 * v) for s, v in curve]),
+          color=LAYOUT_COLORS[layout],
+          alpha=0.3,
+          linewidth=0.8,
         )
       full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
       if full:
@@ -622,9 +628,9 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
         ax.plot(
           steps,
           100 * np.mean([[v for _, v in c] for c in full], 0),
-          color=COLORS[layout],
+          color=LAYOUT_COLORS[layout],
           linewidth=2.2,
-          label=f'{NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
+          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
         )
     study.draw_floors(ax, floors, 'mask_accuracy')
     ax.set_ylim(bottom=0)

@@ -412,122 +412,13 @@ def _count(flags: list[bool]) -> str:
 
 
 def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command: str) -> None:
-  scale, floors = plan.scale, floors_of(results)
-  predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
-  lines = [
-    '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid',
-    '',
-    f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
-    f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
-    f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
-    f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
-    f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
-    f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
-    f'{predictions.get("predictions", math.nan):,.0f} predictions, '
-    f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).',
-    '',
-  ]
-  if floors:
-    lines += [
-      f'Floors (context-free predictors from the train split, on this eval set): most '
-      f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
-      f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
-      f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
-      f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
-      f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
-      'that loss and its [MASK] accuracy above the floor.',
-      '',
-    ]
-  grid = analysis['grid']
-  lines += [
-    '## 1. Learning-rate grid: [MASK] accuracy (%)',
-    '',
-    f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
-    '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
-    'the best rate.',
-    '',
-    '| layout | '
-    + ' | '.join(f'{r:g}' for r in plan.rates)
-    + ' | best rate | largest rate where every seed learned |',
-    '|---' * (len(plan.rates) + 3) + '|',
-  ]
-  for layout, info in grid.items():
-    cells = []
-    for rate in plan.rates:
-      row = info['rates'].get(f'{rate:g}')
-      cells.append(
-        'n/a'
-        if row is None
-        else f'{_percent(row["mask_accuracy"])}; learned {_count(row["learned"])}'
-      )
-    best = info['best_rate']
-    trainable = info['largest_trainable_rate']
-    lines.append(
-      f'| {LAYOUT_NAMES[layout]} | ' + ' | '.join(cells) + f' | '
-      f'{"n/a" if best is None else f"{best:g}"} | '
-      f'{"n/a" if trainable is None else f"{trainable:g}"} |'
-    )
-  star = analysis['r_star']
-  if star is None:
+  """results.md: the setup and floors, then one section per step of the plan."""
+  floors = floors_of(results)
+  lines = _setup(results, plan.scale, command) + _floors(floors) + _grid_section(analysis, plan)
+  if analysis['r_star'] is None:
     lines += ['', "r* (Post-LN's best rate) is not known yet: the grid is unfinished.", '']
   else:
-    lines += [
-      '',
-      f"r* = Post-LN's best grid rate = {star:g}; 2 r* = {2 * star:g}.",
-      '',
-      f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}',
-      '',
-      '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
-      'learned | kept / random accuracy (%) |',
-      '|---|---|---|---|---|---|---|',
-    ]
-    for rate, table in analysis['at_rates'].items():
-      for layout, row in table.items():
-        lines.append(_confirm_line(rate, LAYOUT_NAMES[layout], row))
-    for layout, row in analysis['half'].items():
-      lines.append(
-        _confirm_line(
-          f'{star:g}, half schedule ({scale.steps // 2} steps)', LAYOUT_NAMES[layout], row
-        )
-      )
-    if floors:
-      lines.append(
-        f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
-        f'{100 * floors["mlm_accuracy"]:.2f} | | | |'
-      )
-      lines.append(
-        f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
-        f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
-        f'| | 100 / 0 |'
-      )
-    lines += [
-      '',
-      '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
-      '',
-      'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
-      'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
-      'Holm-adjusted as one family.',
-      '',
-      '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
-      '(a / b) | verdict |',
-      '|---|---|---|---|---|---|---|---|---|',
-    ]
-    for row in analysis['comparisons']:
-      c = row['comparison']
-      diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
-      p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
-      holm = (
-        '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
-      )
-      learned = (
-        f'{sum(row["learned"]["a"])}/{len(row["learned"]["a"])} / '
-        f'{sum(row["learned"]["b"])}/{len(row["learned"]["b"])}'
-      )
-      lines.append(
-        f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
-        f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
-        f'{row["verdict"]} |'
-      )
+    lines += _confirm_section(analysis, plan, floors) + _comparisons_section(analysis)
   lines += [
     '',
     '![[MASK] accuracy over the learning-rate grid](lr_grid.png)',
@@ -541,6 +432,132 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     f.write('\n'.join(lines))
 
 
+def _setup(results: dict, scale: study.Scale, command: str) -> list[str]:
+  predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
+  return [
+    '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid',
+    '',
+    f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
+    f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
+    f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
+    f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
+    f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
+    f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
+    f'{predictions.get("predictions", math.nan):,.0f} predictions, '
+    f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).',
+    '',
+  ]
+
+
+def _floors(floors: dict) -> list[str]:
+  if not floors:
+    return []
+  return [
+    f'Floors (context-free predictors from the train split, on this eval set): most '
+    f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+    f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
+    f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+    f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
+    f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
+    'that loss and its [MASK] accuracy above the floor.',
+    '',
+  ]
+
+
+def _grid_section(analysis: dict, plan: Plan) -> list[str]:
+  """Step 1: every layout at every grid rate, its best rate and its largest trainable one."""
+  lines = [
+    '## 1. Learning-rate grid: [MASK] accuracy (%)',
+    '',
+    f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
+    '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
+    'the best rate.',
+    '',
+    '| layout | '
+    + ' | '.join(f'{r:g}' for r in plan.rates)
+    + ' | best rate | largest rate where every seed learned |',
+    '|---' * (len(plan.rates) + 3) + '|',
+  ]
+  for layout, info in analysis['grid'].items():
+    cells = []
+    for rate in plan.rates:
+      row = info['rates'].get(f'{rate:g}')
+      cells.append(
+        'n/a'
+        if row is None
+        else f'{_percent(row["mask_accuracy"])}; learned {_count(row["learned"])}'
+      )
+    cells += [_rate(info['best_rate']), _rate(info['largest_trainable_rate'])]
+    lines.append(f'| {LAYOUT_NAMES[layout]} | ' + ' | '.join(cells) + ' |')
+  return lines
+
+
+def _confirm_section(analysis: dict, plan: Plan, floors: dict) -> list[str]:
+  """Steps 2 and 3: every layout at r* and 2 r*, RealFormer's half schedule, the floors."""
+  star = analysis['r_star']
+  lines = [
+    '',
+    f"r* = Post-LN's best grid rate = {star:g}; 2 r* = {2 * star:g}.",
+    '',
+    f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}',
+    '',
+    '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
+    'learned | kept / random accuracy (%) |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for rate, table in analysis['at_rates'].items():
+    for layout, row in table.items():
+      lines.append(_confirm_line(rate, LAYOUT_NAMES[layout], row))
+  half = f'{star:g}, half schedule ({plan.scale.steps // 2} steps)'
+  for layout, row in analysis['half'].items():
+    lines.append(_confirm_line(half, LAYOUT_NAMES[layout], row))
+  if floors:
+    lines.append(
+      f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
+      f'{100 * floors["mlm_accuracy"]:.2f} | | | |'
+    )
+    lines.append(
+      f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
+      f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
+      f'| | 100 / 0 |'
+    )
+  return lines
+
+
+def _comparisons_section(analysis: dict) -> list[str]:
+  """The declared comparisons with their intervals, p-values and verdicts."""
+  lines = [
+    '',
+    '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
+    '',
+    'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
+    'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
+    'Holm-adjusted as one family.',
+    '',
+    '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
+    '(a / b) | verdict |',
+    '|---|---|---|---|---|---|---|---|---|',
+  ]
+  for row in analysis['comparisons']:
+    c = row['comparison']
+    diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
+    holm = (
+      '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
+    )
+    learned = f'{_count(row["learned"]["a"])} / {_count(row["learned"]["b"])}'
+    lines.append(
+      f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
+      f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
+      f'{row["verdict"]} |'
+    )
+  return lines
+
+
+def _rate(rate: Optional[float]) -> str:
+  return 'n/a' if rate is None else f'{rate:g}'
+
+
 def _confirm_line(rate, name: str, row: dict) -> str:
   kept = [v for v in row['kept_accuracy'] if math.isfinite(v)]
   random = [v for v in row['random_accuracy'] if math.isfinite(v)]
@@ -549,7 +566,7 @@ def _confirm_line(rate, name: str, row: dict) -> str:
   )
   return (
     f'| {rate} | {name} | {_percent(row["mask_accuracy"])} | {_percent(row["mlm_accuracy"])} | '
-    f'{seed_cell(row["loss"], 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
+    f'{seed_cell(row["loss"], 3)} | {_count(row["learned"])} | '
     f'{kept_random} |'
   )
 

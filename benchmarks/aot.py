@@ -33,6 +33,7 @@ from benchmarks.profiles import BASE_128, BASE_512, LARGE_512, TINY
 from experiments import runs as runs_lib
 from realformer_jax.aot import roofline, targets
 from realformer_jax.train import accumulation, build, validation
+from realformer_jax.units import GiB
 
 CANDIDATES = ('post', 'realformer', 'pre', 'hf')
 LABELS = {
@@ -42,7 +43,6 @@ LABELS = {
   'hf': 'HF FlaxBertForMaskedLM',
 }
 RESULTS_DIR = os.path.join('docs', 'results', 'aot')
-GiB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,9 +50,9 @@ from benchmarks import flops as flops_lib
 from benchmarks import profiles, steps
 from realformer_jax.aot import roofline, targets
 from realformer_jax.train import build, validation
+from realformer_jax.units import GiB
 
 RESULTS_DIR = os.path.join('docs', 'results', 'attention_kernels')
-GiB = 2**30
 # The accelerator profile's BERT-Large 32 x 512, under this benchmark's result-file name.
 LARGE = dataclasses.replace(profiles.LARGE_512, name='bert_large_32x512')
 TINY = steps.Shape(

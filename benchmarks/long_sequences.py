@@ -23,6 +23,7 @@ import jax
 
 from benchmarks import compiled_steps as bench
 from benchmarks import steps
+from realformer_jax.units import GiB
 
 VARIANTS = {
   'post': dict(ln_placement='post'),
@@ -44,8 +45,8 @@ def measure(shape: steps.Shape, overrides: dict, dtype: str, run_steps: int) -> 
   )
   compiled = bench.CompiledStep('x', step)
   result = {
-    'xla_peak_gb': compiled.memory.get('peak', float('nan')) / 2**30,
-    'temp_gb': compiled.memory.get('temp', float('nan')) / 2**30,
+    'xla_peak_gb': compiled.memory.get('peak', float('nan')) / GiB,
+    'temp_gb': compiled.memory.get('temp', float('nan')) / GiB,
     'compile_s': compiled.lower_s + compiled.compile_s,
   }
   if run_steps:
@@ -57,7 +58,7 @@ def measure(shape: steps.Shape, overrides: dict, dtype: str, run_steps: int) -> 
       times.append(time.perf_counter() - start)
     result['step_s'] = statistics.median(times)
     peak = bench.device_peak_bytes()
-    result['device_peak_gb'] = peak / 2**30 if peak is not None else float('nan')
+    result['device_peak_gb'] = peak / GiB if peak is not None else float('nan')
   return result
 
 

@@ -26,6 +26,8 @@ from typing import Optional, Sequence
 
 import jax
 
+from realformer_jax.aot import categories as aot_categories
+
 MATMUL, SCATTER, MOVEMENT, COLLECTIVE = 'matmul', 'scatter', 'copies & layout', 'collectives'
 SCORES, OTHER, UNATTRIBUTED = (
   'elementwise/reduce on [.., L, L]',
@@ -36,38 +38,20 @@ CATEGORIES = (MATMUL, SCORES, OTHER, SCATTER, MOVEMENT, COLLECTIVE, UNATTRIBUTED
 _CONTAINER = None  # while / call / conditional: their time is their body's ops' time
 
 _MATMUL_OPS = {'dot', 'convolution', 'ragged-dot'}
-_MOVEMENT_OPS = {
-  'copy',
-  'copy-start',
-  'copy-done',
-  'transpose',
-  'dynamic-update-slice',
-  'dynamic-slice',
-  'slice',
-  'concatenate',
-  'pad',
-  'broadcast',
-  'reshape',
-  'bitcast',
-  'gather',
-}
-_COLLECTIVE_OPS = {
-  'all-reduce',
-  'all-gather',
-  'reduce-scatter',
-  'all-to-all',
-  'collective-permute',
-  'all-reduce-start',
-  'all-reduce-done',
-  'all-gather-start',
-  'all-gather-done',
-  'collective-permute-start',
-  'collective-permute-done',
-  'send',
-  'recv',
-  'send-done',
-  'recv-done',
-}
+# The estimate's lists (realformer_jax/aot/categories.py). A collective's device time is also
+# in its '-done' half and in point-to-point transfers.
+_COLLECTIVE_OPS = (
+  aot_categories.COLLECTIVE_OPS
+  | {op.replace('-start', '-done') for op in aot_categories.COLLECTIVE_OPS if op.endswith('-start')}
+  | {'send', 'recv', 'send-done', 'recv-done'}
+)
+# A data-movement fusion may also hold its own opcode and a dynamic slice's scalar index
+# arithmetic (the estimate drops scalar instructions; this parser keeps them).
+_MOVEMENT_ONLY = (
+  aot_categories.MOVEMENT_OPS
+  | aot_categories.BOOKKEEPING_OPS
+  | {'fusion', 'convert', 'select', 'compare'}
+)
 _CONTAINER_OPS = {
   'while',
   'conditional',
@@ -151,22 +135,7 @@ def categorize_hlo(hlo_text: str, score_dims: Optional[Sequence[int]] = None) ->
       category = COLLECTIVE
     elif 'scatter' in ops:
       category = SCATTER
-    elif (
-      ops
-      <= _MOVEMENT_OPS
-      | {
-        'fusion',
-        'parameter',
-        'constant',
-        'tuple',
-        'get-tuple-element',
-        'convert',
-        'select',
-        'compare',
-        'iota',
-      }
-      and ops & _MOVEMENT_OPS
-    ):
+    elif ops <= _MOVEMENT_ONLY and ops & aot_categories.MOVEMENT_OPS:
       category = MOVEMENT
     elif 'dynamic-update-slice' in ops:
       category = MOVEMENT

@@ -27,6 +27,7 @@ Sharding: data parallel over every device by default (xLarge: FSDP); FSDP is
 rematerialise each layer (remat_policy='full'); see the note at the end of get_config.
 """
 
+from configs import parse_arg
 from realformer_jax.train import default_config
 
 # layers, hidden, heads, FFN.
@@ -39,19 +40,8 @@ SIZES = {
 LN_PLACEMENTS = ('post', 'pre', 'realformer')
 
 
-def parse_arg(arg: str, **defaults) -> dict:
-  """'size=large,ln=post' -> {'size': 'large', 'ln': 'post'}; only keys in `defaults`."""
-  values = dict(defaults)
-  for item in filter(None, (arg or '').split(',')):
-    key, sep, value = item.partition('=')
-    if not sep or key not in defaults:
-      raise ValueError(f'config arg {item!r}: expected one of {sorted(defaults)} as key=value')
-    values[key] = value
-  return values
-
-
 def get_config(arg: str = ''):
-  args = parse_arg(arg, size='base', ln='post')
+  args = parse_arg(arg, {'size': 'base', 'ln': 'post'})
   size, ln = args['size'], args['ln']
   if size not in SIZES:
     raise ValueError(f'config arg size={size!r}: must be one of {", ".join(SIZES)}')

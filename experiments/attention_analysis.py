@@ -45,6 +45,7 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats, study
+from experiments.report import LAYOUT_COLORS
 from realformer_jax import MaskedLM, data, train
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
@@ -209,12 +210,10 @@ def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
   for row in rows:
     if 'holm_p_value' not in row:
       row['verdict'] = 'not testable at this scale'
-    elif row['holm_p_value'] < 0.05:
-      row['verdict'] = (
-        'holds' if np.sign(row['difference']['mean']) == row['expected_sign'] else 'does not hold'
-      )
     else:
-      row['verdict'] = 'inconclusive'
+      row['verdict'] = stats.p_verdict(
+        row['difference']['mean'], row['holm_p_value'], row['expected_sign']
+      )
   return rows
 
 
@@ -315,9 +314,6 @@ def write_markdown(
     f.write('\n'.join(lines))
 
 
-COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
-
-
 def write_plots(
   out: str, per_layout: dict, summary: dict, layouts: list[str], length: int
 ) -> list[str]:
@@ -334,16 +330,21 @@ def write_plots(
     positions = np.arange(num_layers) + (i - (len(layouts) - 1) / 2) * width
     parts = ax.violinplot(pooled, positions=positions, widths=width * 0.95, showmedians=True)
     for body in parts['bodies']:
-      body.set_facecolor(COLORS.get(layout, 'gray'))
+      body.set_facecolor(LAYOUT_COLORS.get(layout, 'gray'))
       body.set_alpha(0.45)
     for r in models:  # each seed's mean entropy per layer
       ax.scatter(
-        positions, r['entropy_mean'], color=COLORS.get(layout, 'gray'), s=10, marker='x', zorder=3
+        positions,
+        r['entropy_mean'],
+        color=LAYOUT_COLORS.get(layout, 'gray'),
+        s=10,
+        marker='x',
+        zorder=3,
       )
     ax.plot(
       [],
       [],
-      color=COLORS.get(layout, 'gray'),
+      color=LAYOUT_COLORS.get(layout, 'gray'),
       label=f"{layout}: tokens x heads, {len(models)} seeds pooled (violin); x: each seed's mean",
       linewidth=6,
       alpha=0.5,
@@ -373,7 +374,7 @@ def write_plots(
     half = np.asarray(
       [0 if math.isnan(r['ci95_half_width']) else r['ci95_half_width'] for r in rows]
     )
-    color = COLORS.get(layout, 'gray')
+    color = LAYOUT_COLORS.get(layout, 'gray')
     ax.plot(pairs, mean, marker='o', color=color, label=f'{layout}: mean over seeds')
     # JSD >= 0: the band is clipped to the quantity's range.
     ax.fill_between(

@@ -57,14 +57,13 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats, study
+from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
   'pre': dict(ln_placement='pre'),
   'realformer': dict(ln_placement='realformer'),
 }
-NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
-COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,9 +348,7 @@ def verdict(row: dict, p_value: float) -> str:
   c = row['comparison']
   if c is None or not math.isfinite(p_value):
     return 'inconclusive (too few paired seeds)'
-  if p_value < 0.05:
-    return 'holds' if np.sign(c['mean']) == row['expected_sign'] else 'does not hold'
-  return 'inconclusive'
+  return stats.p_verdict(c['mean'], p_value, row['expected_sign'])
 
 
 def analyse(results: dict, plan: Plan) -> dict:
@@ -406,131 +403,22 @@ def floors_of(results: dict) -> dict:
 # Report.
 
 
-def _ci(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
-  finite = [v for v in values if math.isfinite(v)]
-  per_seed = ', '.join(
-    'diverged' if not math.isfinite(v) else f'{v * scale:.{digits}f}' for v in values
-  )
-  if len(finite) < 2:
-    return per_seed or 'n/a'
-  return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'
+def _percent(fractions: list[float]) -> str:
+  return seed_cell(fractions, scale=100)
+
+
+def _count(flags: list[bool]) -> str:
+  return f'{sum(flags)}/{len(flags)}'
 
 
 def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command: str) -> None:
-  scale, floors = plan.scale, floors_of(results)
-  predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
-  lines = [
-    '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid',
-    '',
-    f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
-    f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
-    f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
-    f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
-    f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
-    f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
-    f'{predictions.get("predictions", math.nan):,.0f} predictions, '
-    f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).',
-    '',
-  ]
-  if floors:
-    lines += [
-      f'Floors (context-free predictors from the train split, on this eval set): most '
-      f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
-      f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
-      f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
-      f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
-      f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
-      'that loss and its [MASK] accuracy above the floor.',
-      '',
-    ]
-  grid = analysis['grid']
-  lines += [
-    '## 1. Learning-rate grid: [MASK] accuracy (%)',
-    '',
-    f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
-    '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
-    'the best rate.',
-    '',
-    '| layout | '
-    + ' | '.join(f'{r:g}' for r in plan.rates)
-    + ' | best rate | largest rate where every seed learned |',
-    '|---' * (len(plan.rates) + 3) + '|',
-  ]
-  for layout, info in grid.items():
-    cells = []
-    for rate in plan.rates:
-      row = info['rates'].get(f'{rate:g}')
-      cells.append(
-        'n/a'
-        if row is None
-        else f'{_ci(row["mask_accuracy"])}; learned {sum(row["learned"])}/{len(row["learned"])}'
-      )
-    best = info['best_rate']
-    trainable = info['largest_trainable_rate']
-    lines.append(
-      f'| {NAMES[layout]} | ' + ' | '.join(cells) + f' | '
-      f'{"n/a" if best is None else f"{best:g}"} | '
-      f'{"n/a" if trainable is None else f"{trainable:g}"} |'
-    )
-  star = analysis['r_star']
-  if star is None:
+  """results.md: the setup and floors, then one section per step of the plan."""
+  floors = floors_of(results)
+  lines = _setup(results, plan.scale, command) + _floors(floors) + _grid_section(analysis, plan)
+  if analysis['r_star'] is None:
     lines += ['', "r* (Post-LN's best rate) is not known yet: the grid is unfinished.", '']
   else:
-    lines += [
-      '',
-      f"r* = Post-LN's best grid rate = {star:g}; 2 r* = {2 * star:g}.",
-      '',
-      f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}',
-      '',
-      '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
-      'learned | kept / random accuracy (%) |',
-      '|---|---|---|---|---|---|---|',
-    ]
-    for rate, table in analysis['at_rates'].items():
-      for layout, row in table.items():
-        lines.append(_confirm_line(rate, NAMES[layout], row))
-    for layout, row in analysis['half'].items():
-      lines.append(
-        _confirm_line(f'{star:g}, half schedule ({scale.steps // 2} steps)', NAMES[layout], row)
-      )
-    if floors:
-      lines.append(
-        f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
-        f'{100 * floors["mlm_accuracy"]:.2f} | | | |'
-      )
-      lines.append(
-        f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
-        f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
-        f'| | 100 / 0 |'
-      )
-    lines += [
-      '',
-      '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
-      '',
-      'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
-      'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
-      'Holm-adjusted as one family.',
-      '',
-      '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
-      '(a / b) | verdict |',
-      '|---|---|---|---|---|---|---|---|---|',
-    ]
-    for row in analysis['comparisons']:
-      c = row['comparison']
-      diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
-      p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
-      holm = (
-        '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
-      )
-      learned = (
-        f'{sum(row["learned"]["a"])}/{len(row["learned"]["a"])} / '
-        f'{sum(row["learned"]["b"])}/{len(row["learned"]["b"])}'
-      )
-      lines.append(
-        f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
-        f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
-        f'{row["verdict"]} |'
-      )
+    lines += _confirm_section(analysis, plan, floors) + _comparisons_section(analysis)
   lines += [
     '',
     '![[MASK] accuracy over the learning-rate grid](lr_grid.png)',
@@ -544,6 +432,132 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     f.write('\n'.join(lines))
 
 
+def _setup(results: dict, scale: study.Scale, command: str) -> list[str]:
+  predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
+  return [
+    '# Post-LN vs Pre-LN vs RealFormer at depth, over a learning-rate grid',
+    '',
+    f'Regenerate: `{command}` (split over processes with `--runs`, see the script). '
+    f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
+    f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
+    f'{scale.steps} AdamW steps (10% warmup, linear decay to 0), dropout {scale.dropout}, a '
+    f'{scale.vocab}-piece tokenizer on the embedded corpus; scored on the first '
+    f'{scale.eval_batches} held-out batches (the same masked tokens for every run: '
+    f'{predictions.get("predictions", math.nan):,.0f} predictions, '
+    f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).',
+    '',
+  ]
+
+
+def _floors(floors: dict) -> list[str]:
+  if not floors:
+    return []
+  return [
+    f'Floors (context-free predictors from the train split, on this eval set): most '
+    f'frequent token {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+    f'{100 * floors["mlm_accuracy"]:.2f}% of all predictions; copy-aware (copy the visible '
+    f'token, else the most frequent) {100 * floors["mask_accuracy"]:.2f}% at [MASK] and '
+    f'{100 * floors["copy_accuracy"]:.2f}% of all predictions; copy-aware unigram loss '
+    f'{floors["copy_unigram_loss"]:.3f} nats. A run learned when its eval loss is below '
+    'that loss and its [MASK] accuracy above the floor.',
+    '',
+  ]
+
+
+def _grid_section(analysis: dict, plan: Plan) -> list[str]:
+  """Step 1: every layout at every grid rate, its best rate and its largest trainable one."""
+  lines = [
+    '## 1. Learning-rate grid: [MASK] accuracy (%)',
+    '',
+    f'Seeds {list(plan.grid_seeds)}: mean ± 95% Student-t half-width (per-seed values); '
+    '"learned" counts seeds that learned. A diverged run scores 0 for the choice of '
+    'the best rate.',
+    '',
+    '| layout | '
+    + ' | '.join(f'{r:g}' for r in plan.rates)
+    + ' | best rate | largest rate where every seed learned |',
+    '|---' * (len(plan.rates) + 3) + '|',
+  ]
+  for layout, info in analysis['grid'].items():
+    cells = []
+    for rate in plan.rates:
+      row = info['rates'].get(f'{rate:g}')
+      cells.append(
+        'n/a'
+        if row is None
+        else f'{_percent(row["mask_accuracy"])}; learned {_count(row["learned"])}'
+      )
+    cells += [_rate(info['best_rate']), _rate(info['largest_trainable_rate'])]
+    lines.append(f'| {LAYOUT_NAMES[layout]} | ' + ' | '.join(cells) + ' |')
+  return lines
+
+
+def _confirm_section(analysis: dict, plan: Plan, floors: dict) -> list[str]:
+  """Steps 2 and 3: every layout at r* and 2 r*, RealFormer's half schedule, the floors."""
+  star = analysis['r_star']
+  lines = [
+    '',
+    f"r* = Post-LN's best grid rate = {star:g}; 2 r* = {2 * star:g}.",
+    '',
+    f'## 2. At r* and 2 r*, seeds {list(plan.confirm_seeds)}',
+    '',
+    '| rate | layout | [MASK] accuracy (%) | all predictions (%) | eval loss | '
+    'learned | kept / random accuracy (%) |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for rate, table in analysis['at_rates'].items():
+    for layout, row in table.items():
+      lines.append(_confirm_line(rate, LAYOUT_NAMES[layout], row))
+  half = f'{star:g}, half schedule ({plan.scale.steps // 2} steps)'
+  for layout, row in analysis['half'].items():
+    lines.append(_confirm_line(half, LAYOUT_NAMES[layout], row))
+  if floors:
+    lines.append(
+      f'| floors | most frequent | {100 * floors["mask_accuracy"]:.2f} | '
+      f'{100 * floors["mlm_accuracy"]:.2f} | | | |'
+    )
+    lines.append(
+      f'| floors | copy-aware | {100 * floors["mask_accuracy"]:.2f} | '
+      f'{100 * floors["copy_accuracy"]:.2f} | {floors["copy_unigram_loss"]:.3f} '
+      f'| | 100 / 0 |'
+    )
+  return lines
+
+
+def _comparisons_section(analysis: dict) -> list[str]:
+  """The declared comparisons with their intervals, p-values and verdicts."""
+  lines = [
+    '',
+    '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
+    '',
+    'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out '
+    'sequences). P: primary, declared before the runs, uncorrected; S: secondary, '
+    'Holm-adjusted as one family.',
+    '',
+    '| | comparison | paper expects | difference | p | Holm p | seeds | learned '
+    '(a / b) | verdict |',
+    '|---|---|---|---|---|---|---|---|---|',
+  ]
+  for row in analysis['comparisons']:
+    c = row['comparison']
+    diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
+    holm = (
+      '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
+    )
+    learned = f'{_count(row["learned"]["a"])} / {_count(row["learned"]["b"])}'
+    lines.append(
+      f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
+      f' | {diff} | {p} | {holm} | {len(row.get("seeds", []))} | {learned} | '
+      f'{row["verdict"]} |'
+    )
+  return lines
+
+
+def _rate(rate: Optional[float]) -> str:
+  return 'n/a' if rate is None else f'{rate:g}'
+
+
 def _confirm_line(rate, name: str, row: dict) -> str:
   kept = [v for v in row['kept_accuracy'] if math.isfinite(v)]
   random = [v for v in row['random_accuracy'] if math.isfinite(v)]
@@ -551,8 +565,8 @@ def _confirm_line(rate, name: str, row: dict) -> str:
     f'{100 * np.mean(kept):.1f} / {100 * np.mean(random):.1f}' if kept and random else 'n/a'
   )
   return (
-    f'| {rate} | {name} | {_ci(row["mask_accuracy"])} | {_ci(row["mlm_accuracy"])} | '
-    f'{_ci(row["loss"], 1.0, 3)} | {sum(row["learned"])}/{len(row["learned"])} | '
+    f'| {rate} | {name} | {_percent(row["mask_accuracy"])} | {_percent(row["mlm_accuracy"])} | '
+    f'{seed_cell(row["loss"], 3)} | {_count(row["learned"])} | '
     f'{kept_random} |'
   )
 
@@ -573,7 +587,11 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       for rate, values in zip(rates, per_seed):
         finite = [v for v in values if math.isfinite(v)]
         ax.scatter(
-          [rate * offsets[layout]] * len(finite), finite, color=COLORS[layout], s=18, alpha=0.7
+          [rate * offsets[layout]] * len(finite),
+          finite,
+          color=LAYOUT_COLORS[layout],
+          s=18,
+          alpha=0.7,
         )
       means = [
         np.mean([v for v in values if math.isfinite(v)])
@@ -581,7 +599,9 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
         else np.nan
         for values in per_seed
       ]
-      ax.plot(rates, means, color=COLORS[layout], label=f'{NAMES[layout]}: mean of seeds')
+      ax.plot(
+        rates, means, color=LAYOUT_COLORS[layout], label=f'{LAYOUT_NAMES[layout]}: mean of seeds'
+      )
   ax_acc.scatter([], [], color='gray', s=18, label='one seed (points)')
   study.draw_floors(ax_acc, floors, 'mask_accuracy')
   study.draw_floors(ax_loss, floors, 'loss')
@@ -614,7 +634,10 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       ]
       for curve in curves:
         ax.plot(
-          *zip(*[(s, 100 * v) for s, v in curve]), color=COLORS[layout], alpha=0.3, linewidth=0.8
+          *zip(*[(s, 100 * v) for s, v in curve]),
+          color=LAYOUT_COLORS[layout],
+          alpha=0.3,
+          linewidth=0.8,
         )
       full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
       if full:
@@ -622,9 +645,9 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
         ax.plot(
           steps,
           100 * np.mean([[v for _, v in c] for c in full], 0),
-          color=COLORS[layout],
+          color=LAYOUT_COLORS[layout],
           linewidth=2.2,
-          label=f'{NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
+          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
         )
     study.draw_floors(ax, floors, 'mask_accuracy')
     ax.set_ylim(bottom=0)

@@ -44,11 +44,12 @@ import numpy as np
 from configs.finetune import bible_sections
 from experiments import runs as runs_lib
 from experiments import stats, study
+from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 from realformer_jax import finetune, train
 
 STARTS = ('realformer', 'post', 'scratch')
-NAMES = {'realformer': 'RealFormer', 'post': 'Post-LN', 'scratch': 'Post-LN from scratch'}
-COLORS = {'realformer': 'tab:red', 'post': 'tab:blue', 'scratch': 'tab:gray'}
+NAMES = {**LAYOUT_NAMES, 'scratch': 'Post-LN from scratch'}
+COLORS = {**LAYOUT_COLORS, 'scratch': 'tab:gray'}
 
 
 def _layouts_plan(layouts_results: str) -> tuple[float | None, dict]:
@@ -203,13 +204,11 @@ def summarize(results: dict, seeds, args, rate: float) -> dict:
       for s in paired
       if x != 'scratch'
     ]
-    verdict = stats.interval_verdict(
-      stats.Summary(row['accuracy']['mean'], row['accuracy']['ci95_half_width'], len(paired), ())
+    accuracy = stats.Summary(
+      row['accuracy']['mean'], row['accuracy']['ci95_half_width'], len(paired), ()
     )
     row['verdict'] = (
-      'not testable at this scale'
-      if not all(learned)
-      else {'higher': 'holds', 'lower': 'does not hold', 'inconclusive': 'inconclusive'}[verdict]
+      stats.interval_verdict(accuracy, sign) if all(learned) else 'not testable at this scale'
     )
     summary['differences'][f'{a} - {b}'] = row
   return summary
@@ -249,10 +248,9 @@ def write_report(summary: dict, results: dict, out: str, command: str) -> None:
     mask = ', '.join(
       '-' if v is None else f'{100 * v:.2f}' for v in row['pretraining_mask_accuracy']
     )
-    per_seed = ', '.join(f'{100 * v:.2f}' for v in row['accuracy']['values'])
     steps = ', '.join(f'{b}/{l}' for b, l in zip(row['best_step'], row['last_step']))
     lines.append(
-      f'| {NAMES[start]} | {mask} | {ci(row["accuracy"])} ({per_seed}) | '
+      f'| {NAMES[start]} | {mask} | {seed_cell(row["accuracy"]["values"], scale=100)} | '
       f'{ci(row["matthews_corrcoef"])} | {ci(row["validation_accuracy"])} | '
       f'{steps} |'
     )

@@ -40,6 +40,7 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from experiments import stats, study
+from experiments.report import seed_cell
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),
@@ -292,7 +293,7 @@ def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
   tested = [r for r in comparisons if 'comparison' in r]
   for row, p in zip(tested, stats.holm([r['comparison']['p_value'] for r in tested])):
     row['holm_p_value'] = p
-    row['verdict'] = _verdict(row, p)
+    row['verdict'] = stats.p_verdict(row['comparison']['mean'], p, row['expected_sign'])
   diverged = sorted(
     name for name, run in results.items() if run.get('diverged_at_step') is not None
   )
@@ -304,24 +305,6 @@ def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
     'sizes': sizes,
     'diverged': diverged,
   }
-
-
-def _verdict(row: dict, holm_p: float) -> str:
-  """Holm-adjusted p < 0.05: 'holds' / 'does not hold' against the expected sign (or
-  'higher' / 'lower' where there is none); else 'inconclusive'."""
-  if holm_p >= 0.05:
-    return 'inconclusive'
-  direction = 1 if row['comparison']['mean'] > 0 else -1
-  if row['expected_sign'] == 0:
-    return 'higher' if direction > 0 else 'lower'
-  return 'holds' if direction == row['expected_sign'] else 'does not hold'
-
-
-def _cell(values: list[float], digits: int = 2) -> str:
-  per_seed = ', '.join(f'{100 * v:.{digits}f}' for v in values)
-  if len(values) < 2:
-    return per_seed or 'n/a'
-  return f'{stats.format_ci(stats.mean_ci(values), digits, 100)} ({per_seed})'
 
 
 def write_markdown(
@@ -365,7 +348,8 @@ def write_markdown(
   ]
   for n in lengths:
     cells = [
-      _cell(table[v][str(n)]['mask_accuracy']) if table[v][str(n)] else 'n/a' for v in VARIANTS
+      seed_cell(table[v][str(n)]['mask_accuracy'], scale=100) if table[v][str(n)] else 'n/a'
+      for v in VARIANTS
     ]
     floor = floors.get(str(n), {}).get('mask_accuracy', math.nan)
     lines.append(f'| {n} | ' + ' | '.join(cells) + f' | {100 * floor:.2f} |')
@@ -381,7 +365,8 @@ def write_markdown(
   ]
   for n in lengths:
     cells = [
-      _cell(table[v][str(n)]['mlm_accuracy']) if table[v][str(n)] else 'n/a' for v in VARIANTS
+      seed_cell(table[v][str(n)]['mlm_accuracy'], scale=100) if table[v][str(n)] else 'n/a'
+      for v in VARIANTS
     ]
     f = floors.get(str(n), {})
     su = [f'{SU[v][n]:.2f}' if n in SU[v] else '' for v in SU]

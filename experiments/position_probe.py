@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import runs as runs_lib
-from experiments import stats, study
+from experiments import study
+from experiments.report import seed_cell
 from realformer_jax import train
 
 SCALES = {
@@ -171,13 +172,6 @@ def summarise(results: dict) -> dict:
   return {'variants': rows, 'floors': floors}
 
 
-def _cell(values: list[float], digits: int = 2) -> str:
-  per_seed = ', '.join(f'{v:.{digits}f}' for v in values)
-  if len(values) < 2:
-    return per_seed
-  return f'{stats.format_ci(stats.mean_ci(values), digits)} ({per_seed})'
-
-
 def write_markdown(path: str, summary: dict, scale: study.Scale, command: str) -> None:
   floors = summary['floors']
   lines = [
@@ -208,8 +202,8 @@ def write_markdown(path: str, summary: dict, scale: study.Scale, command: str) -
       ' / '.join(f'{v:.2f}' for v in seed) if seed else 'no table' for seed in row['table_cosine']
     )
     lines.append(
-      f'| {name} | {row["steps"]} | {row["learning_rate"]:g} | {_cell(row["mask_accuracy"])} '
-      f'| {_cell(row["mlm_accuracy"])} | {_cell(row["loss"], 3)} | '
+      f'| {name} | {row["steps"]} | {row["learning_rate"]:g} | {seed_cell(row["mask_accuracy"])} '
+      f'| {seed_cell(row["mlm_accuracy"])} | {seed_cell(row["loss"], 3)} | '
       f'{", ".join("yes" if v else "no" for v in row["learned"])} | {neighbours} | {cosine} |'
     )
   lines += [

@@ -6,6 +6,7 @@
     welch_diff_ci(a, b)                              # unpaired difference (Welch)
     paired_ratio_comparison(correct_a, correct_b, count)   # seeds + eval-set bootstrap
     holm([p1, p2, p3])                               # Holm-adjusted p-values
+    p_verdict(mean, p, expected_sign=+1)             # 'holds' / 'does not hold' / 'inconclusive'
 
 No SciPy: the t quantile comes from the regularised incomplete beta function (continued
 fraction, Numerical Recipes 6.4) and bisection; tests check it against tabulated values.
@@ -153,15 +154,27 @@ def format_ci(summary: Summary, digits: int = 2, scale: float = 1.0) -> str:
   return f'{summary.mean * scale:.{digits}f} ± {summary.half_width * scale:.{digits}f}'
 
 
-def interval_verdict(diff: Summary) -> str:
-  """'higher' / 'lower' when the interval of a difference excludes 0, else 'inconclusive'."""
-  if math.isnan(diff.half_width):
+def verdict(mean: float, significant: bool, expected_sign: int = 0) -> str:
+  """The verdict of a difference a - b: 'inconclusive' unless `significant`; else 'holds' /
+  'does not hold' as its sign is `expected_sign` (+1 / -1) or not, or 'higher' / 'lower'
+  where no sign is expected (0)."""
+  if not significant:
     return 'inconclusive'
-  if diff.low > 0:
-    return 'higher'
-  if diff.high < 0:
-    return 'lower'
-  return 'inconclusive'
+  direction = 1 if mean > 0 else -1
+  if expected_sign == 0:
+    return 'higher' if direction > 0 else 'lower'
+  return 'holds' if direction == expected_sign else 'does not hold'
+
+
+def p_verdict(mean: float, p_value: float, expected_sign: int = 0, alpha: float = 0.05) -> str:
+  """`verdict`, significant when p < alpha (Holm-adjusted p where the test is in a family)."""
+  return verdict(mean, p_value < alpha, expected_sign)
+
+
+def interval_verdict(diff: Summary, expected_sign: int = 0) -> str:
+  """`verdict`, significant when the interval of the difference excludes 0 (never for one
+  value: its half-width is nan)."""
+  return verdict(diff.mean, diff.low > 0 or diff.high < 0, expected_sign)
 
 
 def t_p_value(estimate: float, standard_error: float, df: float) -> float:

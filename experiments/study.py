@@ -31,6 +31,8 @@ import numpy as np
 
 from experiments import runs as runs_lib
 from realformer_jax import MaskedLM, data, train
+from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import mlm_metrics
 
@@ -128,8 +130,8 @@ def train_run(
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
     try:
       final = train.train_and_evaluate(config, workdir, on_log=on_log)
-    except train.TrainingError as error:
-      diverged_at = int(str(error).split(' at step ')[1].split(';')[0])
+    except train.DivergenceError as error:
+      diverged_at = error.step
   if final is not None and final.get('preempted'):
     # The loop saved a checkpoint on SIGTERM: stop the whole grid (this run is not finished,
     # so it must not get a result file); the same command resumes it.
@@ -355,7 +357,10 @@ def draw_floors(
 # ------------------------------------------------------------------------------------------
 # Batches for diagnostics that drive the model directly (grad_norms, init_grad_sweep).
 
-MASK_ID, NUM_SPECIAL = 4, 5  # the data pipeline's [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4
+# The special ids of the tokenizers the data pipeline trains (data/tokenizer.py); ids from
+# NUM_SPECIAL up are ordinary tokens.
+CLS_ID, SEP_ID, MASK_ID = (tokenizer_lib.TRAINED_SPECIALS.index(p) for p in (CLS, SEP, MASK))
+NUM_SPECIAL = len(tokenizer_lib.TRAINED_SPECIALS)
 
 
 def model_inputs(batch: Mapping[str, Any]) -> tuple:
@@ -375,7 +380,7 @@ def synthetic_batches(
   zipf /= zipf.sum()
   while True:
     ids = np.zeros((batch, seq_len), np.int32)
-    ids[:, 0], ids[:, -1] = 2, 3
+    ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
     tokens = NUM_SPECIAL + rng.choice(vocab - NUM_SPECIAL, size=(batch, seq_len), p=zipf)
     for i in range(2, seq_len - 1):
       follow = rng.random(batch) < 0.7

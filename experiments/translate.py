@@ -40,6 +40,7 @@ from ml_collections import config_flags
 
 from experiments import runs as runs_lib
 from experiments import stats
+from experiments.report import seed_cell
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import config as seq2seq_config
@@ -232,13 +233,6 @@ def speed_all_seeds(study, workdirs: str) -> dict:
 # Tables and plot.
 
 
-def _cell(values, digits=2) -> str:
-  if not values:
-    return 'n/a'
-  seeds = ', '.join(f'{v:.{digits}f}' for v in values)
-  return f'{stats.format_ci(stats.mean_ci(values), digits)} ({seeds})'
-
-
 def analyse(study, results: dict, speed: dict) -> dict:
   seeds, (base, other) = study.experiment.seeds, study.experiment.decoders[:2]
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
@@ -320,7 +314,7 @@ def results_markdown(study, config_arg: str, results: dict, summary: dict) -> st
       }
     )
     lines.append(
-      f'| {search} | {_cell(value(base, key))} | {_cell(value(other, key))} | '
+      f'| {search} | {seed_cell(value(base, key))} | {seed_cell(value(other, key))} | '
       f'{stats.format_ci(diff, 2)} | {s["verdict"]} |'
     )
   lines += [

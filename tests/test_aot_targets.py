@@ -6,8 +6,7 @@ import pytest
 from realformer_jax.aot import targets, train_step
 from realformer_jax.config import ConfigError
 from realformer_jax.train.spec import TrainConfig
-
-GiB = 2**30
+from realformer_jax.units import GiB
 
 
 @pytest.mark.parametrize(

@@ -175,3 +175,22 @@ def test_bert_config_rejects_bad_args(arg, message):
 
   with pytest.raises(ValueError, match=re.escape(message)):
     bert.get_config(arg)
+
+
+def test_finetune_configs_read_their_argument_and_take_tiny_py_model():
+  # pylint: disable=import-outside-toplevel
+  from configs import tiny
+  from configs.finetune import glue, squad
+
+  pretraining = tiny.get_config()
+  config = glue.get_config('rte')  # no init: configs/tiny.py's model, randomly initialised
+  assert config.data.dataset == 'glue/rte' and not config.finetune.init
+  for field in ('num_layers', 'hidden_size', 'ln_placement', 'position_embedding'):
+    assert config.model[field] == pretraining.model[field], field
+  assert config.model.vocab_size == config.data.vocab_size == pretraining.data.vocab_size
+  assert config.model.dropout_rate is None  # fine-tuning's own field: not taken from tiny.py
+  config = squad.get_config('version=v2.0,init=/ckpt')
+  assert config.data.dataset == 'squad/v2.0' and config.finetune.init == '/ckpt'
+  assert config.model.num_layers is None  # from the checkpoint
+  with pytest.raises(ValueError, match=re.escape("config arg 'depth=3'")):
+    glue.get_config('mrpc,depth=3')

@@ -16,6 +16,7 @@ from data_fixtures import (
 
 from realformer_jax import data
 from realformer_jax.data import preparation, sources
+from realformer_jax.data import tokenizer as tokenizer_lib
 
 BATCH = 8
 CONTRACT = {
@@ -45,6 +46,8 @@ def _check_batch(batch, tokenizer, batch_size):
 def test_tokenizer_special_ids_and_round_trip(bible_tokenizer):
   tok = bible_tokenizer
   assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+  # The table batches built without a tokenizer use (experiments/study.py).
+  assert [tok.id_to_piece(i) for i in range(5)] == list(tokenizer_lib.TRAINED_SPECIALS)
   assert tok.vocab_size == 8000
   text = 'In the beginning God created the heavens and the earth.'
   assert tok.decode(tok.encode(text)) == text

@@ -12,6 +12,7 @@ import pytest
 from data_fixtures import bible_config
 
 from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe, study
+from realformer_jax import train
 
 
 @pytest.fixture(scope='module')
@@ -170,3 +171,17 @@ def test_learned_is_the_copy_aware_unigram_loss_and_the_mask_floor():
   assert not study.learned(run(5.30, 0.20))  # above the context-free loss
   assert not study.learned(run(5.20, 0.073))  # no better than the most frequent token at [MASK]
   assert not study.learned({'final': None, 'floors': floors, 'diverged_at_step': 12})
+
+
+def test_a_diverged_run_is_a_result_with_its_step(tmp_path, monkeypatch):
+  """study.train_run records where training diverged from the error's `step` (not its wording;
+  the loop's side: test_train_loop's non-finite test), and the run did not learn."""
+
+  def diverge(config, workdir, on_log):
+    raise train.DivergenceError('the message may say anything', 3)
+
+  monkeypatch.setattr(train, 'train_and_evaluate', diverge)
+  config = study.mlm_config(compare_layouts.PLANS['toy'].scale, seed=0)
+  result = study.train_run(config, str(tmp_path), lambda fraction, message: None)
+  assert result['diverged_at_step'] == 3
+  assert 'final' not in result and not result['learned']

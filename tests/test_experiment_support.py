@@ -1,6 +1,7 @@
 """experiments/stats.py against tabulated t quantiles, hand computations and formulas (Holm,
-the seed + eval-set interval); experiments/runs.py resumes a grid without re-running finished
-runs, prints ETAs, and follows a plan that grows with its results."""
+the seed + eval-set interval, the verdict rule); experiments/report.py's table cell;
+experiments/runs.py resumes a grid without re-running finished runs, prints ETAs, and follows
+a plan that grows with its results."""
 
 import io
 import json
@@ -9,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import runs, stats
+from experiments import report, runs, stats
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,37 @@ def test_paired_and_welch_differences():
   assert stats.interval_verdict(welch) == 'inconclusive'  # seed-to-seed spread dominates
   with pytest.raises(ValueError, match='pair them'):
     stats.paired_diff_ci([1.0], [1.0, 2.0])
+  assert stats.interval_verdict(paired, expected_sign=-1) == 'does not hold'
+  assert stats.interval_verdict(stats.mean_ci([1.0])) == 'inconclusive'  # no interval
+
+
+@pytest.mark.parametrize(
+  'mean, p, sign, expected',
+  [
+    (0.3, 0.01, +1, 'holds'),
+    (-0.3, 0.01, +1, 'does not hold'),
+    (-0.3, 0.01, -1, 'holds'),
+    (0.3, 0.05, +1, 'inconclusive'),  # p < 0.05 is significant, p = 0.05 is not
+    (0.3, 0.01, 0, 'higher'),
+    (-0.3, 0.01, 0, 'lower'),
+  ],
+)
+def test_the_verdict_rule(mean, p, sign, expected):
+  assert stats.p_verdict(mean, p, sign) == expected
+
+
+def test_seed_cell():
+  assert report.seed_cell([0.6121, 0.6190, 0.6082], scale=100) == (
+    '61.31 ± 1.36 (61.21, 61.90, 60.82)'
+  )
+  assert report.seed_cell([4.1234, 4.2], 3) == '4.162 ± 0.487 (4.123, 4.200)'  # t_1 = 12.706
+  # The interval is over the finite values; a diverged seed is named, not dropped.
+  assert (
+    report.seed_cell([0.5, math.nan, 0.7], scale=100) == '60.00 ± 127.06 (50.00, diverged, 70.00)'
+  )
+  assert report.seed_cell([0.5, math.inf], scale=100) == '50.00, diverged'
+  assert report.seed_cell([1.5]) == '1.50'
+  assert report.seed_cell([]) == 'n/a'
 
 
 def test_grid_skips_finished_runs_and_reports_eta(tmp_path):

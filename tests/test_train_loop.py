@@ -119,13 +119,15 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   good = _saved_params(workdir, 2)
   # Resumed with an absurd learning rate: step 3's update explodes, step 4's loss is not finite.
   with pytest.raises(
-    train.TrainingError,
+    train.DivergenceError,
     match=r'^non-finite loss nan at step 4; stopped without saving '
     r'\(last good checkpoint: step 2\)$',
-  ):
+  ) as raised:
     train.train_and_evaluate(
       tiny_config(train__learning_rate=1e30, train__checkpoint_every_steps=2), workdir
     )
+  assert raised.value.step == 4  # as data: a study records it (experiments/study.py)
+  assert isinstance(raised.value, train.TrainingError)  # the CLIs' one-line error
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
 

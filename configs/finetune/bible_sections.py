@@ -8,12 +8,13 @@ pretraining workdir (its sizes, LN placement and residual attention; README: the
 under ~75 tokens): 64-token sequences; 3 epochs of ~770 steps at batch 32.
 """
 
+from configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 
 
 def get_config(arg: str = ''):
   config = finetune_config.default_config()
-  finetune_config.apply_config_args(config, arg)
+  start_from_arg(config, arg)
   config.data.dataset = 'bible_sections'
   config.data.max_len = 64
   config.model.dropout_rate = 0.1

@@ -11,6 +11,7 @@ randomly initialised. Metrics: accuracy, F1 (MRPC, QQP), Matthews correlation (C
 Pearson / Spearman (STS-B); the best checkpoint by the task's GLUE metric.
 """
 
+from configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 
 TASKS = ('cola', 'sst2', 'mrpc', 'qqp', 'stsb', 'mnli', 'qnli', 'rte', 'wnli')
@@ -18,7 +19,7 @@ TASKS = ('cola', 'sst2', 'mrpc', 'qqp', 'stsb', 'mnli', 'qnli', 'rte', 'wnli')
 
 def get_config(arg: str = 'mrpc'):
   config = finetune_config.default_config()
-  task = finetune_config.apply_config_args(config, arg, positional='task').get('task', 'mrpc')
+  task = start_from_arg(config, arg, positional='task', task='mrpc')['task']
   if task not in TASKS:
     raise ValueError(f'glue task {task!r}: one of {", ".join(TASKS)}')
   config.data.dataset = f'glue/{task}'

@@ -10,6 +10,7 @@ BERT) or `,init=DIR` (a pretraining workdir); without it configs/tiny.py's model
 initialised. Metrics: the official exact match and F1 (best checkpoint by F1).
 """
 
+from configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 
 VERSIONS = ('v1.1', 'v2.0')
@@ -17,9 +18,7 @@ VERSIONS = ('v1.1', 'v2.0')
 
 def get_config(arg: str = 'v1.1'):
   config = finetune_config.default_config()
-  version = finetune_config.apply_config_args(config, arg, positional='version').get(
-    'version', 'v1.1'
-  )
+  version = start_from_arg(config, arg, positional='version', version='v1.1')['version']
   if version not in VERSIONS:
     raise ValueError(f'squad version {version!r}: one of {", ".join(VERSIONS)}')
   config.data.dataset = f'squad/{version}'

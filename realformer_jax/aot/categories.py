@@ -1,5 +1,7 @@
 """What a kernel of a compiled train step is for, from its HLO alone: the categories of the
-estimate's tables (roofline.py) and of the benchmark's top-kernel lists.
+estimate's tables (roofline.py) and of the benchmark's top-kernel lists. The opcode lists here
+(MOVEMENT_OPS, BOOKKEEPING_OPS, COLLECTIVE_OPS) are also the measured trace breakdown's
+(benchmarks/trace_breakdown.py), so estimate and measurement sort ops alike.
 
 Rules, first match wins:
 
@@ -35,6 +37,7 @@ SCORES = 'score-sized element-wise'
 COPIES = 'copies & layout'
 ELEMENTWISE = 'other element-wise'
 
+# Ops that only move, reorder or reinterpret data.
 MOVEMENT_OPS = frozenset(
   {
     'copy',
@@ -50,12 +53,26 @@ MOVEMENT_OPS = frozenset(
     'reshape',
     'bitcast',
     'reverse',
-    'parameter',
-    'constant',
-    'tuple',
-    'get-tuple-element',
-    'iota',
     'gather',
+  }
+)
+# Ops that compute nothing: a kernel of these and MOVEMENT_OPS only moves data.
+BOOKKEEPING_OPS = frozenset({'parameter', 'constant', 'tuple', 'get-tuple-element', 'iota'})
+# Ops that start a collective (an async one's '-done' half only waits for it).
+COLLECTIVE_OPS = frozenset(
+  {
+    'all-reduce',
+    'all-reduce-start',
+    'all-gather',
+    'all-gather-start',
+    'reduce-scatter',
+    'reduce-scatter-start',
+    'all-to-all',
+    'all-to-all-start',
+    'collective-permute',
+    'collective-permute-start',
+    'collective-broadcast',
+    'ragged-all-to-all',
   }
 )
 ATTENTION_CALLS = ('__cudnn$fmha', '__gpu$xla.gpu.triton', 'tpu_custom_call')
@@ -88,7 +105,7 @@ def categorize(facts: KernelFacts, score_dims: Optional[tuple[int, int]] = None)
     return DROPOUT_BITS
   if any('/optax/' in f or f.endswith('train/state.py') for f in facts.source_files):
     return OPTIMIZER
-  if facts.opcodes and facts.opcodes <= MOVEMENT_OPS:
+  if facts.opcodes and facts.opcodes <= MOVEMENT_OPS | BOOKKEEPING_OPS:
     return COPIES
   if touches(facts.arrays, score_dims):
     return SCORES

@@ -21,8 +21,8 @@ import ml_collections
 from realformer_jax.analysis import flops as flops_lib
 from realformer_jax.aot import roofline, targets, train_step
 from realformer_jax.config import ConfigError
+from realformer_jax.units import GiB
 
-GiB = 2**30
 ESTIMATE_MODEL = (
   'a kernel roofline over the optimized program, realformer_jax/aot/'
   'roofline.py: per kernel max(bytes / HBM rate, FLOPs / matmul rate, '

@@ -19,25 +19,29 @@ CustomCallFlops = Callable[[Instruction], Optional[float]]
 # Custom calls that only move or reinterpret data: costed by their bytes, no warning.
 MOVEMENT_CALLS = frozenset({'ConcatBitcast', 'SliceToDynamic', 'PadToStatic'})
 # Instructions that only move or reinterpret data inside a fusion: no arithmetic.
-NO_ARITHMETIC = categories.MOVEMENT_OPS | frozenset(
-  {
-    'dot',
-    'convolution',
-    'fusion',
-    'call',
-    'custom-call',
-    'scatter',
-    'bitcast-convert',
-    'rng-bit-generator',
-    'rng-get-and-update-state',
-    'sort',
-    'while',
-    'conditional',
-    'partition-id',
-    'replica-id',
-    'after-all',
-    'opt-barrier',
-  }
+NO_ARITHMETIC = (
+  categories.MOVEMENT_OPS
+  | categories.BOOKKEEPING_OPS
+  | frozenset(
+    {
+      'dot',
+      'convolution',
+      'fusion',
+      'call',
+      'custom-call',
+      'scatter',
+      'bitcast-convert',
+      'rng-bit-generator',
+      'rng-get-and-update-state',
+      'sort',
+      'while',
+      'conditional',
+      'partition-id',
+      'replica-id',
+      'after-all',
+      'opt-barrier',
+    }
+  )
 )
 TRANSCENDENTAL_OPS = frozenset(
   {
@@ -66,22 +70,6 @@ HOST_CALLBACK = re.compile(r'callback|host|xla_python', re.I)
 THREEFRY_OPS_PER_OUTPUT = 65
 # An atomic scatter is flagged when it writes more than this many rows per table row.
 SCATTER_CONTENTION_ROWS = 64
-COLLECTIVE_OPS = frozenset(
-  {
-    'all-reduce',
-    'all-reduce-start',
-    'all-gather',
-    'all-gather-start',
-    'reduce-scatter',
-    'reduce-scatter-start',
-    'all-to-all',
-    'all-to-all-start',
-    'collective-permute',
-    'collective-permute-start',
-    'collective-broadcast',
-    'ragged-all-to-all',
-  }
-)
 
 
 @dataclasses.dataclass
@@ -118,7 +106,7 @@ class Analyzer:
 
   def work(self, ins: Instruction, computation: Computation) -> Work:
     """What one execution of the kernel `ins` (in `computation`) does."""
-    if ins.opcode in COLLECTIVE_OPS:
+    if ins.opcode in categories.COLLECTIVE_OPS:
       return self.collective(ins, computation)
     if ins.opcode == 'fusion':
       return self.fusion(ins, computation)

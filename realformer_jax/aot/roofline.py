@@ -368,7 +368,7 @@ class _Walker:
     work = self.analyzer.work(ins, computation)
     if ins.opcode in HOST_OPS:
       work.warning = f'{ins.name}: host transfer ({ins.opcode}), not costed by the roofline'
-    collective = ins.opcode in kernel_work.COLLECTIVE_OPS
+    collective = ins.opcode in categories.COLLECTIVE_OPS
     facts = categories.KernelFacts(
       opcodes=frozenset(work.opcodes),
       custom_call_target=ins.custom_call_target,

@@ -28,6 +28,7 @@ import re
 from typing import Mapping, Optional
 
 from realformer_jax.config import ConfigError
+from realformer_jax.units import GiB
 
 GB = 10**9
 TERA = 10**12
@@ -153,7 +154,7 @@ def _h100() -> Chip:
 
 def _a100(memory_gb: int) -> Chip:
   sms, clock = 108, 1.41
-  memory = memory_gb * 1024**3  # 40960 / 81920 MiB (nvidia-smi)
+  memory = memory_gb * GiB  # 40960 / 81920 MiB (nvidia-smi)
   bandwidth = 1.555e12 if memory_gb == 40 else 2.039e12
   return Chip(
     name=f'a100-{memory_gb}g',
@@ -209,7 +210,7 @@ def _tpu(
     name=name,
     platform='tpu',
     description=description,
-    memory_bytes=int(memory_gib * 1024**3),
+    memory_bytes=int(memory_gib * GiB),
     hbm_bytes_per_s=hbm_gbps * GB,
     default_memory_fraction=available_gib / memory_gib,
     # float32 dots: 1 bf16 pass at default precision, 6 at 'highest'.

@@ -24,8 +24,7 @@ from realformer_jax.aot.targets import Target
 from realformer_jax.config import ConfigError
 from realformer_jax.train import accumulation, validation
 from realformer_jax.train.spec import RunSpec, TrainConfig
-
-GiB = 2**30
+from realformer_jax.units import GiB
 
 
 @dataclasses.dataclass(frozen=True)

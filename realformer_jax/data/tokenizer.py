@@ -52,6 +52,7 @@ __all__ = [
   'PAD',
   'SEP',
   'SentencePieceTokenizer',
+  'TRAINED_SPECIALS',
   'Tokenizer',
   'UNK',
   'cache_path',
@@ -60,6 +61,9 @@ __all__ = [
   'train',
 ]
 MODEL_TYPES = ('unigram', 'bpe')
+# Every tokenizer trained here gives piece i of this tuple id i (the module docstring's table;
+# batches built without a tokenizer, e.g. experiments/study.py's synthetic ones, use it too).
+TRAINED_SPECIALS = (PAD, UNK, CLS, SEP, MASK)
 # Bump when the trainer settings below change, so old cache entries are not reused.
 _TRAINER_REVISION = 1
 # SentencePiece skips "sentences" longer than this; we split documents well below it.
@@ -237,13 +241,13 @@ def _train_sentences(sentences: list[str], *, model_type: str, vocab_size: int, 
       model_writer=model,
       model_type=model_type,
       vocab_size=vocab_size,
-      pad_id=0,
-      unk_id=1,
+      pad_id=TRAINED_SPECIALS.index(PAD),
+      unk_id=TRAINED_SPECIALS.index(UNK),
       bos_id=-1,
       eos_id=-1,  # No BOS/EOS: packing adds [CLS]/[SEP].
       pad_piece=PAD,
       unk_piece=UNK,
-      control_symbols=[CLS, SEP, MASK],  # Get ids 2, 3, 4 in this order.
+      control_symbols=list(TRAINED_SPECIALS[2:]),  # Take the next ids, in this order.
       character_coverage=0.9995,
       max_sentence_length=4 * _MAX_SENTENCE_CHARS,  # Bytes, for multi-byte scripts.
       num_threads=_TRAINER_THREADS,

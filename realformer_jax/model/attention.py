@@ -24,6 +24,10 @@ from realformer_jax.model.rotary import apply_rotary
 from realformer_jax.model.softmax_attention import softmax_dropout_values
 
 SCORES_AXES = ('batch', 'heads', 'length', 'kv_length')
+# A masked logit before a softmax (padding keys here, SpanHead's padding, the decoder's future
+# keys): exp underflows to 0 next to any real logit, and finite (not -inf), so a row with
+# nothing allowed gets a uniform softmax instead of NaN.
+MASKED_LOGIT = -1e9
 
 
 def mask_bias(input_mask_BxL: jax.Array) -> jax.Array:
@@ -31,7 +35,7 @@ def mask_bias(input_mask_BxL: jax.Array) -> jax.Array:
 
   Finite (not -inf) so that a row with no real key gives a uniform softmax instead of NaN.
   """
-  neg = jnp.asarray(-1e9, jnp.float32)
+  neg = jnp.asarray(MASKED_LOGIT, jnp.float32)
   return jnp.where(input_mask_BxL[:, None, None, :] > 0, 0.0, neg).astype(jnp.float32)
 
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from realformer_jax.config import ModelConfig
 from realformer_jax.model import initializers
 from realformer_jax.model.activations import get_activation
+from realformer_jax.model.attention import MASKED_LOGIT
 from realformer_jax.model.layers import DenseGeneral, Dropout
 from realformer_jax.model.normalization import Norm
 
@@ -100,5 +101,5 @@ class SpanHead(nn.Module):
   @nn.compact
   def __call__(self, h_BxLxD: jax.Array, input_mask_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
     logits_BxLx2 = _dense(self.config, 2, ('embed', None), 'span')(h_BxLxD).astype(jnp.float32)
-    logits_BxLx2 = jnp.where(input_mask_BxL[..., None] > 0, logits_BxLx2, -1e9)
+    logits_BxLx2 = jnp.where(input_mask_BxL[..., None] > 0, logits_BxLx2, MASKED_LOGIT)
     return logits_BxLx2[..., 0], logits_BxLx2[..., 1]

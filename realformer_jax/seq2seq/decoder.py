@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.model import initializers
-from realformer_jax.model.attention import mask_bias, score_scale
+from realformer_jax.model.attention import MASKED_LOGIT, mask_bias, score_scale
 from realformer_jax.model.block import FeedForward
 from realformer_jax.model.layers import DenseGeneral, Dropout
 from realformer_jax.model.normalization import Norm
@@ -51,13 +51,11 @@ from realformer_jax.seq2seq.average_attention import (
   uniform_prefix_average,
 )
 
-NEG = -1e9  # finite: a row with no allowed key gives a uniform softmax, not NaN
-
 
 def causal_bias(length: int) -> jax.Array:
-  """[1, 1, L, L] float32: 0 where key <= query, NEG above the diagonal."""
+  """[1, 1, L, L] float32: 0 where key <= query, MASKED_LOGIT above the diagonal."""
   allowed = jnp.tril(jnp.ones((length, length), bool))
-  return jnp.where(allowed, 0.0, NEG)[None, None].astype(jnp.float32)
+  return jnp.where(allowed, 0.0, MASKED_LOGIT)[None, None].astype(jnp.float32)
 
 
 def _projection(
@@ -168,7 +166,7 @@ class CausalSelfAttention(nn.Module):
     cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, position, 0, 0))
     index.value = position + 1
     length = cached_k.value.shape[1]
-    bias = jnp.where(jnp.arange(length) <= position, 0.0, NEG)[None, None, None, :]
+    bias = jnp.where(jnp.arange(length) <= position, 0.0, MASKED_LOGIT)[None, None, None, :]
     return q, cached_k.value, cached_v.value, bias.astype(jnp.float32), position
 
 

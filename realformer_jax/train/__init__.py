@@ -19,7 +19,8 @@ The path from a config to a step, one module per stop:
 from realformer_jax.train.accumulation import compile_train_step
 from realformer_jax.train.build import TrainSetup, compile_eval_step, make_setup
 from realformer_jax.train.defaults import default_config
-from realformer_jax.train.loop import TrainingError, evaluate, train_and_evaluate
+from realformer_jax.train.errors import DivergenceError, TrainingError
+from realformer_jax.train.loop import evaluate, train_and_evaluate
 from realformer_jax.train.metrics import read_scalars
 from realformer_jax.train.pretrained import Pretrained, load_workdir
 from realformer_jax.train.spec import RunSpec
@@ -27,6 +28,7 @@ from realformer_jax.train.state import TrainState
 from realformer_jax.train.validation import validate_config
 
 __all__ = [
+  'DivergenceError',
   'Pretrained',
   'RunSpec',
   'TrainSetup',

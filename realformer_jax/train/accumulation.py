@@ -37,8 +37,7 @@ from realformer_jax.config import ConfigError
 from realformer_jax.train import build, validation
 from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task
-
-GiB = 2**30
+from realformer_jax.units import GiB
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ from realformer_jax.train import (
 )
 from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
-from realformer_jax.train.errors import TrainingError
+from realformer_jax.train.errors import DivergenceError
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task, prefixed
 
@@ -319,8 +319,8 @@ class _TrainLog:
     if not (math.isfinite(loss) and bool(values['grads_finite'])):
       what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite gradients'
       kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
-      raise TrainingError(
-        f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})'
+      raise DivergenceError(
+        f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})', step
       )
     self._sums = metrics_lib.add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.

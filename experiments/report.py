@@ -1,0 +1,28 @@
+"""What the studies' reports share: the table cell of a per-seed metric and the layouts' names
+and plot colours.
+
+    seed_cell([0.6121, 0.6190, 0.6082], scale=100)   # '61.31 ± 1.36 (61.21, 61.90, 60.82)'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from experiments import stats
+
+LAYOUT_NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
+LAYOUT_COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}
+
+
+def seed_cell(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
+  """'mean ± half-width (per-seed values)': the 95% Student-t interval over the finite values,
+  then every seed's value ('diverged' where it is not finite), all times `scale` (100 for
+  percentages). With fewer than two finite values only the per-seed list ('n/a': none)."""
+  finite = [v for v in values if math.isfinite(v)]
+  per_seed = ', '.join(
+    'diverged' if not math.isfinite(v) else f'{v * scale:.{digits}f}' for v in values
+  )
+  if len(finite) < 2:
+    return per_seed or 'n/a'
+  return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'

@@ -242,6 +242,14 @@ class RunSpec(_Section):
   distributed: DistributedConfig
   sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the task's own
 
+  def to_dict(self) -> dict[str, Any]:
+    """The sections as plain values (the workdir's config.json): validating it again gives
+    this spec back ('auto' stays 'auto')."""
+    sections = {'model': self.model, 'data': self.data, 'train': self.train, 'mesh': self.mesh}
+    sections.update(distributed=self.distributed, **self.sections)
+    plain = {name: dataclasses.asdict(section) for name, section in sections.items()}
+    return dict(plain, logical_axis_rules=[list(rule) for rule in self.rules])
+
   def batch_mesh_axes(self) -> tuple[str, ...]:
     """The mesh axes the batch dimension is split over (the first rule for 'batch')."""
     for logical, targets in self.rules:

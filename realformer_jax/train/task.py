@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import ModelConfig, from_section, to_config_dict
+from realformer_jax.train.spec import TrainConfig
 
 if TYPE_CHECKING:
   from realformer_jax.train.spec import RunSpec
@@ -42,6 +43,9 @@ class TaskData:
   train_iter: Any  # endless grain-style iterator: next(), get_state(), set_state(), close()
   eval_batches: Iterable[dict]  # one finite pass of this process's eval batches; re-iterable
   baseline: dict[str, float]  # eval metrics of a model that ignores its input (unprefixed)
+  # What eval_metrics needs from the data besides the outputs (masked LM: the [MASK] id;
+  # fine-tuning: the eval split's targets), handed to it by the loop.
+  eval_context: Any = None
 
 
 class Task:
@@ -56,6 +60,7 @@ class Task:
 
   # Config.
   data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)
+  train_config_class: type = TrainConfig  # the `train` section's (a task may add fields)
 
   def extra_sections(self) -> dict[str, type]:
     """Config sections beyond model / data / train / mesh / rules / distributed: name ->
@@ -86,6 +91,19 @@ class Task:
   ) -> dict[str, tuple[tuple[int, ...], Any]]:
     """{name: (shape, dtype)} of one batch of `batch_size` rows (the data contract)."""
     raise NotImplementedError
+
+  def data_batch_shapes(self, data_config: Any, batch_size: int) -> list[dict]:
+    """Every batch shape the data yields, each compiled once (default: `batch_shapes`; a task
+    with length buckets has one per bucket)."""
+    return [self.batch_shapes(data_config, batch_size)]
+
+  def batch_rows(self, spec: 'RunSpec') -> dict[str, int]:
+    """{what sets it: rows} of every global batch shape (each must split over the devices)."""
+    return {'train.global_batch_size': spec.train.global_batch_size}
+
+  def tokens_per_step(self, spec: 'RunSpec') -> int:
+    """Padded tokens of one global batch (the throughput line's unit)."""
+    return spec.train.global_batch_size * spec.data.max_len
 
   def model_inputs(self, batch: Mapping[str, jax.Array]) -> tuple:
     """Positional arguments of the model call, taken from a batch."""
@@ -129,9 +147,10 @@ class Task:
     return {}
 
   def eval_metrics(
-    self, sums: Mapping[str, float], outputs: Mapping[str, np.ndarray]
+    self, sums: Mapping[str, float], outputs: Mapping[str, np.ndarray], context: Any
   ) -> dict[str, float]:
-    """Eval metrics (unprefixed) from the summed metrics and the concatenated outputs."""
+    """Eval metrics (unprefixed) from the summed metrics, the concatenated outputs and the
+    eval data's `TaskData.eval_context`."""
     raise NotImplementedError
 
   def train_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:

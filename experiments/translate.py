@@ -5,10 +5,12 @@ r"""Does merged attention keep BLEU while decoding faster? WEB -> BBE, standard 
 
 For every seed and decoder ('standard': masked self-attention, cross-attention, FFN;
 'merged': MAtt = AAN + cross-attention, FFN; both Post-LN with DS-Init) it trains one
-encoder-decoder on the training books (realformer_jax/seq2seq/trainer.py) and scores greedy
-and beam search on the held-out test books with sacrebleu. Runs are a resumable grid
-(experiments/runs.py): a finished run is never trained again, and a run whose parameters are
-saved in its workdir is only evaluated.
+encoder-decoder on the training books (the training loop, train/loop.py, with the translation
+task: realformer_jax/seq2seq/trainer.py) and scores greedy and beam search on the held-out test
+books with sacrebleu. Runs are a resumable grid (experiments/runs.py): a finished run is never
+trained again, a finished workdir is only evaluated, and an interrupted run (SIGTERM saves a
+checkpoint and stops the grid) resumes mid-run from its checkpoints. A run that diverges, or
+another fault of the loop, ends the command with one `error:` line.
 
 Decoding speed is measured after training, in this one process, for each seed's pair of
 models: the same batch of test sources, each search compiled first, then the two decoders
@@ -135,12 +137,12 @@ def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) 
 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
     trained = translation.train(run_spec(study, run.params), workdir, on_log=on_log)
-  if trained.preempted_at is not None:
-    # The loop saved a checkpoint on SIGTERM: stop the grid (this run must not get a result
-    # file); the same command resumes it.
+  if trained.stopped_at is not None:
+    # SIGTERM (or train.stop_at_step) ended it with a checkpoint: stop the grid (this run
+    # must not get a result file); the same command resumes it.
     raise SystemExit(
-      f'{workdir}: stopped by SIGTERM at step {trained.preempted_at} (checkpoint saved); '
-      'run the same command again to resume'
+      f'{workdir}: stopped at step {trained.stopped_at} of {study.train.num_train_steps} '
+      '(checkpoint saved); run the same command again to resume'
     )
   report(1.0, 'trained; decoding the test books')
   result = {

@@ -33,7 +33,7 @@ _SCRIPT = textwrap.dedent(
     trained = trainer.train(
       c.validate(cfg), sys.argv[1], on_log=lambda s, n, x: losses.append((s, x['train/loss']))
     )
-  print('RESULT', json.dumps({'losses': losses, 'preempted_at': trained.preempted_at}))
+  print('RESULT', json.dumps({'losses': losses, 'stopped_at': trained.stopped_at}))
   """
 )
 
@@ -60,7 +60,7 @@ def test_sigterm_saves_and_a_rerun_resumes_mid_run(tmp_path):
   fs.wait_for_line(proc.stdout, r'^step +3/200', seen)
   out, err = fs.terminate(proc)
   out = ''.join(seen) + out
-  stopped = _result(out)['preempted_at']
+  stopped = _result(out)['stopped_at']
   assert proc.returncode == 0 and stopped is not None and 3 <= stopped < 200, (out, err)
   assert f'SIGTERM: saved a checkpoint at step {stopped}' in out
   assert not fs.unexpected_stderr(err), err

@@ -41,16 +41,16 @@ HISTORY_FILE = 'history.json'
 
 @dataclasses.dataclass
 class Trained:
-  """A trained (or restored) run: what evaluation and the speed benchmark need. A run
-  stopped by SIGTERM (inside distributed.return_on_preemption) has `preempted_at` set and
-  no parameters."""
+  """A trained (or restored) run: what evaluation and the speed benchmark need. A run that
+  stopped before the end of its schedule (SIGTERM inside distributed.return_on_preemption,
+  or train.stop_at_step) has `stopped_at` set and no parameters."""
 
   spec: RunSpec
   model: Seq2Seq
   params: Any
   data: data_lib.TranslationData
   history: dict  # train/dev curves and timings (also <workdir>/history.json)
-  preempted_at: Optional[int] = None
+  stopped_at: Optional[int] = None
 
 
 def train(spec: RunSpec, workdir: str, *, on_log: Optional[OnLog] = None) -> Trained:
@@ -63,8 +63,8 @@ def train(spec: RunSpec, workdir: str, *, on_log: Optional[OnLog] = None) -> Tra
     return Trained(spec, model, restored[0], data, restored[1])
   start = time.perf_counter()
   result = loop.run(spec, workdir, on_log=on_log)
-  if result.get('preempted'):
-    return Trained(spec, model, None, data, {}, preempted_at=result['step'])
+  if result.get('preempted') or result['step'] < spec.train.num_train_steps:
+    return Trained(spec, model, None, data, {}, stopped_at=result['step'])
   history = _history(workdir, data, spec, seconds=time.perf_counter() - start)
   with open(os.path.join(workdir, HISTORY_FILE), 'w') as f:
     json.dump(history, f, indent=2)

@@ -28,8 +28,8 @@ _DECAYED_PARAM_NAMES = ('kernel', 'embedding')
 
 
 class OptimizerConfig(Protocol):
-  """What the schedule and optimizer read: TrainConfig (train/spec.py), or a trainer's own
-  section with these fields (seq2seq/trainer.py)."""
+  """What the schedule and optimizer read: TrainConfig (train/spec.py) or a task's subclass of
+  it (seq2seq/config.py)."""
 
   learning_rate: float
   warmup_steps: int

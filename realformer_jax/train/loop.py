@@ -46,11 +46,12 @@ def train_and_evaluate(
   config: ml_collections.ConfigDict,
   workdir: str,
   on_log: Optional[Callable[[int, int, dict], None]] = None,
-  task: Optional[Task] = None,
+  *,
+  task: Task,
 ) -> dict[str, Any]:
-  """Trains `task` (default: masked-LM pretraining) on `config` until train.stop_at_step (or
-  num_train_steps), resuming from the latest checkpoint in `workdir`: validates the config
-  once (validation.py), then `run`."""
+  """Trains `task` on `config` until train.stop_at_step (or num_train_steps), resuming from
+  the latest checkpoint in `workdir`: validates the config once (validation.py), then `run`.
+  (train.train_and_evaluate defaults the task to masked-LM pretraining: pretraining.py.)"""
   return run(validation.validate_config(config, task=task), workdir, on_log=on_log)
 
 

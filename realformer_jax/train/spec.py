@@ -6,7 +6,7 @@ takes the spec (or the one section it needs), never the ConfigDict, and nothing 
 the user's config. Each section checks itself when it is made (`__post_init__`), so a section
 that exists is valid; checks across sections live in validation.py.
 
-    spec = validate_config(config)          # MaskedLMTask unless a task is given
+    spec = train.validate_config(config)    # MaskedLMTask unless a task is given
     spec.train.learning_rate, spec.mesh.shape, spec.model.num_layers, spec.data.max_len
     spec = spec.replace(train=spec.train.replace(grad_accum_steps=4))
 """

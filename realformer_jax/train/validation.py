@@ -20,7 +20,6 @@ import ml_collections
 from realformer_jax.config import ConfigError, from_section
 from realformer_jax.train import defaults
 from realformer_jax.train import spec as spec_lib
-from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task
 
@@ -35,17 +34,16 @@ _COMMON_SECTIONS = {
 def validate_config(
   config: ml_collections.ConfigDict,
   *,
-  task: Optional[Task] = None,
+  task: Task,
   device_count: Optional[int] = None,
   process_count: Optional[int] = None,
 ) -> RunSpec:
-  """The RunSpec of `config` for `task` (masked-LM pretraining unless another is given: the
-  only place that default is made).
+  """The RunSpec of `config` for `task` (train.validate_config defaults it to masked-LM
+  pretraining: pretraining.py; this module knows no task).
 
   Without `device_count` / `process_count` only what needs no devices is checked (safe before
   `jax.distributed.initialize`); with them, the mesh shape and batch layout are checked too.
   """
-  task = task or MaskedLMTask()
   _check_sections(config, task)
   model = task.model_config(config.model)
   data = task.data_config(config.data)

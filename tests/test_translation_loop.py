@@ -9,10 +9,13 @@ import sys
 import textwrap
 
 import fault_support as fs
+import ml_collections
 import pytest
 from data_fixtures import bible_config
 from test_configs import _TRANSLATE_TOY_FLAGS
 from train_fixtures import REPO
+
+from realformer_jax.seq2seq import config as translation_config
 
 # A toy run with two buckets, dropout on (so the resume also needs the PRNG key) and no
 # checkpoint before the end unless SIGTERM asks for one.
@@ -79,6 +82,23 @@ def test_sigterm_saves_and_a_rerun_resumes_mid_run(tmp_path):
   # Same batches (the data position was saved), same dropout keys: the same numbers.
   for step, loss in resumed.items():
     assert loss == pytest.approx(reference[step], rel=1e-6), step
+
+  # A finished workdir is restored (its last checkpoint and history.json), not trained again.
+  again = _start(tmp_path / 'resumed')
+  out, err = again.communicate(timeout=600)
+  assert again.returncode == 0, err
+  assert 'training steps' not in out and _result(out) == {'losses': [], 'stopped_at': None}
+
+
+def test_the_spec_round_trips_through_config_json():
+  # config.json is RunSpec.to_dict(): read back, it validates into the same spec.
+  config = translation_config.default_translation_config()
+  config.train.seed, config.data.bucket_lengths = 3, (16, 48)
+  spec = translation_config.validate(config)
+  as_json = lambda spec: json.loads(json.dumps(spec.to_dict()))
+  saved = as_json(spec)
+  assert as_json(translation_config.validate(ml_collections.ConfigDict(saved))) == saved
+  assert saved['train']['label_smoothing'] == 0.1 and saved['decode']['beam_size'] == 4
 
 
 @pytest.mark.slow

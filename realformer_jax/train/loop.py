@@ -1,11 +1,12 @@
 """train_and_evaluate: check, build data, compile once, train, evaluate, checkpoint, resume.
 
-One loop for every task (task.py): masked-LM pretraining by default, fine-tuning tasks from
-realformer_jax/finetune. Order matters for failing fast: the config is validated and the data is
-built (tokenizer, iterators, baseline) before any model is traced, so every user-fixable problem
-costs seconds. Metrics are pulled to the host one step late, so the host never waits on the step
-it has just dispatched; a state is checked finite before it is ever saved. A task with a
-`best_metric` also keeps the parameters of its best evaluation (checkpointing.py).
+One loop for every task (task.py): masked-LM pretraining (mlm_task.py), the fine-tuning tasks
+(realformer_jax/finetune), translation (realformer_jax/seq2seq/task.py). Order matters for failing
+fast: the config is validated and the data is built (tokenizer, iterators, baseline) before any
+model is traced, so every user-fixable problem costs seconds. Metrics are pulled to the host one
+step late, so the host never waits on the step it has just dispatched; a state is checked finite
+before it is ever saved. A task with a `best_metric` also keeps the parameters of its best
+evaluation (checkpointing.py).
 """
 
 from __future__ import annotations
@@ -79,12 +80,13 @@ def run(
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = distributed.PreemptionWatcher()
+    given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
     resolved = accumulation.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
     eval_step = build.compile_eval_step(setup)
-    _write_run_files(spec, task_data.tokenizer, workdir)
+    _write_run_files(given, task_data.tokenizer, workdir)
     writer.print(
       f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
       f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'

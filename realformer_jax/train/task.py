@@ -2,19 +2,23 @@
 
 The loop (loop.py), steps (step.py), state init (state.py) and setup (build.py) are written
 against this interface; masked-LM pretraining (mlm_task.py) is one task, the fine-tuning tasks
-(classification, regression, span extraction; realformer_jax/finetune/tasks.py) are others.
+(classification, regression, span extraction; realformer_jax/finetune/tasks.py) and translation
+(realformer_jax/seq2seq/task.py) are others.
 
 A task says
   * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
     sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
     validated RunSpec, train/spec.py);
   * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
-    compilation), which batch arrays the model is called with;
+    compilation; several when its data is length-bucketed, each compiled once), which batch
+    arrays the model is called with;
   * its loss: per-(micro)batch sums that add across batches, devices and microbatches
     (`sum_metrics`; the loss is `sums[loss_sum] / sums[weight]`);
   * its evaluation: sums added on the device, plus optional per-example outputs pulled to the
     host for metrics that are not sums (F1, Matthews correlation, SQuAD EM/F1);
-  * its data: tokenizer, an endless checkpointable train iterator, eval batches, a baseline;
+  * its data: tokenizer, an endless checkpointable train iterator, eval batches, a baseline,
+    and what its eval metrics need from the data (`TaskData.eval_context`, handed back to
+    `eval_metrics`: a task keeps no state between building its data and scoring);
   * its starting point: `initial_params` may replace freshly initialised parameters (e.g. with
     a pretrained encoder) before the first step.
 """

@@ -5,7 +5,9 @@ against this interface; masked-LM pretraining (mlm_task.py) is one task, the fin
 (classification, regression, span extraction; realformer_jax/finetune/tasks.py) and translation
 (realformer_jax/seq2seq/task.py) are others.
 
-A task says
+A task (`Task`) is three parts and its data: `TaskConfig` (read by validation.py), `TaskModel`
+(all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
+console, loop.py). A task says
   * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
     sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
     validated RunSpec, train/spec.py);
@@ -52,17 +54,9 @@ class TaskData:
   eval_context: Any = None
 
 
-class Task:
-  """Base class: a task overrides what differs from these defaults."""
+class TaskConfig:
+  """A task's config: its sections' schemas and the checks across them (validation.py)."""
 
-  name = 'task'
-  sum_metrics: tuple[str, ...] = ('loss_sum', 'weight')
-  loss_sum = 'loss_sum'  # the summed loss; the optimised loss is loss_sum / weight
-  weight = 'weight'  # the number of predictions the loss is summed over
-  best_metric: Optional[str] = None  # eval metric that picks the best checkpoint (None: off)
-  best_mode = 'max'  # 'max' or 'min'
-
-  # Config.
   data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)
   train_config_class: type = TrainConfig  # the `train` section's (a task may add fields)
 
@@ -85,6 +79,16 @@ class Task:
 
   def validate(self, spec: 'RunSpec') -> None:
     """Checks across sections (after each section's own checks)."""
+
+
+class TaskModel:
+  """What the compiled steps run (build.py, state.py, step.py): the model and its batches, the
+  loss as sums that add across batches, devices and microbatches (`sum_metrics`; the loss is
+  `sums[loss_sum] / sums[weight]`), and the metrics made from those sums."""
+
+  sum_metrics: tuple[str, ...] = ('loss_sum', 'weight')
+  loss_sum = 'loss_sum'  # the summed loss; the optimised loss is loss_sum / weight
+  weight = 'weight'  # the number of predictions the loss is summed over
 
   # Model and batch.
   def make_model(self, model_config: ModelConfig) -> Any:
@@ -161,6 +165,10 @@ class Task:
     """Train metrics (unprefixed, 'loss' first) from sums over a log interval."""
     raise NotImplementedError
 
+
+class TaskConsole:
+  """A task's words on the console: its part of the train and eval lines, the last line."""
+
   def log_fields(self, metrics: Mapping[str, float]) -> str:
     """The task's part of a train console line, e.g. 'acc 0.1234', from unprefixed metrics."""
     return ''
@@ -168,6 +176,19 @@ class Task:
   def eval_log_fields(self, metrics: Mapping[str, float], baseline: Mapping[str, float]) -> str:
     """The task's part of an eval console line (after the loss)."""
     return f'{self.log_fields(metrics)} (baseline {self.log_fields(baseline)})'
+
+  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float], step: int) -> str:
+    """The run's last console line."""
+    raise NotImplementedError
+
+
+class Task(TaskConfig, TaskModel, TaskConsole):
+  """A whole task: config, model and console parts, its data and starting point, and the
+  metric that picks the best checkpoint. A task overrides what differs from the defaults."""
+
+  name = 'task'
+  best_metric: Optional[str] = None  # eval metric that picks the best checkpoint (None: off)
+  best_mode = 'max'  # 'max' or 'min'
 
   # Data and starting point.
   def build_data(self, spec: 'RunSpec', process_index: int, process_count: int) -> TaskData:
@@ -178,10 +199,6 @@ class Task:
     as `setup.layout.shardings.params`; the result must have the same shapes and shardings."""
     del setup
     return params
-
-  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float], step: int) -> str:
-    """The run's last console line."""
-    raise NotImplementedError
 
 
 def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:

@@ -9,13 +9,20 @@ import sys
 import textwrap
 
 import fault_support as fs
+import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from data_fixtures import bible_config
 from test_configs import _TRANSLATE_TOY_FLAGS
 from train_fixtures import REPO
 
+from realformer_jax import Seq2Seq
+from realformer_jax.model.params import unbox
 from realformer_jax.seq2seq import config as translation_config
+from realformer_jax.seq2seq import trainer
 
 # A toy run with two buckets, dropout on (so the resume also needs the PRNG key) and no
 # checkpoint before the end unless SIGTERM asks for one.
@@ -129,3 +136,26 @@ def test_a_diverging_translation_run_is_one_error_line(tmp_path):
   )
   assert int(match.group(2)) <= 4
   assert not re.search(r'Traceback|FloatingPointError', proc.stderr + proc.stdout)
+
+
+@pytest.mark.slow
+def test_a_workdir_of_the_older_trainer_is_restored_not_trained(tmp_path):
+  # The trainer before the loop saved only the final parameters (<workdir>/params, orbax) and
+  # history.json; such a finished run is evaluated, not trained again.
+  config = translation_config.default_translation_config()
+  m, d = config.model, config.data
+  m.hidden_size, m.mlp_dim, m.max_len, m.num_layers, m.num_decoder_layers = 32, 64, 48, 2, 2
+  d.vocab_size, d.bucket_lengths, d.tokens_per_batch, d.max_pairs = 300, (16, 32), 256, 64
+  d.data_dir = bible_config().data_dir
+  spec = translation_config.validate(config)
+  ids = jnp.zeros((1, 32), jnp.int32)
+  params = unbox(Seq2Seq(spec.model).init(jax.random.key(7), ids, ids, ids)['params'])
+  saver = ocp.StandardCheckpointer()
+  saver.save(str(tmp_path / 'params'), params)
+  saver.wait_until_finished()
+  (tmp_path / 'history.json').write_text(json.dumps({'dev': [{'step': 2000, 'dev/nll': 3.0}]}))
+  trained = trainer.train(spec, str(tmp_path))
+  assert trained.history['dev'][-1]['dev/nll'] == 3.0
+  assert not (tmp_path / 'checkpoints').exists()  # nothing trained
+  for got, want in zip(jax.tree.leaves(trained.params), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(got, want)

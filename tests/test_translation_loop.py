@@ -36,7 +36,7 @@ _SCRIPT = textwrap.dedent(
   m.hidden_size, m.mlp_dim, m.max_len, m.num_layers, m.num_decoder_layers = 32, 64, 48, 2, 2
   d.vocab_size, d.bucket_lengths, d.tokens_per_batch, d.max_pairs = 300, (16, 32), 256, 64
   d.data_dir = sys.argv[2]
-  t.num_train_steps, t.warmup_steps, t.log_every_steps = 200, 2, 1
+  t.num_train_steps, t.warmup_steps, t.log_every_steps = 60, 2, 1
   t.eval_every_steps = t.checkpoint_every_steps = 1000
   losses = []
   with distributed.return_on_preemption():
@@ -67,11 +67,11 @@ def _result(out: str) -> dict:
 def test_sigterm_saves_and_a_rerun_resumes_mid_run(tmp_path):
   proc = _start(tmp_path / 'resumed')
   seen = []
-  fs.wait_for_line(proc.stdout, r'^step +3/200', seen)
+  fs.wait_for_line(proc.stdout, r'^step +3/60', seen)
   out, err = fs.terminate(proc)
   out = ''.join(seen) + out
   stopped = _result(out)['stopped_at']
-  assert proc.returncode == 0 and stopped is not None and 3 <= stopped < 200, (out, err)
+  assert proc.returncode == 0 and stopped is not None and 3 <= stopped < 60, (out, err)
   assert f'SIGTERM: saved a checkpoint at step {stopped}' in out
   assert not fs.unexpected_stderr(err), err
 
@@ -80,7 +80,7 @@ def test_sigterm_saves_and_a_rerun_resumes_mid_run(tmp_path):
   assert rerun.returncode == 0, err
   assert f'resumed from the checkpoint at step {stopped}' in out
   resumed = dict(_result(out)['losses'])
-  assert min(resumed) == stopped + 1 and max(resumed) == 200
+  assert min(resumed) == stopped + 1 and max(resumed) == 60
 
   straight = _start(tmp_path / 'straight')
   out, err = straight.communicate(timeout=600)

@@ -32,7 +32,7 @@ from benchmarks import steps
 from benchmarks.profiles import BASE_128, BASE_512, LARGE_512, TINY
 from experiments import runs as runs_lib
 from realformer_jax.aot import roofline, targets
-from realformer_jax.train import accumulation, build, validation
+from realformer_jax.train import accumulation, build, pretraining
 from realformer_jax.units import GiB
 
 CANDIDATES = ('post', 'realformer', 'pre', 'hf')
@@ -95,7 +95,7 @@ def compile_candidate(
     dtype=profile.dtype,
     scan_unroll=profile.scan_unroll,
   )
-  spec = validation.validate_config(config, device_count=len(devices), process_count=1)
+  spec = pretraining.validate_config(config, device_count=len(devices), process_count=1)
   return build.compile_train_step(build.make_setup(spec, devices))
 
 

@@ -49,7 +49,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from benchmarks import flops as flops_lib
 from benchmarks import profiles, steps
 from realformer_jax.aot import roofline, targets
-from realformer_jax.train import build, validation
+from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
 
 RESULTS_DIR = os.path.join('docs', 'results', 'attention_kernels')
@@ -180,7 +180,7 @@ def compile_row(row: Row, devices: list) -> jax.stages.Compiled:
   config = steps.train_config(
     row.shape, ln_placement=row.layout, dropout=0.1, dtype='bfloat16', **dict(row.overrides)
   )
-  spec = validation.validate_config(config, device_count=len(devices), process_count=1)
+  spec = pretraining.validate_config(config, device_count=len(devices), process_count=1)
   return build.compile_train_step(build.make_setup(spec, devices))
 
 

@@ -34,6 +34,7 @@ def get_config(arg: str = 'cpu'):
     d.vocab_size, d.tokens_per_batch, d.bucket_lengths = 2000, 2048, (32, 64)
     t.num_train_steps, t.warmup_steps, t.learning_rate = 400, 40, 3e-3
     t.log_every_steps, t.eval_every_steps = 20, 200
+    t.checkpoint_every_steps = 100  # ~4 min of a run on the shared machine (resume point)
   elif arg == 'gpu':
     # Transformer-base width, 6 + 6 layers, ~49M padded tokens (~34 epochs at the cpu runs'
     # 1.43M padded tokens an epoch; these buckets pad differently) per run. Sized

@@ -17,7 +17,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from realformer_jax.aot.train_step import per_device_bytes
-from realformer_jax.train import build, validation
+from realformer_jax.train import build, pretraining
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', 'configs/realformer_large.py', 'Training config file.'
@@ -56,7 +56,7 @@ def main(argv):
     config.data.max_len = _LENGTH.value
     config.data.max_predictions = max(1, math.ceil(0.15 * _LENGTH.value))
     setup = build.make_setup(
-      validation.validate_config(
+      pretraining.validate_config(
         config, device_count=jax.device_count(), process_count=jax.process_count()
       )
     )

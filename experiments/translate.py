@@ -5,10 +5,12 @@ r"""Does merged attention keep BLEU while decoding faster? WEB -> BBE, standard 
 
 For every seed and decoder ('standard': masked self-attention, cross-attention, FFN;
 'merged': MAtt = AAN + cross-attention, FFN; both Post-LN with DS-Init) it trains one
-encoder-decoder on the training books (realformer_jax/seq2seq/trainer.py) and scores greedy
-and beam search on the held-out test books with sacrebleu. Runs are a resumable grid
-(experiments/runs.py): a finished run is never trained again, and a run whose parameters are
-saved in its workdir is only evaluated.
+encoder-decoder on the training books (the training loop, train/loop.py, with the translation
+task: realformer_jax/seq2seq/trainer.py) and scores greedy and beam search on the held-out test
+books with sacrebleu. Runs are a resumable grid (experiments/runs.py): a finished run is never
+trained again, a finished workdir is only evaluated, and an interrupted run (SIGTERM saves a
+checkpoint and stops the grid) resumes mid-run from its checkpoints. A run that diverges, or
+another fault of the loop, ends the command with one `error:` line.
 
 Decoding speed is measured after training, in this one process, for each seed's pair of
 models: the same batch of test sources, each search compiled first, then the two decoders
@@ -40,12 +42,16 @@ from ml_collections import config_flags
 
 from experiments import runs as runs_lib
 from experiments import stats
+from experiments.cli import fail, fail_after_training
 from experiments.report import seed_cell
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import trainer as translation
+from realformer_jax.train import distributed, library_noise
+from realformer_jax.train.errors import TrainingError
+from realformer_jax.train.spec import RunSpec
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', 'configs/translate.py', 'configs/translate.py[:cpu|gpu]'
@@ -83,13 +89,13 @@ class Experiment:
 class Study:
   """The validated translation spec and the experiment around it."""
 
-  spec: seq2seq_config.TranslationSpec
+  spec: RunSpec
   experiment: Experiment
 
   model = property(lambda self: self.spec.model)
   data = property(lambda self: self.spec.data)
   train = property(lambda self: self.spec.train)
-  decode = property(lambda self: self.spec.decode)
+  decode = property(lambda self: self.spec.sections['decode'])
 
 
 def validate_study(config) -> Study:
@@ -115,12 +121,11 @@ def grid(study: Study) -> list[runs_lib.Run]:
   ]
 
 
-def run_spec(study: Study, params: dict) -> seq2seq_config.TranslationSpec:
+def run_spec(study: Study, params: dict) -> RunSpec:
   spec = study.spec
-  return dataclasses.replace(
-    spec,
+  return spec.replace(
     model=spec.model.replace(decoder_attention=params['decoder']),
-    train=dataclasses.replace(spec.train, seed=params['seed']),
+    train=spec.train.replace(seed=params['seed']),
   )
 
 
@@ -133,6 +138,13 @@ def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) 
 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
     trained = translation.train(run_spec(study, run.params), workdir, on_log=on_log)
+  if trained.stopped_at is not None:
+    # SIGTERM (or train.stop_at_step) ended it with a checkpoint: stop the grid (this run
+    # must not get a result file); the same command resumes it.
+    raise SystemExit(
+      f'{workdir}: stopped at step {trained.stopped_at} of {study.train.num_train_steps} '
+      '(checkpoint saved); run the same command again to resume'
+    )
   report(1.0, 'trained; decoding the test books')
   result = {
     'workdir': workdir,
@@ -421,6 +433,7 @@ def main(argv):
   del argv
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    library_noise.quiet()  # orbax's own logs of a failure reported in one line
   config = _CONFIG.value
   arg = _config_arg(sys.argv)
   out = _OUT.value or os.path.join('docs', 'results', 'translation', arg)
@@ -429,17 +442,22 @@ def main(argv):
     study = validate_study(config)
     data_lib.prepare(study.data)  # data errors before any training
   except (ConfigError, DataError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+    fail(str(e))
   # Seeds of one decoder compile the same programs: the persistent cache compiles them once.
   jax.config.update(
     'jax_compilation_cache_dir', os.path.abspath(os.path.join(workdirs, 'jax_cache'))
   )
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-  results = runs_lib.Grid(out, grid(study)).run(
-    lambda run, report: train_one(study, workdirs, run, report)
-  )
-  speed = speed_all_seeds(study, workdirs)
+  try:
+    with distributed.return_on_preemption():  # SIGTERM: save, then stop the grid
+      results = runs_lib.Grid(out, grid(study)).run(
+        lambda run, report: train_one(study, workdirs, run, report)
+      )
+      speed = speed_all_seeds(study, workdirs)
+  except (ConfigError, DataError) as e:  # e.g. a workdir that holds another model
+    fail(str(e))
+  except TrainingError as e:  # a non-finite loss, a failed save, a busy workdir...
+    fail_after_training(str(e))
   summary = analyse(study, results, speed)
   summary['copy_source_bleu'] = copy_baseline(study)
   runs_lib.write_json(

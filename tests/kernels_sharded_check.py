@@ -12,7 +12,7 @@ import numpy as np
 
 from benchmarks import steps
 from configs import tiny
-from realformer_jax.train import build, partitioning, validation
+from realformer_jax.train import build, partitioning, pretraining
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
 from tests import scale_out_support as support
@@ -43,7 +43,7 @@ def main():
   batch['input_mask'][3, 20:] = 0  # padding in one shard's rows
   results = {}
   for impl in ('xla', 'pallas'):
-    spec = validation.validate_config(_config(impl))
+    spec = pretraining.validate_config(_config(impl))
     setup = build.make_setup(spec)
     state = state_lib.init_state(
       setup.model,

@@ -7,7 +7,7 @@ import json
 import jax
 
 from configs import tiny
-from realformer_jax.train import build, validation
+from realformer_jax.train import build, pretraining
 
 LAYOUTS = {'data_8': (8, 1, 1), 'fsdp_8': (1, 8, 1), 'data_2_fsdp_2_tensor_2': (2, 2, 2)}
 
@@ -33,7 +33,7 @@ def main():
     config.data.vocab_size = 1000
     config.train.global_batch_size = 16
     config.mesh.shape = shape
-    setup = build.make_setup(validation.validate_config(config))
+    setup = build.make_setup(pretraining.validate_config(config))
     result[name] = _spec_tree(setup.layout.shardings)
   print(json.dumps(result, indent=1, sort_keys=True))
 

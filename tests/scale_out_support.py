@@ -106,7 +106,7 @@ def restore_params(workdir: str, data_dir: str, step: int):
   from ml_collections import config_flags  # noqa: F401  (registers the flag types)
 
   from configs import tiny
-  from realformer_jax.train import build, validation
+  from realformer_jax.train import build, pretraining
 
   config = tiny.get_config()
   for flag in TINY_SHARDED:
@@ -120,7 +120,7 @@ def restore_params(workdir: str, data_dir: str, step: int):
     )
   config.data.data_dir = data_dir
   config.mesh.shape = (1, 1, 1)
-  setup = build.make_setup(validation.validate_config(config))
+  setup = build.make_setup(pretraining.validate_config(config))
   manager = ocp.CheckpointManager(
     os.path.join(workdir, 'checkpoints'), item_names=('state', 'rng', 'data')
   )

@@ -26,7 +26,7 @@ import pytest
 from data_fixtures import bible_config
 
 from realformer_jax import data
-from realformer_jax.train import build, checkpoint_integrity, validation
+from realformer_jax.train import build, checkpoint_integrity, pretraining
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.errors import CheckpointError
 
@@ -52,7 +52,7 @@ def straight(tmp_path_factory):
 @functools.cache
 def _setup():
   config = fs.cli_config()
-  return config, build.make_setup(validation.validate_config(config))
+  return config, build.make_setup(pretraining.validate_config(config))
 
 
 def _restore_latest(workdir, setup=None):
@@ -162,7 +162,7 @@ def test_when_every_restore_fails_nothing_is_moved(straight, tmp_path):
   """A restore that fails on every step is no proof of damage (here: another model's
   shapes), so the steps stay where they are and the error says so."""
   workdir = fs.copy_workdir(straight, tmp_path / 'w')
-  other_model = build.make_setup(validation.validate_config(fs.cli_config(model__mlp_dim=48)))
+  other_model = build.make_setup(pretraining.validate_config(fs.cli_config(model__mlp_dim=48)))
   with pytest.raises(CheckpointError) as raised:
     _restore_latest(workdir, setup=other_model)
   assert re.fullmatch(

@@ -279,7 +279,7 @@ def test_a_run_resumes_with_another_attention_implementation(tmp_path):
   resumed = default_config()
   resumed.model.attention_impl = 'pallas'
   resumed.model.attention_platform = 'gpu'
-  loop.check_resumable(resumed, str(tmp_path), latest_step=2)  # same model: no error
-  resumed.model.num_layers += 1
+  model = ModelConfig.from_mapping(resumed.model)
+  loop.check_resumable(model, str(tmp_path), latest_step=2)  # same model: no error
   with pytest.raises(ConfigError, match='model.num_layers=13'):
-    loop.check_resumable(resumed, str(tmp_path), latest_step=2)
+    loop.check_resumable(model.replace(num_layers=13), str(tmp_path), latest_step=2)

@@ -16,7 +16,7 @@ from realformer_jax.data import DataError
 from realformer_jax.seq2seq import bible_pairs
 from realformer_jax.seq2seq import config as translation_config
 from realformer_jax.seq2seq import data as data_lib
-from realformer_jax.seq2seq import trainer as translation
+from realformer_jax.seq2seq import task as translation_task
 
 
 def _data_dir() -> str:
@@ -166,7 +166,7 @@ def test_label_smoothed_loss_against_numpy():
   logits = rng.normal(size=(2, 3, 7)) * 3
   targets = rng.integers(0, 7, (2, 3))
   weights = np.array([[1, 1, 0], [1, 0, 0]])
-  loss, sums = translation.label_smoothed_loss(
+  loss, sums = translation_task.label_smoothed_loss(
     jnp.asarray(logits, jnp.float32), jnp.asarray(targets), jnp.asarray(weights), 0.1
   )
   log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))

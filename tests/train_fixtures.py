@@ -97,10 +97,10 @@ def make_setup(config):
   """The setup of `config` on this process's devices (validated as the training loop does)."""
   import jax
 
-  from realformer_jax.train import build, validation
+  from realformer_jax.train import build, pretraining
 
   return build.make_setup(
-    validation.validate_config(
+    pretraining.validate_config(
       config, device_count=jax.device_count(), process_count=jax.process_count()
     )
   )

@@ -59,7 +59,7 @@ def run(
 ) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
   spec = with_schedule(validation.validate_config(config, task=make_task(config)))
-  result = loop.run(spec, workdir, config, on_log=on_log)
+  result = loop.run(spec, workdir, on_log=on_log)
   if result.get('preempted'):
     return result
   task = spec.task
@@ -95,7 +95,9 @@ def evaluate_best(spec: train.RunSpec, workdir: str, split: str) -> dict[str, fl
   params, step, best_metrics = checkpointing.restore_best_params(
     workdir, setup.layout.abstract.params
   )
-  batches, baseline = task.eval_split_data(spec, split, jax.process_index(), jax.process_count())
+  batches, baseline, context = task.eval_split_data(
+    spec, split, jax.process_index(), jax.process_count()
+  )
   state = TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=())
   accum = spec.train.grad_accum_steps
   eval_step = jax.jit(
@@ -107,7 +109,7 @@ def evaluate_best(spec: train.RunSpec, workdir: str, split: str) -> dict[str, fl
     out_shardings=setup.replicated,
   )
   with partitioning.activate(setup.mesh, setup.rules):
-    metrics = loop.evaluate(eval_step, state, batches, setup)
+    metrics = loop.evaluate(eval_step, state, batches, setup, context)
   return {
     **{f'test/{k.split("/", 1)[1]}': v for k, v in metrics.items()},
     **{f'test/baseline_{k}': v for k, v in baseline.items()},

@@ -69,9 +69,9 @@ class StartingPoint:
     if not init:
       return cls(RANDOM)
     if os.path.isdir(init):
-      from realformer_jax.train import pretrained, validation  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train import pretrained, pretraining  # pylint: disable=import-outside-toplevel
 
-      pretrain = validation.validate_config(pretrained.read_config(init))
+      pretrain = pretraining.validate_config(pretrained.read_config(init))
       step = None if finetune.init_step == -1 else int(finetune.init_step)
       return cls(
         WORKDIR,

@@ -60,7 +60,6 @@ class FinetuneTask(Task):
     self.best_metric = finetune.best_metric or dataset.metric
     # Reads only configs (cheap, before anything is compiled).
     self.starting_point = StartingPoint.from_config(finetune)
-    self._eval_targets = None  # set by build_data: what eval_metrics compares against
 
   # Config.
   def extra_sections(self):
@@ -133,9 +132,7 @@ class FinetuneTask(Task):
     tokenizer = self.tokenizer(spec.data)
     self.check_vocabulary(tokenizer, spec.model)
     train_arrays = self._train_arrays(spec.data)
-    eval_arrays, self._eval_targets = self._eval_data(
-      spec.data, datasets.split_name(spec.data, 'eval')
-    )
+    eval_arrays, targets = self._eval_data(spec.data, datasets.split_name(spec.data, 'eval'))
     batch_size = spec.train.global_batch_size
     return TaskData(
       tokenizer,
@@ -143,17 +140,18 @@ class FinetuneTask(Task):
         train_arrays, batch_size, spec.train.seed, process_index, process_count
       ),
       batches_lib.eval_batches(eval_arrays, batch_size, process_index, process_count),
-      self.baseline(train_arrays, self._eval_targets),
+      self.baseline(train_arrays, targets),
+      eval_context=targets,  # what eval_metrics compares against
     )
 
   def eval_split_data(self, spec, split: str, process_index=0, process_count=1):
-    """(eval batches, baseline) of another split (e.g. the test split); makes it the split
-    eval_metrics scores."""
-    eval_arrays, self._eval_targets = self._eval_data(spec.data, split)
+    """(eval batches, baseline, eval context: the split's targets) of another split (e.g.
+    the test split)."""
+    eval_arrays, targets = self._eval_data(spec.data, split)
     batches = batches_lib.eval_batches(
       eval_arrays, spec.train.global_batch_size, process_index, process_count
     )
-    return batches, self.baseline(self._train_arrays(spec.data), self._eval_targets)
+    return batches, self.baseline(self._train_arrays(spec.data), targets), targets
 
   def _train_arrays(self, data_config) -> dict[str, np.ndarray]:
     return _cached_arrays(self, data_config, datasets.split_name(data_config, 'train'), 'train')
@@ -251,11 +249,12 @@ class ClassificationTask(FinetuneTask):
       scores['f1'] = metrics_lib.binary_f1(predictions, labels)
     return scores
 
-  def eval_metrics(self, sums, outputs):
-    predictions = _in_example_order(outputs, 'prediction', len(self._eval_targets))
+  def eval_metrics(self, sums, outputs, context):
+    """`context`: the eval split's labels."""
+    predictions = _in_example_order(outputs, 'prediction', len(context))
     return {
       'loss': sums['loss_sum'] / max(sums['weight'], 1.0),
-      **self.scores(predictions, self._eval_targets),
+      **self.scores(predictions, context),
     }
 
   def baseline(self, train_arrays, eval_targets):
@@ -365,8 +364,9 @@ class SpanTask(FinetuneTask):
   def train_metrics(self, sums):
     return {'loss': sums['loss_sum'] / max(sums['weight'], 1.0)}
 
-  def eval_metrics(self, sums, outputs):
-    examples, features, data = self._eval_targets
+  def eval_metrics(self, sums, outputs, context):
+    """`context`: the eval split's (examples, features, data config)."""
+    examples, features, data = context
     count = len(features.example_index)
     predictions = squad.predict(
       examples,

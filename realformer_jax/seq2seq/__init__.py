@@ -7,9 +7,11 @@
 Files: model (Seq2Seq: the project's encoder + a decoder), decoder (standard / AAN / merged
 decoder layers), average_attention (the AAN), decoding (greedy and beam search with caches),
 bible_pairs (aligned WEB / BBE verses), data (tokenizer, cached encoded splits, length-bucketed
-batches), config (the translation run's sections), trainer (training on the shared train step,
-BLEU). The package mirrors finetune/: a task built on the core model. Importing it loads only
-the model modules; `seq2seq.trainer` and `seq2seq.data` bring the training stack.
+batches, the checkpointable train stream), config (the translation run's sections), task
+(translation as a task of the training loop, train/loop.py), trainer (training through that
+loop, BLEU). The package mirrors finetune/: a task built on the core model. Importing it loads
+only the model modules; `seq2seq.trainer`, `seq2seq.task` and `seq2seq.data` bring the
+training stack.
 """
 
 from realformer_jax.seq2seq import decoding

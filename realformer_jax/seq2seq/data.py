@@ -35,6 +35,7 @@ import json
 import os
 from typing import Iterator
 
+import grain
 import ml_collections
 import numpy as np
 
@@ -307,6 +308,32 @@ def _bucket_members(pairs: Split, buckets) -> list:
   return members
 
 
+def batch_plan(
+  data: TranslationData, config: TranslationDataConfig, *, seed: int, epoch: int, split: str
+) -> list[tuple[int, np.ndarray]]:
+  """(bucket, pair indices) of every batch of one epoch, in the order drawn from (seed,
+  epoch)."""
+  buckets = tuple(config.bucket_lengths)
+  rng = np.random.default_rng([seed, epoch])
+  plan = []
+  for bucket, indices in enumerate(_bucket_members(data.splits[split], buckets)):
+    indices = rng.permutation(np.asarray(indices, np.int64))
+    rows = config.tokens_per_batch // buckets[bucket]
+    plan += [(bucket, indices[start : start + rows]) for start in range(0, len(indices), rows)]
+  return [plan[position] for position in rng.permutation(len(plan))]
+
+
+def planned_batch(
+  data: TranslationData, config: TranslationDataConfig, planned: tuple, split: str
+) -> dict:
+  """The padded arrays of one `batch_plan` entry."""
+  bucket, indices = planned
+  length = config.bucket_lengths[bucket]
+  pairs = data.splits[split]
+  rows = config.tokens_per_batch // length
+  return _rows(pairs.sources, pairs.targets, indices, length, data.bos_id, data.eos_id, rows)
+
+
 def train_batches(
   data: TranslationData,
   config: TranslationDataConfig,
@@ -317,25 +344,78 @@ def train_batches(
 ) -> Iterator[dict]:
   """One epoch of bucketed batches in an order drawn from (seed, epoch). Every pair of the
   split appears once; a bucket's last batch may be partly [PAD] rows (target_mask 0)."""
-  pairs = data.splits[split]
-  buckets = tuple(config.bucket_lengths)
-  rng = np.random.default_rng([seed, epoch])
-  plan = []
-  for bucket, indices in enumerate(_bucket_members(pairs, buckets)):
-    indices = rng.permutation(np.asarray(indices, np.int64))
-    rows = config.tokens_per_batch // buckets[bucket]
-    plan += [(bucket, indices[start : start + rows]) for start in range(0, len(indices), rows)]
-  for position in rng.permutation(len(plan)):
-    bucket, indices = plan[position]
-    yield _rows(
-      pairs.sources,
-      pairs.targets,
-      indices,
-      buckets[bucket],
-      data.bos_id,
-      data.eos_id,
-      config.tokens_per_batch // buckets[bucket],
-    )
+  for planned in batch_plan(data, config, seed=seed, epoch=epoch, split=split):
+    yield planned_batch(data, config, planned, split)
+
+
+def process_share(batch: dict, process_index: int, process_count: int) -> dict:
+  """Process `process_index`'s block of rows of a global batch."""
+  local = next(iter(batch.values())).shape[0] // process_count
+  return {k: v[process_index * local : (process_index + 1) * local] for k, v in batch.items()}
+
+
+class TrainIterator(grain.DatasetIterator):
+  """The endless train stream of a run: epoch after epoch of `train_batches(seed, epoch)`,
+  this process's rows of each. Its state is the next batch's position in the stream, so a
+  checkpoint resumes it exactly (train/checkpointing.py)."""
+
+  def __init__(
+    self,
+    data: TranslationData,
+    config: TranslationDataConfig,
+    seed: int,
+    process_index: int = 0,
+    process_count: int = 1,
+  ):
+    super().__init__()
+    self._data, self._config, self._seed = data, config, int(seed)
+    self._share = (process_index, process_count)
+    self._per_epoch = batches_per_epoch(data, config)
+    if self._per_epoch == 0:
+      raise DataError(f'{DATASET}: no training pair fits the buckets {config.bucket_lengths}.')
+    self._position = 0
+    self._plan: tuple[int, list] = (-1, [])
+
+  def __next__(self) -> dict:
+    epoch, index = divmod(self._position, self._per_epoch)
+    if self._plan[0] != epoch:
+      self._plan = (
+        epoch,
+        batch_plan(self._data, self._config, seed=self._seed, epoch=epoch, split='train'),
+      )
+    self._position += 1
+    batch = planned_batch(self._data, self._config, self._plan[1][index], 'train')
+    return process_share(batch, *self._share)
+
+  def __iter__(self) -> 'TrainIterator':
+    return self
+
+  def get_state(self) -> dict:
+    return {'next_batch': self._position, 'seed': self._seed, 'batches_per_epoch': self._per_epoch}
+
+  def set_state(self, state: dict) -> None:
+    for key, mine in (('seed', self._seed), ('batches_per_epoch', self._per_epoch)):
+      if state.get(key) != mine:
+        raise DataError(
+          f'{DATASET}: the saved train position has {key}={state.get(key)!r}, this run has '
+          f'{mine!r}: it was saved with other data or another seed.'
+        )
+    self._position = int(state['next_batch'])
+
+  def close(self) -> None:
+    pass
+
+
+class EvalBatches:
+  """The validation split's bucketed batches (seed 0, epoch 0), this process's rows of each;
+  re-iterable."""
+
+  def __init__(self, data, config, process_index: int = 0, process_count: int = 1):
+    self._data, self._config, self._share = data, config, (process_index, process_count)
+
+  def __iter__(self) -> Iterator[dict]:
+    for batch in train_batches(self._data, self._config, seed=0, epoch=0, split='validation'):
+      yield process_share(batch, *self._share)
 
 
 def batches_per_epoch(

@@ -45,12 +45,15 @@ class TrainSetup:
   def replicated(self) -> NamedSharding:
     return partitioning.replicated(self.mesh)
 
-  def abstract_batch(self) -> dict:
-    shapes = self.task.batch_shapes(self.spec.data, self.spec.train.global_batch_size)
-    return {
-      name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
-      for name, (shape, dtype) in shapes.items()
-    }
+  def abstract_batches(self) -> list[dict]:
+    """One abstract batch per shape the task's data yields (one, unless it buckets)."""
+    return [
+      {
+        name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
+        for name, (shape, dtype) in shapes.items()
+      }
+      for shapes in self.task.data_batch_shapes(self.spec.data, self.spec.train.global_batch_size)
+    ]
 
   def init_state(self, rng: jax.Array) -> state_lib.TrainState:
     """A fresh TrainState from `rng`, created shard by shard on the devices that own it."""
@@ -104,9 +107,10 @@ def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:
     donate_argnums=0,
   )
   with partitioning.activate(setup.mesh, setup.rules):
-    return jitted.lower(
-      setup.layout.abstract, setup.abstract_batch(), setup.abstract_rng()
-    ).compile()
+    return _per_shape(
+      (batch, jitted.lower(setup.layout.abstract, batch, setup.abstract_rng()).compile())
+      for batch in setup.abstract_batches()
+    )
 
 
 def compile_eval_step(setup: TrainSetup) -> jax.stages.Compiled:
@@ -118,4 +122,33 @@ def compile_eval_step(setup: TrainSetup) -> jax.stages.Compiled:
     out_shardings=setup.replicated,
   )
   with partitioning.activate(setup.mesh, setup.rules):
-    return jitted.lower(setup.layout.abstract, setup.abstract_batch()).compile()
+    return _per_shape(
+      (batch, jitted.lower(setup.layout.abstract, batch).compile())
+      for batch in setup.abstract_batches()
+    )
+
+
+def _shape_key(batch: dict) -> tuple:
+  return tuple(sorted((name, tuple(x.shape)) for name, x in batch.items()))
+
+
+class PerShape:
+  """Compiled steps of a task whose batches come in several shapes (length buckets), called
+  like one: the batch's shapes pick the step (argument 1). `memory_analysis()` is the last
+  shape's (the longest bucket)."""
+
+  def __init__(self, compiled: list[tuple[dict, jax.stages.Compiled]]):
+    self._by_shape = {_shape_key(batch): step for batch, step in compiled}
+    self._last = compiled[-1][1]
+
+  def __call__(self, *args):
+    return self._by_shape[_shape_key(args[1])](*args)
+
+  def memory_analysis(self):
+    return self._last.memory_analysis()
+
+
+def _per_shape(compiled) -> Any:
+  """From (abstract batch, compiled step) pairs: one step as it is, several as a PerShape."""
+  compiled = list(compiled)
+  return compiled[0][1] if len(compiled) == 1 else PerShape(compiled)

@@ -1,15 +1,17 @@
 """train_and_evaluate: check, build data, compile once, train, evaluate, checkpoint, resume.
 
-One loop for every task (task.py): masked-LM pretraining by default, fine-tuning tasks from
-realformer_jax/finetune. Order matters for failing fast: the config is validated and the data is
-built (tokenizer, iterators, baseline) before any model is traced, so every user-fixable problem
-costs seconds. Metrics are pulled to the host one step late, so the host never waits on the step
-it has just dispatched; a state is checked finite before it is ever saved. A task with a
-`best_metric` also keeps the parameters of its best evaluation (checkpointing.py).
+One loop for every task (task.py): masked-LM pretraining (mlm_task.py), the fine-tuning tasks
+(realformer_jax/finetune), translation (realformer_jax/seq2seq/task.py). Order matters for failing
+fast: the config is validated and the data is built (tokenizer, iterators, baseline) before any
+model is traced, so every user-fixable problem costs seconds. Metrics are pulled to the host one
+step late, so the host never waits on the step it has just dispatched; a state is checked finite
+before it is ever saved. A task with a `best_metric` also keeps the parameters of its best
+evaluation (checkpointing.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import ConfigError
+from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
@@ -38,30 +40,28 @@ from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
 from realformer_jax.train.errors import DivergenceError
 from realformer_jax.train.spec import RunSpec
-from realformer_jax.train.task import Task, prefixed
+from realformer_jax.train.task import Task, TaskData, prefixed
 
 
 def train_and_evaluate(
   config: ml_collections.ConfigDict,
   workdir: str,
   on_log: Optional[Callable[[int, int, dict], None]] = None,
-  task: Optional[Task] = None,
+  *,
+  task: Task,
 ) -> dict[str, Any]:
-  """Trains `task` (default: masked-LM pretraining) on `config` until train.stop_at_step (or
-  num_train_steps), resuming from the latest checkpoint in `workdir`: validates the config
-  once (validation.py), then `run`."""
-  return run(validation.validate_config(config, task=task), workdir, config, on_log=on_log)
+  """Trains `task` on `config` until train.stop_at_step (or num_train_steps), resuming from
+  the latest checkpoint in `workdir`: validates the config once (validation.py), then `run`.
+  (train.train_and_evaluate defaults the task to masked-LM pretraining: pretraining.py.)"""
+  return run(validation.validate_config(config, task=task), workdir, on_log=on_log)
 
 
 def run(
-  spec: RunSpec,
-  workdir: str,
-  config: ml_collections.ConfigDict,
-  on_log: Optional[Callable[[int, int, dict], None]] = None,
+  spec: RunSpec, workdir: str, on_log: Optional[Callable[[int, int, dict], None]] = None
 ) -> dict[str, Any]:
-  """Trains `spec` (`config` is the user's config it was validated from, written to the
-  workdir as config.json). Returns the final eval metrics, the baseline (the task's first
-  baseline metric; all of them as 'baseline/<name>') and the step reached.
+  """Trains `spec` (written to the workdir as config.json: `spec.to_dict()`). Returns the
+  final eval metrics, the baseline (the task's first baseline metric; all of them as
+  'baseline/<name>') and the step reached.
 
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
@@ -69,27 +69,24 @@ def run(
   distributed.initialize(spec.distributed)
   validation.check_devices(spec, jax.device_count(), jax.process_count())
   task_data = task.build_data(spec, jax.process_index(), jax.process_count())
-  train_iter, eval_batches, baseline = (
-    task_data.train_iter,
-    task_data.eval_batches,
-    task_data.baseline,
-  )
+  train_iter, baseline = task_data.train_iter, task_data.baseline
 
   # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
   lock = workdir_lock.acquire_for_run(workdir)
   checkpointer = writer = best = preemption = batches = None
   try:
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
-    check_resumable(config, workdir, checkpointer.latest_step())
+    check_resumable(spec.model, workdir, checkpointer.latest_step())
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = distributed.PreemptionWatcher()
+    given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
     resolved = accumulation.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
     eval_step = build.compile_eval_step(setup)
-    _write_run_files(config, task_data.tokenizer, workdir)
+    _write_run_files(given, task_data.tokenizer, workdir)
     writer.print(
       f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
       f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'
@@ -132,12 +129,10 @@ def run(
         if pending is not None:  # logged before the clock restarts: its time is training time
           log.record(*pending, last_checkpoint=last_saved)
           pending = None
-        _evaluate_and_record(eval_step, state, eval_batches, setup, writer, step, baseline, best)
+        _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
         log.restart_clock(step)  # throughput counts training time only
 
-    final = _evaluate_and_record(
-      eval_step, state, eval_batches, setup, writer, step, baseline, best
-    )
+    final = _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
     writer.print(task.summary(final, baseline, step))
     return {
       **{k: float(v) for k, v in final.items()},
@@ -175,14 +170,15 @@ def _close_all(*closers: Optional[Callable[[], None]]) -> None:
     raise first_error
 
 
-def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str) -> None:
-  """config.json (as given: 'auto' stays 'auto') and a copy of the tokenizer's file, so the
-  workdir alone is enough to use the model later (train.load_workdir)."""
+def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
+  """config.json (the spec's sections, as validated: 'auto' stays 'auto') and a copy of the
+  tokenizer's file, so the workdir alone is enough to use the model later
+  (train.load_workdir)."""
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     # Atomic: a run killed while writing it must not leave a truncated config.json behind.
     cache_lock.atomic_write(
-      os.path.join(workdir, 'config.json'), config.to_json_best_effort(indent=2).encode()
+      os.path.join(workdir, 'config.json'), json.dumps(spec.to_dict(), indent=2).encode()
     )
     tokenizer.save(workdir)
 
@@ -191,9 +187,7 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
 _HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform')
 
 
-def check_resumable(
-  config: ml_collections.ConfigDict, workdir: str, latest_step: Optional[int]
-) -> None:
+def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> None:
   """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
   was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
   dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
@@ -211,7 +205,7 @@ def check_resumable(
       'trained with cannot be compared; it is rewritten by this run'
     )
     return
-  current = json.loads(config.model.to_json_best_effort())
+  current = json.loads(json.dumps(dataclasses.asdict(model)))
   changed = [
     f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
     for k in sorted(set(saved) | set(current))
@@ -246,9 +240,12 @@ def _restore_or_init(
   return state, jax.random.wrap_key_data(key_data)
 
 
-def evaluate(eval_step, state, eval_batches, setup: build.TrainSetup) -> dict[str, float]:
+def evaluate(
+  eval_step, state, eval_batches, setup: build.TrainSetup, eval_context: Any = None
+) -> dict[str, float]:
   """The task's eval metrics ('eval/...') over one pass of the eval batches: sums added on
-  the device, per-row outputs (if the task has any) concatenated on the host."""
+  the device, per-row outputs (if the task has any) concatenated on the host, scored with
+  `eval_context` (TaskData.eval_context: what the task's metrics need from its data)."""
   totals, outputs = None, []
   for batch in eval_batches:
     sums, rows = eval_step(state, partitioning.global_batch(batch, setup.batch_sharding))
@@ -259,21 +256,23 @@ def evaluate(eval_step, state, eval_batches, setup: build.TrainSetup) -> dict[st
     name: np.concatenate([rows[name] for rows in outputs])
     for name in (outputs[0] if outputs else {})
   }
-  return prefixed(setup.task.eval_metrics(jax.device_get(totals), concatenated), 'eval')
+  return prefixed(
+    setup.task.eval_metrics(jax.device_get(totals), concatenated, eval_context), 'eval'
+  )
 
 
 def _evaluate_and_record(
   eval_step,
   state,
-  eval_batches,
+  task_data: TaskData,
   setup: build.TrainSetup,
   writer: metrics_lib.MetricWriter,
   step: int,
-  baseline: dict,
   best: Optional[BestCheckpoint],
 ) -> dict[str, float]:
   """Evaluates, writes scalars and a console line, and offers the state to `best`."""
-  eval_metrics = evaluate(eval_step, state, eval_batches, setup)
+  baseline = task_data.baseline
+  eval_metrics = evaluate(eval_step, state, task_data.eval_batches, setup, task_data.eval_context)
   writer.scalars(
     step, dict(eval_metrics, **{f'eval/baseline_{name}': value for name, value in baseline.items()})
   )
@@ -306,7 +305,7 @@ class _TrainLog:
     self._stop = stop_step
     self._sums: Optional[dict] = None
     self._throughput = metrics_lib.Throughput(
-      spec.train.global_batch_size * spec.data.max_len, start_step, stop_step
+      spec.task.tokens_per_step(spec), start_step, stop_step
     )
 
   def restart_clock(self, step: int) -> None:

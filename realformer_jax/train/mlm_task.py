@@ -33,11 +33,6 @@ class MaskedLMTask(Task):
 
   data_config_class = data.DataConfig
 
-  def __init__(self, mask_id: int | None = None):
-    # The [MASK] id tells a [MASK] slot from a kept or random one at evaluation; build_data
-    # sets it from the tokenizer when it is not given.
-    self.mask_id = mask_id
-
   def validate(self, spec) -> None:
     if spec.data.vocab_size > spec.model.vocab_size:
       raise ConfigError(
@@ -100,9 +95,11 @@ class MaskedLMTask(Task):
       'masked_weights': batch['masked_weights'],
     }
 
-  def eval_metrics(self, sums: Mapping[str, float], outputs) -> dict[str, float]:
+  def eval_metrics(self, sums: Mapping[str, float], outputs, context: int) -> dict[str, float]:
+    """`context`: the tokenizer's [MASK] id (TaskData.eval_context), which tells a [MASK]
+    slot from a kept or randomly replaced one."""
     metrics = _mean_metrics(sums)
-    if self.mask_id is None or not outputs:
+    if not outputs:
       return metrics
     rows = mlm_metrics.per_row_sums(
       outputs['nll'],
@@ -110,7 +107,7 @@ class MaskedLMTask(Task):
       outputs['visible_ids'],
       outputs['masked_ids'],
       outputs['masked_weights'],
-      self.mask_id,
+      context,
     )
     by_kind = mlm_metrics.metrics_from_sums(rows)
     # loss and mlm_accuracy stay the device sums' (the same numbers, summed in float32).
@@ -147,11 +144,9 @@ class MaskedLMTask(Task):
       spec.data, batch_size, spec.train.seed, process_index, process_count
     )
     eval_batches = data.make_eval_iterator(spec.data, batch_size, process_index, process_count)
-    if self.mask_id is None:
-      self.mask_id = tokenizer.mask_id
     # 'mlm_accuracy' (the most frequent token's) first: the loop reports it as 'baseline'.
     floors = data.context_free_floors(spec.data, batch_size)
-    return TaskData(tokenizer, train_iter, eval_batches, floors)
+    return TaskData(tokenizer, train_iter, eval_batches, floors, eval_context=tokenizer.mask_id)
 
   def summary(self, final, baseline, step: int) -> str:
     learned = (

@@ -25,6 +25,7 @@ from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.train import build, defaults, validation
 from realformer_jax.train.checkpointing import Checkpointer
+from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.spec import RunSpec
 
 CONFIG_FILE = 'config.json'
@@ -95,7 +96,7 @@ def load_workdir(
   """Config and parameters of `workdir` at `step` (default: its latest checkpoint)."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   config = read_config(workdir)
-  spec = validation.validate_config(config)
+  spec = validation.validate_config(config, task=MaskedLMTask())
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(
     mesh=spec.mesh.replace(

@@ -6,7 +6,7 @@ takes the spec (or the one section it needs), never the ConfigDict, and nothing 
 the user's config. Each section checks itself when it is made (`__post_init__`), so a section
 that exists is valid; checks across sections live in validation.py.
 
-    spec = validate_config(config)          # MaskedLMTask unless a task is given
+    spec = train.validate_config(config)    # MaskedLMTask unless a task is given
     spec.train.learning_rate, spec.mesh.shape, spec.model.num_layers, spec.data.max_len
     spec = spec.replace(train=spec.train.replace(grad_accum_steps=4))
 """
@@ -241,6 +241,14 @@ class RunSpec(_Section):
   rules: Rules  # logical axis name -> mesh axes, first match wins
   distributed: DistributedConfig
   sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the task's own
+
+  def to_dict(self) -> dict[str, Any]:
+    """The sections as plain values (the workdir's config.json): validating it again gives
+    this spec back ('auto' stays 'auto')."""
+    sections = {'model': self.model, 'data': self.data, 'train': self.train, 'mesh': self.mesh}
+    sections.update(distributed=self.distributed, **self.sections)
+    plain = {name: dataclasses.asdict(section) for name, section in sections.items()}
+    return dict(plain, logical_axis_rules=[list(rule) for rule in self.rules])
 
   def batch_mesh_axes(self) -> tuple[str, ...]:
     """The mesh axes the batch dimension is split over (the first rule for 'batch')."""

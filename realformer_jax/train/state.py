@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec
 
 from realformer_jax.model.params import unbox
 from realformer_jax.train import partitioning
-from realformer_jax.train.task import Task
+from realformer_jax.train.task import TaskModel
 
 # Parameters that get weight decay; BERT exempts biases and LayerNorm (and here also the
 # residual gates and every other scalar or vector parameter).
@@ -28,8 +28,8 @@ _DECAYED_PARAM_NAMES = ('kernel', 'embedding')
 
 
 class OptimizerConfig(Protocol):
-  """What the schedule and optimizer read: TrainConfig (train/spec.py), or a trainer's own
-  section with these fields (seq2seq/trainer.py)."""
+  """What the schedule and optimizer read: TrainConfig (train/spec.py) or a task's subclass of
+  it (seq2seq/config.py)."""
 
   learning_rate: float
   warmup_steps: int
@@ -105,7 +105,7 @@ class StateLayout:
     return self.shardings.params
 
 
-def _make_init_fn(model, tx, batch_size, data_config, task: Task):
+def _make_init_fn(model, tx, batch_size, data_config, task: TaskModel):
   def init(rng: jax.Array) -> TrainState:
     params = unbox(task.init_variables(model, rng, data_config, batch_size)['params'])
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
@@ -114,7 +114,7 @@ def _make_init_fn(model, tx, batch_size, data_config, task: Task):
 
 
 def state_layout(
-  model: Any, tx: optax.GradientTransformation, data_config: Any, mesh, rules, task: Task
+  model: Any, tx: optax.GradientTransformation, data_config: Any, mesh, rules, task: TaskModel
 ) -> StateLayout:
   """Abstract sharded TrainState, computed without allocating any parameter."""
   # One row per data-parallel shard keeps init's activation constraints divisible.
@@ -154,7 +154,7 @@ def init_state(
   rng: jax.Array,
   mesh,
   rules,
-  task: Task,
+  task: TaskModel,
 ) -> TrainState:
   """Fresh TrainState, created shard by shard on the devices that own it."""
   batch_size = partitioning.data_parallel_size(mesh, rules)

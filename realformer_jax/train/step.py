@@ -18,14 +18,20 @@ import optax
 
 from realformer_jax.analysis import diagnostics
 from realformer_jax.train.state import TrainState
-from realformer_jax.train.task import Task
+from realformer_jax.train.task import TaskModel
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
 
 
 def _forward_sums(
-  task: Task, model: Any, params: Any, batch: Batch, *, step: jax.Array, rng: Optional[jax.Array]
+  task: TaskModel,
+  model: Any,
+  params: Any,
+  batch: Batch,
+  *,
+  step: jax.Array,
+  rng: Optional[jax.Array],
 ) -> Metrics:
   """The task's metric sums (`task.sum_metrics`) of one (micro)batch."""
   return task.loss_sums(task.forward(model, params, batch, step=step, rng=rng), batch)
@@ -48,7 +54,7 @@ def split_microbatches(batch: Batch, num_micro: int) -> Batch:
 def make_train_step(
   model: Any,
   tx: optax.GradientTransformation,
-  task: Task,
+  task: TaskModel,
   schedule: optax.Schedule,
   *,
   grad_accum_steps: int = 1,
@@ -120,7 +126,7 @@ def make_train_step(
 
 
 def make_eval_step(
-  model: Any, task: Task, grad_accum_steps: int = 1
+  model: Any, task: TaskModel, grad_accum_steps: int = 1
 ) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
   """`eval_step(state, batch) -> (sums, outputs)`: the task's metric sums of one eval batch and
   its per-row outputs for host-side metrics (`task.eval_outputs`; masked LM: per slot), in the

@@ -2,19 +2,25 @@
 
 The loop (loop.py), steps (step.py), state init (state.py) and setup (build.py) are written
 against this interface; masked-LM pretraining (mlm_task.py) is one task, the fine-tuning tasks
-(classification, regression, span extraction; realformer_jax/finetune/tasks.py) are others.
+(classification, regression, span extraction; realformer_jax/finetune/tasks.py) and translation
+(realformer_jax/seq2seq/task.py) are others.
 
-A task says
+A task (`Task`) is three parts and its data: `TaskConfig` (read by validation.py), `TaskModel`
+(all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
+console, loop.py). A task says
   * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
     sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
     validated RunSpec, train/spec.py);
   * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
-    compilation), which batch arrays the model is called with;
+    compilation; several when its data is length-bucketed, each compiled once), which batch
+    arrays the model is called with;
   * its loss: per-(micro)batch sums that add across batches, devices and microbatches
     (`sum_metrics`; the loss is `sums[loss_sum] / sums[weight]`);
   * its evaluation: sums added on the device, plus optional per-example outputs pulled to the
     host for metrics that are not sums (F1, Matthews correlation, SQuAD EM/F1);
-  * its data: tokenizer, an endless checkpointable train iterator, eval batches, a baseline;
+  * its data: tokenizer, an endless checkpointable train iterator, eval batches, a baseline,
+    and what its eval metrics need from the data (`TaskData.eval_context`, handed back to
+    `eval_metrics`: a task keeps no state between building its data and scoring);
   * its starting point: `initial_params` may replace freshly initialised parameters (e.g. with
     a pretrained encoder) before the first step.
 """
@@ -29,6 +35,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import ModelConfig, from_section, to_config_dict
+from realformer_jax.train.spec import TrainConfig
 
 if TYPE_CHECKING:
   from realformer_jax.train.spec import RunSpec
@@ -42,20 +49,16 @@ class TaskData:
   train_iter: Any  # endless grain-style iterator: next(), get_state(), set_state(), close()
   eval_batches: Iterable[dict]  # one finite pass of this process's eval batches; re-iterable
   baseline: dict[str, float]  # eval metrics of a model that ignores its input (unprefixed)
+  # What eval_metrics needs from the data besides the outputs (masked LM: the [MASK] id;
+  # fine-tuning: the eval split's targets), handed to it by the loop.
+  eval_context: Any = None
 
 
-class Task:
-  """Base class: a task overrides what differs from these defaults."""
+class TaskConfig:
+  """A task's config: its sections' schemas and the checks across them (validation.py)."""
 
-  name = 'task'
-  sum_metrics: tuple[str, ...] = ('loss_sum', 'weight')
-  loss_sum = 'loss_sum'  # the summed loss; the optimised loss is loss_sum / weight
-  weight = 'weight'  # the number of predictions the loss is summed over
-  best_metric: Optional[str] = None  # eval metric that picks the best checkpoint (None: off)
-  best_mode = 'max'  # 'max' or 'min'
-
-  # Config.
   data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)
+  train_config_class: type = TrainConfig  # the `train` section's (a task may add fields)
 
   def extra_sections(self) -> dict[str, type]:
     """Config sections beyond model / data / train / mesh / rules / distributed: name ->
@@ -77,6 +80,16 @@ class Task:
   def validate(self, spec: 'RunSpec') -> None:
     """Checks across sections (after each section's own checks)."""
 
+
+class TaskModel:
+  """What the compiled steps run (build.py, state.py, step.py): the model and its batches, the
+  loss as sums that add across batches, devices and microbatches (`sum_metrics`; the loss is
+  `sums[loss_sum] / sums[weight]`), and the metrics made from those sums."""
+
+  sum_metrics: tuple[str, ...] = ('loss_sum', 'weight')
+  loss_sum = 'loss_sum'  # the summed loss; the optimised loss is loss_sum / weight
+  weight = 'weight'  # the number of predictions the loss is summed over
+
   # Model and batch.
   def make_model(self, model_config: ModelConfig) -> Any:
     raise NotImplementedError
@@ -86,6 +99,19 @@ class Task:
   ) -> dict[str, tuple[tuple[int, ...], Any]]:
     """{name: (shape, dtype)} of one batch of `batch_size` rows (the data contract)."""
     raise NotImplementedError
+
+  def data_batch_shapes(self, data_config: Any, batch_size: int) -> list[dict]:
+    """Every batch shape the data yields, each compiled once (default: `batch_shapes`; a task
+    with length buckets has one per bucket)."""
+    return [self.batch_shapes(data_config, batch_size)]
+
+  def batch_rows(self, spec: 'RunSpec') -> dict[str, int]:
+    """{what sets it: rows} of every global batch shape (each must split over the devices)."""
+    return {'train.global_batch_size': spec.train.global_batch_size}
+
+  def tokens_per_step(self, spec: 'RunSpec') -> int:
+    """Padded tokens of one global batch (the throughput line's unit)."""
+    return spec.train.global_batch_size * spec.data.max_len
 
   def model_inputs(self, batch: Mapping[str, jax.Array]) -> tuple:
     """Positional arguments of the model call, taken from a batch."""
@@ -129,14 +155,19 @@ class Task:
     return {}
 
   def eval_metrics(
-    self, sums: Mapping[str, float], outputs: Mapping[str, np.ndarray]
+    self, sums: Mapping[str, float], outputs: Mapping[str, np.ndarray], context: Any
   ) -> dict[str, float]:
-    """Eval metrics (unprefixed) from the summed metrics and the concatenated outputs."""
+    """Eval metrics (unprefixed) from the summed metrics, the concatenated outputs and the
+    eval data's `TaskData.eval_context`."""
     raise NotImplementedError
 
   def train_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
     """Train metrics (unprefixed, 'loss' first) from sums over a log interval."""
     raise NotImplementedError
+
+
+class TaskConsole:
+  """A task's words on the console: its part of the train and eval lines, the last line."""
 
   def log_fields(self, metrics: Mapping[str, float]) -> str:
     """The task's part of a train console line, e.g. 'acc 0.1234', from unprefixed metrics."""
@@ -145,6 +176,19 @@ class Task:
   def eval_log_fields(self, metrics: Mapping[str, float], baseline: Mapping[str, float]) -> str:
     """The task's part of an eval console line (after the loss)."""
     return f'{self.log_fields(metrics)} (baseline {self.log_fields(baseline)})'
+
+  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float], step: int) -> str:
+    """The run's last console line."""
+    raise NotImplementedError
+
+
+class Task(TaskConfig, TaskModel, TaskConsole):
+  """A whole task: config, model and console parts, its data and starting point, and the
+  metric that picks the best checkpoint. A task overrides what differs from the defaults."""
+
+  name = 'task'
+  best_metric: Optional[str] = None  # eval metric that picks the best checkpoint (None: off)
+  best_mode = 'max'  # 'max' or 'min'
 
   # Data and starting point.
   def build_data(self, spec: 'RunSpec', process_index: int, process_count: int) -> TaskData:
@@ -155,10 +199,6 @@ class Task:
     as `setup.layout.shardings.params`; the result must have the same shapes and shardings."""
     del setup
     return params
-
-  def summary(self, final: Mapping[str, float], baseline: Mapping[str, float], step: int) -> str:
-    """The run's last console line."""
-    raise NotImplementedError
 
 
 def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:

@@ -20,7 +20,6 @@ import ml_collections
 from realformer_jax.config import ConfigError, from_section
 from realformer_jax.train import defaults
 from realformer_jax.train import spec as spec_lib
-from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task
 
@@ -35,27 +34,28 @@ _COMMON_SECTIONS = {
 def validate_config(
   config: ml_collections.ConfigDict,
   *,
-  task: Optional[Task] = None,
+  task: Task,
   device_count: Optional[int] = None,
   process_count: Optional[int] = None,
 ) -> RunSpec:
-  """The RunSpec of `config` for `task` (masked-LM pretraining unless another is given: the
-  only place that default is made).
+  """The RunSpec of `config` for `task` (train.validate_config defaults it to masked-LM
+  pretraining: pretraining.py; this module knows no task).
 
   Without `device_count` / `process_count` only what needs no devices is checked (safe before
   `jax.distributed.initialize`); with them, the mesh shape and batch layout are checked too.
   """
-  task = task or MaskedLMTask()
   _check_sections(config, task)
   model = task.model_config(config.model)
   data = task.data_config(config.data)
-  if model.position_embedding == 'learned' and data.max_len > model.max_len:
+  # (A task whose data has no single max_len checks its own lengths in task.validate.)
+  if model.position_embedding == 'learned' and getattr(data, 'max_len', 0) > model.max_len:
     raise ConfigError(
       f'data.max_len={data.max_len}: sequence longer than the position '
       f'table model.max_len={model.max_len}'
     )
+  schemas = dict(_COMMON_SECTIONS, train=task.train_config_class)
   train, mesh, distributed = (
-    from_section(cls, name, config[name]) for name, cls in _COMMON_SECTIONS.items()
+    from_section(cls, name, config[name]) for name, cls in schemas.items()
   )
   sections = {
     name: from_section(cls, name, config[name]) for name, cls in task.extra_sections().items()
@@ -126,17 +126,15 @@ def check_batch_layout(spec: RunSpec, data_parallel: int, process_count: int) ->
   train = spec.train
   batch_axes = spec.batch_mesh_axes()
   accum = 1 if train.grad_accum_steps == spec_lib.AUTO else train.grad_accum_steps
-  if train.global_batch_size % (data_parallel * accum):
-    raise ConfigError(
-      f'train.global_batch_size={train.global_batch_size}: must be divisible by the '
-      f'data-parallel size {data_parallel} (mesh {"*".join(batch_axes) or "none"}) times '
-      f'train.grad_accum_steps={accum}'
-    )
-  if train.global_batch_size % process_count:
-    raise ConfigError(
-      f'train.global_batch_size={train.global_batch_size}: must be divisible '
-      f'by the process count {process_count}'
-    )
+  for name, rows in spec.task.batch_rows(spec).items():
+    if rows % (data_parallel * accum):
+      raise ConfigError(
+        f'{name}={rows}: must be divisible by the '
+        f'data-parallel size {data_parallel} (mesh {"*".join(batch_axes) or "none"}) times '
+        f'train.grad_accum_steps={accum}'
+      )
+    if rows % process_count:
+      raise ConfigError(f'{name}={rows}: must be divisible by the process count {process_count}')
   if data_parallel % process_count:
     # Each process feeds only its own rows; with fewer batch shards than processes some
     # processes' devices would need rows that another process read.

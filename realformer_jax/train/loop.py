@@ -188,7 +188,7 @@ def _write_run_files(config: ml_collections.ConfigDict, tokenizer, workdir: str)
 
 
 # How attention is computed (kernels/select.py) changes no parameter and no number.
-_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform')
+_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform', 'attention_check')
 
 
 def check_resumable(

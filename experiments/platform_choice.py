@@ -4,7 +4,7 @@ With a GPU or TPU plugin installed (the `aot` extra does it: jax-cuda13-plugin a
 JAX process that finds no such device still initialises the plugins first: the CUDA plugin
 logs a 20-line `RuntimeError: cuDNN not found` traceback before JAX falls back to the CPU, and
 libtpu prints `E0000 ...` lines about TPU metadata. `prefer_cpu_without_accelerator()` runs
-before JAX opens a backend (experiments/__init__.py, benchmarks/__init__.py): when the machine
+before JAX is imported (experiments/__init__.py, benchmarks/__init__.py): when the machine
 has no accelerator device file (NVIDIA `/dev/nvidia0..`, AMD `/dev/kfd`, TPU `/dev/accel*` or
 `/dev/vfio/<n>`), it sets JAX_PLATFORMS=cpu, so the plugins are never asked. A machine with one
 of those files is left alone (a real GPU is never hidden, and a GPU whose libraries are broken

@@ -49,7 +49,7 @@ def main(argv):
   try:
     result = estimate(_TARGET.value, _WHICH.value, _BATCH.value, _SEQ_LEN.value, _DTYPE.value)
   except Exception as e:  # pylint: disable=broad-except
-    result = {'error': f'{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}'}
+    result = {'error': f'{type(e).__name__}: {(str(e).strip().splitlines() or [""])[0][:300]}'}
   print(json.dumps(result))
 
 

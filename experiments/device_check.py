@@ -35,6 +35,7 @@ from importlib import metadata
 from absl import app, flags
 
 from experiments.cli import fail, parse_flags
+from realformer_jax.units import GiB
 
 _OUT = flags.DEFINE_string('out', None, 'Write the report as JSON here.')
 _SIZE = flags.DEFINE_enum(
@@ -308,7 +309,7 @@ def _fmt(value, unit='') -> str:
   if unit == 'ms':
     return f'{value * 1e3:.1f} ms'
   if unit == 'GiB':
-    return f'{value / 2**30:.2f} GiB' if value >= 2**30 else f'{value / 2**20:.1f} MiB'
+    return f'{value / GiB:.2f} GiB' if value >= GiB else f'{value * 1024 / GiB:.1f} MiB'
   return str(value)
 
 

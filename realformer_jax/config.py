@@ -147,6 +147,11 @@ class ModelConfig:
   # Platform the attention is compiled for: 'auto' = jax.default_backend() when traced. The
   # train setup sets it from the mesh's devices (in a deviceless compile: the target's).
   attention_platform: str = 'auto'
+  # Before a run's first step on a GPU / TPU, check the kernels 'auto' or 'pallas' takes
+  # against the einsum path on that device (a tiny problem at the run's head size and dtype;
+  # kernels/self_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
+  # with one error line. False trusts the kernels unchecked.
+  attention_check: bool = True
 
   # Encoder-decoder models only (seq2seq.py): decoder depth, and its attention: 'standard'
   # (masked self-attention, cross-attention, FFN), 'aan' (average attention with FFN and
@@ -261,6 +266,8 @@ class ModelConfig:
         f'dropout (model.attention_dropout_rate={self.attention_dropout_rate}); '
         "set it to 0 or use 'pallas'"
       )
+    if not isinstance(self.attention_check, bool):
+      raise ConfigError(f'model.attention_check={self.attention_check!r}: must be True or False')
     if self.residual_attention not in (None, True, False):
       raise ConfigError(
         f'model.residual_attention={self.residual_attention!r}: must be None, True or False'

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kernel_platform import attention_platform, blocks, interpret, rtol
 
 from realformer_jax import Encoder, ModelConfig, kernels
 from realformer_jax.config import ConfigError
@@ -70,28 +71,29 @@ def _values_and_grads(fn, qkv, acc, carry):
   return outputs, grads
 
 
-def _spec(backend, carry, dropout, **blocks):
+def _spec(backend, carry, dropout, **tiles):
   sizes = (
     dict(block_q=16, block_k=16, block_bwd=16)
     if backend == 'triton'
     else dict(block_q=8, block_k=16, block_bwd=16)
   )
-  sizes.update(blocks)
+  sizes.update(tiles)
   return kernels.KernelSpec(
     backend,
     carry_in=carry,
     carry_out=carry,
     keep_threshold=keep_threshold(KEEP) if dropout else 0,
     heads_total=H,
-    interpret=True,
-    **sizes,
+    interpret=interpret(backend),
+    **blocks(backend, L, sizes),
   )
 
 
-def _assert_close(actual, expected, rtol, atol=0.0):
+def _assert_close(actual, expected, tolerance, atol=0.0):
   actual, expected = np.asarray(actual, np.float32), np.asarray(expected, np.float32)
   scale = np.max(np.abs(expected))
-  np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol + rtol * scale)
+  tol = rtol(tolerance)  # the platform's when compiled (tests/kernel_platform.py)
+  np.testing.assert_allclose(actual, expected, rtol=tol, atol=atol + tol * scale)
 
 
 @pytest.mark.parametrize('backend', ['triton', 'mosaic'])
@@ -190,10 +192,14 @@ def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
   mask = jnp.ones((B, L), jnp.int32).at[1, 21:].set(0)
   params = Encoder(cfg).init(jax.random.key(0), ids, mask)
   loss, grads = _encoder_loss_and_grads(cfg.replace(attention_impl='xla'), params, ids, mask)
+  backend = impl.split('_')[1]
   fused_loss, fused_grads = _encoder_loss_and_grads(
-    cfg.replace(attention_impl=impl), params, ids, mask
+    cfg.replace(attention_impl=impl, attention_platform=attention_platform(backend)),
+    params,
+    ids,
+    mask,
   )
-  np.testing.assert_allclose(fused_loss, loss, rtol=1e-5)
+  np.testing.assert_allclose(fused_loss, loss, rtol=rtol(1e-5))
   jax.tree.map(lambda a, b: _assert_close(a, b, 1e-5), fused_grads, grads)
 
 
@@ -235,7 +241,8 @@ def test_auto_follows_the_platform_of_the_devices_not_the_host():
   assert kernels.plan(gpu_cfg, 100) is None
   with pytest.raises(ConfigError, match="attention_impl='pallas': sequence length 100"):
     kernels.plan(gpu_cfg.replace(attention_impl='pallas'), 100)
-  assert kernels.plan(cfg.replace(attention_impl='pallas'), 32).interpret  # CPU: interpret
+  cpu = cfg.replace(attention_impl='pallas', attention_platform='cpu')
+  assert kernels.plan(cpu, 32).interpret  # CPU: interpret
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from realformer_jax import kernels
+from realformer_jax.kernels import self_check
 from realformer_jax.train import partitioning
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
@@ -69,8 +70,11 @@ class TrainSetup:
 def make_setup(spec: RunSpec, devices: Optional[Sequence[Any]] = None) -> TrainSetup:
   """Everything but data and arrays, on a mesh of `devices` (default: all of them)."""
   mesh = partitioning.make_mesh(spec.mesh, devices)
-  # Attention kernels for the platform the step is compiled for (kernels/select.py).
-  model = spec.task.make_model(kernels.resolve_platform(spec.model, mesh.devices.flat))
+  # Attention kernels for the platform the step is compiled for (kernels/select.py), checked
+  # against the einsum path first when they run compiled on this process's devices.
+  devices = list(mesh.devices.flat)
+  model_config = kernels.resolve_platform(spec.model, devices)
+  model = spec.task.make_model(self_check.checked(model_config, devices, _seq_len(spec)))
   tx = state_lib.make_optimizer(spec.train)
   layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
   return TrainSetup(
@@ -81,6 +85,11 @@ def make_setup(spec: RunSpec, devices: Optional[Sequence[Any]] = None) -> TrainS
     layout=layout,
     batch_sharding=partitioning.batch_sharding(mesh, spec.rules),
   )
+
+
+def _seq_len(spec: RunSpec) -> Optional[int]:
+  shapes = spec.task.batch_shapes(spec.data, 1)
+  return shapes['input_ids'][0][1] if 'input_ids' in shapes else None
 
 
 def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:

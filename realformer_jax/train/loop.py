@@ -184,7 +184,7 @@ def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
 
 
 # How attention is computed (kernels/select.py) changes no parameter and no number.
-_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform')
+_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform', 'attention_check')
 
 
 def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> None:

@@ -1,0 +1,44 @@
+"""The CLIs' choice of JAX platform on a machine with accelerator plugins but no accelerator.
+
+With a GPU or TPU plugin installed (the `aot` extra does it: jax-cuda13-plugin and libtpu), a
+JAX process that finds no such device still initialises the plugins first: the CUDA plugin
+logs a 20-line `RuntimeError: cuDNN not found` traceback before JAX falls back to the CPU, and
+libtpu prints `E0000 ...` lines about TPU metadata. `prefer_cpu_without_accelerator()` runs
+before JAX is imported (experiments/__init__.py, benchmarks/__init__.py): when the machine
+has no accelerator device file (NVIDIA `/dev/nvidia0..`, AMD `/dev/kfd`, TPU `/dev/accel*` or
+`/dev/vfio/<n>`), it sets JAX_PLATFORMS=cpu, so the plugins are never asked. A machine with one
+of those files is left alone (a real GPU is never hidden, and a GPU whose libraries are broken
+still shows JAX's traceback); a JAX_PLATFORMS set by the user, even to '', always wins.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+_DEVICE_FILES = ('/dev/nvidia[0-9]*', '/dev/kfd', '/dev/accel[0-9]*', '/dev/vfio/[0-9]*')
+
+# What the last call decided, for device_check's environment report.
+decision = 'not run'
+
+
+def accelerator_device_files(patterns=_DEVICE_FILES) -> list[str]:
+  """Device files of GPUs / TPUs present on this machine (none on a CPU-only one)."""
+  return sorted(path for pattern in patterns for path in glob.glob(pattern))
+
+
+def prefer_cpu_without_accelerator(patterns=_DEVICE_FILES) -> str:
+  """Sets JAX_PLATFORMS=cpu when JAX_PLATFORMS is unset and no accelerator is present; returns
+  (and records in `decision`) what it did, in words."""
+  global decision  # pylint: disable=global-statement
+  if 'JAX_PLATFORMS' in os.environ:
+    decision = f'JAX_PLATFORMS={os.environ["JAX_PLATFORMS"]!r} (set before start)'
+  elif accelerator_device_files(patterns):
+    decision = 'JAX default (an accelerator device file is present)'
+  else:
+    os.environ['JAX_PLATFORMS'] = 'cpu'
+    if 'jax' in sys.modules:  # imported but no backend open yet: the flag still applies
+      sys.modules['jax'].config.update('jax_platforms', 'cpu')
+    decision = 'cpu (no GPU/TPU device file: accelerator plugins not initialised)'
+  return decision

@@ -1,0 +1,72 @@
+"""`python -m experiments.device_check` (the command for a researcher's first GPU or TPU) runs
+on this CPU machine at its toy size and reports each part; and a CPU process of the CLIs prints
+no accelerator-plugin noise with the `aot` extra installed (experiments/platform_choice.py).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from experiments import platform_choice
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN_NOISE = ('Traceback', 'cuDNN', 'Jax plugin configuration error', 'E0000', 'libtpu')
+
+
+@pytest.mark.slow
+def test_device_check_reports_each_part_and_no_plugin_noise(tmp_path):
+  env = dict(os.environ)
+  env.pop('JAX_PLATFORMS', None)  # the command chooses, as a user's would
+  if platform_choice.accelerator_device_files():  # a GPU / TPU machine: keep this test a CPU run
+    env['JAX_PLATFORMS'] = 'cpu'
+  out = tmp_path / 'report.json'
+  result = subprocess.run(
+    [sys.executable, '-m', 'experiments.device_check', f'--out={out}'],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  assert not [n for n in PLUGIN_NOISE if n in result.stderr], result.stderr[-3000:]
+  report = json.loads(out.read_text())
+  env_part = report['environment']
+  assert env_part['backend'] == 'cpu' and env_part['device_count'] >= 1
+  assert env_part['versions']['jax'] and env_part['versions']['jaxlib']
+  assert report['size'] == 'toy' and 'TOY SIZE' in result.stdout
+  kernels = report['kernels']
+  assert {r['kernel'] for r in kernels} == {'triton (interpret)', 'mosaic (interpret)'}
+  assert all(r['passed'] and r['worst_relative_error'] < 5e-2 for r in kernels), kernels
+  training = report['training']
+  assert training['passed'] and len(training['losses_kernels']) == 20
+  rows = {r['model']: r for r in report['steps']['rows']}
+  assert set(rows) == {'post', 'realformer', 'pre'}
+  assert all(r['step_s (measured, median)'] > 0 for r in rows.values()), rows
+  assert report['steps']['target_for_estimates'] is None  # no deviceless target for a CPU
+  assert 'no deviceless ESTIMATE' in result.stdout and 'overall: PASS' in result.stdout
+
+
+def test_the_cpu_is_chosen_only_without_an_accelerator(tmp_path, monkeypatch):
+  monkeypatch.setenv('JAX_PLATFORMS', '')  # records the session's value, restored after
+  monkeypatch.delenv('JAX_PLATFORMS')
+  fake_jax = types.SimpleNamespace(
+    config=types.SimpleNamespace(update=lambda *a: updates.append(a))
+  )
+  updates = []
+  monkeypatch.setitem(sys.modules, 'jax', fake_jax)
+  (tmp_path / 'nvidia0').write_text('')
+  # An accelerator's device file: JAX keeps its own choice (a real GPU is never hidden).
+  decision = platform_choice.prefer_cpu_without_accelerator((str(tmp_path / 'nvidia[0-9]*'),))
+  assert 'JAX_PLATFORMS' not in os.environ and updates == [] and 'JAX default' in decision
+  # None: the CPU, also for a jax imported but not started.
+  decision = platform_choice.prefer_cpu_without_accelerator((str(tmp_path / 'accel[0-9]*'),))
+  assert os.environ['JAX_PLATFORMS'] == 'cpu' and updates == [('jax_platforms', 'cpu')]
+  # The user's setting always wins.
+  monkeypatch.setenv('JAX_PLATFORMS', 'cuda')
+  assert 'set before start' in platform_choice.prefer_cpu_without_accelerator(())
+  assert os.environ['JAX_PLATFORMS'] == 'cuda'

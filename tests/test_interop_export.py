@@ -7,19 +7,23 @@ Tolerance: 2e-5 absolute on logits of order 1 (measured differences ~1e-6: summa
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
+import train_fixtures
 from model_fixtures import init_params, padded_batch, tiny_config
 
-from realformer_jax import MaskedLM
+from realformer_jax import MaskedLM, train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data import wordpiece
 from realformer_jax.interop import hf_export
 
 ATOL = 2e-5
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + [f'w{i}' for i in range(45)]
 
 
@@ -148,3 +152,58 @@ def test_refuses_what_it_cannot_export_exactly(tmp_path, overrides, field):
 
 def test_every_model_field_is_either_exported_or_irrelevant():
   hf_export.check_exportable(tiny_config())  # raises on a ModelConfig field it does not know
+
+
+def _run_export(*args):
+  return subprocess.run(
+    [sys.executable, '-m', 'experiments.export_hf', *args],
+    cwd=REPO,
+    env=dict(os.environ, JAX_PLATFORMS='cpu'),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+
+
+@pytest.mark.slow  # trains 2 steps, then the CLI in a subprocess
+def test_a_trained_workdir_exports_and_loads_in_torch(tmp_path):
+  torch = pytest.importorskip('torch')
+  from transformers import AutoModelForMaskedLM, AutoTokenizer  # pylint: disable=import-outside-toplevel
+
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
+  config = train_fixtures.tiny_config(
+    train__num_train_steps=2, train__checkpoint_every_steps=2, train__eval_every_steps=2
+  )
+  train.train_and_evaluate(config, workdir)
+  result = _run_export(f'--workdir={workdir}', f'--out={out}')
+  assert result.returncode == 0, result.stderr
+  assert 'RealFormerForMaskedLM' in result.stdout and 'at step 2' in result.stdout
+
+  run = train.load_workdir(workdir)
+  text = 'In the beginning God created the heavens and the earth.'
+  tokens = AutoTokenizer.from_pretrained(out)([text, 'And God said'], padding=True)
+  ids = np.asarray(tokens['input_ids'])
+  assert ids[0].tolist() == [
+    run.tokenizer.cls_id,
+    *run.tokenizer.encode(text),
+    run.tokenizer.sep_id,
+  ]
+  mask = np.asarray(tokens['attention_mask'])
+  model = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).eval()
+  with torch.no_grad():
+    theirs = model(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(mask)).logits
+  ours = _ours(run.model_config, run.params, ids, mask, np.zeros_like(ids))
+  np.testing.assert_allclose(_real(theirs.numpy(), mask), _real(ours, mask), atol=ATOL)
+
+
+def test_the_cli_refuses_before_restoring(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(json.dumps({'model': {'norm': 'rmsnorm'}}))
+  result = _run_export(f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+    "error: model.norm='rmsnorm': experiments.export_hf cannot export it exactly "
+    "(exported: 'layernorm'; docs/interop.md)"
+  ]
+  assert not (tmp_path / 'hf').exists()

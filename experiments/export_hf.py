@@ -16,7 +16,7 @@ from realformer_jax import train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.interop import hf_export
-from realformer_jax.train import library_noise, pretrained, validation
+from realformer_jax.train import library_noise, pretrained, pretraining
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir of experiments.train.')
 _OUT = flags.DEFINE_string('out', None, 'Directory to write (created; files replaced).')
@@ -32,7 +32,7 @@ def main(argv):
   try:
     # The architecture first: a refusal costs no checkpoint restore.
     hf_export.check_exportable(
-      validation.validate_config(pretrained.read_config(_WORKDIR.value)).model
+      pretraining.validate_config(pretrained.read_config(_WORKDIR.value)).model
     )
     run = train.load_workdir(_WORKDIR.value, step=_STEP.value)
     architecture = hf_export.export(run.model_config, run.params, run.tokenizer, _OUT.value)

@@ -446,7 +446,7 @@ def main(argv):
   if _PRINT_CONFIG.value:
     schemas = {
       'model': ModelConfig,
-      'data': seq2seq_config.TranslationDataConfig,
+      'data': data_lib.TranslationDataConfig,
       'train': seq2seq_config.TranslationTrainConfig,
       'decode': seq2seq_config.DecodeConfig,
       'experiment': Experiment,

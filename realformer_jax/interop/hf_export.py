@@ -63,6 +63,7 @@ INFERENCE_IRRELEVANT = (
   'residual_scores_backward',
   'attention_impl',
   'attention_platform',
+  'attention_check',  # the kernels' self-check at start-up
   'num_decoder_layers',  # encoder-decoder models only
   'decoder_attention',
   'entropy_base_len',  # attention_scale='entropy_invariant' only, which is refused

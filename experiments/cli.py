@@ -1,11 +1,36 @@
-"""What every command shares: one-line errors and absl flag parsing that reports a bad flag
-in one line."""
+"""What every command shares: one-line errors, absl flag parsing that reports a bad flag in one
+line (with the closest known name for a mistyped config field), and --print_config."""
 
 import os
 import re
 import sys
 
 from absl import flags
+
+from realformer_jax import config_docs
+
+# Where --help sends a reader for the config's fields.
+CONFIG_HELP = (
+  'Config file (configs/*.py[:arg]); change a field with --config.<section>.<field>=value. '
+  "Every field's value and meaning: --print_config. The meanings are the comments beside the "
+  'fields in their dataclasses: model realformer_jax/config.py (ModelConfig), data '
+  'realformer_jax/data/config.py, train / mesh / distributed realformer_jax/train/spec.py, '
+  'finetune realformer_jax/finetune/config.py, translation realformer_jax/seq2seq/config.py.'
+)
+
+
+def define_print_config():
+  return flags.DEFINE_bool(
+    'print_config',
+    False,
+    'Print the resolved config (after --config.a.b=v overrides), each field with its meaning, '
+    'and exit.',
+  )
+
+
+def print_config(config, schemas, notes=()):
+  """--print_config: every field of the resolved `config`, one a line with its meaning."""
+  print(config_docs.describe(config, schemas, notes))
 
 
 def fail(message: str):
@@ -33,10 +58,23 @@ def parse_flags(argv):
     key = match.group(1) if match else str(e)
     names = [a.split('=')[0] for a in argv if a.startswith('--config.')]
     name = next((n for n in names if key in n.split('.')), '--config.*')
-    fail(f'{name}: unknown config field ({key!r})')
+    fail(f'{name}: unknown config field ({key!r}){_suggestion(argv, name, key)}')
   except flags.Error as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
+
+
+def _suggestion(argv, name: str, key: str) -> str:
+  """' (did you mean ...?)' from the fields beside `key` in the --config file, if it loads."""
+  path = name.split('.')[1:]  # '--config.train.lerning_rate' -> ['train', 'lerning_rate']
+  config_args = [a.split('=', 1)[1] for a in argv if a.startswith('--config=')]
+  try:  # the flag holds no value yet when its own overrides fail: load the file again
+    node = flags.FLAGS['config'].parser.parse(config_args[-1])
+    for part in path[: path.index(key)]:
+      node = node[part]
+    return config_docs.did_you_mean(key, node.keys())
+  except Exception:  # pylint: disable=broad-except  # no loadable config: no hint
+    return ''
 
 
 def loaded(config):

@@ -5,6 +5,8 @@ realformer_jax/train/.
     python -m experiments.train --config=configs/realformer_large.py --workdir=DIR \
         --config.train.global_batch_size=256 --config.mesh.shape='(1,-1,1)'
 
+--print_config prints the resolved config, every field with its one-line meaning (the comments
+beside the fields in their dataclasses), and exits.
 Re-running with the same --workdir resumes from its latest checkpoint. Bad flags, configs and
 data exit with status 1 and one line `error: <message>` on stderr, before any compilation; so
 do the faults of a long run (a damaged checkpoint or data file, a full disk, a workdir that
@@ -17,13 +19,22 @@ steps on 2 cores; realformer_jax/malloc.py).
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments.cli import fail, fail_after_training, loaded, parse_flags
+from experiments.cli import (
+  CONFIG_HELP,
+  define_print_config,
+  fail,
+  fail_after_training,
+  loaded,
+  parse_flags,
+  print_config,
+)
 from realformer_jax import malloc, train
-from realformer_jax.config import ConfigError
-from realformer_jax.data import DataError
-from realformer_jax.train import distributed, library_noise
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.data import DataConfig, DataError
+from realformer_jax.train import distributed, library_noise, spec
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file('config', None, CONFIG_HELP, lock_config=True)
+_PRINT_CONFIG = define_print_config()
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Checkpoints, TensorBoard logs, config.json.')
 _MALLOC = flags.DEFINE_enum(
   'malloc',
@@ -32,14 +43,30 @@ _MALLOC = flags.DEFINE_enum(
   'glibc malloc settings; the process re-executes itself with them '
   '(realformer_jax/malloc.py). retain: fastest XLA:CPU steps.',
 )
-flags.mark_flags_as_required(['config', 'workdir'])
+flags.mark_flags_as_required(['config'])
+
+# Each section's schema, whose field comments --print_config shows (train/defaults.py).
+SCHEMAS = {
+  'model': ModelConfig,
+  'data': DataConfig,
+  'train': spec.TrainConfig,
+  'mesh': spec.MeshConfig,
+  'distributed': spec.DistributedConfig,
+}
+NOTES = {'logical_axis_rules': "the model's logical axis names -> mesh axes (first match wins)"}
 
 
-def run_job(argv, job):
+def run_job(argv, job, schemas=SCHEMAS):
   """The checks and settings every entry point shares, then `job(config, workdir)`; a user
-  error (ConfigError, DataError, TrainingError) exits 1 with one line."""
+  error (ConfigError, DataError, TrainingError) exits 1 with one line. --print_config prints
+  the config instead (`schemas`: each section's dataclass)."""
   if len(argv) > 1:
     fail(f'unexpected arguments: {argv[1:]}')
+  if _PRINT_CONFIG.value:
+    print_config(loaded(_CONFIG.value), schemas, NOTES)
+    return
+  if _WORKDIR.value is None:
+    fail('flag --workdir must have a value other than None')
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO

@@ -42,9 +42,16 @@ from ml_collections import config_flags
 
 from experiments import runs as runs_lib
 from experiments import stats
-from experiments.cli import fail, fail_after_training
+from experiments.cli import (
+  CONFIG_HELP,
+  define_print_config,
+  fail,
+  fail_after_training,
+  parse_flags,
+  print_config,
+)
 from experiments.report import seed_cell
-from realformer_jax.config import ConfigError
+from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
@@ -54,8 +61,9 @@ from realformer_jax.train.errors import TrainingError
 from realformer_jax.train.spec import RunSpec
 
 _CONFIG = config_flags.DEFINE_config_file(
-  'config', 'configs/translate.py', 'configs/translate.py[:cpu|gpu]'
+  'config', 'configs/translate.py', f'configs/translate.py[:cpu|gpu]. {CONFIG_HELP}'
 )
+_PRINT_CONFIG = define_print_config()
 _OUT = flags.DEFINE_string(
   'out', None, 'Results directory (default docs/results/translation/<config arg>).'
 )
@@ -435,6 +443,16 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     library_noise.quiet()  # orbax's own logs of a failure reported in one line
   config = _CONFIG.value
+  if _PRINT_CONFIG.value:
+    schemas = {
+      'model': ModelConfig,
+      'data': data_lib.TranslationDataConfig,
+      'train': seq2seq_config.TranslationTrainConfig,
+      'decode': seq2seq_config.DecodeConfig,
+      'experiment': Experiment,
+    }
+    print_config(config, schemas)
+    return
   arg = _config_arg(sys.argv)
   out = _OUT.value or os.path.join('docs', 'results', 'translation', arg)
   workdirs = _WORKDIRS.value or os.path.join('results', 'translation', arg)
@@ -471,4 +489,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

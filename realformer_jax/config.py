@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
 
+from realformer_jax.config_docs import did_you_mean
+
 LN_PLACEMENTS = ('post', 'pre', 'realformer', 'none')
 ATTENTION_SCALES = ('standard', 'entropy_invariant', 't5')
 POSITION_EMBEDDINGS = ('learned', 'rope', 'none')
@@ -65,7 +67,7 @@ def from_section(cls: type[SectionT], section: str, values: Mapping[str, Any]) -
   known = {f.name for f in dataclasses.fields(cls)}
   for key in values.keys():
     if key not in known:
-      raise ConfigError(f'{section}.{key}: unknown config field')
+      raise ConfigError(f'{section}.{key}: unknown config field{did_you_mean(key, known)}')
   return cls(**{key: _plain(values[key]) for key in values.keys()})
 
 
@@ -158,7 +160,7 @@ class ModelConfig:
   # gating instead of self-attention), 'merged' (DS-Init paper: AAN + cross-attention in one
   # sublayer, then FFN). num_layers is the encoder's depth.
   num_decoder_layers: int = 6
-  decoder_attention: str = 'standard'
+  decoder_attention: str = 'standard'  # 'standard' | 'aan' | 'merged' (above)
 
   @property
   def head_dim(self) -> int:

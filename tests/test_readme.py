@@ -1,5 +1,6 @@
 """The README's Python examples run as written."""
 
+import ast
 import pathlib
 import re
 
@@ -45,3 +46,10 @@ def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
   monkeypatch.setattr(realformer_large, 'get_config', toy_config)
   exec(compile(block, 'README.md', 'exec'), {})  # noqa: S102
   assert 'temp_size_in_bytes' in capsys.readouterr().out
+
+
+def test_readme_nnx_example_runs(capsys):
+  block = next(b for b in _python_blocks() if 'nnx' in b)
+  exec(compile(block, 'README.md', 'exec'), {})  # noqa: S102
+  losses = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])
+  assert len(losses) == 3 and losses[-1] < losses[0]

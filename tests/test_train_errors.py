@@ -75,7 +75,9 @@ def test_unknown_fields_are_rejected(section, field):
   config = tiny_config()
   with config.unlocked():
     config[section][field] = 1
-  with pytest.raises(ConfigError, match=rf'^{section}\.{field}: unknown config field$'):
+  with pytest.raises(
+    ConfigError, match=rf'^{section}\.{field}: unknown config field( \(did.*\))?$'
+  ):
     train.validate_config(config)
 
 
@@ -131,7 +133,8 @@ def test_cli_rejects_unknown_override(tmp_path):
   status, stderr = _cli(tmp_path, '--config.train.lerning_rate=0.1')
   assert status == 1
   assert stderr.strip().splitlines()[-1] == (
-    "error: --config.train.lerning_rate: unknown config field ('lerning_rate')"
+    "error: --config.train.lerning_rate: unknown config field ('lerning_rate') "
+    "(did you mean 'learning_rate'?)"
   )
   assert 'Traceback' not in stderr
 

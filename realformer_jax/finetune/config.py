@@ -100,8 +100,8 @@ class FinetuneConfig:
   # or init_step); a Hugging Face BERT checkpoint file (.safetensors, or a PyTorch .bin state
   # dict where torch is installed) with its config.json beside it (or hf_config).
   init: str = ''
-  init_step: int = -1
-  hf_config: str = ''
+  init_step: int = -1  # the workdir checkpoint's step; -1 = its latest
+  hf_config: str = ''  # the Hugging Face config.json; '' = the one beside init
   num_epochs: float = 3  # passes over the train split
   warmup_fraction: float = 0.1  # of the steps, linear warmup (then linear decay to 0)
   best_metric: str = ''  # eval metric that picks the kept best checkpoint; '' = the dataset's

@@ -39,7 +39,7 @@ class TranslationTrainConfig(TrainConfig):
   log_every_steps: int = 50
   eval_every_steps: int = 500  # dev loss (also at the last step)
   checkpoint_every_steps: int = 500  # also at the last step and on SIGTERM
-  label_smoothing: float = 0.1
+  label_smoothing: float = 0.1  # of the target distribution in the loss
 
   def __post_init__(self):
     super().__post_init__()
@@ -56,7 +56,7 @@ class DecodeConfig:
   """The `decode` section: how BLEU's outputs are searched."""
 
   batch_size: int = 64  # sources per decoding call
-  beam_size: int = 4
+  beam_size: int = 4  # hypotheses kept per source in beam search
   alpha: float = 0.6  # GNMT length penalty ((5 + |y|) / 6) ** alpha in beam search
   # Output length limit: length_ratio * the padded source length (the last bucket), at most
   # model.max_len. One shape for every decoding call: each search compiles once.

@@ -49,8 +49,8 @@ class TrainConfig(_Section):
   learning_rate: float = 1e-4  # peak AdamW learning rate
   warmup_steps: int = 10_000  # linear warmup from 0, then linear decay to 0 at num_train_steps
   weight_decay: float = 0.01  # decoupled (AdamW); not applied to biases or norm scales
-  adam_b1: float = 0.9
-  adam_b2: float = 0.999
+  adam_b1: float = 0.9  # Adam's first-moment decay
+  adam_b2: float = 0.999  # Adam's second-moment decay
   adam_eps: float = 1e-6  # BERT's value
   clip_grad_norm: float = 1.0  # global-norm clipping; 0 = off
   # Microbatches per step (lax.scan inside the compiled step), or 'auto': the fewest whose
@@ -154,7 +154,11 @@ class TrainConfig(_Section):
 class MeshConfig(_Section):
   """The `mesh` section: device mesh axis names and shape."""
 
-  axes: tuple[str, ...] = ('data', 'fsdp', 'tensor')
+  axes: tuple[str, ...] = (
+    'data',
+    'fsdp',
+    'tensor',
+  )  # mesh axis names (logical_axis_rules' targets)
   shape: tuple[int, ...] = (-1, 1, 1)  # one entry may be -1: all remaining devices
 
   def __post_init__(self):
@@ -205,7 +209,7 @@ class DistributedConfig(_Section):
 
   coordinator_address: str = ''  # 'host:port' of process 0; needed when num_processes > 1
   num_processes: int = 1  # > 1: jax.distributed.initialize with these three values
-  process_id: int = 0
+  process_id: int = 0  # this process's index, 0 .. num_processes - 1
   auto_detect: bool = False  # jax.distributed.initialize() from the cluster environment
 
   def __post_init__(self):

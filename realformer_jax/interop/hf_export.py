@@ -1,0 +1,237 @@
+"""A trained masked LM as a directory that transformers loads (experiments.export_hf).
+
+    export(model_config, params, tokenizer, out_dir)
+
+writes
+    config.json                 transformers' config
+    model.safetensors           PyTorch names and layout (hf_convert.to_hf_bert)
+    flax_model.msgpack          the same weights as FlaxBertForMaskedLM's tree (BERT only)
+    tokenizer.json, tokenizer_config.json, special_tokens_map.json (+ vocab.txt for WordPiece)
+    configuration_realformer.py, modeling_realformer.py   (the PyTorch module, custom only)
+
+A Post-LN encoder with a learned position table becomes a standard `BertForMaskedLM`. Pre-LN,
+RealFormer (residual attention, running mean), rotary positions and t5 scaling have no
+transformers class: the export ships the small PyTorch module of interop/torch_module with an
+`auto_map`, loaded with `trust_remote_code=True`. Anything else is refused (`check_exportable`)
+before a file is written: the allow-list below is what that module computes exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from typing import Any
+
+import numpy as np
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.interop import hf_convert
+
+TORCH_MODULE_DIR = os.path.join(os.path.dirname(__file__), 'torch_module')
+TORCH_MODULE_FILES = ('configuration_realformer.py', 'modeling_realformer.py')
+CUSTOM_MODEL_TYPE = 'realformer_jax'
+
+# Model fields and the values an export reproduces exactly. Fields absent here do not change
+# what the trained model computes at inference (sizes are written to config.json; dtypes,
+# scan / remat / kernels, init, dropout rates are training-time choices).
+EXPORTABLE = {
+  'ln_placement': ('post', 'pre', 'realformer'),
+  'attention_scale': ('standard', 't5'),
+  'position_embedding': ('learned', 'rope', 'none'),
+  'norm': ('layernorm',),
+  'use_bias': (True,),
+  'activation': ('gelu', 'gelu_tanh', 'relu', 'selu', 'normalized_sigmoid'),
+  'residual_branch': ('plain',),
+  'parameterization': ('standard',),
+}
+INFERENCE_IRRELEVANT = (
+  'dropout_rate',
+  'attention_dropout_rate',
+  'gate_schedule_steps',  # residual_branch='plain' only
+  'init',
+  'init_std',
+  'ds_init_gamma',
+  'ds_init_alpha',
+  'dtype',  # the export is float32 whatever the training compute dtype
+  'param_dtype',
+  'scan_layers',
+  'scan_unroll',
+  'remat_policy',
+  'residual_scores_backward',
+  'attention_impl',
+  'attention_platform',
+  'attention_check',  # the kernels' self-check at start-up
+  'num_decoder_layers',  # encoder-decoder models only
+  'decoder_attention',
+  'entropy_base_len',  # attention_scale='entropy_invariant' only, which is refused
+  'rope_base',  # written to config.json
+  'residual_attention',  # both values are exported
+  'running_mean',
+)
+_SIZES = tuple(hf_convert.HF_CONFIG_FIELDS)
+
+
+def check_exportable(config: ModelConfig) -> None:
+  """ConfigError (one line, naming the field) for a variant the export cannot reproduce."""
+  for name, allowed in EXPORTABLE.items():
+    value = getattr(config, name)
+    if value not in allowed:
+      raise ConfigError(
+        f'model.{name}={value!r}: experiments.export_hf cannot export it exactly '
+        f'(exported: {", ".join(map(repr, allowed))}; docs/interop.md)'
+      )
+  covered = set(EXPORTABLE) | set(INFERENCE_IRRELEVANT) | set(_SIZES)
+  for field in dataclasses.fields(ModelConfig):
+    if field.name not in covered:  # a field added since: refuse rather than guess
+      raise ConfigError(f'model.{field.name}: experiments.export_hf does not know this field')
+
+
+def is_standard_bert(config: ModelConfig) -> bool:
+  """transformers' own BertForMaskedLM computes exactly this model."""
+  return (
+    config.ln_placement == 'post'
+    and not config.use_residual_attention
+    and config.position_embedding == 'learned'
+    and config.attention_scale == 'standard'
+    and config.activation in hf_convert.HF_ACTIVATIONS.values()
+  )
+
+
+def hf_config(config: ModelConfig, tokenizer: tokenizer_lib.Tokenizer) -> dict[str, Any]:
+  values = hf_convert.config_to_hf(config)
+  values.update(pad_token_id=tokenizer.pad_id, torch_dtype='float32')
+  if is_standard_bert(config):
+    return dict(values, model_type='bert', architectures=['BertForMaskedLM'])
+  return dict(
+    values,
+    model_type=CUSTOM_MODEL_TYPE,
+    architectures=['RealFormerForMaskedLM'],
+    hidden_act=config.activation,  # the module's own names
+    ln_placement=config.ln_placement,
+    residual_attention=config.use_residual_attention,
+    running_mean=config.running_mean and config.use_residual_attention,
+    attention_scale=config.attention_scale,
+    position_embedding=config.position_embedding,
+    rope_base=config.rope_base,
+    auto_map={
+      'AutoConfig': 'configuration_realformer.RealFormerConfig',
+      'AutoModelForMaskedLM': 'modeling_realformer.RealFormerForMaskedLM',
+    },
+  )
+
+
+def flax_tree(torch_named: dict[str, np.ndarray]) -> dict:
+  """PyTorch BertForMaskedLM names -> FlaxBertForMaskedLM's params tree (kernels [in, out],
+  LayerNorm 'scale', embeddings 'embedding')."""
+  tree: dict = {}
+  for name, value in torch_named.items():
+    *path, leaf = name.split('.')
+    if leaf == 'weight':
+      if 'LayerNorm' in path[-1]:
+        leaf = 'scale'
+      elif path[-1].endswith('_embeddings'):
+        leaf = 'embedding'
+      else:
+        leaf, value = 'kernel', value.T
+    node = tree
+    for key in path:
+      node = node.setdefault(key, {})
+    node[leaf] = np.ascontiguousarray(value)
+  return tree
+
+
+def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
+  """tokenizer.json (+ configs) that AutoTokenizer reads, with our ids for every piece and for
+  the five special tokens; encodes '[CLS] text [SEP]' ('[CLS] a [SEP] b [SEP]' for pairs)."""
+  # transformers (a dependency) and its converters: imported only when exporting.
+  from tokenizers import processors  # pylint: disable=import-outside-toplevel
+  from transformers import BertTokenizerFast, PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
+
+  specials = dict(
+    pad_token=tokenizer_lib.PAD,
+    unk_token=tokenizer_lib.UNK,
+    cls_token=tokenizer_lib.CLS,
+    sep_token=tokenizer_lib.SEP,
+    mask_token=tokenizer_lib.MASK,
+  )
+  if isinstance(tokenizer, tokenizer_lib.SentencePieceTokenizer):
+    fast = PreTrainedTokenizerFast(
+      tokenizer_object=_spm_tokenizer(tokenizer, processors), **specials
+    )
+  else:  # WordPiece: BERT's own tokenizer reads the vocab.txt
+    path = os.path.join(out_dir, 'vocab.txt')
+    with open(path, 'wb') as f:
+      f.write(tokenizer.file_bytes())
+    fast = BertTokenizerFast(path, do_lower_case=tokenizer.lower_case, **specials)
+  fast.model_max_length = int(1e30)
+  fast.save_pretrained(out_dir)
+  for name, token_id in (
+    ('pad_token', tokenizer.pad_id),
+    ('unk_token', tokenizer.unk_id),
+    ('cls_token', tokenizer.cls_id),
+    ('sep_token', tokenizer.sep_id),
+    ('mask_token', tokenizer.mask_id),
+  ):
+    if fast.convert_tokens_to_ids(specials[name]) != token_id:  # a bug here, not user input
+      raise AssertionError(
+        f'exported {name} has id {fast.convert_tokens_to_ids(specials[name])}, not {token_id}'
+      )
+
+
+def _spm_tokenizer(tokenizer, processors):
+  """The SentencePiece model as a `tokenizers.Tokenizer` (transformers' own converter: same
+  normalisation, pieces and scores) with BERT's [CLS] / [SEP] template."""
+  import tempfile  # pylint: disable=import-outside-toplevel
+  import types  # pylint: disable=import-outside-toplevel
+
+  from transformers.convert_slow_tokenizer import SpmConverter  # pylint: disable=import-outside-toplevel
+
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, 'tokenizer.model')
+    with open(path, 'wb') as f:
+      f.write(tokenizer.file_bytes())
+    converted = SpmConverter(
+      types.SimpleNamespace(vocab_file=path, legacy=True, add_prefix_space=True)
+    ).converted()
+  cls, sep = tokenizer_lib.CLS, tokenizer_lib.SEP
+  converted.post_processor = processors.TemplateProcessing(
+    single=f'{cls} $A {sep}',
+    pair=f'{cls} $A {sep} $B:1 {sep}:1',
+    special_tokens=[(cls, tokenizer.cls_id), (sep, tokenizer.sep_id)],
+  )
+  return converted
+
+
+def export(
+  config: ModelConfig, params: Any, tokenizer: tokenizer_lib.Tokenizer, out_dir: str
+) -> str:
+  """Writes the directory; returns 'BertForMaskedLM' or 'RealFormerForMaskedLM'."""
+  check_exportable(config)
+  if tokenizer.vocab_size != config.vocab_size:
+    raise ConfigError(
+      f'model.vocab_size={config.vocab_size}: the tokenizer {tokenizer.source} has '
+      f'{tokenizer.vocab_size} pieces'
+    )
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+
+  weights = hf_convert.to_hf_bert(
+    {k: v for k, v in params.items() if k in ('encoder', 'mlm_head')}, config
+  )
+  os.makedirs(out_dir, exist_ok=True)
+  values = hf_config(config, tokenizer)
+  with open(os.path.join(out_dir, 'config.json'), 'w') as f:
+    json.dump(values, f, indent=2, sort_keys=True)
+  save_file(weights, os.path.join(out_dir, 'model.safetensors'), metadata={'format': 'pt'})
+  if values['model_type'] == 'bert':
+    from flax import serialization  # pylint: disable=import-outside-toplevel
+
+    with open(os.path.join(out_dir, 'flax_model.msgpack'), 'wb') as f:
+      f.write(serialization.msgpack_serialize(flax_tree(weights)))
+  else:
+    for name in TORCH_MODULE_FILES:
+      shutil.copyfile(os.path.join(TORCH_MODULE_DIR, name), os.path.join(out_dir, name))
+  write_tokenizer(tokenizer, out_dir)
+  return values['architectures'][0]

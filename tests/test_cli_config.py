@@ -1,0 +1,101 @@
+"""--print_config, --help and "did you mean" on the training, fine-tuning and translation CLIs;
+field meanings come from one place, the comments beside the fields in their dataclasses."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config_docs import did_you_mean, field_meanings
+from realformer_jax.data import DataConfig
+from realformer_jax.finetune.config import FinetuneConfig, FinetuneDataConfig
+from realformer_jax.seq2seq.config import DecodeConfig, TranslationTrainConfig
+from realformer_jax.seq2seq.data import TranslationDataConfig
+from realformer_jax.train import spec
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMAS = (
+  ModelConfig,
+  DataConfig,
+  spec.TrainConfig,
+  spec.MeshConfig,
+  spec.DistributedConfig,
+  FinetuneConfig,
+  FinetuneDataConfig,
+  TranslationTrainConfig,
+  DecodeConfig,
+  TranslationDataConfig,
+)
+
+
+def _cli(module, *args):
+  return subprocess.run(
+    [sys.executable, '-m', module, *args],
+    cwd=REPO,
+    env=dict(os.environ, JAX_PLATFORMS='cpu'),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+@pytest.mark.parametrize('schema', SCHEMAS, ids=lambda c: c.__name__)
+def test_every_field_has_a_one_line_meaning(schema):
+  import dataclasses  # pylint: disable=import-outside-toplevel
+
+  meanings = field_meanings(schema)
+  assert list(meanings) == [f.name for f in dataclasses.fields(schema)]
+  assert all(meanings.values()), [name for name, text in meanings.items() if not text]
+  assert not any('\n' in text for text in meanings.values())
+
+
+def test_meanings_are_the_dataclass_comments():
+  meanings = field_meanings(ModelConfig)
+  assert meanings['hidden_size'] == 'd_model'  # a trailing comment
+  # A comment block above the field, joined into one line.
+  assert meanings['position_embedding'].startswith("'learned' (BERT's absolute table, added")
+  assert meanings['position_embedding'].endswith("any length; rotary.py) | 'none'")
+
+
+def test_unknown_fields_get_the_closest_name():
+  assert did_you_mean('ln_placment', ['ln_placement', 'norm']) == " (did you mean 'ln_placement'?)"
+  assert did_you_mean('zzz', ['ln_placement']) == ''
+  with pytest.raises(
+    ConfigError, match=r"^model.ln_placment: .* \(did you mean 'ln_placement'\?\)$"
+  ):
+    ModelConfig.from_mapping({'ln_placment': 'pre'})
+
+
+def test_train_prints_its_resolved_config_and_exits(tmp_path):
+  result = _cli(
+    'experiments.train', '--config=configs/tiny.py', '--config.model.num_layers=3', '--print_config'
+  )
+  assert result.returncode == 0, result.stderr
+  lines = result.stdout.splitlines()
+  assert 'model.num_layers = 3  # encoder layers (the scan length)' in lines
+  assert any(line.startswith('train.learning_rate = ') and '# peak AdamW' in line for line in lines)
+  assert any(line.startswith('logical_axis_rules = ') for line in lines)
+  assert not (tmp_path / 'run').exists()  # printed, nothing run
+
+
+def test_finetune_help_and_print_config():
+  help_text = _cli('experiments.finetune', '--help').stdout
+  assert '--print_config' in help_text and 'realformer_jax/finetune/config.py' in help_text
+  result = _cli(
+    'experiments.finetune', '--config=configs/finetune/bible_sections.py', '--print_config'
+  )
+  assert result.returncode == 0, result.stderr
+  assert "finetune.init = ''  # Starting point: '' = random init;" in result.stdout
+
+
+def test_translate_print_config_and_did_you_mean():
+  result = _cli('experiments.translate', '--config=configs/translate.py', '--print_config')
+  assert result.returncode == 0, result.stderr
+  assert 'decode.beam_size = 4  # hypotheses kept per source in beam search' in result.stdout
+  result = _cli('experiments.translate', '--config=configs/translate.py', '--config.decode.beam=3')
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+    "error: --config.decode.beam: unknown config field ('beam') (did you mean 'beam_size'?)"
+  )

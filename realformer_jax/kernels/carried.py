@@ -24,7 +24,8 @@ re-run from its saved input and the sum it wrote, acc_l, is known: the forward k
 reads acc_l as the softmax input (`KernelSpec.sum_given`), and the backward is the same.
 
 The shadow's cotangent is a value, not a gradient: these VJPs are only correct inside a stack
-that seals its final carry (Encoder does). `seal` is the only entry point for it.
+that seals its final carry. Only score_path.py uses this module: SealedPairPath.run_stack makes
+the pair and seals it, so no caller can run a pair unsealed.
 """
 
 from __future__ import annotations

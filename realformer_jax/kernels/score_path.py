@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Protocol
 import jax
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import carried
+from realformer_jax.kernels import carried, refusals
 from realformer_jax.kernels.attend import fused_self_attention
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
@@ -101,8 +101,13 @@ class FusedPath(ScorePath):
   """A fused kernel (kernels/select.py's plan); a carried sum is read and written as is."""
 
   plan: AttentionPlan = None
+  # The kernels give the bias and scale no gradient: one asked for is refused (refusals.py).
+  # Off only where this path's caller differentiates them on purpose (_TopDownPath).
+  refuse_bias_and_scale_gradients: bool = True
 
   def _fused(self, form, qkv, scores_in, bias, scale, divisor, dropout_key, keep_prob):
+    if self.refuse_bias_and_scale_gradients:
+      bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)
     return fused_self_attention(
       self.plan,
       form,
@@ -148,7 +153,11 @@ class SealedPairPath(FusedPath):
 
 @dataclasses.dataclass(frozen=True)
 class _TopDownPath(FusedPath):
-  """A layer re-run going down from the sum it wrote (recomputed_stack.py's backward)."""
+  """A layer re-run going down from the sum it wrote (recomputed_stack.py's backward, whose
+  layer VJP differentiates the shared inputs; RecomputedFusedPath refuses their gradient at
+  the stack's entrance instead)."""
+
+  refuse_bias_and_scale_gradients: bool = False
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
     context, scores = self._fused(
@@ -171,7 +180,14 @@ class RecomputedFusedPath(FusedPath):
   layers carry the bare sum; going down each is re-run by a _TopDownPath."""
 
   def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
-    return layers.recompute(kernel_residual_stack, x, self, _TopDownPath(self.residual, self.plan))
+    return layers.recompute(
+      _stack_refusing_input_gradients, x, self, _TopDownPath(self.residual, self.plan)
+    )
+
+
+def _stack_refusing_input_gradients(layer_fns, params_N, x, acc0, keys_N, inputs):
+  inputs = refusals.refuse_tangent(inputs, refusals.SCALE_OR_BIAS)
+  return kernel_residual_stack(layer_fns, params_N, x, acc0, keys_N, inputs)
 
 
 def _one_layer_fn(stack_fn):

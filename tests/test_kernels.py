@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from kernel_platform import attention_platform, blocks, interpret, rtol
 
-from realformer_jax import Encoder, ModelConfig, kernels
+from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import dropout_tiles
 from realformer_jax.kernels.cudnn import cudnn_attention
@@ -290,3 +290,104 @@ def test_a_run_resumes_with_another_attention_implementation(tmp_path):
   loop.check_resumable(model, str(tmp_path), latest_step=2)  # same model: no error
   with pytest.raises(ConfigError, match='model.num_layers=13'):
     loop.check_resumable(model.replace(num_layers=13), str(tmp_path), latest_step=2)
+
+
+# --- Cases the kernels once answered wrong: now correct, or refused in one line -----------
+
+
+@pytest.mark.parametrize('backend,carry', [('triton', False), ('mosaic', True)])
+def test_all_padding_sequence_gets_the_einsum_path_gradients(backend, carry):
+  # Every key of sequence 1 is padding, and its outputs carry loss weight: p is 1 / L in each
+  # row. The backward must not lose log l against the row max m ~ -1e9 (tile_math.py).
+  qkv, acc, _, scale = _inputs()
+  bias = jnp.zeros((B, L), jnp.float32).at[1].set(-1e9)
+  spec = _spec(backend, carry, False)
+  (out, _), grads = _values_and_grads(
+    lambda x, a: _fused(x, a, bias, scale, 1.0, None, carry, spec), qkv, acc, carry
+  )
+  (ref_out, _), ref_grads = _values_and_grads(
+    lambda x, a: _reference(x, a, bias, scale, 1.0, None, carry, jnp.float32), qkv, acc, carry
+  )
+  _assert_close(out, ref_out, 1e-5)
+  _assert_close(grads[0], ref_grads[0], 1e-5)
+  if carry:
+    _assert_close(grads[1], ref_grads[1], 1e-5)
+
+
+def _tiny_encoder(**overrides):
+  cfg = ModelConfig(
+    **{
+      **dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=48,
+        max_len=16,
+        ln_placement='realformer',
+        attention_impl='pallas_triton',
+      ),
+      **overrides,
+    }
+  )
+  ids = jnp.ones((1, 16), jnp.int32)
+  params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids)
+  return cfg, params, ids
+
+
+@pytest.mark.parametrize(
+  'overrides', [dict(), dict(ln_placement='post'), dict(residual_scores_backward='recomputed')]
+)
+def test_grad_of_grad_on_the_kernels_is_refused_in_one_line(overrides):
+  cfg, params, ids = _tiny_encoder(**overrides)
+
+  def loss(p):
+    return jnp.sum(jnp.square(Encoder(cfg).apply(p, ids)))
+
+  def grad_norm(p):
+    return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(jax.grad(loss)(p)))
+
+  jax.eval_shape(jax.grad(loss), params)  # first order: fine
+  with pytest.raises(ConfigError, match=r"higher-order derivatives .* attention_impl='xla'"):
+    jax.eval_shape(jax.grad(grad_norm), params)
+
+
+@pytest.mark.parametrize('impl', ['xla', 'pallas_triton'])
+def test_gradient_for_attention_scale_or_bias_is_given_or_refused(impl):
+  # The kernels cannot differentiate the score scale or the additive bias (the model derives
+  # both from the padding mask); a gradient asked of them is refused, the einsum path gives it.
+  cfg = ModelConfig(
+    hidden_size=32, num_heads=2, mlp_dim=48, ln_placement='realformer', attention_impl=impl
+  )
+  x = jax.random.normal(jax.random.key(0), (1, 16, 32))
+  bias = jnp.zeros((1, 1, 1, 16), jnp.float32)
+  attention = ResidualSelfAttention(cfg)
+  variables = attention.init(jax.random.key(1), x, bias, jnp.float32(0.2), None, jnp.asarray(0))
+
+  def loss(scale, bias):
+    out, _ = attention.apply(variables, x, bias, scale, None, jnp.asarray(0))
+    return jnp.sum(jnp.sin(out))
+
+  if impl == 'xla':
+    d_scale, d_bias = jax.grad(loss, argnums=(0, 1))(jnp.float32(0.2), bias)
+    assert float(jnp.abs(d_scale)) > 0 and float(jnp.max(jnp.abs(d_bias))) > 0
+    return
+  for argnum in (0, 1):
+    with pytest.raises(ConfigError, match='no gradient for the attention bias or score scale'):
+      jax.eval_shape(jax.grad(loss, argnums=argnum), jnp.float32(0.2), bias)
+
+
+def test_a_pair_carry_cannot_be_left_unsealed():
+  # The (sum, shadow) pair's VJP is right only under a seal at the top of the stack. Only
+  # SealedPairPath.run_stack makes the pair, and it seals it: the package exports no way to
+  # make one, and the path's layer refuses any other carry instead of computing with it.
+  for name in ('initial_carry', 'seal', 'CarriedScores', 'TopDown', 'pair_carry'):
+    assert not hasattr(kernels, name)
+  cfg, _, ids = _tiny_encoder()
+  path = kernels.stack_path(cfg, 16, einsum=None)
+  assert type(path).__name__ == 'SealedPairPath'
+  qkv = jnp.zeros((1, 16, 3, 2, 16))
+  bias = jnp.zeros((1, 1, 1, 16))
+  for carried in (None, jnp.zeros((1, 2, 16, 16))):
+    with pytest.raises(TypeError, match='must come from its run_stack'):
+      path.attend(qkv, carried, bias, jnp.float32(0.25), None, None, 1.0, None)

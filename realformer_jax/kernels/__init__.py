@@ -1,14 +1,12 @@
 """Fused attention kernels: post / pre at flash-attention traffic, residual attention reading
-and writing only its carried float32 sum. See select.py for which path a config takes."""
+and writing only its carried float32 sum. score_path.py is the one interface the model uses
+(which path a model call takes, how its scores are carried); select.py decides the kernel."""
 
-from realformer_jax.kernels.attend import fused_self_attention
-from realformer_jax.kernels.carried import CarriedScores, TopDown, initial_carry, seal
 from realformer_jax.kernels.fused import fused_attention
-from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
+from realformer_jax.kernels.score_path import LayerStack, ScorePath, layer_path, stack_path
 from realformer_jax.kernels.select import (
   AttentionPlan,
   block_sizes,
-  pair_carry,
   plan,
   platform_of,
   resolve_platform,

@@ -1,10 +1,11 @@
-"""Self-attention through a fused kernel: the hook ResidualSelfAttention calls.
+"""Self-attention through a fused kernel: what score_path.FusedPath and its kin attend with.
 
 Takes what the einsum path has at the point where it would form Q K^T — the fused projection's
-q, k, v as one [B, L, 3, H, K] array (after RoPE), the incoming carried sum, the additive
+q, k, v as one [B, L, 3, H, K] array (after RoPE), the incoming carried scores, the additive
 padding bias, the score scale, the layer index and the dropout key — and returns what it
-returns: the attention context [B, L, H, K] and the carried sum for the next layer (residual
-attention) or None.
+returns: the attention context [B, L, H, K] and the carried scores for the next layer (residual
+attention). Called by the fused implementations in score_path.py, which say in which form
+they carry the scores.
 
 Under a device mesh the kernels run per shard (`jax.shard_map`): batch and heads are split as
 the logical-axis rules split 'batch' and 'heads'; each shard gets the global offsets of its
@@ -15,7 +16,7 @@ path's whatever the sharding.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Optional
 
 import flax.linen as nn
 import jax
@@ -32,20 +33,22 @@ from realformer_jax.kernels.spec import KernelSpec, padded_head_dim
 
 def fused_self_attention(
   plan: AttentionPlan,
+  form: str,
   qkv_BxLx3xHxK: jax.Array,
-  prev_scores: Any,
+  scores_in: tuple,
   bias_Bx1x1xL: jax.Array,
   scale: jax.Array,
   divisor: Optional[jax.Array],
   dropout_key: Optional[jax.Array],
   keep_prob: float,
   carry_out: bool,
-) -> tuple[jax.Array, Any]:
-  """(context [B, L, H, K], what to carry to the next layer or None).
+) -> tuple[jax.Array, tuple]:
+  """(context [B, L, H, K], the carried arrays for the next layer: () without carry_out).
 
-  `prev_scores` is what the previous layer carried: None, a float32 [B, H, L, L] sum (the op
-  then saves the sum it writes, as autodiff would), or a carried.CarriedScores / TopDown pair
-  (the layer stack rebuilds the sums going down; carried.py). The result has the same form."""
+  `form` is how the caller (a score_path.ScorePath) carries scores: 'sum' — `scores_in` is ()
+  at a first layer or (the float32 [B, H, L, L] sum,), and the op saves the sum it writes, as
+  autodiff would; 'pair' — (sum, shadow), carried.carried_attention; 'top_down' — (acc_l,
+  shadow), carried.top_down_attention. The result has the same form."""
   batch, _, _, heads, head_dim = qkv_BxLx3xHxK.shape
   bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
@@ -53,7 +56,7 @@ def fused_self_attention(
     from realformer_jax.kernels.cudnn import cudnn_attention  # pylint: disable=import-outside-toplevel
 
     q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
-    return cudnn_attention(q, k, v, bias_Bx1x1xL, scale_B), None
+    return cudnn_attention(q, k, v, bias_Bx1x1xL, scale_B), ()
   inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
   fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
   words = (
@@ -63,7 +66,7 @@ def fused_self_attention(
   )  # as dropout_bits.keep_mask
   spec = KernelSpec(
     plan.backend,
-    carry_in=prev_scores is not None,
+    carry_in=carry_out and bool(scores_in),
     carry_out=carry_out,
     keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
     heads_total=heads,
@@ -71,33 +74,21 @@ def fused_self_attention(
     block_k=plan.block_k,
     block_bwd=plan.block_bwd,
     interpret=plan.interpret,
-    sum_given=isinstance(prev_scores, carried.TopDown),
+    sum_given=form == 'top_down',
   )
+  if not carry_out:
+    scores_in = ()
   qkv = qkv_BxLx3xHxK
   padded = padded_head_dim(head_dim) if plan.backend == 'triton' else head_dim
   if padded != head_dim:  # zero features change no score; their outputs are sliced off
     qkv = jnp.pad(qkv, [(0, 0)] * 4 + [(0, padded - head_dim)])
 
-  if not carry_out:
-    op, scores_in = _plain, ()
-  elif isinstance(prev_scores, carried.TopDown):
-    op, scores_in = _top_down, tuple(prev_scores)
-  elif isinstance(prev_scores, carried.CarriedScores):
-    op, scores_in = _pair, tuple(prev_scores)
-  else:
-    op, scores_in = _plain, () if prev_scores is None else (prev_scores,)
-  outputs = 1 + (0 if not carry_out else 1 if op is _plain else 2)
+  op = _OPS['sum' if not carry_out else form]
+  outputs = 1 + (0 if not carry_out else 1 if form == 'sum' else 2)
   context, *scores_out = _sharded(
     functools.partial(op, spec=spec), outputs, qkv, scores_in, bias_BxL, fparams, words
   )
-  context = context[..., :head_dim]
-  if not carry_out:
-    return context, None
-  if op is _top_down:
-    return context, carried.TopDown(*scores_out)
-  if op is _pair:
-    return context, carried.CarriedScores(*scores_out)
-  return context, scores_out[0]
+  return context[..., :head_dim], tuple(scores_out)
 
 
 def _plain(qkv, scores, bias, fparams, iparams, spec):
@@ -111,6 +102,9 @@ def _pair(qkv, scores, bias, fparams, iparams, spec):
 
 def _top_down(qkv, scores, bias, fparams, iparams, spec):
   return carried.top_down_attention(qkv, *scores, bias, fparams, iparams, spec)
+
+
+_OPS = {'sum': _plain, 'pair': _pair, 'top_down': _top_down}
 
 
 def _mesh_axes(logical: str):

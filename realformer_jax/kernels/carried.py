@@ -24,7 +24,8 @@ re-run from its saved input and the sum it wrote, acc_l, is known: the forward k
 reads acc_l as the softmax input (`KernelSpec.sum_given`), and the backward is the same.
 
 The shadow's cotangent is a value, not a gradient: these VJPs are only correct inside a stack
-that seals its final carry (Encoder does). `seal` is the only entry point for it.
+that seals its final carry. Only score_path.py uses this module: SealedPairPath.run_stack makes
+the pair and seals it, so no caller can run a pair unsealed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.kernels.fused import _kernels, attention_backward
+from realformer_jax.kernels.fused import attention_backward, kernel_forward
 from realformer_jax.kernels.spec import KernelSpec
 
 
@@ -65,7 +66,7 @@ def carried_attention(
 ):
   """(out, acc_l, shadow): the layer's attention; acc_in / shadow_in None at a first layer
   that has no incoming sum."""
-  out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  out, _, acc_out, _ = kernel_forward(qkv, acc_in, bias, fparams, iparams, spec)
   return out, acc_out, _shadow_out(shadow_in, acc_out)
 
 
@@ -74,7 +75,7 @@ def _shadow_out(shadow_in, acc_out):
 
 
 def _carried_fwd(qkv, acc_in, shadow_in, bias, fparams, iparams, spec):
-  out, lse, acc_out, bits = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  out, lse, acc_out, bits = kernel_forward(qkv, acc_in, bias, fparams, iparams, spec)
   residuals = (qkv, bias, fparams, iparams, out, lse, bits)
   return (out, acc_out, _shadow_out(shadow_in, acc_out)), residuals
 
@@ -97,12 +98,12 @@ carried_attention.defvjp(_carried_fwd, _carried_bwd)
 def top_down_attention(qkv, acc_l, shadow, bias, fparams, iparams, spec: KernelSpec):
   """(out, acc_l, shadow) from the known sum acc_l; the VJP returns d acc_{l-1} for acc_l and
   acc_{l-1} for shadow. `spec.sum_given` must be set."""
-  out, _, _, _ = _kernels(spec).forward(qkv, acc_l, bias, fparams, iparams, spec)
+  out, _, _, _ = kernel_forward(qkv, acc_l, bias, fparams, iparams, spec)
   return out, acc_l, shadow
 
 
 def _top_down_fwd(qkv, acc_l, shadow, bias, fparams, iparams, spec):
-  out, lse, _, bits = _kernels(spec).forward(qkv, acc_l, bias, fparams, iparams, spec)
+  out, lse, _, bits = kernel_forward(qkv, acc_l, bias, fparams, iparams, spec)
   return (out, acc_l, shadow), (qkv, acc_l, bias, fparams, iparams, out, lse, bits)
 
 

@@ -11,7 +11,8 @@ dropout mask from the key words in `iparams`.
 
 Gradients: qkv, and the carried sum (d acc_{l-1} = d acc_l + dz * inv_div, written by the
 kernel); the bias, the score scale and the running-mean divisor come from the padding mask and
-the layer index, which have no gradient, so theirs are zero.
+the layer index, which have no gradient, so theirs are zero — and a gradient asked of the bias
+or scale is refused in one line (score_path.py, refusals.py), as are higher derivatives.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from realformer_jax.config import ConfigError
+from realformer_jax.kernels import refusals
 from realformer_jax.kernels.spec import KernelSpec
 
 
@@ -37,6 +40,46 @@ def _kernels(spec: KernelSpec):
   return mosaic_attention
 
 
+# The kernels have no derivative of their own: the custom VJPs below are their first
+# derivative. Differentiating those (grad of grad) reaches the kernel calls themselves, which
+# are wrapped so that their VJP is a one-line refusal instead of an error from inside Pallas.
+# (A custom VJP, not a custom JVP: jax drops custom JVP rules where it partially evaluates a
+# scanned layer, but keeps custom VJPs.)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def kernel_forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
+  """The backend's forward kernel: (out, lse, acc_out, dropout bits)."""
+  return _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+
+
+def _kernel_forward_fwd(qkv, acc_in, bias, fparams, iparams, spec):
+  return kernel_forward(qkv, acc_in, bias, fparams, iparams, spec), None
+
+
+def _refuse_higher_order(*_):
+  raise ConfigError(refusals.HIGHER_ORDER)
+
+
+kernel_forward.defvjp(_kernel_forward_fwd, _refuse_higher_order)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11))
+def _kernel_backward(
+  qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec, rebuild
+):
+  return _kernels(spec).backward(
+    qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec, rebuild=rebuild
+  )
+
+
+def _kernel_backward_fwd(*args):
+  return _kernel_backward(*args), None
+
+
+_kernel_backward.defvjp(_kernel_backward_fwd, _refuse_higher_order)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def fused_attention(
   qkv: jax.Array,
@@ -48,12 +91,12 @@ def fused_attention(
 ) -> tuple[jax.Array, Optional[jax.Array]]:
   """(attention output [B, L, H, K] in qkv's dtype, carried sum [B, H, L, L] float32 or
   None)."""
-  out, _, acc_out, _ = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  out, _, acc_out, _ = kernel_forward(qkv, acc_in, bias, fparams, iparams, spec)
   return out, acc_out
 
 
 def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
-  out, lse, acc_out, bits = _kernels(spec).forward(qkv, acc_in, bias, fparams, iparams, spec)
+  out, lse, acc_out, bits = kernel_forward(qkv, acc_in, bias, fparams, iparams, spec)
   return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse, bits)
 
 
@@ -95,8 +138,8 @@ def attention_backward(
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
   if spec.carry_out and g_acc is None:
     g_acc = jnp.zeros_like(acc)
-  return _kernels(spec).backward(
-    qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec, rebuild=rebuild
+  return _kernel_backward(
+    qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec, rebuild
   )
 
 

@@ -76,7 +76,8 @@ def _forward_kernel(
   acc_in_ref,
   bias_ref,
   o_ref,
-  lse_ref,
+  lse_m_ref,
+  lse_log_l_ref,
   acc_out_ref,
   m_scratch,
   l_scratch,
@@ -110,13 +111,15 @@ def _forward_kernel(
 
   @pl.when(j == pl.num_programs(3) - 1)
   def _finish():
-    out, lse = tm.finish((m, l, o))
+    out, (lse_m, lse_log_l) = tm.finish((m, l, o))
     o_ref[...] = out.astype(o_ref.dtype)
-    lse_ref[...] = lse
+    lse_m_ref[...] = lse_m
+    lse_log_l_ref[...] = lse_log_l
 
 
 def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
-  """(out [B, L, H, K], lse [B, H, L, 1] float32, acc_out [B, H, L, L] float32 or None)."""
+  """(out [B, L, H, K], lse = (m, log l) [B, H, L, 1] float32 each, acc_out [B, H, L, L]
+  float32 or None)."""
   batch, seq_len, _, heads, head_dim = qkv.shape
   qh, kh, vh = _split_heads_major(qkv)
   block_q, block_k = spec.block_q, spec.block_k
@@ -139,15 +142,16 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   out_shape = [
     jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), qkv.dtype),
     jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
+    jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
     scores_shape if writes_sum else None,
   ]
-  out_specs = [q_spec, stat_spec, acc_spec if writes_sum else None]
+  out_specs = [q_spec, stat_spec, stat_spec, acc_spec if writes_sum else None]
   scratch = [
     pltpu.VMEM((block_q, 1), jnp.float32),
     pltpu.VMEM((block_q, 1), jnp.float32),
     pltpu.VMEM((block_q, head_dim), jnp.float32),
   ]
-  out, lse, acc_out = pl.pallas_call(
+  out, lse_m, lse_log_l, acc_out = pl.pallas_call(
     functools.partial(_forward_kernel, spec=spec, seq_len=seq_len),
     grid_spec=pltpu.PrefetchScalarGridSpec(
       num_scalar_prefetch=0,
@@ -159,7 +163,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
     out_shape=out_shape,
     compiler_params=_compiler_params(),
     interpret=spec.interpret,
-    input_output_aliases={5: 2} if writes_sum and spec.carry_in else {},  # in place
+    input_output_aliases={5: 3} if writes_sum and spec.carry_in else {},  # in place
     cost_estimate=_cost(
       spec,
       batch,
@@ -172,7 +176,8 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(fparams, _int_words(iparams), qh, kh, vh, acc_in if spec.carry_in else None, bias[:, None, :])
-  return _heads_major(out), lse, acc_out, None  # the backward draws the mask again
+  # The backward draws the mask again: no bits.
+  return _heads_major(out), (lse_m, lse_log_l), acc_out, None
 
 
 def _int_words(iparams):
@@ -186,7 +191,8 @@ def _dkv_kernel(
   k_ref,
   v_ref,
   do_ref,
-  lse_ref,
+  lse_m_ref,
+  lse_log_l_ref,
   delta_ref,
   acc_ref,
   g_acc_ref,
@@ -216,7 +222,8 @@ def _dkv_kernel(
   acc = acc_ref[...] if spec.carry_out else s
   z = tm.softmax_input(acc, inv_div, bias_ref[...])
   keep = _keep(spec, i_ref, b, h, seq_len, i * block, j * block, (block, block))
-  p_dropped, dz = tm.score_gradient(z, lse_ref[...], delta_ref[...], do, v, keep, spec.keep_prob)
+  lse = (lse_m_ref[...], lse_log_l_ref[...])
+  p_dropped, dz = tm.score_gradient(z, lse, delta_ref[...], do, v, keep, spec.keep_prob)
   g = dz * inv_div
   if spec.carry_out:
     g = g_acc_ref[...] + g
@@ -239,7 +246,8 @@ def _dq_kernel(
   k_ref,
   v_ref,
   do_ref,
-  lse_ref,
+  lse_m_ref,
+  lse_log_l_ref,
   delta_ref,
   bias_ref,
   dq_ref,
@@ -259,7 +267,8 @@ def _dq_kernel(
   q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
   z = tm.softmax_input(tm.scores(q, k, scale), inv_div, bias_ref[...])
   keep = _keep(spec, i_ref, b, h, seq_len, i * block, j * block, (block, block))
-  _, dz = tm.score_gradient(z, lse_ref[...], delta_ref[...], do, v, keep, spec.keep_prob)
+  lse = (lse_m_ref[...], lse_log_l_ref[...])
+  _, dz = tm.score_gradient(z, lse, delta_ref[...], do, v, keep, spec.keep_prob)
   dq_scratch[...] += tm.dot((dz * inv_div * scale).astype(k.dtype), k)
 
   @pl.when(j == pl.num_programs(3) - 1)
@@ -282,9 +291,9 @@ def backward(
   rebuild: bool = False,
 ):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward.
-  `lse` is [B, H, L, 1] (this module's forward), `delta` [B, H, L]. No atomics on a TPU: dQ
-  comes from a second kernel, which reads the carried gradient the first one wrote (residual
-  attention) or recomputes p (without)."""
+  `lse` is (m, log l), [B, H, L, 1] each (this module's forward), `delta` [B, H, L]. No
+  atomics on a TPU: dQ comes from a second kernel, which reads the carried gradient the first
+  one wrote (residual attention) or recomputes p (without)."""
   del bits  # None: Mosaic cannot pack bits along lanes; the mask is drawn again
   batch, seq_len, _, heads, head_dim = qkv.shape
   block = spec.block_bwd
@@ -317,6 +326,7 @@ def backward(
         row_q,
         stat_q,
         stat_q,
+        stat_q,
         tile if carry else None,
         tile if carry else None,
         pl.BlockSpec((None, 1, block), lambda b, h, j, i: (b, 0, j)),
@@ -332,7 +342,7 @@ def backward(
     ],
     compiler_params=_compiler_params(),
     interpret=spec.interpret,
-    input_output_aliases=({9: 2, 8: 3} if rebuild else {9: 2}) if carry else {},
+    input_output_aliases=({10: 2, 9: 3} if rebuild else {10: 2}) if carry else {},
     cost_estimate=_cost(
       spec, batch, heads, seq_len, head_dim, 4, (3 + int(rebuild)) if carry else 0, dtype.itemsize
     ),
@@ -344,7 +354,7 @@ def backward(
     kh,
     vh,
     doh,
-    lse,
+    *lse,
     delta,
     acc if carry else None,
     g_acc if carry else None,
@@ -369,6 +379,7 @@ def backward(
           row_i,
           stat_i,
           stat_i,
+          stat_i,
           pl.BlockSpec((None, 1, block), lambda b, h, i, j: (b, 0, j)),
         ],
         out_specs=row_i,
@@ -379,7 +390,7 @@ def backward(
       interpret=spec.interpret,
       cost_estimate=_cost(spec, batch, heads, seq_len, head_dim, 3, 0, dtype.itemsize),
       name='flash_attention_dq',
-    )(fparams, words, qh, kh, vh, doh, lse, delta, bias3)
+    )(fparams, words, qh, kh, vh, doh, *lse, delta, bias3)
   dqkv = jnp.stack([jnp.transpose(x, (0, 2, 1, 3)) for x in (dq, dk, dv)], axis=2)
   if carry:  # dQ = scale d acc_{l-1} K from the gradient just written
     dqkv = query_gradient(g_acc_in, qkv, fparams, dqkv, spec)

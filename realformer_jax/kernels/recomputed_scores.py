@@ -74,16 +74,16 @@ def _residual_stack_bwd(layer_fn, residuals, g_y):
 residual_stack.defvjp(_residual_stack_fwd, _residual_stack_bwd)
 
 
-# The two scans both recomputing stacks share (this one and kernels/recomputed_stack.py, which
-# carries the kernels' score state instead of a bare sum).
+# The two scans both recomputing stacks share (this one and kernels/recomputed_stack.py, whose
+# layers re-run going down carry the kernels' carried.TopDown instead of a bare sum).
 
 
 def num_layers(params_N) -> int:
   return jax.tree.leaves(params_N)[0].shape[0]
 
 
-def scan_up(layer_fn, params_N, x, carry0, keys_N, aux, final_sum=lambda carry: carry):
-  """(y, (each layer's input x_l stacked, final_sum(the top layer's carry)))."""
+def scan_up(layer_fn, params_N, x, carry0, keys_N, aux):
+  """(y, (each layer's input x_l stacked, the top layer's carried sum))."""
 
   def body(carry, inputs):
     x, scores = carry
@@ -93,7 +93,7 @@ def scan_up(layer_fn, params_N, x, carry0, keys_N, aux, final_sum=lambda carry: 
 
   indices = jnp.arange(num_layers(params_N))
   (y, scores), xs_N = jax.lax.scan(body, (x, carry0), (params_N, indices, keys_N))
-  return y, (xs_N, final_sum(scores))
+  return y, (xs_N, scores)
 
 
 def scan_down(layer_down, residuals, g_y):

@@ -3,7 +3,8 @@
 Same contract as `recomputed_scores.residual_stack` — saves only each layer's input x_l and the
 final sum; going down, each layer is re-run and acc_{l-1} rebuilt — but the rebuilding happens
 inside the backward kernel, which reads acc_l anyway, instead of in a pass of its own:
-  1. layer l is re-run from x_l with its known sum acc_l (`carried.TopDown`): the forward
+  1. layer l is re-run from x_l with its known sum acc_l (`carried.TopDown`, through the
+     layer function of score_path._TopDownPath): the forward
      kernel reads acc_l as the softmax input (no Q K^T for the sum, nothing written);
   2. the layer's VJP: the backward kernel reads acc_l and g_l, writes g_{l-1} and
      acc_{l-1} = acc_l - scale Q_l K_l^T in place, and the layer's other parts get their
@@ -29,29 +30,26 @@ LayerFn = Callable[..., tuple[jax.Array, Any]]
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def kernel_residual_stack(
-  layer_fn: LayerFn,
+  layer_fns: tuple[LayerFn, LayerFn],
   params_N: Any,
   x_BxLxD: jax.Array,
   acc0_BxHxLxL: jax.Array,
   keys_N: Optional[jax.Array],
   aux: Any,
 ) -> jax.Array:
-  """The output of N layers (stacked params, per-layer dropout keys or None)."""
-  return _forward(layer_fn, params_N, x_BxLxD, acc0_BxHxLxL, keys_N, aux)[0]
+  """The output of N layers (stacked params, per-layer dropout keys or None). `layer_fns`:
+  (going up: carries the bare sum; going down: carries `carried.TopDown`)."""
+  return recomputed_scores.scan_up(layer_fns[0], params_N, x_BxLxD, acc0_BxHxLxL, keys_N, aux)[0]
 
 
-def _forward(layer_fn, params_N, x, acc0, keys_N, aux):
-  return recomputed_scores.scan_up(
-    layer_fn, params_N, x, carried.initial_carry(acc0), keys_N, aux, lambda c: c.acc
-  )
-
-
-def _stack_fwd(layer_fn, params_N, x, acc0, keys_N, aux):
-  y, (xs_N, acc) = _forward(layer_fn, params_N, x, acc0, keys_N, aux)
+def _stack_fwd(layer_fns, params_N, x, acc0, keys_N, aux):
+  y, (xs_N, acc) = recomputed_scores.scan_up(layer_fns[0], params_N, x, acc0, keys_N, aux)
   return y, (params_N, xs_N, acc, keys_N, aux)
 
 
-def _stack_bwd(layer_fn, residuals, g_y):
+def _stack_bwd(layer_fns, residuals, g_y):
+  layer_fn = layer_fns[1]
+
   def layer_down(params_l, x_l, acc, index, key, aux, g_x, g_acc):
     def layer(p, x, acc_l, shadow, c):
       return layer_fn(p, x, carried.TopDown(acc_l, shadow), index, key, c)

@@ -5,7 +5,10 @@ in how they move tiles (loops over refs vs grid steps with VMEM scratch), not in
 compute. Notation as in attention.py: s = scale Q K^T, acc = acc_in + s (residual attention)
 or s, z = acc * inv_div + bias (inv_div = 1 / (l + 1) with the running mean, else 1),
 p = softmax(z), dropout keeps with probability keep_prob and divides by it.
-Row statistics are [rows, 1] arrays (m: running max, l: running sum of exp, lse = m + log l).
+Row statistics are [rows, 1] arrays (m: running max, l: running sum of exp). The backward gets
+the log-sum-exp as the pair (m, log l), never as their sum: in a row whose every key is padding
+m is ~-1e9, where float32 steps by 64, and m + log l would lose log l (p would come back as 1
+instead of 1 / L, the row's gradient L times too large).
 """
 
 from __future__ import annotations
@@ -70,14 +73,14 @@ def online_softmax_step(
 
 
 def finish(state):
-  """(normalised output [rows, K] float32, lse [rows, 1])."""
+  """(normalised output [rows, K] float32, (m, log l) [rows, 1] each: the log-sum-exp)."""
   m, l, o = state
-  return o / l, m + jnp.log(l)
+  return o / l, (m, jnp.log(l))
 
 
 def score_gradient(
   z: jax.Array,
-  lse: jax.Array,
+  lse: tuple[jax.Array, jax.Array],
   delta: jax.Array,
   do: jax.Array,
   v: jax.Array,
@@ -86,9 +89,10 @@ def score_gradient(
 ):
   """(dropped probabilities in the compute dtype, d loss / d z) for one tile.
 
-  p = exp(z - lse); out = drop(p) V, so dP = drop(dO V^T) and dz = p (dP - delta) with
-  delta = rowsum(dO * out) (= rowsum(dP * p), dropout included)."""
-  p = jnp.exp(z - lse)
+  p = exp(z - m - log l) with lse = (m, log l); out = drop(p) V, so dP = drop(dO V^T) and
+  dz = p (dP - delta) with delta = rowsum(dO * out) (= rowsum(dP * p), dropout included)."""
+  m, log_l = lse
+  p = jnp.exp(z - m - log_l)  # (z - m) first: exact where m is a padding row's ~-1e9
   p_dropped = drop(p, keep, keep_prob).astype(v.dtype)
   dp = drop(dot_t(do, v), keep, keep_prob)
   return p_dropped, p * (dp - delta)

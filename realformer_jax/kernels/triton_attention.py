@@ -4,11 +4,12 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           s = scale q k^T; with residual attention it reads the acc_{l-1} tile, writes
           acc_l = acc_{l-1} + s, and feeds z = acc_l * inv_div + bias to an online softmax;
           dropout (the einsum path's mask, dropout_tiles.py) and P V happen in registers.
-          Writes the output, the row log-sum-exp and, with dropout, the mask it drew at one bit
-          per element (1/32 of a float32 score): hashing it again would cost the backward ~30
-          integer ops per element. Probabilities never reach HBM.
+          Writes the output, the row log-sum-exp (as m and log l: tile_math.py) and, with
+          dropout, the mask it drew at one bit per element (1/32 of a float32 score): hashing
+          it again would cost the backward ~30 integer ops per element. Probabilities never
+          reach HBM.
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
-          blocks, recomputing p = exp(z - lse), reading the mask, accumulating dK and dV. With
+          blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
           g_{l-1} = g_l + dz * inv_div (and, when asked, acc_{l-1} = acc_l - s, so the layer
           below needs no saved sum), in place; each tile's dQ share goes to a float32 dQ by
@@ -63,7 +64,8 @@ def _forward_kernel(
   f_ref,
   i_ref,
   o_ref,
-  lse_ref,
+  m_ref,
+  log_l_ref,
   acc_out_ref,
   bits_ref,
   *,
@@ -96,9 +98,10 @@ def _forward_kernel(
     return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
-  out, lse = tm.finish(state)
+  out, (m, log_l) = tm.finish(state)
   o_ref[...] = out.astype(o_ref.dtype)
-  lse_ref[...] = lse[:, 0]
+  m_ref[...] = m[:, 0]
+  log_l_ref[...] = log_l[:, 0]
 
 
 def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
@@ -107,9 +110,9 @@ def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
 
 
 def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
-  """(out [B, L, H, K], lse [B, H, L] float32, acc_out [B, H, L, L] float32 or None (None with
-  `spec.sum_given`, whose acc_in is already acc_l), the dropout mask [B, H, L, L / width]
-  uint32 or None)."""
+  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, acc_out [B, H, L, L]
+  float32 or None (None with `spec.sum_given`, whose acc_in is already acc_l), the dropout
+  mask [B, H, L, L / width] uint32 or None)."""
   batch, seq_len, _, heads, head_dim = qkv.shape
   block_q = spec.block_q
   width = pack_width(spec)
@@ -127,11 +130,13 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   out_shape = [
     jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
     jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
+    jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
     scores_shape if writes_sum else None,
     bits_shape if spec.dropout else None,
   ]
   out_specs = [
     pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
     pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
     acc_spec if writes_sum else None,
     pl.BlockSpec((None, None, block_q, seq_len // width), lambda i, b, h: (b, h, i, 0))
@@ -140,7 +145,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   ]
   rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize  # one [B, L, H, K] array
   elements = batch * heads * seq_len * seq_len
-  return pl.pallas_call(
+  out, m, log_l, acc_out, bits = pl.pallas_call(
     functools.partial(_forward_kernel, spec=spec),
     grid=(seq_len // block_q, batch, heads),
     in_specs=in_specs,
@@ -150,7 +155,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
     compiler_params=_compiler_params(head_dim),
     # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
     # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
-    input_output_aliases={1: 2} if spec.carry_in and writes_sum else {},
+    input_output_aliases={1: 3} if spec.carry_in and writes_sum else {},
     metadata=_cost_metadata(
       elements,
       head_dim,
@@ -164,12 +169,14 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
+  return out, (m, log_l), acc_out, bits
 
 
 def _backward_kernel(
   qkv_ref,
   do_ref,
-  lse_ref,
+  m_ref,
+  log_l_ref,
   delta_ref,
   acc_ref,
   g_acc_ref,
@@ -203,7 +210,13 @@ def _backward_kernel(
     z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
     keep = None if bits is None else unpack_bits(bits, width)
     p_dropped, dz = tm.score_gradient(
-      z, lse_ref[qs][:, None], delta_ref[qs][:, None], do, v, keep, spec.keep_prob
+      z,
+      (m_ref[qs][:, None], log_l_ref[qs][:, None]),
+      delta_ref[qs][:, None],
+      do,
+      v,
+      keep,
+      spec.keep_prob,
     )
     g = dz * inv_div if g_acc is None else g_acc + dz * inv_div
     return q, do, s, p_dropped, g
@@ -283,6 +296,7 @@ def backward(
     pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0)),
     stat_spec,
     stat_spec,
+    stat_spec,
     column_spec if carry else None,
     column_spec if carry else None,
     pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
@@ -312,8 +326,8 @@ def backward(
   # column strip by column strip, g_{l-1} over g_l and acc_{l-1} over acc_l.
   aliases = {}
   if carry:
-    dq_input = 8 + int(dropout)
-    aliases = {dq_input: 1, 5: 2, 4: 3} if rebuild else {dq_input: 1, 5: 2}
+    dq_input = 9 + int(dropout)  # flattened inputs: the Nones are not counted
+    aliases = {dq_input: 1, 6: 2, 5: 3} if rebuild else {dq_input: 1, 6: 2}
   dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
     functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
     grid=(seq_len // block, batch, heads),
@@ -340,7 +354,7 @@ def backward(
   )(
     qkv,
     do,
-    lse,
+    *lse,
     delta,
     acc if carry else None,
     g_acc if carry else None,
@@ -410,7 +424,7 @@ def _cost_metadata(
   that several programs read come from L2: a (batch, head) slice is ~100 KB at L = 512), plus
   the row statistics; and per score element the float ops (scale, sums, softmax, dropout,
   gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores."""
-  stats = 8 * elements // seq_len  # float32 lse and delta per row
+  stats = 12 * elements // seq_len  # float32 m, log l and delta per row
   return {
     'flops': str(int(2 * passes * elements * head_dim)),
     'bytes_accessed': str(int(score_bytes * elements + row_bytes + stats)),

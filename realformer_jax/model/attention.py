@@ -10,7 +10,7 @@ The value handed to layer l+1 is acc_l: no mask, no running-mean division, no dr
 always float32 (it grows with depth).
 """
 
-from typing import Optional
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -66,11 +66,16 @@ class ResidualSelfAttention(nn.Module):
     x_BxLxD: jax.Array,
     bias_Bx1x1xL: jax.Array,
     scale: jax.Array,
-    prev_scores_BxHxLxL: Optional[jax.Array],
+    prev_scores: Any,
     layer: jax.Array,
     deterministic: bool = True,
+    path: Optional[kernels.ScorePath] = None,
   ):
-    """Returns (output [B, L, D], scores to carry [B, H, L, L] float32 or None)."""
+    """Returns (output [B, L, D], scores to carry or None).
+
+    The scores are a float32 [B, H, L, L] sum unless `path` (the encoder's
+    kernels.stack_path, one for the whole stack) carries them in another form; without a
+    path the layer takes kernels.layer_path, which carries the bare sum."""
     cfg = self.config
     d_model, heads, head_dim = cfg.hidden_size, cfg.num_heads, cfg.head_dim
     dtype = cfg.compute_dtype
@@ -113,35 +118,23 @@ class ResidualSelfAttention(nn.Module):
     dropout_key = None
     if not deterministic and cfg.attention_dropout_rate > 0.0:
       dropout_key = self.make_rng('dropout')
-    # A fused kernel (kernels/select.py) unless sown attention maps are asked for.
-    plan = kernels.plan(
-      cfg, x_BxLxD.shape[1], maps_requested=self.is_mutable_collection('intermediates')
+    maps_requested = self.is_mutable_collection('intermediates')
+    if path is None:  # a layer on its own; in a stack the encoder chose the path once
+      path = kernels.layer_path(
+        cfg, x_BxLxD.shape[1], einsum=einsum_attention, maps_requested=maps_requested
+      )
+    if cfg.position_embedding == 'rope':
+      qkv_BxLx3xHxK = jnp.stack([q_BxLxHxK, k_BxLxHxK, v_BxLxHxK], axis=2)
+    context_BxLxHxK, carried = path.attend(
+      qkv_BxLx3xHxK,
+      prev_scores,
+      bias_Bx1x1xL,
+      scale,
+      divisor,
+      dropout_key,
+      1.0 - cfg.attention_dropout_rate,
+      (lambda name, value: self.sow('intermediates', name, value)) if maps_requested else None,
     )
-    if plan is not None:
-      if cfg.position_embedding == 'rope':
-        qkv_BxLx3xHxK = jnp.stack([q_BxLxHxK, k_BxLxHxK, v_BxLxHxK], axis=2)
-      context_BxLxHxK, scores_BxHxLxL = kernels.fused_self_attention(
-        plan,
-        qkv_BxLx3xHxK,
-        prev_scores_BxHxLxL,
-        bias_Bx1x1xL,
-        scale,
-        divisor,
-        dropout_key,
-        1.0 - cfg.attention_dropout_rate,
-        cfg.use_residual_attention,
-      )
-    else:
-      context_BxLxHxK, scores_BxHxLxL = self._einsum_attention(
-        q_BxLxHxK,
-        k_BxLxHxK,
-        v_BxLxHxK,
-        prev_scores_BxHxLxL,
-        bias_Bx1x1xL,
-        scale,
-        divisor,
-        dropout_key,
-      )
 
     out_BxLxD = DenseGeneral(
       features=(d_model,),
@@ -156,43 +149,38 @@ class ResidualSelfAttention(nn.Module):
       param_dtype=cfg.storage_dtype,
       name='out',
     )(context_BxLxHxK)
-    carried = scores_BxHxLxL if cfg.use_residual_attention else None
     return out_BxLxD, carried
 
-  def _einsum_attention(
-    self,
-    q_BxLxHxK,
-    k_BxLxHxK,
-    v_BxLxHxK,
-    prev_scores_BxHxLxL,
-    bias_Bx1x1xL,
-    scale,
-    divisor,
-    dropout_key,
-  ):
-    """(context [B, L, H, K], scores [B, H, L, L] float32): the reference path."""
-    cfg = self.config
-    logits_BxHxLxL = jnp.einsum(
-      'bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK, preferred_element_type=jnp.float32
-    )
-    scores_BxHxLxL = logits_BxHxLxL * scale
-    if prev_scores_BxHxLxL is not None:
-      scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
-    scores_BxHxLxL = nn.with_logical_constraint(scores_BxHxLxL, SCORES_AXES)
-    # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
-    # backward pass (softmax_attention.py).
-    context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
-      scores_BxHxLxL,
-      bias_Bx1x1xL,
-      divisor,
-      v_BxLxHxK,
-      dropout_key,
-      1.0 - cfg.attention_dropout_rate,
-      cfg.compute_dtype,
-    )
-    # Free when not asked for: stored only if 'intermediates' is mutable in apply().
-    if self.is_mutable_collection('intermediates'):
-      softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor
-      self.sow('intermediates', 'attention_logits', softmax_in + bias_Bx1x1xL)
-      self.sow('intermediates', 'attention_probs', probs_BxHxLxL)
-    return context_BxLxHxK, scores_BxHxLxL
+
+def einsum_attention(
+  qkv_BxLx3xHxK,
+  prev_scores_BxHxLxL,
+  bias_Bx1x1xL,
+  scale,
+  divisor,
+  dropout_key,
+  keep_prob,
+  dtype,
+  record,
+):
+  """(context [B, L, H, K], scores [B, H, L, L] float32): the reference path, the einsum
+  implementation of kernels.ScorePath.attend. `record(name, value)` sows the attention maps
+  (None: not asked for)."""
+  q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
+  logits_BxHxLxL = jnp.einsum(
+    'bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK, preferred_element_type=jnp.float32
+  )
+  scores_BxHxLxL = logits_BxHxLxL * scale
+  if prev_scores_BxHxLxL is not None:
+    scores_BxHxLxL = prev_scores_BxHxLxL + scores_BxHxLxL
+  scores_BxHxLxL = nn.with_logical_constraint(scores_BxHxLxL, SCORES_AXES)
+  # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
+  # backward pass (softmax_attention.py).
+  context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
+    scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key, keep_prob, dtype
+  )
+  if record is not None:  # free when not asked for
+    softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor
+    record('attention_logits', softmax_in + bias_Bx1x1xL)
+    record('attention_probs', probs_BxHxLxL)
+  return context_BxLxHxK, scores_BxHxLxL

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
+from realformer_jax.kernels import ScorePath
 from realformer_jax.model import initializers
 from realformer_jax.model.activations import get_activation
 from realformer_jax.model.attention import ResidualSelfAttention
@@ -96,6 +97,9 @@ class LayerInputs:
   gate: Optional[jax.Array]  # the fixed_schedule gate min(1, step / K); None otherwise
   # Dropout off. Static (not a leaf), so remat and scan trace it as a Python bool.
   deterministic: bool = flax.struct.field(pytree_node=False, default=True)
+  # How attention runs and its scores are carried (kernels.stack_path, chosen once by the
+  # encoder); None: each layer takes kernels.layer_path. Static, like `deterministic`.
+  path: Optional[ScorePath] = flax.struct.field(pytree_node=False, default=None)
 
 
 class EncoderLayer(nn.Module):
@@ -137,7 +141,9 @@ class EncoderLayer(nn.Module):
 
     x_BxLxD = self._probe('attention_input', x_BxLxD)
     attn_in = x_BxLxD if post else attention_norm(x_BxLxD)
-    attn_out, scores = attention(attn_in, bias_Bx1x1xL, scale, prev_scores, layer, deterministic)
+    attn_out, scores = attention(
+      attn_in, bias_Bx1x1xL, scale, prev_scores, layer, deterministic, inputs.path
+    )
     h_BxLxD = self._add(x_BxLxD, attn_out, self._gate('attention_gate', gate_value), deterministic)
     h_BxLxD = self._probe('attention_residual', h_BxLxD)
     if post:

@@ -15,8 +15,7 @@ import jax.numpy as jnp
 
 from realformer_jax import kernels
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels.recomputed_scores import residual_stack
-from realformer_jax.model.attention import SCORES_AXES, mask_bias, score_scale
+from realformer_jax.model.attention import SCORES_AXES, einsum_attention, mask_bias, score_scale
 from realformer_jax.model.block import EncoderLayer, LayerInputs
 from realformer_jax.model.embeddings import Embeddings
 from realformer_jax.model.normalization import Norm
@@ -92,76 +91,84 @@ class Encoder(nn.Module):
     if segment_ids_BxL is None:
       segment_ids_BxL = jnp.zeros_like(input_ids_BxL)
     x_BxLxD = self.embeddings(input_ids_BxL, segment_ids_BxL, deterministic)
+    # How attention runs and how its scores travel through the stack, decided once here
+    # (kernels/score_path.py); the path runs the stack and every layer attends through it.
+    path = kernels.stack_path(
+      cfg,
+      input_ids_BxL.shape[1],
+      einsum=einsum_attention,
+      maps_requested=self.is_mutable_collection('intermediates'),
+      may_recompute=self._may_recompute(),
+    )
     inputs = LayerInputs(
       bias_Bx1x1xL=mask_bias(input_mask_BxL),
       scale=score_scale(cfg, input_mask_BxL),
       gate=residual_gate_value(cfg, step),
       deterministic=deterministic,
+      path=path,
     )
-
-    attention_plan = kernels.plan(
-      cfg, input_ids_BxL.shape[1], maps_requested=self.is_mutable_collection('intermediates')
-    )
-    # Fused residual attention carries (sum, shadow) and rebuilds the sums going down
-    # (kernels/carried.py); the top of the stack is sealed with the final sum.
-    pair = kernels.pair_carry(cfg, attention_plan)
-    scores = None
-    if cfg.use_residual_attention and (cfg.scan_layers or pair):
-      # Zeros are exact: 0 + s_0 == s_0, so layer 0 still sees only its own scores.
-      batch, length = input_ids_BxL.shape
-      scores = jnp.zeros((batch, cfg.num_heads, length, length), jnp.float32)
-      scores = nn.with_logical_constraint(scores, SCORES_AXES)
-    if cfg.scan_layers and self._recompute_scores():
-      x_BxLxD = self._recomputed_stack(x_BxLxD, scores, inputs, fused=attention_plan is not None)
-      pair = False
-    elif cfg.scan_layers:
-      scores = kernels.initial_carry(scores) if pair else scores
-      (x_BxLxD, scores), _ = self.layers((x_BxLxD, scores), jnp.arange(cfg.num_layers), inputs)
-    else:
-      scores = kernels.initial_carry(scores) if pair else scores
-      for index, layer in enumerate(self.layers):
-        (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), inputs)
-    if pair:
-      x_BxLxD = kernels.seal(x_BxLxD, scores)
+    x_BxLxD = path.run_stack(_Layers(self, inputs, input_ids_BxL.shape), x_BxLxD)
     if placement(cfg).final_norm:
       x_BxLxD = self.final_norm(x_BxLxD)
     return x_BxLxD
 
-  def _recompute_scores(self) -> bool:
+  def _may_recompute(self) -> bool:
     # Analysis collections (sown maps, perturbation probes) take the plain scan, which
-    # records them; the recomputed path is for training.
-    cfg = self.config
+    # records them; the recomputing stacks are for training.
     return (
-      cfg.use_residual_attention
-      and cfg.residual_scores_backward == 'recomputed'
-      and not self.is_initializing()
+      not self.is_initializing()
       and not self.is_mutable_collection('intermediates')
       and not self.has_variable('perturbations', 'layers')
     )
 
-  def _recomputed_stack(self, x_BxLxD, scores, inputs: LayerInputs, fused: bool):
-    """The scanned layers through recomputed_scores.residual_stack, or its fused-kernel form
-    (kernels/recomputed_stack.py); same parameters."""
-    cfg = self.config
-    params_N = unbox(self.variables['params']['layers'])
-    layer = EncoderLayer(cfg, parent=None)  # unbound: applied to one layer's params at a time
-    keys_N = None
-    if not inputs.deterministic and (cfg.dropout_rate > 0 or cfg.attention_dropout_rate > 0):
-      keys_N = jax.random.split(self.make_rng('dropout'), cfg.num_layers)
-
-    def layer_fn(params_l, x, acc, index, key, layer_inputs):
-      (y, acc_new), _ = layer.apply(
-        {'params': params_l},
-        (x, acc),
-        index,
-        layer_inputs,
-        rngs=None if key is None else {'dropout': key},
-      )
-      return y, acc_new
-
-    stack = kernels.kernel_residual_stack if fused else residual_stack
-    return stack(layer_fn, params_N, x_BxLxD, scores, keys_N, inputs)
-
   def attend(self, h_BxPxD: jax.Array) -> jax.Array:
     """Tied decoder: hidden states -> vocabulary logits through the word embeddings."""
     return self.embeddings.attend(h_BxPxD)
+
+
+class _Layers:
+  """The encoder's layers as kernels.LayerStack: what a ScorePath runs the stack with."""
+
+  def __init__(self, encoder: Encoder, inputs: LayerInputs, shape_BxL: tuple[int, int]):
+    self.encoder, self.inputs, self.shape_BxL = encoder, inputs, shape_BxL
+    self.scanned = encoder.config.scan_layers
+
+  def zero_scores(self) -> jax.Array:
+    batch, length = self.shape_BxL
+    scores = jnp.zeros((batch, self.encoder.config.num_heads, length, length), jnp.float32)
+    return nn.with_logical_constraint(scores, SCORES_AXES)
+
+  def run(self, x_BxLxD, scores):
+    encoder = self.encoder
+    if self.scanned:
+      indices = jnp.arange(encoder.config.num_layers)
+      (x_BxLxD, scores), _ = encoder.layers((x_BxLxD, scores), indices, self.inputs)
+      return x_BxLxD, scores
+    for index, layer in enumerate(encoder.layers):
+      (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), self.inputs)
+    return x_BxLxD, scores
+
+  def recompute(self, stack_fn, x_BxLxD, *paths):
+    """The scanned layers' parameters through a functional stack (same parameters)."""
+    encoder, cfg = self.encoder, self.encoder.config
+    params_N = unbox(encoder.variables['params']['layers'])
+    layer = EncoderLayer(cfg, parent=None)  # unbound: applied to one layer's params at a time
+    keys_N = None
+    if not self.inputs.deterministic and (cfg.dropout_rate > 0 or cfg.attention_dropout_rate > 0):
+      keys_N = jax.random.split(encoder.make_rng('dropout'), cfg.num_layers)
+
+    def layer_fn_of(path):
+      def layer_fn(params_l, x, scores, index, key, layer_inputs):
+        (y, scores), _ = layer.apply(
+          {'params': params_l},
+          (x, scores),
+          index,
+          layer_inputs.replace(path=path),
+          rngs=None if key is None else {'dropout': key},
+        )
+        return y, scores
+
+      return layer_fn
+
+    layer_fns = tuple(layer_fn_of(path) for path in paths)
+    return stack_fn(layer_fns, params_N, x_BxLxD, self.zero_scores(), keys_N, self.inputs)

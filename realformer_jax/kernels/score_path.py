@@ -1,0 +1,233 @@
+"""How attention runs and how residual attention's scores travel: one object per model call.
+
+The encoder asks `stack_path(config, seq_len, ...)` once, hands the result to every layer
+(block.LayerInputs.path) and lets it run the layer stack; each layer's ResidualSelfAttention
+asks it to attend. Everything about the form of the carried scores (a bare float32 sum, a
+(sum, shadow) pair that must be sealed at the top, a known sum re-read going down) stays
+behind these two methods, so the encoder and the attention module never branch on it:
+
+  attend(qkv, carried, bias, scale, divisor, dropout_key, keep_prob, record)
+      -> (context [B, L, H, K], what to carry to the next layer, or None)
+  run_stack(layers, x) -> the stack's output
+      `layers` (a LayerStack, the encoder's) runs the layer modules on (x, initial carry),
+      or gives a functional layer for the stacks that recompute going down.
+
+| path                 | attention                | carried between layers              |
+|----------------------|--------------------------|-------------------------------------|
+| EinsumPath           | the einsum path (model)  | the sum; autodiff saves it          |
+| FusedPath            | Pallas kernels or cuDNN  | the sum; autodiff saves it          |
+| SealedPairPath       | Pallas kernels           | (sum, shadow), sealed (carried.py)  |
+| RecomputedEinsumPath | the einsum path          | the sum; recomputed_scores.py       |
+| RecomputedFusedPath  | Pallas kernels           | the sum; recomputed_stack.py        |
+
+A future way of carrying scores is one more implementation of these two methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Protocol
+
+import jax
+
+from realformer_jax.config import ModelConfig
+from realformer_jax.kernels import carried, refusals
+from realformer_jax.kernels.attend import fused_self_attention
+from realformer_jax.kernels.recomputed_scores import residual_stack
+from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
+from realformer_jax.kernels.select import AttentionPlan, pair_carry, plan
+
+# einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record)
+#   -> (context, scores): the model's reference attention (model/attention.py), handed in so
+# that kernels/ does not import the model.
+EinsumAttention = Callable[..., tuple[jax.Array, jax.Array]]
+# record(name, value): stores an attention map (the module's `sow`), or None.
+Record = Optional[Callable[[str, jax.Array], Any]]
+
+
+class LayerStack(Protocol):
+  """What the encoder hands `run_stack`: its layers, run two ways."""
+
+  scanned: bool  # the layers are one nn.scan (the carry must keep one structure)
+
+  def zero_scores(self) -> jax.Array:
+    """float32 [B, H, L, L] zeros, laid out as the carried scores are."""
+
+  def run(self, x: jax.Array, scores: Any) -> tuple[jax.Array, Any]:
+    """The layer modules (scan or loop) on (x, scores) -> (y, final scores)."""
+
+  def recompute(self, stack_fn: Callable[..., jax.Array], x: jax.Array, *paths: 'ScorePath'):
+    """stack_fn(layer_fns, params_N, x, acc0, keys_N, inputs): a stack that recomputes going
+    down, given one functional layer per path (layer_fn(params_l, x, scores, index, key,
+    inputs) -> (y, scores'), attending through that path)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScorePath:
+  """Base: attention whose carried scores (if any) are a bare sum that autodiff saves."""
+
+  residual: bool  # the layers carry scores (residual attention)
+
+  def attend(
+    self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob: float, record: Record
+  ) -> tuple[jax.Array, Any]:
+    raise NotImplementedError
+
+  def initial_carry(self, layers: LayerStack) -> Any:
+    # Zeros are exact (0 + s_0 == s_0); a loop starts from None, a scan needs one structure.
+    return layers.zero_scores() if self.residual and layers.scanned else None
+
+  def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
+    y, _ = layers.run(x, self.initial_carry(layers))
+    return y
+
+
+@dataclasses.dataclass(frozen=True)
+class EinsumPath(ScorePath):
+  """The reference path: the model's einsum attention (probabilities materialised)."""
+
+  einsum: EinsumAttention = None
+  dtype: Any = None  # the compute dtype
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    context, scores = self.einsum(
+      qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, self.dtype, record
+    )
+    return context, scores if self.residual else None
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedPath(ScorePath):
+  """A fused kernel (kernels/select.py's plan); a carried sum is read and written as is."""
+
+  plan: AttentionPlan = None
+  # The kernels give the bias and scale no gradient: one asked for is refused (refusals.py).
+  # Off only where this path's caller differentiates them on purpose (_TopDownPath).
+  refuse_bias_and_scale_gradients: bool = True
+
+  def _fused(self, form, qkv, scores_in, bias, scale, divisor, dropout_key, keep_prob):
+    if self.refuse_bias_and_scale_gradients:
+      bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)
+    return fused_self_attention(
+      self.plan,
+      form,
+      qkv,
+      scores_in,
+      bias,
+      scale,
+      divisor,
+      dropout_key,
+      keep_prob,
+      carry_out=self.residual,
+    )
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    scores_in = () if carried_in is None else (carried_in,)
+    context, scores = self._fused(
+      'sum', qkv, scores_in, bias, scale, divisor, dropout_key, keep_prob
+    )
+    return context, scores[0] if scores else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SealedPairPath(FusedPath):
+  """Residual attention on the kernels without remat: the layers carry a (sum, shadow) pair
+  and the kernels rebuild each layer's sum going down (carried.py); run_stack makes the pair
+  and seals the top, so no caller can forget to."""
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    if not isinstance(carried_in, carried.CarriedScores):
+      raise TypeError(
+        'SealedPairPath.attend: the carried scores must come from its run_stack '
+        f'(got {type(carried_in).__name__}); a single layer takes kernels.layer_path'
+      )
+    context, scores = self._fused(
+      'pair', qkv, tuple(carried_in), bias, scale, divisor, dropout_key, keep_prob
+    )
+    return context, carried.CarriedScores(*scores)
+
+  def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
+    y, final = layers.run(x, carried.initial_carry(layers.zero_scores()))
+    return carried.seal(y, final)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TopDownPath(FusedPath):
+  """A layer re-run going down from the sum it wrote (recomputed_stack.py's backward, whose
+  layer VJP differentiates the shared inputs; RecomputedFusedPath refuses their gradient at
+  the stack's entrance instead)."""
+
+  refuse_bias_and_scale_gradients: bool = False
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    context, scores = self._fused(
+      'top_down', qkv, tuple(carried_in), bias, scale, divisor, dropout_key, keep_prob
+    )
+    return context, carried.TopDown(*scores)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecomputedEinsumPath(EinsumPath):
+  """`residual_scores_backward='recomputed'` on the einsum path: recomputed_scores.py."""
+
+  def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
+    return layers.recompute(_one_layer_fn(residual_stack), x, self)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecomputedFusedPath(FusedPath):
+  """`residual_scores_backward='recomputed'` on the kernels: recomputed_stack.py. Going up the
+  layers carry the bare sum; going down each is re-run by a _TopDownPath."""
+
+  def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
+    return layers.recompute(
+      _stack_refusing_input_gradients, x, self, _TopDownPath(self.residual, self.plan)
+    )
+
+
+def _stack_refusing_input_gradients(layer_fns, params_N, x, acc0, keys_N, inputs):
+  inputs = refusals.refuse_tangent(inputs, refusals.SCALE_OR_BIAS)
+  return kernel_residual_stack(layer_fns, params_N, x, acc0, keys_N, inputs)
+
+
+def _one_layer_fn(stack_fn):
+  return lambda layer_fns, *args: stack_fn(layer_fns[0], *args)
+
+
+def stack_path(
+  config: ModelConfig,
+  seq_len: int,
+  *,
+  einsum: EinsumAttention,
+  maps_requested: bool = False,
+  may_recompute: bool = False,
+) -> ScorePath:
+  """The path of one encoder call. `maps_requested`: attention maps are sown (einsum path);
+  `may_recompute`: the caller allows a stack that recomputes going down (a training call: not
+  init, no analysis collections), taken when the config asks for it."""
+  attention_plan = plan(config, seq_len, maps_requested=maps_requested)
+  residual = config.use_residual_attention
+  recompute = (
+    may_recompute
+    and residual
+    and config.scan_layers
+    and config.residual_scores_backward == 'recomputed'
+  )
+  if attention_plan is None:
+    path_class = RecomputedEinsumPath if recompute else EinsumPath
+    return path_class(residual, einsum, config.compute_dtype)
+  if recompute:
+    return RecomputedFusedPath(residual, attention_plan)
+  if pair_carry(config, attention_plan):
+    return SealedPairPath(residual, attention_plan)
+  return FusedPath(residual, attention_plan)
+
+
+def layer_path(
+  config: ModelConfig, seq_len: int, *, einsum: EinsumAttention, maps_requested: bool = False
+) -> ScorePath:
+  """The path of one attention layer used on its own (no stack): the sum carried as is."""
+  attention_plan = plan(config, seq_len, maps_requested=maps_requested)
+  if attention_plan is None:
+    return EinsumPath(config.use_residual_attention, einsum, config.compute_dtype)
+  return FusedPath(config.use_residual_attention, attention_plan)

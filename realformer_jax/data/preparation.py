@@ -18,7 +18,7 @@ import grain
 import numpy as np
 
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import packed_store, sources
+from realformer_jax.data import file_corpus, packed_store, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
 
@@ -55,29 +55,41 @@ def prepared_data(config: config_lib.DataConfig) -> PreparedData:
 
 
 def _prepare_uncached(config: config_lib.DataConfig) -> PreparedData:
-  builder = sources.load_builder(config)
-  name = builder.info.full_name
-  train_records = sources.open_split(
-    builder, config.train_split, config.text_feature, config.max_documents
-  )
-  eval_records = sources.open_split(
-    builder, config.eval_split, config.text_feature, config.max_documents
-  )
-  tokenizer = _load_or_train_tokenizer(config, builder, train_records)
-  for split, records in ((config.train_split, train_records), (config.eval_split, eval_records)):
+  if config.train_files:
+    name, cache_dir, records = file_corpus.open_corpus(config, sources.data_dir_of(config))
+    splits = {'train': records['train'], 'eval': records['eval']}
+    if config.max_documents > 0:
+      splits = {k: v[: config.max_documents] for k, v in splits.items()}
+    train_records, eval_records = splits['train'], splits['eval']
+    split_names = ('train', 'eval')
+    description = f'corpus {name} (data.train_files={config.train_files!r})'
+  else:
+    builder = sources.load_builder(config)
+    name = builder.info.full_name
+    cache_dir = _cache_dir(builder)
+    train_records = sources.open_split(
+      builder, config.train_split, config.text_feature, config.max_documents
+    )
+    eval_records = sources.open_split(
+      builder, config.eval_split, config.text_feature, config.max_documents
+    )
+    split_names = (config.train_split, config.eval_split)
+    description = f"dataset '{name}'"
+  tokenizer = _load_or_train_tokenizer(config, name, cache_dir, train_records)
+  for split, records in zip(split_names, (train_records, eval_records)):
     _check_has_tokens(
       records,
       tokenizer,
       config.text_feature,
-      what=f"dataset '{name}' split '{split}' feature '{config.text_feature}'",
+      what=f"{description} split '{split}' feature '{config.text_feature}'",
     )
   return PreparedData(
     tokenizer,
     train_records,
     eval_records,
-    description=f"dataset '{name}'",
+    description=description,
     dataset_name=name,
-    cache_dir=_cache_dir(builder),
+    cache_dir=cache_dir,
   )
 
 
@@ -136,24 +148,23 @@ def _cache_dir(builder) -> str:
   return os.path.dirname(os.fspath(builder.data_dir))
 
 
-def _load_or_train_tokenizer(config, builder, train_records) -> tokenizer_lib.Tokenizer:
+def _load_or_train_tokenizer(config, name, cache_dir, train_records) -> tokenizer_lib.Tokenizer:
   if config.vocab_file:
     return tokenizer_lib.load(config.vocab_file, lower_case=config.lower_case)
   key = {
-    'dataset': builder.info.full_name,
+    'dataset': name,
     'split': config.train_split,
     'text_feature': config.text_feature,
     'max_documents': config.max_documents,
     'sample_chars': config.tokenizer_sample_chars,
   }
-  cache_dir = os.path.join(_cache_dir(builder), 'tokenizers')
   path = tokenizer_lib.cache_path(
-    cache_dir, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size, key=key
+    os.path.join(cache_dir, 'tokenizers'),
+    model_type=config.tokenizer_model_type,
+    vocab_size=config.vocab_size,
+    key=key,
   )
-  what = (
-    f"dataset '{builder.info.full_name}' split '{config.train_split}' "
-    f"feature '{config.text_feature}'"
-  )
+  what = f"dataset '{name}' split '{config.train_split}' feature '{config.text_feature}'"
   texts = _sample_texts(train_records, config.text_feature, config.tokenizer_sample_chars)
   tokenizer = tokenizer_lib.load_or_train(
     path,

@@ -1,5 +1,5 @@
-"""Every command of docs/data.md ("Your own corpus") runs as written, at toy overrides, on a
-corpus this test writes: the text and JSONL runs train and evaluate (issue 29's done-when),
+"""Every command of docs/data.md and the README's "Your own corpus" runs as written, at toy
+overrides, on a corpus this test writes: the text and JSONL runs train and evaluate (issue 29's done-when),
 the Parquet run holds out a fraction, prepare_data prepares ahead."""
 
 import concurrent.futures
@@ -16,17 +16,21 @@ from test_data_files import write_corpus
 from tests import scale_out_support as support
 
 DOC = os.path.join(support.REPO, 'docs', 'data.md')
+README = os.path.join(support.REPO, 'README.md')
 EXPECTED = dict(EXPECTED_OUTPUT, **{'experiments.prepare_data': 'prepared corpus files-'})
 
 
-def documented_commands(path: str = DOC) -> list[str]:
-  """The `python -m ...` commands of the ```bash blocks in `path` (backslash lines joined)."""
-  text = open(path).read()
+def documented_commands() -> list[str]:
+  """The `python -m ...` commands of docs/data.md's ```bash blocks and of the README's
+  "Your own corpus" section (backslash lines joined), each once."""
+  readme = open(README).read()
+  section = readme[readme.index('## Your own corpus') :]
+  text = open(DOC).read() + section[: section.index('\n## ')]
   commands = []
   for block in re.findall(r'```bash\n(.*?)```', text, flags=re.S):
     for command in re.findall(r'^(python -m .*)$', block.replace('\\\n', ' '), flags=re.M):
       commands.append(' '.join(command.split()))
-  return commands
+  return list(dict.fromkeys(commands))
 
 
 def _run(command: str, corpus: str, workdir: str, data_dir: str) -> subprocess.CompletedProcess:

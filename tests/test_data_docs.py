@@ -1,6 +1,6 @@
 """Every command of docs/data.md and the README's "Your own corpus" runs as written, at toy
-overrides, on a corpus this test writes: the text and JSONL runs train and evaluate (issue 29's done-when),
-the Parquet run holds out a fraction, prepare_data prepares ahead."""
+overrides, on a corpus this test writes: the text and JSONL runs train and evaluate (issue 29's
+done-when), the Parquet run holds out a fraction, prepare_data prepares ahead."""
 
 import concurrent.futures
 import os

@@ -131,15 +131,13 @@ def _encoded_documents(
   text_feature: str,
   docs_per_batch: int = 512,
 ):
-  """Token ids of every record, in stored order (read ahead by one thread, encoded in batches)."""
-  stream = records.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=256))
-  texts = []
-  for record in stream:
-    texts.append(sources.text_of(record, text_feature))
-    if len(texts) == docs_per_batch:
-      yield from tokenizer.encode_batch(texts)
-      texts = []
-  if texts:
+  """Token ids of every record, in stored order, encoded in batches of documents.
+
+  Read by index, not through a prefetching iterator: grain's prefetch polls its futures
+  (measured: 60% of a file corpus's preparation time went there; the encode itself ~25%)."""
+  for start in range(0, len(records), docs_per_batch):
+    stop = min(start + docs_per_batch, len(records))
+    texts = [sources.text_of(records[i], text_feature) for i in range(start, stop)]
     yield from tokenizer.encode_batch(texts)
 
 

@@ -4,6 +4,7 @@ manifest, one-line errors naming the file, and a fresh data_dir shared by two pr
 import gzip
 import json
 import os
+import re
 import threading
 import time
 
@@ -204,3 +205,19 @@ def test_a_fresh_data_dir_prepared_by_another_process_meanwhile(tmp_path):
   thread.join()
   assert 'error' not in result, result.get('error')
   assert set(result['builder'].info.splits) == {'train', 'validation'}
+
+
+def test_reading_and_packing_report_progress(tmp_path, monkeypatch, caplog):
+  from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setattr(file_corpus, '_PROGRESS_SECONDS', 0.0)
+  monkeypatch.setattr(preparation, '_PROGRESS_SECONDS', 0.0)
+  write_corpus(tmp_path)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  preparation.packed_train_store(config)
+  assert re.search(
+    r'reading corpus: [\d.]+ MB/s, \d+ documents, \d+% of [\d.]+ MB, ETA', caplog.text
+  )
+  assert re.search(r'packing: [\d.]+ MB/s, 120 of 120 documents, \d+ tokens, ETA 0 s', caplog.text)

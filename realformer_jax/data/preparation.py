@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 
 import grain
 import numpy as np
@@ -26,6 +27,8 @@ _log = logging.getLogger(__name__)
 
 # Records scanned for at least one token before a split is declared token-free.
 _MAX_RECORDS_SCANNED_FOR_TOKENS = 10_000
+# Progress of a long packing pass is logged at most this often (seconds).
+_PROGRESS_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,10 +138,26 @@ def _encoded_documents(
 
   Read by index, not through a prefetching iterator: grain's prefetch polls its futures
   (measured: 60% of a file corpus's preparation time went there; the encode itself ~25%)."""
+  began = last = time.monotonic()
+  num_bytes = num_tokens = 0
   for start in range(0, len(records), docs_per_batch):
     stop = min(start + docs_per_batch, len(records))
     texts = [sources.text_of(records[i], text_feature) for i in range(start, stop)]
-    yield from tokenizer.encode_batch(texts)
+    for ids in tokenizer.encode_batch(texts):
+      num_tokens += len(ids)
+      yield ids
+    num_bytes += sum(len(t.encode()) for t in texts)
+    if time.monotonic() - last >= _PROGRESS_SECONDS:  # a big corpus takes minutes: say so
+      last = time.monotonic()
+      seconds = last - began
+      _log.warning(
+        'packing: %.1f MB/s, %d of %d documents, %d tokens, ETA %.0f s',
+        num_bytes / 1e6 / seconds,
+        stop,
+        len(records),
+        num_tokens,
+        seconds * (len(records) - stop) / stop,
+      )
 
 
 def _cache_dir(builder) -> str:

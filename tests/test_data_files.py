@@ -140,6 +140,7 @@ def _bad_inputs(tmp_path):
   (tmp_path / 'nofield.jsonl').write_text('{"text": "ok"}\n{"body": "no text here"}\n')
   (tmp_path / 'tiny.txt').write_text('owls watch.\n')
   (tmp_path / 'data.csv').write_text('a,b\n')
+  (tmp_path / 'plain.txt.gz').write_text('not gzip at all\n')
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
@@ -157,6 +158,7 @@ def _bad_inputs(tmp_path):
     ('nofield.jsonl', r"nofield.jsonl: line 2 has no field 'text' .*\['body'\]"),
     ('nocolumn.parquet', r"nocolumn.parquet: Parquet file has no column 'text'.*\['content'\]"),
     ('data.csv', r"data.csv: unknown file format '.csv'"),
+    ('plain.txt.gz', r'plain.txt.gz: cannot be read \(Not a gzipped file'),
     ('tiny.txt', r'packs into 1 sequences of max_len=16, fewer than one global batch \(4\)'),
   ],
 )

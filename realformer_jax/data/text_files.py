@@ -110,7 +110,7 @@ def _open_binary(path: str):
 def _lines(path: str, f) -> Iterator[tuple[int, str]]:
   """(line number, decoded line without its newline); DataError at binary or non-UTF-8 bytes."""
   offset = 0
-  for number, raw in enumerate(f, 1):
+  for number, raw in enumerate(_raw_lines(path, f), 1):
     if _NUL in raw:
       raise DataError(
         f'{path}: binary data (a NUL byte) at byte offset {offset + raw.index(_NUL)}; '
@@ -124,6 +124,13 @@ def _lines(path: str, f) -> Iterator[tuple[int, str]]:
       ) from None
     offset += len(raw)
     yield number, line.rstrip('\r\n')
+
+
+def _raw_lines(path: str, f) -> Iterator[bytes]:
+  try:
+    yield from f
+  except (OSError, EOFError) as e:  # a damaged or truncated .gz
+    raise DataError(f'{path}: cannot be read ({e}).') from None
 
 
 def _text_documents(path: str, f) -> Iterator[str]:

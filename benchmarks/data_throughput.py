@@ -85,8 +85,7 @@ def child_prepare(args_json: str) -> None:
   summary = prepare_data.prepare(config, workers)
   seconds = time.perf_counter() - start
   rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  print(json.dumps({'seconds': seconds, 'read_seconds': read_seconds, 'max_rss_mb': rss_mb,
-                    **summary}))  # fmt: skip
+  print(json.dumps(dict(summary, seconds=seconds, read_seconds=read_seconds, max_rss_mb=rss_mb)))
 
 
 def run_prepare(child_args: dict, num_bytes: int, workers: int) -> dict:

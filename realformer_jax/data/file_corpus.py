@@ -177,8 +177,8 @@ class _ShardJob:
 
 def _read_shard(job: _ShardJob, progress: Optional['_Progress'] = None) -> None:
   """Reads one file into its shard stores, each published (temp name + rename) with a sidecar
-  holding the file's fingerprint and counts; the eval store last is fine: a shard is done only
-  when all of its stores are."""
+  holding the file's fingerprint and counts. A kill between two publications leaves the shard
+  unfinished (`is_done` needs all of its stores), so it is read again, whole."""
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
   progress = progress or _Progress(job.file['bytes'])

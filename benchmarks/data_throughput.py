@@ -2,6 +2,7 @@
 
   python -m benchmarks.data_throughput            # 8 MB and 32 MB corpora (~2 min on 2 cores)
   python -m benchmarks.data_throughput --quick    # 1 MB and 4 MB
+  python -m benchmarks.data_throughput --workers=1,2,4   # the larger corpus at more workers
 
 The corpus is the embedded bible_web text (its train chapters) written as `.txt` files,
 repeated to the size asked for; the tokenizer is the 8k unigram SentencePiece model trained on
@@ -11,7 +12,9 @@ it (`data.vocab_file`, so no training is timed). Figures:
   ceiling of any preparation);
 * preparation (experiments.prepare_data's `prepare`: read the files into the document store,
   encode, pack, build the eval sequences) in a fresh process per corpus size: its MB/s of source
-  text and its peak RSS, at two sizes (memory must stay flat as the corpus grows);
+  text and its peak RSS, at two sizes (memory must stay flat as the corpus grows), and the
+  larger one again at each `--workers` count (`prepare_data --workers`: the files are read by
+  that many processes; "read" is that pass alone, up to the document stores and tokenizer);
 * the training loader (`make_train_iterator`, masking included, one process, grain's in-process
   reader thread, `worker_count=0`): tokens/s, and how many such workers would feed
   1.3 M tokens/s (an 8-GPU host at BERT-Large's ~160 k tokens/s per H100).
@@ -69,15 +72,38 @@ def data_config(train_files: str, eval_files: str, vocab_file: str, data_dir: st
 
 
 def child_prepare(args_json: str) -> None:
-  """In a fresh process: prepare, print seconds and peak RSS as JSON."""
+  """In a fresh process: prepare, print seconds (the reading pass's too) and peak RSS as JSON."""
   from experiments import prepare_data  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
 
   args = json.loads(args_json)
+  workers = args.pop('workers')
+  config = data_config(**args)
   start = time.perf_counter()
-  summary = prepare_data.prepare(data_config(**args))
+  preparation.prepared_data(config, workers)  # reads the files; memoized for prepare()
+  read_seconds = time.perf_counter() - start
+  summary = prepare_data.prepare(config, workers)
   seconds = time.perf_counter() - start
   rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  print(json.dumps({'seconds': seconds, 'max_rss_mb': rss_mb, **summary}))
+  print(json.dumps(dict(summary, seconds=seconds, read_seconds=read_seconds, max_rss_mb=rss_mb)))
+
+
+def run_prepare(child_args: dict, num_bytes: int, workers: int) -> dict:
+  """Prepares in a fresh process; prints and returns its figures."""
+  out = subprocess.run(
+    [sys.executable, '-m', 'benchmarks.data_throughput', '--child_prepare',
+     json.dumps(dict(child_args, workers=workers))],
+    capture_output=True, text=True, check=True,
+  ).stdout.strip().splitlines()[-1]  # fmt: skip
+  child = json.loads(out)
+  mb_s = num_bytes / 1e6 / child['seconds']
+  read_mb_s = num_bytes / 1e6 / child['read_seconds']
+  print(
+    f'prepare {num_bytes / 1e6:6.1f} MB, {workers} worker(s): {child["seconds"]:6.1f} s, '
+    f'{mb_s:5.1f} MB/s (read {read_mb_s:5.1f} MB/s), {child["train_sequences"]:,} sequences, '
+    f'peak RSS {child["max_rss_mb"]:.0f} MB (main process)'
+  )
+  return dict(child, mb_s=mb_s, read_mb_s=read_mb_s, source_mb=num_bytes / 1e6, workers=workers)
 
 
 def raw_encode(tokenizer, texts: list[str], threads: int) -> float:
@@ -109,12 +135,14 @@ def main(argv=None) -> dict:
   parser.add_argument('--quick', action='store_true', help='1 MB and 4 MB corpora')
   parser.add_argument('--sizes_mb', default='', help='two corpus sizes, e.g. 8,32')
   parser.add_argument('--loader_batches', type=int, default=200)
+  parser.add_argument('--workers', default='1,2', help='prepare_data --workers counts, e.g. 1,2')
   parser.add_argument('--child_prepare', default='', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child_prepare:
     child_prepare(args.child_prepare)
     return {}
   sizes = [float(s) for s in (args.sizes_mb or ('1,4' if args.quick else '8,32')).split(',')]
+  worker_counts = [int(w) for w in args.workers.split(',') if int(w) > 1]
 
   from realformer_jax import data  # pylint: disable=import-outside-toplevel
   from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
@@ -149,20 +177,16 @@ def main(argv=None) -> dict:
         vocab_file=tokenizer.source,
         data_dir=os.path.join(root, f'cache-{size:g}mb'),
       )
-      out = subprocess.run(
-        [sys.executable, '-m', 'benchmarks.data_throughput', '--child_prepare',
-         json.dumps(child_args)],
-        capture_output=True, text=True, check=True,
-      ).stdout.strip().splitlines()[-1]  # fmt: skip
-      child = json.loads(out)
-      mb_s = num_bytes / 1e6 / child['seconds']
-      results[f'prepare_{size:g}mb'] = dict(child, mb_s=mb_s, source_mb=num_bytes / 1e6)
-      print(
-        f'prepare {num_bytes / 1e6:6.1f} MB: {child["seconds"]:6.1f} s, {mb_s:5.1f} MB/s, '
-        f'{child["train_sequences"]:,} sequences, peak RSS {child["max_rss_mb"]:.0f} MB '
-        '(one process)'
-      )
+      results[f'prepare_{size:g}mb'] = run_prepare(child_args, num_bytes, workers=1)
       config = data_config(**child_args)
+    for workers in worker_counts:  # the larger corpus again, read by more processes
+      child_args['data_dir'] = os.path.join(root, f'cache-{sizes[-1]:g}mb-{workers}workers')
+      one, more = results[f'prepare_{sizes[-1]:g}mb'], run_prepare(child_args, num_bytes, workers)
+      results[f'prepare_{sizes[-1]:g}mb_{workers}_workers'] = more
+      print(
+        f'  {workers} workers vs 1: reading {more["read_mb_s"] / one["read_mb_s"]:.2f}x, '
+        f'whole preparation {more["mb_s"] / one["mb_s"]:.2f}x'
+      )
 
     rate = loader_tokens_per_second(config, args.loader_batches)
     workers = math.ceil(TOKENS_PER_SECOND_TO_FEED / rate)

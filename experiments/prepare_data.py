@@ -6,7 +6,9 @@ r"""Prepare a masked-LM corpus once, ahead of training: documents, tokenizer, pa
 Does what `experiments.train` does on first use (data/preparation.py): reads the files (or
 the TFDS dataset), trains or loads the tokenizer, packs the train split into its store and
 checks the eval split, under the cache locks, so a cluster job's processes find everything
-ready on the shared data_dir. Prints where each piece is cached. Bad input exits with status 1
+ready on the shared data_dir. `--workers=N` reads N source files at once, one process each
+(the stores are the same for every N); a killed run, started again, reads only the files it had
+not finished. Prints where each piece is cached. Bad input exits with status 1
 and one line `error: <message>`.
 """
 
@@ -21,13 +23,16 @@ from realformer_jax.data import pipeline, preparation
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
 flags.mark_flags_as_required(['config'])
+_WORKERS = flags.DEFINE_integer(
+  'workers', 1, 'Processes reading the source files at once (one file each); same result.'
+)
 
 
-def prepare(data_config) -> dict:
+def prepare(data_config, workers: int = 1) -> dict:
   """Prepares everything a training run reads; returns what was prepared, for the summary."""
   start = time.monotonic()
   data_config = data.data_config(data_config)
-  prepared = preparation.prepared_data(data_config)
+  prepared = preparation.prepared_data(data_config, workers)
   store = preparation.packed_train_store(data_config)
   eval_rows = len(pipeline.eval_sequences(data_config)['input_ids'])
   return {
@@ -47,9 +52,11 @@ def main(argv):
     fail(f'unexpected arguments: {argv[1:]}')
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
+  if _WORKERS.value < 1:
+    fail(f'--workers={_WORKERS.value}: must be at least 1.')
   config = loaded(_CONFIG.value)
   try:
-    summary = prepare(config.data)
+    summary = prepare(config.data, _WORKERS.value)
   except data.DataError as e:
     fail(str(e))
   print(

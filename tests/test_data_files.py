@@ -223,3 +223,89 @@ def test_reading_and_packing_report_progress(tmp_path, monkeypatch, caplog):
     r'reading corpus: [\d.]+ MB/s, \d+ documents, \d+% of [\d.]+ MB, ETA', caplog.text
   )
   assert re.search(r'packing: [\d.]+ MB/s, 120 of 120 documents, \d+ tokens, ETA 0 s', caplog.text)
+
+
+def _stores(data_dir) -> dict:
+  """{split: documents} of the newest corpus under `data_dir`."""
+  (corpus_dir,) = [d for d in os.listdir(data_dir) if d.startswith('files-')]
+  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+  documents = {}
+  for split, path in file_corpus.store_paths(os.path.join(data_dir, corpus_dir)).items():
+    reader = array_record_module.ArrayRecordReader(path)
+    documents[split] = reader.read(0, reader.num_records())
+    reader.close()
+  return documents
+
+
+def _shards(data_dir) -> dict:
+  shard_dir = os.path.join(data_dir, 'file-shards')
+  stats = {name: os.stat(os.path.join(shard_dir, name)) for name in os.listdir(shard_dir)}
+  return {n: (s.st_ino, s.st_mtime_ns) for n, s in stats.items() if n.endswith('.array_record')}
+
+
+def test_workers_read_in_parallel_into_the_same_stores(tmp_path):
+  from experiments import prepare_data  # pylint: disable=import-outside-toplevel
+
+  write_corpus(tmp_path, train_files=3)
+  results = {}
+  for workers in (1, 2):
+    config = files_config(
+      tmp_path,
+      data_dir=str(tmp_path / f'cache-{workers}'),
+      train_files=str(tmp_path / 'train-*'),
+      eval_percent=10,
+    )
+    summary = prepare_data.prepare(config, workers=workers)
+    store = data.preparation.packed_train_store(config)
+    results[workers] = (
+      _stores(config.data_dir),
+      store.rows(np.arange(len(store))),
+      summary['eval_sequences'],
+    )
+    assert len(_shards(config.data_dir)) == 3 * 2  # a train and a held-out part per file
+  (docs_1, rows_1, eval_1), (docs_2, rows_2, eval_2) = results[1], results[2]
+  assert docs_1 == docs_2 and eval_1 == eval_2
+  np.testing.assert_array_equal(rows_1, rows_2)
+
+
+def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkeypatch):
+  write_corpus(tmp_path, train_files=3)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  read_shard = file_corpus._read_shard
+  calls = []
+
+  def killed_after_the_first_file(job, progress=None):
+    if calls:
+      raise KeyboardInterrupt  # what a kill leaves: the first shard published, no stores
+    calls.append(job)
+    read_shard(job, progress)
+
+  monkeypatch.setattr(file_corpus, '_read_shard', killed_after_the_first_file)
+  with pytest.raises(KeyboardInterrupt):
+    data.prepare(config)
+  first = _shards(config.data_dir)
+  assert len(first) == 1
+  assert not [n for n in os.listdir(os.path.join(config.data_dir, 'file-shards')) if '.tmp.' in n]
+  monkeypatch.setattr(file_corpus, '_read_shard', read_shard)
+  data.prepare(config)
+  resumed = _shards(config.data_dir)
+  assert len(resumed) == 4 and all(resumed[name] == stat for name, stat in first.items())
+  clean = files_config(
+    tmp_path,
+    data_dir=str(tmp_path / 'clean'),
+    train_files=config.train_files,
+    eval_files=config.eval_files,
+  )
+  data.prepare(clean)
+  assert _stores(config.data_dir) == _stores(clean.data_dir)
+
+  # A changed file invalidates its own shard only; the others are not read again.
+  with open(tmp_path / 'train-1.txt', 'a') as f:
+    f.write('\nan extra document about owls.\n')
+  data.preparation._PREPARED.clear()
+  data.prepare(config)
+  changed = _shards(config.data_dir)
+  assert len(changed) == 5 and all(changed[name] == stat for name, stat in resumed.items())

@@ -18,6 +18,8 @@ def test_data_throughput_benchmark_reports_every_figure(capsys):
     small['source_mb'] < large['source_mb'] and small['train_sequences'] < large['train_sequences']
   )
   assert all(r['max_rss_mb'] > 0 and r['mb_s'] > 0 for r in (small, large))
+  two_workers = results['prepare_0.6mb_2_workers']  # the default --workers=1,2
+  assert two_workers['train_sequences'] == large['train_sequences'] and two_workers['mb_s'] > 0
   assert results['loader_workers_for_1.3M'] >= 1
   assert len(results['targets']) == 3
   assert out.count('PASS') + out.count('MISS') == 3

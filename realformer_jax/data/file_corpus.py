@@ -19,17 +19,25 @@ falls in the lowest `data.eval_percent` percent (default 1%), so duplicates neve
 split and the choice does not depend on file order.
 
 Reading streams (one document in memory at a time) under the cache lock, so concurrent
-processes on one machine or hosts sharing the data_dir read the files once.
+processes on one machine or hosts sharing the data_dir read the files once. Each source file
+is read into its own shard under `<data_dir>/file-shards/` (by `workers` processes at once),
+published atomically with a sidecar naming the file's size and modification time; the shards
+are then joined in source order, so the stores are the same whatever the number of workers.
+A killed preparation reads again only the files whose shards were not finished, and a changed
+file invalidates only its own shard (the shard's name hashes the file's fingerprint).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import time
+from typing import Optional
 
 import grain
 
@@ -42,6 +50,11 @@ _REVISION = 1
 SPLITS = ('train', 'eval')
 # Progress is logged at most this often (seconds) while reading.
 _PROGRESS_SECONDS = 10.0
+# Shards (one per source file) live beside the corpora, under <data_dir>/: a changed file gets
+# a new corpus directory but keeps the unchanged files' shards.
+_SHARD_DIR = 'file-shards'
+# Records copied per read when the shards are joined into the split stores.
+_JOIN_RECORDS = 4096
 
 
 def manifest(config) -> dict:
@@ -65,10 +78,13 @@ def store_paths(corpus_dir: str) -> dict[str, str]:
   return {split: os.path.join(corpus_dir, f'documents-{split}.array_record') for split in SPLITS}
 
 
-def open_corpus(config, data_dir: str) -> tuple[str, str, dict[str, grain.MapDataset]]:
+def open_corpus(
+  config, data_dir: str, workers: int = 1
+) -> tuple[str, str, dict[str, grain.MapDataset]]:
   """(corpus name, its directory, {'train': records, 'eval': records}), read on first use.
 
   A record is {text_feature: utf-8 bytes} (nested for 'a/b'), as a TFDS text feature reads.
+  `workers` > 1 reads that many source files at once, each in its own process.
   """
   record = manifest(config)
   name = corpus_name(record)
@@ -82,7 +98,7 @@ def open_corpus(config, data_dir: str) -> tuple[str, str, dict[str, grain.MapDat
         for split, reason in reasons.items():
           if reason is not None and os.path.exists(paths[split]):
             cache_integrity.note_rebuild(paths[split], reason, 'reading the files again')
-        _build(config, record, paths)
+        _build(config, record, paths, workers)
   return (
     name,
     corpus_dir,
@@ -96,41 +112,131 @@ def is_held_out(text: str, eval_percent: float) -> bool:
   return bucket < eval_percent * 100
 
 
-def _build(config, record: dict, paths: dict[str, str]) -> None:
+def _build(config, record: dict, paths: dict[str, str], workers: int) -> None:
+  """Reads every source file into its shard (skipping finished ones), then joins the shards,
+  in source order, into the split stores: the same stores whatever the number of workers."""
+  shard_dir = os.path.join(os.path.dirname(os.path.dirname(paths['train'])), _SHARD_DIR)
+  os.makedirs(shard_dir, exist_ok=True)
+  held_out = None if config.eval_files else config.eval_percent
+  jobs = [
+    _ShardJob(file, split, held_out if split == 'train' else None, config.text_feature, shard_dir)
+    for split in SPLITS
+    for file in record.get(f'{split}_files', [])
+  ]
+  todo = [job for job in jobs if not job.is_done()]
+  if len(jobs) > len(todo):
+    _log.info(
+      'reading corpus: %d of %d files already read (shards in %s)',
+      len(jobs) - len(todo),
+      len(jobs),
+      shard_dir,
+    )
+  if workers > 1 and len(todo) > 1:
+    context = multiprocessing.get_context('spawn')  # no fork of a process that runs JAX threads
+    with context.Pool(min(workers, len(todo))) as pool:
+      for _ in pool.imap_unordered(_read_shard, todo):
+        pass
+  else:
+    progress = _Progress(sum(job.file['bytes'] for job in todo))
+    for job in todo:
+      _read_shard(job, progress)
+  counts = _join_shards(jobs, record, paths)
+  for split in SPLITS:
+    if not counts[split]['documents']:
+      raise DataError(_empty_split_message(config, split))
+  _log.info(
+    'read corpus: %d train / %d eval documents',
+    counts['train']['documents'],
+    counts['eval']['documents'],
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardJob:
+  """One source file read into `<shard>-<split>.array_record` per split it feeds."""
+
+  file: dict  # its fingerprint: path, size, modification time
+  split: str  # 'train' or 'eval': where its documents go, unless held out
+  held_out: Optional[float]  # eval_percent when a train file's documents are split by hash
+  text_feature: str
+  shard_dir: str
+
+  @property
+  def outputs(self) -> dict[str, str]:
+    """{split: path} of the stores this file writes; the name hashes everything they hold."""
+    key = dataclasses.asdict(self)
+    del key['shard_dir']
+    digest = hashlib.sha256(json.dumps(dict(key, revision=_REVISION), sort_keys=True).encode())
+    splits = SPLITS if self.held_out is not None else (self.split,)
+    name = f'shard-{digest.hexdigest()[:16]}'
+    return {s: os.path.join(self.shard_dir, f'{name}-{s}.array_record') for s in splits}
+
+  def is_done(self) -> bool:
+    return all(cache_integrity.problem(p) is None for p in self.outputs.values())
+
+
+def _read_shard(job: _ShardJob, progress: Optional['_Progress'] = None) -> None:
+  """Reads one file into its shard stores, each published (temp name + rename) with a sidecar
+  holding the file's fingerprint and counts. A kill between two publications leaves the shard
+  unfinished (`is_done` needs all of its stores), so it is read again, whole."""
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
-  sources = {'train': record['train_files'], 'eval': record.get('eval_files', [])}
-  tmp = {split: f'{path}.tmp.{os.getpid()}' for split, path in paths.items()}
-  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
-  progress = _Progress(sum(f['bytes'] for files in sources.values() for f in files))
+  progress = progress or _Progress(job.file['bytes'])
+  outputs = job.outputs
+  tmp = {split: f'{path}.tmp.{os.getpid()}' for split, path in outputs.items()}
+  counts = {split: {'documents': 0, 'text_bytes': 0} for split in outputs}
   writers = {s: array_record_module.ArrayRecordWriter(p, 'group_size:1') for s, p in tmp.items()}
   try:
-    for source_split, files in sources.items():
-      for file in files:
-        for text in text_files.documents(file['path'], config.text_feature):
-          data = text.encode()
-          split = source_split
-          if source_split == 'train' and not config.eval_files:
-            split = 'eval' if is_held_out(text, config.eval_percent) else 'train'
-          writers[split].write(data)
-          counts[split]['documents'] += 1
-          counts[split]['text_bytes'] += len(data)
-          progress.document(len(data))
-        progress.file_done(file['bytes'])
+    for text in text_files.documents(job.file['path'], job.text_feature):
+      data = text.encode()
+      split = job.split
+      if job.held_out is not None:
+        split = 'eval' if is_held_out(text, job.held_out) else 'train'
+      writers[split].write(data)
+      counts[split]['documents'] += 1
+      counts[split]['text_bytes'] += len(data)
+      progress.document(len(data))
+    progress.file_done(job.file['bytes'])
     for writer in writers.values():
       writer.close()
     writers = {}
-    for split in SPLITS:
-      if not counts[split]['documents']:
-        raise DataError(_empty_split_message(config, split))
-      cache_integrity.publish(tmp[split], paths[split], dict(record, split=split, **counts[split]))
+    for split, path in outputs.items():
+      cache_integrity.publish(tmp[split], path, dict(source=job.file, split=split, **counts[split]))
   finally:
     for writer in writers.values():
       writer.close()
     for path in tmp.values():
       if os.path.exists(path):
         os.remove(path)
-  progress.done(counts)
+
+
+def _join_shards(jobs: list[_ShardJob], record: dict, paths: dict[str, str]) -> dict:
+  """Copies the shards' documents, in source-file order, into the split stores; their counts."""
+  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
+  for split in SPLITS:
+    tmp = f'{paths[split]}.tmp.{os.getpid()}'
+    writer = array_record_module.ArrayRecordWriter(tmp, 'group_size:1')
+    try:
+      for job in jobs:
+        if split not in job.outputs:
+          continue
+        reader = array_record_module.ArrayRecordReader(job.outputs[split])
+        for start in range(0, reader.num_records(), _JOIN_RECORDS):
+          for data in reader.read(start, min(start + _JOIN_RECORDS, reader.num_records())):
+            writer.write(data)
+            counts[split]['documents'] += 1
+            counts[split]['text_bytes'] += len(data)
+        reader.close()
+      writer.close()
+      if counts[split]['documents']:
+        cache_integrity.publish(tmp, paths[split], dict(record, split=split, **counts[split]))
+    finally:
+      writer.close()
+      if os.path.exists(tmp):
+        os.remove(tmp)
+  return counts
 
 
 def _empty_split_message(config, split: str) -> str:
@@ -182,13 +288,3 @@ class _Progress:
 
   def file_done(self, num_bytes: int) -> None:
     self.files_bytes += num_bytes
-
-  def done(self, counts: dict) -> None:
-    seconds = time.monotonic() - self.start
-    _log.info(
-      'read corpus: %d train / %d eval documents, %.1f MB in %.1f s',
-      counts['train']['documents'],
-      counts['eval']['documents'],
-      self.text_bytes / 1e6,
-      seconds,
-    )

@@ -50,16 +50,19 @@ def prepare(config: config_lib.DataConfig) -> tokenizer_lib.Tokenizer:
   return prepared_data(config).tokenizer
 
 
-def prepared_data(config: config_lib.DataConfig) -> PreparedData:
+def prepared_data(config: config_lib.DataConfig, workers: int = 1) -> PreparedData:
+  """`workers`: processes reading a file corpus's files at once (the result does not depend
+  on it)."""
   key = config = config_lib.data_config(config)
   if key not in _PREPARED:
-    _PREPARED[key] = _prepare_uncached(config)
+    _PREPARED[key] = _prepare_uncached(config, workers)
   return _PREPARED[key]
 
 
-def _prepare_uncached(config: config_lib.DataConfig) -> PreparedData:
+def _prepare_uncached(config: config_lib.DataConfig, workers: int) -> PreparedData:
   if config.train_files:
-    name, cache_dir, records = file_corpus.open_corpus(config, sources.data_dir_of(config))
+    data_dir = sources.data_dir_of(config)
+    name, cache_dir, records = file_corpus.open_corpus(config, data_dir, workers)
     splits = {'train': records['train'], 'eval': records['eval']}
     if config.max_documents > 0:
       splits = {k: v[: config.max_documents] for k, v in splits.items()}

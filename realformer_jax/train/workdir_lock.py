@@ -51,10 +51,32 @@ class WorkdirInUseError(TrainingError):
   """Another live run holds the workdir."""
 
 
+class WorkdirError(TrainingError):
+  """The workdir cannot hold a run: empty, a file, or not writable."""
+
+
+def check_usable(workdir: Optional[str]) -> str:
+  """The absolute workdir, or WorkdirError before anything is built or created: an empty one
+  (which would put run.lock, checkpoints/ and tensorboard/ in the current directory), a path
+  through a file, or a directory this process cannot write (read-only mount, permissions)."""
+  if not workdir or not workdir.strip():
+    raise WorkdirError('--workdir is empty: name the directory for the run (it is created)')
+  path = os.path.abspath(os.path.expanduser(workdir))
+  existing = path
+  while not os.path.exists(existing):  # the nearest ancestor that exists gets the new dirs
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise WorkdirError(f'--workdir {path}: {existing} is a file, not a directory')
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise WorkdirError(f'--workdir {path}: {existing} is not writable (read-only or permissions)')
+  return path
+
+
 class WorkdirLock:
   """The exclusive claim of one run on a workdir. `acquire` or `WorkdirInUseError`."""
 
   def __init__(self, workdir: str, heartbeat_s: float = HEARTBEAT_S, lease_s: float = LEASE_S):
+    self._given = workdir
     self.workdir = os.path.abspath(os.path.expanduser(workdir))
     self.path = os.path.join(self.workdir, LOCK_FILE)
     self._heartbeat_s = heartbeat_s
@@ -66,8 +88,12 @@ class WorkdirLock:
     self._write_lock = threading.Lock()
 
   def acquire(self) -> 'WorkdirLock':
-    os.makedirs(self.workdir, exist_ok=True)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    check_usable(self._given)
+    try:
+      os.makedirs(self.workdir, exist_ok=True)
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:  # e.g. a mount that turned read-only, or access() that root passes
+      raise WorkdirError(f'--workdir {self.workdir}: cannot create {self.path}: {e.strerror}')
     try:
       flock = _try_flock(fd)
       holder = _parse(_read_all(fd))
@@ -171,13 +197,13 @@ def acquire_for_run(workdir: str, **kwargs: Any) -> Optional[WorkdirLock]:
   if jax.process_index() == 0:
     try:
       lock = WorkdirLock(workdir, **kwargs).acquire()
-    except WorkdirInUseError as e:
+    except (WorkdirInUseError, WorkdirError) as e:
       error = e
   if jax.process_count() > 1:
     refused = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
     if int(refused) and error is None:
       error = WorkdirInUseError(
-        f"workdir {os.path.abspath(workdir)} is in use by another run (process 0's error names it)"
+        f"workdir {os.path.abspath(workdir)} cannot be taken (process 0's error says why)"
       )
   if error is not None:
     raise error

@@ -1,17 +1,19 @@
-"""Fault injection, the command line: a workdir that cannot hold a run (empty, a file, read-only)
-and a config file that cannot be a config (a syntax error, no get_config) are each one line
-`error: ...`, before anything is built or created."""
+"""Fault injection, the command line: a workdir that cannot hold a run (empty, a file, read-only),
+a config file that cannot be a config (a syntax error, no get_config) and a model size that does
+not split over the mesh are each one line `error: ...`, before anything is built or created."""
 
 import errno
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from train_fixtures import REPO
+from train_fixtures import REPO, tiny_config
 
 from experiments import cli
-from realformer_jax.train import workdir_lock
+from realformer_jax.config import ConfigError
+from realformer_jax.train import pretraining, workdir_lock
 from realformer_jax.train.workdir_lock import WorkdirError, WorkdirLock
 
 
@@ -86,3 +88,35 @@ def test_a_config_file_that_is_no_config_is_one_line(tmp_path, capsys, source, m
 
 def test_a_shipped_config_file_passes():
   cli.check_config_files(['prog', f'--config={os.path.join(REPO, "configs", "tiny.py")}'])
+
+
+@pytest.mark.parametrize(
+  'overrides, message',
+  [
+    (
+      dict(mesh__shape=(1, 1, 8), model__num_heads=2),
+      r'model\.num_heads=2: must be divisible by 8, the size of mesh tensor that '
+      r"logical_axis_rules shard 'heads' over \(mesh\.shape=\(1, 1, 8\) on 8 devices\)",
+    ),
+    (
+      dict(mesh__shape=(1, 8, 1), model__hidden_size=36, model__num_heads=2),
+      r'model\.hidden_size=36: must be divisible by 8, the size of mesh fsdp that '
+      r"logical_axis_rules shard 'embed' over \(mesh\.shape=\(1, 8, 1\) on 8 devices\)",
+    ),
+    (
+      dict(mesh__shape=(2, 2, 2), model__mlp_dim=33),
+      r"model\.mlp_dim=33: must be divisible by 2, the size of mesh tensor .*'mlp'.*",
+    ),
+  ],
+)
+def test_a_parameter_that_does_not_split_over_the_mesh_is_one_line(overrides, message):
+  """Checked against a device count, before any device, workdir or compilation (the same
+  configs fail in JAX with IndivisibleError when the parameters are created)."""
+  with pytest.raises(ConfigError) as raised:
+    pretraining.validate_config(tiny_config(**overrides), device_count=8, process_count=1)
+  assert re.fullmatch(message, str(raised.value)), str(raised.value)
+
+
+def test_parameters_that_split_over_the_mesh_pass():
+  for shape in [(8, 1, 1), (1, 8, 1), (2, 2, 2)]:
+    pretraining.validate_config(tiny_config(mesh__shape=shape), device_count=8, process_count=1)

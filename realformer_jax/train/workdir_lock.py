@@ -18,6 +18,10 @@ The file is rewritten in place and never deleted or renamed: a process that open
 before it was replaced would lock an orphaned inode and believe it owned the workdir. Releasing
 empties it. The owner also re-reads it at every checkpoint (`check`): if another run took the
 lock over (a heartbeat starved for a whole lease), the owner stops instead of writing beside it.
+A user may still delete or replace the file (the usual reaction to a lock that looks stale):
+then the next run flocks a new inode and starts, so the owner compares the path's inode with its
+own at every heartbeat and checkpoint, and stops before its next save instead of writing beside
+the newcomer.
 
 In a multi-process run only process 0 takes the lock (it speaks for the whole run); every
 process learns the outcome (`acquire_for_run`), so all of them stop with the same error.
@@ -82,6 +86,7 @@ class WorkdirLock:
     self._heartbeat_s = heartbeat_s
     self._lease_s = lease_s
     self._fd: Optional[int] = None
+    self._inode: Optional[tuple[int, int]] = None  # (st_dev, st_ino) of the file we flocked
     self._owner: Optional[dict] = None
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
@@ -110,6 +115,7 @@ class WorkdirLock:
       os.close(fd)
       raise
     self._fd = fd
+    self._inode = _inode(os.fstat(fd))
     now = time.time()
     self._owner = {
       'host': socket.gethostname(),
@@ -126,6 +132,13 @@ class WorkdirLock:
     """Raises WorkdirInUseError if the lock file no longer names this run (taken over)."""
     if self._fd is None:
       return
+    if not self._file_is_ours():
+      raise WorkdirInUseError(
+        f'{self.path} was deleted or replaced while this run held the workdir, so another '
+        'run may now hold it; stopped without saving so two runs never write the same '
+        'checkpoints (rerun once no other run uses the workdir; the lock is freed when its '
+        'run exits, kill -9 included)'
+      )
     with self._write_lock:  # never read our own heartbeat half-written
       holder = _parse(_read_all(self._fd))
     if not _same_run(holder, self._owner):
@@ -151,6 +164,13 @@ class WorkdirLock:
       os.close(self._fd)  # drops the flock
       self._fd = None
 
+  def _file_is_ours(self) -> bool:
+    """Whether the lock's path still names the file this run flocked."""
+    try:
+      return _inode(os.stat(self.path)) == self._inode
+    except FileNotFoundError:
+      return False
+
   def _is_live(self, holder: dict, flock_works: bool) -> bool:
     """Whether `holder`, found in the file although its flock is free, still owns the
     workdir."""
@@ -172,8 +192,8 @@ class WorkdirLock:
       try:
         with self._write_lock:
           holder = _parse(_read_all(self._fd))
-        if not _same_run(holder, self._owner):
-          return  # taken over: `check` reports it at the next checkpoint
+        if not _same_run(holder, self._owner) or not self._file_is_ours():
+          return  # taken over, deleted or replaced: `check` reports it at the next checkpoint
         self._owner['heartbeat'] = time.time()
         self._write(self._owner)
       except OSError:
@@ -222,6 +242,10 @@ def _try_flock(fd: int) -> str:
     if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
       return 'unsupported'
     raise
+
+
+def _inode(st: os.stat_result) -> tuple[int, int]:
+  return st.st_dev, st.st_ino
 
 
 def _read_all(fd: int) -> bytes:

@@ -111,7 +111,9 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   assert resumed['eval/loss'] == straight['eval/loss']
 
 
-def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
+  tmp_path, monkeypatch, capsys
+):
   workdir = str(tmp_path)
   train.train_and_evaluate(
     tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
@@ -130,6 +132,29 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   assert isinstance(raised.value, train.TrainingError)  # the CLIs' one-line error
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
+
+  # learning_rate=1e39 is inf in float32: validation refuses it (test_train_errors.py); let it
+  # through to reach the guard behind that. Step 3's loss and gradients come from step 2's
+  # parameters, so they are finite; the parameters step 3 writes are not.
+  monkeypatch.setattr(loop.validation, 'check_optimizer_dtypes', lambda *args: None)
+  with pytest.raises(
+    train.DivergenceError,
+    match=r'^non-finite parameters or optimizer state after the update at step 3; stopped '
+    r'without saving \(last good checkpoint: step 2\)$',
+  ):
+    train.train_and_evaluate(
+      tiny_config(
+        train__learning_rate=1e39, train__checkpoint_every_steps=1, train__keep_checkpoints=1
+      ),
+      workdir,
+    )
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
+  capsys.readouterr()
+  # A corrected config resumes from the last good checkpoint.
+  assert train.train_and_evaluate(tiny_config(train__stop_at_step=3), workdir)['step'] == 3
+  assert 'resumed from the checkpoint at step 2' in capsys.readouterr().out
+  assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(_saved_params(workdir, 3)))
 
 
 def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path, monkeypatch):

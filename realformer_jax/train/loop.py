@@ -322,8 +322,13 @@ class _TrainLog:
     values = jax.device_get(device_metrics)
     task = self._task
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
-    if not (math.isfinite(loss) and bool(values['grads_finite'])):
-      what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite gradients'
+    if not (math.isfinite(loss) and bool(values['grads_finite']) and bool(values['state_finite'])):
+      if not math.isfinite(loss):
+        what = f'non-finite loss {loss}'
+      elif not bool(values['grads_finite']):
+        what = 'non-finite gradients'
+      else:  # e.g. an optimizer value that overflows: the loss and gradients were still finite
+        what = 'non-finite parameters or optimizer state after the update'
       kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
       raise DivergenceError(
         f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})', step

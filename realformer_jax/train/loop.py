@@ -127,7 +127,7 @@ def run(
         checkpointer.save(state, rng_data, batches, step=step)
         last_saved = step
       if preempted:
-        writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
+        writer.print(f'{preemption.signal_name}: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
       if step % train.eval_every_steps == 0 and step != stop:
         if pending is not None:  # logged before the clock restarts: its time is training time
@@ -158,7 +158,7 @@ def run(
       lock and lock.release,
     )
     if preemption is not None:
-      preemption.deliver()  # a SIGTERM deferred to save the checkpoint now takes effect
+      preemption.deliver()  # a SIGTERM or Ctrl-C deferred to save now takes effect
 
 
 def _close_all(*closers: Optional[Callable[[], None]]) -> None:

@@ -39,14 +39,14 @@ def fail(message: str):
   sys.exit(1)
 
 
-def fail_after_training(message: str):
+def fail_after_training(message: str, status: int = 1):
   """`fail` for an error raised once training has started: the run has already waited for
   its saves and closed everything it opened, but a failed save can leave orbax coroutines
   behind whose teardown prints tracebacks at interpreter exit; exiting at once keeps the
   error line the last thing on stderr."""
   print(f'error: {message}', file=sys.stderr, flush=True)
   sys.stdout.flush()
-  os._exit(1)  # pylint: disable=protected-access
+  os._exit(status)  # pylint: disable=protected-access
 
 
 def parse_flags(argv):

@@ -83,6 +83,11 @@ def run_job(argv, job, schemas=SCHEMAS):
     fail(str(e))
   except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...
     fail_after_training(str(e))
+  except KeyboardInterrupt:  # a second Ctrl-C (the first saves and exits 0, as SIGTERM does)
+    fail_after_training(
+      'interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
+      status=130,
+    )
 
 
 def main(argv):

@@ -315,8 +315,9 @@ def test_a_really_full_disk_is_one_line(straight, tmp_path):
 
 
 def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(straight, tmp_path):
-  """The CLI's preemption contract (SIGTERM saves at the step it reached and exits 0; the
-  restart resumes there, redoing nothing), at its two hardest moments. (This replaces
+  """The CLI's preemption contract (SIGTERM or a Ctrl-C saves at the step it reached and exits
+  0; the restart resumes there, redoing nothing), at its two hardest moments; a second Ctrl-C
+  aborts at once. (This replaces
   tests/test_train_preemption.py, whose plain SIGTERM case it covers.)"""
   workdir = str(tmp_path / 'w')
   # SIGTERM while step 2's save commits in the background (held there for 3 s): training goes
@@ -331,19 +332,36 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   for step in (2, stopped):
     assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', str(step))) is None
 
-  # SIGTERM while the evaluation at step 6 runs (held for 3 s before it computes): it
-  # finishes, step 7 saves, exit 0.
+  # Ctrl-C (SIGINT) does the same: while the evaluation at step 6 runs (held for 3 s before
+  # it computes), it finishes, step 7 saves, exit 0.
   proc = fs.start(workdir, faults='slow_eval:6:3')
   fs.wait_for_line(proc.stderr, r'^FAULT: evaluating step 6$', [])
-  out, err = fs.terminate(proc)
+  out, err = fs.terminate(proc, signal.SIGINT)
   assert proc.returncode == 0, out + err
   assert not fs.unexpected_stderr(err), err
   assert f'resumed from the checkpoint at step {stopped}' in out
-  assert 'eval  step 6:' in out and 'SIGTERM: saved a checkpoint at step 7; exiting.' in out
+  assert 'eval  step 6:' in out and 'SIGINT: saved a checkpoint at step 7; exiting.' in out
+
+  # A second Ctrl-C aborts at once (here in the final evaluation, after step 8 is saved): one
+  # line, exit 130, nothing lost.
+  proc = fs.start(workdir, faults='slow_eval:8:30')
+  fs.wait_for_line(proc.stderr, r'^FAULT: evaluating step 8$', [])
+  for _ in range(40):  # until it has seen two (two close together can arrive as one)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    if proc.poll() is not None:
+      break
+  out, err = proc.communicate(timeout=60)  # 130 only if it ended before the 30 s evaluation
+  assert proc.returncode == 130, out + err
+  fs.the_line(
+    err,
+    r'error: interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
+  )
+  assert 'resumed from the checkpoint at step 7' in out and 'eval  step 8:' not in out
 
   returncode, out, err = fs.run(workdir)
   assert returncode == 0 and not fs.unexpected_stderr(err), out + err
-  assert 'resumed from the checkpoint at step 7' in out
+  assert 'resumed from the checkpoint at step 8' in out
   fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
 
 

@@ -48,6 +48,16 @@ def nothing_compiles(monkeypatch):
     (dict(data__eval_split='train[:0]'), DataError, r"split 'train\[:0\]' has zero records"),
     (dict(train__warmup_steps=100), ConfigError, r'^train\.warmup_steps=100: must be in'),
     (
+      dict(train__adam_eps=1e-50),
+      ConfigError,
+      r'^train\.adam_eps=1e-50: is 0\.0 in float32, the dtype training computes it in$',
+    ),
+    (
+      dict(train__learning_rate=1e39),
+      ConfigError,
+      r'^train\.learning_rate=1e\+39: is inf in float32, the dtype training computes it in$',
+    ),
+    (
       dict(mesh__shape=(1, 1, 2)),
       ConfigError,
       r'^mesh\.shape=\(1, 1, 2\): needs 2 devices, '

@@ -1,7 +1,8 @@
 """The training loop end to end on the real pipeline (embedded corpus, tiny model): loss falls,
 TensorBoard files read back, resume replays the straight run exactly, a non-finite loss stops
-training without touching the last good checkpoint, and a workdir refuses to resume another
-model before anything is compiled."""
+training without touching the last good checkpoint (as does a non-finite state), and a workdir
+refuses to resume another model, or a schedule that ends before its checkpoints, before anything
+is compiled."""
 
 import json
 import os
@@ -111,7 +112,9 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   assert resumed['eval/loss'] == straight['eval/loss']
 
 
-def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
+  tmp_path, monkeypatch, capsys
+):
   workdir = str(tmp_path)
   train.train_and_evaluate(
     tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
@@ -130,6 +133,33 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   assert isinstance(raised.value, train.TrainingError)  # the CLIs' one-line error
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
+
+  # learning_rate=1e39 is inf in float32: validation refuses it (test_train_errors.py); let it
+  # through to reach the guard behind that. Step 3's loss and gradients come from step 2's
+  # parameters, so they are finite; the parameters step 3 writes are not.
+  monkeypatch.setattr(loop.validation, 'check_optimizer_dtypes', lambda *args: None)
+  with pytest.raises(
+    train.DivergenceError,
+    match=r'^non-finite parameters or optimizer state after the update at step 3; stopped '
+    r'without saving \(last good checkpoint: step 2\)$',
+  ):
+    train.train_and_evaluate(
+      tiny_config(
+        train__learning_rate=1e39, train__checkpoint_every_steps=1, train__keep_checkpoints=1
+      ),
+      workdir,
+    )
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
+  # Compared with config.json, which the last run (learning_rate=1e30) wrote.
+  assert (
+    'note: the resumed schedule changed (train.learning_rate 1e+30 -> 1e+39): it now ends at '
+    'step 8 (was 8); learning rate at the restored step 2: 1.00e+30 -> inf'
+  ) in capsys.readouterr().out
+  # A corrected config resumes from the last good checkpoint.
+  assert train.train_and_evaluate(tiny_config(train__stop_at_step=3), workdir)['step'] == 3
+  assert 'resumed from the checkpoint at step 2' in capsys.readouterr().out
+  assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(_saved_params(workdir, 3)))
 
 
 def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path, monkeypatch):
@@ -157,4 +187,24 @@ def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
   assert json.load(open(os.path.join(workdir, 'config.json')))['model'] == json.loads(
     tiny_config().model.to_json_best_effort()
+  )
+
+  # Nor a schedule that ends before the checkpoints (it would only evaluate them and exit).
+  with pytest.raises(
+    ConfigError,
+    match=r'^train\.num_train_steps=1: below step 2, where the checkpoints in .+ end; set it '
+    r'to 2 or more to resume them, or use a new --workdir$',
+  ):
+    train.train_and_evaluate(tiny_config(train__num_train_steps=1, train__warmup_steps=1), workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  # A longer schedule resumes, and says what changed at the restored step (the loop prints it).
+  same, longer = (
+    train.validate_config(tiny_config(train__stop_at_step=2, **overrides)).train
+    for overrides in ({}, dict(train__num_train_steps=16, train__warmup_steps=4))
+  )
+  assert loop.check_schedule(same, workdir, 2) is None
+  assert loop.check_schedule(longer, workdir, 2) == (
+    'note: the resumed schedule changed (train.num_train_steps 8 -> 16, train.warmup_steps '
+    '2 -> 4): it now ends at step 16 (was 8); learning rate at the restored step 2: '
+    '3.00e-03 -> 1.50e-03'
   )

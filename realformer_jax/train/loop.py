@@ -37,9 +37,10 @@ from realformer_jax.train import (
   workdir_lock,
 )
 from realformer_jax.train import metrics as metrics_lib
+from realformer_jax.train import state as state_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
 from realformer_jax.train.errors import DivergenceError, TrainingError
-from realformer_jax.train.spec import RunSpec
+from realformer_jax.train.spec import RunSpec, TrainConfig
 from realformer_jax.train.task import Task, TaskData, prefixed
 
 
@@ -77,7 +78,10 @@ def run(
   try:
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
     check_resumable(spec.model, workdir, checkpointer.latest_step())
+    schedule_note = check_schedule(spec.train, workdir, checkpointer.latest_step())
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
+    if schedule_note:
+      writer.print(schedule_note)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = distributed.PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
@@ -123,7 +127,7 @@ def run(
         checkpointer.save(state, rng_data, batches, step=step)
         last_saved = step
       if preempted:
-        writer.print(f'SIGTERM: saved a checkpoint at step {step}; exiting.')
+        writer.print(f'{preemption.signal_name}: saved a checkpoint at step {step}; exiting.')
         return {'step': step, 'preempted': True}
       if step % train.eval_every_steps == 0 and step != stop:
         if pending is not None:  # logged before the clock restarts: its time is training time
@@ -154,7 +158,7 @@ def run(
       lock and lock.release,
     )
     if preemption is not None:
-      preemption.deliver()  # a SIGTERM deferred to save the checkpoint now takes effect
+      preemption.deliver()  # a SIGTERM or Ctrl-C deferred to save now takes effect
 
 
 def _close_all(*closers: Optional[Callable[[], None]]) -> None:
@@ -225,6 +229,47 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
       f'model: {", ".join(changed)}; use a new --workdir, or the old config, '
       'to resume it'
     )
+
+
+# What the learning rate at a step depends on (state.learning_rate_schedule).
+_SCHEDULE_FIELDS = ('num_train_steps', 'warmup_steps', 'learning_rate')
+
+
+def check_schedule(train: TrainConfig, workdir: str, latest_step: Optional[int]) -> Optional[str]:
+  """Before anything is compiled: a resumed run may change its schedule (train a run further),
+  but not silently. Returns a one-line note of what changed (the end step, the learning rate
+  at the restored step), or None. An end step below the checkpoints' step would only evaluate
+  them and exit: a one-line ConfigError instead, the checkpoints untouched."""
+  if latest_step is None:
+    return None
+  for name in ('num_train_steps', 'stop_at_step'):
+    value = getattr(train, name)
+    if value != -1 and value < latest_step:
+      raise ConfigError(
+        f'train.{name}={value}: below step {latest_step}, where the checkpoints in {workdir} '
+        f'end; set it to {latest_step} or more to resume them, or use a new --workdir'
+      )
+  try:
+    with open(os.path.join(workdir, 'config.json')) as f:
+      saved = json.load(f)['train']
+    before = train.replace(**{name: saved[name] for name in _SCHEDULE_FIELDS})
+  except (OSError, ValueError, KeyError, TypeError, ConfigError):
+    return None  # unreadable: check_resumable has said so; nothing to compare
+  changed = [
+    f'train.{name} {getattr(before, name)} -> {getattr(train, name)}'
+    for name in _SCHEDULE_FIELDS
+    if getattr(before, name) != getattr(train, name)
+  ]
+  if not changed:
+    return None
+  lr_before, lr_after = (
+    float(state_lib.learning_rate_schedule(t)(latest_step)) for t in (before, train)
+  )
+  return (
+    f'note: the resumed schedule changed ({", ".join(changed)}): it now ends at step '
+    f'{train.num_train_steps} (was {before.num_train_steps}); learning rate at the restored '
+    f'step {latest_step}: {lr_before:.2e} -> {lr_after:.2e}'
+  )
 
 
 def _restore_or_init(
@@ -322,8 +367,13 @@ class _TrainLog:
     values = jax.device_get(device_metrics)
     task = self._task
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
-    if not (math.isfinite(loss) and bool(values['grads_finite'])):
-      what = f'non-finite loss {loss}' if not math.isfinite(loss) else 'non-finite gradients'
+    if not (math.isfinite(loss) and bool(values['grads_finite']) and bool(values['state_finite'])):
+      if not math.isfinite(loss):
+        what = f'non-finite loss {loss}'
+      elif not bool(values['grads_finite']):
+        what = 'non-finite gradients'
+      else:  # e.g. an optimizer value that overflows: the loss and gradients were still finite
+        what = 'non-finite parameters or optimizer state after the update'
       kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
       raise DivergenceError(
         f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})', step

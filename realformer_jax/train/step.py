@@ -109,20 +109,28 @@ def make_train_step(
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     grad_norm = optax.tree.norm(grads)  # the same reduction clipping does: XLA computes it once
-    # Finite gradients from finite parameters give finite AdamW updates (the clipped moments
-    # are finite and the denominator is >= eps), so this one scalar guards the new parameters
-    # without another pass over all of them (~110M floats at BERT-Base).
+    # Finite gradients do not make a finite state: an inf learning rate, an eps that is 0 in
+    # float32 or a squared gradient that overflows the second moment writes inf or NaN with a
+    # finite loss. So the loop checks the new state itself before it saves it (loop.py).
     metrics = dict(
       sums,
       grad_norm=grad_norm,
       learning_rate=schedule(state.step),
       grads_finite=jnp.isfinite(grad_norm),
+      state_finite=all_finite((params, opt_state)),
     )
     if log_layer_grad_norms:  # [num_layers] per sublayer: signal-propagation studies
       metrics['layer_grad_norms'] = diagnostics.per_layer_grad_norms(grads)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
+
+
+def all_finite(tree: Any) -> jax.Array:
+  """One bool: every float in `tree` is finite. One reduction per leaf, each fused by XLA into
+  the elementwise update that writes the leaf (no further pass over the state)."""
+  leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in leaves]))
 
 
 def make_eval_step(

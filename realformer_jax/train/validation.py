@@ -17,6 +17,7 @@ import math
 from typing import Any, Optional
 
 import ml_collections
+import numpy as np
 
 from realformer_jax.config import ConfigError, from_section
 from realformer_jax.train import defaults
@@ -71,6 +72,7 @@ def validate_config(
     distributed=distributed,
     sections=sections,
   )
+  check_optimizer_dtypes(train, getattr(model, 'param_dtype', 'float32'))
   task.validate(spec)
   if device_count is not None:
     check_devices(spec, device_count, process_count or 1)
@@ -106,6 +108,29 @@ def check_param_layout(spec: RunSpec, device_count: int) -> None:
         f'{"*".join(axes)} that logical_axis_rules shard {logical!r} over '
         f'(mesh.shape={spec.mesh.shape} on {device_count} devices)'
       )
+
+
+def check_optimizer_dtypes(train: spec_lib.TrainConfig, param_dtype: str) -> None:
+  """The optimizer's values as training computes them: the schedule and Adam's decays in
+  float32, the update in the parameters' dtype too. A value that passes as a Python float can
+  be 0 or inf there (adam_eps=1e-50 is 0 in float32, learning_rate=1e39 is inf); the step's
+  loss and gradients then stay finite while the parameters it writes do not."""
+  for dtype in dict.fromkeys(('float32', param_dtype)):
+    for name, degenerate in (
+      ('learning_rate', lambda x: not np.isfinite(x) or x == 0),
+      ('weight_decay', lambda x: not np.isfinite(x)),
+      ('adam_eps', lambda x: x == 0),
+      ('adam_b1', lambda x: x == 1 and dtype == 'float32'),  # their powers: float32
+      ('adam_b2', lambda x: x == 1 and dtype == 'float32'),
+    ):
+      value = getattr(train, name)
+      with np.errstate(over='ignore', under='ignore'):
+        cast = np.asarray(value, dtype)
+      if degenerate(cast):
+        raise ConfigError(
+          f'train.{name}={value!r}: is {float(cast)!r} in {dtype}, the dtype training '
+          'computes it in'
+        )
 
 
 def _check_sections(config: ml_collections.ConfigDict, task: Task) -> None:

@@ -133,9 +133,13 @@ def run(
         if pending is not None:  # logged before the clock restarts: its time is training time
           log.record(*pending, last_checkpoint=last_saved)
           pending = None
+        if lock is not None:
+          lock.check()  # an evaluation writes events and may save the best checkpoint
         _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
         log.restart_clock(step)  # throughput counts training time only
 
+    if lock is not None:
+      lock.check()
     final = _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
     writer.print(task.summary(final, baseline, step))
     return {

@@ -50,8 +50,8 @@ _TOY_FLAGS = [
 
 
 def readme_compile_commands():
-  """Every `python -m experiments.compile ...` line of the README."""
-  text = (REPO / 'README.md').read_text()
+  """Every `python -m experiments.compile ...` line of docs/training.md."""
+  text = (REPO / 'docs' / 'training.md').read_text()
   return re.findall(r'^(python -m experiments\.compile .*)$', text, flags=re.M)
 
 

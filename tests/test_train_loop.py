@@ -45,6 +45,7 @@ def recorded_batches(monkeypatch):
   return batches
 
 
+@pytest.mark.slow
 def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   workdir = str(tmp_path)
   result = train.train_and_evaluate(
@@ -83,6 +84,7 @@ def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   assert json.load(open(os.path.join(workdir, 'config.json')))['train']['num_train_steps'] == 24
 
 
+@pytest.mark.slow
 def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   # Dropout on: identical params also need the restored PRNG key and the data position.
   config = tiny_config(train__num_train_steps=8)
@@ -111,6 +113,7 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   assert resumed['eval/loss'] == straight['eval/loss']
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   workdir = str(tmp_path)
   train.train_and_evaluate(
@@ -132,6 +135,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
 
 
+@pytest.mark.slow
 def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path, monkeypatch):
   workdir = str(tmp_path)
   train.train_and_evaluate(

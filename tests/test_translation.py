@@ -231,6 +231,7 @@ def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
   assert math.isfinite(summary['bleu']['beam']['merged_minus_standard']['ci95_half_width'])
 
 
+@pytest.mark.slow
 def test_readme_seq2seq_example_runs(capsys):
   import pathlib  # pylint: disable=import-outside-toplevel
   import re  # pylint: disable=import-outside-toplevel

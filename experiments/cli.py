@@ -1,6 +1,7 @@
 """What every command shares: one-line errors, absl flag parsing that reports a bad flag in one
 line (with the closest known name for a mistyped config field), and --print_config."""
 
+import ast
 import os
 import re
 import sys
@@ -51,6 +52,7 @@ def fail_after_training(message: str):
 def parse_flags(argv):
   """absl parsing, with every failure (including an unknown --config.a.b key, which
   ml_collections reports as an AttributeError) as one line."""
+  check_config_files(argv)
   try:
     return flags.FLAGS(argv)
   except (AttributeError, KeyError) as e:
@@ -62,6 +64,39 @@ def parse_flags(argv):
   except flags.Error as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
+
+
+def check_config_files(argv):
+  """One line for a --config file that cannot be a config: ml_collections would show a
+  syntax error as a long traceback, and a file without get_config() as an unknown field."""
+  for arg in argv:
+    if not arg.startswith('--config='):
+      continue
+    path = arg.split('=', 1)[1].split(':', 1)[0]
+    if not os.path.isfile(path):
+      continue  # a missing file: `loaded` names it
+    with open(path, 'rb') as f:
+      source = f.read()
+    try:
+      tree = ast.parse(source, filename=path)
+    except SyntaxError as e:
+      fail(f'--config {path}: syntax error at line {e.lineno}: {e.msg}')
+    if 'get_config' not in _top_level_names(tree):
+      fail(f'--config {path}: defines no get_config() (a config file returns its config from it)')
+
+
+def _top_level_names(tree: ast.Module) -> set:
+  """The names a module defines at its top level (functions, assignments, imports)."""
+  names = set()
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names.update((a.asname or a.name).split('.')[0] for a in node.names)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+  return names
 
 
 def _suggestion(argv, name: str, key: str) -> str:

@@ -31,7 +31,7 @@ from experiments.cli import (
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataConfig, DataError
-from realformer_jax.train import distributed, library_noise, spec
+from realformer_jax.train import distributed, library_noise, spec, workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, CONFIG_HELP, lock_config=True)
 _PRINT_CONFIG = define_print_config()
@@ -67,6 +67,10 @@ def run_job(argv, job, schemas=SCHEMAS):
     return
   if _WORKDIR.value is None:
     fail('flag --workdir must have a value other than None')
+  try:  # before any data is built: an empty, file or read-only workdir is one line
+    workdir_lock.check_usable(_WORKDIR.value)
+  except train.TrainingError as e:
+    fail(str(e))
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO

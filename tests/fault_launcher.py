@@ -76,11 +76,11 @@ def _slow_eval(step: int, seconds: float) -> None:
 
   real_evaluate = loop.evaluate
 
-  def evaluate(eval_step, state, eval_batches, setup):
+  def evaluate(eval_step, state, *args):  # the rest as loop.evaluate takes them
     if int(state.step) == step:
       _marker(f'evaluating step {step}')
       time.sleep(seconds)
-    return real_evaluate(eval_step, state, eval_batches, setup)
+    return real_evaluate(eval_step, state, *args)
 
   loop.evaluate = evaluate
 

@@ -143,3 +143,35 @@ def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(tmp_path):
   finally:
     lock.release()
   assert json.load(open(tmp_path / workdir_lock.LOCK_FILE))['pid'] == 99  # not ours to clear
+
+
+@pytest.mark.parametrize('how', ['deleted', 'replaced'])
+def test_a_run_whose_lock_file_was_deleted_or_replaced_stops_before_its_next_save(tmp_path, how):
+  """Deleting a lock that looks stale lets a newcomer flock a new file: the holder notices the
+  path no longer names its file (at its heartbeat and before each save) and stops."""
+  lock = WorkdirLock(str(tmp_path), heartbeat_s=0.05).acquire()
+  path = tmp_path / workdir_lock.LOCK_FILE
+  try:
+    if how == 'deleted':
+      os.remove(path)
+    else:
+      (tmp_path / 'other').write_text('')
+      os.replace(tmp_path / 'other', path)
+    newcomer = WorkdirLock(str(tmp_path)).acquire()  # nothing on the path holds it any more
+    try:
+      time.sleep(0.2)  # heartbeats: the holder writes only into its own orphaned file
+      assert json.load(open(path))['started'] == newcomer._owner['started']
+      newcomer.check()  # the newcomer owns the workdir
+      with pytest.raises(
+        WorkdirInUseError,
+        match=(
+          rf'^{re.escape(str(path))} was deleted or replaced while this run held the '
+          r'workdir, so another run may now hold it; stopped without saving so two runs '
+          r'never write the same checkpoints'
+        ),
+      ):
+        lock.check()
+    finally:
+      newcomer.release()
+  finally:
+    lock.release()

@@ -16,7 +16,7 @@ import pytest
 from realformer_jax import ModelConfig
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import select, self_check
-from realformer_jax.train import build, default_config, validation
+from realformer_jax.train import build, default_config, pretraining
 
 SMALL = dict(
   vocab_size=50,
@@ -121,7 +121,7 @@ def test_the_train_setup_builds_its_model_from_the_checked_config(monkeypatch, c
   config = default_config()
   config.model.update(SMALL)
   config.data.max_len = 32
-  setup = build.make_setup(validation.validate_config(config))
+  setup = build.make_setup(pretraining.validate_config(config))
   assert setup.model.config.attention_impl == 'xla'
   assert 'warning: the triton attention kernels failed their check' in capsys.readouterr().err
 

@@ -27,9 +27,30 @@ def exclusive_lock(directory: str, name: str):
       fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-  """Writes `path` through a temporary file and a rename: readers see all of it or nothing."""
+def atomic_write(path: str, data: bytes) -> bool:
+  """Writes `path` through a temporary file and a rename: readers see all of it or nothing.
+  A file that already holds `data` is left alone (a restart on a full disk rewrites nothing),
+  and a write that fails (ENOSPC...) removes its temporary file before it raises. Returns
+  whether it wrote."""
+  if _holds(path, data):
+    return False
   tmp_path = f'{path}.tmp.{os.getpid()}'
-  with open(tmp_path, 'wb') as f:
-    f.write(data)
-  os.replace(tmp_path, path)
+  try:
+    with open(tmp_path, 'wb') as f:
+      f.write(data)
+    os.replace(tmp_path, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(tmp_path)
+    raise
+  return True
+
+
+def _holds(path: str, data: bytes) -> bool:
+  try:
+    if os.path.getsize(path) != len(data):
+      return False
+    with open(path, 'rb') as f:
+      return f.read() == data
+  except OSError:
+    return False

@@ -34,6 +34,13 @@ class DataConfig:
   # TFDS data dir; the tokenizer cache lives beside the dataset.
   data_dir: str = '~/tensorflow_datasets'
   text_feature: str = 'text'  # Feature holding a document's text; 'a/b' for nested features.
+  # Your own files instead of a TFDS dataset (file_corpus.py, text_files.py): comma-separated
+  # globs of .txt (a blank line ends a document), .jsonl/.json (field text_feature) or
+  # .parquet (column text_feature) files, optionally .gz. Set, they replace `dataset` and the
+  # splits; their stores are cached under data_dir/files-<digest>/.
+  train_files: str = ''
+  eval_files: str = ''  # '' = hold out eval_percent % of the train_files documents.
+  eval_percent: float = 1.0  # Documents held out (by a hash of their text) without eval_files.
   train_split: str = 'train'  # TFDS split (slicing syntax allowed, e.g. 'train[:99%]').
   eval_split: str = 'validation'  # Held-out split, read in order as one finite pass.
   # Let TFDS download+prepare a missing catalog dataset (never for bible_web: no network).
@@ -79,6 +86,10 @@ class DataConfig:
     need(bool(self.text_feature), 'text_feature', 'name the text feature')
     need(bool(self.train_split), 'train_split', 'name a split')
     need(bool(self.eval_split), 'eval_split', 'name a split')
+    need(
+      bool(self.train_files) or not self.eval_files, 'eval_files', 'eval_files needs train_files'
+    )
+    need(0.0 < self.eval_percent < 100.0, 'eval_percent', 'must be in (0, 100)')
     need(self.max_len >= 3, 'max_len', 'need room for [CLS], one token and [SEP]')
     need(
       1 <= self.max_predictions <= self.max_len - 2,

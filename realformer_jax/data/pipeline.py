@@ -92,6 +92,12 @@ def make_train_iterator(
   if not 0 <= seed < 2**32:
     raise DataError(f'seed={seed} must be in [0, 2**32) (grain shuffle seeds are uint32).')
   store = preparation.packed_train_store(data_config)
+  if len(store) < global_batch_size:
+    raise DataError(
+      f'{preparation.prepared_data(data_config).description} packs into {len(store)} '
+      f'sequences of max_len={data_config.max_len}, fewer than one global batch '
+      f'({global_batch_size}): give more text or a smaller batch.'
+    )
   batches = train_batches(data_config, global_batch_size, seed, process_index, process_count)
   return TrainIterator(
     batches,

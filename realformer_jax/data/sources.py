@@ -37,26 +37,7 @@ def is_embedded(config: Any) -> bool:
 def load_builder(config: Any) -> tfds.core.DatasetBuilder:
   """The dataset's builder, prepared (embedded corpus or download=True) or checked prepared."""
   name, data_dir = config.dataset, data_dir_of(config)
-  if is_embedded(config):
-    builder = corpus.BibleWeb(data_dir=data_dir)
-  else:
-    if _NAMESPACE.match(name) and not config.download:
-      raise DataError(
-        f"Dataset '{name}' is a community (namespaced) dataset, which TFDS looks "
-        f'up online: set download=True or use a local catalog name.'
-      )
-    try:
-      # Local only: tfds.builder reads the catalog code and data_dir; no network.
-      builder = tfds.builder(name, data_dir=data_dir)
-    except tfds.core.registered.DatasetNotFoundError:
-      raise DataError(
-        f"Unknown dataset '{name}': not in the TFDS catalog and not prepared "
-        f'under data_dir {data_dir}.'
-      ) from None
-    except (ValueError, KeyError) as e:  # E.g. unknown config or version.
-      raise DataError(
-        f"Dataset '{name}' cannot be opened from data_dir {data_dir}: {_first_line(e)}"
-      ) from None
+  builder = _make_builder(config)
   if not builder.is_prepared():
     if not (is_embedded(config) or config.download):
       raise DataError(
@@ -66,7 +47,10 @@ def load_builder(config: Any) -> tfds.core.DatasetBuilder:
       )
     os.makedirs(data_dir, exist_ok=True)
     with cache_lock.exclusive_lock(data_dir, f'prepare-{name}'):
-      if not builder.is_prepared():  # Another process may have prepared it meanwhile.
+      # A new builder: one made before another process prepared the dataset keeps the empty
+      # info it read then (no splits).
+      builder = _make_builder(config)
+      if not builder.is_prepared():
         builder.download_and_prepare(file_format='array_record')
   if 'array_record' not in {f.value for f in builder.info.available_file_formats()}:
     raise DataError(
@@ -75,6 +59,29 @@ def load_builder(config: Any) -> tfds.core.DatasetBuilder:
       f'(re-prepare with tfds build --file_format=array_record).'
     )
   return builder
+
+
+def _make_builder(config: Any) -> tfds.core.DatasetBuilder:
+  name, data_dir = config.dataset, data_dir_of(config)
+  if is_embedded(config):
+    return corpus.BibleWeb(data_dir=data_dir)
+  if _NAMESPACE.match(name) and not config.download:
+    raise DataError(
+      f"Dataset '{name}' is a community (namespaced) dataset, which TFDS looks "
+      f'up online: set download=True or use a local catalog name.'
+    )
+  try:
+    # Local only: tfds.builder reads the catalog code and data_dir; no network.
+    return tfds.builder(name, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise DataError(
+      f"Unknown dataset '{name}': not in the TFDS catalog and not prepared "
+      f'under data_dir {data_dir}.'
+    ) from None
+  except (ValueError, KeyError) as e:  # E.g. unknown config or version.
+    raise DataError(
+      f"Dataset '{name}' cannot be opened from data_dir {data_dir}: {_first_line(e)}"
+    ) from None
 
 
 def open_split(

@@ -20,6 +20,16 @@ from realformer_jax.train import spec
 
 # Logical names the model puts on parameters and activations (models.py and friends).
 LOGICAL_AXES = ('batch', 'length', 'kv_length', 'embed', 'heads', 'kv', 'mlp', 'vocab', 'layers')
+# The model field that sizes each logical axis of the parameters, which every mesh axis that a
+# rule maps the logical axis to must divide (validation.check_devices). Each of these logical
+# names is the first or only dimension of some parameter, so its whole rule applies there.
+PARAM_AXIS_FIELDS = {
+  'embed': 'hidden_size',
+  'heads': 'num_heads',
+  'mlp': 'mlp_dim',
+  'vocab': 'vocab_size',
+  'layers': 'num_layers',  # stacked on axis 0 under scan_layers only
+}
 
 # Data parallel over ('data', 'fsdp') on the batch; FSDP shards every big matrix on `embed`;
 # tensor parallel splits heads, FFN and vocabulary. Order matters: a mesh axis is used once per

@@ -38,7 +38,7 @@ from realformer_jax.train import (
 )
 from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
-from realformer_jax.train.errors import DivergenceError
+from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.task import Task, TaskData, prefixed
 
@@ -175,12 +175,19 @@ def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
   tokenizer's file, so the workdir alone is enough to use the model later
   (train.load_workdir)."""
   if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
-    # Atomic: a run killed while writing it must not leave a truncated config.json behind.
-    cache_lock.atomic_write(
-      os.path.join(workdir, 'config.json'), json.dumps(spec.to_dict(), indent=2).encode()
-    )
-    tokenizer.save(workdir)
+    try:
+      os.makedirs(workdir, exist_ok=True)
+      # Atomic: a run killed while writing it must not leave a truncated config.json behind;
+      # unchanged files (every restart) are not rewritten.
+      cache_lock.atomic_write(
+        os.path.join(workdir, 'config.json'), json.dumps(spec.to_dict(), indent=2).encode()
+      )
+      tokenizer.save(workdir)
+    except OSError as e:  # a full disk: nothing half-written is left (atomic_write)
+      raise TrainingError(
+        f'{workdir}: cannot write the run files (config.json, tokenizer): {e.strerror or e}; '
+        'the checkpoints are untouched: free space and rerun'
+      ) from e
 
 
 # How attention is computed (kernels/select.py) changes no parameter and no number.

@@ -13,6 +13,7 @@ batch against the devices). The user's config is read, never written.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import ml_collections
@@ -77,8 +78,34 @@ def validate_config(
 
 
 def check_devices(spec: RunSpec, device_count: int, process_count: int) -> None:
-  """The mesh fits the devices and every microbatch splits evenly over the batch shards."""
+  """The mesh fits the devices, every microbatch splits evenly over the batch shards, and every
+  sharded parameter dimension over its mesh axes."""
   check_batch_layout(spec, spec.data_parallel_size(device_count), process_count)
+  check_param_layout(spec, device_count)
+
+
+def check_param_layout(spec: RunSpec, device_count: int) -> None:
+  """Each model size that a logical axis rule shards (defaults.PARAM_AXIS_FIELDS) divides by
+  the product of its mesh axes: otherwise creating the parameters fails deep in JAX
+  (IndivisibleError), after the workdir is taken."""
+  sizes = dict(zip(spec.mesh.axes, spec.mesh.resolve(device_count)))
+  done = set()
+  for logical, targets in spec.rules:
+    field = defaults.PARAM_AXIS_FIELDS.get(logical)
+    if logical in done or field is None or not hasattr(spec.model, field):
+      continue
+    done.add(logical)  # the first rule for a name is the one that applies
+    if logical == 'layers' and not getattr(spec.model, 'scan_layers', True):
+      continue
+    axes = () if targets is None else (targets,) if isinstance(targets, str) else targets
+    divisor = math.prod(sizes[axis] for axis in axes)
+    value = getattr(spec.model, field)
+    if value % divisor:
+      raise ConfigError(
+        f'model.{field}={value}: must be divisible by {divisor}, the size of mesh '
+        f'{"*".join(axes)} that logical_axis_rules shard {logical!r} over '
+        f'(mesh.shape={spec.mesh.shape} on {device_count} devices)'
+      )
 
 
 def _check_sections(config: ml_collections.ConfigDict, task: Task) -> None:

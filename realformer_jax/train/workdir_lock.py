@@ -18,6 +18,10 @@ The file is rewritten in place and never deleted or renamed: a process that open
 before it was replaced would lock an orphaned inode and believe it owned the workdir. Releasing
 empties it. The owner also re-reads it at every checkpoint (`check`): if another run took the
 lock over (a heartbeat starved for a whole lease), the owner stops instead of writing beside it.
+A user may still delete or replace the file (the usual reaction to a lock that looks stale):
+then the next run flocks a new inode and starts, so the owner compares the path's inode with its
+own at every heartbeat and checkpoint, and stops before its next save instead of writing beside
+the newcomer.
 
 In a multi-process run only process 0 takes the lock (it speaks for the whole run); every
 process learns the outcome (`acquire_for_run`), so all of them stop with the same error.
@@ -51,23 +55,50 @@ class WorkdirInUseError(TrainingError):
   """Another live run holds the workdir."""
 
 
+class WorkdirError(TrainingError):
+  """The workdir cannot hold a run: empty, a file, or not writable."""
+
+
+def check_usable(workdir: Optional[str]) -> str:
+  """The absolute workdir, or WorkdirError before anything is built or created: an empty one
+  (which would put run.lock, checkpoints/ and tensorboard/ in the current directory), a path
+  through a file, or a directory this process cannot write (read-only mount, permissions)."""
+  if not workdir or not workdir.strip():
+    raise WorkdirError('--workdir is empty: name the directory for the run (it is created)')
+  path = os.path.abspath(os.path.expanduser(workdir))
+  existing = path
+  while not os.path.exists(existing):  # the nearest ancestor that exists gets the new dirs
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise WorkdirError(f'--workdir {path}: {existing} is a file, not a directory')
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise WorkdirError(f'--workdir {path}: {existing} is not writable (read-only or permissions)')
+  return path
+
+
 class WorkdirLock:
   """The exclusive claim of one run on a workdir. `acquire` or `WorkdirInUseError`."""
 
   def __init__(self, workdir: str, heartbeat_s: float = HEARTBEAT_S, lease_s: float = LEASE_S):
+    self._given = workdir
     self.workdir = os.path.abspath(os.path.expanduser(workdir))
     self.path = os.path.join(self.workdir, LOCK_FILE)
     self._heartbeat_s = heartbeat_s
     self._lease_s = lease_s
     self._fd: Optional[int] = None
+    self._inode: Optional[tuple[int, int]] = None  # (st_dev, st_ino) of the file we flocked
     self._owner: Optional[dict] = None
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
     self._write_lock = threading.Lock()
 
   def acquire(self) -> 'WorkdirLock':
-    os.makedirs(self.workdir, exist_ok=True)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    check_usable(self._given)
+    try:
+      os.makedirs(self.workdir, exist_ok=True)
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:  # e.g. a mount that turned read-only, or access() that root passes
+      raise WorkdirError(f'--workdir {self.workdir}: cannot create {self.path}: {e.strerror}')
     try:
       flock = _try_flock(fd)
       holder = _parse(_read_all(fd))
@@ -84,6 +115,7 @@ class WorkdirLock:
       os.close(fd)
       raise
     self._fd = fd
+    self._inode = _inode(os.fstat(fd))
     now = time.time()
     self._owner = {
       'host': socket.gethostname(),
@@ -100,6 +132,13 @@ class WorkdirLock:
     """Raises WorkdirInUseError if the lock file no longer names this run (taken over)."""
     if self._fd is None:
       return
+    if not self._file_is_ours():
+      raise WorkdirInUseError(
+        f'{self.path} was deleted or replaced while this run held the workdir, so another '
+        'run may now hold it; stopped without saving so two runs never write the same '
+        'checkpoints (rerun once no other run uses the workdir; the lock is freed when its '
+        'run exits, kill -9 included)'
+      )
     with self._write_lock:  # never read our own heartbeat half-written
       holder = _parse(_read_all(self._fd))
     if not _same_run(holder, self._owner):
@@ -125,6 +164,13 @@ class WorkdirLock:
       os.close(self._fd)  # drops the flock
       self._fd = None
 
+  def _file_is_ours(self) -> bool:
+    """Whether the lock's path still names the file this run flocked."""
+    try:
+      return _inode(os.stat(self.path)) == self._inode
+    except FileNotFoundError:
+      return False
+
   def _is_live(self, holder: dict, flock_works: bool) -> bool:
     """Whether `holder`, found in the file although its flock is free, still owns the
     workdir."""
@@ -146,8 +192,8 @@ class WorkdirLock:
       try:
         with self._write_lock:
           holder = _parse(_read_all(self._fd))
-        if not _same_run(holder, self._owner):
-          return  # taken over: `check` reports it at the next checkpoint
+        if not _same_run(holder, self._owner) or not self._file_is_ours():
+          return  # taken over, deleted or replaced: `check` reports it at the next checkpoint
         self._owner['heartbeat'] = time.time()
         self._write(self._owner)
       except OSError:
@@ -171,13 +217,13 @@ def acquire_for_run(workdir: str, **kwargs: Any) -> Optional[WorkdirLock]:
   if jax.process_index() == 0:
     try:
       lock = WorkdirLock(workdir, **kwargs).acquire()
-    except WorkdirInUseError as e:
+    except (WorkdirInUseError, WorkdirError) as e:
       error = e
   if jax.process_count() > 1:
     refused = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
     if int(refused) and error is None:
       error = WorkdirInUseError(
-        f"workdir {os.path.abspath(workdir)} is in use by another run (process 0's error names it)"
+        f"workdir {os.path.abspath(workdir)} cannot be taken (process 0's error says why)"
       )
   if error is not None:
     raise error
@@ -196,6 +242,10 @@ def _try_flock(fd: int) -> str:
     if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
       return 'unsupported'
     raise
+
+
+def _inode(st: os.stat_result) -> tuple[int, int]:
+  return st.st_dev, st.st_ino
 
 
 def _read_all(fd: int) -> bytes:

@@ -1,0 +1,71 @@
+r"""Prepare a masked-LM corpus once, ahead of training: documents, tokenizer, packed store.
+
+    python -m experiments.prepare_data --config=configs/tiny.py \
+        --config.data.train_files='corpus/train-*.txt' --config.data.eval_files=corpus/eval.txt
+
+Does what `experiments.train` does on first use (data/preparation.py): reads the files (or
+the TFDS dataset), trains or loads the tokenizer, packs the train split into its store and
+checks the eval split, under the cache locks, so a cluster job's processes find everything
+ready on the shared data_dir. `--workers=N` reads N source files at once, one process each
+(the stores are the same for every N); a killed run, started again, reads only the files it had
+not finished. Prints where each piece is cached. Bad input exits with status 1
+and one line `error: <message>`.
+"""
+
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments.cli import fail, loaded, parse_flags
+from realformer_jax import data
+from realformer_jax.data import pipeline, preparation
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
+flags.mark_flags_as_required(['config'])
+_WORKERS = flags.DEFINE_integer(
+  'workers', 1, 'Processes reading the source files at once (one file each); same result.'
+)
+
+
+def prepare(data_config, workers: int = 1) -> dict:
+  """Prepares everything a training run reads; returns what was prepared, for the summary."""
+  start = time.monotonic()
+  data_config = data.data_config(data_config)
+  prepared = preparation.prepared_data(data_config, workers)
+  store = preparation.packed_train_store(data_config)
+  eval_rows = len(pipeline.eval_sequences(data_config)['input_ids'])
+  return {
+    'corpus': prepared.description,
+    'cache_dir': prepared.cache_dir,
+    'tokenizer': prepared.tokenizer.source,
+    'vocab_size': prepared.tokenizer.vocab_size,
+    'train_store': store.path,
+    'train_sequences': len(store),
+    'eval_sequences': eval_rows,
+    'seconds': time.monotonic() - start,
+  }
+
+
+def main(argv):
+  if len(argv) > 1:
+    fail(f'unexpected arguments: {argv[1:]}')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
+  if _WORKERS.value < 1:
+    fail(f'--workers={_WORKERS.value}: must be at least 1.')
+  config = loaded(_CONFIG.value)
+  try:
+    summary = prepare(config.data, _WORKERS.value)
+  except data.DataError as e:
+    fail(str(e))
+  print(
+    f'prepared {summary["corpus"]} in {summary["seconds"]:.1f} s: '
+    f'{summary["train_sequences"]:,} train and {summary["eval_sequences"]:,} eval sequences of '
+    f'{config.data.max_len} tokens; tokenizer {summary["tokenizer"]} '
+    f'({summary["vocab_size"]} pieces); train store {summary["train_store"]}'
+  )
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,311 @@
+"""Your own files as the corpus (data.train_files / eval_files): formats, held-out split,
+manifest, one-line errors naming the file, and a fresh data_dir shared by two preparations."""
+
+import gzip
+import json
+import os
+import re
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from realformer_jax import data
+from realformer_jax.data import cache_lock, corpus, file_corpus, sources
+
+_WORDS = 'the quick brown fox jumps over a lazy dog while seven wise owls watch old oaks'.split()
+
+
+def write_corpus(directory, train_files=2, docs_per_file=60, seed=0) -> dict:
+  """train-<i>.txt, eval.txt, train.jsonl, eval.jsonl and train.parquet: random sentences,
+  three lines per document."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(directory, exist_ok=True)
+
+  def document():
+    return '\n'.join(' '.join(rng.choice(_WORDS, 10)) + '.' for _ in range(3))
+
+  docs = {}
+  for i in range(train_files):
+    docs[f'train-{i}.txt'] = [document() for _ in range(docs_per_file)]
+  docs['eval.txt'] = [document() for _ in range(20)]
+  for name, texts in docs.items():
+    with open(os.path.join(directory, name), 'w') as f:
+      f.write('\n\n'.join(texts) + '\n')
+  for split in ('train', 'eval'):
+    texts = sum((v for k, v in docs.items() if k.startswith(split)), [])
+    with open(os.path.join(directory, f'{split}.jsonl'), 'w') as f:
+      for text in texts:
+        f.write(json.dumps({'text': text, 'id': 1}) + '\n')
+  return docs
+
+
+def files_config(directory, **overrides):
+  config = data.default_data_config()
+  config.update(
+    data_dir=str(directory / 'cache'),
+    tokenizer_model_type='bpe',
+    vocab_size=60,
+    max_len=16,
+    max_predictions=4,
+  )
+  config.update(overrides)
+  return config
+
+
+def _texts(records, feature='text'):
+  return [sources.text_of(records[i], feature) for i in range(len(records))]
+
+
+@pytest.mark.parametrize('kind', ['txt', 'jsonl', 'txt.gz', 'parquet'])
+def test_each_format_gives_the_same_documents_and_batches(tmp_path, kind):
+  docs = write_corpus(tmp_path)
+  train_docs = docs['train-0.txt'] + docs['train-1.txt']
+  if kind == 'txt':
+    train = str(tmp_path / 'train-*.txt')
+  elif kind == 'jsonl':
+    train = str(tmp_path / 'train.jsonl')
+  elif kind == 'txt.gz':
+    train = str(tmp_path / 'all.txt.gz')
+    with gzip.open(train, 'wt') as f:
+      f.write('\n\n'.join(train_docs))
+  else:
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+    train = str(tmp_path / 'train.parquet')
+    pq.write_table(pa.table({'text': train_docs, 'n': list(range(len(train_docs)))}), train)
+  config = files_config(tmp_path, train_files=train, eval_files=str(tmp_path / 'eval.txt'))
+  prepared = data.preparation.prepared_data(config)
+  assert _texts(prepared.train_records) == train_docs
+  assert _texts(prepared.eval_records) == docs['eval.txt']
+  assert prepared.tokenizer.vocab_size == 60
+  batch = next(data.make_train_iterator(config, 4, seed=0))
+  assert batch['input_ids'].shape == (4, 16) and batch['masked_weights'].sum() > 0
+  assert len(data.make_eval_iterator(config, 4)) > 0
+
+
+def test_without_eval_files_a_stable_fraction_is_held_out(tmp_path):
+  docs = write_corpus(tmp_path, docs_per_file=200)
+  config = files_config(tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_percent=10.0)
+  prepared = data.preparation.prepared_data(config)
+  train, held_out = _texts(prepared.train_records), _texts(prepared.eval_records)
+  everything = docs['train-0.txt'] + docs['train-1.txt']
+  assert sorted(train + held_out) == sorted(everything)
+  assert held_out == [t for t in everything if file_corpus.is_held_out(t, 10.0)]
+  assert 0.05 < len(held_out) / len(everything) < 0.15
+  # Too small a fraction for this corpus: one line saying what to do.
+  with pytest.raises(data.DataError, match='too small to hold out data.eval_percent=0.001%'):
+    data.prepare(
+      files_config(tmp_path, train_files=str(tmp_path / 'train-0.txt'), eval_percent=1e-3)
+    )
+
+
+def test_a_changed_file_gets_a_new_store_never_the_old_one(tmp_path):
+  write_corpus(tmp_path)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  first = data.preparation.packed_train_store(config)
+  with open(tmp_path / 'train-1.txt', 'a') as f:
+    f.write('\nan extra document about owls.\n')
+  # A new process would see the new manifest; this one memoizes by config, so clear that.
+  data.preparation._PREPARED.clear()
+  data.preparation._PACKED.clear()
+  second = data.preparation.packed_train_store(config)
+  assert os.path.dirname(os.path.dirname(first.path)) != os.path.dirname(
+    os.path.dirname(second.path)
+  )
+  assert len(second) >= len(first)
+  manifest = json.load(
+    open(
+      os.path.join(
+        os.path.dirname(os.path.dirname(second.path)), 'documents-train.array_record.json'
+      )
+    )
+  )
+  assert [os.path.basename(f['path']) for f in manifest['train_files']] == [
+    'train-0.txt',
+    'train-1.txt',
+  ]
+  assert all(f['bytes'] > 0 and f['mtime_ns'] > 0 for f in manifest['train_files'])
+
+
+def _bad_inputs(tmp_path):
+  (tmp_path / 'empty.txt').write_bytes(b'')
+  (tmp_path / 'binary.txt').write_bytes(b'fine text\nmore\x00binary')
+  (tmp_path / 'latin1.txt').write_bytes('first line\ncaf\u00e9\n'.encode('latin-1'))
+  (tmp_path / 'notjson.jsonl').write_text('{"text": "ok"}\n{not json}\n')
+  (tmp_path / 'nofield.jsonl').write_text('{"text": "ok"}\n{"body": "no text here"}\n')
+  (tmp_path / 'tiny.txt').write_text('owls watch.\n')
+  (tmp_path / 'data.csv').write_text('a,b\n')
+  (tmp_path / 'plain.txt.gz').write_text('not gzip at all\n')
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+  pq.write_table(pa.table({'content': ['some text']}), str(tmp_path / 'nocolumn.parquet'))
+
+
+@pytest.mark.parametrize(
+  'train_files, message',
+  [
+    ('missing-*.txt', r"data.train_files: '.*missing-\*.txt' matches no file"),
+    ('empty.txt', r'empty.txt: the file is empty'),
+    ('binary.txt', r'binary.txt: binary data \(a NUL byte\) at byte offset 14'),
+    ('latin1.txt', r'latin1.txt: not UTF-8 text at byte offset 14 \(line 2\)'),
+    ('notjson.jsonl', r'notjson.jsonl: line 2 is not JSON'),
+    ('nofield.jsonl', r"nofield.jsonl: line 2 has no field 'text' .*\['body'\]"),
+    ('nocolumn.parquet', r"nocolumn.parquet: Parquet file has no column 'text'.*\['content'\]"),
+    ('data.csv', r"data.csv: unknown file format '.csv'"),
+    ('plain.txt.gz', r'plain.txt.gz: cannot be read \(Not a gzipped file'),
+    ('tiny.txt', r'packs into 1 sequences of max_len=16, fewer than one global batch \(4\)'),
+  ],
+)
+def test_bad_input_is_one_line_naming_the_file(tmp_path, train_files, message):
+  _bad_inputs(tmp_path)
+  (tmp_path / 'eval.txt').write_text('seven wise owls watch the old oaks.\n')
+  config = files_config(
+    tmp_path,
+    train_files=str(tmp_path / train_files),
+    eval_files=str(tmp_path / 'eval.txt'),
+    fit_vocab_to_corpus=True,
+  )
+  with pytest.raises(data.DataError, match=message) as error:
+    data.make_train_iterator(config, 4, seed=0)
+  assert '\n' not in str(error.value)
+
+
+def test_eval_files_need_train_files():
+  with pytest.raises(data.DataError, match='eval_files needs train_files'):
+    data.validate_data_config(dict(data.default_data_config(), eval_files='x.txt'))
+
+
+def test_a_fresh_data_dir_prepared_by_another_process_meanwhile(tmp_path):
+  """Issue 30: the second of two first-time runs made its builder before the first finished
+  preparing, then read no splits. Here the other process holds the preparation lock while
+  this one starts; once it has prepared and released, this one must find the splits."""
+  data_dir = str(tmp_path / 'tfds')
+  config = data.default_data_config()
+  config.data_dir = data_dir
+  os.makedirs(data_dir)
+  started, result = threading.Event(), {}
+
+  def second_run():
+    started.set()
+    try:
+      result['builder'] = sources.load_builder(data.data_config(config))
+    except data.DataError as e:
+      result['error'] = e
+
+  with cache_lock.exclusive_lock(data_dir, 'prepare-bible_web'):
+    thread = threading.Thread(target=second_run)
+    thread.start()
+    started.wait()
+    time.sleep(0.5)  # it made its builder (unprepared) and now waits for the lock
+    corpus.BibleWeb(data_dir=data_dir).download_and_prepare(file_format='array_record')
+  thread.join()
+  assert 'error' not in result, result.get('error')
+  assert set(result['builder'].info.splits) == {'train', 'validation'}
+
+
+def test_reading_and_packing_report_progress(tmp_path, monkeypatch, caplog):
+  from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setattr(file_corpus, '_PROGRESS_SECONDS', 0.0)
+  monkeypatch.setattr(preparation, '_PROGRESS_SECONDS', 0.0)
+  write_corpus(tmp_path)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  preparation.packed_train_store(config)
+  assert re.search(
+    r'reading corpus: [\d.]+ MB/s, \d+ documents, \d+% of [\d.]+ MB, ETA', caplog.text
+  )
+  assert re.search(r'packing: [\d.]+ MB/s, 120 of 120 documents, \d+ tokens, ETA 0 s', caplog.text)
+
+
+def _stores(data_dir) -> dict:
+  """{split: documents} of the newest corpus under `data_dir`."""
+  (corpus_dir,) = [d for d in os.listdir(data_dir) if d.startswith('files-')]
+  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+  documents = {}
+  for split, path in file_corpus.store_paths(os.path.join(data_dir, corpus_dir)).items():
+    reader = array_record_module.ArrayRecordReader(path)
+    documents[split] = reader.read(0, reader.num_records())
+    reader.close()
+  return documents
+
+
+def _shards(data_dir) -> dict:
+  shard_dir = os.path.join(data_dir, 'file-shards')
+  stats = {name: os.stat(os.path.join(shard_dir, name)) for name in os.listdir(shard_dir)}
+  return {n: (s.st_ino, s.st_mtime_ns) for n, s in stats.items() if n.endswith('.array_record')}
+
+
+def test_workers_read_in_parallel_into_the_same_stores(tmp_path):
+  from experiments import prepare_data  # pylint: disable=import-outside-toplevel
+
+  write_corpus(tmp_path, train_files=3)
+  results = {}
+  for workers in (1, 2):
+    config = files_config(
+      tmp_path,
+      data_dir=str(tmp_path / f'cache-{workers}'),
+      train_files=str(tmp_path / 'train-*'),
+      eval_percent=10,
+    )
+    summary = prepare_data.prepare(config, workers=workers)
+    store = data.preparation.packed_train_store(config)
+    results[workers] = (
+      _stores(config.data_dir),
+      store.rows(np.arange(len(store))),
+      summary['eval_sequences'],
+    )
+    assert len(_shards(config.data_dir)) == 3 * 2  # a train and a held-out part per file
+  (docs_1, rows_1, eval_1), (docs_2, rows_2, eval_2) = results[1], results[2]
+  assert docs_1 == docs_2 and eval_1 == eval_2
+  np.testing.assert_array_equal(rows_1, rows_2)
+
+
+def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkeypatch):
+  write_corpus(tmp_path, train_files=3)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  read_shard = file_corpus._read_shard
+  calls = []
+
+  def killed_after_the_first_file(job, progress=None):
+    if calls:
+      raise KeyboardInterrupt  # what a kill leaves: the first shard published, no stores
+    calls.append(job)
+    read_shard(job, progress)
+
+  monkeypatch.setattr(file_corpus, '_read_shard', killed_after_the_first_file)
+  with pytest.raises(KeyboardInterrupt):
+    data.prepare(config)
+  first = _shards(config.data_dir)
+  assert len(first) == 1
+  assert not [n for n in os.listdir(os.path.join(config.data_dir, 'file-shards')) if '.tmp.' in n]
+  monkeypatch.setattr(file_corpus, '_read_shard', read_shard)
+  data.prepare(config)
+  resumed = _shards(config.data_dir)
+  assert len(resumed) == 4 and all(resumed[name] == stat for name, stat in first.items())
+  clean = files_config(
+    tmp_path,
+    data_dir=str(tmp_path / 'clean'),
+    train_files=config.train_files,
+    eval_files=config.eval_files,
+  )
+  data.prepare(clean)
+  assert _stores(config.data_dir) == _stores(clean.data_dir)
+
+  # A changed file invalidates its own shard only; the others are not read again.
+  with open(tmp_path / 'train-1.txt', 'a') as f:
+    f.write('\nan extra document about owls.\n')
+  data.preparation._PREPARED.clear()
+  data.prepare(config)
+  changed = _shards(config.data_dir)
+  assert len(changed) == 5 and all(changed[name] == stat for name, stat in resumed.items())

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, JAX_PLATFORMS='cpu')
 
@@ -50,8 +52,8 @@ _TOY_FLAGS = [
 
 
 def readme_compile_commands():
-  """Every `python -m experiments.compile ...` line of the README."""
-  text = (REPO / 'README.md').read_text()
+  """Every `python -m experiments.compile ...` line of docs/training.md."""
+  text = (REPO / 'docs' / 'training.md').read_text()
   return re.findall(r'^(python -m experiments\.compile .*)$', text, flags=re.M)
 
 
@@ -60,6 +62,7 @@ def test_the_readme_shows_compile_commands_for_an_h100_a_tpu_v5e_and_an_a100():
   assert targets == ['h100:8', 'v5e:4x4', 'a100-40g:2']
 
 
+@pytest.mark.slow
 def test_each_readme_compile_command_runs_at_toy_width(tmp_path):
   commands = readme_compile_commands()
   # Two at a time: a compile is mostly one thread, and CI has two cores.
@@ -173,6 +176,7 @@ _AUTO_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_auto_accumulation_for_a_target_equals_the_hand_calculation():
   done = _run('-c', _AUTO_SCRIPT, fast=True)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -18,6 +18,7 @@ from benchmarks import run as bench
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
   path = tmp_path / 'bench.json'
   report = bench.main(['--quick', '--tiny', '--json', str(path)])
@@ -52,6 +53,7 @@ def test_tiny_benchmark_prints_every_row_with_finite_numbers(tmp_path):
   assert report.rows
 
 
+@pytest.mark.slow
 def test_loop_benchmark_compares_the_loop_with_the_bare_step():
   from data_fixtures import bible_config  # pylint: disable=import-outside-toplevel
 
@@ -77,6 +79,7 @@ def test_loop_benchmark_compares_the_loop_with_the_bare_step():
   assert all(math.isfinite(x) and x > 0 for x in result['bare'] + result['loop'])
 
 
+@pytest.mark.slow
 def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
   # The GPU / TPU profile (bf16, interleaved HF comparison, device-time breakdown from a
   # profiler trace, the accelerator targets) at toy shapes on whatever backend runs the suite.
@@ -142,6 +145,7 @@ def test_long_sequence_benchmark_at_toy_size():
     assert result['xla_peak_gb'] > 0 and result['step_s'] > 0
 
 
+@pytest.mark.slow
 def test_aot_profile_code_path_at_toy_shape(tmp_path):
   # The H100 profile compiled on this host (deviceless) and estimated, at toy shape, for ours
   # and Hugging Face's step. A subprocess: the accelerator plugins need JAX_PLATFORMS=cpu

@@ -140,6 +140,7 @@ def _run(command: str, workdir: str) -> subprocess.CompletedProcess:
   return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_every_documented_config_command_takes_a_step(tmp_path):
   data.prepare(bible_config())  # the corpus once, before the subprocesses share it
   # Two at a time: most of each run is single-threaded start-up and compilation.

@@ -191,6 +191,7 @@ def _all_finished_sequences(vocab, max_len, eos_id, banned=(0,)):
 
 
 @pytest.mark.parametrize('kind, alpha', [('standard', 0.0), ('merged', 0.6)])
+@pytest.mark.slow
 def test_beam_search_finds_the_exhaustive_best_and_beam_one_is_greedy(kind, alpha):
   cfg = _seq2seq_config(decoder_attention=kind, vocab_size=9)
   model = Seq2Seq(cfg)

@@ -34,6 +34,7 @@ def layouts(tmp_path_factory):
   return argv, out, workdirs, compare_layouts.main(argv)
 
 
+@pytest.mark.slow
 def test_compare_layouts_quick(layouts, capsys):
   argv, out, _, report = layouts
   assert sorted(report['results']) == [
@@ -72,6 +73,7 @@ def test_compare_layouts_quick(layouts, capsys):
   assert 'starting' not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
   _, out, workdirs, _ = layouts
   report = attention_analysis.main(
@@ -103,6 +105,7 @@ def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
   assert "The paper's statements" in (tmp_path / 'attention.md').read_text()
 
 
+@pytest.mark.slow
 def test_finetune_compare_quick(layouts, tmp_path, capsys):
   _, out, workdirs, _ = layouts
   argv = [
@@ -140,6 +143,7 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
   assert '4/4 runs already done' in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_position_probe_quick(tmp_path):
   summary = position_probe.main(
     [

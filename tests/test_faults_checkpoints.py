@@ -33,7 +33,12 @@ from realformer_jax.train.errors import CheckpointError
 # Reading checkpoints in-process, orbax leaves coroutines behind (a failed restore's, or
 # TensorStore callbacks that complete after orbax closed their event loop: "Event loop is
 # closed"); their teardown is orbax's, not what these tests check.
-pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
+# slow: the tests share the module's straight run (~9 s to build); the last one, which does
+# not, runs a subprocess (~7 s).
+pytestmark = [
+  pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning'),
+  pytest.mark.slow,
+]
 
 
 @pytest.fixture(scope='module')

@@ -9,6 +9,7 @@ import os
 import re
 
 import fault_support as fs
+import pytest
 
 from tests import scale_out_support as support
 
@@ -33,6 +34,7 @@ def _two_processes(workdir, data_dir, *flags):
   ]
 
 
+@pytest.mark.slow
 def test_two_processes_set_a_damaged_step_aside_together_and_resume(tmp_path):
   from configs import tiny  # pylint: disable=import-outside-toplevel
   from realformer_jax import data  # pylint: disable=import-outside-toplevel

@@ -69,6 +69,7 @@ def test_a_model_field_that_differs_from_the_checkpoint_is_one_line(pretrained_w
     finetune.make_task(config).model_config(config.model)
 
 
+@pytest.mark.slow
 def test_readme_fine_tuning_command_runs(pretrained_workdir, tmp_path):
   # README: python -m experiments.finetune --config=configs/finetune/bible_sections.py:init=
   # /tmp/realformer_tiny --workdir=DIR (here from a toy pretraining run, at toy size).

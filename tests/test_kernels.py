@@ -171,6 +171,7 @@ def _encoder_loss_and_grads(cfg, params, ids, mask):
     ('pallas_triton', dict(residual_scores_backward='recomputed')),
   ],
 )
+@pytest.mark.slow
 def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
   cfg = ModelConfig(
     **{

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KERNELS = {
@@ -27,6 +29,7 @@ KERNELS = {
 }
 
 
+@pytest.mark.slow
 def test_kernels_compile_for_an_h100_and_a_tpu_v5e(tmp_path):
   result = subprocess.run(
     [sys.executable, '-m', 'benchmarks.attention_kernels', '--quick', f'--out_dir={tmp_path}'],

@@ -11,9 +11,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests import scale_out_support as support
 
 
+@pytest.mark.slow
 def test_kernels_on_a_2x2x2_mesh_give_the_einsum_path_gradients():
   result = subprocess.run(
     [sys.executable, '-m', 'tests.kernels_sharded_check'],

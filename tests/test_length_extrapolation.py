@@ -7,11 +7,13 @@ import json
 import math
 import os
 
+import pytest
 from data_fixtures import bible_config
 
 from experiments import length_extrapolation
 
 
+@pytest.mark.slow
 def test_length_extrapolation_quick(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
   argv = [

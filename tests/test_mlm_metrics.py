@@ -108,6 +108,7 @@ def test_failed_to_train_is_the_copy_aware_unigram_loss():
   assert mlm_metrics.failed_to_train(None, floor) and mlm_metrics.failed_to_train(math.nan, floor)
 
 
+@pytest.mark.slow
 def test_training_loop_eval_reports_kinds_and_floors(tmp_path, capsys):
   config = tiny_config(train__num_train_steps=4, train__eval_every_steps=4)
   result = train.train_and_evaluate(config, str(tmp_path))

@@ -24,6 +24,7 @@ def _loss(config, params, ids, mask, segments):
 
 @pytest.mark.parametrize('remat_policy', ['none', 'full'])
 @pytest.mark.parametrize('ln_placement', ['realformer', 'pre'])
+@pytest.mark.slow
 def test_scan_and_loop_agree_on_outputs_and_gradients(remat_policy, ln_placement):
   ids, mask, segments = padded_batch()
   scan_cfg = tiny_config(ln_placement=ln_placement, remat_policy=remat_policy)
@@ -48,6 +49,7 @@ def test_scan_and_loop_agree_on_outputs_and_gradients(remat_policy, ln_placement
   assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(scan_grads)) > 1e-3
 
 
+@pytest.mark.slow
 def test_unrolled_scan_is_the_rolled_scan_with_and_without_dropout():
   """scan_unroll changes only how XLA executes the stack: same params, numbers and masks."""
   ids, mask, segments = padded_batch()
@@ -157,6 +159,7 @@ def test_entropy_invariant_attention_uses_that_scale():
   np.testing.assert_allclose(ratio, math.log(7, 512), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_t5_scaling_folds_one_over_sqrt_d_into_query_init():
   ids, mask, segments = padded_batch()
   std = init_params(tiny_config(hidden_size=256, num_heads=4, mlp_dim=32), ids, mask, segments)
@@ -170,6 +173,7 @@ def test_t5_scaling_folds_one_over_sqrt_d_into_query_init():
   np.testing.assert_allclose(np.std(t5_k), np.std(std_q), rtol=0.03)
 
 
+@pytest.mark.slow
 def test_bfloat16_keeps_carried_scores_float32_and_24_layers_stay_finite():
   cfg = tiny_config(num_layers=24, dtype='bfloat16', ln_placement='realformer')
   ids, mask, segments = padded_batch()

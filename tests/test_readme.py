@@ -4,6 +4,8 @@ import ast
 import pathlib
 import re
 
+import pytest
+
 README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
 
 
@@ -11,6 +13,7 @@ def _python_blocks():
   return re.findall(r'```python\n(.*?)```', README.read_text(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_readme_import_example_runs(capsys):
   blocks = _python_blocks()
   assert blocks, 'README has no python example'

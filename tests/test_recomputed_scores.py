@@ -34,6 +34,7 @@ def _loss_and_grads(cfg, params, batch, rngs=None):
     dict(ln_placement='realformer', position_embedding='rope', attention_scale='entropy_invariant'),
   ],
 )
+@pytest.mark.slow
 def test_recomputed_gradients_equal_the_saved_path(overrides):
   cfg = tiny_config(dropout_rate=0.0, attention_dropout_rate=0.0, **overrides)
   batch = padded_batch(vocab=cfg.vocab_size)
@@ -91,6 +92,7 @@ def _temp_bytes(cfg, length):
   return jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_recomputed_memory_does_not_grow_with_depth():
   length, heads = 256, 2
   score_bytes = heads * length * length * 4

@@ -131,6 +131,7 @@ def _loss(cfg, params, ids, mask, segments):
 
 
 @pytest.mark.parametrize('ln_placement', ['post', 'pre', 'realformer'])
+@pytest.mark.slow
 def test_rope_runs_past_max_len_and_scan_with_remat_equals_the_loop(ln_placement):
   cfg = tiny_config(
     position_embedding='rope', ln_placement=ln_placement, max_len=16, remat_policy='full'
@@ -207,6 +208,7 @@ print('RESULTS ' + json.dumps(losses))
 """
 
 
+@pytest.mark.slow
 def test_rope_trains_the_same_under_fsdp_and_tensor_parallel_sharding():
   """Heads split over the tensor axis: the rotation acts within a head (no communication)."""
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')

@@ -73,6 +73,7 @@ def mesh_runs(data_dir, tmp_path_factory):
   return workdirs
 
 
+@pytest.mark.slow
 def test_every_mesh_gives_the_same_losses(mesh_runs):
   reference = support.train_losses(mesh_runs['1x1'])
   assert sorted(reference) == list(range(1, STEPS + 1))
@@ -83,6 +84,7 @@ def test_every_mesh_gives_the_same_losses(mesh_runs):
       assert abs(losses[step] - loss) <= 1e-4 * abs(loss), (name, step, losses[step], loss)
 
 
+@pytest.mark.slow
 def test_every_mesh_gives_the_same_params(mesh_runs, data_dir):
   reference = support.restore_params(mesh_runs['1x1'], data_dir, STEPS)
   for name in MESHES:
@@ -90,6 +92,7 @@ def test_every_mesh_gives_the_same_params(mesh_runs, data_dir):
     assert support.relative_difference(params, reference) <= 1e-4, name
 
 
+@pytest.mark.slow
 def test_checkpoint_from_8x1_resumes_on_2x4_like_an_uninterrupted_run(mesh_runs, data_dir):
   straight = support.train_losses(mesh_runs['8x1_data'])
   resumed = support.train_losses(mesh_runs['resumed'])
@@ -100,6 +103,7 @@ def test_checkpoint_from_8x1_resumes_on_2x4_like_an_uninterrupted_run(mesh_runs,
   assert support.relative_difference(params, reference) <= 1e-4
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(data_dir, tmp_path):
   """2 processes x 2 CPU devices (gloo collectives over localhost) == 1 process x 4 devices;
   the 2-process checkpoint then resumes in a single 4-device process."""

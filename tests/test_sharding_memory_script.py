@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from scale_out_support import REPO, device_env
 
 
@@ -15,6 +16,7 @@ def _gib(cell: str) -> float:
   return float(value) * {'GiB': 1.0, 'MiB': 2.0**-10}[unit]
 
 
+@pytest.mark.slow
 def test_sharding_memory_prints_a_row_per_layout():
   command = [
     sys.executable,

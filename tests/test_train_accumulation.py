@@ -56,6 +56,7 @@ def _resolve(budget, **overrides):
   return accumulation.resolve(train.validate_config(config), log=lines.append), lines
 
 
+@pytest.mark.slow
 def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit_step():
   needs = {a: _need_by_hand(_BASE, a) for a in (1, 2, 4, 8)}
   # The hand calculation: the smallest A whose step fits.
@@ -82,6 +83,7 @@ def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit
   jax.tree.map(np.testing.assert_array_equal, results[0], results[1])
 
 
+@pytest.mark.slow
 def test_auto_fails_in_one_line_when_one_sequence_cannot_fit():
   with pytest.raises(ConfigError) as error:
     _resolve(1_000)
@@ -94,6 +96,7 @@ def test_auto_fails_in_one_line_when_one_sequence_cannot_fit():
   )
 
 
+@pytest.mark.slow
 def test_auto_tries_full_remat_before_giving_up():
   needs_none = _need_by_hand(_BASE, 8)
   needs_full = _need_by_hand(dict(_BASE, model__remat_policy='full'), 8)

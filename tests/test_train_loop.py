@@ -46,6 +46,7 @@ def recorded_batches(monkeypatch):
   return batches
 
 
+@pytest.mark.slow
 def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   workdir = str(tmp_path)
   result = train.train_and_evaluate(
@@ -84,6 +85,7 @@ def test_trains_on_the_real_pipeline_and_writes_tensorboard(tmp_path, capsys):
   assert json.load(open(os.path.join(workdir, 'config.json')))['train']['num_train_steps'] == 24
 
 
+@pytest.mark.slow
 def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   # Dropout on: identical params also need the restored PRNG key and the data position.
   config = tiny_config(train__num_train_steps=8)
@@ -112,6 +114,7 @@ def test_resume_replays_the_straight_run(tmp_path, recorded_batches):
   assert resumed['eval/loss'] == straight['eval/loss']
 
 
+@pytest.mark.slow
 def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
   tmp_path, monkeypatch, capsys
 ):
@@ -162,6 +165,7 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
   assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(_saved_params(workdir, 3)))
 
 
+@pytest.mark.slow
 def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path, monkeypatch):
   workdir = str(tmp_path)
   train.train_and_evaluate(

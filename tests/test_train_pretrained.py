@@ -12,6 +12,8 @@ from train_fixtures import tiny_config
 from realformer_jax import MaskedLM, train
 from realformer_jax.config import ConfigError
 
+pytestmark = pytest.mark.slow  # every test uses the trained workdir (~12 s to build)
+
 
 @pytest.fixture(scope='module')
 def trained_workdir(tmp_path_factory):

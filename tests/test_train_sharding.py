@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from train_fixtures import REPO
 
 _SCRIPT = r"""
@@ -58,6 +59,7 @@ print('RESULTS ' + json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_data_fsdp_and_tensor_parallel_layouts_on_8_devices():
   # 8 forced CPU devices, also on a machine with an accelerator.
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')

@@ -29,6 +29,7 @@ def _one_step(config):
   return _first_step(config)[2:]
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_big_batch():
   # No dropout: microbatches would otherwise draw different masks than the big batch.
   overrides = dict(
@@ -75,6 +76,7 @@ def test_weight_decay_only_on_kernels_and_embeddings():
   assert np.all(updates['dense']['kernel'] < 0) and np.all(updates['dense']['bias'] == 0)
 
 
+@pytest.mark.slow
 def test_per_layer_gradient_norms_are_opt_in_metrics():
   config = tiny_config(train__log_layer_grad_norms=True)
   _, metrics = _one_step(config)
@@ -104,6 +106,7 @@ def test_clip_by_global_norm_matches_optax(max_norm):
   assert all(np.all(leaf == 0) for leaf in jax.tree.leaves(ours.update(zeros, None)[0]))
 
 
+@pytest.mark.slow
 def test_train_step_is_clipped_adamw_on_the_mean_gradient():
   """One step against optax's own clip + AdamW applied to jax.grad of the mean MLM loss."""
   config = tiny_config(

@@ -8,10 +8,12 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from experiments import grad_norms
 
 
+@pytest.mark.slow
 def test_grad_norms_script_quick(tmp_path):
   out = str(tmp_path / 'gn')
   report = grad_norms.main(['--quick', '--variants', 'rezero', '--out', out])
@@ -44,6 +46,7 @@ def test_grad_norms_script_quick(tmp_path):
   assert os.path.getsize(os.path.join(out, 'grad_norms.png')) > 1000
 
 
+@pytest.mark.slow
 def test_init_sweep_script_quick(tmp_path):
   from experiments import init_grad_sweep
 

@@ -113,6 +113,7 @@ def _fan_in(path: tuple, kernel: np.ndarray, scanned: bool) -> int:
 
 
 @pytest.mark.parametrize('model_kind', ['mlm', 'classifier'])
+@pytest.mark.slow
 def test_ntk_and_standard_compute_the_same_function(model_kind):
   """Standard weights = NTK weights / sqrt(fan_in) (embeddings shared) -> identical outputs."""
   ids, mask, segments = padded_batch()

@@ -148,6 +148,7 @@ def test_fixed_schedule_gate_scales_every_branch_and_is_not_trained():
 
 
 @pytest.mark.parametrize('residual_branch', RESIDUAL_BRANCHES)
+@pytest.mark.slow
 def test_every_branch_combines_with_every_placement_and_residual_attention(residual_branch):
   """Builds and runs (finite outputs) for all placements, with residual attention on and off;
   residual attention changes the output whenever the branches are live."""

@@ -73,8 +73,8 @@ def data_config(train_files: str, eval_files: str, vocab_file: str, data_dir: st
 
 def child_prepare(args_json: str) -> None:
   """In a fresh process: prepare, print seconds (the reading pass's too) and peak RSS as JSON."""
-  from experiments import prepare_data  # pylint: disable=import-outside-toplevel
   from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data.prepare_ahead import prepare_ahead  # pylint: disable=import-outside-toplevel
 
   args = json.loads(args_json)
   workers = args.pop('workers')
@@ -82,7 +82,7 @@ def child_prepare(args_json: str) -> None:
   start = time.perf_counter()
   preparation.prepared_data(config, workers)  # reads the files; memoized for prepare()
   read_seconds = time.perf_counter() - start
-  summary = prepare_data.prepare(config, workers)
+  summary = prepare_ahead(config, workers)
   seconds = time.perf_counter() - start
   rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   print(json.dumps(dict(summary, seconds=seconds, read_seconds=read_seconds, max_rss_mb=rss_mb)))

@@ -12,39 +12,18 @@ not finished. Prints where each piece is cached. Bad input exits with status 1
 and one line `error: <message>`.
 """
 
-import time
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments.cli import fail, loaded, parse_flags
 from realformer_jax import data
-from realformer_jax.data import pipeline, preparation
+from realformer_jax.data.prepare_ahead import prepare_ahead
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
 flags.mark_flags_as_required(['config'])
 _WORKERS = flags.DEFINE_integer(
   'workers', 1, 'Processes reading the source files at once (one file each); same result.'
 )
-
-
-def prepare(data_config, workers: int = 1) -> dict:
-  """Prepares everything a training run reads; returns what was prepared, for the summary."""
-  start = time.monotonic()
-  data_config = data.data_config(data_config)
-  prepared = preparation.prepared_data(data_config, workers)
-  store = preparation.packed_train_store(data_config)
-  eval_rows = len(pipeline.eval_sequences(data_config)['input_ids'])
-  return {
-    'corpus': prepared.description,
-    'cache_dir': prepared.cache_dir,
-    'tokenizer': prepared.tokenizer.source,
-    'vocab_size': prepared.tokenizer.vocab_size,
-    'train_store': store.path,
-    'train_sequences': len(store),
-    'eval_sequences': eval_rows,
-    'seconds': time.monotonic() - start,
-  }
 
 
 def main(argv):
@@ -56,7 +35,7 @@ def main(argv):
     fail(f'--workers={_WORKERS.value}: must be at least 1.')
   config = loaded(_CONFIG.value)
   try:
-    summary = prepare(config.data, _WORKERS.value)
+    summary = prepare_ahead(config.data, _WORKERS.value)
   except data.DataError as e:
     fail(str(e))
   print(

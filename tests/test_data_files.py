@@ -245,7 +245,7 @@ def _shards(data_dir) -> dict:
 
 
 def test_workers_read_in_parallel_into_the_same_stores(tmp_path):
-  from experiments import prepare_data  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data.prepare_ahead import prepare_ahead  # pylint: disable=import-outside-toplevel
 
   write_corpus(tmp_path, train_files=3)
   results = {}
@@ -256,7 +256,7 @@ def test_workers_read_in_parallel_into_the_same_stores(tmp_path):
       train_files=str(tmp_path / 'train-*'),
       eval_percent=10,
     )
-    summary = prepare_data.prepare(config, workers=workers)
+    summary = prepare_ahead(config, workers=workers)
     store = data.preparation.packed_train_store(config)
     results[workers] = (
       _stores(config.data_dir),

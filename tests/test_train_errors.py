@@ -111,7 +111,9 @@ def test_batch_must_split_over_data_parallel_devices():
     train.validate_config(config, device_count=8, process_count=1)
   # Tensor parallelism does not split the batch: 12 rows over data*fsdp = 2 is fine.
   train.validate_config(
-    tiny_config(train__global_batch_size=12, mesh__shape=(2, 1, 4)), device_count=8, process_count=1
+    tiny_config(train__global_batch_size=12, mesh__shape=(2, 1, 4), model__num_heads=8),
+    device_count=8,
+    process_count=1,
   )
 
 
@@ -151,7 +153,8 @@ def test_cli_rejects_unknown_override(tmp_path):
 
 def test_each_process_needs_its_own_batch_rows():
   # 2 processes on a tensor-only mesh: one batch shard cannot be fed by two processes.
-  config = tiny_config(train__global_batch_size=8, mesh__shape=(1, 1, 8))
+  # 8 heads: the model itself splits over tensor 8 (validation checks that first).
+  config = tiny_config(train__global_batch_size=8, mesh__shape=(1, 1, 8), model__num_heads=8)
   with pytest.raises(
     ConfigError,
     match=r'^mesh\.shape=\(1, 1, 8\): the batch is split over 1 '
@@ -159,5 +162,7 @@ def test_each_process_needs_its_own_batch_rows():
   ):
     train.validate_config(config, device_count=8, process_count=2)
   train.validate_config(
-    tiny_config(train__global_batch_size=8, mesh__shape=(2, 1, 4)), device_count=8, process_count=2
+    tiny_config(train__global_batch_size=8, mesh__shape=(2, 1, 4), model__num_heads=8),
+    device_count=8,
+    process_count=2,
   )

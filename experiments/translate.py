@@ -55,6 +55,7 @@ from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
+from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
 from realformer_jax.train import distributed, library_noise
 from realformer_jax.train.errors import TrainingError
@@ -108,7 +109,7 @@ class Study:
 
 def validate_study(config) -> Study:
   """The one check of the experiment's config (ConfigError / DataError naming the field)."""
-  spec = seq2seq_config.validate(config)
+  spec = seq2seq_task.validate(config)
   x = config.experiment
   study = Study(
     spec, Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size, x.speed_repeats)

@@ -158,7 +158,7 @@ def test_bad_translation_config_is_one_line_naming_the_field(section, name, valu
   config = translation_config.default_translation_config()
   config[section][name] = value
   with pytest.raises(ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
-    translation_config.validate(config)
+    translation_task.validate(config)
 
 
 def test_label_smoothed_loss_against_numpy():

@@ -22,6 +22,7 @@ from train_fixtures import REPO
 from realformer_jax import Seq2Seq
 from realformer_jax.model.params import unbox
 from realformer_jax.seq2seq import config as translation_config
+from realformer_jax.seq2seq import task as translation_task
 from realformer_jax.seq2seq import trainer
 
 # A toy run with two buckets, dropout on (so the resume also needs the PRNG key) and no
@@ -101,10 +102,10 @@ def test_the_spec_round_trips_through_config_json():
   # config.json is RunSpec.to_dict(): read back, it validates into the same spec.
   config = translation_config.default_translation_config()
   config.train.seed, config.data.bucket_lengths = 3, (16, 48)
-  spec = translation_config.validate(config)
+  spec = translation_task.validate(config)
   as_json = lambda spec: json.loads(json.dumps(spec.to_dict()))
   saved = as_json(spec)
-  assert as_json(translation_config.validate(ml_collections.ConfigDict(saved))) == saved
+  assert as_json(translation_task.validate(ml_collections.ConfigDict(saved))) == saved
   assert saved['train']['label_smoothing'] == 0.1 and saved['decode']['beam_size'] == 4
 
 
@@ -147,7 +148,7 @@ def test_a_workdir_of_the_older_trainer_is_restored_not_trained(tmp_path):
   m.hidden_size, m.mlp_dim, m.max_len, m.num_layers, m.num_decoder_layers = 32, 64, 48, 2, 2
   d.vocab_size, d.bucket_lengths, d.tokens_per_batch, d.max_pairs = 300, (16, 32), 256, 64
   d.data_dir = bible_config().data_dir
-  spec = translation_config.validate(config)
+  spec = translation_task.validate(config)
   ids = jnp.zeros((1, 32), jnp.int32)
   params = unbox(Seq2Seq(spec.model).init(jax.random.key(7), ids, ids, ids)['params'])
   saver = ocp.StandardCheckpointer()

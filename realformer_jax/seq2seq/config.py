@@ -15,11 +15,11 @@ import dataclasses
 
 import ml_collections
 
-from realformer_jax.config import ConfigError, ModelConfig, from_section, to_config_dict
+from realformer_jax.config import ModelConfig, to_config_dict
 from realformer_jax.seq2seq.data import default_translation_data_config
-from realformer_jax.train import defaults, validation
+from realformer_jax.train import defaults
 from realformer_jax.train.defaults import default_model_config
-from realformer_jax.train.spec import RunSpec, TrainConfig, _require
+from realformer_jax.train.spec import TrainConfig, _require
 
 # Owned by the experiment script, not checked here.
 EXPERIMENT_SECTION = 'experiment'
@@ -92,19 +92,3 @@ def default_translation_config() -> ml_collections.ConfigDict:
   config.distributed = defaults.default_distributed_config()
   config.decode = to_config_dict(DecodeConfig())
   return config
-
-
-def validate(config: ml_collections.ConfigDict) -> RunSpec:
-  """The RunSpec of `config` (its task a TranslationTask; the decode section in
-  `spec.sections['decode']`), or one ConfigError / DataError line naming a bad field. An
-  `experiment` section is left to its script."""
-  from realformer_jax.seq2seq.task import TranslationTask  # pylint: disable=import-outside-toplevel
-
-  sections = ml_collections.ConfigDict()
-  for name in config.keys():
-    if name != EXPERIMENT_SECTION:
-      sections[name] = config[name]
-  if 'train' not in sections:
-    raise ConfigError('train: missing config section')
-  train = from_section(TranslationTrainConfig, 'train', sections.train)
-  return validation.validate_config(sections, task=TranslationTask(train.label_smoothing))

@@ -13,13 +13,16 @@ from typing import Mapping
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
-from realformer_jax.config import ConfigError
+from realformer_jax.config import ConfigError, from_section
+from realformer_jax.seq2seq import config as config_lib
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq.config import DecodeConfig, TranslationTrainConfig
 from realformer_jax.seq2seq.model import Seq2Seq
-from realformer_jax.train.spec import AUTO
+from realformer_jax.train import validation
+from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task, TaskData
 
 _BATCH_KEYS = ('source', 'source_mask', 'target_in', 'target_out', 'target_mask')
@@ -210,3 +213,17 @@ def unigram_floors(data: data_lib.TranslationData) -> dict[str, float]:
     'nll': float(-np.mean(np.log(counts[dev] / counts.sum()))),
     'accuracy': float(np.mean(dev == np.argmax(counts))),
   }
+
+
+def validate(config: ml_collections.ConfigDict) -> RunSpec:
+  """The RunSpec of `config` (its task a TranslationTask; the decode section in
+  `spec.sections['decode']`), or one ConfigError / DataError line naming a bad field. An
+  `experiment` section is left to its script."""
+  sections = ml_collections.ConfigDict()
+  for name in config.keys():
+    if name != config_lib.EXPERIMENT_SECTION:
+      sections[name] = config[name]
+  if 'train' not in sections:
+    raise ConfigError('train: missing config section')
+  train = from_section(TranslationTrainConfig, 'train', sections.train)
+  return validation.validate_config(sections, task=TranslationTask(train.label_smoothing))

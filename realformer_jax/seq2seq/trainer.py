@@ -1,6 +1,6 @@
 """Training (on the generic loop) and BLEU for the encoder-decoder on WEB -> BBE.
 
-    spec = seq2seq_config.validate(seq2seq_config.default_translation_config())
+    spec = seq2seq_task.validate(seq2seq_config.default_translation_config())
     trained = trainer.train(spec, workdir, on_log=...)   # or restores a finished workdir
     scores = trainer.evaluate_bleu(trained, 'test', search='beam')
 

@@ -254,18 +254,26 @@ def speed_all_seeds(study, workdirs: str) -> dict:
 # Tables and plot.
 
 
-def analyse(study, results: dict, speed: dict) -> dict:
+# The verdict of a BLEU difference where a decoder does not beat copying the source.
+NOT_TESTABLE = 'not testable at this scale (below copying the source)'
+
+
+def analyse(study, results: dict, speed: dict, copy_source_bleu: float) -> dict:
+  """BLEU and speed differences with their verdicts. The floor rule of every study here: a
+  BLEU difference is 'not testable' unless every seed of both decoders beats copying the
+  source."""
   seeds, (base, other) = study.experiment.seeds, study.experiment.decoders[:2]
   value = lambda kind, key: [results[f'{kind}-s{s}'][key] for s in seeds]
   summary = {'bleu': {}, 'speed': {}, 'per_seed': {}}
   for search in ('greedy', 'beam'):
     key = f'test_bleu_{search}'
     diff = stats.paired_diff_ci(value(other, key), value(base, key))
+    learned = min(value(base, key) + value(other, key)) > copy_source_bleu
     summary['bleu'][search] = {
       base: stats.mean_ci(value(base, key)).as_dict(),
       other: stats.mean_ci(value(other, key)).as_dict(),
       f'{other}_minus_{base}': diff.as_dict(),
-      'verdict': stats.interval_verdict(diff),
+      'verdict': stats.interval_verdict(diff) if learned else NOT_TESTABLE,
     }
     for measure in ('to_eos', 'fixed'):
       per = {kind: [speed[s][search][measure][kind] for s in seeds] for kind in (base, other)}
@@ -289,6 +297,7 @@ def analyse(study, results: dict, speed: dict) -> dict:
     ).as_dict()
     for kind in (base, other)
   }
+  summary['copy_source_bleu'] = copy_source_bleu
   return summary
 
 
@@ -477,8 +486,7 @@ def main(argv):
     fail(str(e))
   except TrainingError as e:  # a non-finite loss, a failed save, a busy workdir...
     fail_after_training(str(e))
-  summary = analyse(study, results, speed)
-  summary['copy_source_bleu'] = copy_baseline(study)
+  summary = analyse(study, results, speed, copy_baseline(study))
   runs_lib.write_json(
     os.path.join(out, 'results.json'),
     {'config': config.to_dict(), 'summary': summary, 'speed_per_seed': speed, 'runs': results},

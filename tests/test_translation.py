@@ -209,8 +209,7 @@ def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
 
   config = translate_config.get_config('cpu')
   results, speed = _fake_results(config, bleu=0.0, speed_ratio=1.5)
-  summary = translate.analyse(config, results, speed)
-  summary['copy_source_bleu'] = 28.0
+  summary = translate.analyse(config, results, speed, copy_source_bleu=5.0)
   # Same BLEU on every seed: a zero difference with zero spread is not "higher" or "lower".
   assert summary['bleu']['greedy']['merged_minus_standard']['mean'] == 0.0
   assert summary['bleu']['greedy']['verdict'] == 'inconclusive'
@@ -220,12 +219,15 @@ def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
   table = translate.results_markdown(config, 'cpu', results, summary)
   assert '| greedy | 21.00 ± 2.48 (20.00, 21.00, 22.00) |' in table
   assert '| beam | fixed |' in table and 'faster' in table
-  assert 'Copying the WEB source unchanged scores 28.00 BLEU' in table
+  assert 'Copying the WEB source unchanged scores 5.00 BLEU' in table
   translate.plot(config, results, summary, str(tmp_path / 'plot.png'))
   assert (tmp_path / 'plot.png').stat().st_size > 10_000
   worse, _ = _fake_results(config, bleu=-2.0, speed_ratio=0.9)
-  summary = translate.analyse(config, worse, _fake_results(config, 0.0, 0.9)[1])
+  summary = translate.analyse(config, worse, _fake_results(config, 0.0, 0.9)[1], 5.0)
   assert summary['bleu']['beam']['verdict'] == 'lower'
+  # The floor rule: a decoder that does not beat copying the source leaves nothing to compare.
+  below = translate.analyse(config, worse, _fake_results(config, 0.0, 0.9)[1], 20.5)
+  assert below['bleu']['beam']['verdict'] == translate.NOT_TESTABLE
   assert summary['speed']['greedy']['to_eos']['verdict'] == 'slower'
   json.dumps(summary)  # results.json holds it as is
   assert math.isfinite(summary['bleu']['beam']['merged_minus_standard']['ci95_half_width'])

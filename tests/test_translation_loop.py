@@ -30,7 +30,7 @@ from realformer_jax.seq2seq import trainer
 _SCRIPT = textwrap.dedent(
   """
   import json, sys
-  from realformer_jax.seq2seq import config as c, trainer
+  from realformer_jax.seq2seq import config as c, task, trainer
   from realformer_jax.train import distributed
   cfg = c.default_translation_config()
   m, d, t = cfg.model, cfg.data, cfg.train
@@ -42,7 +42,7 @@ _SCRIPT = textwrap.dedent(
   losses = []
   with distributed.return_on_preemption():
     trained = trainer.train(
-      c.validate(cfg), sys.argv[1], on_log=lambda s, n, x: losses.append((s, x['train/loss']))
+      task.validate(cfg), sys.argv[1], on_log=lambda s, n, x: losses.append((s, x['train/loss']))
     )
   print('RESULT', json.dumps({'losses': losses, 'stopped_at': trained.stopped_at}))
   """

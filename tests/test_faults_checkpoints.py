@@ -9,6 +9,7 @@ fault_launcher.py); checks of restore_latest on each kind of damage run in-proce
 of one trained workdir.
 """
 
+import errno
 import functools
 import os
 import random
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import fault_support as fs
@@ -24,8 +26,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 from data_fixtures import bible_config
+from orbax.checkpoint._src.futures import future as orbax_future
 
 from realformer_jax import data
+from realformer_jax.data.tokenizer import SentencePieceTokenizer
 from realformer_jax.train import build, checkpoint_integrity, pretraining
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.errors import CheckpointError
@@ -284,16 +288,20 @@ def _unshare_available() -> bool:
 @pytest.mark.skipif(
   not _unshare_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
 )
-def test_a_really_full_disk_is_one_line(straight, tmp_path):
-  """A 5 MiB tmpfs: steps 2 and 4 fit (1.9 MiB each), step 6's background write meets ENOSPC
-  inside TensorStore. The tmpfs lives in a private mount namespace, so the workdir is copied
-  out before it goes."""
+def test_a_restart_on_a_nearly_full_disk_is_one_line(straight, tmp_path):
+  """The straight run's workdir without step 8, on a tmpfs with 64 KiB left: the restart
+  rewrites no run file (config.json and the tokenizer are unchanged), trains steps 7-8 and the
+  final save of step 8 meets ENOSPC inside TensorStore's background writes. The tmpfs lives in
+  a private mount namespace, so the workdir is copied out before it goes."""
   mount, out_dir = tmp_path / 'tmpfs', tmp_path / 'copy'
   mount.mkdir()
-  command = fs.command(f'{mount}/w')
+  workdir = f'{mount}/w'
+  command = fs.command(workdir)
   script = (
-    f'mount -t tmpfs -o size=5m tmpfs {mount} && {{ {fs.shell_join(command)}; '
-    f'status=$?; cp -a {mount}/w {out_dir}; exit $status; }}'
+    f'mount -t tmpfs -o size=8m tmpfs {mount} && cp -a {straight} {workdir} && '
+    f'rm -r {workdir}/checkpoints/8 && {{ dd if=/dev/zero of={mount}/fill bs=64k 2>/dev/null; '
+    f'truncate -s -64K {mount}/fill && {{ {fs.shell_join(command)}; status=$?; '
+    f'cp -a {workdir} {out_dir}; exit $status; }}; }}'
   )
   proc = subprocess.run(
     ['unshare', '-Urm', 'sh', '-c', script],
@@ -305,15 +313,45 @@ def test_a_really_full_disk_is_one_line(straight, tmp_path):
   )
 
   assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert 'resumed from the checkpoint at step 6' in proc.stdout
   fs.the_line(
     proc.stderr,
-    rf'error: saving the checkpoint at step 6 failed: no space left on '
-    rf'the device of {re.escape(str(mount))}/w/checkpoints \(\S+ \S+ free\); '
-    r'intact checkpoints: steps 2, 4 \(untouched\); free space and rerun '
-    r'to resume from step 4',
+    rf'error: saving the checkpoint at step 8 failed: no space left on '
+    rf'the device of {re.escape(workdir)}/checkpoints \(\S+ \S+ free\); '
+    r'intact checkpoints: steps 4, 6 \(untouched\); free space and rerun '
+    r'to resume from step 6',
   )
-  assert fs.checkpoint_entries(out_dir) == ['2', '4']
-  fs.assert_same_state(fs.saved_state(out_dir, 4), fs.saved_state(straight, 4))
+  assert fs.checkpoint_entries(out_dir) == ['4', '6']  # no partial step 8 is left
+  for name in (
+    'config.json',
+    SentencePieceTokenizer.file_name,
+  ):  # cp -a kept their times: never rewritten
+    assert os.stat(out_dir / name).st_mtime_ns == os.stat(os.path.join(straight, name)).st_mtime_ns
+  fs.assert_same_state(fs.saved_state(out_dir, 6), fs.saved_state(straight, 6))
+
+
+def test_a_failed_save_whose_writer_threads_raise_is_still_one_line(tmp_path):
+  """orbax's writer threads raise their own failure again from join(): waiting for them must
+  not replace the one-line error (a real full disk, in a run's final save)."""
+  release = threading.Event()
+
+  def write():  # a TensorStore write that fails while the failed save drains
+    release.wait(30)
+    raise ValueError('RESOURCE_EXHAUSTED: Failed writing: No space left on device')
+
+  writer = orbax_future._SignalingThread(target=write, send_signals=[], receive_signals=[])
+  writer.start()
+  checkpointer = Checkpointer(str(tmp_path), keep=1)
+  os.makedirs(tmp_path / 'checkpoints' / '5.orbax-checkpoint-tmp')
+  threading.Timer(0.2, release.set).start()
+  error = checkpointer._save_failed(5, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+  assert re.fullmatch(
+    rf'saving the checkpoint at step 5 failed: no space left on the device of '
+    rf'{re.escape(str(tmp_path))}/checkpoints \(\S+ \S+ free\); no checkpoint was committed '
+    r'before; free space and rerun to start from step 0',
+    str(error),
+  ), str(error)
+  assert not writer.is_alive() and os.listdir(tmp_path / 'checkpoints') == []
 
 
 # --- interruptions: SIGTERM mid-evaluation and mid-save, kill -9 at random moments ---------

@@ -307,7 +307,10 @@ class Checkpointer:
     deadline = time.monotonic() + _IN_FLIGHT_WAIT_S
     for thread in threading.enumerate():  # orbax's writer threads, e.g. TensorStore writes
       if thread is not threading.current_thread() and type(thread).__module__.startswith('orbax.'):
-        thread.join(max(0.0, deadline - time.monotonic()))
+        try:  # orbax's threads raise their own failure from join (a full disk: ENOSPC)
+          thread.join(max(0.0, deadline - time.monotonic()))
+        except Exception:  # pylint: disable=broad-except
+          pass  # the failure this save reports in its one line
 
   def _save_failed(self, step: Optional[int], error: BaseException) -> CheckpointError:
     """The one-line error for a failed save of `step`, after its other writes have ended and

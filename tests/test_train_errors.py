@@ -53,6 +53,11 @@ def nothing_compiles(monkeypatch):
       r'^train\.adam_eps=1e-50: is 0\.0 in float32, the dtype training computes it in$',
     ),
     (
+      dict(train__clip_grad_norm=1e-50),
+      ConfigError,
+      r'^train\.clip_grad_norm=1e-50: is 0\.0 in float32, the dtype training computes it in$',
+    ),
+    (
       dict(train__learning_rate=1e39),
       ConfigError,
       r'^train\.learning_rate=1e\+39: is inf in float32, the dtype training computes it in$',

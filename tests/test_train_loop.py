@@ -123,18 +123,25 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
     tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
   )
   good = _saved_params(workdir, 2)
-  # Resumed with an absurd learning rate: step 3's update explodes, step 4's loss is not finite.
+  # Resumed with an absurd learning rate: step 3's update explodes (its state is finite, so it
+  # is saved), step 4's loss is not finite. Every resume from step 3 would replay step 4, so
+  # step 3 is set aside and a rerun resumes from step 2.
   with pytest.raises(
     train.DivergenceError,
-    match=r'^non-finite loss nan at step 4; stopped without saving '
-    r'\(last good checkpoint: step 2\)$',
+    match=r'^non-finite loss nan at step 4, right after the checkpoint at step 3, which every '
+    r"resume would replay exactly \(a step's loss and gradients depend only on the state, "
+    r'batch and key it restores\); stopped without saving; moved that checkpoint aside to '
+    r'3\.diverged: a rerun resumes from step 2$',
   ) as raised:
     train.train_and_evaluate(
-      tiny_config(train__learning_rate=1e30, train__checkpoint_every_steps=2), workdir
+      tiny_config(
+        train__learning_rate=1e30, train__checkpoint_every_steps=1, train__keep_checkpoints=2
+      ),
+      workdir,
     )
   assert raised.value.step == 4  # as data: a study records it (experiments/study.py)
   assert isinstance(raised.value, train.TrainingError)  # the CLIs' one-line error
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '3.diverged']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
 
   # learning_rate=1e39 is inf in float32: validation refuses it (test_train_errors.py); let it
@@ -152,7 +159,7 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
       ),
       workdir,
     )
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '3.diverged']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
   # Compared with config.json, which the last run (learning_rate=1e30) wrote.
   assert (

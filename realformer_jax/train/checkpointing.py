@@ -21,6 +21,8 @@ Faults (README "Reliability"):
   raises one CheckpointError naming the step, the directory, the free bytes, the intact steps
   and what to do. Committed steps are never touched: orbax deletes old steps (rotation,
   `keep`) only after a newer step has been committed, so a failed save deletes nothing.
+- A step from which every resume would diverge again (divergence.py) is renamed aside to
+  `<step>.diverged` by the run that finds it, so a rerun resumes from the step before.
 - An interrupted save (kill -9) leaves only `<step>.orbax-checkpoint-tmp`, which the next run
   removes before it saves (the workdir lock, workdir_lock.py, makes that safe).
 """
@@ -45,10 +47,11 @@ from jax.experimental import multihost_utils
 from realformer_jax import data
 from realformer_jax.config import ConfigError
 from realformer_jax.train import checkpoint_integrity
-from realformer_jax.train.errors import CheckpointError
+from realformer_jax.train.errors import CheckpointError, DivergenceError
 from realformer_jax.train.state import TrainState
 
 DAMAGED_SUFFIX = '.damaged'
+DIVERGED_SUFFIX = '.diverged'
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 # How long a failed save waits for its other writes to end before removing its directory.
 _IN_FLIGHT_WAIT_S = 60.0
@@ -225,17 +228,7 @@ class Checkpointer:
   def _set_aside(self, step: int, reason: str, then: str) -> tuple[int, str, str, str]:
     """Renames step `step` to `<step>.damaged[-n]` (process 0; all wait). Returns (step,
     reason, new name, the warning line)."""
-    source = os.path.join(self.directory, str(step))
-    target = source + DAMAGED_SUFFIX
-    n = 1
-    while os.path.exists(target):
-      n += 1
-      target = f'{source}{DAMAGED_SUFFIX}-{n}'
-    if jax.process_index() == 0:
-      os.rename(source, target)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f'checkpoint set aside {step}')
-    name = os.path.basename(target)
+    name = self._rename_aside(step, DAMAGED_SUFFIX)
     return (
       step,
       reason,
@@ -244,6 +237,43 @@ class Checkpointer:
         f'checkpoint step {step} in {self.directory} is damaged '
         f'({reason}): moved aside to {name}; {then}'
       ),
+    )
+
+  def _rename_aside(self, step: int, suffix: str) -> str:
+    """Renames step `step` to `<step><suffix>[-n]`, a name orbax ignores (process 0; all
+    wait); returns the new name."""
+    source = os.path.join(self.directory, str(step))
+    target = source + suffix
+    n = 1
+    while os.path.exists(target):
+      n += 1
+      target = f'{source}{suffix}-{n}'
+    if jax.process_index() == 0:
+      os.rename(source, target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f'checkpoint set aside {step}')
+    return os.path.basename(target)
+
+  def set_aside_diverged(self, error: DivergenceError) -> DivergenceError:
+    """`error` names a dead end (divergence.py): a committed step from which every resume
+    diverges again. It is renamed to `<step>.diverged` (never deleted), so that a rerun resumes
+    from the step before it, or from step 0; returns `error` saying which."""
+    try:
+      self.wait()  # the dead end may be the save still committing in the background
+    except CheckpointError:
+      return error  # it never committed: nothing to set aside
+    if error.dead_end not in self.all_steps():
+      return error
+    name = self._rename_aside(error.dead_end, DIVERGED_SUFFIX)
+    self._manager.reload()
+    earlier = self.latest_step()
+    then = (
+      f'a rerun resumes from step {earlier}'
+      if earlier is not None
+      else 'no earlier one is kept, so a rerun starts from step 0'
+    )
+    return DivergenceError(
+      f'{error}; moved that checkpoint aside to {name}: {then}', error.step, error.dead_end
     )
 
   def newest_intact_step(self) -> int:

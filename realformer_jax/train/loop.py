@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from typing import Any, Callable, Optional
 
@@ -31,6 +30,7 @@ from realformer_jax.train import (
   build,
   checkpointing,
   distributed,
+  divergence,
   partitioning,
   prefetch,
   validation,
@@ -149,6 +149,10 @@ def run(
       **{f'baseline/{k}': float(v) for k, v in baseline.items()},
       'preempted': False,
     }
+  except DivergenceError as e:
+    if e.dead_end is None or checkpointer is None:
+      raise
+    raise checkpointer.set_aside_diverged(e) from None
   finally:
     # Every step runs even if one fails (the lock must go); the first failure is raised, e.g.
     # the CheckpointError of a last save that failed in the background.
@@ -371,17 +375,7 @@ class _TrainLog:
     values = jax.device_get(device_metrics)
     task = self._task
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
-    if not (math.isfinite(loss) and bool(values['grads_finite']) and bool(values['state_finite'])):
-      if not math.isfinite(loss):
-        what = f'non-finite loss {loss}'
-      elif not bool(values['grads_finite']):
-        what = 'non-finite gradients'
-      else:  # e.g. an optimizer value that overflows: the loss and gradients were still finite
-        what = 'non-finite parameters or optimizer state after the update'
-      kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
-      raise DivergenceError(
-        f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})', step
-      )
+    divergence.check_finite(step, loss, values, last_checkpoint)  # before any save
     self._sums = metrics_lib.add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:

@@ -122,6 +122,8 @@ def check_optimizer_dtypes(train: spec_lib.TrainConfig, param_dtype: str) -> Non
       ('adam_eps', lambda x: x == 0),
       ('adam_b1', lambda x: x == 1 and dtype == 'float32'),  # their powers: float32
       ('adam_b2', lambda x: x == 1 and dtype == 'float32'),
+      # 0 turns clipping off, but a positive value that is 0 here clips every update to 0.
+      ('clip_grad_norm', lambda x: x == 0 and train.clip_grad_norm > 0),
     ):
       value = getattr(train, name)
       with np.errstate(over='ignore', under='ignore'):

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -44,6 +45,19 @@ def test_a_second_run_on_a_held_workdir_is_refused_in_one_line(tmp_path):
     )
     assert _snapshot(workdir) == before  # the refused run wrote nothing
     assert first.poll() is None  # and the first run goes on
+
+    # Deleting the lock that looks stale changes nothing: the first run also holds the flock of
+    # the workdir itself (it writes run.lock again at its next heartbeat, every 30 s).
+    os.remove(os.path.join(workdir, 'run.lock'))
+    returncode, out, err = fs.run(workdir)
+    assert returncode == 1, out + err
+    fs.the_line(
+      err,
+      rf'error: workdir {re.escape(workdir)} is in use by another run \(owner unknown\), which '
+      r'holds its lock \(on the workdir itself: deleting run\.lock does not release it\): .*',
+    )
+    assert _snapshot(workdir) == before and not os.path.exists(os.path.join(workdir, 'run.lock'))
+    assert first.poll() is None
   finally:
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=120)
@@ -145,31 +159,85 @@ def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(tmp_path):
   assert json.load(open(tmp_path / workdir_lock.LOCK_FILE))['pid'] == 99  # not ours to clear
 
 
+def _remove_or_replace(path, how):
+  """What a user does to a lock that looks stale: delete it, or put another file there."""
+  if how == 'deleted':
+    os.remove(path)
+  else:
+    path.with_name('other').write_text('')
+    os.replace(path.with_name('other'), path)
+
+
 @pytest.mark.parametrize('how', ['deleted', 'replaced'])
-def test_a_run_whose_lock_file_was_deleted_or_replaced_stops_before_its_next_save(tmp_path, how):
-  """Deleting a lock that looks stale lets a newcomer flock a new file: the holder notices the
-  path no longer names its file (at its heartbeat and before each save) and stops."""
+def test_a_deleted_or_replaced_lock_file_refuses_a_newcomer_and_is_written_again(
+  tmp_path, capsys, how
+):
+  """The holder also flocks the workdir directory, which deleting run.lock does not release:
+  a newcomer is refused, and the holder writes its record on the path again."""
   lock = WorkdirLock(str(tmp_path), heartbeat_s=0.05).acquire()
   path = tmp_path / workdir_lock.LOCK_FILE
   try:
-    if how == 'deleted':
-      os.remove(path)
-    else:
-      (tmp_path / 'other').write_text('')
-      os.replace(tmp_path / 'other', path)
-    newcomer = WorkdirLock(str(tmp_path)).acquire()  # nothing on the path holds it any more
+    _remove_or_replace(path, how)
+    with pytest.raises(
+      WorkdirInUseError,
+      match=r'^workdir \S+ is in use by another run \((owner unknown|pid \d+ .*)\), which holds '
+      r'its lock',
+    ):
+      WorkdirLock(str(tmp_path)).acquire()
+    _wait_for(lambda: path.exists() and os.path.getsize(path) > 0)  # the next heartbeat
+    assert json.load(open(path))['started'] == lock._owner['started']
+    lock.check()  # the holder goes on
+    assert capsys.readouterr().err == (
+      f'warning: {path} was deleted or replaced while this run held the workdir; no other '
+      'run holds it (this run holds the flock of the workdir itself): written again\n'
+    )
+  finally:
+    lock.release()
+  WorkdirLock(str(tmp_path)).acquire().release()  # released: the next run starts
+
+
+def test_a_lock_file_replaced_by_a_live_run_stops_its_holder(tmp_path):
+  """Another host's run, which the directory's flock does not reach (a network filesystem),
+  found no lock file and wrote its own: the holder stops before its next save."""
+  lock = WorkdirLock(str(tmp_path), heartbeat_s=3600).acquire()
+  path = tmp_path / workdir_lock.LOCK_FILE
+  try:
+    os.remove(path)
+    _write_lock(tmp_path, host='other-host', pid=99)
+    with pytest.raises(
+      WorkdirInUseError,
+      match=(
+        rf'^{re.escape(str(path))} was deleted or replaced while this run held the '
+        r'workdir, so another run may now hold it; stopped without saving so two runs '
+        r'never write the same checkpoints'
+      ),
+    ):
+      lock.check()
+  finally:
+    lock.release()
+  assert json.load(open(path))['host'] == 'other-host'  # not ours to clear
+
+
+def test_where_a_directory_cannot_be_flocked_a_deleted_lock_stops_its_holder(tmp_path, monkeypatch):
+  """NFS flocks only files opened for writing: a newcomer on a deleted lock flocks a new file
+  and starts, and the holder, which compares the path's inode with its own at every heartbeat
+  and before each save, stops."""
+  real_try_flock = workdir_lock._try_flock
+  monkeypatch.setattr(
+    workdir_lock,
+    '_try_flock',
+    lambda fd: 'unsupported' if stat.S_ISDIR(os.fstat(fd).st_mode) else real_try_flock(fd),
+  )
+  lock = WorkdirLock(str(tmp_path), heartbeat_s=0.05).acquire()
+  path = tmp_path / workdir_lock.LOCK_FILE
+  try:
+    os.remove(path)
+    newcomer = WorkdirLock(str(tmp_path)).acquire()
     try:
       time.sleep(0.2)  # heartbeats: the holder writes only into its own orphaned file
       assert json.load(open(path))['started'] == newcomer._owner['started']
       newcomer.check()  # the newcomer owns the workdir
-      with pytest.raises(
-        WorkdirInUseError,
-        match=(
-          rf'^{re.escape(str(path))} was deleted or replaced while this run held the '
-          r'workdir, so another run may now hold it; stopped without saving so two runs '
-          r'never write the same checkpoints'
-        ),
-      ):
+      with pytest.raises(WorkdirInUseError, match=r'was deleted or replaced while this run'):
         lock.check()
     finally:
       newcomer.release()

@@ -18,10 +18,15 @@ The file is rewritten in place and never deleted or renamed: a process that open
 before it was replaced would lock an orphaned inode and believe it owned the workdir. Releasing
 empties it. The owner also re-reads it at every checkpoint (`check`): if another run took the
 lock over (a heartbeat starved for a whole lease), the owner stops instead of writing beside it.
-A user may still delete or replace the file (the usual reaction to a lock that looks stale):
-then the next run flocks a new inode and starts, so the owner compares the path's inode with its
-own at every heartbeat and checkpoint, and stops before its next save instead of writing beside
-the newcomer.
+
+A user may still delete or replace the file (the usual reaction to a lock that looks stale). So
+the owner also flocks the workdir directory itself, which no `rm` of a file releases: on one
+host a newcomer is refused even then. The owner compares the path's inode with its own at every
+heartbeat and checkpoint; if the file is gone or replaced and no live run holds the one now on
+the path, it writes its record there again (one warning line) and goes on. Where a directory
+cannot be flocked (NFS flocks only files opened for writing) a newcomer on a deleted lock flocks
+a new file and starts; the owner then finds a live run on the path and stops before its next
+save instead of writing beside it.
 
 In a multi-process run only process 0 takes the lock (it speaks for the whole run); every
 process learns the outcome (`acquire_for_run`), so all of them stop with the same error.
@@ -34,6 +39,7 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any, Optional
@@ -86,20 +92,33 @@ class WorkdirLock:
     self._heartbeat_s = heartbeat_s
     self._lease_s = lease_s
     self._fd: Optional[int] = None
+    self._dir_fd: Optional[int] = None  # the workdir directory, flocked (None: no flock there)
     self._inode: Optional[tuple[int, int]] = None  # (st_dev, st_ino) of the file we flocked
     self._owner: Optional[dict] = None
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
-    self._write_lock = threading.Lock()
+    self._write_lock = threading.RLock()
 
   def acquire(self) -> 'WorkdirLock':
     check_usable(self._given)
     try:
       os.makedirs(self.workdir, exist_ok=True)
-      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:  # e.g. a mount that turned read-only, or access() that root passes
-      raise WorkdirError(f'--workdir {self.workdir}: cannot create {self.path}: {e.strerror}')
+      dir_fd = os.open(self.workdir, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+    except OSError as e:
+      raise WorkdirError(f'--workdir {self.workdir}: cannot open it: {e.strerror}')
+    fd = None
     try:
+      dir_flock = _try_flock(dir_fd)
+      if dir_flock == 'busy':  # before run.lock is created: a refused run creates nothing
+        holder = _read_holder(self.path)
+        why = 'holds its lock' + (
+          '' if holder else ' (on the workdir itself: deleting run.lock does not release it)'
+        )
+        raise WorkdirInUseError(self._in_use_message(holder, why))
+      try:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      except OSError as e:  # e.g. a mount that turned read-only, or access() that root passes
+        raise WorkdirError(f'--workdir {self.workdir}: cannot create {self.path}: {e.strerror}')
       flock = _try_flock(fd)
       holder = _parse(_read_all(fd))
       if flock == 'busy':
@@ -112,8 +131,14 @@ class WorkdirLock:
           )
         )
     except BaseException:
-      os.close(fd)
+      for opened in (fd, dir_fd):
+        if opened is not None:
+          os.close(opened)
       raise
+    if dir_flock == 'held':
+      self._dir_fd = dir_fd
+    else:
+      os.close(dir_fd)
     self._fd = fd
     self._inode = _inode(os.fstat(fd))
     now = time.time()
@@ -132,7 +157,7 @@ class WorkdirLock:
     """Raises WorkdirInUseError if the lock file no longer names this run (taken over)."""
     if self._fd is None:
       return
-    if not self._file_is_ours():
+    if not self._file_is_ours() and not self._reclaim():
       raise WorkdirInUseError(
         f'{self.path} was deleted or replaced while this run held the workdir, so another '
         'run may now hold it; stopped without saving so two runs never write the same '
@@ -163,6 +188,9 @@ class WorkdirLock:
     finally:
       os.close(self._fd)  # drops the flock
       self._fd = None
+      if self._dir_fd is not None:
+        os.close(self._dir_fd)
+        self._dir_fd = None
 
   def _file_is_ours(self) -> bool:
     """Whether the lock's path still names the file this run flocked."""
@@ -170,6 +198,41 @@ class WorkdirLock:
       return _inode(os.stat(self.path)) == self._inode
     except FileNotFoundError:
       return False
+
+  def _reclaim(self) -> bool:
+    """The lock file was deleted or replaced. While this run holds the directory's flock no
+    other run on this host can hold the workdir, so the file now on the path is taken (and
+    this run's record written there), unless a live run holds it (another host's: the flock
+    does not reach there). Returns whether this run holds the path's file again."""
+    if self._dir_fd is None:
+      return False
+    with self._write_lock:  # the heartbeat thread and the training thread may both get here
+      if self._file_is_ours():
+        return True
+      try:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      except OSError:
+        return False
+      flock = _try_flock(fd)
+      holder = _parse(_read_all(fd))
+      if flock == 'busy' or (
+        holder is not None
+        and not _same_run(holder, self._owner)
+        and self._is_live(holder, flock_works=flock == 'held')
+      ):
+        os.close(fd)
+        return False
+      previous, self._fd = self._fd, fd
+      self._inode = _inode(os.fstat(fd))
+      os.close(previous)
+      self._write(self._owner)
+    print(
+      f'warning: {self.path} was deleted or replaced while this run held the workdir; no '
+      'other run holds it (this run holds the flock of the workdir itself): written again',
+      file=sys.stderr,
+      flush=True,
+    )
+    return True
 
   def _is_live(self, holder: dict, flock_works: bool) -> bool:
     """Whether `holder`, found in the file although its flock is free, still owns the
@@ -190,10 +253,12 @@ class WorkdirLock:
   def _beat(self) -> None:
     while not self._stop.wait(self._heartbeat_s):
       try:
+        if not self._file_is_ours() and not self._reclaim():
+          return  # deleted or replaced by a live run: `check` reports it at the next checkpoint
         with self._write_lock:
           holder = _parse(_read_all(self._fd))
-        if not _same_run(holder, self._owner) or not self._file_is_ours():
-          return  # taken over, deleted or replaced: `check` reports it at the next checkpoint
+        if not _same_run(holder, self._owner):
+          return  # taken over: `check` reports it at the next checkpoint
         self._owner['heartbeat'] = time.time()
         self._write(self._owner)
       except OSError:
@@ -239,9 +304,19 @@ def _try_flock(fd: int) -> str:
   except BlockingIOError:
     return 'busy'
   except OSError as e:
-    if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+    # EBADF: NFS emulates flock with a write lock, which a directory opened to read cannot take.
+    if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF):
       return 'unsupported'
     raise
+
+
+def _read_holder(path: str) -> Optional[dict]:
+  """The owner recorded in the lock file at `path`, read without creating it."""
+  try:
+    with open(path, 'rb') as f:
+      return _parse(f.read(1 << 16))
+  except OSError:
+    return None
 
 
 def _inode(st: os.stat_result) -> tuple[int, int]:

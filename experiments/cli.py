@@ -2,10 +2,14 @@
 line (with the closest known name for a mistyped config field), and --print_config."""
 
 import ast
+import importlib.util
 import os
 import re
 import sys
+import traceback
+import types
 
+import ml_collections
 from absl import flags
 
 from realformer_jax import config_docs
@@ -68,11 +72,14 @@ def parse_flags(argv):
 
 def check_config_files(argv):
   """One line for a --config file that cannot be a config: ml_collections would show a
-  syntax error as a long traceback, and a file without get_config() as an unknown field."""
+  syntax error, or an error raised while the file runs (a failed import, a NameError in
+  get_config), as a long traceback, a file without get_config() as an unknown field, and a
+  get_config() that returns no ConfigDict as a traceback later. The file is run here once
+  (configs are cheap), then again by the flag."""
   for arg in argv:
     if not arg.startswith('--config='):
       continue
-    path = arg.split('=', 1)[1].split(':', 1)[0]
+    path, *config_args = arg.split('=', 1)[1].split(':', 1)
     if not os.path.isfile(path):
       continue  # a missing file: `loaded` names it
     with open(path, 'rb') as f:
@@ -83,6 +90,35 @@ def check_config_files(argv):
       fail(f'--config {path}: syntax error at line {e.lineno}: {e.msg}')
     if 'get_config' not in _top_level_names(tree):
       fail(f'--config {path}: defines no get_config() (a config file returns its config from it)')
+    try:
+      config = _run_config_file(path).get_config(*config_args)
+    except Exception as e:  # pylint: disable=broad-except  # anything the user's code raises
+      fail(f'--config {path}: {_where(e, path)}{type(e).__name__}: {_first_line(e)}')
+    if not isinstance(config, ml_collections.ConfigDict):
+      returned = 'None' if config is None else type(config).__name__
+      fail(f'--config {path}: get_config() returned {returned}, not a ml_collections.ConfigDict')
+
+
+def _run_config_file(path: str) -> types.ModuleType:
+  """The config file run as a module of its own (not registered: the flag loads it again)."""
+  spec = importlib.util.spec_from_file_location('_checked_config', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _where(error: BaseException, path: str) -> str:
+  """'line N: ' of the innermost frame of `error` in the file `path`, or ''."""
+  lines = [
+    frame.lineno
+    for frame in traceback.extract_tb(error.__traceback__)
+    if os.path.abspath(frame.filename) == os.path.abspath(path)
+  ]
+  return f'line {lines[-1]}: ' if lines else ''
+
+
+def _first_line(error: BaseException) -> str:
+  return (str(error).strip().splitlines() or [''])[0]
 
 
 def _top_level_names(tree: ast.Module) -> set:

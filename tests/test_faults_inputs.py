@@ -1,6 +1,7 @@
 """Fault injection, the command line: a workdir that cannot hold a run (empty, a file, read-only),
-a config file that cannot be a config (a syntax error, no get_config) and a model size that does
-not split over the mesh are each one line `error: ...`, before anything is built or created."""
+a config file that cannot be a config (a syntax error, no get_config, an error raised while it
+runs, a get_config() that returns no ConfigDict) and a model size that does not split over the
+mesh are each one line `error: ...`, before anything is built or created."""
 
 import errno
 import os
@@ -75,6 +76,22 @@ def test_an_unwritable_workdir_is_one_line(tmp_path, monkeypatch):
   [
     ('def get_config(:\n  pass\n', 'syntax error at line 1: invalid syntax'),
     ('x = 1\n', 'defines no get_config() (a config file returns its config from it)'),
+    (
+      'import no_such_module_xyz\ndef get_config(arg):\n  pass\n',
+      "line 1: ModuleNotFoundError: No module named 'no_such_module_xyz'",
+    ),
+    (
+      'def get_config(arg):\n  return undefined_name\n',
+      "line 2: NameError: name 'undefined_name' is not defined",
+    ),
+    (
+      'def get_config(arg):\n  pass\n',
+      'get_config() returned None, not a ml_collections.ConfigDict',
+    ),
+    (
+      'def get_config(arg):\n  return 1\n',
+      'get_config() returned int, not a ml_collections.ConfigDict',
+    ),
   ],
 )
 def test_a_config_file_that_is_no_config_is_one_line(tmp_path, capsys, source, message):

@@ -83,9 +83,15 @@ def run_job(argv, job, schemas=SCHEMAS):
     fail(str(e))
   except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...
     fail_after_training(str(e))
-  except KeyboardInterrupt:  # a second Ctrl-C (the first saves and exits 0, as SIGTERM does)
+  except distributed.SecondInterrupt:  # the first Ctrl-C saves and exits 0, as SIGTERM does
     fail_after_training(
       'interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
+      status=130,
+    )
+  except KeyboardInterrupt:  # while data was built or the workdir opened: no step to save yet
+    fail_after_training(
+      'interrupted before training started (nothing to save); a rerun starts, or resumes, '
+      'as this one would have',
       status=130,
     )
 

@@ -10,6 +10,8 @@ environment variable REALFORMER_TEST_FAULTS, a comma-separated list of:
                                'FAULT: saving step STEP' on stderr, then sleeps SECONDS
   slow_eval:STEP:SECONDS       the evaluation at STEP prints 'FAULT: evaluating step STEP' on
                                stderr and sleeps SECONDS before it computes anything
+  sigint_before_lock           a Ctrl-C (SIGINT) once the data is built, just before the run
+                               takes the workdir: before training starts
 
 Each fault is a monkeypatch at the place a real one would strike; nothing here is reachable
 from the package itself.
@@ -18,6 +20,7 @@ from the package itself.
 import errno
 import os
 import runpy
+import signal
 import sys
 import time
 
@@ -85,10 +88,24 @@ def _slow_eval(step: int, seconds: float) -> None:
   loop.evaluate = evaluate
 
 
+def _sigint_before_lock() -> None:
+  from realformer_jax.train import loop  # pylint: disable=g-import-not-at-top
+
+  def acquire_for_run(*args, **kwargs):
+    del args, kwargs
+    _marker('Ctrl-C')
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)  # Python raises KeyboardInterrupt here
+    raise AssertionError('SIGINT was not delivered')
+
+  loop.workdir_lock.acquire_for_run = acquire_for_run
+
+
 _FAULTS = {
   'save_error': lambda step, phase, code: _save_error(int(step), phase, getattr(errno, code)),
   'slow_save': lambda step, seconds: _slow_save(int(step), float(seconds)),
   'slow_eval': lambda step, seconds: _slow_eval(int(step), float(seconds)),
+  'sigint_before_lock': _sigint_before_lock,
 }
 
 

@@ -28,11 +28,16 @@ def initialize(dist: ml_collections.ConfigDict) -> None:
     )
 
 
+class SecondInterrupt(KeyboardInterrupt):
+  """A second Ctrl-C during training: it stops the run at once, without the checkpoint the first
+  one is waiting for. (A plain KeyboardInterrupt: a Ctrl-C before training started.)"""
+
+
 class PreemptionWatcher:
   """Tells the loop when to save and stop: on SIGTERM (a preemption) or Ctrl-C (SIGINT).
 
   One process: our own handlers set a flag, so the signal waits for the end of the step,
-  which saves a checkpoint. A second Ctrl-C does not wait: it raises KeyboardInterrupt at once
+  which saves a checkpoint. A second Ctrl-C does not wait: it raises SecondInterrupt at once
   (nothing is saved; the CLIs print one line). Several processes: JAX's preemption service
   (started by jax.distributed.initialize) catches SIGTERM and agrees on one step for all
   processes; Ctrl-C keeps its usual effect there.
@@ -61,7 +66,7 @@ class PreemptionWatcher:
     del frame
     if signum == signal.SIGINT and self.signal == signal.SIGINT:
       self.signal = None  # a second Ctrl-C: nothing deferred is left to deliver
-      raise KeyboardInterrupt
+      raise SecondInterrupt
     self.signal = self.signal or signal.Signals(signum)
 
   @property

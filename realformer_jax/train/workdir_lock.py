@@ -148,7 +148,14 @@ class WorkdirLock:
       'started': now,
       'heartbeat': now,
     }
-    self._write(self._owner)
+    try:
+      self._write(self._owner)
+    except OSError as e:  # a full disk: a new lock file has no block for its record
+      os.close(fd)
+      if self._dir_fd is not None:
+        os.close(self._dir_fd)
+      self._fd = self._dir_fd = None
+      raise WorkdirError(f'--workdir {self.workdir}: cannot write {self.path}: {e.strerror}')
     self._thread = threading.Thread(target=self._beat, name='workdir-lock-heartbeat', daemon=True)
     self._thread.start()
     return self

@@ -269,3 +269,16 @@ def holm(p_values: Sequence[float]) -> list[float]:
     running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
     adjusted[i] = running
   return adjusted
+
+
+def detectable_difference(
+  comparison: PairedComparison, power: float = 0.8, level: float = 0.95
+) -> float:
+  """The smallest true difference a design like `comparison`'s (its seeds, its measured
+  standard error) detects with probability `power` in a two-sided test at 1 - `level`:
+  (t_{(1+level)/2} + t_{power}) * SE, Student's t with n - 1 degrees of freedom."""
+  if comparison.n < 2:
+    return math.nan
+  se = math.sqrt(comparison.seed_se**2 + comparison.eval_se**2)
+  df = comparison.n - 1
+  return (t_quantile(0.5 + level / 2.0, df) + t_quantile(power, df)) * se

@@ -1,0 +1,539 @@
+r"""RealFormer vs Post-LN at longer budgets: do P1 or claim 4 change when the curves flatten?
+
+    python -m experiments.compare_budgets --runs='*-s[0246]' &   # split over 2 cores: one
+    python -m experiments.compare_budgets --runs='*-s[1357]'     # process per half of the seeds
+    python -m experiments.compare_budgets                        # then: the report (or run it all)
+    python -m experiments.compare_budgets --quick --out=/tmp/cb --workdirs=/tmp/cb_runs
+
+compare_layouts' 600 steps measure early learning speed: RealFormer leads at step 200, Post-LN
+catches up by step 600, and P1's interval (4 seeds) was wider than every effect the paper
+reports. This study repeats P1 and claim 4 with the same model and data (compare_layouts'
+12 x 64 RoPE recipe, `compare_layouts.PLANS['cpu'].scale`) at several budgets, with more seeds
+and the whole held-out split scored (`eval_batches=-1`).
+
+Plan, declared before any run (the code below follows it; `plan_runs`):
+  1. rate      Post-LN at the longest budget (2,400 steps) at compare_layouts' r* (2e-3) and its
+               neighbours 1e-3 and 4e-3, seeds 0 and 1. r_L = the best of the three (highest
+               mean [MASK] accuracy; a diverged run scores 0; ties: the smaller rate). Every
+               run below uses r_L, at every budget (one rate for the whole study).
+  2. budgets   Post-LN and RealFormer at r_L with budgets of 2,400, 1,200 and 600 steps (each
+               its own schedule: 10% warmup, linear decay to 0 at the budget), seeds 0-7, then
+               RealFormer at 300 steps (claim 4 at 600). In that order of priority: the longest
+               budget first, seeds interleaved so that pairs finish together.
+  3. longer    4,800 steps (Post-LN and RealFormer, seeds 0-7) only if the curves have not
+               flattened at 2,400: the mean [MASK] accuracy over both layouts and every seed
+               gains >= 1.0 point from the 1,200 to the 2,400 budget (a doubling that still pays
+               as much as the effects in question).
+Seeds: the paired differences' SD at 600 steps was ~0.83 points; with 8 seeds the 95%
+half-width t_7 * 0.83 / sqrt(8) ~ 0.69 points (<= 0.8, the target), before the eval set's
+share. Runs are named `b<steps>-lr<rate>-<layout>-s<seed>` and one run serves every
+comparison it belongs to (RealFormer at 1,200 steps is P1's at 1,200 and claim 4's at 2,400).
+
+Comparisons per budget B, [MASK] accuracy, paired by seed (95% intervals adding the seeds'
+variance and the eval set's: stats.paired_ratio_comparison):
+  P1  RealFormer(B) - Post-LN(B)          (paper: RealFormer better)
+  S7  RealFormer(B / 2) - Post-LN(B)      (claim 4: RealFormer on half the schedule is better)
+The six (two per budget) are one Holm-corrected family. Verdicts by compare_layouts' rule:
+"not testable at this scale" when no run on either side learned (study.learned), else "holds" /
+"does not hold" when the adjusted p-value is below 0.05 with the paper's / the opposite sign,
+else "inconclusive". Power: the smallest difference the budget's design detects with 80%
+power at two-sided 5% (stats.detectable_difference, from the measured SD of the differences).
+
+Writes to --out (default docs/results/compare_layouts/budgets/): results.md, results.json,
+curves.png (learning curves, the budgets marked), comparisons.png, runs/*.json (one per
+finished run, with per-sequence sums). Workdirs go to --workdirs (default
+results/compare_budgets/); a run resumes from its checkpoints and a finished run is never
+trained again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from experiments import compare_layouts, stats, study
+from experiments import runs as runs_lib
+from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+
+LAYOUTS = ('post', 'realformer')
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  scale: study.Scale
+  budgets: tuple[int, ...]  # ascending; the last is the longest of step 2
+  longer: int  # step 3's budget
+  rates: tuple[float, ...]  # step 1's grid; the first is compare_layouts' r*
+  rate_seeds: tuple[int, ...]
+  seeds: tuple[int, ...]
+  flattened_gain: float = 0.01  # step 3's rule, [MASK] accuracy (fraction)
+
+
+def _scale(base: study.Scale, **changes) -> study.Scale:
+  return dataclasses.replace(base, eval_batches=-1, **changes)
+
+
+PLANS = {
+  # 2 CPU cores, one process per core: ~0.45 s a step, ~18 min a 2,400-step run.
+  'cpu': Plan(
+    _scale(compare_layouts.PLANS['cpu'].scale, evals=8),
+    budgets=(600, 1200, 2400),
+    longer=4800,
+    rates=(2e-3, 1e-3, 4e-3),
+    rate_seeds=(0, 1),
+    seeds=tuple(range(8)),
+  ),
+  # The smoke test: seconds a run.
+  'toy': Plan(
+    _scale(compare_layouts.PLANS['toy'].scale),
+    budgets=(2, 4),
+    longer=8,
+    rates=(3e-3, 1e-3),
+    rate_seeds=(0,),
+    seeds=(0, 1),
+  ),
+}
+
+
+def run_name(steps: int, rate: float, layout: str, seed: int) -> str:
+  return f'b{steps}-lr{rate:g}-{layout}-s{seed}'
+
+
+def _run(steps: int, rate: float, layout: str, seed: int) -> runs_lib.Run:
+  params = dict(steps=steps, learning_rate=rate, layout=layout, seed=seed)
+  return runs_lib.Run(run_name(steps, rate, layout, seed), params, cost=steps)
+
+
+def _mask_accuracy(run: Optional[dict]) -> float:
+  return compare_layouts._final(run, 'mask_accuracy', 0.0)  # pylint: disable=protected-access
+
+
+def long_rate(results: dict, plan: Plan) -> Optional[float]:
+  """Step 1: r_L, or None until every rate run finished."""
+  means = []
+  for rate in plan.rates:
+    runs = [results.get(run_name(plan.budgets[-1], rate, 'post', s)) for s in plan.rate_seeds]
+    if any(r is None for r in runs):
+      return None
+    means.append(np.mean([_mask_accuracy(r) for r in runs]))
+  best = max(means)
+  return min(rate for rate, mean in zip(plan.rates, means) if mean == best)
+
+
+def flattening_gain(results: dict, plan: Plan, rate: float) -> Optional[float]:
+  """Step 3's rule: the mean [MASK] accuracy at the longest budget minus at the one before,
+  over both layouts and every seed; None until all those runs finished."""
+  means = []
+  for steps in plan.budgets[-2:]:
+    runs = [results.get(run_name(steps, rate, l, s)) for l in LAYOUTS for s in plan.seeds]
+    if any(r is None for r in runs):
+      return None
+    means.append(np.mean([_mask_accuracy(r) for r in runs]))
+  return float(means[1] - means[0])
+
+
+def _budget_runs(steps: int, rate: float, seeds) -> list[runs_lib.Run]:
+  return [_run(steps, rate, layout, s) for s in seeds for layout in ('realformer', 'post')]
+
+
+def budgets(results: dict, plan: Plan) -> tuple[int, ...]:
+  """The budgets the plan compares: step 2's, and step 3's once its rule says so."""
+  rate = long_rate(results, plan)
+  gain = None if rate is None else flattening_gain(results, plan, rate)
+  return plan.budgets + ((plan.longer,) if gain is not None and gain >= plan.flattened_gain else ())
+
+
+def plan_runs(results: dict, plan: Plan) -> list[runs_lib.Run]:
+  """Every run of the plan the results so far define, in priority order (module docstring)."""
+  longest = plan.budgets[-1]
+  runs = [_run(longest, r, 'post', s) for r in plan.rates for s in plan.rate_seeds]
+  rate = long_rate(results, plan)
+  if rate is not None:
+    for steps in reversed(plan.budgets):
+      runs += _budget_runs(steps, rate, plan.seeds)
+    runs += [_run(plan.budgets[0] // 2, rate, 'realformer', s) for s in plan.seeds]
+    if plan.longer in budgets(results, plan):
+      runs += _budget_runs(plan.longer, rate, plan.seeds)
+  unique = {}
+  for run in runs:
+    unique.setdefault(run.name, run)
+  return list(unique.values())
+
+
+def train_one(plan: Plan, args, run: runs_lib.Run, report: runs_lib.Report) -> dict:
+  p = run.params
+  config = study.mlm_config(
+    plan.scale,
+    seed=p['seed'],
+    learning_rate=p['learning_rate'],
+    data_dir=args.data_dir,
+    steps=p['steps'],
+    # Fully unrolled layer scan: ~25% faster steps for this deep, narrow model on CPU.
+    model=dict(compare_layouts.LAYOUTS[p['layout']], scan_unroll=plan.scale.layers),
+  )
+  # Long runs keep a checkpoint every ~5 minutes of this machine: a fault loses little.
+  config.train.checkpoint_every_steps = min(config.train.checkpoint_every_steps, 600)
+  workdir = os.path.join(args.workdirs, run.name)
+  result = study.train_run(config, workdir, report, progress_share=0.95)
+  result['params'] = dict(p)
+  if result['diverged_at_step'] is None:
+    report(0.95, 'scoring per sequence')
+    result['scored'] = study.score_workdir(workdir)
+  return result
+
+
+# ------------------------------------------------------------------------------------------
+# Analysis.
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  key: str
+  label: str
+  a: tuple[str, float]  # (layout, fraction of the budget)
+  b: tuple[str, float]
+  expected: int  # the paper's sign: +1 a > b
+
+
+COMPARISONS = (
+  Comparison('P1', 'RealFormer - Post-LN', ('realformer', 1.0), ('post', 1.0), +1),
+  Comparison(
+    'S7', 'RealFormer (half the steps) - Post-LN (claim 4)', ('realformer', 0.5), ('post', 1.0), +1
+  ),
+)
+
+
+def _side(results: dict, plan: Plan, rate: float, steps: int, side: tuple) -> dict[int, dict]:
+  layout, fraction = side
+  name = lambda s: run_name(int(steps * fraction), rate, layout, s)
+  return {s: results[name(s)] for s in plan.seeds if name(s) in results}
+
+
+def compare(results: dict, plan: Plan, rate: float, steps: int, comparison: Comparison) -> dict:
+  """One comparison at one budget, paired by seed, with what its verdict and power need."""
+  side_a = _side(results, plan, rate, steps, comparison.a)
+  side_b = _side(results, plan, rate, steps, comparison.b)
+  row = {
+    'key': comparison.key,
+    'label': comparison.label,
+    'budget': steps,
+    'primary': True,  # compare_layouts.verdict's rule without its secondary branch
+    'expected_sign': comparison.expected,
+    'learned': {
+      'a': [bool(r.get('learned')) for r in side_a.values()],
+      'b': [bool(r.get('learned')) for r in side_b.values()],
+    },
+    'comparison': None,
+  }
+  seeds = [
+    s for s in sorted(side_a) if s in side_b and 'scored' in side_a[s] and 'scored' in side_b[s]
+  ]
+  row['diverged'] = sorted(
+    s
+    for s in set(side_a) | set(side_b)
+    if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+  )
+  if len(seeds) < 2:
+    return row
+  sums_a = [study.sequence_sums(side_a[s]) for s in seeds]
+  sums_b = [study.sequence_sums(side_b[s]) for s in seeds]
+  count = sums_a[0]['mask_count']
+  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
+    raise ValueError(f'{comparison.label} at {steps} steps: runs scored on different eval sets')
+  result = stats.paired_ratio_comparison(
+    np.stack([s['mask_correct_sum'] for s in sums_a]),
+    np.stack([s['mask_correct_sum'] for s in sums_b]),
+    count,
+  )
+  row['comparison'] = result.as_dict()
+  row['seeds'] = seeds
+  row['detectable'] = stats.detectable_difference(result)
+  return row
+
+
+def analyse(results: dict, plan: Plan) -> dict:
+  rate = long_rate(results, plan)
+  analysis: dict[str, Any] = {'rate_grid': rate_table(results, plan), 'rate': rate, 'rows': []}
+  if rate is None:
+    return analysis
+  analysis['budgets'] = list(budgets(results, plan))
+  analysis['flattening_gain'] = flattening_gain(results, plan, rate)
+  rows = [compare(results, plan, rate, b, c) for b in analysis['budgets'] for c in COMPARISONS]
+  tested = [r for r in rows if r['comparison']]
+  for row, p in zip(tested, stats.holm([r['comparison']['p_value'] for r in tested])):
+    row['holm_p_value'] = p
+  for row in rows:
+    row['verdict'] = compare_layouts.verdict(row, row.get('holm_p_value', math.nan))
+  analysis['rows'] = rows
+  analysis['per_budget'] = {
+    str(b): {layout: _per_seed(results, plan, rate, b, layout) for layout in LAYOUTS}
+    for b in analysis['budgets'] + [plan.budgets[0] // 2]
+  }
+  return analysis
+
+
+def _per_seed(results: dict, plan: Plan, rate: float, steps: int, layout: str) -> dict:
+  runs = [results.get(run_name(steps, rate, layout, s)) for s in plan.seeds]
+  runs = [r for r in runs if r is not None]
+  return {
+    'seeds': [r['params']['seed'] for r in runs],
+    'mask_accuracy': [compare_layouts._final(r, 'mask_accuracy') for r in runs],  # pylint: disable=protected-access
+    'loss': [compare_layouts._final(r, 'loss') for r in runs],  # pylint: disable=protected-access
+    'learned': [bool(r.get('learned')) for r in runs],
+  }
+
+
+def rate_table(results: dict, plan: Plan) -> dict:
+  """Step 1 per rate: the Post-LN runs' final [MASK] accuracy (None: not finished)."""
+  return {
+    f'{rate:g}': [
+      compare_layouts._final(
+        results.get(run_name(plan.budgets[-1], rate, 'post', s)), 'mask_accuracy'
+      )  # pylint: disable=protected-access
+      if run_name(plan.budgets[-1], rate, 'post', s) in results
+      else None
+      for s in plan.rate_seeds
+    ]
+    for rate in plan.rates
+  }
+
+
+# ------------------------------------------------------------------------------------------
+# Report.
+
+
+def _points(c: Optional[dict], key: str = 'mean') -> str:
+  return 'n/a' if c is None else f'{100 * c[key]:+.2f}'
+
+
+def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command: str) -> None:
+  scale = plan.scale
+  predictions = next((r['scored']['metrics'] for r in results.values() if r.get('scored')), {})
+  floors = compare_layouts.floors_of(results)
+  lines = [
+    '# RealFormer vs Post-LN at longer budgets: P1 and claim 4 per budget',
+    '',
+    f'Regenerate: `{command}` (split over processes with `--runs`, see the script; the plan '
+    "is declared in its docstring). compare_layouts' recipe: "
+    f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
+    f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
+    'AdamW with 10% warmup and linear decay to 0 at each budget, dropout '
+    f'{scale.dropout}; scored on the whole held-out split '
+    f'({predictions.get("predictions", math.nan):,.0f} predictions, '
+    f'{predictions.get("mask_predictions", math.nan):,.0f} at [MASK]); the floor at [MASK] '
+    f'(most frequent token) is {100 * floors.get("mask_accuracy", math.nan):.2f}%.',
+    '',
+    f'## 1. The rate: Post-LN at {plan.budgets[-1]:,} steps, seeds {list(plan.rate_seeds)}',
+    '',
+    '| peak rate | final [MASK] accuracy (%) per seed |',
+    '|---|---|',
+  ]
+  for rate, values in analysis['rate_grid'].items():
+    cells = ', '.join('running' if v is None else f'{100 * v:.2f}' for v in values)
+    lines.append(f'| {rate} | {cells} |')
+  rate = analysis['rate']
+  if rate is None:
+    lines += ['', 'r_L is not known yet: step 1 is unfinished.', '']
+    _write(path, lines)
+    return
+  first = plan.rates[0]
+  lines += [
+    '',
+    f'r_L = {rate:g}'
+    + (
+      f" (compare_layouts' r*, still the best at {plan.budgets[-1]:,} steps)."
+      if rate == first
+      else f" (not compare_layouts' r* = {first:g}: the longer budget prefers another rate)."
+    ),
+    '',
+    f'## 2. Final [MASK] accuracy (%) per budget at r_L, seeds {list(plan.seeds)}',
+    '',
+    '| steps | Post-LN | RealFormer | learned (Post-LN / RealFormer) |',
+    '|---|---|---|---|',
+  ]
+  for steps, row in sorted(analysis['per_budget'].items(), key=lambda kv: int(kv[0])):
+    post, real = row['post'], row['realformer']
+    cell = lambda side: seed_cell(side['mask_accuracy'], scale=100) if side['seeds'] else 'n/a'
+    lines.append(
+      f'| {int(steps):,} | {cell(post)} | {cell(real)} | '
+      f'{sum(post["learned"])}/{len(post["learned"])} / '
+      f'{sum(real["learned"])}/{len(real["learned"])} |'
+    )
+  gain = analysis['flattening_gain']
+  lines += [
+    '',
+    'Flattening (step 3): '
+    + (
+      'not known yet (the last two budgets are unfinished).'
+      if gain is None
+      else f'doubling the budget to {plan.budgets[-1]:,} steps gained {100 * gain:+.2f} points '
+      f'(rule: a gain >= {100 * plan.flattened_gain:.1f} point adds {plan.longer:,} steps) -> '
+      + (
+        '4,800 steps are part of the plan.'
+        if plan.longer in analysis['budgets']
+        else 'no longer budget.'
+      )
+    ),
+    '',
+    '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
+    '',
+    'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out sequences). Holm p: '
+    'the six comparisons as one family. Detectable: the smallest difference this design '
+    '(its seeds, its measured standard error) finds with 80% power at two-sided 5%.',
+    '',
+    '| budget | | comparison | paper expects | difference | p | Holm p | detectable | seeds '
+    '| verdict |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ]
+  for row in analysis['rows']:
+    c = row['comparison']
+    diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
+    holm = f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a'
+    detect = f'{100 * row["detectable"]:.2f}' if 'detectable' in row else 'n/a'
+    lines.append(
+      f'| {row["budget"]:,} | {row["key"]} | {row["label"]} | > 0 | {diff} | {p} | {holm} | '
+      f'{detect} | {len(row.get("seeds", []))} | {row["verdict"]} |'
+    )
+  lines += [
+    '',
+    '![[MASK] accuracy during training per budget](curves.png)',
+    '',
+    '![comparisons per budget with intervals](comparisons.png)',
+    '',
+  ]
+  _write(path, lines)
+
+
+def _write(path: str, lines: list[str]) -> None:
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines))
+
+
+def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
+  plt = study.pyplot()
+  rate = analysis['rate']
+  if plt is None or rate is None:
+    return []
+  floors = compare_layouts.floors_of(results)
+  paths = []
+  # 1. Learning curves: one panel per budget, thin lines per seed, the mean thick; the
+  # shorter budgets' ends marked on the longest panel.
+  shown = [int(b) for b in sorted(analysis['per_budget'], key=int)]
+  fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 4.4), sharey=True)
+  for ax, steps in zip(np.atleast_1d(axes), shown):
+    for layout in LAYOUTS:
+      curves = [
+        results[n]['eval_mask_accuracy']
+        for n in (run_name(steps, rate, layout, s) for s in plan.seeds)
+        if n in results and results[n].get('eval_mask_accuracy')
+      ]
+      for curve in curves:
+        ax.plot(
+          *zip(*[(s, 100 * v) for s, v in curve]), color=LAYOUT_COLORS[layout], alpha=0.25, lw=0.8
+        )
+      full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
+      if full:
+        ax.plot(
+          [s for s, _ in full[0]],
+          100 * np.mean([[v for _, v in c] for c in full], 0),
+          color=LAYOUT_COLORS[layout],
+          lw=2.2,
+          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)}',
+        )
+    for budget in shown:
+      if budget < steps:
+        ax.axvline(budget, color='gray', lw=0.6, ls='--')
+    study.draw_floors(ax, floors, 'mask_accuracy')
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel('training step (dashed: the shorter budgets)')
+    ax.set_title(f'budget {steps:,} steps, rate {rate:g}')
+    ax.legend(fontsize=7)
+  np.atleast_1d(axes)[0].set_ylabel('eval accuracy at [MASK] (%)')
+  fig.tight_layout()
+  paths.append(os.path.join(out, 'curves.png'))
+  fig.savefig(paths[-1], dpi=100)
+  plt.close(fig)
+  # 2. The comparisons per budget: mean and 95% interval, each seed as x.
+  rows = [r for r in analysis['rows'] if r['comparison']]
+  if rows:
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
+    for i, row in enumerate(rows):
+      c = row['comparison']
+      color = 'black' if row['key'] == 'P1' else 'tab:purple'
+      ax.errorbar(
+        [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+      )
+      ax.scatter(
+        [100 * v for v in c['values']],
+        [i + 0.18] * len(c['values']),
+        s=10,
+        color=color,
+        alpha=0.6,
+        marker='x',
+      )
+    ax.axvline(0, color='gray', lw=0.8)
+    ax.set_yticks(
+      range(len(rows)),
+      [f'{r["budget"]:,} steps, {r["key"]}: {r["label"]}' for r in rows],
+      fontsize=8,
+    )
+    ax.invert_yaxis()
+    ax.set_xlabel('difference in [MASK] accuracy (percentage points; paper: > 0)')
+    ax.set_title('mean and 95% interval (seeds + eval-set bootstrap); x: each seed', fontsize=9)
+    fig.tight_layout()
+    paths.append(os.path.join(out, 'comparisons.png'))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+  return paths
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  study.add_common_arguments(
+    parser,
+    out='docs/results/compare_layouts/budgets',
+    workdirs='results/compare_budgets',
+    scales=PLANS,
+  )
+  args = parser.parse_args(argv)
+  plan = PLANS[study.scale_name(args)]
+  os.makedirs(args.out, exist_ok=True)
+  results = runs_lib.run_planned(
+    args.out,
+    lambda done: plan_runs(done, plan),
+    lambda run, report: train_one(plan, args, run, report),
+    select=lambda runs: study.selected(runs, args.runs),
+  )
+  analysis = analyse(results, plan)
+  runs_lib.write_json(
+    os.path.join(args.out, 'results.json'),
+    {
+      'scale': dataclasses.asdict(plan.scale),
+      'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
+      'analysis': analysis,
+      'runs': compare_layouts._summary_for_json(results),  # pylint: disable=protected-access
+    },
+  )
+  write_markdown(
+    os.path.join(args.out, 'results.md'),
+    results,
+    analysis,
+    plan,
+    study.command('compare_budgets', args),
+  )
+  plots = write_plots(args.out, results, analysis, plan)
+  print(
+    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
+  )
+  return {'results': results, 'analysis': analysis}
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

@@ -94,7 +94,7 @@ PLANS = {
     _scale(compare_layouts.PLANS['toy'].scale),
     budgets=(2, 4),
     longer=8,
-    rates=(3e-3, 1e-3),
+    rates=(3e-3,),
     rate_seeds=(0,),
     seeds=(0, 1),
   ),

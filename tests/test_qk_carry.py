@@ -2,18 +2,25 @@
 (kernels/qk_reference.py, kernels/qk_carry.py) equals the carried-sum path. Matmuls in float32
 (tests/conftest.py pins 'highest')."""
 
+import json
+import logging
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import qk_carry, qk_reference
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels import carry_choice, qk_carry, qk_reference
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.model.attention import mask_bias, score_scale
 from realformer_jax.model.encoder import Encoder
+from realformer_jax.model.params import stack_layers, unbox, unstack_layers
 from realformer_jax.model.rotary import apply_rotary
 from realformer_jax.model.softmax_attention import softmax_dropout_values
+from tests import scale_out_support as support
 
 
 def _layers_qk(layers=3, batch=2, seq_len=16, heads=2, head_dim=8, seed=0):
@@ -176,3 +183,92 @@ def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
   qk_loss, qk_grads = _loss_and_grads(qk, params, ids, mask)
   np.testing.assert_allclose(qk_loss, loss, rtol=1e-5)
   _assert_trees_close(qk_grads, grads, 1e-5)
+
+
+def test_kernel_op_bfloat16_within_the_kernels_tolerance():
+  # bfloat16 q, k, v: as tests/test_kernels.py's bfloat16 test, 2e-2 of the largest value
+  # (the kernels round exp(z - m) before P V, the einsum path the normalised p).
+  stack, v, mask, weights = _op_inputs(dtype=jnp.bfloat16)
+  index, key = jnp.asarray(2), jax.random.key(3)
+  bias, scale = mask_bias(mask), jnp.asarray(8**-0.5)
+  plan = AttentionPlan('pallas', 'triton', True, 16, 16, 16)
+
+  def kernel(stack, v):
+    return qk_carry.kernel_attention(plan, stack, v, index, bias, scale, None, key, 0.8)[0]
+
+  def reference(stack, v):
+    return _reference_context(stack, v, index, bias, scale, None, key, 0.8, jnp.bfloat16)
+
+  def close(got, want):
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.max(np.abs(want)))
+
+  context, vjp = jax.vjp(kernel, stack, v)
+  ref_context, ref_vjp = jax.vjp(reference, stack, v)
+  close(context, ref_context)
+  g_context = weights.astype(jnp.bfloat16)
+  for got, want in zip(vjp(g_context), ref_vjp(g_context)):
+    close(got, want)
+
+
+@pytest.mark.parametrize('impl', ['xla', pytest.param('pallas_triton', marks=pytest.mark.slow)])
+def test_qk_scan_equals_loop_and_forward_only_equals_scores(impl):
+  # scan_layers=True (training: qk_carry.qk_stack) == False (the Python loop), values and
+  # gradients; the forward alone (evaluation) and the plain nn.scan (here with the sown
+  # 'intermediates' that analysis asks for) equal the carried sum's.
+  cfg = _encoder_config(residual_carry='qk', attention_impl=impl, attention_platform='cpu')
+  ids, mask = _encoder_inputs()
+  params = Encoder(cfg).init(jax.random.key(0), ids, mask)
+  loop = cfg.replace(scan_layers=False)
+  loop_params = unstack_layers(params)
+  loss, grads = _loss_and_grads(cfg, params, ids, mask, deterministic=True)
+  loop_loss, loop_grads = _loss_and_grads(loop, loop_params, ids, mask, deterministic=True)
+  np.testing.assert_allclose(loop_loss, loss, rtol=1e-5)
+  loop_grads = stack_layers(loop_grads)
+  _assert_trees_close(loop_grads, unbox(grads), 1e-5)
+
+  scores = cfg.replace(residual_carry='scores', attention_impl='xla')
+  expected = Encoder(scores).apply(params, ids, mask)
+  np.testing.assert_allclose(Encoder(cfg).apply(params, ids, mask), expected, rtol=1e-5, atol=1e-5)
+  sown, _ = Encoder(cfg).apply(params, ids, mask, mutable=['intermediates'])
+  np.testing.assert_allclose(sown, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_carry_keeps_the_sum_unless_it_outgrows_the_device(monkeypatch, caplog):
+  large = ModelConfig(hidden_size=1024, num_heads=16, num_layers=24, ln_placement='realformer')
+  assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # no memory reported
+  monkeypatch.setattr(carry_choice, 'device_memory_bytes', lambda: 80 * 10**9)
+  with caplog.at_level(logging.INFO, logger=carry_choice.__name__):
+    assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # 0.5 GiB
+    assert carry_choice.resolve_residual_carry(ModelConfig(), 1, 131072) == 'qk'  # 768 GiB
+  assert "-> 'qk'" in caplog.text
+  assert carry_choice.resolve_residual_carry(large.replace(residual_carry='qk'), 1, 8) == 'qk'
+
+
+def test_residual_carry_is_validated_in_one_line():
+  with pytest.raises(ConfigError, match=r"^model.residual_carry='sum': must be one of auto"):
+    ModelConfig(residual_carry='sum')
+  # An old config without the field loads: the default is 'auto'.
+  assert ModelConfig.from_mapping({'num_layers': 2}).residual_carry == 'auto'
+
+
+@pytest.mark.slow
+def test_qk_carry_on_a_2x2x2_mesh_gives_the_carried_sum_gradients():
+  # tests/qk_sharded_check.py on 8 forced CPU devices: the einsum path and the Triton kernels
+  # (per shard, the single-device dropout masks) against the carried sum.
+  result = subprocess.run(
+    [sys.executable, '-m', 'tests.qk_sharded_check'],
+    env=support.device_env(8),
+    cwd=support.REPO,
+    text=True,
+    capture_output=True,
+    timeout=900,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report['devices'] == 8
+  assert report['grad_difference_xla'] <= 1e-5, report
+  assert report['grad_difference_pallas'] <= 1e-5, report
+  for case in ('loss_qk_xla', 'loss_qk_pallas'):
+    assert abs(report[case] - report['loss_scores']) <= 1e-5 * report['loss_scores'], report
+  assert abs(report['step_loss'] - report['loss_qk_pallas']) <= 1e-6 * report['loss_scores']

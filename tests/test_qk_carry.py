@@ -72,16 +72,24 @@ def _reference_context(stack, v, index, bias, scale, divisor, key, keep_prob, dt
   return softmax_dropout_values(acc, bias, divisor, v, key, keep_prob, dtype)[0]
 
 
+PLANS = {
+  'triton': AttentionPlan('pallas', 'triton', True, 16, 16, 16),
+  'mosaic': AttentionPlan('pallas', 'mosaic', True, 16, 16, 16),
+}
+
+
 @pytest.mark.parametrize(
-  'running_mean, dropout, scale_kind',
+  'backend, running_mean, dropout, scale_kind',
   [
-    (False, False, 'standard'),
-    (True, False, 'entropy_invariant'),
-    (True, True, 'entropy_invariant'),
-    (False, True, 'standard'),
+    ('triton', False, False, 'standard'),
+    ('triton', True, False, 'entropy_invariant'),
+    ('triton', True, True, 'entropy_invariant'),
+    ('triton', False, True, 'standard'),
+    ('mosaic', True, True, 'entropy_invariant'),
+    ('mosaic', False, False, 'standard'),
   ],
 )
-def test_kernel_op_equals_einsum_identity_float32(running_mean, dropout, scale_kind):
+def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout, scale_kind):
   stack, v, mask, weights = _op_inputs()
   index = jnp.asarray(1)
   stack = stack.at[:, 2].set(1e30)  # a slot above the layer: never read
@@ -90,7 +98,7 @@ def test_kernel_op_equals_einsum_identity_float32(running_mean, dropout, scale_k
   bias = mask_bias(mask)
   divisor = jnp.asarray(2.0) if running_mean else None
   key = jax.random.key(7) if dropout else None
-  plan = AttentionPlan('pallas', 'triton', True, 16, 16, 16)
+  plan = PLANS[backend]
   w_stack = jax.random.normal(jax.random.key(3), stack.shape)
 
   def kernel_loss(stack, v):
@@ -185,13 +193,14 @@ def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
   _assert_trees_close(qk_grads, grads, 1e-5)
 
 
-def test_kernel_op_bfloat16_within_the_kernels_tolerance():
+@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
+def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
   # bfloat16 q, k, v: as tests/test_kernels.py's bfloat16 test, 2e-2 of the largest value
   # (the kernels round exp(z - m) before P V, the einsum path the normalised p).
   stack, v, mask, weights = _op_inputs(dtype=jnp.bfloat16)
   index, key = jnp.asarray(2), jax.random.key(3)
   bias, scale = mask_bias(mask), jnp.asarray(8**-0.5)
-  plan = AttentionPlan('pallas', 'triton', True, 16, 16, 16)
+  plan = PLANS[backend]
 
   def kernel(stack, v):
     return qk_carry.kernel_attention(plan, stack, v, index, bias, scale, None, key, 0.8)[0]

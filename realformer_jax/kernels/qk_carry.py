@@ -6,8 +6,8 @@ The carry between layers is `QKCarry(stack, index)`: `stack` float32 [2, N, B, L
 next layer, so the layer index is a traced scalar and the stack stays one rolled nn.scan.
 Layer l writes its q, k (after the rotary rotation) into slot l and attends with
 acc_l = sum_{i<=l} scale Q_i K_i^T, which is formed tile by tile inside the kernels
-(triton_qk_attention.py) or, on the einsum path, by one einsum over the slots
-(qk_reference.summed_scores), and never carried. Memory: 2 N B L H K float32, O(L).
+(triton_qk_attention.py, mosaic_qk_attention.py) or, on the einsum path, by one einsum over
+the slots (qk_reference.summed_scores), and never carried. Memory: 2 N B L H K float32, O(L).
 
 `qk_attention` is the kernels' op (a custom VJP whose backward loops over the earlier layers
 of each score tile and adds dS_l K_i, dS_l^T Q_i into every earlier layer's gradient, in
@@ -66,16 +66,16 @@ def qk_attention(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
 
 def _qk_fwd(stack, v, bias, fparams, iparams, layer, spec):
   out, lse, bits = _kernels(spec).forward(stack, v, bias, fparams, iparams, layer, spec)
-  return (out, stack), (stack, v, bias, fparams, layer, out, lse, bits)
+  return (out, stack), (stack, v, bias, fparams, iparams, layer, out, lse, bits)
 
 
 def _qk_bwd(spec, residuals, cotangents):
-  stack, v, bias, fparams, layer, out, lse, bits = residuals
+  stack, v, bias, fparams, iparams, layer, out, lse, bits = residuals
   g_out, g_stack = cotangents
   g_out = g_out.astype(v.dtype)
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
   dv, g_stack = _kernels(spec).backward(
-    stack, v, g_out, lse, delta, bias, fparams, layer, bits, g_stack, spec
+    stack, v, g_out, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec
   )
   return g_stack, dv, jnp.zeros_like(bias), jnp.zeros_like(fparams), None, None
 

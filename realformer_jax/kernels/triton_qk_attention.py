@@ -229,9 +229,13 @@ def _backward_kernel(
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def backward(stack, v, do, lse, delta, bias, fparams, layer, bits, g_stack, spec: KernelSpec):
+def backward(
+  stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
+):
   """(dV [B, L, H, K], g_stack + this layer's gradient of every stacked q_i, k_i, i <= l:
-  float32 [2, N, B, L, H, K], in place over `g_stack`)."""
+  float32 [2, N, B, L, H, K], in place over `g_stack`). `bits`: the forward's dropout mask
+  (iparams are not needed: the mask is read, not drawn again)."""
+  del iparams
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   block = spec.block_bwd
   width = pack_width(spec)

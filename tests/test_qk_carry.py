@@ -243,6 +243,25 @@ def test_qk_scan_equals_loop_and_forward_only_equals_scores(impl):
   np.testing.assert_allclose(sown, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('scan_layers', [True, False])
+def test_grad_of_grad_on_the_qk_kernels_is_refused_in_one_line(scan_layers):
+  cfg = _encoder_config(
+    residual_carry='qk', attention_impl='pallas_triton', scan_layers=scan_layers, num_layers=2
+  )
+  ids, mask = _encoder_inputs()
+  params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids, mask)
+
+  def loss(p):
+    return jnp.sum(jnp.square(Encoder(cfg).apply(p, ids, mask)))
+
+  def grad_norm(p):
+    return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(jax.grad(loss)(p)))
+
+  jax.eval_shape(jax.grad(loss), params)  # first order: fine
+  with pytest.raises(ConfigError, match=r"higher-order derivatives .* attention_impl='xla'"):
+    jax.eval_shape(jax.grad(grad_norm), params)
+
+
 def test_auto_carry_keeps_the_sum_unless_it_outgrows_the_device(monkeypatch, caplog):
   large = ModelConfig(hidden_size=1024, num_heads=16, num_layers=24, ln_placement='realformer')
   assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # no memory reported

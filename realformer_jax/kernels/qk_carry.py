@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from realformer_jax.kernels import recomputed_scores
+from realformer_jax.config import ConfigError
+from realformer_jax.kernels import recomputed_scores, refusals
 from realformer_jax.kernels.attend import _axis_size, _mesh_axes
 from realformer_jax.kernels.dropout_bits import keep_threshold
 from realformer_jax.kernels.select import AttentionPlan
@@ -54,18 +55,44 @@ def _kernels(spec: KernelSpec):
   return mosaic_qk_attention
 
 
+# The kernel calls, wrapped so that differentiating them (grad of grad) is the fused kernels'
+# one-line refusal (refusals.HIGHER_ORDER) instead of an error from inside Pallas.
+
+
+def _refuse_higher_order(*_):
+  raise ConfigError(refusals.HIGHER_ORDER)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _forward(stack, v, bias, fparams, iparams, layer, spec):
+  return _kernels(spec).forward(stack, v, bias, fparams, iparams, layer, spec)
+
+
+_forward.defvjp(lambda *args: (_forward(*args), None), _refuse_higher_order)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(11,))
+def _backward(stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec):
+  return _kernels(spec).backward(
+    stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec
+  )
+
+
+_backward.defvjp(lambda *args: (_backward(*args), None), _refuse_higher_order)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
 def qk_attention(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
   """(out [B, L, H, K], stack unchanged): attention of layer `layer` (int32 [1]) whose
   queries and keys are already in its slot. The stack is passed through so that its
   cotangent (the layers above's gradients) reaches this op's backward, which adds to it in
   place."""
-  out, _, _ = _kernels(spec).forward(stack, v, bias, fparams, iparams, layer, spec)
+  out, _, _ = _forward(stack, v, bias, fparams, iparams, layer, spec)
   return out, stack
 
 
 def _qk_fwd(stack, v, bias, fparams, iparams, layer, spec):
-  out, lse, bits = _kernels(spec).forward(stack, v, bias, fparams, iparams, layer, spec)
+  out, lse, bits = _forward(stack, v, bias, fparams, iparams, layer, spec)
   return (out, stack), (stack, v, bias, fparams, iparams, layer, out, lse, bits)
 
 
@@ -74,7 +101,7 @@ def _qk_bwd(spec, residuals, cotangents):
   g_out, g_stack = cotangents
   g_out = g_out.astype(v.dtype)
   delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
-  dv, g_stack = _kernels(spec).backward(
+  dv, g_stack = _backward(
     stack, v, g_out, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec
   )
   return g_stack, dv, jnp.zeros_like(bias), jnp.zeros_like(fparams), None, None

@@ -122,6 +122,7 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
 # --- The encoder: residual_carry='qk' equals 'scores' ------------------------------------------
 
 SEQ = 32
+SLOW = pytest.mark.slow  # ~10 s or more on 2 cores
 
 
 def _encoder_config(**overrides):
@@ -170,8 +171,8 @@ def _assert_trees_close(actual, expected, rtol):
   [
     ('xla', dict()),
     ('xla', dict(running_mean=True, attention_scale='entropy_invariant')),
-    ('xla', dict(position_embedding='rope', scan_layers=False)),
-    ('xla', dict(remat_policy='full')),
+    pytest.param('xla', dict(position_embedding='rope', scan_layers=False), marks=SLOW),
+    pytest.param('xla', dict(remat_policy='full'), marks=SLOW),
     ('pallas_triton', dict(running_mean=True, attention_scale='entropy_invariant')),
     ('pallas_triton', dict(position_embedding='rope', attention_scale='t5')),
   ],

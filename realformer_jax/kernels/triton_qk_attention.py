@@ -21,6 +21,12 @@ stated cost (`_cost_metadata`) is per call site and a rolled scan's one call sit
 layer, so it counts the mean layer of the stack, l + 1 = (N + 1) / 2.
 The stack holds float32 values of tensors computed in the compute dtype (exact); tiles are
 cast back to it for the matmuls, as the carried-sum kernels multiply q and k in it.
+Not yet tuned on a GPU (these kernels have run in interpret mode and compiled deviceless
+only). Where they may fall short of compute-bound: each layer's q / k tile is re-read per tile
+product (float32: twice the bytes of a 16-bit stack), and the backward's per-layer dK_i
+read-add-write and dQ_i atomic adds move ~16 K / block bytes per score element and layer
+through L2 (~16 FLOPs per byte at 64-wide tiles). The stated bytes count HBM traffic only,
+as triton_attention.py's do.
 """
 
 from __future__ import annotations

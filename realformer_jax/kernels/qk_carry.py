@@ -214,10 +214,13 @@ def _stack_fwd(layer_fn, params_N, x, stack0, keys_N, aux):
 def _stack_bwd(layer_fn, residuals, g_y):
   def layer_down(params_l, x_l, stack, index, key, aux, g_x, g_stack):
     # Re-run on the FINAL stack: layer l reads slots 0..l, which hold what they held when it
-    # ran going up, and writes slot l with the same values.
-    _, vjp = jax.vjp(lambda p, x, s, c: layer_fn(p, x, s, index, key, c), params_l, x_l, stack, aux)
+    # ran going up, and writes slot l with the same values. The stack it returns is handed
+    # down (equal to the one it got), so the one it got dies and slot l is written in place.
+    (_, stack_out), vjp = jax.vjp(
+      lambda p, x, s, c: layer_fn(p, x, s, index, key, c), params_l, x_l, stack, aux
+    )
     g_params, g_x_prev, g_stack_prev, g_aux = vjp((g_x, g_stack))
-    return g_params, g_x_prev, g_stack_prev, stack, g_aux
+    return g_params, g_x_prev, g_stack_prev, stack_out, g_aux
 
   return recomputed_scores.scan_down(layer_down, residuals, g_y)
 

@@ -7,8 +7,10 @@ kernel serves every layer of a rolled nn.scan.
 
 forward   grid (query blocks, B, H): for each key block, acc = sum_{i<=l} scale q_i k_i^T
           (l + 1 tile products), then the online softmax, dropout and P V of
-          triton_attention.py. Writes the output, the row statistics and the dropout mask
-          (bits, as there).
+          triton_attention.py. Writes the output and the row statistics; not the dropout
+          mask (that kernel's one bit per score element would be the one [L, L]-sized
+          buffer of this carry: the backward draws the mask again, as the Mosaic kernels
+          do, for ~32 integer ops per score element).
 backward  grid (key blocks, B, H): a program owns key rows jk of every layer and walks the
           query blocks: rebuilds acc, p, dz, dV += p^T dO, and for every layer i <= l adds
           ds K_i into dQ_i (atomic adds: programs of other key blocks share the rows) and
@@ -40,14 +42,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.dropout_tiles import pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.kernels.triton_attention import (
   HASH_OPS_PER_ELEMENT,
   _compiler_params,
   _cost_metadata,
   _draw_keep,
-  pack_width,
 )
 
 
@@ -73,11 +73,10 @@ def _tile_scores(stack_ref, layers, qs, ks, scale, dtype, shape):
 
 
 def _forward_kernel(
-  stack_ref, v_ref, bias_ref, f_ref, i_ref, l_ref, o_ref, m_ref, log_l_ref, bits_ref, *, spec
+  stack_ref, v_ref, bias_ref, f_ref, i_ref, l_ref, o_ref, m_ref, log_l_ref, *, spec
 ):
   _, _, seq_len, head_dim = stack_ref.shape
   block_q, block_k = spec.block_q, spec.block_k
-  width = pack_width(spec)
   iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   qs = pl.ds(pl.multiple_of(iq * block_q, block_q), block_q)
   scale, inv_div = f_ref[0], f_ref[1]
@@ -91,8 +90,6 @@ def _forward_kernel(
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
-      words = pl.ds(pl.multiple_of(j * (block_k // width), block_k // width), block_k // width)
-      bits_ref[:, words] = pack_bits(keep, width)
     return tm.online_softmax_step(state, z, v_ref[ks, :], keep, spec.keep_prob)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
@@ -113,7 +110,7 @@ def _stated_cost(spec, stack, forward: bool) -> dict:
       head_dim,
       seq_len,
       passes=mean_layers + 1,
-      score_bytes=spec.dropout / 8,
+      score_bytes=0,
       row_bytes=2 * mean_layers * 2 * rows + 2 * rows,  # float32 q, k of l + 1 layers; v, out
       float_ops=8 + mean_layers + 2 * spec.dropout,
       exps=1,
@@ -124,22 +121,21 @@ def _stated_cost(spec, stack, forward: bool) -> dict:
     head_dim,
     seq_len,
     passes=3 * mean_layers + 2,
-    score_bytes=spec.dropout / 8,
+    score_bytes=0,
     # q, k of l + 1 layers (float32) read, their float32 gradients read and written; v, dO
     # in, dV out
     row_bytes=6 * mean_layers * 2 * rows + 3 * rows,
     float_ops=14 + mean_layers + 4 * spec.dropout,
     exps=1,
-    int_ops=3 if spec.dropout else 0,
+    int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
   )
 
 
 def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
-  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, the dropout mask
-  [B, H, L, L / width] uint32 or None). stack: float32 [2, N, B, L, H, K]; layer: int32 [1]."""
+  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, None: no stored dropout
+  mask). stack: float32 [2, N, B, L, H, K]; layer: int32 [1]."""
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   block_q = spec.block_q
-  width = pack_width(spec)
   in_specs = [
     _stack_spec(layers, seq_len, head_dim),
     _rows_spec(seq_len, head_dim),
@@ -148,22 +144,17 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
     pl.BlockSpec((4,), lambda i, b, h: (0,)),
     pl.BlockSpec((1,), lambda i, b, h: (0,)),
   ]
-  bits_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32)
   out_shape = [
     jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), v.dtype),
     jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
     jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
-    bits_shape if spec.dropout else None,
   ]
   out_specs = [
     pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
     pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
     pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
-    pl.BlockSpec((None, None, block_q, seq_len // width), lambda i, b, h: (b, h, i, 0))
-    if spec.dropout
-    else None,
   ]
-  out, m, log_l, bits = pl.pallas_call(
+  out, m, log_l = pl.pallas_call(
     functools.partial(_forward_kernel, spec=spec),
     grid=(seq_len // block_q, batch, heads),
     in_specs=in_specs,
@@ -174,7 +165,7 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
     metadata=_stated_cost(spec, stack, forward=True),
     name='realformer_qk_attention_fwd',
   )(stack, v, bias, fparams, iparams, layer)
-  return out, (m, log_l), bits
+  return out, (m, log_l), None
 
 
 def _backward_kernel(
@@ -186,8 +177,8 @@ def _backward_kernel(
   delta_ref,
   bias_ref,
   f_ref,
+  i_ref,
   l_ref,
-  bits_ref,
   _,
   dv_ref,
   g_ref,
@@ -196,8 +187,7 @@ def _backward_kernel(
 ):
   _, _, seq_len, head_dim = stack_ref.shape
   block = spec.block_bwd
-  width = pack_width(spec)
-  jk = pl.program_id(0)
+  jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   layers = l_ref[0] + 1
   dtype = v_ref.dtype
@@ -209,7 +199,9 @@ def _backward_kernel(
     do = do_ref[qs, :]
     acc = _tile_scores(stack_ref, layers, qs, ks, scale, dtype, (block, block))
     z = tm.softmax_input(acc, inv_div, bias_row)
-    keep = unpack_bits(bits_ref[qs, :], width) if spec.dropout else None
+    keep = None
+    if spec.dropout:
+      keep = _draw_keep(spec, i_ref, b, h, seq_len, i * block, jk * block, (block, block))
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -239,14 +231,12 @@ def backward(
   stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
 ):
   """(dV [B, L, H, K], g_stack + this layer's gradient of every stacked q_i, k_i, i <= l:
-  float32 [2, N, B, L, H, K], in place over `g_stack`). `bits`: the forward's dropout mask
-  (iparams are not needed: the mask is read, not drawn again)."""
-  del iparams
+  float32 [2, N, B, L, H, K], in place over `g_stack`). The dropout mask is drawn again from
+  `iparams`' key words (`bits` is None from this module's forward)."""
+  del bits
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   block = spec.block_bwd
-  width = pack_width(spec)
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
-  column_bits = pl.BlockSpec((None, None, seq_len, block // width), lambda j, b, h: (b, h, 0, j))
   stack_spec = _stack_spec(layers, seq_len, head_dim)
   in_specs = [
     stack_spec,
@@ -257,8 +247,8 @@ def backward(
     stat_spec,
     pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
     pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
+    pl.BlockSpec((4,), lambda j, b, h: (0,)),
     pl.BlockSpec((1,), lambda j, b, h: (0,)),
-    column_bits if spec.dropout else None,
     stack_spec,
   ]
   out_shape = [
@@ -269,7 +259,7 @@ def backward(
     pl.BlockSpec((None, block, None, head_dim), lambda j, b, h: (b, j, h, 0)),
     stack_spec,
   ]
-  g_input = 9 + int(spec.dropout)  # flattened inputs: the Nones are not counted
+  g_input = 10
   return pl.pallas_call(
     functools.partial(_backward_kernel, spec=spec),
     grid=(seq_len // block, batch, heads),
@@ -281,15 +271,4 @@ def backward(
     input_output_aliases={g_input: 1},
     metadata=_stated_cost(spec, stack, forward=False),
     name='realformer_qk_attention_bwd',
-  )(
-    stack,
-    v,
-    do,
-    *lse,
-    delta,
-    bias,
-    fparams,
-    layer,
-    bits if spec.dropout else None,
-    g_stack.astype(jnp.float32),
-  )
+  )(stack, v, do, *lse, delta, bias, fparams, iparams, layer, g_stack.astype(jnp.float32))

@@ -2,6 +2,7 @@
 (kernels/qk_reference.py, kernels/qk_carry.py) equals the carried-sum path. Matmuls in float32
 (tests/conftest.py pins 'highest')."""
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -13,8 +14,9 @@ import numpy as np
 import pytest
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import carry_choice, qk_carry, qk_reference
+from realformer_jax.kernels import carry_choice, mosaic_qk_attention, qk_carry, qk_reference
 from realformer_jax.kernels.select import AttentionPlan
+from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale
 from realformer_jax.model.encoder import Encoder
 from realformer_jax.model.params import stack_layers, unbox, unstack_layers
@@ -242,6 +244,29 @@ def test_qk_scan_equals_loop_and_forward_only_equals_scores(impl):
   np.testing.assert_allclose(Encoder(cfg).apply(params, ids, mask), expected, rtol=1e-5, atol=1e-5)
   sown, _ = Encoder(cfg).apply(params, ids, mask, mutable=['intermediates'])
   np.testing.assert_allclose(sown, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mosaic_tiles_shrink_with_depth_to_fit_vmem():
+  # Every Mosaic block holds a tile of all N layers' queries or keys: deeper stacks take
+  # smaller tiles (the plan's 256 / 512 / 256 at L = 4,096), and where 128 rows still exceed
+  # the budget the kernels ask for a larger VMEM limit instead.
+  plan_spec = KernelSpec('mosaic', False, False, 0, 12, 256, 512, 256)
+  tiles = {}
+  for layers in (4, 12, 24, 36):
+    spec = mosaic_qk_attention.fit_blocks(plan_spec, layers, 4096, 64)
+    tiles[layers] = (spec.block_q, spec.block_k, spec.block_bwd)
+    need = mosaic_qk_attention.vmem_need(layers, 64, *tiles[layers])
+    limit = mosaic_qk_attention._vmem_limit(spec, layers, 64)  # pylint: disable=protected-access
+    assert (need <= mosaic_qk_attention._VMEM_BUDGET) == (limit is None)  # pylint: disable=protected-access
+    assert limit is None or limit > need
+  assert tiles == {
+    4: (256, 512, 256),
+    12: (256, 512, 256),
+    24: (256, 256, 128),
+    36: (128, 128, 128),
+  }
+  interpret = dataclasses.replace(plan_spec, interpret=True)
+  assert mosaic_qk_attention.fit_blocks(interpret, 36, 4096, 64) == interpret
 
 
 @pytest.mark.parametrize('scan_layers', [True, False])

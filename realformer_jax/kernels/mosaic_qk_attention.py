@@ -6,7 +6,9 @@ state in VMEM scratch across the innermost ("arbitrary") axis, and a heads-major
 op transposes the stack to [2, N, B, H, L, K] on the way in and the gradients back on the way
 out (O(N L) traffic per layer, small next to the (l + 1)-fold score work at the lengths this
 carry is for). A step's block holds a tile of every layer's queries (keys); the layer bound l
-is a scalar in SMEM, so slots above it are brought in but never multiplied.
+is a scalar in SMEM, so slots above it are brought in but never multiplied. Those blocks are
+N times a carried-sum kernel's, so the tiles shrink with depth (`fit_blocks`); checked by
+deviceless v5e compiles of 12, 24 and 36 layers at L = 4,096.
 
 forward   grid (B, H, query blocks, key blocks): acc = sum_{i<=l} scale q_i k_i^T, then the
           online softmax, dropout (keep_tile_selected, drawn again in the backward) and P V.
@@ -21,7 +23,9 @@ kernels rebuild the tile and dO V^T), i.e. (14 + 8l) K FLOPs where the Triton ba
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,14 +33,62 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.mosaic_attention import (
-  _SMEM,
-  _compiler_params,
-  _heads_major,
-  _int_words,
-  _keep,
-)
+from realformer_jax.kernels.mosaic_attention import _SMEM, _heads_major, _int_words, _keep
 from realformer_jax.kernels.spec import KernelSpec
+
+# VMEM: a block of every layer's rows is N times a carried-sum kernel's, so the tiles shrink
+# with depth to stay within this share of the default 16 MiB scoped limit; where the smallest
+# (128 rows) still does not fit, the kernels ask for a higher limit (v4: 32 MiB of VMEM, later
+# chips 95-128 MiB).
+_VMEM_BUDGET = 12 * 2**20
+_VMEM_SLACK = 8 * 2**20  # the small blocks (v, dO, statistics, bias) and Mosaic's own
+
+
+def _row_bytes(layers: int, head_dim: int) -> int:
+  return layers * (-(-head_dim // 128) * 128) * 4  # float32, K padded to 128 lanes
+
+
+def vmem_need(layers: int, head_dim: int, block_q: int, block_k: int, block_bwd: int) -> int:
+  """Bytes of the stacked-layer blocks ([N, rows, K] each), double-buffered: forward q and k;
+  backward q, k and the gradient out, plus one scratch."""
+  row = _row_bytes(layers, head_dim)
+  return max(2 * row * (block_q + block_k), 7 * row * block_bwd)
+
+
+def _halved(block: int) -> int:
+  return block // 2 if block % 256 == 0 else block  # stays a multiple of 128 dividing L
+
+
+def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> KernelSpec:
+  """`spec` with tiles halved (down to 128) until the stacked blocks fit _VMEM_BUDGET;
+  interpret mode keeps its tiles."""
+  del seq_len  # the plan's tiles divide it, and so do their halves
+  if spec.interpret:
+    return spec
+  row = _row_bytes(layers, head_dim)
+  block_q, block_k, block_bwd = spec.block_q, spec.block_k, spec.block_bwd
+  while 2 * row * (block_q + block_k) > _VMEM_BUDGET:
+    if _halved(block_k) != block_k and (block_k >= block_q or _halved(block_q) == block_q):
+      block_k = _halved(block_k)
+    elif _halved(block_q) != block_q:
+      block_q = _halved(block_q)
+    else:
+      break
+  while 7 * row * block_bwd > _VMEM_BUDGET and _halved(block_bwd) != block_bwd:
+    block_bwd = _halved(block_bwd)
+  return dataclasses.replace(spec, block_q=block_q, block_k=block_k, block_bwd=block_bwd)
+
+
+def _vmem_limit(spec: KernelSpec, layers: int, head_dim: int) -> Optional[int]:
+  need = vmem_need(layers, head_dim, spec.block_q, spec.block_k, spec.block_bwd)
+  return None if need <= _VMEM_BUDGET else need + _VMEM_SLACK
+
+
+def _compiler_params(spec: KernelSpec, layers: int, head_dim: int):
+  return pltpu.CompilerParams(
+    dimension_semantics=('parallel', 'parallel', 'parallel', 'arbitrary'),
+    vmem_limit_bytes=_vmem_limit(spec, layers, head_dim),
+  )
 
 
 def _stack_heads_major(stack):
@@ -146,7 +198,7 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
       jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
       jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
     ],
-    compiler_params=_compiler_params(),
+    compiler_params=_compiler_params(spec, layers, head_dim),
     interpret=spec.interpret,
     cost_estimate=_cost(stack, (layers + 1) / 2 + 1, v.dtype.itemsize),
     name='realformer_qk_attention_fwd',
@@ -321,7 +373,7 @@ def backward(
       ],
     ),
     out_shape=[grads_shape, jax.ShapeDtypeStruct(vh.shape, v.dtype)],
-    compiler_params=_compiler_params(),
+    compiler_params=_compiler_params(spec, layers, head_dim),
     interpret=spec.interpret,
     cost_estimate=_cost(stack, 2 * (layers + 1) / 2 + 2, v.dtype.itemsize),
     name='realformer_qk_attention_dkv',
@@ -350,7 +402,7 @@ def backward(
       scratch_shapes=[pltpu.VMEM((layers, block, head_dim), jnp.float32)],
     ),
     out_shape=grads_shape,
-    compiler_params=_compiler_params(),
+    compiler_params=_compiler_params(spec, layers, head_dim),
     interpret=spec.interpret,
     cost_estimate=_cost(stack, 2 * (layers + 1) / 2 + 1, v.dtype.itemsize),
     name='realformer_qk_attention_dq',

@@ -146,6 +146,8 @@ def kernel_attention(
     block_bwd=plan.block_bwd,
     interpret=plan.interpret,
   )
+  if spec.backend == 'mosaic':  # N layers' rows per block: tiles shrink with depth
+    spec = _kernels(spec).fit_blocks(spec, stack.shape[1], stack.shape[3], stack.shape[-1])
   padded = stack.shape[-1]
   v = v_BxLxHxK
   if padded != head_dim:

@@ -256,8 +256,8 @@ def test_mosaic_tiles_shrink_with_depth_to_fit_vmem():
     spec = mosaic_qk_attention.fit_blocks(plan_spec, layers, 4096, 64)
     tiles[layers] = (spec.block_q, spec.block_k, spec.block_bwd)
     need = mosaic_qk_attention.vmem_need(layers, 64, *tiles[layers])
-    limit = mosaic_qk_attention._vmem_limit(spec, layers, 64)  # pylint: disable=protected-access
-    assert (need <= mosaic_qk_attention._VMEM_BUDGET) == (limit is None)  # pylint: disable=protected-access
+    limit = mosaic_qk_attention.vmem_limit(spec, layers, 64)
+    assert (need <= mosaic_qk_attention.VMEM_BUDGET) == (limit is None)
     assert limit is None or limit > need
   assert tiles == {
     4: (256, 512, 256),

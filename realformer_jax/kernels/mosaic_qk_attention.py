@@ -40,7 +40,7 @@ from realformer_jax.kernels.spec import KernelSpec
 # with depth to stay within this share of the default 16 MiB scoped limit; where the smallest
 # (128 rows) still does not fit, the kernels ask for a higher limit (v4: 32 MiB of VMEM, later
 # chips 95-128 MiB).
-_VMEM_BUDGET = 12 * 2**20
+VMEM_BUDGET = 12 * 2**20
 _VMEM_SLACK = 8 * 2**20  # the small blocks (v, dO, statistics, bias) and Mosaic's own
 
 
@@ -60,34 +60,34 @@ def _halved(block: int) -> int:
 
 
 def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> KernelSpec:
-  """`spec` with tiles halved (down to 128) until the stacked blocks fit _VMEM_BUDGET;
+  """`spec` with tiles halved (down to 128) until the stacked blocks fit VMEM_BUDGET;
   interpret mode keeps its tiles."""
   del seq_len  # the plan's tiles divide it, and so do their halves
   if spec.interpret:
     return spec
   row = _row_bytes(layers, head_dim)
   block_q, block_k, block_bwd = spec.block_q, spec.block_k, spec.block_bwd
-  while 2 * row * (block_q + block_k) > _VMEM_BUDGET:
+  while 2 * row * (block_q + block_k) > VMEM_BUDGET:
     if _halved(block_k) != block_k and (block_k >= block_q or _halved(block_q) == block_q):
       block_k = _halved(block_k)
     elif _halved(block_q) != block_q:
       block_q = _halved(block_q)
     else:
       break
-  while 7 * row * block_bwd > _VMEM_BUDGET and _halved(block_bwd) != block_bwd:
+  while 7 * row * block_bwd > VMEM_BUDGET and _halved(block_bwd) != block_bwd:
     block_bwd = _halved(block_bwd)
   return dataclasses.replace(spec, block_q=block_q, block_k=block_k, block_bwd=block_bwd)
 
 
-def _vmem_limit(spec: KernelSpec, layers: int, head_dim: int) -> Optional[int]:
+def vmem_limit(spec: KernelSpec, layers: int, head_dim: int) -> Optional[int]:
   need = vmem_need(layers, head_dim, spec.block_q, spec.block_k, spec.block_bwd)
-  return None if need <= _VMEM_BUDGET else need + _VMEM_SLACK
+  return None if need <= VMEM_BUDGET else need + _VMEM_SLACK
 
 
 def _compiler_params(spec: KernelSpec, layers: int, head_dim: int):
   return pltpu.CompilerParams(
     dimension_semantics=('parallel', 'parallel', 'parallel', 'arbitrary'),
-    vmem_limit_bytes=_vmem_limit(spec, layers, head_dim),
+    vmem_limit_bytes=vmem_limit(spec, layers, head_dim),
   )
 
 

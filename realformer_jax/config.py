@@ -37,6 +37,11 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 DECODER_ATTENTIONS = ('standard', 'aan', 'merged')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
+# How residual attention hands its scores to the next layer: 'scores' the float32 [B, H, L, L]
+# sum (memory O(L^2)); 'qk' every layer's queries and keys, the sum rebuilt in the kernels
+# (O(L) memory, more FLOPs: kernels/qk_carry.py); 'auto' chosen from the shapes and the
+# device's memory when the model is built (kernels/carry_choice.py).
+RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
 # fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU);
 # 'pallas_triton' / 'pallas_mosaic' one of them by name; 'cudnn' jax's cuDNN flash attention
@@ -144,6 +149,10 @@ class ModelConfig:
   # acc_{l-1} = acc_l - s_l is rebuilt and each layer recomputed (recomputed_scores.py).
   # O(1) instead of O(num_layers) score-sized buffers: for long sequences. Needs scan_layers.
   residual_scores_backward: str = 'saved'
+  # Residual attention's carry: 'scores' (the sum above, with residual_scores_backward),
+  # 'qk' (the stacked queries and keys: memory linear in L, (4 + 2l) K instead of 4 K FLOPs
+  # per score element of layer l forward) or 'auto' (see RESIDUAL_CARRIES above).
+  residual_carry: str = 'auto'
   # Same numbers, different kernels (see ATTENTION_IMPLS above and kernels/select.py).
   attention_impl: str = 'auto'
   # Platform the attention is compiled for: 'auto' = jax.default_backend() when traced. The
@@ -205,6 +214,7 @@ class ModelConfig:
       'param_dtype': DTYPES,
       'remat_policy': REMAT_POLICIES,
       'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
+      'residual_carry': RESIDUAL_CARRIES,
       'decoder_attention': DECODER_ATTENTIONS,
       'attention_impl': ATTENTION_IMPLS,
       'attention_platform': ATTENTION_PLATFORMS,

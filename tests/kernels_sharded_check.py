@@ -18,7 +18,7 @@ from realformer_jax.train import step as step_lib
 from tests import scale_out_support as support
 
 
-def _config(impl: str):
+def _config(impl: str, **model):
   config = tiny.get_config()
   for flag in support.TINY_SHARDED:
     key, value = flag[len('--config.') :].split('=')
@@ -32,18 +32,22 @@ def _config(impl: str):
   config.mesh.shape = (2, 2, 2)
   config.model.attention_dropout_rate = 0.5  # masks that matter: any mismatch shows
   config.model.attention_impl = impl
+  for field, value in model.items():
+    config.model[field] = value
   return config
 
 
-def main():
+def sharded_runs(cases: dict, step_case: str) -> dict:
+  """{case: (loss, gradients)} of the sharded setup for each `cases` entry (impl, model
+  overrides), plus 'step_loss': one compiled train step of `step_case`."""
   shape = steps.Shape(
     'tiny', hidden=64, layers=2, heads=8, vocab=1000, seq_len=32, batch=16, predictions=5
   )
   batch = steps.make_batch(shape)
   batch['input_mask'][3, 20:] = 0  # padding in one shard's rows
   results = {}
-  for impl in ('xla', 'pallas'):
-    spec = pretraining.validate_config(_config(impl))
+  for case, (impl, model) in cases.items():
+    spec = pretraining.validate_config(_config(impl, **model))
     setup = build.make_setup(spec)
     state = state_lib.init_state(
       setup.model,
@@ -76,21 +80,30 @@ def main():
     )
     with partitioning.activate(setup.mesh, setup.rules):
       value, grads = grad_fn(state.params, device_batch, forward_rng)
-    results[impl] = (float(value), jax.tree.map(np.asarray, grads))
-    if impl == 'pallas':
+    results[case] = (float(value), jax.tree.map(np.asarray, grads))
+    if case == step_case:
       train_step = build.compile_train_step(setup)
       _, metrics = train_step(state, device_batch, rng)
       metrics = jax.device_get(metrics)
       results['step_loss'] = float(metrics['mlm_loss_sum'] / metrics['mlm_weight'])
-  scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(results['xla'][1]))
+  return results
+
+
+def grad_difference(actual, expected) -> float:
+  """The largest gradient difference relative to the largest expected gradient."""
+  scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(expected))
   worst = max(
-    float(np.max(np.abs(a - b)))
-    for a, b in zip(jax.tree.leaves(results['pallas'][1]), jax.tree.leaves(results['xla'][1]))
+    float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected))
   )
+  return worst / scale
+
+
+def main():
+  results = sharded_runs({'xla': ('xla', {}), 'pallas': ('pallas', {})}, 'pallas')
   print(
     json.dumps(
       {
-        'grad_difference': worst / scale,
+        'grad_difference': grad_difference(results['pallas'][1], results['xla'][1]),
         'loss_xla': results['xla'][0],
         'loss_pallas': results['pallas'][0],
         'step_loss': results['step_loss'],

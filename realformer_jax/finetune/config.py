@@ -34,6 +34,7 @@ FINETUNE_MODEL_FIELDS = (
   'scan_unroll',
   'remat_policy',
   'residual_scores_backward',
+  'residual_carry',
 )
 
 

@@ -61,6 +61,7 @@ INFERENCE_IRRELEVANT = (
   'scan_unroll',
   'remat_policy',
   'residual_scores_backward',
+  'residual_carry',
   'attention_impl',
   'attention_platform',
   'attention_check',  # the kernels' self-check at start-up

@@ -19,6 +19,7 @@ behind these two methods, so the encoder and the attention module never branch o
 | SealedPairPath       | Pallas kernels           | (sum, shadow), sealed (carried.py)  |
 | RecomputedEinsumPath | the einsum path          | the sum; recomputed_scores.py       |
 | RecomputedFusedPath  | Pallas kernels           | the sum; recomputed_stack.py        |
+| QKPath               | einsum path or kernels   | every layer's Q, K (qk_carry.py)    |
 
 A future way of carrying scores is one more implementation of these two methods.
 """
@@ -28,14 +29,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Protocol
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import carried, refusals
+from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals
 from realformer_jax.kernels.attend import fused_self_attention
+from realformer_jax.kernels.carry_choice import resolve_residual_carry
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
 from realformer_jax.kernels.select import AttentionPlan, pair_carry, plan
+from realformer_jax.kernels.spec import padded_head_dim
 
 # einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record)
 #   -> (context, scores): the model's reference attention (model/attention.py), handed in so
@@ -56,10 +61,13 @@ class LayerStack(Protocol):
   def run(self, x: jax.Array, scores: Any) -> tuple[jax.Array, Any]:
     """The layer modules (scan or loop) on (x, scores) -> (y, final scores)."""
 
-  def recompute(self, stack_fn: Callable[..., jax.Array], x: jax.Array, *paths: 'ScorePath'):
+  def recompute(
+    self, stack_fn: Callable[..., jax.Array], x: jax.Array, *paths: 'ScorePath', carry0=None
+  ):
     """stack_fn(layer_fns, params_N, x, acc0, keys_N, inputs): a stack that recomputes going
     down, given one functional layer per path (layer_fn(params_l, x, scores, index, key,
-    inputs) -> (y, scores'), attending through that path)."""
+    inputs) -> (y, scores'), attending through that path). acc0: `carry0`, else
+    zero_scores()."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +193,71 @@ class RecomputedFusedPath(FusedPath):
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class QKPath(ScorePath):
+  """`residual_carry='qk'`: the layers carry qk_carry.QKCarry (every layer's queries and
+  keys, and the layer index) and each layer rebuilds its score sum from them: through the
+  einsum path (one einsum over the stacked slots, then the model's einsum attention with that
+  sum as its incoming scores) without a plan, else through the kernels. With `recompute` (a
+  training call of a scanned stack) run_stack takes qk_carry.qk_stack, which saves the stack
+  once instead of once per layer."""
+
+  plan: Optional[AttentionPlan] = None  # None: the einsum path
+  einsum: EinsumAttention = None
+  dtype: Any = None  # the compute dtype
+  num_layers: int = 0
+  heads: int = 0
+  stack_head_dim: int = 0  # the head size, padded to the Triton tiles' power of two
+  recompute: bool = False
+  # As FusedPath's; off in the layers that qk_stack re-runs (it refuses at its entrance).
+  refuse_bias_and_scale_gradients: bool = True
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    stack, index = carried_in
+    q, k, v = (qkv[:, :, part] for part in range(3))
+    stack = nn.with_logical_constraint(
+      qk_reference.push(stack, index, q, k), qk_reference.STACK_AXES
+    )
+    if self.plan is None:
+      earlier = qk_reference.summed_scores(stack, index, scale, self.dtype)  # acc_{l-1}
+      context, _ = self.einsum(
+        qkv, earlier, bias, scale, divisor, dropout_key, keep_prob, self.dtype, record
+      )
+    else:
+      if self.refuse_bias_and_scale_gradients:
+        bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)
+      context, stack = qk_carry.kernel_attention(
+        self.plan, stack, v, index, bias, scale, divisor, dropout_key, keep_prob
+      )
+    return context, qk_carry.QKCarry(stack, index + 1)
+
+  def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
+    batch, length = x.shape[:2]
+    shape = (2, self.num_layers, batch, length, self.heads, self.stack_head_dim)
+    stack0 = nn.with_logical_constraint(jnp.zeros(shape, jnp.float32), qk_reference.STACK_AXES)
+    if self.recompute:
+      refuse = self.plan is not None
+      inner = dataclasses.replace(self, refuse_bias_and_scale_gradients=False)
+      return layers.recompute(_qk_stack_fn(refuse), x, inner, carry0=stack0)
+    y, _ = layers.run(x, qk_carry.QKCarry(stack0, jnp.zeros((), jnp.int32)))
+    return y
+
+
+def _qk_stack_fn(refuse: bool):
+  def stack_fn(layer_fns, params_N, x, stack0, keys_N, inputs):
+    if refuse:
+      inputs = refusals.refuse_tangent(inputs, refusals.SCALE_OR_BIAS)
+    (layer_fn,) = layer_fns
+
+    def on_stack(params_l, x, stack, index, key, aux):
+      y, carry = layer_fn(params_l, x, qk_carry.QKCarry(stack, index), index, key, aux)
+      return y, carry.stack
+
+    return qk_carry.qk_stack(on_stack, params_N, x, stack0, keys_N, inputs)
+
+  return stack_fn
+
+
 def _stack_refusing_input_gradients(layer_fns, params_N, x, acc0, keys_N, inputs):
   inputs = refusals.refuse_tangent(inputs, refusals.SCALE_OR_BIAS)
   return kernel_residual_stack(layer_fns, params_N, x, acc0, keys_N, inputs)
@@ -201,12 +274,27 @@ def stack_path(
   einsum: EinsumAttention,
   maps_requested: bool = False,
   may_recompute: bool = False,
+  batch: int = 1,
 ) -> ScorePath:
   """The path of one encoder call. `maps_requested`: attention maps are sown (einsum path);
   `may_recompute`: the caller allows a stack that recomputes going down (a training call: not
-  init, no analysis collections), taken when the config asks for it."""
+  init, no analysis collections), taken when the config asks for it (always with
+  residual_carry='qk', whose stack saves the carry once); `batch`: the call's batch size,
+  for residual_carry='auto' (carry_choice.py)."""
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   residual = config.use_residual_attention
+  if residual and resolve_residual_carry(config, batch, seq_len) == 'qk':
+    triton = attention_plan is not None and attention_plan.backend == 'triton'
+    return QKPath(
+      residual,
+      plan=attention_plan,
+      einsum=einsum,
+      dtype=config.compute_dtype,
+      num_layers=config.num_layers,
+      heads=config.num_heads,
+      stack_head_dim=padded_head_dim(config.head_dim) if triton else config.head_dim,
+      recompute=may_recompute and config.scan_layers,
+    )
   recompute = (
     may_recompute
     and residual

@@ -96,3 +96,15 @@ def score_gradient(
   p_dropped = drop(p, keep, keep_prob).astype(v.dtype)
   dp = drop(dot_t(do, v), keep, keep_prob)
   return p_dropped, p * (dp - delta)
+
+
+def summed_scores(q_of, k_of, layers: jax.Array, scale: jax.Array, shape: tuple[int, int]):
+  """acc = sum_{i < layers} scale q_i k_i^T for one [rows, cols] tile of the queries and keys
+  of stacked layers (`q_of(i)`, `k_of(i)` load layer i's tiles): residual_carry='qk'
+  (qk_reference.py). Added layer by layer, in the carried sum's order (acc_{i-1} + s_i);
+  `layers` is traced, a dynamic loop bound."""
+
+  def add(i, acc):
+    return acc + scores(q_of(i), k_of(i), scale)
+
+  return lax.fori_loop(0, layers, add, jnp.zeros(shape, jnp.float32))

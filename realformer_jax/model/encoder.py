@@ -99,6 +99,7 @@ class Encoder(nn.Module):
       einsum=einsum_attention,
       maps_requested=self.is_mutable_collection('intermediates'),
       may_recompute=self._may_recompute(),
+      batch=input_ids_BxL.shape[0],
     )
     inputs = LayerInputs(
       bias_Bx1x1xL=mask_bias(input_mask_BxL),
@@ -148,7 +149,7 @@ class _Layers:
       (x_BxLxD, scores), _ = layer((x_BxLxD, scores), jnp.asarray(index), self.inputs)
     return x_BxLxD, scores
 
-  def recompute(self, stack_fn, x_BxLxD, *paths):
+  def recompute(self, stack_fn, x_BxLxD, *paths, carry0=None):
     """The scanned layers' parameters through a functional stack (same parameters)."""
     encoder, cfg = self.encoder, self.encoder.config
     params_N = unbox(encoder.variables['params']['layers'])
@@ -171,4 +172,5 @@ class _Layers:
       return layer_fn
 
     layer_fns = tuple(layer_fn_of(path) for path in paths)
-    return stack_fn(layer_fns, params_N, x_BxLxD, self.zero_scores(), keys_N, self.inputs)
+    carry0 = self.zero_scores() if carry0 is None else carry0
+    return stack_fn(layer_fns, params_N, x_BxLxD, carry0, keys_N, self.inputs)

@@ -1,0 +1,230 @@
+"""residual_carry='qk': residual attention carrying the stacked queries and keys of the layers
+below instead of their float32 [B, H, L, L] score sum (qk_reference.py has the identity).
+
+The carry between layers is `QKCarry(stack, index)`: `stack` float32 [2, N, B, L, H, K] (part
+0 the queries, part 1 the keys; layer i writes slot i) and `index` the int32 number of the
+next layer, so the layer index is a traced scalar and the stack stays one rolled nn.scan.
+Layer l writes its q, k (after the rotary rotation) into slot l and attends with
+acc_l = sum_{i<=l} scale Q_i K_i^T, which is formed tile by tile inside the kernels
+(triton_qk_attention.py, mosaic_qk_attention.py) or, on the einsum path, by one einsum over
+the slots (qk_reference.summed_scores), and never carried. Memory: 2 N B L H K float32, O(L).
+
+`qk_attention` is the kernels' op (a custom VJP whose backward loops over the earlier layers
+of each score tile and adds dS_l K_i, dS_l^T Q_i into every earlier layer's gradient, in
+place over the stack's cotangent). Left to autodiff, a layer stack would save each layer's
+input carry, the whole stack, once per layer: O(N^2 L). `qk_stack` is the stack-level custom
+VJP training takes instead (as recomputed_scores.py, whose scans it shares): it saves each
+layer's input x_l [B, L, D] and the final stack ONCE; going down, each layer is re-run from x_l
+on the final stack (slots above l are never read) and its VJP adds its share into the stack's
+gradient, carried down in float32. Peak: the stack, its gradient and one layer's transients.
+The float32 stack keeps that gradient (a sum over up to N layers) in float32, as the carried
+sum's is; the values in it were computed in the compute dtype, and the kernels cast the tiles
+back to it for their matmuls.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from realformer_jax.config import ConfigError
+from realformer_jax.kernels import recomputed_scores, refusals
+from realformer_jax.kernels.attend import _axis_size, _mesh_axes
+from realformer_jax.kernels.dropout_bits import keep_threshold
+from realformer_jax.kernels.select import AttentionPlan
+from realformer_jax.kernels.spec import KernelSpec
+
+
+class QKCarry(NamedTuple):
+  stack: jax.Array  # float32 [2, N, B, L, H, K]: every layer's queries and keys
+  index: jax.Array  # int32 scalar: the layer that reads this carry
+
+
+def _kernels(spec: KernelSpec):
+  if spec.backend == 'triton':
+    from realformer_jax.kernels import triton_qk_attention  # pylint: disable=import-outside-toplevel
+
+    return triton_qk_attention
+  from realformer_jax.kernels import mosaic_qk_attention  # pylint: disable=import-outside-toplevel
+
+  return mosaic_qk_attention
+
+
+# The kernel calls, wrapped so that differentiating them (grad of grad) is the fused kernels'
+# one-line refusal (refusals.HIGHER_ORDER) instead of an error from inside Pallas.
+
+
+def _refuse_higher_order(*_):
+  raise ConfigError(refusals.HIGHER_ORDER)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _forward(stack, v, bias, fparams, iparams, layer, spec):
+  return _kernels(spec).forward(stack, v, bias, fparams, iparams, layer, spec)
+
+
+_forward.defvjp(lambda *args: (_forward(*args), None), _refuse_higher_order)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(11,))
+def _backward(stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec):
+  return _kernels(spec).backward(
+    stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec
+  )
+
+
+_backward.defvjp(lambda *args: (_backward(*args), None), _refuse_higher_order)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def qk_attention(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
+  """(out [B, L, H, K], stack unchanged): attention of layer `layer` (int32 [1]) whose
+  queries and keys are already in its slot. The stack is passed through so that its
+  cotangent (the layers above's gradients) reaches this op's backward, which adds to it in
+  place."""
+  out, _, _ = _forward(stack, v, bias, fparams, iparams, layer, spec)
+  return out, stack
+
+
+def _qk_fwd(stack, v, bias, fparams, iparams, layer, spec):
+  out, lse, bits = _forward(stack, v, bias, fparams, iparams, layer, spec)
+  return (out, stack), (stack, v, bias, fparams, iparams, layer, out, lse, bits)
+
+
+def _qk_bwd(spec, residuals, cotangents):
+  stack, v, bias, fparams, iparams, layer, out, lse, bits = residuals
+  g_out, g_stack = cotangents
+  g_out = g_out.astype(v.dtype)
+  delta = jnp.einsum('blhk,blhk->bhl', out.astype(jnp.float32), g_out.astype(jnp.float32))
+  dv, g_stack = _backward(
+    stack, v, g_out, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec
+  )
+  return g_stack, dv, jnp.zeros_like(bias), jnp.zeros_like(fparams), None, None
+
+
+qk_attention.defvjp(_qk_fwd, _qk_bwd)
+
+
+def kernel_attention(
+  plan: AttentionPlan,
+  stack: jax.Array,
+  v_BxLxHxK: jax.Array,
+  index: jax.Array,
+  bias_Bx1x1xL: jax.Array,
+  scale: jax.Array,
+  divisor: Optional[jax.Array],
+  dropout_key: Optional[jax.Array],
+  keep_prob: float,
+) -> tuple[jax.Array, jax.Array]:
+  """(context [B, L, H, K], stack) through the plan's kernels, per shard under a mesh (as
+  attend.fused_self_attention: batch and heads split, global offsets for the dropout mask).
+  The stack's head dimension may be padded (Triton's power-of-two tiles); v is padded to it
+  and the context sliced back."""
+  batch, _, heads, head_dim = v_BxLxHxK.shape
+  bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
+  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
+  fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
+  words = (
+    jnp.zeros((2,), jnp.uint32)
+    if dropout_key is None
+    else jax.random.bits(dropout_key, (2,), jnp.uint32)
+  )  # as dropout_bits.keep_mask
+  spec = KernelSpec(
+    plan.backend,
+    carry_in=False,
+    carry_out=False,
+    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    heads_total=heads,
+    block_q=plan.block_q,
+    block_k=plan.block_k,
+    block_bwd=plan.block_bwd,
+    interpret=plan.interpret,
+  )
+  if spec.backend == 'mosaic':  # N layers' rows per block: tiles shrink with depth
+    spec = _kernels(spec).fit_blocks(spec, stack.shape[1], stack.shape[3], stack.shape[-1])
+  padded = stack.shape[-1]
+  v = v_BxLxHxK
+  if padded != head_dim:
+    v = jnp.pad(v, [(0, 0)] * 3 + [(0, padded - head_dim)])
+  layer = jnp.reshape(jnp.asarray(index, jnp.int32), (1,))
+  context, stack = _sharded(spec, stack, v, bias_BxL, fparams, words, layer)
+  return context[..., :head_dim], stack
+
+
+def _sharded(spec, stack, v, bias, fparams, words, layer):
+  mesh = jax.sharding.get_abstract_mesh()
+  op = functools.partial(_op, spec=spec)
+  if mesh.empty or mesh.size == 1:
+    return op(stack, v, bias, fparams, jnp.concatenate([words, jnp.zeros((2,), jnp.uint32)]), layer)
+  batch_axes, head_axes = _mesh_axes('batch'), _mesh_axes('heads')
+  _, _, batch, _, heads, _ = stack.shape
+  local_batch = batch // _axis_size(mesh, batch_axes)
+  local_heads = heads // _axis_size(mesh, head_axes)
+
+  def offset(axes, size):
+    if axes is None:
+      return jnp.zeros((), jnp.uint32)
+    return jax.lax.axis_index(axes).astype(jnp.uint32) * np.uint32(size)
+
+  def per_shard(stack, v, bias, fparams, words, layer):
+    offsets = jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)])
+    return op(stack, v, bias, fparams, jnp.concatenate([words, offsets]), layer)
+
+  rows = P(batch_axes, None, head_axes, None)
+  stacked = P(None, None, batch_axes, None, head_axes, None)
+  return jax.shard_map(
+    per_shard,
+    mesh=mesh,
+    in_specs=(stacked, rows, P(batch_axes, None), P(batch_axes, None), P(), P()),
+    out_specs=(rows, stacked),
+    check_vma=False,
+  )(stack, v, bias, fparams, words, layer)
+
+
+def _op(stack, v, bias, fparams, iparams, layer, spec):
+  return qk_attention(stack, v, bias, fparams, iparams, layer, spec)
+
+
+# layer_fn(params_l, x, stack, index, key, aux) -> (y, stack'): one layer on the bare stack.
+LayerFn = Any
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def qk_stack(
+  layer_fn: LayerFn,
+  params_N: Any,
+  x_BxLxD: jax.Array,
+  stack0: jax.Array,
+  keys_N: Optional[jax.Array],
+  aux: Any,
+) -> jax.Array:
+  """The output of N layers carrying the stacked queries and keys (module docstring)."""
+  return recomputed_scores.scan_up(layer_fn, params_N, x_BxLxD, stack0, keys_N, aux)[0]
+
+
+def _stack_fwd(layer_fn, params_N, x, stack0, keys_N, aux):
+  y, (xs_N, stack) = recomputed_scores.scan_up(layer_fn, params_N, x, stack0, keys_N, aux)
+  return y, (params_N, xs_N, stack, keys_N, aux)
+
+
+def _stack_bwd(layer_fn, residuals, g_y):
+  def layer_down(params_l, x_l, stack, index, key, aux, g_x, g_stack):
+    # Re-run on the FINAL stack: layer l reads slots 0..l, which hold what they held when it
+    # ran going up, and writes slot l with the same values. The stack it returns is handed
+    # down (equal to the one it got), so the one it got dies and slot l is written in place.
+    (_, stack_out), vjp = jax.vjp(
+      lambda p, x, s, c: layer_fn(p, x, s, index, key, c), params_l, x_l, stack, aux
+    )
+    g_params, g_x_prev, g_stack_prev, g_aux = vjp((g_x, g_stack))
+    return g_params, g_x_prev, g_stack_prev, stack_out, g_aux
+
+  return recomputed_scores.scan_down(layer_down, residuals, g_y)
+
+
+qk_stack.defvjp(_stack_fwd, _stack_bwd)

@@ -1,0 +1,66 @@
+"""The carried sum rebuilt from the stacked queries and keys: the einsum form of
+`model.residual_carry='qk'` (the reference its kernels are tested against, and its CPU path).
+
+Residual attention hands layer l the sum of every layer's scaled scores (model/attention.py):
+
+    acc_l = sum_{i<=l} s_i,   s_i = scale * Q_i K_i^T   (per batch row and head)
+
+where Q_i, K_i [L, K] are layer i's queries and keys after the rotary rotation (rope rotates
+q and k before the product, so the rotated vectors are the ones kept) and `scale` is the score
+scale of the row's sequence: 1/sqrt(K), 1, or entropy-invariant log_b(n)/sqrt(K) with n the
+sequence's real keys. That scale is one value for every layer (the stack's shared
+block.LayerInputs), but it may as well differ per layer: a sum of products is one product
+over the concatenated features,
+
+    acc_l = [scale Q_0, ..., scale Q_l] [K_0, ..., K_l]^T      ([L, (l+1) K] x [(l+1) K, L]),
+
+because (A B^T)_{qv} = sum_f A_{qf} B_{vf} splits over any partition of the features f. So
+acc_l is a function of the per-layer queries and keys: carry those, [N, B, L, H, K] each,
+O(L) memory, instead of the [B, H, L, L] sum. Everything after the sum stays as it is: the
+softmax sees z_l = acc_l / (l + 1) (running mean) or acc_l, plus the padding bias added after
+(never part of the sum, so it is not folded into the queries); dropout acts on the
+probabilities. The carry holds no mask, no divisor and no dropout, as the carried sum does not.
+
+`stack` below is the carry: float32 [2, N, B, L, H, K], part 0 the queries, part 1 the keys;
+layer i writes slot i and layer l reads slots 0..l (later slots may hold anything: they are
+masked out, so a backward pass can re-run layer l on the final stack).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Layer i's slot of the carried stack, [2, N, B, L, H, K].
+STACK_AXES = (None, None, 'batch', 'length', 'heads', 'kv')
+
+
+def layer_scores(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, scale: jax.Array) -> jax.Array:
+  """s = scale Q K^T, float32 [B, H, L, L], as the einsum path forms one layer's scores."""
+  logits = jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK, preferred_element_type=jnp.float32)
+  return logits * scale
+
+
+def summed_scores(stack: jax.Array, upto: jax.Array, scale: jax.Array, dtype) -> jax.Array:
+  """acc = sum_{i < upto} scale Q_i K_i^T [B, H, L, L] float32, as ONE product over the
+  (upto x K) features of the stacked queries and keys (zero where upto is 0). `dtype`: the
+  compute dtype the einsum path multiplies in (the stack holds its values in float32)."""
+  layers = stack.shape[1]
+  used = (jnp.arange(layers) < upto)[:, None, None, None, None]
+  # where, not a product with 0: a slot not yet written may hold anything (inf x 0 is nan)
+  q_N, k_N = (jnp.where(used, stack[part], 0.0).astype(dtype) for part in range(2))
+  logits = jnp.einsum('nbqhk,nbvhk->bhqv', q_N, k_N, preferred_element_type=jnp.float32)
+  return logits * scale
+
+
+def push(stack: jax.Array, index: jax.Array, q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array):
+  """The stack with layer `index`'s queries and keys in its slot (float32; a [B, L, H, K']
+  slot wider than q is zero-padded: zero features add nothing to a product)."""
+  qk = jnp.stack([q_BxLxHxK, k_BxLxHxK]).astype(stack.dtype)
+  pad = stack.shape[-1] - qk.shape[-1]
+  if pad:
+    qk = jnp.pad(qk, [(0, 0)] * 4 + [(0, pad)])
+  start = (jnp.zeros((), jnp.int32), jnp.asarray(index, jnp.int32)) + (
+    jnp.zeros((), jnp.int32),
+  ) * 4
+  return jax.lax.dynamic_update_slice(stack, qk[:, None], start)

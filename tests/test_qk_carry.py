@@ -1,0 +1,328 @@
+"""model.residual_carry='qk': attention from the stacked queries and keys of the layers below
+(kernels/qk_reference.py, kernels/qk_carry.py) equals the carried-sum path. Matmuls in float32
+(tests/conftest.py pins 'highest')."""
+
+import dataclasses
+import json
+import logging
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels import carry_choice, mosaic_qk_attention, qk_carry, qk_reference
+from realformer_jax.kernels.select import AttentionPlan
+from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.model.attention import mask_bias, score_scale
+from realformer_jax.model.encoder import Encoder
+from realformer_jax.model.params import stack_layers, unbox, unstack_layers
+from realformer_jax.model.rotary import apply_rotary
+from realformer_jax.model.softmax_attention import softmax_dropout_values
+from tests import scale_out_support as support
+
+
+def _layers_qk(layers=3, batch=2, seq_len=16, heads=2, head_dim=8, seed=0):
+  keys = jax.random.split(jax.random.key(seed), 2)
+  shape = (layers, batch, seq_len, heads, head_dim)
+  return jax.random.normal(keys[0], shape), jax.random.normal(keys[1], shape)
+
+
+def test_sum_of_layer_scores_is_one_product_over_stacked_features():
+  # The identity, with the model's details: rotary-rotated q and k, a per-row
+  # (entropy-invariant) scale, and a sequence with padding (its own scale).
+  q_N, k_N = _layers_qk()
+  q_N, k_N = (jax.vmap(lambda x: apply_rotary(x, 10000.0))(x) for x in (q_N, k_N))
+  mask = np.ones((2, 16), np.int32)
+  mask[1, 5:] = 0
+  config = ModelConfig(hidden_size=16, num_heads=2, attention_scale='entropy_invariant')
+  scale = score_scale(config, jnp.asarray(mask))
+  stack = jnp.zeros((2,) + q_N.shape, jnp.float32)
+  acc = None
+  for layer in range(q_N.shape[0]):
+    s = qk_reference.layer_scores(q_N[layer], k_N[layer], scale)
+    acc = s if acc is None else acc + s  # model/attention.py's carried sum
+    stack = qk_reference.push(stack, jnp.asarray(layer), q_N[layer], k_N[layer])
+    from_stack = qk_reference.summed_scores(stack, jnp.asarray(layer + 1), scale, jnp.float32)
+    np.testing.assert_allclose(from_stack, acc, rtol=1e-5, atol=1e-5)
+  # Slots above the bound are never read, whatever they hold.
+  poisoned = stack.at[:, 2].set(jnp.inf)
+  np.testing.assert_array_equal(
+    qk_reference.summed_scores(poisoned, jnp.asarray(2), scale, jnp.float32),
+    qk_reference.summed_scores(stack, jnp.asarray(2), scale, jnp.float32),
+  )
+  assert not np.any(qk_reference.summed_scores(stack, jnp.asarray(0), scale, jnp.float32))
+
+
+def _op_inputs(layers=3, batch=2, seq_len=32, heads=2, head_dim=8, dtype=jnp.float32):
+  keys = jax.random.split(jax.random.key(1), 3)
+  stack = jax.random.normal(keys[0], (2, layers, batch, seq_len, heads, head_dim))
+  stack = stack.astype(dtype).astype(jnp.float32)  # values computed in the compute dtype
+  v = jax.random.normal(keys[1], (batch, seq_len, heads, head_dim), dtype)
+  mask = np.ones((batch, seq_len), np.int32)
+  mask[0, 20:] = 0  # padding
+  mask[1, :] = 0  # a sequence with no real key: a uniform softmax, no nan
+  weights = jax.random.normal(keys[2], v.shape)
+  return stack, v, jnp.asarray(mask), weights
+
+
+def _reference_context(stack, v, index, bias, scale, divisor, key, keep_prob, dtype):
+  acc = qk_reference.summed_scores(stack, index + 1, scale, dtype)
+  return softmax_dropout_values(acc, bias, divisor, v, key, keep_prob, dtype)[0]
+
+
+PLANS = {
+  'triton': AttentionPlan('pallas', 'triton', True, 16, 16, 16),
+  'mosaic': AttentionPlan('pallas', 'mosaic', True, 16, 16, 16),
+}
+
+
+@pytest.mark.parametrize(
+  'backend, running_mean, dropout, scale_kind',
+  [
+    ('triton', False, False, 'standard'),
+    ('triton', True, False, 'entropy_invariant'),
+    ('triton', True, True, 'entropy_invariant'),
+    ('triton', False, True, 'standard'),
+    ('mosaic', True, True, 'entropy_invariant'),
+    ('mosaic', False, False, 'standard'),
+  ],
+)
+def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout, scale_kind):
+  stack, v, mask, weights = _op_inputs()
+  index = jnp.asarray(1)
+  stack = stack.at[:, 2].set(1e30)  # a slot above the layer: never read
+  config = ModelConfig(hidden_size=16, num_heads=2, attention_scale=scale_kind)
+  scale = score_scale(config, mask)
+  bias = mask_bias(mask)
+  divisor = jnp.asarray(2.0) if running_mean else None
+  key = jax.random.key(7) if dropout else None
+  plan = PLANS[backend]
+  w_stack = jax.random.normal(jax.random.key(3), stack.shape)
+
+  def kernel_loss(stack, v):
+    context, passed = qk_carry.kernel_attention(
+      plan, stack, v, index, bias, scale, divisor, key, 0.75
+    )
+    return jnp.sum(context * weights) + jnp.sum(jnp.where(passed < 1e29, passed, 0) * w_stack)
+
+  def reference_loss(stack, v):
+    context = _reference_context(stack, v, index, bias, scale, divisor, key, 0.75, jnp.float32)
+    return jnp.sum(context * weights) + jnp.sum(jnp.where(stack < 1e29, stack, 0) * w_stack)
+
+  loss, grads = jax.value_and_grad(kernel_loss, argnums=(0, 1))(stack, v)
+  ref_loss, ref_grads = jax.value_and_grad(reference_loss, argnums=(0, 1))(stack, v)
+  np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+  for got, want in zip(grads, ref_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
+  assert not np.any(grads[0][:, 2])  # no gradient for a layer above
+
+
+# --- The encoder: residual_carry='qk' equals 'scores' ------------------------------------------
+
+SEQ = 32
+SLOW = pytest.mark.slow  # ~10 s or more on 2 cores
+
+
+def _encoder_config(**overrides):
+  base = dict(
+    vocab_size=50,
+    hidden_size=32,
+    num_layers=3,
+    num_heads=2,
+    mlp_dim=48,
+    max_len=SEQ,
+    ln_placement='realformer',
+    dropout_rate=0.1,
+    attention_dropout_rate=0.2,
+    residual_carry='scores',
+    attention_impl='xla',
+  )
+  return ModelConfig(**{**base, **overrides})
+
+
+def _encoder_inputs():
+  ids = jax.random.randint(jax.random.key(1), (2, SEQ), 1, 50)
+  mask = jnp.ones((2, SEQ), jnp.int32).at[1, 21:].set(0)
+  return ids, mask
+
+
+def _loss_and_grads(cfg, params, ids, mask, deterministic=False):
+  def loss(p):
+    h = Encoder(cfg).apply(
+      p, ids, mask, deterministic=deterministic, rngs={'dropout': jax.random.key(5)}
+    )
+    return jnp.sum(jnp.sin(h) * jnp.linspace(-1, 1, h.shape[-1]))
+
+  return jax.value_and_grad(loss)(params)
+
+
+def _assert_trees_close(actual, expected, rtol):
+  def close(a, b):
+    scale = float(np.max(np.abs(b))) if np.size(b) else 0.0
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale)
+
+  jax.tree.map(close, actual, expected)
+
+
+@pytest.mark.parametrize(
+  'impl, overrides',
+  [
+    ('xla', dict()),
+    ('xla', dict(running_mean=True, attention_scale='entropy_invariant')),
+    pytest.param('xla', dict(position_embedding='rope', scan_layers=False), marks=SLOW),
+    pytest.param('xla', dict(remat_policy='full'), marks=SLOW),
+    ('pallas_triton', dict(running_mean=True, attention_scale='entropy_invariant')),
+    ('pallas_triton', dict(position_embedding='rope', attention_scale='t5')),
+  ],
+)
+def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
+  # Values and gradients of a 3-layer RealFormer with dropout and a padded sequence; the
+  # reference is the carried-sum einsum path. The qk einsum path and the interpret-mode
+  # Triton kernels (tiles of 16: several per sequence). A scanned qk stack in training is
+  # qk_carry.qk_stack, which draws per-layer dropout keys as the recomputed-scores stack does
+  # (not as nn.scan splits them): that is its reference there, the plain scan's elsewhere.
+  cfg = _encoder_config(**overrides)
+  ids, mask = _encoder_inputs()
+  params = Encoder(cfg).init(jax.random.key(0), ids, mask)
+  reference = cfg.replace(residual_scores_backward='recomputed') if cfg.scan_layers else cfg
+  loss, grads = _loss_and_grads(reference, params, ids, mask)
+  qk = cfg.replace(residual_carry='qk', attention_impl=impl, attention_platform='cpu')
+  qk_loss, qk_grads = _loss_and_grads(qk, params, ids, mask)
+  np.testing.assert_allclose(qk_loss, loss, rtol=1e-5)
+  _assert_trees_close(qk_grads, grads, 1e-5)
+
+
+@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
+def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
+  # bfloat16 q, k, v: as tests/test_kernels.py's bfloat16 test, 2e-2 of the largest value
+  # (the kernels round exp(z - m) before P V, the einsum path the normalised p).
+  stack, v, mask, weights = _op_inputs(dtype=jnp.bfloat16)
+  index, key = jnp.asarray(2), jax.random.key(3)
+  bias, scale = mask_bias(mask), jnp.asarray(8**-0.5)
+  plan = PLANS[backend]
+
+  def kernel(stack, v):
+    return qk_carry.kernel_attention(plan, stack, v, index, bias, scale, None, key, 0.8)[0]
+
+  def reference(stack, v):
+    return _reference_context(stack, v, index, bias, scale, None, key, 0.8, jnp.bfloat16)
+
+  def close(got, want):
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.max(np.abs(want)))
+
+  context, vjp = jax.vjp(kernel, stack, v)
+  ref_context, ref_vjp = jax.vjp(reference, stack, v)
+  close(context, ref_context)
+  g_context = weights.astype(jnp.bfloat16)
+  for got, want in zip(vjp(g_context), ref_vjp(g_context)):
+    close(got, want)
+
+
+@pytest.mark.parametrize('impl', ['xla', pytest.param('pallas_triton', marks=pytest.mark.slow)])
+def test_qk_scan_equals_loop_and_forward_only_equals_scores(impl):
+  # scan_layers=True (training: qk_carry.qk_stack) == False (the Python loop), values and
+  # gradients; the forward alone (evaluation) and the plain nn.scan (here with the sown
+  # 'intermediates' that analysis asks for) equal the carried sum's.
+  cfg = _encoder_config(residual_carry='qk', attention_impl=impl, attention_platform='cpu')
+  ids, mask = _encoder_inputs()
+  params = Encoder(cfg).init(jax.random.key(0), ids, mask)
+  loop = cfg.replace(scan_layers=False)
+  loop_params = unstack_layers(params)
+  loss, grads = _loss_and_grads(cfg, params, ids, mask, deterministic=True)
+  loop_loss, loop_grads = _loss_and_grads(loop, loop_params, ids, mask, deterministic=True)
+  np.testing.assert_allclose(loop_loss, loss, rtol=1e-5)
+  loop_grads = stack_layers(loop_grads)
+  _assert_trees_close(loop_grads, unbox(grads), 1e-5)
+
+  scores = cfg.replace(residual_carry='scores', attention_impl='xla')
+  expected = Encoder(scores).apply(params, ids, mask)
+  np.testing.assert_allclose(Encoder(cfg).apply(params, ids, mask), expected, rtol=1e-5, atol=1e-5)
+  sown, _ = Encoder(cfg).apply(params, ids, mask, mutable=['intermediates'])
+  np.testing.assert_allclose(sown, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mosaic_tiles_shrink_with_depth_to_fit_vmem():
+  # Every Mosaic block holds a tile of all N layers' queries or keys: deeper stacks take
+  # smaller tiles (the plan's 256 / 512 / 256 at L = 4,096), and where 128 rows still exceed
+  # the budget the kernels ask for a larger VMEM limit instead.
+  plan_spec = KernelSpec('mosaic', False, False, 0, 12, 256, 512, 256)
+  tiles = {}
+  for layers in (4, 12, 24, 36):
+    spec = mosaic_qk_attention.fit_blocks(plan_spec, layers, 4096, 64)
+    tiles[layers] = (spec.block_q, spec.block_k, spec.block_bwd)
+    need = mosaic_qk_attention.vmem_need(layers, 64, *tiles[layers])
+    limit = mosaic_qk_attention.vmem_limit(spec, layers, 64)
+    assert (need <= mosaic_qk_attention.VMEM_BUDGET) == (limit is None)
+    assert limit is None or limit > need
+  assert tiles == {
+    4: (256, 512, 256),
+    12: (256, 512, 256),
+    24: (256, 256, 128),
+    36: (128, 128, 128),
+  }
+  interpret = dataclasses.replace(plan_spec, interpret=True)
+  assert mosaic_qk_attention.fit_blocks(interpret, 36, 4096, 64) == interpret
+
+
+@pytest.mark.parametrize('scan_layers', [True, False])
+def test_grad_of_grad_on_the_qk_kernels_is_refused_in_one_line(scan_layers):
+  cfg = _encoder_config(
+    residual_carry='qk', attention_impl='pallas_triton', scan_layers=scan_layers, num_layers=2
+  )
+  ids, mask = _encoder_inputs()
+  params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids, mask)
+
+  def loss(p):
+    return jnp.sum(jnp.square(Encoder(cfg).apply(p, ids, mask)))
+
+  def grad_norm(p):
+    return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(jax.grad(loss)(p)))
+
+  jax.eval_shape(jax.grad(loss), params)  # first order: fine
+  with pytest.raises(ConfigError, match=r"higher-order derivatives .* attention_impl='xla'"):
+    jax.eval_shape(jax.grad(grad_norm), params)
+
+
+def test_auto_carry_keeps_the_sum_unless_it_outgrows_the_device(monkeypatch, caplog):
+  large = ModelConfig(hidden_size=1024, num_heads=16, num_layers=24, ln_placement='realformer')
+  assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # no memory reported
+  monkeypatch.setattr(carry_choice, 'device_memory_bytes', lambda: 80 * 10**9)
+  with caplog.at_level(logging.INFO, logger=carry_choice.__name__):
+    assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # 0.5 GiB
+    assert carry_choice.resolve_residual_carry(ModelConfig(), 1, 131072) == 'qk'  # 768 GiB
+  assert "-> 'qk'" in caplog.text
+  assert carry_choice.resolve_residual_carry(large.replace(residual_carry='qk'), 1, 8) == 'qk'
+
+
+def test_residual_carry_is_validated_in_one_line():
+  with pytest.raises(ConfigError, match=r"^model.residual_carry='sum': must be one of auto"):
+    ModelConfig(residual_carry='sum')
+  # An old config without the field loads: the default is 'auto'.
+  assert ModelConfig.from_mapping({'num_layers': 2}).residual_carry == 'auto'
+
+
+@pytest.mark.slow
+def test_qk_carry_on_a_2x2x2_mesh_gives_the_carried_sum_gradients():
+  # tests/qk_sharded_check.py on 8 forced CPU devices: the einsum path and the Triton kernels
+  # (per shard, the single-device dropout masks) against the carried sum.
+  result = subprocess.run(
+    [sys.executable, '-m', 'tests.qk_sharded_check'],
+    env=support.device_env(8),
+    cwd=support.REPO,
+    text=True,
+    capture_output=True,
+    timeout=900,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report['devices'] == 8
+  assert report['grad_difference_xla'] <= 1e-5, report
+  assert report['grad_difference_pallas'] <= 1e-5, report
+  for case in ('loss_qk_xla', 'loss_qk_pallas'):
+    assert abs(report[case] - report['loss_scores']) <= 1e-5 * report['loss_scores'], report
+  assert abs(report['step_loss'] - report['loss_qk_pallas']) <= 1e-6 * report['loss_scores']

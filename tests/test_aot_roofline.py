@@ -192,6 +192,24 @@ def test_host_callbacks_and_custom_kernels_without_flops_are_listed_as_warnings(
   assert not est.warnings and est.matmul_flops == flops
 
 
+def test_a_kernel_fed_16_bit_and_float32_operands_states_16_bit_matmuls():
+  # The qk kernels read a float32 stack of bf16 values and v in bf16: their stated FLOPs run at
+  # the bf16 rate, not tf32's half of it.
+  flops = 4.0e12
+  config = '{"ir": "serialized_metadata = "{\\22flops\\22: \\22%d\\22}""}' % flops
+  hlo = f"""HloModule custom
+
+ENTRY %main (s: f32[2,12,1,4096,12,64], v: bf16[1,4096,12,64]) -> bf16[1,4096,12,64] {{
+  %s = f32[2,12,1,4096,12,64]{{5,4,3,2,1,0}} parameter(0)
+  %v = bf16[1,4096,12,64]{{3,2,1,0}} parameter(1)
+  ROOT %call = bf16[1,4096,12,64]{{3,2,1,0}} custom-call(%s, %v), custom_call_target="__gpu$xla.gpu.triton", backend_config={config}
+}}
+"""
+  (kernel,) = roofline.estimate(hlo, H100).kernels
+  assert kernel.matmul_flops == flops and kernel.bound == 'matmul'
+  assert kernel.seconds == pytest.approx(flops / BF16_RATE + LAUNCH)
+
+
 def test_cudnn_flash_attention_counts_both_matmuls_forward_and_five_backward():
   config = (
     '{"cudnn_fmha_backend_config": {"intermediate_tensor_shape": {"element_type": '

@@ -255,8 +255,9 @@ class Analyzer:
       if flops is None and self.custom_call_flops is not None:
         flops = self.custom_call_flops(ins)
       if flops:
-        dtype = operand_arrays[0].dtype if operand_arrays else 'bf16'
-        work.add_flops(targets.dtype_class(dtype, None, self.chip.platform), float(flops))
+        work.add_flops(
+          targets.dtype_class(_matmul_dtype(operand_arrays), None, self.chip.platform), float(flops)
+        )
       elif flops is None:  # a stated 0 is a kernel without matmuls, not an unknown
         work.warning = (
           f'{ins.name}: custom call {target!r}{_kernel_name(config)} states no '
@@ -504,6 +505,19 @@ def _stated_cost(config: str) -> dict:
     for key, value in stated.items()
     if key in ('flops', 'bytes_accessed', 'float_ops', 'int_ops', 'transcendentals')
   }
+
+
+# Float dtypes from the narrowest: a custom kernel's matmuls run at the narrowest it is fed.
+_FLOAT_WIDTHS = ('f8e4m3fn', 'f8e5m2', 'bf16', 'f16', 'f32', 'f64')
+
+
+def _matmul_dtype(operands: list[Array]) -> str:
+  """The arithmetic of a custom kernel's stated matmuls: the narrowest float dtype among its
+  operands. A kernel fed 16-bit tensors multiplies in 16 bits even where it also reads
+  float32 ones (the carried-sum kernels' float32 sum, the qk kernels' float32 stack of 16-bit
+  values, cast back per tile); all-float32 operands are a float32 model's kernel."""
+  floats = [a.dtype for a in operands if a.dtype in _FLOAT_WIDTHS]
+  return min(floats, key=_FLOAT_WIDTHS.index) if floats else 'bf16'
 
 
 def _kernel_name(config: str) -> str:

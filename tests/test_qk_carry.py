@@ -4,7 +4,6 @@
 
 import dataclasses
 import json
-import logging
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import carry_choice, mosaic_qk_attention, qk_carry, qk_reference
+from realformer_jax.kernels import mosaic_qk_attention, qk_carry, qk_reference
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale
@@ -286,17 +285,6 @@ def test_grad_of_grad_on_the_qk_kernels_is_refused_in_one_line(scan_layers):
   jax.eval_shape(jax.grad(loss), params)  # first order: fine
   with pytest.raises(ConfigError, match=r"higher-order derivatives .* attention_impl='xla'"):
     jax.eval_shape(jax.grad(grad_norm), params)
-
-
-def test_auto_carry_keeps_the_sum_unless_it_outgrows_the_device(monkeypatch, caplog):
-  large = ModelConfig(hidden_size=1024, num_heads=16, num_layers=24, ln_placement='realformer')
-  assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # no memory reported
-  monkeypatch.setattr(carry_choice, 'device_memory_bytes', lambda: 80 * 10**9)
-  with caplog.at_level(logging.INFO, logger=carry_choice.__name__):
-    assert carry_choice.resolve_residual_carry(large, 32, 512) == 'scores'  # 0.5 GiB
-    assert carry_choice.resolve_residual_carry(ModelConfig(), 1, 131072) == 'qk'  # 768 GiB
-  assert "-> 'qk'" in caplog.text
-  assert carry_choice.resolve_residual_carry(large.replace(residual_carry='qk'), 1, 8) == 'qk'
 
 
 def test_residual_carry_is_validated_in_one_line():

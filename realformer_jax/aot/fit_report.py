@@ -68,6 +68,15 @@ class FitReport:
   def mfu(self) -> float:
     return self.model_flops / (self.estimate.seconds * self.step.target.num_devices * self.peak)
 
+  def _carry(self) -> str:
+    """ ", residual_carry='qk'" for residual attention: the carry the build chose or was told."""
+    built = self.step.resolved.setup.model_config
+    if built is None or not built.use_residual_attention:
+      return ''
+    asked = self.step.spec.model.residual_carry
+    how = ' (auto: kernels/carry_choice.py)' if asked == 'auto' else ''
+    return f", residual_carry='{built.residual_carry}'{how}"
+
   def lines(self) -> list[str]:
     step, est, target = self.step, self.estimate, self.step.target
     spec, m = step.spec, step.memory
@@ -82,8 +91,8 @@ class FitReport:
     lines = [
       f'model: {model.ln_placement}, {model.num_layers} layers x {model.hidden_size}, '
       f'{model.num_heads} heads, vocab {model.vocab_size}, {model.dtype} compute, '
-      f"remat_policy='{model.remat_policy}'; global batch {train.global_batch_size} x "
-      f'{data.max_len} tokens; mesh {mesh}',
+      f"remat_policy='{model.remat_policy}'{self._carry()}; global batch "
+      f'{train.global_batch_size} x {data.max_len} tokens; mesh {mesh}',
       f'accumulation: {accum} microbatch(es) of {per_device // accum} sequence(s) per device'
       + (" (grad_accum_steps='auto', chosen for this target)" if self.auto else ' (as configured)'),
       'memory per device (XLA buffer assignment for the target):',

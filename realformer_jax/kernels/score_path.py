@@ -274,16 +274,16 @@ def stack_path(
   einsum: EinsumAttention,
   maps_requested: bool = False,
   may_recompute: bool = False,
-  batch: int = 1,
 ) -> ScorePath:
   """The path of one encoder call. `maps_requested`: attention maps are sown (einsum path);
   `may_recompute`: the caller allows a stack that recomputes going down (a training call: not
   init, no analysis collections), taken when the config asks for it (always with
-  residual_carry='qk', whose stack saves the carry once); `batch`: the call's batch size,
-  for residual_carry='auto' (carry_choice.py)."""
+  residual_carry='qk', whose stack saves the carry once). residual_carry='auto' left for the
+  model to decide (a model used outside the train setup) is carry_choice.py's rule against the
+  first local device's memory."""
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   residual = config.use_residual_attention
-  if residual and resolve_residual_carry(config, batch, seq_len) == 'qk':
+  if residual and resolve_residual_carry(config, seq_len) == 'qk':
     triton = attention_plan is not None and attention_plan.backend == 'triton'
     return QKPath(
       residual,

@@ -99,7 +99,6 @@ class Encoder(nn.Module):
       einsum=einsum_attention,
       maps_requested=self.is_mutable_collection('intermediates'),
       may_recompute=self._may_recompute(),
-      batch=input_ids_BxL.shape[0],
     )
     inputs = LayerInputs(
       bias_Bx1x1xL=mask_bias(input_mask_BxL),

@@ -129,11 +129,11 @@ def resolve(
   `devices` (default: all) are those the step is compiled for; `budget` is (bytes per device,
   description), default `memory_budget(spec.train)` of this host's devices. Both are for
   compiling for devices this host does not have (an accelerator topology)."""
+  budget, source = budget or memory_budget(spec.train)
   if spec.train.grad_accum_steps != AUTO:
-    setup = build.make_setup(spec, devices)
+    setup = build.make_setup(spec, devices, budget)
     return Resolved(spec, setup, build.compile_train_step(setup))
 
-  budget, source = budget or memory_budget(spec.train)
   per_device = _per_device_batch(spec, devices)
   # Accumulation counts that split every device's rows evenly, ascending.
   candidates = [a for a in range(1, per_device + 1) if per_device % a == 0]
@@ -143,7 +143,7 @@ def resolve(
 
     def need(accum: int, policy=policy, probes=probes) -> int:
       if accum not in probes:
-        setup = build.make_setup(_with(spec, accum, policy), devices)
+        setup = build.make_setup(_with(spec, accum, policy), devices, budget)
         try:
           compiled = build.compile_train_step(setup)
           probes[accum] = (setup, compiled, step_memory_bytes(compiled))

@@ -17,7 +17,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from realformer_jax import kernels
-from realformer_jax.kernels import self_check
+from realformer_jax.kernels import carry_choice, self_check
 from realformer_jax.train import partitioning
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
@@ -33,6 +33,10 @@ class TrainSetup:
   mesh: Mesh
   layout: state_lib.StateLayout
   batch_sharding: NamedSharding
+  # The model config the model was built with: spec.model with 'auto' attention platform and
+  # residual carry decided for these devices (the spec keeps 'auto': a resumed run decides
+  # again on its own devices; both carries compute the same numbers from the same weights).
+  model_config: Optional[Any] = None
 
   @property
   def task(self) -> Task:
@@ -67,13 +71,19 @@ class TrainSetup:
     return jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=self.replicated)
 
 
-def make_setup(spec: RunSpec, devices: Optional[Sequence[Any]] = None) -> TrainSetup:
-  """Everything but data and arrays, on a mesh of `devices` (default: all of them)."""
+def make_setup(
+  spec: RunSpec, devices: Optional[Sequence[Any]] = None, memory_bytes: Optional[int] = None
+) -> TrainSetup:
+  """Everything but data and arrays, on a mesh of `devices` (default: all of them).
+  `memory_bytes`: one device's memory budget, for residual_carry='auto' (default: the first
+  local device's limit; accumulation.resolve passes its budget, a target's when deviceless)."""
   mesh = partitioning.make_mesh(spec.mesh, devices)
   # Attention kernels for the platform the step is compiled for (kernels/select.py), checked
   # against the einsum path first when they run compiled on this process's devices.
   devices = list(mesh.devices.flat)
   model_config = kernels.resolve_platform(spec.model, devices)
+  # Which carry residual attention takes, decided once here for the run's length and logged.
+  model_config = carry_choice.resolved(model_config, _seq_len(spec), memory_bytes)
   model = spec.task.make_model(self_check.checked(model_config, devices, _seq_len(spec)))
   tx = state_lib.make_optimizer(spec.train)
   layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
@@ -84,6 +94,7 @@ def make_setup(spec: RunSpec, devices: Optional[Sequence[Any]] = None) -> TrainS
     mesh=mesh,
     layout=layout,
     batch_sharding=partitioning.batch_sharding(mesh, spec.rules),
+    model_config=model_config,
   )
 
 

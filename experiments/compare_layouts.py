@@ -723,6 +723,7 @@ def main(argv=None) -> dict:
     lambda done: plan_runs(done, plan),
     lambda run, report: train_one(plan, args, run, report),
     select=lambda runs: study.selected(runs, args.runs),
+    busy=study.trained_elsewhere(args),
   )
   analysis = analyse(results, plan)
   runs_lib.write_json(

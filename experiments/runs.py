@@ -162,15 +162,34 @@ def run_planned(
   train_one: Callable[[Run, Report], dict],
   select: Callable[[Sequence[Run]], Sequence[Run]] = lambda runs: runs,
   stream=None,
+  busy: Callable[[Run], bool] = lambda run: False,
+  poll_s: float = 60.0,
 ) -> dict[str, dict]:
   """Runs the plan's selected unfinished runs one by one, re-planning after each; returns every
-  finished result of the final plan."""
+  finished result of the final plan. With nothing of its selection left while another process
+  is training a run of the plan (`busy`: e.g. its workdir is locked), it waits for that run
+  (checking every `poll_s` seconds) instead of returning: the plan may grow when it finishes
+  (a process split by seeds would otherwise stop at the end of a stage the other closes)."""
   done_here: set[str] = set()
+  waited_for: list[str] = []
   while True:
     every = plan(_all_results(out_dir))
-    todo = [run for run in select(every) if Grid(out_dir, [run]).load(run) is None]
+    unfinished = [run for run in every if Grid(out_dir, [run]).load(run) is None]
+    todo = [run for run in select(every) if run in unfinished]
     if not todo:
-      return load_results(out_dir, every)
+      elsewhere = [run.name for run in unfinished if busy(run)]
+      if not elsewhere:
+        return load_results(out_dir, every)
+      if elsewhere != waited_for:
+        waited_for = elsewhere
+        print(
+          f'nothing selected left to run; waiting for {", ".join(elsewhere)} (another '
+          'process): the plan may grow when it finishes',
+          file=stream or sys.stdout,
+          flush=True,
+        )
+      time.sleep(poll_s)
+      continue
     # One run at a time through a Grid of what is left, so its progress line and ETA cover
     # the rest of this process's selection.
     grid = Grid(out_dir, todo, stream=stream)

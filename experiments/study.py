@@ -34,7 +34,7 @@ from realformer_jax import MaskedLM, data, train
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.model.losses import mlm_nll_and_correct
-from realformer_jax.train import mlm_metrics
+from realformer_jax.train import mlm_metrics, workdir_lock
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
 SEQUENCE_SUMS = (
@@ -281,6 +281,11 @@ def add_common_arguments(
 
 def scale_name(args: argparse.Namespace) -> str:
   return 'toy' if args.quick else args.scale
+
+
+def trained_elsewhere(args: argparse.Namespace) -> Callable[[runs_lib.Run], bool]:
+  """run_planned's `busy`: a run whose workdir (under --workdirs) a live process holds."""
+  return lambda run: workdir_lock.held(os.path.join(args.workdirs, run.name))
 
 
 def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:

@@ -182,3 +182,46 @@ def test_run_planned_follows_a_plan_that_grows_with_results(tmp_path):
   calls.clear()
   done = runs.run_planned(str(tmp_path), plan, train_one, stream=quiet)
   assert calls == [] and sorted(done) == ['a-s0', 'a-s1', 'b2-s0', 'b2-s1']
+
+
+def test_run_planned_waits_for_a_stage_another_process_is_finishing(tmp_path):
+  # Split by seed, the process that ends stage 1 first must not stop: the other one's run
+  # (busy) decides stage 2, half of which is this process's.
+  def plan(done):
+    first = [runs.Run('a-s0', {}), runs.Run('a-s1', {})]
+    return first + ([runs.Run('b-s0', {})] if all(r.name in done for r in first) else [])
+
+  calls, polls = [], []
+
+  def train_one(run, report):
+    calls.append(run.name)
+    return {'value': 1}
+
+  def busy(run):  # a-s1 is being trained elsewhere; it finishes after the second look
+    polls.append(run.name)
+    if len(polls) == 2:
+      runs.write_json(str(tmp_path / 'runs' / 'a-s1.json'), {'value': 2})
+    return run.name == 'a-s1'
+
+  quiet = io.StringIO()
+  only_s0 = lambda rs: [r for r in rs if r.name.endswith('-s0')]
+  runs.run_planned(str(tmp_path), plan, train_one, only_s0, quiet, busy=busy, poll_s=0)
+  assert calls == ['a-s0', 'b-s0'] and polls == ['a-s1', 'a-s1']
+  assert quiet.getvalue().count('waiting for a-s1') == 1
+  # Nobody training the missing run: the process returns instead of waiting for ever.
+  calls.clear()
+  (tmp_path / 'runs' / 'a-s1.json').unlink()
+  runs.run_planned(str(tmp_path), plan, train_one, only_s0, quiet, busy=lambda run: False)
+  assert calls == []
+
+
+def test_a_workdir_is_held_while_its_owner_lives(tmp_path):
+  from realformer_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
+
+  assert not workdir_lock.held(str(tmp_path))  # no lock file
+  lock = workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+  try:
+    assert workdir_lock.held(str(tmp_path))
+  finally:
+    lock.release()
+  assert not workdir_lock.held(str(tmp_path))

@@ -317,6 +317,18 @@ def _try_flock(fd: int) -> str:
     raise
 
 
+def held(workdir: str, lease_s: float = LEASE_S) -> bool:
+  """Whether a live run holds `workdir` now, read without taking any lock (a flock taken even
+  briefly to look could refuse a run starting at that moment): the recorded owner's pid is
+  alive on this host, or, on another host, its heartbeat is younger than the lease."""
+  holder = _read_holder(os.path.join(workdir, LOCK_FILE))
+  if holder is None:
+    return False
+  if holder.get('host') == socket.gethostname():
+    return _pid_alive(holder.get('pid'))
+  return _age(holder) < lease_s
+
+
 def _read_holder(path: str) -> Optional[dict]:
   """The owner recorded in the lock file at `path`, read without creating it."""
   try:

@@ -451,10 +451,12 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       if budget < steps:
         ax.axvline(budget, color='gray', lw=0.6, ls='--')
     study.draw_floors(ax, floors, 'mask_accuracy')
-    ax.set_ylim(bottom=0)
     ax.set_xlabel('training step (dashed: the shorter budgets)')
     ax.set_title(f'budget {steps:,} steps, rate {rate:g}')
     ax.legend(fontsize=7)
+  # Once every panel is drawn: the shared axis then spans them all (set per panel, it froze
+  # at the first panel's top and cut the longer budgets off).
+  np.atleast_1d(axes)[0].set_ylim(bottom=0)
   np.atleast_1d(axes)[0].set_ylabel('eval accuracy at [MASK] (%)')
   fig.tight_layout()
   paths.append(os.path.join(out, 'curves.png'))

@@ -175,9 +175,11 @@ def run_planned(
   while True:
     every = plan(_all_results(out_dir))
     unfinished = [run for run in every if Grid(out_dir, [run]).load(run) is None]
-    todo = [run for run in select(every) if run in unfinished]
+    mine = select(every)
+    todo = [run for run in mine if run in unfinished]
     if not todo:
-      elsewhere = [run.name for run in unfinished if busy(run)]
+      # Only a process with a share of the plan waits (one selecting nothing: a report).
+      elsewhere = [run.name for run in unfinished if mine and busy(run)]
       if not elsewhere:
         return load_results(out_dir, every)
       if elsewhere != waited_for:

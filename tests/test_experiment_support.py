@@ -213,6 +213,8 @@ def test_run_planned_waits_for_a_stage_another_process_is_finishing(tmp_path):
   (tmp_path / 'runs' / 'a-s1.json').unlink()
   runs.run_planned(str(tmp_path), plan, train_one, only_s0, quiet, busy=lambda run: False)
   assert calls == []
+  # A process that selects nothing (the report) never waits.
+  runs.run_planned(str(tmp_path), plan, train_one, lambda rs: [], quiet, busy=lambda run: True)
 
 
 def test_a_workdir_is_held_while_its_owner_lives(tmp_path):

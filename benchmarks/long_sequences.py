@@ -3,18 +3,33 @@
   python -m benchmarks.long_sequences                         # XLA memory, L = 2k / 4k / 8k
   python -m benchmarks.long_sequences --run                   # also train steps (accelerator)
   python -m benchmarks.long_sequences --lengths 512,1024 --hidden 64 --layers 2   # small
+  python -m benchmarks.long_sequences --target=h100:1      # deviceless: the long table
+  python -m benchmarks.long_sequences --target=v5p:1x1x1
 
 BERT-Base shape, batch 1, bfloat16 compute, every layer rematerialised, dropout 0.1. Variants:
 post; realformer with autodiff saving each layer's carried float32 [B, H, L, L] sum ('saved');
 realformer rebuilding them going down the stack ('recomputed', realformer_jax/
-recomputed_scores.py). Memory is XLA's buffer assignment of the compiled train step
-(arguments + outputs + temporaries - donated aliases), so it is known without running; --run
-adds the median step time and the device's peak (`memory_stats`, GPU / TPU).
+recomputed_scores.py); realformer carrying the stacked queries and keys instead of the sum
+('qk', residual_carry='qk': kernels/qk_carry.py). Memory is XLA's buffer assignment of the
+compiled train step (arguments + outputs + temporaries - donated aliases), so it is known
+without running; --run adds the median step time and the device's peak (`memory_stats`, GPU /
+TPU).
+
+--target compiles instead for an accelerator this host does not have (experiments.compile's
+targets) the project's own train step (the pretraining config, rotary positions, every layer
+rematerialised) and reads it with the kernel roofline: XLA's memory for that target and an
+ESTIMATED step time, never a measurement. Each (length, variant) is written to
+docs/results/long_sequences/<target>/runs/ as it finishes (a rerun skips it) and the table to
+results.md there. Default lengths 4k ... 128k; post, the sum ('recomputed', the scores carry's
+smallest) and 'qk'. XLA:TPU refuses to compile a program larger than the chip's HBM: such a row
+says "does not fit" with the bytes XLA asked for.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import statistics
 import sys
 import time
@@ -23,13 +38,21 @@ import jax
 
 from benchmarks import compiled_steps as bench
 from benchmarks import steps
+from experiments import runs as runs_lib
+from realformer_jax.aot import roofline, targets
+from realformer_jax.train import accumulation, build, pretraining
 from realformer_jax.units import GiB
 
+SCORES = dict(ln_placement='realformer', residual_carry='scores')
 VARIANTS = {
   'post': dict(ln_placement='post'),
-  'realformer saved': dict(ln_placement='realformer'),
-  'realformer recomputed': dict(ln_placement='realformer', residual_scores_backward='recomputed'),
+  'realformer saved': SCORES,
+  'realformer recomputed': dict(SCORES, residual_scores_backward='recomputed'),
+  'realformer qk': dict(ln_placement='realformer', residual_carry='qk'),
 }
+TARGET_VARIANTS = ('post', 'realformer recomputed', 'realformer qk')
+TARGET_LENGTHS = '4096,8192,16384,32768,65536,131072'
+RESULTS_DIR = os.path.join('docs', 'results', 'long_sequences')
 
 
 def measure(shape: steps.Shape, overrides: dict, dtype: str, run_steps: int) -> dict:
@@ -62,14 +85,131 @@ def measure(shape: steps.Shape, overrides: dict, dtype: str, run_steps: int) -> 
   return result
 
 
+def _shape(length: int, args) -> steps.Shape:
+  return steps.Shape(
+    f'L{length}',
+    hidden=args.hidden,
+    layers=args.layers,
+    heads=args.heads,
+    vocab=30522,
+    seq_len=length,
+    batch=1,
+    predictions=max(1, round(0.15 * length)),
+  )
+
+
+def estimate_for_target(shape: steps.Shape, overrides: dict, dtype: str, target, devices) -> dict:
+  """XLA's memory and the roofline's ESTIMATED step for the project's train step on `target`."""
+  config = steps.train_config(
+    shape,
+    dropout=0.1,
+    dtype=dtype,
+    remat_policy='full',
+    position_embedding='rope',
+    scan_unroll=1,
+    **overrides,
+  )
+  spec = pretraining.validate_config(config, device_count=len(devices), process_count=1)
+  start = time.perf_counter()
+  try:
+    compiled = build.compile_train_step(build.make_setup(spec, devices))
+  except jax.errors.JaxRuntimeError as e:  # XLA:TPU: larger than the chip's HBM
+    required = accumulation.out_of_memory_bytes(e)
+    if required is None:
+      raise
+    return {'compiled': False, 'required_bytes': required}
+  est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
+  return {
+    'compiled': True,
+    'compile_s': time.perf_counter() - start,
+    'memory_bytes': accumulation.step_memory_bytes(compiled),
+    'step_seconds': est.seconds,
+    'matmul_flops': est.matmul_flops,
+    # The floor no estimate may go under: every matmul at the datasheet bf16 peak.
+    'flops_at_peak_seconds': est.matmul_flops / target.chip.matmul_flops['bf16'],
+    'by_category': est.by_category(),
+    'warnings': list(est.warnings),
+  }
+
+
+def run_target(args) -> dict:
+  """The deviceless table for args.target (module docstring); resumable per row."""
+  target = targets.parse(args.target)
+  devices = target.devices()[:1]
+  out_dir = args.out or os.path.join(RESULTS_DIR, args.target.replace(':', '-'))
+  lengths = [int(n) for n in (args.lengths or TARGET_LENGTHS).split(',')]
+  variants = (args.variants or ','.join(TARGET_VARIANTS)).split(',')
+  runs = [
+    runs_lib.Run(f'L{n}-{v.replace(" ", "-")}', {'length': n, 'variant': v}, cost=n)
+    for n in lengths
+    for v in variants
+  ]
+
+  def one(run: runs_lib.Run, report) -> dict:
+    report(0.0, 'compiling for ' + target.describe())
+    shape = _shape(run.params['length'], args)
+    return {
+      **run.params,
+      **estimate_for_target(shape, VARIANTS[run.params['variant']], args.dtype, target, devices),
+    }
+
+  results = runs_lib.Grid(out_dir, runs).run(one)
+  budget = target.chip.usable_memory_bytes
+  markdown = render_target(results, lengths, variants, target, budget, args)
+  with open(os.path.join(out_dir, 'results.md'), 'w') as f:
+    f.write(markdown)
+  print(markdown)
+  print(f'wrote {out_dir}/results.md')
+  return results
+
+
+def render_target(results, lengths, variants, target, budget, args) -> str:
+  """results.md: per length and variant, XLA's memory, fit and the estimated step."""
+  lines = [
+    f'# Long sequences on {target.describe()}: ESTIMATED from a deviceless compile',
+    '',
+    f'`python -m benchmarks.long_sequences --target={args.target}` on a CPU host '
+    f'({datetime.date.today().isoformat()}, jax {jax.__version__}). hidden {args.hidden}, '
+    f'{args.layers} layers, {args.heads} heads, vocab 30522, batch 1, {args.dtype} compute, '
+    'float32 parameters and AdamW state, rotary positions, dropout 0.1, every layer '
+    "rematerialised, 15% of the tokens predicted. Memory: XLA's buffer assignment of the "
+    f'compiled train step, against {budget / GiB:.1f} GiB usable per device '
+    '(what XLA may take by default). Step: the kernel roofline '
+    '(realformer_jax/aot/roofline.py), an estimate, never a measurement; "FLOPs at peak" is '
+    'the floor it cannot go under (every matmul at the datasheet bf16 rate); x post: the '
+    "estimated step over Post-LN's at the same length.",
+    '',
+    '| L | variant | XLA memory (GiB) | fits | est. step (s) | FLOPs at peak (s) | x post |',
+    '|---:|---|---:|---|---:|---:|---:|',
+  ]
+  for n in lengths:
+    post = results.get(f'L{n}-post', {})
+    for v in variants:
+      r = results.get(f'L{n}-{v.replace(" ", "-")}')
+      if r is None:
+        continue
+      if not r['compiled']:
+        lines.append(f'| {n:,} | {v} | > {r["required_bytes"] / GiB:.1f} (refused) | no | | | |')
+        continue
+      ratio = f'{r["step_seconds"] / post["step_seconds"]:.2f}' if post.get('compiled') else ''
+      lines.append(
+        f'| {n:,} | {v} | {r["memory_bytes"] / GiB:.2f} | '
+        f'{"yes" if r["memory_bytes"] <= budget else "no"} | {r["step_seconds"]:.4g} | '
+        f'{r["flops_at_peak_seconds"]:.4g} | {ratio} |'
+      )
+  return '\n'.join(lines) + '\n'
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--lengths', default='2048,4096,8192')
+  parser.add_argument('--lengths', default=None, help='default 2048,4096,8192 (--target: 4k-128k)')
   parser.add_argument('--hidden', type=int, default=768)
   parser.add_argument('--layers', type=int, default=12)
   parser.add_argument('--heads', type=int, default=12)
   parser.add_argument('--dtype', default='bfloat16')
-  parser.add_argument('--variants', default=','.join(VARIANTS))
+  parser.add_argument('--variants', default=None, help=f'of {list(VARIANTS)}')
+  parser.add_argument('--target', default=None, help='deviceless: e.g. h100:1, v5p:1x1x1')
+  parser.add_argument('--out', default=None, help='--target: results folder')
   parser.add_argument(
     '--run',
     type=int,
@@ -78,6 +218,10 @@ def main(argv=None) -> dict:
     help='also time this many train steps per variant (needs the memory)',
   )
   args = parser.parse_args(argv)
+  if args.target:
+    return run_target(args)
+  args.lengths = args.lengths or '2048,4096,8192'
+  args.variants = args.variants or ','.join(VARIANTS)
   print(
     f'device: {jax.devices()[0].device_kind}; hidden {args.hidden}, {args.layers} layers, '
     f'{args.heads} heads, batch 1, {args.dtype}, remat full, dropout 0.1',
@@ -85,16 +229,7 @@ def main(argv=None) -> dict:
   )
   results = {}
   for length in (int(n) for n in args.lengths.split(',')):
-    shape = steps.Shape(
-      f'L{length}',
-      hidden=args.hidden,
-      layers=args.layers,
-      heads=args.heads,
-      vocab=30522,
-      seq_len=length,
-      batch=1,
-      predictions=max(1, round(0.15 * length)),
-    )
+    shape = _shape(length, args)
     for name in args.variants.split(','):
       r = measure(shape, VARIANTS[name], args.dtype, args.run)
       results[(length, name)] = r

@@ -178,3 +178,31 @@ def test_aot_profile_code_path_at_toy_shape(tmp_path):
   text = (tmp_path / 'results.md').read_text()
   assert "Estimated from XLA's compile for 1 x NVIDIA H100 SXM 80GB" in text
   assert 'ESTIMATES' in text and '| tiny (2 x 16) | HF FlaxBertForMaskedLM |' in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'target, variants', [('h100:1', ('post', 'realformer qk')), ('v5p:1x1x1', ('realformer qk',))]
+)
+def test_long_sequence_table_for_a_target_at_toy_size(tmp_path, target, variants, capsys):
+  # The docstring's deviceless commands: XLA's memory and the ESTIMATED step per row, never
+  # under the FLOPs at the datasheet peak; a rerun skips the finished rows. At the default
+  # matmul precision, as the command runs (Mosaic refuses the suite's 'highest' for bf16 tiles).
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
+
+  argv = [f'--target={target}', '--lengths=256', '--hidden=32', '--layers=2', '--heads=2']
+  argv += [f'--variants={",".join(variants)}', f'--out={tmp_path}']
+  with jax.default_matmul_precision('default'):
+    results = long_sequences.main(argv)
+  assert set(results) == {f'L256-{v.replace(" ", "-")}' for v in variants}
+  for row in results.values():
+    assert row['compiled'] and row['memory_bytes'] > 0
+    assert row['step_seconds'] >= row['flops_at_peak_seconds'] > 0
+  table = (tmp_path / 'results.md').read_text()
+  assert '| 256 | realformer qk |' in table and 'ESTIMATED' in table
+  capsys.readouterr()
+  long_sequences.main(argv)
+  done = len(variants)
+  assert f'{done}/{done} runs already done' in capsys.readouterr().out

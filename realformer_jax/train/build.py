@@ -81,10 +81,12 @@ def make_setup(
   # Attention kernels for the platform the step is compiled for (kernels/select.py), checked
   # against the einsum path first when they run compiled on this process's devices.
   devices = list(mesh.devices.flat)
+  seq_len = _seq_len(spec)
   model_config = kernels.resolve_platform(spec.model, devices)
   # Which carry residual attention takes, decided once here for the run's length and logged.
-  model_config = carry_choice.resolved(model_config, _seq_len(spec), memory_bytes)
-  model = spec.task.make_model(self_check.checked(model_config, devices, _seq_len(spec)))
+  model_config = carry_choice.resolved(model_config, seq_len, memory_bytes)
+  model_config = self_check.checked(model_config, devices, seq_len)
+  model = spec.task.make_model(model_config)
   tx = state_lib.make_optimizer(spec.train)
   layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
   return TrainSetup(

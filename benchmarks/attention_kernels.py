@@ -19,7 +19,8 @@ Rows (bfloat16 compute, float32 parameters, dropout 0.1, the project's train ste
 
 For each row: estimated step, MFU (model FLOPs, benchmarks/flops.py, over the roofline's matmul
 rate: 805 TFLOP/s on an H100), HBM bytes, XLA's step memory, and the attention kernels' own rows
-(their FLOPs and bytes as the kernels state them, realformer_jax/kernels/triton_attention.py).
+(their FLOPs and bytes as the kernels state them,
+realformer_jax/kernels/backends/triton/attention.py).
 RealFormer's carried sum has a floor, whatever the kernel: per layer and score element
 (E = B H L^2) it reads acc_{l-1} and writes acc_l going up (8 bytes), and going down reads the
 carried gradient and writes the next one (8), plus either reads a saved acc_l (4: the 20-byte

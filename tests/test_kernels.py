@@ -19,7 +19,7 @@ from kernel_platform import attention_platform, blocks, interpret, rtol
 from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import dropout_tiles
-from realformer_jax.kernels.cudnn import cudnn_attention
+from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention
 from realformer_jax.kernels.dropout_bits import keep_mask, keep_threshold
 from realformer_jax.model.softmax_attention import softmax_dropout_values
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import mosaic_qk_attention, qk_carry, qk_reference
+from realformer_jax.kernels import qk_carry, qk_reference
+from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale

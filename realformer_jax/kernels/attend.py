@@ -53,7 +53,7 @@ def fused_self_attention(
   bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
   if plan.path == 'cudnn':
-    from realformer_jax.kernels.cudnn import cudnn_attention  # pylint: disable=import-outside-toplevel
+    from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention  # pylint: disable=import-outside-toplevel
 
     q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
     return cudnn_attention(q, k, v, bias_Bx1x1xL, scale_B), ()

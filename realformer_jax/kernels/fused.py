@@ -32,10 +32,10 @@ def _kernels(spec: KernelSpec):
   # Imported on use: a CPU-only install can trace the Mosaic kernels, but there is no reason
   # to import a backend's lowering code before it is asked for.
   if spec.backend == 'triton':
-    from realformer_jax.kernels import triton_attention  # pylint: disable=import-outside-toplevel
+    from realformer_jax.kernels.backends.triton import attention as triton_attention  # pylint: disable=import-outside-toplevel
 
     return triton_attention
-  from realformer_jax.kernels import mosaic_attention  # pylint: disable=import-outside-toplevel
+  from realformer_jax.kernels.backends.mosaic import attention as mosaic_attention  # pylint: disable=import-outside-toplevel
 
   return mosaic_attention
 

@@ -6,8 +6,9 @@ The carry between layers is `QKCarry(stack, index)`: `stack` float32 [2, N, B, L
 next layer, so the layer index is a traced scalar and the stack stays one rolled nn.scan.
 Layer l writes its q, k (after the rotary rotation) into slot l and attends with
 acc_l = sum_{i<=l} scale Q_i K_i^T, which is formed tile by tile inside the kernels
-(triton_qk_attention.py, mosaic_qk_attention.py) or, on the einsum path, by one einsum over
-the slots (qk_reference.summed_scores), and never carried. Memory: 2 N B L H K float32, O(L).
+(backends/triton/qk_attention.py, backends/mosaic/qk_attention.py) or, on the einsum path, by
+one einsum over the slots (qk_reference.summed_scores), and never carried.
+Memory: 2 N B L H K float32, O(L).
 
 `qk_attention` is the kernels' op (a custom VJP whose backward loops over the earlier layers
 of each score tile and adds dS_l K_i, dS_l^T Q_i into every earlier layer's gradient, in
@@ -47,10 +48,10 @@ class QKCarry(NamedTuple):
 
 def _kernels(spec: KernelSpec):
   if spec.backend == 'triton':
-    from realformer_jax.kernels import triton_qk_attention  # pylint: disable=import-outside-toplevel
+    from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention  # pylint: disable=import-outside-toplevel
 
     return triton_qk_attention
-  from realformer_jax.kernels import mosaic_qk_attention  # pylint: disable=import-outside-toplevel
+  from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention  # pylint: disable=import-outside-toplevel
 
   return mosaic_qk_attention
 

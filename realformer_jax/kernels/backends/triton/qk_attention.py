@@ -1,13 +1,13 @@
 """Residual attention from the stacked queries and keys (residual_carry='qk'): Triton kernels.
 
-The same attention as triton_attention.py's residual kernels, but the carried sum is never
-read or written: each score tile is rebuilt in registers from the queries and keys of layers
-0..l (qk_reference.py, tile_math.summed_scores), l a traced scalar read by the kernel, so one
-kernel serves every layer of a rolled nn.scan.
+The same attention as the residual kernels of attention.py beside this file, but the carried sum
+is never read or written: each score tile is rebuilt in registers from the queries and keys of
+layers 0..l (qk_reference.py, tile_math.summed_scores), l a traced scalar read by the kernel, so
+one kernel serves every layer of a rolled nn.scan.
 
 forward   grid (query blocks, B, H): for each key block, acc = sum_{i<=l} scale q_i k_i^T
           (l + 1 tile products), then the online softmax, dropout and P V of
-          triton_attention.py. Writes the output and the row statistics; not the dropout
+          attention.py beside this file. Writes the output and the row statistics; not the dropout
           mask (that kernel's one bit per score element would be the one [L, L]-sized
           buffer of this carry: the backward draws the mask again, as the Mosaic kernels
           do, for ~32 integer ops per score element).
@@ -42,13 +42,13 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.spec import KernelSpec
-from realformer_jax.kernels.triton_attention import (
+from realformer_jax.kernels.backends.triton.attention import (
   HASH_OPS_PER_ELEMENT,
   _compiler_params,
   _cost_metadata,
   _draw_keep,
 )
+from realformer_jax.kernels.spec import KernelSpec
 
 
 def _stack_spec(layers: int, seq_len: int, head_dim: int) -> pl.BlockSpec:

@@ -290,7 +290,7 @@ def backward(
   spec: KernelSpec,
   rebuild: bool = False,
 ):
-  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like triton_attention.backward.
+  """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like the Triton backward.
   `lse` is (m, log l), [B, H, L, 1] each (this module's forward), `delta` [B, H, L]. No
   atomics on a TPU: dQ comes from a second kernel, which reads the carried gradient the first
   one wrote (residual attention) or recomputes p (without)."""

@@ -1,14 +1,14 @@
 """Residual attention from the stacked queries and keys (residual_carry='qk'): Mosaic (TPU).
 
-The computation of triton_qk_attention.py (see its docstring and qk_reference.py), moved the
-TPU way (mosaic_attention.py): grid steps whose blocks the pipeline brings into VMEM, running
-state in VMEM scratch across the innermost ("arbitrary") axis, and a heads-major layout: the
-op transposes the stack to [2, N, B, H, L, K] on the way in and the gradients back on the way
-out (O(N L) traffic per layer, small next to the (l + 1)-fold score work at the lengths this
-carry is for). A step's block holds a tile of every layer's queries (keys); the layer bound l
-is a scalar in SMEM, so slots above it are brought in but never multiplied. Those blocks are
-N times a carried-sum kernel's, so the tiles shrink with depth (`fit_blocks`); checked by
-deviceless v5e compiles of 12, 24 and 36 layers at L = 4,096.
+The computation of backends/triton/qk_attention.py (see its docstring and qk_reference.py),
+moved the TPU way (attention.py beside this file): grid steps whose blocks the pipeline brings
+into VMEM, running state in VMEM scratch across the innermost ("arbitrary") axis, and a
+heads-major layout: the op transposes the stack to [2, N, B, H, L, K] on the way in and the
+gradients back on the way out (O(N L) traffic per layer, small next to the (l + 1)-fold score
+work at the lengths this carry is for). A step's block holds a tile of every layer's queries
+(keys); the layer bound l is a scalar in SMEM, so slots above it are brought in but never
+multiplied. Those blocks are N times a carried-sum kernel's, so the tiles shrink with depth
+(`fit_blocks`); checked by deviceless v5e compiles of 12, 24 and 36 layers at L = 4,096.
 
 forward   grid (B, H, query blocks, key blocks): acc = sum_{i<=l} scale q_i k_i^T, then the
           online softmax, dropout (keep_tile_selected, drawn again in the backward) and P V.
@@ -33,7 +33,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.mosaic_attention import _SMEM, _heads_major, _int_words, _keep
+from realformer_jax.kernels.backends.mosaic.attention import _SMEM, _heads_major, _int_words, _keep
 from realformer_jax.kernels.spec import KernelSpec
 
 # VMEM: a block of every layer's rows is N times a carried-sum kernel's, so the tiles shrink

@@ -1,0 +1,1 @@
+"""jax's cuDNN flash attention (post / pre only)."""

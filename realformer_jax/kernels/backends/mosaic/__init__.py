@@ -1,0 +1,1 @@
+"""TPU kernels written in Pallas Mosaic."""

@@ -1,0 +1,1 @@
+"""GPU kernels written in Pallas Triton."""

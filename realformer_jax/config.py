@@ -50,6 +50,64 @@ ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'pallas', 'pallas_triton', 'pallas_mo
 ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 
 
+# Every ModelConfig field by what it is about, in this one place (a test checks that each field
+# has exactly one concern). What may differ between a checkpoint and the model that uses it
+# follows from it: fine-tuning (finetune/config.py) and the Hugging Face export
+# (interop/hf_export.py) derive their field sets from these tuples.
+FIELD_CONCERNS = {
+  # Which function the weights define: a checkpoint fixes these.
+  'architecture': (
+    'vocab_size',
+    'hidden_size',
+    'num_layers',
+    'num_heads',
+    'mlp_dim',
+    'max_len',
+    'type_vocab_size',
+    'ln_placement',
+    'residual_attention',
+    'running_mean',
+    'attention_scale',
+    'position_embedding',
+    'rope_base',
+    'entropy_base_len',
+    'norm',
+    'norm_epsilon',
+    'use_bias',
+    'activation',
+    'residual_branch',
+    'gate_schedule_steps',
+    'parameterization',
+  ),
+  # Noise while training only; the function at inference is the same.
+  'regularisation': ('dropout_rate', 'attention_dropout_rate'),
+  # How weights start: a checkpoint's weights already exist.
+  'initialisation': ('init', 'init_std', 'ds_init_gamma', 'ds_init_alpha'),
+  # How the function is computed: the same function (dtype: another rounding of it), other
+  # kernels, memory and compile time.
+  'execution': (
+    'dtype',
+    'scan_layers',
+    'scan_unroll',
+    'remat_policy',
+    'residual_scores_backward',
+    'residual_carry',
+    'attention_impl',
+    'attention_platform',
+    'attention_check',
+  ),
+  # How the weights are stored: a checkpoint's weights are restored as saved.
+  'storage': ('param_dtype',),
+  # Encoder-decoder models only (seq2seq/).
+  'decoder': ('num_decoder_layers', 'decoder_attention'),
+}
+
+
+def fields_of(*concerns: str) -> tuple[str, ...]:
+  """The ModelConfig fields of `concerns` (keys of FIELD_CONCERNS), in declaration order."""
+  return tuple(name for concern in concerns for name in FIELD_CONCERNS[concern])
+
+
 class ConfigError(ValueError):
   """A configuration value is invalid. The message names the field."""
 

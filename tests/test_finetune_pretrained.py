@@ -69,6 +69,18 @@ def test_a_model_field_that_differs_from_the_checkpoint_is_one_line(pretrained_w
     finetune.make_task(config).model_config(config.model)
 
 
+def test_how_the_model_runs_may_differ_from_the_checkpoint(pretrained_workdir):
+  # The checkpoint was trained with attention_impl='auto'; fine-tuning on the einsum path, with
+  # another remat policy and without the kernels' self-check changes no weight.
+  config = toy_config('bible_sections', model=False, finetune__init=pretrained_workdir)
+  config.model.attention_impl = 'xla'
+  config.model.remat_policy = 'full'
+  config.model.attention_check = False
+  model_config = finetune.make_task(config).model_config(config.model)
+  assert (model_config.attention_impl, model_config.remat_policy) == ('xla', 'full')
+  assert model_config.attention_check is False and model_config.hidden_size == 32
+
+
 @pytest.mark.slow
 def test_readme_fine_tuning_command_runs(pretrained_workdir, tmp_path):
   # README: python -m experiments.finetune --config=configs/finetune/bible_sections.py:init=

@@ -19,23 +19,14 @@ import dataclasses
 import ml_collections
 from ml_collections import config_dict
 
-from realformer_jax.config import ConfigError, ModelConfig, to_config_dict
+from realformer_jax.config import ConfigError, ModelConfig, fields_of, to_config_dict
 from realformer_jax.data.errors import DataError
 from realformer_jax.finetune import datasets
 from realformer_jax.train import defaults
 
-# May differ from the starting checkpoint: they change how the model is trained or computed,
-# not which function its weights define.
-FINETUNE_MODEL_FIELDS = (
-  'dropout_rate',
-  'attention_dropout_rate',
-  'dtype',
-  'scan_layers',
-  'scan_unroll',
-  'remat_policy',
-  'residual_scores_backward',
-  'residual_carry',
-)
+# May differ from the starting checkpoint: they change how the model is trained (dropout) or
+# computed (dtype, scan layout, remat, kernels), not which function its weights define.
+FINETUNE_MODEL_FIELDS = fields_of('regularisation', 'execution')
 
 
 def default_model_config() -> ml_collections.ConfigDict:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig, fields_of
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.interop import hf_convert
 
@@ -47,30 +47,18 @@ EXPORTABLE = {
   'residual_branch': ('plain',),
   'parameterization': ('standard',),
 }
-INFERENCE_IRRELEVANT = (
-  'dropout_rate',
-  'attention_dropout_rate',
+# Architecture fields the export handles itself (checked by check_exportable and
+# is_standard_bert, or written to config.json), beside every field that does not change the
+# function at inference (config.FIELD_CONCERNS).
+_EXPORT_HANDLED = (
   'gate_schedule_steps',  # residual_branch='plain' only
-  'init',
-  'init_std',
-  'ds_init_gamma',
-  'ds_init_alpha',
-  'dtype',  # the export is float32 whatever the training compute dtype
-  'param_dtype',
-  'scan_layers',
-  'scan_unroll',
-  'remat_policy',
-  'residual_scores_backward',
-  'residual_carry',
-  'attention_impl',
-  'attention_platform',
-  'attention_check',  # the kernels' self-check at start-up
-  'num_decoder_layers',  # encoder-decoder models only
-  'decoder_attention',
   'entropy_base_len',  # attention_scale='entropy_invariant' only, which is refused
   'rope_base',  # written to config.json
   'residual_attention',  # both values are exported
   'running_mean',
+)
+INFERENCE_IRRELEVANT = (
+  fields_of('regularisation', 'initialisation', 'execution', 'storage', 'decoder') + _EXPORT_HANDLED
 )
 _SIZES = tuple(hf_convert.HF_CONFIG_FIELDS)
 

@@ -30,8 +30,8 @@ def start_from_arg(
 
 def tiny_model() -> dict:
   """configs/tiny.py's architecture: the model fields it sets away from ModelConfig's defaults,
-  but those fine-tuning sets itself (FINETUNE_MODEL_FIELDS: dropout, dtype, layout of the
-  computation), with an embedding table the size of its tokenizer's vocabulary."""
+  but those fine-tuning sets itself (FINETUNE_MODEL_FIELDS: dropout and how the model is
+  computed), with an embedding table the size of its tokenizer's vocabulary."""
   pretraining = tiny.get_config()
   defaults = dataclasses.asdict(ModelConfig())
   model = {

@@ -30,10 +30,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from benchmarks import flops as flops_lib
 from benchmarks import steps
 from benchmarks.profiles import BASE_128, BASE_512, LARGE_512, TINY
-from experiments import runs as runs_lib
 from realformer_jax.aot import roofline, targets
 from realformer_jax.train import accumulation, build, pretraining
 from realformer_jax.units import GiB
+from studies import runs as runs_lib
 
 CANDIDATES = ('post', 'realformer', 'pre', 'hf')
 LABELS = {

@@ -1,7 +1,3 @@
-"""Before any command of this package starts JAX: the CPU on a machine without a GPU or TPU,
-so that installed accelerator plugins print nothing (experiments/platform_choice.py, which
-imports nothing heavy: a module's own JAX_PLATFORMS setting still applies after it)."""
-
-from experiments.platform_choice import prefer_cpu_without_accelerator
-
-prefer_cpu_without_accelerator()
+"""The experiments commands. The platform choice on a machine with accelerator plugins but no
+accelerator happens when they import realformer_jax (realformer_jax/platform_choice.py), so a
+command's own JAX_PLATFORMS setting, made before that import, still applies."""

@@ -43,10 +43,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import runs as runs_lib
-from experiments import stats, study
-from experiments.report import LAYOUT_COLORS
 from realformer_jax import MaskedLM, data, train
+from studies import runs as runs_lib
+from studies import stats, study
+from studies.report import LAYOUT_COLORS
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
 

@@ -57,9 +57,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from experiments import compare_layouts, stats, study
-from experiments import runs as runs_lib
-from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from experiments import compare_layouts
+from studies import runs as runs_lib
+from studies import stats, study
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 LAYOUTS = ('post', 'realformer')
 

@@ -55,9 +55,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from experiments import runs as runs_lib
-from experiments import stats, study
-from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies import runs as runs_lib
+from studies import stats, study
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),

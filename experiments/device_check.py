@@ -74,7 +74,7 @@ HEAD_DIM = {'toy': 16, 'full': 64}  # BERT's head size on a device
 def environment() -> dict:
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import platform_choice  # pylint: disable=import-outside-toplevel
+  from realformer_jax import platform_choice  # pylint: disable=import-outside-toplevel
 
   devices = jax.devices()
   stats = devices[0].memory_stats() or {}

@@ -42,10 +42,10 @@ import sys
 import numpy as np
 
 from configs.finetune import bible_sections
-from experiments import runs as runs_lib
-from experiments import stats, study
-from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 from realformer_jax import finetune, train
+from studies import runs as runs_lib
+from studies import stats, study
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 STARTS = ('realformer', 'post', 'scratch')
 NAMES = {**LAYOUT_NAMES, 'scratch': 'Post-LN from scratch'}

@@ -26,11 +26,11 @@ import jax
 import numpy as np
 import optax
 
-from experiments import study
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
+from studies import study
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
   'post': dict(ln_placement='post'),

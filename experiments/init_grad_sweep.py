@@ -22,11 +22,11 @@ import time
 import jax
 import numpy as np
 
-from experiments import study
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
+from studies import study
 
 BASE = dict(
   num_layers=48,

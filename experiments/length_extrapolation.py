@@ -38,9 +38,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import runs as runs_lib
-from experiments import stats, study
-from experiments.report import seed_cell
+from studies import runs as runs_lib
+from studies import stats, study
+from studies.report import seed_cell
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),

@@ -40,10 +40,10 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import runs as runs_lib
-from experiments import study
-from experiments.report import seed_cell
 from realformer_jax import train
+from studies import runs as runs_lib
+from studies import study
+from studies.report import seed_cell
 
 SCALES = {
   # The earlier compare_layouts CPU scale, where learned positions did not learn.

@@ -7,7 +7,7 @@ For every seed and decoder ('standard': masked self-attention, cross-attention, 
 'merged': MAtt = AAN + cross-attention, FFN; both Post-LN with DS-Init) it trains one
 encoder-decoder on the training books (the training loop, train/loop.py, with the translation
 task: realformer_jax/seq2seq/trainer.py) and scores greedy and beam search on the held-out test
-books with sacrebleu. Runs are a resumable grid (experiments/runs.py): a finished run is never
+books with sacrebleu. Runs are a resumable grid (studies/runs.py): a finished run is never
 trained again, a finished workdir is only evaluated, and an interrupted run (SIGTERM saves a
 checkpoint and stops the grid) resumes mid-run from its checkpoints. A run that diverges, or
 another fault of the loop, ends the command with one `error:` line.
@@ -40,8 +40,6 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import runs as runs_lib
-from experiments import stats
 from experiments.cli import (
   CONFIG_HELP,
   define_print_config,
@@ -50,7 +48,6 @@ from experiments.cli import (
   parse_flags,
   print_config,
 )
-from experiments.report import seed_cell
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import config as seq2seq_config
@@ -60,6 +57,9 @@ from realformer_jax.seq2seq import trainer as translation
 from realformer_jax.train import distributed, library_noise
 from realformer_jax.train.errors import TrainingError
 from realformer_jax.train.spec import RunSpec
+from studies import runs as runs_lib
+from studies import stats
+from studies.report import seed_cell
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', 'configs/translate.py', f'configs/translate.py[:cpu|gpu]. {CONFIG_HELP}'

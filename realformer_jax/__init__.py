@@ -2,6 +2,9 @@
 encoder-decoder with average / merged attention (the seq2seq package: Seq2Seq, decoding for
 greedy and beam search, the WEB -> BBE translation task)."""
 
+# First, before JAX starts: on a machine with accelerator plugins but no accelerator it chooses
+# the CPU, so that importing this package prints no plugin traceback.
+from realformer_jax import platform_choice
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.model.attention import ResidualSelfAttention
 from realformer_jax.model.block import EncoderLayer, FeedForward

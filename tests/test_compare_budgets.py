@@ -9,7 +9,8 @@ import os
 import pytest
 from data_fixtures import bible_config
 
-from experiments import compare_budgets, stats
+from experiments import compare_budgets
+from studies import stats
 
 CPU = compare_budgets.PLANS['cpu']
 

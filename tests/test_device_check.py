@@ -1,6 +1,6 @@
 """`python -m experiments.device_check` (the command for a researcher's first GPU or TPU) runs
 on this CPU machine at its toy size and reports each part; and a CPU process of the CLIs prints
-no accelerator-plugin noise with the `aot` extra installed (experiments/platform_choice.py).
+no accelerator-plugin noise with the `aot` extra installed (realformer_jax/platform_choice.py).
 """
 
 import json
@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from experiments import platform_choice
+from realformer_jax import platform_choice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN_NOISE = ('Traceback', 'cuDNN', 'Jax plugin configuration error', 'E0000', 'libtpu')

@@ -11,8 +11,9 @@ import os
 import pytest
 from data_fixtures import bible_config
 
-from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe, study
+from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe
 from realformer_jax import train
+from studies import study
 
 
 @pytest.fixture(scope='module')

@@ -1,6 +1,6 @@
-"""experiments/stats.py against tabulated t quantiles, hand computations and formulas (Holm,
-the seed + eval-set interval, the verdict rule); experiments/report.py's table cell;
-experiments/runs.py resumes a grid without re-running finished runs, prints ETAs, and follows
+"""studies/stats.py against tabulated t quantiles, hand computations and formulas (Holm,
+the seed + eval-set interval, the verdict rule); studies/report.py's table cell;
+studies/runs.py resumes a grid without re-running finished runs, prints ETAs, and follows
 a plan that grows with its results."""
 
 import io
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import report, runs, stats
+from studies import report, runs, stats
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ __all__ = [
 ]
 MODEL_TYPES = ('unigram', 'bpe')
 # Every tokenizer trained here gives piece i of this tuple id i (the module docstring's table;
-# batches built without a tokenizer, e.g. experiments/study.py's synthetic ones, use it too).
+# batches built without a tokenizer, e.g. studies/study.py's synthetic ones, use it too).
 TRAINED_SPECIALS = (PAD, UNK, CLS, SEP, MASK)
 # Bump when the trainer settings below change, so old cache entries are not reused.
 _TRAINER_REVISION = 1

@@ -10,7 +10,7 @@ class TrainingError(RuntimeError):
 
 class DivergenceError(TrainingError):
   """A non-finite loss or gradient stopped training; `step` is where, as data (a study records
-  the divergence as a result, experiments/study.py), the message says it in words.
+  the divergence as a result, studies/study.py), the message says it in words.
 
   `dead_end`: the checkpoint every resume would diverge from again, if any: a step's loss and
   gradients depend only on the state, batch and key that the checkpoint of the step before

@@ -29,12 +29,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import runs as runs_lib
 from realformer_jax import MaskedLM, data, train
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import mlm_metrics, workdir_lock
+from studies import runs as runs_lib
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
 SEQUENCE_SUMS = (

@@ -1,10 +1,10 @@
-"""The CLIs' choice of JAX platform on a machine with accelerator plugins but no accelerator.
+"""The choice of JAX platform on a machine with accelerator plugins but no accelerator.
 
 With a GPU or TPU plugin installed (the `aot` extra does it: jax-cuda13-plugin and libtpu), a
 JAX process that finds no such device still initialises the plugins first: the CUDA plugin
 logs a 20-line `RuntimeError: cuDNN not found` traceback before JAX falls back to the CPU, and
 libtpu prints `E0000 ...` lines about TPU metadata. `prefer_cpu_without_accelerator()` runs
-before JAX is imported (experiments/__init__.py, benchmarks/__init__.py): when the machine
+when realformer_jax is imported, before the package imports JAX: when the machine
 has no accelerator device file (NVIDIA `/dev/nvidia0..`, AMD `/dev/kfd`, TPU `/dev/accel*` or
 `/dev/vfio/<n>`), it sets JAX_PLATFORMS=cpu, so the plugins are never asked. A machine with one
 of those files is left alone (a real GPU is never hidden, and a GPU whose libraries are broken
@@ -42,3 +42,7 @@ def prefer_cpu_without_accelerator(patterns=_DEVICE_FILES) -> str:
       sys.modules['jax'].config.update('jax_platforms', 'cpu')
     decision = 'cpu (no GPU/TPU device file: accelerator plugins not initialised)'
   return decision
+
+
+# Once, when realformer_jax is imported (its __init__ imports this module first).
+prefer_cpu_without_accelerator()

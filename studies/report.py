@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from experiments import stats
+from studies import stats
 
 LAYOUT_NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
 LAYOUT_COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}

@@ -8,15 +8,17 @@ run's own attention settings (head size, dtype, layer-norm placement, residual a
 scales, RoPE, dropout, remat, the recomputed stack) runs forward and backward once through the
 kernels and once through the einsum path on that device, at the kernels' real tile sizes, with
 padding and the same dropout masks. Its outputs and parameter gradients must agree within
-TOLERANCE of their largest value (float32 matmuls at 'highest' on the einsum side).
+TOLERANCE of their largest value (float32 matmuls at 'highest' on the einsum side). It runs an
+encoder, so it lives above the model (kernels/ never imports the model).
 
 On a mismatch, a compile error or a runtime failure, 'auto' falls back to the einsum path with
 one `warning:` line saying why, and an explicit kernel stops with one ConfigError line. The
 verdict is cached in memory and on disk (`attention_checks.json` under $REALFORMER_JAX_CACHE,
 default ~/.cache/realformer_jax) per device kind, jax / jaxlib version, kernel source (a hash
-of realformer_jax/kernels/ and model/) and problem, so a run pays for the check once.
-`model.attention_check=False` skips it. A deviceless compile (devices of a topology, not of
-this process) and CPU runs (interpret mode) are never checked here.
+of realformer_jax/kernels/, every backend's folder included, and model/) and problem, so a
+run pays for the check once. `model.attention_check=False` skips it. A deviceless compile
+(devices of a topology, not of this process) and CPU runs (interpret mode) are never checked
+here.
 """
 
 from __future__ import annotations
@@ -70,21 +72,24 @@ def probe_config(config: ModelConfig, plan: select.AttentionPlan, length: int) -
     num_layers=2,
     scan_unroll=1,
     max_len=length,
-    attention_impl=f'pallas_{plan.backend}',
+    attention_impl=plan.kernels.attention_impl,
   )
 
 
 @functools.lru_cache(maxsize=None)
 def kernel_source_hash() -> str:
-  """Hash of the code a kernel's numbers depend on: kernels/ and model/."""
+  """Hash of the code a kernel's numbers depend on: kernels/ (with every backend's folder)
+  and model/."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   digest = hashlib.sha256()
   for package in ('kernels', 'model'):
-    folder = os.path.join(root, package)
-    for name in sorted(os.listdir(folder)):
-      if name.endswith('.py'):
-        with open(os.path.join(folder, name), 'rb') as f:
-          digest.update(name.encode() + b'\0' + f.read())
+    top = os.path.join(root, package)
+    for folder, _, names in sorted(os.walk(top)):
+      for name in sorted(names):
+        if name.endswith('.py'):
+          path = os.path.join(folder, name)
+          with open(path, 'rb') as f:
+            digest.update(os.path.relpath(path, top).encode() + b'\0' + f.read())
   return digest.hexdigest()[:16]
 
 

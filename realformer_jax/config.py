@@ -164,7 +164,7 @@ class ModelConfig:
   attention_platform: str = 'auto'
   # Before a run's first step on a GPU / TPU, check the kernels 'auto' or 'pallas' takes
   # against the einsum path on that device (a tiny problem at the run's head size and dtype;
-  # kernels/self_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
+  # analysis/kernel_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
   # with one error line. False trusts the kernels unchecked.
   attention_check: bool = True
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from realformer_jax import Encoder, ModelConfig
+from realformer_jax.analysis import kernel_check
 from realformer_jax.aot import categories
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, select
@@ -186,3 +187,14 @@ def test_compiled_hlo_categories_ask_the_records():
     assert categories.categorize(unknown) == categories.ATTENTION
   finally:
     backends.unregister('hlo_toy')
+
+
+def test_the_self_checks_cache_key_covers_a_backend_outside_the_package(toy, tmp_path):
+  # A verdict cached for the toy's kernels is not reused once its code changes.
+  del toy
+  before = kernel_check.kernel_source_hash('toy_einsum')
+  assert before != kernel_check.kernel_source_hash()  # its folder is hashed too
+  with open(tmp_path / 'my_backend' / 'attention.py', 'a') as f:
+    f.write('\n# changed\n')
+  kernel_check._folder_hash.cache_clear()  # pylint: disable=protected-access
+  assert kernel_check.kernel_source_hash('toy_einsum') != before

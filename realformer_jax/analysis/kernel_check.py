@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -36,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import select
+from realformer_jax.kernels import backends, select
 
 # Largest |kernel - einsum| over the largest |einsum|, per output and gradient. The kernels'
 # own float32 dots may run at TF32 on a GPU; a wrong tile, mask or scale is off by far more.
@@ -77,20 +78,31 @@ def probe_config(config: ModelConfig, plan: select.AttentionPlan, length: int) -
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_source_hash() -> str:
-  """Hash of the code a kernel's numbers depend on: kernels/ (with every backend's folder)
-  and model/."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def _folder_hash(top: str) -> str:
   digest = hashlib.sha256()
-  for package in ('kernels', 'model'):
-    top = os.path.join(root, package)
-    for folder, _, names in sorted(os.walk(top)):
-      for name in sorted(names):
-        if name.endswith('.py'):
-          path = os.path.join(folder, name)
-          with open(path, 'rb') as f:
-            digest.update(os.path.relpath(path, top).encode() + b'\0' + f.read())
-  return digest.hexdigest()[:16]
+  for folder, _, names in sorted(os.walk(top)):
+    for name in sorted(names):
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        with open(path, 'rb') as f:
+          digest.update(os.path.relpath(path, top).encode() + b'\0' + f.read())
+  return digest.hexdigest()
+
+
+def kernel_source_hash(attention_impl: Optional[str] = None) -> str:
+  """Hash of the code a kernel's numbers depend on: kernels/ (every built-in backend's folder
+  included) and model/, and the folder of the backend `attention_impl` names where that is
+  elsewhere (a backend package of your own: docs/extending.md)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  folders = [os.path.join(root, package) for package in ('kernels', 'model')]
+  backend = backends.for_impl(attention_impl) if attention_impl else None
+  if backend is not None:
+    spec = importlib.util.find_spec(backend.attention)
+    own = os.path.dirname(spec.origin) if spec and spec.origin else None
+    if own and os.path.commonpath([own, folders[0]]) != folders[0]:
+      folders.append(own)
+  parts = '\n'.join(_folder_hash(folder) for folder in folders)
+  return hashlib.sha256(parts.encode()).hexdigest()[:16]
 
 
 def cache_key(device: Any, probe: ModelConfig, length: int) -> str:
@@ -101,7 +113,7 @@ def cache_key(device: Any, probe: ModelConfig, length: int) -> str:
     getattr(device, 'device_kind', '?'),
     jax.__version__,
     jaxlib.__version__,
-    kernel_source_hash(),
+    kernel_source_hash(probe.attention_impl),
     repr(probe),
     str(length),
   ]

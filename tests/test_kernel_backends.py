@@ -124,6 +124,13 @@ def test_an_unregistered_backend_name_is_refused_with_the_registered_ones():
     ConfigError, match="'toy_einsum': must be one of auto, xla, pallas, pallas_tr"
   ):
     select.check(config)
+  # A run refuses it while validating its config, before any data is built.
+  from realformer_jax.train import default_config, validate_config  # pylint: disable=import-outside-toplevel
+
+  run = default_config()
+  run.model.attention_impl = 'toy_einsum'
+  with pytest.raises(ConfigError, match="model.attention_impl='toy_einsum': must be one of"):
+    validate_config(run)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ On whatever backend JAX has (a GPU, a TPU, or the CPU), in four parts:
 1. the environment: Python, jax / jaxlib / plugin / libtpu versions, device kind, count, memory;
 2. every attention kernel `attention_impl='auto'` can take here against the einsum path: outputs
    and parameter gradients of a two-layer encoder at the run-time self-check's tolerance
-   (kernels/self_check.py: float32 with 'highest' matmuls and bfloat16; post / pre / realformer;
+   (analysis/kernel_check.py: float32 with 'highest' matmuls and bfloat16; post / pre / realformer;
    attention dropout on, so the masks must be equal; one padded sequence; the kernels' real tile
    sizes, and a length that is not a multiple of the largest tile), PASS / FAIL with the worst
    relative error;
@@ -96,43 +96,54 @@ def environment() -> dict:
   }
 
 
+# The toy size's cases, one a backend in turn: (ln_placement, dtype, length or None).
+_TOY_CASES = (('realformer', 'float32', 48), ('post', 'bfloat16', None))
+
+
 def kernel_cases(platform_name: str, size: str) -> list[tuple]:
-  """(backend, ln_placement, dtype, length or None for the probe's) to compare."""
-  backends = {'gpu': ['triton'], 'tpu': ['mosaic']}.get(platform_name, ['triton', 'mosaic'])
+  """(backend, ln_placement, dtype, length or None for the probe's) to compare: the fused
+  backends compiled for this platform, or (a CPU) every one that runs in interpret mode
+  (kernels/backends/: the registered records)."""
+  from realformer_jax.kernels import backends  # pylint: disable=import-outside-toplevel
+
+  fused = [b for b in backends.registered() if b.fused]
+  native = [b for b in fused if b.platform == platform_name]
   if size == 'toy':
-    return [('triton', 'realformer', 'float32', 48), ('mosaic', 'post', 'bfloat16', None)]
-  odd = {'triton': 208, 'mosaic': 384}  # tiles of 16 (not 128 x 64); of 128 (not 256 x 512)
+    interpretable = [b for b in fused if b.interpret]
+    return [(b.name, *_TOY_CASES[i % len(_TOY_CASES)]) for i, b in enumerate(interpretable)]
   cases = []
-  for backend in backends:
+  for backend in native or [b for b in fused if b.interpret]:
     for dtype in ('float32', 'bfloat16'):
       for placement in ('post', 'pre', 'realformer'):
-        cases.append((backend, placement, dtype, None))
-    cases.append((backend, 'realformer', 'float32', odd[backend]))
+        cases.append((backend.name, placement, dtype, None))
+    if backend.odd_length:  # smaller tiles than its largest
+      cases.append((backend.name, 'realformer', 'float32', backend.odd_length))
   return cases
 
 
 def check_kernels(platform_name: str, size: str) -> list[dict]:
   from realformer_jax import ModelConfig  # pylint: disable=import-outside-toplevel
-  from realformer_jax.kernels import select, self_check  # pylint: disable=import-outside-toplevel
+  from realformer_jax.analysis import kernel_check  # pylint: disable=import-outside-toplevel
+  from realformer_jax.kernels import backends, select  # pylint: disable=import-outside-toplevel
 
   rows = []
   for backend, placement, dtype, length in kernel_cases(platform_name, size):
-    native = {'gpu': 'triton', 'tpu': 'mosaic'}.get(platform_name) == backend
+    native = backends.get(backend).platform == platform_name
     config = ModelConfig(
       hidden_size=2 * HEAD_DIM[size],
       num_heads=2,
       ln_placement=placement,
       dtype=dtype,
       attention_dropout_rate=0.2,
-      attention_impl=f'pallas_{backend}',
+      attention_impl=backends.get(backend).attention_impl,
       attention_platform=platform_name if native else 'cpu',
     )
     plan = select.plan(config, 256)
-    length = length or self_check.check_length(plan)
-    probe = self_check.probe_config(config, plan, length)
+    length = length or kernel_check.check_length(plan)
+    probe = kernel_check.probe_config(config, plan, length)
     tiles = select.plan(probe, length)
     start = time.perf_counter()
-    verdict = self_check.compare(probe, length)
+    verdict = kernel_check.compare(probe, length)
     rows.append(
       {
         'kernel': f'{backend} ({"interpret" if tiles.interpret else "compiled"})',

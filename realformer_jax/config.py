@@ -5,7 +5,8 @@ norm, residual branch, initialisation, parameterisation, activation) is a named 
 an experiment is a config change. Making a `ModelConfig` (directly, by `replace`, or from a
 config section with `from_mapping`) checks it once and raises `ConfigError` with a one-line
 message naming the offending field: a ModelConfig that exists is valid, so the modules below
-never check it again and bad input never reaches tracing.
+never check it again and bad input never reaches tracing. (One exception by layering: the kernel
+backend that attention_impl names lives above this file, so kernels/select.py checks it.)
 
 `from_section` / `to_config_dict` are the bridge every frozen config section of the project
 uses (train/spec.py, data/config.py, finetune/config.py): the dataclass is the schema (field
@@ -43,10 +44,13 @@ RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 # device's memory when the model is built (kernels/carry_choice.py).
 RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
-# fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU);
-# 'pallas_triton' / 'pallas_mosaic' one of them by name; 'cudnn' jax's cuDNN flash attention
-# (GPU; post / pre without attention dropout); 'auto' by the platform the step is compiled for.
-ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'pallas', 'pallas_triton', 'pallas_mosaic')
+# fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU); 'auto' by
+# the platform the step is compiled for; or a kernel backend by name: 'pallas_triton',
+# 'pallas_mosaic', 'cudnn' (jax's cuDNN flash attention: GPU; post / pre without attention
+# dropout), or one you register (docs/extending.md). The backends live above this file, so a
+# backend's name and what it can do are checked by kernels/select.py `check`: by the train setup
+# before any data is built, and whenever the model is traced; here only the form.
+ATTENTION_MODES = ('auto', 'xla', 'pallas')
 ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 
 
@@ -211,14 +215,14 @@ class ModelConfig:
   # 'qk' (the stacked queries and keys: memory linear in L, (4 + 2l) K instead of 4 K FLOPs
   # per score element of layer l forward) or 'auto' (see RESIDUAL_CARRIES above).
   residual_carry: str = 'auto'
-  # Same numbers, different kernels (see ATTENTION_IMPLS above and kernels/select.py).
+  # Same numbers, different kernels (see ATTENTION_MODES above and kernels/select.py).
   attention_impl: str = 'auto'
   # Platform the attention is compiled for: 'auto' = jax.default_backend() when traced. The
   # train setup sets it from the mesh's devices (in a deviceless compile: the target's).
   attention_platform: str = 'auto'
   # Before a run's first step on a GPU / TPU, check the kernels 'auto' or 'pallas' takes
   # against the einsum path on that device (a tiny problem at the run's head size and dtype;
-  # kernels/self_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
+  # analysis/kernel_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
   # with one error line. False trusts the kernels unchecked.
   attention_check: bool = True
 
@@ -274,7 +278,6 @@ class ModelConfig:
       'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
       'residual_carry': RESIDUAL_CARRIES,
       'decoder_attention': DECODER_ATTENTIONS,
-      'attention_impl': ATTENTION_IMPLS,
       'attention_platform': ATTENTION_PLATFORMS,
     }
     for name, allowed in choices.items():
@@ -325,16 +328,10 @@ class ModelConfig:
         "model.residual_scores_backward='recomputed': needs "
         'model.scan_layers=True (it runs its own scan over the stacked layers)'
       )
-    if self.attention_impl == 'cudnn' and self.use_residual_attention:
+    if not isinstance(self.attention_impl, str) or not self.attention_impl.isidentifier():
       raise ConfigError(
-        "model.attention_impl='cudnn': cuDNN attention cannot carry residual "
-        "scores; use 'pallas' (or 'auto') for residual attention"
-      )
-    if self.attention_impl == 'cudnn' and self.attention_dropout_rate > 0:
-      raise ConfigError(
-        "model.attention_impl='cudnn': jax's cuDNN attention has no attention "
-        f'dropout (model.attention_dropout_rate={self.attention_dropout_rate}); '
-        "set it to 0 or use 'pallas'"
+        f'model.attention_impl={self.attention_impl!r}: must be one of '
+        f"{', '.join(ATTENTION_MODES)} or a kernel backend's name (kernels/backends/)"
       )
     if not isinstance(self.attention_check, bool):
       raise ConfigError(f'model.attention_check={self.attention_check!r}: must be True or False')

@@ -4,12 +4,12 @@ Pallas interpret mode (the one place this is decided for tests/test_kernels.py).
 On a GPU the Triton kernels run compiled (and the Mosaic ones interpreted); on a TPU the Mosaic
 kernels compiled (Triton interpreted); on a CPU both interpreted. Compiled kernels are held to
 the platform's tolerance: their float32 dots may run at TF32 (GPU) or bfloat16 passes (TPU), so
-a stated float32 tolerance is widened to the run-time self-check's (kernels/self_check.py)."""
+a stated float32 tolerance is widened to the run-time self-check's (analysis/kernel_check.py)."""
 
 import jax
 
 from realformer_jax import kernels
-from realformer_jax.kernels import self_check
+from realformer_jax.analysis import kernel_check
 
 PLATFORM = kernels.platform_of(jax.devices())
 NATIVE = {'gpu': 'triton', 'tpu': 'mosaic'}.get(PLATFORM)
@@ -36,4 +36,4 @@ def blocks(backend: str, seq_len: int, toy: dict) -> dict:
 
 def rtol(stated: float) -> float:
   """A stated tolerance, widened on an accelerator to the compiled kernels' float32 one."""
-  return stated if NATIVE is None else max(stated, self_check.TOLERANCE['float32'])
+  return stated if NATIVE is None else max(stated, kernel_check.TOLERANCE['float32'])

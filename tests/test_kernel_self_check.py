@@ -1,4 +1,4 @@
-"""Kernels prove themselves before a run trusts them (realformer_jax/kernels/self_check.py).
+"""Kernels prove themselves before a run trusts them (realformer_jax/analysis/kernel_check.py).
 
 On a GPU / TPU the train setup checks the compiled kernel it is about to use against the einsum
 path. Here (CPU) the check is forced onto the interpret-mode kernels: one real comparison, then
@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import pytest
 
 from realformer_jax import ModelConfig
+from realformer_jax.analysis import kernel_check
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import select, self_check
+from realformer_jax.kernels import select
 from realformer_jax.train import build, default_config, pretraining
 
 SMALL = dict(
@@ -34,10 +35,10 @@ CPU = jax.devices()[:1]
 @pytest.fixture(autouse=True)
 def fresh_cache(tmp_path, monkeypatch):
   monkeypatch.setenv('REALFORMER_JAX_CACHE', str(tmp_path / 'cache'))
-  monkeypatch.setattr(self_check, '_verdicts', {})
+  monkeypatch.setattr(kernel_check, '_verdicts', {})
   # On CPU a run never checks (interpret mode): force the check onto the interpret kernels.
   monkeypatch.setattr(
-    self_check,
+    kernel_check,
     '_kernel_to_check',
     lambda config, devices, seq_len: select.plan(config.replace(attention_impl='pallas'), 32),
   )
@@ -54,30 +55,30 @@ def _broken(monkeypatch, kernel):
     calls.append(probe.attention_impl)
     return (hidden, grads) if probe.attention_impl == 'xla' else kernel(hidden, grads)
 
-  monkeypatch.setattr(self_check, 'run_probe', run_probe)
+  monkeypatch.setattr(kernel_check, 'run_probe', run_probe)
   return calls
 
 
 def test_the_interpret_kernels_pass_their_own_check():
   cfg = ModelConfig(**SMALL)
-  assert self_check.checked(cfg, CPU, 32) is cfg
-  (verdict,) = self_check._verdicts.values()  # pylint: disable=protected-access
+  assert kernel_check.checked(cfg, CPU, 32) is cfg
+  (verdict,) = kernel_check._verdicts.values()  # pylint: disable=protected-access
   assert verdict.ok and verdict.worst <= 1e-5, verdict  # measured ~3e-7
 
 
 def test_a_wrong_kernel_result_falls_back_to_the_einsum_path(monkeypatch, capsys):
   calls = _broken(monkeypatch, lambda h, g: (h * 1.1, g))
   cfg = ModelConfig(**SMALL)
-  fallback = self_check.checked(cfg, CPU, 32)
+  fallback = kernel_check.checked(cfg, CPU, 32)
   assert fallback == cfg.replace(attention_impl='xla')
   lines = capsys.readouterr().err.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('warning: the triton attention kernels'), lines
   assert 'worst relative error 1.0e-01' in lines[0] and "attention_impl='xla'" in lines[0]
   # The verdict is cached: a second setup (e.g. an accumulation probe) does not check again,
   # nor does a new process (the disk cache), which still warns.
-  assert self_check.checked(cfg, CPU, 32) == fallback
-  monkeypatch.setattr(self_check, '_verdicts', {})
-  assert self_check.checked(cfg, CPU, 32) == fallback
+  assert kernel_check.checked(cfg, CPU, 32) == fallback
+  monkeypatch.setattr(kernel_check, '_verdicts', {})
+  assert kernel_check.checked(cfg, CPU, 32) == fallback
   assert calls == ['xla', 'pallas_triton']
   assert len(capsys.readouterr().err.strip().splitlines()) == 2
 
@@ -88,21 +89,21 @@ def test_a_kernel_that_raises_falls_back_and_says_why(monkeypatch, capsys):
 
   _broken(monkeypatch, kernel)
   cfg = ModelConfig(**{**SMALL, 'ln_placement': 'post'})
-  assert self_check.checked(cfg, CPU, 32).attention_impl == 'xla'
+  assert kernel_check.checked(cfg, CPU, 32).attention_impl == 'xla'
   (line,) = capsys.readouterr().err.strip().splitlines()
   assert 'failed to compile or run (RuntimeError: Mosaic failed to compile)' in line
 
 
 def test_non_finite_kernel_gradients_fail_the_check(monkeypatch):
   _broken(monkeypatch, lambda h, g: (h, jax.tree.map(lambda x: x * jnp.nan, g)))
-  assert self_check.checked(ModelConfig(**SMALL), CPU, 32).attention_impl == 'xla'
+  assert kernel_check.checked(ModelConfig(**SMALL), CPU, 32).attention_impl == 'xla'
 
 
 def test_an_explicit_kernel_that_fails_stops_in_one_line(monkeypatch, capsys):
   _broken(monkeypatch, lambda h, g: (h * 2, g))
   cfg = ModelConfig(**SMALL).replace(attention_impl='pallas')
   with pytest.raises(ConfigError) as error:
-    self_check.checked(cfg, CPU, 32)
+    kernel_check.checked(cfg, CPU, 32)
   message = str(error.value)
   assert '\n' not in message and message.startswith("model.attention_impl='pallas': the triton")
   assert capsys.readouterr().err == ''
@@ -111,7 +112,7 @@ def test_an_explicit_kernel_that_fails_stops_in_one_line(monkeypatch, capsys):
 def test_attention_check_false_skips_it(monkeypatch):
   calls = _broken(monkeypatch, lambda h, g: (h * 2, g))
   cfg = ModelConfig(**SMALL).replace(attention_check=False)
-  assert self_check.checked(cfg, CPU, 32) is cfg and calls == []
+  assert kernel_check.checked(cfg, CPU, 32) is cfg and calls == []
   with pytest.raises(ConfigError, match="model.attention_check='no': must be True or False"):
     ModelConfig(attention_check='no')
 
@@ -130,6 +131,6 @@ def test_a_deviceless_compile_and_the_cpu_are_never_checked(monkeypatch):
   monkeypatch.undo()  # the real _kernel_to_check
   gpu = ModelConfig(attention_platform='gpu')
   topology_device = types.SimpleNamespace(platform='gpu', device_kind='H100')
-  assert self_check._kernel_to_check(gpu, [topology_device], 512) is None  # pylint: disable=protected-access
+  assert kernel_check._kernel_to_check(gpu, [topology_device], 512) is None  # pylint: disable=protected-access
   cpu = ModelConfig(attention_platform='cpu', attention_impl='pallas')
-  assert self_check._kernel_to_check(cpu, CPU, 512) is None  # pylint: disable=protected-access
+  assert kernel_check._kernel_to_check(cpu, CPU, 512) is None  # pylint: disable=protected-access

@@ -251,13 +251,29 @@ def test_auto_follows_the_platform_of_the_devices_not_the_host():
   [
     (dict(attention_impl='cudnn', ln_placement='realformer'), 'cannot carry residual scores'),
     (dict(attention_impl='cudnn'), 'no attention dropout'),
-    (dict(attention_impl='flash'), "attention_impl='flash': must be one of"),
+    (dict(attention_impl='flash'), "attention_impl='flash': must be one of auto, xla, pallas, "),
+  ],
+)
+def test_the_backend_record_refuses_what_a_kernel_cannot_do(overrides, message):
+  # The named backend's record (kernels/backends/) says what it supports: checked by the train
+  # setup before any data is built (validate_config) and whenever the model is traced (plan).
+  cfg = ModelConfig(**overrides)
+  with pytest.raises(ConfigError, match=message):
+    kernels.select.check(cfg)
+  with pytest.raises(ConfigError, match=message):
+    kernels.plan(cfg.replace(attention_platform='gpu'), 512)
+
+
+@pytest.mark.parametrize(
+  'overrides,message',
+  [
+    (dict(attention_impl='flash attention'), "attention_impl='flash attention': must be one of"),
     (dict(attention_platform='npu'), "attention_platform='npu'"),
   ],
 )
-def test_config_refuses_what_a_kernel_cannot_do(overrides, message):
+def test_config_refuses_a_value_of_the_wrong_form(overrides, message):
   with pytest.raises(ConfigError, match=message):
-    ModelConfig(**overrides).validate()
+    ModelConfig(**overrides)
 
 
 def test_kernel_on_the_wrong_platform_is_refused_before_tracing():

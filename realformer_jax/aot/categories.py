@@ -6,7 +6,8 @@ estimate's tables (roofline.py) and of the benchmark's top-kernel lists. The opc
 Rules, first match wins:
 
   collectives                all-reduce / all-gather / reduce-scatter / all-to-all / permute
-  fused attention            cuDNN flash attention; Pallas / Triton / Mosaic custom kernels
+  fused attention            a kernel backend's custom call (its record's hlo_calls:
+                             cuDNN flash attention, Pallas Triton / Mosaic kernels)
   GEMM                       anything that multiplies matrices (dot, convolution, cuBLAS)
   scatter                    contains a scatter (e.g. an embedding-table gradient)
   dropout bits               a Threefry hash (xor + logical shifts, or jax's threefry kernel)
@@ -26,6 +27,7 @@ import dataclasses
 from typing import Optional, Sequence
 
 from realformer_jax.aot.hlo_text import Array
+from realformer_jax.kernels import backends
 
 COLLECTIVES = 'collectives'
 ATTENTION = 'fused attention'
@@ -75,7 +77,6 @@ COLLECTIVE_OPS = frozenset(
     'ragged-all-to-all',
   }
 )
-ATTENTION_CALLS = ('__cudnn$fmha', '__gpu$xla.gpu.triton', 'tpu_custom_call')
 THREEFRY_CALLS = ('cu_threefry2x32', 'threefry2x32')
 
 
@@ -95,7 +96,7 @@ def categorize(facts: KernelFacts, score_dims: Optional[tuple[int, int]] = None)
   target = facts.custom_call_target or ''
   if facts.is_collective:
     return COLLECTIVES
-  if target.startswith(ATTENTION_CALLS):
+  if target.startswith(backends.hlo_calls()):  # each backend's record names its calls
     return ATTENTION
   if facts.matmul_flops > 0:
     return GEMM

@@ -28,7 +28,7 @@ from realformer_jax.kernels import carried
 from realformer_jax.kernels.dropout_bits import keep_threshold
 from realformer_jax.kernels.fused import fused_attention
 from realformer_jax.kernels.select import AttentionPlan
-from realformer_jax.kernels.spec import KernelSpec, padded_head_dim
+from realformer_jax.kernels.spec import KernelSpec
 
 
 def fused_self_attention(
@@ -52,11 +52,10 @@ def fused_self_attention(
   batch, _, _, heads, head_dim = qkv_BxLx3xHxK.shape
   bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
-  if plan.path == 'cudnn':
-    from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention  # pylint: disable=import-outside-toplevel
-
+  backend = plan.kernels
+  if not backend.fused:  # a call backend (cuDNN): post / pre attention in one call
     q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
-    return cudnn_attention(q, k, v, bias_Bx1x1xL, scale_B), ()
+    return backend.attend()(q, k, v, bias_Bx1x1xL, scale_B), ()
   inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
   fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
   words = (
@@ -79,7 +78,7 @@ def fused_self_attention(
   if not carry_out:
     scores_in = ()
   qkv = qkv_BxLx3xHxK
-  padded = padded_head_dim(head_dim) if plan.backend == 'triton' else head_dim
+  padded = backend.head_dim(head_dim)
   if padded != head_dim:  # zero features change no score; their outputs are sliced off
     qkv = jnp.pad(qkv, [(0, 0)] * 4 + [(0, padded - head_dim)])
 

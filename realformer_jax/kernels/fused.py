@@ -1,4 +1,4 @@
-"""The fused attention op: one custom VJP over the GPU (Triton) and TPU (Mosaic) kernels.
+"""The fused attention op: one custom VJP over a fused backend's kernels (kernels/backends/).
 
     out_BxLxHxK, acc_BxHxLxL = fused_attention(qkv_BxLx3xHxK, acc_in, bias_BxL, fparams,
                                                iparams, spec)
@@ -24,20 +24,13 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import refusals
+from realformer_jax.kernels import backends, refusals
 from realformer_jax.kernels.spec import KernelSpec
 
 
 def _kernels(spec: KernelSpec):
-  # Imported on use: a CPU-only install can trace the Mosaic kernels, but there is no reason
-  # to import a backend's lowering code before it is asked for.
-  if spec.backend == 'triton':
-    from realformer_jax.kernels.backends.triton import attention as triton_attention  # pylint: disable=import-outside-toplevel
-
-    return triton_attention
-  from realformer_jax.kernels.backends.mosaic import attention as mosaic_attention  # pylint: disable=import-outside-toplevel
-
-  return mosaic_attention
+  # The backend's record names its module, imported on first use (kernels/backends/).
+  return backends.get(spec.backend).kernels()
 
 
 # The kernels have no derivative of their own: the custom VJPs below are their first

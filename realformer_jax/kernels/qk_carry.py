@@ -34,7 +34,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import recomputed_scores, refusals
+from realformer_jax.kernels import backends, recomputed_scores, refusals
 from realformer_jax.kernels.attend import _axis_size, _mesh_axes
 from realformer_jax.kernels.dropout_bits import keep_threshold
 from realformer_jax.kernels.select import AttentionPlan
@@ -47,13 +47,8 @@ class QKCarry(NamedTuple):
 
 
 def _kernels(spec: KernelSpec):
-  if spec.backend == 'triton':
-    from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention  # pylint: disable=import-outside-toplevel
-
-    return triton_qk_attention
-  from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention  # pylint: disable=import-outside-toplevel
-
-  return mosaic_qk_attention
+  # The backend's record names its qk module, imported on first use (kernels/backends/).
+  return backends.get(spec.backend).qk_kernels()
 
 
 # The kernel calls, wrapped so that differentiating them (grad of grad) is the fused kernels'
@@ -147,8 +142,9 @@ def kernel_attention(
     block_bwd=plan.block_bwd,
     interpret=plan.interpret,
   )
-  if spec.backend == 'mosaic':  # N layers' rows per block: tiles shrink with depth
-    spec = _kernels(spec).fit_blocks(spec, stack.shape[1], stack.shape[3], stack.shape[-1])
+  fit_blocks = getattr(_kernels(spec), 'fit_blocks', None)  # tiles for N layers' rows a block
+  if fit_blocks is not None:
+    spec = fit_blocks(spec, stack.shape[1], stack.shape[3], stack.shape[-1])
   padded = stack.shape[-1]
   v = v_BxLxHxK
   if padded != head_dim:

@@ -39,8 +39,7 @@ from realformer_jax.kernels.attend import fused_self_attention
 from realformer_jax.kernels.carry_choice import resolve_residual_carry
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
-from realformer_jax.kernels.select import AttentionPlan, pair_carry, plan
-from realformer_jax.kernels.spec import padded_head_dim
+from realformer_jax.kernels.select import AttentionPlan, check_qk, pair_carry, plan
 
 # einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record)
 #   -> (context, scores): the model's reference attention (model/attention.py), handed in so
@@ -207,7 +206,7 @@ class QKPath(ScorePath):
   dtype: Any = None  # the compute dtype
   num_layers: int = 0
   heads: int = 0
-  stack_head_dim: int = 0  # the head size, padded to the Triton tiles' power of two
+  stack_head_dim: int = 0  # the head size the backend's kernels run at (Triton: padded)
   recompute: bool = False
   # As FusedPath's; off in the layers that qk_stack re-runs (it refuses at its entrance).
   refuse_bias_and_scale_gradients: bool = True
@@ -284,7 +283,7 @@ def stack_path(
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   residual = config.use_residual_attention
   if residual and resolve_residual_carry(config, seq_len) == 'qk':
-    triton = attention_plan is not None and attention_plan.backend == 'triton'
+    check_qk(config, attention_plan)
     return QKPath(
       residual,
       plan=attention_plan,
@@ -292,7 +291,11 @@ def stack_path(
       dtype=config.compute_dtype,
       num_layers=config.num_layers,
       heads=config.num_heads,
-      stack_head_dim=padded_head_dim(config.head_dim) if triton else config.head_dim,
+      stack_head_dim=(
+        config.head_dim
+        if attention_plan is None
+        else attention_plan.kernels.head_dim(config.head_dim)
+      ),
       recompute=may_recompute and config.scan_layers,
     )
   recompute = (

@@ -1,24 +1,24 @@
 """What a fused attention kernel computes: the static half of its arguments.
 
 One frozen, hashable record (it is a `nondiff_argnums` of the custom VJP and keys the kernel
-builders), shared by the Triton (GPU) and Mosaic (TPU) kernels. The dynamic half travels as
-arrays: qkv [B, L, 3, H, K]; the carried float32 sum [B, H, L, L]; the additive key bias [B, L];
-`fparams` [B, 2] float32 = (score scale of the row's sequence, 1 / running-mean divisor);
-`iparams` [4] uint32 = (dropout key word 1, word 2, batch offset, head offset) — the offsets
-place a shard's tile in the global [B, H, L, L] array, so the dropout stream does not depend on
-the sharding.
+builders), shared by the fused backends (kernels/backends/: Triton on GPU, Mosaic on TPU). The
+dynamic half travels as arrays: qkv [B, L, 3, H, K]; the carried float32 sum [B, H, L, L];
+the additive key bias [B, L]; `fparams` [B, 2] float32 = (score scale of the row's sequence,
+1 / running-mean divisor); `iparams` [4] uint32 = (dropout key word 1, word 2, batch offset,
+head offset) — the offsets place a shard's tile in the global [B, H, L, L] array, so the
+dropout stream does not depend on the sharding.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-BACKENDS = ('triton', 'mosaic')
+from realformer_jax.kernels import backends
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
-  backend: str  # 'triton' (GPU) | 'mosaic' (TPU)
+  backend: str  # a registered fused backend's name (kernels/backends/): 'triton', 'mosaic'
   carry_in: bool  # reads acc_{l-1} (residual attention after layer 0)
   carry_out: bool  # writes acc_l = acc_{l-1} + scale Q K^T (residual attention)
   keep_threshold: int  # dropout keeps a 16-bit draw < threshold; 0: no dropout
@@ -32,8 +32,8 @@ class KernelSpec:
   sum_given: bool = False
 
   def __post_init__(self):
-    if self.backend not in BACKENDS:
-      raise ValueError(f'KernelSpec.backend={self.backend!r}: must be one of {BACKENDS}')
+    if not backends.get(self.backend).fused:
+      raise ValueError(f'KernelSpec.backend={self.backend!r}: not a fused kernel backend')
     if self.carry_in and not self.carry_out:
       raise ValueError(
         'KernelSpec: a carried sum that is read is also written (carry_in needs carry_out)'
@@ -48,8 +48,3 @@ class KernelSpec:
   @property
   def keep_prob(self) -> float:
     return self.keep_threshold / 2**16
-
-
-def padded_head_dim(head_dim: int) -> int:
-  """Triton tiles are powers of two; Mosaic wants the lane axis whole or a multiple of 128."""
-  return 1 << max(head_dim - 1, 0).bit_length()

@@ -17,7 +17,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from realformer_jax import kernels
-from realformer_jax.kernels import carry_choice, self_check
+from realformer_jax.analysis import kernel_check
+from realformer_jax.kernels import carry_choice
 from realformer_jax.train import partitioning
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
@@ -85,7 +86,7 @@ def make_setup(
   model_config = kernels.resolve_platform(spec.model, devices)
   # Which carry residual attention takes, decided once here for the run's length and logged.
   model_config = carry_choice.resolved(model_config, seq_len, memory_bytes)
-  model_config = self_check.checked(model_config, devices, seq_len)
+  model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
   tx = state_lib.make_optimizer(spec.train)
   layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)

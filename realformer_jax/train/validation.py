@@ -6,9 +6,10 @@ message that names the offending field, e.g.
     train.global_batch_size=12: must be divisible by data-parallel size 8 (mesh data*fsdp) ...
 
 Each section checks itself when its dataclass is made (train/spec.py, data/config.py,
-realformer_jax/config.py); this module adds what spans sections (unknown sections and fields,
-the position table against the sequence length, the logical axis rules against the mesh, the
-batch against the devices). The user's config is read, never written.
+realformer_jax/config.py); this module adds what spans sections or layers (unknown sections and
+fields, the kernel backend model.attention_impl names (kernels/select.py), the position table
+against the sequence length, the logical axis rules against the mesh, the batch against the
+devices). The user's config is read, never written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import ConfigError, from_section
+from realformer_jax.kernels import select
 from realformer_jax.train import defaults
 from realformer_jax.train import spec as spec_lib
 from realformer_jax.train.spec import RunSpec
@@ -48,6 +50,7 @@ def validate_config(
   """
   _check_sections(config, task)
   model = task.model_config(config.model)
+  select.check(model)  # the kernel backend attention_impl names, and what it can do
   data = task.data_config(config.data)
   # (A task whose data has no single max_len checks its own lengths in task.validate.)
   if model.position_embedding == 'learned' and getattr(data, 'max_len', 0) > model.max_len:

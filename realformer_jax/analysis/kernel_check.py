@@ -8,15 +8,17 @@ run's own attention settings (head size, dtype, layer-norm placement, residual a
 scales, RoPE, dropout, remat, the recomputed stack) runs forward and backward once through the
 kernels and once through the einsum path on that device, at the kernels' real tile sizes, with
 padding and the same dropout masks. Its outputs and parameter gradients must agree within
-TOLERANCE of their largest value (float32 matmuls at 'highest' on the einsum side).
+TOLERANCE of their largest value (float32 matmuls at 'highest' on the einsum side). It runs an
+encoder, so it lives above the model (kernels/ never imports the model).
 
 On a mismatch, a compile error or a runtime failure, 'auto' falls back to the einsum path with
 one `warning:` line saying why, and an explicit kernel stops with one ConfigError line. The
 verdict is cached in memory and on disk (`attention_checks.json` under $REALFORMER_JAX_CACHE,
 default ~/.cache/realformer_jax) per device kind, jax / jaxlib version, kernel source (a hash
-of realformer_jax/kernels/ and model/) and problem, so a run pays for the check once.
-`model.attention_check=False` skips it. A deviceless compile (devices of a topology, not of
-this process) and CPU runs (interpret mode) are never checked here.
+of realformer_jax/kernels/, every backend's folder included, and model/) and problem, so a
+run pays for the check once. `model.attention_check=False` skips it. A deviceless compile
+(devices of a topology, not of this process) and CPU runs (interpret mode) are never checked
+here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -34,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import select
+from realformer_jax.kernels import backends, select
 
 # Largest |kernel - einsum| over the largest |einsum|, per output and gradient. The kernels'
 # own float32 dots may run at TF32 on a GPU; a wrong tile, mask or scale is off by far more.
@@ -70,22 +73,36 @@ def probe_config(config: ModelConfig, plan: select.AttentionPlan, length: int) -
     num_layers=2,
     scan_unroll=1,
     max_len=length,
-    attention_impl=f'pallas_{plan.backend}',
+    attention_impl=plan.kernels.attention_impl,
   )
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_source_hash() -> str:
-  """Hash of the code a kernel's numbers depend on: kernels/ and model/."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def _folder_hash(top: str) -> str:
   digest = hashlib.sha256()
-  for package in ('kernels', 'model'):
-    folder = os.path.join(root, package)
-    for name in sorted(os.listdir(folder)):
+  for folder, _, names in sorted(os.walk(top)):
+    for name in sorted(names):
       if name.endswith('.py'):
-        with open(os.path.join(folder, name), 'rb') as f:
-          digest.update(name.encode() + b'\0' + f.read())
-  return digest.hexdigest()[:16]
+        path = os.path.join(folder, name)
+        with open(path, 'rb') as f:
+          digest.update(os.path.relpath(path, top).encode() + b'\0' + f.read())
+  return digest.hexdigest()
+
+
+def kernel_source_hash(attention_impl: Optional[str] = None) -> str:
+  """Hash of the code a kernel's numbers depend on: kernels/ (every built-in backend's folder
+  included) and model/, and the folder of the backend `attention_impl` names where that is
+  elsewhere (a backend package of your own: docs/extending.md)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  folders = [os.path.join(root, package) for package in ('kernels', 'model')]
+  backend = backends.for_impl(attention_impl) if attention_impl else None
+  if backend is not None:
+    spec = importlib.util.find_spec(backend.attention)
+    own = os.path.dirname(spec.origin) if spec and spec.origin else None
+    if own and os.path.commonpath([own, folders[0]]) != folders[0]:
+      folders.append(own)
+  parts = '\n'.join(_folder_hash(folder) for folder in folders)
+  return hashlib.sha256(parts.encode()).hexdigest()[:16]
 
 
 def cache_key(device: Any, probe: ModelConfig, length: int) -> str:
@@ -96,7 +113,7 @@ def cache_key(device: Any, probe: ModelConfig, length: int) -> str:
     getattr(device, 'device_kind', '?'),
     jax.__version__,
     jaxlib.__version__,
-    kernel_source_hash(),
+    kernel_source_hash(probe.attention_impl),
     repr(probe),
     str(length),
   ]

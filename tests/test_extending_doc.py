@@ -1,0 +1,28 @@
+"""docs/extending.md stays true: its backend record is the toy backend's, as the tests run it
+(tests/test_kernel_backends.py), and every file it names exists."""
+
+import pathlib
+import re
+import textwrap
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = (ROOT / 'docs' / 'extending.md').read_text()
+
+
+def test_the_record_shown_is_the_toy_backends():
+  (block,) = re.findall(r'```python\n(.*?)```', DOC, flags=re.S)
+  toy = (ROOT / 'tests' / 'toy_backend' / '__init__.py').read_text()
+  assert textwrap.dedent(block) in toy
+
+
+def test_every_file_named_exists():
+  named = set(re.findall(r'`((?:realformer_jax|tests|experiments)/[\w/]+(?:\.py)?/?)`', DOC))
+  named |= {
+    f'realformer_jax/{p}'
+    for p in re.findall(
+      r'`((?:kernels|aot|interop|finetune|seq2seq|data|model|analysis)/\w+\.py)`', DOC
+    )
+  }
+  assert len(named) > 15
+  missing = sorted(p for p in named if '<' not in p and not (ROOT / p).exists())
+  assert not missing, missing

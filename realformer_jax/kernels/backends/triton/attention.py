@@ -6,8 +6,8 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           dropout (the einsum path's mask, dropout_tiles.py) and P V happen in registers.
           Writes the output, the row log-sum-exp (as m and log l: tile_math.py) and, with
           dropout, the mask it drew at one bit per element (1/32 of a float32 score): hashing
-          it again would cost the backward ~30 integer ops per element. Probabilities never
-          reach HBM.
+          it again would cost the backward ~18 integer ops per element
+          (HASH_OPS_PER_ELEMENT). Probabilities never reach HBM.
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
           blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
@@ -400,9 +400,10 @@ def _compiler_params(head_dim: int):
 
 
 # Integer ops of the joined dropout hash per element: one Threefry-2x32 (20 rounds of add,
-# rotate = two shifts and an or, xor; five key injections: ~115 ops) per four elements, plus the
-# half-word picks and the comparison.
-HASH_OPS_PER_ELEMENT = 32
+# rotate = two shifts and an or, xor: 100; the key schedule and six injections: ~19; the
+# counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus the byte pick (a shift
+# and an and) and the comparison: 123 / 8 + 3 ~ 18.
+HASH_OPS_PER_ELEMENT = 18
 
 
 def _cost_metadata(

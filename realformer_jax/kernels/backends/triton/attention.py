@@ -166,6 +166,8 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       float_ops=9 + int(spec.carry_in) + 2 * spec.dropout,
       exps=1,
       int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+      # each program reloads the k, v tiles and the bias row per key block (q: once)
+      reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
@@ -349,6 +351,12 @@ def backward(
       float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
       exps=1 if carry else 2,
       int_ops=(3 if dropout else 0) * (1 if carry else 2),
+      # per query block: q, dO and three float32 row statistics; without residual attention
+      # the dQ loop's k, v tiles and bias row per key block
+      reloads=(2 * head_dim * qkv.dtype.itemsize + 12) / block
+      + (0 if carry else (2 * head_dim * qkv.dtype.itemsize + 4) / block),
+      # with residual attention each tile's [block, K] float32 dQ share is added atomically
+      atomics=head_dim / block if carry else 0,
     ),
     name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
   )(
@@ -390,7 +398,12 @@ def _store_query_gradient(dq, dqkv, spec: KernelSpec):
     input_output_aliases={1: 0},
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim),
-    metadata={'flops': '0', 'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out
+    metadata={  # float32 in, 16-bit out; each tile moved once
+      'flops': '0',
+      'bytes_accessed': str(3 * rows),
+      'l2_bytes': str(3 * rows),
+      'atomics': '0',
+    },
     name='attention_store_dq',
   )(dq, dqkv)
 
@@ -417,6 +430,8 @@ def _cost_metadata(
   float_ops: int,
   exps: int,
   int_ops: int,
+  reloads: float = 0.0,
+  atomics: float = 0.0,
 ) -> dict:
   """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
   read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
@@ -424,12 +439,18 @@ def _cost_metadata(
   or written once, mask bits) plus `row_bytes` of [B, L, H, K]-sized traffic (K and V tiles
   that several programs read come from L2: a (batch, head) slice is ~100 KB at L = 512), plus
   the row statistics; and per score element the float ops (scale, sums, softmax, dropout,
-  gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores."""
+  gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores.
+  `l2_bytes`: the HBM bytes plus every tile a program loads again, `reloads` bytes per score
+  element, and 4 bytes per atomic update; `atomics`: global atomic element updates, `atomics`
+  per score element (the estimator's fields: /work/notes/kernel_costs.md)."""
   stats = 12 * elements // seq_len  # float32 m, log l and delta per row
+  hbm = int(score_bytes * elements + row_bytes + stats)
   return {
     'flops': str(int(2 * passes * elements * head_dim)),
-    'bytes_accessed': str(int(score_bytes * elements + row_bytes + stats)),
+    'bytes_accessed': str(hbm),
     'float_ops': str(int(float_ops * elements)),
     'transcendentals': str(int(exps * elements)),
     'int_ops': str(int(int_ops * elements)),
+    'l2_bytes': str(int(hbm + (reloads + 4 * atomics) * elements)),
+    'atomics': str(int(atomics * elements)),
   }

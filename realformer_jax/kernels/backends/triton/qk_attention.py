@@ -30,9 +30,10 @@ float32 [N, L, K] dQ accumulator of one head. O(L) for a fixed panel budget: the
 linear in L (at L = 65,536, bfloat16: 8 panels of 8,192 columns per head, 1 GiB + 201 MB).
 Matmuls per score element of layer l: forward (l + 1) + 1; backward: dS kernel (l + 1) + 2
 (acc, dO V^T, dV), GEMMs 2 n (n >= l + 1 the bucket), i.e. (10 + 6l) K FLOPs at n = l + 1.
-The stated cost (`_stated_cost`) is per call site and a rolled scan's one call site runs every
-layer, so it counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's
-dots, costed by XLA. Tiles, warps and stages come from TILES, a table keyed by the device kind
+The stated cost (`_forward_cost`, `_score_gradient_cost`; HBM bytes, L2 bytes of the reloaded
+tiles, no atomics) is per call site and a rolled scan's one call site runs every layer, so it
+counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
+XLA. Tiles, warps and stages come from TILES, a table keyed by the device kind
 (chosen from the Hopper FlashAttention-2 configurations, not tuned on a device yet).
 """
 
@@ -165,7 +166,13 @@ def _forward_cost(spec, stack) -> dict:
   mean_layers = (layers + 1) / 2  # the mean l + 1 over the stack (module docstring)
   itemsize = stack.dtype.itemsize
   rows = batch * seq_len * heads * head_dim * itemsize  # one [B, L, H, K] array
-  cost = _cost_metadata(
+  # Loads per [block_q, block_k] tile: q and k of l + 1 layers (the q tile too is loaded
+  # inside the layer loop), v, the bias row.
+  block_q, block_k = spec.block_q, spec.block_k
+  reloads = (
+    head_dim * itemsize * (mean_layers * (1 / block_q + 1 / block_k) + 1 / block_q) + 4 / block_q
+  )
+  return _cost_metadata(
     elements,
     head_dim,
     seq_len,
@@ -175,20 +182,8 @@ def _forward_cost(spec, stack) -> dict:
     float_ops=8 + mean_layers + 2 * spec.dropout,
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    reloads=reloads,
   )
-  # Loads per [block_q, block_k] tile: q and k of l + 1 layers (the q tile too is loaded
-  # inside the layer loop), v, the bias row.
-  block_q, block_k = spec.block_q, spec.block_k
-  per_element = (
-    head_dim * itemsize * (mean_layers * (1 / block_q + 1 / block_k) + 1 / block_q) + 4 / block_q
-  )
-  return _with_l2_bytes(cost, per_element * elements)
-
-
-def _with_l2_bytes(cost: dict, reloads: float) -> dict:
-  """The stated cost plus `l2_bytes` (HBM bytes and every tile load between the SMs and L2,
-  /work/notes/kernel_costs.md's format) and `atomics` (none in these kernels)."""
-  return {**cost, 'l2_bytes': str(int(int(cost['bytes_accessed']) + reloads)), 'atomics': '0'}
 
 
 def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
@@ -292,7 +287,10 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
   itemsize = stack.dtype.itemsize
   rows = batch * seq_len * heads * head_dim * itemsize
   panel_rows = rows * columns // seq_len
-  cost = _cost_metadata(
+  # Loads per square tile: q and k of l + 1 layers (both inside the layer loop), dO, and the
+  # three float32 row statistics.
+  reloads = (head_dim * itemsize * (2 * mean_layers + 1) + 12) / spec.block_bwd
+  return _cost_metadata(
     elements,
     head_dim,
     seq_len,
@@ -303,12 +301,8 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
     float_ops=14 + mean_layers + 4 * spec.dropout,
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    reloads=reloads,
   )
-  # Loads per square tile: q and k of l + 1 layers (both inside the layer loop), dO, and the
-  # three float32 row statistics.
-  block = spec.block_bwd
-  per_element = (head_dim * itemsize * (2 * mean_layers + 1) + 12) / block
-  return _with_l2_bytes(cost, per_element * elements)
 
 
 def _score_gradient(stack, v, do, lse, delta, bias, fparams, iparams, layer, col0, columns, spec):

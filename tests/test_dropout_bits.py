@@ -37,22 +37,39 @@ def test_threefry_equals_jax_primitive_on_many_counters():
 def test_keep_rate_and_quantisation(keep_prob):
   mask = keep_mask(jax.random.key(1), keep_prob, (1000, 1000))
   realised = realised_keep_prob(keep_prob)
-  assert abs(realised - keep_prob) <= 2.0**-17
+  assert abs(realised - keep_prob) <= 2.0**-9  # 8-bit draws: quantised to 2**-8
+  assert realised * 256 == round(realised * 256)
   # 1e6 Bernoulli draws: within 5 standard errors.
   assert abs(float(mask.mean()) - realised) < 5 * np.sqrt(realised * (1 - realised) / 1e6)
 
 
-def test_the_four_draws_of_a_hash_are_uncorrelated_and_unbiased():
-  """Positions j..j+3 of the last axis share one hash; no pair of them may be correlated, and
+def test_the_eight_draws_of_a_hash_are_uncorrelated_and_unbiased():
+  """Positions j..j+7 of the last axis share one hash; no pair of them may be correlated, and
   no position along the axis (including the unused tail of a partial word) may be biased."""
   mask = np.asarray(keep_mask(jax.random.key(2), 0.5, (4000, 203)), np.float64)
-  usable = mask[:, :200].reshape(4000, 50, 4)
-  for a in range(4):
-    for b in range(a + 1, 4):
+  usable = mask[:, :200].reshape(4000, 25, 8)
+  for a in range(8):
+    for b in range(a + 1, 8):
       r = np.corrcoef(usable[..., a].ravel(), usable[..., b].ravel())[0, 1]
       assert abs(r) < 5 / np.sqrt(usable[..., a].size)
   assert np.all(np.abs(mask.mean(0) - 0.5) < 5 * 0.5 / np.sqrt(4000))
   assert np.all(np.abs(mask.mean(1) - 0.5) < 5 * 0.5 / np.sqrt(203))
+
+
+def test_each_decision_is_one_byte_of_the_jax_threefry_output():
+  # Independent of keep_mask's own arithmetic: element j of row r is kept when byte j % 8 of
+  # jax's Threefry-2x32 primitive on counters (r, j // 8) (bytes 0..3 of the first word, low
+  # to high, then the second word's) is below round(256 keep_prob).
+  key = jax.random.key(4)
+  mask = np.asarray(keep_mask(key, 0.7, (3, 24)))
+  k1, k2 = (np.uint32(w) for w in jax.random.bits(key, (2,), jnp.uint32))
+  rows, words = np.meshgrid(np.arange(3, dtype=np.uint32), np.arange(3, dtype=np.uint32))
+  y1, y2 = jax.extend.random.threefry2x32_p.bind(
+    k1, k2, jnp.asarray(rows.T.ravel()), jnp.asarray(words.T.ravel())
+  )
+  out = np.stack([np.asarray(y1), np.asarray(y2)], axis=-1).astype('<u4')  # [9, 2]
+  draws = out.view(np.uint8).reshape(3, 24)  # little-endian: low byte first
+  np.testing.assert_array_equal(mask, draws < round(256 * 0.7))
 
 
 def test_keys_and_layers_give_different_masks():

@@ -15,6 +15,7 @@ import pytest
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import qk_carry, qk_reference
 from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention
+from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale
@@ -48,8 +49,8 @@ def test_sum_of_layer_scores_is_one_product_over_stacked_features():
     stack = qk_reference.push(stack, jnp.asarray(layer), q_N[layer], k_N[layer])
     from_stack = qk_reference.summed_scores(stack, jnp.asarray(layer + 1), scale, jnp.float32)
     np.testing.assert_allclose(from_stack, acc, rtol=1e-5, atol=1e-5)
-  # Slots above the bound are never read, whatever they hold.
-  poisoned = stack.at[:, 2].set(jnp.inf)
+  # Slots above the bound do not count, whatever finite values they hold.
+  poisoned = stack.at[:, 2].set(1e30)
   np.testing.assert_array_equal(
     qk_reference.summed_scores(poisoned, jnp.asarray(2), scale, jnp.float32),
     qk_reference.summed_scores(stack, jnp.asarray(2), scale, jnp.float32),
@@ -119,6 +120,73 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
   for got, want in zip(grads, ref_grads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
   assert not np.any(grads[0][:, 2])  # no gradient for a layer above
+
+
+def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch):
+  # The dS kernel + matmul backward on its second road: a dS panel budget of one head's
+  # 32 x 16 float32 columns forces one (batch, head) at a time in two column panels (dQ summed
+  # over them), and 8 layers take the lax.switch over slot buckets (2, 4, 6, 8): layer 4 runs
+  # the matmuls over 6 slots, slot 5 multiplied by 0. Dropout on; float32 against the einsum
+  # identity, as test_kernel_op_equals_einsum_identity_float32.
+  monkeypatch.setattr(triton_qk_attention, 'DS_PANEL_BYTES', 32 * 16 * 4)
+  assert triton_qk_attention.column_panels(2, 2, 32, 4, 16) == 16
+  assert triton_qk_attention.slot_buckets(8) == (2, 4, 6, 8)
+  stack, v, mask, weights = _op_inputs(layers=8)
+  index = jnp.asarray(4)
+  stack = stack.at[:, 5:].set(1e30)  # slots above the layer: never part of a gradient
+  bias, scale, key = mask_bias(mask), jnp.asarray(8**-0.5), jax.random.key(7)
+  w_stack = jax.random.normal(jax.random.key(3), stack.shape)
+
+  def kernel_loss(stack, v):
+    context, passed = qk_carry.kernel_attention(
+      PLANS['triton'], stack, v, index, bias, scale, None, key, 0.75
+    )
+    return jnp.sum(context * weights) + jnp.sum(jnp.where(passed < 1e29, passed, 0) * w_stack)
+
+  def reference_loss(stack, v):
+    context = _reference_context(stack, v, index, bias, scale, None, key, 0.75, jnp.float32)
+    return jnp.sum(context * weights) + jnp.sum(jnp.where(stack < 1e29, stack, 0) * w_stack)
+
+  grads = jax.grad(kernel_loss, argnums=(0, 1))(stack, v)
+  ref_grads = jax.grad(reference_loss, argnums=(0, 1))(stack, v)
+  for got, want in zip(grads, ref_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
+  assert not np.any(grads[0][:, 5:])
+
+
+def test_triton_tiles_come_from_the_device_table():
+  plan_spec = KernelSpec('triton', False, False, 0, 12, 64, 64, 64)
+  tiles = triton_qk_attention.device_tiles()  # no GPU here: the default row
+  assert tiles == triton_qk_attention.DEFAULT
+  fitted = triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64)
+  assert (fitted.block_q, fitted.block_k, fitted.block_bwd) == tiles[:3]
+  small = triton_qk_attention.fit_blocks(plan_spec, 12, 64, 64)  # 128 does not divide 64
+  assert small.block_q == 64
+  interpret = dataclasses.replace(plan_spec, interpret=True)
+  assert triton_qk_attention.fit_blocks(interpret, 12, 4096, 64) == interpret
+
+
+@pytest.mark.slow
+def test_qk_kernels_compile_for_an_h100_without_atomics():
+  # tests/qk_compile_check.py: forward + backward of the op compiled deviceless for an H100
+  # (bfloat16 stack, 8 layers, dropout): the dS kernel replaced the atomic backward, and every
+  # kernel states the estimator's fields (/work/notes: l2_bytes, atomics).
+  result = subprocess.run(
+    [sys.executable, '-m', 'tests.qk_compile_check'],
+    env={**support.device_env(1), 'JAX_DISABLE_MOST_OPTIMIZATIONS': 'false'},
+    cwd=support.REPO,
+    text=True,
+    capture_output=True,
+    timeout=900,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report['kernels'] == ['realformer_qk_attention_ds', 'realformer_qk_attention_fwd']
+  assert report['atomic_rmw'] == 0
+  for stated in report['stated'].values():
+    assert stated['atomics'] == '0'
+    assert int(stated['l2_bytes']) > int(stated['bytes_accessed']) > 0
+    assert int(stated['int_ops']) > 0  # dropout: the hash
 
 
 # --- The encoder: residual_carry='qk' equals 'scores' ------------------------------------------
@@ -223,6 +291,36 @@ def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
     close(got, want)
 
 
+def test_a_bfloat16_stack_holds_what_a_float32_one_does():
+  # A bfloat16 model stores its stack in bfloat16 (the values were computed in it): the
+  # Triton op's context is then bit-identical to the float32 stack's (its tiles are cast to
+  # bfloat16 for the products either way); the stack's gradient comes back in bfloat16, each
+  # layer's float32 share rounded once.
+  stack, v, mask, weights = _op_inputs(dtype=jnp.bfloat16)
+  index, key = jnp.asarray(2), jax.random.key(3)
+  bias, scale = mask_bias(mask), jnp.asarray(8**-0.5)
+
+  def run(stack):
+    def loss(stack, v):
+      context, _ = qk_carry.kernel_attention(
+        PLANS['triton'], stack, v, index, bias, scale, None, key, 0.8
+      )
+      return jnp.sum(context.astype(jnp.float32) * weights), context
+
+    return jax.grad(loss, argnums=(0, 1), has_aux=True)(stack, v)
+
+  (g32, dv32), context32 = run(stack)
+  (g16, dv16), context16 = run(stack.astype(jnp.bfloat16))
+  assert g16.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(
+    np.asarray(context16, np.float32), np.asarray(context32, np.float32)
+  )
+  np.testing.assert_array_equal(np.asarray(dv16, np.float32), np.asarray(dv32, np.float32))
+  np.testing.assert_allclose(
+    np.asarray(g16, np.float32), g32, rtol=2**-8, atol=2**-8 * float(np.max(np.abs(g32)))
+  )
+
+
 @pytest.mark.parametrize('impl', ['xla', pytest.param('pallas_triton', marks=pytest.mark.slow)])
 def test_qk_scan_equals_loop_and_forward_only_equals_scores(impl):
   # scan_layers=True (training: qk_carry.qk_stack) == False (the Python loop), values and
@@ -315,3 +413,23 @@ def test_qk_carry_on_a_2x2x2_mesh_gives_the_carried_sum_gradients():
   for case in ('loss_qk_xla', 'loss_qk_pallas'):
     assert abs(report[case] - report['loss_scores']) <= 1e-5 * report['loss_scores'], report
   assert abs(report['step_loss'] - report['loss_qk_pallas']) <= 1e-6 * report['loss_scores']
+
+
+@pytest.mark.slow
+def test_unrolled_qk_einsum_path_with_xla_optimisations_on():
+  # tests/qk_optimised_check.py in a subprocess, where tests/conftest.py's
+  # jax_disable_most_optimizations does not apply: the optimised program once returned all-nan
+  # (issue 40, item 6) while this suite, optimisations off, saw finite values.
+  result = subprocess.run(
+    [sys.executable, '-m', 'tests.qk_optimised_check'],
+    env={**support.device_env(1), 'JAX_DISABLE_MOST_OPTIMIZATIONS': 'false'},
+    cwd=support.REPO,
+    text=True,
+    capture_output=True,
+    timeout=900,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert not report['optimisations_disabled'], report
+  assert report['nan_fraction'] == 0.0, report
+  assert report['max_difference'] <= 1e-5 * report['max_value'], report

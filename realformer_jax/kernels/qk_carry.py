@@ -1,26 +1,27 @@
 """residual_carry='qk': residual attention carrying the stacked queries and keys of the layers
 below instead of their float32 [B, H, L, L] score sum (qk_reference.py has the identity).
 
-The carry between layers is `QKCarry(stack, index)`: `stack` float32 [2, N, B, L, H, K] (part
-0 the queries, part 1 the keys; layer i writes slot i) and `index` the int32 number of the
-next layer, so the layer index is a traced scalar and the stack stays one rolled nn.scan.
+The carry between layers is `QKCarry(stack, index)`: `stack` [2, N, B, L, H, K] in the compute
+dtype (part 0 the queries, part 1 the keys; layer i writes slot i; the values were computed in
+that dtype, so storing them in it is exact) and `index` the int32 number of the next layer, so
+the layer index is a traced scalar and the stack stays one rolled nn.scan.
 Layer l writes its q, k (after the rotary rotation) into slot l and attends with
 acc_l = sum_{i<=l} scale Q_i K_i^T, which is formed tile by tile inside the kernels
 (backends/triton/qk_attention.py, backends/mosaic/qk_attention.py) or, on the einsum path, by
 one einsum over the slots (qk_reference.summed_scores), and never carried.
-Memory: 2 N B L H K float32, O(L).
+Memory: 2 N B L H K values of the compute dtype, O(L).
 
-`qk_attention` is the kernels' op (a custom VJP whose backward loops over the earlier layers
-of each score tile and adds dS_l K_i, dS_l^T Q_i into every earlier layer's gradient, in
-place over the stack's cotangent). Left to autodiff, a layer stack would save each layer's
-input carry, the whole stack, once per layer: O(N^2 L). `qk_stack` is the stack-level custom
-VJP training takes instead (as recomputed_scores.py, whose scans it shares): it saves each
-layer's input x_l [B, L, D] and the final stack ONCE; going down, each layer is re-run from x_l
-on the final stack (slots above l are never read) and its VJP adds its share into the stack's
-gradient, carried down in float32. Peak: the stack, its gradient and one layer's transients.
-The float32 stack keeps that gradient (a sum over up to N layers) in float32, as the carried
-sum's is; the values in it were computed in the compute dtype, and the kernels cast the tiles
-back to it for their matmuls.
+`qk_attention` is the kernels' op (a custom VJP whose forward saves the output and the row
+log-sum-exp, so its backward never runs the forward again; the backward adds dS_l K_i,
+dS_l^T Q_i into every earlier layer's gradient over the stack's cotangent). Left to autodiff,
+a layer stack would save each layer's input carry, the whole stack, once per layer:
+O(N^2 L). `qk_stack` is the stack-level custom VJP training takes instead (as
+recomputed_scores.py, whose scans it shares): it saves each layer's input x_l [B, L, D] and the
+final stack ONCE; going down, each layer is re-run from x_l on the final stack (slots above l
+are never read) and its VJP adds its share into the stack's gradient. Peak: the stack, its
+gradient and one layer's transients. The gradient has the stack's dtype: in a bfloat16 model
+each layer's share is computed in float32 and rounded once when added (N roundings for slot 0,
+as a bfloat16 residual stream's gradient takes one a layer).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from realformer_jax.kernels.spec import KernelSpec
 
 
 class QKCarry(NamedTuple):
-  stack: jax.Array  # float32 [2, N, B, L, H, K]: every layer's queries and keys
+  stack: jax.Array  # [2, N, B, L, H, K], compute dtype: every layer's queries and keys
   index: jax.Array  # int32 scalar: the layer that reads this carry
 
 
@@ -142,7 +143,8 @@ def kernel_attention(
     block_bwd=plan.block_bwd,
     interpret=plan.interpret,
   )
-  fit_blocks = getattr(_kernels(spec), 'fit_blocks', None)  # tiles for N layers' rows a block
+  # The backend's tiles for this stack: per device (Triton), shrinking with depth (Mosaic).
+  fit_blocks = getattr(_kernels(spec), 'fit_blocks', None)
   if fit_blocks is not None:
     spec = fit_blocks(spec, stack.shape[1], stack.shape[3], stack.shape[-1])
   padded = stack.shape[-1]

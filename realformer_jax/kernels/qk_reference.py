@@ -21,9 +21,10 @@ softmax sees z_l = acc_l / (l + 1) (running mean) or acc_l, plus the padding bia
 (never part of the sum, so it is not folded into the queries); dropout acts on the
 probabilities. The carry holds no mask, no divisor and no dropout, as the carried sum does not.
 
-`stack` below is the carry: float32 [2, N, B, L, H, K], part 0 the queries, part 1 the keys;
-layer i writes slot i and layer l reads slots 0..l (later slots may hold anything: they are
-masked out, so a backward pass can re-run layer l on the final stack).
+`stack` below is the carry: [2, N, B, L, H, K] in the compute dtype, part 0 the queries, part 1
+the keys; layer i writes slot i and layer l reads slots 0..l (later slots hold zeros going up
+and the later layers' finite values when a backward pass re-runs layer l on the final stack;
+they are multiplied by 0 here and never loaded by the kernels).
 """
 
 from __future__ import annotations
@@ -44,17 +45,21 @@ def layer_scores(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, scale: jax.Array) -
 def summed_scores(stack: jax.Array, upto: jax.Array, scale: jax.Array, dtype) -> jax.Array:
   """acc = sum_{i < upto} scale Q_i K_i^T [B, H, L, L] float32, as ONE product over the
   (upto x K) features of the stacked queries and keys (zero where upto is 0). `dtype`: the
-  compute dtype the einsum path multiplies in (the stack holds its values in float32)."""
+  compute dtype the einsum path multiplies in (the stack's own, or float32 holding its
+  values)."""
   layers = stack.shape[1]
-  used = (jnp.arange(layers) < upto)[:, None, None, None, None]
-  # where, not a product with 0: a slot not yet written may hold anything (inf x 0 is nan)
-  q_N, k_N = (jnp.where(used, stack[part], 0.0).astype(dtype) for part in range(2))
+  used = (jnp.arange(layers) < upto).astype(stack.dtype)[:, None, None, None, None]
+  # A product with 0, not jnp.where: with the layers unrolled (scan_layers=False) `upto` is a
+  # constant and XLA's optimised CPU program gave all-nan for where(used, stack, 0) over the
+  # zero-initialised stack its dynamic-update-slices wrote (tests/test_qk_carry.py runs that
+  # case with the optimisations on). A product is exact for the finite values a slot holds.
+  q_N, k_N = ((stack[part] * used).astype(dtype) for part in range(2))
   logits = jnp.einsum('nbqhk,nbvhk->bhqv', q_N, k_N, preferred_element_type=jnp.float32)
   return logits * scale
 
 
 def push(stack: jax.Array, index: jax.Array, q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array):
-  """The stack with layer `index`'s queries and keys in its slot (float32; a [B, L, H, K']
+  """The stack with layer `index`'s queries and keys in its slot (the stack's dtype; a [B, L, H, K']
   slot wider than q is zero-padded: zero features add nothing to a product)."""
   qk = jnp.stack([q_BxLxHxK, k_BxLxHxK]).astype(stack.dtype)
   pad = stack.shape[-1] - qk.shape[-1]

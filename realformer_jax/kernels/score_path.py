@@ -233,7 +233,7 @@ class QKPath(ScorePath):
   def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
     batch, length = x.shape[:2]
     shape = (2, self.num_layers, batch, length, self.heads, self.stack_head_dim)
-    stack0 = nn.with_logical_constraint(jnp.zeros(shape, jnp.float32), qk_reference.STACK_AXES)
+    stack0 = nn.with_logical_constraint(jnp.zeros(shape, self.dtype), qk_reference.STACK_AXES)
     if self.recompute:
       refuse = self.plan is not None
       inner = dataclasses.replace(self, refuse_bias_and_scale_gradients=False)

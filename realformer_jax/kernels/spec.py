@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from realformer_jax.kernels import backends
+from realformer_jax.kernels.dropout_bits import MASK_BITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +22,7 @@ class KernelSpec:
   backend: str  # a registered fused backend's name (kernels/backends/): 'triton', 'mosaic'
   carry_in: bool  # reads acc_{l-1} (residual attention after layer 0)
   carry_out: bool  # writes acc_l = acc_{l-1} + scale Q K^T (residual attention)
-  keep_threshold: int  # dropout keeps a 16-bit draw < threshold; 0: no dropout
+  keep_threshold: int  # dropout keeps an 8-bit draw < threshold (dropout_bits); 0: none
   heads_total: int  # H of the global (unsharded) array: the dropout row counter
   block_q: int  # forward tile rows
   block_k: int  # forward tile columns
@@ -47,4 +48,4 @@ class KernelSpec:
 
   @property
   def keep_prob(self) -> float:
-    return self.keep_threshold / 2**16
+    return self.keep_threshold / 2**MASK_BITS

@@ -58,7 +58,7 @@ class DenseGeneral(nn.Module):
 
 
 class Dropout(nn.Module):
-  """Inverted dropout with masks from `dropout_bits.keep_mask` (four 16-bit decisions per fused
+  """Inverted dropout with masks from `dropout_bits.keep_mask` (eight 8-bit decisions per fused
   hash) and a backward pass that keeps only the boolean mask.
 
   Drop-in for `flax.linen.Dropout` (same arguments, auto-names and RNG stream), but not the same

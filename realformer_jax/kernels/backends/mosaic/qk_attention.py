@@ -45,7 +45,9 @@ _VMEM_SLACK = 8 * 2**20  # the small blocks (v, dO, statistics, bias) and Mosaic
 
 
 def _row_bytes(layers: int, head_dim: int) -> int:
-  return layers * (-(-head_dim // 128) * 128) * 4  # float32, K padded to 128 lanes
+  # K padded to 128 lanes; 4 bytes: a float32 stack, or a 16-bit one's tiles widened to
+  # float32 (8, 128) layouts and the float32 gradient scratch
+  return layers * (-(-head_dim // 128) * 128) * 4
 
 
 def vmem_need(layers: int, head_dim: int, block_q: int, block_k: int, block_bwd: int) -> int:
@@ -110,7 +112,7 @@ def _cost(stack, passes: float, itemsize: int) -> pl.CostEstimate:
   return pl.CostEstimate(
     flops=int(2 * passes * elements * head_dim),
     transcendentals=elements,
-    bytes_accessed=int(4 * 2 * layers * rows + 4 * itemsize * rows),
+    bytes_accessed=int(stack.dtype.itemsize * 2 * layers * rows + 4 * itemsize * rows),
   )
 
 
@@ -322,7 +324,7 @@ def backward(
   stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
 ):
   """(dV [B, L, H, K], g_stack + this layer's gradient of every stacked q_i, k_i, i <= l),
-  as triton_qk_attention.backward. The dropout mask is drawn again from `iparams`' key words
+  in g_stack's dtype. The dropout mask is drawn again from `iparams`' key words
   (`bits` is None from this module's forward)."""
   del bits
   _, layers, batch, seq_len, heads, head_dim = stack.shape
@@ -408,4 +410,4 @@ def backward(
     name='realformer_qk_attention_dq',
   )(fparams, words, layer, stack_h, stack_h, vh, doh, *lse, delta, bias3)
   grads = _stack_heads_major(jnp.stack([dq, dk]))  # [2, N, B, H, L, K] -> [2, N, B, L, H, K]
-  return _heads_major(dv), g_stack.astype(jnp.float32) + grads
+  return _heads_major(dv), (g_stack.astype(jnp.float32) + grads).astype(g_stack.dtype)

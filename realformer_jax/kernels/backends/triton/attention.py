@@ -6,8 +6,8 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           dropout (the einsum path's mask, dropout_tiles.py) and P V happen in registers.
           Writes the output, the row log-sum-exp (as m and log l: tile_math.py) and, with
           dropout, the mask it drew at one bit per element (1/32 of a float32 score): hashing
-          it again would cost the backward ~30 integer ops per element. Probabilities never
-          reach HBM.
+          it again would cost the backward ~18 integer ops per element
+          (HASH_OPS_PER_ELEMENT). Probabilities never reach HBM.
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
           blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
@@ -166,6 +166,8 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       float_ops=9 + int(spec.carry_in) + 2 * spec.dropout,
       exps=1,
       int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+      # each program reloads the k, v tiles and the bias row per key block (q: once)
+      reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
@@ -349,6 +351,12 @@ def backward(
       float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
       exps=1 if carry else 2,
       int_ops=(3 if dropout else 0) * (1 if carry else 2),
+      # per query block: q, dO and three float32 row statistics; without residual attention
+      # the dQ loop's k, v tiles and bias row per key block
+      reloads=(2 * head_dim * qkv.dtype.itemsize + 12) / block
+      + (0 if carry else (2 * head_dim * qkv.dtype.itemsize + 4) / block),
+      # with residual attention each tile's [block, K] float32 dQ share is added atomically
+      atomics=head_dim / block if carry else 0,
     ),
     name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
   )(
@@ -390,7 +398,12 @@ def _store_query_gradient(dq, dqkv, spec: KernelSpec):
     input_output_aliases={1: 0},
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim),
-    metadata={'flops': '0', 'bytes_accessed': str(3 * rows)},  # float32 in, 16-bit out
+    metadata={  # float32 in, 16-bit out; each tile moved once
+      'flops': '0',
+      'bytes_accessed': str(3 * rows),
+      'l2_bytes': str(3 * rows),
+      'atomics': '0',
+    },
     name='attention_store_dq',
   )(dq, dqkv)
 
@@ -400,9 +413,10 @@ def _compiler_params(head_dim: int):
 
 
 # Integer ops of the joined dropout hash per element: one Threefry-2x32 (20 rounds of add,
-# rotate = two shifts and an or, xor; five key injections: ~115 ops) per four elements, plus the
-# half-word picks and the comparison.
-HASH_OPS_PER_ELEMENT = 32
+# rotate = two shifts and an or, xor: 100; the key schedule and six injections: ~19; the
+# counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus the byte pick (a shift
+# and an and) and the comparison: 123 / 8 + 3 ~ 18.
+HASH_OPS_PER_ELEMENT = 18
 
 
 def _cost_metadata(
@@ -416,6 +430,8 @@ def _cost_metadata(
   float_ops: int,
   exps: int,
   int_ops: int,
+  reloads: float = 0.0,
+  atomics: float = 0.0,
 ) -> dict:
   """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
   read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
@@ -423,12 +439,18 @@ def _cost_metadata(
   or written once, mask bits) plus `row_bytes` of [B, L, H, K]-sized traffic (K and V tiles
   that several programs read come from L2: a (batch, head) slice is ~100 KB at L = 512), plus
   the row statistics; and per score element the float ops (scale, sums, softmax, dropout,
-  gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores."""
+  gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores.
+  `l2_bytes`: the HBM bytes plus every tile a program loads again, `reloads` bytes per score
+  element, and 4 bytes per atomic update; `atomics`: global atomic element updates, `atomics`
+  per score element (the estimator's fields: /work/notes/kernel_costs.md)."""
   stats = 12 * elements // seq_len  # float32 m, log l and delta per row
+  hbm = int(score_bytes * elements + row_bytes + stats)
   return {
     'flops': str(int(2 * passes * elements * head_dim)),
-    'bytes_accessed': str(int(score_bytes * elements + row_bytes + stats)),
+    'bytes_accessed': str(hbm),
     'float_ops': str(int(float_ops * elements)),
     'transcendentals': str(int(exps * elements)),
     'int_ops': str(int(int_ops * elements)),
+    'l2_bytes': str(int(hbm + (reloads + 4 * atomics) * elements)),
+    'atomics': str(int(atomics * elements)),
   }

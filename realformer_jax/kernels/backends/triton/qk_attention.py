@@ -3,37 +3,46 @@
 The same attention as the residual kernels of attention.py beside this file, but the carried sum
 is never read or written: each score tile is rebuilt in registers from the queries and keys of
 layers 0..l (qk_reference.py, tile_math.summed_scores), l a traced scalar read by the kernel, so
-one kernel serves every layer of a rolled nn.scan.
+one kernel serves every layer of a rolled nn.scan. The stack holds the compute dtype (bfloat16
+in a bfloat16 model: the values were computed in it), so a tile product reads 16-bit tiles.
 
 forward   grid (query blocks, B, H): for each key block, acc = sum_{i<=l} scale q_i k_i^T
-          (l + 1 tile products), then the online softmax, dropout and P V of
-          attention.py beside this file. Writes the output and the row statistics; not the dropout
-          mask (that kernel's one bit per score element would be the one [L, L]-sized
-          buffer of this carry: the backward draws the mask again, as the Mosaic kernels
-          do, for ~32 integer ops per score element).
-backward  grid (key blocks, B, H): a program owns key rows jk of every layer and walks the
-          query blocks: rebuilds acc, p, dz, dV += p^T dO, and for every layer i <= l adds
-          ds K_i into dQ_i (atomic adds: programs of other key blocks share the rows) and
-          ds^T Q_i into dK_i (its own rows: read, add, write), ds = dz inv_div scale. The
-          gradient of the whole float32 stack [2, N, B, L, H, K] is updated in place over the
-          cotangent it is given (the layers above's contributions).
-Matmuls per score element of layer l: forward (l + 1) + 1, backward 3 (l + 1) + 2, i.e.
-(4 + 2l) K and (10 + 6l) K FLOPs against 4 K and 10 K for the carried-sum kernels. The
-stated cost (`_cost_metadata`) is per call site and a rolled scan's one call site runs every
-layer, so it counts the mean layer of the stack, l + 1 = (N + 1) / 2.
-The stack holds float32 values of tensors computed in the compute dtype (exact); tiles are
-cast back to it for the matmuls, as the carried-sum kernels multiply q and k in it.
-Not yet tuned on a GPU (these kernels have run in interpret mode and compiled deviceless
-only). Where they may fall short of compute-bound: each layer's q / k tile is re-read per tile
-product (float32: twice the bytes of a 16-bit stack), and the backward's per-layer dK_i
-read-add-write and dQ_i atomic adds move ~16 K / block bytes per score element and layer
-through L2 (~16 FLOPs per byte at 64-wide tiles). The stated bytes count HBM traffic only,
-as triton_attention.py's do.
+          (l + 1 tile products), then the online softmax, dropout and P V of attention.py
+          beside this file. Writes the output and the row statistics (saved for the backward,
+          which never runs the forward again); not the dropout mask (one bit per score
+          element would be the one [L, L]-sized buffer of this carry: the backward draws the
+          mask again, HASH_OPS_PER_ELEMENT integer ops per score element).
+backward  two steps, no atomics and no read-modify-write of the stack's gradient in a kernel:
+  dS      grid (key blocks of a column panel, B, H): a program owns key rows jk and walks
+          every query block: rebuilds acc, p and dz, writes ds = dz inv_div scale (the same
+          for every layer's q_i k_i^T) into a dS panel in the compute dtype, accumulates
+          dV += p^T dO in registers and writes it once.
+  GEMMs   XLA matmuls over every layer at once: dK_i[cols] = dS^T Q_i (all rows: complete)
+          and dQ_i += dS K_i[cols] (summed over the column panels in a float32 accumulator),
+          i <= l, as ONE product over the stacked features ([L, C] x [L, n K], n a static
+          bucket of slots >= l + 1, `slot_buckets`; slots in (l, n) are multiplied by 0).
+          The gradient stack is then updated once per panel by XLA (an add fused into the
+          matmul's epilogue or a dynamic-update-slice in place).
+Memory of the backward: the dS panel, at most DS_PANEL_BYTES (1 GiB; `column_panels` chooses
+its shape: every (batch, head) and every column where that fits, else one (batch, head) at a
+time in column panels of C = DS_PANEL_BYTES / (L itemsize) columns), plus with column panels a
+float32 [N, L, K] dQ accumulator of one head. O(L) for a fixed panel budget: the carry stays
+linear in L (at L = 65,536, bfloat16: 8 panels of 8,192 columns per head, 1 GiB + 201 MB).
+Matmuls per score element of layer l: forward (l + 1) + 1; backward: dS kernel (l + 1) + 2
+(acc, dO V^T, dV), GEMMs 2 n (n >= l + 1 the bucket), i.e. (10 + 6l) K FLOPs at n = l + 1.
+The stated cost (`_forward_cost`, `_score_gradient_cost`; HBM bytes, L2 bytes of the reloaded
+tiles, no atomics) is per call site and a rolled scan's one call site runs every layer, so it
+counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
+XLA. Tiles, warps and stages come from TILES, a table keyed by the device kind
+(chosen from the Hopper FlashAttention-2 configurations, not tuned on a device yet).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,11 +53,63 @@ from jax.experimental.pallas import triton as plgpu
 from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.triton.attention import (
   HASH_OPS_PER_ELEMENT,
-  _compiler_params,
   _cost_metadata,
   _draw_keep,
 )
 from realformer_jax.kernels.spec import KernelSpec
+
+DS_PANEL_BYTES = 2**30  # the largest dS panel the backward materialises
+
+
+class Tiles(NamedTuple):
+  block_q: int  # forward rows
+  block_k: int  # forward columns
+  block_bwd: int  # dS kernel tiles (square)
+  warps: int
+  stages: int
+
+
+# By jax's `device_kind`; DEFAULT where the kind is not listed (and for deviceless compiles,
+# which see no device: an H100's row). 128 x 64 forward tiles with 8 warps and 3 stages are
+# FlashAttention-2's Hopper choice for K = 64; the dS kernel keeps 64 x 64 tiles (its
+# registers hold dV and a dS tile besides the score tile).
+DEFAULT = Tiles(128, 64, 64, 8, 3)
+TILES = {
+  'NVIDIA H100 80GB HBM3': DEFAULT,
+  'NVIDIA H200': DEFAULT,
+  'NVIDIA A100-SXM4-80GB': Tiles(128, 64, 64, 4, 2),
+  'NVIDIA A100-SXM4-40GB': Tiles(128, 64, 64, 4, 2),
+}
+
+
+def device_tiles() -> Tiles:
+  """The row of TILES for the first device when it is a GPU, else DEFAULT."""
+  device = jax.devices()[0]
+  if device.platform != 'gpu':
+    return DEFAULT
+  return TILES.get(device.device_kind, DEFAULT)
+
+
+def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> KernelSpec:
+  """`spec` with the device's tiles where they divide the sequence (the plan's otherwise);
+  interpret mode keeps the plan's small tiles."""
+  del layers, head_dim
+  if spec.interpret:
+    return spec
+  tiles = device_tiles()
+  pick = lambda mine, plan: mine if seq_len % mine == 0 else plan
+  return dataclasses.replace(
+    spec,
+    block_q=pick(tiles.block_q, spec.block_q),
+    block_k=pick(tiles.block_k, spec.block_k),
+    block_bwd=pick(tiles.block_bwd, spec.block_bwd),
+  )
+
+
+def _compiler_params(head_dim: int):
+  tiles = device_tiles()
+  warps = tiles.warps if head_dim <= 64 else max(tiles.warps, 8)
+  return plgpu.CompilerParams(num_warps=warps, num_stages=tiles.stages)
 
 
 def _stack_spec(layers: int, seq_len: int, head_dim: int) -> pl.BlockSpec:
@@ -99,41 +160,36 @@ def _forward_kernel(
   log_l_ref[...] = log_l[:, 0]
 
 
-def _stated_cost(spec, stack, forward: bool) -> dict:
+def _forward_cost(spec, stack) -> dict:
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   elements = batch * heads * seq_len * seq_len
   mean_layers = (layers + 1) / 2  # the mean l + 1 over the stack (module docstring)
-  rows = batch * seq_len * heads * head_dim * 2  # one [B, L, H, K] array in 16 bits
-  if forward:
-    return _cost_metadata(
-      elements,
-      head_dim,
-      seq_len,
-      passes=mean_layers + 1,
-      score_bytes=0,
-      row_bytes=2 * mean_layers * 2 * rows + 2 * rows,  # float32 q, k of l + 1 layers; v, out
-      float_ops=8 + mean_layers + 2 * spec.dropout,
-      exps=1,
-      int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
-    )
+  itemsize = stack.dtype.itemsize
+  rows = batch * seq_len * heads * head_dim * itemsize  # one [B, L, H, K] array
+  # Loads per [block_q, block_k] tile: q and k of l + 1 layers (the q tile too is loaded
+  # inside the layer loop), v, the bias row.
+  block_q, block_k = spec.block_q, spec.block_k
+  reloads = (
+    head_dim * itemsize * (mean_layers * (1 / block_q + 1 / block_k) + 1 / block_q) + 4 / block_q
+  )
   return _cost_metadata(
     elements,
     head_dim,
     seq_len,
-    passes=3 * mean_layers + 2,
+    passes=mean_layers + 1,
     score_bytes=0,
-    # q, k of l + 1 layers (float32) read, their float32 gradients read and written; v, dO
-    # in, dV out
-    row_bytes=6 * mean_layers * 2 * rows + 3 * rows,
-    float_ops=14 + mean_layers + 4 * spec.dropout,
+    row_bytes=2 * mean_layers * rows + 2 * rows,  # q, k of l + 1 layers; v, out
+    float_ops=8 + mean_layers + 2 * spec.dropout,
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    reloads=reloads,
   )
 
 
 def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
   """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, None: no stored dropout
-  mask). stack: float32 [2, N, B, L, H, K]; layer: int32 [1]."""
+  mask). stack: [2, N, B, L, H, K] in any float dtype (tiles are cast to v's); layer: int32
+  [1]."""
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   block_q = spec.block_q
   in_specs = [
@@ -162,13 +218,16 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
     out_shape=out_shape,
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim),
-    metadata=_stated_cost(spec, stack, forward=True),
+    metadata=_forward_cost(spec, stack),
     name='realformer_qk_attention_fwd',
   )(stack, v, bias, fparams, iparams, layer)
   return out, (m, log_l), None
 
 
-def _backward_kernel(
+# --- backward ----------------------------------------------------------------------------------
+
+
+def _score_gradient_kernel(
   stack_ref,
   v_ref,
   do_ref,
@@ -179,19 +238,22 @@ def _backward_kernel(
   f_ref,
   i_ref,
   l_ref,
-  _,
+  c_ref,
+  ds_ref,
   dv_ref,
-  g_ref,
   *,
   spec: KernelSpec,
 ):
+  """Program (jk, b, h): key rows col0 + jk * block of (b, h); writes dS[:, those columns]
+  and their dV."""
   _, _, seq_len, head_dim = stack_ref.shape
   block = spec.block_bwd
   jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   layers = l_ref[0] + 1
   dtype = v_ref.dtype
-  ks = pl.ds(pl.multiple_of(jk * block, block), block)
+  k0 = c_ref[0] + jk * block  # the global first column of this program's keys
+  ks = pl.ds(pl.multiple_of(k0, block), block)
   v, bias_row = v_ref[ks, :], bias_ref[ks][None, :]
 
   def q_body(i, dv):
@@ -201,7 +263,7 @@ def _backward_kernel(
     z = tm.softmax_input(acc, inv_div, bias_row)
     keep = None
     if spec.dropout:
-      keep = _draw_keep(spec, i_ref, b, h, seq_len, i * block, jk * block, (block, block))
+      keep = _draw_keep(spec, i_ref, b, h, seq_len, i * block, k0, (block, block))
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -211,35 +273,46 @@ def _backward_kernel(
       keep,
       spec.keep_prob,
     )
-    ds = (dz * inv_div * scale).astype(dtype)  # d (q_i k_i^T), the same for every layer
-
-    def layer_body(n, carry):
-      q_n = stack_ref[0, n, qs, :].astype(dtype)
-      k_n = stack_ref[1, n, ks, :].astype(dtype)
-      plgpu.atomic_add(g_ref, (jnp.int32(0), n, qs, slice(None)), tm.dot(ds, k_n))
-      g_ref[1, n, ks, :] = g_ref[1, n, ks, :] + tm.t_dot(ds, q_n)
-      return carry
-
-    lax.fori_loop(0, layers, layer_body, None)
+    ds_ref[qs, :] = (dz * inv_div * scale).astype(ds_ref.dtype)  # d (q_i k_i^T), every i
     return dv + tm.t_dot(p_dropped, do)
 
   dv = lax.fori_loop(0, seq_len // block, q_body, jnp.zeros((block, head_dim), jnp.float32))
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def backward(
-  stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
-):
-  """(dV [B, L, H, K], g_stack + this layer's gradient of every stacked q_i, k_i, i <= l:
-  float32 [2, N, B, L, H, K], in place over `g_stack`). The dropout mask is drawn again from
-  `iparams`' key words (`bits` is None from this module's forward)."""
-  del bits
+def _score_gradient_cost(spec, stack, columns: int) -> dict:
+  _, layers, batch, seq_len, heads, head_dim = stack.shape
+  elements = batch * heads * seq_len * columns
+  mean_layers = (layers + 1) / 2
+  itemsize = stack.dtype.itemsize
+  rows = batch * seq_len * heads * head_dim * itemsize
+  panel_rows = rows * columns // seq_len
+  # Loads per square tile: q and k of l + 1 layers (both inside the layer loop), dO, and the
+  # three float32 row statistics.
+  reloads = (head_dim * itemsize * (2 * mean_layers + 1) + 12) / spec.block_bwd
+  return _cost_metadata(
+    elements,
+    head_dim,
+    seq_len,
+    passes=mean_layers + 2,  # acc (l + 1 products), dO V^T, dV
+    score_bytes=itemsize,  # dS written once, in the compute dtype
+    # q of l + 1 layers and dO (all rows); the panel's k of l + 1 layers, v and dV
+    row_bytes=(mean_layers + 1) * rows + (mean_layers + 2) * panel_rows,
+    float_ops=14 + mean_layers + 4 * spec.dropout,
+    exps=1,
+    int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    reloads=reloads,
+  )
+
+
+def _score_gradient(stack, v, do, lse, delta, bias, fparams, iparams, layer, col0, columns, spec):
+  """(dS [B, H, L, columns] in v's dtype, dV [B, columns, H, K]) of the key columns
+  col0 .. col0 + columns (col0: int32 [1], a multiple of the tile)."""
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   block = spec.block_bwd
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
-  stack_spec = _stack_spec(layers, seq_len, head_dim)
   in_specs = [
-    stack_spec,
+    _stack_spec(layers, seq_len, head_dim),
     _rows_spec(seq_len, head_dim),
     _rows_spec(seq_len, head_dim),
     stat_spec,
@@ -249,26 +322,167 @@ def backward(
     pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
     pl.BlockSpec((4,), lambda j, b, h: (0,)),
     pl.BlockSpec((1,), lambda j, b, h: (0,)),
-    stack_spec,
+    pl.BlockSpec((1,), lambda j, b, h: (0,)),
   ]
   out_shape = [
-    jax.ShapeDtypeStruct(v.shape, v.dtype),
-    jax.ShapeDtypeStruct(stack.shape, jnp.float32),
+    jax.ShapeDtypeStruct((batch, heads, seq_len, columns), v.dtype),
+    jax.ShapeDtypeStruct((batch, columns, heads, head_dim), v.dtype),
   ]
   out_specs = [
+    pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j)),
     pl.BlockSpec((None, block, None, head_dim), lambda j, b, h: (b, j, h, 0)),
-    stack_spec,
   ]
-  g_input = 10
   return pl.pallas_call(
-    functools.partial(_backward_kernel, spec=spec),
-    grid=(seq_len // block, batch, heads),
+    functools.partial(_score_gradient_kernel, spec=spec),
+    grid=(columns // block, batch, heads),
     in_specs=in_specs,
     out_specs=out_specs,
     out_shape=out_shape,
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim),
-    input_output_aliases={g_input: 1},
-    metadata=_stated_cost(spec, stack, forward=False),
-    name='realformer_qk_attention_bwd',
-  )(stack, v, do, *lse, delta, bias, fparams, iparams, layer, g_stack.astype(jnp.float32))
+    metadata=_score_gradient_cost(spec, stack, columns),
+    name='realformer_qk_attention_ds',
+  )(stack, v, do, *lse, delta, bias, fparams, iparams, layer, col0)
+
+
+def slot_buckets(layers: int) -> tuple[int, ...]:
+  """Static slot counts the backward's matmuls run at: the smallest >= l + 1 is taken, so
+  they multiply at most ~N/8 unused slots on average instead of ~N/2 (a `lax.switch`)."""
+  if layers < 8:
+    return (layers,)
+  return tuple(sorted({math.ceil(layers * j / 4) for j in range(1, 5)}))
+
+
+def column_panels(batch: int, heads: int, seq_len: int, itemsize: int, block: int) -> int:
+  """Columns per dS panel: 0 when every (batch, head) and column fits DS_PANEL_BYTES at once
+  (one panel), else the largest multiple of `block` dividing L whose one-head panel fits."""
+  if batch * heads * seq_len * seq_len * itemsize <= DS_PANEL_BYTES:
+    return 0
+  columns = block
+  while (
+    columns * 2 <= seq_len
+    and seq_len % (columns * 2) == 0
+    and seq_len * columns * 2 * itemsize <= DS_PANEL_BYTES
+  ):
+    columns *= 2
+  return columns
+
+
+def backward(
+  stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
+):
+  """(dV [B, L, H, K], g_stack + this layer's gradient of every stacked q_i, k_i, i <= l, in
+  g_stack's dtype). The dropout mask is drawn again from `iparams`' key words (`bits` is None
+  from this module's forward)."""
+  del bits
+  layers = stack.shape[1]
+  buckets = slot_buckets(layers)
+  branches = [
+    functools.partial(_backward_at, slots, stack, v, do, lse, delta, bias, fparams, iparams)
+    for slots in buckets
+  ]
+  if len(branches) == 1:
+    return branches[0](layer, g_stack, spec)
+  index = jnp.searchsorted(jnp.asarray(buckets), layer[0] + 1)  # first bucket >= l + 1
+  return lax.switch(index, [functools.partial(b, spec=spec) for b in branches], layer, g_stack)
+
+
+def _backward_at(slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec):
+  """The backward with the matmuls over slots 0 .. slots - 1 (slots >= l + 1)."""
+  _, _, batch, seq_len, heads, head_dim = stack.shape
+  used = (jnp.arange(slots) <= layer[0]).astype(stack.dtype)[:, None, None, None, None]
+  columns = column_panels(batch, heads, seq_len, v.dtype.itemsize, spec.block_bwd)
+  if not columns:  # one panel: every head, every column
+    ds, dv = _score_gradient(
+      stack,
+      v,
+      do,
+      lse,
+      delta,
+      bias,
+      fparams,
+      iparams,
+      layer,
+      jnp.zeros((1,), jnp.int32),
+      seq_len,
+      spec,
+    )
+    q_n, k_n = (stack[part, :slots] * used for part in range(2))
+    dq = jnp.einsum(
+      'bhqv,nbvhk->nbqhk', ds, k_n.astype(ds.dtype), preferred_element_type=jnp.float32
+    )
+    dk = jnp.einsum(
+      'bhqv,nbqhk->nbvhk', ds, q_n.astype(ds.dtype), preferred_element_type=jnp.float32
+    )
+    grads = jnp.stack([dq, dk])
+    g_stack = g_stack.at[:, :slots].add(grads.astype(g_stack.dtype))
+    return dv, g_stack
+  return _backward_by_head(
+    slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
+  )
+
+
+def _backward_by_head(
+  slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
+):
+  """One (batch, head) at a time, its key columns in panels of `columns` (a loop in XLA): the
+  dS panel [L, columns] stays within DS_PANEL_BYTES. dK_i of a panel's columns is complete
+  (a product over every row); dQ_i sums over the panels in a float32 [N, L, K] accumulator."""
+  _, _, batch, seq_len, heads, head_dim = stack.shape
+  panels = seq_len // columns
+  m, log_l = lse
+
+  def head(bh, carry):
+    dv_all, g_all = carry
+    b, h = bh // heads, bh % heads
+
+    def one(x, axis_b, axis_h):  # the (b, h) slice, keeping size-1 batch and head axes
+      x = lax.dynamic_slice_in_dim(x, b, 1, axis_b)
+      return x if axis_h is None else lax.dynamic_slice_in_dim(x, h, 1, axis_h)
+
+    stack_h = one(stack, 2, 4)  # [2, N, 1, L, 1, K]
+    v_h, do_h = one(v, 0, 2), one(do, 0, 2)
+    lse_h = (one(m, 0, 1), one(log_l, 0, 1))
+    delta_h, bias_h, f_h = one(delta, 0, 1), one(bias, 0, None), one(fparams, 0, None)
+    # the dropout counters of the global (b, h): offsets as a shard's (spec.py)
+    i_h = iparams.at[2].add(b.astype(jnp.uint32)).at[3].add(h.astype(jnp.uint32))
+    q_n, k_n = (stack_h[part, :slots] * used for part in range(2))
+
+    def panel(c, carry):
+      dq, dv_h, g_k = carry
+      col0 = c * columns
+      ds, dv_c = _score_gradient(
+        stack_h,
+        v_h,
+        do_h,
+        lse_h,
+        delta_h,
+        bias_h,
+        f_h,
+        i_h,
+        layer,
+        jnp.reshape(col0, (1,)).astype(jnp.int32),
+        columns,
+        spec,
+      )
+      ds = ds.astype(v.dtype)
+      k_c = lax.dynamic_slice_in_dim(k_n, col0, columns, 2).astype(ds.dtype)
+      dq = dq + jnp.einsum('bhqv,nbvhk->nbqhk', ds, k_c, preferred_element_type=jnp.float32)
+      dk_c = jnp.einsum(
+        'bhqv,nbqhk->nbvhk', ds, q_n.astype(ds.dtype), preferred_element_type=jnp.float32
+      )
+      old = lax.dynamic_slice_in_dim(g_k, col0, columns, 2)
+      g_k = lax.dynamic_update_slice_in_dim(g_k, old + dk_c.astype(g_k.dtype), col0, 2)
+      dv_h = lax.dynamic_update_slice_in_dim(dv_h, dv_c, col0, 1)
+      return dq, dv_h, g_k
+
+    g_h = one(g_all, 2, 4)[:, :slots]  # [2, slots, 1, L, 1, K]
+    dq0 = jnp.zeros(g_h.shape[1:], jnp.float32)
+    dq, dv_h, g_k = lax.fori_loop(0, panels, panel, (dq0, jnp.zeros_like(v_h), g_h[1]))
+    g_h = jnp.stack([(g_h[0].astype(jnp.float32) + dq).astype(g_all.dtype), g_k])
+    zero = jnp.zeros((), jnp.int32)
+    g_all = lax.dynamic_update_slice(g_all, g_h, (zero, zero, b, zero, h, zero))
+    dv_all = lax.dynamic_update_slice(dv_all, dv_h, (b, zero, h, zero))
+    return dv_all, g_all
+
+  return lax.fori_loop(0, batch * heads, head, (jnp.zeros_like(v), g_stack))

@@ -1,0 +1,54 @@
+"""Run by tests/test_qk_carry.py in a subprocess with JAX_PLATFORMS=cpu and the CUDA plugin
+installed (the `aot` extra): the qk kernels' op, forward and backward, compiled deviceless for
+an H100 (realformer_jax/aot/targets.py), bfloat16 stack, 8 layers (the backward's slot
+buckets), dropout on. Prints one JSON line: the Pallas kernels in the optimized program, what
+each states it costs, and the atomic updates in the kernels' bodies (`atomic_rmw`, what
+`plgpu.atomic_add` binds, counted in the jaxpr: the Triton IR in the program is bytecode)."""
+
+import json
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from realformer_jax.aot import targets
+from realformer_jax.kernels import qk_carry
+from realformer_jax.kernels.select import AttentionPlan
+
+
+def main(seq_len: int = 256, layers: int = 8, batch: int = 1, heads: int = 2, head_dim: int = 64):
+  mesh = Mesh(np.array(targets.parse('h100:1').devices()[:1]), ('x',))
+  one = NamedSharding(mesh, P())
+  plan = AttentionPlan('pallas', 'triton', False, 128, 64, 64)
+
+  def loss(stack, v, weights, bias, key):
+    context, passed = qk_carry.kernel_attention(
+      plan, stack, v, jnp.asarray(layers // 2), bias, jnp.asarray(head_dim**-0.5), None, key, 0.9
+    )
+    return jnp.sum(context.astype(jnp.float32) * weights) + jnp.sum(passed.astype(jnp.float32))
+
+  rows = (batch, seq_len, heads, head_dim)
+  args = (
+    jax.ShapeDtypeStruct((2, layers) + rows, jnp.bfloat16, sharding=one),
+    jax.ShapeDtypeStruct(rows, jnp.bfloat16, sharding=one),
+    jax.ShapeDtypeStruct(rows, jnp.float32, sharding=one),
+    jax.ShapeDtypeStruct((batch, 1, 1, seq_len), jnp.float32, sharding=one),
+    jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=one),
+  )
+  grad = jax.jit(jax.grad(loss, argnums=(0, 1)), in_shardings=(one,) * 5, out_shardings=(one,) * 2)
+  text = grad.lower(*args).compile().as_text()
+  atomics = str(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(*args)).count('atomic_rmw')
+  stated = {}
+  for name, metadata in re.findall(
+    r'name = "(realformer_qk_attention_\w+)".*?serialized_metadata = "(\{.*?\})"', text
+  ):
+    stated[name] = json.loads(metadata.replace('\\22', '"'))
+  print(json.dumps({'kernels': sorted(stated), 'atomic_rmw': atomics, 'stated': stated}))
+
+
+if __name__ == '__main__':
+  main(*(int(a) for a in sys.argv[1:]))

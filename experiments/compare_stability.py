@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -375,6 +376,28 @@ def analyse(results: dict, plan: Plan) -> dict:
     'reference': reference,
     'p2_verdict': p2_verdict(rows, decided, plan),
     'recipe_check': recipe_check(results, plan),
+    'scale': scale_facts(plan),
+  }
+
+
+@functools.cache
+def scale_facts(plan: Plan) -> dict:
+  """What a reader compares with the paper's scale: the model's parameters (both layouts have
+  the same), the tokens one run trains on and the vocabulary."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from realformer_jax import MaskedLM, train  # pylint: disable=import-outside-toplevel
+  from realformer_jax.model.params import count_params  # pylint: disable=import-outside-toplevel
+
+  config = study.mlm_config(plan.scale, seed=0, model=compare_layouts.LAYOUTS['realformer'])
+  model = train.validate_config(config).model
+  ids = jnp.zeros((1, 8), jnp.int32)
+  abstract = jax.eval_shape(lambda: MaskedLM(model).init(jax.random.key(0), ids))
+  return {
+    'parameters': count_params(abstract['params']),
+    'tokens_per_run': plan.steps * plan.scale.batch * plan.scale.seq_len,
+    'vocab': plan.scale.vocab,
   }
 
 
@@ -402,7 +425,10 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     f'{scale.heads} heads, FFN {scale.mlp}, {scale.position_embedding} positions, sequence '
     f'{scale.seq_len}, batch {scale.batch}, {plan.steps:,} AdamW steps (10% warmup, linear '
     f'decay to 0), dropout {scale.dropout}, planned seeds {list(plan.seeds)}. Floor at [MASK] '
-    f'(most frequent token): {100 * floors.get("mask_accuracy", math.nan):.2f}%.',
+    f'(most frequent token): {100 * floors.get("mask_accuracy", math.nan):.2f}%. '
+    f'{analysis["scale"]["parameters"]:,} parameters; a run trains on '
+    f'{analysis["scale"]["tokens_per_run"]:,} tokens ({plan.steps:,} x {scale.batch} x '
+    f'{scale.seq_len}).',
     '',
     'Rules per run: **diverged** = a non-finite loss ended it, or its last training loss or '
     f'final eval loss is above ln(vocab) + {plan.blowup_margin:g} = {plan.blowup_loss:.2f} '
@@ -421,7 +447,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '| final [MASK] accuracy (%) |',
     '|---|---|---|---|---|---|---|',
   ]
-  for row in [analysis['reference']] + analysis['rows']:
+  for row in sorted([analysis['reference']] + analysis['rows'], key=lambda r: r['rate']):
     for layout in LAYOUTS:
       side = row['sides'][layout]
       lines.append(
@@ -443,7 +469,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '| A Holm p | A detectable | A verdict |',
     '|---|---|---|---|---|---|---|---|---|',
   ]
-  for row in analysis['rows']:
+  for row in sorted(analysis['rows'], key=lambda r: r['rate']):
     f, a = row['failure'], row['accuracy']
     c = a['comparison']
     lines.append(
@@ -486,7 +512,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   plt = study.pyplot()
   if plt is None:
     return []
-  rates = [plan.reference] + list(analysis['rates'])
+  rates = sorted([plan.reference] + list(analysis['rates']))
   paths = []
   # 1. Training loss per rate, one panel each, every finished seed a line.
   fig, axes = plt.subplots(1, len(rates), figsize=(3.6 * len(rates), 3.8), sharey=True)
@@ -504,6 +530,8 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
             alpha=0.7,
             label=LAYOUT_NAMES[layout] if seed == plan.seeds[0] else None,
           )
+    if not ax.lines:
+      ax.text(0.5, 0.5, 'no run finished yet', ha='center', transform=ax.transAxes, color='gray')
     ax.axhline(plan.blowup_loss, color='black', ls='--', lw=0.7, label='blow-up line')
     study.draw_floors(ax, compare_layouts.floors_of(results), 'loss')
     ax.set_title(f'peak rate {rate:g}', fontsize=9)
@@ -515,7 +543,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   fig.savefig(paths[-1], dpi=100)
   plt.close(fig)
   # 2. The ladder: fraction learned and final [MASK] accuracy (each seed a dot) per rate.
-  rows = [analysis['reference']] + analysis['rows']
+  rows = sorted([analysis['reference']] + analysis['rows'], key=lambda r: r['rate'])
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
   for i, layout in enumerate(LAYOUTS):
     shift = (i - 0.5) * 0.06

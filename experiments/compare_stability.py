@@ -376,7 +376,6 @@ def analyse(results: dict, plan: Plan) -> dict:
     'reference': reference,
     'p2_verdict': p2_verdict(rows, decided, plan),
     'recipe_check': recipe_check(results, plan),
-    'scale': scale_facts(plan),
   }
 
 
@@ -604,6 +603,7 @@ def main(argv=None) -> dict:
     busy=study.trained_elsewhere(args),
   )
   analysis = analyse(results, plan)
+  analysis['scale'] = scale_facts(plan)  # traces the model: here, not in every analysis
   runs_lib.write_json(
     os.path.join(args.out, 'results.json'),
     {

@@ -159,6 +159,13 @@ def test_the_reused_runs_share_the_recipe():
   assert check['max_spread'] < 1e-3 and len(check['per']) >= 6
 
 
+@pytest.mark.slow  # traces the 12-layer model: ~1 s idle, several on a loaded machine
+def test_the_committed_scale_facts_are_the_models():
+  committed = json.load(open('docs/results/compare_layouts/stability/results.json'))
+  assert committed['analysis']['scale'] == compare_stability.scale_facts(CPU)
+  assert committed['analysis']['scale']['parameters'] == 734_352  # 12 x 64, vocab 2,000
+
+
 @pytest.mark.slow
 def test_compare_stability_quick(tmp_path):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')

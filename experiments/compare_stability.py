@@ -74,6 +74,9 @@ shared). New runs: 23 (8e-3: 8, 1.6e-2: 8, 4e-3: 6, 2e-3: 1) x 2,400 steps = 55,
 (+1.0 h). Then (launched behind this study in the same processes) compare_budgets' missing
 seed-1 runs (3,900 steps, 0.2 h) and its declared 4,800-step budget (16 runs x 4,800 steps,
 4.1 h): ~7-8 h in all on an idle machine, more while it is shared.
+Measured after the launch (two processes at nice 19 on a machine shared by seven sessions,
+load average 17-28): 3.2 s a step over the first 600 steps, then under 1% of a core each while
+the other sessions' work ran; the runs resume from their checkpoints (every 600 steps).
 
 Writes to --out (default docs/results/compare_layouts/stability/): results.md, results.json,
 curves.png (training loss per rate: failures and divergences visible), ladder.png (fraction

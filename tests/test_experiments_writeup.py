@@ -65,7 +65,7 @@ def test_seed_labels_are_the_finished_runs():
     assert _seeds(per[budget]['realformer']['seeds']) == finished.replace(' and ', ', ')
   rows = [r for r in analysis['rows'] if r['budget'] in BUDGETS.budgets]
   counts = {len(r['seeds']) for r in rows}
-  (quoted,) = _find(r'every verdict below is "pending \((\d) of 8 seeds\)"')
+  (quoted,) = _find(r'every verdict here is "pending \((\d) of 8 seeds\)"')
   assert counts == {int(quoted)} and all(r['verdict'].startswith('pending') for r in rows)
   assert 1 in per['2400']['post']['seeds'] and 1 not in per['1200']['post']['seeds']
 

@@ -292,6 +292,8 @@ def power(comparison: PairedComparison, difference: float, level: float = 0.95) 
   if comparison.n < 2:
     return math.nan
   se = math.sqrt(comparison.seed_se**2 + comparison.eval_se**2)
+  if not se > 0:  # no spread at all (e.g. runs that never left the floor): any gap shows
+    return 1.0 if difference != 0 else 1.0 - level
   df = comparison.n - 1
   critical = t_quantile(0.5 + level / 2.0, df)
   return t_cdf(difference / se - critical, df) + t_cdf(-difference / se - critical, df)

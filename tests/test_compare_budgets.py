@@ -92,6 +92,8 @@ def test_holm_levels_and_power_agree_with_holm_and_the_detectable_difference():
     assert stats.power(c, detectable, level) == pytest.approx(0.8, abs=1e-3)
   assert stats.power(c, 0.0) == pytest.approx(0.05, abs=1e-9)  # no effect: the test's level
   assert stats.detectable_difference(c, level=1 - 0.05 / 3) > stats.detectable_difference(c)
+  flat = stats.PairedComparison(0.0, 0.0, 1.0, 2, (0.0, 0.0), 0.0, 0.0)  # toy runs on the floor
+  assert stats.power(flat, 0.001) == 1.0 and stats.detectable_difference(flat) == 0.0
 
 
 def test_the_longer_budget_is_pending_until_every_run_finished():

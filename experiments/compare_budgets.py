@@ -2,7 +2,7 @@ r"""RealFormer vs Post-LN at longer budgets: do P1 or claim 4 change when the cu
 
     python -m experiments.compare_budgets --runs='*-s[0246]' &   # split over 2 cores: one
     python -m experiments.compare_budgets --runs='*-s[1357]'     # process per half of the seeds
-    python -m experiments.compare_budgets                        # then: the report (or run it all)
+    python -m experiments.compare_budgets --runs=none            # then: the report (no training)
     python -m experiments.compare_budgets --quick --out=/tmp/cb --workdirs=/tmp/cb_runs
 
 compare_layouts' 600 steps measure early learning speed: RealFormer leads at step 200, Post-LN
@@ -33,11 +33,18 @@ Comparisons per budget B, [MASK] accuracy, paired by seed (95% intervals adding 
 variance and the eval set's: stats.paired_ratio_comparison):
   P1  RealFormer(B) - Post-LN(B)          (paper: RealFormer better)
   S7  RealFormer(B / 2) - Post-LN(B)      (claim 4: RealFormer on half the schedule is better)
-The six (two per budget) are one Holm-corrected family. Verdicts by compare_layouts' rule:
+The six (two per budget) are one Holm-corrected family (eight once step 3 adds its budget: every
+comparison of the plan's budgets). Verdicts by compare_layouts' rule:
 "not testable at this scale" when no run on either side learned (study.learned), else "holds" /
 "does not hold" when the adjusted p-value is below 0.05 with the paper's / the opposite sign,
 else "inconclusive". Power: the smallest difference the budget's design detects with 80%
 power at two-sided 5% (stats.detectable_difference, from the measured SD of the differences).
+Reported since (issue 44, after the results of steps 1-2): that power also at the level Holm's
+step-down tested each comparison at (stats.holm_levels), the power for the paper's masked-LM
+gains (PAPER_GAINS), and "pending (k of 8 seeds)" as the verdict of a comparison whose seeds
+are not all finished (the numbers shown are then interim). Seed 1 was never run at 600 and
+1,200 steps nor for RealFormer at 2,400 (no file was dropped): the committed verdicts rest on
+seeds 0 and 2-7 until it finishes (launched with compare_stability, which shares the runs).
 
 Writes to --out (default docs/results/compare_layouts/budgets/): results.md, results.json,
 curves.png (learning curves, the budgets marked), comparisons.png, runs/*.json (one per
@@ -63,6 +70,16 @@ from studies import stats, study
 from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 LAYOUTS = ('post', 'realformer')
+
+# The paper's masked-LM accuracy after 1M steps, Post-LN and RealFormer (docs/design.md §5):
+# the gains this study's power is stated against.
+PAPER_MLM = {
+  'Small': (0.6157, 0.6170),
+  'Base': (0.7020, 0.7042),
+  'Large': (0.7364, 0.7394),
+  'xLarge': (0.7372, 0.7476),
+}
+PAPER_GAINS = {size: real - post for size, (post, real) in PAPER_MLM.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,16 +144,44 @@ def long_rate(results: dict, plan: Plan) -> Optional[float]:
   return min(rate for rate, mean in zip(plan.rates, means) if mean == best)
 
 
-def flattening_gain(results: dict, plan: Plan, rate: float) -> Optional[float]:
+def flattening_gain(
+  results: dict, plan: Plan, rate: float, partial: bool = False
+) -> Optional[float]:
   """Step 3's rule: the mean [MASK] accuracy at the longest budget minus at the one before,
-  over both layouts and every seed; None until all those runs finished."""
+  over both layouts and every seed; None until all those runs finished (`partial`: over the
+  runs finished so far, None while a budget has none)."""
   means = []
   for steps in plan.budgets[-2:]:
     runs = [results.get(run_name(steps, rate, l, s)) for l in LAYOUTS for s in plan.seeds]
-    if any(r is None for r in runs):
+    if any(r is None for r in runs) and not partial:
+      return None
+    runs = [r for r in runs if r is not None]
+    if not runs:
       return None
     means.append(np.mean([_mask_accuracy(r) for r in runs]))
   return float(means[1] - means[0])
+
+
+def longer_budget(results: dict, plan: Plan, rate: float) -> dict:
+  """Step 3's state: 'required' / 'not required' by the rule on every run, or 'pending' with
+  the gain of the runs finished so far (and whether it already passes the threshold)."""
+  gain = flattening_gain(results, plan, rate)
+  if gain is not None:
+    return {'state': 'required' if gain >= plan.flattened_gain else 'not required', 'gain': gain}
+  partial = flattening_gain(results, plan, rate, partial=True)
+  runs = sum(
+    run_name(steps, rate, l, s) in results
+    for steps in plan.budgets[-2:]
+    for l in LAYOUTS
+    for s in plan.seeds
+  )
+  return {
+    'state': 'pending',
+    'gain': partial,
+    'finished_runs': runs,
+    'planned_runs': 2 * len(LAYOUTS) * len(plan.seeds),
+    'passes_so_far': partial is not None and partial >= plan.flattened_gain,
+  }
 
 
 def _budget_runs(steps: int, rate: float, seeds) -> list[runs_lib.Run]:
@@ -263,20 +308,52 @@ def analyse(results: dict, plan: Plan) -> dict:
   analysis: dict[str, Any] = {'rate_grid': rate_table(results, plan), 'rate': rate, 'rows': []}
   if rate is None:
     return analysis
-  analysis['budgets'] = list(budgets(results, plan))
-  analysis['flattening_gain'] = flattening_gain(results, plan, rate)
+  longer = longer_budget(results, plan, rate)
+  analysis['longer'] = longer
+  analysis['flattening_gain'] = longer['gain'] if longer['state'] != 'pending' else None
+  # The budgets reported: the plan's, and the longer one once the rule requires it or the
+  # runs finished so far already pass it (then its rows say pending).
+  shown = budgets(results, plan)
+  if longer['state'] == 'pending' and longer['passes_so_far']:
+    shown += (plan.longer,)
+  analysis['budgets'] = list(shown)
   rows = [compare(results, plan, rate, b, c) for b in analysis['budgets'] for c in COMPARISONS]
   tested = [r for r in rows if r['comparison']]
-  for row, p in zip(tested, stats.holm([r['comparison']['p_value'] for r in tested])):
+  p_values = [r['comparison']['p_value'] for r in tested]
+  for row, p, level in zip(tested, stats.holm(p_values), stats.holm_levels(p_values)):
     row['holm_p_value'] = p
+    row['holm_level'] = level
+    add_power(row)
   for row in rows:
-    row['verdict'] = compare_layouts.verdict(row, row.get('holm_p_value', math.nan))
+    complete = len(row.get('seeds', [])) == len(plan.seeds)
+    row['verdict'] = (
+      compare_layouts.verdict(row, row.get('holm_p_value', math.nan))
+      if complete
+      else f'pending ({len(row.get("seeds", []))} of {len(plan.seeds)} seeds)'
+    )
   analysis['rows'] = rows
   analysis['per_budget'] = {
     str(b): {layout: _per_seed(results, plan, rate, b, layout) for layout in LAYOUTS}
     for b in analysis['budgets'] + [plan.budgets[0] // 2]
   }
   return analysis
+
+
+def add_power(row: dict) -> None:
+  """The design's power under the level Holm's step-down actually tested the row at: the
+  detectable difference (80% power) there and unadjusted, and the power for the paper's
+  masked-LM gains (PAPER_GAINS)."""
+  c = stats.PairedComparison(
+    **{k: row['comparison'][k] for k in ('mean', 'p_value', 'n', 'seed_se', 'eval_se')},
+    half_width=row['comparison']['ci95_half_width'],
+    per_seed=tuple(row['comparison']['values']),
+  )
+  level = 1 - row['holm_level']
+  row['detectable_holm'] = stats.detectable_difference(c, level=level)
+  row['power_paper_gains'] = {
+    size: {'holm': stats.power(c, gain, level), 'unadjusted': stats.power(c, gain)}
+    for size, gain in PAPER_GAINS.items()
+  }
 
 
 def _per_seed(results: dict, plan: Plan, rate: float, steps: int, layout: str) -> dict:
@@ -320,8 +397,9 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
   lines = [
     '# RealFormer vs Post-LN at longer budgets: P1 and claim 4 per budget',
     '',
-    f'Regenerate: `{command}` (split over processes with `--runs`, see the script; the plan '
-    "is declared in its docstring). compare_layouts' recipe: "
+    f'Regenerate: `{command} --runs=none` (the report from the finished runs; without '
+    '`--runs=none` it trains what is missing, split over processes with `--runs`: see the '
+    "script, whose docstring declares the plan). compare_layouts' recipe: "
     f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
     f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
     'AdamW with 10% warmup and linear decay to 0 at each budget, dropout '
@@ -353,55 +431,68 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
       else f" (not compare_layouts' r* = {first:g}: the longer budget prefers another rate)."
     ),
     '',
-    f'## 2. Final [MASK] accuracy (%) per budget at r_L, seeds {list(plan.seeds)}',
+    f'## 2. Final [MASK] accuracy (%) per budget at r_L (planned seeds {_seeds(plan.seeds)})',
     '',
-    '| steps | Post-LN | RealFormer | learned (Post-LN / RealFormer) |',
-    '|---|---|---|---|',
+    '| steps | Post-LN | RealFormer | seeds finished (Post-LN / RealFormer) | learned |',
+    '|---|---|---|---|---|',
   ]
   for steps, row in sorted(analysis['per_budget'].items(), key=lambda kv: int(kv[0])):
     post, real = row['post'], row['realformer']
     cell = lambda side: seed_cell(side['mask_accuracy'], scale=100) if side['seeds'] else 'n/a'
     lines.append(
-      f'| {int(steps):,} | {cell(post)} | {cell(real)} | '
-      f'{sum(post["learned"])}/{len(post["learned"])} / '
+      f'| {int(steps):,} | {cell(post)} | {cell(real)} | {_seeds(post["seeds"])} / '
+      f'{_seeds(real["seeds"])} | {sum(post["learned"])}/{len(post["learned"])} / '
       f'{sum(real["learned"])}/{len(real["learned"])} |'
     )
-  gain = analysis['flattening_gain']
+  lines += ['', _longer_line(analysis['longer'], plan)]
   lines += [
-    '',
-    'Flattening (step 3): '
-    + (
-      'not known yet (the last two budgets are unfinished).'
-      if gain is None
-      else f'doubling the budget to {plan.budgets[-1]:,} steps gained {100 * gain:+.2f} points '
-      f'(rule: a gain >= {100 * plan.flattened_gain:.1f} point adds {plan.longer:,} steps) -> '
-      + (
-        '4,800 steps are part of the plan.'
-        if plan.longer in analysis['budgets']
-        else 'no longer budget.'
-      )
-    ),
     '',
     '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',
     '',
     'Interval: 95%, seeds and eval-set sampling (bootstrap over held-out sequences). Holm p: '
-    'the six comparisons as one family. Detectable: the smallest difference this design '
-    '(its seeds, its measured standard error) finds with 80% power at two-sided 5%.',
+    'the comparisons shown as one family; a comparison whose seeds are not all finished is '
+    '"pending" (its numbers are interim). Detectable: the smallest difference this design '
+    '(its seeds, its measured standard error) finds with 80% power, two-sided, at the level '
+    "Holm's step-down tested it at (alpha / k) and unadjusted (5%).",
     '',
-    '| budget | | comparison | paper expects | difference | p | Holm p | detectable | seeds '
-    '| verdict |',
-    '|---|---|---|---|---|---|---|---|---|---|',
+    '| budget | | comparison | paper expects | difference | p | Holm p | Holm level '
+    '| detectable (Holm / 5%) | seeds | verdict |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for row in analysis['rows']:
     c = row['comparison']
     diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
     p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
     holm = f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a'
-    detect = f'{100 * row["detectable"]:.2f}' if 'detectable' in row else 'n/a'
+    level = f'0.05 / {round(0.05 / row["holm_level"])}' if 'holm_level' in row else 'n/a'
+    detect = (
+      f'{100 * row["detectable_holm"]:.2f} / {100 * row["detectable"]:.2f}'
+      if 'detectable' in row
+      else 'n/a'
+    )
     lines.append(
       f'| {row["budget"]:,} | {row["key"]} | {row["label"]} | > 0 | {diff} | {p} | {holm} | '
-      f'{detect} | {len(row.get("seeds", []))} | {row["verdict"]} |'
+      f'{level} | {detect} | {_seeds(row.get("seeds", []))} | {row["verdict"]} |'
     )
+  powered = [r for r in analysis['rows'] if r['key'] == 'P1' and 'power_paper_gains' in r]
+  if powered:
+    sizes = list(PAPER_GAINS)
+    lines += [
+      '',
+      "Power of P1 for the paper's masked-LM gains (RealFormer - Post-LN after 1M steps: "
+      + ', '.join(f'{size} {100 * PAPER_GAINS[size]:+.2f}' for size in sizes)
+      + ' points), at the Holm level / unadjusted:',
+      '',
+      '| budget | ' + ' | '.join(sizes) + ' |',
+      '|---|' + '---|' * len(sizes),
+    ]
+    for row in powered:
+      cells = [row['power_paper_gains'][size] for size in sizes]
+      lines.append(
+        f'| {row["budget"]:,} | '
+        + ' | '.join(f'{100 * c["holm"]:.0f}% / {100 * c["unadjusted"]:.0f}%' for c in cells)
+        + ' |'
+      )
   lines += [
     '',
     '![[MASK] accuracy during training per budget](curves.png)',
@@ -410,6 +501,47 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '',
   ]
   _write(path, lines)
+
+
+def _seeds(seeds) -> str:
+  """'0, 2-7': a seed list as ranges."""
+  seeds, parts = sorted(seeds), []
+  for seed in seeds:
+    if parts and seed == parts[-1][1] + 1:
+      parts[-1][1] = seed
+    else:
+      parts.append([seed, seed])
+  return ', '.join(f'{a}' if a == b else f'{a}-{b}' for a, b in parts) or 'none'
+
+
+def _longer_line(longer: dict, plan: Plan) -> str:
+  rule = (
+    f'(rule: a gain >= {100 * plan.flattened_gain:.1f} point from {plan.budgets[-2]:,} to '
+    f'{plan.budgets[-1]:,} steps adds {plan.longer:,} steps)'
+  )
+  if longer['state'] != 'pending':
+    return (
+      f'Flattening (step 3): doubling the budget to {plan.budgets[-1]:,} steps gained '
+      f'{100 * longer["gain"]:+.2f} points {rule} -> '
+      + (
+        f'the {plan.longer:,}-step budget is required by the declared rule.'
+        if longer['state'] == 'required'
+        else 'no longer budget.'
+      )
+    )
+  if longer['gain'] is None:
+    return f'Flattening (step 3): not known yet {rule}; no run of the last two budgets finished.'
+  so_far = (
+    f'{100 * longer["gain"]:+.2f} points over the {longer["finished_runs"]} of '
+    f'{longer["planned_runs"]} runs finished'
+  )
+  if longer['passes_so_far']:
+    return (
+      f'Flattening (step 3): {so_far} {rule} -> the {plan.longer:,}-step budget is required '
+      'by the declared rule, pending (the rule is evaluated on every planned run: the '
+      'missing ones are being trained).'
+    )
+  return f'Flattening (step 3): {so_far} {rule}; the rule waits for the missing runs.'
 
 
 def _write(path: str, lines: list[str]) -> None:
@@ -426,7 +558,11 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   paths = []
   # 1. Learning curves: one panel per budget, thin lines per seed, the mean thick; the
   # shorter budgets' ends marked on the longest panel.
-  shown = [int(b) for b in sorted(analysis['per_budget'], key=int)]
+  shown = [  # a budget with no finished run yet (a pending 4,800) gets no empty panel
+    int(b)
+    for b, sides in sorted(analysis['per_budget'].items(), key=lambda kv: int(kv[0]))
+    if any(side['seeds'] for side in sides.values())
+  ]
   fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 4.4), sharey=True)
   for ax, steps in zip(np.atleast_1d(axes), shown):
     for layout in LAYOUTS:

@@ -6,6 +6,8 @@
     welch_diff_ci(a, b)                              # unpaired difference (Welch)
     paired_ratio_comparison(correct_a, correct_b, count)   # seeds + eval-set bootstrap
     holm([p1, p2, p3])                               # Holm-adjusted p-values
+    holm_levels([p1, p2, p3])                        # the level each p is tested at
+    power(comparison, 0.003, level=1 - 0.05 / 2)     # chance to detect a true difference
     p_verdict(mean, p, expected_sign=+1)             # 'holds' / 'does not hold' / 'inconclusive'
 
 No SciPy: the t quantile comes from the regularised incomplete beta function (continued
@@ -269,6 +271,32 @@ def holm(p_values: Sequence[float]) -> list[float]:
     running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
     adjusted[i] = running
   return adjusted
+
+
+def holm_levels(p_values: Sequence[float], alpha: float = 0.05) -> list[float]:
+  """The level Holm's step-down compares each p-value with (same order): alpha / (m - rank),
+  rank 0 for the smallest p. `holm` and these agree: adjusted p < alpha iff every p up to this
+  one in the order is below its level."""
+  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+  levels = [0.0] * len(p_values)
+  for rank, i in enumerate(order):
+    levels[i] = alpha / (len(p_values) - rank)
+  return levels
+
+
+def power(comparison: PairedComparison, difference: float, level: float = 0.95) -> float:
+  """The chance that a design like `comparison`'s (its seeds, its measured standard error)
+  finds a true `difference` significant in a two-sided test at 1 - `level`: the shifted-t
+  approximation `detectable_difference` inverts (power(c, detectable_difference(c)) = 0.8
+  up to the far tail)."""
+  if comparison.n < 2:
+    return math.nan
+  se = math.sqrt(comparison.seed_se**2 + comparison.eval_se**2)
+  if not se > 0:  # no spread at all (e.g. runs that never left the floor): any gap shows
+    return 1.0 if difference != 0 else 1.0 - level
+  df = comparison.n - 1
+  critical = t_quantile(0.5 + level / 2.0, df)
+  return t_cdf(difference / se - critical, df) + t_cdf(-difference / se - critical, df)
 
 
 def detectable_difference(

@@ -78,6 +78,43 @@ def test_detectable_difference_matches_the_audits_figure():
   assert 100 * stats.detectable_difference(eight) < 1.2
 
 
+def test_holm_levels_and_power_agree_with_holm_and_the_detectable_difference():
+  # The budgets study's six p-values (results.json): S7 first, then P1 at 1,200, 2,400, 600.
+  p = [0.697, 3.79e-05, 0.135, 9.29e-04, 0.239, 4.71e-05]
+  levels = stats.holm_levels(p)
+  assert levels == pytest.approx([0.05, 0.05 / 6, 0.05 / 3, 0.05 / 4, 0.05 / 2, 0.05 / 5])
+  order = sorted(range(len(p)), key=p.__getitem__)
+  for rank, i in enumerate(order):  # step-down: rejected iff it and all before pass
+    rejected = all(p[j] < levels[j] for j in order[: rank + 1])
+    assert rejected == (stats.holm(p)[i] < 0.05)
+  c = stats.PairedComparison(0.0, 0.0, 1.0, 7, (), 0.0021, 0.0013)
+  for level in (0.95, 1 - 0.05 / 3):
+    detectable = stats.detectable_difference(c, level=level)
+    assert stats.power(c, detectable, level) == pytest.approx(0.8, abs=1e-3)
+  assert stats.power(c, 0.0) == pytest.approx(0.05, abs=1e-9)  # no effect: the test's level
+  assert stats.detectable_difference(c, level=1 - 0.05 / 3) > stats.detectable_difference(c)
+  flat = stats.PairedComparison(0.0, 0.0, 1.0, 2, (0.0, 0.0), 0.0, 0.0)  # toy runs on the floor
+  assert stats.power(flat, 0.001) == 1.0 and stats.detectable_difference(flat) == 0.0
+
+
+def test_the_longer_budget_is_pending_until_every_run_finished():
+  rate = 0.002
+  results = {name: _result(0.25) for name in _names({})}
+  for steps, accuracy in ((2400, 0.31), (1200, 0.27)):
+    for layout in ('post', 'realformer'):
+      for seed in CPU.seeds:
+        results[compare_budgets.run_name(steps, rate, layout, seed)] = _result(accuracy)
+  del results['b1200-lr0.002-realformer-s1']
+  longer = compare_budgets.longer_budget(results, CPU, rate)
+  assert longer['state'] == 'pending' and longer['passes_so_far']
+  assert (longer['finished_runs'], longer['planned_runs']) == (31, 32)
+  assert longer['gain'] == pytest.approx(0.04)
+  assert 4800 not in compare_budgets.budgets(results, CPU)  # the plan waits for the rule
+  results['b1200-lr0.002-realformer-s1'] = _result(0.27)
+  assert compare_budgets.longer_budget(results, CPU, rate)['state'] == 'required'
+  assert 4800 in compare_budgets.budgets(results, CPU)
+
+
 @pytest.mark.slow
 def test_compare_budgets_quick(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')

@@ -98,9 +98,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from experiments import compare_budgets, compare_layouts, stats, study
-from experiments import runs as runs_lib
-from experiments.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from experiments import compare_budgets, compare_layouts
+from studies import runs as runs_lib
+from studies import stats, study
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 LAYOUTS = compare_budgets.LAYOUTS  # ('post', 'realformer')
 ALPHA = 0.05

@@ -10,7 +10,8 @@ import os
 import pytest
 from data_fixtures import bible_config
 
-from experiments import compare_budgets, compare_stability, runs
+from experiments import compare_budgets, compare_stability
+from studies import runs
 
 CPU = compare_stability.PLANS['cpu']
 STORE = 'docs/results/compare_layouts/budgets'

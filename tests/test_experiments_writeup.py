@@ -12,7 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from experiments import compare_budgets, compare_stability, study
+from experiments import compare_budgets, compare_stability
+from studies import study
 
 STORE = 'docs/results/compare_layouts/budgets'
 BUDGETS = compare_budgets.PLANS['cpu']

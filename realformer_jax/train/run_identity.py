@@ -61,6 +61,23 @@ def config_digest(config: dict) -> str:
   return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def config_differences(recorded: dict, current: dict) -> list[str]:
+  """'section.field old -> new' for each field of two configs (config.json's shape: sections of
+  fields) that differs, sorted."""
+  changed = []
+  for section in sorted(set(recorded) | set(current)):
+    old, new = recorded.get(section), current.get(section)
+    if isinstance(old, dict) and isinstance(new, dict):
+      changed += [
+        f'{section}.{field} {old.get(field)!r} -> {new.get(field)!r}'
+        for field in sorted(set(old) | set(new))
+        if old.get(field) != new.get(field)
+      ]
+    elif old != new:
+      changed.append(f'{section} {old!r} -> {new!r}')
+  return changed
+
+
 def of_checkpoint(workdir: str, step: int, config: dict) -> Identity:
   """The identity of step `step` of `workdir` (whose files `checkpoint_integrity.problem`
   passed), the run's config.json being `config`."""

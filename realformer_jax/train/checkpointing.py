@@ -56,6 +56,7 @@ from realformer_jax.train.state import TrainState
 DAMAGED_SUFFIX = '.damaged'
 DIVERGED_SUFFIX = '.diverged'
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
+_PROBE_PREFIX = '.probe-'  # a directory made and removed before each save; orbax ignores it
 # How long a failed save waits for its other writes to end before removing its directory.
 _IN_FLIGHT_WAIT_S = 60.0
 
@@ -93,6 +94,9 @@ class Checkpointer:
       self._manager = ocp.CheckpointManager(
         self.directory, options=options, item_names=('state', 'rng', 'data')
       )
+    if writer and jax.process_index() == 0:  # a probe left by a run killed mid-save (ours)
+      for probe in glob.glob(os.path.join(self.directory, f'{_PROBE_PREFIX}*')):
+        shutil.rmtree(probe, ignore_errors=True)
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -138,7 +142,7 @@ class Checkpointer:
     CheckpointError of a failed save at once, on every process."""
     error = None
     if jax.process_index() == 0:
-      probe = os.path.join(self.directory, f'.probe-{step}-{os.getpid()}')
+      probe = os.path.join(self.directory, f'{_PROBE_PREFIX}{step}-{os.getpid()}')
       try:
         os.makedirs(self.directory, exist_ok=True)
         os.mkdir(probe)

@@ -25,6 +25,12 @@ Faults (README "Reliability"):
   `<step>.diverged` by the run that finds it, so a rerun resumes from the step before.
 - An interrupted save (kill -9) leaves only `<step>.orbax-checkpoint-tmp`, which the next run
   removes before it saves (the workdir lock, workdir_lock.py, makes that safe).
+- A restored state holding NaN or inf (damage no checksum caught: a step saved before
+  checksums existed) is set aside like a damaged step: no saved state has any.
+- A save first makes and removes a probe directory, so a `checkpoints/` where no step directory
+  can be made (read-only, no free inodes) fails at once, not after orbax's 300 s barrier.
+- A reader asked for one step (`check_step`) refuses it if its files fail their checksums,
+  naming the file and the newest intact step.
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def item_2():
   os.makedirs(corpus_dir)
   path = os.path.join(corpus_dir, 'train.txt')
   _write_corpus(path)
-  files = {'data.train_files': path, 'data.vocab_size': 1000}
+  files = {'data.train_files': path, 'data.vocab_size': 1000, 'data.eval_percent': 20.0}
   workdir = os.path.join(ROOT, 'run2')
   status, _, err = train(
     workdir, **files, **{'train.num_train_steps': 2, 'train.checkpoint_every_steps': 2}
@@ -230,6 +230,7 @@ def item_4():
     **{
       'data.train_files': os.path.join(corpus_dir, '*.txt'),
       'data.vocab_size': 1000,
+      'data.eval_percent': 20.0,
       'train.num_train_steps': 2,
       'train.checkpoint_every_steps': 2,
     },
@@ -247,13 +248,17 @@ def main():
   global ROOT, DATA_DIR  # pylint: disable=global-statement
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--keep', default='', help='keep the workdirs in this directory')
+  parser.add_argument('--items', default='', help='comma-separated probes, e.g. 2,4 (all)')
   args = parser.parse_args()
   ROOT = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix='issue41_')
   os.makedirs(ROOT, exist_ok=True)
   DATA_DIR = os.path.join(ROOT, 'data')
   sys.path.insert(0, REPO)
   try:
+    chosen = set(args.items.split(',')) if args.items else None
     for probe in (item_1_and_3, item_5, item_7, item_6, item_2, item_4):
+      if chosen and not chosen & set(probe.__name__.split('_')[1:]):
+        continue
       try:
         probe()
       except Exception as e:  # pylint: disable=broad-except  # a probe that breaks is a FAIL

@@ -6,7 +6,10 @@ r"""A pretraining workdir as a Hugging Face directory (transformers, PyTorch, Fl
 Post-LN runs become a standard BertForMaskedLM; Pre-LN, RealFormer and rotary runs ship a small
 PyTorch module (load with trust_remote_code=True). What cannot be exported exactly is refused
 in one line `error: ...` before anything is written (docs/interop.md). This file is
-intentionally kept short: the logic lives in realformer_jax/interop/hf_export.py.
+intentionally kept short: the logic lives in realformer_jax/interop/hf_export.py. The step is
+exported only if its files pass their checksums; the export records what it came from (step,
+checksum verdict, config and corpus digests) in realformer_source.json. --out must not be a
+run's directory (its config.json would be overwritten).
 """
 
 from absl import app, flags, logging
@@ -27,18 +30,31 @@ flags.mark_flags_as_required(['workdir', 'out'])
 def main(argv):
   if len(argv) > 1:
     fail(f'unexpected arguments: {argv[1:]}')
-  logging.set_verbosity(logging.WARNING)
-  library_noise.quiet()
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
+    library_noise.quiet()
   try:
+    hf_export.check_out_dir(_OUT.value, _WORKDIR.value)
     # The architecture first: a refusal costs no checkpoint restore.
     hf_export.check_exportable(
       pretraining.validate_config(pretrained.read_config(_WORKDIR.value)).model
     )
-    run = train.load_workdir(_WORKDIR.value, step=_STEP.value)
-    architecture = hf_export.export(run.model_config, run.params, run.tokenizer, _OUT.value)
-  except (ConfigError, DataError, train.TrainingError) as e:
+    run = train.load_workdir(_WORKDIR.value, step=_STEP.value)  # checksums verified
+    previous = hf_export.read_source(_OUT.value)
+    architecture = hf_export.export(
+      run.model_config, run.params, run.tokenizer, _OUT.value, source=run.identity.to_dict()
+    )
+  except (ConfigError, DataError, train.TrainingError, hf_export.ExportError) as e:
     fail(str(e))
-  print(f'wrote {_OUT.value}: {architecture} from {run.workdir} at step {run.step}')
+  if previous.get('source') and previous['source'] != run.identity.to_dict():
+    changed = '; '.join(run.identity.differences(previous['source']))
+    print(f'note: replaced the export of another checkpoint in {_OUT.value} ({changed})')
+  identity = run.identity
+  print(
+    f'wrote {_OUT.value}: {architecture} from {run.workdir} at step {run.step} (checksums '
+    f'{identity.checksums.split(":")[0]}, config {identity.config_digest}, corpus '
+    f'{identity.corpus}; {hf_export.SOURCE_FILE})'
+  )
 
 
 if __name__ == '__main__':

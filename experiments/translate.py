@@ -8,8 +8,11 @@ For every seed and decoder ('standard': masked self-attention, cross-attention, 
 encoder-decoder on the training books (the training loop, train/loop.py, with the translation
 task: realformer_jax/seq2seq/trainer.py) and scores greedy and beam search on the held-out test
 books with sacrebleu. Runs are a resumable grid (studies/runs.py): a finished run is never
-trained again, a finished workdir is only evaluated, and an interrupted run (SIGTERM saves a
-checkpoint and stops the grid) resumes mid-run from its checkpoints. A run that diverges, or
+trained again (a run is finished when its result file records this config's identity: the
+same --out with a changed config, e.g. another learning rate or model, is refused in one line
+rather than counting the old numbers), a finished workdir is only evaluated, and an
+interrupted run (SIGTERM saves a checkpoint and stops the grid) resumes mid-run from its
+checkpoints. A run that diverges, or
 another fault of the loop, ends the command with one `error:` line.
 
 Decoding speed is measured after training, in this one process, for each seed's pair of
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import statistics
@@ -54,7 +58,7 @@ from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
-from realformer_jax.train import distributed, library_noise
+from realformer_jax.train import distributed, library_noise, run_identity
 from realformer_jax.train.errors import TrainingError
 from realformer_jax.train.spec import RunSpec
 from studies import runs as runs_lib
@@ -100,6 +104,7 @@ class Study:
 
   spec: RunSpec
   experiment: Experiment
+  config_dict: dict = dataclasses.field(default_factory=dict)  # the config as results.json has it
 
   model = property(lambda self: self.spec.model)
   data = property(lambda self: self.spec.data)
@@ -112,7 +117,9 @@ def validate_study(config) -> Study:
   spec = seq2seq_task.validate(config)
   x = config.experiment
   study = Study(
-    spec, Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size, x.speed_repeats)
+    spec,
+    Experiment(tuple(x.decoders), tuple(x.seeds), x.speed_batch_size, x.speed_repeats),
+    json.loads(json.dumps(config.to_dict())),
   )
   for kind in study.experiment.decoders:
     run_spec(study, {'decoder': kind, 'seed': 0})  # each decoder kind is a valid model
@@ -138,6 +145,60 @@ def run_spec(study: Study, params: dict) -> RunSpec:
   )
 
 
+def run_record(study: Study, run: runs_lib.Run) -> dict:
+  """What a run's result is a result of: its spec as config.json records it (the model, data,
+  train and decode sections: a changed learning rate or model changes it) and its digest."""
+  spec = json.loads(json.dumps(run_spec(study, run.params).to_dict()))
+  return {'identity': run_identity.config_digest(spec), 'spec': spec}
+
+
+def check_finished_runs(study: Study, out: str, workdirs: str, runs) -> None:
+  """Before anything is trained: a result in `out` (runs/<name>.json) or a workdir in
+  `workdirs` of the same run name but another config is one ConfigError line, so a changed
+  config never counts the old numbers as its own (nor resumes or evaluates the old model).
+  Result files written before identities were recorded count as this config's only if
+  `out`'s results.json was written with this very config."""
+  legacy_ok = _results_config(out) == study.config_dict
+  for run in runs:
+    record = run_record(study, run)
+    path = os.path.join(out, 'runs', f'{run.name}.json')
+    result = _read_json(path)
+    if result is not None and result.get('identity') != record['identity']:
+      if 'identity' not in result and legacy_ok:
+        continue
+      changed = (
+        '; '.join(run_identity.config_differences(result['spec'], record['spec']))
+        if isinstance(result.get('spec'), dict)
+        else 'it records no config identity, and results.json was written with another config'
+      )
+      raise ConfigError(
+        f'--out {out}: {path} is the result of another config ({changed}); use another --out '
+        '(and --workdirs), or delete that result to train the run again'
+      )
+    saved = _read_json(os.path.join(workdirs, run.name, 'config.json'))
+    if isinstance(saved, dict) and saved != record['spec']:
+      changed = '; '.join(run_identity.config_differences(saved, record['spec']))
+      raise ConfigError(
+        f'--workdirs {workdirs}: {os.path.join(workdirs, run.name)} holds run {run.name} of '
+        f'another config ({changed}); use another --workdirs (and --out)'
+      )
+
+
+def _results_config(out: str):
+  results = _read_json(os.path.join(out, 'results.json'))
+  return results.get('config') if isinstance(results, dict) else None
+
+
+def _read_json(path: str):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:
+    raise ConfigError(f'{path}: unreadable ({type(e).__name__}); delete it to redo that run')
+
+
 def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) -> dict:
   workdir = os.path.join(workdirs, run.name)
   os.makedirs(workdir, exist_ok=True)
@@ -156,6 +217,7 @@ def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) 
     )
   report(1.0, 'trained; decoding the test books')
   result = {
+    **run_record(study, run),
     'workdir': workdir,
     'history': trained.history,
     'num_params': int(sum(x.size for x in _leaves(trained.params))),
@@ -448,7 +510,8 @@ def _config_arg(argv) -> str:
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:  # e.g. configs/translate.py:gpu without --config=: never the default grid
+    fail(f'unexpected arguments {argv[1:]}: every argument is a flag (--config=FILE[:arg], ...)')
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     library_noise.quiet()  # orbax's own logs of a failure reported in one line
@@ -468,6 +531,7 @@ def main(argv):
   workdirs = _WORKDIRS.value or os.path.join('results', 'translation', arg)
   try:
     study = validate_study(config)
+    check_finished_runs(study, out, workdirs, grid(study))
     data_lib.prepare(study.data)  # data errors before any training
   except (ConfigError, DataError) as e:
     fail(str(e))

@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import fault_support as fs
@@ -101,13 +102,56 @@ def test_a_live_run_on_another_host_holds_the_workdir_until_its_lease_expires(tm
   ):
     WorkdirLock(str(tmp_path)).acquire()
 
-  _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() - 301)
-  lock = WorkdirLock(str(tmp_path)).acquire()  # that host's run died: its lease expired
+  # That host's run died: its lease expired, and its record does not change while watched
+  # (for two of its heartbeat intervals, recorded with it).
+  _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() - 301, heartbeat_s=0.1)
+  lock = WorkdirLock(str(tmp_path)).acquire()
   try:
     owner = json.load(open(tmp_path / workdir_lock.LOCK_FILE))
     assert (owner['host'], owner['pid']) == (socket.gethostname(), os.getpid())
   finally:
     lock.release()
+
+
+def test_a_dead_lock_from_a_host_whose_clock_is_ahead_does_not_wait_for_the_skew(tmp_path):
+  # Its last heartbeat lies an hour in this host's future: watched for two of its intervals
+  # (0.2 s here, 60 s by default), it never changes, so it is stale now, not in an hour.
+  _write_lock(tmp_path, host='other-host', pid=4242, heartbeat=time.time() + 3600, heartbeat_s=0.1)
+  start = time.monotonic()
+  WorkdirLock(str(tmp_path)).acquire().release()
+  assert time.monotonic() - start < 5
+
+
+def test_a_live_lock_from_a_host_with_a_skewed_clock_is_held(tmp_path):
+  # A live owner an hour ahead (or behind) rewrites its record every interval: held.
+  path = tmp_path / workdir_lock.LOCK_FILE
+  for skew, word in ((3600, 'ahead of'), (-3600, 'behind')):
+    _write_lock(
+      tmp_path, host='other-host', pid=4242, heartbeat=time.time() + skew, heartbeat_s=0.2
+    )
+    stop = threading.Event()
+
+    def beat(skew=skew):
+      while not stop.wait(0.05):
+        holder = json.load(open(path))
+        holder['heartbeat'] = time.time() + skew
+        data = json.dumps(holder).encode().ljust(512)
+        fd = os.open(path, os.O_WRONLY)
+        os.pwrite(fd, data, 0)
+        os.close(fd)
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+      with pytest.raises(
+        WorkdirInUseError,
+        match=rf'which renewed its lease while this run watched the lock \(its clock is 36\d\d s '
+        rf'{word} this host\'s\)',
+      ):
+        WorkdirLock(str(tmp_path)).acquire()
+    finally:
+      stop.set()
+      thread.join()
 
 
 def test_a_lock_left_by_a_dead_run_on_this_host_does_not_block(tmp_path):

@@ -10,8 +10,9 @@
 2. The training loop (realformer_jax/train/loop.py) trains the task (sharding, resume, TensorBoard,
    progress line, SIGTERM, the best checkpoint by the task's metric under <workdir>/best).
 3. If the dataset has a labelled test split, the best checkpoint is evaluated on it once.
-4. <workdir>/results.json holds the final and best eval metrics, the test metrics and the
-   baselines.
+4. <workdir>/results.json holds the final and best eval metrics, the test metrics, the
+   baselines and the identity of the starting point (starting_point.json: the pretraining
+   workdir's step, checksum verdict, config and corpus digests, or the weights' digests).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from realformer_jax import train
-from realformer_jax.finetune import datasets
+from realformer_jax.finetune import datasets, starting_point
 from realformer_jax.finetune.tasks import make_task
 from realformer_jax.train import build, checkpointing, loop, partitioning, validation
 from realformer_jax.train import step as step_lib
@@ -59,6 +60,10 @@ def run(
 ) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
   spec = with_schedule(validation.validate_config(config, task=make_task(config)))
+  # Where the run starts, pinned to one checked step and recorded (a resume keeps its own).
+  source, identity = spec.task.starting_point.pinned()
+  spec.task.starting_point = source
+  identity = starting_point.record_or_check(workdir, identity, spec.sections['finetune'].init_step)
   result = loop.run(spec, workdir, on_log=on_log)
   if result.get('preempted'):
     return result
@@ -77,8 +82,11 @@ def run(
     with open(os.path.join(workdir, RESULTS_FILE), 'w') as f:
       json.dump(
         {
-          k: v if isinstance(v, (bool, str)) else float(v) if not isinstance(v, int) else v
-          for k, v in result.items()
+          **{
+            k: v if isinstance(v, (bool, str)) else float(v) if not isinstance(v, int) else v
+            for k, v in result.items()
+          },
+          'starting_point': identity,  # run_identity.py: what the weights came from
         },
         f,
         indent=2,

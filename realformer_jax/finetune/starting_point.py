@@ -97,6 +97,44 @@ class StartingPoint:
       f'directory) nor a Hugging Face weights file ({", ".join(HF_WEIGHT_SUFFIXES)})'
     )
 
+  def pinned(self) -> tuple['StartingPoint', Optional[dict]]:
+    """This starting point with its checkpoint step fixed, and its identity (what a run
+    records of where it started: run_identity.py), None for random init. A workdir's step is
+    checked against its checksums (`finetune.init_step`) or is its newest intact one, so a
+    fine-tuning run never starts from damaged weights, and records which step it used even when
+    the pretraining run has saved newer ones since."""
+    if self.kind == WORKDIR:
+      from realformer_jax.train import pretrained, run_identity  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train.checkpointing import Checkpointer  # pylint: disable=import-outside-toplevel
+
+      checkpointer = Checkpointer(self.path, keep=1, writer=False)
+      try:
+        if not checkpointer.all_steps():
+          raise ConfigError(f'finetune.init={self.path}: no checkpoint to start from')
+        if self.step is None:
+          step = checkpointer.newest_intact_step()
+        else:
+          if self.step not in checkpointer.all_steps():
+            raise ConfigError(
+              f'finetune.init_step={self.step}: no checkpoint at that step in '
+              f'{checkpointer.directory} (have {sorted(checkpointer.all_steps())})'
+            )
+          checkpointer.check_step(self.step)
+          step = self.step
+      finally:
+        checkpointer.close()
+      saved = pretrained.read_config_json(self.path)
+      identity = run_identity.of_checkpoint(self.path, step, saved).to_dict()
+      return dataclasses.replace(self, step=step), identity
+    if self.kind == HUGGING_FACE:
+      return self, {
+        'weights': self.path,
+        'weights_sha256': _sha256(self.path),
+        'config': self.hf_config_path,
+        'config_sha256': _sha256(self.hf_config_path),
+      }
+    return self, None
+
   def describe(self) -> str:
     return 'random init' if self.kind == RANDOM else self.path
 
@@ -166,13 +204,73 @@ class StartingPoint:
     return params_lib.unstack_layers(params)
 
 
+RECORD_FILE = 'starting_point.json'
+
+
+def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> Optional[dict]:
+  """The identity of where the fine-tuning run in `workdir` started. A new run records
+  `identity` (RECORD_FILE); a resumed one (it has checkpoints) returns the recorded one, which
+  its checkpoints descend from, and refuses in one ConfigError line a starting point that is
+  another source (another workdir or weights file, another pretraining config or corpus, or
+  another explicit finetune.init_step). With init_step -1 ('its latest') a pretraining run
+  that has saved newer steps since is the same source: the resumed run keeps its own."""
+  path = os.path.join(workdir, RECORD_FILE)
+  has_checkpoints = any(name.isdigit() for name in _listdir(os.path.join(workdir, 'checkpoints')))
+  recorded = None
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        recorded = json.load(f)
+    except (OSError, ValueError) as e:
+      raise ConfigError(f'{path}: unreadable ({type(e).__name__}); put back a copy') from None
+  if has_checkpoints and recorded is not None:
+    ignore = {'step', 'checksums'} if init_step == -1 else {'checksums'}
+    changed = [
+      f'{k} {recorded.get(k)!r} -> {v!r}'
+      for k, v in (identity or {}).items()
+      if k not in ignore and recorded.get(k) != v
+    ] + (['random init -> a checkpoint'] if recorded == {} and identity else [])
+    if changed or (identity is None and recorded):
+      raise ConfigError(
+        f'{workdir} fine-tunes from another starting point than finetune.init now names '
+        f'({"; ".join(changed) or "a checkpoint -> random init"}; recorded in {path}): use a '
+        'new --workdir, or the starting point it was started from'
+      )
+    return recorded or None
+  from realformer_jax.data import cache_lock  # pylint: disable=import-outside-toplevel
+
+  os.makedirs(workdir, exist_ok=True)
+  cache_lock.atomic_write(path, json.dumps(identity or {}, indent=2, sort_keys=True).encode())
+  return identity
+
+
+def _listdir(directory: str) -> list[str]:
+  try:
+    return os.listdir(directory)
+  except OSError:
+    return []
+
+
+def _sha256(path: str) -> str:
+  import hashlib  # pylint: disable=import-outside-toplevel
+
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    while chunk := f.read(8 << 20):
+      digest.update(chunk)
+  return digest.hexdigest()[:16]
+
+
 def _read_hf_config(path: str) -> ModelConfig:
   if not os.path.isfile(path):
     raise ConfigError(
       f'{path}: no Hugging Face config.json beside the weights; set finetune.hf_config'
     )
-  with open(path) as f:
-    values = json.load(f)
+  try:
+    with open(path) as f:
+      values = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f'{path}: unreadable ({type(e).__name__}: truncated or damaged)') from None
   if values.get('model_type', 'bert') != 'bert':
     raise ConfigError(f'{path}: model_type={values["model_type"]!r}, not a BERT checkpoint')
   hf_config = types.SimpleNamespace(**dict(_HF_BERT_DEFAULTS, **values))

@@ -6,6 +6,8 @@ writes
     config.json                 transformers' config
     model.safetensors           PyTorch names and layout (hf_convert.to_hf_bert)
     flax_model.msgpack          the same weights as FlaxBertForMaskedLM's tree (BERT only)
+    realformer_source.json      what was exported: the run, step, checksum verdict, config and
+                                corpus digests (run_identity.py), and the files written
     tokenizer.json, tokenizer_config.json, special_tokens_map.json (+ vocab.txt for WordPiece)
     configuration_realformer.py, modeling_realformer.py   (the PyTorch module, custom only)
 
@@ -18,11 +20,12 @@ before a file is written: the allow-list below is what that module computes exac
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -194,33 +197,129 @@ def _spm_tokenizer(tokenizer, processors):
   return converted
 
 
+class ExportError(RuntimeError):
+  """The export directory cannot be written (one line naming it and why)."""
+
+
+def check_out_dir(out_dir: str, workdir: str) -> None:
+  """Before anything is restored or written: ExportError in one line for an --out that is no
+  place for an export. The run's own files are never overwritten (an export's config.json
+  would replace the run's, and the run could neither resume nor be exported again)."""
+  out = os.path.realpath(os.path.expanduser(out_dir))
+  if out == os.path.realpath(os.path.expanduser(workdir)):
+    raise ExportError(f'--out {out_dir}: that is the workdir; name a directory of its own')
+  existing = out
+  while not os.path.exists(existing):  # the nearest ancestor that exists gets the new dirs
+    existing = os.path.dirname(existing)
+  if existing == out and not os.path.isdir(out):
+    raise ExportError(f'--out {out_dir}: a file, not a directory')
+  if not os.path.isdir(existing):
+    raise ExportError(f'--out {out_dir}: {existing} is a file, not a directory')
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ExportError(f'--out {out_dir}: {existing} is not writable (read-only or permissions)')
+  if existing == out:
+    run_files = [name for name in RUN_FILES if _is_run_file(os.path.join(out, name))]
+    if run_files:
+      raise ExportError(
+        f'--out {out_dir}: it holds the files of a training run ({", ".join(run_files)}), '
+        'which an export would overwrite; name a directory of its own'
+      )
+
+
+# What marks a directory as a training run's (loop.py, workdir_lock.py).
+RUN_FILES = ('checkpoints', 'run.lock', 'config.json')
+
+
+def _is_run_file(path: str) -> bool:
+  if os.path.basename(path) != 'config.json':
+    return os.path.exists(path)
+  try:  # a run's config.json has these sections; an export's (transformers') has none
+    with open(path) as f:
+      values = json.load(f)
+    return isinstance(values, dict) and {'model', 'train'} <= set(values)
+  except (OSError, ValueError):
+    return False  # not a run's, and replaced by this export
+
+
+SOURCE_FILE = 'realformer_source.json'
+
+
 def export(
-  config: ModelConfig, params: Any, tokenizer: tokenizer_lib.Tokenizer, out_dir: str
+  config: ModelConfig,
+  params: Any,
+  tokenizer: tokenizer_lib.Tokenizer,
+  out_dir: str,
+  source: Optional[dict] = None,
 ) -> str:
-  """Writes the directory; returns 'BertForMaskedLM' or 'RealFormerForMaskedLM'."""
+  """Writes the directory; returns 'BertForMaskedLM' or 'RealFormerForMaskedLM'.
+
+  `source`: the identity of what is exported (run_identity.Identity.to_dict()), written to
+  SOURCE_FILE and into model.safetensors' metadata. The files are written to a staging
+  directory inside `out_dir` and then renamed into place, so a failure (a full disk) leaves the
+  previous export whole; the files of a previous export that this one does not write (e.g. a
+  BERT export's flax_model.msgpack under a RealFormer one) are removed, so the directory never
+  mixes two exports. A failed write is one ExportError."""
   check_exportable(config)
   if tokenizer.vocab_size != config.vocab_size:
     raise ConfigError(
       f'model.vocab_size={config.vocab_size}: the tokenizer {tokenizer.source} has '
       f'{tokenizer.vocab_size} pieces'
     )
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-
   weights = hf_convert.to_hf_bert(
     {k: v for k, v in params.items() if k in ('encoder', 'mlm_head')}, config
   )
-  os.makedirs(out_dir, exist_ok=True)
   values = hf_config(config, tokenizer)
-  with open(os.path.join(out_dir, 'config.json'), 'w') as f:
-    json.dump(values, f, indent=2, sort_keys=True)
-  save_file(weights, os.path.join(out_dir, 'model.safetensors'), metadata={'format': 'pt'})
+  staging = os.path.join(out_dir, f'.export-{os.getpid()}')
+  try:
+    os.makedirs(staging, exist_ok=True)
+    _write_files(weights, values, tokenizer, staging, source)
+    written = sorted(os.listdir(staging))
+    previous = read_source(out_dir)
+    for name in written:
+      os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+    for name in set(previous.get('files', ())) - set(written):
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(out_dir, os.path.basename(name)))
+  except OSError as e:
+    free = shutil.disk_usage(out_dir).free if os.path.isdir(out_dir) else 0
+    raise ExportError(
+      f'--out {out_dir}: cannot write the export: {e.strerror or e} ({free / 2**20:.1f} MiB '
+      'free); nothing of it was put in place (a previous export there is whole)'
+    ) from None
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  return values['architectures'][0]
+
+
+def _write_files(weights, values, tokenizer, directory: str, source: Optional[dict]) -> None:
+  from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
+
+  def write(name: str, data: bytes) -> None:  # open(): the user's umask, like every file here
+    with open(os.path.join(directory, name), 'wb') as f:
+      f.write(data)
+
+  write('config.json', json.dumps(values, indent=2, sort_keys=True).encode())
+  metadata = {'format': 'pt'}
+  if source is not None:  # the weights file alone still says where it came from
+    metadata.update({f'realformer_{k}': str(v) for k, v in source.items()})
+  write('model.safetensors', save(weights, metadata=metadata))
   if values['model_type'] == 'bert':
     from flax import serialization  # pylint: disable=import-outside-toplevel
 
-    with open(os.path.join(out_dir, 'flax_model.msgpack'), 'wb') as f:
-      f.write(serialization.msgpack_serialize(flax_tree(weights)))
+    write('flax_model.msgpack', serialization.msgpack_serialize(flax_tree(weights)))
   else:
     for name in TORCH_MODULE_FILES:
-      shutil.copyfile(os.path.join(TORCH_MODULE_DIR, name), os.path.join(out_dir, name))
-  write_tokenizer(tokenizer, out_dir)
-  return values['architectures'][0]
+      shutil.copyfile(os.path.join(TORCH_MODULE_DIR, name), os.path.join(directory, name))
+  write_tokenizer(tokenizer, directory)
+  files = sorted(os.listdir(directory)) + [SOURCE_FILE]
+  write(SOURCE_FILE, json.dumps({'source': source, 'files': files}, indent=2).encode() + b'\n')
+
+
+def read_source(out_dir: str) -> dict:
+  """The record of the export already in `out_dir`, or {}."""
+  try:
+    with open(os.path.join(out_dir, SOURCE_FILE)) as f:
+      record = json.load(f)
+    return record if isinstance(record, dict) else {}
+  except (OSError, ValueError):
+    return {}

@@ -72,6 +72,14 @@ def problem(step_dir: str) -> Optional[str]:
   return None
 
 
+def verdict(step_dir: str) -> str:
+  """How far the bytes of the committed step in `step_dir`, which `problem` passed, are
+  vouched for: what an artifact made from it records (run_identity.py)."""
+  if os.path.exists(os.path.join(step_dir, CHECKSUMS_FILE)):
+    return 'verified: every file matches its CRC-32 in checksums.json'
+  return 'unverified: saved without checksums.json (only its commit marker was checked)'
+
+
 def _files(directory: str):
   for root, _, names in os.walk(directory):
     for name in names:

@@ -25,12 +25,20 @@ Faults (README "Reliability"):
   `<step>.diverged` by the run that finds it, so a rerun resumes from the step before.
 - An interrupted save (kill -9) leaves only `<step>.orbax-checkpoint-tmp`, which the next run
   removes before it saves (the workdir lock, workdir_lock.py, makes that safe).
+- A restored state holding NaN or inf (damage no checksum caught: a step saved before
+  checksums existed) is set aside like a damaged step: no saved state has any.
+- A save first makes and removes a probe directory, so a `checkpoints/` where no step directory
+  can be made (read-only, no free inodes) fails at once, not after orbax's 300 s barrier.
+- A reader asked for one step (`check_step`) refuses it if its files fail their checksums,
+  naming the file and the newest intact step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
+import logging
 import os
 import shutil
 import sys
@@ -40,6 +48,7 @@ from typing import Any, Callable, Optional
 
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
@@ -53,6 +62,7 @@ from realformer_jax.train.state import TrainState
 DAMAGED_SUFFIX = '.damaged'
 DIVERGED_SUFFIX = '.diverged'
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
+_PROBE_PREFIX = '.probe-'  # a directory made and removed before each save; orbax ignores it
 # How long a failed save waits for its other writes to end before removing its directory.
 _IN_FLIGHT_WAIT_S = 60.0
 
@@ -75,7 +85,9 @@ class Checkpointer:
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
     options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep,
+      # A reader saves and rotates nothing (orbax warns when read_only meets either).
+      max_to_keep=keep if writer else None,
+      save_interval_steps=1 if writer else 0,
       create=writer,
       read_only=not writer,
       # Uncommitted steps of a killed or failed run: ours to remove (we hold the workdir).
@@ -84,15 +96,26 @@ class Checkpointer:
       if writer
       else None,
     )
-    self._manager = ocp.CheckpointManager(
-      self.directory, options=options, item_names=('state', 'rng', 'data')
-    )
+    with _without_read_only_warning():
+      self._manager = ocp.CheckpointManager(
+        self.directory, options=options, item_names=('state', 'rng', 'data')
+      )
+    if writer and jax.process_index() == 0:  # a probe left by a run killed mid-save (ours)
+      for probe in glob.glob(os.path.join(self.directory, f'{_PROBE_PREFIX}*')):
+        shutil.rmtree(probe, ignore_errors=True)
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
 
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
+
+  def latest_committed_step(self) -> Optional[int]:
+    """The newest step with its commit marker: what a restart can resume from. orbax also
+    lists a step directory without one (e.g. an empty `checkpoints/100`), which restoring sets
+    aside; a check against the resume step (loop.check_schedule) must not take it for one."""
+    committed = self.intact_steps()
+    return committed[-1] if committed else None
 
   def save(self, state: TrainState, rng_data: jax.Array, data_iterator: Any, step: int) -> None:
     """Saves `state` (whose step is `step`: passed in, so saving does not wait for the step
@@ -103,6 +126,7 @@ class Checkpointer:
       raise self._failed
     self.wait()  # the previous save is committed (or its failure raised) before step changes
     self._saving_step = step
+    self._check_step_directory_can_be_made(step)
     try:
       self._manager.save(
         step,
@@ -115,6 +139,26 @@ class Checkpointer:
       )
     except Exception as e:  # pylint: disable=broad-except
       raise self._save_failed(step, e) from None
+
+  def _check_step_directory_can_be_made(self, step: int) -> None:
+    """orbax makes the step's directory in a background thread, and the save waits for it at
+    a barrier: a directory that cannot be made (a read-only `checkpoints/`, no free inodes)
+    hangs there for orbax's 300 s timeout, then names neither cause. So process 0 makes and
+    removes a probe directory first (two system calls a save), and a failure is the one
+    CheckpointError of a failed save at once, on every process."""
+    error = None
+    if jax.process_index() == 0:
+      probe = os.path.join(self.directory, f'{_PROBE_PREFIX}{step}-{os.getpid()}')
+      try:
+        os.makedirs(self.directory, exist_ok=True)
+        os.mkdir(probe)
+        os.rmdir(probe)
+      except OSError as e:
+        error = e
+    if not _all_processes_ok(error is None):
+      raise self._save_failed(
+        step, error or OSError(errno.EIO, 'process 0 cannot make the step directory')
+      )
 
   def _record_checksums(self) -> None:
     """orbax's post-finalization hook (primary host, background thread): every process has
@@ -170,6 +214,13 @@ class Checkpointer:
         raise
       except Exception as e:  # pylint: disable=broad-except
         error = e
+      if error is None and not _all_finite(state):
+        # Never saved so (the loop checks every state before saving it): damaged bytes that
+        # no checksum caught (a step saved before checksums existed). Every process computed
+        # the same global flag, so all set it aside together.
+        reason = 'its train state holds NaN or inf values, which no saved state has'
+        set_aside.append(self._set_aside(step, reason, then='trying the next older step'))
+        continue
       if _all_processes_ok(error is None):
         for failed_step, failed_reason in failed:
           set_aside.append(
@@ -288,6 +339,25 @@ class Checkpointer:
       problems.append(f'step {step}: {reason}')
     raise CheckpointError(f'no intact checkpoint in {self.directory}: {"; ".join(problems)}')
 
+  def check_step(self, step: int) -> None:
+    """For a reader asked for one `step`: CheckpointError (naming the step, the damaged file
+    and the newest step that passes its checksums) unless its files pass them."""
+    reason = checkpoint_integrity.problem(os.path.join(self.directory, str(step)))
+    if reason is None:
+      return
+    good = next(
+      (
+        s
+        for s in sorted(self.all_steps(), reverse=True)
+        if s != step and checkpoint_integrity.problem(os.path.join(self.directory, str(s))) is None
+      ),
+      None,
+    )
+    last_good = f'the last good step is {good}' if good is not None else 'no other step is intact'
+    raise CheckpointError(
+      f'checkpoint step {step} in {self.directory} is damaged ({reason}): not loaded; {last_good}'
+    )
+
   def restore_state(self, step: int, abstract_state: TrainState) -> TrainState:
     """Only the train state at `step` (no data iterator or PRNG key): for loading weights."""
     restored = self._manager.restore(
@@ -359,7 +429,10 @@ class Checkpointer:
     )
     resume = f'resume from step {intact[-1]}' if intact else 'start from step 0'
     cause = _cause(error)
-    if cause == 'disk_full':
+    if cause == 'disk_full' and _no_free_inodes(self.directory):
+      what = f'no free inodes left on the device of {self.directory} ({_format_bytes(free)} free)'
+      remedy = f'delete files there and rerun to {resume}'
+    elif cause == 'disk_full':
       what = f'no space left on the device of {self.directory} ({_format_bytes(free)} free)'
       remedy = f'free space and rerun to {resume}'
     elif cause == 'permission':
@@ -397,6 +470,38 @@ def _cause(error: BaseException) -> str:
       return 'permission'
     error = error.__cause__ or error.__context__
   return 'other'
+
+
+def _no_free_inodes(directory: str) -> bool:
+  try:
+    stats = os.statvfs(directory)
+  except OSError:
+    return False
+  return stats.f_files > 0 and stats.f_favail == 0
+
+
+def _all_finite(state: TrainState) -> bool:
+  """Whether every floating-point value of `state` is finite (one reduction on the devices)."""
+  leaves = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  if not leaves:
+    return True
+  return bool(jax.jit(lambda xs: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in xs])))(leaves))
+
+
+@contextlib.contextmanager
+def _without_read_only_warning():
+  """orbax warns 'Given directory is read only' for every reader (read_only=True is our choice,
+  not a fact about the directory): dropped unless the absl log shows INFO (--verbosity)."""
+  logger = logging.getLogger('absl')
+  drop = lambda record: not record.getMessage().startswith('Given directory is read only')
+  quiet = logger.getEffectiveLevel() > logging.INFO
+  if quiet:
+    logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    if quiet:
+      logger.removeFilter(drop)
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:

@@ -1,5 +1,5 @@
-"""A step whose loss, gradients or new state are not finite stops the run before anything is
-saved (loop.py checks every step's metrics before each save).
+"""A step whose loss, gradients or new state are not finite, or whose loss has exploded, stops
+the run before anything is saved (loop.py checks every step's metrics before each save).
 
 Where a rerun can resume from then: a step's loss and gradients depend only on the state, batch
 and PRNG key before it, which is exactly what the checkpoint of the step before restores. So if
@@ -9,20 +9,77 @@ error names it as a dead end (`DivergenceError.dead_end`), and the loop moves it
 from an earlier one. A non-finite state after finite gradients (an optimizer value that
 overflows) is the update's doing: the checkpoint before it is good, and a corrected config
 resumes from it.
+
+An explosion can stay finite for several steps (learning_rate=1e6: losses 8.3, 8.3, 3e12, then
+NaN), long enough for its states to be checkpointed and the sane ones rotated away. The rule
+that catches it, here and nowhere else: a loss above EXPLOSION_FACTOR times the run's
+reference loss is an explosion, the reference being the loss of the run's first step (its
+initial state: an untrained model's loss; at least EXPLOSION_FLOOR), recorded in
+`<workdir>/loss_reference.json` so that a resumed run judges by the same number. Since every
+step's loss is checked, each committed checkpoint but the newest has had its loss checked by
+the step after it; the newest is the dead end when that step's loss is the explosion.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Optional
 
+import jax
+
+from realformer_jax.data import cache_lock
 from realformer_jax.train.errors import DivergenceError
 
+# A loss this many times the run's first one is an explosion, not noise: an untrained model
+# guesses uniformly, so even 10x its loss (e.g. 90 nats a masked token at vocabulary 8k, or
+# a mean squared error 10x that of predicting zero) is a model that has broken down.
+EXPLOSION_FACTOR = 10.0
+# The reference is at least this (in the task's loss units), so a first loss near 0 (an easy
+# regression target) does not turn every later fluctuation into an "explosion".
+EXPLOSION_FLOOR = 1.0
+REFERENCE_FILE = 'loss_reference.json'
 
-def check_finite(step: int, loss: float, metrics: Any, last_checkpoint: Optional[int]) -> None:
+
+class LossReference:
+  """The run's reference loss: read from the workdir, else the first loss recorded (written
+  to the workdir by process 0 if that is step 1, the loss of the initial state; a resumed run
+  of a workdir without the file judges by its own first loss, in memory only)."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, REFERENCE_FILE)
+    self.loss: Optional[float] = None
+    try:
+      with open(self.path) as f:
+        self.loss = float(json.load(f)['loss'])
+    except (OSError, ValueError, KeyError, TypeError):
+      pass  # none yet (a new run), or unreadable: taken from the first loss again
+
+  def threshold(self, step: int, loss: float) -> float:
+    """The explosion threshold for the finite `loss` of `step` (which may set the reference)."""
+    if self.loss is None:
+      self.loss = loss
+      if step == 1 and jax.process_index() == 0:
+        record = {'step': step, 'loss': loss, 'rule': f'explosion above {EXPLOSION_FACTOR}x'}
+        try:
+          cache_lock.atomic_write(self.path, json.dumps(record).encode())
+        except OSError:
+          pass  # a full disk: this run still judges by it; the save reports the disk
+    return EXPLOSION_FACTOR * max(self.loss, EXPLOSION_FLOOR)
+
+
+def check_finite(
+  step: int,
+  loss: float,
+  metrics: Any,
+  last_checkpoint: Optional[int],
+  reference: Optional[LossReference] = None,
+) -> None:
   """Raises DivergenceError if step `step`'s `loss`, gradients (`metrics['grads_finite']`) or
-  new state (`metrics['state_finite']`, train/step.py) are not finite. `last_checkpoint`: the
-  newest step saved or restored, the one a rerun would resume from."""
+  new state (`metrics['state_finite']`, train/step.py) are not finite, or if its loss exploded
+  (above `reference`'s threshold). `last_checkpoint`: the newest step saved or restored, the one
+  a rerun would resume from."""
   if not math.isfinite(loss):
     what, replayed = f'non-finite loss {loss}', True
   elif not bool(metrics['grads_finite']):
@@ -30,10 +87,22 @@ def check_finite(step: int, loss: float, metrics: Any, last_checkpoint: Optional
   elif not bool(metrics['state_finite']):
     # e.g. an optimizer value that overflows: the loss and gradients were still finite
     what, replayed = 'non-finite parameters or optimizer state after the update', False
+  elif reference is not None and loss > (limit := reference.threshold(step, loss)):
+    what = (
+      f"exploded loss {loss:.4g} (above {limit:.4g}: {EXPLOSION_FACTOR:g}x the run's first "
+      f'loss {reference.loss:.4g}, {os.path.basename(reference.path)})'
+    )
+    replayed = True
   else:
     return
+  raise divergence_error(what, step, replayed, last_checkpoint)
+
+
+def divergence_error(
+  what: str, step: int, replayed: bool, last_checkpoint: Optional[int]
+) -> DivergenceError:
   if replayed and last_checkpoint is not None and last_checkpoint == step - 1:
-    raise DivergenceError(
+    return DivergenceError(
       f'{what} at step {step}, right after the checkpoint at step {last_checkpoint}, which '
       "every resume would replay exactly (a step's loss and gradients depend only on the "
       'state, batch and key it restores); stopped without saving',
@@ -41,6 +110,6 @@ def check_finite(step: int, loss: float, metrics: Any, last_checkpoint: Optional
       dead_end=last_checkpoint,
     )
   kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
-  raise DivergenceError(
+  return DivergenceError(
     f'{what} at step {step}; stopped without saving (last good checkpoint: {kept})', step
   )

@@ -28,7 +28,6 @@ from realformer_jax.model.params import count_params
 from realformer_jax.train import (
   accumulation,
   build,
-  checkpointing,
   distributed,
   divergence,
   partitioning,
@@ -77,8 +76,8 @@ def run(
   checkpointer = writer = best = preemption = batches = None
   try:
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
-    check_resumable(spec.model, workdir, checkpointer.latest_step())
-    schedule_note = check_schedule(spec.train, workdir, checkpointer.latest_step())
+    check_resumable(spec.model, workdir, checkpointer.latest_committed_step())
+    schedule_note = check_schedule(spec.train, workdir, checkpointer.latest_committed_step())
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
     if schedule_note:
       writer.print(schedule_note)
@@ -100,7 +99,14 @@ def run(
     step = int(jax.device_get(state.step))
     last_saved = checkpointer.latest_step()
     rng_data = jax.random.key_data(rng)
-    log = _TrainLog(writer, spec, start_step=step, stop_step=stop, on_log=on_log)
+    log = _TrainLog(
+      writer,
+      spec,
+      start_step=step,
+      stop_step=stop,
+      reference=divergence.LossReference(workdir),
+      on_log=on_log,
+    )
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py).
     batches = prefetch.DevicePrefetcher(
@@ -213,17 +219,29 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
   the checkpoints are left untouched. Fields that are 'auto' on either side, and the attention
   implementation, are not compared."""
   path = os.path.join(workdir, 'config.json')
-  if latest_step is None or not os.path.exists(path):
+  if latest_step is None:
     return
+  # The run writes config.json before its first checkpoint, atomically: checkpoints without a
+  # readable one mean it was deleted or damaged since, and a checkpoint alone cannot say the
+  # model's dtype, dropout, LN placement or residual attention (no parameter shape shows them).
+  remedy = (
+    "put the run's config.json back (from a copy), or use a new --workdir; the checkpoints "
+    'are untouched'
+  )
+  if not os.path.exists(path):
+    raise ConfigError(
+      f'{workdir} holds checkpoints (latest step {latest_step}) but no config.json, so the '
+      f'model they were trained with cannot be compared with this config: {remedy}'
+    )
   try:
     with open(path) as f:
-      saved = json.load(f).get('model', {})
-  except (OSError, ValueError) as e:  # e.g. truncated by a run killed before it was atomic
-    checkpointing.warn(
-      f'{path} is unreadable ({type(e).__name__}), so the model it was '
-      'trained with cannot be compared; it is rewritten by this run'
-    )
-    return
+      saved = json.load(f)['model']
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ConfigError(
+      f'{path} is unreadable ({type(e).__name__}: truncated or damaged), so the model the '
+      f'checkpoints in {workdir} (latest step {latest_step}) were trained with cannot be '
+      f'compared with this config: {remedy}'
+    ) from None
   current = json.loads(json.dumps(dataclasses.asdict(model)))
   changed = [
     f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
@@ -355,9 +373,11 @@ class _TrainLog:
     spec: RunSpec,
     start_step: int,
     stop_step: int,
+    reference: divergence.LossReference,
     on_log: Optional[Callable[[int, int, dict], None]] = None,
   ):
     self._on_log = on_log
+    self._reference = reference
     self._task = spec.task
     self._writer = writer
     self._every = spec.train.log_every_steps
@@ -375,7 +395,8 @@ class _TrainLog:
     values = jax.device_get(device_metrics)
     task = self._task
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
-    divergence.check_finite(step, loss, values, last_checkpoint)  # before any save
+    # Before any save: also a finite explosion, whose state must not become a resume point.
+    divergence.check_finite(step, loss, values, last_checkpoint, self._reference)
     self._sums = metrics_lib.add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:

@@ -23,14 +23,13 @@ import ml_collections
 
 from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.train import build, defaults, validation
+from realformer_jax.train import build, defaults, run_identity, validation
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.spec import RunSpec
 
-CONFIG_FILE = 'config.json'
-# Where the pretraining loop copies its tokenizer, by kind (see tokenizer_files below).
-TOKENIZER_FILES = ('tokenizer.model', 'vocab.txt')
+# config.json; where the pretraining loop copies its tokenizer, by kind.
+CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
 # Fields renamed since a workdir may have been written: old name -> new name.
 _RENAMED_FIELDS = {('data', 'tokenizer_path'): ('data', 'vocab_file')}
 
@@ -43,6 +42,7 @@ class Pretrained:
   model_config: ModelConfig
   params: Any  # restored parameters (jax.Arrays on this process's devices)
   step: int  # the checkpoint's step
+  identity: run_identity.Identity  # step, checksum verdict, config and corpus digests
 
   @functools.cached_property
   def tokenizer(self) -> data.Tokenizer:
@@ -61,11 +61,28 @@ def workdir_tokenizer(workdir: str, data_config: data.DataConfig) -> data.Tokeni
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
   """The training config a workdir was written with, on top of today's defaults."""
+  return _config_from(read_config_json(workdir), os.path.join(workdir, CONFIG_FILE))
+
+
+def read_config_json(workdir: str) -> dict:
+  """The workdir's config.json as written (ConfigError in one line if missing or damaged)."""
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
     raise ConfigError(f'{path}: no such file; is {workdir} a workdir of experiments.train?')
-  with open(path) as f:
-    saved = json.load(f)
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ConfigError(
+      f'{path}: unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e}); '
+      'a run writes it whole, so it was truncated or damaged since: put back a copy'
+    ) from None
+  if not isinstance(saved, dict):
+    raise ConfigError(f'{path}: not a config (a JSON {type(saved).__name__}, not an object)')
+  return saved
+
+
+def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
   config = defaults.default_config()
   for section, values in saved.items():
     if section not in config:
@@ -95,7 +112,8 @@ def load_workdir(
 ) -> Pretrained:
   """Config and parameters of `workdir` at `step` (default: its latest checkpoint)."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
-  config = read_config(workdir)
+  saved = read_config_json(workdir)
+  config = _config_from(saved, os.path.join(workdir, CONFIG_FILE))
   spec = validation.validate_config(config, task=MaskedLMTask())
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(
@@ -118,6 +136,8 @@ def load_workdir(
         f'step={step}: no checkpoint at that step in {checkpointer.directory} '
         f'(have {sorted(steps)})'
       )
+    else:
+      checkpointer.check_step(step)  # a damaged step is never loaded
     setup = build.make_setup(spec)
     state = checkpointer.restore_state(step, setup.layout.abstract)
   finally:
@@ -129,4 +149,5 @@ def load_workdir(
     model_config=spec.model,
     params=jax.block_until_ready(state.params),
     step=int(step),
+    identity=run_identity.of_checkpoint(workdir, step, saved),
   )

@@ -11,8 +11,10 @@ refreshes every `heartbeat_s` seconds, and the owner holds an exclusive `flock` 
   lock a killed run leaves behind never blocks the restart.
 - Runs on different hosts share the workdir through a network filesystem, where flock may not
   reach the other host (NFS without lockd, some FUSE mounts). There the heartbeat is a lease:
-  a lock whose owner is another host and whose heartbeat is younger than `lease_s` is held;
-  an older one is stale (the run died with its host) and is taken over.
+  a lock whose owner is another host and whose heartbeat is within `lease_s` of this host's
+  clock is held; any other is watched for two heartbeat intervals (`_is_live`): stale (the
+  run died with its host) if it does not change, so a clock skew between the hosts neither
+  keeps a dead lock for the skew nor lets a live one be taken over.
 
 The file is rewritten in place and never deleted or renamed: a process that opened it just
 before it was replaced would lock an orphaned inode and believe it owned the workdir. Releasing
@@ -123,13 +125,15 @@ class WorkdirLock:
       holder = _parse(_read_all(fd))
       if flock == 'busy':
         raise WorkdirInUseError(self._in_use_message(holder, why='holds its lock'))
-      if holder is not None and self._is_live(holder, flock_works=flock == 'held'):
-        raise WorkdirInUseError(
-          self._in_use_message(
-            holder,
-            why=f'renewed its lease {_age(holder):.0f} s ago (a lease lasts {self._lease_s:.0f} s)',
-          )
+      if holder is not None and self._is_live(holder, flock_works=flock == 'held', fd=fd):
+        age = _age(holder)
+        why = (
+          f'renewed its lease {age:.0f} s ago (a lease lasts {self._lease_s:.0f} s)'
+          if 0 <= age < self._lease_s
+          else 'renewed its lease while this run watched the lock (its clock is '
+          f"{abs(age):.0f} s {'ahead of' if age < 0 else 'behind'} this host's)"
         )
+        raise WorkdirInUseError(self._in_use_message(holder, why=why))
     except BaseException:
       for opened in (fd, dir_fd):
         if opened is not None:
@@ -147,6 +151,7 @@ class WorkdirLock:
       'pid': os.getpid(),
       'started': now,
       'heartbeat': now,
+      'heartbeat_s': self._heartbeat_s,  # how long a watcher must wait to see a beat
     }
     try:
       self._write(self._owner)
@@ -241,14 +246,26 @@ class WorkdirLock:
     )
     return True
 
-  def _is_live(self, holder: dict, flock_works: bool) -> bool:
+  def _is_live(self, holder: dict, flock_works: bool, fd: Optional[int] = None) -> bool:
     """Whether `holder`, found in the file although its flock is free, still owns the
-    workdir."""
+    workdir.
+
+    Another host's clock may be off: its heartbeat is trusted as a time only while it lies
+    within a lease of this host's clock, either way. Outside that (a clock ahead: a heartbeat
+    in the future; a clock behind, or a dead run: one older than a lease) the record is
+    watched for two of its heartbeat intervals on this host's monotonic clock (`fd`, the lock
+    file): a live owner rewrites it within one, a dead one never does. So a dead lock from a
+    host whose clock is ahead costs this wait (60 s by default), not the skew plus a lease,
+    and a live owner whose clock is behind is not taken for dead."""
     if holder.get('host') == socket.gethostname():
       # A live owner on this host would hold the flock. Only where the filesystem has no flock
       # does its pid tell (a pid seen after a restart may belong to another process).
       return not flock_works and holder.get('pid') != os.getpid() and _pid_alive(holder.get('pid'))
-    return _age(holder) < self._lease_s
+    if abs(_age(holder)) < self._lease_s:
+      return True
+    if fd is None:
+      return False  # the reclaim path: a lease-old record is stale, as before
+    return _beats_while_watched(fd, holder)
 
   def _in_use_message(self, holder: Optional[dict], why: str) -> str:
     return (
@@ -326,7 +343,22 @@ def held(workdir: str, lease_s: float = LEASE_S) -> bool:
     return False
   if holder.get('host') == socket.gethostname():
     return _pid_alive(holder.get('pid'))
-  return _age(holder) < lease_s
+  return abs(_age(holder)) < lease_s  # a quick look: a skewed clock is judged by acquire
+
+
+def _beats_while_watched(fd: int, holder: dict) -> bool:
+  """Whether the record in `fd` changes within two of its owner's heartbeat intervals."""
+  try:
+    interval = float(holder.get('heartbeat_s', HEARTBEAT_S))
+  except (TypeError, ValueError):
+    interval = HEARTBEAT_S
+  deadline = time.monotonic() + 2 * max(interval, 0.0)
+  while time.monotonic() < deadline:
+    time.sleep(min(1.0, max(interval / 4, 0.01)))
+    now = _parse(_read_all(fd))
+    if now is None or now.get('heartbeat') != holder.get('heartbeat'):
+      return now is not None  # beat again: live; emptied: released
+  return False
 
 
 def _read_holder(path: str) -> Optional[dict]:

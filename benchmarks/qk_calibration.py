@@ -3,6 +3,7 @@ same code compiled for an H200 here and estimated, side by side.
 
     python -m benchmarks.qk_calibration          # ~5-10 min on 2 CPU cores (two compiles)
     python -m benchmarks.qk_calibration --table  # only re-time the committed inputs
+    python -m benchmarks.qk_calibration --seq_len=256 --out=DIR   # the path at a toy length
 
 MEASURED is the only device truth at this length: on 2026-11-26 one NVIDIA H200 ran
 `benchmarks.long_sequences`'s `measure` (BERT-Base, batch 1, L = 65,536, bfloat16 compute, every
@@ -114,7 +115,7 @@ def compile_old(variant: str, tree: str, out_path: str, seq_len: int = SEQ_LEN) 
     raise RuntimeError(f'compiling {variant} at {COMMIT[:7]} failed:\n' + done.stderr[-3000:])
 
 
-def estimate_inputs(hlo: str, seq_len: int = SEQ_LEN) -> dict:
+def estimate_inputs(hlo: str, seq_len: int) -> dict:
   """Every kernel of the program with its count and work (roofline.work_record), the old qk
   kernels' L2 bytes and atomics stated on their behalf."""
   est = roofline.estimate(
@@ -179,10 +180,15 @@ def table(inputs: dict[str, dict]) -> dict:
   return out
 
 
-def render(rows: dict) -> str:
-  lines = [
-    '# Calibration at L = 65,536: the estimate vs an H200 (issue 40)',
-    '',
+def render(rows: dict, seq_len: int = SEQ_LEN) -> str:
+  lines = ['# Calibration at L = 65,536: the estimate vs an H200 (issue 40)', '']
+  if seq_len != SEQ_LEN:
+    lines += [
+      f'**A check of the path at L = {seq_len:,}: the estimates below are for that length and '
+      'are not comparable with the measurements (65,536).**',
+      '',
+    ]
+  lines += [
     f'Measured: {MEASURED["post"]["date"]}, one {MEASURED["post"]["device"]}, code of commit '
     f'`{COMMIT[:7]}` (the qk Triton kernels before issue 40). {SETTINGS}.',
     '',
@@ -224,12 +230,12 @@ def committed_rows(directory: pathlib.Path = OUT_DIR) -> dict:
   return json.loads((directory / 'results.json').read_text())['rows']
 
 
-def write(rows: dict, directory: pathlib.Path = OUT_DIR) -> str:
+def write(rows: dict, directory: pathlib.Path = OUT_DIR, seq_len: int = SEQ_LEN) -> str:
   runs_lib.write_json(
     str(directory / 'results.json'),
-    {'commit': COMMIT, 'target': TARGET, 'settings': SETTINGS, 'rows': rows},
+    {'commit': COMMIT, 'target': TARGET, 'settings': SETTINGS, 'seq_len': seq_len, 'rows': rows},
   )
-  text = render(rows)
+  text = render(rows, seq_len)
   (directory / 'results.md').write_text(text)
   return text
 
@@ -237,20 +243,31 @@ def write(rows: dict, directory: pathlib.Path = OUT_DIR) -> str:
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--table', action='store_true', help='re-time the committed inputs only')
+  parser.add_argument(
+    '--seq_len', type=int, default=SEQ_LEN, help='another length: a check of the path only'
+  )
+  parser.add_argument('--out', default=None, help=f'results folder (default {OUT_DIR})')
   args = parser.parse_args(argv)
-  OUT_DIR.mkdir(parents=True, exist_ok=True)
-  if not args.table:
+  out = pathlib.Path(args.out) if args.out else OUT_DIR
+  if args.seq_len != SEQ_LEN and not args.out:
+    print(f'error: --seq_len={args.seq_len} is not the measured length: give --out')
+    sys.exit(2)
+  out.mkdir(parents=True, exist_ok=True)
+  if args.table:
+    inputs = load_inputs(OUT_DIR)
+  else:
+    inputs = {}
     with tempfile.TemporaryDirectory() as scratch:
       tree = os.path.join(scratch, 'tree')
       extract(COMMIT, tree)
       for variant in MEASURED:
         print(f'compiling {variant} at {COMMIT[:7]} for an H200 ...', flush=True)
         path = os.path.join(scratch, f'{variant}.hlo')
-        compile_old(variant, tree, path)
-        inputs = estimate_inputs(pathlib.Path(path).read_text())
-        runs_lib.write_json(str(OUT_DIR / f'inputs-{variant}.json'), inputs)
-  rows = table(load_inputs())
-  print(write(rows))
+        compile_old(variant, tree, path, args.seq_len)
+        inputs[variant] = estimate_inputs(pathlib.Path(path).read_text(), args.seq_len)
+        runs_lib.write_json(str(out / f'inputs-{variant}.json'), inputs[variant])
+  rows = table(inputs)
+  print(write(rows, out, args.seq_len))
   return rows
 
 

@@ -19,7 +19,7 @@ CustomCallFlops = Callable[[Instruction], Optional[float]]
 # less than the estimator reads (legacy_kernels.py: the qk kernels of before issue 40); what
 # the kernel states itself wins.
 CostsOnBehalf = Callable[[Instruction], Optional[dict]]
-# What a custom kernel may state in its metadata (/work/notes-style contract, docs in roofline.py):
+# What a custom kernel may state in its metadata (roofline.py's docstring, rule 4):
 # matmul FLOPs, HBM bytes, element-wise ops, L2 traffic, global atomic updates; totals per call.
 STATED_FIELDS = (
   'flops',

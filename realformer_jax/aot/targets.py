@@ -119,8 +119,10 @@ def _gpu_config(
 
 
 # L2: Chips and Cheese measured ~5.5 TB/s of L2 load bandwidth on an H100 PCIe (114 SMs at
-# up to 1.755 GHz; "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023). The SXM parts (H100,
-# H200: 132 SMs at 1.98 GHz) scale it by SMs x clock: 5.5 x 132 / 114 x 1.98 / 1.755 = 7.2 TB/s.
+# up to 1.755 GHz; "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; the figure as
+# recalled: the article's number was not re-read when this was written, a device run of
+# benchmarks.device_suite is the check). The SXM parts (H100, H200: 132 SMs at 1.98 GHz) scale
+# it by SMs x clock: 5.5 x 132 / 114 x 1.98 / 1.755 = 7.2 TB/s.
 HOPPER_L2_BYTES_PER_S = 5.5e12 * (132 / 114) * (1.98 / 1.755)
 HOPPER_L2_SOURCE = (
   'L2: ~5.5 TB/s measured on an H100 PCIe by Chips and Cheese (2023), scaled by SMs x clock to '

@@ -179,6 +179,7 @@ def run_long(suite: Suite) -> dict:
         est = roofline.estimate(compiled.compiled.as_text(), chip, score_dims=(length, length))
         row['estimate_s'] = est.seconds
         row['estimate_chip'] = chip.name
+        row['estimate_leaves_out'] = est.unstated  # kernels that state no L2 / atomics
       if limit is not None and row['xla_peak_gb'] * 2**30 > limit:
         row['skipped'] = f'does not fit: XLA needs {row["xla_peak_gb"]:.1f} GiB'
         continue
@@ -308,12 +309,18 @@ def render_part(part: str, r: dict) -> list[str]:
       'device peak (GiB), MEASURED | note |',
       '|---:|---|---:|---:|---:|---:|---|',
     ]
+    left_out = {}
     for row in r['rows']:
+      left_out.update(row.get('estimate_leaves_out') or {})
       lines.append(
         f'| {row["length"]:,} | {row["variant"]} | {_f(row.get("xla_peak_gb"))} | '
         f'{_f(row.get("step_s"))} | {_f(row.get("estimate_s"))} | '
         f'{_f(row.get("device_peak_gb"))} | {row.get("skipped", "")} |'
       )
+    if left_out:
+      lines += ['', 'The estimate costs as zero what these kernels do not state: ' + '; '.join(
+        f'`{name}` ({", ".join(fields)})' for name, fields in left_out.items()
+      )]  # fmt: skip
     return lines
   if part == 'split':
     lines = ['| variant | L | kernel | device s per step, MEASURED |', '|---|---:|---|---:|']

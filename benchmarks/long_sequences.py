@@ -145,6 +145,7 @@ def estimate_for_target(shape: steps.Shape, overrides: dict, dtype: str, target,
     'flops_at_peak_seconds': est.matmul_flops / target.chip.matmul_flops['bf16'],
     'by_category': est.by_category(),
     'warnings': list(est.warnings),
+    'estimate_leaves_out': est.unstated,  # kernels that state no L2 traffic / atomics
   }
 
 

@@ -108,3 +108,16 @@ def test_the_h200_calibration_reproduces_from_its_committed_inputs():
   qk = rows['qk']
   assert qk['estimate_before_s'] / qk['step_s'] < 0.15
   assert qk['by_bound_s']['atomics'] > 0.8 * qk['estimate_s']
+
+
+def test_the_estimate_lists_the_kernels_that_leave_l2_traffic_or_atomics_unstated():
+  # What the estimator leaves out is named, not silent: a kernel stating its FLOPs but not its
+  # L2 re-reads or atomics has them costed as zero, and Estimate.unstated says so.
+  est = roofline.estimate(_triton_call(_stated(flops=1e12), 'flash_attention_bwd'), H200)
+  assert est.unstated == {'flash_attention_bwd': ('l2_bytes', 'atomics')}
+  stated = _triton_call(_stated(flops=1e12, l2_bytes=1e9, atomics=0), 'realformer_qk_attention_ds')
+  assert roofline.estimate(stated, H200).unstated == {}
+  # A TPU has no L2 or atomic rates to miss.
+  assert (
+    roofline.estimate(_triton_call(_stated(flops=1e12)), targets.parse('v5e:2x2')).unstated == {}
+  )

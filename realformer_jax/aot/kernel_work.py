@@ -19,6 +19,9 @@ CustomCallFlops = Callable[[Instruction], Optional[float]]
 # less than the estimator reads (legacy_kernels.py: the qk kernels of before issue 40); what
 # the kernel states itself wins.
 CostsOnBehalf = Callable[[Instruction], Optional[dict]]
+# What a GPU custom kernel that states its cost should also state, or be listed as leaving out
+# (Estimate.unstated): its L2 re-reads and its atomics are otherwise costed as zero.
+UNSTATED_CHECKED = ('l2_bytes', 'atomics')
 # What a custom kernel may state in its metadata (roofline.py's docstring, rule 4):
 # matmul FLOPs, HBM bytes, element-wise ops, L2 traffic, global atomic updates; totals per call.
 STATED_FIELDS = (
@@ -99,6 +102,8 @@ class Work:
   link_bytes: float = 0.0  # collectives: bytes over the interconnect per device
   l2_bytes: float = 0.0  # custom kernels that state it: loads and stores through L2
   atomics: float = 0.0  # custom kernels that state it: global atomic element updates
+  # A custom kernel's name and what it leaves unstated of UNSTATED_CHECKED (costed as zero)
+  unstated: tuple = ()
   opcodes: set = dataclasses.field(default_factory=set)
   files: set = dataclasses.field(default_factory=set)
   arrays: list = dataclasses.field(default_factory=list)
@@ -272,6 +277,9 @@ class Analyzer:
       # its element-wise work, L2 traffic and atomics
       for field in ('float_ops', 'int_ops', 'transcendentals', 'l2_bytes', 'atomics'):
         setattr(work, field, getattr(work, field) + float(stated.get(field, 0.0)))
+      missing = tuple(f for f in UNSTATED_CHECKED if f not in stated)
+      if stated and missing and self.chip.platform == 'cuda':
+        work.unstated = ((_kernel_name(config).strip(' ()') or target),) + missing
       flops = stated.get('flops')
       if flops is None and self.custom_call_flops is not None:
         flops = self.custom_call_flops(ins)

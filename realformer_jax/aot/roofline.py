@@ -183,6 +183,17 @@ class Estimate:
     return max(self.compute_seconds, self.collective_seconds)
 
   @property
+  def unstated(self) -> dict[str, tuple[str, ...]]:
+    """What the estimate leaves out: {custom kernel name: the fields of
+    kernel_work.UNSTATED_CHECKED it does not state (its L2 re-reads, its atomics: costed as
+    zero)}."""
+    return {
+      k.work['unstated'][0]: tuple(k.work['unstated'][1:])
+      for k in self.kernels
+      if k.work.get('unstated')
+    }
+
+  @property
   def launches(self) -> int:
     return sum(k.count for k in self.kernels)
 
@@ -476,6 +487,8 @@ def work_record(work: kernel_work.Work, collective: bool = False) -> dict:
   record = {field: float(getattr(work, field)) for field in WORK_FIELDS}
   record['matmul_flops'] = {k: float(v) for k, v in work.matmul_flops.items()}
   record['collective'] = collective
+  if work.unstated:
+    record['unstated'] = list(work.unstated)
   return record
 
 

@@ -223,6 +223,7 @@ def run_split(suite: Suite) -> dict:
     total = sum(kernels.values())
     top = dict(list(kernels.items())[:8])
     split[variant] = {'length': length, 'device_s': total, 'kernels_s': top}
+  suite.kept.clear()  # their states: device memory the step table needs
   return {'variants': split}
 
 
@@ -235,6 +236,7 @@ def run_steps(suite: Suite) -> dict:
 
   if importlib.util.find_spec('transformers') is None:
     return {'skipped': 'transformers is not installed (the Hugging Face column)'}
+  suite.kept.clear()  # long-sequence states the split part did not trace
   size = suite.size
   profile = dataclasses.replace(
     profiles.PROFILES['accelerator'], rounds=size.step_rounds, warmup=1, trace_steps=0

@@ -55,33 +55,49 @@ TARGET_LENGTHS = '4096,8192,16384,32768,65536,131072'
 RESULTS_DIR = os.path.join('docs', 'results', 'long_sequences')
 
 
-def measure(shape: steps.Shape, overrides: dict, dtype: str, run_steps: int) -> dict:
+def compiled_step(shape: steps.Shape, overrides: dict, dtype: str, abstract: bool):
+  """The long-sequence train step of one variant, compiled (benchmarks/compiled_steps.py)."""
   step = bench.build_step(
     shape,
     overrides['ln_placement'],
     0.1,
-    abstract=not run_steps,
+    abstract=abstract,
     dtype=dtype,
     remat_policy='full',
     scan_unroll=1,
     **{k: v for k, v in overrides.items() if k != 'ln_placement'},
   )
-  compiled = bench.CompiledStep('x', step)
-  result = {
+  return bench.CompiledStep('x', step)
+
+
+def time_steps(compiled, run_steps: int) -> dict:
+  """A warm-up step, then the median of `run_steps` timed ones and the device's peak."""
+  compiled()  # warm-up
+  times = []
+  for _ in range(run_steps):
+    start = time.perf_counter()
+    compiled()
+    times.append(time.perf_counter() - start)
+  peak = bench.device_peak_bytes()
+  return {
+    'step_s': statistics.median(times),
+    'device_peak_gb': peak / GiB if peak is not None else float('nan'),
+  }
+
+
+def memory_figures(compiled) -> dict:
+  return {
     'xla_peak_gb': compiled.memory.get('peak', float('nan')) / GiB,
     'temp_gb': compiled.memory.get('temp', float('nan')) / GiB,
     'compile_s': compiled.lower_s + compiled.compile_s,
   }
+
+
+def measure(shape: steps.Shape, overrides: dict, dtype: str, run_steps: int) -> dict:
+  compiled = compiled_step(shape, overrides, dtype, abstract=not run_steps)
+  result = memory_figures(compiled)
   if run_steps:
-    compiled()  # warm-up
-    times = []
-    for _ in range(run_steps):
-      start = time.perf_counter()
-      compiled()
-      times.append(time.perf_counter() - start)
-    result['step_s'] = statistics.median(times)
-    peak = bench.device_peak_bytes()
-    result['device_peak_gb'] = peak / GiB if peak is not None else float('nan')
+    result.update(time_steps(compiled, run_steps))
   return result
 
 
@@ -129,6 +145,7 @@ def estimate_for_target(shape: steps.Shape, overrides: dict, dtype: str, target,
     'flops_at_peak_seconds': est.matmul_flops / target.chip.matmul_flops['bf16'],
     'by_category': est.by_category(),
     'warnings': list(est.warnings),
+    'estimate_leaves_out': est.unstated,  # kernels that state no L2 traffic / atomics
   }
 
 

@@ -20,22 +20,27 @@ from benchmarks.report import Report
 from benchmarks.timing import Candidate, MatmulPeak, interleave, per_round_ratio
 
 
+def trace_file(candidate: CompiledStep, steps_to_trace: int, directory: str) -> str:
+  """Profile `steps_to_trace` steps of `candidate` into `directory`; the trace's path."""
+  jax.block_until_ready(candidate.state)
+  with jax.profiler.trace(directory):
+    for _ in range(steps_to_trace):
+      candidate()
+  paths = sorted(
+    glob.glob(os.path.join(directory, '**', '*.xplane.pb'), recursive=True), key=os.path.getmtime
+  )
+  return paths[-1]
+
+
 def trace_categories(
   candidate: CompiledStep, steps_to_trace: int, score_dims, trace_dir: Optional[str]
 ) -> dict[str, float]:
   """Device seconds per step by category (trace_breakdown.py) over `steps_to_trace` steps."""
   directory = trace_dir and os.path.join(trace_dir, candidate.name)
   with tempfile.TemporaryDirectory() as scratch:
-    directory = directory or scratch
-    jax.block_until_ready(candidate.state)
-    with jax.profiler.trace(directory):
-      for _ in range(steps_to_trace):
-        candidate()
-    paths = sorted(
-      glob.glob(os.path.join(directory, '**', '*.xplane.pb'), recursive=True), key=os.path.getmtime
-    )
+    path = trace_file(candidate, steps_to_trace, directory or scratch)
     categories = trace_breakdown.categorize_hlo(candidate.compiled.as_text(), score_dims)
-    return trace_breakdown.device_time_by_category(paths[-1], categories, steps_to_trace)
+    return trace_breakdown.device_time_by_category(path, categories, steps_to_trace)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -203,3 +203,13 @@ def device_time_by_category(
     else:
       totals[UNATTRIBUTED] += seconds
   return {category: totals.get(category, 0.0) / steps for category in CATEGORIES}
+
+
+def device_time_by_kernel(xplane_path: str, steps: int = 1) -> dict[str, float]:
+  """Seconds per step of every executed device kernel, by its name (a Pallas kernel's is its
+  pallas_call name, e.g. 'realformer_qk_attention_bwd'), dearest first."""
+  profile = jax.profiler.ProfileData.from_file(xplane_path)
+  totals = collections.defaultdict(float)
+  for name, _, seconds in _device_events(profile):
+    totals[name] += seconds / steps
+  return dict(sorted(totals.items(), key=lambda kv: -kv[1]))

@@ -42,6 +42,9 @@ _SIZE = flags.DEFINE_enum(
   'size', 'auto', ['auto', 'toy', 'full'], 'auto: full on a GPU / TPU, toy on the CPU.'
 )
 _STEPS = flags.DEFINE_integer('steps', 20, 'Training steps compared, kernels vs einsum.')
+_TABLE = flags.DEFINE_bool(
+  'table', True, 'Part 4, the train-step table (benchmarks.device_suite runs its own).'
+)
 _ESTIMATE = flags.DEFINE_bool(
   'estimate', True, 'Run the deviceless compile for the ESTIMATE column (when a target exists).'
 )
@@ -61,6 +64,7 @@ PACKAGES = (
 # Device kinds (substrings of jax's device_kind) the deviceless compiler has a target for.
 TARGETS = (
   ('H100', 'h100:1'),
+  ('H200', 'h200:1'),
   ('A100-SXM4-40GB', 'a100-40g:1'),
   ('A100', 'a100-80g:1'),
   ('TPU v5 lite', 'v5e:1x1'),
@@ -368,7 +372,9 @@ def render(report: dict) -> list[str]:
         else estimate['error']
       )
     lines.append(line)
-  if report['steps']['target_for_estimates'] is None:
+  if report['steps'].get('skipped'):
+    lines.append(f'  (skipped: {report["steps"]["skipped"]})')
+  elif report['steps']['target_for_estimates'] is None:
     lines.append(f'  (no deviceless ESTIMATE: no compile target for {env["device_kind"]!r})')
   lines.append(f'overall: {"PASS" if report["passed"] else "FAIL"}')
   return lines
@@ -390,7 +396,11 @@ def main(argv):
   report = {'environment': env, 'size': size}
   report['kernels'] = check_kernels(platform_name, size)
   report['training'] = check_training(platform_name, size, _STEPS.value)
-  report['steps'] = measure_steps(size, env['device_kind'], _ESTIMATE.value, report['training'])
+  report['steps'] = (
+    measure_steps(size, env['device_kind'], _ESTIMATE.value, report['training'])
+    if _TABLE.value
+    else {'size': size, 'target_for_estimates': None, 'rows': [], 'skipped': '--notable'}
+  )
   report['training'].pop('einsum_timing')
   report['training']['shape'] = dataclasses.asdict(report['training']['shape'])
   report['passed'] = all(r['passed'] for r in report['kernels']) and report['training']['passed']

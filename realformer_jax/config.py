@@ -40,8 +40,9 @@ DECODER_ATTENTIONS = ('standard', 'aan', 'merged')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 # How residual attention hands its scores to the next layer: 'scores' the float32 [B, H, L, L]
 # sum (memory O(L^2)); 'qk' every layer's queries and keys, the sum rebuilt in the kernels
-# (O(L) memory, more FLOPs: kernels/qk_carry.py); 'auto' chosen from the shapes and the
-# device's memory when the model is built (kernels/carry_choice.py).
+# (O(L) memory, more FLOPs: kernels/qk_carry.py); 'auto' the fastest carry that fits one
+# sequence in the device's memory, 'qk' only where a fused kernel serves the platform and
+# length, chosen when the model is built (kernels/carry_choice.py).
 RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
 # fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU); 'auto' by

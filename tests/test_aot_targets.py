@@ -30,7 +30,7 @@ def test_targets_parse_into_a_device_count_and_a_topology(spec, devices, topolog
 @pytest.mark.parametrize(
   'spec, message',
   [
-    ('h200:8', r"--target=h200:8: unknown accelerator 'h200' \(known: h100, a100-40g"),
+    ('b200:8', r"--target=b200:8: unknown accelerator 'b200' \(known: h100, h200, a100-40g"),
     ('h100:12', r'--target=h100:12: more than 8 GPUs must be whole hosts of 8'),
     ('h100:x', r'--target=h100:x: a GPU target is NAME:COUNT, e.g. h100:8'),
     ('v5e:8', r'--target=v5e:8: a TPU target is v5e:TOPOLOGY in chips, e.g. v5e:2x2'),

@@ -75,7 +75,12 @@ class FitReport:
       return ''
     asked = self.step.spec.model.residual_carry
     how = ' (auto: kernels/carry_choice.py)' if asked == 'auto' else ''
-    return f", residual_carry='{built.residual_carry}'{how}"
+    backward = (
+      f", residual_scores_backward='{built.residual_scores_backward}'"
+      if built.residual_carry == 'scores'
+      else ''
+    )
+    return f", residual_carry='{built.residual_carry}'{backward}{how}"
 
   def lines(self) -> list[str]:
     step, est, target = self.step, self.estimate, self.step.target

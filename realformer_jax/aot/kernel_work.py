@@ -15,6 +15,24 @@ from realformer_jax.aot import categories, targets
 from realformer_jax.aot.hlo_text import Array, Computation, Instruction, Module
 
 CustomCallFlops = Callable[[Instruction], Optional[float]]
+# Costs stated on a custom kernel's behalf (the keys of STATED_FIELDS), for kernels that state
+# less than the estimator reads (legacy_kernels.py: the qk kernels of before issue 40); what
+# the kernel states itself wins.
+CostsOnBehalf = Callable[[Instruction], Optional[dict]]
+# What a GPU custom kernel that states its cost should also state, or be listed as leaving out
+# (Estimate.unstated): its L2 re-reads and its atomics are otherwise costed as zero.
+UNSTATED_CHECKED = ('l2_bytes', 'atomics')
+# What a custom kernel may state in its metadata (roofline.py's docstring, rule 4):
+# matmul FLOPs, HBM bytes, element-wise ops, L2 traffic, global atomic updates; totals per call.
+STATED_FIELDS = (
+  'flops',
+  'bytes_accessed',
+  'float_ops',
+  'int_ops',
+  'transcendentals',
+  'l2_bytes',
+  'atomics',
+)
 
 # Custom calls that only move or reinterpret data: costed by their bytes, no warning.
 MOVEMENT_CALLS = frozenset({'ConcatBitcast', 'SliceToDynamic', 'PadToStatic'})
@@ -82,6 +100,10 @@ class Work:
   int_ops: float = 0.0
   transcendentals: float = 0.0
   link_bytes: float = 0.0  # collectives: bytes over the interconnect per device
+  l2_bytes: float = 0.0  # custom kernels that state it: loads and stores through L2
+  atomics: float = 0.0  # custom kernels that state it: global atomic element updates
+  # A custom kernel's name and what it leaves unstated of UNSTATED_CHECKED (costed as zero)
+  unstated: tuple = ()
   opcodes: set = dataclasses.field(default_factory=set)
   files: set = dataclasses.field(default_factory=set)
   arrays: list = dataclasses.field(default_factory=list)
@@ -100,9 +122,11 @@ class Analyzer:
     chip: targets.Chip,
     devices: int,
     custom_call_flops: Optional[CustomCallFlops] = None,
+    costs_on_behalf: Optional[CostsOnBehalf] = None,
   ):
     self.module, self.chip, self.devices = module, chip, devices
     self.custom_call_flops = custom_call_flops
+    self.costs_on_behalf = costs_on_behalf
 
   def work(self, ins: Instruction, computation: Computation) -> Work:
     """What one execution of the kernel `ins` (in `computation`) does."""
@@ -246,11 +270,16 @@ class Analyzer:
     elif HOST_CALLBACK.search(target):
       work.warning = f'{ins.name}: host callback {target!r}, not costed by the roofline'
     else:
-      stated = _stated_cost(config)
+      behalf = (self.costs_on_behalf(ins) if self.costs_on_behalf else None) or {}
+      stated = {**{k: float(v) for k, v in behalf.items()}, **_stated_cost(config)}
       if stated.get('bytes_accessed'):  # the kernel knows what it moves better than its
         work.bytes = float(stated['bytes_accessed'])  # operands' sizes do (in-place, slices)
-      for field in ('float_ops', 'int_ops', 'transcendentals'):  # its element-wise work
+      # its element-wise work, L2 traffic and atomics
+      for field in ('float_ops', 'int_ops', 'transcendentals', 'l2_bytes', 'atomics'):
         setattr(work, field, getattr(work, field) + float(stated.get(field, 0.0)))
+      missing = tuple(f for f in UNSTATED_CHECKED if f not in stated)
+      if stated and missing and self.chip.platform == 'cuda':
+        work.unstated = ((_kernel_name(config).strip(' ()') or target),) + missing
       flops = stated.get('flops')
       if flops is None and self.custom_call_flops is not None:
         flops = self.custom_call_flops(ins)
@@ -500,11 +529,7 @@ def _stated_cost(config: str) -> dict:
     stated = json.loads(match.group(1).replace('\\22', '"'))
   except ValueError:
     return {}
-  return {
-    key: float(value)
-    for key, value in stated.items()
-    if key in ('flops', 'bytes_accessed', 'float_ops', 'int_ops', 'transcendentals')
-  }
+  return {key: float(value) for key, value in stated.items() if key in STATED_FIELDS}
 
 
 # Float dtypes from the narrowest: a custom kernel's matmuls run at the narrowest it is fed.

@@ -28,10 +28,16 @@ The model (one per device: an SPMD program is the same on every device):
    output element of each arithmetic instruction, a reduce one per input element; split into
    float ops, integer ops and transcendentals (exp, log, erf, tanh, rsqrt, ...). Threefry's
    integer hash (dropout bits) is where this ceiling bites.
-4. Time per kernel = max(bytes / HBM rate, sum over dtypes of FLOPs / matmul rate, element-wise
-   ops / vector rates) + the launch overhead (2 us on a GPU, 0 on a TPU); the rates are the
-   target's roofline rates (targets.py: measured or derated datasheet numbers). The step is the
-   sum over kernels in program order, i.e. no overlap between kernels.
+4. Time per kernel = max(bytes / HBM rate, L2 bytes / L2 rate, sum over dtypes of FLOPs /
+   matmul rate, element-wise ops / vector rates, atomic updates / atomic rate) + the launch
+   overhead (2 us on a GPU, 0 on a TPU); the rates are the target's (targets.py: measured or
+   derated datasheet numbers, each with its source). L2 bytes and atomics are what a custom
+   kernel states (`l2_bytes`: every tile load and store, a tile re-read inside a loop counted
+   each time; `atomics`: global atomic element updates); XLA's own fusions state neither and
+   are costed by HBM bytes. The step is the sum over kernels in program order, i.e. no overlap
+   between kernels. Free parameters: none fitted; every rate is a datasheet figure, a derating
+   (0.9 of HBM, 805/989 of matmul: issue 11's H100 measurements) or a cited measurement, and
+   every count is the program's or the kernel's stated work (docs/performance.md, "Calibration").
 5. Collectives cost bytes over the interconnect (ring: all-reduce 2 (n-1)/n S, all-gather and
    reduce-scatter (n-1)/n S, all-to-all (n-1)/n S, permute S; n from `replica_groups`) and are
    reported apart from the kernels: `seconds` adds them (no overlap), `overlapped_seconds`
@@ -103,12 +109,15 @@ class Kernel:
   bytes: float  # HBM bytes per execution
   matmul_flops: float  # per execution
   seconds: float  # estimated per execution, launch overhead included
-  bound: str  # 'memory' | 'matmul' | 'vector' | 'launch' | 'interconnect'
+  bound: str  # 'memory' | 'l2' | 'matmul' | 'vector' | 'atomics' | 'launch' | 'interconnect'
   category: str  # categories.py
   shape: str  # the result, e.g. 'f32[8,16,512,512]'
   op_name: str  # the jax op it came from (metadata)
   warning: Optional[str] = None
   score_sized: bool = False  # reads or writes an [.., L, L] array (estimate(score_dims=))
+  # The estimator's inputs for this kernel (WORK_FIELDS, per execution): `seconds` is
+  # kernel_seconds(work, chip), so a committed record can be timed again without the program.
+  work: dict = dataclasses.field(default_factory=dict)
 
   @property
   def total_seconds(self) -> float:
@@ -172,6 +181,17 @@ class Estimate:
   def overlapped_seconds(self) -> float:
     """The estimated step if every collective hides behind compute."""
     return max(self.compute_seconds, self.collective_seconds)
+
+  @property
+  def unstated(self) -> dict[str, tuple[str, ...]]:
+    """What the estimate leaves out: {custom kernel name: the fields of
+    kernel_work.UNSTATED_CHECKED it does not state (its L2 re-reads, its atomics: costed as
+    zero)}."""
+    return {
+      k.work['unstated'][0]: tuple(k.work['unstated'][1:])
+      for k in self.kernels
+      if k.work.get('unstated')
+    }
 
   @property
   def launches(self) -> int:
@@ -261,17 +281,20 @@ def estimate(
   *,
   score_dims: Optional[tuple[int, int]] = None,
   custom_call_flops: Optional[CustomCallFlops] = None,
+  costs_on_behalf: Optional[kernel_work.CostsOnBehalf] = None,
 ) -> Estimate:
   """The roofline estimate of `program` (a `jax.stages.Compiled` or its `as_text()`) on
   `target` (a targets.Target, or a bare targets.Chip). `score_dims` = (L, L) names the
   attention-score arrays for the 'score-sized element-wise' category. `custom_call_flops(
   instruction)` may return the matmul FLOPs of custom kernels (Pallas / Triton / Mosaic) the
-  program does not describe; None keeps the warning."""
+  program does not describe; None keeps the warning. `costs_on_behalf(instruction)` may return
+  a dict of kernel_work.STATED_FIELDS for kernels that state less than they do (what the kernel
+  states itself wins): legacy_kernels.py's for the qk kernels of before issue 40."""
   text = program if isinstance(program, str) else program.as_text()
   chip = target.chip if isinstance(target, targets.Target) else target
   devices = target.num_devices if isinstance(target, targets.Target) else 1
   module = hlo_text.parse_module(text)
-  walker = _Walker(module, chip, devices, score_dims, custom_call_flops)
+  walker = _Walker(module, chip, devices, score_dims, custom_call_flops, costs_on_behalf)
   walker.visit(module.entry_computation, 1)
   name = target.describe() if isinstance(target, targets.Target) else chip.description
   xla = _xla_cost(program) if not isinstance(program, str) else {}
@@ -310,11 +333,13 @@ class _Walker:
     devices: int,
     score_dims: Optional[tuple[int, int]],
     custom_call_flops: Optional[CustomCallFlops],
+    costs_on_behalf: Optional[kernel_work.CostsOnBehalf] = None,
   ):
     self.module, self.chip, self.devices = module, chip, devices
     self.score_dims = score_dims
     self.custom_call_flops = custom_call_flops
-    self.analyzer = kernel_work.Analyzer(module, chip, devices, custom_call_flops)
+    self.costs_on_behalf = costs_on_behalf
+    self.analyzer = kernel_work.Analyzer(module, chip, devices, custom_call_flops, costs_on_behalf)
     self.kernels: list[Kernel] = []
     self.warnings: list[str] = []
 
@@ -351,7 +376,14 @@ class _Walker:
   def _conditional(self, ins: Instruction, count: int) -> None:
     branches = []
     for name in ins.called():
-      sub = _Walker(self.module, self.chip, self.devices, self.score_dims, self.custom_call_flops)
+      sub = _Walker(
+        self.module,
+        self.chip,
+        self.devices,
+        self.score_dims,
+        self.custom_call_flops,
+        self.costs_on_behalf,
+      )
       if self.computation(name):
         sub.visit(self.computation(name), count)
       branches.append(sub)
@@ -377,7 +409,8 @@ class _Walker:
       arrays=work.arrays,
       source_files=frozenset(work.files),
     )
-    seconds, bound = self._time(work, collective)
+    record = work_record(work, collective)
+    seconds, bound = kernel_seconds(record, self.chip)
     if work.warning:
       self.warnings.append(work.warning)
     self.kernels.append(
@@ -396,24 +429,9 @@ class _Walker:
         op_name=ins.op_name,
         warning=work.warning,
         score_sized=categories.touches(work.arrays, self.score_dims),
+        work=record,
       )
     )
-
-  def _time(self, work: kernel_work.Work, collective: bool) -> tuple[float, str]:
-    chip = self.chip
-    launch = chip.launch_overhead_s
-    if collective:
-      return work.link_bytes / chip.interconnect_bytes_per_s + launch, 'interconnect'
-    rates = chip.roofline_matmul_flops
-    parts = {
-      'memory': work.bytes / chip.roofline_hbm_bytes_per_s,
-      'matmul': sum(flops / rates[dtype] for dtype, flops in work.matmul_flops.items()),
-      'vector': _vector_seconds(work, chip),
-    }
-    bound = max(parts, key=parts.get)
-    if parts[bound] == 0.0:
-      bound = 'launch'
-    return parts.get(bound, 0.0) + launch, bound
 
 
 def _counted_loop_trips(
@@ -453,11 +471,57 @@ def _constant_value(ins: Instruction) -> Optional[int]:
   return int(match.group(1)) if match else None
 
 
-def _vector_seconds(work: kernel_work.Work, chip: targets.Chip) -> float:
+WORK_FIELDS = (
+  'bytes',
+  'l2_bytes',
+  'atomics',
+  'float_ops',
+  'int_ops',
+  'transcendentals',
+  'link_bytes',
+)
+
+
+def work_record(work: kernel_work.Work, collective: bool = False) -> dict:
+  """The numbers kernel_seconds needs, as plain JSON-ready data."""
+  record = {field: float(getattr(work, field)) for field in WORK_FIELDS}
+  record['matmul_flops'] = {k: float(v) for k, v in work.matmul_flops.items()}
+  record['collective'] = collective
+  if work.unstated:
+    record['unstated'] = list(work.unstated)
+  return record
+
+
+def kernel_seconds(work: dict, chip: targets.Chip) -> tuple[float, str]:
+  """(seconds per execution, what bounds it) of one kernel's `work` (work_record) on `chip`:
+  the slowest of its HBM bytes, its L2 traffic, its matmuls, its CUDA-core ops and its atomic
+  updates, plus the launch (module docstring, rule 4)."""
+  launch = chip.launch_overhead_s
+  if work.get('collective'):
+    return work['link_bytes'] / chip.interconnect_bytes_per_s + launch, 'interconnect'
+  rates = chip.roofline_matmul_flops
+  parts = {
+    'memory': work['bytes'] / chip.roofline_hbm_bytes_per_s,
+    'matmul': sum(flops / rates[dtype] for dtype, flops in work['matmul_flops'].items()),
+    'vector': _vector_seconds(work, chip),
+    'l2': _rate_seconds(work.get('l2_bytes', 0.0), chip.l2_bytes_per_s),
+    'atomics': _rate_seconds(work.get('atomics', 0.0), chip.atomic_updates_per_s),
+  }
+  bound = max(parts, key=parts.get)
+  if parts[bound] == 0.0:
+    bound = 'launch'
+  return parts.get(bound, 0.0) + launch, bound
+
+
+def _rate_seconds(amount: float, rate: Optional[float]) -> float:
+  return amount / rate if amount and rate else 0.0
+
+
+def _vector_seconds(work: dict, chip: targets.Chip) -> float:
   if chip.vector_flops is None:
     return 0.0
   return (
-    work.float_ops / chip.vector_flops
-    + work.int_ops / chip.vector_int_ops
-    + work.transcendentals / chip.transcendentals
+    work['float_ops'] / chip.vector_flops
+    + work['int_ops'] / chip.vector_int_ops
+    + work['transcendentals'] / chip.transcendentals
   )

@@ -1,5 +1,5 @@
-"""Accelerator targets for compiling on any machine: H100 / A100 GPUs and TPU v4 / v5e / v5p /
-v6e slices, with the hardware numbers the memory check and the roofline use.
+"""Accelerator targets for compiling on any machine: H100 / H200 / A100 GPUs and TPU v4 / v5e /
+v5p / v6e slices, with the hardware numbers the memory check and the roofline use.
 
     target = targets.parse('h100:8')        # 8 H100 SXM 80 GB (one host)
     target = targets.parse('a100-40g:16')   # 16 A100 40 GB (two hosts of 8)
@@ -10,9 +10,9 @@ v6e slices, with the hardware numbers the memory check and the roofline use.
 TPUs: `pip install -e '.[aot]'`) and JAX started with `JAX_PLATFORMS=cpu`, so that nothing tries
 to open a device. No device, driver or network is used: XLA compiles for the description.
 
-Hardware numbers are the chips' public specifications (NVIDIA H100 and A100 datasheets, Google
-Cloud TPU system-architecture pages), dense (no sparsity) peaks per device. Two figures per chip
-are *roofline* rates, what a kernel can reach rather than the datasheet's: for the H100, the
+Hardware numbers are the chips' public specifications (NVIDIA H100, H200 and A100 datasheets,
+Google Cloud TPU system-architecture pages), dense (no sparsity) peaks per device. Two figures per
+chip are *roofline* rates, what a kernel can reach rather than the datasheet's: for the H100, the
 bfloat16 matmul rate measured through jax on an H100 (805 TFLOP/s, an 8192^3 matmul, issue 11)
 and 3.0 TB/s of HBM bandwidth (90 % of 3.35); the other chips are assumed to reach the same
 fractions of their datasheet numbers (an assumption, not a measurement). MFU is always quoted
@@ -58,6 +58,12 @@ class Chip:
   vector_flops: Optional[float] = None
   vector_int_ops: Optional[float] = None
   transcendentals: Optional[float] = None
+  # What a kernel that re-reads tiles or adds atomically meets (GPUs; None: not modelled):
+  # bytes/s between the SMs and L2 (a kernel's stated `l2_bytes`), and global atomic element
+  # updates/s at acq_rel gpu scope (its stated `atomics`). Sources: HOPPER_L2_SOURCE,
+  # HOPPER_ATOMIC_SOURCE.
+  l2_bytes_per_s: Optional[float] = None
+  atomic_updates_per_s: Optional[float] = None
   # Share of memory_bytes an XLA program can use by default: JAX preallocates 75 % of a GPU
   # (XLA_PYTHON_CLIENT_MEM_FRACTION); on a TPU what the compiler reports as available HBM.
   default_memory_fraction: float = 1.0
@@ -112,13 +118,36 @@ def _gpu_config(
   )
 
 
-def _h100() -> Chip:
+# L2: Chips and Cheese measured ~5.5 TB/s of L2 load bandwidth on an H100 PCIe (114 SMs at
+# up to 1.755 GHz; "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; the figure as
+# recalled: the article's number was not re-read when this was written, a device run of
+# benchmarks.device_suite is the check). The SXM parts (H100, H200: 132 SMs at 1.98 GHz) scale
+# it by SMs x clock: 5.5 x 132 / 114 x 1.98 / 1.755 = 7.2 TB/s.
+HOPPER_L2_BYTES_PER_S = 5.5e12 * (132 / 114) * (1.98 / 1.755)
+HOPPER_L2_SOURCE = (
+  'L2: ~5.5 TB/s measured on an H100 PCIe by Chips and Cheese (2023), scaled by SMs x clock to '
+  '132 SMs at 1.98 GHz: 7.2 TB/s'
+)
+# Atomics: Triton's `tl.atomic_add` (default semantics acq_rel, gpu scope: what Pallas emits)
+# on a GH200 (the H100 SM at 132 SMs) reached 72.9 G 32-bit updates/s with one element per
+# thread, a warp covering 128 contiguous bytes (triton-lang/triton PR #10059, 2026-04, its
+# microbenchmark; 18.0 G/s where Triton's coalescing split 128-bit per-thread groups into
+# scalar atomics). The qk backward adds rows of 64 contiguous float32: the coalesced figure.
+HOPPER_ATOMIC_UPDATES_PER_S = 72.86e9
+HOPPER_ATOMIC_SOURCE = (
+  'atomics: 72.9 G float32-sized updates/s, Triton tl.atomic_add (acq_rel, gpu scope) on a '
+  'GH200, coalesced (triton-lang/triton PR #10059)'
+)
+
+
+def _hopper(name: str, description: str, memory: int, bandwidth: float, device: str) -> Chip:
+  """An SXM Hopper GPU: 132 SMs at 1.98 GHz, the same tensor cores; H100 and H200 differ in HBM
+  (80 GB HBM3 at 3.35 TB/s vs 141 GB HBM3e at 4.8 TB/s) only."""
   sms, clock = 132, 1.98
-  memory, bandwidth = 84_929_347_584, 3.35e12  # 79.1 GiB as the driver reports; HBM3
   return Chip(
-    name='h100',
+    name=name,
     platform='cuda',
-    description='NVIDIA H100 SXM 80GB',
+    description=description,
     memory_bytes=memory,
     hbm_bytes_per_s=bandwidth,
     matmul_flops={
@@ -130,9 +159,13 @@ def _h100() -> Chip:
     },
     interconnect_bytes_per_s=450 * GB,  # NVLink 4: 900 GB/s bidirectional per GPU
     launch_overhead_s=2e-6,
+    # CUDA cores per SM and clock (CUDA C++ Programming Guide, arithmetic instruction
+    # throughput, compute capability 9.0): 128 float32, 64 32-bit integer, 16 special-function.
     vector_flops=sms * 128 * clock * 1e9,
     vector_int_ops=sms * 64 * clock * 1e9,
     transcendentals=sms * 16 * clock * 1e9,
+    l2_bytes_per_s=HOPPER_L2_BYTES_PER_S,
+    atomic_updates_per_s=HOPPER_ATOMIC_UPDATES_PER_S,
     default_memory_fraction=0.75,
     gpu_target_config=_gpu_config(
       sms=sms,
@@ -145,11 +178,22 @@ def _h100() -> Chip:
       bandwidth=bandwidth,
       major=9,
       minor=0,
-      description='NVIDIA H100 80GB HBM3',
+      description=device,
     ),
-    spec_source='NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989.4 TFLOP/s dense bf16, '
-    '494.7 TF32, 66.9 FP32, 3.35 TB/s HBM3, 900 GB/s NVLink; 132 SMs',
+    spec_source=f'NVIDIA {name.upper()} Tensor Core GPU datasheet (SXM): 989.4 TFLOP/s dense '
+    f'bf16, 494.7 TF32, 66.9 FP32, {bandwidth / 1e12:.2f} TB/s HBM, 900 GB/s NVLink; 132 SMs; '
+    f'{HOPPER_L2_SOURCE}; {HOPPER_ATOMIC_SOURCE}',
   )
+
+
+def _h100() -> Chip:
+  # 79.1 GiB as the driver reports; HBM3
+  return _hopper('h100', 'NVIDIA H100 SXM 80GB', 84_929_347_584, 3.35e12, 'NVIDIA H100 80GB HBM3')
+
+
+def _h200() -> Chip:
+  # 143,771 MiB as the driver reports (~140 GiB); HBM3e
+  return _hopper('h200', 'NVIDIA H200 SXM 141GB', 143_771 * 2**20, 4.8e12, 'NVIDIA H200')
 
 
 def _a100(memory_gb: int) -> Chip:
@@ -235,6 +279,7 @@ def _tpu(
 # compiler offers 95.74 GiB, so the chip has 96 GiB.
 CHIPS: dict[str, Chip] = {
   'h100': _h100(),
+  'h200': _h200(),
   'a100-40g': _a100(40),
   'a100-80g': _a100(80),
   'v4': _tpu('v4', 'TPU v4', 32, 30.75, 275, 1228, 300, 275, megacore=True),

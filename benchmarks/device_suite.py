@@ -1,0 +1,396 @@
+"""Everything issue 40 asks a GPU to measure, in one command that fits a short device lease.
+
+    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: <= 8 minutes
+    python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
+    python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
+
+Parts, in this order, each printed as it finishes and written at once to DIR/results.json and
+DIR/results.md (a part killed by a timeout leaves the earlier ones):
+1. device  `python -m experiments.device_check --notable` in a subprocess: the environment,
+           every attention kernel vs the einsum path, 20 training steps kernels vs einsum;
+2. long    the long-sequence table: BERT-Base, batch 1, bf16, full remat, dropout 0.1, learned
+           positions (benchmarks.long_sequences's compiled step and timing) for post, the
+           scores carry ('realformer recomputed', its smallest) and 'qk' at 16k / 32k / 65k:
+           XLA's memory, the step MEASURED (a warm-up, then the median of 2) beside the
+           roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
+           the device's chip from targets.py); a row larger than the device says so;
+3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
+           device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
+4. steps   the 32 x 512 step table, BERT-Base and BERT-Large, bf16, post / realformer / pre /
+           Hugging Face (benchmarks/measure.py's interleaved rounds), MEASURED.
+Compiles take minutes on a GPU, so every part (and every long row) first compares what it is
+expected to cost with what is left of --budget_s, and is skipped with the reason when it does
+not fit. Nothing here imports jax or an optional package until a part runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+PARTS = ('device', 'long', 'split', 'steps')
+# Device kinds (substrings of jax's device_kind) the estimator has rates for.
+CHIPS = (('H200', 'h200'), ('H100', 'h100'), ('A100-SXM4-40GB', 'a100-40g'), ('A100', 'a100-80g'))
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+  """How big each part is, and what it is expected to cost (seconds, on one H100)."""
+
+  name: str
+  device_args: tuple  # experiments.device_check flags
+  device_s: float
+  lengths: tuple
+  hidden: int
+  layers: int
+  heads: int
+  long_steps: int
+  long_compile_s: float  # one long row's compile
+  step_shapes: tuple  # benchmarks/profiles.py SHAPES names
+  step_rounds: int
+  step_shape_s: float  # one shape of the step table: 4 compiles (HF's the longest) + rounds
+
+
+FULL = Size(
+  'full', ('--size=full', '--steps=20'), 200.0, (16384, 32768, 65536), 768, 12, 12, 2, 20.0,
+  ('bert_base_512', 'bert_large_512'), 3, 240.0,
+)  # fmt: skip
+TOY = Size(
+  'toy', ('--size=toy', '--steps=2'), 60.0, (64,), 32, 2, 2, 1, 5.0, ('tiny',), 1, 30.0,
+)  # fmt: skip
+LONG_VARIANTS = ('post', 'realformer recomputed', 'realformer qk')
+SPLIT_VARIANTS = ('post', 'realformer qk')
+
+
+class Suite:
+  """The parts, their budget and their results, written after every part."""
+
+  def __init__(self, out_dir: str, size: Size, budget_s: float, log: Callable[[str], None]):
+    self.out_dir, self.size, self.budget_s, self.log = out_dir, size, budget_s, log
+    self.started = time.perf_counter()
+    self.results: dict = {
+      'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+      'size': size.name,
+      'budget_s': budget_s,
+      'parts': {},
+    }
+    self.kept: dict = {}  # the long part's compiled steps, traced by the split part
+
+  def left_s(self) -> float:
+    return self.budget_s - (time.perf_counter() - self.started)
+
+  def fits(self, needs_s: float) -> bool:
+    return needs_s <= self.left_s()
+
+  def record(self, part: str, result: dict) -> None:
+    result.setdefault('seconds', round(time.perf_counter() - self.started, 1))
+    self.results['parts'][part] = result
+    self.write()
+    self.log(f'[{part}] done at {result["seconds"]:.0f} s of {self.budget_s:.0f} s')
+    for line in render_part(part, result):
+      self.log('  ' + line)
+
+  def skip(self, part: str, needs_s: float) -> None:
+    self.record(
+      part,
+      {'skipped': f'expected to need ~{needs_s:.0f} s, {max(self.left_s(), 0):.0f} s left of '
+       f'--budget_s={self.budget_s:.0f}; run it alone with --parts={part}'},
+    )  # fmt: skip
+
+  def write(self) -> None:
+    os.makedirs(self.out_dir, exist_ok=True)
+    with open(os.path.join(self.out_dir, 'results.json'), 'w') as f:
+      json.dump(self.results, f, indent=1, default=str)
+    with open(os.path.join(self.out_dir, 'results.md'), 'w') as f:
+      f.write(render(self.results))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parts.
+
+
+def run_device(suite: Suite) -> dict:
+  """experiments.device_check in a subprocess (its own exit status; a crash there is a FAIL
+  here, not the end of the suite)."""
+  path = os.path.join(suite.out_dir, 'device_check.json')
+  command = [sys.executable, '-m', 'experiments.device_check', '--notable', f'--out={path}']
+  command += list(suite.size.device_args)
+  try:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=max(suite.left_s(), 1.0))
+  except subprocess.TimeoutExpired:
+    return {'passed': False, 'error': 'device_check ran past the budget'}
+  lines = done.stdout.strip().splitlines()
+  result = {'passed': done.returncode == 0, 'summary': lines}
+  if done.returncode and not lines:
+    result['error'] = (done.stderr.strip().splitlines() or ['no output'])[-1][:300]
+  if os.path.exists(path):
+    with open(path) as f:
+      report = json.load(f)
+    result['environment'] = report.get('environment')
+  return result
+
+
+def _chip(device_kind: str):
+  from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
+
+  name = next((chip for kind, chip in CHIPS if kind in device_kind), None)
+  return targets.CHIPS[name] if name else None
+
+
+def _long_shape(size: Size, length: int):
+  from benchmarks import steps  # pylint: disable=import-outside-toplevel
+
+  return steps.Shape(
+    f'L{length}', hidden=size.hidden, layers=size.layers, heads=size.heads, vocab=30522,
+    seq_len=length, batch=1, predictions=max(1, round(0.15 * length)),
+  )  # fmt: skip
+
+
+def run_long(suite: Suite) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
+  from realformer_jax.aot import roofline  # pylint: disable=import-outside-toplevel
+
+  device = jax.devices()[0]
+  chip = _chip(device.device_kind)
+  limit = (device.memory_stats() or {}).get('bytes_limit')
+  size, rows = suite.size, []
+  for length in size.lengths:
+    for variant in LONG_VARIANTS:
+      row = {'length': length, 'variant': variant}
+      rows.append(row)
+      if not suite.fits(size.long_compile_s):
+        row['skipped'] = f'no time to compile (~{size.long_compile_s:.0f} s)'
+        continue
+      shape = _long_shape(size, length)
+      compiled = long_sequences.compiled_step(
+        shape, long_sequences.VARIANTS[variant], 'bfloat16', abstract=False
+      )
+      row.update(long_sequences.memory_figures(compiled))
+      if chip is not None:
+        est = roofline.estimate(compiled.compiled.as_text(), chip, score_dims=(length, length))
+        row['estimate_s'] = est.seconds
+        row['estimate_chip'] = chip.name
+        row['estimate_leaves_out'] = est.unstated  # kernels that state no L2 / atomics
+      if limit is not None and row['xla_peak_gb'] * 2**30 > limit:
+        row['skipped'] = f'does not fit: XLA needs {row["xla_peak_gb"]:.1f} GiB'
+        continue
+      expected = row.get('estimate_s', 0.0) * (1 + size.long_steps) * 2  # the estimate may err
+      if not suite.fits(expected):
+        row['skipped'] = f'estimated ~{expected:.0f} s to time; not enough budget'
+        continue
+      try:
+        row.update(long_sequences.time_steps(compiled, size.long_steps))
+      except Exception as e:  # pylint: disable=broad-except  # out of memory at run time
+        row['skipped'] = f'{type(e).__name__}: {str(e).strip()[:160]}'
+        continue
+      if variant in SPLIT_VARIANTS:
+        suite.kept[variant] = (length, compiled)
+      suite.log(
+        f'  L={length} {variant}: {row["step_s"]:.3f} s measured'
+        + (f', {row["estimate_s"]:.3f} s estimated' if 'estimate_s' in row else '')
+      )
+  return {
+    'device_kind': device.device_kind,
+    'estimate_chip': chip.name if chip else None,
+    'settings': f'hidden {size.hidden}, {size.layers} layers, {size.heads} heads, batch 1, '
+    'bfloat16, remat full, dropout 0.1, learned positions, rolled scan; a warm-up then the '
+    f'median of {size.long_steps} steps',
+    'rows': rows,
+  }
+
+
+def run_split(suite: Suite) -> dict:
+  import tempfile  # pylint: disable=import-outside-toplevel
+
+  from benchmarks import measure, trace_breakdown  # pylint: disable=import-outside-toplevel
+
+  if not suite.kept:
+    return {'skipped': 'no long-sequence step was timed, so none to trace'}
+  split = {}
+  for variant, (length, compiled) in suite.kept.items():
+    with tempfile.TemporaryDirectory() as scratch:
+      path = measure.trace_file(compiled, 1, scratch)
+      kernels = trace_breakdown.device_time_by_kernel(path)
+    total = sum(kernels.values())
+    top = dict(list(kernels.items())[:8])
+    split[variant] = {'length': length, 'device_s': total, 'kernels_s': top}
+  suite.kept.clear()  # their states: device memory the step table needs
+  return {'variants': split}
+
+
+def run_steps(suite: Suite) -> dict:
+  import importlib.util  # pylint: disable=import-outside-toplevel
+
+  from benchmarks import measure, profiles  # pylint: disable=import-outside-toplevel
+  from benchmarks.report import Report  # pylint: disable=import-outside-toplevel
+  from benchmarks.timing import MatmulPeak  # pylint: disable=import-outside-toplevel
+
+  if importlib.util.find_spec('transformers') is None:
+    return {'skipped': 'transformers is not installed (the Hugging Face column)'}
+  suite.kept.clear()  # long-sequence states the split part did not trace
+  size = suite.size
+  profile = dataclasses.replace(
+    profiles.PROFILES['accelerator'], rounds=size.step_rounds, warmup=1, trace_steps=0
+  )
+  if size.name == 'toy':
+    profile = dataclasses.replace(profile, peak_n=256)
+  peak = MatmulPeak(profile.peak_n, profile.dtype)
+  shapes = {}
+  for name in size.step_shapes:
+    if not suite.fits(size.step_shape_s):
+      shapes[name] = {'skipped': f'expected ~{size.step_shape_s:.0f} s; not enough budget'}
+      continue
+    shape = profiles.SHAPES[name]
+    result = measure.measure_train_steps(
+      Report(lambda _: None), shape, profile, 0.1, peak, lambda _: None
+    )
+    medians = {k: sorted(v)[len(v) // 2] for k, v in result['times'].items() if v}
+    shapes[name] = {
+      'shape': f'{shape.batch} x {shape.seq_len}, hidden {shape.hidden}, {shape.layers} layers',
+      'step_s': medians,
+      'tokens_per_s': {k: shape.tokens / v for k, v in medians.items()},
+    }
+    suite.log(f'  {name}: ' + ', '.join(f'{k} {v:.4f} s' for k, v in medians.items()))
+  return {
+    'settings': f'bfloat16 compute, dropout 0.1, rolled layer scan, {size.step_rounds} '
+    'interleaved rounds after a warm-up, median (benchmarks/measure.py)',
+    'shapes': shapes,
+  }
+
+
+RUNNERS = {'device': run_device, 'long': run_long, 'split': run_split, 'steps': run_steps}
+
+
+def expected_s(part: str, size: Size) -> float:
+  """What a part is expected to cost before it starts (the long rows budget themselves)."""
+  return {
+    'device': size.device_s,
+    'long': size.long_compile_s,
+    'split': 10.0 if size.name == 'toy' else 60.0,
+    'steps': size.step_shape_s,
+  }[part]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering: every figure says whether it was measured or estimated.
+
+
+def _f(value: Optional[float], digits: int = 3) -> str:
+  if value is None or value != value:  # absent, or NaN: a CPU reports no device peak
+    return ''
+  return f'{value:.{digits}g}'
+
+
+def render_part(part: str, r: dict) -> list[str]:
+  if 'skipped' in r:
+    return [f'skipped: {r["skipped"]}']
+  if 'error' in r and part != 'device':
+    return [f'error: {r["error"]}']
+  if part == 'device':
+    verdict = 'PASS' if r.get('passed') else 'FAIL'
+    return (
+      [f'device check: {verdict}']
+      + r.get('summary', [])[-12:]
+      + ([f'error: {r["error"]}'] if r.get('error') else [])
+    )
+  if part == 'long':
+    lines = [
+      f'{r["device_kind"]}; {r["settings"]}. Estimate: the roofline of the program that ran, '
+      f'at {r["estimate_chip"] or "no chip (no estimate)"} rates.',
+      '',
+      '| L | variant | XLA memory (GiB) | step (s), MEASURED | step (s), ESTIMATED | '
+      'device peak (GiB), MEASURED | note |',
+      '|---:|---|---:|---:|---:|---:|---|',
+    ]
+    left_out = {}
+    for row in r['rows']:
+      left_out.update(row.get('estimate_leaves_out') or {})
+      lines.append(
+        f'| {row["length"]:,} | {row["variant"]} | {_f(row.get("xla_peak_gb"))} | '
+        f'{_f(row.get("step_s"))} | {_f(row.get("estimate_s"))} | '
+        f'{_f(row.get("device_peak_gb"))} | {row.get("skipped", "")} |'
+      )
+    if left_out:
+      lines += ['', 'The estimate costs as zero what these kernels do not state: ' + '; '.join(
+        f'`{name}` ({", ".join(fields)})' for name, fields in left_out.items()
+      )]  # fmt: skip
+    return lines
+  if part == 'split':
+    lines = ['| variant | L | kernel | device s per step, MEASURED |', '|---|---:|---|---:|']
+    for variant, v in r['variants'].items():
+      lines.append(f'| {variant} | {v["length"]:,} | (all kernels) | {_f(v["device_s"])} |')
+      for kernel, seconds in v['kernels_s'].items():
+        lines.append(f'| {variant} | {v["length"]:,} | `{kernel[:60]}` | {_f(seconds)} |')
+    return lines
+  lines = [r['settings'] + '.', '', '| shape | model | step (s), MEASURED | tokens/s, MEASURED |']
+  lines.append('|---|---|---:|---:|')
+  for name, s in r['shapes'].items():
+    if 'skipped' in s:
+      lines.append(f'| {name} | | | skipped: {s["skipped"]} |')
+      continue
+    for model, seconds in s['step_s'].items():
+      lines.append(
+        f'| {name} ({s["shape"]}) | {model} | {_f(seconds, 4)} | {s["tokens_per_s"][model]:,.0f} |'
+      )
+  return lines
+
+
+TITLES = {
+  'device': '1. Device check (experiments.device_check)',
+  'long': '2. Long sequences: measured next to the estimate',
+  'split': '3. Per-kernel device time (profiler trace)',
+  'steps': '4. Train steps at 32 x 512',
+}
+
+
+def render(results: dict) -> str:
+  lines = [
+    f'# Device suite ({results["size"]} size), {results["date"]}',
+    '',
+    '`python -m benchmarks.device_suite` (benchmarks/device_suite.py). MEASURED: timed on '
+    'this device. ESTIMATED: the roofline (realformer_jax/aot/roofline.py) of the same '
+    'compiled program, never a measurement.',
+  ]
+  for part, result in results['parts'].items():
+    lines += ['', f'## {TITLES[part]}', ''] + render_part(part, result)
+  return '\n'.join(lines) + '\n'
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--out', required=True, help='folder for results.json and results.md')
+  parser.add_argument('--toy', action='store_true', help='toy sizes: any backend, CI on a CPU')
+  parser.add_argument('--parts', default=','.join(PARTS), help=f'of {",".join(PARTS)}')
+  parser.add_argument('--budget_s', type=float, default=450.0, help='wall-clock budget')
+  args = parser.parse_args(argv)
+  parts = [p for p in args.parts.split(',') if p]
+  unknown = [p for p in parts if p not in PARTS]
+  if unknown:
+    print(f'error: --parts={args.parts}: unknown part {unknown[0]!r} (known: {PARTS})')
+    sys.exit(2)
+  if args.budget_s <= 0:
+    print(f'error: --budget_s={args.budget_s}: must be positive')
+    sys.exit(2)
+  suite = Suite(args.out, TOY if args.toy else FULL, args.budget_s, lambda s: print(s, flush=True))
+  for part in parts:
+    needs = expected_s(part, suite.size)
+    if not suite.fits(needs):
+      suite.skip(part, needs)
+      continue
+    suite.log(f'[{part}] starting ({suite.left_s():.0f} s left)')
+    suite.record(part, RUNNERS[part](suite))
+  suite.log(f'wrote {os.path.join(args.out, "results.md")} and results.json')
+  return suite.results
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

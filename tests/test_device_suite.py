@@ -1,0 +1,98 @@
+"""`python -m benchmarks.device_suite` (issue 40's one command for a GPU) at its toy size on this
+CPU: every part reports, labelled measured or estimated, and a part that does not fit its
+budget is skipped with the reason; importing it pulls in no optional package. And
+`python -m benchmarks.qk_calibration`'s paths: the committed table re-timed, and the compile of
+the measured commit at a toy length."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPTIONAL = ('tensorflow_datasets', 'grain', 'tensorboardX', 'transformers', 'jax')
+
+
+def _run(*args, timeout=2400):  # slow tests on a loaded 2-core machine took > 15 min
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  return subprocess.run(
+    [sys.executable, '-m', *args], cwd=REPO, env=env, capture_output=True, text=True,
+    timeout=timeout,
+  )  # fmt: skip
+
+
+def test_importing_the_suite_imports_no_optional_package_and_not_jax():
+  code = (
+    f'import sys, benchmarks.device_suite; print([m for m in {OPTIONAL!r} if m in sys.modules])'
+  )
+  done = subprocess.run(
+    [sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=60
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.strip() == '[]'
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--parts=long,nope', timeout=60)
+  assert done.returncode == 2
+  assert done.stdout.strip() == (
+    "error: --parts=long,nope: unknown part 'nope' (known: ('device', 'long', 'split', 'steps'))"
+  )
+
+
+def test_a_part_that_does_not_fit_the_budget_is_skipped_with_the_reason(tmp_path):
+  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--budget_s=1', timeout=60)
+  assert done.returncode == 0, done.stderr[-2000:]
+  results = json.loads((tmp_path / 'results.json').read_text())
+  assert set(results['parts']) == {'device', 'long', 'split', 'steps'}
+  for part in results['parts'].values():
+    assert 'budget_s=1' in part['skipped']
+  assert 'run it alone with --parts=device' in (tmp_path / 'results.md').read_text()
+
+
+@pytest.mark.slow
+def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
+  # The device check has its own test (tests/test_device_check.py): the suite's other parts.
+  done = _run(
+    'benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--parts=long,split,steps',
+    '--budget_s=800',
+  )  # fmt: skip
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+  results = json.loads((tmp_path / 'results.json').read_text())
+  long_rows = results['parts']['long']['rows']
+  assert [r['variant'] for r in long_rows] == ['post', 'realformer recomputed', 'realformer qk']
+  assert all(r['step_s'] > 0 and r['xla_peak_gb'] > 0 for r in long_rows)
+  # No chip for a CPU: no estimate, and the table says so.
+  assert results['parts']['long']['estimate_chip'] is None
+  split = results['parts']['split']['variants']
+  assert set(split) == {'post', 'realformer qk'} and all(v['device_s'] > 0 for v in split.values())
+  steps = results['parts']['steps']['shapes']['tiny']['step_s']
+  assert set(steps) == {'post', 'realformer', 'pre', 'hf'}
+  markdown = (tmp_path / 'results.md').read_text()
+  assert 'step (s), MEASURED' in markdown and 'step (s), ESTIMATED' in markdown
+  # Each part printed as it finished.
+  assert done.stdout.index('[long] done') < done.stdout.index('[split] done')
+
+
+@pytest.mark.slow
+def test_the_calibration_table_re_times_the_committed_inputs(tmp_path):
+  done = _run('benchmarks.qk_calibration', '--table', f'--out={tmp_path}', timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  committed = json.loads(
+    open(os.path.join(REPO, 'docs/results/aot/qk_calibration/results.json')).read()
+  )
+  assert json.loads((tmp_path / 'results.json').read_text()) == committed
+
+
+@pytest.mark.slow
+def test_the_calibration_compiles_the_measured_commit_at_a_toy_length(tmp_path):
+  # The full command compiles L = 65,536 twice (minutes): the same path at L = 256.
+  done = _run('benchmarks.qk_calibration', '--seq_len=256', f'--out={tmp_path}')
+  assert done.returncode == 0, done.stderr[-3000:]
+  results = json.loads((tmp_path / 'results.json').read_text())
+  assert results['seq_len'] == 256
+  inputs = json.loads((tmp_path / 'inputs-qk.json').read_text())
+  assert sum(k['work']['atomics'] * k['count'] for k in inputs['kernels']) > 0  # the old bwd
+  assert 'not comparable' in (tmp_path / 'results.md').read_text()

@@ -40,6 +40,7 @@ def _first_docstring_line(command: str) -> str:
   return source.split('"""', 1)[1].strip().splitlines()[0].lstrip('r')
 
 
+@pytest.mark.slow
 def test_train_help_exits_0_and_points_to_the_guide():
   result = _help('experiments.train')
   assert result.returncode == 0, result.stderr[-2000:]

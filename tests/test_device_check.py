@@ -82,6 +82,7 @@ def test_the_cpu_is_chosen_only_without_an_accelerator(tmp_path, monkeypatch):
   assert 'JAX_PLATFORMS' not in os.environ and updates == []
 
 
+@pytest.mark.slow
 def test_a_user_script_importing_the_library_prints_no_plugin_noise():
   # As a user's own script on this machine: JAX_PLATFORMS unset, the library imported first.
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}

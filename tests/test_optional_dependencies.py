@@ -79,6 +79,7 @@ def _run(code, env):
   return result.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_the_library_imports_with_only_the_core_dependencies(blocked_env):
   assert _run(IMPORTS, blocked_env) == [
     'loaded: []',

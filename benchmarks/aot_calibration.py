@@ -16,6 +16,7 @@ docs/results/aot/calibration/ (results.md, results.json).
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import pathlib
@@ -238,4 +239,5 @@ def main() -> dict:
 
 
 if __name__ == '__main__':
+  argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help; no options
   main()

@@ -1,5 +1,12 @@
 """What every command shares: one-line errors, absl flag parsing that reports a bad flag in one
-line (with the closest known name for a mistyped config field), and --print_config."""
+line (with the closest known name for a mistyped config field), --help that exits 0, and
+--print_config.
+
+Two CLI styles, by rule: a command that takes a training config (`--config=configs/*.py` with
+`--config.a.b=v` overrides: train, finetune, translate, compile, prepare_data, export_hf,
+sharding_memory, device_check, device_estimate) uses absl flags, because ml_collections'
+config_flags is absl; a command without a config (the studies, the benchmarks) uses argparse.
+Both exit 0 on --help (absl prints the module docstring and flags, argparse its first line)."""
 
 import ast
 import importlib.util
@@ -10,7 +17,7 @@ import traceback
 import types
 
 import ml_collections
-from absl import flags
+from absl import app, flags
 
 from realformer_jax import config_docs
 
@@ -53,9 +60,19 @@ def fail_after_training(message: str, status: int = 1):
   os._exit(status)  # pylint: disable=protected-access
 
 
+# absl's help flags; absl itself prints the usage and exits 1 (an error status) for them.
+_HELP = ('--help', '-help', '-?', '-h', '--helpshort')
+_HELP_FULL = ('--helpfull', '-helpfull')
+
+
 def parse_flags(argv):
   """absl parsing, with every failure (including an unknown --config.a.b key, which
-  ml_collections reports as an AttributeError) as one line."""
+  ml_collections reports as an AttributeError) as one line; --help prints the command's
+  docstring and flags and exits 0."""
+  help_args = [a for a in argv[1:] if a in _HELP or a in _HELP_FULL]
+  if help_args:
+    app.usage(shorthelp=help_args[0] in _HELP, writeto_stdout=True)
+    sys.exit(0)
   check_config_files(argv)
   try:
     return flags.FLAGS(argv)

@@ -16,6 +16,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
+from experiments.cli import parse_flags
 from realformer_jax.aot.train_step import per_device_bytes
 from realformer_jax.train import build, pretraining
 
@@ -72,4 +73,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

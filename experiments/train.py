@@ -1,5 +1,5 @@
 r"""Masked-LM pretraining. This file is intentionally kept short: the logic lives in
-realformer_jax/train/.
+realformer_jax/train/. The guide (configs, resuming, several hosts, faults): docs/training.md.
 
     python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
     python -m experiments.train --config=configs/realformer_large.py --workdir=DIR \
@@ -10,7 +10,7 @@ beside the fields in their dataclasses), and exits.
 Re-running with the same --workdir resumes from its latest checkpoint. Bad flags, configs and
 data exit with status 1 and one line `error: <message>` on stderr, before any compilation; so
 do the faults of a long run (a damaged checkpoint or data file, a full disk, a workdir that
-another run holds: README "Reliability").
+another run holds: docs/training.md "Reliability").
 On CPU, --malloc=retain makes the process re-execute itself (same PID) with glibc settings that
 stop XLA's per-step temporaries from being page-faulted afresh every step (~20% faster BERT-Base
 steps on 2 cores; realformer_jax/malloc.py).

@@ -8,7 +8,10 @@ when realformer_jax is imported, before the package imports JAX: when the machin
 has no accelerator device file (NVIDIA `/dev/nvidia0..`, AMD `/dev/kfd`, TPU `/dev/accel*` or
 `/dev/vfio/<n>`), it sets JAX_PLATFORMS=cpu, so the plugins are never asked. A machine with one
 of those files is left alone (a real GPU is never hidden, and a GPU whose libraries are broken
-still shows JAX's traceback); a JAX_PLATFORMS set by the user, even to '', always wins.
+still shows JAX's traceback); a JAX_PLATFORMS set by the user, even to '', always wins. Left
+alone too: a system other than Linux (its accelerators have no such files: e.g. Apple's Metal
+plugin), and a JAX that already started its backends before realformer_jax was imported (the
+choice can no longer change; the user's script chose).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ def prefer_cpu_without_accelerator(patterns=_DEVICE_FILES) -> str:
   global decision  # pylint: disable=global-statement
   if 'JAX_PLATFORMS' in os.environ:
     decision = f'JAX_PLATFORMS={os.environ["JAX_PLATFORMS"]!r} (set before start)'
+  elif not sys.platform.startswith('linux'):
+    decision = f'JAX default ({sys.platform}: accelerators are not found by device files)'
+  elif _jax_started():
+    decision = 'JAX default (JAX had started before realformer_jax was imported)'
   elif accelerator_device_files(patterns):
     decision = 'JAX default (an accelerator device file is present)'
   else:
@@ -42,6 +49,11 @@ def prefer_cpu_without_accelerator(patterns=_DEVICE_FILES) -> str:
       sys.modules['jax'].config.update('jax_platforms', 'cpu')
     decision = 'cpu (no GPU/TPU device file: accelerator plugins not initialised)'
   return decision
+
+
+def _jax_started() -> bool:
+  bridge = getattr(getattr(sys.modules.get('jax'), '_src', None), 'xla_bridge', None)
+  return bridge is not None and bridge.backends_are_initialized()
 
 
 # Once, when realformer_jax is imported (its __init__ imports this module first).

@@ -110,6 +110,7 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
     assert rows[0].startswith('kernel,') and len(rows) > 20
 
 
+@pytest.mark.slow
 def test_a_config_that_cannot_fit_ends_with_one_error_line_naming_the_bytes():
   # 1M x 1024 embeddings: parameters, AdamW moments and gradients alone exceed a v5e's 16 GiB.
   done = _compile_command(
@@ -218,6 +219,7 @@ _ESTIMATOR_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_estimator_on_programs_xla_compiled_for_an_h100():
   done = _run('-c', _ESTIMATOR_SCRIPT)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -118,6 +118,7 @@ def test_accelerator_profile_code_path_at_toy_shapes(tmp_path):
   assert {t['status'] for t in saved['targets']} == {'INFO'}  # toy shapes: never PASS/MISS
 
 
+@pytest.mark.slow
 def test_long_sequence_benchmark_at_toy_size():
   from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
 

@@ -24,6 +24,7 @@ from realformer_jax.model.placement import placement
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden')
 
 
+@pytest.mark.slow
 def test_a_workdir_written_before_the_restructuring_resumes_and_loads(tmp_path, capsys):
   workdir = str(tmp_path / 'workdir')
   shutil.copytree(os.path.join(GOLDEN, 'pretraining_workdir_v1'), workdir)

@@ -68,6 +68,7 @@ def test_unknown_fields_get_the_closest_name():
     ModelConfig.from_mapping({'ln_placment': 'pre'})
 
 
+@pytest.mark.slow
 def test_train_prints_its_resolved_config_and_exits(tmp_path):
   result = _cli(
     'experiments.train', '--config=configs/tiny.py', '--config.model.num_layers=3', '--print_config'
@@ -80,6 +81,7 @@ def test_train_prints_its_resolved_config_and_exits(tmp_path):
   assert not (tmp_path / 'run').exists()  # printed, nothing run
 
 
+@pytest.mark.slow
 def test_finetune_help_and_print_config():
   help_text = _cli('experiments.finetune', '--help').stdout
   assert '--print_config' in help_text and 'realformer_jax/finetune/config.py' in help_text
@@ -90,6 +92,7 @@ def test_finetune_help_and_print_config():
   assert "finetune.init = ''  # Starting point: '' = random init;" in result.stdout
 
 
+@pytest.mark.slow
 def test_translate_print_config_and_did_you_mean():
   result = _cli('experiments.translate', '--config=configs/translate.py', '--print_config')
   assert result.returncode == 0, result.stderr

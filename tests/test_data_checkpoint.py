@@ -42,6 +42,7 @@ def test_orbax_composite_checkpoint_restores_the_iterator(tmp_path, bible_tokeni
   assert_same_batches(following, take(fresh, 3))
 
 
+@pytest.mark.slow
 def test_worker_process_gives_the_in_process_batches_and_restores(bible_tokenizer):
   in_process = take(data.make_train_iterator(bible_config(), 8, seed=4), 6)
   config = bible_config(worker_count=1)  # One worker masks the same batches in order.

@@ -244,6 +244,7 @@ def _shards(data_dir) -> dict:
   return {n: (s.st_ino, s.st_mtime_ns) for n, s in stats.items() if n.endswith('.array_record')}
 
 
+@pytest.mark.slow
 def test_workers_read_in_parallel_into_the_same_stores(tmp_path):
   from realformer_jax.data.prepare_ahead import prepare_ahead  # pylint: disable=import-outside-toplevel
 

@@ -57,6 +57,7 @@ def test_tokenizer_special_ids_and_round_trip(bible_tokenizer):
   assert not ids & {tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id}
 
 
+@pytest.mark.slow
 def test_tokenizer_cache_is_reused_and_keyed_by_settings(bible_tokenizer):
   config = bible_config()
   cached = preparation._PREPARED.pop(data.data_config(config))  # Forget the in-process memo only.
@@ -67,6 +68,7 @@ def test_tokenizer_cache_is_reused_and_keyed_by_settings(bible_tokenizer):
   assert data.prepare(bible_config(vocab_file=bpe.source)).vocab_size == 500
 
 
+@pytest.mark.slow
 def test_train_and_validation_share_no_passage():
   config = bible_config()
   builder = sources.load_builder(config)

@@ -64,6 +64,7 @@ def test_average_attention_ffn_and_gating_by_hand():
   np.testing.assert_allclose(module.apply({'params': params}, y), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'overrides',
   [
@@ -118,6 +119,7 @@ def test_fixed_schedule_residual_branch_is_refused():
     model.init(jax.random.key(0), source, mask, target)
 
 
+@pytest.mark.slow
 def test_ds_init_scales_each_decoder_layer_by_its_depth():
   cfg = _seq2seq_config(init='ds_init', num_decoder_layers=4, hidden_size=64, mlp_dim=128)
   source, mask, target = _batch(cfg.vocab_size)

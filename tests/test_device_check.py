@@ -70,3 +70,27 @@ def test_the_cpu_is_chosen_only_without_an_accelerator(tmp_path, monkeypatch):
   monkeypatch.setenv('JAX_PLATFORMS', 'cuda')
   assert 'set before start' in platform_choice.prefer_cpu_without_accelerator(())
   assert os.environ['JAX_PLATFORMS'] == 'cuda'
+  # Not Linux (no device files to read), or a JAX whose backends already started: left alone.
+  monkeypatch.delenv('JAX_PLATFORMS')
+  updates.clear()
+  monkeypatch.setattr(sys, 'platform', 'darwin')
+  assert 'darwin' in platform_choice.prefer_cpu_without_accelerator(())
+  monkeypatch.setattr(sys, 'platform', 'linux')
+  bridge = types.SimpleNamespace(backends_are_initialized=lambda: True)
+  fake_jax._src = types.SimpleNamespace(xla_bridge=bridge)
+  assert 'had started' in platform_choice.prefer_cpu_without_accelerator(())
+  assert 'JAX_PLATFORMS' not in os.environ and updates == []
+
+
+@pytest.mark.slow
+def test_a_user_script_importing_the_library_prints_no_plugin_noise():
+  # As a user's own script on this machine: JAX_PLATFORMS unset, the library imported first.
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
+  code = 'import realformer_jax, jax; print(jax.default_backend())'
+  result = subprocess.run(
+    [sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  if not platform_choice.accelerator_device_files():
+    assert result.stdout.strip() == 'cpu'
+    assert not [n for n in PLUGIN_NOISE if n in result.stderr], result.stderr[-3000:]

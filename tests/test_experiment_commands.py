@@ -178,6 +178,7 @@ def test_learned_is_the_copy_aware_unigram_loss_and_the_mask_floor():
   assert not study.learned({'final': None, 'floors': floors, 'diverged_at_step': 12})
 
 
+@pytest.mark.slow
 def test_a_diverged_run_is_a_result_with_its_step(tmp_path, monkeypatch):
   """study.train_run records where training diverged from the error's `step` (not its wording;
   the loop's side: test_train_loop's non-finite test), and the run did not learn."""

@@ -18,6 +18,7 @@ from realformer_jax.train import pretraining, workdir_lock
 from realformer_jax.train.workdir_lock import WorkdirError, WorkdirLock
 
 
+@pytest.mark.slow
 def test_an_empty_workdir_is_refused_and_nothing_is_created(tmp_path):
   """`--workdir=` would otherwise put run.lock, checkpoints/ and tensorboard/ in the current
   directory."""

@@ -104,6 +104,7 @@ def test_embedded_task_splits_share_no_chapter():
   assert 0.4 < pairs['labels'].mean() < 0.6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dataset, metric', [('glue/stsb', 'pearson'), ('squad/v2.0', 'f1')])
 def test_glue_and_squad_end_to_end_on_mock_data(tmp_path, dataset, metric):
   config = toy_config(dataset, data__max_len=48, data__max_query_len=8, data__doc_stride=16)

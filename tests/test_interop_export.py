@@ -196,6 +196,7 @@ def test_a_trained_workdir_exports_and_loads_in_torch(tmp_path):
   np.testing.assert_allclose(_real(theirs.numpy(), mask), _real(ours, mask), atol=ATOL)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_before_restoring(tmp_path):
   workdir = tmp_path / 'run'
   workdir.mkdir()

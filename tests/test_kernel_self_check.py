@@ -59,6 +59,7 @@ def _broken(monkeypatch, kernel):
   return calls
 
 
+@pytest.mark.slow
 def test_the_interpret_kernels_pass_their_own_check():
   cfg = ModelConfig(**SMALL)
   assert kernel_check.checked(cfg, CPU, 32) is cfg

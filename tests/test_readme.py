@@ -29,6 +29,7 @@ def test_readme_commands_match_ci():
   assert test_command in text, 'README test command differs from .ci/run'
 
 
+@pytest.mark.slow
 def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
   # The example compiles the paper's Large step; here at the toy width of test_configs.py
   # (same depth, heads, remat, 'auto' accumulation), which is what the example's code path is.
@@ -51,6 +52,7 @@ def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
   assert 'temp_size_in_bytes' in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_readme_nnx_example_runs(capsys):
   block = next(b for b in _python_blocks() if 'nnx' in b)
   exec(compile(block, 'README.md', 'exec'), {})  # noqa: S102

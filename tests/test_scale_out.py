@@ -147,6 +147,7 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(da
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden', 'partition_specs.json')
 
 
+@pytest.mark.slow
 def test_partition_specs_match_golden_tree():
   """Params and optimizer-state specs of the scanned realformer on 8 devices, for the data,
   FSDP and tensor layouts. Regenerate (after an intended change) with

@@ -34,6 +34,7 @@ def _data_config(**overrides) -> data_lib.TranslationDataConfig:
   return data_lib.TranslationDataConfig(**{**values, **overrides})
 
 
+@pytest.mark.slow
 def test_bbe_verses_follow_the_kjv_references_of_the_edition():
   bbe, web = bible_pairs.bbe_verses(), bible_pairs.web_verses()
   # Genesis 42:39 of the BBE numbering is Genesis 43:1 (the edition says \43:1\).
@@ -161,6 +162,7 @@ def test_bad_translation_config_is_one_line_naming_the_field(section, name, valu
     translation_task.validate(config)
 
 
+@pytest.mark.slow
 def test_label_smoothed_loss_against_numpy():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(2, 3, 7)) * 3
@@ -203,6 +205,7 @@ def _fake_results(config, bleu, speed_ratio):
   return results, speed
 
 
+@pytest.mark.slow
 def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
   from configs import translate as translate_config  # pylint: disable=import-outside-toplevel
   from experiments import translate  # pylint: disable=import-outside-toplevel

@@ -15,7 +15,8 @@ The state is the global batch position, the same on every process, so it also re
 different process count (`saved_train_state` reads it from a grain checkpoint directory).
 """
 
-from realformer_jax.data.baseline import context_free_floors, most_frequent_token_baseline
+import importlib
+
 from realformer_jax.data.config import (
   DataConfig,
   data_config,
@@ -23,13 +24,30 @@ from realformer_jax.data.config import (
   validate_data_config,
 )
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.pipeline import (
-  BATCH_KEYS,
-  EvalBatches,
-  local_batch_size,
-  make_eval_iterator,
-  make_train_iterator,
-  saved_train_state,
-)
-from realformer_jax.data.preparation import prepare
 from realformer_jax.data.tokenizer import Tokenizer
+
+# Names whose modules need the data stack (grain, TFDS: the 'train' extra): imported on first
+# use, so that the model and the train step load without it (realformer_jax/extras.py).
+_ON_FIRST_USE = {
+  'context_free_floors': 'baseline',
+  'most_frequent_token_baseline': 'baseline',
+  'BATCH_KEYS': 'pipeline',
+  'EvalBatches': 'pipeline',
+  'local_batch_size': 'pipeline',
+  'make_eval_iterator': 'pipeline',
+  'make_train_iterator': 'pipeline',
+  'saved_train_state': 'pipeline',
+  'prepare': 'preparation',
+}
+
+
+def __getattr__(name: str):
+  if name not in _ON_FIRST_USE:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  value = getattr(importlib.import_module(f'{__name__}.{_ON_FIRST_USE[name]}'), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_ON_FIRST_USE))

@@ -21,7 +21,10 @@ Stored as array_record, the one TFDS format grain reads without TensorFlow.
 import hashlib
 
 import numpy as np
-import tensorflow_datasets as tfds
+
+from realformer_jax import extras
+
+tfds = extras.require('tensorflow_datasets')
 
 VALIDATION_PERCENT = 4
 _FIRST_NEW_TESTAMENT_BOOK = 40  # Matthew.

@@ -39,10 +39,11 @@ import os
 import time
 from typing import Optional
 
-import grain
-
+from realformer_jax import extras
 from realformer_jax.data import cache_integrity, cache_lock, text_files
 from realformer_jax.data.errors import DataError
+
+grain = extras.lazy('grain')
 
 _log = logging.getLogger(__name__)
 # Bump when reading or the store layout changes, so old stores are not reused.

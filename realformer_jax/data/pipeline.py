@@ -42,15 +42,17 @@ import json
 import math
 from typing import Any
 
-import grain
 import numpy as np
 from absl import flags
 from etils import epath
 
+from realformer_jax import extras
 from realformer_jax.data import config as config_lib
 from realformer_jax.data import masking, packed_store, packing, preparation, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
+
+grain = extras.require('grain')
 
 BATCH_KEYS = (
   'input_ids',

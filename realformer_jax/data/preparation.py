@@ -15,13 +15,15 @@ import logging
 import os
 import time
 
-import grain
 import numpy as np
 
+from realformer_jax import extras
 from realformer_jax.data import config as config_lib
 from realformer_jax.data import file_corpus, packed_store, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
+
+grain = extras.lazy('grain')
 
 _log = logging.getLogger(__name__)
 

@@ -16,11 +16,12 @@ import os
 import re
 from typing import Any
 
-import grain
-import tensorflow_datasets as tfds
-
+from realformer_jax import extras
 from realformer_jax.data import cache_lock, corpus, shard_check
 from realformer_jax.data.errors import DataError
+
+grain = extras.lazy('grain')
+tfds = extras.lazy('tensorflow_datasets')
 
 # 'huggingface:mnist' (a namespace), but not 'mnist:3.0.1' (a version).
 _NAMESPACE = re.compile(r'^[A-Za-z_][\w-]*:(?!\d)')

@@ -39,11 +39,13 @@ import re
 from typing import Iterable
 
 import numpy as np
-import sentencepiece as spm
 
+from realformer_jax import extras
 from realformer_jax.data import cache_integrity, cache_lock, wordpiece
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
+
+spm = extras.lazy('sentencepiece')
 
 __all__ = [
   'CLS',

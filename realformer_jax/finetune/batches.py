@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-import grain
 import numpy as np
 
+from realformer_jax import extras
 from realformer_jax.data import EvalBatches, local_batch_size
 from realformer_jax.data.errors import DataError
+
+grain = extras.require('grain')
 
 
 class ExampleIterator(grain.DatasetIterator):

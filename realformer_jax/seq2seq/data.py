@@ -35,15 +35,17 @@ import json
 import os
 from typing import Iterator
 
-import grain
 import ml_collections
 import numpy as np
 
+from realformer_jax import extras
 from realformer_jax.config import from_section, to_config_dict
 from realformer_jax.data import cache_integrity, cache_lock
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
 from realformer_jax.seq2seq import bible_pairs
+
+grain = extras.require('grain')
 
 DATASET = 'bible_web_bbe'
 _CACHE_REVISION = 2  # bump when the encoding below changes

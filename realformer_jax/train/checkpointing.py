@@ -46,18 +46,19 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from realformer_jax import data
+from realformer_jax import data, extras
 from realformer_jax.config import ConfigError
 from realformer_jax.train import checkpoint_integrity
 from realformer_jax.train.errors import CheckpointError, DivergenceError
 from realformer_jax.train.state import TrainState
+
+grain = extras.lazy('grain')
 
 DAMAGED_SUFFIX = '.damaged'
 DIVERGED_SUFFIX = '.diverged'

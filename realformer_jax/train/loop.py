@@ -31,7 +31,6 @@ from realformer_jax.train import (
   distributed,
   divergence,
   partitioning,
-  prefetch,
   validation,
   workdir_lock,
 )
@@ -108,7 +107,10 @@ def run(
       on_log=on_log,
     )
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
-    # last batch trained on (prefetch.py).
+    # last batch trained on (prefetch.py: a grain iterator, so imported here, where the 'train'
+    # extra is needed anyway, not when the package is).
+    from realformer_jax.train import prefetch  # pylint: disable=import-outside-toplevel
+
     batches = prefetch.DevicePrefetcher(
       train_iter, setup.batch_sharding, depth=train.prefetch_batches
     )

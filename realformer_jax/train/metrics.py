@@ -19,10 +19,12 @@ import struct
 import time
 from typing import Mapping, Optional
 
-from tensorboardX.event_file_writer import EventsWriter
-from tensorboardX.proto import event_pb2, summary_pb2
-
+from realformer_jax import extras
 from realformer_jax.train.errors import TrainingError
+
+event_file_writer = extras.lazy('tensorboardX.event_file_writer')
+event_pb2 = extras.lazy('tensorboardX.proto.event_pb2')
+summary_pb2 = extras.lazy('tensorboardX.proto.summary_pb2')
 
 
 class MetricWriter:
@@ -72,9 +74,11 @@ class MetricWriter:
       ) from None
 
 
-def _events_writer(directory: str) -> EventsWriter:
+def _events_writer(directory: str) -> event_file_writer.EventsWriter:
   os.makedirs(directory, exist_ok=True)
-  return EventsWriter(os.path.join(directory, 'events'), filename_suffix=f'.{os.getpid()}')
+  return event_file_writer.EventsWriter(
+    os.path.join(directory, 'events'), filename_suffix=f'.{os.getpid()}'
+  )
 
 
 class Throughput:

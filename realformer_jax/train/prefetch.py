@@ -17,10 +17,12 @@ import queue
 import threading
 from typing import Any, Optional
 
-import grain
 from jax.sharding import NamedSharding
 
+from realformer_jax import extras
 from realformer_jax.train import partitioning
+
+grain = extras.require('grain')
 
 _END = object()
 

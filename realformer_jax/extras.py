@@ -1,0 +1,67 @@
+"""Optional dependencies, loaded where they are used.
+
+The model, the kernels, the train step and `experiments.device_check` need only the core
+dependencies of pyproject.toml (jax, flax, optax, orbax-checkpoint, ml_collections, numpy). The
+data stack (TFDS, grain, SentencePiece, pyarrow, pythonbible), TensorBoard event files
+(tensorboardX) and BLEU (sacrebleu) belong to the `train` extra: a module that uses one holds a
+`lazy(...)` stand-in that imports it on first use, so `import realformer_jax.train` works
+without them, and a missing one is a `MissingExtra` naming the extra to install (the commands
+of experiments/ print it as one `error:` line).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+# Import name -> (distribution, extra of pyproject.toml that installs it). Checked against
+# pyproject.toml by tests/test_optional_dependencies.py.
+OPTIONAL = {
+  'tensorflow_datasets': ('tensorflow-datasets', 'train'),
+  'grain': ('grain', 'train'),
+  'sentencepiece': ('sentencepiece', 'train'),
+  'tensorboardX': ('tensorboardX', 'train'),
+  'pyarrow': ('pyarrow', 'train'),
+  'pythonbible': ('pythonbible', 'train'),
+  'sacrebleu': ('sacrebleu', 'train'),
+}
+
+
+class MissingExtra(ImportError):
+  """An optional dependency is not installed; the message names the extra that installs it."""
+
+
+def require(name: str) -> types.ModuleType:
+  """The module `name` (e.g. 'grain' or 'tensorboardX.proto.event_pb2'), imported now, or a
+  MissingExtra naming the extra that installs its distribution."""
+  try:
+    return importlib.import_module(name)
+  except ModuleNotFoundError as e:
+    top = name.split('.')[0]
+    if top not in OPTIONAL or (e.name or '').split('.')[0] != top:
+      raise  # not one of ours, or ours failing on something else: the real error
+    distribution, extra = OPTIONAL[top]
+    raise MissingExtra(
+      f"{distribution} is not installed: this needs the '{extra}' extra: "
+      f"pip install -e '.[{extra}]'",
+      name=top,
+    ) from None
+
+
+class _Lazy(types.ModuleType):
+  """A module stand-in that imports the real module at its first attribute access."""
+
+  def __init__(self, name: str):
+    super().__init__(name)
+    self.__dict__['_module'] = None
+
+  def __getattr__(self, attribute: str):
+    module = self.__dict__['_module']
+    if module is None:
+      module = self.__dict__['_module'] = require(self.__name__)
+    return getattr(module, attribute)
+
+
+def lazy(name: str) -> types.ModuleType:
+  """A stand-in for `import name` at module level: the import happens on first use."""
+  return _Lazy(name)

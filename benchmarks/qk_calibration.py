@@ -32,8 +32,8 @@ import tempfile
 import textwrap
 
 from benchmarks.aot_calibration import extract
-from experiments import runs as runs_lib
 from realformer_jax.aot import legacy_kernels, roofline, targets
+from studies import runs as runs_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / 'docs' / 'results' / 'aot' / 'qk_calibration'

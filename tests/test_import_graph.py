@@ -12,9 +12,9 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('realformer_jax', 'experiments', 'benchmarks', 'studies', 'configs')
 ROOT_INIT = os.path.join('realformer_jax', '__init__.py')
-# The one upward import left (issue 43 item 2 moves the kernel self-check above the model, on
-# another branch): delete this entry when that lands.
-ALLOWED = {(os.path.join('realformer_jax', 'kernels', 'self_check.py'), 'realformer_jax.model')}
+# Upward imports tolerated (none: the kernel self-check now lives in analysis/kernel_check.py,
+# above the model).
+ALLOWED: set = set()
 
 
 def _module_name(path: str) -> str:

@@ -36,7 +36,7 @@ import json
 import os
 import time
 import zlib
-from typing import Iterable
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 from absl import logging
@@ -64,6 +64,15 @@ class PackedStore:
       )
     self.num_rows = size // row_bytes
     self._array = None
+
+  @property
+  def record(self) -> dict:
+    """The sidecar: what the store was built from (key, tokenizer, corpus digest, counts)."""
+    try:
+      with open(cache_integrity.sidecar_path(self.path)) as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return {}
 
   @property
   def name(self) -> str:
@@ -102,6 +111,7 @@ def load_or_build(
   pad_id: int,
   description: dict,
   what: str,
+  facts: Optional[Callable[[], dict]] = None,
 ) -> PackedStore:
   """Opens `path`, or packs `documents` (consumed only when building) and publishes it there.
 
@@ -111,6 +121,8 @@ def load_or_build(
     max_len, cls_id, sep_id, pad_id: as for `packing.pack_blocks`.
     description: written to the `.json` sidecar, for humans.
     what: names the data in error messages, e.g. "dataset 'x' split 'train'".
+    facts: called once `documents` is consumed; its dict joins the sidecar (what was learnt
+      while packing: counts, the corpus digest).
   """
   if cache_integrity.problem(path) is None:
     return PackedStore(path, max_len)
@@ -121,6 +133,7 @@ def load_or_build(
     if reason is not None:  # Else another process built it while we waited.
       if os.path.exists(path):  # Derived data: damaged means build it again.
         cache_integrity.note_rebuild(path, reason, f'packing {what} again')
+      cache_integrity.remove_stale_temporaries(path)
       _build(
         path,
         documents,
@@ -130,11 +143,12 @@ def load_or_build(
         pad_id=pad_id,
         description=description,
         what=what,
+        facts=facts,
       )
   return PackedStore(path, max_len)
 
 
-def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, what) -> None:
+def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, what, facts) -> None:
   logging.info('Packing %s into %s (one pass over the split).', what, path)
   start = time.monotonic()
   num_rows = num_tokens = checksum = 0
@@ -158,6 +172,7 @@ def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, wha
     seconds = time.monotonic() - start
     sidecar = dict(
       description,
+      **(facts() if facts else {}),
       max_len=max_len,
       rows=num_rows,
       real_tokens=num_tokens,

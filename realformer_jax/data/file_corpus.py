@@ -40,8 +40,6 @@ import json
 import os
 from typing import Optional
 
-import grain
-
 from realformer_jax.data import cache_integrity, cache_lock, text_files, workers
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
@@ -323,7 +321,11 @@ def _empty_split_message(config, split: str) -> str:
   return f'data.train_files={config.train_files!r}: every document was held out for evaluation.'
 
 
-def _open(paths: list[str], text_feature: str) -> grain.MapDataset:
+def _open(paths: list[str], text_feature: str):
+  """A grain MapDataset of the documents in `paths`, in order (grain is imported here: the
+  reading workers do not need it)."""
+  import grain  # pylint: disable=import-outside-toplevel
+
   source = grain.sources.ArrayRecordDataSource(paths)
   return grain.MapDataset.source(source).map(functools.partial(_as_record, text_feature))
 
@@ -335,6 +337,6 @@ def _as_record(text_feature: str, data: bytes) -> dict:
   return record
 
 
-def open_shard(path: str, text_feature: str) -> grain.MapDataset:
+def open_shard(path: str, text_feature: str):
   """One shard's documents (the encoding workers read a shard each)."""
   return _open([path], text_feature)

@@ -38,7 +38,7 @@ import grain
 import numpy as np
 
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import file_corpus, packed_store, sources, workers
+from realformer_jax.data import encoding, file_corpus, packed_store, sources, workers
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
@@ -225,33 +225,6 @@ def corpus_digest(config: config_lib.DataConfig) -> Optional[str]:
   return store.record.get('corpus_digest')
 
 
-@dataclasses.dataclass(frozen=True)
-class _EncodeJob:
-  segments: tuple  # ((records, first, stop), ...), in order
-  tokenizer: tokenizer_lib.Tokenizer
-  text_feature: str
-
-
-def _encode(job: _EncodeJob) -> dict:
-  """One job's documents as one flat int32 token stream (packing concatenates documents, so
-  this is all it needs), with its counts and its documents' digests. Runs in a worker; one
-  encode thread, so `workers` is the number of cores used."""
-  texts = [
-    sources.text_of(records[i], job.text_feature)
-    for records, first, stop in job.segments
-    for i in range(first, stop)
-  ]
-  ids = job.tokenizer.encode_batch(texts, num_threads=1)
-  flat = np.concatenate(ids) if ids else np.zeros(0, np.int32)
-  encoded = [t.encode() for t in texts]
-  return {
-    'ids': flat.astype(np.int32, copy=False),
-    'documents': len(texts),
-    'text_bytes': sum(map(len, encoded)),
-    'digests': b''.join(hashlib.sha256(t).digest() for t in encoded),
-  }
-
-
 class _Encoded:
   """The train split's token stream in document order, encoded by jobs in the workers; after
   it is consumed, `facts()` holds its counts and digest (written into the store's sidecar)."""
@@ -261,7 +234,7 @@ class _Encoded:
     self.digest = hashlib.sha256()
     self.progress = None
 
-  def jobs(self) -> list[_EncodeJob]:
+  def jobs(self) -> list[encoding.EncodeJob]:
     mean_bytes = _mean_document_bytes(self.prepared, self.text_feature)
     per_job = max(1, int(JOB_BYTES // max(mean_bytes, 1)))
     jobs, pending, size = [], [], 0
@@ -271,10 +244,12 @@ class _Encoded:
         pending.append((records, first, first + take))
         first, size = first + take, size + take
         if size >= per_job:
-          jobs.append(_EncodeJob(tuple(pending), self.prepared.tokenizer, self.text_feature))
+          jobs.append(
+            encoding.EncodeJob(tuple(pending), self.prepared.tokenizer, self.text_feature)
+          )
           pending, size = [], 0
     if pending:
-      jobs.append(_EncodeJob(tuple(pending), self.prepared.tokenizer, self.text_feature))
+      jobs.append(encoding.EncodeJob(tuple(pending), self.prepared.tokenizer, self.text_feature))
     return jobs
 
   def __iter__(self):
@@ -289,7 +264,7 @@ class _Encoded:
       _mean_document_bytes(self.prepared, self.text_feature) * self.progress.total_documents
     )
     num_workers = workers.choose(self.num_workers, work)
-    for result in workers.ordered_results(_encode, jobs, num_workers):
+    for result in workers.ordered_results(encoding.encode, jobs, num_workers):
       self.digest.update(result['digests'])
       self.progress.update(result['text_bytes'], result['documents'], len(result['ids']))
       yield result['ids']

@@ -23,6 +23,7 @@ import grain
 import tensorflow_datasets as tfds
 
 from realformer_jax.data import cache_lock, corpus, shard_check
+from realformer_jax.data.encoding import text_of  # noqa: F401  (re-exported: its old home)
 from realformer_jax.data.errors import DataError
 
 # 'huggingface:mnist' (a namespace), but not 'mnist:3.0.1' (a version).
@@ -154,13 +155,6 @@ def open_split(
     )
   )
   return records[:max_documents] if max_documents > 0 else records
-
-
-def text_of(record: dict, text_feature: str) -> str:
-  value = record
-  for key in text_feature.split('/'):
-    value = value[key]
-  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
 
 
 def _check_text_feature(builder: tfds.core.DatasetBuilder, text_feature: str) -> None:

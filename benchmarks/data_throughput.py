@@ -75,27 +75,30 @@ def write_corpus(directory: str, megabytes: float, words, probabilities) -> tupl
   os.makedirs(directory, exist_ok=True)
   rng = np.random.default_rng(_SEED)
   vocabulary = np.array(words, dtype=object)
+  cumulative = np.cumsum(probabilities)
+  mean_word_bytes = float(np.dot(probabilities, [len(w.encode()) + 1 for w in words]))
+
+  def text(num_bytes: float) -> str:
+    """Documents of about `num_bytes`, drawn in one vectorized batch."""
+    num_words = int(num_bytes / mean_word_bytes) + 1
+    picks = vocabulary[np.searchsorted(cumulative, rng.random(num_words) * cumulative[-1])]
+    sentence_ends = np.cumsum(rng.integers(6, 31, num_words // 6 + 1))
+    sentences = [
+      ' '.join(s) + '.' for s in np.split(picks, sentence_ends[sentence_ends < num_words])
+    ]
+    document_ends = np.cumsum(rng.integers(3, 13, len(sentences) // 3 + 1))
+    bounds = [0, *document_ends[document_ends < len(sentences)], len(sentences)]
+    return '\n\n'.join('\n'.join(sentences[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a)
+
   target, written, index = megabytes * 1e6, 0, 0
-
-  def documents(num_bytes: float):
-    size = 0
-    while size < num_bytes:
-      lengths = rng.integers(6, 31, rng.integers(3, 13))
-      picks = vocabulary[rng.choice(len(words), int(lengths.sum()), p=probabilities)]
-      bounds = np.cumsum(lengths)[:-1]
-      text = '\n'.join(' '.join(s) + '.' for s in np.split(picks, bounds))
-      size += len(text.encode()) + 2
-      yield text
-
   while written < target:
-    chunk = min(_FILE_MB * 1e6, target - written)
-    text = '\n\n'.join(documents(chunk)) + '\n'
+    body = text(min(_FILE_MB * 1e6, target - written)) + '\n'
     with open(os.path.join(directory, f'train-{index:04d}.txt'), 'w') as f:
-      f.write(text)
-    written += len(text.encode())
+      f.write(body)
+    written += len(body.encode())
     index += 1
   with open(os.path.join(directory, 'eval.txt'), 'w') as f:
-    f.write('\n\n'.join(documents(min(200_000, target / 20 + 2_000))) + '\n')
+    f.write(text(min(200_000, target / 20 + 2_000)) + '\n')
   return os.path.join(directory, 'train-*.txt'), os.path.join(directory, 'eval.txt'), written
 
 

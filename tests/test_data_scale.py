@@ -194,3 +194,22 @@ def test_a_touched_renamed_or_moved_file_keeps_the_corpus_and_its_stores(tmp_pat
   monkeypatch.setattr(text_files, 'sha256_of_range', lambda *a: pytest.fail('hashed again'))
   _fresh()
   assert preparation.packed_train_store(moved).path == store.path
+
+
+def test_a_lost_shard_of_an_unchanged_file_is_read_again_into_the_same_shard(tmp_path, monkeypatch):
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 20_000)
+  write_corpus(tmp_path, train_files=1, docs_per_file=300)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-0.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  store = preparation.packed_train_store(config)
+  rows = store.rows(np.arange(len(store)))
+  shard_dir = tmp_path / 'cache' / 'file-shards'
+  shards = sorted(n for n in os.listdir(shard_dir) if n.endswith('.array_record'))
+  assert len(shards) > 3
+  os.remove(shard_dir / shards[2])  # its file's fingerprint is remembered: known bounds
+  _fresh()
+  again = preparation.packed_train_store(config)
+  assert sorted(n for n in os.listdir(shard_dir) if n.endswith('.array_record')) == shards
+  assert again.path == store.path
+  np.testing.assert_array_equal(again.rows(np.arange(len(again))), rows)

@@ -234,8 +234,11 @@ def _finished(chunk: _Chunk, start: int, end: int, sha256: str) -> dict:
 def _read_chunk(chunk: _Chunk) -> dict:
   """Settles the chunk's exact bytes and their hash, then writes its shard unless a shard of
   the same content exists (under the shard's lock). Runs in a worker process."""
-  start, end = text_files.exact_range(chunk.path, chunk.start, chunk.end, chunk.size)
-  sha256 = text_files.sha256_of_range(chunk.path, start, end)
+  if chunk.known:  # the file's fingerprint is unchanged: its bounds and hash are remembered
+    start, end, sha256 = chunk.known
+  else:
+    start, end = text_files.exact_range(chunk.path, chunk.start, chunk.end, chunk.size)
+    sha256 = text_files.sha256_of_range(chunk.path, start, end)
   outputs = _shard_outputs(chunk, sha256)
   name = os.path.basename(outputs[chunk.split]).rsplit('-', 1)[0]
   with cache_lock.exclusive_lock(chunk.shard_dir, name):

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from realformer_jax import data
-from realformer_jax.data import cache_lock, corpus, file_corpus, sources
+from realformer_jax.data import cache_lock, corpus, file_corpus, sources, text_files
 
 _WORDS = 'the quick brown fox jumps over a lazy dog while seven wise owls watch old oaks'.split()
 
@@ -198,6 +199,17 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, train_files, message):
   with pytest.raises(data.DataError, match=message) as error:
     data.make_train_iterator(config, 4, seed=0)
   assert '\n' not in str(error.value)
+
+
+def test_a_zst_file_without_zstandard_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+  (tmp_path / 'corpus.jsonl.zst').write_bytes(b'(compressed)')
+  monkeypatch.setitem(sys.modules, 'zstandard', None)  # as if not installed
+  with pytest.raises(data.DataError) as raised:
+    list(text_files.documents(str(tmp_path / 'corpus.jsonl.zst'), 'text'))
+  assert str(raised.value) == (
+    f'{tmp_path}/corpus.jsonl.zst: reading .zst needs the zstandard package: pip install '
+    "'realformer_jax[zst]' (or pip install zstandard)."
+  )
 
 
 def test_eval_files_need_train_files():

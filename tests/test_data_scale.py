@@ -213,3 +213,17 @@ def test_a_lost_shard_of_an_unchanged_file_is_read_again_into_the_same_shard(tmp
   assert sorted(n for n in os.listdir(shard_dir) if n.endswith('.array_record')) == shards
   assert again.path == store.path
   np.testing.assert_array_equal(again.rows(np.arange(len(again))), rows)
+
+
+def test_a_run_saved_on_an_old_store_gets_one_line_saying_why(tmp_path):
+  write_corpus(tmp_path)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  iterator = data.make_train_iterator(config, 4, seed=0)
+  old = dict(iterator.get_state(), store='packed-L16-0123456789ab.int32')  # path-named corpus
+  with pytest.raises(data.DataError) as raised:
+    iterator.set_state(old)
+  assert '\n' not in str(raised.value)
+  assert "store='packed-L16-0123456789ab.int32'" in str(raised.value)
+  assert 'identified by content' in str(raised.value) and 'new workdir' in str(raised.value)

@@ -38,8 +38,9 @@ import grain
 import numpy as np
 
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import encoding, file_corpus, packed_store, sources, workers
+from realformer_jax.data import encoding, file_corpus, packed_store, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import workers as workers_lib
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
 
@@ -84,7 +85,7 @@ def prepare(config: config_lib.DataConfig) -> tokenizer_lib.Tokenizer:
 
 
 def prepared_data(config: config_lib.DataConfig, workers: Optional[int] = None) -> PreparedData:
-  """`workers`: processes reading a file corpus's files at once (None: workers.choose, every
+  """`workers`: processes reading a file corpus's files at once (None: workers_lib.choose, every
   core for a large corpus; the result does not depend on it)."""
   key = config = config_lib.data_config(config)
   if key not in _PREPARED:
@@ -172,11 +173,13 @@ def packed_train_store(
   config: config_lib.DataConfig, workers: Optional[int] = None
 ) -> packed_store.PackedStore:
   """The train split packed into [N, max_len] rows, built on first use (encoded by `workers`
-  processes, None: workers.choose; the rows do not depend on it). Idempotent."""
+  processes, None: workers_lib.choose; the rows do not depend on it). Idempotent."""
   key = config = config_lib.data_config(config)
   if key not in _PACKED:
     with disk_errors(config):
       _PACKED[key] = _packed_train_store_uncached(config, workers)
+    # The last phase: give back the workers' memory (a training process goes on for days).
+    workers_lib.close_all()
   return _PACKED[key]
 
 
@@ -263,8 +266,8 @@ class _Encoded:
     work = total or int(
       _mean_document_bytes(self.prepared, self.text_feature) * self.progress.total_documents
     )
-    num_workers = workers.choose(self.num_workers, work)
-    for result in workers.ordered_results(encoding.encode, jobs, num_workers):
+    num_workers = workers_lib.choose(self.num_workers, work)
+    for result in workers_lib.ordered_results(encoding.encode, jobs, num_workers):
       self.digest.update(result['digests'])
       self.progress.update(result['text_bytes'], result['documents'], len(result['ids']))
       yield result['ids']

@@ -338,8 +338,3 @@ def _as_record(text_feature: str, data: bytes) -> dict:
   for key in reversed(text_feature.split('/')):
     record = {key: record}
   return record
-
-
-def open_shard(path: str, text_feature: str):
-  """One shard's documents (the encoding workers read a shard each)."""
-  return _open([path], text_feature)

@@ -53,6 +53,8 @@ _MAX_RECORDS_SCANNED_FOR_TOKENS = 10_000
 JOB_BYTES = 8 << 20
 # Documents read to estimate a TFDS split's mean document size (for the sample's stride).
 _SIZE_PROBE_DOCUMENTS = 200
+# Documents of the tokenizer sample read in one call.
+_SAMPLE_READ_DOCUMENTS = 1024
 # The tokenizer sample's offset within its stride: seeded, so the same corpus and settings
 # always give the same sample (and tokenizer).
 _SAMPLE_SEED = 0
@@ -66,8 +68,8 @@ class PreparedData:
   description: str  # "dataset 'x'" etc., for error messages.
   dataset_name: str  # The builder's full name, e.g. 'bible_web/1.0.0', or 'files-<digest>'.
   cache_dir: str  # Beside the dataset's version directories; holds tokenizers/ and packed/.
-  # The train split as (records, first, stop) pieces the encoding jobs read (a file corpus:
-  # one per shard, so a job pickles one path).
+  # The train split as (source, first, stop) pieces that encoding jobs and the tokenizer
+  # sample read (encoding.read_texts): a file corpus's shard paths, or a TFDS split's records.
   train_segments: tuple = ()
   train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train split, where known
   # A file corpus's content digest (file_corpus.py); a TFDS split's is computed while packing.
@@ -103,7 +105,7 @@ def _prepare_uncached(config: config_lib.DataConfig, num_workers: Optional[int])
     for path, documents in corpus.shards['train']:
       stop = documents if limit is None else min(documents, limit - first)
       if stop > 0:
-        segments.append((file_corpus.open_shard(path, config.text_feature), 0, stop))
+        segments.append((path, 0, stop))
       first += documents
     prepared = dict(
       train_records=train_records,
@@ -364,29 +366,36 @@ class _Sample:
   Iterable again from the start (a retry with a smaller vocabulary reads it twice)."""
 
   def __init__(self, prepared: dict, text_feature: str, max_chars: int):
-    self.records, self.text_feature, self.max_chars = (
-      prepared['train_records'],
+    self.segments, self.text_feature, self.max_chars = (
+      prepared['train_segments'],
       text_feature,
       max_chars,
     )
     total = prepared.get('train_text_bytes')
     if total is None:  # TFDS: estimate the split's size from its first documents
-      probe = min(len(self.records), _SIZE_PROBE_DOCUMENTS)
-      sizes = [len(sources.text_of(self.records[i], text_feature)) for i in range(probe)]
-      total = sum(sizes) / max(probe, 1) * len(self.records)
+      records = prepared['train_records']
+      probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
+      sizes = [len(sources.text_of(records[i], text_feature)) for i in range(probe)]
+      total = sum(sizes) / max(probe, 1) * len(records)
     self.stride = max(1, -(-int(total) // max_chars))
     self.offset = int(np.random.default_rng(_SAMPLE_SEED).integers(self.stride))
-    self.documents = self.chars = 0
 
   def __iter__(self):
-    self.documents = self.chars = 0
-    for index in range(self.offset, len(self.records), self.stride):
-      if self.chars >= self.max_chars:
-        return
-      text = sources.text_of(self.records[index], self.text_feature)
-      self.chars += len(text)
-      self.documents += 1
-      yield text
+    chars, base = 0, 0  # base: the split's index of the segment's first document
+    for source, first, stop in self.segments:
+      # The segment's first document whose split index is offset + a multiple of stride.
+      chosen = self.offset if base <= self.offset else base + (self.offset - base) % self.stride
+      start = first + chosen - base
+      base += stop - first
+      indices = range(start, stop, self.stride)
+      for begin in range(0, len(indices), _SAMPLE_READ_DOCUMENTS):
+        for text in encoding.read_texts(
+          source, indices[begin : begin + _SAMPLE_READ_DOCUMENTS], self.text_feature
+        ):
+          if chars >= self.max_chars:
+            return
+          chars += len(text)
+          yield text
 
   def record(self) -> dict:
     """How the sample was drawn (the tokenizer's sidecar records it)."""

@@ -18,15 +18,13 @@ Building takes the cache lock (cache_lock.py), writes a temporary file and renam
 concurrent processes on one machine (or hosts sharing a data_dir over NFS) build it once and a
 reader never sees a partial file; hosts with local data dirs each build an identical copy.
 
-Cost: one sequential pass over the train split (read, tokenize, pack) on first use, then none
-(the store is memory-mapped, not loaded). The embedded bible_web corpus (1,134 chapters,
-3.9 MB of text, 0.9M tokens) packs into 7,152 rows (3.7 MB) in about 0.5 s. The pass is
-tokenizer-bound, ~20 MB of text per second per core here (8k unigram), and the store takes
-4 * max_len bytes per row (~4 bytes per token at max_len 128): English Wikipedia (~20 GB of
-text, ~4.5B tokens) would take ~20-30 minutes on one core and ~19 GB of disk, once. Run it
-once before a cluster job (one process calling `preparation.packed_train_store(config)` on the
-shared data_dir) rather than on every host's first step; `max_documents` bounds it for smoke
-runs.
+Cost: one pass over the train split (read, tokenize, pack) on first use, then none (the store
+is memory-mapped, not loaded). The documents are encoded by preparation's worker processes and
+packed here in order (preparation.py); the store takes 4 * max_len bytes per row (~4 bytes per
+token at max_len 128). The embedded bible_web corpus (1,134 chapters, 3.9 MB of text, 0.9M
+tokens) packs into 7,152 rows (3.7 MB). Run it once before a cluster job
+(`experiments.prepare_data` on the shared data_dir) rather than on every host's first step;
+`max_documents` bounds it for smoke runs. Speeds: docs/data.md ("How fast").
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   progress = Progress('reading', total_bytes=sum(c.end - c.start for _, _, c in todo))
   results = {}
   jobs = [c for _, _, c in todo]
-  num_workers = workers.choose(num_workers, progress.total_bytes)
+  num_workers = min(workers.choose(num_workers, progress.total_bytes), max(len(jobs), 1))
   for (split, index, chunk), result in zip(
     todo, workers.ordered_results(_read_chunk, jobs, num_workers)
   ):

@@ -268,7 +268,7 @@ class _Encoded:
     work = total or int(
       _mean_document_bytes(self.prepared, self.text_feature) * self.progress.total_documents
     )
-    num_workers = workers_lib.choose(self.num_workers, work)
+    num_workers = min(workers_lib.choose(self.num_workers, work), max(len(jobs), 1))
     for result in workers_lib.ordered_results(encoding.encode, jobs, num_workers):
       self.digest.update(result['digests'])
       self.progress.update(result['text_bytes'], result['documents'], len(result['ids']))

@@ -6,10 +6,13 @@ r"""Prepare a masked-LM corpus once, ahead of training: documents, tokenizer, pa
 Does what `experiments.train` does on first use (data/preparation.py): reads the files (or
 the TFDS dataset), trains or loads the tokenizer, packs the train split into its store and
 checks the eval split, under the cache locks, so a cluster job's processes find everything
-ready on the shared data_dir. `--workers=N` reads N source files at once, one process each
-(the stores are the same for every N); a killed run, started again, reads only the files it had
-not finished. Prints where each piece is cached. Bad input exits with status 1
-and one line `error: <message>`.
+ready on the shared data_dir. `--workers=N` reads, tokenizes and packs with N processes (default
+0: every core, one process for a small corpus); the stores are the same for every N. A killed
+run, started again, reads only the file chunks it had not finished. Every phase logs a progress
+line every few seconds and a summary; the last line says where each piece is cached and how
+long each phase took (tokenizer training on its own). Quiet otherwise: TFDS's and absl's
+notes show with --verbosity=0 or higher. Bad input (or a full or read-only disk) exits with
+status 1 and one line `error: <message>`.
 """
 
 from absl import app, flags, logging
@@ -22,7 +25,10 @@ from realformer_jax.data.prepare_ahead import prepare_ahead
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
 flags.mark_flags_as_required(['config'])
 _WORKERS = flags.DEFINE_integer(
-  'workers', 1, 'Processes reading the source files at once (one file each); same result.'
+  'workers',
+  0,
+  'Processes reading, tokenizing and packing at once (0: every core, one for a small corpus); '
+  'the result is the same for every count.',
 )
 
 
@@ -31,18 +37,23 @@ def main(argv):
     fail(f'unexpected arguments: {argv[1:]}')
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
-  if _WORKERS.value < 1:
-    fail(f'--workers={_WORKERS.value}: must be at least 1.')
+  if _WORKERS.value < 0:
+    fail(f'--workers={_WORKERS.value}: must be at least 0 (0: every core).')
   config = loaded(_CONFIG.value)
   try:
-    summary = prepare_ahead(config.data, _WORKERS.value)
+    summary = prepare_ahead(config.data, _WORKERS.value or None)
   except data.DataError as e:
     fail(str(e))
+  trained = summary['tokenizer_seconds']
   print(
-    f'prepared {summary["corpus"]} in {summary["seconds"]:.1f} s: '
+    f'prepared {summary["corpus"]} in {summary["seconds"]:.1f} s '
+    f'(documents and tokenizer {summary["documents_seconds"]:.1f} s, of which tokenizer '
+    f'training {"%.1f s" % trained if trained is not None else "none: found or given"}; '
+    f'encoding and packing {summary["packing_seconds"]:.1f} s): '
     f'{summary["train_sequences"]:,} train and {summary["eval_sequences"]:,} eval sequences of '
     f'{config.data.max_len} tokens; tokenizer {summary["tokenizer"]} '
-    f'({summary["vocab_size"]} pieces); train store {summary["train_store"]}'
+    f'({summary["vocab_size"]} pieces); train store {summary["train_store"]}; corpus digest '
+    f'{summary["corpus_digest"]}'
   )
 
 

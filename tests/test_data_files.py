@@ -1,10 +1,13 @@
-"""Your own files as the corpus (data.train_files / eval_files): formats, held-out split,
-manifest, one-line errors naming the file, and a fresh data_dir shared by two preparations."""
+"""Your own files as the corpus (data.train_files / eval_files): formats (.gz, .zst,
+directories), held-out split, manifest, one-line errors naming the file, progress lines, and a
+fresh data_dir shared by two preparations."""
 
 import gzip
 import json
+import logging
 import os
 import re
+import sys
 import threading
 import time
 
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 
 from realformer_jax import data
-from realformer_jax.data import cache_lock, corpus, file_corpus, sources
+from realformer_jax.data import cache_lock, corpus, file_corpus, sources, text_files
 
 _WORDS = 'the quick brown fox jumps over a lazy dog while seven wise owls watch old oaks'.split()
 
@@ -58,7 +61,9 @@ def _texts(records, feature='text'):
   return [sources.text_of(records[i], feature) for i in range(len(records))]
 
 
-@pytest.mark.parametrize('kind', ['txt', 'jsonl', 'txt.gz', 'parquet'])
+@pytest.mark.parametrize(
+  'kind', ['txt', 'jsonl', 'txt.gz', 'txt.zst', 'jsonl.zst', 'directory', 'parquet']
+)
 def test_each_format_gives_the_same_documents_and_batches(tmp_path, kind):
   docs = write_corpus(tmp_path)
   train_docs = docs['train-0.txt'] + docs['train-1.txt']
@@ -70,6 +75,22 @@ def test_each_format_gives_the_same_documents_and_batches(tmp_path, kind):
     train = str(tmp_path / 'all.txt.gz')
     with gzip.open(train, 'wt') as f:
       f.write('\n\n'.join(train_docs))
+  elif kind in ('txt.zst', 'jsonl.zst'):
+    import zstandard  # pylint: disable=import-outside-toplevel
+
+    source = tmp_path / ('train.jsonl' if kind == 'jsonl.zst' else 'train-0.txt')
+    if kind == 'txt.zst':
+      source.write_text('\n\n'.join(train_docs))
+    train = str(tmp_path / f'all.{kind}')
+    with open(train, 'wb') as f:
+      f.write(zstandard.ZstdCompressor().compress(source.read_bytes()))
+  elif kind == 'directory':  # its supported files, sorted; the rest (and hidden files) ignored
+    os.makedirs(tmp_path / 'dir' / 'b')
+    os.rename(tmp_path / 'train-0.txt', tmp_path / 'dir' / 'a.txt')
+    os.rename(tmp_path / 'train-1.txt', tmp_path / 'dir' / 'b' / 'c.txt')
+    (tmp_path / 'dir' / 'notes.md').write_text('not a corpus file')
+    (tmp_path / 'dir' / '.hidden.txt').write_text('not read')
+    train = str(tmp_path / 'dir')
   else:
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
@@ -118,18 +139,17 @@ def test_a_changed_file_gets_a_new_store_never_the_old_one(tmp_path):
     os.path.dirname(second.path)
   )
   assert len(second) >= len(first)
-  manifest = json.load(
-    open(
-      os.path.join(
-        os.path.dirname(os.path.dirname(second.path)), 'documents-train.array_record.json'
-      )
-    )
-  )
+  corpus_dir = os.path.dirname(os.path.dirname(second.path))
+  manifest = json.load(open(os.path.join(corpus_dir, file_corpus.MANIFEST)))
   assert [os.path.basename(f['path']) for f in manifest['train_files']] == [
     'train-0.txt',
     'train-1.txt',
   ]
   assert all(f['bytes'] > 0 and f['mtime_ns'] > 0 for f in manifest['train_files'])
+  assert all(re.fullmatch('[0-9a-f]{64}', f['sha256']) for f in manifest['train_files'])
+  assert os.path.basename(corpus_dir) == 'files-' + manifest['corpus_digest'][:12]
+  assert second.record['corpus_digest'] == manifest['corpus_digest']
+  assert data.preparation.corpus_digest(config) == manifest['corpus_digest']
 
 
 def _bad_inputs(tmp_path):
@@ -145,12 +165,17 @@ def _bad_inputs(tmp_path):
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
   pq.write_table(pa.table({'content': ['some text']}), str(tmp_path / 'nocolumn.parquet'))
+  os.symlink(tmp_path / 'gone.txt', tmp_path / 'dangling.txt')  # an unmounted share, say
+  os.makedirs(tmp_path / 'nothing_here')
+  (tmp_path / 'nothing_here' / 'notes.md').write_text('no corpus file')
 
 
 @pytest.mark.parametrize(
   'train_files, message',
   [
     ('missing-*.txt', r"data.train_files: '.*missing-\*.txt' matches no file"),
+    ('dangling.txt', r'dangling.txt is a symbolic link to .*gone.txt, which does not exist'),
+    ('nothing_here', r'directory .*nothing_here holds no file in a supported format'),
     ('empty.txt', r'empty.txt: the file is empty'),
     ('binary.txt', r'binary.txt: binary data \(a NUL byte\) at byte offset 14'),
     ('latin1.txt', r'latin1.txt: not UTF-8 text at byte offset 14 \(line 2\)'),
@@ -174,6 +199,17 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, train_files, message):
   with pytest.raises(data.DataError, match=message) as error:
     data.make_train_iterator(config, 4, seed=0)
   assert '\n' not in str(error.value)
+
+
+def test_a_zst_file_without_zstandard_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+  (tmp_path / 'corpus.jsonl.zst').write_bytes(b'(compressed)')
+  monkeypatch.setitem(sys.modules, 'zstandard', None)  # as if not installed
+  with pytest.raises(data.DataError) as raised:
+    list(text_files.documents(str(tmp_path / 'corpus.jsonl.zst'), 'text'))
+  assert str(raised.value) == (
+    f'{tmp_path}/corpus.jsonl.zst: reading .zst needs the zstandard package: pip install '
+    "'realformer_jax[zst]' (or pip install zstandard)."
+  )
 
 
 def test_eval_files_need_train_files():
@@ -209,32 +245,47 @@ def test_a_fresh_data_dir_prepared_by_another_process_meanwhile(tmp_path):
   assert set(result['builder'].info.splits) == {'train', 'validation'}
 
 
-def test_reading_and_packing_report_progress(tmp_path, monkeypatch, caplog):
-  from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
+def test_every_phase_reports_progress_in_plain_lines(tmp_path, monkeypatch, caplog):
+  from realformer_jax.data import preparation, progress  # pylint: disable=import-outside-toplevel
 
-  monkeypatch.setattr(file_corpus, '_PROGRESS_SECONDS', 0.0)
-  monkeypatch.setattr(preparation, '_PROGRESS_SECONDS', 0.0)
+  monkeypatch.setattr(progress, 'PROGRESS_SECONDS', 0.0)
   write_corpus(tmp_path)
   config = files_config(
     tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
   )
-  preparation.packed_train_store(config)
+  with caplog.at_level(logging.WARNING):
+    preparation.packed_train_store(config)
+  lines = caplog.text
+  mb = r'[\d,.]+ MB'
   assert re.search(
-    r'reading corpus: [\d.]+ MB/s, \d+ documents, \d+% of [\d.]+ MB, ETA', caplog.text
+    rf'prepare reading: {mb} / {mb} \(\d+%\), [\d.]+ MB/s, [\d,]+ documents, ETA \d+ s', lines
   )
-  assert re.search(r'packing: [\d.]+ MB/s, 120 of 120 documents, \d+ tokens, ETA 0 s', caplog.text)
+  assert re.search(rf'prepare reading: done, {mb}, [\d.]+ MB/s, 140 documents in', lines)
+  assert re.search(r'prepare tokenizer: training bpe with 60 pieces on [\d.]+ M char', lines)
+  assert re.search(r'prepare tokenizer: done, trained bpe with 60 pieces on .* in [\d.]+ s', lines)
+  assert re.search(
+    rf'prepare encoding\+packing: {mb} / {mb} \(\d+%\), [\d.]+ MB/s, [\d,]+ documents, '
+    r'[\d,]+ tokens, ETA \d+ s',
+    lines,
+  )
+  assert re.search(r'prepare encoding\+packing: done, .*120 documents, [\d,]+ tokens in', lines)
+  assert '\x1b' not in lines and '\r' not in lines  # plain lines, no escape codes
 
 
 def _stores(data_dir) -> dict:
-  """{split: documents} of the newest corpus under `data_dir`."""
+  """{split: documents} of the only corpus under `data_dir`, from its manifest's shards."""
   (corpus_dir,) = [d for d in os.listdir(data_dir) if d.startswith('files-')]
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
+  with open(os.path.join(data_dir, corpus_dir, file_corpus.MANIFEST)) as f:
+    manifest = json.load(f)
   documents = {}
-  for split, path in file_corpus.store_paths(os.path.join(data_dir, corpus_dir)).items():
-    reader = array_record_module.ArrayRecordReader(path)
-    documents[split] = reader.read(0, reader.num_records())
-    reader.close()
+  for split, record in manifest['splits'].items():
+    documents[split] = []
+    for path, _ in record['shards']:
+      reader = array_record_module.ArrayRecordReader(os.path.join(data_dir, path))
+      documents[split] += reader.read(0, reader.num_records())
+      reader.close()
   return documents
 
 
@@ -244,53 +295,27 @@ def _shards(data_dir) -> dict:
   return {n: (s.st_ino, s.st_mtime_ns) for n, s in stats.items() if n.endswith('.array_record')}
 
 
-@pytest.mark.slow
-def test_workers_read_in_parallel_into_the_same_stores(tmp_path):
-  from realformer_jax.data.prepare_ahead import prepare_ahead  # pylint: disable=import-outside-toplevel
-
-  write_corpus(tmp_path, train_files=3)
-  results = {}
-  for workers in (1, 2):
-    config = files_config(
-      tmp_path,
-      data_dir=str(tmp_path / f'cache-{workers}'),
-      train_files=str(tmp_path / 'train-*'),
-      eval_percent=10,
-    )
-    summary = prepare_ahead(config, workers=workers)
-    store = data.preparation.packed_train_store(config)
-    results[workers] = (
-      _stores(config.data_dir),
-      store.rows(np.arange(len(store))),
-      summary['eval_sequences'],
-    )
-    assert len(_shards(config.data_dir)) == 3 * 2  # a train and a held-out part per file
-  (docs_1, rows_1, eval_1), (docs_2, rows_2, eval_2) = results[1], results[2]
-  assert docs_1 == docs_2 and eval_1 == eval_2
-  np.testing.assert_array_equal(rows_1, rows_2)
-
-
 def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkeypatch):
   write_corpus(tmp_path, train_files=3)
   config = files_config(
     tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
   )
-  read_shard = file_corpus._read_shard
+  read_chunk = file_corpus._read_chunk
   calls = []
 
-  def killed_after_the_first_file(job, progress=None):
+  def killed_after_the_first_file(chunk):
     if calls:
       raise KeyboardInterrupt  # what a kill leaves: the first shard published, no stores
-    calls.append(job)
-    read_shard(job, progress)
+    calls.append(chunk)
+    return read_chunk(chunk)
 
-  monkeypatch.setattr(file_corpus, '_read_shard', killed_after_the_first_file)
+  monkeypatch.setattr(file_corpus, '_read_chunk', killed_after_the_first_file)
   with pytest.raises(KeyboardInterrupt):
     data.prepare(config)
   first = _shards(config.data_dir)
   assert len(first) == 1
   assert not [n for n in os.listdir(os.path.join(config.data_dir, 'file-shards')) if '.tmp.' in n]
-  monkeypatch.setattr(file_corpus, '_read_shard', read_shard)
+  monkeypatch.setattr(file_corpus, '_read_chunk', read_chunk)
   data.prepare(config)
   resumed = _shards(config.data_dir)
   assert len(resumed) == 4 and all(resumed[name] == stat for name, stat in first.items())

@@ -1,9 +1,12 @@
 """Fault injection, data: a damaged dataset file stops the run in one line naming the file and
 how to prepare it again; damaged derived caches (tokenizer, packed sequences, translation
-pairs) are rebuilt, with a note, into exactly what they were.
+pairs) are rebuilt, with a note, into exactly what they were; preparation's faults (a dangling
+source link, a full disk, a read-only data_dir) are one line, and temporary files left by dead
+writers are removed.
 
 Every test damages its own copy of the session's prepared corpus (data_fixtures.py)."""
 
+import errno
 import logging
 import os
 import re
@@ -159,3 +162,124 @@ def test_a_damaged_translation_cache_is_encoded_again(tmp_path, caplog):
     np.testing.assert_array_equal(
       np.concatenate(again.splits[name].sources), np.concatenate(first.splits[name].sources)
     )
+
+
+# Preparation faults (issue 41): each ends in one DataError line, nothing half-written kept.
+
+
+def _file_corpus(tmp_path, **overrides):
+  from test_data_files import files_config, write_corpus  # pylint: disable=import-outside-toplevel
+
+  write_corpus(tmp_path / 'corpus', train_files=3)
+  preparation._PREPARED.clear()  # pylint: disable=protected-access
+  preparation._PACKED.clear()  # pylint: disable=protected-access
+  return files_config(
+    tmp_path,
+    train_files=str(tmp_path / 'corpus' / 'train-*.txt'),
+    eval_files=str(tmp_path / 'corpus' / 'eval.txt'),
+    **overrides,
+  )
+
+
+def _temporaries(directory) -> list[str]:
+  return [
+    os.path.join(root, name)
+    for root, _, names in os.walk(directory)
+    for name in names
+    if '.tmp.' in name
+  ]
+
+
+def test_a_dangling_symlink_among_the_sources_is_one_line_naming_it(tmp_path):
+  config = _file_corpus(tmp_path)
+  os.symlink(tmp_path / 'unmounted' / 'train-9.txt', tmp_path / 'corpus' / 'train-9.txt')
+  with pytest.raises(DataError) as raised:
+    data.prepare(config)
+  message = str(raised.value)
+  assert '\n' not in message
+  assert re.fullmatch(
+    rf'data\.train_files: {re.escape(str(tmp_path))}/corpus/train-9\.txt is a symbolic link to '
+    r'\S+/unmounted/train-9\.txt, which does not exist \(an unmounted file system\?\): mount '
+    r'it or remove the link\.',
+    message,
+  ), message
+
+
+def test_a_full_disk_while_reading_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+  config = _file_corpus(tmp_path)
+  real_writer = array_record_module.ArrayRecordWriter
+  written = []
+
+  class FullDisk:  # the second shard's first write finds the disk full (and close fails too)
+    def __init__(self, path, options):
+      self.path, self.writer = path, real_writer(path, options)
+
+    def write(self, data):
+      written.append(self.path)
+      if len({os.path.basename(p).split('-')[1] for p in written}) > 1:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+      self.writer.write(data)
+
+    def close(self):
+      if len(set(written)) > 1:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+      self.writer.close()
+
+  monkeypatch.setattr(array_record_module, 'ArrayRecordWriter', FullDisk)
+  with pytest.raises(DataError) as raised:
+    data.prepare(config)
+  message = str(raised.value)
+  assert '\n' not in message
+  assert message.startswith('no space left on the device of ') and 'free space' in message
+  assert not _temporaries(config.data_dir)
+  monkeypatch.setattr(array_record_module, 'ArrayRecordWriter', real_writer)
+  preparation._PREPARED.clear()  # pylint: disable=protected-access
+  assert data.prepare(config).vocab_size == 60  # space freed: the rerun finishes
+
+
+def test_stale_temporary_files_of_dead_writers_are_removed(tmp_path):
+  config = _file_corpus(tmp_path)
+  store = preparation.packed_train_store(config)
+  tokenizer = data.prepare(config)
+  shard_dir = os.path.join(config.data_dir, 'file-shards')
+  shard = next(n for n in sorted(os.listdir(shard_dir)) if n.endswith('.array_record'))
+  stale = [  # what kill -9 (or a full disk in an old version) left behind
+    f'{store.path}.tmp.999999',
+    f'{store.path}.json.tmp.999998',
+    f'{tokenizer.source}.tmp.999997',
+    os.path.join(shard_dir, f'{shard}.tmp.999996'),
+  ]
+  for path in stale:
+    with open(path, 'wb') as f:
+      f.write(b'half written')
+  for path in (store.path, tokenizer.source, os.path.join(shard_dir, shard)):
+    fs.truncate(path, 10)  # damaged: the next run rebuilds each, under its lock
+  preparation._PREPARED.clear()  # pylint: disable=protected-access
+  preparation._PACKED.clear()  # pylint: disable=protected-access
+  preparation.packed_train_store(config)
+  assert not _temporaries(config.data_dir)
+
+
+def test_a_read_only_data_dir_with_an_unprepared_corpus_is_one_line(tmp_path, monkeypatch):
+  config = _file_corpus(tmp_path)
+  data_dir = config.data_dir
+  real_makedirs = os.makedirs
+
+  def read_only(path, *args, **kwargs):  # tests run as root: chmod would not stop a write
+    if str(path).startswith(data_dir):
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    return real_makedirs(path, *args, **kwargs)
+
+  monkeypatch.setattr(os, 'makedirs', read_only)
+  with pytest.raises(DataError) as raised:
+    data.prepare(config)
+  message = str(raised.value)
+  assert '\n' not in message
+  assert re.fullmatch(
+    rf'cannot write {re.escape(data_dir)}\S* \(Read-only file system\): the corpus is not '
+    rf'prepared under data\.data_dir={re.escape(data_dir)} and preparing it needs a writable '
+    r'directory: .*',
+    message,
+  ), message

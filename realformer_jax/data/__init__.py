@@ -13,24 +13,22 @@ Checkpoint the train iterator with grain's orbax handler
 `train_iter.get_state()` (a JSON-serialisable dict) and call `set_state` on a new iterator.
 The state is the global batch position, the same on every process, so it also restores with a
 different process count (`saved_train_state` reads it from a grain checkpoint directory).
+
+The names below load on first use (PEP 562), so a preparation worker process that imports one
+submodule (file_corpus, encoding) does not import TFDS, grain's pipeline or absl flags.
 """
 
 import importlib
 
-from realformer_jax.data.config import (
-  DataConfig,
-  data_config,
-  default_data_config,
-  validate_data_config,
-)
-from realformer_jax.data.errors import DataError
-from realformer_jax.data.tokenizer import Tokenizer
-
-# Names whose modules need the data stack (grain, TFDS: the 'train' extra): imported on first
-# use, so that the model and the train step load without it (realformer_jax/extras.py).
-_ON_FIRST_USE = {
+# Public name -> the submodule defining it.
+_EXPORTS = {
   'context_free_floors': 'baseline',
   'most_frequent_token_baseline': 'baseline',
+  'DataConfig': 'config',
+  'data_config': 'config',
+  'default_data_config': 'config',
+  'validate_data_config': 'config',
+  'DataError': 'errors',
   'BATCH_KEYS': 'pipeline',
   'EvalBatches': 'pipeline',
   'local_batch_size': 'pipeline',
@@ -38,16 +36,24 @@ _ON_FIRST_USE = {
   'make_train_iterator': 'pipeline',
   'saved_train_state': 'pipeline',
   'prepare': 'preparation',
+  'Tokenizer': 'tokenizer',
 }
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-  if name not in _ON_FIRST_USE:
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  value = getattr(importlib.import_module(f'{__name__}.{_ON_FIRST_USE[name]}'), name)
+  if name in _EXPORTS:
+    value = getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
+  else:
+    try:  # a submodule: `from realformer_jax import data; data.preparation`
+      value = importlib.import_module(f'{__name__}.{name}')
+    except ModuleNotFoundError as e:
+      if e.name != f'{__name__}.{name}':
+        raise
+      raise AttributeError(f'module {__name__!r} has no attribute {name!r}') from None
   globals()[name] = value
   return value
 
 
 def __dir__():
-  return sorted(set(globals()) | set(_ON_FIRST_USE))
+  return sorted(set(globals()) | set(_EXPORTS))

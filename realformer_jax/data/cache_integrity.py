@@ -23,6 +23,8 @@ does a record without these fields (a cache built before they existed: it is reb
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import logging
 import os
@@ -93,6 +95,27 @@ def problem(path: str) -> Optional[str]:
   except OSError:
     pass  # a read-only data dir: verified again next time
   return None
+
+
+def read_record(path: str) -> dict:
+  """The sidecar of `path` ({} where there is none or it is unreadable)."""
+  try:
+    with open(sidecar_path(path)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return {}
+  return record if isinstance(record, dict) else {}
+
+
+def remove_stale_temporaries(path: str) -> None:
+  """Removes `<path>.tmp.<pid>` (and its sidecar's) left by a writer that died (kill -9, a full
+  disk). Call it holding the entry's cache lock: every writer of `path` holds it while its
+  temporary file exists, so whatever the lock holder finds is stale."""
+  for stale in glob.glob(glob.escape(path) + '.tmp.*') + glob.glob(
+    glob.escape(sidecar_path(path)) + '.tmp.*'
+  ):
+    with contextlib.suppress(OSError):
+      os.remove(stale)
 
 
 def note_rebuild(path: str, reason: str, action: str) -> None:

@@ -35,9 +35,10 @@ class DataConfig:
   data_dir: str = '~/tensorflow_datasets'
   text_feature: str = 'text'  # Feature holding a document's text; 'a/b' for nested features.
   # Your own files instead of a TFDS dataset (file_corpus.py, text_files.py): comma-separated
-  # globs of .txt (a blank line ends a document), .jsonl/.json (field text_feature) or
-  # .parquet (column text_feature) files, optionally .gz. Set, they replace `dataset` and the
-  # splits; their stores are cached under data_dir/files-<digest>/.
+  # globs or directories of .txt (a blank line ends a document), .jsonl/.json (field
+  # text_feature) or .parquet (column text_feature) files, optionally .gz or .zst. Set, they
+  # replace `dataset` and the splits; their stores are cached under data_dir/files-<digest>/
+  # (the digest of their content).
   train_files: str = ''
   eval_files: str = ''  # '' = hold out eval_percent % of the train_files documents.
   eval_percent: float = 1.0  # Documents held out (by a hash of their text) without eval_files.
@@ -59,8 +60,14 @@ class DataConfig:
   # instead of failing; the model keeps model.vocab_size rows.
   fit_vocab_to_corpus: bool = True
   tokenizer_model_type: str = 'unigram'  # 'unigram' or 'bpe' (both train in ~1 s on bible_web).
-  # Cap on text used to train the tokenizer (evenly spaced records).
-  tokenizer_sample_chars: int = 100_000_000
+  # Cap on text used to train the tokenizer: every k-th train document (seeded offset), k the
+  # split's size over the cap, so the sample spans every file. 16M: the measured sample with the
+  # fewest tokens per held-out character (docs/data.md, "Tokenizer sample size").
+  tokenizer_sample_chars: int = 16_000_000
+  # The trainer's threads. Part of what the tokenizer is (SentencePiece's result depends on
+  # it), so fixed rather than the host's cores: 4 trained every tokenizer cached before this
+  # field; set the cores of your preparation host (e.g. 16) for a faster first run.
+  tokenizer_threads: int = 4
   # Sequences and masking.
   max_len: int = 128  # Tokens per packed sequence, including [CLS] and [SEP].
   max_predictions: int = 20  # P: masked-LM prediction slots per sequence (BERT: 20 at length 128).
@@ -111,6 +118,7 @@ class DataConfig:
     )
     need(self.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')
     need(self.tokenizer_sample_chars > 0, 'tokenizer_sample_chars', 'must be positive')
+    need(self.tokenizer_threads >= 1, 'tokenizer_threads', 'must be >= 1')
     need(self.eval_batches == -1 or self.eval_batches > 0, 'eval_batches', 'must be -1 or > 0')
     need(self.worker_count >= 0, 'worker_count', 'must be >= 0')
     need(self.max_documents == -1 or self.max_documents > 0, 'max_documents', 'must be -1 or > 0')

@@ -1,30 +1,34 @@
-"""Your own files as the corpus: read once into train / eval document stores with a manifest.
+"""Your own files as the corpus, identified by their content and read into document shards.
 
 `data.train_files` (and `data.eval_files`, else a held-out fraction) are read by text_files.py
-and written, one document per record, into two array_record files under
+in chunks: a small or compressed file is one chunk, a large uncompressed one a chunk per
+`text_files.CHUNK_BYTES` (bounds moved to document boundaries). Each chunk becomes a shard
+under `<data_dir>/file-shards/`, one array_record file per split it feeds, named by a hash of
+the chunk's bytes (SHA-256) and the reading settings. `workers` processes read chunks at once.
 
-    <data_dir>/files-<digest>/documents-train.array_record   (+ .json: its manifest)
-    <data_dir>/files-<digest>/documents-eval.array_record
+Identity. A corpus is its content: its digest hashes every chunk's SHA-256, in file order, with
+the reading settings (text feature, held-out percent or eval files). It names the corpus
+directory `<data_dir>/files-<digest>/` (which holds `corpus.json`, the tokenizers and the
+packed stores, whose names derive from it), so a touched, renamed, moved or copied file that is
+unchanged keeps every store and a run resumable, and an edited one gives a new corpus that is
+never mixed with the old. Path, size and modification time are only a fast "unchanged" check:
+`<data_dir>/file-shards/fingerprints/` remembers each file's chunk digests under its path, size
+and time, so an unchanged corpus is not read at all on a later start; a file whose
+fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that content was never read.
+`corpus.json` records the corpus digest (`corpus_digest`), each file's path, size, time and
+SHA-256 (of its chunk digests), and the shards of each split with their document and byte counts.
 
-from which the rest of the pipeline (tokenizer training, packing, masking, floors) reads
-exactly as it reads a TFDS split: random access through grain. The digest hashes the manifest:
-every source file's path, size and modification time, the text feature and the held-out
-percent. So a changed corpus gets a new directory (and with it a new tokenizer and packed store,
-whose keys hold this name) and is never mixed with an old one; the old directory stays until
-you delete it. The `.json` sidecars (cache_integrity.py) hold the manifest with document and
-byte counts, and a damaged store is read again from the files, with a note.
+The splits are the shards in file order, read through one grain source each (no joined copy),
+so the documents are the same whatever the number of workers. Held out when `eval_files` is
+empty: a document goes to eval when a stable hash of its text falls in the lowest
+`data.eval_percent` percent (default 1%), so duplicates never straddle the split and the choice
+does not depend on file order or chunking.
 
-Held out when `eval_files` is empty: a document goes to eval when a stable hash of its text
-falls in the lowest `data.eval_percent` percent (default 1%), so duplicates never straddle the
-split and the choice does not depend on file order.
-
-Reading streams (one document in memory at a time) under the cache lock, so concurrent
-processes on one machine or hosts sharing the data_dir read the files once. Each source file
-is read into its own shard under `<data_dir>/file-shards/` (by `workers` processes at once),
-published atomically with a sidecar naming the file's size and modification time; the shards
-are then joined in source order, so the stores are the same whatever the number of workers.
-A killed preparation reads again only the files whose shards were not finished, and a changed
-file invalidates only its own shard (the shard's name hashes the file's fingerprint).
+Shards are written under a lock of their own (cache_lock.py) through a temporary name and a
+rename, with a sidecar holding their counts (cache_integrity.py), so a killed preparation reads
+again only the chunks it had not finished, concurrent preparations (processes, or hosts
+sharing the data_dir) read each chunk once, and a temporary file left by a dead writer is
+removed by the next one.
 """
 
 from __future__ import annotations
@@ -33,78 +37,163 @@ import dataclasses
 import functools
 import hashlib
 import json
-import logging
-import multiprocessing
 import os
-import time
 from typing import Optional
 
-from realformer_jax import extras
-from realformer_jax.data import cache_integrity, cache_lock, text_files
+from realformer_jax.data import cache_integrity, cache_lock, text_files, workers
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.progress import Progress
 
-grain = extras.lazy('grain')
-
-_log = logging.getLogger(__name__)
-# Bump when reading or the store layout changes, so old stores are not reused.
-_REVISION = 1
+# Bump when reading or the shard layout changes, so old shards are not reused. 2: content
+# identity and chunks (1 named corpora by path, size and time, and joined the shards).
+_REVISION = 2
 SPLITS = ('train', 'eval')
-# Progress is logged at most this often (seconds) while reading.
-_PROGRESS_SECONDS = 10.0
-# Shards (one per source file) live beside the corpora, under <data_dir>/: a changed file gets
-# a new corpus directory but keeps the unchanged files' shards.
 _SHARD_DIR = 'file-shards'
-# Records copied per read when the shards are joined into the split stores.
-_JOIN_RECORDS = 4096
+_FINGERPRINT_DIR = 'fingerprints'
+MANIFEST = 'corpus.json'
 
 
-def manifest(config) -> dict:
-  """What the document stores are built from: the files (path, size, time) and settings."""
-  train = [text_files.fingerprint(p) for p in text_files.expand(config.train_files, 'train_files')]
-  record = {'train_files': train, 'text_feature': config.text_feature, 'revision': _REVISION}
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """A prepared file corpus: `records[split]` is a grain MapDataset of {text_feature: bytes}."""
+
+  name: str  # 'files-<digest[:12]>'
+  directory: str  # <data_dir>/<name>: the manifest, tokenizers/ and packed/
+  digest: str  # SHA-256 of the content and reading settings
+  records: dict  # split -> grain.MapDataset over the split's shards
+  shards: dict  # split -> [(path, documents)] in file order (documents > 0)
+  text_bytes: dict  # split -> UTF-8 bytes of its documents
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chunk:
+  """One job: bytes [start, end) of a file (nominal; the worker settles exact bounds), read
+  into one shard per split it feeds."""
+
+  path: str
+  size: int
+  start: int
+  end: int
+  split: str  # 'train' or 'eval': where its documents go, unless held out
+  held_out: Optional[float]  # eval_percent when a train file's documents are split by hash
+  text_feature: str
+  shard_dir: str
+  whole_file: bool  # the file's only chunk: an empty file is an error
+  known: Optional[tuple] = None  # (start, end, sha256) from the fingerprint index
+
+
+def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Corpus:
+  """The corpus of `config`'s files, its chunks read into shards first where needed, by
+  `num_workers` processes (None: workers.choose)."""
+  shard_dir = os.path.join(data_dir, _SHARD_DIR)
+  held_out = None if config.eval_files else config.eval_percent
+  sources = {'train': text_files.expand(config.train_files, 'train_files')}
   if config.eval_files:
-    record['eval_files'] = [
-      text_files.fingerprint(p) for p in text_files.expand(config.eval_files, 'eval_files')
+    sources['eval'] = text_files.expand(config.eval_files, 'eval_files')
+  fingerprints = {s: [text_files.fingerprint(p) for p in paths] for s, paths in sources.items()}
+  os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
+  chunks = []  # (split, file index, _Chunk)
+  for split, files in fingerprints.items():
+    for index, file in enumerate(files):
+      known = _known_chunks(shard_dir, file)
+      ranges = known or text_files.byte_ranges(file['path'], file['bytes'])
+      for chunk_range in ranges:
+        chunk = _Chunk(
+          path=file['path'],
+          size=file['bytes'],
+          start=chunk_range[0],
+          end=chunk_range[1],
+          split=split,
+          held_out=held_out if split == 'train' else None,
+          text_feature=config.text_feature,
+          shard_dir=shard_dir,
+          whole_file=len(ranges) == 1,
+          known=tuple(chunk_range) if known else None,
+        )
+        chunks.append((split, index, chunk))
+  todo = [
+    entry for entry in chunks if not (entry[2].known and _is_done(entry[2], entry[2].known[2]))
+  ]
+  progress = Progress('reading', total_bytes=sum(c.end - c.start for _, _, c in todo))
+  results = {}
+  jobs = [c for _, _, c in todo]
+  num_workers = min(workers.choose(num_workers, progress.total_bytes), max(len(jobs), 1))
+  for (split, index, chunk), result in zip(
+    todo, workers.ordered_results(_read_chunk, jobs, num_workers)
+  ):
+    results[split, index, chunk.start] = result
+    progress.update(chunk.end - chunk.start, sum(n['documents'] for n in result['counts'].values()))
+  if todo:
+    before = ', the others were read before' if len(todo) < len(chunks) else ''
+    progress.done(f', {num_workers} worker(s) ({len(todo)} of {len(chunks)} chunks read{before})')
+  files = {split: [[] for _ in fingerprints[split]] for split in fingerprints}
+  for split, index, chunk in chunks:
+    result = results.get((split, index, chunk.start)) or _finished(chunk, *chunk.known)
+    files[split][index].append(result)
+  return _assemble(config, data_dir, fingerprints, files)
+
+
+def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
+  """The corpus from every chunk's result ({split: [[chunk result] per file]}): its digest,
+  manifest and split sources; remembers each file's chunk digests under its fingerprint."""
+  shard_dir = os.path.join(data_dir, _SHARD_DIR)
+  identity = {'revision': _REVISION, 'text_feature': config.text_feature}
+  if not config.eval_files:
+    identity['eval_percent'] = config.eval_percent
+  for split in fingerprints:
+    identity[f'{split}_files'] = [
+      _file_identity(file, chunks) for file, chunks in zip(fingerprints[split], files[split])
     ]
-  else:
-    record['eval_percent'] = config.eval_percent
-  return record
-
-
-def corpus_name(record: dict) -> str:
-  return 'files-' + hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def store_paths(corpus_dir: str) -> dict[str, str]:
-  return {split: os.path.join(corpus_dir, f'documents-{split}.array_record') for split in SPLITS}
-
-
-def open_corpus(
-  config, data_dir: str, workers: int = 1
-) -> tuple[str, str, dict[str, grain.MapDataset]]:
-  """(corpus name, its directory, {'train': records, 'eval': records}), read on first use.
-
-  A record is {text_feature: utf-8 bytes} (nested for 'a/b'), as a TFDS text feature reads.
-  `workers` > 1 reads that many source files at once, each in its own process.
-  """
-  record = manifest(config)
-  name = corpus_name(record)
-  corpus_dir = os.path.join(data_dir, name)
-  paths = store_paths(corpus_dir)
-  if any(cache_integrity.problem(p) is not None for p in paths.values()):
-    os.makedirs(corpus_dir, exist_ok=True)
-    with cache_lock.exclusive_lock(corpus_dir, 'documents'):
-      reasons = {s: cache_integrity.problem(p) for s, p in paths.items()}
-      if any(r is not None for r in reasons.values()):  # else another process read them
-        for split, reason in reasons.items():
-          if reason is not None and os.path.exists(paths[split]):
-            cache_integrity.note_rebuild(paths[split], reason, 'reading the files again')
-        _build(config, record, paths, workers)
-  return (
-    name,
-    corpus_dir,
-    {split: _open(path, config.text_feature) for split, path in paths.items()},
+  digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+  shards = {split: [] for split in SPLITS}
+  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
+  manifest = dict(identity, corpus_digest=digest)
+  for split in fingerprints:
+    for file, chunks in zip(fingerprints[split], files[split]):
+      if not sum(n['documents'] for c in chunks for n in c['counts'].values()):
+        raise DataError(f'{file["path"]}: the file is empty (no document in it).')
+      for chunk in chunks:
+        for part, path in chunk['outputs'].items():
+          for key in ('documents', 'text_bytes'):
+            counts[part][key] += chunk['counts'][part][key]
+          if chunk['counts'][part]['documents']:
+            shards[part].append((path, chunk['counts'][part]['documents']))
+      _remember(shard_dir, file, [(c['start'], c['end'], c['sha256']) for c in chunks])
+    manifest[f'{split}_files'] = [
+      dict(file, **_file_identity(file, chunks))
+      for file, chunks in zip(fingerprints[split], files[split])
+    ]
+  for split in SPLITS:
+    if not counts[split]['documents']:
+      raise DataError(_empty_split_message(config, split))
+  manifest['splits'] = {
+    s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n in shards[s]])
+    for s in SPLITS
+  }
+  name = 'files-' + digest[:12]
+  directory = os.path.join(data_dir, name)
+  os.makedirs(directory, exist_ok=True)
+  cache_lock.atomic_write(
+    os.path.join(directory, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode()
   )
+  return Corpus(
+    name=name,
+    directory=directory,
+    digest=digest,
+    records={s: _open([p for p, _ in shards[s]], config.text_feature) for s in SPLITS},
+    shards=shards,
+    text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
+  )
+
+
+def _file_identity(file: dict, chunk_results: list[dict]) -> dict:
+  """A file as the corpus digest sees it: its format and the digest of its chunks' digests
+  (not its path or time)."""
+  chunk_digests = ''.join(c['sha256'] for c in chunk_results)
+  return {
+    'format': text_files.format_of(file['path']) + text_files.compression_of(file['path']),
+    'sha256': hashlib.sha256(chunk_digests.encode()).hexdigest(),
+  }
 
 
 def is_held_out(text: str, eval_percent: float) -> bool:
@@ -113,131 +202,116 @@ def is_held_out(text: str, eval_percent: float) -> bool:
   return bucket < eval_percent * 100
 
 
-def _build(config, record: dict, paths: dict[str, str], workers: int) -> None:
-  """Reads every source file into its shard (skipping finished ones), then joins the shards,
-  in source order, into the split stores: the same stores whatever the number of workers."""
-  shard_dir = os.path.join(os.path.dirname(os.path.dirname(paths['train'])), _SHARD_DIR)
-  os.makedirs(shard_dir, exist_ok=True)
-  held_out = None if config.eval_files else config.eval_percent
-  jobs = [
-    _ShardJob(file, split, held_out if split == 'train' else None, config.text_feature, shard_dir)
-    for split in SPLITS
-    for file in record.get(f'{split}_files', [])
-  ]
-  todo = [job for job in jobs if not job.is_done()]
-  if len(jobs) > len(todo):
-    _log.info(
-      'reading corpus: %d of %d files already read (shards in %s)',
-      len(jobs) - len(todo),
-      len(jobs),
-      shard_dir,
-    )
-  if workers > 1 and len(todo) > 1:
-    context = multiprocessing.get_context('spawn')  # no fork of a process that runs JAX threads
-    with context.Pool(min(workers, len(todo))) as pool:
-      for _ in pool.imap_unordered(_read_shard, todo):
-        pass
+def _shard_outputs(chunk: _Chunk, sha256: str) -> dict[str, str]:
+  """{split: path} of the shard holding the chunk whose exact bytes hash to `sha256`."""
+  key = {
+    'sha256': sha256,
+    'format': text_files.format_of(chunk.path),
+    'split': chunk.split,
+    'held_out': chunk.held_out,
+    'text_feature': chunk.text_feature,
+    'revision': _REVISION,
+  }
+  name = 'shard-' + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+  splits = SPLITS if chunk.held_out is not None else (chunk.split,)
+  return {s: os.path.join(chunk.shard_dir, f'{name}-{s}.array_record') for s in splits}
+
+
+def _is_done(chunk: _Chunk, sha256: str) -> bool:
+  return all(cache_integrity.problem(p) is None for p in _shard_outputs(chunk, sha256).values())
+
+
+def _finished(chunk: _Chunk, start: int, end: int, sha256: str) -> dict:
+  outputs = _shard_outputs(chunk, sha256)
+  counts = {}
+  for split, path in outputs.items():
+    with open(cache_integrity.sidecar_path(path)) as f:
+      record = json.load(f)
+    counts[split] = {'documents': record['documents'], 'text_bytes': record['text_bytes']}
+  return {'start': start, 'end': end, 'sha256': sha256, 'outputs': outputs, 'counts': counts}
+
+
+def _read_chunk(chunk: _Chunk) -> dict:
+  """Settles the chunk's exact bytes and their hash, then writes its shard unless a shard of
+  the same content exists (under the shard's lock). Runs in a worker process."""
+  if chunk.known:  # the file's fingerprint is unchanged: its bounds and hash are remembered
+    start, end, sha256 = chunk.known
   else:
-    progress = _Progress(sum(job.file['bytes'] for job in todo))
-    for job in todo:
-      _read_shard(job, progress)
-  counts = _join_shards(jobs, record, paths)
-  for split in SPLITS:
-    if not counts[split]['documents']:
-      raise DataError(_empty_split_message(config, split))
-  _log.info(
-    'read corpus: %d train / %d eval documents',
-    counts['train']['documents'],
-    counts['eval']['documents'],
-  )
+    start, end = text_files.exact_range(chunk.path, chunk.start, chunk.end, chunk.size)
+    sha256 = text_files.sha256_of_range(chunk.path, start, end)
+  outputs = _shard_outputs(chunk, sha256)
+  name = os.path.basename(outputs[chunk.split]).rsplit('-', 1)[0]
+  with cache_lock.exclusive_lock(chunk.shard_dir, name):
+    if not _is_done(chunk, sha256):
+      for path in outputs.values():
+        cache_integrity.remove_stale_temporaries(path)
+      _write_shard(chunk, (start, end), sha256, outputs)
+  return _finished(chunk, start, end, sha256)
 
 
-@dataclasses.dataclass(frozen=True)
-class _ShardJob:
-  """One source file read into `<shard>-<split>.array_record` per split it feeds."""
-
-  file: dict  # its fingerprint: path, size, modification time
-  split: str  # 'train' or 'eval': where its documents go, unless held out
-  held_out: Optional[float]  # eval_percent when a train file's documents are split by hash
-  text_feature: str
-  shard_dir: str
-
-  @property
-  def outputs(self) -> dict[str, str]:
-    """{split: path} of the stores this file writes; the name hashes everything they hold."""
-    key = dataclasses.asdict(self)
-    del key['shard_dir']
-    digest = hashlib.sha256(json.dumps(dict(key, revision=_REVISION), sort_keys=True).encode())
-    splits = SPLITS if self.held_out is not None else (self.split,)
-    name = f'shard-{digest.hexdigest()[:16]}'
-    return {s: os.path.join(self.shard_dir, f'{name}-{s}.array_record') for s in splits}
-
-  def is_done(self) -> bool:
-    return all(cache_integrity.problem(p) is None for p in self.outputs.values())
-
-
-def _read_shard(job: _ShardJob, progress: Optional['_Progress'] = None) -> None:
-  """Reads one file into its shard stores, each published (temp name + rename) with a sidecar
-  holding the file's fingerprint and counts. A kill between two publications leaves the shard
-  unfinished (`is_done` needs all of its stores), so it is read again, whole."""
+def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]) -> None:
+  """Each split's documents into `<shard>.tmp.<pid>`, published with a sidecar of its counts
+  (a kill between two publications leaves the shard unfinished: it is read again, whole)."""
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
-  progress = progress or _Progress(job.file['bytes'])
-  outputs = job.outputs
   tmp = {split: f'{path}.tmp.{os.getpid()}' for split, path in outputs.items()}
   counts = {split: {'documents': 0, 'text_bytes': 0} for split in outputs}
-  writers = {s: array_record_module.ArrayRecordWriter(p, 'group_size:1') for s, p in tmp.items()}
+  writers = {}
   try:
-    for text in text_files.documents(job.file['path'], job.text_feature):
+    for split, path in tmp.items():
+      writers[split] = array_record_module.ArrayRecordWriter(path, 'group_size:1')
+    texts = text_files.documents(
+      chunk.path, chunk.text_feature, None if chunk.whole_file else byte_range
+    )
+    for text in texts:
       data = text.encode()
-      split = job.split
-      if job.held_out is not None:
-        split = 'eval' if is_held_out(text, job.held_out) else 'train'
+      split = chunk.split
+      if chunk.held_out is not None:
+        split = 'eval' if is_held_out(text, chunk.held_out) else 'train'
       writers[split].write(data)
       counts[split]['documents'] += 1
       counts[split]['text_bytes'] += len(data)
-      progress.document(len(data))
-    progress.file_done(job.file['bytes'])
-    for writer in writers.values():
-      writer.close()
-    writers = {}
+    for split in list(writers):
+      writers.pop(split).close()
+    source = {'path': chunk.path, 'start': byte_range[0], 'end': byte_range[1], 'sha256': sha256}
     for split, path in outputs.items():
-      cache_integrity.publish(tmp[split], path, dict(source=job.file, split=split, **counts[split]))
+      cache_integrity.publish(tmp[split], path, dict(source=source, split=split, **counts[split]))
   finally:
     for writer in writers.values():
-      writer.close()
+      try:  # a full disk makes close() fail again: the first error is the one to report
+        writer.close()
+      except Exception:  # pylint: disable=broad-except
+        pass
     for path in tmp.values():
       if os.path.exists(path):
         os.remove(path)
 
 
-def _join_shards(jobs: list[_ShardJob], record: dict, paths: dict[str, str]) -> dict:
-  """Copies the shards' documents, in source-file order, into the split stores; their counts."""
-  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+def _fingerprint_path(shard_dir: str, file: dict) -> str:
+  digest = hashlib.sha256(file['path'].encode()).hexdigest()[:24]
+  return os.path.join(shard_dir, _FINGERPRINT_DIR, f'{digest}.json')
 
-  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
-  for split in SPLITS:
-    tmp = f'{paths[split]}.tmp.{os.getpid()}'
-    writer = array_record_module.ArrayRecordWriter(tmp, 'group_size:1')
-    try:
-      for job in jobs:
-        if split not in job.outputs:
-          continue
-        reader = array_record_module.ArrayRecordReader(job.outputs[split])
-        for start in range(0, reader.num_records(), _JOIN_RECORDS):
-          for data in reader.read(start, min(start + _JOIN_RECORDS, reader.num_records())):
-            writer.write(data)
-            counts[split]['documents'] += 1
-            counts[split]['text_bytes'] += len(data)
-        reader.close()
-      writer.close()
-      if counts[split]['documents']:
-        cache_integrity.publish(tmp, paths[split], dict(record, split=split, **counts[split]))
-    finally:
-      writer.close()
-      if os.path.exists(tmp):
-        os.remove(tmp)
-  return counts
+
+def _known_chunks(shard_dir: str, file: dict) -> Optional[list]:
+  """[(start, end, sha256)] of the file when its path, size and time are those remembered."""
+  try:
+    with open(_fingerprint_path(shard_dir, file)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return None
+  if record.get('file') != file or record.get('revision') != _REVISION:
+    return None
+  return [tuple(c) for c in record['chunks']]
+
+
+def _remember(shard_dir: str, file: dict, chunk_digests: list) -> None:
+  record = {'file': file, 'revision': _REVISION, 'chunks': [list(c) for c in chunk_digests]}
+  try:
+    cache_lock.atomic_write(
+      _fingerprint_path(shard_dir, file), json.dumps(record, sort_keys=True).encode()
+    )
+  except OSError:
+    pass  # only a shortcut: without it the file is hashed again next time
 
 
 def _empty_split_message(config, split: str) -> str:
@@ -250,8 +324,12 @@ def _empty_split_message(config, split: str) -> str:
   return f'data.train_files={config.train_files!r}: every document was held out for evaluation.'
 
 
-def _open(path: str, text_feature: str) -> grain.MapDataset:
-  source = grain.sources.ArrayRecordDataSource([path])
+def _open(paths: list[str], text_feature: str):
+  """A grain MapDataset of the documents in `paths`, in order (grain is imported here: the
+  reading workers do not need it)."""
+  import grain  # pylint: disable=import-outside-toplevel
+
+  source = grain.sources.ArrayRecordDataSource(paths)
   return grain.MapDataset.source(source).map(functools.partial(_as_record, text_feature))
 
 
@@ -260,32 +338,3 @@ def _as_record(text_feature: str, data: bytes) -> dict:
   for key in reversed(text_feature.split('/')):
     record = {key: record}
   return record
-
-
-class _Progress:
-  """Logs MB/s, documents and ETA while the files are read (at most every few seconds)."""
-
-  def __init__(self, total_bytes: int):
-    self.total_bytes = max(total_bytes, 1)
-    self.start = self.last = time.monotonic()
-    self.files_bytes = self.text_bytes = self.documents = 0
-
-  def document(self, num_bytes: int) -> None:
-    self.documents += 1
-    self.text_bytes += num_bytes
-    if time.monotonic() - self.last >= _PROGRESS_SECONDS:
-      self.last = time.monotonic()
-      seconds = self.last - self.start
-      done = max(self.files_bytes, min(self.text_bytes, self.total_bytes))
-      eta = seconds * (self.total_bytes - done) / max(done, 1)
-      _log.warning(
-        'reading corpus: %.1f MB/s, %d documents, %.0f%% of %.1f MB, ETA %.0f s',
-        self.text_bytes / 1e6 / seconds,
-        self.documents,
-        100 * done / self.total_bytes,
-        self.total_bytes / 1e6,
-        eta,
-      )
-
-  def file_done(self, num_bytes: int) -> None:
-    self.files_bytes += num_bytes

@@ -18,15 +18,13 @@ Building takes the cache lock (cache_lock.py), writes a temporary file and renam
 concurrent processes on one machine (or hosts sharing a data_dir over NFS) build it once and a
 reader never sees a partial file; hosts with local data dirs each build an identical copy.
 
-Cost: one sequential pass over the train split (read, tokenize, pack) on first use, then none
-(the store is memory-mapped, not loaded). The embedded bible_web corpus (1,134 chapters,
-3.9 MB of text, 0.9M tokens) packs into 7,152 rows (3.7 MB) in about 0.5 s. The pass is
-tokenizer-bound, ~20 MB of text per second per core here (8k unigram), and the store takes
-4 * max_len bytes per row (~4 bytes per token at max_len 128): English Wikipedia (~20 GB of
-text, ~4.5B tokens) would take ~20-30 minutes on one core and ~19 GB of disk, once. Run it
-once before a cluster job (one process calling `preparation.packed_train_store(config)` on the
-shared data_dir) rather than on every host's first step; `max_documents` bounds it for smoke
-runs.
+Cost: one pass over the train split (read, tokenize, pack) on first use, then none (the store
+is memory-mapped, not loaded). The documents are encoded by preparation's worker processes and
+packed here in order (preparation.py); the store takes 4 * max_len bytes per row (~4 bytes per
+token at max_len 128). The embedded bible_web corpus (1,134 chapters, 3.9 MB of text, 0.9M
+tokens) packs into 7,152 rows (3.7 MB). Run it once before a cluster job
+(`experiments.prepare_data` on the shared data_dir) rather than on every host's first step;
+`max_documents` bounds it for smoke runs. Speeds: docs/data.md ("How fast").
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ import json
 import os
 import time
 import zlib
-from typing import Iterable
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 from absl import logging
@@ -64,6 +62,15 @@ class PackedStore:
       )
     self.num_rows = size // row_bytes
     self._array = None
+
+  @property
+  def record(self) -> dict:
+    """The sidecar: what the store was built from (key, tokenizer, corpus digest, counts)."""
+    try:
+      with open(cache_integrity.sidecar_path(self.path)) as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return {}
 
   @property
   def name(self) -> str:
@@ -102,6 +109,7 @@ def load_or_build(
   pad_id: int,
   description: dict,
   what: str,
+  facts: Optional[Callable[[], dict]] = None,
 ) -> PackedStore:
   """Opens `path`, or packs `documents` (consumed only when building) and publishes it there.
 
@@ -111,6 +119,8 @@ def load_or_build(
     max_len, cls_id, sep_id, pad_id: as for `packing.pack_blocks`.
     description: written to the `.json` sidecar, for humans.
     what: names the data in error messages, e.g. "dataset 'x' split 'train'".
+    facts: called once `documents` is consumed; its dict joins the sidecar (what was learnt
+      while packing: counts, the corpus digest).
   """
   if cache_integrity.problem(path) is None:
     return PackedStore(path, max_len)
@@ -121,6 +131,7 @@ def load_or_build(
     if reason is not None:  # Else another process built it while we waited.
       if os.path.exists(path):  # Derived data: damaged means build it again.
         cache_integrity.note_rebuild(path, reason, f'packing {what} again')
+      cache_integrity.remove_stale_temporaries(path)
       _build(
         path,
         documents,
@@ -130,11 +141,12 @@ def load_or_build(
         pad_id=pad_id,
         description=description,
         what=what,
+        facts=facts,
       )
   return PackedStore(path, max_len)
 
 
-def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, what) -> None:
+def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, what, facts) -> None:
   logging.info('Packing %s into %s (one pass over the split).', what, path)
   start = time.monotonic()
   num_rows = num_tokens = checksum = 0
@@ -158,6 +170,7 @@ def _build(path, documents, *, max_len, cls_id, sep_id, pad_id, description, wha
     seconds = time.monotonic() - start
     sidecar = dict(
       description,
+      **(facts() if facts else {}),
       max_len=max_len,
       rows=num_rows,
       real_tokens=num_tokens,

@@ -207,7 +207,9 @@ class TrainIterator(grain.DatasetIterator):
         raise DataError(
           f'Train iterator state has {key}={state.get(key)!r}, but this iterator '
           f'has {getattr(self, "_" + key)!r}: it was saved with other data or '
-          f'another seed.'
+          'another seed (a changed corpus, tokenizer or data setting; a file corpus prepared '
+          'before corpora were identified by content is such a change: start that run in a '
+          'new workdir, or keep the code it started with).'
         )
     position = int(state['next_position'])
     if position % self._global_batch_size:

@@ -1,4 +1,4 @@
-"""Preparing a data config: dataset on disk, splits checked, tokenizer trained or loaded.
+"""Preparing a data config: documents on disk, tokenizer trained or loaded, train split packed.
 
 `prepare(config)` is idempotent and cheap after the first call in a process (memoized by the
 config's contents: a DataConfig is its own key); the iterator builders call it, so the train
@@ -6,22 +6,43 @@ loop only needs to call it itself to learn the vocabulary size before building t
 `packed_train_store(config)` (called by `make_train_iterator`) packs the train split once into a
 cached array store (packed_store.py); it is memoized the same way and is a cache hit on every
 later run.
+
+Phases, each with a progress line every few seconds and a summary (progress.py):
+  reading    a file corpus's chunks into document shards (file_corpus.py), in `workers`
+             processes;
+  tokenizer  a bounded sample of the train documents (`data.tokenizer_sample_chars`: every
+             k-th document from a seeded offset, k chosen so the sample stays under the cap,
+             so it spans every file), streamed to SentencePiece's trainer
+             (`data.tokenizer_threads` threads); the sampling is recorded in the tokenizer's
+             sidecar;
+  encoding+packing  the train documents encoded in `workers` processes (jobs of ~JOB_BYTES of
+             text, results in job order) and packed in this one, so the packed rows are the
+             same whatever the number of workers; memory stays flat (jobs in flight are
+             bounded, packing streams).
+`workers` (default: every core) only changes how fast; a small corpus (one job) stays in this
+process. Disk faults (a full disk, a read-only data_dir) stop preparation with one DataError
+line naming the path; what was finished is kept, and temporary files are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import hashlib
 import logging
 import os
-import time
+from typing import Optional
 
 import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import file_corpus, packed_store, sources
+from realformer_jax.data import encoding, file_corpus, packed_store, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import workers as workers_lib
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.progress import Progress
 
 grain = extras.lazy('grain')
 
@@ -29,8 +50,16 @@ _log = logging.getLogger(__name__)
 
 # Records scanned for at least one token before a split is declared token-free.
 _MAX_RECORDS_SCANNED_FOR_TOKENS = 10_000
-# Progress of a long packing pass is logged at most this often (seconds).
-_PROGRESS_SECONDS = 10.0
+# Text per encoding job: large enough that a job's start-up (the tokenizer's load) is noise,
+# small enough that jobs in flight (2 per worker) stay a few tens of MB.
+JOB_BYTES = 8 << 20
+# Documents read to estimate a TFDS split's mean document size (for the sample's stride).
+_SIZE_PROBE_DOCUMENTS = 200
+# Documents of the tokenizer sample read in one call.
+_SAMPLE_READ_DOCUMENTS = 1024
+# The tokenizer sample's offset within its stride: seeded, so the same corpus and settings
+# always give the same sample (and tokenizer).
+_SAMPLE_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +68,15 @@ class PreparedData:
   train_records: grain.MapDataset
   eval_records: grain.MapDataset
   description: str  # "dataset 'x'" etc., for error messages.
-  dataset_name: str  # The builder's full name, e.g. 'bible_web/1.0.0'.
+  dataset_name: str  # The builder's full name, e.g. 'bible_web/1.0.0', or 'files-<digest>'.
   cache_dir: str  # Beside the dataset's version directories; holds tokenizers/ and packed/.
+  # The train split as (source, first, stop) pieces that encoding jobs and the tokenizer
+  # sample read (encoding.read_texts): a file corpus's shard paths, or a TFDS split's records.
+  train_segments: tuple = ()
+  train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train split, where known
+  # A file corpus's content digest (file_corpus.py); a TFDS split's is computed while packing.
+  corpus_digest: Optional[str] = None
+  source: str = 'tfds'  # 'files', 'tfds' or 'embedded': which kind of source (store keys)
 
 
 _PREPARED: dict[config_lib.DataConfig, PreparedData] = {}
@@ -52,117 +88,213 @@ def prepare(config: config_lib.DataConfig) -> tokenizer_lib.Tokenizer:
   return prepared_data(config).tokenizer
 
 
-def prepared_data(config: config_lib.DataConfig, workers: int = 1) -> PreparedData:
-  """`workers`: processes reading a file corpus's files at once (the result does not depend
-  on it)."""
+def prepared_data(config: config_lib.DataConfig, workers: Optional[int] = None) -> PreparedData:
+  """`workers`: processes reading a file corpus's files at once (None: workers_lib.choose, every
+  core for a large corpus; the result does not depend on it)."""
   key = config = config_lib.data_config(config)
   if key not in _PREPARED:
-    _PREPARED[key] = _prepare_uncached(config, workers)
+    with disk_errors(config):
+      _PREPARED[key] = _prepare_uncached(config, workers)
   return _PREPARED[key]
 
 
-def _prepare_uncached(config: config_lib.DataConfig, workers: int) -> PreparedData:
+def _prepare_uncached(config: config_lib.DataConfig, num_workers: Optional[int]) -> PreparedData:
   if config.train_files:
-    data_dir = sources.data_dir_of(config)
-    name, cache_dir, records = file_corpus.open_corpus(config, data_dir, workers)
-    splits = {'train': records['train'], 'eval': records['eval']}
-    if config.max_documents > 0:
-      splits = {k: v[: config.max_documents] for k, v in splits.items()}
-    train_records, eval_records = splits['train'], splits['eval']
+    corpus = file_corpus.open_corpus(config, sources.data_dir_of(config), num_workers)
+    limit = config.max_documents if config.max_documents > 0 else None
+    train_records, eval_records = (corpus.records[s][:limit] for s in ('train', 'eval'))
+    segments, first = [], 0
+    for path, documents in corpus.shards['train']:
+      stop = documents if limit is None else min(documents, limit - first)
+      if stop > 0:
+        segments.append((path, 0, stop))
+      first += documents
+    prepared = dict(
+      train_records=train_records,
+      eval_records=eval_records,
+      description=f'corpus {corpus.name} (data.train_files={config.train_files!r})',
+      dataset_name=corpus.name,
+      cache_dir=corpus.directory,
+      train_segments=tuple(segments),
+      train_text_bytes=corpus.text_bytes['train'] if limit is None else None,
+      corpus_digest=corpus.digest,
+      source='files',
+    )
     split_names = ('train', 'eval')
-    description = f'corpus {name} (data.train_files={config.train_files!r})'
   else:
     builder = sources.load_builder(config)
     name = builder.info.full_name
-    cache_dir = _cache_dir(builder)
     train_records = sources.open_split(
       builder, config.train_split, config.text_feature, config.max_documents
     )
-    eval_records = sources.open_split(
-      builder, config.eval_split, config.text_feature, config.max_documents
+    prepared = dict(
+      train_records=train_records,
+      eval_records=sources.open_split(
+        builder, config.eval_split, config.text_feature, config.max_documents
+      ),
+      description=f"dataset '{name}'",
+      dataset_name=name,
+      cache_dir=_cache_dir(builder),
+      train_segments=((train_records, 0, len(train_records)),),
+      source='embedded' if sources.is_embedded(config) else 'tfds',
     )
     split_names = (config.train_split, config.eval_split)
-    description = f"dataset '{name}'"
-  tokenizer = _load_or_train_tokenizer(config, name, cache_dir, train_records)
-  for split, records in zip(split_names, (train_records, eval_records)):
+  tokenizer = _load_or_train_tokenizer(config, prepared)
+  for split, records in zip(split_names, (prepared['train_records'], prepared['eval_records'])):
     _check_has_tokens(
       records,
       tokenizer,
       config.text_feature,
-      what=f"{description} split '{split}' feature '{config.text_feature}'",
+      what=f"{prepared['description']} split '{split}' feature '{config.text_feature}'",
     )
-  return PreparedData(
-    tokenizer,
-    train_records,
-    eval_records,
-    description=description,
-    dataset_name=name,
-    cache_dir=cache_dir,
-  )
+  return PreparedData(tokenizer, **prepared)
 
 
-def packed_train_store(config: config_lib.DataConfig) -> packed_store.PackedStore:
-  """The train split packed into [N, max_len] rows, built on first use. Idempotent."""
+@contextlib.contextmanager
+def disk_errors(config):
+  """A full disk or a data_dir that cannot be written becomes one DataError line naming the
+  path (what was finished is kept: every store is published whole or not at all)."""
+  try:
+    yield
+  except OSError as e:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+      raise DataError(
+        f'no space left on the device of {e.filename or sources.data_dir_of(config)} while '
+        f'preparing data under data.data_dir={sources.data_dir_of(config)}: free space (or '
+        'give another data_dir) and rerun; finished parts are kept.'
+      ) from None
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+      raise DataError(
+        f'cannot write {e.filename or sources.data_dir_of(config)} ({e.strerror}): the corpus '
+        f'is not prepared under data.data_dir={sources.data_dir_of(config)} and preparing it '
+        'needs a writable directory: give a writable data_dir (or prepare it there with '
+        'experiments.prepare_data first).'
+      ) from None
+    raise
+
+
+def packed_train_store(
+  config: config_lib.DataConfig, workers: Optional[int] = None
+) -> packed_store.PackedStore:
+  """The train split packed into [N, max_len] rows, built on first use (encoded by `workers`
+  processes, None: workers_lib.choose; the rows do not depend on it). Idempotent."""
   key = config = config_lib.data_config(config)
   if key not in _PACKED:
-    _PACKED[key] = _packed_train_store_uncached(config)
+    with disk_errors(config):
+      _PACKED[key] = _packed_train_store_uncached(config, workers)
+    # The last phase: give back the workers' memory (a training process goes on for days).
+    workers_lib.close_all()
   return _PACKED[key]
 
 
-def _packed_train_store_uncached(config) -> packed_store.PackedStore:
-  prepared = prepared_data(config)
-  tokenizer = prepared.tokenizer
+def store_key(config: config_lib.DataConfig, prepared: PreparedData) -> dict:
+  """Every setting the packed train store depends on; names the source. A TFDS split keeps
+  the key it always had (so runs that started before this field resume), a file corpus names
+  its content (its directory's digest) and not a split."""
   key = {
     'dataset': prepared.dataset_name,
     'split': config.train_split,
     'text_feature': config.text_feature,
     'max_documents': config.max_documents,
     'max_len': config.max_len,
-    'tokenizer_sha256': tokenizer.sha256,
+    'tokenizer_sha256': prepared.tokenizer.sha256,
   }
+  if prepared.source == 'files':
+    del key['split']
+    key['source'] = 'files'
+  return key
+
+
+def _packed_train_store_uncached(config, num_workers: Optional[int]) -> packed_store.PackedStore:
+  prepared = prepared_data(config, num_workers)
+  tokenizer = prepared.tokenizer
+  key = store_key(config, prepared)
   path = packed_store.store_path(os.path.join(prepared.cache_dir, 'packed'), key)
+  encoded = _Encoded(prepared, config.text_feature, num_workers)
   return packed_store.load_or_build(
     path,
-    _encoded_documents(prepared.train_records, tokenizer, config.text_feature),
+    encoded,
     max_len=config.max_len,
     cls_id=tokenizer.cls_id,
     sep_id=tokenizer.sep_id,
     pad_id=tokenizer.pad_id,
-    description=dict(key, tokenizer=tokenizer.source),
-    what=f"dataset '{prepared.dataset_name}' split '{config.train_split}'",
+    description=dict(key, tokenizer=tokenizer.source, source=prepared.source),
+    what=f"{prepared.description} split '{config.train_split}'",
+    facts=encoded.facts,
   )
 
 
-def _encoded_documents(
-  records: grain.MapDataset,
-  tokenizer: tokenizer_lib.Tokenizer,
-  text_feature: str,
-  docs_per_batch: int = 512,
-):
-  """Token ids of every record, in stored order, encoded in batches of documents.
+def corpus_digest(config: config_lib.DataConfig) -> Optional[str]:
+  """The identity of the text a run trains on, for records of what a run or an export came
+  from: a file corpus's content digest, or (TFDS) the SHA-256 of its train documents computed
+  while packing; None for a store packed before stores recorded it."""
+  store = packed_train_store(config)
+  return store.record.get('corpus_digest')
 
-  Read by index, not through a prefetching iterator: grain's prefetch polls its futures
-  (measured: 60% of a file corpus's preparation time went there; the encode itself ~25%)."""
-  began = last = time.monotonic()
-  num_bytes = num_tokens = 0
-  for start in range(0, len(records), docs_per_batch):
-    stop = min(start + docs_per_batch, len(records))
-    texts = [sources.text_of(records[i], text_feature) for i in range(start, stop)]
-    for ids in tokenizer.encode_batch(texts):
-      num_tokens += len(ids)
-      yield ids
-    num_bytes += sum(len(t.encode()) for t in texts)
-    if time.monotonic() - last >= _PROGRESS_SECONDS:  # a big corpus takes minutes: say so
-      last = time.monotonic()
-      seconds = last - began
-      _log.warning(
-        'packing: %.1f MB/s, %d of %d documents, %d tokens, ETA %.0f s',
-        num_bytes / 1e6 / seconds,
-        stop,
-        len(records),
-        num_tokens,
-        seconds * (len(records) - stop) / stop,
-      )
+
+class _Encoded:
+  """The train split's token stream in document order, encoded by jobs in the workers; after
+  it is consumed, `facts()` holds its counts and digest (written into the store's sidecar)."""
+
+  def __init__(self, prepared: PreparedData, text_feature: str, num_workers: Optional[int]):
+    self.prepared, self.text_feature, self.num_workers = prepared, text_feature, num_workers
+    self.digest = hashlib.sha256()
+    self.progress = None
+
+  def jobs(self) -> list[encoding.EncodeJob]:
+    mean_bytes = _mean_document_bytes(self.prepared, self.text_feature)
+    per_job = max(1, int(JOB_BYTES // max(mean_bytes, 1)))
+    jobs, pending, size = [], [], 0
+    for records, first, stop in self.prepared.train_segments:
+      while first < stop:
+        take = min(stop - first, per_job - size)
+        pending.append((records, first, first + take))
+        first, size = first + take, size + take
+        if size >= per_job:
+          jobs.append(
+            encoding.EncodeJob(tuple(pending), self.prepared.tokenizer, self.text_feature)
+          )
+          pending, size = [], 0
+    if pending:
+      jobs.append(encoding.EncodeJob(tuple(pending), self.prepared.tokenizer, self.text_feature))
+    return jobs
+
+  def __iter__(self):
+    total = self.prepared.train_text_bytes
+    self.progress = Progress(
+      'encoding+packing',
+      total_bytes=total,
+      total_documents=sum(stop - first for _, first, stop in self.prepared.train_segments),
+    )
+    jobs = self.jobs()
+    work = total or int(
+      _mean_document_bytes(self.prepared, self.text_feature) * self.progress.total_documents
+    )
+    num_workers = min(workers_lib.choose(self.num_workers, work), max(len(jobs), 1))
+    for result in workers_lib.ordered_results(encoding.encode, jobs, num_workers):
+      self.digest.update(result['digests'])
+      self.progress.update(result['text_bytes'], result['documents'], len(result['ids']))
+      yield result['ids']
+    self.progress.done(f', {num_workers} worker(s)')
+
+  def facts(self) -> dict:
+    facts = {
+      'documents': self.progress.documents,
+      'text_bytes': self.progress.bytes,
+      'train_text_sha256': self.digest.hexdigest(),
+    }
+    facts['corpus_digest'] = self.prepared.corpus_digest or facts['train_text_sha256']
+    return facts
+
+
+def _mean_document_bytes(prepared: PreparedData, text_feature: str) -> float:
+  documents = sum(stop - first for _, first, stop in prepared.train_segments)
+  if prepared.train_text_bytes is not None and documents:
+    return prepared.train_text_bytes / documents
+  records = prepared.train_records
+  probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
+  sizes = [len(sources.text_of(records[i], text_feature).encode()) for i in range(probe)]
+  return sum(sizes) / max(len(sizes), 1)
 
 
 def _cache_dir(builder) -> str:
@@ -170,9 +302,11 @@ def _cache_dir(builder) -> str:
   return os.path.dirname(os.fspath(builder.data_dir))
 
 
-def _load_or_train_tokenizer(config, name, cache_dir, train_records) -> tokenizer_lib.Tokenizer:
+def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:
   if config.vocab_file:
     return tokenizer_lib.load(config.vocab_file, lower_case=config.lower_case)
+  name, cache_dir = prepared['dataset_name'], prepared['cache_dir']
+  sample = _Sample(prepared, config.text_feature, config.tokenizer_sample_chars)
   key = {
     'dataset': name,
     'split': config.train_split,
@@ -180,22 +314,31 @@ def _load_or_train_tokenizer(config, name, cache_dir, train_records) -> tokenize
     'max_documents': config.max_documents,
     'sample_chars': config.tokenizer_sample_chars,
   }
+  if sample.stride > 1:  # the whole split is the sample that was always taken
+    key['sampling'] = 'stride'
   path = tokenizer_lib.cache_path(
     os.path.join(cache_dir, 'tokenizers'),
     model_type=config.tokenizer_model_type,
     vocab_size=config.vocab_size,
     key=key,
+    num_threads=config.tokenizer_threads,
   )
   what = f"dataset '{name}' split '{config.train_split}' feature '{config.text_feature}'"
-  texts = _sample_texts(train_records, config.text_feature, config.tokenizer_sample_chars)
   tokenizer = tokenizer_lib.load_or_train(
     path,
-    texts,
+    sample,
     model_type=config.tokenizer_model_type,
     vocab_size=config.vocab_size,
-    description=dict(key, model_type=config.tokenizer_model_type, vocab_size=config.vocab_size),
+    description=dict(
+      key,
+      model_type=config.tokenizer_model_type,
+      vocab_size=config.vocab_size,
+      sample=sample.record(),
+      corpus_digest=prepared.get('corpus_digest'),
+    ),
     what=what,
     fit_to_corpus=config.fit_vocab_to_corpus,
+    num_threads=config.tokenizer_threads,
   )
   if tokenizer.vocab_size < config.vocab_size and not config.fit_vocab_to_corpus:
     raise DataError(
@@ -218,15 +361,53 @@ def _load_or_train_tokenizer(config, name, cache_dir, train_records) -> tokenize
   return tokenizer
 
 
-def _sample_texts(records: grain.MapDataset, text_feature: str, max_chars: int):
-  """Texts of records in a fixed random order until `max_chars`: a bounded, unbiased sample."""
-  num_chars = 0
-  for index in np.random.default_rng(0).permutation(len(records)):
-    if num_chars >= max_chars:
-      return
-    text = sources.text_of(records[int(index)], text_feature)
-    num_chars += len(text)
-    yield text
+class _Sample:
+  """The tokenizer's training text: every `stride`-th train document from a seeded `offset`,
+  up to `max_chars` characters, so a bounded sample spans every file of the corpus (the
+  stride is the split's size over the cap, rounded up); a split under the cap is all of it.
+  Iterable again from the start (a retry with a smaller vocabulary reads it twice)."""
+
+  def __init__(self, prepared: dict, text_feature: str, max_chars: int):
+    self.segments, self.text_feature, self.max_chars = (
+      prepared['train_segments'],
+      text_feature,
+      max_chars,
+    )
+    total = prepared.get('train_text_bytes')
+    if total is None:  # TFDS: estimate the split's size from its first documents
+      records = prepared['train_records']
+      probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
+      sizes = [len(sources.text_of(records[i], text_feature)) for i in range(probe)]
+      total = sum(sizes) / max(probe, 1) * len(records)
+    self.stride = max(1, -(-int(total) // max_chars))
+    self.offset = int(np.random.default_rng(_SAMPLE_SEED).integers(self.stride))
+
+  def __iter__(self):
+    chars, base = 0, 0  # base: the split's index of the segment's first document
+    for source, first, stop in self.segments:
+      # The segment's first document whose split index is offset + a multiple of stride.
+      chosen = self.offset if base <= self.offset else base + (self.offset - base) % self.stride
+      start = first + chosen - base
+      base += stop - first
+      indices = range(start, stop, self.stride)
+      for begin in range(0, len(indices), _SAMPLE_READ_DOCUMENTS):
+        for text in encoding.read_texts(
+          source, indices[begin : begin + _SAMPLE_READ_DOCUMENTS], self.text_feature
+        ):
+          if chars >= self.max_chars:
+            return
+          chars += len(text)
+          yield text
+
+  def record(self) -> dict:
+    """How the sample was drawn (the tokenizer's sidecar records it)."""
+    return {
+      'method': 'every stride-th document from offset',
+      'stride': self.stride,
+      'offset': self.offset,
+      'seed': _SAMPLE_SEED,
+      'max_chars': self.max_chars,
+    }
 
 
 def _check_has_tokens(records, tokenizer, text_feature: str, what: str) -> None:

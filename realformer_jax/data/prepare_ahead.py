@@ -5,26 +5,36 @@ a module that defines absl flags (two CLIs imported into one process define `--c
 """
 
 import time
+from typing import Optional
 
 from realformer_jax.data import pipeline, preparation
+from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.config import data_config as to_data_config
 
 
-def prepare_ahead(data_config, workers: int = 1) -> dict:
-  """Prepares the documents, tokenizer, packed train store and eval split of `data_config`;
-  returns what was prepared, for the summary line."""
+def prepare_ahead(data_config, workers: Optional[int] = None) -> dict:
+  """Prepares the documents, tokenizer, packed train store and eval split of `data_config`
+  with `workers` processes (None: every core for a large corpus); returns what was prepared,
+  for the summary line, with the seconds of each phase (tokenizer training on its own)."""
   start = time.monotonic()
   data_config = to_data_config(data_config)
   prepared = preparation.prepared_data(data_config, workers)
-  store = preparation.packed_train_store(data_config)
+  prepared_at = time.monotonic()
+  store = preparation.packed_train_store(data_config, workers)
+  packed_at = time.monotonic()
   eval_rows = len(pipeline.eval_sequences(data_config)['input_ids'])
   return {
     'corpus': prepared.description,
+    'corpus_digest': store.record.get('corpus_digest'),
     'cache_dir': prepared.cache_dir,
     'tokenizer': prepared.tokenizer.source,
     'vocab_size': prepared.tokenizer.vocab_size,
+    # None where the tokenizer was given or found ready (nothing trained in this run).
+    'tokenizer_seconds': tokenizer_lib.TRAINED_SECONDS.get(prepared.tokenizer.source),
     'train_store': store.path,
     'train_sequences': len(store),
     'eval_sequences': eval_rows,
+    'documents_seconds': prepared_at - start,
+    'packing_seconds': packed_at - prepared_at,
     'seconds': time.monotonic() - start,
   }

@@ -12,12 +12,16 @@ masked-LM DataConfig, the fine-tuning one).
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import re
 from typing import Any
 
 from realformer_jax import extras
 from realformer_jax.data import cache_lock, corpus, shard_check
+from realformer_jax.data.encoding import text_of  # noqa: F401  (re-exported: its old home)
 from realformer_jax.data.errors import DataError
 
 grain = extras.lazy('grain')
@@ -35,8 +39,51 @@ def is_embedded(config: Any) -> bool:
   return config.dataset.split(':')[0].split('/')[0] == corpus.BibleWeb.name
 
 
+def _verbose() -> bool:
+  """Whether the user asked for library notes (--verbosity=0 or more on the command line)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+
+  if 'verbosity' not in flags.FLAGS or not flags.FLAGS.is_parsed():
+    return False
+  verbosity = flags.FLAGS['verbosity']
+  return bool(verbosity.present and verbosity.value >= 0)
+
+
+class _DropTfdsNotes(logging.Filter):
+  """TFDS's notes about its own folders ("Variant folder ... has no dataset_info.json")."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith('Variant folder')
+
+
+@contextlib.contextmanager
+def quiet_tfds():
+  """No TFDS notes, "Downloading and preparing dataset" lines or tqdm bars while a dataset is
+  opened or prepared (nothing is downloaded for the embedded corpus), unless --verbosity asks."""
+  if _verbose():
+    yield
+    return
+  from tensorflow_datasets.core.utils import tqdm_utils  # pylint: disable=import-outside-toplevel
+
+  absl_logger, note_filter = logging.getLogger('absl'), _DropTfdsNotes()
+  was_active = tqdm_utils._active  # pylint: disable=protected-access
+  absl_logger.addFilter(note_filter)
+  tqdm_utils.disable_progress_bar()
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      yield
+  finally:
+    tqdm_utils.display_progress_bar(was_active)
+    absl_logger.removeFilter(note_filter)
+
+
 def load_builder(config: Any) -> tfds.core.DatasetBuilder:
   """The dataset's builder, prepared (embedded corpus or download=True) or checked prepared."""
+  with quiet_tfds():
+    return _load_builder(config)
+
+
+def _load_builder(config: Any) -> tfds.core.DatasetBuilder:
   name, data_dir = config.dataset, data_dir_of(config)
   builder = _make_builder(config)
   if not builder.is_prepared():
@@ -109,13 +156,6 @@ def open_split(
     )
   )
   return records[:max_documents] if max_documents > 0 else records
-
-
-def text_of(record: dict, text_feature: str) -> str:
-  value = record
-  for key in text_feature.split('/'):
-    value = value[key]
-  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
 
 
 def _check_text_feature(builder: tfds.core.DatasetBuilder, text_feature: str) -> None:

@@ -1,7 +1,10 @@
-"""Documents from your own files: `.txt`, `.jsonl` / `.json`, `.parquet` (optionally `.gz`).
+"""Documents from your own files: `.txt`, `.jsonl` / `.json`, `.parquet` (optionally `.gz` or
+`.zst`).
 
-`data.train_files` / `data.eval_files` are comma-separated globs; the format follows the file
-name (a trailing `.gz` is decompressed on the way):
+`data.train_files` / `data.eval_files` are comma-separated globs or directories (a directory
+means every supported file under it, sorted by path); the format follows the file name (a
+trailing `.gz` or `.zst` is decompressed on the way; `.zst` needs the `zstandard` package, the
+`zst` extra):
 
     .txt            BERT's convention: a line is a sentence or paragraph, a blank line ends a
                     document (the document's lines are joined with newlines)
@@ -10,27 +13,40 @@ name (a trailing `.gz` is decompressed on the way):
     .parquet        the string column `data.text_feature` (how Hugging Face datasets are stored)
 
 Files are read as streams (a document at a time; Parquet a row group at a time), so memory does
-not grow with the corpus. Every problem is one DataError naming the file: a glob that matches
-nothing, an empty file, a binary or non-UTF-8 file (with the byte offset), a JSONL line that is
-not JSON or lacks the field, a Parquet file without the column.
+not grow with the corpus. An uncompressed `.txt` / `.jsonl` / `.json` file is read in byte
+ranges (`byte_ranges`, `CHUNK_BYTES` each, so several workers share one large file): a range's
+exact bounds are moved forward to the next document boundary (`exact_range`: after a blank line
+for `.txt`, a line start for JSON lines), so the ranges partition the file's documents exactly
+and the documents do not depend on how the file was split. Every problem is one DataError naming
+the file: a glob that matches nothing, a dangling symbolic link, an empty file, a binary or
+non-UTF-8 file (with the byte offset and line), a JSONL line that is not JSON or lacks the field,
+a Parquet file without the column, a `.zst` file without the zstandard package.
 """
 
 from __future__ import annotations
 
 import glob
 import gzip
+import hashlib
+import io
 import json
 import os
-from typing import Iterator
+from typing import Iterator, Optional
 
 from realformer_jax.data.errors import DataError
 
 _NUL = bytes(1)
 FORMATS = ('.txt', '.jsonl', '.json', '.parquet')
+COMPRESSIONS = ('.gz', '.zst')
+# A large uncompressed file is read in ranges of this many bytes (one job each); part of every
+# shard's identity (file_corpus._REVISION), so changing it re-reads corpora.
+CHUNK_BYTES = 16 << 20
+_HASH_BLOCK = 8 << 20
 
 
 def expand(patterns: str, field: str) -> list[str]:
-  """The sorted files matched by comma-separated globs; DataError for a glob matching nothing."""
+  """The files named by comma-separated globs or directories, each in sorted order; DataError
+  for a glob matching nothing, a directory holding no supported file or a dangling link."""
   files = []
   for pattern in (p.strip() for p in patterns.split(',')):
     if not pattern:
@@ -40,10 +56,17 @@ def expand(patterns: str, field: str) -> list[str]:
 
       parent, _, name = pattern.rpartition('/')
       matches = sorted(str(p) for p in epath.Path(parent).glob(name))
+    elif os.path.isdir(os.path.expanduser(pattern)):
+      matches = _supported_files_under(os.path.expanduser(pattern), field)
     else:
-      matches = sorted(
-        p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p)
-      )
+      matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
+      for path in matches:
+        if os.path.islink(path) and not os.path.exists(path):  # an unmounted share, say
+          raise DataError(
+            f'data.{field}: {path} is a symbolic link to {os.readlink(path)}, which does not '
+            'exist (an unmounted file system?): mount it or remove the link.'
+          )
+      matches = [p for p in matches if os.path.isfile(p)]
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
     for path in matches:
@@ -54,15 +77,100 @@ def expand(patterns: str, field: str) -> list[str]:
   return list(dict.fromkeys(files))  # in order, each once
 
 
+def _supported_files_under(directory: str, field: str) -> list[str]:
+  """Every file under `directory` (recursively, hidden ones skipped) in a supported format."""
+  found = []
+  for root, dirs, names in os.walk(directory, followlinks=True):
+    dirs[:] = [d for d in dirs if not d.startswith('.')]
+    for name in names:
+      path = os.path.join(root, name)
+      if name.startswith('.') or not _is_supported(path):
+        continue
+      if not os.path.exists(path):
+        raise DataError(
+          f'data.{field}: {path} is a symbolic link to {os.readlink(path)}, which does not '
+          'exist (an unmounted file system?): mount it or remove the link.'
+        )
+      found.append(path)
+  if not found:
+    raise DataError(
+      f'data.{field}: directory {directory} holds no file in a supported format '
+      f'({", ".join(FORMATS)}, optionally {" or ".join(COMPRESSIONS)}).'
+    )
+  return sorted(found)
+
+
+def _is_supported(path: str) -> bool:
+  try:
+    format_of(path)
+  except DataError:
+    return False
+  return True
+
+
+def compression_of(path: str) -> str:
+  """'.gz', '.zst' or '' (not compressed)."""
+  return next((c for c in COMPRESSIONS if path.endswith(c)), '')
+
+
 def format_of(path: str) -> str:
-  name = path[: -len('.gz')] if path.endswith('.gz') else path
+  compression = compression_of(path)
+  name = path[: -len(compression)] if compression else path
   extension = os.path.splitext(name)[1].lower()
   if extension not in FORMATS:
     raise DataError(
       f'{path}: unknown file format {extension or "(no extension)"!r}; '
-      f'expected one of {", ".join(FORMATS)} (optionally .gz).'
+      f'expected one of {", ".join(FORMATS)} (optionally {" or ".join(COMPRESSIONS)}).'
     )
   return extension
+
+
+def is_splittable(path: str) -> bool:
+  """Whether the file can be read in byte ranges: uncompressed, line-based, local."""
+  return '://' not in path and not compression_of(path) and format_of(path) != '.parquet'
+
+
+def byte_ranges(path: str, size: int) -> list[tuple[int, int]]:
+  """The nominal ranges [start, end) one job each reads (`exact_range` settles their bounds)."""
+  if not is_splittable(path) or size <= CHUNK_BYTES:
+    return [(0, size)]
+  return [(start, min(start + CHUNK_BYTES, size)) for start in range(0, size, CHUNK_BYTES)]
+
+
+def exact_range(path: str, start: int, end: int, size: int) -> tuple[int, int]:
+  """[start, end) moved forward to document boundaries; consecutive nominal ranges give
+  consecutive exact ones, so together they cover the file exactly once."""
+  if (start, end) == (0, size):
+    return 0, size
+  with open(path, 'rb') as f:
+    return _boundary(f, path, start, size), _boundary(f, path, end, size)
+
+
+def _boundary(f, path: str, offset: int, size: int) -> int:
+  """The first document start at or after `offset`: for JSON lines the next line start, for
+  .txt the start of the line after the next blank line (a document never spans it)."""
+  if offset <= 0 or offset >= size:
+    return min(max(offset, 0), size)
+  f.seek(offset - 1)
+  f.readline()  # the rest of the line holding byte offset - 1
+  if format_of(path) != '.txt':
+    return f.tell()
+  while line := f.readline():
+    if not line.strip():
+      return f.tell()
+  return size
+
+
+def sha256_of_range(path: str, start: int, end: int) -> str:
+  """SHA-256 of the file's bytes [start, end) (compressed files: of the compressed bytes)."""
+  digest = hashlib.sha256()
+  with _open_raw(path) as f:
+    f.seek(start)
+    left = end - start
+    while left > 0 and (block := f.read(min(_HASH_BLOCK, left))):
+      digest.update(block)
+      left -= len(block)
+  return digest.hexdigest()
 
 
 def fingerprint(path: str) -> dict:
@@ -76,41 +184,69 @@ def fingerprint(path: str) -> dict:
   return {'path': os.path.abspath(path), 'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns}
 
 
-def documents(path: str, text_feature: str) -> Iterator[str]:
-  """The documents of one file, in order; DataError naming the file for any bad input."""
+def documents(
+  path: str, text_feature: str, byte_range: Optional[tuple[int, int]] = None
+) -> Iterator[str]:
+  """The documents of one file (or of its exact `byte_range`), in order; DataError naming the
+  file for any bad input. A range may hold no document; a whole file must hold one."""
   count = 0
-  for text in _documents(path, format_of(path), text_feature):
+  for text in _documents(path, format_of(path), text_feature, byte_range):
     count += 1
     yield text
-  if not count:
+  if not count and byte_range is None:
     raise DataError(f'{path}: the file is empty (no document in it).')
 
 
-def _documents(path: str, extension: str, text_feature: str) -> Iterator[str]:
+def _documents(path: str, extension: str, text_feature: str, byte_range) -> Iterator[str]:
   if extension == '.parquet':
     yield from _parquet_documents(path, text_feature)
     return
+  start, end = byte_range or (0, None)
   with _open_binary(path) as f:
+    if start:
+      f.seek(start)
+    lines = _lines(path, f, start, end)
     if extension == '.txt':
-      yield from _text_documents(path, f)
+      yield from _text_documents(lines)
     else:
-      yield from _json_documents(path, f, text_feature)
+      yield from _json_documents(path, lines, text_feature, start)
 
 
-def _open_binary(path: str):
+def _open_raw(path: str):
   if '://' in path:
     from etils import epath  # pylint: disable=import-outside-toplevel
 
-    raw = epath.Path(path).open('rb')
-  else:
-    raw = open(path, 'rb')
-  return gzip.open(raw) if path.endswith('.gz') else raw
+    return epath.Path(path).open('rb')
+  return open(path, 'rb')
 
 
-def _lines(path: str, f) -> Iterator[tuple[int, str]]:
-  """(line number, decoded line without its newline); DataError at binary or non-UTF-8 bytes."""
-  offset = 0
+def _open_binary(path: str):
+  raw = _open_raw(path)
+  compression = compression_of(path)
+  if compression == '.gz':
+    return gzip.open(raw)
+  if compression == '.zst':
+    try:
+      import zstandard  # pylint: disable=import-outside-toplevel
+    except ImportError:
+      raw.close()
+      raise DataError(
+        f"{path}: reading .zst needs the zstandard package: pip install 'realformer_jax[zst]' "
+        '(or pip install zstandard).'
+      ) from None
+    return io.BufferedReader(
+      zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    )
+  return raw
+
+
+def _lines(path: str, f, start: int = 0, end: Optional[int] = None) -> Iterator[tuple[int, str]]:
+  """(line number, decoded line without its newline) from byte `start` up to `end`; DataError at
+  binary or non-UTF-8 bytes, with the file's own byte offset and line number."""
+  offset = start
   for number, raw in enumerate(_raw_lines(path, f), 1):
+    if end is not None and offset >= end:
+      return
     if _NUL in raw:
       raise DataError(
         f'{path}: binary data (a NUL byte) at byte offset {offset + raw.index(_NUL)}; '
@@ -120,22 +256,40 @@ def _lines(path: str, f) -> Iterator[tuple[int, str]]:
       line = raw.decode('utf-8')
     except UnicodeDecodeError as e:
       raise DataError(
-        f'{path}: not UTF-8 text at byte offset {offset + e.start} (line {number}).'
+        f'{path}: not UTF-8 text at byte offset {offset + e.start} '
+        f'(line {_absolute_line(path, start, number)}).'
       ) from None
     offset += len(raw)
     yield number, line.rstrip('\r\n')
 
 
+def _absolute_line(path: str, start: int, number: int) -> int:
+  """The file's line number of a range's line `number` (error messages only: it counts the
+  newlines before the range)."""
+  count, offset = number, start
+  if not start:
+    return number
+  with open(path, 'rb') as f:
+    while offset > 0 and (block := f.read(min(_HASH_BLOCK, offset))):
+      count += block.count(b'\n')
+      offset -= len(block)
+  return count
+
+
 def _raw_lines(path: str, f) -> Iterator[bytes]:
   try:
     yield from f
-  except (OSError, EOFError) as e:  # a damaged or truncated .gz
+  except (OSError, EOFError) as e:  # a damaged or truncated .gz / .zst
     raise DataError(f'{path}: cannot be read ({e}).') from None
+  except Exception as e:  # zstandard.ZstdError has no common base with OSError
+    if type(e).__module__.startswith('zstandard'):
+      raise DataError(f'{path}: cannot be read ({e}).') from None
+    raise
 
 
-def _text_documents(path: str, f) -> Iterator[str]:
+def _text_documents(numbered_lines) -> Iterator[str]:
   lines = []
-  for _, line in _lines(path, f):
+  for _, line in numbered_lines:
     if line.strip():
       lines.append(line)
     elif lines:
@@ -145,23 +299,26 @@ def _text_documents(path: str, f) -> Iterator[str]:
     yield '\n'.join(lines)
 
 
-def _json_documents(path: str, f, text_feature: str) -> Iterator[str]:
-  for number, line in _lines(path, f):
+def _json_documents(path: str, numbered_lines, text_feature: str, start: int) -> Iterator[str]:
+  for number, line in numbered_lines:
     if not line.strip():
       continue
     try:
       record = json.loads(line)
     except ValueError as e:
+      number = _absolute_line(path, start, number)
       raise DataError(f'{path}: line {number} is not JSON ({e.msg}).') from None
     value = record
     for key in text_feature.split('/'):
       if not isinstance(value, dict) or key not in value:
+        number = _absolute_line(path, start, number)
         raise DataError(
           f'{path}: line {number} has no field {text_feature!r} (data.text_feature); '
           f'its fields: {sorted(record) if isinstance(record, dict) else type(record).__name__}.'
         )
       value = value[key]
     if not isinstance(value, str):
+      number = _absolute_line(path, start, number)
       raise DataError(
         f'{path}: line {number} field {text_feature!r} is {type(value).__name__}, not a string.'
       )

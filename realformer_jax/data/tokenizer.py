@@ -34,8 +34,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import re
+import time
 from typing import Iterable
 
 import numpy as np
@@ -43,6 +45,7 @@ import numpy as np
 from realformer_jax import extras
 from realformer_jax.data import cache_integrity, cache_lock, wordpiece
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.progress import Ticker
 from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
 spm = extras.lazy('sentencepiece')
@@ -70,9 +73,14 @@ TRAINED_SPECIALS = (PAD, UNK, CLS, SEP, MASK)
 _TRAINER_REVISION = 1
 # SentencePiece skips "sentences" longer than this; we split documents well below it.
 _MAX_SENTENCE_CHARS = 4096
-# Fixed, not os.cpu_count(): the trained model depends on the thread count (measured), and
-# hosts with local data dirs must train identical tokenizers.
-_TRAINER_THREADS = 4
+# The trainer's threads: a setting (data.tokenizer_threads), not os.cpu_count(), because the
+# trained model depends on the thread count (measured, unigram and BPE alike) and hosts with
+# local data dirs must train identical tokenizers. 4 is what every cache entry before the
+# setting existed was trained with, so it stays the default (and out of the cache key).
+DEFAULT_THREADS = 4
+_log = logging.getLogger('realformer_jax.data.prepare')
+# {cache path: seconds} of the tokenizers this process trained (prepare_data's summary).
+TRAINED_SECONDS: dict[str, float] = {}
 _SENTENCE_END = re.compile(r'(?<=[.!?;:])\s+|\n+')
 
 
@@ -107,9 +115,10 @@ class SentencePieceTokenizer(Tokenizer):
   def encode(self, text: str) -> np.ndarray:
     return np.asarray(self._sp.encode(text, out_type=int), np.int32)
 
-  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-    # SentencePiece spreads a batch over all cores.
-    return [np.asarray(ids, np.int32) for ids in self._sp.encode(texts, out_type=int)]
+  def encode_batch(self, texts: list[str], num_threads: int = -1) -> list[np.ndarray]:
+    # SentencePiece spreads a batch over `num_threads` threads (-1: all cores).
+    encoded = self._sp.encode(texts, out_type=int, num_threads=num_threads)
+    return [np.asarray(ids, np.int32) for ids in encoded]
 
   def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     pieces = self._sp.encode(text, return_type='proto').pieces
@@ -160,9 +169,13 @@ def load(path: str, lower_case: bool = True) -> Tokenizer:
     ) from None
 
 
-def cache_path(cache_dir: str, *, model_type: str, vocab_size: int, key: dict) -> str:
+def cache_path(
+  cache_dir: str, *, model_type: str, vocab_size: int, key: dict, num_threads: int = DEFAULT_THREADS
+) -> str:
   """Where a tokenizer trained with these settings lives; `key` holds every other setting."""
   key = dict(key, model_type=model_type, vocab_size=vocab_size, revision=_TRAINER_REVISION)
+  if num_threads != DEFAULT_THREADS:
+    key['threads'] = num_threads
   digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
   return os.path.join(cache_dir, f'spm-{model_type}-{vocab_size}-{digest}.model')
 
@@ -176,6 +189,7 @@ def load_or_train(
   description: dict,
   what: str,
   fit_to_corpus: bool = False,
+  num_threads: int = DEFAULT_THREADS,
 ) -> Tokenizer:
   """Loads `path`, or trains on `texts` and publishes it there atomically.
 
@@ -187,6 +201,7 @@ def load_or_train(
     description: written to the `.json` sidecar, for humans.
     what: names the data in error messages, e.g. "dataset 'x' split 'train' feature 'text'".
     fit_to_corpus: see `train`.
+    num_threads: the trainer's threads (part of what the model is: see DEFAULT_THREADS).
   """
   if cache_integrity.problem(path) is None:
     return load(path)
@@ -198,10 +213,19 @@ def load_or_train(
       return load(path)
     if os.path.exists(path):  # Derived data: damaged means train it again.
       cache_integrity.note_rebuild(path, reason, 'training the tokenizer again')
+    cache_integrity.remove_stale_temporaries(path)
+    start = time.monotonic()
     model_proto = train(
-      texts, model_type=model_type, vocab_size=vocab_size, what=what, fit_to_corpus=fit_to_corpus
+      texts,
+      model_type=model_type,
+      vocab_size=vocab_size,
+      what=what,
+      fit_to_corpus=fit_to_corpus,
+      num_threads=num_threads,
     )
-    cache_integrity.publish_bytes(path, model_proto, description)
+    seconds = TRAINED_SECONDS[path] = time.monotonic() - start
+    record = dict(description, threads=num_threads, train_seconds=round(seconds, 1))
+    cache_integrity.publish_bytes(path, model_proto, record)
   return SentencePieceTokenizer(model_proto, source=path)
 
 
@@ -212,56 +236,110 @@ _VOCAB_TOO_HIGH = re.compile(
 
 
 def train(
-  texts: Iterable[str], *, model_type: str, vocab_size: int, what: str, fit_to_corpus: bool = False
+  texts: Iterable[str],
+  *,
+  model_type: str,
+  vocab_size: int,
+  what: str,
+  fit_to_corpus: bool = False,
+  num_threads: int = DEFAULT_THREADS,
 ) -> bytes:
   """Trains a SentencePiece model in memory and returns its serialized proto.
 
-  With `fit_to_corpus`, a `vocab_size` larger than the corpus supports trains the largest size
-  it does support (the caller sees the smaller `vocab_size` of the result).
+  `texts` is streamed to the trainer (never gathered into one Python list) when it can be
+  iterated again (a list, or an object whose __iter__ starts over, as preparation's sample);
+  a one-shot iterator is gathered first, since a retry (below) reads the text twice. A progress
+  line is logged every few seconds while the trainer runs. With `fit_to_corpus`, a
+  `vocab_size` larger than the corpus supports trains the largest size it does support (the
+  caller sees the smaller `vocab_size` of the result).
   """
   if model_type not in MODEL_TYPES:
     raise DataError(f'tokenizer_model_type must be one of {MODEL_TYPES}, got {model_type!r}.')
-  sentences = list(_sentences(texts))
-  if not sentences:
-    raise DataError(f'No text to train the tokenizer on: {what} has zero tokens.')
+  if iter(texts) is texts:
+    texts = list(texts)
+  settings = dict(model_type=model_type, what=what, num_threads=num_threads)
   try:
-    return _train_sentences(sentences, model_type=model_type, vocab_size=vocab_size, what=what)
+    return _train_sentences(texts, vocab_size=vocab_size, **settings)
   except DataError as e:
     supported = _VOCAB_TOO_HIGH.search(str(e))
     if not (fit_to_corpus and supported):
       raise
-    return _train_sentences(
-      sentences, model_type=model_type, vocab_size=int(supported[2]), what=what
-    )
+    return _train_sentences(texts, vocab_size=int(supported[2]), **settings)
 
 
-def _train_sentences(sentences: list[str], *, model_type: str, vocab_size: int, what: str) -> bytes:
+class _Fed:
+  """Counts the characters the trainer has read (for its progress line)."""
+
+  def __init__(self, texts):
+    self.texts, self.chars, self.sentences = texts, 0, 0
+
+  def __iter__(self):
+    for sentence in _sentences(self.texts):
+      self.chars += len(sentence)
+      self.sentences += 1
+      yield sentence
+
+
+def _train_sentences(
+  texts, *, model_type: str, vocab_size: int, what: str, num_threads: int
+) -> bytes:
   model = io.BytesIO()
-  try:
-    spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(sentences),
-      model_writer=model,
-      model_type=model_type,
-      vocab_size=vocab_size,
-      pad_id=TRAINED_SPECIALS.index(PAD),
-      unk_id=TRAINED_SPECIALS.index(UNK),
-      bos_id=-1,
-      eos_id=-1,  # No BOS/EOS: packing adds [CLS]/[SEP].
-      pad_piece=PAD,
-      unk_piece=UNK,
-      control_symbols=list(TRAINED_SPECIALS[2:]),  # Take the next ids, in this order.
-      character_coverage=0.9995,
-      max_sentence_length=4 * _MAX_SENTENCE_CHARS,  # Bytes, for multi-byte scripts.
-      num_threads=_TRAINER_THREADS,
-      minloglevel=2,  # Errors only: training logs are thousands of lines.
+  fed = _Fed(texts)
+  start = time.monotonic()
+
+  def progress() -> str:
+    return (
+      f'prepare tokenizer: training {model_type} with {vocab_size} pieces on '
+      f'{fed.chars / 1e6:,.1f} M characters read ({fed.sentences:,} sentences), '
+      f'{num_threads} threads, {time.monotonic() - start:.0f} s'
     )
+
+  sentences = iter(fed)
+  try:
+    first = next(sentences)
+  except StopIteration:
+    raise DataError(f'No text to train the tokenizer on: {what} has zero tokens.') from None
+  try:
+    with Ticker(progress):
+      spm.SentencePieceTrainer.train(
+        sentence_iterator=_chain(first, sentences),
+        model_writer=model,
+        model_type=model_type,
+        vocab_size=vocab_size,
+        pad_id=TRAINED_SPECIALS.index(PAD),
+        unk_id=TRAINED_SPECIALS.index(UNK),
+        bos_id=-1,
+        eos_id=-1,  # No BOS/EOS: packing adds [CLS]/[SEP].
+        pad_piece=PAD,
+        unk_piece=UNK,
+        control_symbols=list(TRAINED_SPECIALS[2:]),  # Take the next ids, in this order.
+        character_coverage=0.9995,
+        max_sentence_length=4 * _MAX_SENTENCE_CHARS,  # Bytes, for multi-byte scripts.
+        num_threads=num_threads,
+        minloglevel=2,  # Errors only: training logs are thousands of lines.
+      )
   except RuntimeError as e:
     # E.g. "Vocabulary size too high" on a tiny corpus: say which data and setting.
     raise DataError(
       f'Training a {model_type} tokenizer with vocab_size={vocab_size} on '
       f'{what} failed: {str(e).strip().splitlines()[-1]}'
     ) from None
+  _log.warning(
+    'prepare tokenizer: done, trained %s with %d pieces on %.1f M characters (%d sentences), '
+    '%d threads, in %.1f s',
+    model_type,
+    vocab_size,
+    fed.chars / 1e6,
+    fed.sentences,
+    num_threads,
+    time.monotonic() - start,
+  )
   return model.getvalue()
+
+
+def _chain(first: str, rest):
+  yield first
+  yield from rest
 
 
 def _sentences(texts: Iterable[str]):

@@ -58,8 +58,10 @@ class Tokenizer:
     """Token ids of `text` (no [CLS]/[SEP]), int32."""
     raise NotImplementedError
 
-  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-    """Token ids of each text, as `encode`."""
+  def encode_batch(self, texts: list[str], num_threads: int = -1) -> list[np.ndarray]:
+    """Token ids of each text, as `encode`; `num_threads` (-1: all cores) where the
+    implementation can spread a batch over threads."""
+    del num_threads
     return [self.encode(text) for text in texts]
 
   def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,229 @@
+"""Preparation that scales: chunked reading, a bounded tokenizer sample, memory flat in corpus
+size, and the same stores, tokenizer and packed rows for 1 and 2 worker processes."""
+
+import json
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+from test_data_files import files_config, write_corpus
+
+from realformer_jax import data
+from realformer_jax.data import cache_integrity, file_corpus, preparation, text_files, workers
+from realformer_jax.data.prepare_ahead import prepare_ahead
+
+
+def _fresh():
+  """As a new process: nothing memoized (the stores on disk stay)."""
+  preparation._PREPARED.clear()  # pylint: disable=protected-access
+  preparation._PACKED.clear()  # pylint: disable=protected-access
+
+
+def _big_corpus(directory, files=3, docs_per_file=400) -> str:
+  """Files of a few hundred KB (so small chunks split them), one a .jsonl; their glob."""
+  write_corpus(directory, train_files=files, docs_per_file=docs_per_file)
+  return str(directory / 'train-*')
+
+
+@pytest.mark.parametrize('name', ['train-0.txt', 'train.jsonl'])
+def test_byte_ranges_partition_a_files_documents_exactly(tmp_path, monkeypatch, name):
+  write_corpus(tmp_path, train_files=1, docs_per_file=300)
+  path = str(tmp_path / name)
+  size = os.path.getsize(path)
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 997)  # odd: bounds fall inside lines
+  ranges = text_files.byte_ranges(path, size)
+  assert len(ranges) > 20
+  exact = [text_files.exact_range(path, start, end, size) for start, end in ranges]
+  assert exact[0][0] == 0 and exact[-1][1] == size
+  assert all(a[1] == b[0] for a, b in zip(exact, exact[1:]))  # contiguous, no overlap
+  chunked = [d for r in exact for d in text_files.documents(path, 'text', r)]
+  assert chunked == list(text_files.documents(path, 'text'))
+
+
+def test_a_bad_line_in_a_later_range_names_its_line_in_the_file(tmp_path, monkeypatch):
+  lines = [json.dumps({'text': f'document {i}'}) for i in range(400)]
+  lines[321] = '{not json'
+  path = str(tmp_path / 'bad.jsonl')
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 1000)
+  size = os.path.getsize(path)
+  with pytest.raises(data.DataError, match=r'bad.jsonl: line 322 is not JSON'):
+    for start, end in text_files.byte_ranges(path, size):
+      list(text_files.documents(path, 'text', text_files.exact_range(path, start, end, size)))
+
+
+def test_the_tokenizer_sample_is_bounded_spread_and_reproducible(tmp_path, monkeypatch):
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 50_000)
+  train = _big_corpus(tmp_path)
+  tokenizers = []
+  for run in range(2):  # the same corpus and settings in two data dirs: the same tokenizer
+    config = files_config(
+      tmp_path,
+      data_dir=str(tmp_path / f'cache-{run}'),
+      train_files=train,
+      eval_percent=5,
+      vocab_size=120,
+      tokenizer_sample_chars=30_000,
+    )
+    tokenizers.append(data.prepare(config))
+  first, second = tokenizers
+  assert first.file_bytes() == second.file_bytes()
+  record = cache_integrity.read_record(first.source)
+  text_bytes = preparation.prepared_data(config).train_text_bytes
+  assert record['sample']['stride'] == -(-text_bytes // 30_000) > 1  # spans the whole split
+  assert record['sample']['max_chars'] == 30_000 and record['threads'] == 4
+  assert record['sampling'] == 'stride' and record['corpus_digest']
+
+
+def _prepare_all(config, num_workers):
+  _fresh()
+  summary = prepare_ahead(config, num_workers)
+  store = preparation.packed_train_store(config)
+  prepared = preparation.prepared_data(config)
+  texts = {
+    split: [records[i] for i in range(len(records))]
+    for split, records in (('train', prepared.train_records), ('eval', prepared.eval_records))
+  }
+  return {
+    'texts': texts,
+    'rows': store.rows(np.arange(len(store))),
+    'tokenizer': prepared.tokenizer.file_bytes(),
+    'digest': summary['corpus_digest'],
+    'store': os.path.basename(store.path),
+    'eval_sequences': summary['eval_sequences'],
+  }
+
+
+@pytest.mark.slow
+def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
+  """A corpus larger than the tokenizer sample, with files split into byte ranges: the
+  documents, tokenizer, packed rows and corpus digest are equal for 1 and 2 processes."""
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)  # planned here, so workers follow
+  monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)  # several encoding jobs
+  train = _big_corpus(tmp_path)
+  results = {}
+  for num_workers in (1, 2):
+    config = files_config(
+      tmp_path,
+      data_dir=str(tmp_path / f'cache-{num_workers}'),
+      train_files=train,
+      eval_percent=5,
+      vocab_size=120,
+      tokenizer_sample_chars=30_000,
+    )
+    results[num_workers] = _prepare_all(config, num_workers)
+  workers.close_all()
+  one, two = results[1], results[2]
+  assert one['texts'] == two['texts'] and one['tokenizer'] == two['tokenizer']
+  assert one['digest'] == two['digest'] and one['store'] == two['store']
+  assert one['eval_sequences'] == two['eval_sequences']
+  np.testing.assert_array_equal(one['rows'], two['rows'])
+  shards = os.listdir(os.path.join(tmp_path, 'cache-2', 'file-shards'))
+  assert len([s for s in shards if s.endswith('-train.array_record')]) > 3  # ranges, not files
+
+
+def _peak_bytes(tmp_path, monkeypatch, name: str, files: int) -> int:
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)
+  monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)
+  directory = tmp_path / name
+  train = _big_corpus(directory, files=files, docs_per_file=1500)
+  config = files_config(
+    directory, train_files=train, eval_percent=5, vocab_size=120, tokenizer_sample_chars=30_000
+  )
+  _fresh()
+  tracemalloc.start()
+  try:
+    preparation.packed_train_store(config, 1)
+    return tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+  """Python's peak allocations (numpy's included) while a corpus 4x larger than another is
+  read, sampled, encoded and packed: the same bound (what grows is far below the corpus's
+  growth). The benchmark measures peak RSS at 64 MB and 1 GB."""
+  small = _peak_bytes(tmp_path, monkeypatch, 'small', files=2)
+  large = _peak_bytes(tmp_path, monkeypatch, 'large', files=8)
+  corpus = {
+    name: sum(os.path.getsize(p) for p in (tmp_path / name).glob('train-*'))
+    for name in ('small', 'large')
+  }
+  assert corpus['large'] > 3.5 * corpus['small']
+  assert large < 1.3 * small + 200_000, (small, large)
+  # Holding the text (or its int32 token ids) would grow by the corpus's growth or more.
+  assert large - small < (corpus['large'] - corpus['small']) / 4, (small, large, corpus)
+
+
+def test_a_touched_renamed_or_moved_file_keeps_the_corpus_and_its_stores(tmp_path, monkeypatch):
+  write_corpus(tmp_path, train_files=2)
+  os.makedirs(tmp_path / 'moved')
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  store = preparation.packed_train_store(config)
+  state = data.make_train_iterator(config, 4, seed=0).get_state()
+  shards = sorted(os.listdir(tmp_path / 'cache' / 'file-shards'))
+
+  os.utime(tmp_path / 'train-0.txt', (1e9, 1e9))  # touched
+  os.rename(tmp_path / 'train-1.txt', tmp_path / 'moved' / 'renamed-1.txt')  # moved, renamed
+  moved = files_config(
+    tmp_path,
+    train_files=f'{tmp_path}/train-*.txt,{tmp_path}/moved/renamed-1.txt',
+    eval_files=str(tmp_path / 'eval.txt'),
+  )
+  read = []
+  real_write = file_corpus._write_shard  # pylint: disable=protected-access
+  monkeypatch.setattr(file_corpus, '_write_shard', lambda *a: read.append(a) or real_write(*a))
+  _fresh()
+  again = preparation.packed_train_store(moved)
+  assert not read  # hashed, found, not read again
+  assert again.path == store.path  # the same corpus directory, tokenizer and packed store
+  data.make_train_iterator(moved, 4, seed=0).set_state(state)  # the run stays resumable
+  assert sorted(os.listdir(tmp_path / 'cache' / 'file-shards')) == shards  # no second copy
+  assert len([d for d in os.listdir(tmp_path / 'cache') if d.startswith('files-')]) == 1
+  corpus_dir = os.path.dirname(os.path.dirname(store.path))
+  with open(os.path.join(corpus_dir, file_corpus.MANIFEST)) as f:
+    manifest = json.load(f)
+  assert manifest['train_files'][1]['path'].endswith('moved/renamed-1.txt')
+
+  # Unchanged since: not even hashed (the fingerprint is remembered).
+  monkeypatch.setattr(text_files, 'sha256_of_range', lambda *a: pytest.fail('hashed again'))
+  _fresh()
+  assert preparation.packed_train_store(moved).path == store.path
+
+
+def test_a_lost_shard_of_an_unchanged_file_is_read_again_into_the_same_shard(tmp_path, monkeypatch):
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 20_000)
+  write_corpus(tmp_path, train_files=1, docs_per_file=300)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-0.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  store = preparation.packed_train_store(config)
+  rows = store.rows(np.arange(len(store)))
+  shard_dir = tmp_path / 'cache' / 'file-shards'
+  shards = sorted(n for n in os.listdir(shard_dir) if n.endswith('.array_record'))
+  assert len(shards) > 3
+  os.remove(shard_dir / shards[2])  # its file's fingerprint is remembered: known bounds
+  _fresh()
+  again = preparation.packed_train_store(config)
+  assert sorted(n for n in os.listdir(shard_dir) if n.endswith('.array_record')) == shards
+  assert again.path == store.path
+  np.testing.assert_array_equal(again.rows(np.arange(len(again))), rows)
+
+
+def test_a_run_saved_on_an_old_store_gets_one_line_saying_why(tmp_path):
+  write_corpus(tmp_path)
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
+  )
+  iterator = data.make_train_iterator(config, 4, seed=0)
+  old = dict(iterator.get_state(), store='packed-L16-0123456789ab.int32')  # path-named corpus
+  with pytest.raises(data.DataError) as raised:
+    iterator.set_state(old)
+  assert '\n' not in str(raised.value)
+  assert "store='packed-L16-0123456789ab.int32'" in str(raised.value)
+  assert 'identified by content' in str(raised.value) and 'new workdir' in str(raised.value)

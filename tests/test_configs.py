@@ -102,7 +102,9 @@ def documented_commands():
     for command in re.findall(
       r'^\s*(python -m .*?)(?<!\\)$', docstring.replace('\\\n', ' '), flags=re.M
     ):
-      found.append((str(path.relative_to(REPO)), ' '.join(command.split())))
+      # As a shell runs it: a trailing `# comment` is not an argument.
+      words = shlex.split(command, comments=True)
+      found.append((str(path.relative_to(REPO)), shlex.join(words)))
   return found
 
 

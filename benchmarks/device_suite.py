@@ -10,7 +10,9 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            every attention kernel vs the einsum path, 20 training steps kernels vs einsum;
 2. long    the long-sequence table: BERT-Base, batch 1, bf16, full remat, dropout 0.1, learned
            positions (benchmarks.long_sequences's compiled step and timing) for post, the
-           scores carry ('realformer recomputed', its smallest) and 'qk' at 16k / 32k / 65k:
+           scores carry ('realformer recomputed', its smallest) and 'qk' at 65k / 32k / 16k
+           (longest first: the 65k rows are the target, a short budget keeps them); a row
+           whose compile fails (a kernel this jax cannot lower) says so and the suite goes on:
            XLA's memory, the step MEASURED (a warm-up, then the median of 2) beside the
            roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
            the device's chip from targets.py); a row larger than the device says so;
@@ -59,7 +61,7 @@ class Size:
 
 
 FULL = Size(
-  'full', ('--size=full', '--steps=20'), 200.0, (16384, 32768, 65536), 768, 12, 12, 2, 20.0,
+  'full', ('--size=full', '--steps=20'), 200.0, (65536, 32768, 16384), 768, 12, 12, 2, 20.0,
   ('bert_base_512', 'bert_large_512'), 3, 240.0,
 )  # fmt: skip
 TOY = Size(
@@ -171,9 +173,14 @@ def run_long(suite: Suite) -> dict:
         row['skipped'] = f'no time to compile (~{size.long_compile_s:.0f} s)'
         continue
       shape = _long_shape(size, length)
-      compiled = long_sequences.compiled_step(
-        shape, long_sequences.VARIANTS[variant], 'bfloat16', abstract=False
-      )
+      try:
+        compiled = long_sequences.compiled_step(
+          shape, long_sequences.VARIANTS[variant], 'bfloat16', abstract=False
+        )
+      except Exception as e:  # pylint: disable=broad-except  # a kernel this jax cannot lower
+        row['skipped'] = f'compile failed: {type(e).__name__}: {str(e).strip()[:300]}'
+        suite.log(f'  L={length} {variant}: {row["skipped"]}')
+        continue
       row.update(long_sequences.memory_figures(compiled))
       if chip is not None:
         est = roofline.estimate(compiled.compiled.as_text(), chip, score_dims=(length, length))

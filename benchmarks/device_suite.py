@@ -1,6 +1,6 @@
 """Everything issue 40 asks a GPU to measure, in one command that fits a short device lease.
 
-    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: <= 8 minutes
+    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: ~15 minutes
     python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
     python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
 
@@ -34,6 +34,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Optional
 
@@ -60,8 +61,10 @@ class Size:
   step_shape_s: float  # one shape of the step table: 4 compiles (HF's the longest) + rounds
 
 
+# device_s: on an H200 (2026-11-26) the check's first 11 kernel cases took ~195 s, nearly all
+# compilation, and it had 4 cases and the training part left.
 FULL = Size(
-  'full', ('--size=full', '--steps=20'), 200.0, (65536, 32768, 16384), 768, 12, 12, 2, 20.0,
+  'full', ('--size=full', '--steps=20'), 300.0, (65536, 32768, 16384), 768, 12, 12, 2, 20.0,
   ('bert_base_512', 'bert_large_512'), 3, 240.0,
 )  # fmt: skip
 TOY = Size(
@@ -118,20 +121,40 @@ class Suite:
 # Parts.
 
 
-def run_device(suite: Suite) -> dict:
-  """experiments.device_check in a subprocess (its own exit status; a crash there is a FAIL
-  here, not the end of the suite)."""
+def run_device(suite: Suite, command: Optional[list] = None) -> dict:
+  """experiments.device_check (or `command`) in a subprocess (its own exit status; a crash
+  there is a FAIL here, not the end of the suite). Its lines are passed on as they come and
+  kept, so a check stopped by the budget still reports the kernel cases it finished."""
   path = os.path.join(suite.out_dir, 'device_check.json')
-  command = [sys.executable, '-m', 'experiments.device_check', '--notable', f'--out={path}']
-  command += list(suite.size.device_args)
-  try:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=max(suite.left_s(), 1.0))
-  except subprocess.TimeoutExpired:
-    return {'passed': False, 'error': 'device_check ran past the budget'}
-  lines = done.stdout.strip().splitlines()
-  result = {'passed': done.returncode == 0, 'summary': lines}
-  if done.returncode and not lines:
-    result['error'] = (done.stderr.strip().splitlines() or ['no output'])[-1][:300]
+  if command is None:
+    command = [sys.executable, '-m', 'experiments.device_check', '--notable', f'--out={path}']
+    command += list(suite.size.device_args)
+  lines: list[str] = []
+  deadline = time.perf_counter() + max(suite.left_s(), 1.0)
+  os.makedirs(suite.out_dir, exist_ok=True)
+  stderr_path = os.path.join(suite.out_dir, 'device_check_stderr.txt')
+  with (
+    open(stderr_path, 'w') as stderr,
+    subprocess.Popen(
+      command, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1
+    ) as process,
+  ):
+    timer = threading.Timer(max(deadline - time.perf_counter(), 0.0), process.kill)
+    timer.start()
+    try:
+      for line in process.stdout:
+        lines.append(line.rstrip())
+        suite.log('  | ' + lines[-1])
+    finally:
+      timer.cancel()
+    returncode = process.wait()
+  result = {'passed': returncode == 0, 'summary': lines}
+  if time.perf_counter() >= deadline:
+    result['error'] = f'device_check ran past the budget after {len(lines)} lines (kept above)'
+  elif returncode and not lines:
+    with open(stderr_path) as f:
+      last = (f.read().strip().splitlines() or ['no output'])[-1]
+    result['error'] = f'device_check exited {returncode}: {last[:300]}'
   if os.path.exists(path):
     with open(path) as f:
       report = json.load(f)
@@ -187,7 +210,9 @@ def run_long(suite: Suite) -> dict:
         row['estimate_s'] = est.seconds
         row['estimate_chip'] = chip.name
         row['estimate_leaves_out'] = est.unstated  # kernels that state no L2 / atomics
-      if limit is not None and row['xla_peak_gb'] * 2**30 > limit:
+      # 5 % under the allocator's limit: on the H200 a 101 GiB program (97 % of the limit, one
+      # 99.7 GiB buffer) compiled and then ran out of memory (2026-11-26).
+      if limit is not None and row['xla_peak_gb'] * 2**30 > 0.95 * limit:
         row['skipped'] = f'does not fit: XLA needs {row["xla_peak_gb"]:.1f} GiB'
         continue
       expected = row.get('estimate_s', 0.0) * (1 + size.long_steps) * 2  # the estimate may err
@@ -377,7 +402,7 @@ def main(argv=None) -> dict:
   parser.add_argument('--out', required=True, help='folder for results.json and results.md')
   parser.add_argument('--toy', action='store_true', help='toy sizes: any backend, CI on a CPU')
   parser.add_argument('--parts', default=','.join(PARTS), help=f'of {",".join(PARTS)}')
-  parser.add_argument('--budget_s', type=float, default=450.0, help='wall-clock budget')
+  parser.add_argument('--budget_s', type=float, default=900.0, help='wall-clock budget')
   args = parser.parse_args(argv)
   parts = [p for p in args.parts.split(',') if p]
   unknown = [p for p in parts if p not in PARTS]

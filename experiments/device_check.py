@@ -25,6 +25,7 @@ accelerator. Exit status 1 when a check FAILs.
 """
 
 import dataclasses
+import functools
 import json
 import platform
 import subprocess
@@ -105,33 +106,40 @@ _TOY_CASES = (('realformer', 'float32', 48), ('post', 'bfloat16', None))
 
 
 def kernel_cases(platform_name: str, size: str) -> list[tuple]:
-  """(backend, ln_placement, dtype, length or None for the probe's) to compare: the fused
-  backends compiled for this platform, or (a CPU) every one that runs in interpret mode
-  (kernels/backends/: the registered records)."""
+  """(backend, ln_placement, dtype, length or None for the probe's, residual_carry) to compare:
+  the fused backends compiled for this platform, or (a CPU) every one that runs in interpret
+  mode (kernels/backends/: the registered records). A backend with residual_carry='qk'
+  kernels is checked with them too (RealFormer, both dtypes): 'auto' takes the carried sum at
+  the probe's length, so without these cases the qk kernels would go unchecked here."""
   from realformer_jax.kernels import backends  # pylint: disable=import-outside-toplevel
 
   fused = [b for b in backends.registered() if b.fused]
   native = [b for b in fused if b.platform == platform_name]
   if size == 'toy':
     interpretable = [b for b in fused if b.interpret]
-    return [(b.name, *_TOY_CASES[i % len(_TOY_CASES)]) for i, b in enumerate(interpretable)]
+    return [(b.name, *_TOY_CASES[i % len(_TOY_CASES)], 'auto') for i, b in enumerate(interpretable)]
   cases = []
   for backend in native or [b for b in fused if b.interpret]:
     for dtype in ('float32', 'bfloat16'):
       for placement in ('post', 'pre', 'realformer'):
-        cases.append((backend.name, placement, dtype, None))
+        cases.append((backend.name, placement, dtype, None, 'auto'))
     if backend.odd_length:  # smaller tiles than its largest
-      cases.append((backend.name, 'realformer', 'float32', backend.odd_length))
+      cases.append((backend.name, 'realformer', 'float32', backend.odd_length, 'auto'))
+    if backend.qk:
+      for dtype in ('float32', 'bfloat16'):
+        cases.append((backend.name, 'realformer', dtype, None, 'qk'))
   return cases
 
 
-def check_kernels(platform_name: str, size: str) -> list[dict]:
+def check_kernels(platform_name: str, size: str, show=lambda row: None) -> list[dict]:
+  """Every case of kernel_cases, each passed to `show` as it finishes (a run stopped by a
+  timeout has printed the cases before it)."""
   from realformer_jax import ModelConfig  # pylint: disable=import-outside-toplevel
   from realformer_jax.analysis import kernel_check  # pylint: disable=import-outside-toplevel
   from realformer_jax.kernels import backends, select  # pylint: disable=import-outside-toplevel
 
   rows = []
-  for backend, placement, dtype, length in kernel_cases(platform_name, size):
+  for backend, placement, dtype, length, carry in kernel_cases(platform_name, size):
     native = backends.get(backend).platform == platform_name
     config = ModelConfig(
       hidden_size=2 * HEAD_DIM[size],
@@ -141,6 +149,7 @@ def check_kernels(platform_name: str, size: str) -> list[dict]:
       attention_dropout_rate=0.2,
       attention_impl=backends.get(backend).attention_impl,
       attention_platform=platform_name if native else 'cpu',
+      residual_carry=carry,
     )
     plan = select.plan(config, 256)
     length = length or kernel_check.check_length(plan)
@@ -151,7 +160,7 @@ def check_kernels(platform_name: str, size: str) -> list[dict]:
     rows.append(
       {
         'kernel': f'{backend} ({"interpret" if tiles.interpret else "compiled"})',
-        'ln_placement': placement,
+        'ln_placement': placement + (' qk' if carry == 'qk' else ''),
         'dtype': dtype + (" ('highest')" if dtype == 'float32' else ''),
         'length': length,
         'tiles': [tiles.block_q, tiles.block_k, tiles.block_bwd],
@@ -162,6 +171,7 @@ def check_kernels(platform_name: str, size: str) -> list[dict]:
         'seconds': round(time.perf_counter() - start, 2),
       }
     )
+    show(rows[-1])
   return rows
 
 
@@ -328,33 +338,42 @@ def _fmt(value, unit='') -> str:
   return str(value)
 
 
-def render(report: dict) -> list[str]:
+def render_head(report: dict) -> list[str]:
   env = report['environment']
-  size = report['size']
   lines = [
     f'device_check: {env["device_count"]} x {env["device_kind"]} ({env["backend"]}), '
     f'python {env["python"]}, ' + ', '.join(f'{k} {v}' for k, v in env['versions'].items()),
     f'  memory per device {_fmt(env["memory_bytes_per_device"], "GiB")}; platform: '
     f'{env["platform_choice"]}',
   ]
-  if size == 'toy':
+  if report['size'] == 'toy':
     lines.append(
       '  TOY SIZE on the CPU: kernels in interpret mode, a toy model timed; says nothing '
       'about a GPU or TPU'
     )
   lines.append('attention kernels vs the einsum path (outputs and gradients, dropout, padding):')
-  for row in report['kernels']:
-    lines.append(
-      f'  {"PASS" if row["passed"] else "FAIL"} {row["kernel"]:<19} {row["ln_placement"]:<10} '
-      f'{row["dtype"]:<20} L={row["length"]:<4} tiles {row["tiles"]}: {row["why"]}'
-    )
-  t = report['training']
-  lines.append(
+  return lines
+
+
+def kernel_line(row: dict) -> str:
+  return (
+    f'  {"PASS" if row["passed"] else "FAIL"} {row["kernel"]:<19} {row["ln_placement"]:<13} '
+    f'{row["dtype"]:<20} L={row["length"]:<4} tiles {row["tiles"]}: {row["why"]} '
+    f'({row["seconds"]} s)'
+  )
+
+
+def training_line(t: dict) -> str:
+  return (
     f'{"PASS" if t["passed"] else "FAIL"} {t["steps"]} training steps, {t["attention_impl"]} '
     f'vs xla: worst loss difference {t["worst_relative_difference"]:.1e} (limit '
     f'{t["limit"]:.0e}); last loss {t["losses_kernels"][-1]:.4f} vs {t["losses_einsum"][-1]:.4f}'
   )
-  lines.append(f'train step ({size} size; measured on this machine unless ESTIMATE):')
+
+
+def render_steps(report: dict) -> list[str]:
+  env, size = report['environment'], report['size']
+  lines = [f'train step ({size} size; measured on this machine unless ESTIMATE):']
   for row in report['steps']['rows']:
     if 'error' in row:
       lines.append(f'  {row["model"]:<11} error: {row["error"]}')
@@ -376,8 +395,14 @@ def render(report: dict) -> list[str]:
     lines.append(f'  (skipped: {report["steps"]["skipped"]})')
   elif report['steps']['target_for_estimates'] is None:
     lines.append(f'  (no deviceless ESTIMATE: no compile target for {env["device_kind"]!r})')
-  lines.append(f'overall: {"PASS" if report["passed"] else "FAIL"}')
   return lines
+
+
+def _write(report: dict) -> None:
+  """The report so far (after every part: a run stopped by a timeout keeps what it did)."""
+  if _OUT.value:
+    with open(_OUT.value, 'w') as f:
+      json.dump(report, f, indent=1, default=str)
 
 
 def main(argv):
@@ -394,23 +419,29 @@ def main(argv):
   platform_name = kernels.platform_of(jax.devices())
   size = _SIZE.value if _SIZE.value != 'auto' else ('toy' if platform_name == 'cpu' else 'full')
   report = {'environment': env, 'size': size}
-  report['kernels'] = check_kernels(platform_name, size)
-  report['training'] = check_training(platform_name, size, _STEPS.value)
+  show = functools.partial(print, flush=True)
+  for line in render_head(report):
+    show(line)
+  report['kernels'] = check_kernels(platform_name, size, lambda row: show(kernel_line(row)))
+  _write(report)
+  training = check_training(platform_name, size, _STEPS.value)
+  show(training_line(training))
   report['steps'] = (
-    measure_steps(size, env['device_kind'], _ESTIMATE.value, report['training'])
+    measure_steps(size, env['device_kind'], _ESTIMATE.value, training)
     if _TABLE.value
     else {'size': size, 'target_for_estimates': None, 'rows': [], 'skipped': '--notable'}
   )
-  report['training'].pop('einsum_timing')
-  report['training']['shape'] = dataclasses.asdict(report['training']['shape'])
-  report['passed'] = all(r['passed'] for r in report['kernels']) and report['training']['passed']
+  for line in render_steps(report):
+    show(line)
+  training.pop('einsum_timing')
+  training['shape'] = dataclasses.asdict(training['shape'])
+  report['training'] = training
+  report['passed'] = all(r['passed'] for r in report['kernels']) and training['passed']
   report['seconds'] = round(time.perf_counter() - start, 1)
-  for line in render(report):
-    print(line)
+  show(f'overall: {"PASS" if report["passed"] else "FAIL"}')
+  _write(report)
   if _OUT.value:
-    with open(_OUT.value, 'w') as f:
-      json.dump(report, f, indent=1)
-    print(f'report: {_OUT.value} ({report["seconds"]} s)')
+    show(f'report: {_OUT.value} ({report["seconds"]} s)')
   if not report['passed']:
     sys.exit(1)
 

@@ -94,3 +94,14 @@ def test_a_user_script_importing_the_library_prints_no_plugin_noise():
   if not platform_choice.accelerator_device_files():
     assert result.stdout.strip() == 'cpu'
     assert not [n for n in PLUGIN_NOISE if n in result.stderr], result.stderr[-3000:]
+
+
+def test_the_gpu_cases_check_the_qk_kernels_too():
+  # 'auto' takes the carried sum at the probe's length, so the qk kernels need cases of their own.
+  from experiments import device_check  # pylint: disable=import-outside-toplevel
+
+  cases = device_check.kernel_cases('gpu', 'full')
+  qk = [c for c in cases if c[-1] == 'qk']
+  assert {(c[1], c[2]) for c in qk} == {('realformer', 'float32'), ('realformer', 'bfloat16')}
+  assert all(c[0] == 'triton' for c in qk)
+  assert len(cases) == len(set(cases)) and all(len(c) == 5 for c in cases)

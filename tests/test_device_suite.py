@@ -52,6 +52,20 @@ def test_a_part_that_does_not_fit_the_budget_is_skipped_with_the_reason(tmp_path
   assert 'run it alone with --parts=device' in (tmp_path / 'results.md').read_text()
 
 
+def test_a_device_check_stopped_by_the_budget_keeps_the_lines_it_printed(tmp_path):
+  from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
+
+  logged = []
+  suite = device_suite.Suite(str(tmp_path), device_suite.TOY, 3.0, logged.append)
+  code = 'import time; print("PASS case 1", flush=True); time.sleep(60)'
+  slow_check = [sys.executable, '-c', code]
+  result = device_suite.run_device(suite, slow_check)
+  assert result['passed'] is False
+  assert result['summary'] == ['PASS case 1']
+  assert 'ran past the budget after 1 lines' in result['error']
+  assert '  | PASS case 1' in logged  # passed on as it came, not at the end
+
+
 @pytest.mark.slow
 def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
   # The device check has its own test (tests/test_device_check.py): the suite's other parts.

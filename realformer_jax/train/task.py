@@ -54,8 +54,8 @@ class TaskData:
   train_iter: Any  # endless grain-style iterator: next(), get_state(), set_state(), close()
   eval_batches: Iterable[dict]  # one finite pass of this process's eval batches; re-iterable
   baseline: dict[str, float]  # eval metrics of a model that ignores its input (unprefixed)
-  # What eval_metrics needs from the data besides the outputs (masked LM: the [MASK] id;
-  # fine-tuning: the eval split's targets), handed to it by the loop.
+  # What eval_metrics needs from the data besides the outputs (e.g. fine-tuning: the eval
+  # split's targets), handed to it by the loop.
   eval_context: Any = None
 
 
@@ -221,8 +221,8 @@ def default_task() -> Task:
   """A new instance of the registered default task."""
   if _default_task is None:
     raise RuntimeError(
-      'no default task registered: import realformer_jax (its __init__ registers masked-LM '
-      'pretraining), or pass task='
+      'no default task registered: import realformer_jax (its __init__ registers one), or '
+      'pass task='
     )
   return _default_task()
 

@@ -28,8 +28,9 @@ EMBEDDED_DATASET = 'bible_web'
 class DataConfig:
   """The masked-LM `data` section. Hashable: it keys the per-process preparation caches."""
 
-  # Source (data/sources): 'auto' = 'files' if train_files is set, else 'embedded' for
-  # bible_web, else 'tfds'; or the name of any registered source.
+  # Source.
+  # Which source reads the text (data/sources): 'auto' = 'files' if train_files is set, else
+  # 'embedded' for bible_web, else 'tfds'; or the name of any registered source.
   source: str = 'auto'
   # TFDS name ('name', 'name/config', 'name:1.2.3'); bible_web = the embedded corpus.
   dataset: str = EMBEDDED_DATASET

@@ -22,10 +22,10 @@ import ml_collections
 import numpy as np
 
 from realformer_jax import train as train_lib
+from realformer_jax.mlm import MaskedLMTask
 from realformer_jax.train import partitioning
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
-from realformer_jax.train.mlm_task import MaskedLMTask
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ scoring it against the context-free floors per sequence, command-line options an
 The studies (compare_layouts, position_probe, length_extrapolation, finetune_compare) build
 their grids from these; runs.py runs a grid resumably with a progress line, stats.py has the
 intervals. "Learned" has one definition everywhere: eval loss below the copy-aware unigram
-loss (`realformer_jax.train.mlm_metrics.failed_to_train`) and [MASK] accuracy above the most
+loss (`realformer_jax.mlm.metrics.failed_to_train`) and [MASK] accuracy above the most
 frequent token's (`learned`).
 """
 
@@ -32,8 +32,9 @@ import numpy as np
 from realformer_jax import MaskedLM, data, train
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.tokenizer import CLS, MASK, SEP
+from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_nll_and_correct
-from realformer_jax.train import mlm_metrics, workdir_lock
+from realformer_jax.train import workdir_lock
 from studies import runs as runs_lib
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.

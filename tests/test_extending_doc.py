@@ -1,5 +1,6 @@
 """docs/extending.md stays true: its backend record is the toy backend's, as the tests run it
-(tests/test_kernel_backends.py), and every file it names exists."""
+(tests/test_kernel_backends.py), its data source is the toy source's, as the tests run it
+(tests/test_data_sources.py), and every file it names exists."""
 
 import pathlib
 import re
@@ -9,10 +10,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = (ROOT / 'docs' / 'extending.md').read_text()
 
 
+def _block(marker: str) -> str:
+  (block,) = [b for b in re.findall(r'```python\n(.*?)```', DOC, flags=re.S) if marker in b]
+  return textwrap.dedent(block)
+
+
 def test_the_record_shown_is_the_toy_backends():
-  (block,) = re.findall(r'```python\n(.*?)```', DOC, flags=re.S)
   toy = (ROOT / 'tests' / 'toy_backend' / '__init__.py').read_text()
-  assert textwrap.dedent(block) in toy
+  assert _block('Backend(') in toy
+
+
+def test_the_source_shown_is_the_toy_sources():
+  toy = (ROOT / 'tests' / 'toy_source.py').read_text()
+  assert _block('def open_source') in toy
 
 
 def test_every_file_named_exists():

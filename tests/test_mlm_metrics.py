@@ -10,7 +10,7 @@ from train_fixtures import tiny_config
 
 from realformer_jax import MaskedLM, data, train
 from realformer_jax.data.baseline import floors
-from realformer_jax.train import mlm_metrics
+from realformer_jax.mlm import metrics as mlm_metrics
 
 MASK = 4
 

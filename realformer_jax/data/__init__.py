@@ -1,4 +1,5 @@
-"""Masked-LM data: TFDS text → SentencePiece ids → packed [CLS] ... [SEP] sequences → batches.
+"""Masked-LM data: a source's text (sources/: files, embedded, tfds, or one you register) →
+SentencePiece ids → packed [CLS] ... [SEP] sequences → batches.
 
     tokenizer = data.prepare(config.data)          # idempotent; before building the model
     train_iter = data.make_train_iterator(config.data, global_batch_size, seed,

@@ -17,7 +17,7 @@ and the copy-aware unigram loss, the cross-entropy of the best context-free pred
 under the corruption rule, p(y | x) = (k u(x) [y = x] + r u(y) / R) / (k u(x) + r / R), with
 k and r the keep and random-replacement rates and R the number of ids random tokens are drawn
 from (data/masking.py). A model whose eval loss is not below it learned nothing a context-free
-predictor cannot (train/mlm_metrics.py: `failed_to_train`).
+predictor cannot (realformer_jax/mlm/metrics.py: `failed_to_train`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ class DataConfig:
   """The masked-LM `data` section. Hashable: it keys the per-process preparation caches."""
 
   # Source.
+  # Which source reads the text (data/sources): 'auto' = 'files' if train_files is set, else
+  # 'embedded' for bible_web, else 'tfds'; or the name of any registered source.
+  source: str = 'auto'
   # TFDS name ('name', 'name/config', 'name:1.2.3'); bible_web = the embedded corpus.
   dataset: str = EMBEDDED_DATASET
   # TFDS data dir; the tokenizer cache lives beside the dataset.
@@ -89,6 +92,13 @@ class DataConfig:
       if not ok:
         raise DataError(f'data config: {field}={getattr(self, field)!r} is invalid: {rule}.')
 
+    from realformer_jax.data import sources  # pylint: disable=import-outside-toplevel
+
+    need(
+      self.source == sources.AUTO or self.source in sources.names(),
+      'source',
+      f"'auto' or a registered source ({', '.join(sources.names())})",
+    )
     need(bool(self.dataset), 'dataset', 'name a TFDS dataset')
     need(bool(self.text_feature), 'text_feature', 'name the text feature')
     need(bool(self.train_split), 'train_split', 'name a split')

@@ -38,7 +38,7 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import encoding, file_corpus, packed_store, sources
+from realformer_jax.data import encoding, packed_store, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data import workers as workers_lib
 from realformer_jax.data.errors import DataError
@@ -76,7 +76,8 @@ class PreparedData:
   train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train split, where known
   # A file corpus's content digest (file_corpus.py); a TFDS split's is computed while packing.
   corpus_digest: Optional[str] = None
-  source: str = 'tfds'  # 'files', 'tfds' or 'embedded': which kind of source (store keys)
+  source: str = 'tfds'  # the registered source that read it (data/sources)
+  source_key: dict = dataclasses.field(default_factory=dict)  # what names its train text
 
 
 _PREPARED: dict[config_lib.DataConfig, PreparedData] = {}
@@ -99,46 +100,15 @@ def prepared_data(config: config_lib.DataConfig, workers: Optional[int] = None) 
 
 
 def _prepare_uncached(config: config_lib.DataConfig, num_workers: Optional[int]) -> PreparedData:
-  if config.train_files:
-    corpus = file_corpus.open_corpus(config, sources.data_dir_of(config), num_workers)
-    limit = config.max_documents if config.max_documents > 0 else None
-    train_records, eval_records = (corpus.records[s][:limit] for s in ('train', 'eval'))
-    segments, first = [], 0
-    for path, documents in corpus.shards['train']:
-      stop = documents if limit is None else min(documents, limit - first)
-      if stop > 0:
-        segments.append((path, 0, stop))
-      first += documents
-    prepared = dict(
-      train_records=train_records,
-      eval_records=eval_records,
-      description=f'corpus {corpus.name} (data.train_files={config.train_files!r})',
-      dataset_name=corpus.name,
-      cache_dir=corpus.directory,
-      train_segments=tuple(segments),
-      train_text_bytes=corpus.text_bytes['train'] if limit is None else None,
-      corpus_digest=corpus.digest,
-      source='files',
-    )
-    split_names = ('train', 'eval')
-  else:
-    builder = sources.load_builder(config)
-    name = builder.info.full_name
-    train_records = sources.open_split(
-      builder, config.train_split, config.text_feature, config.max_documents
-    )
-    prepared = dict(
-      train_records=train_records,
-      eval_records=sources.open_split(
-        builder, config.eval_split, config.text_feature, config.max_documents
-      ),
-      description=f"dataset '{name}'",
-      dataset_name=name,
-      cache_dir=_cache_dir(builder),
-      train_segments=((train_records, 0, len(train_records)),),
-      source='embedded' if sources.is_embedded(config) else 'tfds',
-    )
-    split_names = (config.train_split, config.eval_split)
+  source = sources.for_config(config)
+  opened = source.open(config, num_workers)
+  prepared = {
+    field.name: getattr(opened, field.name)
+    for field in dataclasses.fields(opened)
+    if field.name not in ('key', 'split_names')
+  }
+  prepared.update(source=source.name, source_key=opened.key)
+  split_names = opened.split_names
   tokenizer = _load_or_train_tokenizer(config, prepared)
   for split, records in zip(split_names, (prepared['train_records'], prepared['eval_records'])):
     _check_has_tokens(
@@ -188,20 +158,18 @@ def packed_train_store(
 
 
 def store_key(config: config_lib.DataConfig, prepared: PreparedData) -> dict:
-  """Every setting the packed train store depends on; names the source. A TFDS split keeps
-  the key it always had (so runs that started before this field resume), a file corpus names
-  its content (its directory's digest) and not a split."""
-  key = {
-    'dataset': prepared.dataset_name,
-    'split': config.train_split,
-    'text_feature': config.text_feature,
-    'max_documents': config.max_documents,
-    'max_len': config.max_len,
-    'tokenizer_sha256': prepared.tokenizer.sha256,
-  }
-  if prepared.source == 'files':
-    del key['split']
-    key['source'] = 'files'
+  """Every setting the packed train store depends on: what the source says names its text
+  (OpenedSource.key: a TFDS split, a file corpus's content digest), the source's name (but for
+  the sources whose stores predate it: Source.key_names_source) and the tokenization."""
+  key = dict(
+    prepared.source_key,
+    text_feature=config.text_feature,
+    max_documents=config.max_documents,
+    max_len=config.max_len,
+    tokenizer_sha256=prepared.tokenizer.sha256,
+  )
+  if sources.get(prepared.source).key_names_source:
+    key['source'] = prepared.source
   return key
 
 
@@ -295,11 +263,6 @@ def _mean_document_bytes(prepared: PreparedData, text_feature: str) -> float:
   probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
   sizes = [len(sources.text_of(records[i], text_feature).encode()) for i in range(probe)]
   return sum(sizes) / max(len(sizes), 1)
-
-
-def _cache_dir(builder) -> str:
-  # Beside the dataset's version directories (TFDS ignores names that are not versions).
-  return os.path.dirname(os.fspath(builder.data_dir))
 
 
 def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:

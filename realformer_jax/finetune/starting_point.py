@@ -69,9 +69,11 @@ class StartingPoint:
     if not init:
       return cls(RANDOM)
     if os.path.isdir(init):
-      from realformer_jax.train import pretrained, pretraining  # pylint: disable=import-outside-toplevel
+      from realformer_jax.mlm import MaskedLMTask  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train import pretrained, validation  # pylint: disable=import-outside-toplevel
 
-      pretrain = pretraining.validate_config(pretrained.read_config(init))
+      # A workdir to start from is a masked-LM pretraining run's.
+      pretrain = validation.validate_config(pretrained.read_config(init), task=MaskedLMTask())
       step = None if finetune.init_step == -1 else int(finetune.init_step)
       return cls(
         WORKDIR,
@@ -186,9 +188,10 @@ class StartingPoint:
     """The checkpoint's 'encoder' (and 'pooler', if it has one) in `model_config`'s layer
     layout (scan or loop); jax.Arrays (workdir) or numpy arrays (Hugging Face)."""
     if self.kind == WORKDIR:
+      from realformer_jax.mlm import MaskedLMTask  # pylint: disable=import-outside-toplevel
       from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
 
-      params = pretrained.load_workdir(self.path, step=self.step).params
+      params = pretrained.load_workdir(self.path, step=self.step, task=MaskedLMTask()).params
     elif self.kind == HUGGING_FACE:
       weights = _read_hf_weights(self.path)
       # hf_convert fills the layout it is given; the weights are the same for realformer.

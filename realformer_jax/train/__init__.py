@@ -1,5 +1,6 @@
-"""Training any task (masked-LM pretraining by default), sharded from the start (mesh +
-logical axis rules + jax.jit).
+"""Training any task, sharded from the start (mesh + logical axis rules + jax.jit). The tasks
+live above this package (realformer_jax/mlm, finetune, seq2seq); without `task=` the entry
+points train the default one (task.py: masked-LM pretraining, registered by realformer_jax/mlm).
 
     from realformer_jax import train
     train.train_and_evaluate(config, workdir)      # the whole job; resumes from workdir
@@ -11,19 +12,20 @@ The path from a config to a step, one module per stop:
   defaults (the editable ConfigDict) -> validation (checked once) -> spec (RunSpec: frozen
   sections) -> accumulation ('auto' resolved) -> build (setup: mesh, model, optimizer, state
   layout; compiled steps) -> step (the pure train / eval step) -> loop (data, checkpoints,
-  metrics). Beside them: task / mlm_task (what is trained), pretraining (these entry points,
-  masked LM unless a task is given: the generic modules take a task), partitioning (mesh, rules,
-  shardings), state (TrainState, optimizer, sharded init), checkpointing (orbax), metrics
-  (TensorBoard, console, event reader), prefetch, distributed, pretrained (a trained workdir).
+  metrics). Beside them: task (the interface a task implements, and the default task), entry
+  (these entry points: the default task unless one is given; pretraining.py is its old name),
+  partitioning (mesh, rules, shardings), state (TrainState, optimizer, sharded init),
+  checkpointing (orbax), metrics (TensorBoard, console, event reader), prefetch, distributed,
+  pretrained (a trained workdir).
 """
 
 from realformer_jax.train.build import TrainSetup, compile_eval_step, make_setup
 from realformer_jax.train.defaults import default_config
+from realformer_jax.train.entry import compile_train_step, train_and_evaluate, validate_config
 from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.loop import evaluate
 from realformer_jax.train.metrics import read_scalars
 from realformer_jax.train.pretrained import Pretrained, load_workdir
-from realformer_jax.train.pretraining import compile_train_step, train_and_evaluate, validate_config
 from realformer_jax.train.spec import RunSpec
 from realformer_jax.train.state import TrainState
 

@@ -29,7 +29,7 @@ from realformer_jax.train.task import Task
 @dataclasses.dataclass(frozen=True)
 class TrainSetup:
   spec: RunSpec
-  model: Any  # the task's Flax module (MaskedLM for pretraining)
+  model: Any  # the task's Flax module (task.make_model)
   tx: optax.GradientTransformation
   mesh: Mesh
   layout: state_lib.StateLayout

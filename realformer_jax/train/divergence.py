@@ -33,7 +33,7 @@ from realformer_jax.data import cache_lock
 from realformer_jax.train.errors import DivergenceError
 
 # A loss this many times the run's first one is an explosion, not noise: an untrained model
-# guesses uniformly, so even 10x its loss (e.g. 90 nats a masked token at vocabulary 8k, or
+# guesses uniformly, so even 10x its loss (e.g. 90 nats a predicted token at vocabulary 8k, or
 # a mean squared error 10x that of predicting zero) is a model that has broken down.
 EXPLOSION_FACTOR = 10.0
 # The reference is at least this (in the task's loss units), so a first loss near 0 (an easy

@@ -1,7 +1,7 @@
 """train_and_evaluate: check, build data, compile once, train, evaluate, checkpoint, resume.
 
-One loop for every task (task.py): masked-LM pretraining (mlm_task.py), the fine-tuning tasks
-(realformer_jax/finetune), translation (realformer_jax/seq2seq/task.py). Order matters for failing
+One loop for every task (task.py): masked-LM pretraining (realformer_jax/mlm), the fine-tuning
+tasks (realformer_jax/finetune), translation (realformer_jax/seq2seq). Order matters for failing
 fast: the config is validated and the data is built (tokenizer, iterators, baseline) before any
 model is traced, so every user-fixable problem costs seconds. Metrics are pulled to the host one
 step late, so the host never waits on the step it has just dispatched; a state is checked finite
@@ -51,7 +51,7 @@ def train_and_evaluate(
 ) -> dict[str, Any]:
   """Trains `task` on `config` until train.stop_at_step (or num_train_steps), resuming from
   the latest checkpoint in `workdir`: validates the config once (validation.py), then `run`.
-  (train.train_and_evaluate defaults the task to masked-LM pretraining: pretraining.py.)"""
+  (train.train_and_evaluate defaults the task to the registered default: entry.py.)"""
   return run(validation.validate_config(config, task=task), workdir, on_log=on_log)
 
 

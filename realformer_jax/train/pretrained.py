@@ -1,7 +1,8 @@
 """A trained workdir as a starting point: its config, model config, parameters and tokenizer.
 
     run = train.load_workdir('/tmp/realformer_tiny')       # latest checkpoint
-    logits = MaskedLM(run.model_config).apply({'params': run.params}, ids, mask)
+    model = run.spec.task.make_model(run.model_config)    # the run's task's module
+    outputs = model.apply({'params': run.params}, ...)
     ids = run.tokenizer.encode('In the beginning')
 
 The parameters are restored onto the devices of this process, whatever mesh and process count
@@ -25,10 +26,10 @@ from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.train import build, defaults, run_identity, validation
 from realformer_jax.train.checkpointing import Checkpointer
-from realformer_jax.train.mlm_task import MaskedLMTask
 from realformer_jax.train.spec import RunSpec
+from realformer_jax.train.task import Task, default_task
 
-# config.json; where the pretraining loop copies its tokenizer, by kind.
+# config.json; where the loop copies a run's tokenizer, by kind.
 CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
 # Fields renamed since a workdir may have been written: old name -> new name.
 _RENAMED_FIELDS = {('data', 'tokenizer_path'): ('data', 'vocab_file')}
@@ -108,13 +109,17 @@ def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
 
 
 def load_workdir(
-  workdir: str, step: Optional[int] = None, mesh_shape: Optional[Sequence[int]] = None
+  workdir: str,
+  step: Optional[int] = None,
+  mesh_shape: Optional[Sequence[int]] = None,
+  task: Optional[Task] = None,
 ) -> Pretrained:
-  """Config and parameters of `workdir` at `step` (default: its latest checkpoint)."""
+  """Config and parameters of `workdir` at `step` (default: its latest checkpoint), a run of
+  `task` (default: the default task, task.py)."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   saved = read_config_json(workdir)
   config = _config_from(saved, os.path.join(workdir, CONFIG_FILE))
-  spec = validation.validate_config(config, task=MaskedLMTask())
+  spec = validation.validate_config(config, task=task or default_task())
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(
     mesh=spec.mesh.replace(

@@ -27,7 +27,7 @@ from typing import Any, Optional
 from realformer_jax.train import checkpoint_integrity
 
 CONFIG_FILE = 'config.json'
-# Where the pretraining loop copies its tokenizer, by kind.
+# Where the loop copies a run's tokenizer (loop._write_run_files), by kind.
 TOKENIZER_FILES = ('tokenizer.model', 'vocab.txt')
 # Fields of a data iterator state that say where it is, not what it reads.
 _POSITION_FIELDS = frozenset({'next_position', 'seed'})

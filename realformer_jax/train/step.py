@@ -1,5 +1,5 @@
-"""The train and eval steps of every trainer: pretraining, fine-tuning and translation differ
-only in their task (task.py: model call, loss sums, batch weight).
+"""The train and eval steps of every task: tasks differ only in what task.py asks of them (model
+call, loss sums, batch weight).
 
 `train_step(state, batch, rng) -> (state, metrics)` is pure: dropout randomness is
 `fold_in(rng, state.step)` (then per microbatch), so a resumed run replays the same numbers.
@@ -137,7 +137,7 @@ def make_eval_step(
   model: Any, task: TaskModel, grad_accum_steps: int = 1
 ) -> Callable[[TrainState, Batch], tuple[Metrics, Metrics]]:
   """`eval_step(state, batch) -> (sums, outputs)`: the task's metric sums of one eval batch and
-  its per-row outputs for host-side metrics (`task.eval_outputs`; masked LM: per slot), in the
+  its per-row outputs for host-side metrics (`task.eval_outputs`), in the
   train step's microbatches (a batch that needs accumulation to train also needs it to
   evaluate: the forward pass alone holds [B, H, L, L] scores)."""
   num_micro = grad_accum_steps

@@ -1,9 +1,14 @@
 """What the training loop needs to know about a task, and nothing else.
 
 The loop (loop.py), steps (step.py), state init (state.py) and setup (build.py) are written
-against this interface; masked-LM pretraining (mlm_task.py) is one task, the fine-tuning tasks
-(classification, regression, span extraction; realformer_jax/finetune/tasks.py) and translation
-(realformer_jax/seq2seq/task.py) are others.
+against this interface and know no task: masked-LM pretraining (realformer_jax/mlm), the
+fine-tuning tasks (classification, regression, span extraction; realformer_jax/finetune) and
+translation (realformer_jax/seq2seq) are packages above this one, each a `Task`.
+
+The entry points that take no task (`train.train_and_evaluate(config, workdir)`) train the
+default task: the one registered with `set_default_task`. realformer_jax/mlm registers
+masked-LM pretraining when it is imported, and realformer_jax/__init__.py imports it, so the
+default is there whatever submodule a user imports first; this package never names it.
 
 A task (`Task`) is three parts and its data: `TaskConfig` (read by validation.py), `TaskModel`
 (all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
@@ -28,7 +33,7 @@ console, loop.py). A task says
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 import jax
 import ml_collections
@@ -49,8 +54,8 @@ class TaskData:
   train_iter: Any  # endless grain-style iterator: next(), get_state(), set_state(), close()
   eval_batches: Iterable[dict]  # one finite pass of this process's eval batches; re-iterable
   baseline: dict[str, float]  # eval metrics of a model that ignores its input (unprefixed)
-  # What eval_metrics needs from the data besides the outputs (masked LM: the [MASK] id;
-  # fine-tuning: the eval split's targets), handed to it by the loop.
+  # What eval_metrics needs from the data besides the outputs (e.g. fine-tuning: the eval
+  # split's targets), handed to it by the loop.
   eval_context: Any = None
 
 
@@ -199,6 +204,27 @@ class Task(TaskConfig, TaskModel, TaskConsole):
     as `setup.layout.shardings.params`; the result must have the same shapes and shardings."""
     del setup
     return params
+
+
+# The task of the entry points that are given none (entry.py): a factory, so each run gets a
+# fresh task object.
+_default_task: Optional[Callable[[], Task]] = None
+
+
+def set_default_task(factory: Callable[[], Task]) -> None:
+  """Makes `factory()` the task of every entry point called without one."""
+  global _default_task  # pylint: disable=global-statement
+  _default_task = factory
+
+
+def default_task() -> Task:
+  """A new instance of the registered default task."""
+  if _default_task is None:
+    raise RuntimeError(
+      'no default task registered: import realformer_jax (its __init__ registers one), or '
+      'pass task='
+    )
+  return _default_task()
 
 
 def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:

@@ -1,7 +1,7 @@
-"""Masked-LM pretraining as a task of the generic loop (task.py): the project's main job.
+"""Masked-LM pretraining as a task of the generic loop (train/task.py): the project's main job.
 
 Evaluation reports loss and accuracy over all predictions and separately at [MASK], kept and
-randomly replaced positions (mlm_metrics.py), beside the context-free floors of the eval set
+randomly replaced positions (metrics.py), beside the context-free floors of the eval set
 (data/baseline.py): the most frequent token, the copy-aware rule and its unigram loss.
 """
 
@@ -15,9 +15,9 @@ import numpy as np
 
 from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_loss_and_metrics, mlm_nll_and_correct
 from realformer_jax.model.models import MaskedLM
-from realformer_jax.train import mlm_metrics
 from realformer_jax.train.task import Task, TaskData
 
 SUM_METRICS = ('mlm_loss_sum', 'mlm_correct_sum', 'mlm_weight')  # add across batches

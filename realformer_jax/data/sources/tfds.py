@@ -1,4 +1,5 @@
-"""Opening a TFDS text dataset as a random-access source, with fail-fast checks.
+"""The `tfds` source: a TFDS text dataset as a random-access source, with fail-fast checks
+(the `embedded` source, embedded.py, opens its builder through this module too).
 
 Every check runs before any text is tokenized or any model is compiled, and each failure is a
 one-line DataError naming the dataset, split, feature or directory:
@@ -17,26 +18,20 @@ import io
 import logging
 import os
 import re
-from typing import Any
+from typing import Any, Optional
 
 from realformer_jax import extras
 from realformer_jax.data import cache_lock, corpus, shard_check
 from realformer_jax.data.encoding import text_of  # noqa: F401  (re-exported: its old home)
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.sources import is_embedded
+from realformer_jax.data.sources.registry import OpenedSource, data_dir_of
 
 grain = extras.lazy('grain')
 tfds = extras.lazy('tensorflow_datasets')
 
 # 'huggingface:mnist' (a namespace), but not 'mnist:3.0.1' (a version).
 _NAMESPACE = re.compile(r'^[A-Za-z_][\w-]*:(?!\d)')
-
-
-def data_dir_of(config: Any) -> str:
-  return os.path.abspath(os.path.expanduser(config.data_dir))
-
-
-def is_embedded(config: Any) -> bool:
-  return config.dataset.split(':')[0].split('/')[0] == corpus.BibleWeb.name
 
 
 def _verbose() -> bool:
@@ -178,3 +173,26 @@ def _check_text_feature(builder: tfds.core.DatasetBuilder, text_feature: str) ->
 
 def _first_line(error: Exception) -> str:
   return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def open_source(config: Any, workers: Optional[int] = None) -> OpenedSource:
+  """The train and eval splits of data.dataset (prepared under data.data_dir, or prepared now:
+  the embedded corpus, or download=True)."""
+  del workers  # TFDS reads its shards itself
+  builder = load_builder(config)
+  name = builder.info.full_name
+  train_records, eval_records = (
+    open_split(builder, split, config.text_feature, config.max_documents)
+    for split in (config.train_split, config.eval_split)
+  )
+  return OpenedSource(
+    train_records=train_records,
+    eval_records=eval_records,
+    description=f"dataset '{name}'",
+    dataset_name=name,
+    # Beside the dataset's version directories (TFDS ignores names that are not versions).
+    cache_dir=os.path.dirname(os.fspath(builder.data_dir)),
+    key={'dataset': name, 'split': config.train_split},
+    split_names=(config.train_split, config.eval_split),
+    train_segments=((train_records, 0, len(train_records)),),
+  )

@@ -1,0 +1,23 @@
+"""Masked-LM pretraining, the project's main job, as a task of the generic trainer
+(realformer_jax/train) on the masked-LM data pipeline (realformer_jax/data), beside finetune/
+and seq2seq/.
+
+    python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
+
+    from realformer_jax import mlm, train
+    train.train_and_evaluate(config, workdir)                       # the default task: this one
+    train.train_and_evaluate(config, workdir, task=mlm.MaskedLMTask())
+
+Files: task (MaskedLMTask: model, batch, loss, console lines, data), metrics (loss and accuracy
+split by what the model saw at each predicted position; the one definition of a run that learned
+nothing). Importing this package makes masked-LM pretraining the trainer's default task
+(train/task.py); realformer_jax/__init__.py imports it.
+"""
+
+from realformer_jax.mlm import metrics
+from realformer_jax.mlm.task import MaskedLMTask
+from realformer_jax.train.task import set_default_task
+
+set_default_task(MaskedLMTask)
+
+__all__ = ['MaskedLMTask', 'metrics']

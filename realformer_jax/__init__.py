@@ -34,7 +34,3 @@ __all__ = [
   'SpanExtractor',
   'SpanHead',
 ]
-
-# Last (it imports the trainer, which uses the names above): masked-LM pretraining registers
-# itself as the trainer's default task (train/task.py), whichever submodule is imported first.
-from realformer_jax import mlm  # noqa: E402  pylint: disable=wrong-import-position

@@ -10,14 +10,10 @@ and seq2seq/.
 
 Files: task (MaskedLMTask: model, batch, loss, console lines, data), metrics (loss and accuracy
 split by what the model saw at each predicted position; the one definition of a run that learned
-nothing). Importing this package makes masked-LM pretraining the trainer's default task
-(train/task.py); realformer_jax/__init__.py imports it.
+nothing). It is the trainer's default task (train/task.py names it by import path).
 """
 
 from realformer_jax.mlm import metrics
 from realformer_jax.mlm.task import MaskedLMTask
-from realformer_jax.train.task import set_default_task
-
-set_default_task(MaskedLMTask)
 
 __all__ = ['MaskedLMTask', 'metrics']

@@ -6,9 +6,8 @@ fine-tuning tasks (classification, regression, span extraction; realformer_jax/f
 translation (realformer_jax/seq2seq) are packages above this one, each a `Task`.
 
 The entry points that take no task (`train.train_and_evaluate(config, workdir)`) train the
-default task: the one registered with `set_default_task`. realformer_jax/mlm registers
-masked-LM pretraining when it is imported, and realformer_jax/__init__.py imports it, so the
-default is there whatever submodule a user imports first; this package never names it.
+default task: masked-LM pretraining (realformer_jax/mlm), which this package names only by
+its import path and imports on first use (or the one given to `set_default_task`).
 
 A task (`Task`) is three parts and its data: `TaskConfig` (read by validation.py), `TaskModel`
 (all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
@@ -33,6 +32,7 @@ console, loop.py). A task says
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 import jax
@@ -206,8 +206,10 @@ class Task(TaskConfig, TaskModel, TaskConsole):
     return params
 
 
-# The task of the entry points that are given none (entry.py): a factory, so each run gets a
-# fresh task object.
+# The task of the entry points that are given none (entry.py): masked-LM pretraining, named
+# by its import path and imported when first asked for, so that importing realformer_jax (the
+# model) or this package loads no task, and this package imports nothing above it.
+_DEFAULT_TASK = 'realformer_jax.mlm.task:MaskedLMTask'
 _default_task: Optional[Callable[[], Task]] = None
 
 
@@ -218,12 +220,10 @@ def set_default_task(factory: Callable[[], Task]) -> None:
 
 
 def default_task() -> Task:
-  """A new instance of the registered default task."""
+  """A new instance of the default task (masked-LM pretraining unless `set_default_task`)."""
   if _default_task is None:
-    raise RuntimeError(
-      'no default task registered: import realformer_jax (its __init__ registers one), or '
-      'pass task='
-    )
+    module, name = _DEFAULT_TASK.split(':')
+    set_default_task(getattr(importlib.import_module(module), name))
   return _default_task()
 
 

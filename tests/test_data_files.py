@@ -161,6 +161,11 @@ def _bad_inputs(tmp_path):
   (tmp_path / 'tiny.txt').write_text('owls watch.\n')
   (tmp_path / 'data.csv').write_text('a,b\n')
   (tmp_path / 'plain.txt.gz').write_text('not gzip at all\n')
+  import zstandard  # pylint: disable=import-outside-toplevel
+
+  # Two frames, the second cut short: zstandard's own stream reader ends at the cut silently.
+  frame = zstandard.ZstdCompressor().compress(b'seven wise owls watch the old oaks.\n' * 500)
+  (tmp_path / 'truncated.txt.zst').write_bytes(frame + frame[: len(frame) // 2])
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
@@ -184,6 +189,10 @@ def _bad_inputs(tmp_path):
     ('nocolumn.parquet', r"nocolumn.parquet: Parquet file has no column 'text'.*\['content'\]"),
     ('data.csv', r"data.csv: unknown file format '.csv'"),
     ('plain.txt.gz', r'plain.txt.gz: cannot be read \(Not a gzipped file'),
+    (
+      'truncated.txt.zst',
+      r'truncated.txt.zst: cannot be read \(the file ends inside a zstd frame: truncated\)',
+    ),
     ('tiny.txt', r'packs into 1 sequences of max_len=16, fewer than one global batch \(4\)'),
   ],
 )
@@ -335,3 +344,30 @@ def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkey
   data.prepare(config)
   changed = _shards(config.data_dir)
   assert len(changed) == 5 and all(changed[name] == stat for name, stat in resumed.items())
+
+
+@pytest.mark.parametrize(
+  'name, content',
+  [
+    ('crlf.txt', 'a\r\nb\r\n\r\n  \t\nc\u00e9\n\n\n d \r\r\n\ne'),
+    ('lines.jsonl', '{"text": "x"}\r\n\n{"text": "y\\u00e9"}\n   \n{"text": "z"}'),
+  ],
+)
+def test_reading_a_file_in_one_block_gives_the_streamed_documents(
+  tmp_path, monkeypatch, name, content
+):
+  """Uncompressed files are read and decoded in one piece (text_files._block_lines); the
+  documents must be those of reading line by line (CRLF, blank and whitespace lines, no final
+  newline), for the whole file and for its exact byte ranges."""
+  path = tmp_path / name
+  path.write_bytes(content.encode())
+  size = len(content.encode())
+  monkeypatch.setattr(text_files, 'CHUNK_BYTES', 8)  # several ranges in a tiny file
+  ranges = [None] + [
+    text_files.exact_range(str(path), *r, size) for r in text_files.byte_ranges(str(path), size)
+  ]
+  block = [list(text_files.documents(str(path), 'text', r)) for r in ranges]
+  monkeypatch.setattr(text_files, '_block_lines', lambda *args: None)
+  streamed = [list(text_files.documents(str(path), 'text', r)) for r in ranges]
+  assert block == streamed
+  assert sum(block[1:], []) == block[0] and len(ranges) > 2

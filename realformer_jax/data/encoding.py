@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-import numpy as np
-
 from realformer_jax.data.tokenizer_base import Tokenizer
 
 
@@ -60,8 +58,7 @@ def encode(job: EncodeJob) -> dict:
     for source, first, stop in job.segments
     for text in read_texts(source, range(first, stop), job.text_feature)
   ]
-  ids = job.tokenizer.encode_batch(texts, num_threads=1)
-  flat = np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32)
+  flat = job.tokenizer.encode_flat(texts, num_threads=1)
   encoded = [t.encode() for t in texts]
   return {
     'ids': flat,

@@ -51,6 +51,12 @@ SPLITS = ('train', 'eval')
 _SHARD_DIR = 'file-shards'
 _FINGERPRINT_DIR = 'fingerprints'
 MANIFEST = 'corpus.json'
+# A record per chunk (random access for the tokenizer sample and the eval split), snappy: the
+# shard is written once and read once more by the encoding workers, and array_record's default
+# (zstd) cost 30 + 14 CPU ms per MB of text to write and read, snappy 8 + 7 (measured on
+# generated English, 2026-11-26; zstd's files were 0.71x the text, snappy's 0.98x). Readers
+# take either, so shards written before stay valid.
+_SHARD_OPTIONS = 'group_size:1,snappy'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +265,7 @@ def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]
   writers = {}
   try:
     for split, path in tmp.items():
-      writers[split] = array_record_module.ArrayRecordWriter(path, 'group_size:1')
+      writers[split] = array_record_module.ArrayRecordWriter(path, _SHARD_OPTIONS)
     texts = text_files.documents(
       chunk.path, chunk.text_feature, None if chunk.whole_file else byte_range
     )

@@ -42,6 +42,9 @@ COMPRESSIONS = ('.gz', '.zst')
 # shard's identity (file_corpus._REVISION), so changing it re-reads corpora.
 CHUNK_BYTES = 16 << 20
 _HASH_BLOCK = 8 << 20
+# Ranges up to this size are read and decoded in one piece (chunks are CHUNK_BYTES, plus the
+# distance to the next document boundary); a larger one (a .txt without blank lines) streams.
+_MAX_BLOCK_BYTES = 4 * CHUNK_BYTES
 
 
 def expand(patterns: str, field: str) -> list[str]:
@@ -202,6 +205,13 @@ def _documents(path: str, extension: str, text_feature: str, byte_range) -> Iter
     yield from _parquet_documents(path, text_feature)
     return
   start, end = byte_range or (0, None)
+  lines = _block_lines(path, start, end)
+  if lines is not None:
+    if extension == '.txt':
+      yield from _text_documents(lines)
+    else:
+      yield from _json_documents(path, lines, text_feature, start)
+    return
   with _open_binary(path) as f:
     if start:
       f.seek(start)
@@ -234,10 +244,53 @@ def _open_binary(path: str):
         f"{path}: reading .zst needs the zstandard package: pip install 'realformer_jax[zst]' "
         '(or pip install zstandard).'
       ) from None
-    return io.BufferedReader(
-      zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-    )
+    return io.BufferedReader(_ZstdFrames(raw, zstandard.ZstdDecompressor()))
   return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+  """The decompressed bytes of a .zst file's frames, one after another. A file that ends inside
+  a frame (truncated) raises EOFError there: zstandard's stream_reader ends early without an
+  error instead (measured, zstandard 0.25), which would silently drop the file's tail."""
+
+  _READ_BYTES = 1 << 17  # compressed bytes per step; text expands ~3-5x
+
+  def __init__(self, raw, decompressor):
+    super().__init__()
+    self._raw, self._decompressor = raw, decompressor
+    self._frame = None  # the decompressobj of the frame being read, None between frames
+    self._out, self._at = memoryview(b''), 0
+
+  def readable(self) -> bool:
+    return True
+
+  def readinto(self, buffer) -> int:
+    while self._at == len(self._out):
+      compressed = self._raw.read(self._READ_BYTES)
+      if not compressed:
+        if self._frame is not None:
+          raise EOFError('the file ends inside a zstd frame: truncated')
+        return 0
+      self._out, self._at = memoryview(self._decompress(compressed)), 0
+    count = min(len(buffer), len(self._out) - self._at)
+    buffer[:count] = self._out[self._at : self._at + count]
+    self._at += count
+    return count
+
+  def _decompress(self, compressed: bytes) -> bytes:
+    out = []
+    while compressed:
+      if self._frame is None:
+        self._frame = self._decompressor.decompressobj()
+      out.append(self._frame.decompress(compressed))
+      compressed = b''
+      if self._frame.eof:  # the frame is complete; what follows starts the next one
+        compressed, self._frame = self._frame.unused_data, None
+    return b''.join(out)
+
+  def close(self) -> None:
+    self._raw.close()
+    super().close()
 
 
 def _lines(path: str, f, start: int = 0, end: Optional[int] = None) -> Iterator[tuple[int, str]]:
@@ -261,6 +314,35 @@ def _lines(path: str, f, start: int = 0, end: Optional[int] = None) -> Iterator[
       ) from None
     offset += len(raw)
     yield number, line.rstrip('\r\n')
+
+
+def _block_lines(path: str, start: int, end: Optional[int]):
+  """(line number, line) of an uncompressed local file's bytes [start, end) read and decoded in
+  one piece (~5x cheaper per MB than line by line, measured); None where that does not apply (a
+  compressed or remote file, a range over _MAX_BLOCK_BYTES) or the bytes are not clean UTF-8
+  text: then `_lines` streams them and names the offending byte."""
+  if compression_of(path) or '://' in path:
+    return None
+  if end is None:
+    end = os.path.getsize(path)
+  if end - start > _MAX_BLOCK_BYTES:
+    return None
+  with open(path, 'rb') as f:
+    f.seek(start)
+    data = f.read(end - start)
+  if _NUL in data:
+    return None
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError:
+    return None
+  del data
+  lines = text.split('\n')
+  if lines and not lines[-1]:
+    lines.pop()  # the newline ending the last line starts no line
+  if '\r' in text:
+    lines = [line.rstrip('\r') for line in lines]
+  return enumerate(lines, 1)
 
 
 def _absolute_line(path: str, start: int, number: int) -> int:

@@ -64,6 +64,12 @@ class Tokenizer:
     del num_threads
     return [self.encode(text) for text in texts]
 
+  def encode_flat(self, texts: list[str], num_threads: int = -1) -> np.ndarray:
+    """The token ids of `texts` concatenated into one int32 array (what packing needs), as
+    `encode_batch`; implementations may skip the per-text arrays."""
+    ids = self.encode_batch(texts, num_threads=num_threads)
+    return np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32)
+
   def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids, starts, ends), int32: token i covers text[starts[i]:ends[i]] (character offsets,
     end exclusive, leading whitespace excluded). For span tasks such as SQuAD."""

@@ -22,9 +22,9 @@ are never read) and its VJP adds its share into the stack's gradient. With the k
 layers going up also write their attention output and row statistics into SavedAttention
 (O(N L)), and the re-run going down takes them from there (`qk_attention_replay`): the
 attention forward kernel runs once per layer and step, not twice. Peak: the stack, its
-gradient, SavedAttention and one layer's transients. The gradient has the stack's dtype: in a bfloat16 model
-each layer's share is computed in float32 and rounded once when added (N roundings for slot 0,
-as a bfloat16 residual stream's gradient takes one a layer).
+gradient, SavedAttention and one layer's transients. The gradient has the stack's dtype: in a
+bfloat16 model each layer's share is computed in float32 and rounded once when added (N
+roundings for slot 0, as a bfloat16 residual stream's gradient takes one a layer).
 """
 
 from __future__ import annotations
@@ -179,13 +179,30 @@ def kernel_attention(
   divisor: Optional[jax.Array],
   dropout_key: Optional[jax.Array],
   keep_prob: float,
+) -> tuple[jax.Array, jax.Array]:
+  """(context [B, L, H, K], stack) through the plan's kernels, per shard under a mesh (as
+  attend.fused_self_attention: batch and heads split, global offsets for the dropout mask).
+  The stack's head dimension may be padded (Triton's power-of-two tiles); v is padded to it
+  and the context sliced back."""
+  args = (plan, stack, v_BxLxHxK, index, bias_Bx1x1xL, scale, divisor, dropout_key, keep_prob)
+  return kernel_attention_saving(*args)[:2]
+
+
+def kernel_attention_saving(
+  plan: AttentionPlan,
+  stack: jax.Array,
+  v_BxLxHxK: jax.Array,
+  index: jax.Array,
+  bias_Bx1x1xL: jax.Array,
+  scale: jax.Array,
+  divisor: Optional[jax.Array],
+  dropout_key: Optional[jax.Array],
+  keep_prob: float,
   saved: Optional[SavedAttention] = None,
 ) -> tuple[jax.Array, jax.Array, SavedAttention]:
-  """(context [B, L, H, K], stack, this layer's SavedAttention slot (out, m, log_l)) through
-  the plan's kernels, per shard under a mesh (as attend.fused_self_attention: batch and heads
-  split, global offsets for the dropout mask). With `saved` (this layer's slot, written when
-  it ran going up) no forward kernel runs: qk_attention_replay. The stack's head dimension may
-  be padded (Triton's power-of-two tiles); v is padded to it and the context sliced back."""
+  """kernel_attention, plus this layer's SavedAttention slot (out, m, log_l) to keep. With
+  `saved` (this layer's slot, written when it ran going up) no forward kernel runs:
+  qk_attention_replay computes the same gradients from it."""
   batch, _, heads, head_dim = v_BxLxHxK.shape
   bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
@@ -259,7 +276,9 @@ def _sharded(spec, stack, v, bias, fparams, words, layer, saved):
 
 def _op(stack, v, bias, fparams, iparams, layer, saved, spec):
   if saved is None:
-    return qk_attention(stack, v, bias, fparams, iparams, layer, spec)
+    out, stack, lse = qk_attention(stack, v, bias, fparams, iparams, layer, spec)
+    # SavedAttention's [B, H, L] (Mosaic's come as [B, H, L, 1]; its backward takes either)
+    return out, stack, tuple(x.reshape(x.shape[:3]) for x in lse)
   out, stack = qk_attention_replay(
     stack, v, bias, fparams, iparams, layer, saved.out, (saved.m, saved.log_l), spec
   )

@@ -228,7 +228,7 @@ class QKPath(ScorePath):
       if self.refuse_bias_and_scale_gradients:
         bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)
       mine = saved.layer(index) if saved is not None and self.replay else None
-      context, stack, attention = qk_carry.kernel_attention(
+      context, stack, attention = qk_carry.kernel_attention_saving(
         self.plan, stack, v, index, bias, scale, divisor, dropout_key, keep_prob, mine
       )
       if saved is not None and not self.replay:  # going up under qk_stack: keep it

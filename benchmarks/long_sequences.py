@@ -52,6 +52,11 @@ VARIANTS = {
 }
 TARGET_VARIANTS = ('post', 'realformer recomputed', 'realformer qk')
 TARGET_LENGTHS = '4096,8192,16384,32768,65536,131072'
+# Issue 40's targets (BERT-Base, batch 1, bf16, full remat, dropout 0.1, one H100 / H200):
+# at this length the qk step <= this many Post-LN steps, and Post-LN's step <= these seconds.
+QK_TARGET_LENGTH = 65536
+QK_OVER_POST_TARGET = 2.0
+POST_SECONDS_TARGET = 3.5
 RESULTS_DIR = os.path.join('docs', 'results', 'long_sequences')
 
 
@@ -173,11 +178,33 @@ def run_target(args) -> dict:
   results = runs_lib.Grid(out_dir, runs).run(one)
   budget = target.chip.usable_memory_bytes
   markdown = render_target(results, lengths, variants, target, budget, args)
+  verdicts = target_verdicts(results, args)
+  if verdicts:
+    markdown += '\n' + '\n'.join(f'- {line}' for line in verdicts) + '\n'
   with open(os.path.join(out_dir, 'results.md'), 'w') as f:
     f.write(markdown)
   print(markdown)
   print(f'wrote {out_dir}/results.md')
   return results
+
+
+def target_verdicts(results, args) -> list[str]:
+  """PASS / MISS of the qk targets (QK_TARGET_LENGTH) on the ESTIMATED steps, at the BERT-Base
+  shape only, where post and qk both compiled; [] otherwise."""
+  post = results.get(f'L{QK_TARGET_LENGTH}-post', {})
+  qk = results.get(f'L{QK_TARGET_LENGTH}-realformer-qk', {})
+  base = (args.hidden, args.layers, args.heads, args.dtype) == (768, 12, 12, 'bfloat16')
+  if not (base and post.get('compiled') and qk.get('compiled')):
+    return []
+  ratio = qk['step_seconds'] / post['step_seconds']
+  verdict = lambda ok: 'PASS' if ok else 'MISS'
+  return [
+    f'{verdict(ratio <= QK_OVER_POST_TARGET)} (ESTIMATED) qk step <= {QK_OVER_POST_TARGET:g}x '
+    f'Post-LN at L = {QK_TARGET_LENGTH:,}: {ratio:.2f}x ({qk["step_seconds"]:.2f} s / '
+    f'{post["step_seconds"]:.2f} s)',
+    f'{verdict(post["step_seconds"] <= POST_SECONDS_TARGET)} (ESTIMATED) Post-LN step <= '
+    f'{POST_SECONDS_TARGET:g} s at L = {QK_TARGET_LENGTH:,}: {post["step_seconds"]:.2f} s',
+  ]
 
 
 def render_target(results, lengths, variants, target, budget, args) -> str:

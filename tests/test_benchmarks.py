@@ -146,6 +146,27 @@ def test_long_sequence_benchmark_at_toy_size():
     assert result['xla_peak_gb'] > 0 and result['step_s'] > 0
 
 
+def test_long_sequence_targets_print_pass_or_miss():
+  # Issue 40's targets on the estimated rows at L = 65,536, BERT-Base only (a toy table has
+  # none).
+  import argparse  # pylint: disable=import-outside-toplevel
+
+  from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
+
+  base = argparse.Namespace(hidden=768, layers=12, heads=12, dtype='bfloat16')
+  rows = lambda post, qk: {
+    'L65536-post': {'compiled': True, 'step_seconds': post},
+    'L65536-realformer-qk': {'compiled': True, 'step_seconds': qk},
+  }
+  miss, passed = long_sequences.target_verdicts(rows(3.6, 7.3), base)
+  assert miss.startswith('MISS (ESTIMATED) qk step <= 2x Post-LN') and '2.03x' in miss
+  assert passed.startswith('MISS (ESTIMATED) Post-LN step <= 3.5 s') and '3.60 s' in passed
+  verdicts = long_sequences.target_verdicts(rows(3.4, 6.8), base)
+  assert [line.split()[0] for line in verdicts] == ['PASS', 'PASS']
+  toy = argparse.Namespace(hidden=32, layers=2, heads=2, dtype='bfloat16')
+  assert long_sequences.target_verdicts(rows(3.4, 6.8), toy) == []
+
+
 @pytest.mark.slow
 def test_aot_profile_code_path_at_toy_shape(tmp_path):
   # The H100 profile compiled on this host (deviceless) and estimated, at toy shape, for ours

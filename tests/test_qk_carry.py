@@ -3,6 +3,7 @@
 (tests/conftest.py pins 'highest')."""
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -120,6 +121,34 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
   for got, want in zip(grads, ref_grads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
   assert not np.any(grads[0][:, 2])  # no gradient for a layer above
+
+
+@pytest.mark.slow  # ~15 s on 2 cores
+@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
+def test_replayed_layer_runs_no_forward_kernel_and_gives_the_same_gradients(backend):
+  # qk_stack's re-run going down takes a layer's output and row statistics from
+  # SavedAttention (kernel_attention_saving with `saved`): its gradients equal the op's that
+  # ran the forward, and its program holds the backward kernels only. float32 stack ('highest'
+  # matmuls, tests/conftest.py).
+  stack, v, mask, weights = _op_inputs()
+  index, plan, key = jnp.asarray(1), PLANS[backend], jax.random.key(7)
+  scale, bias = jnp.asarray(0.3), mask_bias(mask)
+  w_stack = jax.random.normal(jax.random.key(3), stack.shape)
+  args = (index, bias, scale, None, key, 0.75)
+  _, _, saved = qk_carry.kernel_attention_saving(plan, stack, v, *args)
+
+  def loss(stack, v, saved=None):
+    context, passed, _ = qk_carry.kernel_attention_saving(plan, stack, v, *args, saved)
+    return jnp.sum(context * weights) + jnp.sum(passed * w_stack)
+
+  replay = functools.partial(loss, saved=saved)
+  grads = jax.grad(loss, argnums=(0, 1))(stack, v)
+  replayed = jax.grad(replay, argnums=(0, 1))(stack, v)
+  for got, want in zip(replayed, grads):
+    np.testing.assert_array_equal(got, want)
+  program = str(jax.make_jaxpr(jax.grad(replay, argnums=(0, 1)))(stack, v))
+  assert 'realformer_qk_attention_fwd' not in program
+  assert 'realformer_qk_attention_fwd' in str(jax.make_jaxpr(jax.grad(loss))(stack, v))
 
 
 def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch):

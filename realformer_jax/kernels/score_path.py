@@ -210,9 +210,11 @@ class QKPath(ScorePath):
   recompute: bool = False
   # As FusedPath's; off in the layers that qk_stack re-runs (it refuses at its entrance).
   refuse_bias_and_scale_gradients: bool = True
+  # The layers qk_stack re-runs going down: attention from the carry's SavedAttention slot.
+  replay: bool = False
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
-    stack, index = carried_in
+    stack, index, saved = carried_in
     q, k, v = (qkv[:, :, part] for part in range(3))
     stack = nn.with_logical_constraint(
       qk_reference.push(stack, index, q, k), qk_reference.STACK_AXES
@@ -225,10 +227,13 @@ class QKPath(ScorePath):
     else:
       if self.refuse_bias_and_scale_gradients:
         bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)
-      context, stack = qk_carry.kernel_attention(
-        self.plan, stack, v, index, bias, scale, divisor, dropout_key, keep_prob
+      mine = saved.layer(index) if saved is not None and self.replay else None
+      context, stack, attention = qk_carry.kernel_attention_saving(
+        self.plan, stack, v, index, bias, scale, divisor, dropout_key, keep_prob, mine
       )
-    return context, qk_carry.QKCarry(stack, index + 1)
+      if saved is not None and not self.replay:  # going up under qk_stack: keep it
+        saved = saved.written(index, attention)
+    return context, qk_carry.QKCarry(stack, index + 1, saved)
 
   def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
     batch, length = x.shape[:2]
@@ -236,23 +241,35 @@ class QKPath(ScorePath):
     stack0 = nn.with_logical_constraint(jnp.zeros(shape, self.dtype), qk_reference.STACK_AXES)
     if self.recompute:
       refuse = self.plan is not None
-      inner = dataclasses.replace(self, refuse_bias_and_scale_gradients=False)
-      return layers.recompute(_qk_stack_fn(refuse), x, inner, carry0=stack0)
+      up = dataclasses.replace(self, refuse_bias_and_scale_gradients=False)
+      down = dataclasses.replace(up, replay=True)
+      return layers.recompute(_qk_stack_fn(refuse), x, up, down, carry0=stack0)
     y, _ = layers.run(x, qk_carry.QKCarry(stack0, jnp.zeros((), jnp.int32)))
     return y
 
 
 def _qk_stack_fn(refuse: bool):
+  """qk_carry.qk_stack over the layers run through the `up` and `down` paths; with the
+  kernels (`refuse`) the layers going up save their attention (qk_carry.SavedAttention) for
+  the re-run going down."""
+
   def stack_fn(layer_fns, params_N, x, stack0, keys_N, inputs):
+    saved0 = None
     if refuse:
       inputs = refusals.refuse_tangent(inputs, refusals.SCALE_OR_BIAS)
-    (layer_fn,) = layer_fns
+      saved0 = qk_carry.SavedAttention.zeros(stack0)
+    up_fn, down_fn = layer_fns
 
-    def on_stack(params_l, x, stack, index, key, aux):
-      y, carry = layer_fn(params_l, x, qk_carry.QKCarry(stack, index), index, key, aux)
+    def up(params_l, x, carry, index, key, aux):
+      stack, saved = carry
+      y, carry = up_fn(params_l, x, qk_carry.QKCarry(stack, index, saved), index, key, aux)
+      return y, (carry.stack, carry.saved)
+
+    def down(params_l, x, stack, saved, index, key, aux):
+      y, carry = down_fn(params_l, x, qk_carry.QKCarry(stack, index, saved), index, key, aux)
       return y, carry.stack
 
-    return qk_carry.qk_stack(on_stack, params_N, x, stack0, keys_N, inputs)
+    return qk_carry.qk_stack(up, down, params_N, x, stack0, saved0, keys_N, inputs)
 
   return stack_fn
 

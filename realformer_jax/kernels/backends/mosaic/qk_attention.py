@@ -328,6 +328,8 @@ def backward(
   (`bits` is None from this module's forward)."""
   del bits
   _, layers, batch, seq_len, heads, head_dim = stack.shape
+  # as forward returns them, or [B, H, L] (qk_carry.SavedAttention): one layout here
+  lse = tuple(x.reshape(batch, heads, seq_len, 1) for x in lse)
   block = spec.block_bwd
   n = seq_len // block
   stack_h = _stack_heads_major(stack)

@@ -34,7 +34,7 @@ The stated cost (`_forward_cost`, `_score_gradient_cost`; HBM bytes, L2 bytes of
 tiles, no atomics) is per call site and a rolled scan's one call site runs every layer, so it
 counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
 XLA. Tiles, warps and stages come from TILES, a table keyed by the device kind
-(chosen from the Hopper FlashAttention-2 configurations, not tuned on a device yet).
+(chosen from published Hopper attention configurations, not tuned on a device yet).
 """
 
 from __future__ import annotations
@@ -70,10 +70,13 @@ class Tiles(NamedTuple):
 
 
 # By jax's `device_kind`; DEFAULT where the kind is not listed (and for deviceless compiles,
-# which see no device: an H100's row). 128 x 64 forward tiles with 8 warps and 3 stages are
-# FlashAttention-2's Hopper choice for K = 64; the dS kernel keeps 64 x 64 tiles (its
-# registers hold dV and a dS tile besides the score tile).
-DEFAULT = Tiles(128, 64, 64, 8, 3)
+# which see no device: an H100's row). Hopper: 128 x 128 forward tiles with 8 warps and 3
+# stages (one of the Triton fused-attention tutorial's Hopper configurations for K = 64): each
+# score tile reloads the q and k tiles of l + 1 layers from L2, so the wider key block cuts
+# those bytes by a third against 128 x 64 (the estimated forward: L2-bound either way). The
+# dS kernel keeps 64 x 64 tiles (its registers hold dV and a dS tile besides the score tile;
+# 128 x 128 would halve its reloads too, but risks register spills: to be measured).
+DEFAULT = Tiles(128, 128, 64, 8, 3)
 TILES = {
   'NVIDIA H100 80GB HBM3': DEFAULT,
   'NVIDIA H200': DEFAULT,

@@ -67,7 +67,7 @@ import numpy as np
 from experiments import compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_results
 
 LAYOUTS = ('post', 'realformer')
 
@@ -644,33 +644,25 @@ def main(argv=None) -> dict:
   args = parser.parse_args(argv)
   plan = PLANS[study.scale_name(args)]
   os.makedirs(args.out, exist_ok=True)
-  results = runs_lib.run_planned(
+  results = study.run_planned(
     args.out,
     lambda done: plan_runs(done, plan),
     lambda run, report: train_one(plan, args, run, report),
-    select=lambda runs: study.selected(runs, args.runs),
-    busy=study.trained_elsewhere(args),
+    args,
   )
   analysis = analyse(results, plan)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(plan.scale),
       'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
       'analysis': analysis,
       'runs': compare_layouts._summary_for_json(results),  # pylint: disable=protected-access
     },
-  )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    results,
-    analysis,
-    plan,
-    study.command('compare_budgets', args),
-  )
-  plots = write_plots(args.out, results, analysis, plan)
-  print(
-    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
+    lambda path: write_markdown(
+      path, results, analysis, plan, study.command('compare_budgets', args)
+    ),
+    lambda: write_plots(args.out, results, analysis, plan),
   )
   return {'results': results, 'analysis': analysis}
 

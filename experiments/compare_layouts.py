@@ -57,7 +57,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_results
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
@@ -109,24 +109,7 @@ PLANS = {
     rates=(1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3),
   ),
   # The smoke test: seconds a run.
-  'toy': Plan(
-    study.Scale(
-      layers=2,
-      hidden=32,
-      heads=2,
-      mlp=64,
-      seq_len=32,
-      batch=8,
-      steps=4,
-      learning_rate=3e-3,
-      vocab=500,
-      evals=2,
-      eval_batches=2,
-    ),
-    rates=(3e-3,),
-    grid_seeds=(0, 1),
-    confirm_seeds=(0, 1),
-  ),
+  'toy': Plan(study.TOY, rates=(3e-3,), grid_seeds=(0, 1), confirm_seeds=(0, 1)),
 }
 
 
@@ -718,16 +701,15 @@ def main(argv=None) -> dict:
   args = parser.parse_args(argv)
   plan = PLANS[study.scale_name(args)]
   os.makedirs(args.out, exist_ok=True)
-  results = runs_lib.run_planned(
+  results = study.run_planned(
     args.out,
     lambda done: plan_runs(done, plan),
     lambda run, report: train_one(plan, args, run, report),
-    select=lambda runs: study.selected(runs, args.runs),
-    busy=study.trained_elsewhere(args),
+    args,
   )
   analysis = analyse(results, plan)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(plan.scale),
       'rates': list(plan.rates),
@@ -737,17 +719,10 @@ def main(argv=None) -> dict:
       'analysis': analysis,
       'runs': _summary_for_json(results),
     },
-  )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    results,
-    analysis,
-    plan,
-    study.command('compare_layouts', args),
-  )
-  plots = write_plots(args.out, results, analysis, plan)
-  print(
-    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
+    lambda path: write_markdown(
+      path, results, analysis, plan, study.command('compare_layouts', args)
+    ),
+    lambda: write_plots(args.out, results, analysis, plan),
   )
   return {'results': results, 'analysis': analysis}
 

@@ -101,7 +101,7 @@ import numpy as np
 from experiments import compare_budgets, compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_results
 
 LAYOUTS = compare_budgets.LAYOUTS  # ('post', 'realformer')
 ALPHA = 0.05
@@ -599,34 +599,26 @@ def main(argv=None) -> dict:
   store = args.store or ('docs/results/compare_layouts/budgets' if name == 'cpu' else args.out)
   os.makedirs(args.out, exist_ok=True)
   budgets_plan = dataclasses.replace(compare_budgets.PLANS[name], scale=plan.scale)
-  results = runs_lib.run_planned(
+  results = study.run_planned(
     store,
     lambda done: plan_runs(done, plan),
     lambda run, report: compare_budgets.train_one(budgets_plan, args, run, report),
-    select=lambda runs: study.selected(runs, args.runs),
-    busy=study.trained_elsewhere(args),
+    args,
   )
   analysis = analyse(results, plan)
   analysis['scale'] = scale_facts(plan)  # traces the model: here, not in every analysis
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(plan.scale),
       'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
       'store': store,
       'analysis': analysis,
     },
-  )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    results,
-    analysis,
-    plan,
-    study.command('compare_stability', args),
-  )
-  plots = write_plots(args.out, results, analysis, plan)
-  print(
-    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
+    lambda path: write_markdown(
+      path, results, analysis, plan, study.command('compare_stability', args)
+    ),
+    lambda: write_plots(args.out, results, analysis, plan),
   )
   return {'results': results, 'analysis': analysis}
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import seed_cell
+from studies.report import seed_cell, write_results
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),
@@ -108,19 +108,7 @@ SCALES = {
     eval_batches=4,
   ),
   # The smoke test: seconds.
-  'toy': study.Scale(
-    layers=2,
-    hidden=32,
-    heads=2,
-    mlp=64,
-    seq_len=16,
-    batch=8,
-    steps=6,
-    learning_rate=3e-3,
-    vocab=500,
-    evals=3,
-    eval_batches=2,
-  ),
+  'toy': dataclasses.replace(study.TOY, seq_len=16, steps=6, evals=3),
 }
 EVAL_LENGTHS = {'cpu': LENGTHS, 'roformer_small': LENGTHS, 'toy': (16, 32)}
 # Tokens per evaluation batch (batch = EVAL_TOKENS // n).
@@ -542,8 +530,10 @@ def main(argv=None) -> dict:
   )
   results = runs_lib.load_results(args.out, every)
   summary = summarise(results, lengths, seeds)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  command = study.command('length_extrapolation', args)
+  plot_path = os.path.join(args.out, 'accuracy.png')
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(scale),
       'lengths': list(lengths),
@@ -552,17 +542,9 @@ def main(argv=None) -> dict:
       'summary': summary,
       'runs': {k: _without_sequence_sums(v) for k, v in results.items()},
     },
+    lambda path: write_markdown(path, summary, scale, lengths, command, seeds),
+    lambda: [plot_path] if write_plot(plot_path, summary, scale, lengths) else [],
   )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    summary,
-    scale,
-    lengths,
-    study.command('length_extrapolation', args),
-    seeds,
-  )
-  plotted = write_plot(os.path.join(args.out, 'accuracy.png'), summary, scale, lengths)
-  print(f'wrote {os.path.join(args.out, "results.md")}' + (' and accuracy.png' if plotted else ''))
   return {'results': results, 'summary': summary}
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from realformer_jax import train
 from studies import runs as runs_lib
 from studies import study
-from studies.report import seed_cell
+from studies.report import seed_cell, write_results
 
 SCALES = {
   # The earlier compare_layouts CPU scale, where learned positions did not learn.
@@ -61,20 +61,7 @@ SCALES = {
     eval_batches=16,
     position_embedding='learned',
   ),
-  'toy': study.Scale(
-    layers=2,
-    hidden=32,
-    heads=2,
-    mlp=64,
-    seq_len=32,
-    batch=8,
-    steps=8,
-    learning_rate=3e-3,
-    vocab=500,
-    evals=2,
-    eval_batches=2,
-    position_embedding='learned',
-  ),
+  'toy': dataclasses.replace(study.TOY, steps=8, position_embedding='learned'),
 }
 VARIANTS = {  # name: (position_embedding, steps multiplier, learning-rate multiplier, seeds)
   'learned': ('learned', 1, 1, (0,)),
@@ -270,20 +257,22 @@ def main(argv=None) -> dict:
   every = runs_lib.Grid(args.out, grid())
   results = {run.name: every.load(run) for run in every.runs if every.load(run) is not None}
   summary = summarise(results)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  plot_path = os.path.join(args.out, 'curves.png')
+
+  def markdown(path: str) -> None:
+    if summary['variants']:  # else no run has finished yet: results.json only
+      write_markdown(path, summary, scale, study.command('position_probe', args))
+
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(scale),
       'summary': summary,
       'runs': {k: {kk: vv for kk, vv in v.items() if kk != 'scored'} for k, v in results.items()},
     },
+    markdown,
+    lambda: [plot_path] if summary['variants'] and write_plot(plot_path, results, summary) else [],
   )
-  if summary['variants']:
-    write_markdown(
-      os.path.join(args.out, 'results.md'), summary, scale, study.command('position_probe', args)
-    )
-    write_plot(os.path.join(args.out, 'curves.png'), results, summary)
-  print(f'wrote {os.path.join(args.out, "results.md")}')
   return summary
 
 

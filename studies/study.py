@@ -67,6 +67,22 @@ class Scale:
   position_embedding: str = 'rope'
 
 
+# The smoke-test scale of every study's --quick (seconds a run); a study changes a field or two.
+TOY = Scale(
+  layers=2,
+  hidden=32,
+  heads=2,
+  mlp=64,
+  seq_len=32,
+  batch=8,
+  steps=4,
+  learning_rate=3e-3,
+  vocab=500,
+  evals=2,
+  eval_batches=2,
+)
+
+
 def mlm_config(
   scale: Scale,
   *,
@@ -286,6 +302,23 @@ def scale_name(args: argparse.Namespace) -> str:
 def trained_elsewhere(args: argparse.Namespace) -> Callable[[runs_lib.Run], bool]:
   """run_planned's `busy`: a run whose workdir (under --workdirs) a live process holds."""
   return lambda run: workdir_lock.held(os.path.join(args.workdirs, run.name))
+
+
+def run_planned(
+  store: str,
+  plan_runs: Callable[[dict[str, dict]], Sequence[runs_lib.Run]],
+  train_one: Callable[[runs_lib.Run, runs_lib.Report], dict],
+  args: argparse.Namespace,
+) -> dict[str, dict]:
+  """runs_lib.run_planned as the command line asks: this process trains the runs --runs names
+  and waits for those another process trains under --workdirs."""
+  return runs_lib.run_planned(
+    store,
+    plan_runs,
+    train_one,
+    select=lambda runs: selected(runs, args.runs),
+    busy=trained_elsewhere(args),
+  )
 
 
 def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:

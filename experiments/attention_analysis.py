@@ -361,10 +361,7 @@ def write_plots(
   ax.set_ylabel('attention entropy (nats)')
   ax.set_title('per-token, per-head attention entropy on held-out text')
   ax.legend(fontsize=8, loc='lower left')
-  fig.tight_layout()
-  paths = [os.path.join(out, 'entropy.png')]
-  fig.savefig(paths[0], dpi=110)
-  plt.close(fig)
+  paths = [study.save_figure(fig, os.path.join(out, 'entropy.png'))]
 
   fig, ax = plt.subplots(figsize=(max(7, 0.8 * num_layers), 4.8))
   pairs = np.arange(1, num_layers)
@@ -402,10 +399,7 @@ def write_plots(
   ax.set_ylabel('mean JSD, same head and token (nats)')
   ax.set_title('Jensen-Shannon divergence between adjacent layers', fontsize=10)
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'jsd.png'))
-  fig.savefig(paths[1], dpi=110)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'jsd.png')))
   return paths
 
 

@@ -55,7 +55,6 @@ trained again.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -213,6 +212,8 @@ def plan_runs(results: dict, plan: Plan) -> list[runs_lib.Run]:
 
 
 def train_one(plan: Plan, args, run: runs_lib.Run, report: runs_lib.Report) -> dict:
+  """Trains and scores one run; of the plan it reads `scale` only (compare_stability passes
+  its own plan, at the same scale)."""
   p = run.params
   config = study.mlm_config(
     plan.scale,
@@ -595,61 +596,31 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   # at the first panel's top and cut the longer budgets off).
   np.atleast_1d(axes)[0].set_ylim(bottom=0)
   np.atleast_1d(axes)[0].set_ylabel('eval accuracy at [MASK] (%)')
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'curves.png'))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'curves.png'), dpi=100))
   # 2. The comparisons per budget: mean and 95% interval, each seed as x.
   rows = [r for r in analysis['rows'] if r['comparison']]
   if rows:
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
-    for i, row in enumerate(rows):
-      c = row['comparison']
-      color = 'black' if row['key'] == 'P1' else 'tab:purple'
-      ax.errorbar(
-        [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+    paths.append(
+      study.plot_comparisons(
+        os.path.join(out, 'comparisons.png'),
+        [r['comparison'] for r in rows],
+        [f'{r["budget"]:,} steps, {r["key"]}: {r["label"]}' for r in rows],
+        ['black' if r['key'] == 'P1' else 'tab:purple' for r in rows],
+        xlabel='difference in [MASK] accuracy (percentage points; paper: > 0)',
+        title='mean and 95% interval (seeds + eval-set bootstrap); x: each seed',
       )
-      ax.scatter(
-        [100 * v for v in c['values']],
-        [i + 0.18] * len(c['values']),
-        s=10,
-        color=color,
-        alpha=0.6,
-        marker='x',
-      )
-    ax.axvline(0, color='gray', lw=0.8)
-    ax.set_yticks(
-      range(len(rows)),
-      [f'{r["budget"]:,} steps, {r["key"]}: {r["label"]}' for r in rows],
-      fontsize=8,
     )
-    ax.invert_yaxis()
-    ax.set_xlabel('difference in [MASK] accuracy (percentage points; paper: > 0)')
-    ax.set_title('mean and 95% interval (seeds + eval-set bootstrap); x: each seed', fontsize=9)
-    fig.tight_layout()
-    paths.append(os.path.join(out, 'comparisons.png'))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
   return paths
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser,
+  args = study.argument_parser(
+    __doc__,
     out='docs/results/compare_layouts/budgets',
     workdirs='results/compare_budgets',
     scales=PLANS,
-  )
-  args = parser.parse_args(argv)
-  plan = PLANS[study.scale_name(args)]
-  os.makedirs(args.out, exist_ok=True)
-  results = study.run_planned(
-    args.out,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: train_one(plan, args, run, report),
-    args,
-  )
+  ).parse_args(argv)
+  plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
   write_results(
     args.out,

@@ -46,7 +46,6 @@ the fine-tuning comparison read the r* runs' checkpoints.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -598,10 +597,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   ax_acc.set_title(f'[MASK] accuracy after {plan.scale.steps} steps, seeds {list(plan.grid_seeds)}')
   ax_loss.set_ylabel('final eval loss (nats)')
   ax_loss.set_title('eval loss (all predictions)')
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'lr_grid.png'))
-  fig.savefig(paths[-1], dpi=110)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'lr_grid.png')))
 
   star = analysis['r_star']
   if star is None:
@@ -638,47 +634,22 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
     ax.set_title(f'peak rate {factor * star:g} ({"r*" if factor == 1 else "2 r*"})')
     ax.legend(fontsize=8)
   axes[0].set_ylabel('eval accuracy at [MASK] (%)')
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'curves.png'))
-  fig.savefig(paths[-1], dpi=110)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'curves.png')))
 
   # 3. The comparisons: estimate and 95% interval; the paper's expected sign.
   rows = [r for r in analysis['comparisons'] if r['comparison']]
   if rows:
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
-    for i, row in enumerate(rows):
-      c = row['comparison']
-      color = 'black' if row['primary'] else 'tab:gray'
-      ax.errorbar(
-        [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+    sign = lambda r: '> 0' if r['expected_sign'] > 0 else '< 0'
+    paths.append(
+      study.plot_comparisons(
+        os.path.join(out, 'comparisons.png'),
+        [r['comparison'] for r in rows],
+        [f'{r["key"]}: {r["label"]} (paper: {sign(r)})' for r in rows],
+        ['black' if r['primary'] else 'tab:gray' for r in rows],
+        xlabel='difference in [MASK] accuracy (percentage points)',
+        title='mean and 95% interval (seeds + eval-set bootstrap); x: each seed; black: primary',
       )
-      ax.scatter(
-        [100 * v for v in c['values']],
-        [i + 0.18] * len(c['values']),
-        s=10,
-        color=color,
-        alpha=0.6,
-        marker='x',
-      )
-    ax.axvline(0, color='gray', linewidth=0.8)
-    ax.set_yticks(
-      range(len(rows)),
-      [
-        f'{r["key"]}: {r["label"]} (paper: {"> 0" if r["expected_sign"] > 0 else "< 0"})'
-        for r in rows
-      ],
-      fontsize=8,
     )
-    ax.invert_yaxis()
-    ax.set_xlabel('difference in [MASK] accuracy (percentage points)')
-    ax.set_title(
-      'mean and 95% interval (seeds + eval-set bootstrap); x: each seed; black: primary', fontsize=9
-    )
-    fig.tight_layout()
-    paths.append(os.path.join(out, 'comparisons.png'))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
   return paths
 
 
@@ -694,19 +665,10 @@ def _summary_for_json(results: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser, out='docs/results/compare_layouts', workdirs='results/compare_layouts', scales=PLANS
-  )
-  args = parser.parse_args(argv)
-  plan = PLANS[study.scale_name(args)]
-  os.makedirs(args.out, exist_ok=True)
-  results = study.run_planned(
-    args.out,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: train_one(plan, args, run, report),
-    args,
-  )
+  args = study.argument_parser(
+    __doc__, out='docs/results/compare_layouts', workdirs='results/compare_layouts', scales=PLANS
+  ).parse_args(argv)
+  plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
   write_results(
     args.out,

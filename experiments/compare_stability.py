@@ -88,7 +88,6 @@ checkpoints). `--runs=none` selects no run: the report of whatever finished, not
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import math
@@ -541,10 +540,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
     ax.set_xlabel('step')
   np.atleast_1d(axes)[0].set_ylabel('training loss (nats)')
   np.atleast_1d(axes)[0].legend(fontsize=7)
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'curves.png'))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'curves.png'), dpi=100))
   # 2. The ladder: fraction learned and final [MASK] accuracy (each seed a dot) per rate.
   rows = sorted([analysis['reference']] + analysis['rows'], key=lambda r: r['rate'])
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -572,17 +568,13 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   study.draw_floors(right, compare_layouts.floors_of(results), 'mask_accuracy')
   right.set_ylabel('final [MASK] accuracy (%), each seed')
   right.legend(fontsize=7)
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'ladder.png'))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'ladder.png'), dpi=100))
   return paths
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser,
+  parser = study.argument_parser(
+    __doc__,
     out='docs/results/compare_layouts/stability',
     workdirs='results/compare_budgets',
     scales=PLANS,
@@ -594,17 +586,10 @@ def main(argv=None) -> dict:
     'else --out)',
   )
   args = parser.parse_args(argv)
-  name = study.scale_name(args)
-  plan = PLANS[name]
-  store = args.store or ('docs/results/compare_layouts/budgets' if name == 'cpu' else args.out)
-  os.makedirs(args.out, exist_ok=True)
-  budgets_plan = dataclasses.replace(compare_budgets.PLANS[name], scale=plan.scale)
-  results = study.run_planned(
-    store,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: compare_budgets.train_one(budgets_plan, args, run, report),
-    args,
-  )
+  cpu = study.scale_name(args) == 'cpu'
+  store = args.store or ('docs/results/compare_layouts/budgets' if cpu else args.out)
+  # compare_budgets' runs (its train_one reads the plan's scale only): reused where they exist.
+  plan, results = study.run_plan(args, PLANS, plan_runs, compare_budgets.train_one, store)
   analysis = analyse(results, plan)
   analysis['scale'] = scale_facts(plan)  # traces the model: here, not in every analysis
   write_results(

@@ -368,9 +368,7 @@ def _plot(summary: dict, results: dict, path: str) -> None:
   ax_val.set_ylabel('validation accuracy (%)')
   ax_val.set_title('validation accuracy during fine-tuning')
   ax_val.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
 
 
 def main(argv=None) -> dict:

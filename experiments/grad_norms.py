@@ -309,12 +309,8 @@ def write_markdown(path: str, results: dict, args, meta: dict) -> None:
 
 
 def write_plot(path: str, results: dict, args) -> bool:
-  try:
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-  except ImportError:
+  plt = study.pyplot()
+  if plt is None:
     print('matplotlib is not installed: no plot (pip install matplotlib)', file=sys.stderr)
     return False
   fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
@@ -335,9 +331,7 @@ def write_plot(path: str, results: dict, args) -> bool:
   for ax in axes[1]:
     ax.set_xlabel('layer (1 = next to the embeddings)')
   axes[0, 0].legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
   return True
 
 

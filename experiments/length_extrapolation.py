@@ -28,7 +28,6 @@ resumes from its checkpoints in --workdirs).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -495,16 +494,13 @@ def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
   ax_ent.set_ylim(bottom=0)
   ax_ent.set_ylabel('attention entropy (nats), mean over layers and seeds')
   ax_ent.set_title('Attention entropy vs n')
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
   return True
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser,
+  parser = study.argument_parser(
+    __doc__,
     out='docs/results/length_extrapolation',
     workdirs='results/length_extrapolation',
     scales=SCALES,

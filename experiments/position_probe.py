@@ -32,7 +32,6 @@ runs/*.json; workdirs under --workdirs (default results/position_probe/).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -238,16 +237,13 @@ def write_plot(path: str, results: dict, summary: dict) -> bool:
   ax.set_ylim(bottom=0)
   ax.set_title('[MASK] accuracy during training, one line per run (seed)')
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
   return True
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser, out='docs/results/position_probe', workdirs='results/position_probe', scales=SCALES
+  parser = study.argument_parser(
+    __doc__, out='docs/results/position_probe', workdirs='results/position_probe', scales=SCALES
   )
   args = parser.parse_args(argv)
   scale = SCALES[study.scale_name(args)]

@@ -277,6 +277,15 @@ def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
 # Command line.
 
 
+def argument_parser(
+  doc: str, *, out: str, workdirs: str, scales: Sequence[str]
+) -> argparse.ArgumentParser:
+  """A study's parser: `doc`'s first line as its description, and the common options."""
+  parser = argparse.ArgumentParser(description=doc.split('\n')[0])
+  add_common_arguments(parser, out=out, workdirs=workdirs, scales=scales)
+  return parser
+
+
 def add_common_arguments(
   parser: argparse.ArgumentParser, *, out: str, workdirs: str, scales: Sequence[str]
 ) -> None:
@@ -304,21 +313,27 @@ def trained_elsewhere(args: argparse.Namespace) -> Callable[[runs_lib.Run], bool
   return lambda run: workdir_lock.held(os.path.join(args.workdirs, run.name))
 
 
-def run_planned(
-  store: str,
-  plan_runs: Callable[[dict[str, dict]], Sequence[runs_lib.Run]],
-  train_one: Callable[[runs_lib.Run, runs_lib.Report], dict],
+def run_plan(
   args: argparse.Namespace,
-) -> dict[str, dict]:
-  """runs_lib.run_planned as the command line asks: this process trains the runs --runs names
-  and waits for those another process trains under --workdirs."""
-  return runs_lib.run_planned(
-    store,
-    plan_runs,
-    train_one,
+  plans: Mapping[str, Any],
+  plan_runs: Callable[[dict[str, dict], Any], Sequence[runs_lib.Run]],
+  train_one: Callable[[Any, argparse.Namespace, runs_lib.Run, runs_lib.Report], dict],
+  store: str = '',
+) -> tuple[Any, dict[str, dict]]:
+  """The plan of the scale the command line names, and the finished results of its runs in
+  `store` (default --out) after training, one by one, those --runs selects: `plan_runs(done,
+  plan)` re-plans after each, `train_one(plan, args, run, report)` trains one. Waits for a run
+  another process trains (its workdir under --workdirs is locked): the plan may grow then."""
+  plan = plans[scale_name(args)]
+  os.makedirs(args.out, exist_ok=True)
+  results = runs_lib.run_planned(
+    store or args.out,
+    lambda done: plan_runs(done, plan),
+    lambda run, report: train_one(plan, args, run, report),
     select=lambda runs: selected(runs, args.runs),
     busy=trained_elsewhere(args),
   )
+  return plan, results
 
 
 def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:
@@ -348,48 +363,72 @@ def pyplot():
   return plt
 
 
+def save_figure(fig, path: str, dpi: int = 110) -> str:
+  """Lays `fig` out, writes it to `path` and frees it; returns `path`."""
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  pyplot().close(fig)
+  return path
+
+
+def plot_comparisons(
+  path: str,
+  comparisons: Sequence[Mapping[str, Any]],
+  labels: Sequence[str],
+  colors: Sequence[str],
+  *,
+  xlabel: str,
+  title: str,
+) -> str:
+  """One row per paired difference of [MASK] accuracy (stats.paired_comparison's dict): its
+  mean and 95% interval, each seed's difference as an x, a line at 0; in percentage points."""
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(9, 0.5 * len(comparisons) + 1.6))
+  for i, (c, color) in enumerate(zip(comparisons, colors)):
+    ax.errorbar(
+      [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+    )
+    ax.scatter(
+      [100 * v for v in c['values']],
+      [i + 0.18] * len(c['values']),
+      s=10,
+      color=color,
+      alpha=0.6,
+      marker='x',
+    )
+  ax.axvline(0, color='gray', linewidth=0.8)
+  ax.set_yticks(range(len(comparisons)), labels, fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel(xlabel)
+  ax.set_title(title, fontsize=9)
+  return save_figure(fig, path)
+
+
+# Per floor kind: (the floors' key, scaled like an accuracy, colour, label) of each line drawn.
+FLOOR_LINES = {
+  'mask_accuracy': (
+    ('mask_accuracy', True, 'gray', 'floor: most frequent token (= copy rule at [MASK])'),
+  ),
+  'mlm_accuracy': (
+    ('mlm_accuracy', True, 'gray', 'floor: most frequent token'),
+    ('copy_accuracy', True, 'black', 'floor: copy-aware (copy visible, else most frequent)'),
+  ),
+  'loss': (('copy_unigram_loss', False, 'black', 'floor: copy-aware unigram loss'),),
+  'mask_loss': (('mask_unigram_loss', False, 'black', 'floor: unigram loss at [MASK]'),),
+}
+
+
 def draw_floors(
   ax, floors: Mapping[str, float], kind: str = 'mask_accuracy', scale: float = 100.0
 ) -> None:
   """Horizontal lines at the context-free floors of one metric: 'mask_accuracy' (the copy
   rule's = the most frequent token's at [MASK]), 'mlm_accuracy' (most frequent and copy-aware,
-  all predictions) or 'loss' (the copy-aware unigram loss)."""
+  all predictions), 'loss' (the copy-aware unigram loss) or 'mask_loss' (at [MASK])."""
   if not floors:
     return
-  if kind == 'mask_accuracy':
-    ax.axhline(
-      scale * floors['mask_accuracy'],
-      color='gray',
-      linestyle=':',
-      label='floor: most frequent token (= copy rule at [MASK])',
-    )
-  elif kind == 'mlm_accuracy':
-    ax.axhline(
-      scale * floors['mlm_accuracy'],
-      color='gray',
-      linestyle=':',
-      label='floor: most frequent token',
-    )
-    ax.axhline(
-      scale * floors['copy_accuracy'],
-      color='black',
-      linestyle=':',
-      label='floor: copy-aware (copy visible, else most frequent)',
-    )
-  elif kind == 'loss':
-    ax.axhline(
-      floors['copy_unigram_loss'],
-      color='black',
-      linestyle=':',
-      label='floor: copy-aware unigram loss',
-    )
-  elif kind == 'mask_loss':
-    ax.axhline(
-      floors['mask_unigram_loss'],
-      color='black',
-      linestyle=':',
-      label='floor: unigram loss at [MASK]',
-    )
+  for key, is_accuracy, color, label in FLOOR_LINES[kind]:
+    value = scale * floors[key] if is_accuracy else floors[key]
+    ax.axhline(value, color=color, linestyle=':', label=label)
 
 
 # ------------------------------------------------------------------------------------------

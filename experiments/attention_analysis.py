@@ -53,14 +53,7 @@ SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plot
 
 def batch_statistics(model: MaskedLM, params, batch):
   """Entropy [N, B, H, L] and adjacent-layer JSD [N-1, B, H, L] of one batch's maps."""
-  _, state = model.apply(
-    {'params': params},
-    batch['input_ids'],
-    batch['input_mask'],
-    batch['segment_ids'],
-    batch['masked_positions'],
-    mutable=['intermediates'],
-  )
+  _, state = model.apply({'params': params}, *study.model_inputs(batch), mutable=['intermediates'])
   p = state['intermediates']['encoder']['layers']['attention']['attention_probs'][0]
   p = p.astype(jnp.float32)  # [N, B, H, L, L]
   plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)

@@ -278,26 +278,11 @@ def compare(results: dict, plan: Plan, rate: float, steps: int, comparison: Comp
     },
     'comparison': None,
   }
-  seeds = [
-    s for s in sorted(side_a) if s in side_b and 'scored' in side_a[s] and 'scored' in side_b[s]
-  ]
-  row['diverged'] = sorted(
-    s
-    for s in set(side_a) | set(side_b)
-    if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+  seeds, row['diverged'], result = study.paired_mask_accuracy(
+    side_a, side_b, f'{comparison.label} at {steps} steps'
   )
-  if len(seeds) < 2:
+  if result is None:
     return row
-  sums_a = [study.sequence_sums(side_a[s]) for s in seeds]
-  sums_b = [study.sequence_sums(side_b[s]) for s in seeds]
-  count = sums_a[0]['mask_count']
-  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
-    raise ValueError(f'{comparison.label} at {steps} steps: runs scored on different eval sets')
-  result = stats.paired_ratio_comparison(
-    np.stack([s['mask_correct_sum'] for s in sums_a]),
-    np.stack([s['mask_correct_sum'] for s in sums_b]),
-    count,
-  )
   row['comparison'] = result.as_dict()
   row['seeds'] = seeds
   row['detectable'] = stats.detectable_difference(result)
@@ -567,24 +552,14 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 4.4), sharey=True)
   for ax, steps in zip(np.atleast_1d(axes), shown):
     for layout in LAYOUTS:
-      curves = [
-        results[n]['eval_mask_accuracy']
-        for n in (run_name(steps, rate, layout, s) for s in plan.seeds)
-        if n in results and results[n].get('eval_mask_accuracy')
-      ]
-      for curve in curves:
-        ax.plot(
-          *zip(*[(s, 100 * v) for s, v in curve]), color=LAYOUT_COLORS[layout], alpha=0.25, lw=0.8
-        )
-      full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
-      if full:
-        ax.plot(
-          [s for s, _ in full[0]],
-          100 * np.mean([[v for _, v in c] for c in full], 0),
-          color=LAYOUT_COLORS[layout],
-          lw=2.2,
-          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)}',
-        )
+      study.plot_seed_curves(
+        ax,
+        results,
+        (run_name(steps, rate, layout, s) for s in plan.seeds),
+        LAYOUT_COLORS[layout],
+        lambda n, layout=layout: f'{LAYOUT_NAMES[layout]}: mean of {n}',
+        alpha=0.25,
+      )
     for budget in shown:
       if budget < steps:
         ax.axvline(budget, color='gray', lw=0.6, ls='--')

@@ -293,29 +293,11 @@ def compare(results: dict, plan: Plan, star: float, comparison: Comparison) -> d
     'seeds_a': sorted(side_a),
     'seeds_b': sorted(side_b),
   }
-  seeds = [
-    s for s in sorted(side_a) if s in side_b and side_a[s].get('scored') and side_b[s].get('scored')
-  ]
   # A diverged run has no evaluation: it counts as a comparison we cannot pair, and is listed.
-  out['diverged'] = [
-    s
-    for s in sorted(set(side_a) | set(side_b))
-    if (side_a.get(s) or {}).get('diverged_at_step') is not None
-    or (side_b.get(s) or {}).get('diverged_at_step') is not None
-  ]
-  if len(seeds) < 2:
+  seeds, out['diverged'], result = study.paired_mask_accuracy(side_a, side_b, comparison.label)
+  if result is None:
     out['comparison'] = None
     return out
-  sums_a = [study.sequence_sums(side_a[s]) for s in seeds]
-  sums_b = [study.sequence_sums(side_b[s]) for s in seeds]
-  count = sums_a[0]['mask_count']
-  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
-    raise ValueError(f'{comparison.label}: runs scored on different eval sets')
-  result = stats.paired_ratio_comparison(
-    np.stack([s['mask_correct_sum'] for s in sums_a]),
-    np.stack([s['mask_correct_sum'] for s in sums_b]),
-    count,
-  )
   out['comparison'] = result.as_dict()
   out['seeds'] = seeds
   return out
@@ -606,28 +588,13 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
   for ax, factor in zip(axes, (1, 2)):
     for layout in LAYOUTS:
-      curves = [
-        results[n]['eval_mask_accuracy']
-        for n in (run_name(factor * star, layout, s) for s in plan.confirm_seeds)
-        if n in results and results[n].get('eval_mask_accuracy')
-      ]
-      for curve in curves:
-        ax.plot(
-          *zip(*[(s, 100 * v) for s, v in curve]),
-          color=LAYOUT_COLORS[layout],
-          alpha=0.3,
-          linewidth=0.8,
-        )
-      full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
-      if full:
-        steps = [s for s, _ in full[0]]
-        ax.plot(
-          steps,
-          100 * np.mean([[v for _, v in c] for c in full], 0),
-          color=LAYOUT_COLORS[layout],
-          linewidth=2.2,
-          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
-        )
+      study.plot_seed_curves(
+        ax,
+        results,
+        (run_name(factor * star, layout, s) for s in plan.confirm_seeds),
+        LAYOUT_COLORS[layout],
+        lambda n, layout=layout: f'{LAYOUT_NAMES[layout]}: mean of {n} seeds (thin: each seed)',
+      )
     study.draw_floors(ax, floors, 'mask_accuracy')
     ax.set_ylim(bottom=0)
     ax.set_xlabel('training step')

@@ -220,17 +220,14 @@ def write_plot(path: str, results: dict, summary: dict) -> bool:
   fig, ax = plt.subplots(figsize=(8, 4.8))
   for name, run in sorted(results.items()):
     variant = run['params']['variant']
-    curve = run.get('eval_mask_accuracy') or []
-    if curve:
-      steps, values = zip(*curve)
-      ax.plot(
-        steps,
-        100 * np.asarray(values),
-        marker='o',
-        markersize=3,
-        color=colors.get(variant, 'black'),
-        label=name,
-      )
+    study.plot_curve(
+      ax,
+      run.get('eval_mask_accuracy') or [],
+      marker='o',
+      markersize=3,
+      color=colors.get(variant, 'black'),
+      label=name,
+    )
   study.draw_floors(ax, summary['floors'], 'mask_accuracy')
   ax.set_xlabel('training step')
   ax.set_ylabel('eval accuracy at [MASK] positions (%)')

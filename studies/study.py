@@ -35,6 +35,7 @@ from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import mlm_metrics, workdir_lock
 from studies import runs as runs_lib
+from studies import stats
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
 SEQUENCE_SUMS = (
@@ -210,14 +211,7 @@ def per_sequence_sums(
   entropy) that are summed over all batches under 'extra'."""
 
   def forward(params, batch):
-    logits, state = model.apply(
-      {'params': params},
-      batch['input_ids'],
-      batch['input_mask'],
-      batch['segment_ids'],
-      batch['masked_positions'],
-      mutable=['intermediates'],
-    )
+    logits, state = model.apply({'params': params}, *model_inputs(batch), mutable=['intermediates'])
     nll, correct = mlm_nll_and_correct(logits, batch['masked_ids'])
     return nll, correct, (extra(state['intermediates'], batch) if extra else {})
 
@@ -266,6 +260,36 @@ def score_workdir(
   if scored['extra'] is not None:
     result['extra'] = jax.tree.map(lambda x: np.asarray(x).tolist(), scored['extra'])
   return result
+
+
+def paired_mask_accuracy(
+  side_a: Mapping[int, Mapping[str, Any]], side_b: Mapping[int, Mapping[str, Any]], what: str
+) -> tuple[list[int], list[int], Optional[stats.PairedComparison]]:
+  """Two arms' runs by seed: the seeds both scored, the seeds where either diverged (a
+  comparison we cannot pair), and with two or more pairs the difference a - b in [MASK]
+  accuracy over seeds and eval sequences (else None). `what` names the comparison in the error
+  for runs scored on different eval sets."""
+  seeds = [
+    s for s in sorted(side_a) if s in side_b and side_a[s].get('scored') and side_b[s].get('scored')
+  ]
+  diverged = [
+    s
+    for s in sorted(set(side_a) | set(side_b))
+    if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+  ]
+  if len(seeds) < 2:
+    return seeds, diverged, None
+  sums_a = [sequence_sums(side_a[s]) for s in seeds]
+  sums_b = [sequence_sums(side_b[s]) for s in seeds]
+  count = sums_a[0]['mask_count']
+  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
+    raise ValueError(f'{what}: runs scored on different eval sets')
+  comparison = stats.paired_ratio_comparison(
+    np.stack([s['mask_correct_sum'] for s in sums_a]),
+    np.stack([s['mask_correct_sum'] for s in sums_b]),
+    count,
+  )
+  return seeds, diverged, comparison
 
 
 def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -369,6 +393,41 @@ def save_figure(fig, path: str, dpi: int = 110) -> str:
   fig.savefig(path, dpi=dpi)
   pyplot().close(fig)
   return path
+
+
+def plot_curve(ax, curve: Sequence[tuple[int, float]], **style) -> None:
+  """A [(step, fraction), ...] curve, in %, when it has a point."""
+  if curve:
+    steps, values = zip(*curve)
+    ax.plot(steps, 100 * np.asarray(values), **style)
+
+
+def plot_seed_curves(
+  ax,
+  results: Mapping[str, Mapping[str, Any]],
+  names: Iterable[str],
+  color: str,
+  mean_label: Callable[[int], str],
+  alpha: float = 0.3,
+) -> None:
+  """The eval [MASK] accuracy curves (%) of one arm's runs `names`: each finished run's thin,
+  and thick the mean of those that reached the last evaluation (`mean_label(how many)`)."""
+  curves = [
+    results[n]['eval_mask_accuracy']
+    for n in names
+    if n in results and results[n].get('eval_mask_accuracy')
+  ]
+  for curve in curves:
+    plot_curve(ax, curve, color=color, alpha=alpha, linewidth=0.8)
+  full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
+  if full:
+    ax.plot(
+      [s for s, _ in full[0]],
+      100 * np.mean([[v for _, v in c] for c in full], 0),
+      color=color,
+      linewidth=2.2,
+      label=mean_label(len(full)),
+    )
 
 
 def plot_comparisons(

@@ -46,7 +46,7 @@ import numpy as np
 from realformer_jax import MaskedLM, data, train
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS
+from studies.report import LAYOUT_COLORS, write_lines
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
 
@@ -303,8 +303,7 @@ def write_markdown(
         per_seed = ', '.join(f'{x:.3f} / {y:.3f}' for x, y in zip(d[first], d[second]))
         lines.append(f'| {names[key]} | {where} | {fmt(d)} | {d["verdict"]} | {per_seed} |')
   lines += ['', '![entropy per layer](entropy.png)', '', '![JSD per layer pair](jsd.png)', '']
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plots(

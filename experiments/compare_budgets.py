@@ -66,7 +66,7 @@ import numpy as np
 from experiments import compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_results
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_lines
 
 LAYOUTS = ('post', 'realformer')
 
@@ -531,8 +531,7 @@ def _longer_line(longer: dict, plan: Plan) -> str:
 
 
 def _write(path: str, lines: list[str]) -> None:
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
@@ -597,20 +596,15 @@ def main(argv=None) -> dict:
   ).parse_args(argv)
   plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
-  write_results(
-    args.out,
-    {
-      'scale': dataclasses.asdict(plan.scale),
-      'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
-      'analysis': analysis,
-      'runs': compare_layouts._summary_for_json(results),  # pylint: disable=protected-access
-    },
-    lambda path: write_markdown(
-      path, results, analysis, plan, study.command('compare_budgets', args)
-    ),
-    lambda: write_plots(args.out, results, analysis, plan),
+  record = {
+    'scale': dataclasses.asdict(plan.scale),
+    'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
+    'analysis': analysis,
+    'runs': compare_layouts._summary_for_json(results),  # pylint: disable=protected-access
+  }
+  return study.write_plan_report(
+    args, 'compare_budgets', record, results, analysis, plan, write_markdown, write_plots
   )
-  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

@@ -56,7 +56,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_results
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_lines
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
@@ -392,8 +392,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '![comparisons with intervals](comparisons.png)',
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def _setup(results: dict, scale: study.Scale, command: str) -> list[str]:
@@ -637,23 +636,18 @@ def main(argv=None) -> dict:
   ).parse_args(argv)
   plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
-  write_results(
-    args.out,
-    {
-      'scale': dataclasses.asdict(plan.scale),
-      'rates': list(plan.rates),
-      'grid_seeds': list(plan.grid_seeds),
-      'confirm_seeds': list(plan.confirm_seeds),
-      'floors': floors_of(results),
-      'analysis': analysis,
-      'runs': _summary_for_json(results),
-    },
-    lambda path: write_markdown(
-      path, results, analysis, plan, study.command('compare_layouts', args)
-    ),
-    lambda: write_plots(args.out, results, analysis, plan),
+  record = {
+    'scale': dataclasses.asdict(plan.scale),
+    'rates': list(plan.rates),
+    'grid_seeds': list(plan.grid_seeds),
+    'confirm_seeds': list(plan.confirm_seeds),
+    'floors': floors_of(results),
+    'analysis': analysis,
+    'runs': _summary_for_json(results),
+  }
+  return study.write_plan_report(
+    args, 'compare_layouts', record, results, analysis, plan, write_markdown, write_plots
   )
-  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

@@ -100,7 +100,7 @@ import numpy as np
 from experiments import compare_budgets, compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_results
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_lines
 
 LAYOUTS = compare_budgets.LAYOUTS  # ('post', 'realformer')
 ALPHA = 0.05
@@ -506,8 +506,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '![fraction learned and accuracy per rate](ladder.png)',
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
@@ -592,20 +591,15 @@ def main(argv=None) -> dict:
   plan, results = study.run_plan(args, PLANS, plan_runs, compare_budgets.train_one, store)
   analysis = analyse(results, plan)
   analysis['scale'] = scale_facts(plan)  # traces the model: here, not in every analysis
-  write_results(
-    args.out,
-    {
-      'scale': dataclasses.asdict(plan.scale),
-      'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
-      'store': store,
-      'analysis': analysis,
-    },
-    lambda path: write_markdown(
-      path, results, analysis, plan, study.command('compare_stability', args)
-    ),
-    lambda: write_plots(args.out, results, analysis, plan),
+  record = {
+    'scale': dataclasses.asdict(plan.scale),
+    'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
+    'store': store,
+    'analysis': analysis,
+  }
+  return study.write_plan_report(
+    args, 'compare_stability', record, results, analysis, plan, write_markdown, write_plots
   )
-  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

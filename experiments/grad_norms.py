@@ -31,6 +31,7 @@ from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
 from studies import study
+from studies.report import write_lines
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
   'post': dict(ln_placement='post'),
@@ -304,8 +305,7 @@ def write_markdown(path: str, results: dict, args, meta: dict) -> None:
     *_grad_table(results, 'trained'),
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plot(path: str, results: dict, args) -> bool:

@@ -39,7 +39,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import seed_cell, write_results
+from studies.report import seed_cell, write_lines, write_results
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),
@@ -435,8 +435,7 @@ def write_markdown(
   if summary['diverged']:
     lines += ['', 'Diverged (no evaluation): ' + ', '.join(summary['diverged']) + '.']
   lines += ['', '![[MASK] accuracy and attention entropy vs evaluation length](accuracy.png)', '']
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:

@@ -42,7 +42,7 @@ import numpy as np
 from realformer_jax import train
 from studies import runs as runs_lib
 from studies import study
-from studies.report import seed_cell, write_results
+from studies.report import seed_cell, write_lines, write_results
 
 SCALES = {
   # The earlier compare_layouts CPU scale, where learned positions did not learn.
@@ -202,8 +202,7 @@ def write_markdown(path: str, summary: dict, scale: study.Scale, command: str) -
     '![[MASK] accuracy curves](curves.png)',
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plot(path: str, results: dict, summary: dict) -> bool:

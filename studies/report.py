@@ -31,6 +31,12 @@ def seed_cell(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> s
   return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'
 
 
+def write_lines(path: str, lines: Sequence[str]) -> None:
+  """A markdown report, one string a line."""
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines))
+
+
 def write_results(
   out: str, record: dict, markdown: Callable[[str], Any], plots: Callable[[], Sequence[str]] = tuple
 ) -> None:

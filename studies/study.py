@@ -34,6 +34,7 @@ from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import mlm_metrics, workdir_lock
+from studies import report as report_lib
 from studies import runs as runs_lib
 from studies import stats
 
@@ -358,6 +359,28 @@ def run_plan(
     busy=trained_elsewhere(args),
   )
   return plan, results
+
+
+def write_plan_report(
+  args: argparse.Namespace,
+  module: str,
+  record: dict,
+  results: dict[str, dict],
+  analysis: dict,
+  plan: Any,
+  write_markdown: Callable[[str, dict, dict, Any, str], Any],
+  write_plots: Callable[[str, dict, dict, Any], Sequence[str]],
+) -> dict:
+  """A planned study's report in --out (report.write_results): `record` as results.json,
+  `write_markdown(path, results, analysis, plan, command)`, `write_plots(out, results, analysis,
+  plan)`. Returns what the study's main returns."""
+  report_lib.write_results(
+    args.out,
+    record,
+    lambda path: write_markdown(path, results, analysis, plan, command(module, args)),
+    lambda: write_plots(args.out, results, analysis, plan),
+  )
+  return {'results': results, 'analysis': analysis}
 
 
 def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:

@@ -56,7 +56,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_lines
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
@@ -503,7 +503,7 @@ def _comparisons_section(analysis: dict) -> list[str]:
   ]
   for row in analysis['comparisons']:
     c = row['comparison']
-    diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    diff = difference_cell(c)
     p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
     holm = (
       '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')

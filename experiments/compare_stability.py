@@ -100,7 +100,7 @@ import numpy as np
 from experiments import compare_budgets, compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell, write_lines
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
 
 LAYOUTS = compare_budgets.LAYOUTS  # ('post', 'realformer')
 ALPHA = 0.05
@@ -484,7 +484,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
       )
       + f' | {row["failure_verdict"]} | '
       + (
-        f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f} ({c["n"]} seeds) | '
+        f'{difference_cell(c)} ({c["n"]} seeds) | '
         f'{a["holm_p_value"]:.3g} | {100 * a["detectable"]:.2f}'
         if c
         else 'n/a | n/a | n/a'

@@ -39,7 +39,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import seed_cell, write_lines, write_results
+from studies.report import difference_cell, seed_cell, write_lines, write_results
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),
@@ -407,7 +407,7 @@ def write_markdown(
     if 'verdict' not in row:
       continue
     seeds_cell = f'{row["seeds"]}' + (f' ({row["left_out"]})' if row['left_out'] else '')
-    diff = 'n/a' if not c else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    diff = difference_cell(c)
     holm = 'n/a' if not c else f'{row["holm_p_value"]:.3g}'
     lines.append(
       f'| {row["a"]} - {row["b"]} | {row["n"]} | {seeds_cell} | {diff} | {holm} | '

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from studies import runs as runs_lib
 from studies import stats
@@ -29,6 +29,14 @@ def seed_cell(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> s
   if len(finite) < 2:
     return per_seed or 'n/a'
   return f'{stats.format_ci(stats.mean_ci(finite), digits, scale)} ({per_seed})'
+
+
+def difference_cell(comparison: Optional[Mapping[str, float]]) -> str:
+  """A paired comparison's (stats.PairedComparison.as_dict) 'mean ± half-width' in percentage
+  points; 'n/a' without one."""
+  if not comparison:
+    return 'n/a'
+  return f'{100 * comparison["mean"]:+.2f} ± {100 * comparison["ci95_half_width"]:.2f}'
 
 
 def write_lines(path: str, lines: Sequence[str]) -> None:

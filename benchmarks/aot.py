@@ -25,7 +25,6 @@ import time
 from typing import Callable, Optional
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from benchmarks import flops as flops_lib
 from benchmarks import steps
@@ -65,29 +64,13 @@ AOT_PROFILES = {
 }
 
 
-def _abstract(tree, sharding):
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
-
-
 def compile_candidate(
   shape: steps.Shape, which: str, profile: AotProfile, devices: list
 ) -> jax.stages.Compiled:
   """The benchmark's train step for `which` ('post' | 'realformer' | 'pre' | 'hf'), compiled
   for `devices` (one compile-only device of the target)."""
   if which == 'hf':
-    step = steps.make_hf_step(
-      steps.hf_bert_config(shape, dropout=profile.dropout),
-      steps.train_config(shape, dropout=profile.dropout),
-      steps.make_batch(shape),
-      abstract=True,
-      dtype=profile.dtype,
-    )
-    sharding = NamedSharding(Mesh(devices, ('device',)), PartitionSpec())
-    return step.fn.lower(
-      _abstract(step.state, sharding),
-      _abstract(step.batch, sharding),
-      _abstract(step.rng, sharding),
-    ).compile()
+    return steps.compile_hf_step(shape, devices, dropout=profile.dropout, dtype=profile.dtype)
   config = steps.train_config(
     shape,
     ln_placement=which,

@@ -45,7 +45,6 @@ import time
 from typing import Callable, Optional, Sequence
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from benchmarks import flops as flops_lib
 from benchmarks import profiles, steps
@@ -62,12 +61,10 @@ TINY = steps.Shape(
 
 
 def long_shape(length: int) -> steps.Shape:
-  return steps.Shape(
-    f'bert_base_1x{length}',
-    hidden=768,
-    layers=12,
-    heads=12,
-    vocab=30522,
+  """BERT-Base, one sequence of `length` tokens, 15% of them predicted."""
+  return dataclasses.replace(
+    profiles.BASE,
+    name=f'bert_base_1x{length}',
     seq_len=length,
     batch=1,
     predictions=max(1, round(0.15 * length)),
@@ -160,24 +157,7 @@ def plan(quick: bool) -> list[Row]:
 def compile_row(row: Row, devices: list) -> jax.stages.Compiled:
   """The row's train step compiled for `devices` (the target's compile-only devices)."""
   if row.layout == 'hf':
-    step = steps.make_hf_step(
-      steps.hf_bert_config(row.shape, dropout=0.1),
-      steps.train_config(row.shape, dropout=0.1),
-      steps.make_batch(row.shape),
-      abstract=True,
-      dtype='bfloat16',
-    )
-    mesh = Mesh(devices, ('data',))
-    batch_sharding = NamedSharding(mesh, PartitionSpec('data'))
-    replicated = NamedSharding(mesh, PartitionSpec())
-    abstract = lambda tree, sharding: jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree
-    )
-    return step.fn.lower(
-      abstract(step.state, replicated),
-      abstract(step.batch, batch_sharding),
-      abstract(step.rng, replicated),
-    ).compile()
+    return steps.compile_hf_step(row.shape, devices, dropout=0.1, dtype='bfloat16')
   config = steps.train_config(
     row.shape, ln_placement=row.layout, dropout=0.1, dtype='bfloat16', **dict(row.overrides)
   )

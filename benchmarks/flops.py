@@ -9,8 +9,9 @@ from __future__ import annotations
 from realformer_jax.analysis.flops import train_step_flops
 
 
-def model_flops(shape) -> int:
-  """Useful model FLOPs per step for a `steps.Shape` (MLM head at the masked slots)."""
+def model_flops(shape, head_positions: int | None = None) -> int:
+  """Useful model FLOPs per step for a `steps.Shape` (MLM head at the masked slots, or at
+  `head_positions` positions)."""
   return train_step_flops(
     batch=shape.batch,
     seq_len=shape.seq_len,
@@ -19,21 +20,13 @@ def model_flops(shape) -> int:
     mlp=shape.mlp_dim,
     layers=shape.layers,
     vocab=shape.vocab,
+    head_positions=head_positions,
   )['total']
 
 
 def hf_executed_flops(shape) -> int:
   """FLOPs Hugging Face's model executes per step (MLM head at every position)."""
-  return train_step_flops(
-    batch=shape.batch,
-    seq_len=shape.seq_len,
-    predictions=shape.predictions,
-    hidden=shape.hidden,
-    mlp=shape.mlp_dim,
-    layers=shape.layers,
-    vocab=shape.vocab,
-    head_positions=shape.tokens,
-  )['total']
+  return model_flops(shape, head_positions=shape.tokens)
 
 
 def matmul_flops(n: int) -> int:

@@ -256,8 +256,9 @@ def measure_memory(
   log,
   dtype: str = 'float32',
 ) -> dict:
-  """XLA buffer sizes of the train step: remat none / full / dots, post vs realformer, on the
-  rolled layer scan (where remat applies per layer); plus the unrolled post step timed above."""
+  """XLA buffer sizes of the train step: each remat policy of `remats`, post vs realformer, on
+  the rolled layer scan (where remat applies per layer); plus the unrolled post step timed
+  above."""
   section = 'memory'
   stats = {}
   for layout in ('post', 'realformer'):

@@ -15,36 +15,10 @@ BASE = steps.Shape('bert_base', hidden=768, layers=12, heads=12, vocab=30522, se
 TINY = steps.Shape(
   'tiny', hidden=32, layers=2, heads=2, vocab=128, seq_len=16, batch=2, predictions=3
 )
-BASE_512 = steps.Shape(
-  'bert_base_512',
-  hidden=768,
-  layers=12,
-  heads=12,
-  vocab=30522,
-  seq_len=512,
-  batch=32,
-  predictions=80,
-)
-LARGE_512 = steps.Shape(
-  'bert_large_512',
-  hidden=1024,
-  layers=24,
-  heads=16,
-  vocab=30522,
-  seq_len=512,
-  batch=32,
-  predictions=80,
-)
-BASE_128 = steps.Shape(
-  'bert_base_128',
-  hidden=768,
-  layers=12,
-  heads=12,
-  vocab=30522,
-  seq_len=128,
-  batch=128,
-  predictions=20,
-)
+# The accelerator shapes: BERT-Base and -Large at 32 x 512 (80 predictions), Base at 128 x 128.
+BASE_512 = dataclasses.replace(BASE, name='bert_base_512', seq_len=512, batch=32, predictions=80)
+LARGE_512 = dataclasses.replace(BASE_512, name='bert_large_512', hidden=1024, layers=24, heads=16)
+BASE_128 = dataclasses.replace(BASE, name='bert_base_128', batch=128)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,13 +35,25 @@ class Profile:
   compile_layers: tuple
   compile_repeats: int  # scanned compiles are repeated; loop compiles run once
   memory_shape: steps.Shape
-  memory_remats: tuple = ('none', 'full', 'dots')
+  memory_remats: tuple = ('none', 'full')
   dtype: str = 'float32'  # compute dtype of both models (parameters stay float32)
   peak_n: int = 2048  # the matmul peak: an n^3 matmul in `dtype`
   scan_unroll: Optional[int] = None  # ours: layers per scan iteration (None: fully unrolled)
   trace_steps: int = 0  # > 0: profile this many steps per candidate, device time by category
   targets: str = 'cpu'  # which TARGETS apply: 'cpu' | 'accelerator'
 
+
+# Seconds: every code path at toy shapes (the tests' profile).
+TINY_PROFILE = Profile(
+  shapes=(TINY,),
+  split_groups=(),
+  rounds=2,
+  warmup=1,
+  compile_shape=TINY,
+  compile_layers=(1, 2),
+  compile_repeats=1,
+  memory_shape=TINY,
+)
 
 PROFILES = {
   'full': Profile(
@@ -79,7 +65,6 @@ PROFILES = {
     compile_layers=(12, 24, 48),
     compile_repeats=2,
     memory_shape=BASE,
-    memory_remats=('none', 'full'),
   ),
   'quick': Profile(
     shapes=(SMALL,),
@@ -90,19 +75,8 @@ PROFILES = {
     compile_layers=(4, 16),
     compile_repeats=1,
     memory_shape=SMALL,
-    memory_remats=('none', 'full'),
   ),
-  'tiny': Profile(
-    shapes=(TINY,),
-    split_groups=(),
-    rounds=2,
-    warmup=1,
-    compile_shape=TINY,
-    compile_layers=(1, 2),
-    compile_repeats=1,
-    memory_shape=TINY,
-    memory_remats=('none', 'full'),
-  ),
+  'tiny': TINY_PROFILE,
   # One GPU / TPU chip. The rolled layer scan: XLA:GPU compiles an unrolled BERT-Large step
   # in ~165 s vs ~30 s rolled (measured on an H100); --scan_unroll overrides.
   'accelerator': Profile(
@@ -114,7 +88,6 @@ PROFILES = {
     compile_layers=(12, 24),
     compile_repeats=1,
     memory_shape=LARGE_512,
-    memory_remats=('none', 'full'),
     dtype='bfloat16',
     peak_n=8192,
     scan_unroll=1,
@@ -122,15 +95,8 @@ PROFILES = {
     targets='accelerator',
   ),
   # The accelerator profile's code path at toy shapes (its smoke test, on any backend).
-  'accelerator_tiny': Profile(
-    shapes=(TINY,),
-    split_groups=(),
-    rounds=2,
-    warmup=1,
-    compile_shape=TINY,
-    compile_layers=(1, 2),
-    compile_repeats=1,
-    memory_shape=TINY,
+  'accelerator_tiny': dataclasses.replace(
+    TINY_PROFILE,
     memory_remats=('none',),
     dtype='bfloat16',
     peak_n=256,

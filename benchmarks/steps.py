@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from realformer_jax import train as train_lib
 from realformer_jax.mlm import MaskedLMTask
@@ -230,3 +231,27 @@ def make_hf_step(
   key = jax.random.key(seed)
   state = jax.eval_shape(init, key) if abstract else jax.jit(init)(key)
   return Step(fn, state, jax.tree.map(jnp.asarray, batch), key)
+
+
+def compile_hf_step(
+  shape: Shape, devices: list, *, dropout: float, dtype: str
+) -> jax.stages.Compiled:
+  """Hugging Face's train step at `shape`, compiled (never run) for `devices`, e.g. a target's
+  compile-only devices: the batch split over them, everything else replicated."""
+  step = make_hf_step(
+    hf_bert_config(shape, dropout=dropout),
+    train_config(shape, dropout=dropout),
+    make_batch(shape),
+    abstract=True,
+    dtype=dtype,
+  )
+  mesh = Mesh(devices, ('data',))
+  replicated = NamedSharding(mesh, PartitionSpec())
+  abstract = lambda tree, sharding: jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree
+  )
+  return step.fn.lower(
+    abstract(step.state, replicated),
+    abstract(step.batch, NamedSharding(mesh, PartitionSpec('data'))),
+    abstract(step.rng, replicated),
+  ).compile()

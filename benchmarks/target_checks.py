@@ -11,6 +11,11 @@ from benchmarks.report import Report
 from benchmarks.timing import Summary
 
 
+def _mfu_post(res: dict) -> list[float]:
+  """Per round: the post model's FLOPs / step time / the matmul peak measured beside it."""
+  return [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])]
+
+
 def cpu_targets(
   report: Report, profile: Profile, profile_name: str, train: dict, compile_results: dict
 ) -> None:
@@ -19,28 +24,14 @@ def cpu_targets(
     '\nTargets'
     + ('' if applicable else f' ({profile_name} profile, changed or reduced: INFO only)')
   )
-  for name, res in train.items():
-    s = Summary.of(res['ratios']['post_vs_hf'])
-    report.target(
-      'tokens_per_s_vs_hf',
-      f'tokens/s post / HF at {name}',
-      s.median,
-      TARGETS['tokens_per_s_vs_hf'],
-      True,
-      s,
-      applicable,
-    )
-  for name, res in train.items():
-    s = Summary.of(res['ratios']['realformer_vs_post'])
-    report.target(
-      'realformer_over_post',
-      f'step time realformer / post at {name}',
-      s.median,
-      TARGETS['realformer_over_post'],
-      False,
-      s,
-      applicable,
-    )
+  ratio_checks = (  # target, what is measured, the ratio in `train`, at least (else at most)
+    ('tokens_per_s_vs_hf', 'tokens/s post / HF', 'post_vs_hf', True),
+    ('realformer_over_post', 'step time realformer / post', 'realformer_vs_post', False),
+  )
+  for target, text, ratio, at_least in ratio_checks:
+    for name, res in train.items():
+      s = Summary.of(res['ratios'][ratio])
+      report.target(target, f'{text} at {name}', s.median, TARGETS[target], at_least, s, applicable)
   if compile_results:
     lo, hi = min(profile.compile_layers), max(profile.compile_layers)
     growth = np.median(compile_results[('scanned', hi)]) / np.median(
@@ -58,9 +49,7 @@ def cpu_targets(
   if train:
     name = 'bert_base' if 'bert_base' in train else list(train)[-1]
     res = train[name]
-    s = Summary.of(
-      [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])]
-    )
+    s = Summary.of(_mfu_post(res))
     report.target(
       'mfu_bert_base',
       f'MFU post at {name}',
@@ -92,12 +81,7 @@ def accelerator_targets(report: Report, profile: Profile, profile_name: str, tra
       res['ratios']['post_vs_hf'],
       True,
     ),
-    (
-      'large_mfu_post',
-      f'MFU post (of the measured bf16 peak) at {name}',
-      [res['model_flops'] / t / p for t, p in zip(res['times']['post'], res['peaks']['post'])],
-      True,
-    ),
+    ('large_mfu_post', f'MFU post (of the measured bf16 peak) at {name}', _mfu_post(res), True),
     (
       'large_realformer_over_post',
       f'step time realformer / post at {name}',

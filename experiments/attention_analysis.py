@@ -46,21 +46,14 @@ import numpy as np
 from realformer_jax import MaskedLM, data, train
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS
+from studies.report import LAYOUT_COLORS, write_lines
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
 
 
 def batch_statistics(model: MaskedLM, params, batch):
   """Entropy [N, B, H, L] and adjacent-layer JSD [N-1, B, H, L] of one batch's maps."""
-  _, state = model.apply(
-    {'params': params},
-    batch['input_ids'],
-    batch['input_mask'],
-    batch['segment_ids'],
-    batch['masked_positions'],
-    mutable=['intermediates'],
-  )
+  _, state = model.apply({'params': params}, *study.model_inputs(batch), mutable=['intermediates'])
   p = state['intermediates']['encoder']['layers']['attention']['attention_probs'][0]
   p = p.astype(jnp.float32)  # [N, B, H, L, L]
   plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
@@ -310,8 +303,7 @@ def write_markdown(
         per_seed = ', '.join(f'{x:.3f} / {y:.3f}' for x, y in zip(d[first], d[second]))
         lines.append(f'| {names[key]} | {where} | {fmt(d)} | {d["verdict"]} | {per_seed} |')
   lines += ['', '![entropy per layer](entropy.png)', '', '![JSD per layer pair](jsd.png)', '']
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plots(
@@ -361,10 +353,7 @@ def write_plots(
   ax.set_ylabel('attention entropy (nats)')
   ax.set_title('per-token, per-head attention entropy on held-out text')
   ax.legend(fontsize=8, loc='lower left')
-  fig.tight_layout()
-  paths = [os.path.join(out, 'entropy.png')]
-  fig.savefig(paths[0], dpi=110)
-  plt.close(fig)
+  paths = [study.save_figure(fig, os.path.join(out, 'entropy.png'))]
 
   fig, ax = plt.subplots(figsize=(max(7, 0.8 * num_layers), 4.8))
   pairs = np.arange(1, num_layers)
@@ -402,10 +391,7 @@ def write_plots(
   ax.set_ylabel('mean JSD, same head and token (nats)')
   ax.set_title('Jensen-Shannon divergence between adjacent layers', fontsize=10)
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'jsd.png'))
-  fig.savefig(paths[1], dpi=110)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'jsd.png')))
   return paths
 
 

@@ -17,7 +17,7 @@ import traceback
 import types
 
 import ml_collections
-from absl import app, flags
+from absl import app, flags, logging
 
 from realformer_jax import config_docs
 
@@ -48,6 +48,26 @@ def print_config(config, schemas, notes=()):
 def fail(message: str):
   print(f'error: {message}', file=sys.stderr)
   sys.exit(1)
+
+
+def start(argv, quiet_libraries: bool = False) -> None:
+  """What an absl command does first: refuse positional arguments (every input is a flag) and,
+  unless --verbosity was given, log at WARNING (orbax logs every save at INFO);
+  `quiet_libraries` also silences the libraries' own logs of a failure the command reports in
+  one line."""
+  if len(argv) > 1:
+    fail(f'unexpected arguments: {argv[1:]}')
+  quiet_logs(quiet_libraries)
+
+
+def quiet_logs(libraries: bool = False) -> None:
+  """`start`'s logging half, for a command that has checks to make before it."""
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
+    if libraries:
+      from realformer_jax.train import library_noise  # pylint: disable=import-outside-toplevel
+
+      library_noise.quiet()
 
 
 def fail_after_training(message: str, status: int = 1):

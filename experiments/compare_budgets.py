@@ -55,7 +55,6 @@ trained again.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -67,7 +66,7 @@ import numpy as np
 from experiments import compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
 
 LAYOUTS = ('post', 'realformer')
 
@@ -213,6 +212,8 @@ def plan_runs(results: dict, plan: Plan) -> list[runs_lib.Run]:
 
 
 def train_one(plan: Plan, args, run: runs_lib.Run, report: runs_lib.Report) -> dict:
+  """Trains and scores one run; of the plan it reads `scale` only (compare_stability passes
+  its own plan, at the same scale)."""
   p = run.params
   config = study.mlm_config(
     plan.scale,
@@ -277,26 +278,11 @@ def compare(results: dict, plan: Plan, rate: float, steps: int, comparison: Comp
     },
     'comparison': None,
   }
-  seeds = [
-    s for s in sorted(side_a) if s in side_b and 'scored' in side_a[s] and 'scored' in side_b[s]
-  ]
-  row['diverged'] = sorted(
-    s
-    for s in set(side_a) | set(side_b)
-    if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+  seeds, row['diverged'], result = study.paired_mask_accuracy(
+    side_a, side_b, f'{comparison.label} at {steps} steps'
   )
-  if len(seeds) < 2:
+  if result is None:
     return row
-  sums_a = [study.sequence_sums(side_a[s]) for s in seeds]
-  sums_b = [study.sequence_sums(side_b[s]) for s in seeds]
-  count = sums_a[0]['mask_count']
-  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
-    raise ValueError(f'{comparison.label} at {steps} steps: runs scored on different eval sets')
-  result = stats.paired_ratio_comparison(
-    np.stack([s['mask_correct_sum'] for s in sums_a]),
-    np.stack([s['mask_correct_sum'] for s in sums_b]),
-    count,
-  )
   row['comparison'] = result.as_dict()
   row['seeds'] = seeds
   row['detectable'] = stats.detectable_difference(result)
@@ -461,7 +447,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
   ]
   for row in analysis['rows']:
     c = row['comparison']
-    diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    diff = difference_cell(c)
     p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
     holm = f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a'
     level = f'0.05 / {round(0.05 / row["holm_level"])}' if 'holm_level' in row else 'n/a'
@@ -545,8 +531,7 @@ def _longer_line(longer: dict, plan: Plan) -> str:
 
 
 def _write(path: str, lines: list[str]) -> None:
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
@@ -566,24 +551,14 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 4.4), sharey=True)
   for ax, steps in zip(np.atleast_1d(axes), shown):
     for layout in LAYOUTS:
-      curves = [
-        results[n]['eval_mask_accuracy']
-        for n in (run_name(steps, rate, layout, s) for s in plan.seeds)
-        if n in results and results[n].get('eval_mask_accuracy')
-      ]
-      for curve in curves:
-        ax.plot(
-          *zip(*[(s, 100 * v) for s, v in curve]), color=LAYOUT_COLORS[layout], alpha=0.25, lw=0.8
-        )
-      full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
-      if full:
-        ax.plot(
-          [s for s, _ in full[0]],
-          100 * np.mean([[v for _, v in c] for c in full], 0),
-          color=LAYOUT_COLORS[layout],
-          lw=2.2,
-          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)}',
-        )
+      study.plot_seed_curves(
+        ax,
+        results,
+        (run_name(steps, rate, layout, s) for s in plan.seeds),
+        LAYOUT_COLORS[layout],
+        lambda n, layout=layout: f'{LAYOUT_NAMES[layout]}: mean of {n}',
+        alpha=0.25,
+      )
     for budget in shown:
       if budget < steps:
         ax.axvline(budget, color='gray', lw=0.6, ls='--')
@@ -595,84 +570,41 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   # at the first panel's top and cut the longer budgets off).
   np.atleast_1d(axes)[0].set_ylim(bottom=0)
   np.atleast_1d(axes)[0].set_ylabel('eval accuracy at [MASK] (%)')
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'curves.png'))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'curves.png'), dpi=100))
   # 2. The comparisons per budget: mean and 95% interval, each seed as x.
   rows = [r for r in analysis['rows'] if r['comparison']]
   if rows:
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
-    for i, row in enumerate(rows):
-      c = row['comparison']
-      color = 'black' if row['key'] == 'P1' else 'tab:purple'
-      ax.errorbar(
-        [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+    paths.append(
+      study.plot_comparisons(
+        os.path.join(out, 'comparisons.png'),
+        [r['comparison'] for r in rows],
+        [f'{r["budget"]:,} steps, {r["key"]}: {r["label"]}' for r in rows],
+        ['black' if r['key'] == 'P1' else 'tab:purple' for r in rows],
+        xlabel='difference in [MASK] accuracy (percentage points; paper: > 0)',
+        title='mean and 95% interval (seeds + eval-set bootstrap); x: each seed',
       )
-      ax.scatter(
-        [100 * v for v in c['values']],
-        [i + 0.18] * len(c['values']),
-        s=10,
-        color=color,
-        alpha=0.6,
-        marker='x',
-      )
-    ax.axvline(0, color='gray', lw=0.8)
-    ax.set_yticks(
-      range(len(rows)),
-      [f'{r["budget"]:,} steps, {r["key"]}: {r["label"]}' for r in rows],
-      fontsize=8,
     )
-    ax.invert_yaxis()
-    ax.set_xlabel('difference in [MASK] accuracy (percentage points; paper: > 0)')
-    ax.set_title('mean and 95% interval (seeds + eval-set bootstrap); x: each seed', fontsize=9)
-    fig.tight_layout()
-    paths.append(os.path.join(out, 'comparisons.png'))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
   return paths
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser,
+  args = study.argument_parser(
+    __doc__,
     out='docs/results/compare_layouts/budgets',
     workdirs='results/compare_budgets',
     scales=PLANS,
-  )
-  args = parser.parse_args(argv)
-  plan = PLANS[study.scale_name(args)]
-  os.makedirs(args.out, exist_ok=True)
-  results = runs_lib.run_planned(
-    args.out,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: train_one(plan, args, run, report),
-    select=lambda runs: study.selected(runs, args.runs),
-    busy=study.trained_elsewhere(args),
-  )
+  ).parse_args(argv)
+  plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
-    {
-      'scale': dataclasses.asdict(plan.scale),
-      'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
-      'analysis': analysis,
-      'runs': compare_layouts._summary_for_json(results),  # pylint: disable=protected-access
-    },
+  record = {
+    'scale': dataclasses.asdict(plan.scale),
+    'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
+    'analysis': analysis,
+    'runs': compare_layouts._summary_for_json(results),  # pylint: disable=protected-access
+  }
+  return study.write_plan_report(
+    args, 'compare_budgets', record, results, analysis, plan, write_markdown, write_plots
   )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    results,
-    analysis,
-    plan,
-    study.command('compare_budgets', args),
-  )
-  plots = write_plots(args.out, results, analysis, plan)
-  print(
-    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
-  )
-  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

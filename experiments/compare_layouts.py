@@ -46,7 +46,6 @@ the fine-tuning comparison read the r* runs' checkpoints.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -57,7 +56,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
@@ -109,24 +108,7 @@ PLANS = {
     rates=(1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3),
   ),
   # The smoke test: seconds a run.
-  'toy': Plan(
-    study.Scale(
-      layers=2,
-      hidden=32,
-      heads=2,
-      mlp=64,
-      seq_len=32,
-      batch=8,
-      steps=4,
-      learning_rate=3e-3,
-      vocab=500,
-      evals=2,
-      eval_batches=2,
-    ),
-    rates=(3e-3,),
-    grid_seeds=(0, 1),
-    confirm_seeds=(0, 1),
-  ),
+  'toy': Plan(study.TOY, rates=(3e-3,), grid_seeds=(0, 1), confirm_seeds=(0, 1)),
 }
 
 
@@ -311,29 +293,11 @@ def compare(results: dict, plan: Plan, star: float, comparison: Comparison) -> d
     'seeds_a': sorted(side_a),
     'seeds_b': sorted(side_b),
   }
-  seeds = [
-    s for s in sorted(side_a) if s in side_b and side_a[s].get('scored') and side_b[s].get('scored')
-  ]
   # A diverged run has no evaluation: it counts as a comparison we cannot pair, and is listed.
-  out['diverged'] = [
-    s
-    for s in sorted(set(side_a) | set(side_b))
-    if (side_a.get(s) or {}).get('diverged_at_step') is not None
-    or (side_b.get(s) or {}).get('diverged_at_step') is not None
-  ]
-  if len(seeds) < 2:
+  seeds, out['diverged'], result = study.paired_mask_accuracy(side_a, side_b, comparison.label)
+  if result is None:
     out['comparison'] = None
     return out
-  sums_a = [study.sequence_sums(side_a[s]) for s in seeds]
-  sums_b = [study.sequence_sums(side_b[s]) for s in seeds]
-  count = sums_a[0]['mask_count']
-  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
-    raise ValueError(f'{comparison.label}: runs scored on different eval sets')
-  result = stats.paired_ratio_comparison(
-    np.stack([s['mask_correct_sum'] for s in sums_a]),
-    np.stack([s['mask_correct_sum'] for s in sums_b]),
-    count,
-  )
   out['comparison'] = result.as_dict()
   out['seeds'] = seeds
   return out
@@ -428,8 +392,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '![comparisons with intervals](comparisons.png)',
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def _setup(results: dict, scale: study.Scale, command: str) -> list[str]:
@@ -540,7 +503,7 @@ def _comparisons_section(analysis: dict) -> list[str]:
   ]
   for row in analysis['comparisons']:
     c = row['comparison']
-    diff = 'n/a' if c is None else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    diff = difference_cell(c)
     p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
     holm = (
       '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
@@ -615,10 +578,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   ax_acc.set_title(f'[MASK] accuracy after {plan.scale.steps} steps, seeds {list(plan.grid_seeds)}')
   ax_loss.set_ylabel('final eval loss (nats)')
   ax_loss.set_title('eval loss (all predictions)')
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'lr_grid.png'))
-  fig.savefig(paths[-1], dpi=110)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'lr_grid.png')))
 
   star = analysis['r_star']
   if star is None:
@@ -627,75 +587,35 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
   for ax, factor in zip(axes, (1, 2)):
     for layout in LAYOUTS:
-      curves = [
-        results[n]['eval_mask_accuracy']
-        for n in (run_name(factor * star, layout, s) for s in plan.confirm_seeds)
-        if n in results and results[n].get('eval_mask_accuracy')
-      ]
-      for curve in curves:
-        ax.plot(
-          *zip(*[(s, 100 * v) for s, v in curve]),
-          color=LAYOUT_COLORS[layout],
-          alpha=0.3,
-          linewidth=0.8,
-        )
-      full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
-      if full:
-        steps = [s for s, _ in full[0]]
-        ax.plot(
-          steps,
-          100 * np.mean([[v for _, v in c] for c in full], 0),
-          color=LAYOUT_COLORS[layout],
-          linewidth=2.2,
-          label=f'{LAYOUT_NAMES[layout]}: mean of {len(full)} seeds (thin: each seed)',
-        )
+      study.plot_seed_curves(
+        ax,
+        results,
+        (run_name(factor * star, layout, s) for s in plan.confirm_seeds),
+        LAYOUT_COLORS[layout],
+        lambda n, layout=layout: f'{LAYOUT_NAMES[layout]}: mean of {n} seeds (thin: each seed)',
+      )
     study.draw_floors(ax, floors, 'mask_accuracy')
     ax.set_ylim(bottom=0)
     ax.set_xlabel('training step')
     ax.set_title(f'peak rate {factor * star:g} ({"r*" if factor == 1 else "2 r*"})')
     ax.legend(fontsize=8)
   axes[0].set_ylabel('eval accuracy at [MASK] (%)')
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'curves.png'))
-  fig.savefig(paths[-1], dpi=110)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'curves.png')))
 
   # 3. The comparisons: estimate and 95% interval; the paper's expected sign.
   rows = [r for r in analysis['comparisons'] if r['comparison']]
   if rows:
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
-    for i, row in enumerate(rows):
-      c = row['comparison']
-      color = 'black' if row['primary'] else 'tab:gray'
-      ax.errorbar(
-        [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+    sign = lambda r: '> 0' if r['expected_sign'] > 0 else '< 0'
+    paths.append(
+      study.plot_comparisons(
+        os.path.join(out, 'comparisons.png'),
+        [r['comparison'] for r in rows],
+        [f'{r["key"]}: {r["label"]} (paper: {sign(r)})' for r in rows],
+        ['black' if r['primary'] else 'tab:gray' for r in rows],
+        xlabel='difference in [MASK] accuracy (percentage points)',
+        title='mean and 95% interval (seeds + eval-set bootstrap); x: each seed; black: primary',
       )
-      ax.scatter(
-        [100 * v for v in c['values']],
-        [i + 0.18] * len(c['values']),
-        s=10,
-        color=color,
-        alpha=0.6,
-        marker='x',
-      )
-    ax.axvline(0, color='gray', linewidth=0.8)
-    ax.set_yticks(
-      range(len(rows)),
-      [
-        f'{r["key"]}: {r["label"]} (paper: {"> 0" if r["expected_sign"] > 0 else "< 0"})'
-        for r in rows
-      ],
-      fontsize=8,
     )
-    ax.invert_yaxis()
-    ax.set_xlabel('difference in [MASK] accuracy (percentage points)')
-    ax.set_title(
-      'mean and 95% interval (seeds + eval-set bootstrap); x: each seed; black: primary', fontsize=9
-    )
-    fig.tight_layout()
-    paths.append(os.path.join(out, 'comparisons.png'))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
   return paths
 
 
@@ -711,45 +631,23 @@ def _summary_for_json(results: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser, out='docs/results/compare_layouts', workdirs='results/compare_layouts', scales=PLANS
-  )
-  args = parser.parse_args(argv)
-  plan = PLANS[study.scale_name(args)]
-  os.makedirs(args.out, exist_ok=True)
-  results = runs_lib.run_planned(
-    args.out,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: train_one(plan, args, run, report),
-    select=lambda runs: study.selected(runs, args.runs),
-    busy=study.trained_elsewhere(args),
-  )
+  args = study.argument_parser(
+    __doc__, out='docs/results/compare_layouts', workdirs='results/compare_layouts', scales=PLANS
+  ).parse_args(argv)
+  plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
-    {
-      'scale': dataclasses.asdict(plan.scale),
-      'rates': list(plan.rates),
-      'grid_seeds': list(plan.grid_seeds),
-      'confirm_seeds': list(plan.confirm_seeds),
-      'floors': floors_of(results),
-      'analysis': analysis,
-      'runs': _summary_for_json(results),
-    },
+  record = {
+    'scale': dataclasses.asdict(plan.scale),
+    'rates': list(plan.rates),
+    'grid_seeds': list(plan.grid_seeds),
+    'confirm_seeds': list(plan.confirm_seeds),
+    'floors': floors_of(results),
+    'analysis': analysis,
+    'runs': _summary_for_json(results),
+  }
+  return study.write_plan_report(
+    args, 'compare_layouts', record, results, analysis, plan, write_markdown, write_plots
   )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    results,
-    analysis,
-    plan,
-    study.command('compare_layouts', args),
-  )
-  plots = write_plots(args.out, results, analysis, plan)
-  print(
-    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
-  )
-  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

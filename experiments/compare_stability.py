@@ -88,7 +88,6 @@ checkpoints). `--runs=none` selects no run: the report of whatever finished, not
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import math
@@ -101,7 +100,7 @@ import numpy as np
 from experiments import compare_budgets, compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
 
 LAYOUTS = compare_budgets.LAYOUTS  # ('post', 'realformer')
 ALPHA = 0.05
@@ -485,7 +484,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
       )
       + f' | {row["failure_verdict"]} | '
       + (
-        f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f} ({c["n"]} seeds) | '
+        f'{difference_cell(c)} ({c["n"]} seeds) | '
         f'{a["holm_p_value"]:.3g} | {100 * a["detectable"]:.2f}'
         if c
         else 'n/a | n/a | n/a'
@@ -507,8 +506,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '![fraction learned and accuracy per rate](ladder.png)',
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str]:
@@ -541,10 +539,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
     ax.set_xlabel('step')
   np.atleast_1d(axes)[0].set_ylabel('training loss (nats)')
   np.atleast_1d(axes)[0].legend(fontsize=7)
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'curves.png'))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'curves.png'), dpi=100))
   # 2. The ladder: fraction learned and final [MASK] accuracy (each seed a dot) per rate.
   rows = sorted([analysis['reference']] + analysis['rows'], key=lambda r: r['rate'])
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -572,17 +567,13 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
   study.draw_floors(right, compare_layouts.floors_of(results), 'mask_accuracy')
   right.set_ylabel('final [MASK] accuracy (%), each seed')
   right.legend(fontsize=7)
-  fig.tight_layout()
-  paths.append(os.path.join(out, 'ladder.png'))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
+  paths.append(study.save_figure(fig, os.path.join(out, 'ladder.png'), dpi=100))
   return paths
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser,
+  parser = study.argument_parser(
+    __doc__,
     out='docs/results/compare_layouts/stability',
     workdirs='results/compare_budgets',
     scales=PLANS,
@@ -594,41 +585,21 @@ def main(argv=None) -> dict:
     'else --out)',
   )
   args = parser.parse_args(argv)
-  name = study.scale_name(args)
-  plan = PLANS[name]
-  store = args.store or ('docs/results/compare_layouts/budgets' if name == 'cpu' else args.out)
-  os.makedirs(args.out, exist_ok=True)
-  budgets_plan = dataclasses.replace(compare_budgets.PLANS[name], scale=plan.scale)
-  results = runs_lib.run_planned(
-    store,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: compare_budgets.train_one(budgets_plan, args, run, report),
-    select=lambda runs: study.selected(runs, args.runs),
-    busy=study.trained_elsewhere(args),
-  )
+  cpu = study.scale_name(args) == 'cpu'
+  store = args.store or ('docs/results/compare_layouts/budgets' if cpu else args.out)
+  # compare_budgets' runs (its train_one reads the plan's scale only): reused where they exist.
+  plan, results = study.run_plan(args, PLANS, plan_runs, compare_budgets.train_one, store)
   analysis = analyse(results, plan)
   analysis['scale'] = scale_facts(plan)  # traces the model: here, not in every analysis
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
-    {
-      'scale': dataclasses.asdict(plan.scale),
-      'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
-      'store': store,
-      'analysis': analysis,
-    },
+  record = {
+    'scale': dataclasses.asdict(plan.scale),
+    'plan': {k: v for k, v in dataclasses.asdict(plan).items() if k != 'scale'},
+    'store': store,
+    'analysis': analysis,
+  }
+  return study.write_plan_report(
+    args, 'compare_stability', record, results, analysis, plan, write_markdown, write_plots
   )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    results,
-    analysis,
-    plan,
-    study.command('compare_stability', args),
-  )
-  plots = write_plots(args.out, results, analysis, plan)
-  print(
-    f'wrote {os.path.join(args.out, "results.md")}' + (f' and {", ".join(plots)}' if plots else '')
-  )
-  return {'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

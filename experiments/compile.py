@@ -27,10 +27,10 @@ import os
 # or TPU plugin but no such device must not try to open one.
 os.environ['JAX_PLATFORMS'] = 'cpu'
 
-from absl import app, flags, logging  # pylint: disable=wrong-import-position
+from absl import app, flags  # pylint: disable=wrong-import-position
 from ml_collections import config_flags  # pylint: disable=wrong-import-position
 
-from experiments.cli import fail, loaded, parse_flags  # pylint: disable=wrong-import-position
+from experiments.cli import fail, loaded, parse_flags, start  # pylint: disable=wrong-import-position
 from realformer_jax.aot import fit_report, targets  # pylint: disable=wrong-import-position
 from realformer_jax.config import ConfigError  # pylint: disable=wrong-import-position
 from realformer_jax.data import DataError  # pylint: disable=wrong-import-position
@@ -48,10 +48,7 @@ flags.mark_flags_as_required(['config', 'target'])
 
 
 def main(argv):
-  if len(argv) > 1:
-    fail(f'unexpected arguments: {argv[1:]}')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
+  start(argv)
   config = loaded(_CONFIG.value)
   try:
     fit_report.run(config, _TARGET.value, _DUMP.value)

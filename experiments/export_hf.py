@@ -12,14 +12,14 @@ checksum verdict, config and corpus digests) in realformer_source.json. --out mu
 run's directory (its config.json would be overwritten).
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 
-from experiments.cli import fail, parse_flags
+from experiments.cli import fail, parse_flags, start
 from realformer_jax import train
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.interop import hf_export
-from realformer_jax.train import library_noise, pretrained, pretraining
+from realformer_jax.train import pretrained, pretraining
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir of experiments.train.')
 _OUT = flags.DEFINE_string('out', None, 'Directory to write (created; files replaced).')
@@ -28,11 +28,7 @@ flags.mark_flags_as_required(['workdir', 'out'])
 
 
 def main(argv):
-  if len(argv) > 1:
-    fail(f'unexpected arguments: {argv[1:]}')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
-    library_noise.quiet()
+  start(argv, quiet_libraries=True)
   try:
     hf_export.check_out_dir(_OUT.value, _WORKDIR.value)
     # The architecture first: a refusal costs no checkpoint restore.

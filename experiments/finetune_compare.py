@@ -39,8 +39,6 @@ import json
 import os
 import sys
 
-import numpy as np
-
 from configs.finetune import bible_sections
 from realformer_jax import finetune, train
 from studies import runs as runs_lib
@@ -342,17 +340,14 @@ def _plot(summary: dict, results: dict, path: str) -> None:
   ax.set_title('bible_sections test accuracy, best checkpoint')
   ax.legend(loc='upper right', fontsize=8)
   for name, run in sorted(results.items()):
-    curve = run.get('validation_accuracy') or []
-    if curve:
-      steps, values = zip(*curve)
-      ax_val.plot(
-        steps,
-        100 * np.asarray(values),
-        marker='o',
-        markersize=3,
-        color=COLORS[run['params']['start']],
-        alpha=0.7,
-      )
+    study.plot_curve(
+      ax_val,
+      run.get('validation_accuracy') or [],
+      marker='o',
+      markersize=3,
+      color=COLORS[run['params']['start']],
+      alpha=0.7,
+    )
   for start in starts:
     ax_val.plot([], [], color=COLORS[start], label=f'{NAMES[start]} (one line per seed)')
   validation_majority = summary['majority'].get('validation_accuracy')
@@ -368,9 +363,7 @@ def _plot(summary: dict, results: dict, path: str) -> None:
   ax_val.set_ylabel('validation accuracy (%)')
   ax_val.set_title('validation accuracy during fine-tuning')
   ax_val.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
 
 
 def main(argv=None) -> dict:

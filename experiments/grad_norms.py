@@ -31,6 +31,7 @@ from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
 from studies import study
+from studies.report import write_lines
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
   'post': dict(ln_placement='post'),
@@ -304,17 +305,12 @@ def write_markdown(path: str, results: dict, args, meta: dict) -> None:
     *_grad_table(results, 'trained'),
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plot(path: str, results: dict, args) -> bool:
-  try:
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-  except ImportError:
+  plt = study.pyplot()
+  if plt is None:
     print('matplotlib is not installed: no plot (pip install matplotlib)', file=sys.stderr)
     return False
   fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
@@ -335,9 +331,7 @@ def write_plot(path: str, results: dict, args) -> bool:
   for ax in axes[1]:
     ax.set_xlabel('layer (1 = next to the embeddings)')
   axes[0, 0].legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
   return True
 
 

@@ -27,6 +27,7 @@ from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
 from studies import study
+from studies.report import write_lines
 
 BASE = dict(
   num_layers=48,
@@ -173,8 +174,7 @@ def write_markdown(path: str, results: dict, base: dict, seconds: float) -> None
       f'{a[0]:.3g}, {a[len(a) // 2]:.3g}, {a[-1]:.3g} | '
       f'{c[min(9, len(c) - 1)]:.3f}, {c[-1]:.3f} |'
     )
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines) + '\n')
+  write_lines(path, [*lines, ''])
 
 
 if __name__ == '__main__':

@@ -28,7 +28,6 @@ resumes from its checkpoints in --workdirs).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -40,7 +39,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import seed_cell
+from studies.report import difference_cell, seed_cell, write_lines, write_results
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),
@@ -108,19 +107,7 @@ SCALES = {
     eval_batches=4,
   ),
   # The smoke test: seconds.
-  'toy': study.Scale(
-    layers=2,
-    hidden=32,
-    heads=2,
-    mlp=64,
-    seq_len=16,
-    batch=8,
-    steps=6,
-    learning_rate=3e-3,
-    vocab=500,
-    evals=3,
-    eval_batches=2,
-  ),
+  'toy': dataclasses.replace(study.TOY, seq_len=16, steps=6, evals=3),
 }
 EVAL_LENGTHS = {'cpu': LENGTHS, 'roformer_small': LENGTHS, 'toy': (16, 32)}
 # Tokens per evaluation batch (batch = EVAL_TOKENS // n).
@@ -420,7 +407,7 @@ def write_markdown(
     if 'verdict' not in row:
       continue
     seeds_cell = f'{row["seeds"]}' + (f' ({row["left_out"]})' if row['left_out'] else '')
-    diff = 'n/a' if not c else f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f}'
+    diff = difference_cell(c)
     holm = 'n/a' if not c else f'{row["holm_p_value"]:.3g}'
     lines.append(
       f'| {row["a"]} - {row["b"]} | {row["n"]} | {seeds_cell} | {diff} | {holm} | '
@@ -448,8 +435,7 @@ def write_markdown(
   if summary['diverged']:
     lines += ['', 'Diverged (no evaluation): ' + ', '.join(summary['diverged']) + '.']
   lines += ['', '![[MASK] accuracy and attention entropy vs evaluation length](accuracy.png)', '']
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
@@ -507,16 +493,13 @@ def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
   ax_ent.set_ylim(bottom=0)
   ax_ent.set_ylabel('attention entropy (nats), mean over layers and seeds')
   ax_ent.set_title('Attention entropy vs n')
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
   return True
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser,
+  parser = study.argument_parser(
+    __doc__,
     out='docs/results/length_extrapolation',
     workdirs='results/length_extrapolation',
     scales=SCALES,
@@ -542,8 +525,10 @@ def main(argv=None) -> dict:
   )
   results = runs_lib.load_results(args.out, every)
   summary = summarise(results, lengths, seeds)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  command = study.command('length_extrapolation', args)
+  plot_path = os.path.join(args.out, 'accuracy.png')
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(scale),
       'lengths': list(lengths),
@@ -552,17 +537,9 @@ def main(argv=None) -> dict:
       'summary': summary,
       'runs': {k: _without_sequence_sums(v) for k, v in results.items()},
     },
+    lambda path: write_markdown(path, summary, scale, lengths, command, seeds),
+    lambda: [plot_path] if write_plot(plot_path, summary, scale, lengths) else [],
   )
-  write_markdown(
-    os.path.join(args.out, 'results.md'),
-    summary,
-    scale,
-    lengths,
-    study.command('length_extrapolation', args),
-    seeds,
-  )
-  plotted = write_plot(os.path.join(args.out, 'accuracy.png'), summary, scale, lengths)
-  print(f'wrote {os.path.join(args.out, "results.md")}' + (' and accuracy.png' if plotted else ''))
   return {'results': results, 'summary': summary}
 
 

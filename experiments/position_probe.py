@@ -32,7 +32,6 @@ runs/*.json; workdirs under --workdirs (default results/position_probe/).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -43,7 +42,7 @@ import numpy as np
 from realformer_jax import train
 from studies import runs as runs_lib
 from studies import study
-from studies.report import seed_cell
+from studies.report import seed_cell, write_lines, write_results
 
 SCALES = {
   # The earlier compare_layouts CPU scale, where learned positions did not learn.
@@ -61,20 +60,7 @@ SCALES = {
     eval_batches=16,
     position_embedding='learned',
   ),
-  'toy': study.Scale(
-    layers=2,
-    hidden=32,
-    heads=2,
-    mlp=64,
-    seq_len=32,
-    batch=8,
-    steps=8,
-    learning_rate=3e-3,
-    vocab=500,
-    evals=2,
-    eval_batches=2,
-    position_embedding='learned',
-  ),
+  'toy': dataclasses.replace(study.TOY, steps=8, position_embedding='learned'),
 }
 VARIANTS = {  # name: (position_embedding, steps multiplier, learning-rate multiplier, seeds)
   'learned': ('learned', 1, 1, (0,)),
@@ -216,8 +202,7 @@ def write_markdown(path: str, summary: dict, scale: study.Scale, command: str) -
     '![[MASK] accuracy curves](curves.png)',
     '',
   ]
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
+  write_lines(path, lines)
 
 
 def write_plot(path: str, results: dict, summary: dict) -> bool:
@@ -234,33 +219,27 @@ def write_plot(path: str, results: dict, summary: dict) -> bool:
   fig, ax = plt.subplots(figsize=(8, 4.8))
   for name, run in sorted(results.items()):
     variant = run['params']['variant']
-    curve = run.get('eval_mask_accuracy') or []
-    if curve:
-      steps, values = zip(*curve)
-      ax.plot(
-        steps,
-        100 * np.asarray(values),
-        marker='o',
-        markersize=3,
-        color=colors.get(variant, 'black'),
-        label=name,
-      )
+    study.plot_curve(
+      ax,
+      run.get('eval_mask_accuracy') or [],
+      marker='o',
+      markersize=3,
+      color=colors.get(variant, 'black'),
+      label=name,
+    )
   study.draw_floors(ax, summary['floors'], 'mask_accuracy')
   ax.set_xlabel('training step')
   ax.set_ylabel('eval accuracy at [MASK] positions (%)')
   ax.set_ylim(bottom=0)
   ax.set_title('[MASK] accuracy during training, one line per run (seed)')
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  study.save_figure(fig, path)
   return True
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  study.add_common_arguments(
-    parser, out='docs/results/position_probe', workdirs='results/position_probe', scales=SCALES
+  parser = study.argument_parser(
+    __doc__, out='docs/results/position_probe', workdirs='results/position_probe', scales=SCALES
   )
   args = parser.parse_args(argv)
   scale = SCALES[study.scale_name(args)]
@@ -270,20 +249,22 @@ def main(argv=None) -> dict:
   every = runs_lib.Grid(args.out, grid())
   results = {run.name: every.load(run) for run in every.runs if every.load(run) is not None}
   summary = summarise(results)
-  runs_lib.write_json(
-    os.path.join(args.out, 'results.json'),
+  plot_path = os.path.join(args.out, 'curves.png')
+
+  def markdown(path: str) -> None:
+    if summary['variants']:  # else no run has finished yet: results.json only
+      write_markdown(path, summary, scale, study.command('position_probe', args))
+
+  write_results(
+    args.out,
     {
       'scale': dataclasses.asdict(scale),
       'summary': summary,
       'runs': {k: {kk: vv for kk, vv in v.items() if kk != 'scored'} for k, v in results.items()},
     },
+    markdown,
+    lambda: [plot_path] if summary['variants'] and write_plot(plot_path, results, summary) else [],
   )
-  if summary['variants']:
-    write_markdown(
-      os.path.join(args.out, 'results.md'), summary, scale, study.command('position_probe', args)
-    )
-    write_plot(os.path.join(args.out, 'curves.png'), results, summary)
-  print(f'wrote {os.path.join(args.out, "results.md")}')
   return summary
 
 

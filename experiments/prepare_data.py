@@ -15,10 +15,10 @@ notes show with --verbosity=0 or higher. Bad input (or a full or read-only disk)
 status 1 and one line `error: <message>`.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.cli import fail, loaded, parse_flags
+from experiments.cli import fail, loaded, parse_flags, start
 from realformer_jax import data
 from realformer_jax.data.prepare_ahead import prepare_ahead
 
@@ -33,10 +33,7 @@ _WORKERS = flags.DEFINE_integer(
 
 
 def main(argv):
-  if len(argv) > 1:
-    fail(f'unexpected arguments: {argv[1:]}')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
+  start(argv)
   if _WORKERS.value < 0:
     fail(f'--workers={_WORKERS.value}: must be at least 0 (0: every core).')
   config = loaded(_CONFIG.value)

@@ -16,7 +16,7 @@ stop XLA's per-step temporaries from being page-faulted afresh every step (~20% 
 steps on 2 cores; realformer_jax/malloc.py).
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments.cli import (
@@ -27,11 +27,12 @@ from experiments.cli import (
   loaded,
   parse_flags,
   print_config,
+  quiet_logs,
 )
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataConfig, DataError
-from realformer_jax.train import distributed, library_noise, spec, workdir_lock
+from realformer_jax.train import distributed, spec, workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, CONFIG_HELP, lock_config=True)
 _PRINT_CONFIG = define_print_config()
@@ -72,9 +73,7 @@ def run_job(argv, job, schemas=SCHEMAS):
   except train.TrainingError as e:
     fail(str(e))
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)  # orbax logs every save step at INFO
-    library_noise.quiet()  # orbax's own logs of a failure we report in one line
+  quiet_logs(libraries=True)
   config = loaded(_CONFIG.value)
   try:
     with distributed.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)

@@ -41,7 +41,7 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments.cli import (
@@ -51,6 +51,7 @@ from experiments.cli import (
   fail_after_training,
   parse_flags,
   print_config,
+  quiet_logs,
 )
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataError
@@ -58,11 +59,12 @@ from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
-from realformer_jax.train import distributed, library_noise, run_identity
+from realformer_jax.train import distributed, run_identity
 from realformer_jax.train.errors import TrainingError
 from realformer_jax.train.spec import RunSpec
 from studies import runs as runs_lib
 from studies import stats
+from studies import study as study_lib
 from studies.report import seed_cell
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -452,12 +454,8 @@ def _fmt_summary(d: dict, digits: int) -> str:
 
 
 def plot(study, results: dict, summary: dict, path: str) -> None:
-  try:
-    import matplotlib  # pylint: disable=import-outside-toplevel
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  except ImportError:
+  plt = study_lib.pyplot()
+  if plt is None:
     return
   seeds, kinds = study.experiment.seeds, study.experiment.decoders[:2]
   fig, (ax_bleu, ax_speed) = plt.subplots(1, 2, figsize=(10, 4))
@@ -497,9 +495,7 @@ def plot(study, results: dict, summary: dict, path: str) -> None:
   ax_speed.set_xticks(range(len(labels)), labels)
   ax_speed.set_ylabel(f'tokens/s, {kinds[1]} / {kinds[0]}')
   ax_speed.set_title('Decoding speed ratio (mean ± 95% CI over seeds)')
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  study_lib.save_figure(fig, path, dpi=120)
 
 
 def _config_arg(argv) -> str:
@@ -512,9 +508,7 @@ def _config_arg(argv) -> str:
 def main(argv):
   if len(argv) > 1:  # e.g. configs/translate.py:gpu without --config=: never the default grid
     fail(f'unexpected arguments {argv[1:]}: every argument is a flag (--config=FILE[:arg], ...)')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    library_noise.quiet()  # orbax's own logs of a failure reported in one line
+  quiet_logs(libraries=True)
   config = _CONFIG.value
   if _PRINT_CONFIG.value:
     schemas = {

@@ -23,12 +23,12 @@ from typing import Sequence
 import numpy as np
 
 
-@dataclasses.dataclass(frozen=True)
-class Summary:
+class _Interval:
+  """The ends and JSON form of an interval mean ± half_width over n values."""
+
   mean: float
-  half_width: float  # the interval is mean ± half_width (nan for one value)
+  half_width: float
   n: int
-  values: tuple[float, ...]
 
   @property
   def low(self) -> float:
@@ -38,15 +38,26 @@ class Summary:
   def high(self) -> float:
     return self.mean + self.half_width
 
-  def as_dict(self) -> dict:
+  def _interval_dict(self, values: Sequence[float]) -> dict:
     return {
       'mean': self.mean,
       'ci95_half_width': self.half_width,
       'low': self.low,
       'high': self.high,
       'n': self.n,
-      'values': list(self.values),
+      'values': list(values),
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(_Interval):
+  mean: float
+  half_width: float  # the interval is mean ± half_width (nan for one value)
+  n: int
+  values: tuple[float, ...]
+
+  def as_dict(self) -> dict:
+    return self._interval_dict(self.values)
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -187,7 +198,7 @@ def t_p_value(estimate: float, standard_error: float, df: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class PairedComparison:
+class PairedComparison(_Interval):
   """mean over seeds of a - b, with an interval for seeds AND eval-set sampling."""
 
   mean: float
@@ -198,23 +209,10 @@ class PairedComparison:
   seed_se: float  # standard error from the seeds alone
   eval_se: float  # bootstrap standard error over eval sequences (seeds fixed)
 
-  @property
-  def low(self) -> float:
-    return self.mean - self.half_width
-
-  @property
-  def high(self) -> float:
-    return self.mean + self.half_width
-
   def as_dict(self) -> dict:
     return {
-      'mean': self.mean,
-      'ci95_half_width': self.half_width,
-      'low': self.low,
-      'high': self.high,
+      **self._interval_dict(self.per_seed),
       'p_value': self.p_value,
-      'n': self.n,
-      'values': list(self.per_seed),
       'seed_se': self.seed_se,
       'eval_se': self.eval_se,
     }

@@ -35,7 +35,9 @@ from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import workdir_lock
+from studies import report as report_lib
 from studies import runs as runs_lib
+from studies import stats
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
 SEQUENCE_SUMS = (
@@ -66,6 +68,22 @@ class Scale:
   eval_batches: int = -1  # held-out batches scored; -1: the whole held-out split
   dropout: float = 0.1
   position_embedding: str = 'rope'
+
+
+# The smoke-test scale of every study's --quick (seconds a run); a study changes a field or two.
+TOY = Scale(
+  layers=2,
+  hidden=32,
+  heads=2,
+  mlp=64,
+  seq_len=32,
+  batch=8,
+  steps=4,
+  learning_rate=3e-3,
+  vocab=500,
+  evals=2,
+  eval_batches=2,
+)
 
 
 def mlm_config(
@@ -195,14 +213,7 @@ def per_sequence_sums(
   entropy) that are summed over all batches under 'extra'."""
 
   def forward(params, batch):
-    logits, state = model.apply(
-      {'params': params},
-      batch['input_ids'],
-      batch['input_mask'],
-      batch['segment_ids'],
-      batch['masked_positions'],
-      mutable=['intermediates'],
-    )
+    logits, state = model.apply({'params': params}, *model_inputs(batch), mutable=['intermediates'])
     nll, correct = mlm_nll_and_correct(logits, batch['masked_ids'])
     return nll, correct, (extra(state['intermediates'], batch) if extra else {})
 
@@ -253,6 +264,36 @@ def score_workdir(
   return result
 
 
+def paired_mask_accuracy(
+  side_a: Mapping[int, Mapping[str, Any]], side_b: Mapping[int, Mapping[str, Any]], what: str
+) -> tuple[list[int], list[int], Optional[stats.PairedComparison]]:
+  """Two arms' runs by seed: the seeds both scored, the seeds where either diverged (a
+  comparison we cannot pair), and with two or more pairs the difference a - b in [MASK]
+  accuracy over seeds and eval sequences (else None). `what` names the comparison in the error
+  for runs scored on different eval sets."""
+  seeds = [
+    s for s in sorted(side_a) if s in side_b and side_a[s].get('scored') and side_b[s].get('scored')
+  ]
+  diverged = [
+    s
+    for s in sorted(set(side_a) | set(side_b))
+    if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+  ]
+  if len(seeds) < 2:
+    return seeds, diverged, None
+  sums_a = [sequence_sums(side_a[s]) for s in seeds]
+  sums_b = [sequence_sums(side_b[s]) for s in seeds]
+  count = sums_a[0]['mask_count']
+  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
+    raise ValueError(f'{what}: runs scored on different eval sets')
+  comparison = stats.paired_ratio_comparison(
+    np.stack([s['mask_correct_sum'] for s in sums_a]),
+    np.stack([s['mask_correct_sum'] for s in sums_b]),
+    count,
+  )
+  return seeds, diverged, comparison
+
+
 def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
   """A run's stored per-sequence sums as arrays."""
   return {k: np.asarray(v, np.float64) for k, v in run['scored']['sequence_sums'].items()}
@@ -260,6 +301,15 @@ def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 # ------------------------------------------------------------------------------------------
 # Command line.
+
+
+def argument_parser(
+  doc: str, *, out: str, workdirs: str, scales: Sequence[str]
+) -> argparse.ArgumentParser:
+  """A study's parser: `doc`'s first line as its description, and the common options."""
+  parser = argparse.ArgumentParser(description=doc.split('\n')[0])
+  add_common_arguments(parser, out=out, workdirs=workdirs, scales=scales)
+  return parser
 
 
 def add_common_arguments(
@@ -289,6 +339,51 @@ def trained_elsewhere(args: argparse.Namespace) -> Callable[[runs_lib.Run], bool
   return lambda run: workdir_lock.held(os.path.join(args.workdirs, run.name))
 
 
+def run_plan(
+  args: argparse.Namespace,
+  plans: Mapping[str, Any],
+  plan_runs: Callable[[dict[str, dict], Any], Sequence[runs_lib.Run]],
+  train_one: Callable[[Any, argparse.Namespace, runs_lib.Run, runs_lib.Report], dict],
+  store: str = '',
+) -> tuple[Any, dict[str, dict]]:
+  """The plan of the scale the command line names, and the finished results of its runs in
+  `store` (default --out) after training, one by one, those --runs selects: `plan_runs(done,
+  plan)` re-plans after each, `train_one(plan, args, run, report)` trains one. Waits for a run
+  another process trains (its workdir under --workdirs is locked): the plan may grow then."""
+  plan = plans[scale_name(args)]
+  os.makedirs(args.out, exist_ok=True)
+  results = runs_lib.run_planned(
+    store or args.out,
+    lambda done: plan_runs(done, plan),
+    lambda run, report: train_one(plan, args, run, report),
+    select=lambda runs: selected(runs, args.runs),
+    busy=trained_elsewhere(args),
+  )
+  return plan, results
+
+
+def write_plan_report(
+  args: argparse.Namespace,
+  module: str,
+  record: dict,
+  results: dict[str, dict],
+  analysis: dict,
+  plan: Any,
+  write_markdown: Callable[[str, dict, dict, Any, str], Any],
+  write_plots: Callable[[str, dict, dict, Any], Sequence[str]],
+) -> dict:
+  """A planned study's report in --out (report.write_results): `record` as results.json,
+  `write_markdown(path, results, analysis, plan, command)`, `write_plots(out, results, analysis,
+  plan)`. Returns what the study's main returns."""
+  report_lib.write_results(
+    args.out,
+    record,
+    lambda path: write_markdown(path, results, analysis, plan, command(module, args)),
+    lambda: write_plots(args.out, results, analysis, plan),
+  )
+  return {'results': results, 'analysis': analysis}
+
+
 def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:
   globs = patterns.split(',')
   return [r for r in runs if any(fnmatch.fnmatch(r.name, g) for g in globs)]
@@ -316,48 +411,107 @@ def pyplot():
   return plt
 
 
+def save_figure(fig, path: str, dpi: int = 110) -> str:
+  """Lays `fig` out, writes it to `path` and frees it; returns `path`."""
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  pyplot().close(fig)
+  return path
+
+
+def plot_curve(ax, curve: Sequence[tuple[int, float]], **style) -> None:
+  """A [(step, fraction), ...] curve, in %, when it has a point."""
+  if curve:
+    steps, values = zip(*curve)
+    ax.plot(steps, 100 * np.asarray(values), **style)
+
+
+def plot_seed_curves(
+  ax,
+  results: Mapping[str, Mapping[str, Any]],
+  names: Iterable[str],
+  color: str,
+  mean_label: Callable[[int], str],
+  alpha: float = 0.3,
+) -> None:
+  """The eval [MASK] accuracy curves (%) of one arm's runs `names`: each finished run's thin,
+  and thick the mean of those that reached the last evaluation (`mean_label(how many)`)."""
+  curves = [
+    results[n]['eval_mask_accuracy']
+    for n in names
+    if n in results and results[n].get('eval_mask_accuracy')
+  ]
+  for curve in curves:
+    plot_curve(ax, curve, color=color, alpha=alpha, linewidth=0.8)
+  full = [c for c in curves if len(c) == max(map(len, curves))] if curves else []
+  if full:
+    ax.plot(
+      [s for s, _ in full[0]],
+      100 * np.mean([[v for _, v in c] for c in full], 0),
+      color=color,
+      linewidth=2.2,
+      label=mean_label(len(full)),
+    )
+
+
+def plot_comparisons(
+  path: str,
+  comparisons: Sequence[Mapping[str, Any]],
+  labels: Sequence[str],
+  colors: Sequence[str],
+  *,
+  xlabel: str,
+  title: str,
+) -> str:
+  """One row per paired difference of [MASK] accuracy (stats.paired_comparison's dict): its
+  mean and 95% interval, each seed's difference as an x, a line at 0; in percentage points."""
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(9, 0.5 * len(comparisons) + 1.6))
+  for i, (c, color) in enumerate(zip(comparisons, colors)):
+    ax.errorbar(
+      [100 * c['mean']], [i], xerr=[[100 * c['ci95_half_width']]], fmt='o', color=color, capsize=4
+    )
+    ax.scatter(
+      [100 * v for v in c['values']],
+      [i + 0.18] * len(c['values']),
+      s=10,
+      color=color,
+      alpha=0.6,
+      marker='x',
+    )
+  ax.axvline(0, color='gray', linewidth=0.8)
+  ax.set_yticks(range(len(comparisons)), labels, fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel(xlabel)
+  ax.set_title(title, fontsize=9)
+  return save_figure(fig, path)
+
+
+# Per floor kind: (the floors' key, scaled like an accuracy, colour, label) of each line drawn.
+FLOOR_LINES = {
+  'mask_accuracy': (
+    ('mask_accuracy', True, 'gray', 'floor: most frequent token (= copy rule at [MASK])'),
+  ),
+  'mlm_accuracy': (
+    ('mlm_accuracy', True, 'gray', 'floor: most frequent token'),
+    ('copy_accuracy', True, 'black', 'floor: copy-aware (copy visible, else most frequent)'),
+  ),
+  'loss': (('copy_unigram_loss', False, 'black', 'floor: copy-aware unigram loss'),),
+  'mask_loss': (('mask_unigram_loss', False, 'black', 'floor: unigram loss at [MASK]'),),
+}
+
+
 def draw_floors(
   ax, floors: Mapping[str, float], kind: str = 'mask_accuracy', scale: float = 100.0
 ) -> None:
   """Horizontal lines at the context-free floors of one metric: 'mask_accuracy' (the copy
   rule's = the most frequent token's at [MASK]), 'mlm_accuracy' (most frequent and copy-aware,
-  all predictions) or 'loss' (the copy-aware unigram loss)."""
+  all predictions), 'loss' (the copy-aware unigram loss) or 'mask_loss' (at [MASK])."""
   if not floors:
     return
-  if kind == 'mask_accuracy':
-    ax.axhline(
-      scale * floors['mask_accuracy'],
-      color='gray',
-      linestyle=':',
-      label='floor: most frequent token (= copy rule at [MASK])',
-    )
-  elif kind == 'mlm_accuracy':
-    ax.axhline(
-      scale * floors['mlm_accuracy'],
-      color='gray',
-      linestyle=':',
-      label='floor: most frequent token',
-    )
-    ax.axhline(
-      scale * floors['copy_accuracy'],
-      color='black',
-      linestyle=':',
-      label='floor: copy-aware (copy visible, else most frequent)',
-    )
-  elif kind == 'loss':
-    ax.axhline(
-      floors['copy_unigram_loss'],
-      color='black',
-      linestyle=':',
-      label='floor: copy-aware unigram loss',
-    )
-  elif kind == 'mask_loss':
-    ax.axhline(
-      floors['mask_unigram_loss'],
-      color='black',
-      linestyle=':',
-      label='floor: unigram loss at [MASK]',
-    )
+  for key, is_accuracy, color, label in FLOOR_LINES[kind]:
+    value = scale * floors[key] if is_accuracy else floors[key]
+    ax.axhline(value, color=color, linestyle=':', label=label)
 
 
 # ------------------------------------------------------------------------------------------

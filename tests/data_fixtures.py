@@ -31,6 +31,12 @@ def bible_config(**overrides):
   return config
 
 
+def quick_study_argv(out: str, workdirs: str, *more: str) -> list[str]:
+  """A study's command line at toy scale (--quick) on the shared test data dir, plus `more`."""
+  data_dir = bible_config().data_dir
+  return ['--quick', '--out', out, '--workdirs', workdirs, '--data_dir', data_dir, *more]
+
+
 @pytest.fixture(scope='session')
 def bible_tokenizer():
   return data.prepare(bible_config())

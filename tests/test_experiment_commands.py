@@ -9,7 +9,7 @@ import math
 import os
 
 import pytest
-from data_fixtures import bible_config
+from data_fixtures import bible_config, quick_study_argv
 
 from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe
 from realformer_jax import train
@@ -21,17 +21,7 @@ def layouts(tmp_path_factory):
   """compare_layouts --quick, Post-LN and RealFormer at the toy plan's only grid rate."""
   root = tmp_path_factory.mktemp('layouts')
   out, workdirs = str(root / 'out'), str(root / 'runs')
-  argv = [
-    '--quick',
-    '--out',
-    out,
-    '--workdirs',
-    workdirs,
-    '--data_dir',
-    bible_config().data_dir,
-    '--runs',
-    'lr0.003-post-*,lr0.003-realformer-*',
-  ]
+  argv = quick_study_argv(out, workdirs, '--runs', 'lr0.003-post-*,lr0.003-realformer-*')
   return argv, out, workdirs, compare_layouts.main(argv)
 
 
@@ -147,17 +137,7 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
 @pytest.mark.slow
 def test_position_probe_quick(tmp_path):
   summary = position_probe.main(
-    [
-      '--quick',
-      '--out',
-      str(tmp_path / 'out'),
-      '--workdirs',
-      str(tmp_path / 'runs'),
-      '--data_dir',
-      bible_config().data_dir,
-      '--runs',
-      'learned-s0,none-s0',
-    ]
+    quick_study_argv(str(tmp_path / 'out'), str(tmp_path / 'runs'), '--runs', 'learned-s0,none-s0')
   )
   assert sorted(summary['variants']) == ['learned', 'none']
   learned = summary['variants']['learned']

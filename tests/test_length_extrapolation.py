@@ -8,7 +8,7 @@ import math
 import os
 
 import pytest
-from data_fixtures import bible_config
+from data_fixtures import quick_study_argv
 
 from experiments import length_extrapolation
 
@@ -16,19 +16,7 @@ from experiments import length_extrapolation
 @pytest.mark.slow
 def test_length_extrapolation_quick(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
-  argv = [
-    '--quick',
-    '--out',
-    out,
-    '--workdirs',
-    workdirs,
-    '--data_dir',
-    bible_config().data_dir,
-    '--seeds',
-    '0,1',
-    '--variants',
-    'E,E-ra',
-  ]
+  argv = quick_study_argv(out, workdirs, '--seeds', '0,1', '--variants', 'E,E-ra')
   report = length_extrapolation.main(argv)
   assert sorted(report['results']) == ['E-ra-s0', 'E-ra-s1', 'E-s0', 'E-s1']
   for run in report['results'].values():

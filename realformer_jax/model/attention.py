@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from realformer_jax import kernels
 from realformer_jax.config import ModelConfig
 from realformer_jax.model import initializers
-from realformer_jax.model.layers import DenseGeneral
+from realformer_jax.model.layers import configured_dense
 from realformer_jax.model.rotary import apply_rotary
 from realformer_jax.model.softmax_attention import softmax_dropout_values
 
@@ -78,7 +78,6 @@ class ResidualSelfAttention(nn.Module):
     path the layer takes kernels.layer_path, which carries the bare sum."""
     cfg = self.config
     d_model, heads, head_dim = cfg.hidden_size, cfg.num_heads, cfg.head_dim
-    dtype = cfg.compute_dtype
 
     def qkv_init(key, shape, param_dtype=jnp.float32):
       # One fused [embed, 3, heads, kv] kernel (one big matmul), each of Q/K/V initialised on
@@ -92,14 +91,11 @@ class ResidualSelfAttention(nn.Module):
       ]
       return jnp.stack(slices, axis=1)
 
-    qkv_BxLx3xHxK = DenseGeneral(
+    qkv_BxLx3xHxK = configured_dense(
+      cfg,
       features=(3, heads, head_dim),
       kernel_init=qkv_init,
       kernel_axes=('embed', None, 'heads', 'kv'),
-      use_bias=cfg.use_bias,
-      ntk=cfg.parameterization == 'ntk',
-      dtype=dtype,
-      param_dtype=cfg.storage_dtype,
       name='qkv',
     )(x_BxLxD)
     qkv_BxLx3xHxK = nn.with_logical_constraint(
@@ -136,17 +132,14 @@ class ResidualSelfAttention(nn.Module):
       (lambda name, value: self.sow('intermediates', name, value)) if maps_requested else None,
     )
 
-    out_BxLxD = DenseGeneral(
+    out_BxLxD = configured_dense(
+      cfg,
       features=(d_model,),
       axis=(-2, -1),
       kernel_init=initializers.kernel_init(
         cfg, fan_in=d_model, fan_out=d_model, role='attention_out', layer=layer + 1
       ),
       kernel_axes=('heads', 'kv', 'embed'),
-      use_bias=cfg.use_bias,
-      ntk=cfg.parameterization == 'ntk',
-      dtype=dtype,
-      param_dtype=cfg.storage_dtype,
       name='out',
     )(context_BxLxHxK)
     return out_BxLxD, carried

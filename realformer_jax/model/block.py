@@ -47,7 +47,7 @@ from realformer_jax.kernels import ScorePath
 from realformer_jax.model import initializers
 from realformer_jax.model.activations import get_activation
 from realformer_jax.model.attention import ResidualSelfAttention
-from realformer_jax.model.layers import DenseGeneral, Dropout
+from realformer_jax.model.layers import Dropout, configured_dense
 from realformer_jax.model.normalization import Norm
 from realformer_jax.model.placement import placement, trained_gate
 
@@ -65,16 +65,13 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array, layer: jax.Array) -> jax.Array:
     cfg = self.config
-    dense = lambda features, axes, fan_in, fan_out, role, name: DenseGeneral(
+    dense = lambda features, axes, fan_in, fan_out, role, name: configured_dense(
+      cfg,
       features=(features,),
       kernel_axes=axes,
-      use_bias=cfg.use_bias,
       kernel_init=initializers.kernel_init(
         cfg, fan_in=fan_in, fan_out=fan_out, role=role, layer=layer + 1
       ),
-      ntk=cfg.parameterization == 'ntk',
-      dtype=cfg.compute_dtype,
-      param_dtype=cfg.storage_dtype,
       name=name,
     )
     h_BxLxF = dense(cfg.mlp_dim, ('embed', 'mlp'), cfg.hidden_size, cfg.mlp_dim, 'mlp_in', 'wi')(

@@ -10,21 +10,18 @@ from realformer_jax.config import ModelConfig
 from realformer_jax.model import initializers
 from realformer_jax.model.activations import get_activation
 from realformer_jax.model.attention import MASKED_LOGIT
-from realformer_jax.model.layers import DenseGeneral, Dropout
+from realformer_jax.model.layers import DenseGeneral, Dropout, configured_dense
 from realformer_jax.model.normalization import Norm
 
 
 def _dense(cfg: ModelConfig, features: int, axes, name: str) -> DenseGeneral:
-  return DenseGeneral(
+  return configured_dense(
+    cfg,
     features=(features,),
     kernel_axes=axes,
-    use_bias=cfg.use_bias,
     kernel_init=initializers.kernel_init(
       cfg, fan_in=cfg.hidden_size, fan_out=features, role='head'
     ),
-    ntk=cfg.parameterization == 'ntk',
-    dtype=cfg.compute_dtype,
-    param_dtype=cfg.storage_dtype,
     name=name,
   )
 

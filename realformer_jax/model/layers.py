@@ -57,6 +57,18 @@ class DenseGeneral(nn.Module):
     return y
 
 
+def configured_dense(cfg, **layer) -> DenseGeneral:
+  """A DenseGeneral as the config runs every one (`cfg`: a ModelConfig): its bias, NTK
+  parameterisation, compute and storage dtypes; `layer`: features, axes, init, name..."""
+  return DenseGeneral(
+    use_bias=cfg.use_bias,
+    ntk=cfg.parameterization == 'ntk',
+    dtype=cfg.compute_dtype,
+    param_dtype=cfg.storage_dtype,
+    **layer,
+  )
+
+
 class Dropout(nn.Module):
   """Inverted dropout with masks from `dropout_bits.keep_mask` (eight 8-bit decisions per fused
   hash) and a backward pass that keeps only the boolean mask.

@@ -88,10 +88,13 @@ class SelfAttention(nn.Module):
     return (probs @ v).transpose(1, 2).flatten(-2), carried
 
 
-class AttentionOutput(nn.Module):
-  def __init__(self, config):
+class DenseNorm(nn.Module):
+  """A dense layer into the hidden size and a LayerNorm, under BERT's names: the attention
+  output, the feed-forward output and the MLM head's transform."""
+
+  def __init__(self, config, in_features=None):
     super().__init__()
-    self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+    self.dense = nn.Linear(in_features or config.hidden_size, config.hidden_size)
     self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
 
@@ -99,20 +102,13 @@ class Attention(nn.Module):
   def __init__(self, config):
     super().__init__()
     self.self = SelfAttention(config)
-    self.output = AttentionOutput(config)
+    self.output = DenseNorm(config)
 
 
 class Intermediate(nn.Module):
   def __init__(self, config):
     super().__init__()
     self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-
-
-class Output(nn.Module):
-  def __init__(self, config):
-    super().__init__()
-    self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-    self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
 
 class Layer(nn.Module):
@@ -122,7 +118,7 @@ class Layer(nn.Module):
     self.activation = ACTIVATIONS[config.hidden_act]
     self.attention = Attention(config)
     self.intermediate = Intermediate(config)
-    self.output = Output(config)
+    self.output = DenseNorm(config, config.intermediate_size)
     self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
   def forward(self, x, bias, prev_scores, layer: int):
@@ -170,17 +166,10 @@ class Model(nn.Module):
     return self.encoder(self.embeddings(input_ids, token_type_ids), bias_Bx1x1xL)
 
 
-class Transform(nn.Module):
-  def __init__(self, config):
-    super().__init__()
-    self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-    self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-
 class Predictions(nn.Module):
   def __init__(self, config):
     super().__init__()
-    self.transform = Transform(config)
+    self.transform = DenseNorm(config)
     self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
 

@@ -15,8 +15,9 @@ import dataclasses
 
 import ml_collections
 
-from realformer_jax.config import ModelConfig, to_config_dict
+from realformer_jax.config import to_config_dict
 from realformer_jax.seq2seq.data import default_translation_data_config
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 from realformer_jax.train import defaults
 from realformer_jax.train.defaults import default_model_config
 from realformer_jax.train.spec import TrainConfig, _require
@@ -73,7 +74,7 @@ def default_translation_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.data = default_translation_data_config()
   config.model = default_model_config(
-    ModelConfig(
+    Seq2SeqModelConfig(
       hidden_size=256,
       num_layers=3,
       num_decoder_layers=3,

@@ -21,6 +21,7 @@ from realformer_jax.seq2seq import config as config_lib
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq.config import DecodeConfig, TranslationTrainConfig
 from realformer_jax.seq2seq.model import Seq2Seq
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 from realformer_jax.train import validation
 from realformer_jax.train.spec import AUTO, RunSpec
 from realformer_jax.train.task import Task, TaskData
@@ -64,6 +65,7 @@ class TranslationTask(Task):
   loss_sum = 'smoothed_sum'
   weight = 'tokens'
 
+  model_config_class = Seq2SeqModelConfig
   data_config_class = data_lib.TranslationDataConfig
   train_config_class = TranslationTrainConfig
 

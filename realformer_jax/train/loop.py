@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
@@ -245,6 +245,8 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
       f'compared with this config: {remedy}'
     ) from None
   current = json.loads(json.dumps(dataclasses.asdict(model)))
+  # Fields that left the section since (config.SAVED_FIELD_MOVES) are not compared.
+  saved = {k: v for k, v in saved.items() if saved_field('model', k, current) is not None}
   changed = [
     f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
     for k in sorted(set(saved) | set(current))

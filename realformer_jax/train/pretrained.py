@@ -22,7 +22,7 @@ import jax
 import ml_collections
 
 from realformer_jax import data
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig, saved_field
 from realformer_jax.train import build, defaults, run_identity, validation
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.mlm_task import MaskedLMTask
@@ -30,8 +30,6 @@ from realformer_jax.train.spec import RunSpec
 
 # config.json; where the pretraining loop copies its tokenizer, by kind.
 CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
-# Fields renamed since a workdir may have been written: old name -> new name.
-_RENAMED_FIELDS = {('data', 'tokenizer_path'): ('data', 'vocab_file')}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +89,11 @@ def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
       config[section] = tuple(tuple(rule) for rule in values)
       continue
     for field, value in values.items():
-      section_name, field_name = _RENAMED_FIELDS.get((section, field), (section, field))
+      # A field that moved since the workdir was written (config.SAVED_FIELD_MOVES).
+      moved = saved_field(section, field, config[section])
+      if moved is None:
+        continue
+      section_name, field_name = moved
       if field_name not in config[section_name]:
         raise ConfigError(f'{path}: unknown config field {section}.{field}')
       if isinstance(value, list):

@@ -57,6 +57,7 @@ class TaskData:
 class TaskConfig:
   """A task's config: its sections' schemas and the checks across them (validation.py)."""
 
+  model_config_class: type = ModelConfig  # the `model` section's (seq2seq adds its decoder)
   data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)
   train_config_class: type = TrainConfig  # the `train` section's (a task may add fields)
 
@@ -74,8 +75,8 @@ class TaskConfig:
     return from_section(self.data_config_class, 'data', section)
 
   def model_config(self, section: Mapping[str, Any]) -> ModelConfig:
-    """The ModelConfig of the `model` section."""
-    return ModelConfig.from_mapping(section)
+    """The ModelConfig (model_config_class) of the `model` section."""
+    return self.model_config_class.from_mapping(section)
 
   def validate(self, spec: 'RunSpec') -> None:
     """Checks across sections (after each section's own checks)."""

@@ -60,8 +60,8 @@ from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
 from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 from realformer_jax.train import distributed, library_noise, run_identity
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.errors import TrainingError
-from realformer_jax.train.spec import RunSpec
 from studies import runs as runs_lib
 from studies import stats
 from studies.report import seed_cell

@@ -23,10 +23,11 @@ import ml_collections
 
 from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig, saved_field
-from realformer_jax.train import build, defaults, run_identity, validation
+from realformer_jax.train import build, run_identity
+from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import Checkpointer
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.mlm_task import MaskedLMTask
-from realformer_jax.train.spec import RunSpec
 
 # config.json; where the pretraining loop copies its tokenizer, by kind.
 CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
@@ -81,7 +82,7 @@ def read_config_json(workdir: str) -> dict:
 
 
 def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
-  config = defaults.default_config()
+  config = train_config.default_config()
   for section, values in saved.items():
     if section not in config:
       raise ConfigError(f'{path}: unknown config section {section!r}')
@@ -116,7 +117,7 @@ def load_workdir(
   workdir = os.path.abspath(os.path.expanduser(workdir))
   saved = read_config_json(workdir)
   config = _config_from(saved, os.path.join(workdir, CONFIG_FILE))
-  spec = validation.validate_config(config, task=MaskedLMTask())
+  spec = train_config.validate_config(config, task=MaskedLMTask())
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(
     mesh=spec.mesh.replace(

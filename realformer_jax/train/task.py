@@ -5,12 +5,12 @@ against this interface; masked-LM pretraining (mlm_task.py) is one task, the fin
 (classification, regression, span extraction; realformer_jax/finetune/tasks.py) and translation
 (realformer_jax/seq2seq/task.py) are others.
 
-A task (`Task`) is three parts and its data: `TaskConfig` (read by validation.py), `TaskModel`
+A task (`Task`) is three parts and its data: `TaskConfig` (read by config.py), `TaskModel`
 (all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
 console, loop.py). A task says
   * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
     sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
-    validated RunSpec, train/spec.py);
+    validated RunSpec, train/config.py);
   * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
     compilation; several when its data is length-bucketed, each compiled once), which batch
     arrays the model is called with;
@@ -35,10 +35,10 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import ModelConfig, from_section, to_config_dict
-from realformer_jax.train.spec import TrainConfig
+from realformer_jax.train.config import TrainConfig
 
 if TYPE_CHECKING:
-  from realformer_jax.train.spec import RunSpec
+  from realformer_jax.train.config import RunSpec
 
 Batch = dict[str, jax.Array]
 
@@ -55,7 +55,7 @@ class TaskData:
 
 
 class TaskConfig:
-  """A task's config: its sections' schemas and the checks across them (validation.py)."""
+  """A task's config: its sections' schemas and the checks across them (config.py)."""
 
   model_config_class: type = ModelConfig  # the `model` section's (seq2seq adds its decoder)
   data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)

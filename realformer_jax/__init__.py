@@ -12,7 +12,13 @@ from realformer_jax.model.embeddings import Embeddings
 from realformer_jax.model.encoder import Encoder
 from realformer_jax.model.heads import ClassificationHead, MaskedLMHead, Pooler, SpanHead
 from realformer_jax.model.models import MaskedLM, SequenceClassifier, SpanExtractor
-from realformer_jax.seq2seq import AverageAttention, Decoder, DecoderLayer, Seq2Seq
+from realformer_jax.seq2seq import (
+  AverageAttention,
+  Decoder,
+  DecoderLayer,
+  Seq2Seq,
+  Seq2SeqModelConfig,
+)
 
 __all__ = [
   'AverageAttention',
@@ -30,6 +36,7 @@ __all__ = [
   'Pooler',
   'ResidualSelfAttention',
   'Seq2Seq',
+  'Seq2SeqModelConfig',
   'SequenceClassifier',
   'SpanExtractor',
   'SpanHead',

@@ -32,7 +32,8 @@ from experiments.cli import (
 from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataConfig, DataError
-from realformer_jax.train import distributed, spec, workdir_lock
+from realformer_jax.train import config as train_config
+from realformer_jax.train import distributed, workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, CONFIG_HELP, lock_config=True)
 _PRINT_CONFIG = define_print_config()
@@ -46,13 +47,13 @@ _MALLOC = flags.DEFINE_enum(
 )
 flags.mark_flags_as_required(['config'])
 
-# Each section's schema, whose field comments --print_config shows (train/defaults.py).
+# Each section's schema, whose field comments --print_config shows (train/config.py).
 SCHEMAS = {
   'model': ModelConfig,
   'data': DataConfig,
-  'train': spec.TrainConfig,
-  'mesh': spec.MeshConfig,
-  'distributed': spec.DistributedConfig,
+  'train': train_config.TrainConfig,
+  'mesh': train_config.MeshConfig,
+  'distributed': train_config.DistributedConfig,
 }
 NOTES = {'logical_axis_rules': "the model's logical axis names -> mesh axes (first match wins)"}
 

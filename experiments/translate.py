@@ -53,15 +53,16 @@ from experiments.cli import (
   print_config,
   quiet_logs,
 )
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.seq2seq import config as seq2seq_config
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 from realformer_jax.train import distributed, run_identity
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.errors import TrainingError
-from realformer_jax.train.spec import RunSpec
 from studies import runs as runs_lib
 from studies import stats
 from studies import study as study_lib
@@ -512,7 +513,7 @@ def main(argv):
   config = _CONFIG.value
   if _PRINT_CONFIG.value:
     schemas = {
-      'model': ModelConfig,
+      'model': Seq2SeqModelConfig,
       'data': data_lib.TranslationDataConfig,
       'train': seq2seq_config.TranslationTrainConfig,
       'decode': seq2seq_config.DecodeConfig,

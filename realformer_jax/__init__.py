@@ -28,6 +28,7 @@ _PUBLIC = {
   'Pooler': 'realformer_jax.model.heads',
   'ResidualSelfAttention': 'realformer_jax.model.attention',
   'Seq2Seq': 'realformer_jax.seq2seq',
+  'Seq2SeqModelConfig': 'realformer_jax.seq2seq',
   'SequenceClassifier': 'realformer_jax.model.models',
   'SpanExtractor': 'realformer_jax.model.models',
   'SpanHead': 'realformer_jax.model.heads',
@@ -56,4 +57,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
   from realformer_jax.model.encoder import Encoder
   from realformer_jax.model.heads import ClassificationHead, MaskedLMHead, Pooler, SpanHead
   from realformer_jax.model.models import MaskedLM, SequenceClassifier, SpanExtractor
-  from realformer_jax.seq2seq import AverageAttention, Decoder, DecoderLayer, Seq2Seq
+  from realformer_jax.seq2seq import (
+    AverageAttention,
+    Decoder,
+    DecoderLayer,
+    Seq2Seq,
+    Seq2SeqModelConfig,
+  )

@@ -1,15 +1,20 @@
-"""Model configuration: one frozen dataclass, validated when it is made.
+"""Model configuration: frozen dataclasses, one per concern, validated when they are made.
 
 Every choice the papers compare (layer-norm placement, residual attention, attention scaling,
 norm, residual branch, initialisation, parameterisation, activation) is a named string field, so
-an experiment is a config change. Making a `ModelConfig` (directly, by `replace`, or from a
-config section with `from_mapping`) checks it once and raises `ConfigError` with a one-line
-message naming the offending field: a ModelConfig that exists is valid, so the modules below
-never check it again and bad input never reaches tracing. (One exception by layering: the kernel
-backend that attention_impl names lives above this file, so kernels/select.py checks it.)
+an experiment is a config change. `ModelConfig` is made of one dataclass per concern:
+`Architecture` (which function the weights define), `Regularisation`, `Initialisation`,
+`Storage` and `Execution` (how the function is computed: dtype, layer scan, remat, residual
+carry, attention kernels); the field sets that fine-tuning and the export let differ from a
+checkpoint are derived from that split (FIELD_CONCERNS). Making a `ModelConfig` (directly, by
+`replace`, or from a config section with `from_mapping`) checks it once and raises
+`ConfigError` with a one-line message naming the offending field: a ModelConfig that exists is
+valid, so the modules below never check it again and bad input never reaches tracing. (One
+exception by layering: the kernel backend that attention_impl names lives above this file, so
+kernels/select.py checks it.)
 
 `from_section` / `to_config_dict` are the bridge every frozen config section of the project
-uses (train/spec.py, data/config.py, finetune/config.py): the dataclass is the schema (field
+uses (train/config.py, data/config.py, finetune/config.py): the dataclass is the schema (field
 names, defaults, a comment per field); the ml_collections ConfigDict that configs/ files and
 `--config.a.b=v` flags edit is generated from it, and turned back into the dataclass once, at
 the entry point.
@@ -36,7 +41,6 @@ PARAMETERIZATIONS = ('standard', 'ntk')
 ACTIVATIONS = ('gelu', 'gelu_tanh', 'relu', 'normalized_sigmoid', 'selu')
 DTYPES = ('float32', 'bfloat16', 'float16')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
-DECODER_ATTENTIONS = ('standard', 'aan', 'merged')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 # How residual attention hands its scores to the next layer: 'scores' the float32 [B, H, L, L]
 # sum (memory O(L^2)); 'qk' every layer's queries and keys, the sum rebuilt in the kernels
@@ -55,64 +59,6 @@ ATTENTION_MODES = ('auto', 'xla', 'pallas')
 ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 
 
-# Every ModelConfig field by what it is about, in this one place (a test checks that each field
-# has exactly one concern). What may differ between a checkpoint and the model that uses it
-# follows from it: fine-tuning (finetune/config.py) and the Hugging Face export
-# (interop/hf_export.py) derive their field sets from these tuples.
-FIELD_CONCERNS = {
-  # Which function the weights define: a checkpoint fixes these.
-  'architecture': (
-    'vocab_size',
-    'hidden_size',
-    'num_layers',
-    'num_heads',
-    'mlp_dim',
-    'max_len',
-    'type_vocab_size',
-    'ln_placement',
-    'residual_attention',
-    'running_mean',
-    'attention_scale',
-    'position_embedding',
-    'rope_base',
-    'entropy_base_len',
-    'norm',
-    'norm_epsilon',
-    'use_bias',
-    'activation',
-    'residual_branch',
-    'gate_schedule_steps',
-    'parameterization',
-  ),
-  # Noise while training only; the function at inference is the same.
-  'regularisation': ('dropout_rate', 'attention_dropout_rate'),
-  # How weights start: a checkpoint's weights already exist.
-  'initialisation': ('init', 'init_std', 'ds_init_gamma', 'ds_init_alpha'),
-  # How the function is computed: the same function (dtype: another rounding of it), other
-  # kernels, memory and compile time.
-  'execution': (
-    'dtype',
-    'scan_layers',
-    'scan_unroll',
-    'remat_policy',
-    'residual_scores_backward',
-    'residual_carry',
-    'attention_impl',
-    'attention_platform',
-    'attention_check',
-  ),
-  # How the weights are stored: a checkpoint's weights are restored as saved.
-  'storage': ('param_dtype',),
-  # Encoder-decoder models only (seq2seq/).
-  'decoder': ('num_decoder_layers', 'decoder_attention'),
-}
-
-
-def fields_of(*concerns: str) -> tuple[str, ...]:
-  """The ModelConfig fields of `concerns` (keys of FIELD_CONCERNS), in declaration order."""
-  return tuple(name for concern in concerns for name in FIELD_CONCERNS[concern])
-
-
 class ConfigError(ValueError):
   """A configuration value is invalid. The message names the field."""
 
@@ -129,14 +75,20 @@ def _plain(value: Any) -> Any:
 
 def from_section(cls: type[SectionT], section: str, values: Mapping[str, Any]) -> SectionT:
   """The frozen dataclass `cls` from one config section (a ConfigDict or dict), rejecting an
-  unknown field by name ('<section>.<field>: unknown config field'); `cls` validates itself."""
+  unknown field by name ('<section>.<field>: unknown config field'); `cls` validates itself.
+  A field of a saved config that moved since (SAVED_FIELD_MOVES) is read where it lives today."""
   if isinstance(values, cls):
     return values
   known = {f.name for f in dataclasses.fields(cls)}
+  kept = {}
   for key in values.keys():
-    if key not in known:
+    where = saved_field(section, key, known)
+    if where is None:  # left the section (SAVED_FIELD_MOVES): a saved config may hold it
+      continue
+    if where[0] != section or where[1] not in known:
       raise ConfigError(f'{section}.{key}: unknown config field{did_you_mean(key, known)}')
-  return cls(**{key: _plain(values[key]) for key in values.keys()})
+    kept[where[1]] = _plain(values[key])
+  return cls(**kept)
 
 
 def to_config_dict(
@@ -156,9 +108,17 @@ def to_config_dict(
   return c
 
 
+# ModelConfig is made of one dataclass per concern: what a field is about is where it is
+# declared, and what may differ between a checkpoint and the model that uses it follows from
+# that (FIELD_CONCERNS below; fine-tuning and the Hugging Face export derive their field sets
+# from it). Each concern's fields are flat on ModelConfig (`config.dtype`, `--config.model.dtype`);
+# ModelConfig checks them all when it is made. The decoder of encoder-decoder models is
+# seq2seq's (seq2seq/model_config.py: Seq2SeqModelConfig adds it).
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """Hyperparameters of the encoder and its heads. Defaults are BERT-Base."""
+class Architecture:
+  """Which function the weights define: a checkpoint fixes these."""
 
   vocab_size: int = 30522  # word-piece vocabulary size
   hidden_size: int = 768  # d_model
@@ -167,8 +127,6 @@ class ModelConfig:
   mlp_dim: int = 3072  # feed-forward inner size
   max_len: int = 512  # size of the learned position table (no limit under rope / none)
   type_vocab_size: int = 2  # segment (token type) vocabulary
-  dropout_rate: float = 0.1  # embeddings and residual branches
-  attention_dropout_rate: float = 0.1  # on attention probabilities only
 
   ln_placement: str = 'post'  # 'post' (BERT) | 'pre' (+ final norm) | 'realformer' | 'none'
   residual_attention: Optional[bool] = None  # None: on iff ln_placement == 'realformer'
@@ -188,6 +146,22 @@ class ModelConfig:
   # branch norms removed) | 'fixed_schedule' (gate min(1, step/K), untrained): see block.py
   residual_branch: str = 'plain'
   gate_schedule_steps: int = 1000  # fixed_schedule: K, steps for the gate to rise from 0 to 1
+  # 'standard' | 'ntk': kernels stored sqrt(fan_in) larger, output times 1/sqrt(fan_in) at run
+  # time (same function at init; N(0, 1) weights with init='lecun'); embeddings unchanged
+  parameterization: str = 'standard'
+
+
+@dataclasses.dataclass(frozen=True)
+class Regularisation:
+  """Noise while training only; the function at inference is the same."""
+
+  dropout_rate: float = 0.1  # embeddings and residual branches
+  attention_dropout_rate: float = 0.1  # on attention probabilities only
+
+
+@dataclasses.dataclass(frozen=True)
+class Initialisation:
+  """How weights start: a checkpoint's weights already exist."""
 
   # dense kernels: 'bert' | 'truncated_normal' | 'lecun' | 'xavier' | 'he' | 'ds_init'
   # (realised stds in initializers.py); embeddings always use init_std
@@ -195,12 +169,21 @@ class ModelConfig:
   init_std: float = 0.02  # std of 'bert' / 'truncated_normal' and of embeddings
   ds_init_gamma: float = 1.0  # DS-Init extra gain on the bound (1 = the paper)
   ds_init_alpha: float = 1.0  # DS-Init alpha (bound = gamma * alpha * xavier / sqrt(l))
-  # 'standard' | 'ntk': kernels stored sqrt(fan_in) larger, output times 1/sqrt(fan_in) at run
-  # time (same function at init; N(0, 1) weights with init='lecun'); embeddings unchanged
-  parameterization: str = 'standard'
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+  """How the weights are stored: a checkpoint's weights are restored as saved."""
+
+  param_dtype: str = 'float32'  # storage dtype of parameters
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+  """How the function is computed, not which one: the same numbers (dtype: another rounding of
+  them) from other kernels, layouts, memory and compile time. May differ from a checkpoint's."""
 
   dtype: str = 'float32'  # compute dtype
-  param_dtype: str = 'float32'  # storage dtype of parameters
   scan_layers: bool = True  # nn.scan over layers (False: Python loop, same numbers)
   # Layers per scan iteration (1 = a rolled loop: compile time flat in depth; num_layers = fully
   # unrolled: no per-layer slicing/stacking copies, compile time like the Python loop). Same
@@ -227,12 +210,49 @@ class ModelConfig:
   # with one error line. False trusts the kernels unchecked.
   attention_check: bool = True
 
-  # Encoder-decoder models only (seq2seq.py): decoder depth, and its attention: 'standard'
-  # (masked self-attention, cross-attention, FFN), 'aan' (average attention with FFN and
-  # gating instead of self-attention), 'merged' (DS-Init paper: AAN + cross-attention in one
-  # sublayer, then FFN). num_layers is the encoder's depth.
-  num_decoder_layers: int = 6
-  decoder_attention: str = 'standard'  # 'standard' | 'aan' | 'merged' (above)
+
+# Each concern and its dataclass, in ModelConfig's field order.
+CONCERNS = {
+  'architecture': Architecture,
+  'regularisation': Regularisation,
+  'initialisation': Initialisation,
+  'storage': Storage,
+  'execution': Execution,
+}
+# Every ModelConfig field by its concern, derived from the dataclasses above.
+FIELD_CONCERNS = {
+  concern: tuple(f.name for f in dataclasses.fields(cls)) for concern, cls in CONCERNS.items()
+}
+
+
+def fields_of(*concerns: str) -> tuple[str, ...]:
+  """The ModelConfig fields of `concerns` (keys of FIELD_CONCERNS), in declaration order."""
+  return tuple(name for concern in concerns for name in FIELD_CONCERNS[concern])
+
+
+# A saved config (a workdir's config.json) outlives the schema. Its fields that today's names
+# otherwise, in this one place: (section, field) -> (section, field) today, or None where the
+# field left the section: the decoder's fields moved to seq2seq's Seq2SeqModelConfig, and an
+# encoder-only model never read them. `saved_field` applies it.
+SAVED_FIELD_MOVES = {
+  ('data', 'tokenizer_path'): ('data', 'vocab_file'),
+  ('model', 'num_decoder_layers'): None,
+  ('model', 'decoder_attention'): None,
+}
+
+
+def saved_field(section: str, field: str, known: Any) -> Optional[tuple[str, str]]:
+  """Where the saved `section.field` lives today: itself when `known` (today's fields of the
+  section) has it, else where it moved (None: dropped)."""
+  if field in known:
+    return section, field
+  return SAVED_FIELD_MOVES.get((section, field), (section, field))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architecture):
+  """Hyperparameters of the encoder and its heads, by concern (the bases above; their fields
+  are this class's). Defaults are BERT-Base."""
 
   @property
   def head_dim(self) -> int:
@@ -278,7 +298,6 @@ class ModelConfig:
       'remat_policy': REMAT_POLICIES,
       'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
       'residual_carry': RESIDUAL_CARRIES,
-      'decoder_attention': DECODER_ATTENTIONS,
       'attention_platform': ATTENTION_PLATFORMS,
     }
     for name, allowed in choices.items():
@@ -296,7 +315,6 @@ class ModelConfig:
       'entropy_base_len',
       'gate_schedule_steps',
       'scan_unroll',
-      'num_decoder_layers',
     )
     for name in positive:
       value = getattr(self, name)

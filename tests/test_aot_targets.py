@@ -5,7 +5,7 @@ import pytest
 
 from realformer_jax.aot import targets, train_step
 from realformer_jax.config import ConfigError
-from realformer_jax.train.spec import TrainConfig
+from realformer_jax.train.config import TrainConfig
 from realformer_jax.units import GiB
 
 

@@ -20,6 +20,7 @@ from train_fixtures import tiny_config
 from realformer_jax import ModelConfig, Seq2Seq, train
 from realformer_jax.model.params import unbox
 from realformer_jax.model.placement import placement
+from realformer_jax.seq2seq import Seq2SeqModelConfig
 
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden')
 
@@ -46,7 +47,7 @@ def test_a_workdir_written_before_the_restructuring_resumes_and_loads(tmp_path, 
 
 
 def _seq2seq_paths(**overrides) -> list[str]:
-  cfg = ModelConfig(
+  cfg = Seq2SeqModelConfig(
     vocab_size=50,
     hidden_size=16,
     num_layers=2,

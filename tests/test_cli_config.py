@@ -13,15 +13,15 @@ from realformer_jax.data import DataConfig
 from realformer_jax.finetune.config import FinetuneConfig, FinetuneDataConfig
 from realformer_jax.seq2seq.config import DecodeConfig, TranslationTrainConfig
 from realformer_jax.seq2seq.data import TranslationDataConfig
-from realformer_jax.train import spec
+from realformer_jax.train import config as train_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMAS = (
   ModelConfig,
   DataConfig,
-  spec.TrainConfig,
-  spec.MeshConfig,
-  spec.DistributedConfig,
+  train_config.TrainConfig,
+  train_config.MeshConfig,
+  train_config.DistributedConfig,
   FinetuneConfig,
   FinetuneDataConfig,
   TranslationTrainConfig,

@@ -12,17 +12,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from model_fixtures import tiny_config
+from model_fixtures import TINY, tiny_config
 
 from realformer_jax.config import ConfigError
 from realformer_jax.model.params import unbox
 from realformer_jax.seq2seq import Seq2Seq, decoding
 from realformer_jax.seq2seq.average_attention import AverageAttention, uniform_prefix_average
 from realformer_jax.seq2seq.decoder import causal_bias
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 
 
 def _seq2seq_config(**overrides):
-  return tiny_config(**{'num_layers': 2, 'num_decoder_layers': 2, 'max_len': 16, **overrides})
+  fields = {**TINY, 'num_layers': 2, 'num_decoder_layers': 2, 'max_len': 16, **overrides}
+  return Seq2SeqModelConfig(**fields)
 
 
 def _init(model, source, mask, target, seed=0):

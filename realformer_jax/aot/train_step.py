@@ -23,7 +23,7 @@ import ml_collections
 from realformer_jax.aot.targets import Target
 from realformer_jax.config import ConfigError
 from realformer_jax.train import accumulation, entry
-from realformer_jax.train.spec import RunSpec, TrainConfig
+from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.units import GiB
 
 

@@ -7,7 +7,7 @@ a `model` section whose fields default to "whatever the starting checkpoint has"
                that differs is a one-line ConfigError naming both values.
     data       dataset (datasets.py), splits, tokenizer, sequence and SQuAD window settings
     finetune   starting point (init), epochs, warmup, the metric that picks the best checkpoint
-    train, mesh, logical_axis_rules, distributed   as for pretraining (train/defaults.py);
+    train, mesh, logical_axis_rules, distributed   as for pretraining (train/config.py);
                train.num_train_steps, warmup_steps, eval_every_steps and checkpoint_every_steps
                are derived from finetune.num_epochs (evaluation and a checkpoint every epoch)
 """
@@ -22,7 +22,7 @@ from ml_collections import config_dict
 from realformer_jax.config import ConfigError, ModelConfig, fields_of, to_config_dict
 from realformer_jax.data.errors import DataError
 from realformer_jax.finetune import datasets
-from realformer_jax.train import defaults
+from realformer_jax.train import config as train_config
 
 # May differ from the starting checkpoint: they change how the model is trained (dropout) or
 # computed (dtype, scan layout, remat, kernels), not which function its weights define.
@@ -118,14 +118,14 @@ def default_config() -> ml_collections.ConfigDict:
   config.model = default_model_config()
   config.data = default_data_config()
   config.finetune = default_finetune_config()
-  train = defaults.default_train_config()
+  train = train_config.default_train_config()
   # BERT's fine-tuning recipe (batch 32, lr 2e-5 .. 5e-5, 3 epochs, 10% warmup).
   train.global_batch_size = 32
   train.learning_rate = 5e-5
   train.log_every_steps = 50
   train.keep_checkpoints = 1
   config.train = train
-  config.mesh = defaults.default_mesh_config()
-  config.logical_axis_rules = defaults.DEFAULT_LOGICAL_AXIS_RULES
-  config.distributed = defaults.default_distributed_config()
+  config.mesh = train_config.default_mesh_config()
+  config.logical_axis_rules = train_config.DEFAULT_LOGICAL_AXIS_RULES
+  config.distributed = train_config.default_distributed_config()
   return config

@@ -29,7 +29,8 @@ import ml_collections
 from realformer_jax import train
 from realformer_jax.finetune import datasets, starting_point
 from realformer_jax.finetune.tasks import make_task
-from realformer_jax.train import build, checkpointing, loop, partitioning, validation
+from realformer_jax.train import build, checkpointing, loop, partitioning
+from realformer_jax.train import config as train_config
 from realformer_jax.train import step as step_lib
 from realformer_jax.train.state import TrainState
 from realformer_jax.train.task import prefixed
@@ -59,7 +60,7 @@ def run(
   on_log: Optional[Callable[[int, int, dict], None]] = None,
 ) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
-  spec = with_schedule(validation.validate_config(config, task=make_task(config)))
+  spec = with_schedule(train_config.validate_config(config, task=make_task(config)))
   # Where the run starts, pinned to one checked step and recorded (a resume keeps its own).
   source, identity = spec.task.starting_point.pinned()
   spec.task.starting_point = source

@@ -70,10 +70,11 @@ class StartingPoint:
       return cls(RANDOM)
     if os.path.isdir(init):
       from realformer_jax.mlm import MaskedLMTask  # pylint: disable=import-outside-toplevel
-      from realformer_jax.train import pretrained, validation  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train import config as train_config  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
 
       # A workdir to start from is a masked-LM pretraining run's.
-      pretrain = validation.validate_config(pretrained.read_config(init), task=MaskedLMTask())
+      pretrain = train_config.validate_config(pretrained.read_config(init), task=MaskedLMTask())
       step = None if finetune.init_step == -1 else int(finetune.init_step)
       return cls(
         WORKDIR,

@@ -61,7 +61,7 @@ _EXPORT_HANDLED = (
   'running_mean',
 )
 INFERENCE_IRRELEVANT = (
-  fields_of('regularisation', 'initialisation', 'execution', 'storage', 'decoder') + _EXPORT_HANDLED
+  fields_of('regularisation', 'initialisation', 'execution', 'storage') + _EXPORT_HANDLED
 )
 _SIZES = tuple(hf_convert.HF_CONFIG_FIELDS)
 

@@ -4,7 +4,8 @@
     model = Seq2Seq(config)                                   # model.py
     tokens, scores = decoding.beam_search(model, params, source, source_mask, ...)
 
-Files: model (Seq2Seq: the project's encoder + a decoder), decoder (standard / AAN / merged
+Files: model (Seq2Seq: the project's encoder + a decoder), model_config (Seq2SeqModelConfig:
+the encoder's ModelConfig plus the decoder's fields), decoder (standard / AAN / merged
 decoder layers), average_attention (the AAN), decoding (greedy and beam search with caches),
 bible_pairs (aligned WEB / BBE verses), data (tokenizer, cached encoded splits, length-bucketed
 batches, the checkpointable train stream), config (the translation run's sections), task
@@ -18,5 +19,13 @@ from realformer_jax.seq2seq import decoding
 from realformer_jax.seq2seq.average_attention import AverageAttention
 from realformer_jax.seq2seq.decoder import Decoder, DecoderLayer
 from realformer_jax.seq2seq.model import Seq2Seq
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 
-__all__ = ['AverageAttention', 'Decoder', 'DecoderLayer', 'Seq2Seq', 'decoding']
+__all__ = [
+  'AverageAttention',
+  'Decoder',
+  'DecoderLayer',
+  'Seq2Seq',
+  'Seq2SeqModelConfig',
+  'decoding',
+]

@@ -15,11 +15,11 @@ import dataclasses
 
 import ml_collections
 
-from realformer_jax.config import ModelConfig, to_config_dict
+from realformer_jax.config import to_config_dict
 from realformer_jax.seq2seq.data import default_translation_data_config
-from realformer_jax.train import defaults
-from realformer_jax.train.defaults import default_model_config
-from realformer_jax.train.spec import TrainConfig, _require
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
+from realformer_jax.train import config as train_config
+from realformer_jax.train.config import TrainConfig, _require, default_model_config
 
 # Owned by the experiment script, not checked here.
 EXPERIMENT_SECTION = 'experiment'
@@ -27,7 +27,7 @@ EXPERIMENT_SECTION = 'experiment'
 
 @dataclasses.dataclass(frozen=True)
 class TranslationTrainConfig(TrainConfig):
-  """The `train` section of a translation run: the training loop's (train/spec.py, one set
+  """The `train` section of a translation run: the training loop's (train/config.py, one set
   of rules) with translation's defaults, plus label smoothing. train.global_batch_size is
   not used: data.tokens_per_batch sizes each bucket's batches."""
 
@@ -73,7 +73,7 @@ def default_translation_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.data = default_translation_data_config()
   config.model = default_model_config(
-    ModelConfig(
+    Seq2SeqModelConfig(
       hidden_size=256,
       num_layers=3,
       num_decoder_layers=3,
@@ -87,8 +87,8 @@ def default_translation_config() -> ml_collections.ConfigDict:
   )
   config.model.vocab_size = config.data.get_ref('vocab_size')
   config.train = to_config_dict(TranslationTrainConfig(), field_types={'grad_accum_steps': object})
-  config.mesh = defaults.default_mesh_config()
-  config.logical_axis_rules = defaults.DEFAULT_LOGICAL_AXIS_RULES
-  config.distributed = defaults.default_distributed_config()
+  config.mesh = train_config.default_mesh_config()
+  config.logical_axis_rules = train_config.DEFAULT_LOGICAL_AXIS_RULES
+  config.distributed = train_config.default_distributed_config()
   config.decode = to_config_dict(DecodeConfig())
   return config

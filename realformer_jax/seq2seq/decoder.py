@@ -1,8 +1,8 @@
 """A Transformer decoder with three kinds of attention sublayers, and incremental decoding.
 
-`ModelConfig.decoder_attention` chooses the layer (x: the layer input, H: encoder output,
-N: the norm, D: dropout on the branch; Post-LN shown, Pre-LN normalises branch inputs instead
-and adds a final norm):
+`Seq2SeqModelConfig.decoder_attention` (model_config.py) chooses the layer (x: the layer input,
+H: encoder output, N: the norm, D: dropout on the branch; Post-LN shown, Pre-LN normalises
+branch inputs instead and adds a final norm):
 
   standard  h = N(x + D(SelfAttn(x)));   h' = N(h + D(CrossAttn(h, H)));   y = N(h' + D(FFN(h')))
             causal self-attention; with residual attention (`realformer` placement or
@@ -36,7 +36,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.config import ModelConfig
 from realformer_jax.model import initializers
 from realformer_jax.model.attention import MASKED_LOGIT, mask_bias, score_scale
 from realformer_jax.model.block import FeedForward
@@ -50,6 +49,7 @@ from realformer_jax.seq2seq.average_attention import (
   cached_prefix_average,
   uniform_prefix_average,
 )
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 
 
 def causal_bias(length: int) -> jax.Array:
@@ -59,7 +59,7 @@ def causal_bias(length: int) -> jax.Array:
 
 
 def _projection(
-  cfg: ModelConfig,
+  cfg: Seq2SeqModelConfig,
   features,
   axes,
   fan_in: int,
@@ -84,21 +84,21 @@ def _projection(
   )
 
 
-def _heads(cfg: ModelConfig, layer: int, name: str, role: str) -> DenseGeneral:
+def _heads(cfg: Seq2SeqModelConfig, layer: int, name: str, role: str) -> DenseGeneral:
   d = cfg.hidden_size
   return _projection(
     cfg, (cfg.num_heads, cfg.head_dim), ('embed', 'heads', 'kv'), d, d, layer, name, role=role
   )
 
 
-def _output(cfg: ModelConfig, layer: int) -> DenseGeneral:
+def _output(cfg: Seq2SeqModelConfig, layer: int) -> DenseGeneral:
   d = cfg.hidden_size
   return _projection(
     cfg, (d,), ('heads', 'kv', 'embed'), d, d, layer, 'out', axis=(-2, -1), role='attention_out'
   )
 
 
-def causal_scale(cfg: ModelConfig, positions_T: jax.Array) -> jax.Array:
+def causal_scale(cfg: Seq2SeqModelConfig, positions_T: jax.Array) -> jax.Array:
   """Multiplier of Q K^T for causal rows at 0-based `positions_T`, [1, 1, T, 1] float32.
 
   As the encoder's `score_scale`, where a row at position t sees n = t + 1 keys
@@ -113,7 +113,7 @@ def causal_scale(cfg: ModelConfig, positions_T: jax.Array) -> jax.Array:
 class CausalSelfAttention(nn.Module):
   """Masked multi-head self-attention, optionally adding the previous layer's scores."""
 
-  config: ModelConfig
+  config: Seq2SeqModelConfig
   layer: int  # 1-based
 
   @nn.compact
@@ -175,7 +175,7 @@ class CrossAttention(nn.Module):
   attention), the prefix average of the decoder's own value projections is added to the
   context before the shared output projection."""
 
-  config: ModelConfig
+  config: Seq2SeqModelConfig
   layer: int
   with_average: bool = False
 
@@ -219,7 +219,7 @@ class CrossAttention(nn.Module):
 class DecoderLayer(nn.Module):
   """One decoder layer (see the module docstring for the order of operations)."""
 
-  config: ModelConfig
+  config: Seq2SeqModelConfig
   layer: int  # 1-based depth in the decoder
 
   @nn.compact
@@ -281,7 +281,7 @@ class DecoderLayer(nn.Module):
 class Decoder(nn.Module):
   """Target ids (shifted right) and the encoder output -> vocabulary logits (float32)."""
 
-  config: ModelConfig
+  config: Seq2SeqModelConfig
 
   @nn.compact
   def __call__(

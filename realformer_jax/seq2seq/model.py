@@ -1,7 +1,7 @@
 """Encoder-decoder model: the project's encoder (every LN placement, residual attention,
 initialisation and scaling variant) and the decoder of decoder.py.
 
-    model = Seq2Seq(config)                    # config.num_layers: encoder depth
+    model = Seq2Seq(config)    # a Seq2SeqModelConfig; config.num_layers: encoder depth
     logits = model.apply(variables, source, source_mask, target_in)     # teacher forcing
     encoded = model.apply(variables, source, source_mask, method=Seq2Seq.encode)
 
@@ -12,15 +12,16 @@ Token conventions (decoding.py): targets start with `bos_id` when shifted right,
 import flax.linen as nn
 import jax
 
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError
 from realformer_jax.model.encoder import Encoder
 from realformer_jax.seq2seq.decoder import Decoder
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 
 
 class Seq2Seq(nn.Module):
   """params: {'encoder', 'decoder'}; decoding caches live in the 'cache' collection."""
 
-  config: ModelConfig
+  config: Seq2SeqModelConfig
 
   def setup(self):
     cfg = self.config

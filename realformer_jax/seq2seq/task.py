@@ -21,8 +21,9 @@ from realformer_jax.seq2seq import config as config_lib
 from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq.config import DecodeConfig, TranslationTrainConfig
 from realformer_jax.seq2seq.model import Seq2Seq
-from realformer_jax.train import validation
-from realformer_jax.train.spec import AUTO, RunSpec
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
+from realformer_jax.train import config as train_config
+from realformer_jax.train.config import AUTO, RunSpec
 from realformer_jax.train.task import Task, TaskData
 
 _BATCH_KEYS = ('source', 'source_mask', 'target_in', 'target_out', 'target_mask')
@@ -64,6 +65,7 @@ class TranslationTask(Task):
   loss_sum = 'smoothed_sum'
   weight = 'tokens'
 
+  model_config_class = Seq2SeqModelConfig
   data_config_class = data_lib.TranslationDataConfig
   train_config_class = TranslationTrainConfig
 
@@ -226,4 +228,4 @@ def validate(config: ml_collections.ConfigDict) -> RunSpec:
   if 'train' not in sections:
     raise ConfigError('train: missing config section')
   train = from_section(TranslationTrainConfig, 'train', sections.train)
-  return validation.validate_config(sections, task=TranslationTask(train.label_smoothing))
+  return train_config.validate_config(sections, task=TranslationTask(train.label_smoothing))

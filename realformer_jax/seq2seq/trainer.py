@@ -32,8 +32,8 @@ from realformer_jax.seq2seq import decoding
 from realformer_jax.seq2seq.model import Seq2Seq
 from realformer_jax.train import build, loop
 from realformer_jax.train.checkpointing import Checkpointer
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.metrics import read_scalars
-from realformer_jax.train.spec import RunSpec
 
 OnLog = Callable[[int, int, dict], None]  # (step, num_train_steps, scalars)
 HISTORY_FILE = 'history.json'

@@ -34,7 +34,7 @@ import jax
 
 from realformer_jax.config import ConfigError
 from realformer_jax.train import build
-from realformer_jax.train.spec import AUTO, RunSpec
+from realformer_jax.train.config import AUTO, RunSpec
 from realformer_jax.units import GiB
 
 

@@ -22,7 +22,7 @@ from realformer_jax.kernels import carry_choice
 from realformer_jax.train import partitioning
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
-from realformer_jax.train.spec import AUTO, RunSpec
+from realformer_jax.train.config import AUTO, RunSpec
 from realformer_jax.train.task import Task
 
 

@@ -1,6 +1,6 @@
 """The entry points a user calls, for the task given or else the default task (task.py:
-masked-LM pretraining, registered by realformer_jax/mlm). `realformer_jax.train` exports
-them; the modules behind them (validation.py, loop.py, accumulation.py) always take a task.
+masked-LM pretraining, realformer_jax/mlm). `realformer_jax.train` exports them; the modules
+behind them (config.py, loop.py, accumulation.py) always take a task.
 
     spec = train.validate_config(config)              # the default task
     spec = train.validate_config(config, task=task)   # any other task
@@ -13,8 +13,9 @@ from typing import Any, Callable, Optional, Union
 import jax
 import ml_collections
 
-from realformer_jax.train import accumulation, loop, validation
-from realformer_jax.train.spec import RunSpec
+from realformer_jax.train import accumulation, loop
+from realformer_jax.train import config as train_config
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.task import Task, default_task
 
 
@@ -25,8 +26,8 @@ def validate_config(
   device_count: Optional[int] = None,
   process_count: Optional[int] = None,
 ) -> RunSpec:
-  """validation.validate_config, for `task` or the default task."""
-  return validation.validate_config(
+  """train/config.py's validate_config, for `task` or the default task."""
+  return train_config.validate_config(
     config, task=task or default_task(), device_count=device_count, process_count=process_count
   )
 

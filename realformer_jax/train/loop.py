@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
@@ -31,14 +31,14 @@ from realformer_jax.train import (
   distributed,
   divergence,
   partitioning,
-  validation,
   workdir_lock,
 )
+from realformer_jax.train import config as train_config
 from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train import state as state_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
+from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.train.errors import DivergenceError, TrainingError
-from realformer_jax.train.spec import RunSpec, TrainConfig
 from realformer_jax.train.task import Task, TaskData, prefixed
 
 
@@ -50,9 +50,9 @@ def train_and_evaluate(
   task: Task,
 ) -> dict[str, Any]:
   """Trains `task` on `config` until train.stop_at_step (or num_train_steps), resuming from
-  the latest checkpoint in `workdir`: validates the config once (validation.py), then `run`.
-  (train.train_and_evaluate defaults the task to the registered default: entry.py.)"""
-  return run(validation.validate_config(config, task=task), workdir, on_log=on_log)
+  the latest checkpoint in `workdir`: validates the config once (config.py), then `run`.
+  (train.train_and_evaluate defaults the task to the default task: entry.py.)"""
+  return run(train_config.validate_config(config, task=task), workdir, on_log=on_log)
 
 
 def run(
@@ -66,7 +66,7 @@ def run(
   line of an experiment that runs many trainings)."""
   task = spec.task
   distributed.initialize(spec.distributed)
-  validation.check_devices(spec, jax.device_count(), jax.process_count())
+  train_config.check_devices(spec, jax.device_count(), jax.process_count())
   task_data = task.build_data(spec, jax.process_index(), jax.process_count())
   train_iter, baseline = task_data.train_iter, task_data.baseline
 
@@ -245,6 +245,8 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
       f'compared with this config: {remedy}'
     ) from None
   current = json.loads(json.dumps(dataclasses.asdict(model)))
+  # Fields that left the section since (config.SAVED_FIELD_MOVES) are not compared.
+  saved = {k: v for k, v in saved.items() if saved_field('model', k, current) is not None}
   changed = [
     f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
     for k in sorted(set(saved) | set(current))

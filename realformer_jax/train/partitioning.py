@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from realformer_jax.train.spec import MeshConfig, Rules
+from realformer_jax.train.config import MeshConfig, Rules
 
 
 def make_mesh(mesh_config: MeshConfig, devices: Optional[Sequence[Any]] = None) -> Mesh:

@@ -23,16 +23,15 @@ import jax
 import ml_collections
 
 from realformer_jax import data
-from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.train import build, defaults, run_identity, validation
+from realformer_jax.config import ConfigError, ModelConfig, saved_field
+from realformer_jax.train import build, run_identity
+from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import Checkpointer
-from realformer_jax.train.spec import RunSpec
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.task import Task, default_task
 
 # config.json; where the loop copies a run's tokenizer, by kind.
 CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
-# Fields renamed since a workdir may have been written: old name -> new name.
-_RENAMED_FIELDS = {('data', 'tokenizer_path'): ('data', 'vocab_file')}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +83,7 @@ def read_config_json(workdir: str) -> dict:
 
 
 def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
-  config = defaults.default_config()
+  config = train_config.default_config()
   for section, values in saved.items():
     if section not in config:
       raise ConfigError(f'{path}: unknown config section {section!r}')
@@ -92,7 +91,11 @@ def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
       config[section] = tuple(tuple(rule) for rule in values)
       continue
     for field, value in values.items():
-      section_name, field_name = _RENAMED_FIELDS.get((section, field), (section, field))
+      # A field that moved since the workdir was written (config.SAVED_FIELD_MOVES).
+      moved = saved_field(section, field, config[section])
+      if moved is None:
+        continue
+      section_name, field_name = moved
       if field_name not in config[section_name]:
         raise ConfigError(f'{path}: unknown config field {section}.{field}')
       if isinstance(value, list):
@@ -119,7 +122,7 @@ def load_workdir(
   workdir = os.path.abspath(os.path.expanduser(workdir))
   saved = read_config_json(workdir)
   config = _config_from(saved, os.path.join(workdir, CONFIG_FILE))
-  spec = validation.validate_config(config, task=task or default_task())
+  spec = train_config.validate_config(config, task=task or default_task())
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(
     mesh=spec.mesh.replace(

@@ -28,7 +28,7 @@ _DECAYED_PARAM_NAMES = ('kernel', 'embedding')
 
 
 class OptimizerConfig(Protocol):
-  """What the schedule and optimizer read: TrainConfig (train/spec.py) or a task's subclass of
+  """What the schedule and optimizer read: TrainConfig (train/config.py) or a task's subclass of
   it (seq2seq/config.py)."""
 
   learning_rate: float

@@ -9,12 +9,12 @@ The entry points that take no task (`train.train_and_evaluate(config, workdir)`)
 default task: masked-LM pretraining (realformer_jax/mlm), which this package names only by
 its import path and imports on first use (or the one given to `set_default_task`).
 
-A task (`Task`) is three parts and its data: `TaskConfig` (read by validation.py), `TaskModel`
+A task (`Task`) is three parts and its data: `TaskConfig` (read by config.py), `TaskModel`
 (all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
 console, loop.py). A task says
   * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
     sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
-    validated RunSpec, train/spec.py);
+    validated RunSpec, train/config.py);
   * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
     compilation; several when its data is length-bucketed, each compiled once), which batch
     arrays the model is called with;
@@ -40,10 +40,10 @@ import ml_collections
 import numpy as np
 
 from realformer_jax.config import ModelConfig, from_section, to_config_dict
-from realformer_jax.train.spec import TrainConfig
+from realformer_jax.train.config import TrainConfig
 
 if TYPE_CHECKING:
-  from realformer_jax.train.spec import RunSpec
+  from realformer_jax.train.config import RunSpec
 
 Batch = dict[str, jax.Array]
 
@@ -60,8 +60,9 @@ class TaskData:
 
 
 class TaskConfig:
-  """A task's config: its sections' schemas and the checks across them (validation.py)."""
+  """A task's config: its sections' schemas and the checks across them (config.py)."""
 
+  model_config_class: type = ModelConfig  # the `model` section's (seq2seq adds its decoder)
   data_config_class: type = type(None)  # the `data` section's schema (a frozen dataclass)
   train_config_class: type = TrainConfig  # the `train` section's (a task may add fields)
 
@@ -79,8 +80,8 @@ class TaskConfig:
     return from_section(self.data_config_class, 'data', section)
 
   def model_config(self, section: Mapping[str, Any]) -> ModelConfig:
-    """The ModelConfig of the `model` section."""
-    return ModelConfig.from_mapping(section)
+    """The ModelConfig (model_config_class) of the `model` section."""
+    return self.model_config_class.from_mapping(section)
 
   def validate(self, spec: 'RunSpec') -> None:
     """Checks across sections (after each section's own checks)."""

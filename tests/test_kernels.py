@@ -67,7 +67,8 @@ def _values_and_grads(fn, qkv, acc, carry):
       total = total + 0.1 * jnp.sum(jnp.sin(scores))
     return total, (context, scores)
 
-  (_, outputs), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(qkv, acc)
+  # One jitted program: eagerly, the forward and backward kernels and the loss compile apart.
+  (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(qkv, acc)
   return outputs, grads
 
 

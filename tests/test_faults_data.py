@@ -37,6 +37,7 @@ def _train_shard(config) -> str:
   )
 
 
+@pytest.mark.slow  # the training CLI in a subprocess: 3.9 s CPU at load ~20 (2026-11-26)
 def test_a_truncated_dataset_file_is_one_line_naming_it(tmp_path):
   config = _copied_corpus(tmp_path)
   shard = _train_shard(config)

@@ -22,6 +22,7 @@ from realformer_jax.train import workdir_lock
 from realformer_jax.train.workdir_lock import WorkdirInUseError, WorkdirLock
 
 
+@pytest.mark.slow  # two training CLIs in subprocesses: 41 s CPU measured (2026-11-26)
 def test_a_second_run_on_a_held_workdir_is_refused_in_one_line(tmp_path):
   workdir = str(tmp_path / 'w')
   first = fs.start(workdir, faults='slow_eval:3:600')  # holds the workdir, paused at step 3

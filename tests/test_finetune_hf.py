@@ -11,6 +11,9 @@ from realformer_jax import SequenceClassifier, finetune, train
 from realformer_jax.train import build, checkpointing
 
 transformers = pytest.importorskip('transformers')
+# slow: the module's transformers BERT fixture alone took 17 s CPU (2026-11-26), and the
+# second test fine-tunes end to end.
+pytestmark = pytest.mark.slow
 
 _WORDS = (
   'in the beginning god created heavens and earth was waste void darkness upon face '

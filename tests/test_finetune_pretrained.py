@@ -15,6 +15,9 @@ from realformer_jax import finetune, train
 from realformer_jax.config import ConfigError
 from realformer_jax.train import build
 
+# slow: every test shares a pretraining run (26 s CPU to build, 2026-11-26).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope='module')
 def pretrained_workdir(tmp_path_factory):
@@ -81,7 +84,6 @@ def test_how_the_model_runs_may_differ_from_the_checkpoint(pretrained_workdir):
   assert model_config.attention_check is False and model_config.hidden_size == 32
 
 
-@pytest.mark.slow
 def test_readme_fine_tuning_command_runs(pretrained_workdir, tmp_path):
   # README: python -m experiments.finetune --config=configs/finetune/bible_sections.py:init=
   # /tmp/realformer_tiny --workdir=DIR (here from a toy pretraining run, at toy size).

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 transformers = pytest.importorskip('transformers')
+# slow: building and compiling the Flax BERTs took 20 s CPU for the module (2026-11-26).
+pytestmark = pytest.mark.slow
 
 from realformer_jax import MaskedLM  # noqa: E402 (after the importorskip)
 from realformer_jax.interop import hf_convert  # noqa: E402

@@ -65,6 +65,7 @@ def test_post_ln_is_a_standard_flax_bert(tmp_path):
   np.testing.assert_allclose(_real(theirs, mask), _real(ours, mask), atol=ATOL)
 
 
+@pytest.mark.slow  # torch import + export: 12 s CPU at load ~25 (2026-11-26)
 def test_post_ln_is_a_standard_torch_bert(tmp_path):
   torch = pytest.importorskip('torch')
   from transformers import AutoModelForMaskedLM  # pylint: disable=import-outside-toplevel
@@ -79,6 +80,7 @@ def test_post_ln_is_a_standard_torch_bert(tmp_path):
   np.testing.assert_allclose(_real(theirs, batch[1]), _real(ours, batch[1]), atol=ATOL)
 
 
+@pytest.mark.slow  # 5.6-7.5 s CPU each at load ~25 (2026-11-26)
 @pytest.mark.parametrize(
   'overrides',
   [

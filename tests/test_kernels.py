@@ -67,7 +67,8 @@ def _values_and_grads(fn, qkv, acc, carry):
       total = total + 0.1 * jnp.sum(jnp.sin(scores))
     return total, (context, scores)
 
-  (_, outputs), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(qkv, acc)
+  # One jitted program: eagerly, the forward and backward kernels and the loss compile apart.
+  (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(qkv, acc)
   return outputs, grads
 
 
@@ -216,8 +217,9 @@ def test_sown_attention_maps_take_the_einsum_path():
     attention_impl='pallas',
   )
   ids = jnp.ones((1, L), jnp.int32)
-  params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids)
-  _, state = Encoder(cfg).apply(params, ids, mutable=['intermediates'])
+  # Jitted: an eager Encoder init / apply compiles every primitive apart.
+  params = jax.jit(Encoder(cfg.replace(attention_impl='xla')).init)(jax.random.key(0), ids)
+  _, state = jax.jit(lambda p: Encoder(cfg).apply(p, ids, mutable=['intermediates']))(params)
   probs = state['intermediates']['layers']['attention']['attention_probs'][0]
   assert probs.shape == (2, 1, 2, L, L)
   np.testing.assert_allclose(np.sum(probs, -1), 1.0, rtol=1e-6)
@@ -348,7 +350,7 @@ def _tiny_encoder(**overrides):
     }
   )
   ids = jnp.ones((1, 16), jnp.int32)
-  params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids)
+  params = jax.jit(Encoder(cfg.replace(attention_impl='xla')).init)(jax.random.key(0), ids)
   return cfg, params, ids
 
 

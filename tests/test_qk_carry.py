@@ -276,6 +276,7 @@ def _assert_trees_close(actual, expected, rtol):
     ('pallas_triton', dict(position_embedding='rope', attention_scale='t5')),
   ],
 )
+@pytest.mark.slow  # 13-26 s CPU a case at load 6-9 (2026-11-26)
 def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
   # Values and gradients of a 3-layer RealFormer with dropout and a padded sequence; the
   # reference is the carried-sum einsum path. The qk einsum path and the interpret-mode
@@ -351,6 +352,7 @@ def test_a_bfloat16_stack_holds_what_a_float32_one_does():
 
 
 @pytest.mark.parametrize('impl', ['xla', pytest.param('pallas_triton', marks=pytest.mark.slow)])
+@pytest.mark.slow  # 13-26 s CPU a case at load 6-9 (2026-11-26)
 def test_qk_scan_equals_loop_and_forward_only_equals_scores(impl):
   # scan_layers=True (training: qk_carry.qk_stack) == False (the Python loop), values and
   # gradients; the forward alone (evaluation) and the plain nn.scan (here with the sown

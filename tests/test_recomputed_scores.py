@@ -47,6 +47,7 @@ def test_recomputed_gradients_equal_the_saved_path(overrides):
   )
 
 
+@pytest.mark.slow  # 13-26 s CPU a case at load 6-9 (2026-11-26)
 def test_custom_vjp_equals_autodiff_of_the_same_stack_with_dropout():
   # Same per-layer dropout keys on both sides, so the same masks: the VJP is exact.
   cfg = tiny_config(

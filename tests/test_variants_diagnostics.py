@@ -36,6 +36,7 @@ def _setup(cfg):
 
 
 @pytest.mark.parametrize('ln_placement', ['post', 'pre'])
+@pytest.mark.slow  # 13-26 s CPU a case at load 6-9 (2026-11-26)
 def test_grad_norms_and_second_moments_per_layer_in_scan_and_loop_layouts(ln_placement):
   cfg = tiny_config(ln_placement=ln_placement, init='xavier')
   model, params, inputs, loss_fn = _setup(cfg)
@@ -96,6 +97,7 @@ def _layer_norm(v, p, eps):
   )
 
 
+@pytest.mark.slow  # 13-26 s CPU a case at load 6-9 (2026-11-26)
 def test_beta_ratios_match_a_hand_wired_post_ln_layer():
   """One Post-LN layer wired by hand from its modules and a written-out LayerNorm; dL/dz, dL/dr,
   dL/dx of each sublayer by the chain rule, piece by piece, against the probes."""

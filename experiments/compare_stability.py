@@ -522,7 +522,7 @@ def write_plots(out: str, results: dict, analysis: dict, plan: Plan) -> list[str
       for seed in plan.seeds:
         run = results.get(run_name(plan, rate, layout, seed))
         if run and run.get('train_loss'):
-          steps, losses = zip(*run['train_loss'])
+          steps, losses = zip(*study.resumed_curve(run['train_loss']))
           ax.plot(
             steps,
             losses,

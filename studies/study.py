@@ -159,7 +159,7 @@ def train_run(
       'saved); run the same command again to resume'
     )
   scalars = train.read_scalars(workdir)
-  curve = lambda tag: [[int(s), float(v)] for s, v in scalars.get(tag, [])]
+  curve = lambda tag: resumed_curve(scalars.get(tag, []))
   floors = {
     name[len('eval/baseline_') :]: values[-1][1]
     for name, values in scalars.items()
@@ -417,6 +417,13 @@ def save_figure(fig, path: str, dpi: int = 110) -> str:
   fig.savefig(path, dpi=dpi)
   pyplot().close(fig)
   return path
+
+
+def resumed_curve(points: Sequence[Sequence[float]]) -> list[list]:
+  """[[step, value], ...] in step order, one point a step: a run stopped after a checkpoint
+  and resumed logs the steps since that checkpoint twice (both runs' event files), and the
+  resumed run's values are the ones its result comes from, so the later write wins."""
+  return [[int(step), float(value)] for step, value in sorted(dict(points).items())]
 
 
 def plot_curve(ax, curve: Sequence[tuple[int, float]], **style) -> None:

@@ -147,7 +147,7 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
   # learning_rate=1e39 is inf in float32: validation refuses it (test_train_errors.py); let it
   # through to reach the guard behind that. Step 3's loss and gradients come from step 2's
   # parameters, so they are finite; the parameters step 3 writes are not.
-  monkeypatch.setattr(loop.validation, 'check_optimizer_dtypes', lambda *args: None)
+  monkeypatch.setattr(loop.train_config, 'check_optimizer_dtypes', lambda *args: None)
   with pytest.raises(
     train.DivergenceError,
     match=r'^non-finite parameters or optimizer state after the update at step 3; stopped '

@@ -94,6 +94,9 @@ def _sigint_before_lock() -> None:
   def acquire_for_run(*args, **kwargs):
     del args, kwargs
     _marker('Ctrl-C')
+    # A terminal's Ctrl-C raises KeyboardInterrupt; a process started in the background by a
+    # non-interactive shell inherits SIGINT ignored, so put Python's own handler back first.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(60)  # Python raises KeyboardInterrupt here
     raise AssertionError('SIGINT was not delivered')

@@ -98,9 +98,17 @@ def test_a_user_script_importing_the_library_prints_no_plugin_noise():
 
 def test_the_gpu_cases_check_the_qk_kernels_too():
   # 'auto' takes the carried sum at the probe's length, so the qk kernels need cases of their own.
-  from experiments import device_check  # pylint: disable=import-outside-toplevel
-
-  cases = device_check.kernel_cases('gpu', 'full')
+  # In a subprocess: the command defines absl flags (--out) that another script's import in this
+  # process would then define twice.
+  code = (
+    'import json; from experiments import device_check; '
+    "print(json.dumps(device_check.kernel_cases('gpu', 'full')))"
+  )
+  done = subprocess.run(
+    [sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  cases = [tuple(c) for c in json.loads(done.stdout.strip().splitlines()[-1])]
   qk = [c for c in cases if c[-1] == 'qk']
   assert {(c[1], c[2]) for c in qk} == {('realformer', 'float32'), ('realformer', 'bfloat16')}
   assert all(c[0] == 'triton' for c in qk)

@@ -39,7 +39,7 @@ from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, recomputed_scores, refusals
-from realformer_jax.kernels.attend import _axis_size, _mesh_axes
+from realformer_jax.kernels.attend import _axis_size, _mesh_axes, kernel_inputs
 from realformer_jax.kernels.dropout_bits import keep_threshold
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
@@ -203,16 +203,8 @@ def kernel_attention_saving(
   """kernel_attention, plus this layer's SavedAttention slot (out, m, log_l) to keep. With
   `saved` (this layer's slot, written when it ran going up) no forward kernel runs:
   qk_attention_replay computes the same gradients from it."""
-  batch, _, heads, head_dim = v_BxLxHxK.shape
-  bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
-  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
-  inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
-  fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
-  words = (
-    jnp.zeros((2,), jnp.uint32)
-    if dropout_key is None
-    else jax.random.bits(dropout_key, (2,), jnp.uint32)
-  )  # as dropout_bits.keep_mask
+  _, _, heads, head_dim = v_BxLxHxK.shape
+  bias_BxL, _, fparams, words = kernel_inputs(bias_Bx1x1xL, scale, divisor, dropout_key)
   spec = KernelSpec(
     plan.backend,
     carry_in=False,

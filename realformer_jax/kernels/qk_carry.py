@@ -169,23 +169,9 @@ def _replay_bwd(spec, residuals, cotangents):
 qk_attention_replay.defvjp(_replay_fwd, _replay_bwd)
 
 
-def kernel_attention(
-  plan: AttentionPlan,
-  stack: jax.Array,
-  v_BxLxHxK: jax.Array,
-  index: jax.Array,
-  bias_Bx1x1xL: jax.Array,
-  scale: jax.Array,
-  divisor: Optional[jax.Array],
-  dropout_key: Optional[jax.Array],
-  keep_prob: float,
-) -> tuple[jax.Array, jax.Array]:
-  """(context [B, L, H, K], stack) through the plan's kernels, per shard under a mesh (as
-  attend.fused_self_attention: batch and heads split, global offsets for the dropout mask).
-  The stack's head dimension may be padded (Triton's power-of-two tiles); v is padded to it
-  and the context sliced back."""
-  args = (plan, stack, v_BxLxHxK, index, bias_Bx1x1xL, scale, divisor, dropout_key, keep_prob)
-  return kernel_attention_saving(*args)[:2]
+def kernel_attention(plan: AttentionPlan, stack: jax.Array, *args) -> tuple[jax.Array, jax.Array]:
+  """kernel_attention_saving's (context, stack), for a caller that keeps no SavedAttention."""
+  return kernel_attention_saving(plan, stack, *args)[:2]
 
 
 def kernel_attention_saving(
@@ -200,7 +186,10 @@ def kernel_attention_saving(
   keep_prob: float,
   saved: Optional[SavedAttention] = None,
 ) -> tuple[jax.Array, jax.Array, SavedAttention]:
-  """kernel_attention, plus this layer's SavedAttention slot (out, m, log_l) to keep. With
+  """(context [B, L, H, K], stack, this layer's SavedAttention slot (out, m, log_l) to keep)
+  through the plan's kernels, per shard under a mesh (as attend.fused_self_attention: batch
+  and heads split, global offsets for the dropout mask). The stack's head dimension may be
+  padded (Triton's power-of-two tiles); v is padded to it and the context sliced back. With
   `saved` (this layer's slot, written when it ran going up) no forward kernel runs:
   qk_attention_replay computes the same gradients from it."""
   _, _, heads, head_dim = v_BxLxHxK.shape

@@ -2,12 +2,12 @@
 encoder-decoder with average / merged attention (the seq2seq package: Seq2Seq, decoding for
 greedy and beam search, the WEB -> BBE translation task)."""
 
-import importlib
 from typing import TYPE_CHECKING
 
 # Before JAX starts: on a machine with accelerator plugins but no accelerator it chooses the
 # CPU, so that importing this package prints no plugin traceback.
 from realformer_jax import platform_choice
+from realformer_jax.extras import public_names
 
 # Where each public name lives. They are imported on first use (PEP 562), so that a process
 # that needs one submodule (a data-preparation worker: realformer_jax.data.workers) does not
@@ -35,18 +35,7 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str):
-  module = _PUBLIC.get(name)
-  if module is None:
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  value = getattr(importlib.import_module(module), name)
-  globals()[name] = value  # once: later lookups do not come here
-  return value
-
-
-def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = public_names(globals(), _PUBLIC)
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see

@@ -6,13 +6,15 @@ data stack (TFDS, grain, SentencePiece, pyarrow, pythonbible), TensorBoard event
 (tensorboardX) and BLEU (sacrebleu) belong to the `train` extra: a module that uses one holds a
 `lazy(...)` stand-in that imports it on first use, so `import realformer_jax.train` works
 without them, and a missing one is a `MissingExtra` naming the extra to install (the commands
-of experiments/ print it as one `error:` line).
+of experiments/ print it as one `error:` line). `public_names` is the same idea for a package's
+own names: its `__init__` lists where each lives, and a name is imported when first used.
 """
 
 from __future__ import annotations
 
 import importlib
 import types
+from typing import Callable, Mapping
 
 # Import name -> (distribution, extra of pyproject.toml that installs it). Checked against
 # pyproject.toml by tests/test_optional_dependencies.py.
@@ -65,3 +67,38 @@ class _Lazy(types.ModuleType):
 def lazy(name: str) -> types.ModuleType:
   """A stand-in for `import name` at module level: the import happens on first use."""
   return _Lazy(name)
+
+
+def public_names(
+  namespace: dict, where: Mapping[str, str], *, submodules: bool = False
+) -> tuple[Callable[[str], object], Callable[[], list]]:
+  """A package's `__getattr__` and `__dir__` (PEP 562) that import its public names on first
+  use, so that importing the package (or one of its submodules) loads none of them:
+
+      __getattr__, __dir__ = public_names(globals(), {'Name': 'package.module', ...})
+
+  `where` maps each name to the module that defines it ('.module': a submodule of the
+  package); with `submodules`, any other name is
+  tried as a submodule of the package (`data.preparation`). A name once found is stored in
+  the package's namespace, so later lookups do not come back here."""
+  package = namespace['__name__']
+
+  def __getattr__(name: str):
+    if name in where:
+      value = getattr(importlib.import_module(where[name], package), name)
+    elif submodules:
+      try:
+        value = importlib.import_module(f'{package}.{name}')
+      except ModuleNotFoundError as e:
+        if e.name != f'{package}.{name}':
+          raise
+        raise AttributeError(f'module {package!r} has no attribute {name!r}') from None
+    else:
+      raise AttributeError(f'module {package!r} has no attribute {name!r}')
+    namespace[name] = value
+    return value
+
+  def __dir__() -> list:
+    return sorted(set(namespace) | set(where))
+
+  return __getattr__, __dir__

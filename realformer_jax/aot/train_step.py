@@ -22,8 +22,8 @@ import ml_collections
 
 from realformer_jax.aot.targets import Target
 from realformer_jax.config import ConfigError
-from realformer_jax.train import accumulation, entry
-from realformer_jax.train.config import RunSpec, TrainConfig
+from realformer_jax.train import accumulation
+from realformer_jax.train.config import RunSpec, TrainConfig, validate_config
 from realformer_jax.units import GiB
 
 
@@ -108,7 +108,7 @@ def compile_for_target(
   or a step that cannot fit even at one sequence per device."""
   devices = target.devices()
   hosts = len({d.process_index for d in devices})
-  spec = entry.validate_config(config, device_count=len(devices), process_count=hosts)
+  spec = validate_config(config, device_count=len(devices), process_count=hosts)
   budget, source = memory_budget(spec.train, target)
   try:
     resolved = accumulation.resolve(spec, log=log, devices=devices, budget=(budget, source))

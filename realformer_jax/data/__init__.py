@@ -19,42 +19,26 @@ The names below load on first use (PEP 562), so a preparation worker process tha
 submodule (file_corpus, encoding) does not import TFDS, grain's pipeline or absl flags.
 """
 
-import importlib
+from realformer_jax.extras import public_names
 
 # Public name -> the submodule defining it.
 _EXPORTS = {
-  'context_free_floors': 'baseline',
-  'most_frequent_token_baseline': 'baseline',
-  'DataConfig': 'config',
-  'data_config': 'config',
-  'default_data_config': 'config',
-  'validate_data_config': 'config',
-  'DataError': 'errors',
-  'BATCH_KEYS': 'pipeline',
-  'EvalBatches': 'pipeline',
-  'local_batch_size': 'pipeline',
-  'make_eval_iterator': 'pipeline',
-  'make_train_iterator': 'pipeline',
-  'saved_train_state': 'pipeline',
-  'prepare': 'preparation',
-  'Tokenizer': 'tokenizer',
+  'context_free_floors': '.baseline',
+  'most_frequent_token_baseline': '.baseline',
+  'DataConfig': '.config',
+  'data_config': '.config',
+  'default_data_config': '.config',
+  'validate_data_config': '.config',
+  'DataError': '.errors',
+  'BATCH_KEYS': '.pipeline',
+  'EvalBatches': '.pipeline',
+  'local_batch_size': '.pipeline',
+  'make_eval_iterator': '.pipeline',
+  'make_train_iterator': '.pipeline',
+  'saved_train_state': '.pipeline',
+  'prepare': '.preparation',
+  'Tokenizer': '.tokenizer',
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-  if name in _EXPORTS:
-    value = getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
-  else:
-    try:  # a submodule: `from realformer_jax import data; data.preparation`
-      value = importlib.import_module(f'{__name__}.{name}')
-    except ModuleNotFoundError as e:
-      if e.name != f'{__name__}.{name}':
-        raise
-      raise AttributeError(f'module {__name__!r} has no attribute {name!r}') from None
-  globals()[name] = value
-  return value
-
-
-def __dir__():
-  return sorted(set(globals()) | set(_EXPORTS))
+# Also a submodule by name: `from realformer_jax import data; data.preparation`.
+__getattr__, __dir__ = public_names(globals(), _EXPORTS, submodules=True)

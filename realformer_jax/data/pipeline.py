@@ -50,7 +50,7 @@ from realformer_jax import extras
 from realformer_jax.data import config as config_lib
 from realformer_jax.data import masking, packed_store, packing, preparation, sources
 from realformer_jax.data import tokenizer as tokenizer_lib
-from realformer_jax.data.errors import DataError
+from realformer_jax.data.errors import DataError, check_saved_state
 
 grain = extras.require('grain')
 
@@ -202,15 +202,14 @@ class TrainIterator(grain.DatasetIterator):
     }
 
   def set_state(self, state: dict[str, Any]) -> None:
-    for key in ('seed', 'store'):
-      if state.get(key) != getattr(self, '_' + key):
-        raise DataError(
-          f'Train iterator state has {key}={state.get(key)!r}, but this iterator '
-          f'has {getattr(self, "_" + key)!r}: it was saved with other data or '
-          'another seed (a changed corpus, tokenizer or data setting; a file corpus prepared '
-          'before corpora were identified by content is such a change: start that run in a '
-          'new workdir, or keep the code it started with).'
-        )
+    check_saved_state(
+      'Train iterator state',
+      state,
+      {'seed': self._seed, 'store': self._store},
+      ' (a changed corpus, tokenizer or data setting; a file corpus prepared before corpora '
+      'were identified by content is such a change: start that run in a new workdir, or keep '
+      'the code it started with)',
+    )
     position = int(state['next_position'])
     if position % self._global_batch_size:
       raise DataError(

@@ -19,7 +19,7 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.data import EvalBatches, local_batch_size
-from realformer_jax.data.errors import DataError
+from realformer_jax.data.errors import DataError, check_saved_state
 
 grain = extras.require('grain')
 
@@ -72,12 +72,8 @@ class ExampleIterator(grain.DatasetIterator):
     return {'next_position': self._next_position, 'seed': self._seed, 'num_examples': self._num}
 
   def set_state(self, state: dict[str, Any]) -> None:
-    for key, mine in (('seed', self._seed), ('num_examples', self._num)):
-      if state.get(key) != mine:
-        raise DataError(
-          f'Fine-tuning iterator state has {key}={state.get(key)!r}, this run '
-          f'has {mine!r}: it was saved with other data or another seed.'
-        )
+    mine = {'seed': self._seed, 'num_examples': self._num}
+    check_saved_state('Fine-tuning iterator state', state, mine)
     self._next_position = int(state['next_position'])
 
   def close(self) -> None:

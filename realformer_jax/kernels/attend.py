@@ -31,6 +31,28 @@ from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 
 
+def kernel_inputs(
+  bias_Bx1x1xL: jax.Array,
+  scale: jax.Array,
+  divisor: Optional[jax.Array],
+  dropout_key: Optional[jax.Array],
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """The kernels' dynamic arguments (spec.py), shared by the fused and the qk kernels:
+  (bias [B, L] float32, scale [B] float32, fparams [B, 2] = (scale, 1 / divisor), the dropout
+  key's two uint32 words)."""
+  batch = bias_Bx1x1xL.shape[0]
+  bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
+  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
+  fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
+  words = (
+    jnp.zeros((2,), jnp.uint32)
+    if dropout_key is None
+    else jax.random.bits(dropout_key, (2,), jnp.uint32)
+  )  # as dropout_bits.keep_mask
+  return bias_BxL, scale_B, fparams, words
+
+
 def fused_self_attention(
   plan: AttentionPlan,
   form: str,
@@ -50,19 +72,11 @@ def fused_self_attention(
   autodiff would; 'pair' — (sum, shadow), carried.carried_attention; 'top_down' — (acc_l,
   shadow), carried.top_down_attention. The result has the same form."""
   batch, _, _, heads, head_dim = qkv_BxLx3xHxK.shape
-  bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
-  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  bias_BxL, scale_B, fparams, words = kernel_inputs(bias_Bx1x1xL, scale, divisor, dropout_key)
   backend = plan.kernels
   if not backend.fused:  # a call backend (cuDNN): post / pre attention in one call
     q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
     return backend.attend()(q, k, v, bias_Bx1x1xL, scale_B), ()
-  inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
-  fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
-  words = (
-    jnp.zeros((2,), jnp.uint32)
-    if dropout_key is None
-    else jax.random.bits(dropout_key, (2,), jnp.uint32)
-  )  # as dropout_bits.keep_mask
   spec = KernelSpec(
     plan.backend,
     carry_in=carry_out and bool(scores_in),

@@ -39,7 +39,7 @@ from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, recomputed_scores, refusals
-from realformer_jax.kernels.attend import _axis_size, _mesh_axes
+from realformer_jax.kernels.attend import _axis_size, _mesh_axes, kernel_inputs
 from realformer_jax.kernels.dropout_bits import keep_threshold
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
@@ -169,23 +169,9 @@ def _replay_bwd(spec, residuals, cotangents):
 qk_attention_replay.defvjp(_replay_fwd, _replay_bwd)
 
 
-def kernel_attention(
-  plan: AttentionPlan,
-  stack: jax.Array,
-  v_BxLxHxK: jax.Array,
-  index: jax.Array,
-  bias_Bx1x1xL: jax.Array,
-  scale: jax.Array,
-  divisor: Optional[jax.Array],
-  dropout_key: Optional[jax.Array],
-  keep_prob: float,
-) -> tuple[jax.Array, jax.Array]:
-  """(context [B, L, H, K], stack) through the plan's kernels, per shard under a mesh (as
-  attend.fused_self_attention: batch and heads split, global offsets for the dropout mask).
-  The stack's head dimension may be padded (Triton's power-of-two tiles); v is padded to it
-  and the context sliced back."""
-  args = (plan, stack, v_BxLxHxK, index, bias_Bx1x1xL, scale, divisor, dropout_key, keep_prob)
-  return kernel_attention_saving(*args)[:2]
+def kernel_attention(plan: AttentionPlan, stack: jax.Array, *args) -> tuple[jax.Array, jax.Array]:
+  """kernel_attention_saving's (context, stack), for a caller that keeps no SavedAttention."""
+  return kernel_attention_saving(plan, stack, *args)[:2]
 
 
 def kernel_attention_saving(
@@ -200,19 +186,14 @@ def kernel_attention_saving(
   keep_prob: float,
   saved: Optional[SavedAttention] = None,
 ) -> tuple[jax.Array, jax.Array, SavedAttention]:
-  """kernel_attention, plus this layer's SavedAttention slot (out, m, log_l) to keep. With
+  """(context [B, L, H, K], stack, this layer's SavedAttention slot (out, m, log_l) to keep)
+  through the plan's kernels, per shard under a mesh (as attend.fused_self_attention: batch
+  and heads split, global offsets for the dropout mask). The stack's head dimension may be
+  padded (Triton's power-of-two tiles); v is padded to it and the context sliced back. With
   `saved` (this layer's slot, written when it ran going up) no forward kernel runs:
   qk_attention_replay computes the same gradients from it."""
-  batch, _, heads, head_dim = v_BxLxHxK.shape
-  bias_BxL = bias_Bx1x1xL.reshape(batch, -1).astype(jnp.float32)
-  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
-  inv_div = 1.0 if divisor is None else 1.0 / jnp.asarray(divisor, jnp.float32)
-  fparams = jnp.stack([scale_B, jnp.broadcast_to(inv_div, (batch,))], axis=-1)
-  words = (
-    jnp.zeros((2,), jnp.uint32)
-    if dropout_key is None
-    else jax.random.bits(dropout_key, (2,), jnp.uint32)
-  )  # as dropout_bits.keep_mask
+  _, _, heads, head_dim = v_BxLxHxK.shape
+  bias_BxL, _, fparams, words = kernel_inputs(bias_Bx1x1xL, scale, divisor, dropout_key)
   spec = KernelSpec(
     plan.backend,
     carry_in=False,

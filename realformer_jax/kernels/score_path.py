@@ -21,7 +21,8 @@ behind these two methods, so the encoder and the attention module never branch o
 | RecomputedFusedPath  | Pallas kernels           | the sum; recomputed_stack.py        |
 | QKPath               | einsum path or kernels   | every layer's Q, K (qk_carry.py)    |
 
-A future way of carrying scores is one more implementation of these two methods.
+A future way of carrying scores is one more implementation of these two methods and one more
+row of `_PATHS`, the table that `stack_path` decides by (`stack_carry` names the carry).
 """
 
 from __future__ import annotations
@@ -283,6 +284,40 @@ def _one_layer_fn(stack_fn):
   return lambda layer_fns, *args: stack_fn(layer_fns[0], *args)
 
 
+# The one table that decides a stack's path: (how the layers carry residual attention's
+# scores, whether a fused kernel attends) -> the path (the module docstring's table). Without
+# residual attention the carry is 'saved': nothing is carried.
+_PATHS = {
+  ('saved', False): EinsumPath,
+  ('saved', True): FusedPath,
+  ('sealed', True): SealedPairPath,
+  ('recomputed', False): RecomputedEinsumPath,
+  ('recomputed', True): RecomputedFusedPath,
+  ('qk', False): QKPath,
+  ('qk', True): QKPath,
+}
+
+
+def stack_carry(
+  config: ModelConfig,
+  seq_len: int,
+  attention_plan: Optional[AttentionPlan],
+  may_recompute: bool = False,
+) -> str:
+  """How a layer stack carries residual attention's scores: 'qk' (every layer's queries and
+  keys: residual_carry 'qk', or 'auto' decided so for this length), 'recomputed' (the sum,
+  rebuilt going down: residual_scores_backward='recomputed' in a training call of a scanned
+  stack), 'sealed' (the sum as a sealed pair on the kernels: select.pair_carry) or 'saved'
+  (the sum, saved by autodiff; also without residual attention)."""
+  if not config.use_residual_attention:
+    return 'saved'
+  if resolve_residual_carry(config, seq_len) == 'qk':
+    return 'qk'
+  if may_recompute and config.scan_layers and config.residual_scores_backward == 'recomputed':
+    return 'recomputed'
+  return 'sealed' if pair_carry(config, attention_plan) else 'saved'
+
+
 def stack_path(
   config: ModelConfig,
   seq_len: int,
@@ -291,17 +326,19 @@ def stack_path(
   maps_requested: bool = False,
   may_recompute: bool = False,
 ) -> ScorePath:
-  """The path of one encoder call. `maps_requested`: attention maps are sown (einsum path);
-  `may_recompute`: the caller allows a stack that recomputes going down (a training call: not
-  init, no analysis collections), taken when the config asks for it (always with
+  """The path of one encoder call (_PATHS). `maps_requested`: attention maps are sown (einsum
+  path); `may_recompute`: the caller allows a stack that recomputes going down (a training
+  call: not init, no analysis collections), taken when the config asks for it (always with
   residual_carry='qk', whose stack saves the carry once). residual_carry='auto' left for the
   model to decide (a model used outside the train setup) is carry_choice.py's rule against the
   first local device's memory."""
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   residual = config.use_residual_attention
-  if residual and resolve_residual_carry(config, seq_len) == 'qk':
+  carry = stack_carry(config, seq_len, attention_plan, may_recompute)
+  path_class = _PATHS[carry, attention_plan is not None]
+  if carry == 'qk':
     check_qk(config, attention_plan)
-    return QKPath(
+    return path_class(
       residual,
       plan=attention_plan,
       einsum=einsum,
@@ -315,20 +352,9 @@ def stack_path(
       ),
       recompute=may_recompute and config.scan_layers,
     )
-  recompute = (
-    may_recompute
-    and residual
-    and config.scan_layers
-    and config.residual_scores_backward == 'recomputed'
-  )
   if attention_plan is None:
-    path_class = RecomputedEinsumPath if recompute else EinsumPath
     return path_class(residual, einsum, config.compute_dtype)
-  if recompute:
-    return RecomputedFusedPath(residual, attention_plan)
-  if pair_carry(config, attention_plan):
-    return SealedPairPath(residual, attention_plan)
-  return FusedPath(residual, attention_plan)
+  return path_class(residual, attention_plan)
 
 
 def layer_path(

@@ -10,7 +10,7 @@ and seq2seq/.
 
 Files: task (MaskedLMTask: model, batch, loss, console lines, data), metrics (loss and accuracy
 split by what the model saw at each predicted position; the one definition of a run that learned
-nothing). It is the trainer's default task (train/task.py names it by import path).
+nothing). It is the trainer's default task (train/config.py names it by import path).
 """
 
 from realformer_jax.mlm import metrics

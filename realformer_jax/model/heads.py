@@ -30,6 +30,21 @@ def gather_positions(h_BxLxD: jax.Array, positions_BxP: jax.Array) -> jax.Array:
   return jnp.take_along_axis(h_BxLxD, positions_BxP[:, :, None].astype(jnp.int32), axis=1)
 
 
+def tied_logits(module: nn.Module, cfg: ModelConfig, decoded: jax.Array) -> jax.Array:
+  """float32 logits from the tied embedding's `decoded` output, plus `module`'s 'output_bias'
+  [vocab] where the config has biases (the masked-LM head's and the translation decoder's)."""
+  logits = decoded.astype(jnp.float32)
+  if cfg.use_bias:
+    bias_V = module.param(
+      'output_bias',
+      nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+      (cfg.vocab_size,),
+      cfg.storage_dtype,
+    )
+    logits = logits + bias_V.astype(jnp.float32)
+  return logits
+
+
 class MaskedLMHead(nn.Module):
   """dense -> activation -> norm -> tied decoder + output bias. Logits are float32.
 
@@ -50,16 +65,7 @@ class MaskedLMHead(nn.Module):
     x_BxPxD = nn.with_logical_constraint(x_BxPxD, ('batch', 'length', 'embed'))
     x_BxPxD = get_activation(cfg.activation)(x_BxPxD)
     x_BxPxD = Norm(cfg, name='norm')(x_BxPxD)
-    logits_BxPxV = decode(x_BxPxD).astype(jnp.float32)
-    if cfg.use_bias:
-      bias_V = self.param(
-        'output_bias',
-        nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
-        (cfg.vocab_size,),
-        cfg.storage_dtype,
-      )
-      logits_BxPxV = logits_BxPxV + bias_V.astype(jnp.float32)
-    return logits_BxPxV
+    return tied_logits(self, cfg, decode(x_BxPxD))
 
 
 class Pooler(nn.Module):

@@ -42,7 +42,7 @@ from realformer_jax import extras
 from realformer_jax.config import from_section, to_config_dict
 from realformer_jax.data import cache_integrity, cache_lock
 from realformer_jax.data import tokenizer as tokenizer_lib
-from realformer_jax.data.errors import DataError
+from realformer_jax.data.errors import DataError, check_saved_state
 from realformer_jax.seq2seq import bible_pairs
 
 grain = extras.require('grain')
@@ -396,12 +396,8 @@ class TrainIterator(grain.DatasetIterator):
     return {'next_batch': self._position, 'seed': self._seed, 'batches_per_epoch': self._per_epoch}
 
   def set_state(self, state: dict) -> None:
-    for key, mine in (('seed', self._seed), ('batches_per_epoch', self._per_epoch)):
-      if state.get(key) != mine:
-        raise DataError(
-          f'{DATASET}: the saved train position has {key}={state.get(key)!r}, this run has '
-          f'{mine!r}: it was saved with other data or another seed.'
-        )
+    mine = {'seed': self._seed, 'batches_per_epoch': self._per_epoch}
+    check_saved_state(f'{DATASET}: the saved train position', state, mine)
     self._position = int(state['next_batch'])
 
   def close(self) -> None:

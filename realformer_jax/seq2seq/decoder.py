@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from realformer_jax.model import initializers
 from realformer_jax.model.attention import MASKED_LOGIT, mask_bias, score_scale
 from realformer_jax.model.block import FeedForward
+from realformer_jax.model.heads import tied_logits
 from realformer_jax.model.layers import DenseGeneral, Dropout
 from realformer_jax.model.normalization import Norm
 from realformer_jax.model.placement import placement, trained_gate
@@ -334,13 +335,4 @@ class Decoder(nn.Module):
       )
     if placement(cfg).final_norm:
       x_BxTxD = Norm(cfg, name='final_norm')(x_BxTxD)
-    logits = word.attend(x_BxTxD).astype(jnp.float32)  # tied output embedding
-    if cfg.use_bias:
-      bias = self.param(
-        'output_bias',
-        nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
-        (cfg.vocab_size,),
-        cfg.storage_dtype,
-      )
-      logits = logits + bias.astype(jnp.float32)
-    return logits
+    return tied_logits(self, cfg, word.attend(x_BxTxD))  # tied output embedding

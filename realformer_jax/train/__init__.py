@@ -12,18 +12,18 @@ The path from a config to a step, one module per stop:
   config (the editable ConfigDict, checked once into a RunSpec of frozen sections) ->
   accumulation ('auto' resolved) -> build (setup: mesh, model, optimizer, state layout; compiled
   steps) -> step (the pure train / eval step) -> loop (data, checkpoints, metrics). Beside them:
-  task (the interface a task implements, and the default task), entry (these entry points: the
-  default task unless one is given; pretraining.py is its old name), partitioning (mesh, rules,
-  shardings), state (TrainState, optimizer, sharded init), checkpointing (orbax), metrics
-  (TensorBoard, console, event reader), prefetch, distributed, pretrained (a trained workdir).
-  spec, defaults and validation are old names of parts of config, kept for old imports.
+  task (the interface a task implements; config.py names the default task that the entry
+  points take unless given one), partitioning (mesh, rules, shardings), state (TrainState,
+  optimizer, sharded init), checkpointing (orbax), metrics (TensorBoard, console, event reader),
+  prefetch, distributed, pretrained (a trained workdir). pretraining, spec, defaults and
+  validation are old names, kept for old imports.
 """
 
+from realformer_jax.train.accumulation import compile_train_step
 from realformer_jax.train.build import TrainSetup, compile_eval_step, make_setup
-from realformer_jax.train.config import RunSpec, default_config
-from realformer_jax.train.entry import compile_train_step, train_and_evaluate, validate_config
+from realformer_jax.train.config import RunSpec, default_config, validate_config
 from realformer_jax.train.errors import DivergenceError, TrainingError
-from realformer_jax.train.loop import evaluate
+from realformer_jax.train.loop import evaluate, train_and_evaluate
 from realformer_jax.train.metrics import read_scalars
 from realformer_jax.train.pretrained import Pretrained, load_workdir
 from realformer_jax.train.state import TrainState

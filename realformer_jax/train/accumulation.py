@@ -28,13 +28,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
+import ml_collections
 
 from realformer_jax.config import ConfigError
 from realformer_jax.train import build
-from realformer_jax.train.config import AUTO, RunSpec
+from realformer_jax.train.config import AUTO, RunSpec, validate_config
+from realformer_jax.train.task import Task
 from realformer_jax.units import GiB
 
 
@@ -111,10 +113,19 @@ def _with(spec: RunSpec, accum: int, remat_policy: str) -> RunSpec:
   )
 
 
-def compile_train_step(spec: RunSpec) -> jax.stages.Compiled:
-  """The compiled train step of a spec, on this host's devices, with 'auto' accumulation
-  resolved: `compile_train_step(spec).memory_analysis()` (train.compile_train_step also takes
-  a config)."""
+def compile_train_step(
+  config: Union[ml_collections.ConfigDict, RunSpec], task: Optional[Task] = None
+) -> jax.stages.Compiled:
+  """The compiled train step of a spec, or of a config (validated here for `task`, default the
+  default task), on this host's devices, with 'auto' accumulation resolved:
+  `compile_train_step(config).memory_analysis()`."""
+  spec = (
+    config
+    if isinstance(config, RunSpec)
+    else validate_config(
+      config, task=task, device_count=jax.device_count(), process_count=jax.process_count()
+    )
+  )
   return resolve(spec, log=lambda _: None).compiled
 
 

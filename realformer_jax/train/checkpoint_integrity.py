@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from typing import Optional
+
+from realformer_jax.data.cache_integrity import crc32  # the caches' CRC-32, read in chunks
 
 CHECKSUMS_FILE = 'checksums.json'
 COMMIT_MARKER = 'commit_success.txt'
 _NOT_LISTED = frozenset({CHECKSUMS_FILE, COMMIT_MARKER, '_CHECKPOINT_METADATA'})
-_CHUNK_BYTES = 8 << 20
 
 
 def record(step_dir: str) -> None:
@@ -36,7 +36,7 @@ def record(step_dir: str) -> None:
   for path in sorted(_files(step_dir)):
     relative = os.path.relpath(path, step_dir)
     if relative not in _NOT_LISTED:
-      files[relative] = [os.path.getsize(path), _crc32(path)]
+      files[relative] = [os.path.getsize(path), crc32(path)]
   tmp_path = os.path.join(step_dir, CHECKSUMS_FILE + '.tmp')
   lines = [f'  {json.dumps(name)}: [{size}, {crc}]' for name, (size, crc) in files.items()]
   with open(tmp_path, 'w') as f:  # one file per line, for people reading it
@@ -67,7 +67,7 @@ def problem(step_dir: str) -> Optional[str]:
     actual_size = os.path.getsize(path)
     if actual_size != size:
       return f'{relative} has {actual_size} bytes, {size} were saved'
-    if _crc32(path) != crc:
+    if crc32(path) != crc:
       return f'{relative} does not match its saved checksum (its bytes changed)'
   return None
 
@@ -84,11 +84,3 @@ def _files(directory: str):
   for root, _, names in os.walk(directory):
     for name in names:
       yield os.path.join(root, name)
-
-
-def _crc32(path: str) -> int:
-  crc = 0
-  with open(path, 'rb') as f:
-    while chunk := f.read(_CHUNK_BYTES):
-      crc = zlib.crc32(chunk, crc)
-  return crc

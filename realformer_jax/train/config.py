@@ -35,8 +35,9 @@ against the mesh, the batch against the devices.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import ml_collections
 import numpy as np
@@ -369,19 +370,41 @@ def default_config() -> ml_collections.ConfigDict:
 _COMMON_SECTIONS = {'train': TrainConfig, 'mesh': MeshConfig, 'distributed': DistributedConfig}
 
 
+# The task of a config validated without one: masked-LM pretraining, named by its import path
+# and imported when first asked for, so that importing this package loads no task and this
+# package imports nothing above it (the tasks live in realformer_jax/mlm, finetune, seq2seq).
+_DEFAULT_TASK = 'realformer_jax.mlm.task:MaskedLMTask'
+_default_task: Optional[Callable[[], Any]] = None
+
+
+def set_default_task(factory: Callable[[], Any]) -> None:
+  """Makes `factory()` the task of every entry point called without one."""
+  global _default_task  # pylint: disable=global-statement
+  _default_task = factory
+
+
+def default_task() -> Any:
+  """A new instance of the default task (masked-LM pretraining unless `set_default_task`)."""
+  if _default_task is None:
+    module, name = _DEFAULT_TASK.split(':')
+    set_default_task(getattr(importlib.import_module(module), name))
+  return _default_task()
+
+
 def validate_config(
   config: ml_collections.ConfigDict,
   *,
-  task: Any,
+  task: Optional[Any] = None,
   device_count: Optional[int] = None,
   process_count: Optional[int] = None,
 ) -> RunSpec:
-  """The RunSpec of `config` for `task` (train.validate_config defaults it to masked-LM
-  pretraining: pretraining.py; this module knows no task).
+  """The RunSpec of `config` for `task` (a train.task.Task; default: `default_task()`).
 
   Without `device_count` / `process_count` only what needs no devices is checked (safe before
   `jax.distributed.initialize`); with them, the mesh shape and batch layout are checked too.
   """
+  if task is None:
+    task = default_task()
   _check_sections(config, task)
   model = task.model_config(config.model)
   select.check(model)  # the kernel backend attention_impl names, and what it can do

@@ -46,12 +46,11 @@ def train_and_evaluate(
   config: ml_collections.ConfigDict,
   workdir: str,
   on_log: Optional[Callable[[int, int, dict], None]] = None,
-  *,
-  task: Task,
+  task: Optional[Task] = None,
 ) -> dict[str, Any]:
-  """Trains `task` on `config` until train.stop_at_step (or num_train_steps), resuming from
-  the latest checkpoint in `workdir`: validates the config once (config.py), then `run`.
-  (train.train_and_evaluate defaults the task to the default task: entry.py.)"""
+  """Trains `task` (default: masked-LM pretraining, config.default_task) on `config` until
+  train.stop_at_step (or num_train_steps), resuming from the latest checkpoint in `workdir`:
+  validates the config once (config.py), then `run`."""
   return run(train_config.validate_config(config, task=task), workdir, on_log=on_log)
 
 

@@ -28,7 +28,7 @@ from realformer_jax.train import build, run_identity
 from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.config import RunSpec
-from realformer_jax.train.task import Task, default_task
+from realformer_jax.train.task import Task
 
 # config.json; where the loop copies a run's tokenizer, by kind.
 CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
@@ -122,7 +122,7 @@ def load_workdir(
   workdir = os.path.abspath(os.path.expanduser(workdir))
   saved = read_config_json(workdir)
   config = _config_from(saved, os.path.join(workdir, CONFIG_FILE))
-  spec = train_config.validate_config(config, task=task or default_task())
+  spec = train_config.validate_config(config, task=task)
   # Batch divisibility does not matter for loading: one row per data-parallel device.
   spec = spec.replace(
     mesh=spec.mesh.replace(

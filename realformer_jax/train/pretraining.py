@@ -1,6 +1,8 @@
-"""Old name of entry.py (the entry points that default to the registered task), kept so that
+"""Old name of the entry points that default to the registered task, kept so that
 `from realformer_jax.train import pretraining` still works."""
 
-from realformer_jax.train.entry import compile_train_step, train_and_evaluate, validate_config
+from realformer_jax.train.accumulation import compile_train_step
+from realformer_jax.train.config import validate_config
+from realformer_jax.train.loop import train_and_evaluate
 
 __all__ = ['compile_train_step', 'train_and_evaluate', 'validate_config']

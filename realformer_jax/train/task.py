@@ -7,7 +7,8 @@ translation (realformer_jax/seq2seq) are packages above this one, each a `Task`.
 
 The entry points that take no task (`train.train_and_evaluate(config, workdir)`) train the
 default task: masked-LM pretraining (realformer_jax/mlm), which this package names only by
-its import path and imports on first use (or the one given to `set_default_task`).
+its import path and imports on first use (config.py: `default_task`, `set_default_task`;
+its validate_config takes the default when given no task).
 
 A task (`Task`) is three parts and its data: `TaskConfig` (read by config.py), `TaskModel`
 (all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
@@ -32,8 +33,7 @@ console, loop.py). A task says
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import jax
 import ml_collections
@@ -205,27 +205,6 @@ class Task(TaskConfig, TaskModel, TaskConsole):
     as `setup.layout.shardings.params`; the result must have the same shapes and shardings."""
     del setup
     return params
-
-
-# The task of the entry points that are given none (entry.py): masked-LM pretraining, named
-# by its import path and imported when first asked for, so that importing realformer_jax (the
-# model) or this package loads no task, and this package imports nothing above it.
-_DEFAULT_TASK = 'realformer_jax.mlm.task:MaskedLMTask'
-_default_task: Optional[Callable[[], Task]] = None
-
-
-def set_default_task(factory: Callable[[], Task]) -> None:
-  """Makes `factory()` the task of every entry point called without one."""
-  global _default_task  # pylint: disable=global-statement
-  _default_task = factory
-
-
-def default_task() -> Task:
-  """A new instance of the default task (masked-LM pretraining unless `set_default_task`)."""
-  if _default_task is None:
-    module, name = _DEFAULT_TASK.split(':')
-    set_default_task(getattr(importlib.import_module(module), name))
-  return _default_task()
 
 
 def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:

@@ -14,8 +14,6 @@ The old `data/sources.py` names (load_builder, open_split, quiet_tfds, is_embedd
 are tfds.py's, loaded on first use.
 """
 
-import importlib
-
 from realformer_jax.data.config import EMBEDDED_DATASET
 from realformer_jax.data.sources.registry import (
   AUTO,
@@ -28,6 +26,7 @@ from realformer_jax.data.sources.registry import (
   register,
   unregister,
 )
+from realformer_jax.extras import public_names
 
 
 def is_embedded(config) -> bool:
@@ -55,10 +54,4 @@ __all__ = [
   'unregister',
 ]
 
-
-def __getattr__(name: str):
-  if name in _TFDS_NAMES:
-    value = getattr(importlib.import_module(f'{__name__}.tfds'), name)
-    globals()[name] = value
-    return value
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+__getattr__, __dir__ = public_names(globals(), dict.fromkeys(_TFDS_NAMES, '.tfds'))

@@ -38,11 +38,12 @@ The model (one per device: an SPMD program is the same on every device):
    cost: flash attention, the qk kernels) has no warp specialisation: its matmuls and its
    CUDA-core work run in sequence, so for it the two are one term, (matmul + vector) /
    chip.fused_kernel_efficiency. The step is the sum over kernels in program order, i.e. no
-   overlap between kernels. Free parameters: ONE fitted, fused_kernel_efficiency (targets.py:
-   fitted to an H200's per-kernel split at L = 16,384, validated on the other measured rows);
-   every other rate is a datasheet figure, a derating (0.9 of HBM, 805/989 of matmul: issue
-   11's H100 measurements) or a cited measurement, and every count is the program's or the
-   kernel's stated work (docs/performance.md, "Calibration").
+   overlap between kernels. Free parameters: TWO fitted, fused_kernel_efficiency and the L2
+   rate's fraction (targets.FUSED_KERNEL_EFFICIENCY, HOPPER_L2_FRACTION: fitted to an H200's
+   per-kernel split at L = 16,384, validated on the other measured rows); every other rate
+   is a datasheet figure, a derating (0.9 of HBM, 805/989 of matmul: issue 11's H100
+   measurements) or a cited measurement, and every count is the program's or the kernel's
+   stated work (docs/performance.md, "Calibration").
 5. Collectives cost bytes over the interconnect (ring: all-reduce 2 (n-1)/n S, all-gather and
    reduce-scatter (n-1)/n S, all-to-all (n-1)/n S, permute S; n from `replica_groups`) and are
    reported apart from the kernels: `seconds` adds them (no overlap), `overlapped_seconds`

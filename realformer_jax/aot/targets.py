@@ -148,7 +148,7 @@ HOPPER_ATOMIC_SOURCE = (
 )
 
 # Fused Pallas kernels on Hopper: their matmuls plus their CUDA-core work (float, INT32 and
-# special-function ops at the rates above), in sequence, take 1 / FUSED_KERNEL_EFFICIENCY of
+# special-function ops at the rates below), in sequence, take 1 / FUSED_KERNEL_EFFICIENCY of
 # that sum. FITTED, with HOPPER_L2_FRACTION, by least squares in log space (a grid of 0.02
 # steps) to the four per-kernel device times an H200 measured at L = 16,384 on 2026-11-26
 # (commit 1a0cee4: flash_attention_fwd / _bwd, realformer_qk_attention_fwd / _ds), and

@@ -1,23 +1,26 @@
-"""Calibration of the estimator at long sequences: the two steps an H200 measured (issue 40), the
-same code compiled for an H200 here and estimated, side by side.
+"""Calibration of the estimator at long sequences: every step and kernel time an H200 measured
+(issue 40, two sets of code), the same code compiled for an H200 here and estimated, side by side.
 
-    python -m benchmarks.qk_calibration          # ~5-10 min on 2 CPU cores (two compiles)
+    python -m benchmarks.qk_calibration          # ~20-30 min on 2 CPU cores (nine compiles)
     python -m benchmarks.qk_calibration --table  # only re-time the committed inputs
     python -m benchmarks.qk_calibration --seq_len=256 --out=DIR   # the path at a toy length
 
-MEASURED is the only device truth at this length: on 2026-11-26 one NVIDIA H200 ran
-`benchmarks.long_sequences`'s `measure` (BERT-Base, batch 1, L = 65,536, bfloat16 compute, every
-layer rematerialised, dropout and attention dropout 0.1, learned positions, rolled layer scan,
-a warm-up then 2 timed steps, median) on the code of legacy_kernels.QK_KERNELS_COMMIT: Post-LN
-and RealFormer with residual_carry='qk' (the qk Triton kernels of before issue 40).
+MEASURED is the only device truth at these lengths. On 2026-11-26 one NVIDIA H200 ran BERT-Base,
+batch 1, bfloat16 compute, every layer rematerialised, dropout and attention dropout 0.1,
+learned positions, rolled layer scan, a warm-up then the median of 2 timed steps, on two
+commits (SETS): `eaf81ca` (the qk Triton kernels before issue 40, per-layer atomics; Post-LN and
+`qk` at L = 65,536, `benchmarks.long_sequences`'s `measure`) and `1a0cee4` (issue 40's first
+redesign; `benchmarks.device_suite`: Post-LN, `qk` and the scores carry at 16k-65k, and a
+profiler trace's per-kernel split at 16,384: docs/results/device_suite/h200-2026-11-26).
 
-This script extracts that commit with `git archive`, compiles its two train steps for an H200
-in a subprocess inside the extracted tree (JAX_PLATFORMS=cpu: no device), and runs TODAY's
-estimator over them, with the old qk kernels' L2 traffic and atomics stated on their behalf
-(realformer_jax/aot/legacy_kernels.py). It writes to docs/results/aot/qk_calibration/:
-inputs-<variant>.json (every kernel's work and count: the estimator's inputs, so the table can
-be re-timed without compiling, by tests and by `--table` after the rates change), results.json
-and results.md (estimate vs measured, the error, for the H200 and, same program, an H100).
+This script extracts each commit with `git archive`, compiles its train steps for an H200 in a
+subprocess inside the extracted tree (JAX_PLATFORMS=cpu: no device), and runs TODAY's estimator
+over them (the old qk kernels' L2 traffic and atomics stated on their behalf:
+realformer_jax/aot/legacy_kernels.py). It writes to docs/results/aot/qk_calibration/:
+inputs-<commit>-<variant>-<L>.json (every kernel's work and count: the estimator's inputs, so
+the table is re-timed without compiling, by tests and by `--table` after a rate changes),
+results.json and results.md (measured, the estimate before this calibration, the estimate
+now and its error, per row and per kernel).
 """
 
 from __future__ import annotations
@@ -37,37 +40,71 @@ from studies import runs as runs_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / 'docs' / 'results' / 'aot' / 'qk_calibration'
-COMMIT = 'eaf81ca1f68adb9acc3ca79c9fbeb241d29b3948'  # legacy_kernels.QK_KERNELS_COMMIT
 TARGET = 'h200:1'  # the device that measured
 ALSO = 'h100:1'  # the same program on an H100: HBM 3.35 vs 4.8 TB/s, the same SMs
 SEQ_LEN = 65_536
 SETTINGS = (
-  'BERT-Base (hidden 768, 12 layers, 12 heads, vocab 30522), batch 1, L = 65,536, bfloat16 '
-  'compute, float32 parameters and AdamW state, remat_policy=full, dropout 0.1, attention '
-  'dropout 0.1, learned positions, rolled layer scan, 15% of tokens predicted; '
-  "benchmarks.long_sequences's measure: a warm-up step, then the median of 2 timed steps"
+  'BERT-Base (hidden 768, 12 layers, 12 heads, vocab 30522), batch 1, bfloat16 compute, float32 '
+  'parameters and AdamW state, remat_policy=full, dropout 0.1, attention dropout 0.1, learned '
+  'positions, rolled layer scan, 15% of tokens predicted; a warm-up step, then the median of 2 '
+  'timed steps'
 )
-# Issue 40's H200 figures (the device's own timer and memory_stats peak) and what the estimator
-# said before issue 40 (h100:1, rotary positions: docs/results/long_sequences/h100-1).
-MEASURED = {
-  'post': {
-    'date': '2026-11-26',
-    'device': 'NVIDIA H200',
-    'overrides': {'ln_placement': 'post'},
-    'step_s': 5.90,
-    'device_peak_gib': 12.3,
-    'estimate_before_s': 4.51,
+OVERRIDES = {
+  'post': {'ln_placement': 'post'},
+  'qk': {'ln_placement': 'realformer', 'residual_carry': 'qk'},
+  # the scores carry rebuilt going down the stack, as commit 1a0cee4 spelled it
+  'recomputed': {
+    'ln_placement': 'realformer',
+    'residual_carry': 'scores',
+    'residual_scores_backward': 'recomputed',
   },
-  'qk': {
+}
+# The measured sets: per commit, its rows (L, variant, measured step s, device peak GiB or None,
+# the estimate before this calibration) and, per (L, variant), the profiler's device seconds
+# per step of the fused attention kernels (all calls of that name summed).
+# Set 'eaf81ca': issue 40's figures; "before" = this table's estimate before the fused-kernel
+# term (4.50 / 62.0 s). Set '1a0cee4': docs/results/device_suite/h200-2026-11-26; "before" =
+# the suite's ESTIMATE of the very program that ran.
+SETS = {
+  'eaf81ca1f68adb9acc3ca79c9fbeb241d29b3948': {  # legacy_kernels.QK_KERNELS_COMMIT
     'date': '2026-11-26',
     'device': 'NVIDIA H200',
-    'overrides': {'ln_placement': 'realformer', 'residual_carry': 'qk'},
-    'step_s': 56.5,
-    'device_peak_gib': 15.1,
-    'estimate_before_s': 5.66,
+    'what': 'the qk Triton kernels before issue 40 (per-layer atomics, a float32 stack)',
+    'rows': [(65_536, 'post', 5.90, 12.3, 4.50), (65_536, 'qk', 56.5, 15.1, 62.0)],
+    'kernels': {},
+  },
+  '1a0cee47cc451d0707db808b097edce961b1860b': {
+    'date': '2026-11-26',
+    'device': 'NVIDIA H200',
+    'what': "issue 40's first redesign (no atomics, a 16-bit stack, dS panels and XLA matmuls, "
+    '8-bit dropout draws; the forward re-run in the backward)',
+    'rows': [
+      (65_536, 'post', 6.06, 12.1, 3.49),
+      (65_536, 'qk', 15.5, 13.6, 9.01),
+      (32_768, 'post', 1.54, None, 0.908),
+      (32_768, 'qk', 3.95, None, 2.30),
+      (16_384, 'post', 0.412, None, 0.246),
+      (16_384, 'recomputed', 1.17, 30.2, 0.715),
+      (16_384, 'qk', 1.01, None, 0.602),
+    ],
+    'kernels': {
+      (16_384, 'post'): {'flash_attention_fwd': 0.247, 'flash_attention_bwd': 0.131},
+      (16_384, 'qk'): {'realformer_qk_attention_fwd': 0.432, 'realformer_qk_attention_ds': 0.424},
+    },
   },
 }
 TOLERANCE = 0.30  # issue 40: the calibrated estimate within 30 % of each measured step
+# Measured rows the calibrated model misses by more than TOLERANCE, with the likely reason:
+# stated here, drawn in the table, and checked to stay missed (tests/test_aot_kernel_costs.py)
+# until the model explains them.
+OUTSIDE_TOLERANCE = {
+  ('1a0cee47cc451d0707db808b097edce961b1860b', 16_384, 'recomputed'): (
+    'the scores carry: its backward is bound by its dQ atomic adds (1 per score element) at '
+    'the coalesced, uncontended atomic rate; every key-block program adds into the same dQ rows '
+    "in the same order, and the model has no term for that contention (the old qk backward's "
+    'atomics, spread over l + 1 layers of dQ, fit at the same rate)'
+  )
+}
 
 # Runs inside the extracted tree: its own benchmarks.steps and train package, on H200 devices
 # described by today's targets.py (argv: variant overrides JSON, output path, target config).
@@ -92,27 +129,21 @@ _COMPILE_OLD_CODE = textwrap.dedent("""
 """)
 
 
-def compile_old(variant: str, tree: str, out_path: str, seq_len: int = SEQ_LEN) -> None:
+def compile_old(commit: str, variant: str, tree: str, out_path: str, seq_len: int) -> None:
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONDONTWRITEBYTECODE='1')
   chip = targets.parse(TARGET).chip
-  overrides = json.dumps(MEASURED[variant]['overrides'])
+  args = [json.dumps(OVERRIDES[variant]), out_path, chip.gpu_target_config, str(seq_len)]
   done = subprocess.run(
-    [
-      sys.executable,
-      '-c',
-      _COMPILE_OLD_CODE,
-      overrides,
-      out_path,
-      chip.gpu_target_config,
-      str(seq_len),
-    ],
+    [sys.executable, '-c', _COMPILE_OLD_CODE, *args],
     cwd=tree,
     env=env,
     capture_output=True,
     text=True,
   )
   if done.returncode:
-    raise RuntimeError(f'compiling {variant} at {COMMIT[:7]} failed:\n' + done.stderr[-3000:])
+    raise RuntimeError(
+      f'compiling {variant} at {commit[:7]}, L = {seq_len} failed:\n' + done.stderr[-3000:]
+    )
 
 
 def estimate_inputs(hlo: str, seq_len: int) -> dict:
@@ -139,136 +170,216 @@ def estimate_inputs(hlo: str, seq_len: int) -> dict:
   }
 
 
+def programs(seq_len: int = 0) -> list[tuple[str, int, str]]:
+  """(commit, L, variant) of every measured program; at a toy `seq_len`, each set's variants
+  at that length."""
+  out = []
+  for commit, measured in SETS.items():
+    for length, variant, *_ in measured['rows']:
+      key = (commit, seq_len or length, variant)
+      if key not in out:
+        out.append(key)
+  return out
+
+
+def input_name(commit: str, length: int, variant: str) -> str:
+  return f'inputs-{commit[:7]}-{variant}-{length}.json'
+
+
+def _kernel_name(op_name: str) -> str:
+  """The pallas_call's kernel, from its op name (`.../flash_attention_fwd/pallas_call`)."""
+  parts = op_name.split('/')
+  return parts[-2] if len(parts) > 1 and parts[-1] == 'pallas_call' else ''
+
+
 def timed(inputs: dict, chip: targets.Chip) -> dict:
   """The estimate of a program from its committed inputs: seconds per step, by what bounds
-  each kernel, and the dearest kernels."""
+  each kernel, per fused kernel name, and the dearest kernels."""
   by_bound: dict[str, float] = {}
+  by_kernel: dict[str, float] = {}
   rows = []
   for k in inputs['kernels']:
     seconds, bound = roofline.kernel_seconds(k['work'], chip)
     total = seconds * k['count']
     by_bound[bound] = by_bound.get(bound, 0.0) + total
+    name = _kernel_name(k['op_name'])
+    if name:
+      by_kernel[name] = by_kernel.get(name, 0.0) + total
     rows.append((total, bound, k))
   rows.sort(key=lambda r: -r[0])
   return {
     'step_s': sum(by_bound.values()),
     'by_bound': dict(sorted(by_bound.items(), key=lambda kv: -kv[1])),
+    'by_kernel': by_kernel,
     'top': [
       {'seconds': t, 'bound': b, 'count': k['count'], 'op_name': k['op_name'][-80:]}
-      for t, b, k in rows[:6]
+      for t, b, k in rows[:4]
     ],
   }
 
 
-def table(inputs: dict[str, dict]) -> dict:
-  """Per variant: measured, estimated on the H200 (and an H100), the error."""
+def _error(estimate: float, measured: float) -> float:
+  return estimate / measured - 1
+
+
+def table(inputs: dict[tuple, dict]) -> dict:
+  """{'rows': [...], 'kernels': [...]}: every measured step and fused kernel time beside the
+  estimate before this calibration and now (H200, and the step on an H100), with the error."""
   h200, h100 = targets.parse(TARGET).chip, targets.parse(ALSO).chip
-  out = {}
-  for variant, measured in MEASURED.items():
-    on_h200 = timed(inputs[variant], h200)
-    estimate = on_h200['step_s']
-    out[variant] = {
-      **measured,
-      'estimate_s': estimate,
-      'estimate_over_measured': estimate / measured['step_s'],
-      'error': estimate / measured['step_s'] - 1,
-      'within_tolerance': abs(estimate / measured['step_s'] - 1) <= TOLERANCE,
-      'estimate_h100_s': timed(inputs[variant], h100)['step_s'],
-      'by_bound_s': on_h200['by_bound'],
-      'top': on_h200['top'],
-    }
-  return out
+  rows, kernels = [], []
+  for commit, measured in SETS.items():
+    for length, variant, step, peak, before in measured['rows']:
+      program = inputs[(commit, length, variant)]
+      now = timed(program, h200)
+      rows.append(
+        {
+          'commit': commit,
+          'date': measured['date'],
+          'device': measured['device'],
+          'seq_len': length,
+          'variant': variant,
+          'step_s': step,
+          'device_peak_gib': peak,
+          'estimate_before_s': before,
+          'error_before': _error(before, step),
+          'estimate_s': now['step_s'],
+          'error': _error(now['step_s'], step),
+          'within_tolerance': abs(_error(now['step_s'], step)) <= TOLERANCE,
+          'known_miss': OUTSIDE_TOLERANCE.get((commit, length, variant)),
+          'estimate_h100_s': timed(program, h100)['step_s'],
+          'by_bound_s': now['by_bound'],
+          'top': now['top'],
+        }
+      )
+      for name, seconds in measured['kernels'].get((length, variant), {}).items():
+        estimate = now['by_kernel'].get(name, 0.0)
+        kernels.append(
+          {
+            'commit': commit,
+            'seq_len': length,
+            'variant': variant,
+            'kernel': name,
+            'device_s': seconds,
+            'estimate_s': estimate,
+            'error': _error(estimate, seconds),
+          }
+        )
+  return {'rows': rows, 'kernels': kernels}
 
 
-def render(rows: dict, seq_len: int = SEQ_LEN) -> str:
-  lines = ['# Calibration at L = 65,536: the estimate vs an H200 (issue 40)', '']
-  if seq_len != SEQ_LEN:
+def render(result: dict, seq_len: int = 0) -> str:
+  lines = ['# Calibration at long sequences: the estimate vs an H200 (issue 40)', '']
+  if seq_len:
     lines += [
       f'**A check of the path at L = {seq_len:,}: the estimates below are for that length and '
-      'are not comparable with the measurements (65,536).**',
+      'are not comparable with the measurements.**',
       '',
     ]
+  lines += [f'MEASURED on one NVIDIA H200, 2026-11-26. {SETTINGS}. Two sets of code:', '']
+  for commit, measured in SETS.items():
+    lines.append(f'- `{commit[:7]}` ({measured["date"]}, {measured["device"]}): {measured["what"]}')
+  chip = targets.parse(TARGET).chip
   lines += [
-    f'Measured: {MEASURED["post"]["date"]}, one {MEASURED["post"]["device"]}, code of commit '
-    f'`{COMMIT[:7]}` (the qk Triton kernels before issue 40). {SETTINGS}.',
     '',
-    'Estimated: the same commit compiled for an H200 on a CPU host (`python -m '
-    'benchmarks.qk_calibration`), read by realformer_jax/aot/roofline.py with the old qk '
-    "kernels' L2 traffic and atomics stated on their behalf "
-    '(realformer_jax/aot/legacy_kernels.py). "before": what the estimator said before issue 40 '
-    '(h100:1, rotary positions, no L2 or atomic terms). The H100 column is the same program '
-    "timed at the H100's rates (HBM 3.35 vs 4.8 TB/s; the same 132 SMs and tensor cores).",
+    'ESTIMATED: each commit compiled for an H200 on a CPU host (`python -m '
+    "benchmarks.qk_calibration`), read by realformer_jax/aot/roofline.py (the old qk kernels' "
+    'L2 traffic and atomics stated on their behalf: realformer_jax/aot/legacy_kernels.py). A '
+    'fused Pallas kernel runs its matmuls and CUDA-core work in sequence at '
+    f'{chip.fused_kernel_efficiency} of the peak rates (targets.FUSED_KERNEL_EFFICIENCY, fitted '
+    'to the per-kernel split at 16,384 below). "before": the estimate before that term (the '
+    "max of the parts at peak rates). The H100 column is the same program at the H100's rates.",
     '',
-    '| variant | measured step (s) | device peak (GiB) | estimate before (s) | estimate now, H200 '
-    '(s) | error now | same program, H100 (s) | what bounds it (s) |',
-    '|---|---:|---:|---:|---:|---:|---:|---|',
+    '| commit | L | variant | MEASURED step (s) | device peak (GiB) | ESTIMATED before (s) | '
+    'error | ESTIMATED now, H200 (s) | error | same program, H100 (s) | what bounds it (s) |',
+    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|',
   ]
-  for variant, r in rows.items():
+  for r in result['rows']:
     bounds = ', '.join(f'{b} {s:.2f}' for b, s in r['by_bound_s'].items() if s >= 0.01)
+    peak = f'{r["device_peak_gib"]:.1f}' if r['device_peak_gib'] else ''
     lines.append(
-      f'| {variant} | {r["step_s"]:.2f} | {r["device_peak_gib"]:.1f} | '
-      f'{r["estimate_before_s"]:.2f} ({r["estimate_before_s"] / r["step_s"] - 1:+.0%}) | '
-      f'{r["estimate_s"]:.2f} | {r["error"]:+.0%} | {r["estimate_h100_s"]:.2f} | {bounds} |'
+      f'| `{r["commit"][:7]}` | {r["seq_len"]:,} | {r["variant"]} | {r["step_s"]:.3g} | {peak} | '
+      f'{r["estimate_before_s"]:.3g} | {r["error_before"]:+.0%} | {r["estimate_s"]:.3g} | '
+      f'{r["error"]:+.0%}{"" if r["within_tolerance"] else " (OUTSIDE 30 %)"} | '
+      f'{r["estimate_h100_s"]:.3g} | {bounds} |'
     )
-  lines += ['', 'The dearest kernels of each estimate (H200):', '']
-  for variant, r in rows.items():
-    for t in r['top'][:3]:
-      lines.append(
-        f'- {variant}: {t["seconds"]:.2f} s, {t["count"]} calls, {t["bound"]}-bound: '
-        f'`{t["op_name"]}`'
-      )
+  for r in result['rows']:
+    if r['known_miss']:
+      lines += ['', f'Outside the band, `{r["commit"][:7]}` {r["variant"]} at {r["seq_len"]:,}: '
+                f'{r["known_miss"]}.']  # fmt: skip
+  lines += [
+    '',
+    'Per fused kernel (device seconds per step, all calls of that kernel; MEASURED by the '
+    "device suite's profiler trace):",
+    '',
+    '| commit | L | variant | kernel | MEASURED (s) | ESTIMATED now (s) | error |',
+    '|---|---:|---|---|---:|---:|---:|',
+  ]
+  for k in result['kernels']:
+    lines.append(
+      f'| `{k["commit"][:7]}` | {k["seq_len"]:,} | {k["variant"]} | `{k["kernel"]}` | '
+      f'{k["device_s"]:.3g} | {k["estimate_s"]:.3g} | {k["error"]:+.0%} |'
+    )
   return '\n'.join(lines) + '\n'
 
 
-def load_inputs(directory: pathlib.Path = OUT_DIR) -> dict[str, dict]:
-  return {
-    variant: json.loads((directory / f'inputs-{variant}.json').read_text()) for variant in MEASURED
-  }
+def load_inputs(directory: pathlib.Path = OUT_DIR) -> dict[tuple, dict]:
+  return {key: json.loads((directory / input_name(*key)).read_text()) for key in programs()}
 
 
-def committed_rows(directory: pathlib.Path = OUT_DIR) -> dict:
-  return json.loads((directory / 'results.json').read_text())['rows']
+def committed(directory: pathlib.Path = OUT_DIR) -> dict:
+  return json.loads((directory / 'results.json').read_text())
 
 
-def write(rows: dict, directory: pathlib.Path = OUT_DIR, seq_len: int = SEQ_LEN) -> str:
+def write(result: dict, directory: pathlib.Path = OUT_DIR, seq_len: int = 0) -> str:
   runs_lib.write_json(
     str(directory / 'results.json'),
-    {'commit': COMMIT, 'target': TARGET, 'settings': SETTINGS, 'seq_len': seq_len, 'rows': rows},
+    {'target': TARGET, 'settings': SETTINGS, 'toy_seq_len': seq_len, **result},
   )
-  text = render(rows, seq_len)
+  text = render(result, seq_len)
   (directory / 'results.md').write_text(text)
   return text
+
+
+def compile_all(out: pathlib.Path, seq_len: int = 0) -> dict[tuple, dict]:
+  """Compiles every measured program (at `seq_len` if given) and writes its inputs."""
+  inputs = {}
+  with tempfile.TemporaryDirectory() as scratch:
+    trees: dict[str, str] = {}
+    for commit, length, variant in programs(seq_len):
+      if commit not in trees:
+        trees[commit] = os.path.join(scratch, commit[:7])
+        extract(commit, trees[commit])
+      print(f'compiling {variant} at {commit[:7]}, L = {length:,}, for an H200 ...', flush=True)
+      path = os.path.join(scratch, 'program.hlo')
+      compile_old(commit, variant, trees[commit], path, length)
+      program = estimate_inputs(pathlib.Path(path).read_text(), length)
+      runs_lib.write_json(str(out / input_name(commit, length, variant)), program)
+      inputs[(commit, length, variant)] = program
+  return inputs
 
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--table', action='store_true', help='re-time the committed inputs only')
   parser.add_argument(
-    '--seq_len', type=int, default=SEQ_LEN, help='another length: a check of the path only'
+    '--seq_len', type=int, default=0, help='one toy length for every program: a check of the path'
   )
   parser.add_argument('--out', default=None, help=f'results folder (default {OUT_DIR})')
   args = parser.parse_args(argv)
   out = pathlib.Path(args.out) if args.out else OUT_DIR
-  if args.seq_len != SEQ_LEN and not args.out:
-    print(f'error: --seq_len={args.seq_len} is not the measured length: give --out')
+  if args.seq_len and not args.out:
+    print(f'error: --seq_len={args.seq_len} is not a measured length: give --out')
     sys.exit(2)
   out.mkdir(parents=True, exist_ok=True)
   if args.table:
     inputs = load_inputs(OUT_DIR)
   else:
-    inputs = {}
-    with tempfile.TemporaryDirectory() as scratch:
-      tree = os.path.join(scratch, 'tree')
-      extract(COMMIT, tree)
-      for variant in MEASURED:
-        print(f'compiling {variant} at {COMMIT[:7]} for an H200 ...', flush=True)
-        path = os.path.join(scratch, f'{variant}.hlo')
-        compile_old(variant, tree, path, args.seq_len)
-        inputs[variant] = estimate_inputs(pathlib.Path(path).read_text(), args.seq_len)
-        runs_lib.write_json(str(out / f'inputs-{variant}.json'), inputs[variant])
-  rows = table(inputs)
-  print(write(rows, out, args.seq_len))
-  return rows
+    inputs = compile_all(out, args.seq_len)
+  if args.seq_len:  # the measured rows at the toy length's programs
+    inputs = {(c, n, v): inputs[(c, args.seq_len, v)] for c, n, v in programs()}
+  result = table(inputs)
+  print(write(result, out, args.seq_len))
+  return result
 
 
 if __name__ == '__main__':

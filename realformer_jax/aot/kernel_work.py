@@ -104,6 +104,9 @@ class Work:
   atomics: float = 0.0  # custom kernels that state it: global atomic element updates
   # A custom kernel's name and what it leaves unstated of UNSTATED_CHECKED (costed as zero)
   unstated: tuple = ()
+  # A GPU custom kernel that states its cost (Pallas Triton): its matmuls and CUDA-core work
+  # run in sequence (roofline.kernel_seconds)
+  fused: bool = False
   opcodes: set = dataclasses.field(default_factory=set)
   files: set = dataclasses.field(default_factory=set)
   arrays: list = dataclasses.field(default_factory=list)
@@ -278,6 +281,7 @@ class Analyzer:
       for field in ('float_ops', 'int_ops', 'transcendentals', 'l2_bytes', 'atomics'):
         setattr(work, field, getattr(work, field) + float(stated.get(field, 0.0)))
       missing = tuple(f for f in UNSTATED_CHECKED if f not in stated)
+      work.fused = bool(stated) and self.chip.platform == 'cuda'
       if stated and missing and self.chip.platform == 'cuda':
         work.unstated = ((_kernel_name(config).strip(' ()') or target),) + missing
       flops = stated.get('flops')

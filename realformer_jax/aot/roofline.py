@@ -34,10 +34,16 @@ The model (one per device: an SPMD program is the same on every device):
    derated datasheet numbers, each with its source). L2 bytes and atomics are what a custom
    kernel states (`l2_bytes`: every tile load and store, a tile re-read inside a loop counted
    each time; `atomics`: global atomic element updates); XLA's own fusions state neither and
-   are costed by HBM bytes. The step is the sum over kernels in program order, i.e. no overlap
-   between kernels. Free parameters: none fitted; every rate is a datasheet figure, a derating
-   (0.9 of HBM, 805/989 of matmul: issue 11's H100 measurements) or a cited measurement, and
-   every count is the program's or the kernel's stated work (docs/performance.md, "Calibration").
+   are costed by HBM bytes. A fused custom kernel (a Pallas Triton kernel that states its
+   cost: flash attention, the qk kernels) has no warp specialisation: its matmuls and its
+   CUDA-core work run in sequence, so for it the two are one term, (matmul + vector) /
+   chip.fused_kernel_efficiency. The step is the sum over kernels in program order, i.e. no
+   overlap between kernels. Free parameters: TWO fitted, fused_kernel_efficiency and the L2
+   rate's fraction (targets.FUSED_KERNEL_EFFICIENCY, HOPPER_L2_FRACTION: fitted to an H200's
+   per-kernel split at L = 16,384, validated on the other measured rows); every other rate
+   is a datasheet figure, a derating (0.9 of HBM, 805/989 of matmul: issue 11's H100
+   measurements) or a cited measurement, and every count is the program's or the kernel's
+   stated work (docs/performance.md, "Calibration").
 5. Collectives cost bytes over the interconnect (ring: all-reduce 2 (n-1)/n S, all-gather and
    reduce-scatter (n-1)/n S, all-to-all (n-1)/n S, permute S; n from `replica_groups`) and are
    reported apart from the kernels: `seconds` adds them (no overlap), `overlapped_seconds`
@@ -109,7 +115,9 @@ class Kernel:
   bytes: float  # HBM bytes per execution
   matmul_flops: float  # per execution
   seconds: float  # estimated per execution, launch overhead included
-  bound: str  # 'memory' | 'l2' | 'matmul' | 'vector' | 'atomics' | 'launch' | 'interconnect'
+  # 'memory' | 'l2' | 'matmul' | 'vector' | 'matmul+vector' | 'atomics' | 'launch' |
+  # 'interconnect'
+  bound: str
   category: str  # categories.py
   shape: str  # the result, e.g. 'f32[8,16,512,512]'
   op_name: str  # the jax op it came from (metadata)
@@ -487,6 +495,8 @@ def work_record(work: kernel_work.Work, collective: bool = False) -> dict:
   record = {field: float(getattr(work, field)) for field in WORK_FIELDS}
   record['matmul_flops'] = {k: float(v) for k, v in work.matmul_flops.items()}
   record['collective'] = collective
+  if work.fused:
+    record['fused'] = True
   if work.unstated:
     record['unstated'] = list(work.unstated)
   return record
@@ -495,18 +505,29 @@ def work_record(work: kernel_work.Work, collective: bool = False) -> dict:
 def kernel_seconds(work: dict, chip: targets.Chip) -> tuple[float, str]:
   """(seconds per execution, what bounds it) of one kernel's `work` (work_record) on `chip`:
   the slowest of its HBM bytes, its L2 traffic, its matmuls, its CUDA-core ops and its atomic
-  updates, plus the launch (module docstring, rule 4)."""
+  updates, plus the launch (module docstring, rule 4). A fused kernel (work['fused']: a Pallas
+  GPU kernel that states its cost) runs its matmuls and its CUDA-core ops in sequence, at
+  chip.fused_kernel_efficiency of the peak rates: one term 'matmul+vector'."""
   launch = chip.launch_overhead_s
   if work.get('collective'):
     return work['link_bytes'] / chip.interconnect_bytes_per_s + launch, 'interconnect'
   rates = chip.roofline_matmul_flops
+  matmul = sum(flops / rates[dtype] for dtype, flops in work['matmul_flops'].items())
+  vector = _vector_seconds(work, chip)
   parts = {
     'memory': work['bytes'] / chip.roofline_hbm_bytes_per_s,
-    'matmul': sum(flops / rates[dtype] for dtype, flops in work['matmul_flops'].items()),
-    'vector': _vector_seconds(work, chip),
     'l2': _rate_seconds(work.get('l2_bytes', 0.0), chip.l2_bytes_per_s),
     'atomics': _rate_seconds(work.get('atomics', 0.0), chip.atomic_updates_per_s),
   }
+  if work.get('fused') and matmul and vector:
+    # No warp specialisation: a warp issues the tile's matmul, waits for it, then runs the
+    # softmax / dropout / gradient element-wise code; the two do not overlap.
+    parts['matmul+vector'] = (matmul + vector) / chip.fused_kernel_efficiency
+  elif work.get('fused'):
+    parts['matmul'] = matmul / chip.fused_kernel_efficiency
+    parts['vector'] = vector / chip.fused_kernel_efficiency
+  else:
+    parts['matmul'], parts['vector'] = matmul, vector
   bound = max(parts, key=parts.get)
   if parts[bound] == 0.0:
     bound = 'launch'

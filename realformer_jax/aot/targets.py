@@ -64,6 +64,10 @@ class Chip:
   # HOPPER_ATOMIC_SOURCE.
   l2_bytes_per_s: Optional[float] = None
   atomic_updates_per_s: Optional[float] = None
+  # A fused custom kernel (a Pallas Triton kernel that states its cost: flash attention) runs
+  # its matmuls and its CUDA-core work in sequence (roofline.kernel_seconds), at this share of
+  # the peak rates above. Source: FUSED_KERNEL_EFFICIENCY_SOURCE (fitted, GPUs only).
+  fused_kernel_efficiency: float = 1.0
   # Share of memory_bytes an XLA program can use by default: JAX preallocates 75 % of a GPU
   # (XLA_PYTHON_CLIENT_MEM_FRACTION); on a TPU what the compiler reports as available HBM.
   default_memory_fraction: float = 1.0
@@ -118,15 +122,19 @@ def _gpu_config(
   )
 
 
-# L2: Chips and Cheese measured ~5.5 TB/s of L2 load bandwidth on an H100 PCIe (114 SMs at
-# up to 1.755 GHz; "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; the figure as
-# recalled: the article's number was not re-read when this was written, a device run of
-# benchmarks.device_suite is the check). The SXM parts (H100, H200: 132 SMs at 1.98 GHz) scale
-# it by SMs x clock: 5.5 x 132 / 114 x 1.98 / 1.755 = 7.2 TB/s.
-HOPPER_L2_BYTES_PER_S = 5.5e12 * (132 / 114) * (1.98 / 1.755)
+# L2: what a fused Pallas kernel's tile reloads (its stated `l2_bytes`) achieve on Hopper,
+# FITTED together with FUSED_KERNEL_EFFICIENCY (below, and its source). For scale: Chips and
+# Cheese measured ~5.5 TB/s of L2 load bandwidth on an H100 PCIe (114 SMs at 1.755 GHz;
+# "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; recalled, not re-read), i.e. ~7.2
+# TB/s scaled to 132 SMs at 1.98 GHz: the kernels reach 0.44 of that (L2 latency with one or
+# two programs an SM and no warp specialisation, a guess at why; not measured).
+HOPPER_L2_PEAK_BYTES_PER_S = 5.5e12 * (132 / 114) * (1.98 / 1.755)
+HOPPER_L2_FRACTION = 0.44  # fitted
+HOPPER_L2_BYTES_PER_S = HOPPER_L2_PEAK_BYTES_PER_S * HOPPER_L2_FRACTION
 HOPPER_L2_SOURCE = (
-  'L2: ~5.5 TB/s measured on an H100 PCIe by Chips and Cheese (2023), scaled by SMs x clock to '
-  '132 SMs at 1.98 GHz: 7.2 TB/s'
+  f'L2 (tile reloads in fused kernels): {HOPPER_L2_FRACTION} of ~7.2 TB/s (Chips and Cheese, '
+  'H100 PCIe, scaled to 132 SMs at 1.98 GHz), the fraction fitted like the fused-kernel '
+  'efficiency'
 )
 # Atomics: Triton's `tl.atomic_add` (default semantics acq_rel, gpu scope: what Pallas emits)
 # on a GH200 (the H100 SM at 132 SMs) reached 72.9 G 32-bit updates/s with one element per
@@ -137,6 +145,19 @@ HOPPER_ATOMIC_UPDATES_PER_S = 72.86e9
 HOPPER_ATOMIC_SOURCE = (
   'atomics: 72.9 G float32-sized updates/s, Triton tl.atomic_add (acq_rel, gpu scope) on a '
   'GH200, coalesced (triton-lang/triton PR #10059)'
+)
+
+# Fused Pallas kernels on Hopper: their matmuls plus their CUDA-core work (float, INT32 and
+# special-function ops at the rates below), in sequence, take 1 / FUSED_KERNEL_EFFICIENCY of
+# that sum. FITTED, with HOPPER_L2_FRACTION, by least squares in log space (a grid of 0.02
+# steps) to the four per-kernel device times an H200 measured at L = 16,384 on 2026-11-26
+# (commit 1a0cee4: flash_attention_fwd / _bwd, realformer_qk_attention_fwd / _ds), and
+# validated on the measured steps it was not fitted to (benchmarks/qk_calibration.py,
+# docs/performance.md "Calibration").
+FUSED_KERNEL_EFFICIENCY = 0.76
+FUSED_KERNEL_EFFICIENCY_SOURCE = (
+  f'fused kernels: matmul + CUDA-core work in sequence at {FUSED_KERNEL_EFFICIENCY} of peak, '
+  'fitted to the per-kernel split an H200 measured at L = 16,384 (2026-11-26, commit 1a0cee4)'
 )
 
 
@@ -166,6 +187,7 @@ def _hopper(name: str, description: str, memory: int, bandwidth: float, device: 
     transcendentals=sms * 16 * clock * 1e9,
     l2_bytes_per_s=HOPPER_L2_BYTES_PER_S,
     atomic_updates_per_s=HOPPER_ATOMIC_UPDATES_PER_S,
+    fused_kernel_efficiency=FUSED_KERNEL_EFFICIENCY,
     default_memory_fraction=0.75,
     gpu_target_config=_gpu_config(
       sms=sms,
@@ -182,7 +204,7 @@ def _hopper(name: str, description: str, memory: int, bandwidth: float, device: 
     ),
     spec_source=f'NVIDIA {name.upper()} Tensor Core GPU datasheet (SXM): 989.4 TFLOP/s dense '
     f'bf16, 494.7 TF32, 66.9 FP32, {bandwidth / 1e12:.2f} TB/s HBM, 900 GB/s NVLink; 132 SMs; '
-    f'{HOPPER_L2_SOURCE}; {HOPPER_ATOMIC_SOURCE}',
+    f'{HOPPER_L2_SOURCE}; {HOPPER_ATOMIC_SOURCE}; {FUSED_KERNEL_EFFICIENCY_SOURCE}',
   )
 
 

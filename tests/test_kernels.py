@@ -373,7 +373,12 @@ def _tiny_encoder(**overrides):
 
 
 @pytest.mark.parametrize(
-  'overrides', [dict(), dict(ln_placement='post'), dict(residual_scores_backward='recomputed')]
+  'overrides',
+  [
+    dict(),
+    pytest.param(dict(ln_placement='post'), marks=pytest.mark.slow),
+    pytest.param(dict(residual_scores_backward='recomputed'), marks=pytest.mark.slow),
+  ],
 )
 def test_grad_of_grad_on_the_kernels_is_refused_in_one_line(overrides):
   cfg, params, ids = _tiny_encoder(**overrides)

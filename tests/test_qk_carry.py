@@ -298,7 +298,8 @@ def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
   _assert_trees_close(qk_grads, grads, 1e-5)
 
 
-@pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])
+@pytest.mark.slow  # ~5-9 s CPU a case; test_kernels.py keeps a bfloat16 kernel case fast
+@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
 def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
   # bfloat16 q, k, v: as tests/test_kernels.py's bfloat16 test, 2e-2 of the largest value
   # (the kernels round exp(z - m) before P V, the einsum path the normalised p).
@@ -409,7 +410,7 @@ def test_mosaic_tiles_shrink_with_depth_to_fit_vmem():
   assert mosaic_qk_attention.fit_blocks(interpret, 36, 4096, 64) == interpret
 
 
-@pytest.mark.parametrize('scan_layers', [True, False])
+@pytest.mark.parametrize('scan_layers', [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_grad_of_grad_on_the_qk_kernels_is_refused_in_one_line(scan_layers):
   cfg = _encoder_config(
     residual_carry='qk', attention_impl='pallas_triton', scan_layers=scan_layers, num_layers=2

@@ -35,9 +35,7 @@ def _stack_input_and_layer_outputs(cfg, params, ids, mask, segments, step=None):
 def test_rezero_every_layer_is_the_identity_at_init(ln_placement):
   cfg = tiny_config(residual_branch='rezero', ln_placement=ln_placement, scan_layers=False)
   ids, mask, segments = padded_batch()
-  params = params_lib.unbox(
-    jax.jit(Encoder(cfg).init)(jax.random.key(0), ids, mask, segments)['params']
-  )
+  params = params_lib.unbox(Encoder(cfg).init(jax.random.key(0), ids, mask, segments)['params'])
   stack_in, outs = _stack_input_and_layer_outputs(cfg, params, ids, mask, segments)
   for layer_out in outs:
     np.testing.assert_array_equal(layer_out, stack_in)
@@ -87,9 +85,7 @@ def test_rezero_scanned_stack_output_equals_embeddings_and_gates_get_gradients()
 def test_skipinit_removes_only_the_norms_on_the_branch(ln_placement, layer_norms):
   cfg = tiny_config(residual_branch='skipinit', ln_placement=ln_placement, scan_layers=False)
   ids, mask, segments = padded_batch()
-  params = params_lib.unbox(
-    jax.jit(Encoder(cfg).init)(jax.random.key(0), ids, mask, segments)['params']
-  )
+  params = params_lib.unbox(Encoder(cfg).init(jax.random.key(0), ids, mask, segments)['params'])
   layer = params['layers_0']
   assert set(layer) == {'attention', 'mlp', 'attention_gate', 'mlp_gate'} | layer_norms
   assert ('final_norm' in params) == (ln_placement == 'pre')

@@ -6,7 +6,6 @@ import pickle
 import numpy as np
 import pytest
 from data_fixtures import bible_config, bible_tokenizer  # noqa: F401 (fixture)
-from transformers import BertTokenizer, BertTokenizerFast
 
 from realformer_jax import data
 from realformer_jax.data import tokenizer as tokenizer_lib
@@ -39,8 +38,13 @@ def _vocab(tmp_path):
   return str(path)
 
 
+# Importing transformers' tokenizers costs ~6 s CPU (it pulls torch): imported inside the two
+# Hugging Face comparisons, which are in the slow tier.
+@pytest.mark.slow
 @pytest.mark.parametrize('lower_case', [True, False])
 def test_ids_match_hugging_face(tmp_path, lower_case):
+  from transformers import BertTokenizer  # pylint: disable=import-outside-toplevel
+
   path = _vocab(tmp_path)
   ours = tokenizer_lib.load(path, lower_case=lower_case)
   slow = BertTokenizer(path, do_lower_case=lower_case)
@@ -60,7 +64,10 @@ def test_ids_match_hugging_face(tmp_path, lower_case):
   ]
 
 
+@pytest.mark.slow
 def test_offsets_match_hugging_face_fast(tmp_path):
+  from transformers import BertTokenizerFast  # pylint: disable=import-outside-toplevel
+
   path = _vocab(tmp_path)
   ours = tokenizer_lib.load(path)
   fast = BertTokenizerFast(path, do_lower_case=True)

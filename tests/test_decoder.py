@@ -139,6 +139,7 @@ def _layer_norm(x, scale, bias, eps):
   return (x - mean) / np.sqrt(var + eps) * scale + bias
 
 
+@pytest.mark.slow  # ~9 s CPU: three Seq2Seq compiles; the AAN sublayer by hand stays fast
 def test_merged_attention_layer_against_a_float64_reference():
   cfg = _seq2seq_config(decoder_attention='merged', num_decoder_layers=1, norm_epsilon=1e-6)
   model = Seq2Seq(cfg)

@@ -2,6 +2,8 @@
 transformers BERT starts a fine-tuning run whose encoder and pooler reproduce Hugging Face's
 (float32 matmuls: conftest.py)."""
 
+import importlib.util
+
 import jax
 import numpy as np
 import pytest
@@ -10,7 +12,10 @@ from finetune_fixtures import toy_config
 from realformer_jax import SequenceClassifier, finetune, train
 from realformer_jax.train import build, checkpointing
 
-transformers = pytest.importorskip('transformers')
+# Looked up, not imported: importing transformers costs ~6 s CPU (it pulls torch) in every
+# collection of the suite, this module's tests being slow or not. The tests import it.
+if importlib.util.find_spec('transformers') is None:
+  pytest.skip('transformers is not installed', allow_module_level=True)
 # slow: the module's transformers BERT fixture alone took 17 s CPU (2026-11-26), and the
 # second test fine-tunes end to end.
 pytestmark = pytest.mark.slow
@@ -24,6 +29,8 @@ _WORDS = (
 @pytest.fixture(scope='module')
 def hf_checkpoint(tmp_path_factory):
   """model.safetensors + config.json (save_pretrained) + a WordPiece vocab.txt."""
+  import transformers  # pylint: disable=import-outside-toplevel
+
   directory = tmp_path_factory.mktemp('hf_bert')
   vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + _WORDS + ['##s', '##ed', '.', ',']
   (directory / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
@@ -42,6 +49,8 @@ def hf_checkpoint(tmp_path_factory):
 
 
 def test_imported_encoder_and_pooler_match_hugging_face(hf_checkpoint):
+  import transformers  # pylint: disable=import-outside-toplevel
+
   directory, hf_config, model = hf_checkpoint
   config = toy_config(
     'bible_sections',

@@ -1,12 +1,17 @@
 """`post` with weights imported from Hugging Face BERT reproduces its MLM logits (float32
 matmuls on both sides: the suite pins jax_default_matmul_precision='highest', conftest.py)."""
 
+import importlib.util
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-transformers = pytest.importorskip('transformers')
+# Looked up, not imported: importing transformers costs ~6 s CPU (it pulls torch) in every
+# collection of the suite, this module's tests being slow or not. The tests import it.
+if importlib.util.find_spec('transformers') is None:
+  pytest.skip('transformers is not installed', allow_module_level=True)
 # slow: building and compiling the Flax BERTs took 20 s CPU for the module (2026-11-26).
 pytestmark = pytest.mark.slow
 
@@ -16,6 +21,8 @@ from realformer_jax.model import params as params_lib  # noqa: E402
 
 
 def _hf_model():
+  import transformers  # pylint: disable=import-outside-toplevel
+
   config = transformers.BertConfig(
     vocab_size=97,
     hidden_size=48,
@@ -111,6 +118,8 @@ def test_import_rejects_layouts_bert_cannot_fill():
 
 
 def test_sequence_classifier_matches_hugging_face_classifier():
+  import transformers  # pylint: disable=import-outside-toplevel
+
   from realformer_jax import SequenceClassifier
 
   hf_config = transformers.BertConfig(

@@ -106,6 +106,7 @@ def test_the_shipped_torch_module_equals_ours(tmp_path, overrides):
   np.testing.assert_allclose(_real(theirs, batch[1]), _real(ours, batch[1]), atol=ATOL)
 
 
+@pytest.mark.slow  # imports transformers: ~7 s CPU (it pulls torch)
 def test_wordpiece_tokenizer_keeps_our_ids(tmp_path):
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
 
@@ -117,6 +118,7 @@ def test_wordpiece_tokenizer_keeps_our_ids(tmp_path):
   assert (theirs.pad_token_id, theirs.mask_token_id) == (ours.pad_id, ours.mask_id)
 
 
+@pytest.mark.slow  # imports transformers: ~7 s CPU (it pulls torch)
 def test_sentencepiece_tokenizer_keeps_our_ids(tmp_path):
   from finetune_fixtures import tokenizer_file  # pylint: disable=import-outside-toplevel
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel

@@ -61,6 +61,7 @@ def test_nnx_training_matches_linen():
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), trained, params)
 
 
+@pytest.mark.slow  # ~6 s CPU: NNX model build and sharding
 def test_nnx_keeps_logical_axes_for_sharding():
   cfg = tiny_config(num_layers=2)
   ids, mask, segments = padded_batch()

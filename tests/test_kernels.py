@@ -8,6 +8,7 @@ matmuls (tests/conftest.py). Tiny shapes: interpret mode runs every grid step as
 """
 
 import dataclasses
+import functools
 import types
 
 import jax
@@ -97,8 +98,16 @@ def _assert_close(actual, expected, tolerance, atol=0.0):
   np.testing.assert_allclose(actual, expected, rtol=tol, atol=atol + tol * scale)
 
 
-@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
-@pytest.mark.parametrize('carry,dropout,inv_div', [(False, True, 1.0), (True, False, 1 / 3)])
+# Each backend and each feature set once in the fast tier; the other two pairings are slow.
+@pytest.mark.parametrize(
+  'backend,carry,dropout,inv_div',
+  [
+    ('triton', False, True, 1.0),
+    ('mosaic', True, False, 1 / 3),
+    pytest.param('mosaic', False, True, 1.0, marks=pytest.mark.slow),
+    pytest.param('triton', True, False, 1 / 3, marks=pytest.mark.slow),
+  ],
+)
 def test_kernel_equals_einsum_path_float32(backend, carry, dropout, inv_div):
   qkv, acc, bias, scale = _inputs()
   key = jax.random.key(7) if dropout else None
@@ -116,7 +125,7 @@ def test_kernel_equals_einsum_path_float32(backend, carry, dropout, inv_div):
     _assert_close(grads[1], ref_grads[1], 1e-5)
 
 
-@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
+@pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])
 def test_kernel_bfloat16_within_stated_tolerance(backend):
   # bfloat16 q, k, v: the kernels round exp(z - m) to bfloat16 before P V and normalise
   # after; the einsum path rounds the normalised p. Stated tolerance: 2e-2 of the largest
@@ -141,6 +150,8 @@ def test_dropout_tiles_reproduce_keep_mask():
   full = keep_mask(key, 0.9, (6, 64))  # rows = flattened leading axes, as in [B, H, L, L]
   threshold = keep_threshold(0.9)
   for tile in (dropout_tiles.keep_tile_joined, dropout_tiles.keep_tile_selected):
+    # Jitted once per tile function (the offsets are traced): eagerly, every op compiles apart.
+    tile = jax.jit(tile, static_argnums=(4, 5))
     for row0, col0 in ((0, 0), (2, 16), (4, 48)):
       got = tile(k1, k2, jnp.uint32(row0), jnp.uint32(col0), (2, 16), threshold)
       np.testing.assert_array_equal(got, full[row0 : row0 + 2, col0 : col0 + 16])
@@ -291,8 +302,12 @@ def test_cudnn_wrapper_arithmetic_through_jax_xla_implementation():
   # checked through the same jax call with implementation='xla'.
   qkv, _, bias, scale = _inputs()
   q, k, v = (qkv[:, :, part] for part in range(3))
-  got = cudnn_attention(q, k, v, bias[:, None, None, :], scale, implementation='xla')
-  want, _ = _reference(qkv, None, bias, scale, 1.0, None, False, jnp.float32)
+  got = jax.jit(functools.partial(cudnn_attention, implementation='xla'))(
+    q, k, v, bias[:, None, None, :], scale
+  )
+  want, _ = jax.jit(_reference, static_argnums=(4, 5, 6, 7))(
+    qkv, None, bias, scale, 1.0, None, False, jnp.float32
+  )
   _assert_close(got, want, 1e-5)
 
 
@@ -314,7 +329,9 @@ def test_a_run_resumes_with_another_attention_implementation(tmp_path):
 # --- Cases the kernels once answered wrong: now correct, or refused in one line -----------
 
 
-@pytest.mark.parametrize('backend,carry', [('triton', False), ('mosaic', True)])
+@pytest.mark.parametrize(
+  'backend,carry', [('triton', False), pytest.param('mosaic', True, marks=pytest.mark.slow)]
+)
 def test_all_padding_sequence_gets_the_einsum_path_gradients(backend, carry):
   # Every key of sequence 1 is padding, and its outputs carry loss weight: p is 1 / L in each
   # row. The backward must not lose log l against the row max m ~ -1e9 (tile_math.py).
@@ -350,12 +367,18 @@ def _tiny_encoder(**overrides):
     }
   )
   ids = jnp.ones((1, 16), jnp.int32)
-  params = jax.jit(Encoder(cfg.replace(attention_impl='xla')).init)(jax.random.key(0), ids)
+  # Shapes only: these tests trace (eval_shape), they never run the model.
+  params = jax.eval_shape(Encoder(cfg.replace(attention_impl='xla')).init, jax.random.key(0), ids)
   return cfg, params, ids
 
 
 @pytest.mark.parametrize(
-  'overrides', [dict(), dict(ln_placement='post'), dict(residual_scores_backward='recomputed')]
+  'overrides',
+  [
+    dict(),
+    pytest.param(dict(ln_placement='post'), marks=pytest.mark.slow),
+    pytest.param(dict(residual_scores_backward='recomputed'), marks=pytest.mark.slow),
+  ],
 )
 def test_grad_of_grad_on_the_kernels_is_refused_in_one_line(overrides):
   cfg, params, ids = _tiny_encoder(**overrides)
@@ -381,14 +404,17 @@ def test_gradient_for_attention_scale_or_bias_is_given_or_refused(impl):
   x = jax.random.normal(jax.random.key(0), (1, 16, 32))
   bias = jnp.zeros((1, 1, 1, 16), jnp.float32)
   attention = ResidualSelfAttention(cfg)
-  variables = attention.init(jax.random.key(1), x, bias, jnp.float32(0.2), None, jnp.asarray(0))
+  # Jitted: eager dispatch of the layer compiles every primitive apart.
+  variables = jax.jit(attention.init)(
+    jax.random.key(1), x, bias, jnp.float32(0.2), None, jnp.asarray(0)
+  )
 
   def loss(scale, bias):
     out, _ = attention.apply(variables, x, bias, scale, None, jnp.asarray(0))
     return jnp.sum(jnp.sin(out))
 
   if impl == 'xla':
-    d_scale, d_bias = jax.grad(loss, argnums=(0, 1))(jnp.float32(0.2), bias)
+    d_scale, d_bias = jax.jit(jax.grad(loss, argnums=(0, 1)))(jnp.float32(0.2), bias)
     assert float(jnp.abs(d_scale)) > 0 and float(jnp.max(jnp.abs(d_bias))) > 0
     return
   for argnum in (0, 1):

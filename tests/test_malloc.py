@@ -51,6 +51,7 @@ def test_reexec_keeps_the_pid_and_command_line_and_sets_the_variable():
   assert after == [f'after {starts[0].split()[1]} {malloc.TUNABLES["retain"]}']
 
 
+@pytest.mark.slow  # a training CLI in a subprocess (~4 s CPU)
 def test_training_cli_with_retain_still_fails_fast_with_one_line(tmp_path):
   proc = run_train_cli(tmp_path, '--malloc=retain', '--config.model.num_heads=3')
   _, stderr = proc.communicate(timeout=120)

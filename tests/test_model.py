@@ -75,8 +75,12 @@ def test_unrolled_scan_is_the_rolled_scan_with_and_without_dropout():
 
 
 def test_layer_layouts_round_trip():
+  # The model's parameter tree with distinct random values: the layouts are tree surgery, so an
+  # initialised model (a compile) is not needed to check them.
   ids, mask, segments = padded_batch()
-  params = init_params(tiny_config(), ids, mask, segments)
+  shapes = jax.eval_shape(lambda: init_params(tiny_config(), ids, mask, segments))
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(lambda s: rng.standard_normal(s.shape).astype(s.dtype), shapes)
   back = params_lib.stack_layers(params_lib.unstack_layers(params))
   jax.tree.map(np.testing.assert_array_equal, params, back)
 
@@ -95,7 +99,14 @@ def test_realformer_without_residual_attention_is_post_exactly():
   assert np.abs(run(on) - run(post)).max() > 1e-6
 
 
-@pytest.mark.parametrize('ln_placement', ['realformer', 'post', 'pre'])
+@pytest.mark.parametrize(
+  'ln_placement',
+  [
+    'realformer',
+    pytest.param('post', marks=pytest.mark.slow),
+    pytest.param('pre', marks=pytest.mark.slow),
+  ],
+)
 # The running mean once per placement in the fast tier would double it: the slow tier has it.
 @pytest.mark.parametrize('running_mean', [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_appended_padding_leaves_real_positions_unchanged(ln_placement, running_mean):
@@ -202,6 +213,7 @@ def test_bfloat16_keeps_carried_scores_float32_and_24_layers_stay_finite():
   assert logits.dtype == jnp.float32 and logits.shape == (24, 2, cfg.num_heads, 12, 12)
 
 
+@pytest.mark.slow  # ~7 s CPU; test_kernels.py checks sown maps in the fast tier
 def test_attention_maps_are_opt_in():
   cfg = tiny_config(ln_placement='realformer')
   ids, mask, segments = padded_batch()

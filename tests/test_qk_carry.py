@@ -85,12 +85,14 @@ PLANS = {
 @pytest.mark.parametrize(
   'backend, running_mean, dropout, scale_kind',
   [
-    ('triton', False, False, 'standard'),
-    ('triton', True, False, 'entropy_invariant'),
+    # Each backend once in the fast tier, with and without running mean, dropout and the
+    # per-row scale; the other pairings are slow.
     ('triton', True, True, 'entropy_invariant'),
-    ('triton', False, True, 'standard'),
-    ('mosaic', True, True, 'entropy_invariant'),
     ('mosaic', False, False, 'standard'),
+    pytest.param('triton', False, False, 'standard', marks=pytest.mark.slow),
+    pytest.param('triton', True, False, 'entropy_invariant', marks=pytest.mark.slow),
+    pytest.param('triton', False, True, 'standard', marks=pytest.mark.slow),
+    pytest.param('mosaic', True, True, 'entropy_invariant', marks=pytest.mark.slow),
   ],
 )
 def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout, scale_kind):
@@ -115,8 +117,9 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
     context = _reference_context(stack, v, index, bias, scale, divisor, key, 0.75, jnp.float32)
     return jnp.sum(context * weights) + jnp.sum(jnp.where(stack < 1e29, stack, 0) * w_stack)
 
-  loss, grads = jax.value_and_grad(kernel_loss, argnums=(0, 1))(stack, v)
-  ref_loss, ref_grads = jax.value_and_grad(reference_loss, argnums=(0, 1))(stack, v)
+  # Jitted: eagerly, every interpret-mode grid step's ops compile apart.
+  loss, grads = jax.jit(jax.value_and_grad(kernel_loss, argnums=(0, 1)))(stack, v)
+  ref_loss, ref_grads = jax.jit(jax.value_and_grad(reference_loss, argnums=(0, 1)))(stack, v)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
   for got, want in zip(grads, ref_grads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
@@ -151,6 +154,7 @@ def test_replayed_layer_runs_no_forward_kernel_and_gives_the_same_gradients(back
   assert 'realformer_qk_attention_fwd' in str(jax.make_jaxpr(jax.grad(loss))(stack, v))
 
 
+@pytest.mark.slow  # ~11 s CPU: 8 layers of interpret-mode kernels
 def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch):
   # The dS kernel + matmul backward on its second road: a dS panel budget of one head's
   # 32 x 16 float32 columns forces one (batch, head) at a time in two column panels (dQ summed
@@ -294,6 +298,7 @@ def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
   _assert_trees_close(qk_grads, grads, 1e-5)
 
 
+@pytest.mark.slow  # ~5-9 s CPU a case; test_kernels.py keeps a bfloat16 kernel case fast
 @pytest.mark.parametrize('backend', ['triton', 'mosaic'])
 def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
   # bfloat16 q, k, v: as tests/test_kernels.py's bfloat16 test, 2e-2 of the largest value
@@ -313,14 +318,21 @@ def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
     got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.max(np.abs(want)))
 
-  context, vjp = jax.vjp(kernel, stack, v)
-  ref_context, ref_vjp = jax.vjp(reference, stack, v)
-  close(context, ref_context)
   g_context = weights.astype(jnp.bfloat16)
-  for got, want in zip(vjp(g_context), ref_vjp(g_context)):
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def value_and_vjp(fn, stack, v):  # one program: eagerly, every grid step compiles apart
+    context, vjp = jax.vjp(fn, stack, v)
+    return context, vjp(g_context)
+
+  context, cotangents = value_and_vjp(kernel, stack, v)
+  ref_context, ref_cotangents = value_and_vjp(reference, stack, v)
+  close(context, ref_context)
+  for got, want in zip(cotangents, ref_cotangents):
     close(got, want)
 
 
+@pytest.mark.slow  # ~9 s CPU: two interpret-mode forward + backward runs
 def test_a_bfloat16_stack_holds_what_a_float32_one_does():
   # A bfloat16 model stores its stack in bfloat16 (the values were computed in it): the
   # Triton op's context is then bit-identical to the float32 stack's (its tiles are cast to
@@ -398,13 +410,16 @@ def test_mosaic_tiles_shrink_with_depth_to_fit_vmem():
   assert mosaic_qk_attention.fit_blocks(interpret, 36, 4096, 64) == interpret
 
 
-@pytest.mark.parametrize('scan_layers', [True, False])
+@pytest.mark.parametrize('scan_layers', [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_grad_of_grad_on_the_qk_kernels_is_refused_in_one_line(scan_layers):
   cfg = _encoder_config(
     residual_carry='qk', attention_impl='pallas_triton', scan_layers=scan_layers, num_layers=2
   )
   ids, mask = _encoder_inputs()
-  params = Encoder(cfg.replace(attention_impl='xla')).init(jax.random.key(0), ids, mask)
+  # Shapes only: the test traces (eval_shape), it never runs the model.
+  params = jax.eval_shape(
+    Encoder(cfg.replace(attention_impl='xla')).init, jax.random.key(0), ids, mask
+  )
 
   def loss(p):
     return jnp.sum(jnp.square(Encoder(cfg).apply(p, ids, mask)))

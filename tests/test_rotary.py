@@ -67,6 +67,7 @@ def _first_layer_logits(cfg, params, ids, mask, segments):
   return np.asarray(logits[0])  # layer 0: [B, H, L, L]
 
 
+@pytest.mark.slow  # 4-9 s CPU a case: a model init and apply; the float64 checks stay fast
 @pytest.mark.parametrize('position_embedding', ['rope', 'learned'])
 def test_first_layer_scores_of_a_constant_sequence_are_toeplitz_only_under_rope(position_embedding):
   """Every position holds the same token, so under rope the layer-0 score of (m, n) is a
@@ -88,6 +89,7 @@ def test_first_layer_scores_of_a_constant_sequence_are_toeplitz_only_under_rope(
     assert deviation > 0.1 * spread
 
 
+@pytest.mark.slow  # ~6 s CPU: two model applies
 def test_no_positions_means_permuting_tokens_permutes_the_outputs():
   cfg = tiny_config(position_embedding='none', ln_placement='realformer')
   ids, mask, segments = padded_batch(vocab=cfg.vocab_size, real_lengths=(12, 12))
@@ -100,7 +102,9 @@ def test_no_positions_means_permuting_tokens_permutes_the_outputs():
   np.testing.assert_allclose(permuted, logits[:, permutation], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('attention_scale', ['standard', 'entropy_invariant'])
+@pytest.mark.parametrize(
+  'attention_scale', ['standard', pytest.param('entropy_invariant', marks=pytest.mark.slow)]
+)
 def test_rope_realformer_matches_a_float64_reference(attention_scale):
   cfg = tiny_config(
     position_embedding='rope', ln_placement='realformer', attention_scale=attention_scale

@@ -129,6 +129,7 @@ def _cli(tmp_path, *flags, env=None) -> tuple[int, str]:
   return proc.returncode, stderr
 
 
+@pytest.mark.slow  # a training CLI on 8 forced devices in a subprocess (~3 s CPU)
 def test_cli_reports_one_line_and_exit_status_1(tmp_path):
   """On 8 devices, a batch of 12 cannot split over data parallelism 8: one line, no trace."""
   status, stderr = _cli(
@@ -146,6 +147,7 @@ def test_cli_reports_one_line_and_exit_status_1(tmp_path):
   assert not (tmp_path / 'checkpoints').exists()
 
 
+@pytest.mark.slow  # a training CLI in a subprocess (3-7 s CPU); test_cli_config.py: the same check
 def test_cli_rejects_unknown_override(tmp_path):
   status, stderr = _cli(tmp_path, '--config.train.lerning_rate=0.1')
   assert status == 1

@@ -174,7 +174,13 @@ def test_beta_ratios_match_a_hand_wired_post_ln_layer():
 
 
 @pytest.mark.parametrize(
-  'ln_placement,residual_branch', [('realformer', 'plain'), ('pre', 'plain'), ('none', 'rezero')]
+  'ln_placement,residual_branch',
+  [
+    # ~8-10 s CPU a case: all slow; test_probes_are_free_when_off keeps the probes fast.
+    pytest.param('pre', 'plain', marks=pytest.mark.slow),
+    pytest.param('realformer', 'plain', marks=pytest.mark.slow),
+    pytest.param('none', 'rezero', marks=pytest.mark.slow),
+  ],
 )
 def test_beta_ratios_are_finite_on_tiny_models(ln_placement, residual_branch):
   cfg = tiny_config(ln_placement=ln_placement, residual_branch=residual_branch, init='xavier')
@@ -194,6 +200,7 @@ def test_beta_ratios_are_finite_on_tiny_models(ln_placement, residual_branch):
   assert len(flat) == 2 * 3 * cfg.num_layers and 'beta/mlp/beta_rc/layer_02' in flat
 
 
+@pytest.mark.slow  # ~9 s CPU: a model init and its layer outputs compiled
 def test_layer_outputs_and_token_cosine():
   # Identical tokens -> 1; orthogonal tokens -> 0; padded tokens do not count.
   same = jnp.ones((1, 4, 8))

@@ -63,6 +63,7 @@ def test_truncated_normal_correction():
   assert 1.99 * sigma / 0.8796 < np.abs(corrected).max() <= 2 * sigma / 0.8796 + 1e-7
 
 
+@pytest.mark.slow  # ~11 s CPU: a d=128 model init; the per-initialiser std tests stay fast
 def test_fused_qkv_slices_and_all_model_kernels_use_their_own_fans():
   """LeCun in a real model: every Q/K/V slice and the FFN matrices have std 1/sqrt(fan_in)."""
   d, f = 128, 512
@@ -77,6 +78,7 @@ def test_fused_qkv_slices_and_all_model_kernels_use_their_own_fans():
   np.testing.assert_allclose(np.std(layers['mlp']['wo']['kernel']), f**-0.5, rtol=0.03)
 
 
+@pytest.mark.slow  # ~10 s CPU: a 6-layer model init
 def test_ds_init_bound_per_layer_of_the_scanned_stack():
   d, f, num_layers = 64, 256, 6
   cfg = tiny_config(

@@ -52,6 +52,7 @@ def test_rezero_every_layer_is_the_identity_at_init(ln_placement):
   assert np.abs(moved_outs[-1] - stack_in).max() > 1e-3
 
 
+@pytest.mark.slow  # ~10 s CPU; the fast tier keeps the per-layer ReZero identity
 def test_rezero_scanned_stack_output_equals_embeddings_and_gates_get_gradients():
   cfg = tiny_config(residual_branch='rezero', ln_placement='realformer')
   ids, mask, segments = padded_batch()

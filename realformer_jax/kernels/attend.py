@@ -74,6 +74,7 @@ def fused_self_attention(
     block_bwd=plan.block_bwd,
     interpret=plan.interpret,
     sum_given=form == 'top_down',
+    for_remat=plan.rematerialised and not carry_out,
   )
   if not carry_out:
     scores_in = ()

@@ -124,3 +124,22 @@ def test_encoder_under_full_remat_runs_the_forward_kernel_once_a_layer(ln_placem
 
     counts[remat] = _calls(jax.make_jaxpr(jax.grad(loss))(params), FORWARD)
   assert counts == {'none': 1, 'full': 1, 'today': 2}
+
+
+def test_plain_forward_takes_the_device_tiles_and_a_carried_sum_keeps_the_plans():
+  # No GPU here: the table's default row (an H100's, as a deviceless compile sees it).
+  from realformer_jax.kernels.backends.triton import attention, tiles  # Pallas Triton import
+
+  row = tiles.device_tiles()
+  assert row == tiles.DEFAULT and (row.block_q, row.block_k) == (128, 128)
+  plain = KernelSpec('triton', False, False, 26, 12, 128, 64, 64)
+  fitted = attention.fit_blocks(plain, 4096)
+  assert (fitted.block_q, fitted.block_k, fitted.block_bwd) == (128, 128, 64)
+  assert attention._forward_params(fitted, 64).num_warps == row.warps
+  assert attention.fit_blocks(KernelSpec('triton', False, False, 0, 2, 16, 16, 16), 208) == (
+    KernelSpec('triton', False, False, 0, 2, 16, 16, 16)  # 128 divides no 208
+  )
+  carried = KernelSpec('triton', True, True, 26, 12, 128, 64, 64)
+  assert attention.fit_blocks(carried, 4096) == carried
+  interpret = KernelSpec('triton', False, False, 26, 12, 16, 16, 16, interpret=True)
+  assert attention.fit_blocks(interpret, 4096) == interpret

@@ -37,6 +37,7 @@ head) slice read by many programs, or an array updated in place, as read whole.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -46,6 +47,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
+from realformer_jax.kernels.backends.triton.tiles import device_tiles, dividing
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -60,6 +62,29 @@ def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
 def pack_width(spec: KernelSpec) -> int:
   """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
   return min(32, spec.block_k, spec.block_bwd)
+
+
+def fit_blocks(spec: KernelSpec, seq_len: int) -> KernelSpec:
+  """`spec` with the device's forward tiles (tiles.py) for plain attention where they divide
+  the sequence; a carried sum, and interpret mode, keep the plan's."""
+  if spec.interpret or spec.carry_out:
+    return spec
+  tiles = device_tiles()
+  return dataclasses.replace(
+    spec,
+    block_q=dividing(tiles.block_q, spec.block_q, seq_len),
+    block_k=dividing(tiles.block_k, spec.block_k, seq_len),
+  )
+
+
+def _forward_params(spec: KernelSpec, head_dim: int):
+  """The table's warps and stages where the forward runs on its tiles, else the default."""
+  tiles = device_tiles()
+  if (spec.block_q, spec.block_k) == (tiles.block_q, tiles.block_k) and not spec.carry_out:
+    return plgpu.CompilerParams(
+      num_warps=max(tiles.warps, _compiler_params(head_dim).num_warps), num_stages=tiles.stages
+    )
+  return _compiler_params(head_dim)
 
 
 def stores_mask(spec: KernelSpec) -> bool:
@@ -212,7 +237,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
     out_specs=out_specs,
     out_shape=out_shape,
     interpret=spec.interpret,
-    compiler_params=_compiler_params(head_dim),
+    compiler_params=_forward_params(spec, head_dim),
     # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
     # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
     input_output_aliases={1: 3} if spec.carry_in and writes_sum else {},

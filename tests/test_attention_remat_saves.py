@@ -5,7 +5,13 @@ ones the re-run forward gave, bit for bit. Kernels in Pallas interpret mode on t
 matmuls in float32 at 'highest' precision (tests/conftest.py pins it)."""
 
 import dataclasses
+import json
+import os
+import pathlib
 import re
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +19,7 @@ import numpy as np
 import pytest
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import select
+from realformer_jax.kernels import fused, select
 from realformer_jax.kernels.attend import fused_self_attention
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
@@ -23,6 +29,7 @@ from realformer_jax.model.encoder import REMAT_POLICIES, Encoder
 FORWARD = 'flash_attention_fwd'
 BACKWARD = {'triton': 'flash_attention_bwd', 'mosaic': 'flash_attention_dkv'}
 TODAY = jax.checkpoint_policies.nothing_saveable  # full remat before the saved attention
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _calls(program, kernel: str) -> int:
@@ -143,3 +150,65 @@ def test_plain_forward_takes_the_device_tiles_and_a_carried_sum_keeps_the_plans(
   assert attention.fit_blocks(carried, 4096) == carried
   interpret = KernelSpec('triton', False, False, 26, 12, 16, 16, 16, interpret=True)
   assert attention.fit_blocks(interpret, 4096) == interpret
+
+
+_MEMORY_SCRIPT = textwrap.dedent("""
+    import json
+    import jax
+    from configs import tiny
+    from realformer_jax.aot import roofline, targets, train_step
+    from realformer_jax.model import encoder
+
+    target = targets.parse('h100:1')
+
+    def config():
+      c = tiny.get_config()
+      c.model.ln_placement = 'post'
+      c.model.attention_impl = 'pallas'
+      c.model.remat_policy = 'full'
+      c.model.attention_dropout_rate = 0.1
+      c.model.dtype = 'bfloat16'
+      c.train.global_batch_size = 8
+      return c
+
+    out = {}
+    for name in ('saved', 'today'):
+      if name == 'today':  # full remat saving nothing: the forward runs again going down
+        encoder.REMAT_POLICIES['full'] = jax.checkpoint_policies.nothing_saveable
+      step = train_step.compile_for_target(config(), target, log=lambda line: None)
+      est = roofline.estimate(step.resolved.compiled, target)
+      calls = {}
+      for k in est.kernels:
+        if k.opcode == 'custom-call' and 'attention' in k.op_name:
+          op = k.op_name.rsplit('/', 2)[-2]
+          calls[op] = calls.get(op, 0) + k.count
+      out[name] = {'temporaries': step.memory.temporaries, 'calls': calls}
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.slow  # two deviceless compiles of the tiny train step for an H100 (~1-3 min)
+def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes():
+  # Triton kernels really lowered for a GPU (not interpret mode): the compiled step runs
+  # flash_attention_fwd once a layer (twice before), and XLA's memory analysis, which the
+  # 'auto' accumulation and remat choices read, holds the saved output and row statistics.
+  done = subprocess.run(
+    [sys.executable, '-c', _MEMORY_SCRIPT],
+    cwd=REPO,
+    env=dict(os.environ, JAX_PLATFORMS='cpu'),
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  layers = 2  # configs/tiny.py: 2 layers, hidden 128, 4 heads (K = 32), L = 128
+  saved, today = result['saved'], result['today']
+  assert saved['calls']['flash_attention_fwd'] == layers, saved
+  assert today['calls']['flash_attention_fwd'] == 2 * layers, today
+  assert saved['calls']['attention_dropout_mask'] == layers, saved
+  assert 'attention_dropout_mask' not in today['calls'], today
+  assert saved['calls']['flash_attention_bwd'] == today['calls']['flash_attention_bwd'] == layers
+  stated = layers * fused.saved_for_backward_bytes(8, 128, 4, 32, 2)  # bfloat16 output
+  added = saved['temporaries'] - today['temporaries']
+  assert stated <= added <= stated + 16 * 1024, (added, stated)

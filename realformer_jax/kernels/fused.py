@@ -40,6 +40,13 @@ from realformer_jax.kernels.spec import KernelSpec
 SAVED_FOR_BACKWARD = 'attention_output_and_row_statistics'
 
 
+def saved_for_backward_bytes(batch: int, seq_len: int, heads: int, head_dim: int, itemsize: int):
+  """Bytes one rematerialised layer keeps under SAVED_FOR_BACKWARD: the output [B, L, H, K]
+  (K the kernels' head size: Triton's padded one) in the compute dtype, and m and log l,
+  float32 [B, H, L] each (BERT-Base, L = 65,536, bfloat16: 102 MiB a layer, 1.2 GiB for 12)."""
+  return batch * seq_len * heads * (head_dim * itemsize + 2 * 4)
+
+
 def _kernels(spec: KernelSpec):
   # The backend's record names its module, imported on first use (kernels/backends/).
   return backends.get(spec.backend).kernels()

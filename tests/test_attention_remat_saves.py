@@ -174,6 +174,7 @@ _MEMORY_SCRIPT = textwrap.dedent("""
     out = {}
     for name in ('saved', 'today'):
       if name == 'today':  # full remat saving nothing: the forward runs again going down
+        # (the plan still asks the forward for no mask: both variants draw it in the backward)
         encoder.REMAT_POLICIES['full'] = jax.checkpoint_policies.nothing_saveable
       step = train_step.compile_for_target(config(), target, log=lambda line: None)
       est = roofline.estimate(step.resolved.compiled, target)
@@ -207,7 +208,6 @@ def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes
   assert saved['calls']['flash_attention_fwd'] == layers, saved
   assert today['calls']['flash_attention_fwd'] == 2 * layers, today
   assert saved['calls']['attention_dropout_mask'] == layers, saved
-  assert 'attention_dropout_mask' not in today['calls'], today
   assert saved['calls']['flash_attention_bwd'] == today['calls']['flash_attention_bwd'] == layers
   stated = layers * fused.saved_for_backward_bytes(8, 128, 4, 32, 2)  # bfloat16 output
   added = saved['temporaries'] - today['temporaries']

@@ -212,3 +212,48 @@ def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes
   stated = layers * fused.saved_for_backward_bytes(8, 128, 4, 32, 2)  # bfloat16 output
   added = saved['temporaries'] - today['temporaries']
   assert stated <= added <= stated + 16 * 1024, (added, stated)
+
+
+@pytest.mark.slow  # ~1-2 min on 2 cores: four interpret-mode encoder gradients
+@pytest.mark.parametrize('impl', ['pallas_triton', 'pallas_mosaic'])
+def test_encoder_gradients_under_full_remat_are_todays_bit_for_bit(impl, monkeypatch):
+  # The whole path against today's exactly: full remat saving nothing and a plan that is not
+  # `rematerialised` (the forward stores the mask, the re-run forward hands it to the
+  # backward). Post-LN, 2 layers, dropout and attention dropout 0.1, float32 'highest'.
+  from realformer_jax.kernels import score_path
+
+  config = ModelConfig(
+    vocab_size=64,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    mlp_dim=64,
+    max_len=32,
+    attention_impl=impl,
+    attention_dropout_rate=0.1,
+    dropout_rate=0.1,
+    remat_policy='full',
+  )
+  ids = jnp.arange(32).reshape(1, 32) % 64
+  model = Encoder(config)
+  params = model.init(jax.random.key(0), ids)
+  weights = jax.random.normal(jax.random.key(2), (1, 32, 32))
+
+  def grads():
+    def loss(params):
+      y = model.apply(params, ids, deterministic=False, rngs={'dropout': jax.random.key(1)})
+      return jnp.sum(y * weights)
+
+    return jax.grad(loss)(params)
+
+  saved = grads()
+  real_plan = score_path.plan
+  monkeypatch.setattr(
+    score_path,
+    'plan',
+    lambda *a, **k: dataclasses.replace(real_plan(*a, **k), rematerialised=False),
+  )
+  monkeypatch.setitem(REMAT_POLICIES, 'full', TODAY)
+  today = grads()
+  for got, want in zip(jax.tree.leaves(saved), jax.tree.leaves(today)):
+    np.testing.assert_array_equal(got, want)

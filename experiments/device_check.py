@@ -106,28 +106,35 @@ _TOY_CASES = (('realformer', 'float32', 48), ('post', 'bfloat16', None))
 
 
 def kernel_cases(platform_name: str, size: str) -> list[tuple]:
-  """(backend, ln_placement, dtype, length or None for the probe's, residual_carry) to compare:
+  """(backend, ln_placement, dtype, length or None for the probe's, residual_carry,
+  remat_policy) to compare:
   the fused backends compiled for this platform, or (a CPU) every one that runs in interpret
   mode (kernels/backends/: the registered records). A backend with residual_carry='qk'
   kernels is checked with them too (RealFormer, both dtypes): 'auto' takes the carried sum at
-  the probe's length, so without these cases the qk kernels would go unchecked here."""
+  the probe's length, so without these cases the qk kernels would go unchecked here. Plain
+  attention under full remat has its own path too (the forward stores no mask, the backward
+  draws it: KernelSpec.for_remat), checked in float32."""
   from realformer_jax.kernels import backends  # pylint: disable=import-outside-toplevel
 
   fused = [b for b in backends.registered() if b.fused]
   native = [b for b in fused if b.platform == platform_name]
   if size == 'toy':
     interpretable = [b for b in fused if b.interpret]
-    return [(b.name, *_TOY_CASES[i % len(_TOY_CASES)], 'auto') for i, b in enumerate(interpretable)]
+    return [
+      (b.name, *_TOY_CASES[i % len(_TOY_CASES)], 'auto', 'none')
+      for i, b in enumerate(interpretable)
+    ]
   cases = []
   for backend in native or [b for b in fused if b.interpret]:
     for dtype in ('float32', 'bfloat16'):
       for placement in ('post', 'pre', 'realformer'):
-        cases.append((backend.name, placement, dtype, None, 'auto'))
+        cases.append((backend.name, placement, dtype, None, 'auto', 'none'))
+    cases.append((backend.name, 'post', 'float32', None, 'auto', 'full'))
     if backend.odd_length:  # smaller tiles than its largest
-      cases.append((backend.name, 'realformer', 'float32', backend.odd_length, 'auto'))
+      cases.append((backend.name, 'realformer', 'float32', backend.odd_length, 'auto', 'none'))
     if backend.qk:
       for dtype in ('float32', 'bfloat16'):
-        cases.append((backend.name, 'realformer', dtype, None, 'qk'))
+        cases.append((backend.name, 'realformer', dtype, None, 'qk', 'none'))
   return cases
 
 
@@ -139,7 +146,7 @@ def check_kernels(platform_name: str, size: str, show=lambda row: None) -> list[
   from realformer_jax.kernels import backends, select  # pylint: disable=import-outside-toplevel
 
   rows = []
-  for backend, placement, dtype, length, carry in kernel_cases(platform_name, size):
+  for backend, placement, dtype, length, carry, remat in kernel_cases(platform_name, size):
     native = backends.get(backend).platform == platform_name
     config = ModelConfig(
       hidden_size=2 * HEAD_DIM[size],
@@ -150,6 +157,7 @@ def check_kernels(platform_name: str, size: str, show=lambda row: None) -> list[
       attention_impl=backends.get(backend).attention_impl,
       attention_platform=platform_name if native else 'cpu',
       residual_carry=carry,
+      remat_policy=remat,
     )
     plan = select.plan(config, 256)
     length = length or kernel_check.check_length(plan)
@@ -160,7 +168,9 @@ def check_kernels(platform_name: str, size: str, show=lambda row: None) -> list[
     rows.append(
       {
         'kernel': f'{backend} ({"interpret" if tiles.interpret else "compiled"})',
-        'ln_placement': placement + (' qk' if carry == 'qk' else ''),
+        'ln_placement': placement
+        + (' qk' if carry == 'qk' else '')
+        + (f' remat {remat}' if remat != 'none' else ''),
         'dtype': dtype + (" ('highest')" if dtype == 'float32' else ''),
         'length': length,
         'tiles': [tiles.block_q, tiles.block_k, tiles.block_bwd],

@@ -17,6 +17,7 @@ from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import qk_carry, qk_reference
 from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention
 from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention
+from realformer_jax.kernels.backends.triton import tiles as triton_tiles
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale
@@ -190,7 +191,7 @@ def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch)
 def test_triton_tiles_come_from_the_device_table():
   plan_spec = KernelSpec('triton', False, False, 0, 12, 64, 64, 64)
   tiles = triton_qk_attention.device_tiles()  # no GPU here: the default row
-  assert tiles == triton_qk_attention.DEFAULT
+  assert tiles == triton_tiles.DEFAULT
   fitted = triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64)
   assert (fitted.block_q, fitted.block_k, fitted.block_bwd) == tiles[:3]
   small = triton_qk_attention.fit_blocks(plan_spec, 12, 64, 64)  # 128 does not divide 64

@@ -2,7 +2,7 @@
 and writing only its carried float32 sum. score_path.py is the one interface the model uses
 (which path a model call takes, how its scores are carried); select.py decides the kernel."""
 
-from realformer_jax.kernels.fused import fused_attention
+from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD, fused_attention
 from realformer_jax.kernels.score_path import LayerStack, ScorePath, layer_path, stack_path
 from realformer_jax.kernels.select import (
   AttentionPlan,

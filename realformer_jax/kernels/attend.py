@@ -88,7 +88,12 @@ def fused_self_attention(
     block_bwd=plan.block_bwd,
     interpret=plan.interpret,
     sum_given=form == 'top_down',
+    for_remat=plan.rematerialised and not carry_out,
   )
+  # The backend's tiles for this device and length (Triton: plain attention's forward).
+  fit_blocks = getattr(backend.kernels(), 'fit_blocks', None)
+  if fit_blocks is not None:
+    spec = fit_blocks(spec, qkv_BxLx3xHxK.shape[1])
   if not carry_out:
     scores_in = ()
   qkv = qkv_BxLx3xHxK

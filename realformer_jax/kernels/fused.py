@@ -13,6 +13,13 @@ Gradients: qkv, and the carried sum (d acc_{l-1} = d acc_l + dz * inv_div, writt
 kernel); the bias, the score scale and the running-mean divisor come from the padding mask and
 the layer index, which have no gradient, so theirs are zero — and a gradient asked of the bias
 or scale is refused in one line (score_path.py, refusals.py), as are higher derivatives.
+
+Under a remat policy (`spec.for_remat`, plain attention) the backward's re-run of the layer
+would run the forward kernel a second time only to rebuild the output and the row statistics:
+the forward names them (`SAVED_FOR_BACKWARD`, O(L) per head: [B, L, H, K] in the compute dtype
+and two float32 [B, H, L]), every policy of model/encoder.py keeps that name, and the re-run
+then holds no forward kernel. The dropout mask is not among them (O(L^2)): the backward draws
+it again (the backend's `backward` with `bits=None`).
 """
 
 from __future__ import annotations
@@ -22,10 +29,22 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, refusals
 from realformer_jax.kernels.spec import KernelSpec
+
+# The checkpoint name of what a rematerialised layer's attention keeps for its backward (the
+# output and the row log-sum-exp); model/encoder.py's remat policies save it.
+SAVED_FOR_BACKWARD = 'attention_output_and_row_statistics'
+
+
+def saved_for_backward_bytes(batch: int, seq_len: int, heads: int, head_dim: int, itemsize: int):
+  """Bytes one rematerialised layer keeps under SAVED_FOR_BACKWARD: the output [B, L, H, K]
+  (K the kernels' head size: Triton's padded one) in the compute dtype, and m and log l,
+  float32 [B, H, L] each (BERT-Base, L = 65,536, bfloat16: 102 MiB a layer, 1.2 GiB for 12)."""
+  return batch * seq_len * heads * (head_dim * itemsize + 2 * 4)
 
 
 def _kernels(spec: KernelSpec):
@@ -90,6 +109,9 @@ def fused_attention(
 
 def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
   out, lse, acc_out, bits = kernel_forward(qkv, acc_in, bias, fparams, iparams, spec)
+  if spec.for_remat:  # kept by the remat policy; the output the layer goes on with is the
+    # named one, so the re-run's projection reads it too and the kernel is left unused there
+    out, lse = checkpoint_name((out, lse), SAVED_FOR_BACKWARD)
   return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse, bits)
 
 

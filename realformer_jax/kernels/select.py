@@ -46,6 +46,9 @@ class AttentionPlan:
   block_q: int = 0
   block_k: int = 0
   block_bwd: int = 0
+  # Each layer is rematerialised (model.remat_policy != 'none'): plain attention keeps its
+  # output and row statistics for the backward instead of running again (KernelSpec.for_remat).
+  rematerialised: bool = False
 
   @property
   def kernels(self) -> backends.Backend:
@@ -172,7 +175,8 @@ def plan(
       f'model.attention_impl={impl!r}: sequence length {seq_len} cannot be tiled by the '
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
-  return AttentionPlan('pallas', backend.name, interpret, *blocks)
+  rematerialised = config.remat_policy != 'none'
+  return AttentionPlan('pallas', backend.name, interpret, *blocks, rematerialised=rematerialised)
 
 
 def pair_carry(config: ModelConfig, attention_plan: Optional[AttentionPlan]) -> bool:

@@ -31,6 +31,11 @@ class KernelSpec:
   # The carried input is already this layer's acc_l (the recomputed stack walking down): the
   # forward reads it as the softmax input, computes no Q K^T and writes no sum.
   sum_given: bool = False
+  # The layer is rematerialised (a remat policy re-runs it in the backward): the forward names
+  # its output and row statistics (fused.SAVED_FOR_BACKWARD) so that the policy keeps them and
+  # the re-run runs no forward kernel, and stores no dropout mask (O(L^2) per layer): the
+  # backward draws it again. Plain attention only (a carried sum is O(L^2) too).
+  for_remat: bool = False
 
   def __post_init__(self):
     if not backends.get(self.backend).fused:
@@ -41,6 +46,8 @@ class KernelSpec:
       )
     if self.sum_given and not self.carry_in:
       raise ValueError('KernelSpec: sum_given needs carry_in')
+    if self.for_remat and self.carry_out:
+      raise ValueError('KernelSpec: for_remat is for plain attention (no carried sum)')
 
   @property
   def dropout(self) -> bool:

@@ -22,10 +22,18 @@ from realformer_jax.model.normalization import Norm
 from realformer_jax.model.params import unbox
 from realformer_jax.model.placement import placement
 
+_policies = jax.checkpoint_policies
+# Every policy also keeps what the fused attention names for its backward (its output and row
+# statistics: kernels/fused.py), so that the re-run of a layer runs no attention forward
+# kernel; nothing else of the layer is kept beyond the policy's own choice. The einsum path and
+# the carried-sum kernels name nothing.
+_ATTENTION = _policies.save_only_these_names(kernels.SAVED_FOR_BACKWARD)
 REMAT_POLICIES = {
-  'full': jax.checkpoint_policies.nothing_saveable,
-  'dots': jax.checkpoint_policies.dots_saveable,
-  'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  'full': _ATTENTION,
+  'dots': _policies.save_from_both_policies(_policies.dots_saveable, _ATTENTION),
+  'dots_no_batch': _policies.save_from_both_policies(
+    _policies.dots_with_no_batch_dims_saveable, _ATTENTION
+  ),
 }
 
 

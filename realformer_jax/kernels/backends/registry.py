@@ -16,7 +16,9 @@ Two kinds of backend:
                rebuild=False) -> (dqkv, g_acc_in, acc_in)
   over the arrays and the `KernelSpec` that kernels/spec.py describes (fused.py wraps them in
   one custom VJP; `lse` and `bits` are the backend's own, handed from its forward to its
-  backward); `qk_attention`, where it has one, a module with the residual_carry='qk' kernels
+  backward; `bits` None with dropout on: the backward draws the mask itself), and optionally
+  fit_blocks(spec, seq_len) -> spec (the device's tiles); `qk_attention`, where it has one,
+  a module with the residual_carry='qk' kernels
       forward(stack, v, bias, fparams, iparams, layer, spec) -> (out, lse, bits)
       backward(stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec)
                -> (dv, g_stack)

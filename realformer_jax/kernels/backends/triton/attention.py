@@ -7,7 +7,9 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           Writes the output, the row log-sum-exp (as m and log l: tile_math.py) and, with
           dropout, the mask it drew at one bit per element (1/32 of a float32 score): hashing
           it again would cost the backward ~18 integer ops per element
-          (HASH_OPS_PER_ELEMENT). Probabilities never reach HBM.
+          (HASH_OPS_PER_ELEMENT). Probabilities never reach HBM. A rematerialised layer's
+          forward (`spec.for_remat`) stores no mask: no backward reads the one it would
+          write (fused.py saves the output and row statistics, not the O(L^2) mask).
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
           blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
@@ -17,6 +19,9 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           L = 512, K = 64, stays in L2 while that head's programs run), because reading the
           written gradient again would cost 4 more bytes per score element. Without residual
           attention a second loop of the program recomputes its query block's dQ instead.
+          Given no mask (`bits=None`, a rematerialised layer), it first draws one
+          (`draw_mask`: the forward's hash and packing, nothing else), so the hash runs once
+          per element and step there too, and both loops read bits as they do otherwise.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
 backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
 products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
@@ -32,6 +37,7 @@ head) slice read by many programs, or an array updated in place, as read whole.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -41,6 +47,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
+from realformer_jax.kernels.backends.triton.tiles import device_tiles, dividing
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -55,6 +62,34 @@ def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
 def pack_width(spec: KernelSpec) -> int:
   """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
   return min(32, spec.block_k, spec.block_bwd)
+
+
+def fit_blocks(spec: KernelSpec, seq_len: int) -> KernelSpec:
+  """`spec` with the device's forward tiles (tiles.py) for plain attention where they divide
+  the sequence; a carried sum, and interpret mode, keep the plan's."""
+  if spec.interpret or spec.carry_out:
+    return spec
+  tiles = device_tiles()
+  return dataclasses.replace(
+    spec,
+    block_q=dividing(tiles.block_q, spec.block_q, seq_len),
+    block_k=dividing(tiles.block_k, spec.block_k, seq_len),
+  )
+
+
+def _forward_params(spec: KernelSpec, head_dim: int):
+  """The table's warps and stages where the forward runs on its tiles, else the default."""
+  tiles = device_tiles()
+  if (spec.block_q, spec.block_k) == (tiles.block_q, tiles.block_k) and not spec.carry_out:
+    return plgpu.CompilerParams(
+      num_warps=max(tiles.warps, _compiler_params(head_dim).num_warps), num_stages=tiles.stages
+    )
+  return _compiler_params(head_dim)
+
+
+def stores_mask(spec: KernelSpec) -> bool:
+  """Whether the forward writes the dropout mask for the backward (not for_remat's)."""
+  return spec.dropout and not spec.for_remat
 
 
 def _forward_kernel(
@@ -93,8 +128,8 @@ def _forward_kernel(
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
-      words = pl.ds(pl.multiple_of(j * (block_k // width), block_k // width), block_k // width)
-      bits_ref[:, words] = pack_bits(keep, width)
+      if stores_mask(spec):
+        _store_keep(bits_ref, keep, j, block_k, width)
     return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
@@ -102,6 +137,57 @@ def _forward_kernel(
   o_ref[...] = out.astype(o_ref.dtype)
   m_ref[...] = m[:, 0]
   log_l_ref[...] = log_l[:, 0]
+
+
+def _store_keep(bits_ref, keep, j, block_k, width):
+  """Key block j's [rows, block_k] mask, packed `width` to a word, into its columns."""
+  words = pl.ds(pl.multiple_of(j * (block_k // width), block_k // width), block_k // width)
+  bits_ref[:, words] = pack_bits(keep, width)
+
+
+def _mask_kernel(i_ref, bits_ref, *, spec: KernelSpec, seq_len: int):
+  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  block_q, block_k, width = spec.block_q, spec.block_k, pack_width(spec)
+
+  def body(j, carry):
+    keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
+    _store_keep(bits_ref, keep, j, block_k, width)
+    return carry
+
+  lax.fori_loop(0, seq_len // block_k, body, 0)
+
+
+def _mask_spec(spec: KernelSpec, seq_len: int) -> pl.BlockSpec:
+  """The forward's rows of the packed mask [B, H, L, L / width] (grid (query block, b, h))."""
+  return pl.BlockSpec(
+    (None, None, spec.block_q, seq_len // pack_width(spec)), lambda i, b, h: (b, h, i, 0)
+  )
+
+
+def draw_mask(batch: int, heads: int, seq_len: int, iparams, spec: KernelSpec):
+  """The dropout mask the forward would have stored, [B, H, L, L / width] uint32: the same
+  hash of the same global positions, alone (no scores)."""
+  width = pack_width(spec)
+  elements = batch * heads * seq_len * seq_len
+  return pl.pallas_call(
+    functools.partial(_mask_kernel, spec=spec, seq_len=seq_len),
+    grid=(seq_len // spec.block_q, batch, heads),
+    in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,))],
+    out_specs=_mask_spec(spec, seq_len),
+    out_shape=jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32),
+    interpret=spec.interpret,
+    compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+    metadata={
+      'flops': '0',
+      'bytes_accessed': str(elements // 8),
+      'float_ops': '0',
+      'transcendentals': '0',
+      'int_ops': str(int((HASH_OPS_PER_ELEMENT + 2) * elements)),  # as the forward's
+      'l2_bytes': str(elements // 8),
+      'atomics': '0',
+    },
+    name='attention_dropout_mask',
+  )(iparams)
 
 
 def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
@@ -127,21 +213,20 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   bits_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32)
+  stores = stores_mask(spec)
   out_shape = [
     jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype),
     jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
     jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
     scores_shape if writes_sum else None,
-    bits_shape if spec.dropout else None,
+    bits_shape if stores else None,
   ]
   out_specs = [
     pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
     pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
     pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
     acc_spec if writes_sum else None,
-    pl.BlockSpec((None, None, block_q, seq_len // width), lambda i, b, h: (b, h, i, 0))
-    if spec.dropout
-    else None,
+    _mask_spec(spec, seq_len) if stores else None,
   ]
   rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize  # one [B, L, H, K] array
   elements = batch * heads * seq_len * seq_len
@@ -152,7 +237,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
     out_specs=out_specs,
     out_shape=out_shape,
     interpret=spec.interpret,
-    compiler_params=_compiler_params(head_dim),
+    compiler_params=_forward_params(spec, head_dim),
     # acc_l overwrites acc_{l-1} tile by tile (each program reads its rows before writing
     # them), so a loop carrying the sum needs no copy; XLA copies if acc_{l-1} is still used.
     input_output_aliases={1: 3} if spec.carry_in and writes_sum else {},
@@ -161,7 +246,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       head_dim,
       seq_len,
       passes=1 if spec.sum_given else 2,
-      score_bytes=4 * (int(spec.carry_in) + int(writes_sum)) + spec.dropout / 8,
+      score_bytes=4 * (int(spec.carry_in) + int(writes_sum)) + stores / 8,
       row_bytes=(1 if spec.sum_given else 3) * rows + rows,
       float_ops=9 + int(spec.carry_in) + 2 * spec.dropout,
       exps=1,
@@ -282,8 +367,10 @@ def backward(
   rebuild: bool = False,
 ):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
-  (dropout only). See the module docstring."""
+  (dropout only; None: drawn here again). See the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
+  if spec.dropout and bits is None:
+    bits = draw_mask(batch, heads, seq_len, iparams, spec)
   block = spec.block_bwd
   width = pack_width(spec)
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))

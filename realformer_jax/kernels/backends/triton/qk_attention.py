@@ -33,7 +33,7 @@ Matmuls per score element of layer l: forward (l + 1) + 1; backward: dS kernel (
 The stated cost (`_forward_cost`, `_score_gradient_cost`; HBM bytes, L2 bytes of the reloaded
 tiles, no atomics) is per call site and a rolled scan's one call site runs every layer, so it
 counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
-XLA. Tiles, warps and stages come from TILES, a table keyed by the device kind
+XLA. Tiles, warps and stages come from tiles.py's TILES, a table keyed by the device kind
 (chosen from published Hopper attention configurations, not tuned on a device yet).
 """
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -56,41 +55,10 @@ from realformer_jax.kernels.backends.triton.attention import (
   _cost_metadata,
   _draw_keep,
 )
+from realformer_jax.kernels.backends.triton.tiles import device_tiles, dividing
 from realformer_jax.kernels.spec import KernelSpec
 
 DS_PANEL_BYTES = 2**30  # the largest dS panel the backward materialises
-
-
-class Tiles(NamedTuple):
-  block_q: int  # forward rows
-  block_k: int  # forward columns
-  block_bwd: int  # dS kernel tiles (square)
-  warps: int
-  stages: int
-
-
-# By jax's `device_kind`; DEFAULT where the kind is not listed (and for deviceless compiles,
-# which see no device: an H100's row). Hopper: 128 x 128 forward tiles with 8 warps and 3
-# stages (one of the Triton fused-attention tutorial's Hopper configurations for K = 64): each
-# score tile reloads the q and k tiles of l + 1 layers from L2, so the wider key block cuts
-# those bytes by a third against 128 x 64 (the estimated forward: L2-bound either way). The
-# dS kernel keeps 64 x 64 tiles (its registers hold dV and a dS tile besides the score tile;
-# 128 x 128 would halve its reloads too, but risks register spills: to be measured).
-DEFAULT = Tiles(128, 128, 64, 8, 3)
-TILES = {
-  'NVIDIA H100 80GB HBM3': DEFAULT,
-  'NVIDIA H200': DEFAULT,
-  'NVIDIA A100-SXM4-80GB': Tiles(128, 64, 64, 4, 2),
-  'NVIDIA A100-SXM4-40GB': Tiles(128, 64, 64, 4, 2),
-}
-
-
-def device_tiles() -> Tiles:
-  """The row of TILES for the first device when it is a GPU, else DEFAULT."""
-  device = jax.devices()[0]
-  if device.platform != 'gpu':
-    return DEFAULT
-  return TILES.get(device.device_kind, DEFAULT)
 
 
 def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> KernelSpec:
@@ -100,12 +68,11 @@ def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> Ke
   if spec.interpret:
     return spec
   tiles = device_tiles()
-  pick = lambda mine, plan: mine if seq_len % mine == 0 else plan
   return dataclasses.replace(
     spec,
-    block_q=pick(tiles.block_q, spec.block_q),
-    block_k=pick(tiles.block_k, spec.block_k),
-    block_bwd=pick(tiles.block_bwd, spec.block_bwd),
+    block_q=dividing(tiles.block_q, spec.block_q, seq_len),
+    block_k=dividing(tiles.block_k, spec.block_k, seq_len),
+    block_bwd=dividing(tiles.block_bwd, spec.block_bwd, seq_len),
   )
 
 

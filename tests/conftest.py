@@ -7,9 +7,13 @@
   relative error) and TPUs to bfloat16 passes. A test about lower precision sets its own with
   `jax.default_matmul_precision(...)`. Subprocess runs (the CLI tests) compare runs with each
   other on the same backend, not with references.
+* The session's compilation cache for subprocesses (jit_cache.py) is made here, in pytest's main
+  process, so that the pytest-xdist workers (addopts in pyproject.toml) share it.
 """
 
 import jax
+import jit_cache
 
 jax.config.update('jax_disable_most_optimizations', True)
 jax.config.update('jax_default_matmul_precision', 'highest')
+jit_cache.session_dir()

@@ -2,12 +2,10 @@
 (optionally with faults from fault_launcher.py), its one-line outcome, checkpoints on disk,
 and ways to damage a file.
 
-Subprocess runs share a persistent JAX compilation cache (one per test session): every run
+Subprocess runs share the session's persistent JAX compilation cache (jit_cache.py): every run
 compiles the same tiny steps, and loading them from the cache halves a run's time.
 """
 
-import atexit
-import functools
 import json
 import os
 import re
@@ -16,8 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
+import jit_cache
 import numpy as np
 import orbax.checkpoint as ocp
 from data_fixtures import bible_config
@@ -38,13 +36,6 @@ RUN = dict(
   train__eval_every_steps=3,
   train__warmup_steps=2,
 )
-
-
-@functools.cache
-def _compilation_cache() -> str:
-  path = tempfile.mkdtemp(prefix='realformer_fault_jit_cache_')
-  atexit.register(shutil.rmtree, path, ignore_errors=True)
-  return path
 
 
 def cli_config(**overrides):
@@ -71,9 +62,7 @@ def env(faults: str = '') -> dict:
     os.environ,
     JAX_PLATFORMS='cpu',
     JAX_DISABLE_MOST_OPTIMIZATIONS='true',
-    JAX_COMPILATION_CACHE_DIR=_compilation_cache(),
-    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
-    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0',
+    **jit_cache.env(),
     REALFORMER_TEST_FAULTS=faults,
   )
 

@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from tests import jit_cache
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A model small enough to compile in seconds, with 8 heads so that every mesh axis of size
@@ -45,6 +47,12 @@ def device_env(num_devices: int) -> dict[str, str]:
   env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'true'  # compile time dominates these tiny runs
   env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
   return env
+
+
+def train_env(num_devices: int) -> dict[str, str]:
+  """device_env for the training CLI (CPU programs): with the session's compilation cache, so a
+  rerun, a resume or another test's run on the same mesh loads its steps instead of compiling."""
+  return {**device_env(num_devices), **jit_cache.env()}
 
 
 def train_command(workdir: str, data_dir: str, mesh_shape: str, *extra: str) -> list[str]:

@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import sys
 
+import jit_cache
 import pytest
 from data_fixtures import bible_config
 from finetune_fixtures import MOCKED_MAIN
@@ -135,7 +136,7 @@ def _run(command: str, workdir: str) -> subprocess.CompletedProcess:
     tokenizer = data.prepare(bible_config())
     flags.update({'data.vocab_file': tokenizer.source, 'model.vocab_size': tokenizer.vocab_size})
   argv += [f'--config.{key}={value}' for key, value in flags.items()]
-  env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
+  env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true', **jit_cache.env())
   argv[0] = sys.executable
   if mocked:  # python -c <run the module under mock_data> module args...
     argv[1:3] = ['-c', MOCKED_MAIN, module]

@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 
+import jit_cache
 import pytest
 from test_configs import EXPECTED_OUTPUT, TOY_FLAGS
 from test_data_files import write_corpus
@@ -39,7 +40,7 @@ def _run(command: str, corpus: str, workdir: str, data_dir: str) -> subprocess.C
   argv[0] = sys.executable
   flags = dict(TOY_FLAGS['experiments.train'], **{'data.data_dir': data_dir})
   argv += [f'--config.{key}={value}' for key, value in flags.items()]
-  env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
+  env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true', **jit_cache.env())
   return subprocess.run(
     argv, cwd=support.REPO, env=env, capture_output=True, text=True, timeout=900
   )

@@ -30,7 +30,7 @@ def test_two_processes_share_one_preparation_of_a_file_corpus(tmp_path):
         f'--config.distributed.process_id={i}',
         f'--config.distributed.coordinator_address=127.0.0.1:{port}',
       ),
-      support.device_env(1),
+      support.train_env(1),
     )
     for i in range(2)
   ]

@@ -28,7 +28,7 @@ def _two_processes(workdir, data_dir, *flags):
         f'--config.distributed.coordinator_address=127.0.0.1:{port}',
         *flags,
       ),
-      support.device_env(1),
+      support.train_env(1),
     )
     for i in range(2)
   ]
@@ -51,7 +51,7 @@ def test_two_processes_set_a_damaged_step_aside_together_and_resume(tmp_path):
     '--config.train.checkpoint_every_steps=1',
     '--config.train.stop_at_step=2',
   )
-  support.run_all([(one_process, support.device_env(1))])
+  support.run_all([(one_process, support.train_env(1))])
   step_dir = os.path.join(workdir, 'checkpoints', '2')
   fs.flip_bytes(fs.largest_file(os.path.join(step_dir, 'state')), 5000)
 

@@ -53,7 +53,7 @@ def mesh_runs(data_dir, tmp_path_factory):
         support.train_command(
           workdirs[name], data_dir, shape, '--config.train.checkpoint_every_steps=5'
         ),
-        support.device_env(devices),
+        support.train_env(devices),
       )
     )
   workdirs['resumed'] = str(root / 'resumed')
@@ -62,12 +62,12 @@ def mesh_runs(data_dir, tmp_path_factory):
       support.train_command(
         workdirs['resumed'], data_dir, '(8,1,1)', '--config.train.stop_at_step=3'
       ),
-      support.device_env(8),
+      support.train_env(8),
     )
   )
   support.run_all(jobs)
   resumed = support.run_all(
-    [(support.train_command(workdirs['resumed'], data_dir, '(2,1,4)'), support.device_env(8))]
+    [(support.train_command(workdirs['resumed'], data_dir, '(2,1,4)'), support.train_env(8))]
   )[0]
   assert 'resumed from the checkpoint at step 3' in resumed.stdout, resumed.stdout
   return workdirs
@@ -121,7 +121,7 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(da
         f'--config.distributed.process_id={i}',
         f'--config.distributed.coordinator_address=127.0.0.1:{port}',
       ),
-      support.device_env(2),
+      support.train_env(2),
     )
     for i in range(2)
   ]
@@ -130,10 +130,10 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(da
   assert 'final eval MLM accuracy' in first.stdout
   # Logs, metrics and progress come from process 0 only.
   assert 'final eval' not in second.stdout and 'step 2/' not in second.stdout
-  support.run_all([(support.train_command(single, data_dir, '(4,1,1)'), support.device_env(4))])
+  support.run_all([(support.train_command(single, data_dir, '(4,1,1)'), support.train_env(4))])
   # Continue the 2-process run to the end in ONE process with 4 devices.
   resumed = support.run_all(
-    [(support.train_command(multi, data_dir, '(4,1,1)'), support.device_env(4))]
+    [(support.train_command(multi, data_dir, '(4,1,1)'), support.train_env(4))]
   )[0]
   assert 'resumed from the checkpoint at step 3' in resumed.stdout, resumed.stdout
   one, two = support.train_losses(single), support.train_losses(multi)

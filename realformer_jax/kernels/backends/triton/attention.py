@@ -37,7 +37,6 @@ head) slice read by many programs, or an array updated in place, as read whole.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -47,7 +46,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.backends.triton.tiles import device_tiles, dividing
+from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -69,12 +68,7 @@ def fit_blocks(spec: KernelSpec, seq_len: int) -> KernelSpec:
   the sequence; a carried sum, and interpret mode, keep the plan's."""
   if spec.interpret or spec.carry_out:
     return spec
-  tiles = device_tiles()
-  return dataclasses.replace(
-    spec,
-    block_q=dividing(tiles.block_q, spec.block_q, seq_len),
-    block_k=dividing(tiles.block_k, spec.block_k, seq_len),
-  )
+  return with_device_tiles(spec, seq_len)
 
 
 def _forward_params(spec: KernelSpec, head_dim: int):

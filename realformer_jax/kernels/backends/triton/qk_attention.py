@@ -39,7 +39,6 @@ XLA. Tiles, warps and stages come from tiles.py's TILES, a table keyed by the de
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -55,7 +54,7 @@ from realformer_jax.kernels.backends.triton.attention import (
   _cost_metadata,
   _draw_keep,
 )
-from realformer_jax.kernels.backends.triton.tiles import device_tiles, dividing
+from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
 from realformer_jax.kernels.spec import KernelSpec
 
 DS_PANEL_BYTES = 2**30  # the largest dS panel the backward materialises
@@ -67,13 +66,7 @@ def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> Ke
   del layers, head_dim
   if spec.interpret:
     return spec
-  tiles = device_tiles()
-  return dataclasses.replace(
-    spec,
-    block_q=dividing(tiles.block_q, spec.block_q, seq_len),
-    block_k=dividing(tiles.block_k, spec.block_k, seq_len),
-    block_bwd=dividing(tiles.block_bwd, spec.block_bwd, seq_len),
-  )
+  return with_device_tiles(spec, seq_len, square=True)
 
 
 def _compiler_params(head_dim: int):

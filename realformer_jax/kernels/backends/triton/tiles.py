@@ -5,6 +5,7 @@ float32 tile per step a wider block would have to hold in registers too)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -47,3 +48,16 @@ def device_tiles() -> Tiles:
 def dividing(mine: int, plan: int, seq_len: int) -> int:
   """The table's tile where it divides the sequence, else the plan's."""
   return mine if seq_len % mine == 0 else plan
+
+
+def with_device_tiles(spec, seq_len: int, square: bool = False):
+  """`spec` (a KernelSpec) with the device's forward tiles, and with `square` the qk dS
+  kernel's too, each where it divides the sequence (the plan's otherwise)."""
+  tiles = device_tiles()
+  fields = dict(
+    block_q=dividing(tiles.block_q, spec.block_q, seq_len),
+    block_k=dividing(tiles.block_k, spec.block_k, seq_len),
+  )
+  if square:
+    fields['block_bwd'] = dividing(tiles.block_bwd, spec.block_bwd, seq_len)
+  return dataclasses.replace(spec, **fields)

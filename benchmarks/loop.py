@@ -26,7 +26,7 @@ import time
 import jax
 
 from realformer_jax import data, train
-from realformer_jax.train import accumulation, partitioning
+from realformer_jax.train import accumulation, build
 
 TARGET = 0.95
 
@@ -58,7 +58,7 @@ def bare_tokens_per_sec(config, steps: int) -> float:
   host_batch = next(
     data.make_train_iterator(spec.data, spec.train.global_batch_size, spec.train.seed)
   )
-  batch = partitioning.global_batch(host_batch, setup.batch_sharding)
+  batch = build.global_batch(host_batch, setup.batch_sharding)
   rng = jax.device_put(key, setup.replicated)
   state, metrics = step_fn(state, batch, rng)  # warm-up
   jax.block_until_ready(metrics)

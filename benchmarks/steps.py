@@ -24,8 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from realformer_jax import train as train_lib
 from realformer_jax.mlm import MaskedLMTask
-from realformer_jax.train import partitioning
-from realformer_jax.train import state as state_lib
+from realformer_jax.train import build
 from realformer_jax.train import step as step_lib
 
 
@@ -142,7 +141,7 @@ def make_project_step(
       setup.model,
       setup.tx,
       spec.task,
-      state_lib.learning_rate_schedule(spec.train),
+      build.learning_rate_schedule(spec.train),
       grad_accum_steps=spec.train.grad_accum_steps,
       param_shardings=setup.layout.param_shardings,
     ),
@@ -159,7 +158,7 @@ def make_project_step(
     state,
     jax.device_put(batch, setup.batch_sharding),
     jax.device_put(jax.random.key(seed), setup.replicated),
-    lambda: partitioning.activate(setup.mesh, setup.rules),
+    lambda: build.activate(setup.mesh, setup.rules),
   )
 
 
@@ -210,13 +209,13 @@ def make_hf_step(
     hf_config, seed=seed, dtype=jnp.dtype(dtype), _do_init=False
   )
   train = train_lib.validate_config(config).train
-  tx = state_lib.make_optimizer(train)
+  tx = build.make_optimizer(train)
   fn = jax.jit(
     step_lib.make_train_step(
       HFMaskedLM(hf_model),
       tx,
       MaskedLMTask(),
-      state_lib.learning_rate_schedule(train),
+      build.learning_rate_schedule(train),
       grad_accum_steps=train.grad_accum_steps,
     ),
     donate_argnums=0,
@@ -224,7 +223,7 @@ def make_hf_step(
 
   def init(key):
     params = hf_model.init_weights(key, (1, batch['input_ids'].shape[1]))
-    return state_lib.TrainState(
+    return step_lib.TrainState(
       step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)
     )
 

@@ -12,8 +12,7 @@ import numpy as np
 
 from benchmarks import steps
 from configs import tiny
-from realformer_jax.train import build, partitioning, pretraining
-from realformer_jax.train import state as state_lib
+from realformer_jax.train import build, pretraining
 from realformer_jax.train import step as step_lib
 from tests import scale_out_support as support
 
@@ -49,7 +48,7 @@ def sharded_runs(cases: dict, step_case: str) -> dict:
   for case, (impl, model) in cases.items():
     spec = pretraining.validate_config(_config(impl, **model))
     setup = build.make_setup(spec)
-    state = state_lib.init_state(
+    state = build.init_state(
       setup.model,
       setup.tx,
       spec.data,
@@ -59,7 +58,7 @@ def sharded_runs(cases: dict, step_case: str) -> dict:
       setup.rules,
       setup.task,
     )
-    device_batch = partitioning.global_batch(batch, setup.batch_sharding)
+    device_batch = build.global_batch(batch, setup.batch_sharding)
     rng = jax.random.key(1)
     forward_rng = jax.random.fold_in(jax.random.fold_in(rng, 0), 0)  # as train_step at step 0
 
@@ -78,7 +77,7 @@ def sharded_runs(cases: dict, step_case: str) -> dict:
       jax.value_and_grad(loss),
       in_shardings=(setup.layout.param_shardings, setup.batch_sharding, None),
     )
-    with partitioning.activate(setup.mesh, setup.rules):
+    with build.activate(setup.mesh, setup.rules):
       value, grads = grad_fn(state.params, device_batch, forward_rng)
     results[case] = (float(value), jax.tree.map(np.asarray, grads))
     if case == step_case:

@@ -192,7 +192,7 @@ jax.config.update('jax_default_matmul_precision', 'highest')
 sys.path.insert(0, 'tests')
 from train_fixtures import make_setup, synthetic_batch, tiny_config
 from realformer_jax import train
-from realformer_jax.train import build, partitioning
+from realformer_jax.train import build
 
 losses = {}
 for name, shape in [('dp', (8, 1, 1)), ('fsdp_tp', (2, 2, 2))]:
@@ -205,7 +205,7 @@ for name, shape in [('dp', (8, 1, 1)), ('fsdp_tp', (2, 2, 2))]:
   rng = jax.device_put(key, setup.replicated)
   losses[name] = []
   for seed in range(2):
-    batch = partitioning.global_batch(synthetic_batch(config, seed), setup.batch_sharding)
+    batch = build.global_batch(synthetic_batch(config, seed), setup.batch_sharding)
     state, metrics = compiled(state, batch, rng)
     losses[name].append(float(metrics['mlm_loss_sum']))
 print('RESULTS ' + json.dumps(losses))

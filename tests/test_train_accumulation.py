@@ -9,7 +9,7 @@ from train_fixtures import synthetic_batch, tiny_config
 
 from realformer_jax import train
 from realformer_jax.config import ConfigError
-from realformer_jax.train import accumulation, partitioning
+from realformer_jax.train import accumulation, build
 
 _COMPILED = {}
 
@@ -75,7 +75,7 @@ def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit
   explicit = train.compile_train_step(explicit_config)
   setup = resolved.setup
   key = jax.random.key(0)
-  batch = partitioning.global_batch(synthetic_batch(explicit_config), setup.batch_sharding)
+  batch = build.global_batch(synthetic_batch(explicit_config), setup.batch_sharding)
   results = []
   for step in (resolved.compiled, explicit):
     state = setup.init_state(key)

@@ -21,7 +21,7 @@ jax.config.update('jax_disable_most_optimizations', True)
 sys.path.insert(0, 'tests')
 from train_fixtures import make_setup, synthetic_batch, tiny_config
 from realformer_jax import train
-from realformer_jax.train import build, partitioning
+from realformer_jax.train import build
 
 def spec(x):
   return [list(a) if isinstance(a, tuple) else a for a in x.sharding.spec]
@@ -39,7 +39,7 @@ for name, shape in [('dp', (8, 1, 1)), ('fsdp', (1, 8, 1)), ('fsdp_tp', (2, 2, 2
   rng = jax.device_put(key, setup.replicated)
   losses = []
   for seed in range(2):
-    batch = partitioning.global_batch(synthetic_batch(config, seed), setup.batch_sharding)
+    batch = build.global_batch(synthetic_batch(config, seed), setup.batch_sharding)
     state, metrics = compiled(state, batch, rng)
     losses.append(float(metrics['mlm_loss_sum']))
   params = state.params

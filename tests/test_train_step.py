@@ -9,8 +9,7 @@ from train_fixtures import make_setup, synthetic_batch, tiny_config
 
 from realformer_jax import train
 from realformer_jax.model import losses
-from realformer_jax.train import build, partitioning
-from realformer_jax.train import state as state_lib
+from realformer_jax.train import build
 
 
 def _first_step(config):
@@ -20,7 +19,7 @@ def _first_step(config):
   state = setup.init_state(key)
   initial = jax.device_get(state)  # before the step donates it
   step = build.compile_train_step(setup)
-  batch = partitioning.global_batch(synthetic_batch(config), setup.batch_sharding)
+  batch = build.global_batch(synthetic_batch(config), setup.batch_sharding)
   new_state, metrics = jax.device_get(step(state, batch, jax.device_put(key, setup.replicated)))
   return setup, initial, new_state, metrics
 
@@ -52,14 +51,14 @@ def test_schedule_warms_up_then_decays_linearly_to_zero():
   config = tiny_config(
     train__num_train_steps=100, train__warmup_steps=10, train__learning_rate=1e-3
   )
-  schedule = state_lib.learning_rate_schedule(config.train)
+  schedule = build.learning_rate_schedule(config.train)
   values = [float(schedule(s)) for s in (0, 5, 10, 55, 100)]
   np.testing.assert_allclose(values, [0.0, 5e-4, 1e-3, 5e-4, 0.0], atol=1e-9)
 
 
 def test_weight_decay_only_on_kernels_and_embeddings():
   setup = make_setup(tiny_config())
-  mask = state_lib.weight_decay_mask(setup.layout.abstract.params)
+  mask = build.weight_decay_mask(setup.layout.abstract.params)
   flat = {
     jax.tree_util.keystr(path): decayed
     for path, decayed in jax.tree_util.tree_leaves_with_path(mask)
@@ -70,7 +69,7 @@ def test_weight_decay_only_on_kernels_and_embeddings():
   assert not flat["['encoder']['layers']['attention_norm']['scale']"]
   assert not flat["['mlm_head']['output_bias']"]
   # With zero gradients only decayed parameters move.
-  tx = optax.adamw(1.0, weight_decay=0.5, mask=state_lib.weight_decay_mask)
+  tx = optax.adamw(1.0, weight_decay=0.5, mask=build.weight_decay_mask)
   params = {'dense': {'kernel': np.ones(3), 'bias': np.ones(3)}}
   updates, _ = tx.update(jax.tree.map(np.zeros_like, params), tx.init(params), params)
   assert np.all(updates['dense']['kernel'] < 0) and np.all(updates['dense']['bias'] == 0)
@@ -96,7 +95,7 @@ def test_clip_by_global_norm_matches_optax(max_norm):
     'a': np.linspace(-2.0, 3.0, 12, dtype=np.float32).reshape(3, 4),
     'b': {'c': np.full((5,), 0.25, np.float32)},
   }
-  ours = state_lib.clip_by_global_norm(max_norm)
+  ours = build.clip_by_global_norm(max_norm)
   reference = optax.clip_by_global_norm(max_norm)
   got, got_state = ours.update(tree, ours.init(tree))
   want, want_state = reference.update(tree, reference.init(tree))
@@ -136,12 +135,12 @@ def test_train_step_is_clipped_adamw_on_the_mean_gradient():
   tx = optax.chain(
     optax.clip_by_global_norm(config.train.clip_grad_norm),
     optax.adamw(
-      state_lib.learning_rate_schedule(config.train),
+      build.learning_rate_schedule(config.train),
       b1=config.train.adam_b1,
       b2=config.train.adam_b2,
       eps=config.train.adam_eps,
       weight_decay=config.train.weight_decay,
-      mask=state_lib.weight_decay_mask,
+      mask=build.weight_decay_mask,
     ),
   )
   updates, opt_state = tx.update(grads, tx.init(state.params), state.params)

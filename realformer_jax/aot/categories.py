@@ -11,7 +11,7 @@ Rules, first match wins:
   GEMM                       anything that multiplies matrices (dot, convolution, cuBLAS)
   scatter                    contains a scatter (e.g. an embedding-table gradient)
   dropout bits               a Threefry hash (xor + logical shifts, or jax's threefry kernel)
-  optimizer                  traced from optax or the project's train/state.py (clipping,
+  optimizer                  traced from optax or the project's train/build.py (clipping,
                              AdamW moments and update)
   copies & layout            only moves data: copy, transpose, (dynamic-)slice and
                              dynamic-update-slice (a rolled scan's per-layer stacking), pad,
@@ -104,7 +104,7 @@ def categorize(facts: KernelFacts, score_dims: Optional[tuple[int, int]] = None)
     return SCATTER
   if target.startswith(THREEFRY_CALLS) or {'xor', 'shift-right-logical'} <= facts.opcodes:
     return DROPOUT_BITS
-  if any('/optax/' in f or f.endswith('train/state.py') for f in facts.source_files):
+  if any('/optax/' in f or f.endswith('train/build.py') for f in facts.source_files):
     return OPTIMIZER
   if facts.opcodes and facts.opcodes <= MOVEMENT_OPS | BOOKKEEPING_OPS:
     return COPIES

@@ -29,10 +29,10 @@ import ml_collections
 from realformer_jax import train
 from realformer_jax.finetune import datasets, starting_point
 from realformer_jax.finetune.tasks import make_task
-from realformer_jax.train import build, checkpointing, loop, partitioning
+from realformer_jax.train import build, checkpointing, loop
 from realformer_jax.train import config as train_config
 from realformer_jax.train import step as step_lib
-from realformer_jax.train.state import TrainState
+from realformer_jax.train.step import TrainState
 from realformer_jax.train.task import prefixed
 
 RESULTS_FILE = 'results.json'
@@ -117,7 +117,7 @@ def evaluate_best(spec: train.RunSpec, workdir: str, split: str) -> dict[str, fl
     ),
     out_shardings=setup.replicated,
   )
-  with partitioning.activate(setup.mesh, setup.rules):
+  with build.activate(setup.mesh, setup.rules):
     metrics = loop.evaluate(eval_step, state, batches, setup, context)
   return {
     **{f'test/{k.split("/", 1)[1]}': v for k, v in metrics.items()},

@@ -26,7 +26,7 @@ from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.loop import evaluate, train_and_evaluate
 from realformer_jax.train.metrics import read_scalars
 from realformer_jax.train.pretrained import Pretrained, load_workdir
-from realformer_jax.train.state import TrainState
+from realformer_jax.train.step import TrainState
 
 __all__ = [
   'DivergenceError',

@@ -1,29 +1,234 @@
-"""From a RunSpec to the compiled steps: model, optimizer, mesh, shardings.
+"""From a RunSpec to the compiled steps: mesh and shardings, optimizer and train state, model.
 
 `make_setup(spec)` needs no data and allocates no parameters; `compile_train_step(setup)`
 compiles the step for the spec's concrete accumulation (an int: 'auto' is resolved before, by
 accumulation.py, which calls this module; never the other way round). A script reads
 `compile_train_step(setup).memory_analysis()` for any model size on any mesh, also for the
 devices of an accelerator topology that this host does not have (`devices=`).
+
+Where arrays live: the model names only logical axes (`batch`, `embed`, `heads`, ...); the
+run's logical axis rules (`spec.rules`, from `config.logical_axis_rules`) map them onto the mesh
+axes of `spec.mesh`, so data parallel, FSDP and tensor parallel are config changes. Rules are
+applied in order and a mesh axis is used at most once per array.
+
+Sharded initialisation (no host ever holds the whole model): `jax.eval_shape(model.init)` gives
+boxed abstract params -> `nn.get_partition_spec` -> logical specs; optimizer moments reuse their
+parameter's spec (`optax.tree_map_params`); `nn.logical_to_mesh_sharding` maps them onto the
+mesh; `jax.jit(init, out_shardings=...)` then creates every array directly in its shards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from realformer_jax import kernels
 from realformer_jax.analysis import kernel_check
 from realformer_jax.kernels import carry_choice
-from realformer_jax.train import partitioning
-from realformer_jax.train import state as state_lib
+from realformer_jax.model.params import unbox
 from realformer_jax.train import step as step_lib
-from realformer_jax.train.config import AUTO, RunSpec
-from realformer_jax.train.task import Task
+from realformer_jax.train.config import AUTO, MeshConfig, Rules, RunSpec
+from realformer_jax.train.step import TrainState
+from realformer_jax.train.task import Task, TaskModel
+
+# Mesh, rules and shardings.
+
+
+def make_mesh(mesh_config: MeshConfig, devices: Optional[Sequence[Any]] = None) -> Mesh:
+  """The mesh over `devices` (default: every device of every process); Auto axis types, which
+  Flax's logical partitioning expects. Other devices than the default are, e.g., the devices of
+  an accelerator topology that a deviceless compile targets."""
+  devices = jax.devices() if devices is None else list(devices)
+  shape = mesh_config.resolve(len(devices))
+  return jax.make_mesh(
+    shape, mesh_config.axes, axis_types=(AxisType.Auto,) * len(shape), devices=devices
+  )
+
+
+@contextlib.contextmanager
+def activate(mesh: Mesh, rules: Rules) -> Iterator[None]:
+  """Mesh and rules in scope, as tracing `nn.with_logical_constraint` needs."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    yield
+
+
+def to_mesh_shardings(logical_specs: Any, mesh: Mesh, rules: Rules) -> Any:
+  """A tree of logical PartitionSpecs -> a tree of NamedShardings."""
+  return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)
+
+
+def batch_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
+  """Leading (batch) dimension split over the mesh axes the `batch` rule names."""
+  return NamedSharding(mesh, nn.logical_to_mesh_axes(('batch',), rules))
+
+
+def data_parallel_size(mesh: Mesh, rules: Rules) -> int:
+  """How many groups of `mesh`'s devices the batch is split over under `rules`."""
+  axes = batch_sharding(mesh, rules).spec[0]  # the mesh axes of the batch dimension
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+  return int(np.prod([mesh.shape[a] for a in axes], dtype=int))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def global_batch(
+  local_batch: Mapping[str, np.ndarray], sharding: NamedSharding
+) -> dict[str, jax.Array]:
+  """This process's rows -> global arrays (each process feeds only its own devices)."""
+  return {
+    k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+    for k, v in local_batch.items()
+  }
+
+
+# Optimizer and train state.
+
+# Parameters that get weight decay; BERT exempts biases and LayerNorm (and here also the
+# residual gates and every other scalar or vector parameter).
+_DECAYED_PARAM_NAMES = ('kernel', 'embedding')
+
+
+class OptimizerConfig(Protocol):
+  """What the schedule and optimizer read: TrainConfig (train/config.py) or a task's subclass of
+  it (seq2seq/config.py)."""
+
+  learning_rate: float
+  warmup_steps: int
+  num_train_steps: int
+  weight_decay: float
+  adam_b1: float
+  adam_b2: float
+  adam_eps: float
+  clip_grad_norm: float
+
+
+def learning_rate_schedule(train: OptimizerConfig) -> optax.Schedule:
+  """Linear warmup from 0 to the peak, then linear decay to 0 at num_train_steps."""
+  warmup = optax.linear_schedule(0.0, train.learning_rate, train.warmup_steps)
+  decay = optax.linear_schedule(
+    train.learning_rate, 0.0, train.num_train_steps - train.warmup_steps
+  )
+  return optax.join_schedules([warmup, decay], [train.warmup_steps])
+
+
+def weight_decay_mask(params: Any) -> Any:
+  return jax.tree_util.tree_map_with_path(
+    lambda path, _: getattr(path[-1], 'key', None) in _DECAYED_PARAM_NAMES, params
+  )
+
+
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+  """`optax.clip_by_global_norm` as one scalar factor: t * min(1, max_norm / ||g||).
+
+  optax picks per element between t and t / ||g|| * max_norm. The division is an "expensive"
+  op to XLA, so XLA:CPU writes the clipped gradient out as its own array instead of fusing it
+  into both AdamW moment updates: an extra write and two extra reads of every gradient (~5% of
+  a BERT-Base step). The factor form fuses. Same values up to one rounding; same (empty) state.
+  """
+
+  def update_fn(updates, state, params=None):
+    del params
+    factor = jnp.minimum(1.0, max_norm / optax.tree.norm(updates))  # ||g|| = 0 -> 1
+    return jax.tree.map(lambda t: t * factor.astype(t.dtype), updates), state
+
+  return optax.GradientTransformation(lambda params: optax.ClipByGlobalNormState(), update_fn)
+
+
+def make_optimizer(train: OptimizerConfig) -> optax.GradientTransformation:
+  adamw = optax.adamw(
+    learning_rate_schedule(train),
+    b1=train.adam_b1,
+    b2=train.adam_b2,
+    eps=train.adam_eps,
+    weight_decay=train.weight_decay,
+    mask=weight_decay_mask,
+  )
+  if train.clip_grad_norm > 0:
+    return optax.chain(clip_by_global_norm(train.clip_grad_norm), adamw)
+  return adamw
+
+
+@dataclasses.dataclass(frozen=True)
+class StateLayout:
+  """What a sharded TrainState looks like: shapes, dtypes and shardings of every leaf."""
+
+  abstract: TrainState  # ShapeDtypeStructs carrying their shardings
+  shardings: TrainState  # NamedShardings
+
+  @property
+  def param_shardings(self) -> Any:
+    return self.shardings.params
+
+
+def _make_init_fn(model, tx, batch_size, data_config, task: TaskModel):
+  def init(rng: jax.Array) -> TrainState:
+    params = unbox(task.init_variables(model, rng, data_config, batch_size)['params'])
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+  return init
+
+
+def state_layout(
+  model: Any, tx: optax.GradientTransformation, data_config: Any, mesh, rules, task: TaskModel
+) -> StateLayout:
+  """Abstract sharded TrainState, computed without allocating any parameter."""
+  # One row per data-parallel shard keeps init's activation constraints divisible.
+  batch_size = data_parallel_size(mesh, rules)
+  rng = jax.random.key(0)
+  with activate(mesh, rules):
+    boxed = jax.eval_shape(lambda r: task.init_variables(model, r, data_config, batch_size), rng)
+  params = unbox(boxed['params'])
+  abstract = TrainState(
+    step=jax.ShapeDtypeStruct((), jnp.int32),
+    params=params,
+    opt_state=jax.eval_shape(tx.init, params),
+  )
+  param_specs = nn.get_partition_spec(boxed['params'])
+  is_spec = lambda x: isinstance(x, PartitionSpec)
+  opt_specs = optax.tree_map_params(
+    tx,
+    lambda _, spec: spec,
+    abstract.opt_state,
+    param_specs,
+    transform_non_params=lambda _: PartitionSpec(),
+    is_leaf=is_spec,
+  )
+  specs = TrainState(step=PartitionSpec(), params=param_specs, opt_state=opt_specs)
+  shardings = to_mesh_shardings(specs, mesh, rules)
+  abstract = jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+  )
+  return StateLayout(abstract=abstract, shardings=shardings)
+
+
+def init_state(
+  model: Any,
+  tx: optax.GradientTransformation,
+  data_config: Any,
+  layout: StateLayout,
+  rng: jax.Array,
+  mesh,
+  rules,
+  task: TaskModel,
+) -> TrainState:
+  """Fresh TrainState, created shard by shard on the devices that own it."""
+  batch_size = data_parallel_size(mesh, rules)
+  init = _make_init_fn(model, tx, batch_size, data_config, task)
+  with activate(mesh, rules):
+    return jax.jit(init, out_shardings=layout.shardings)(rng)
+
+
+# The setup and its compiled steps.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +237,7 @@ class TrainSetup:
   model: Any  # the task's Flax module (task.make_model)
   tx: optax.GradientTransformation
   mesh: Mesh
-  layout: state_lib.StateLayout
+  layout: StateLayout
   batch_sharding: NamedSharding
   # The model config the model was built with: spec.model with 'auto' attention platform and
   # residual carry decided for these devices (the spec keeps 'auto': a resumed run decides
@@ -44,12 +249,12 @@ class TrainSetup:
     return self.spec.task
 
   @property
-  def rules(self) -> partitioning.Rules:
+  def rules(self) -> Rules:
     return self.spec.rules
 
   @property
   def replicated(self) -> NamedSharding:
-    return partitioning.replicated(self.mesh)
+    return replicated(self.mesh)
 
   def abstract_batches(self) -> list[dict]:
     """One abstract batch per shape the task's data yields (one, unless it buckets)."""
@@ -61,9 +266,9 @@ class TrainSetup:
       for shapes in self.task.data_batch_shapes(self.spec.data, self.spec.train.global_batch_size)
     ]
 
-  def init_state(self, rng: jax.Array) -> state_lib.TrainState:
+  def init_state(self, rng: jax.Array) -> TrainState:
     """A fresh TrainState from `rng`, created shard by shard on the devices that own it."""
-    return state_lib.init_state(
+    return init_state(
       self.model, self.tx, self.spec.data, self.layout, rng, self.mesh, self.rules, self.task
     )
 
@@ -78,7 +283,7 @@ def make_setup(
   """Everything but data and arrays, on a mesh of `devices` (default: all of them).
   `memory_bytes`: one device's memory budget, for residual_carry='auto' (default: the first
   local device's limit; accumulation.resolve passes its budget, a target's when deviceless)."""
-  mesh = partitioning.make_mesh(spec.mesh, devices)
+  mesh = make_mesh(spec.mesh, devices)
   # Attention kernels for the platform the step is compiled for (kernels/select.py), checked
   # against the einsum path first when they run compiled on this process's devices.
   devices = list(mesh.devices.flat)
@@ -88,15 +293,15 @@ def make_setup(
   model_config = carry_choice.resolved(model_config, seq_len, memory_bytes)
   model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
-  tx = state_lib.make_optimizer(spec.train)
-  layout = state_lib.state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
+  tx = make_optimizer(spec.train)
+  layout = state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
   return TrainSetup(
     spec=spec,
     model=model,
     tx=tx,
     mesh=mesh,
     layout=layout,
-    batch_sharding=partitioning.batch_sharding(mesh, spec.rules),
+    batch_sharding=batch_sharding(mesh, spec.rules),
     model_config=model_config,
   )
 
@@ -118,7 +323,7 @@ def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:
     setup.model,
     setup.tx,
     setup.task,
-    state_lib.learning_rate_schedule(train),
+    learning_rate_schedule(train),
     grad_accum_steps=train.grad_accum_steps,
     param_shardings=setup.layout.param_shardings,
     log_layer_grad_norms=train.log_layer_grad_norms,
@@ -129,7 +334,7 @@ def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:
     out_shardings=(setup.layout.shardings, setup.replicated),
     donate_argnums=0,
   )
-  with partitioning.activate(setup.mesh, setup.rules):
+  with activate(setup.mesh, setup.rules):
     return _per_shape(
       (batch, jitted.lower(setup.layout.abstract, batch, setup.abstract_rng()).compile())
       for batch in setup.abstract_batches()
@@ -144,7 +349,7 @@ def compile_eval_step(setup: TrainSetup) -> jax.stages.Compiled:
     in_shardings=(setup.layout.shardings, setup.batch_sharding),
     out_shardings=setup.replicated,
   )
-  with partitioning.activate(setup.mesh, setup.rules):
+  with activate(setup.mesh, setup.rules):
     return _per_shape(
       (batch, jitted.lower(setup.layout.abstract, batch).compile())
       for batch in setup.abstract_batches()

@@ -56,7 +56,7 @@ from realformer_jax import data, extras
 from realformer_jax.config import ConfigError
 from realformer_jax.train import checkpoint_integrity
 from realformer_jax.train.errors import CheckpointError, DivergenceError
-from realformer_jax.train.state import TrainState
+from realformer_jax.train.step import TrainState
 
 grain = extras.lazy('grain')
 

@@ -25,17 +25,9 @@ from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
-from realformer_jax.train import (
-  accumulation,
-  build,
-  distributed,
-  divergence,
-  partitioning,
-  workdir_lock,
-)
+from realformer_jax.train import accumulation, build, distributed, divergence, workdir_lock
 from realformer_jax.train import config as train_config
 from realformer_jax.train import metrics as metrics_lib
-from realformer_jax.train import state as state_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
 from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.train.errors import DivergenceError, TrainingError
@@ -292,7 +284,7 @@ def check_schedule(train: TrainConfig, workdir: str, latest_step: Optional[int])
   if not changed:
     return None
   lr_before, lr_after = (
-    float(state_lib.learning_rate_schedule(t)(latest_step)) for t in (before, train)
+    float(build.learning_rate_schedule(t)(latest_step)) for t in (before, train)
   )
   return (
     f'note: the resumed schedule changed ({", ".join(changed)}): it now ends at step '
@@ -329,7 +321,7 @@ def evaluate(
   `eval_context` (TaskData.eval_context: what the task's metrics need from its data)."""
   totals, outputs = None, []
   for batch in eval_batches:
-    sums, rows = eval_step(state, partitioning.global_batch(batch, setup.batch_sharding))
+    sums, rows = eval_step(state, build.global_batch(batch, setup.batch_sharding))
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if rows:
       outputs.append(jax.device_get(rows))

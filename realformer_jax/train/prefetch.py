@@ -1,7 +1,7 @@
 """Batches placed on the devices ahead of the step that consumes them.
 
 A background thread takes host batches from the data iterator and turns them into global,
-sharded device arrays (`partitioning.global_batch`), `depth` batches ahead; the loop's
+sharded device arrays (`build.global_batch`), `depth` batches ahead; the loop's
 `next()` then only dequeues, so neither the host-side data work nor the host-to-device copy
 sits between two train steps.
 
@@ -20,7 +20,7 @@ from typing import Any, Optional
 from jax.sharding import NamedSharding
 
 from realformer_jax import extras
-from realformer_jax.train import partitioning
+from realformer_jax.train import build
 
 grain = extras.require('grain')
 
@@ -46,7 +46,7 @@ class DevicePrefetcher(grain.DatasetIterator):
   def _fill(self) -> None:
     try:
       while not self._stop.is_set():
-        batch = partitioning.global_batch(next(self._host), self._sharding)
+        batch = build.global_batch(next(self._host), self._sharding)
         item = (batch, self._host.get_state())
         while not self._stop.is_set():
           try:

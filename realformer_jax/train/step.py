@@ -12,16 +12,22 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
 
 from realformer_jax.analysis import diagnostics
-from realformer_jax.train.state import TrainState
 from realformer_jax.train.task import TaskModel
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
+
+
+class TrainState(flax.struct.PyTreeNode):
+  step: jax.Array  # int32 scalar: optimizer updates applied so far
+  params: Any
+  opt_state: Any
 
 
 def _forward_sums(

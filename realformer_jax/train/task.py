@@ -1,7 +1,7 @@
 """What the training loop needs to know about a task, and nothing else.
 
-The loop (loop.py), steps (step.py), state init (state.py) and setup (build.py) are written
-against this interface and know no task: masked-LM pretraining (realformer_jax/mlm), the
+The loop (loop.py), steps (step.py) and setup (build.py: mesh, state init, compiled steps) are
+written against this interface and know no task: masked-LM pretraining (realformer_jax/mlm), the
 fine-tuning tasks (classification, regression, span extraction; realformer_jax/finetune) and
 translation (realformer_jax/seq2seq) are packages above this one, each a `Task`.
 
@@ -11,7 +11,7 @@ its import path and imports on first use (config.py: `default_task`, `set_defaul
 its validate_config takes the default when given no task).
 
 A task (`Task`) is three parts and its data: `TaskConfig` (read by config.py), `TaskModel`
-(all the compiled steps need: step.py, state.py, build.py), `TaskConsole` (its words on the
+(all the compiled steps need: step.py, build.py), `TaskConsole` (its words on the
 console, loop.py). A task says
   * its config: the `data` section's schema (a frozen dataclass that checks itself), any extra
     sections, how the `model` section becomes a ModelConfig, and checks across sections (on the
@@ -88,7 +88,7 @@ class TaskConfig:
 
 
 class TaskModel:
-  """What the compiled steps run (build.py, state.py, step.py): the model and its batches, the
+  """What the compiled steps run (build.py, step.py): the model and its batches, the
   loss as sums that add across batches, devices and microbatches (`sum_metrics`; the loss is
   `sums[loss_sum] / sums[weight]`), and the metrics made from those sums."""
 

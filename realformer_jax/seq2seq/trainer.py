@@ -42,7 +42,7 @@ HISTORY_FILE = 'history.json'
 @dataclasses.dataclass
 class Trained:
   """A trained (or restored) run: what evaluation and the speed benchmark need. A run that
-  stopped before the end of its schedule (SIGTERM inside distributed.return_on_preemption,
+  stopped before the end of its schedule (SIGTERM inside train.loop.return_on_preemption,
   or train.stop_at_step) has `stopped_at` set and no parameters."""
 
   spec: RunSpec

@@ -6,26 +6,31 @@ fast: the config is validated and the data is built (tokenizer, iterators, basel
 model is traced, so every user-fixable problem costs seconds. Metrics are pulled to the host one
 step late, so the host never waits on the step it has just dispatched; a state is checked finite
 before it is ever saved. A task with a `best_metric` also keeps the parameters of its best
-evaluation (checkpointing.py).
+evaluation (checkpointing.py). The run's processes start here too (`initialize_processes`), and a
+preemption (SIGTERM) or Ctrl-C stops it after a saved step (`PreemptionWatcher`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
+import threading
 from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
-from realformer_jax.train import accumulation, build, distributed, divergence, workdir_lock
+from realformer_jax.train import accumulation, build, divergence, workdir_lock
 from realformer_jax.train import config as train_config
 from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
@@ -56,7 +61,7 @@ def run(
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
   task = spec.task
-  distributed.initialize(spec.distributed)
+  initialize_processes(spec.distributed)
   train_config.check_devices(spec, jax.device_count(), jax.process_count())
   task_data = task.build_data(spec, jax.process_index(), jax.process_count())
   train_iter, baseline = task_data.train_iter, task_data.baseline
@@ -72,7 +77,7 @@ def run(
     if schedule_note:
       writer.print(schedule_note)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
-    preemption = distributed.PreemptionWatcher()
+    preemption = PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
     resolved = accumulation.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
@@ -419,3 +424,106 @@ class _TrainLog:
       f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
       f'ETA {metrics_lib.format_duration(seconds_left)}'
     )
+
+
+# Processes: multi-process start-up and the preemption (SIGTERM) notice.
+
+
+def initialize_processes(dist: ml_collections.ConfigDict) -> None:
+  """jax.distributed.initialize from the config (or the cluster environment); a no-op for one
+  process. Must run before anything touches a device."""
+  if jax.distributed.is_initialized():
+    return
+  if dist.auto_detect:
+    jax.distributed.initialize()
+  elif dist.num_processes > 1:
+    jax.distributed.initialize(
+      coordinator_address=dist.coordinator_address,
+      num_processes=dist.num_processes,
+      process_id=dist.process_id,
+    )
+
+
+class SecondInterrupt(KeyboardInterrupt):
+  """A second Ctrl-C during training: it stops the run at once, without the checkpoint the first
+  one is waiting for. (A plain KeyboardInterrupt: a Ctrl-C before training started.)"""
+
+
+class PreemptionWatcher:
+  """Tells the loop when to save and stop: on SIGTERM (a preemption) or Ctrl-C (SIGINT).
+
+  One process: our own handlers set a flag, so the signal waits for the end of the step,
+  which saves a checkpoint. A second Ctrl-C does not wait: it raises SecondInterrupt at once
+  (nothing is saved; the CLIs print one line). Several processes: JAX's preemption service
+  (started by jax.distributed.initialize) catches SIGTERM and agrees on one step for all
+  processes; Ctrl-C keeps its usual effect there.
+
+  After the run has saved and closed everything, `deliver` lets a deferred signal take the
+  effect it would have had without the loop: the process ends, or KeyboardInterrupt is raised
+  (or the handler that was there before runs). Only inside `return_on_preemption()` (the CLIs,
+  which then exit 0) does the run return {'preempted': True} instead. A library caller that got
+  that dict back took it for a finished run: an experiment grid failed on its missing eval
+  metrics, and a test failed alone while the rest of its pytest session went on
+  (tests/test_train_loop.py's pipeline test, under a stray SIGTERM on a shared machine).
+  """
+
+  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self):
+    self._multi_process = jax.process_count() > 1
+    self.signal: Optional[signal.Signals] = None  # the signal that asked to stop, if any
+    self._previous: dict[int, Any] = {}  # the handlers before ours, put back by close
+    self._installed = False
+    if not self._multi_process and threading.current_thread() is threading.main_thread():
+      self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self._SIGNALS}
+      self._installed = True
+
+  def _on_signal(self, signum, frame) -> None:
+    del frame
+    if signum == signal.SIGINT and self.signal == signal.SIGINT:
+      self.signal = None  # a second Ctrl-C: nothing deferred is left to deliver
+      raise SecondInterrupt
+    self.signal = self.signal or signal.Signals(signum)
+
+  @property
+  def signal_name(self) -> str:
+    return self.signal.name if self.signal is not None else 'SIGTERM'  # multi-process: JAX's
+
+  def requested(self, step: int) -> bool:
+    if self._multi_process:
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self.signal is not None
+
+  def close(self) -> None:
+    """Puts the previous handlers back."""
+    if self._installed:
+      for sig, previous in self._previous.items():
+        if previous is not None:
+          signal.signal(sig, previous)
+    self._installed = False
+
+  def deliver(self) -> None:
+    """A signal the run deferred now takes effect (see the class docstring). Call last."""
+    sig, self.signal = self.signal, None
+    if sig is None or _return_on_preemption:
+      return
+    previous = self._previous.get(sig)
+    if callable(previous):
+      previous(sig, None)  # Python's own SIGINT handler raises KeyboardInterrupt here
+    elif previous == signal.SIG_DFL:
+      os.kill(os.getpid(), sig)  # the default action: the process ends here
+
+
+_return_on_preemption = False
+
+
+@contextlib.contextmanager
+def return_on_preemption():
+  """Within this block a run stopped by SIGTERM returns {'preempted': True} once its checkpoint
+  is saved, and its caller decides what follows (the CLIs exit 0)."""
+  global _return_on_preemption
+  previous, _return_on_preemption = _return_on_preemption, True
+  try:
+    yield
+  finally:
+    _return_on_preemption = previous

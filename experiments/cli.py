@@ -26,7 +26,7 @@ CONFIG_HELP = (
   'Config file (configs/*.py[:arg]); change a field with --config.<section>.<field>=value. '
   "Every field's value and meaning: --print_config. The meanings are the comments beside the "
   'fields in their dataclasses: model realformer_jax/config.py (ModelConfig), data '
-  'realformer_jax/data/config.py, train / mesh / distributed realformer_jax/train/spec.py, '
+  'realformer_jax/data/config.py, train / mesh / distributed realformer_jax/train/config.py, '
   'finetune realformer_jax/finetune/config.py, translation realformer_jax/seq2seq/config.py.'
 )
 

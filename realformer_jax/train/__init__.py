@@ -10,13 +10,12 @@ points train the default one (task.py: masked-LM pretraining, registered by real
 
 The path from a config to a step, one module per stop:
   config (the editable ConfigDict, checked once into a RunSpec of frozen sections) ->
-  accumulation ('auto' resolved) -> build (setup: mesh, model, optimizer, state layout; compiled
-  steps) -> step (the pure train / eval step) -> loop (data, checkpoints, metrics). Beside them:
-  task (the interface a task implements; config.py names the default task that the entry
-  points take unless given one), partitioning (mesh, rules, shardings), state (TrainState,
-  optimizer, sharded init), checkpointing (orbax), metrics (TensorBoard, console, event reader),
-  prefetch, distributed, pretrained (a trained workdir). pretraining, spec, defaults and
-  validation are old names, kept for old imports.
+  accumulation ('auto' resolved) -> build (setup: mesh, rules and shardings; model; optimizer
+  and sharded state init; compiled steps) -> step (TrainState and the pure train / eval step) ->
+  loop (processes and preemption, data, checkpoints, metrics). Beside them: task (the interface
+  a task implements; config.py names the default task that the entry points take unless given
+  one), checkpointing (orbax), metrics (TensorBoard, console, event reader), prefetch,
+  pretrained (a trained workdir). pretraining is an old name, kept for old imports.
 """
 
 from realformer_jax.train.accumulation import compile_train_step

@@ -20,8 +20,7 @@ import ml_collections
 from realformer_jax.config import from_section, to_config_dict
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError
-
-EMBEDDED_DATASET = 'bible_web'
+from realformer_jax.data.sources.registry import EMBEDDED_DATASET
 
 
 @dataclasses.dataclass(frozen=True)

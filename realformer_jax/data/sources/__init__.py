@@ -14,9 +14,9 @@ The old `data/sources.py` names (load_builder, open_split, quiet_tfds, is_embedd
 are tfds.py's, loaded on first use.
 """
 
-from realformer_jax.data.config import EMBEDDED_DATASET
 from realformer_jax.data.sources.registry import (
   AUTO,
+  EMBEDDED_DATASET,
   OpenedSource,
   Source,
   data_dir_of,

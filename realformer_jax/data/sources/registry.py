@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional
 from realformer_jax.data.errors import DataError
 
 AUTO = 'auto'
+# The corpus shipped inside the package (data/sources/embedded): the data config's default.
+EMBEDDED_DATASET = 'bible_web'
 
 
 @dataclasses.dataclass(frozen=True)

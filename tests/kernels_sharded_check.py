@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import steps
-from configs import tiny
 from realformer_jax.train import build, partitioning, pretraining
 from realformer_jax.train import state as state_lib
 from realformer_jax.train import step as step_lib
@@ -19,16 +18,7 @@ from tests import scale_out_support as support
 
 
 def _config(impl: str, **model):
-  config = tiny.get_config()
-  for flag in support.TINY_SHARDED:
-    key, value = flag[len('--config.') :].split('=')
-    section, field = key.split('.')
-    current = config[section][field]
-    config[section][field] = (
-      type(current)(float(value))
-      if isinstance(current, (int, float)) and not isinstance(current, bool)
-      else value
-    )
+  config = support.tiny_sharded_config()
   config.mesh.shape = (2, 2, 2)
   config.model.attention_dropout_rate = 0.5  # masks that matter: any mismatch shows
   config.model.attention_impl = impl

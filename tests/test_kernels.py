@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from kernel_platform import attention_platform, blocks, interpret, rtol
+from model_fixtures import kernel_config
 
 from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
@@ -185,22 +186,7 @@ def _encoder_loss_and_grads(cfg, params, ids, mask):
 )
 @pytest.mark.slow
 def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
-  cfg = ModelConfig(
-    **{
-      **dict(
-        vocab_size=50,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=48,
-        max_len=L,
-        ln_placement='realformer',
-        dropout_rate=0.1,
-        attention_dropout_rate=0.2,
-      ),
-      **overrides,
-    }
-  )
+  cfg = kernel_config(L, **{'dropout_rate': 0.1, 'attention_dropout_rate': 0.2, **overrides})
   ids = jax.random.randint(jax.random.key(1), (B, L), 1, 50)
   mask = jnp.ones((B, L), jnp.int32).at[1, 21:].set(0)
   params = Encoder(cfg).init(jax.random.key(0), ids, mask)
@@ -217,16 +203,7 @@ def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
 
 
 def test_sown_attention_maps_take_the_einsum_path():
-  cfg = ModelConfig(
-    vocab_size=50,
-    hidden_size=32,
-    num_layers=2,
-    num_heads=2,
-    mlp_dim=48,
-    max_len=L,
-    ln_placement='realformer',
-    attention_impl='pallas',
-  )
+  cfg = kernel_config(L, attention_impl='pallas')
   ids = jnp.ones((1, L), jnp.int32)
   # Jitted: an eager Encoder init / apply compiles every primitive apart.
   params = jax.jit(Encoder(cfg.replace(attention_impl='xla')).init)(jax.random.key(0), ids)
@@ -351,21 +328,7 @@ def test_all_padding_sequence_gets_the_einsum_path_gradients(backend, carry):
 
 
 def _tiny_encoder(**overrides):
-  cfg = ModelConfig(
-    **{
-      **dict(
-        vocab_size=50,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=48,
-        max_len=16,
-        ln_placement='realformer',
-        attention_impl='pallas_triton',
-      ),
-      **overrides,
-    }
-  )
+  cfg = kernel_config(16, **{'attention_impl': 'pallas_triton', **overrides})
   ids = jnp.ones((1, 16), jnp.int32)
   # Shapes only: these tests trace (eval_shape), they never run the model.
   params = jax.eval_shape(Encoder(cfg.replace(attention_impl='xla')).init, jax.random.key(0), ids)

@@ -56,7 +56,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, comparison_cells, seed_cell, write_lines
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
@@ -502,12 +502,8 @@ def _comparisons_section(analysis: dict) -> list[str]:
     '|---|---|---|---|---|---|---|---|---|',
   ]
   for row in analysis['comparisons']:
-    c = row['comparison']
-    diff = difference_cell(c)
-    p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
-    holm = (
-      '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
-    )
+    diff, p, holm = comparison_cells(row)
+    holm = '' if row['primary'] else holm  # primaries are not adjusted
     learned = f'{_count(row["learned"]["a"])} / {_count(row["learned"]["b"])}'
     lines.append(
       f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'

@@ -125,22 +125,28 @@ def test_damaged_step_is_moved_aside_and_the_previous_one_restores(straight, tmp
   damage_fn(os.path.join(workdir, 'checkpoints', '8'))
   evidence = {path: open(path, 'rb').read() for path in _all_files(workdir, '8')}
 
-  (step, state, _), warnings = _restore_latest(workdir)
-
-  assert step == 6
-  [warning] = warnings
-  assert re.fullmatch(
+  state = _step_6_restores_with_8_moved_aside(
+    workdir,
     rf'checkpoint step 8 in {re.escape(workdir)}/checkpoints is damaged '
     rf'\({reason}\): moved aside to 8\.damaged; trying the next older step',
-    warning,
-  ), warning
-  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  )
   # Renamed, not changed: the evidence is all there, byte for byte.
   assert {
     path.replace('/8.damaged/', '/8/'): open(path, 'rb').read()
     for path in _all_files(workdir, '8.damaged')
   } == evidence
   fs.assert_same_state(jax.device_get(state.params), fs.saved_state(straight, 6)['params'])
+
+
+def _step_6_restores_with_8_moved_aside(workdir, warning_pattern: str):
+  """Restores the latest step of `workdir`, whose step 8 is damaged: step 6 comes back, with
+  one warning matching `warning_pattern`, and 8 is moved aside. Returns the restored state."""
+  (step, state, _), warnings = _restore_latest(workdir)
+  assert step == 6
+  [warning] = warnings
+  assert re.fullmatch(warning_pattern, warning), warning
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  return state
 
 
 def _all_files(workdir, step_name):
@@ -155,16 +161,11 @@ def test_a_step_saved_without_checksums_falls_back_when_its_restore_fails(straig
     os.remove(os.path.join(workdir, 'checkpoints', str(step), 'checksums.json'))
   fs.truncate(_state_file(os.path.join(workdir, 'checkpoints', '8')), 1000)
 
-  (step, _, _), warnings = _restore_latest(workdir)
-
-  assert step == 6
-  [warning] = warnings
-  assert re.fullmatch(
+  _step_6_restores_with_8_moved_aside(
+    workdir,
     r'checkpoint step 8 in \S+ is damaged \(.+\): moved aside to 8\.damaged; '
     r'resuming from step 6',
-    warning,
-  ), warning
-  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  )
 
 
 def test_when_every_restore_fails_nothing_is_moved(straight, tmp_path):

@@ -88,18 +88,19 @@ def grad_difference(actual, expected) -> float:
   return worst / scale
 
 
+def print_report(results: dict, **figures) -> None:
+  """A sharded check's one JSON line: its `figures`, then what every such check reports (the
+  loss of the compiled train step, the device count)."""
+  print(json.dumps({**figures, 'step_loss': results['step_loss'], 'devices': jax.device_count()}))
+
+
 def main():
   results = sharded_runs({'xla': ('xla', {}), 'pallas': ('pallas', {})}, 'pallas')
-  print(
-    json.dumps(
-      {
-        'grad_difference': grad_difference(results['pallas'][1], results['xla'][1]),
-        'loss_xla': results['xla'][0],
-        'loss_pallas': results['pallas'][0],
-        'step_loss': results['step_loss'],
-        'devices': jax.device_count(),
-      }
-    )
+  print_report(
+    results,
+    grad_difference=grad_difference(results['pallas'][1], results['xla'][1]),
+    loss_xla=results['xla'][0],
+    loss_pallas=results['pallas'][0],
   )
 
 

@@ -191,11 +191,9 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one_exactly(strai
   damaged = _state_file(os.path.join(workdir, 'checkpoints', '8'))
   fs.truncate(damaged, 1000)
 
-  returncode, out, err = fs.run(workdir)
-
-  assert returncode == 0, out + err
-  fs.the_line(
-    err,
+  out = fs.run_saying(
+    workdir,
+    0,
     rf'warning: checkpoint step 8 in {re.escape(workdir)}/checkpoints is '
     r'damaged \(state/\S+ has 1000 bytes, \d+ were saved\): moved aside to '
     r'8\.damaged; trying the next older step',
@@ -213,11 +211,9 @@ def test_no_restorable_checkpoint_is_one_error_line(straight, tmp_path):
     shutil.rmtree(os.path.join(workdir, 'checkpoints', str(step)))
   fs.flip_bytes(_state_file(os.path.join(workdir, 'checkpoints', '8')), 5000)
 
-  returncode, out, err = fs.run(workdir)
-
-  assert returncode == 1, out + err
-  fs.the_line(
-    err,
+  fs.run_saying(
+    workdir,
+    1,
     rf'error: no checkpoint in {re.escape(workdir)}/checkpoints can be restored: '
     r'step 8: state/\S+ does not match its saved checksum \(its bytes '
     r'changed\); they were moved aside \(8\.damaged\); rerun to start from step '
@@ -365,12 +361,12 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   tests/test_train_preemption.py, whose plain SIGTERM case it covers.)"""
   workdir = str(tmp_path / 'w')
   # A Ctrl-C before training starts (once the data is built): one line, exit 130, nothing made.
-  returncode, out, err = fs.run(workdir, faults='sigint_before_lock')
-  assert returncode == 130, out + err
-  fs.the_line(
-    err,
+  fs.run_saying(
+    workdir,
+    130,
     r'error: interrupted before training started \(nothing to save\); a rerun starts, or '
     r'resumes, as this one would have',
+    faults='sigint_before_lock',
   )
   assert not os.path.exists(workdir)
 

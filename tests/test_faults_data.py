@@ -43,15 +43,14 @@ def test_a_truncated_dataset_file_is_one_line_naming_it(tmp_path):
   shard = _train_shard(config)
   fs.truncate(shard, 1000)
 
-  returncode, out, err = fs.run(tmp_path / 'w', data__data_dir=config.data_dir)
-
-  assert returncode == 1, out + err
-  fs.the_line(
-    err,
+  fs.run_saying(
+    tmp_path / 'w',
+    1,
     rf"error: Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} "
     r'is damaged \(ArrayRecord file should be at least 64KB big\); delete '
     rf'{re.escape(os.path.dirname(shard))} and rerun \(the embedded corpus is '
     r'prepared again on first use\)\.',
+    data__data_dir=config.data_dir,
   )
   assert not os.path.exists(tmp_path / 'w' / 'checkpoints')
 

@@ -32,7 +32,7 @@ from studies.report import write_lines
 
 # The fields the report states of each model (and of the shared base).
 STATED = ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'max_len', 'activation', 'init')
-STATED += ('ln_placement', 'dropout_rate')
+STATED += ('ln_placement', 'dropout_rate', 'attention_dropout_rate')
 SETTINGS = {  # name: (overrides of grad_norms.py's post variant, sequence length)
   'post (grad_norms.py setting)': ({}, 64),
   'sequence 128': ({'max_len': 128}, 128),

@@ -133,20 +133,22 @@ def extract(commit: str, directory: str) -> None:
     tar.extractall(directory, filter='data')
 
 
-def compile_old(which: str, tree: str, out_path: str) -> None:
+def compile_in_tree(code: str, args: list[str], tree: str, what: str) -> None:
+  """Runs the compile script `code` with `args` inside `tree` (an extracted commit, see
+  extract): on the CPU, writing no bytecode into the tree; a failure raises naming `what`,
+  with the end of the script's stderr."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONDONTWRITEBYTECODE='1')
-  chip = targets.parse(TARGET).chip
   done = subprocess.run(
-    [sys.executable, '-c', _COMPILE_OLD_CODE, which, out_path, chip.gpu_target_config],
-    cwd=tree,
-    env=env,
-    capture_output=True,
-    text=True,
+    [sys.executable, '-c', code, *args], cwd=tree, env=env, capture_output=True, text=True
   )
   if done.returncode:
-    raise RuntimeError(
-      f'compiling {which} at {CALIBRATION_COMMIT[:7]} failed:\n' + done.stderr[-3000:]
-    )
+    raise RuntimeError(f'compiling {what} failed:\n' + done.stderr[-3000:])
+
+
+def compile_old(which: str, tree: str, out_path: str) -> None:
+  chip = targets.parse(TARGET).chip
+  args = [which, out_path, chip.gpu_target_config]
+  compile_in_tree(_COMPILE_OLD_CODE, args, tree, f'{which} at {CALIBRATION_COMMIT[:7]}')
 
 
 def estimated_rows(hlo: str) -> dict:

@@ -29,12 +29,11 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import textwrap
 
-from benchmarks.aot_calibration import extract
+from benchmarks.aot_calibration import compile_in_tree, extract
 from realformer_jax.aot import legacy_kernels, roofline, targets
 from studies import runs as runs_lib
 
@@ -130,20 +129,9 @@ _COMPILE_OLD_CODE = textwrap.dedent("""
 
 
 def compile_old(commit: str, variant: str, tree: str, out_path: str, seq_len: int) -> None:
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONDONTWRITEBYTECODE='1')
   chip = targets.parse(TARGET).chip
   args = [json.dumps(OVERRIDES[variant]), out_path, chip.gpu_target_config, str(seq_len)]
-  done = subprocess.run(
-    [sys.executable, '-c', _COMPILE_OLD_CODE, *args],
-    cwd=tree,
-    env=env,
-    capture_output=True,
-    text=True,
-  )
-  if done.returncode:
-    raise RuntimeError(
-      f'compiling {variant} at {commit[:7]}, L = {seq_len} failed:\n' + done.stderr[-3000:]
-    )
+  compile_in_tree(_COMPILE_OLD_CODE, args, tree, f'{variant} at {commit[:7]}, L = {seq_len}')
 
 
 def estimate_inputs(hlo: str, seq_len: int) -> dict:

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import compare_layouts
 from realformer_jax import MaskedLM, data, train
 from studies import runs as runs_lib
 from studies import stats, study
@@ -406,15 +407,7 @@ def _layouts_plan(path: str) -> tuple[float | None, list[int]]:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument(
-    '--runs_dir', default='results/compare_layouts', help="compare_layouts' --workdirs"
-  )
-  parser.add_argument(
-    '--layouts_results',
-    default='docs/results/compare_layouts',
-    help="compare_layouts' --out (results.json: r*, seeds; runs/: learned)",
-  )
-  parser.add_argument('--rate', type=float, default=None, help='peak rate (default: r*)')
+  compare_layouts.add_reader_arguments(parser, '--runs_dir')
   parser.add_argument('--seeds', default='', help='default: the confirmation seeds')
   parser.add_argument(
     '--max_batches',

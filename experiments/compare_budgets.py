@@ -66,7 +66,7 @@ import numpy as np
 from experiments import compare_layouts
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, comparison_cells, seed_cell, write_lines
 
 LAYOUTS = ('post', 'realformer')
 
@@ -446,10 +446,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     '|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for row in analysis['rows']:
-    c = row['comparison']
-    diff = difference_cell(c)
-    p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
-    holm = f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a'
+    diff, p, holm = comparison_cells(row)
     level = f'0.05 / {round(0.05 / row["holm_level"])}' if 'holm_level' in row else 'n/a'
     detect = (
       f'{100 * row["detectable_holm"]:.2f} / {100 * row["detectable"]:.2f}'

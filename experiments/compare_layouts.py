@@ -46,6 +46,7 @@ the fine-tuning comparison read the r* runs' checkpoints.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -56,7 +57,7 @@ import numpy as np
 
 from studies import runs as runs_lib
 from studies import stats, study
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell, write_lines
+from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, comparison_cells, seed_cell, write_lines
 
 LAYOUTS = {  # name: model overrides
   'post': dict(ln_placement='post'),
@@ -71,6 +72,20 @@ class Plan:
   rates: tuple[float, ...]
   grid_seeds: tuple[int, ...] = (0, 1)
   confirm_seeds: tuple[int, ...] = (0, 1, 2, 3)
+
+
+OUT, WORKDIRS = 'docs/results/compare_layouts', 'results/compare_layouts'  # the defaults
+
+
+def add_reader_arguments(parser: argparse.ArgumentParser, runs_flag: str) -> None:
+  """The arguments of a script that reads this study's outputs: `runs_flag` (where its runs
+  are: its --workdirs), --layouts_results (its --out: results.json with r* and the seeds, runs/
+  with each run's record) and --rate (default: r*)."""
+  parser.add_argument(runs_flag, default=WORKDIRS, help="compare_layouts' --workdirs")
+  parser.add_argument(
+    '--layouts_results', default=OUT, help="compare_layouts' --out (r*, seeds, run records)"
+  )
+  parser.add_argument('--rate', type=float, default=None, help='pretraining peak rate (default r*)')
 
 
 PLANS = {
@@ -502,12 +517,8 @@ def _comparisons_section(analysis: dict) -> list[str]:
     '|---|---|---|---|---|---|---|---|---|',
   ]
   for row in analysis['comparisons']:
-    c = row['comparison']
-    diff = difference_cell(c)
-    p = 'n/a' if c is None else f'{c["p_value"]:.3g}'
-    holm = (
-      '' if row['primary'] else (f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a')
-    )
+    diff, p, holm = comparison_cells(row)
+    holm = '' if row['primary'] else holm  # primaries are not adjusted
     learned = f'{_count(row["learned"]["a"])} / {_count(row["learned"]["b"])}'
     lines.append(
       f'| {row["key"]} | {row["label"]} | {"> 0" if row["expected_sign"] > 0 else "< 0"}'
@@ -631,9 +642,7 @@ def _summary_for_json(results: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-  args = study.argument_parser(
-    __doc__, out='docs/results/compare_layouts', workdirs='results/compare_layouts', scales=PLANS
-  ).parse_args(argv)
+  args = study.argument_parser(__doc__, out=OUT, workdirs=WORKDIRS, scales=PLANS).parse_args(argv)
   plan, results = study.run_plan(args, PLANS, plan_runs, train_one)
   analysis = analyse(results, plan)
   record = {

@@ -40,6 +40,7 @@ import os
 import sys
 
 from configs.finetune import bible_sections
+from experiments import compare_layouts
 from realformer_jax import finetune, train
 from studies import runs as runs_lib
 from studies import stats, study
@@ -370,15 +371,7 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', default='docs/results/finetune')
   parser.add_argument('--workdirs', default='results/finetune_compare')
-  parser.add_argument(
-    '--pretrained', default='results/compare_layouts', help="compare_layouts' --workdirs"
-  )
-  parser.add_argument(
-    '--layouts_results',
-    default='docs/results/compare_layouts',
-    help="compare_layouts' --out (r*, and whether each run learned)",
-  )
-  parser.add_argument('--rate', type=float, default=None, help='pretraining rate (default r*)')
+  compare_layouts.add_reader_arguments(parser, '--pretrained')
   parser.add_argument('--seeds', default='0,1,2', help='pretraining = fine-tuning seeds')
   parser.add_argument(
     '--train_examples',

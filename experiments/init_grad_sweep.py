@@ -22,6 +22,7 @@ import time
 import jax
 import numpy as np
 
+from experiments import grad_norms
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
@@ -29,18 +30,10 @@ from realformer_jax.model.losses import mlm_loss_and_metrics
 from studies import study
 from studies.report import write_lines
 
-BASE = dict(
-  num_layers=48,
-  hidden_size=64,
-  num_heads=4,
-  mlp_dim=256,
-  max_len=64,
-  init='xavier',
-  ln_placement='post',
-  dropout_rate=0.0,
-  attention_dropout_rate=0.0,
-)
-SETTINGS = {  # name: (overrides of BASE, sequence length)
+# The fields the report states of each model (and of the shared base).
+STATED = ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'max_len', 'activation', 'init')
+STATED += ('ln_placement', 'dropout_rate', 'attention_dropout_rate')
+SETTINGS = {  # name: (overrides of grad_norms.py's post variant, sequence length)
   'post (grad_norms.py setting)': ({}, 64),
   'sequence 128': ({'max_len': 128}, 128),
   'width 256': ({'hidden_size': 256, 'mlp_dim': 1024}, 64),
@@ -104,10 +97,13 @@ def measure(cfg: ModelConfig, batch: dict, seed: int) -> dict:
 def main(argv=None) -> dict:
   args = parse_args(argv)
   settings = dict(SETTINGS)
-  base = dict(BASE)
+  # grad_norms.py's Post-LN model, from its own defaults (48 layers of width 64, Xavier init,
+  # no dropout) or its --quick sizes, which also turn XLA's optimisations off.
+  setting = grad_norms.parse_args(['--quick'] if args.quick else [])
+  post = grad_norms.VARIANTS['post']
+  base_config = grad_norms.model_config(setting, setting.vocab, post)
+  base = {k: getattr(base_config, k) for k in STATED}
   if args.quick:
-    jax.config.update('jax_disable_most_optimizations', True)
-    base.update(num_layers=4, hidden_size=32, mlp_dim=64, max_len=32)
     settings = {'post': ({}, 32), 'ReLU FFN': ({'activation': 'relu'}, 32)}
     args.measure_batch = 4
     if args.data == 'auto':
@@ -122,20 +118,9 @@ def main(argv=None) -> dict:
       )
       sources[seq_len] = (source, source.measure_batch(args.measure_batch, args.seed))
     source, batch = sources[seq_len]
-    cfg = ModelConfig(**{**base, **overrides, 'vocab_size': source.vocab_size})
+    cfg = grad_norms.model_config(setting, source.vocab_size, {**post, **overrides})
     r = measure(cfg, batch, args.seed)
-    r['config'] = {
-      k: getattr(cfg, k)
-      for k in (
-        'num_layers',
-        'hidden_size',
-        'max_len',
-        'activation',
-        'init',
-        'ln_placement',
-        'dropout_rate',
-      )
-    }
+    r['config'] = {k: getattr(cfg, k) for k in STATED}
     results[name] = r
     print(
       f'{name:40s} attn first/last {r["attention"][0] / r["attention"][-1]:6.3g}  '

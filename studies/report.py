@@ -39,6 +39,16 @@ def difference_cell(comparison: Optional[Mapping[str, float]]) -> str:
   return f'{100 * comparison["mean"]:+.2f} ± {100 * comparison["ci95_half_width"]:.2f}'
 
 
+def comparison_cells(row: Mapping[str, Any]) -> tuple[str, str, str]:
+  """The difference, p and Holm-adjusted p cells of a table row that holds a paired
+  comparison (row['comparison']; row['holm_p_value'] where its family was adjusted): p-values
+  to 3 significant figures, 'n/a' where there is none."""
+  comparison = row['comparison']
+  p = 'n/a' if comparison is None else f'{comparison["p_value"]:.3g}'
+  holm = f'{row["holm_p_value"]:.3g}' if 'holm_p_value' in row else 'n/a'
+  return difference_cell(comparison), p, holm
+
+
 def write_lines(path: str, lines: Sequence[str]) -> None:
   """A markdown report, one string a line."""
   with open(path, 'w') as f:

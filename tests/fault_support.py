@@ -111,6 +111,15 @@ def the_line(stderr: str, pattern: str) -> re.Match:
   return match
 
 
+def run_saying(workdir, returncode: int, pattern: str, faults: str = '', **overrides) -> str:
+  """A finished `start` that exits with `returncode` and says one stderr line matching
+  `pattern` (the_line); its stdout."""
+  code, out, err = run(workdir, faults, **overrides)
+  assert code == returncode, out + err
+  the_line(err, pattern)
+  return out
+
+
 def wait_for_line(stream, pattern: str, seen: list) -> str:
   """Reads `stream` until a line matches `pattern`; every line read is appended to `seen`."""
   for line in stream:

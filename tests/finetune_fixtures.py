@@ -9,21 +9,13 @@ import subprocess
 import sys
 
 from data_fixtures import bible_config
+from train_fixtures import TINY_MODEL
 
 from realformer_jax import data, finetune
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-TOY_MODEL = {
-  'num_layers': 2,
-  'hidden_size': 32,
-  'num_heads': 2,
-  'mlp_dim': 64,
-  'max_len': 64,
-  'ln_placement': 'realformer',
-  'dropout_rate': 0.1,
-  'attention_dropout_rate': 0.1,
-}
+TOY_MODEL = {**TINY_MODEL, 'max_len': 64}  # pretraining's toy model, 64 positions
 TOY = {
   'data.max_len': 32,
   'data.max_examples': 16,

@@ -11,23 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import steps
-from configs import tiny
 from realformer_jax.train import build, pretraining
 from realformer_jax.train import step as step_lib
 from tests import scale_out_support as support
 
 
 def _config(impl: str, **model):
-  config = tiny.get_config()
-  for flag in support.TINY_SHARDED:
-    key, value = flag[len('--config.') :].split('=')
-    section, field = key.split('.')
-    current = config[section][field]
-    config[section][field] = (
-      type(current)(float(value))
-      if isinstance(current, (int, float)) and not isinstance(current, bool)
-      else value
-    )
+  config = support.tiny_sharded_config()
   config.mesh.shape = (2, 2, 2)
   config.model.attention_dropout_rate = 0.5  # masks that matter: any mismatch shows
   config.model.attention_impl = impl
@@ -97,18 +87,19 @@ def grad_difference(actual, expected) -> float:
   return worst / scale
 
 
+def print_report(results: dict, **figures) -> None:
+  """A sharded check's one JSON line: its `figures`, then what every such check reports (the
+  loss of the compiled train step, the device count)."""
+  print(json.dumps({**figures, 'step_loss': results['step_loss'], 'devices': jax.device_count()}))
+
+
 def main():
   results = sharded_runs({'xla': ('xla', {}), 'pallas': ('pallas', {})}, 'pallas')
-  print(
-    json.dumps(
-      {
-        'grad_difference': grad_difference(results['pallas'][1], results['xla'][1]),
-        'loss_xla': results['xla'][0],
-        'loss_pallas': results['pallas'][0],
-        'step_loss': results['step_loss'],
-        'devices': jax.device_count(),
-      }
-    )
+  print_report(
+    results,
+    grad_difference=grad_difference(results['pallas'][1], results['xla'][1]),
+    loss_xla=results['xla'][0],
+    loss_pallas=results['pallas'][0],
   )
 
 

@@ -23,6 +23,17 @@ def tiny_config(**overrides) -> ModelConfig:
   return ModelConfig(**{**TINY, **overrides})
 
 
+def kernel_fields(max_len: int, **overrides) -> dict:
+  """TINY as the kernel tests run it: 2 RealFormer layers of 2 heads of 16 (the smallest head
+  the fused kernels' tiles take) over `max_len` tokens; a test adds what it is about."""
+  shape = dict(num_layers=2, num_heads=2, max_len=max_len, ln_placement='realformer')
+  return {**TINY, **shape, **overrides}
+
+
+def kernel_config(max_len: int, **overrides) -> ModelConfig:
+  return ModelConfig(**kernel_fields(max_len, **overrides))
+
+
 def padded_batch(batch=2, length=12, vocab=50, seed=0, real_lengths=(12, 7)):
   rng = np.random.default_rng(seed)
   ids = rng.integers(5, vocab, size=(batch, length)).astype(np.int32)

@@ -4,11 +4,7 @@ with model.residual_carry='qk', on the einsum path and on the Triton kernels (in
 per shard), against the carried sum. The reference recomputes going down (as the qk stack
 does, so both draw the same per-layer dropout keys). Prints one JSON line."""
 
-import json
-
-import jax
-
-from tests.kernels_sharded_check import grad_difference, sharded_runs
+from tests.kernels_sharded_check import grad_difference, print_report, sharded_runs
 
 RECOMPUTED = {'residual_carry': 'scores', 'residual_scores_backward': 'recomputed'}
 
@@ -23,18 +19,13 @@ def main():
     'qk_pallas',
   )
   reference = results['scores']
-  print(
-    json.dumps(
-      {
-        'grad_difference_xla': grad_difference(results['qk_xla'][1], reference[1]),
-        'grad_difference_pallas': grad_difference(results['qk_pallas'][1], reference[1]),
-        'loss_scores': reference[0],
-        'loss_qk_xla': results['qk_xla'][0],
-        'loss_qk_pallas': results['qk_pallas'][0],
-        'step_loss': results['step_loss'],
-        'devices': jax.device_count(),
-      }
-    )
+  print_report(
+    results,
+    grad_difference_xla=grad_difference(results['qk_xla'][1], reference[1]),
+    grad_difference_pallas=grad_difference(results['qk_pallas'][1], reference[1]),
+    loss_scores=reference[0],
+    loss_qk_xla=results['qk_xla'][0],
+    loss_qk_pallas=results['qk_pallas'][0],
   )
 
 

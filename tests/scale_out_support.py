@@ -1,9 +1,11 @@
 """Helpers for the scale-out tests: run the real training CLI in subprocesses with a forced
 number of CPU devices (JAX must see the device count before it initialises, so never in the
-pytest process), read back losses and parameters."""
+pytest process), read back losses and parameters; run the check scripts (tests/*_check.py) the
+same way and read their reports."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -47,6 +49,25 @@ def device_env(num_devices: int) -> dict[str, str]:
   env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'true'  # compile time dominates these tiny runs
   env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
   return env
+
+
+def run_check(module: str, num_devices: int = 1, optimised: bool = False) -> dict:
+  """The report of a check script (`python -m tests.<module>` on `num_devices` forced CPU
+  devices): the JSON of its last stdout line. `optimised`: XLA's optimisations on, where the
+  check is about the optimised program (device_env, like tests/conftest.py, turns them off)."""
+  env = device_env(num_devices)
+  if optimised:
+    env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'false'
+  result = subprocess.run(
+    [sys.executable, '-m', f'tests.{module}'],
+    env=env,
+    cwd=REPO,
+    text=True,
+    capture_output=True,
+    timeout=900,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def train_env(num_devices: int) -> dict[str, str]:
@@ -107,14 +128,10 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def restore_params(workdir: str, data_dir: str, step: int):
-  """Params of the checkpoint at `step`, restored onto this process's single device (the
-  checkpoints were written from 8-device meshes or 2 processes)."""
-  import orbax.checkpoint as ocp
-  from ml_collections import config_flags  # noqa: F401  (registers the flag types)
-
+def tiny_sharded_config():
+  """configs/tiny.py with TINY_SHARDED's flags applied, as the CLI runs it (in process, for
+  the checks and for reading back what the CLI wrote)."""
   from configs import tiny
-  from realformer_jax.train import build, pretraining
 
   config = tiny.get_config()
   for flag in TINY_SHARDED:
@@ -126,6 +143,18 @@ def restore_params(workdir: str, data_dir: str, step: int):
       if isinstance(current, (int, float)) and not isinstance(current, bool)
       else value
     )
+  return config
+
+
+def restore_params(workdir: str, data_dir: str, step: int):
+  """Params of the checkpoint at `step`, restored onto this process's single device (the
+  checkpoints were written from 8-device meshes or 2 processes)."""
+  import orbax.checkpoint as ocp
+  from ml_collections import config_flags  # noqa: F401  (registers the flag types)
+
+  from realformer_jax.train import build, pretraining
+
+  config = tiny_sharded_config()
   config.data.data_dir = data_dir
   config.mesh.shape = (1, 1, 1)
   setup = build.make_setup(pretraining.validate_config(config))

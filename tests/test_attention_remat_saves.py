@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from model_fixtures import kernel_config
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.kernels import fused, select
@@ -30,6 +31,8 @@ FORWARD = 'flash_attention_fwd'
 BACKWARD = {'triton': 'flash_attention_bwd', 'mosaic': 'flash_attention_dkv'}
 TODAY = jax.checkpoint_policies.nothing_saveable  # full remat before the saved attention
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# The encoder tests' setting: every layer rematerialised, attention dropout on (the saved mask).
+FULL_REMAT = dict(remat_policy='full', attention_dropout_rate=0.1)
 
 
 def _calls(program, kernel: str) -> int:
@@ -105,19 +108,10 @@ def test_encoder_under_full_remat_runs_the_forward_kernel_once_a_layer(ln_placem
   # The model's wiring (plan -> KernelSpec.for_remat -> the named residuals -> nn.remat's
   # policy inside nn.scan), traced: one forward kernel in the scanned layer's program, not
   # two (the layer body is traced once for the pass and once for the re-run).
-  config = ModelConfig(
-    vocab_size=64,
-    hidden_size=32,
-    num_layers=2,
-    num_heads=2,
-    mlp_dim=64,
-    max_len=32,
-    ln_placement=ln_placement,
-    attention_impl='pallas_triton',
-    attention_dropout_rate=0.1,
-    remat_policy='full',
+  config = kernel_config(
+    32, ln_placement=ln_placement, **FULL_REMAT, attention_impl='pallas_triton'
   )
-  ids = jnp.arange(32).reshape(1, 32) % 64
+  ids = jnp.arange(32).reshape(1, 32)
   counts = {}
   for remat in ('none', 'full', 'today'):
     if remat == 'today':  # nothing saved: the re-run runs the forward again
@@ -222,19 +216,10 @@ def test_encoder_gradients_under_full_remat_are_todays_bit_for_bit(impl, monkeyp
   # backward). Post-LN, 2 layers, dropout and attention dropout 0.1, float32 'highest'.
   from realformer_jax.kernels import score_path
 
-  config = ModelConfig(
-    vocab_size=64,
-    hidden_size=32,
-    num_layers=2,
-    num_heads=2,
-    mlp_dim=64,
-    max_len=32,
-    attention_impl=impl,
-    attention_dropout_rate=0.1,
-    dropout_rate=0.1,
-    remat_policy='full',
+  config = kernel_config(
+    32, ln_placement='post', **FULL_REMAT, dropout_rate=0.1, attention_impl=impl
   )
-  ids = jnp.arange(32).reshape(1, 32) % 64
+  ids = jnp.arange(32).reshape(1, 32)
   model = Encoder(config)
   params = model.init(jax.random.key(0), ids)
   weights = jax.random.normal(jax.random.key(2), (1, 32, 32))

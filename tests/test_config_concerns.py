@@ -64,3 +64,17 @@ def test_export_ignores_exactly_what_does_not_change_inference():
   assert set(config_lib.fields_of('initialisation', 'storage')) <= irrelevant
   # Every field is covered by the export's check: exportable, a size, or irrelevant.
   hf_export.check_exportable(config_lib.ModelConfig())
+
+
+def test_a_hugging_face_config_json_that_leaves_fields_out_is_bert_base(tmp_path):
+  # transformers' BertConfig defaults are BERT-Base, as ModelConfig's are: a config.json of one
+  # field reads as BERT-Base with that field changed.
+  from realformer_jax.finetune import starting_point
+
+  path = tmp_path / 'config.json'
+  path.write_text('{"num_hidden_layers": 2, "model_type": "bert"}')
+  config = starting_point._read_hf_config(str(path))
+  assert (config.num_layers, config.hidden_size, config.num_heads) == (2, 768, 12)
+  assert (config.mlp_dim, config.vocab_size, config.max_len) == (3072, 30522, 512)
+  assert (config.norm_epsilon, config.init_std, config.activation) == (1e-12, 0.02, 'gelu')
+  assert (config.dropout_rate, config.attention_dropout_rate) == (0.1, 0.1)

@@ -9,6 +9,7 @@ from data_fixtures import (
   bible_config,
   bible_tokenizer,  # noqa: F401  (pytest fixture)
 )
+from test_data_files import files_config
 
 from realformer_jax import data
 
@@ -40,18 +41,9 @@ class RealformerTestTexts(tfds.core.GeneratorBasedBuilder):
 
 
 def _local_config(data_dir, **overrides):
-  config = data.default_data_config()
-  config.update(
-    dataset='realformer_test_texts',
-    data_dir=str(data_dir),
-    eval_split='train',
-    tokenizer_model_type='bpe',
-    vocab_size=60,
-    max_len=16,
-    max_predictions=4,
-  )
-  config.update(overrides)
-  return config
+  """The files tests' small BPE config, reading the TFDS dataset above from `data_dir`."""
+  local = dict(dataset='realformer_test_texts', data_dir=str(data_dir), eval_split='train')
+  return files_config(data_dir, **{**local, **overrides})
 
 
 def _raises_quickly(match, fn, *args, **kwargs):

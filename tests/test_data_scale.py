@@ -26,6 +26,19 @@ def _big_corpus(directory, files=3, docs_per_file=400) -> str:
   return str(directory / 'train-*')
 
 
+def _big_corpus_config(directory, train: str, cache: str):
+  """`train` (the big corpus) prepared into directory/cache: 5% held out, a 120-piece
+  tokenizer trained on a 30k-character sample."""
+  return files_config(
+    directory,
+    data_dir=str(directory / cache),
+    train_files=train,
+    eval_percent=5,
+    vocab_size=120,
+    tokenizer_sample_chars=30_000,
+  )
+
+
 @pytest.mark.parametrize('name', ['train-0.txt', 'train.jsonl'])
 def test_byte_ranges_partition_a_files_documents_exactly(tmp_path, monkeypatch, name):
   write_corpus(tmp_path, train_files=1, docs_per_file=300)
@@ -59,14 +72,7 @@ def test_the_tokenizer_sample_is_bounded_spread_and_reproducible(tmp_path, monke
   train = _big_corpus(tmp_path)
   tokenizers = []
   for run in range(2):  # the same corpus and settings in two data dirs: the same tokenizer
-    config = files_config(
-      tmp_path,
-      data_dir=str(tmp_path / f'cache-{run}'),
-      train_files=train,
-      eval_percent=5,
-      vocab_size=120,
-      tokenizer_sample_chars=30_000,
-    )
+    config = _big_corpus_config(tmp_path, train, f'cache-{run}')
     tokenizers.append(data.prepare(config))
   first, second = tokenizers
   assert first.file_bytes() == second.file_bytes()
@@ -105,14 +111,7 @@ def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
   train = _big_corpus(tmp_path)
   results = {}
   for num_workers in (1, 2):
-    config = files_config(
-      tmp_path,
-      data_dir=str(tmp_path / f'cache-{num_workers}'),
-      train_files=train,
-      eval_percent=5,
-      vocab_size=120,
-      tokenizer_sample_chars=30_000,
-    )
+    config = _big_corpus_config(tmp_path, train, f'cache-{num_workers}')
     results[num_workers] = _prepare_all(config, num_workers)
   workers.close_all()
   one, two = results[1], results[2]

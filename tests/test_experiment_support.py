@@ -79,6 +79,15 @@ def test_seed_cell():
   assert report.seed_cell([]) == 'n/a'
 
 
+def test_comparison_cells():
+  comparison = {'mean': 0.01234, 'ci95_half_width': 0.005, 'p_value': 0.012345}
+  row = {'comparison': comparison, 'holm_p_value': 0.0370351}
+  assert report.comparison_cells(row) == ('+1.23 ± 0.50', '0.0123', '0.037')
+  # No Holm family: its cell is n/a; no comparison (too few seeds): every cell is.
+  assert report.comparison_cells({'comparison': comparison})[2] == 'n/a'
+  assert report.comparison_cells({'comparison': None}) == ('n/a', 'n/a', 'n/a')
+
+
 def test_grid_skips_finished_runs_and_reports_eta(tmp_path):
   calls = []
 

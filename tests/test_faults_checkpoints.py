@@ -125,22 +125,28 @@ def test_damaged_step_is_moved_aside_and_the_previous_one_restores(straight, tmp
   damage_fn(os.path.join(workdir, 'checkpoints', '8'))
   evidence = {path: open(path, 'rb').read() for path in _all_files(workdir, '8')}
 
-  (step, state, _), warnings = _restore_latest(workdir)
-
-  assert step == 6
-  [warning] = warnings
-  assert re.fullmatch(
+  state = _step_6_restores_with_8_moved_aside(
+    workdir,
     rf'checkpoint step 8 in {re.escape(workdir)}/checkpoints is damaged '
     rf'\({reason}\): moved aside to 8\.damaged; trying the next older step',
-    warning,
-  ), warning
-  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  )
   # Renamed, not changed: the evidence is all there, byte for byte.
   assert {
     path.replace('/8.damaged/', '/8/'): open(path, 'rb').read()
     for path in _all_files(workdir, '8.damaged')
   } == evidence
   fs.assert_same_state(jax.device_get(state.params), fs.saved_state(straight, 6)['params'])
+
+
+def _step_6_restores_with_8_moved_aside(workdir, warning_pattern: str):
+  """Restores the latest step of `workdir`, whose step 8 is damaged: step 6 comes back, with
+  one warning matching `warning_pattern`, and 8 is moved aside. Returns the restored state."""
+  (step, state, _), warnings = _restore_latest(workdir)
+  assert step == 6
+  [warning] = warnings
+  assert re.fullmatch(warning_pattern, warning), warning
+  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  return state
 
 
 def _all_files(workdir, step_name):
@@ -155,16 +161,11 @@ def test_a_step_saved_without_checksums_falls_back_when_its_restore_fails(straig
     os.remove(os.path.join(workdir, 'checkpoints', str(step), 'checksums.json'))
   fs.truncate(_state_file(os.path.join(workdir, 'checkpoints', '8')), 1000)
 
-  (step, _, _), warnings = _restore_latest(workdir)
-
-  assert step == 6
-  [warning] = warnings
-  assert re.fullmatch(
+  _step_6_restores_with_8_moved_aside(
+    workdir,
     r'checkpoint step 8 in \S+ is damaged \(.+\): moved aside to 8\.damaged; '
     r'resuming from step 6',
-    warning,
-  ), warning
-  assert fs.checkpoint_entries(workdir) == ['4', '6', '8.damaged']
+  )
 
 
 def test_when_every_restore_fails_nothing_is_moved(straight, tmp_path):
@@ -190,11 +191,9 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one_exactly(strai
   damaged = _state_file(os.path.join(workdir, 'checkpoints', '8'))
   fs.truncate(damaged, 1000)
 
-  returncode, out, err = fs.run(workdir)
-
-  assert returncode == 0, out + err
-  fs.the_line(
-    err,
+  out = fs.run_saying(
+    workdir,
+    0,
     rf'warning: checkpoint step 8 in {re.escape(workdir)}/checkpoints is '
     r'damaged \(state/\S+ has 1000 bytes, \d+ were saved\): moved aside to '
     r'8\.damaged; trying the next older step',
@@ -212,11 +211,9 @@ def test_no_restorable_checkpoint_is_one_error_line(straight, tmp_path):
     shutil.rmtree(os.path.join(workdir, 'checkpoints', str(step)))
   fs.flip_bytes(_state_file(os.path.join(workdir, 'checkpoints', '8')), 5000)
 
-  returncode, out, err = fs.run(workdir)
-
-  assert returncode == 1, out + err
-  fs.the_line(
-    err,
+  fs.run_saying(
+    workdir,
+    1,
     rf'error: no checkpoint in {re.escape(workdir)}/checkpoints can be restored: '
     r'step 8: state/\S+ does not match its saved checksum \(its bytes '
     r'changed\); they were moved aside \(8\.damaged\); rerun to start from step '
@@ -364,12 +361,12 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   tests/test_train_preemption.py, whose plain SIGTERM case it covers.)"""
   workdir = str(tmp_path / 'w')
   # A Ctrl-C before training starts (once the data is built): one line, exit 130, nothing made.
-  returncode, out, err = fs.run(workdir, faults='sigint_before_lock')
-  assert returncode == 130, out + err
-  fs.the_line(
-    err,
+  fs.run_saying(
+    workdir,
+    130,
     r'error: interrupted before training started \(nothing to save\); a rerun starts, or '
     r'resumes, as this one would have',
+    faults='sigint_before_lock',
   )
   assert not os.path.exists(workdir)
 

@@ -43,15 +43,14 @@ def test_a_truncated_dataset_file_is_one_line_naming_it(tmp_path):
   shard = _train_shard(config)
   fs.truncate(shard, 1000)
 
-  returncode, out, err = fs.run(tmp_path / 'w', data__data_dir=config.data_dir)
-
-  assert returncode == 1, out + err
-  fs.the_line(
-    err,
+  fs.run_saying(
+    tmp_path / 'w',
+    1,
     rf"error: Dataset 'bible_web/1\.0\.0' split 'train': file {re.escape(shard)} "
     r'is damaged \(ArrayRecord file should be at least 64KB big\); delete '
     rf'{re.escape(os.path.dirname(shard))} and rerun \(the embedded corpus is '
     r'prepared again on first use\)\.',
+    data__data_dir=config.data_dir,
   )
   assert not os.path.exists(tmp_path / 'w' / 'checkpoints')
 
@@ -191,13 +190,19 @@ def _temporaries(directory) -> list[str]:
   ]
 
 
-def test_a_dangling_symlink_among_the_sources_is_one_line_naming_it(tmp_path):
-  config = _file_corpus(tmp_path)
-  os.symlink(tmp_path / 'unmounted' / 'train-9.txt', tmp_path / 'corpus' / 'train-9.txt')
+def _prepare_refusal(config) -> str:
+  """The DataError that data.prepare(config) raises: one line (the house rule), returned."""
   with pytest.raises(DataError) as raised:
     data.prepare(config)
   message = str(raised.value)
-  assert '\n' not in message
+  assert '\n' not in message, message
+  return message
+
+
+def test_a_dangling_symlink_among_the_sources_is_one_line_naming_it(tmp_path):
+  config = _file_corpus(tmp_path)
+  os.symlink(tmp_path / 'unmounted' / 'train-9.txt', tmp_path / 'corpus' / 'train-9.txt')
+  message = _prepare_refusal(config)
   assert re.fullmatch(
     rf'data\.train_files: {re.escape(str(tmp_path))}/corpus/train-9\.txt is a symbolic link to '
     r'\S+/unmounted/train-9\.txt, which does not exist \(an unmounted file system\?\): mount '
@@ -229,10 +234,7 @@ def test_a_full_disk_while_reading_is_one_line_and_leaves_no_temporary_file(tmp_
       self.writer.close()
 
   monkeypatch.setattr(array_record_module, 'ArrayRecordWriter', FullDisk)
-  with pytest.raises(DataError) as raised:
-    data.prepare(config)
-  message = str(raised.value)
-  assert '\n' not in message
+  message = _prepare_refusal(config)
   assert message.startswith('no space left on the device of ') and 'free space' in message
   assert not _temporaries(config.data_dir)
   monkeypatch.setattr(array_record_module, 'ArrayRecordWriter', real_writer)
@@ -274,10 +276,7 @@ def test_a_read_only_data_dir_with_an_unprepared_corpus_is_one_line(tmp_path, mo
     return real_makedirs(path, *args, **kwargs)
 
   monkeypatch.setattr(os, 'makedirs', read_only)
-  with pytest.raises(DataError) as raised:
-    data.prepare(config)
-  message = str(raised.value)
-  assert '\n' not in message
+  message = _prepare_refusal(config)
   assert re.fullmatch(
     rf'cannot write {re.escape(data_dir)}\S* \(Read-only file system\): the corpus is not '
     rf'prepared under data\.data_dir={re.escape(data_dir)} and preparing it needs a writable '

@@ -51,10 +51,9 @@ def test_a_second_run_on_a_held_workdir_is_refused_in_one_line(tmp_path):
     # Deleting the lock that looks stale changes nothing: the first run also holds the flock of
     # the workdir itself (it writes run.lock again at its next heartbeat, every 30 s).
     os.remove(os.path.join(workdir, 'run.lock'))
-    returncode, out, err = fs.run(workdir)
-    assert returncode == 1, out + err
-    fs.the_line(
-      err,
+    fs.run_saying(
+      workdir,
+      1,
       rf'error: workdir {re.escape(workdir)} is in use by another run \(owner unknown\), which '
       r'holds its lock \(on the workdir itself: deleting run\.lock does not release it\): .*',
     )

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from model_fixtures import kernel_fields
 
 from realformer_jax import Encoder, ModelConfig
 from realformer_jax.analysis import kernel_check
@@ -25,17 +26,7 @@ from realformer_jax.kernels import backends, select
 
 TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'toy_backend')
 LENGTH = 16
-SMALL = dict(
-  vocab_size=50,
-  hidden_size=32,
-  num_layers=2,
-  num_heads=2,
-  mlp_dim=48,
-  max_len=LENGTH,
-  dropout_rate=0.0,
-  attention_dropout_rate=0.0,
-  attention_platform='cpu',
-)
+SMALL = kernel_fields(LENGTH, attention_platform='cpu')
 
 
 @pytest.fixture
@@ -79,7 +70,7 @@ def _assert_close(got, want, tol):
 def test_a_model_traces_through_a_backend_registered_from_its_own_folder(toy):
   # Forward and backward traced (no compile) through the toy's kernels: the record is all the
   # rest of the repository needed. The numbers are checked in the slow test below.
-  config = ModelConfig(**SMALL, ln_placement='realformer', attention_impl='toy_einsum')
+  config = ModelConfig(**SMALL, attention_impl='toy_einsum')
   attention_plan = select.plan(config, LENGTH)
   assert (attention_plan.path, attention_plan.backend) == ('pallas', 'toy')
   assert attention_plan.kernels is toy
@@ -101,14 +92,14 @@ def test_a_model_traces_through_a_backend_registered_from_its_own_folder(toy):
   ],
 )
 def test_a_model_through_a_registered_backend_matches_the_einsum_path(toy, overrides):
-  config = ModelConfig(**SMALL, **overrides, attention_impl='toy_einsum')
+  config = ModelConfig(**{**SMALL, **overrides}, attention_impl='toy_einsum')
   got = _outputs_and_grads(config)
   _assert_close(got, _outputs_and_grads(config.replace(attention_impl='xla')), 1e-5)
 
 
 def test_what_a_backend_record_does_not_support_is_refused_in_one_line(toy):
   del toy
-  config = ModelConfig(**SMALL, ln_placement='realformer', attention_impl='toy_einsum')
+  config = ModelConfig(**SMALL, attention_impl='toy_einsum')
   select.check(config)  # the name is known now
   with pytest.raises(ConfigError, match=r"'toy_einsum': the toy backend has no attention dropout"):
     select.check(config.replace(attention_dropout_rate=0.1))
@@ -151,7 +142,9 @@ def test_an_unregistered_backend_name_is_refused_with_the_registered_ones():
 )
 def test_the_platform_table_comes_from_the_records(impl, platform, want):
   # kernels/select.py's table, row by row, as the built-in records give it.
-  config = ModelConfig(**SMALL, attention_impl=impl).replace(attention_platform=platform)
+  # Post-LN: plain attention, which every backend in the table has (cuDNN carries no sum).
+  plain = {**SMALL, 'ln_placement': 'post'}
+  config = ModelConfig(**plain, attention_impl=impl).replace(attention_platform=platform)
   if isinstance(want, str):
     with pytest.raises(ConfigError, match=want):
       select.plan(config, 512)

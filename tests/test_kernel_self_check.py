@@ -12,6 +12,7 @@ import types
 import jax
 import jax.numpy as jnp
 import pytest
+from model_fixtures import kernel_fields
 
 from realformer_jax import ModelConfig
 from realformer_jax.analysis import kernel_check
@@ -19,16 +20,7 @@ from realformer_jax.config import ConfigError
 from realformer_jax.kernels import select
 from realformer_jax.train import build, default_config, pretraining
 
-SMALL = dict(
-  vocab_size=50,
-  hidden_size=32,
-  num_layers=2,
-  num_heads=2,
-  mlp_dim=48,
-  max_len=32,
-  ln_placement='realformer',
-  attention_dropout_rate=0.2,
-)
+SMALL = kernel_fields(32, attention_dropout_rate=0.2)
 CPU = jax.devices()[:1]
 
 

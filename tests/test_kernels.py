@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from kernel_platform import attention_platform, blocks, interpret, rtol
+from model_fixtures import kernel_config
 
 from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
@@ -73,6 +74,23 @@ def _values_and_grads(fn, qkv, acc, carry):
   return outputs, grads
 
 
+def _kernel_and_einsum(spec, inputs, inv_div, key, carry, dtype=jnp.float32):
+  """((context, scores), grads) of the kernel and of the einsum path on the same inputs."""
+  qkv, acc, bias, scale = inputs
+  fused = lambda x, a: _fused(x, a, bias, scale, inv_div, key, carry, spec)
+  einsum = lambda x, a: _reference(x, a, bias, scale, inv_div, key, carry, dtype)
+  return _values_and_grads(fused, qkv, acc, carry), _values_and_grads(einsum, qkv, acc, carry)
+
+
+def _assert_kernel_matches(kernel, einsum, tolerance, carry):
+  """The context and the gradients (of qkv; of the carried sum where there is one)."""
+  ((out, _), grads), ((ref_out, _), ref_grads) = kernel, einsum
+  _assert_close(out, ref_out, tolerance)
+  _assert_close(grads[0], ref_grads[0], tolerance)
+  if carry:
+    _assert_close(grads[1], ref_grads[1], tolerance)
+
+
 def _spec(backend, carry, dropout, **tiles):
   sizes = (
     dict(block_q=16, block_k=16, block_bwd=16)
@@ -109,20 +127,12 @@ def _assert_close(actual, expected, tolerance, atol=0.0):
   ],
 )
 def test_kernel_equals_einsum_path_float32(backend, carry, dropout, inv_div):
-  qkv, acc, bias, scale = _inputs()
   key = jax.random.key(7) if dropout else None
   spec = _spec(backend, carry, dropout)
-  (out, scores), grads = _values_and_grads(
-    lambda x, a: _fused(x, a, bias, scale, inv_div, key, carry, spec), qkv, acc, carry
-  )
-  (ref_out, ref_scores), ref_grads = _values_and_grads(
-    lambda x, a: _reference(x, a, bias, scale, inv_div, key, carry, jnp.float32), qkv, acc, carry
-  )
-  _assert_close(out, ref_out, 1e-5)
-  _assert_close(grads[0], ref_grads[0], 1e-5)
-  if carry:
-    _assert_close(scores, ref_scores, 1e-6)
-    _assert_close(grads[1], ref_grads[1], 1e-5)
+  kernel, einsum = _kernel_and_einsum(spec, _inputs(), inv_div, key, carry)
+  _assert_kernel_matches(kernel, einsum, 1e-5, carry)
+  if carry:  # the carried sum itself
+    _assert_close(kernel[0][1], einsum[0][1], 1e-6)
 
 
 @pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])
@@ -130,18 +140,10 @@ def test_kernel_bfloat16_within_stated_tolerance(backend):
   # bfloat16 q, k, v: the kernels round exp(z - m) to bfloat16 before P V and normalise
   # after; the einsum path rounds the normalised p. Stated tolerance: 2e-2 of the largest
   # value, outputs and gradients (measured: ~4e-3).
-  qkv, acc, bias, scale = _inputs(jnp.bfloat16)
-  key = jax.random.key(3)
   spec = _spec(backend, True, True)
-  (out, _), grads = _values_and_grads(
-    lambda x, a: _fused(x, a, bias, scale, 1.0, key, True, spec), qkv, acc, True
-  )
-  (ref_out, _), ref_grads = _values_and_grads(
-    lambda x, a: _reference(x, a, bias, scale, 1.0, key, True, jnp.bfloat16), qkv, acc, True
-  )
-  _assert_close(out, ref_out, 2e-2)
-  _assert_close(grads[0], ref_grads[0], 2e-2)
-  _assert_close(grads[1], ref_grads[1], 2e-2)
+  inputs = _inputs(jnp.bfloat16)
+  kernel, einsum = _kernel_and_einsum(spec, inputs, 1.0, jax.random.key(3), True, jnp.bfloat16)
+  _assert_kernel_matches(kernel, einsum, 2e-2, True)
 
 
 def test_dropout_tiles_reproduce_keep_mask():
@@ -185,22 +187,7 @@ def _encoder_loss_and_grads(cfg, params, ids, mask):
 )
 @pytest.mark.slow
 def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
-  cfg = ModelConfig(
-    **{
-      **dict(
-        vocab_size=50,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=48,
-        max_len=L,
-        ln_placement='realformer',
-        dropout_rate=0.1,
-        attention_dropout_rate=0.2,
-      ),
-      **overrides,
-    }
-  )
+  cfg = kernel_config(L, **{'dropout_rate': 0.1, 'attention_dropout_rate': 0.2, **overrides})
   ids = jax.random.randint(jax.random.key(1), (B, L), 1, 50)
   mask = jnp.ones((B, L), jnp.int32).at[1, 21:].set(0)
   params = Encoder(cfg).init(jax.random.key(0), ids, mask)
@@ -217,16 +204,7 @@ def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
 
 
 def test_sown_attention_maps_take_the_einsum_path():
-  cfg = ModelConfig(
-    vocab_size=50,
-    hidden_size=32,
-    num_layers=2,
-    num_heads=2,
-    mlp_dim=48,
-    max_len=L,
-    ln_placement='realformer',
-    attention_impl='pallas',
-  )
+  cfg = kernel_config(L, attention_impl='pallas')
   ids = jnp.ones((1, L), jnp.int32)
   # Jitted: an eager Encoder init / apply compiles every primitive apart.
   params = jax.jit(Encoder(cfg.replace(attention_impl='xla')).init)(jax.random.key(0), ids)
@@ -338,34 +316,12 @@ def test_all_padding_sequence_gets_the_einsum_path_gradients(backend, carry):
   qkv, acc, _, scale = _inputs()
   bias = jnp.zeros((B, L), jnp.float32).at[1].set(-1e9)
   spec = _spec(backend, carry, False)
-  (out, _), grads = _values_and_grads(
-    lambda x, a: _fused(x, a, bias, scale, 1.0, None, carry, spec), qkv, acc, carry
-  )
-  (ref_out, _), ref_grads = _values_and_grads(
-    lambda x, a: _reference(x, a, bias, scale, 1.0, None, carry, jnp.float32), qkv, acc, carry
-  )
-  _assert_close(out, ref_out, 1e-5)
-  _assert_close(grads[0], ref_grads[0], 1e-5)
-  if carry:
-    _assert_close(grads[1], ref_grads[1], 1e-5)
+  kernel, einsum = _kernel_and_einsum(spec, (qkv, acc, bias, scale), 1.0, None, carry)
+  _assert_kernel_matches(kernel, einsum, 1e-5, carry)
 
 
 def _tiny_encoder(**overrides):
-  cfg = ModelConfig(
-    **{
-      **dict(
-        vocab_size=50,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=48,
-        max_len=16,
-        ln_placement='realformer',
-        attention_impl='pallas_triton',
-      ),
-      **overrides,
-    }
-  )
+  cfg = kernel_config(16, **{'attention_impl': 'pallas_triton', **overrides})
   ids = jnp.ones((1, 16), jnp.int32)
   # Shapes only: these tests trace (eval_shape), they never run the model.
   params = jax.eval_shape(Encoder(cfg.replace(attention_impl='xla')).init, jax.random.key(0), ids)

@@ -7,10 +7,6 @@ masks drawn without the shards' batch offsets moved them by 7e-3 (while the loss
 3e-6 relative: a loss comparison would not see it). Then one compiled train step with the
 kernels gives the same loss."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from tests import scale_out_support as support
@@ -18,16 +14,7 @@ from tests import scale_out_support as support
 
 @pytest.mark.slow
 def test_kernels_on_a_2x2x2_mesh_give_the_einsum_path_gradients():
-  result = subprocess.run(
-    [sys.executable, '-m', 'tests.kernels_sharded_check'],
-    env=support.device_env(8),
-    cwd=support.REPO,
-    text=True,
-    capture_output=True,
-    timeout=900,
-  )
-  assert result.returncode == 0, result.stdout + result.stderr
-  report = json.loads(result.stdout.strip().splitlines()[-1])
+  report = support.run_check('kernels_sharded_check', 8)
   assert report['devices'] == 8
   assert report['grad_difference'] <= 1e-5, report
   assert abs(report['loss_pallas'] - report['loss_xla']) <= 1e-5 * report['loss_xla'], report

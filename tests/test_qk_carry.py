@@ -4,14 +4,12 @@
 
 import dataclasses
 import functools
-import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from model_fixtures import kernel_config
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import qk_carry, qk_reference
@@ -205,16 +203,7 @@ def test_qk_kernels_compile_for_an_h100_without_atomics():
   # tests/qk_compile_check.py: forward + backward of the op compiled deviceless for an H100
   # (bfloat16 stack, 8 layers, dropout): the dS kernel replaced the atomic backward, and every
   # kernel states the estimator's fields (/work/notes: l2_bytes, atomics).
-  result = subprocess.run(
-    [sys.executable, '-m', 'tests.qk_compile_check'],
-    env={**support.device_env(1), 'JAX_DISABLE_MOST_OPTIMIZATIONS': 'false'},
-    cwd=support.REPO,
-    text=True,
-    capture_output=True,
-    timeout=900,
-  )
-  assert result.returncode == 0, result.stdout + result.stderr
-  report = json.loads(result.stdout.strip().splitlines()[-1])
+  report = support.run_check('qk_compile_check', optimised=True)
   assert report['kernels'] == ['realformer_qk_attention_ds', 'realformer_qk_attention_fwd']
   assert report['atomic_rmw'] == 0
   for stated in report['stated'].values():
@@ -230,20 +219,9 @@ SLOW = pytest.mark.slow  # ~10 s or more on 2 cores
 
 
 def _encoder_config(**overrides):
-  base = dict(
-    vocab_size=50,
-    hidden_size=32,
-    num_layers=3,
-    num_heads=2,
-    mlp_dim=48,
-    max_len=SEQ,
-    ln_placement='realformer',
-    dropout_rate=0.1,
-    attention_dropout_rate=0.2,
-    residual_carry='scores',
-    attention_impl='xla',
-  )
-  return ModelConfig(**{**base, **overrides})
+  dropout = dict(dropout_rate=0.1, attention_dropout_rate=0.2)
+  path = dict(residual_carry='scores', attention_impl='xla')
+  return kernel_config(SEQ, **{'num_layers': 3, **dropout, **path, **overrides})
 
 
 def _encoder_inputs():
@@ -444,16 +422,7 @@ def test_residual_carry_is_validated_in_one_line():
 def test_qk_carry_on_a_2x2x2_mesh_gives_the_carried_sum_gradients():
   # tests/qk_sharded_check.py on 8 forced CPU devices: the einsum path and the Triton kernels
   # (per shard, the single-device dropout masks) against the carried sum.
-  result = subprocess.run(
-    [sys.executable, '-m', 'tests.qk_sharded_check'],
-    env=support.device_env(8),
-    cwd=support.REPO,
-    text=True,
-    capture_output=True,
-    timeout=900,
-  )
-  assert result.returncode == 0, result.stdout + result.stderr
-  report = json.loads(result.stdout.strip().splitlines()[-1])
+  report = support.run_check('qk_sharded_check', 8)
   assert report['devices'] == 8
   assert report['grad_difference_xla'] <= 1e-5, report
   assert report['grad_difference_pallas'] <= 1e-5, report
@@ -467,16 +436,7 @@ def test_unrolled_qk_einsum_path_with_xla_optimisations_on():
   # tests/qk_optimised_check.py in a subprocess, where tests/conftest.py's
   # jax_disable_most_optimizations does not apply: the optimised program once returned all-nan
   # (issue 40, item 6) while this suite, optimisations off, saw finite values.
-  result = subprocess.run(
-    [sys.executable, '-m', 'tests.qk_optimised_check'],
-    env={**support.device_env(1), 'JAX_DISABLE_MOST_OPTIMIZATIONS': 'false'},
-    cwd=support.REPO,
-    text=True,
-    capture_output=True,
-    timeout=900,
-  )
-  assert result.returncode == 0, result.stdout + result.stderr
-  report = json.loads(result.stdout.strip().splitlines()[-1])
+  report = support.run_check('qk_optimised_check', optimised=True)
   assert not report['optimisations_disabled'], report
   assert report['nan_fraction'] == 0.0, report
   assert report['max_difference'] <= 1e-5 * report['max_value'], report

@@ -106,20 +106,21 @@ def test_rules_must_name_known_axes():
     train.validate_config(config)
 
 
+def _validate_on_8_devices(processes: int, batch: int, mesh: tuple, **overrides):
+  """Validate tiny_config with that batch and mesh as `processes` processes of 8 devices."""
+  config = tiny_config(train__global_batch_size=batch, mesh__shape=mesh, **overrides)
+  return train.validate_config(config, device_count=8, process_count=processes)
+
+
 def test_batch_must_split_over_data_parallel_devices():
-  config = tiny_config(train__global_batch_size=12, mesh__shape=(2, 4, 1))
   with pytest.raises(
     ConfigError,
     match=r'global_batch_size=12: must be divisible by the '
     r'data-parallel size 8 \(mesh data\*fsdp\)',
   ):
-    train.validate_config(config, device_count=8, process_count=1)
+    _validate_on_8_devices(1, 12, (2, 4, 1))
   # Tensor parallelism does not split the batch: 12 rows over data*fsdp = 2 is fine.
-  train.validate_config(
-    tiny_config(train__global_batch_size=12, mesh__shape=(2, 1, 4), model__num_heads=8),
-    device_count=8,
-    process_count=1,
-  )
+  _validate_on_8_devices(1, 12, (2, 1, 4), model__num_heads=8)
 
 
 def _cli(tmp_path, *flags, env=None) -> tuple[int, str]:
@@ -161,15 +162,10 @@ def test_cli_rejects_unknown_override(tmp_path):
 def test_each_process_needs_its_own_batch_rows():
   # 2 processes on a tensor-only mesh: one batch shard cannot be fed by two processes.
   # 8 heads: the model itself splits over tensor 8 (validation checks that first).
-  config = tiny_config(train__global_batch_size=8, mesh__shape=(1, 1, 8), model__num_heads=8)
   with pytest.raises(
     ConfigError,
     match=r'^mesh\.shape=\(1, 1, 8\): the batch is split over 1 '
     r'device group\(s\) .* multiple of the process count 2$',
   ):
-    train.validate_config(config, device_count=8, process_count=2)
-  train.validate_config(
-    tiny_config(train__global_batch_size=8, mesh__shape=(2, 1, 4), model__num_heads=8),
-    device_count=8,
-    process_count=2,
-  )
+    _validate_on_8_devices(2, 8, (1, 1, 8), model__num_heads=8)
+  _validate_on_8_devices(2, 8, (2, 1, 4), model__num_heads=8)

@@ -19,8 +19,6 @@ def get_config(arg: str = ''):
   config.data.max_len = 64
   config.model.dropout_rate = 0.1
   config.model.attention_dropout_rate = 0.1
-  config.finetune.num_epochs = 3
-  config.train.learning_rate = 1e-4
-  config.train.global_batch_size = 32
+  config.train.learning_rate = 1e-4  # batch 32, 3 epochs: BERT's recipe (finetune/config.py)
   config.train.log_every_steps = 100
   return config

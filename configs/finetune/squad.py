@@ -29,6 +29,5 @@ def get_config(arg: str = 'v1.1'):
   config.data.max_query_len = 64
   config.data.max_answer_len = 30
   config.finetune.num_epochs = 2
-  config.train.learning_rate = 3e-5
-  config.train.global_batch_size = 32
+  config.train.learning_rate = 3e-5  # batch 32: BERT's recipe (finetune/config.py)
   return config

@@ -34,21 +34,9 @@ from realformer_jax.model import params as params_lib
 
 RANDOM, WORKDIR, HUGGING_FACE = 'random', 'workdir', 'hugging_face'
 HF_WEIGHT_SUFFIXES = ('.safetensors', '.bin')
-# transformers' BertConfig defaults, for config.json files that leave a field out.
-_HF_BERT_DEFAULTS = dict(
-  vocab_size=30522,
-  hidden_size=768,
-  num_hidden_layers=12,
-  num_attention_heads=12,
-  intermediate_size=3072,
-  hidden_act='gelu',
-  hidden_dropout_prob=0.1,
-  attention_probs_dropout_prob=0.1,
-  max_position_embeddings=512,
-  type_vocab_size=2,
-  initializer_range=0.02,
-  layer_norm_eps=1e-12,
-)
+# transformers' BertConfig defaults, for config.json files that leave a field out: BERT-Base,
+# which ModelConfig's defaults are too, so they are ModelConfig's in BertConfig's names.
+_HF_BERT_DEFAULTS = hf_convert.config_to_hf(ModelConfig())
 # Hugging Face weights initialise RealFormer too (the paper reuses BERT's parameters).
 _HF_LN_PLACEMENTS = ('post', 'realformer')
 

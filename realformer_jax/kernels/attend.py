@@ -53,6 +53,25 @@ def kernel_inputs(
   return bias_BxL, scale_B, fparams, words
 
 
+def plan_spec(
+  plan: AttentionPlan, heads: int, dropout_key: Optional[jax.Array], keep_prob: float, **flags
+) -> KernelSpec:
+  """The KernelSpec of `plan` (its backend, tiles and interpret mode) over `heads` heads, with
+  dropout where a key is given; `flags`: the KernelSpec fields of the call (carry_in,
+  carry_out, sum_given, for_remat; plain attention where left out). Shared by the fused and the
+  qk kernels."""
+  return KernelSpec(
+    plan.backend,
+    **{'carry_in': False, 'carry_out': False, **flags},
+    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    heads_total=heads,
+    block_q=plan.block_q,
+    block_k=plan.block_k,
+    block_bwd=plan.block_bwd,
+    interpret=plan.interpret,
+  )
+
+
 def fused_self_attention(
   plan: AttentionPlan,
   form: str,
@@ -77,16 +96,13 @@ def fused_self_attention(
   if not backend.fused:  # a call backend (cuDNN): post / pre attention in one call
     q, k, v = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
     return backend.attend()(q, k, v, bias_Bx1x1xL, scale_B), ()
-  spec = KernelSpec(
-    plan.backend,
+  spec = plan_spec(
+    plan,
+    heads,
+    dropout_key,
+    keep_prob,
     carry_in=carry_out and bool(scores_in),
     carry_out=carry_out,
-    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
-    heads_total=heads,
-    block_q=plan.block_q,
-    block_k=plan.block_k,
-    block_bwd=plan.block_bwd,
-    interpret=plan.interpret,
     sum_given=form == 'top_down',
     for_remat=plan.rematerialised and not carry_out,
   )

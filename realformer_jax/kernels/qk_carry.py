@@ -39,8 +39,7 @@ from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, recomputed_scores, refusals
-from realformer_jax.kernels.attend import _axis_size, _mesh_axes, kernel_inputs
-from realformer_jax.kernels.dropout_bits import keep_threshold
+from realformer_jax.kernels.attend import _axis_size, _mesh_axes, kernel_inputs, plan_spec
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -194,17 +193,7 @@ def kernel_attention_saving(
   qk_attention_replay computes the same gradients from it."""
   _, _, heads, head_dim = v_BxLxHxK.shape
   bias_BxL, _, fparams, words = kernel_inputs(bias_Bx1x1xL, scale, divisor, dropout_key)
-  spec = KernelSpec(
-    plan.backend,
-    carry_in=False,
-    carry_out=False,
-    keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
-    heads_total=heads,
-    block_q=plan.block_q,
-    block_k=plan.block_k,
-    block_bwd=plan.block_bwd,
-    interpret=plan.interpret,
-  )
+  spec = plan_spec(plan, heads, dropout_key, keep_prob)
   # The backend's tiles for this stack: per device (Triton), shrinking with depth (Mosaic).
   fit_blocks = getattr(_kernels(spec), 'fit_blocks', None)
   if fit_blocks is not None:

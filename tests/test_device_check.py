@@ -23,6 +23,9 @@ def test_device_check_reports_each_part_and_no_plugin_noise(tmp_path):
   env.pop('JAX_PLATFORMS', None)  # the command chooses, as a user's would
   if platform_choice.accelerator_device_files():  # a GPU / TPU machine: keep this test a CPU run
     env['JAX_PLATFORMS'] = 'cpu'
+  # The suite's XLA setting (conftest.py): the toy size's time is compilation, mostly of the
+  # interpret-mode kernels. The platform choice and the plugin noise do not depend on it.
+  env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'true'
   out = tmp_path / 'report.json'
   result = subprocess.run(
     [sys.executable, '-m', 'experiments.device_check', f'--out={out}'],

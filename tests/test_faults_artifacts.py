@@ -283,6 +283,7 @@ def test_a_corrected_rerun_is_refused_without_config_json(trained, tmp_path):
   assert fs.checkpoint_entries(workdir) == ['2', '4']
 
 
+@pytest.mark.slow  # ~150 s on 2 cores: a dozen CLI runs in subprocesses
 def test_the_issue_41_probe_runs_as_documented():
   # docs/training.md shows `python tests/fault_probe_issue41.py`: every item ends in a
   # fallback or one line, the data side's items 2 and 4 included (they have landed: a SKIPPED

@@ -57,7 +57,7 @@ def _resolve(budget, **overrides):
 
 
 @pytest.mark.slow
-def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit_step():
+def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit_step(monkeypatch):
   needs = {a: _need_by_hand(_BASE, a) for a in (1, 2, 4, 8)}
   # The hand calculation: the smallest A whose step fits.
   by_hand = lambda budget: min(a for a, need in needs.items() if need <= budget)
@@ -70,9 +70,13 @@ def test_auto_picks_the_smallest_accumulation_that_fits_and_matches_the_explicit
   for exact in (needs[1], needs[8]):  # exactly enough memory
     assert _resolve(exact)[0].spec.train.grad_accum_steps == by_hand(exact)
 
-  # The chosen step is the explicit A=4 step: same program, same numbers, bit for bit.
+  # The chosen step is the explicit A=4 step: same numbers, bit for bit. The explicit step is
+  # compiled afresh (not taken from this module's cache, which would hand back the very program
+  # the search chose and compare it with itself).
+  monkeypatch.undo()
   explicit_config = tiny_config(**_BASE, train__grad_accum_steps=4)
   explicit = train.compile_train_step(explicit_config)
+  assert explicit is not resolved.compiled
   setup = resolved.setup
   key = jax.random.key(0)
   batch = build.global_batch(synthetic_batch(explicit_config), setup.batch_sharding)

@@ -196,4 +196,17 @@ def test_p2_paragraph():
   assert list(post_4e3) == [
     _points(_results()[f'b2400-lr0.004-post-s{s}']['final']['mask_accuracy'], False) for s in (0, 1)
   ]
+  accuracy = lambda name: _points(_results()[name]['final']['mask_accuracy'], False)
+  found = _find(r'\(RealFormer (\S+) and (\S+)% at \[MASK\], Post-LN (\S+) and (\S+)%;')
+  assert list(found) == [
+    accuracy(f'b2400-lr0.004-{layout}-s{s}') for layout in ('realformer', 'post') for s in (0, 1)
+  ]
+  (row,) = [r for r in analysis['rows'] if r['rate'] == 0.004]
+  comparison = row['accuracy']['comparison']
+  difference = _find(r'paired difference (\S+) ± (\S+) points over (\d) seeds')
+  assert list(difference) == [
+    _points(comparison['mean']),
+    _points(comparison['ci95_half_width'], False),
+    str(comparison['n']),
+  ]
   assert not math.isnan(LADDER.blowup_loss) and study.learned  # the rules the text names

@@ -1,4 +1,4 @@
-"""model.residual_carry='auto' (kernels/carry_choice.py): the fastest carry that fits: the saved
+"""model.residual_carry='auto' (kernels/select.py): the fastest carry that fits: the saved
 sum, then the recomputed one, then the stacked queries and keys, but those only where a fused
 kernel serves the platform and length; decided once when the train setup is built, against the
 budget it is given (a target's in a deviceless compile)."""
@@ -10,7 +10,7 @@ from train_fixtures import tiny_config
 
 from realformer_jax import train as train_lib
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import carry_choice
+from realformer_jax.kernels import select
 from realformer_jax.train import build
 from realformer_jax.units import GiB
 
@@ -22,9 +22,9 @@ H100_BUDGET = int(53.39 * GiB)  # experiments.compile's budget for h100:1
 def test_the_sums_of_one_sequence_follow_the_backward_that_holds_them():
   # 'saved': every layer's sum plus the carry and its gradient; 'recomputed': two.
   one_sum = 4 * 12 * 16384**2  # float32 [12, 16384, 16384]: 12 GiB
-  assert carry_choice.scores_carry_bytes(BASE, 16384) == 14 * one_sum
+  assert select.scores_carry_bytes(BASE, 16384) == 14 * one_sum
   recomputed = BASE.replace(residual_scores_backward='recomputed')
-  assert carry_choice.scores_carry_bytes(recomputed, 16384) == 2 * one_sum
+  assert select.scores_carry_bytes(recomputed, 16384) == 2 * one_sum
 
 
 # 'qk' needs a fused kernel: the GPU's Triton kernels (a config resolved for a GPU, as the
@@ -33,9 +33,9 @@ GPU = dict(attention_platform='gpu')
 
 
 def test_auto_prefers_the_saved_sum_then_the_recomputed_one_then_qk(caplog, monkeypatch):
-  choose = carry_choice.choose
+  choose = select.choose
   base, large = BASE.replace(**GPU), LARGE.replace(**GPU)
-  with caplog.at_level(logging.INFO, logger=carry_choice.__name__):
+  with caplog.at_level(logging.INFO, logger=select.__name__):
     # BERT-Large at 512 (26 sums of 16 MiB per sequence): the saved sum, the fastest.
     assert choose(large, 512, H100_BUDGET)[:2] == ('scores', 'saved')
     # BERT-Base at 16k: 168 GiB saved does not fit, 24 GiB recomputed does (x1.29 the
@@ -47,7 +47,7 @@ def test_auto_prefers_the_saved_sum_then_the_recomputed_one_then_qk(caplog, monk
     choice = choose(base, 32768, H100_BUDGET)
     assert choice[:2] == ('qk', 'saved') and 'triton kernels' in choice.reason
     # The train setup's entry point logs it.
-    assert carry_choice.resolve_residual_carry(base, 32768, H100_BUDGET) == 'qk'
+    assert select.resolve_residual_carry(base, 32768, H100_BUDGET) == 'qk'
   assert "-> 'qk'" in caplog.text and '53.4 GiB' in caplog.text
   # A configured 'recomputed' is kept; without a layer scan there is no recomputed stack.
   recomputed = base.replace(residual_scores_backward='recomputed')
@@ -55,9 +55,9 @@ def test_auto_prefers_the_saved_sum_then_the_recomputed_one_then_qk(caplog, monk
   unscanned = base.replace(scan_layers=False)
   assert choose(unscanned, 16384, H100_BUDGET)[:2] == ('qk', 'saved')
   # A device that reports no memory (a CPU) keeps the sum; an explicit carry is never changed.
-  monkeypatch.setattr(carry_choice, 'device_memory_bytes', lambda: None)
+  monkeypatch.setattr(select, 'device_memory_bytes', lambda: None)
   assert choose(base, 65536).carry == 'scores'
-  monkeypatch.setattr(carry_choice, 'device_memory_bytes', lambda: 80 * 10**9)
+  monkeypatch.setattr(select, 'device_memory_bytes', lambda: 80 * 10**9)
   assert choose(base, 65536).carry == 'qk'  # no budget given: the first local device's limit
   assert choose(base.replace(residual_carry='scores'), 65536, 1).carry == 'scores'
   assert choose(base.replace(residual_carry='qk'), 8, H100_BUDGET).carry == 'qk'
@@ -72,20 +72,20 @@ def test_auto_takes_qk_only_where_a_fused_kernel_serves_the_platform_and_length(
     (BASE.replace(attention_platform='cpu'), 32768),
     (BASE.replace(**GPU), 32760),  # not a multiple of 16
   ):
-    assert carry_choice.fused_kernel(config, length) is None
-    choice = carry_choice.choose(config, length, H100_BUDGET)
+    assert select.fused_kernel(config, length) is None
+    choice = select.choose(config, length, H100_BUDGET)
     assert choice[:2] == ('scores', 'recomputed'), config
     assert 'no fused kernel' in choice.reason and "'qk' on the einsum path" in choice.reason
   # TPU: the Mosaic kernels.
   tpu = BASE.replace(attention_platform='tpu')
-  assert carry_choice.fused_kernel(tpu, 32768) == 'mosaic'
-  assert carry_choice.choose(tpu, 32768, H100_BUDGET).carry == 'qk'
+  assert select.fused_kernel(tpu, 32768) == 'mosaic'
+  assert select.choose(tpu, 32768, H100_BUDGET).carry == 'qk'
 
 
 def test_the_flops_factors_are_the_documented_counts():
   # Per score element: 14 K saved, 18 K recomputed, sum_l (14 + 8 l) K / 12 layers for qk.
-  assert carry_choice.attention_flops_factor(BASE, 'recomputed') == pytest.approx(18 / 14)
-  assert carry_choice.attention_flops_factor(BASE, 'qk') == pytest.approx(696 / 168)
+  assert select.attention_flops_factor(BASE, 'recomputed') == pytest.approx(18 / 14)
+  assert select.attention_flops_factor(BASE, 'qk') == pytest.approx(696 / 168)
 
 
 def test_the_train_setup_decides_once_against_its_budget_and_keeps_auto_in_the_spec():
@@ -103,6 +103,6 @@ def test_the_train_setup_decides_once_against_its_budget_and_keeps_auto_in_the_s
   pallas = tight.model_config.replace(
     attention_impl='pallas', residual_carry='auto', residual_scores_backward='saved'
   )
-  assert carry_choice.resolved(pallas, 16, 1024).residual_carry == 'qk'
+  assert select.resolved(pallas, 16, 1024).residual_carry == 'qk'
   post = train_lib.validate_config(tiny_config(model__ln_placement='post'))
   assert build.make_setup(post, memory_bytes=1024).model_config.residual_carry == 'auto'

@@ -46,7 +46,7 @@ def test_sum_of_layer_scores_is_one_product_over_stacked_features():
   for layer in range(q_N.shape[0]):
     s = qk_reference.layer_scores(q_N[layer], k_N[layer], scale)
     acc = s if acc is None else acc + s  # model/attention.py's carried sum
-    stack = qk_reference.push(stack, jnp.asarray(layer), q_N[layer], k_N[layer])
+    stack = qk_carry.push(stack, jnp.asarray(layer), q_N[layer], k_N[layer])
     from_stack = qk_reference.summed_scores(stack, jnp.asarray(layer + 1), scale, jnp.float32)
     np.testing.assert_allclose(from_stack, acc, rtol=1e-5, atol=1e-5)
   # Slots above the bound do not count, whatever finite values they hold.

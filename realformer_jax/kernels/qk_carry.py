@@ -43,6 +43,22 @@ from realformer_jax.kernels.attend import _axis_size, _mesh_axes, kernel_inputs,
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 
+# Layer i's slot of the carried stack, [2, N, B, L, H, K].
+STACK_AXES = (None, None, 'batch', 'length', 'heads', 'kv')
+
+
+def push(stack: jax.Array, index: jax.Array, q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array):
+  """The stack with layer `index`'s queries and keys in its slot (the stack's dtype; a [B, L, H, K']
+  slot wider than q is zero-padded: zero features add nothing to a product)."""
+  qk = jnp.stack([q_BxLxHxK, k_BxLxHxK]).astype(stack.dtype)
+  pad = stack.shape[-1] - qk.shape[-1]
+  if pad:
+    qk = jnp.pad(qk, [(0, 0)] * 4 + [(0, pad)])
+  start = (jnp.zeros((), jnp.int32), jnp.asarray(index, jnp.int32)) + (
+    jnp.zeros((), jnp.int32),
+  ) * 4
+  return jax.lax.dynamic_update_slice(stack, qk[:, None], start)
+
 
 class SavedAttention(NamedTuple):
   """Every layer's attention output and row statistics, written going up the stack (slot l by

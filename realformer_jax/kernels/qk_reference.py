@@ -32,9 +32,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-# Layer i's slot of the carried stack, [2, N, B, L, H, K].
-STACK_AXES = (None, None, 'batch', 'length', 'heads', 'kv')
-
 
 def layer_scores(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, scale: jax.Array) -> jax.Array:
   """s = scale Q K^T, float32 [B, H, L, L], as the einsum path forms one layer's scores."""
@@ -56,16 +53,3 @@ def summed_scores(stack: jax.Array, upto: jax.Array, scale: jax.Array, dtype) ->
   q_N, k_N = ((stack[part] * used).astype(dtype) for part in range(2))
   logits = jnp.einsum('nbqhk,nbvhk->bhqv', q_N, k_N, preferred_element_type=jnp.float32)
   return logits * scale
-
-
-def push(stack: jax.Array, index: jax.Array, q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array):
-  """The stack with layer `index`'s queries and keys in its slot (the stack's dtype; a [B, L, H, K']
-  slot wider than q is zero-padded: zero features add nothing to a product)."""
-  qk = jnp.stack([q_BxLxHxK, k_BxLxHxK]).astype(stack.dtype)
-  pad = stack.shape[-1] - qk.shape[-1]
-  if pad:
-    qk = jnp.pad(qk, [(0, 0)] * 4 + [(0, pad)])
-  start = (jnp.zeros((), jnp.int32), jnp.asarray(index, jnp.int32)) + (
-    jnp.zeros((), jnp.int32),
-  ) * 4
-  return jax.lax.dynamic_update_slice(stack, qk[:, None], start)

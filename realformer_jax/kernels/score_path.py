@@ -37,10 +37,15 @@ import jax.numpy as jnp
 from realformer_jax.config import ModelConfig
 from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals
 from realformer_jax.kernels.attend import fused_self_attention
-from realformer_jax.kernels.carry_choice import resolve_residual_carry
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
-from realformer_jax.kernels.select import AttentionPlan, check_qk, pair_carry, plan
+from realformer_jax.kernels.select import (
+  AttentionPlan,
+  check_qk,
+  pair_carry,
+  plan,
+  resolve_residual_carry,
+)
 
 # einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record)
 #   -> (context, scores): the model's reference attention (model/attention.py), handed in so
@@ -217,9 +222,7 @@ class QKPath(ScorePath):
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
     stack, index, saved = carried_in
     q, k, v = (qkv[:, :, part] for part in range(3))
-    stack = nn.with_logical_constraint(
-      qk_reference.push(stack, index, q, k), qk_reference.STACK_AXES
-    )
+    stack = nn.with_logical_constraint(qk_carry.push(stack, index, q, k), qk_carry.STACK_AXES)
     if self.plan is None:
       earlier = qk_reference.summed_scores(stack, index, scale, self.dtype)  # acc_{l-1}
       context, _ = self.einsum(
@@ -239,7 +242,7 @@ class QKPath(ScorePath):
   def run_stack(self, layers: LayerStack, x: jax.Array) -> jax.Array:
     batch, length = x.shape[:2]
     shape = (2, self.num_layers, batch, length, self.heads, self.stack_head_dim)
-    stack0 = nn.with_logical_constraint(jnp.zeros(shape, self.dtype), qk_reference.STACK_AXES)
+    stack0 = nn.with_logical_constraint(jnp.zeros(shape, self.dtype), qk_carry.STACK_AXES)
     if self.recompute:
       refuse = self.plan is not None
       up = dataclasses.replace(self, refuse_bias_and_scale_gradients=False)
@@ -330,7 +333,7 @@ def stack_path(
   path); `may_recompute`: the caller allows a stack that recomputes going down (a training
   call: not init, no analysis collections), taken when the config asks for it (always with
   residual_carry='qk', whose stack saves the carry once). residual_carry='auto' left for the
-  model to decide (a model used outside the train setup) is carry_choice.py's rule against the
+  model to decide (a model used outside the train setup) is select.py's rule against the
   first local device's memory."""
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   residual = config.use_residual_attention

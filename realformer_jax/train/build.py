@@ -32,7 +32,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from realformer_jax import kernels
 from realformer_jax.analysis import kernel_check
-from realformer_jax.kernels import carry_choice
+from realformer_jax.kernels import select
 from realformer_jax.model.params import unbox
 from realformer_jax.train import step as step_lib
 from realformer_jax.train.config import AUTO, MeshConfig, Rules, RunSpec
@@ -290,7 +290,7 @@ def make_setup(
   seq_len = _seq_len(spec)
   model_config = kernels.resolve_platform(spec.model, devices)
   # Which carry residual attention takes, decided once here for the run's length and logged.
-  model_config = carry_choice.resolved(model_config, seq_len, memory_bytes)
+  model_config = select.resolved(model_config, seq_len, memory_bytes)
   model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)

@@ -46,7 +46,8 @@ RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 # sum (memory O(L^2)); 'qk' every layer's queries and keys, the sum rebuilt in the kernels
 # (O(L) memory, more FLOPs: kernels/qk_carry.py); 'auto' the fastest carry that fits one
 # sequence in the device's memory, 'qk' only where a fused kernel serves the platform and
-# length, chosen when the model is built (kernels/select.py).
+# length, chosen once when the train setup builds the model (kernels/select.py `for_run`,
+# called by train/build.py); kernels/score_path.py then takes the chosen carry's path.
 RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
 # fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU); 'auto' by

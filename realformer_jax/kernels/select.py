@@ -17,16 +17,18 @@ CPU); a backend registered later adds a row. `check` refuses, in one line, an at
 that names no backend and a backend asked for what its record says it cannot do.
 
 The platform is `ModelConfig.attention_platform`; the train setup sets it to the platform of
-the mesh's devices (`resolve_platform`), which in a deviceless compile is the target's, not
-`jax.default_backend()`. Left at 'auto' (a model used directly), it is the default backend when
-traced. 'auto' also takes the einsum path for a sequence length the kernels cannot tile (and
-when attention maps are asked for: `sow`n maps need the probabilities the kernels never
-write); an explicit kernel raises a one-line ConfigError instead.
+the mesh's devices (`for_run`: `resolve_platform`), which in a deviceless compile is the
+target's, not `jax.default_backend()`. Left at 'auto' (a model used directly), it is the
+default backend when traced. 'auto' also takes the einsum path for a sequence length the
+kernels cannot tile (and when attention maps are asked for: `sow`n maps need the
+probabilities the kernels never write); an explicit kernel raises a one-line ConfigError
+instead.
 
 ## Carry: `model.residual_carry='auto'`
 
-Which carry residual attention takes, decided when the model is built and logged with the
-reason.
+Which carry residual attention takes, decided once when the train setup builds the model
+(`for_run`: `resolved`) and logged with the reason; a model used directly decides it when
+traced (`resolve_residual_carry`, kernels/score_path.py).
 
 The rule looks at time first, then memory. Per score element of layer l the carries cost, in
 attention matmul FLOPs (K = head dim; one forward and the backward; a rematerialised layer adds
@@ -349,6 +351,18 @@ def resolve_residual_carry(
 ) -> str:
   """'scores' or 'qk' for config.residual_carry (choose()), logged when it was 'auto'."""
   return _logged(config, seq_len, memory_bytes).carry
+
+
+def for_run(
+  config: ModelConfig,
+  devices: Sequence[jax.Device],
+  seq_len: Optional[int],
+  memory_bytes: Optional[int] = None,
+) -> ModelConfig:
+  """`config` with how attention runs decided once for a run on `devices`: attention_platform
+  the devices' (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against
+  one device's `memory_bytes` (resolved, logged). The model then reads concrete choices."""
+  return resolved(resolve_platform(config, devices), seq_len, memory_bytes)
 
 
 def resolved(config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]):

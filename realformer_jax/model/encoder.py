@@ -13,8 +13,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax import kernels
 from realformer_jax.config import ModelConfig
+from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
+from realformer_jax.kernels.score_path import stack_path
 from realformer_jax.model.attention import SCORES_AXES, einsum_attention, mask_bias, score_scale
 from realformer_jax.model.block import EncoderLayer, LayerInputs
 from realformer_jax.model.embeddings import Embeddings
@@ -27,7 +28,7 @@ _policies = jax.checkpoint_policies
 # statistics: kernels/fused.py), so that the re-run of a layer runs no attention forward
 # kernel; nothing else of the layer is kept beyond the policy's own choice. The einsum path and
 # the carried-sum kernels name nothing.
-_ATTENTION = _policies.save_only_these_names(kernels.SAVED_FOR_BACKWARD)
+_ATTENTION = _policies.save_only_these_names(SAVED_FOR_BACKWARD)
 REMAT_POLICIES = {
   'full': _ATTENTION,
   'dots': _policies.save_from_both_policies(_policies.dots_saveable, _ATTENTION),
@@ -101,7 +102,7 @@ class Encoder(nn.Module):
     x_BxLxD = self.embeddings(input_ids_BxL, segment_ids_BxL, deterministic)
     # How attention runs and how its scores travel through the stack, decided once here
     # (kernels/score_path.py); the path runs the stack and every layer attends through it.
-    path = kernels.stack_path(
+    path = stack_path(
       cfg,
       input_ids_BxL.shape[1],
       einsum=einsum_attention,

@@ -30,7 +30,6 @@ import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from realformer_jax import kernels
 from realformer_jax.analysis import kernel_check
 from realformer_jax.kernels import select
 from realformer_jax.model.params import unbox
@@ -284,13 +283,12 @@ def make_setup(
   `memory_bytes`: one device's memory budget, for residual_carry='auto' (default: the first
   local device's limit; accumulation.resolve passes its budget, a target's when deviceless)."""
   mesh = make_mesh(spec.mesh, devices)
-  # Attention kernels for the platform the step is compiled for (kernels/select.py), checked
-  # against the einsum path first when they run compiled on this process's devices.
+  # How attention runs, decided once here (kernels/select.py): the kernels of the platform the
+  # step is compiled for, and the carry residual_carry='auto' takes at the run's length
+  # (logged); then checked against the einsum path where they run compiled on these devices.
   devices = list(mesh.devices.flat)
   seq_len = _seq_len(spec)
-  model_config = kernels.resolve_platform(spec.model, devices)
-  # Which carry residual attention takes, decided once here for the run's length and logged.
-  model_config = select.resolved(model_config, seq_len, memory_bytes)
+  model_config = select.for_run(spec.model, devices, seq_len, memory_bytes)
   model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)

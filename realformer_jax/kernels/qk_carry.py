@@ -98,7 +98,8 @@ class QKCarry(NamedTuple):
 
 
 def _kernels(spec: KernelSpec):
-  # The backend's record names its qk module, imported on first use (kernels/backends/).
+  # The plan's backend's qk kernels: the module its record names (the built-in ones:
+  # kernels/backends/<name>/qk_attention.py), imported on first use.
   return backends.get(spec.backend).qk_kernels()
 
 

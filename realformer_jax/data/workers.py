@@ -4,7 +4,7 @@
 one job) it runs in this process; otherwise in a pool of spawned processes (never forked: the
 parent may run JAX threads), kept for the life of the process so the reading and the encoding
 phase pay the start-up (imports) once. A spawned worker does not import the parent's `__main__`
-(multiprocessing would: a main such as experiments.prepare_data imports jax and flax, 2-3 CPU s
+(multiprocessing would: a main such as experiments.prepare_data imports jax, 2-3 CPU s
 per worker, measured) unless the first job refers to something defined there. At most
 `2 * workers` jobs are in flight, so results waiting to be consumed stay bounded whatever the
 corpus size. An exception in a job (a DataError naming a file) is raised here, in the parent,

@@ -350,13 +350,16 @@ def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkey
   'name, content',
   [
     ('crlf.txt', 'a\r\nb\r\n\r\n  \t\nc\u00e9\n\n\n d \r\r\n\ne'),
+    # No carriage return: split by one regular expression (_split_text_documents). Blank
+    # lines of Unicode whitespace, leading and trailing blank lines, whitespace inside lines.
+    ('lf.txt', '\n \n a\n\u00a0\n\x0bb\u3000\nc\n\x1c\n\n\nd \u2028\n\u2028\n\x85\ne\n  \n'),
     ('lines.jsonl', '{"text": "x"}\r\n\n{"text": "y\\u00e9"}\n   \n{"text": "z"}'),
   ],
 )
 def test_reading_a_file_in_one_block_gives_the_streamed_documents(
   tmp_path, monkeypatch, name, content
 ):
-  """Uncompressed files are read and decoded in one piece (text_files._block_lines); the
+  """Uncompressed files are read and decoded in one piece (text_files._block_text); the
   documents must be those of reading line by line (CRLF, blank and whitespace lines, no final
   newline), for the whole file and for its exact byte ranges."""
   path = tmp_path / name
@@ -367,7 +370,7 @@ def test_reading_a_file_in_one_block_gives_the_streamed_documents(
     text_files.exact_range(str(path), *r, size) for r in text_files.byte_ranges(str(path), size)
   ]
   block = [list(text_files.documents(str(path), 'text', r)) for r in ranges]
-  monkeypatch.setattr(text_files, '_block_lines', lambda *args: None)
+  monkeypatch.setattr(text_files, '_block_text', lambda *args: None)
   streamed = [list(text_files.documents(str(path), 'text', r)) for r in ranges]
   assert block == streamed
   assert sum(block[1:], []) == block[0] and len(ranges) > 2

@@ -3,6 +3,7 @@ size, and the same stores, tokenizer and packed rows for 1 and 2 worker processe
 
 import json
 import os
+import sys
 import tracemalloc
 
 import numpy as np
@@ -226,3 +227,22 @@ def test_a_run_saved_on_an_old_store_gets_one_line_saying_why(tmp_path):
   assert '\n' not in str(raised.value)
   assert "store='packed-L16-0123456789ab.int32'" in str(raised.value)
   assert 'identified by content' in str(raised.value) and 'new workdir' in str(raised.value)
+
+
+def _defined_in_main():
+  return 'main'
+
+
+def test_worker_pools_skip_the_main_module_unless_a_job_refers_to_it(monkeypatch):
+  """Spawned workers would import the parent's __main__ (a CLI that imports jax: seconds per
+  worker); a pool starts without it unless the first job pickles a reference to __main__."""
+  assert not workers._refers_to_main(('shard.array_record', 0, 10))  # pylint: disable=protected-access
+  main = sys.modules['__main__']
+  monkeypatch.setattr(_defined_in_main, '__module__', '__main__')
+  monkeypatch.setattr(main, '_defined_in_main', _defined_in_main, raising=False)
+  assert workers._refers_to_main((_defined_in_main, 0))  # pylint: disable=protected-access
+  with workers._main_hidden():  # pylint: disable=protected-access
+    hidden = sys.modules['__main__']
+    assert hidden is not main and getattr(hidden, '__spec__', None) is None
+    assert not hasattr(hidden, '__file__')
+  assert sys.modules['__main__'] is main

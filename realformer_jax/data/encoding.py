@@ -27,18 +27,27 @@ def read_texts(source, indices, text_feature: str) -> list[str]:
   faster than record-by-record through grain on a busy machine) or a grain MapDataset of TFDS
   records."""
   if isinstance(source, str):
-    from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
-
-    reader = array_record_module.ArrayRecordReader(source)
-    try:
-      if isinstance(indices, range) and indices.step == 1:
-        data = reader.read(indices.start, indices.stop) if len(indices) else []
-      else:
-        data = reader.read(list(indices))
-    finally:
-      reader.close()
-    return [d.decode('utf-8') for d in data]
+    return [d.decode('utf-8') for d in _read_shard(source, indices)]
   return [text_of(source[i], text_feature) for i in indices]
+
+
+def _read_shard(path: str, indices) -> list[bytes]:
+  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+  reader = array_record_module.ArrayRecordReader(path)
+  try:
+    if isinstance(indices, range) and indices.step == 1:
+      return reader.read(indices.start, indices.stop) if len(indices) else []
+    return reader.read(list(indices))
+  finally:
+    reader.close()
+
+
+def _read_utf8(source, first: int, stop: int, text_feature: str) -> list[bytes]:
+  """The UTF-8 bytes of records [first, stop): a shard's as stored, a TFDS record's encoded."""
+  if isinstance(source, str):
+    return _read_shard(source, range(first, stop))
+  return [t.encode() for t in read_texts(source, range(first, stop), text_feature)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,16 +62,15 @@ def encode(job: EncodeJob) -> dict:
   """The job's documents as one flat int32 token stream (packing concatenates documents, so
   this is all it needs), with its counts and the SHA-256 of each document (the corpus digest of
   a TFDS split hashes them). One encode thread: `workers` is the number of cores used."""
-  texts = [
-    text
+  encoded = [
+    data
     for source, first, stop in job.segments
-    for text in read_texts(source, range(first, stop), job.text_feature)
+    for data in _read_utf8(source, first, stop, job.text_feature)
   ]
-  flat = job.tokenizer.encode_flat(texts, num_threads=1)
-  encoded = [t.encode() for t in texts]
+  flat = job.tokenizer.encode_flat([data.decode('utf-8') for data in encoded], num_threads=1)
   return {
     'ids': flat,
-    'documents': len(texts),
+    'documents': len(encoded),
     'text_bytes': sum(map(len, encoded)),
-    'digests': b''.join(hashlib.sha256(t).digest() for t in encoded),
+    'digests': b''.join(hashlib.sha256(data).digest() for data in encoded),
   }

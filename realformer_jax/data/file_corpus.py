@@ -51,12 +51,13 @@ SPLITS = ('train', 'eval')
 _SHARD_DIR = 'file-shards'
 _FINGERPRINT_DIR = 'fingerprints'
 MANIFEST = 'corpus.json'
-# A record per chunk (random access for the tokenizer sample and the eval split), snappy: the
-# shard is written once and read once more by the encoding workers, and array_record's default
-# (zstd) cost 30 + 14 CPU ms per MB of text to write and read, snappy 8 + 7 (measured on
-# generated English, 2026-11-26; zstd's files were 0.71x the text, snappy's 0.98x). Readers
-# take either, so shards written before stay valid.
-_SHARD_OPTIONS = 'group_size:1,snappy'
+# A record per chunk (random access for the tokenizer sample, and what grain asks for: it logs an
+# error on other group sizes), uncompressed: the shard is written once and read once more by
+# the encoding workers. CPU ms per MB of text to write + read, measured on generated English
+# (2026-11-26/27): array_record's default zstd 30 + 14, snappy 8-13 + 7-12, uncompressed 4 + 5;
+# the files are 0.71x, 0.99x and 1.09x the text (a document alone barely compresses with
+# snappy). Readers take any options, so shards written before stay valid.
+_SHARD_OPTIONS = 'group_size:1,uncompressed'
 
 
 @dataclasses.dataclass(frozen=True)

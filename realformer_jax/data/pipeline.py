@@ -48,7 +48,7 @@ from etils import epath
 
 from realformer_jax import extras
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import masking, packed_store, packing, preparation, sources
+from realformer_jax.data import encoding, masking, packed_store, packing, preparation
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.errors import DataError, check_saved_state
 
@@ -354,7 +354,7 @@ def _build_eval_sequences(data_config: config_lib.DataConfig, limit: int) -> dic
 def _encode_record(
   tokenizer: tokenizer_lib.Tokenizer, text_feature: str, record: dict
 ) -> np.ndarray:
-  return tokenizer.encode(sources.text_of(record, text_feature))
+  return tokenizer.encode(encoding.text_of(record, text_feature))
 
 
 def _packing_ids(data_config, tokenizer) -> dict[str, int]:

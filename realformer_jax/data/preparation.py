@@ -261,7 +261,7 @@ def _mean_document_bytes(prepared: PreparedData, text_feature: str) -> float:
     return prepared.train_text_bytes / documents
   records = prepared.train_records
   probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
-  sizes = [len(sources.text_of(records[i], text_feature).encode()) for i in range(probe)]
+  sizes = [len(encoding.text_of(records[i], text_feature).encode()) for i in range(probe)]
   return sum(sizes) / max(len(sizes), 1)
 
 
@@ -340,7 +340,7 @@ class _Sample:
     if total is None:  # TFDS: estimate the split's size from its first documents
       records = prepared['train_records']
       probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
-      sizes = [len(sources.text_of(records[i], text_feature)) for i in range(probe)]
+      sizes = [len(encoding.text_of(records[i], text_feature)) for i in range(probe)]
       total = sum(sizes) / max(probe, 1) * len(records)
     self.stride = max(1, -(-int(total) // max_chars))
     self.offset = int(np.random.default_rng(_SAMPLE_SEED).integers(self.stride))
@@ -375,7 +375,7 @@ class _Sample:
 
 def _check_has_tokens(records, tokenizer, text_feature: str, what: str) -> None:
   for index in range(min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)):
-    if len(tokenizer.encode(sources.text_of(records[index], text_feature))):
+    if len(tokenizer.encode(encoding.text_of(records[index], text_feature))):
       return
   raise DataError(
     f'{what} has zero tokens in its first '

@@ -31,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from typing import Iterator, Optional
 
 from realformer_jax.data.errors import DataError
@@ -205,12 +206,14 @@ def _documents(path: str, extension: str, text_feature: str, byte_range) -> Iter
     yield from _parquet_documents(path, text_feature)
     return
   start, end = byte_range or (0, None)
-  lines = _block_lines(path, start, end)
-  if lines is not None:
-    if extension == '.txt':
-      yield from _text_documents(lines)
+  text = _block_text(path, start, end)
+  if text is not None:
+    if extension == '.txt' and '\r' not in text:
+      yield from _split_text_documents(text)
+    elif extension == '.txt':
+      yield from _text_documents(_numbered_lines(text))
     else:
-      yield from _json_documents(path, lines, text_feature, start)
+      yield from _json_documents(path, _numbered_lines(text), text_feature, start)
     return
   with _open_binary(path) as f:
     if start:
@@ -316,11 +319,11 @@ def _lines(path: str, f, start: int = 0, end: Optional[int] = None) -> Iterator[
     yield number, line.rstrip('\r\n')
 
 
-def _block_lines(path: str, start: int, end: Optional[int]):
-  """(line number, line) of an uncompressed local file's bytes [start, end) read and decoded in
-  one piece (~5x cheaper per MB than line by line, measured); None where that does not apply (a
-  compressed or remote file, a range over _MAX_BLOCK_BYTES) or the bytes are not clean UTF-8
-  text: then `_lines` streams them and names the offending byte."""
+def _block_text(path: str, start: int, end: Optional[int]) -> Optional[str]:
+  """An uncompressed local file's bytes [start, end) read and decoded in one piece (~5x cheaper
+  per MB than line by line, measured); None where that does not apply (a compressed or remote
+  file, a range over _MAX_BLOCK_BYTES) or the bytes are not clean UTF-8 text: then `_lines`
+  streams them and names the offending byte."""
   if compression_of(path) or '://' in path:
     return None
   if end is None:
@@ -333,10 +336,13 @@ def _block_lines(path: str, start: int, end: Optional[int]):
   if _NUL in data:
     return None
   try:
-    text = data.decode('utf-8')
+    return data.decode('utf-8')
   except UnicodeDecodeError:
     return None
-  del data
+
+
+def _numbered_lines(text: str):
+  """(line number, line) of a decoded block, as `_lines` gives them."""
   lines = text.split('\n')
   if lines and not lines[-1]:
     lines.pop()  # the newline ending the last line starts no line
@@ -367,6 +373,25 @@ def _raw_lines(path: str, f) -> Iterator[bytes]:
     if type(e).__module__.startswith('zstandard'):
       raise DataError(f'{path}: cannot be read ({e}).') from None
     raise
+
+
+# Between two documents of a .txt: a newline and one or more lines of whitespace only (str's
+# whitespace, as `str.strip`), each ended by a newline.
+_BLANK_LINES = re.compile(r'\n(?:[^\S\n]*\n)+')
+
+
+def _split_text_documents(text: str) -> Iterator[str]:
+  """`_text_documents` of a block without carriage returns, split by one regular expression
+  instead of line by line (~5x cheaper, measured). A piece between two separators is exactly
+  one document (the greedy separator leaves no blank line inside a piece, nor an empty piece);
+  the first and last pieces may hold leading or trailing blank lines, so they go line by line."""
+  pieces = _BLANK_LINES.split(text)
+  if len(pieces) == 1:
+    yield from _text_documents(_numbered_lines(text))
+    return
+  yield from _text_documents(_numbered_lines(pieces[0]))
+  yield from pieces[1:-1]
+  yield from _text_documents(_numbered_lines(pieces[-1]))
 
 
 def _text_documents(numbered_lines) -> Iterator[str]:

@@ -3,17 +3,24 @@
 `ordered_results(fn, jobs, workers)` yields fn(job) for every job in order. With one worker (or
 one job) it runs in this process; otherwise in a pool of spawned processes (never forked: the
 parent may run JAX threads), kept for the life of the process so the reading and the encoding
-phase pay the start-up (imports) once. At most `2 * workers` jobs are in flight, so results
-waiting to be consumed stay bounded whatever the corpus size. An exception in a job (a
-DataError naming a file) is raised here, in the parent, unchanged.
+phase pay the start-up (imports) once. A spawned worker does not import the parent's `__main__`
+(multiprocessing would: a main such as experiments.prepare_data imports jax, 2-3 CPU s
+per worker, measured) unless the first job refers to something defined there. At most
+`2 * workers` jobs are in flight, so results waiting to be consumed stay bounded whatever the
+corpus size. An exception in a job (a DataError naming a file) is raised here, in the parent,
+unchanged.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import multiprocessing
 import os
+import pickle
+import sys
+import types
 from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 Job = TypeVar('Job')
@@ -37,7 +44,8 @@ def ordered_results(fn: Callable, jobs: Iterable[Job], workers: int) -> Iterator
     for job in jobs:
       yield fn(job)
     return
-  pool = _pool(workers)
+  pool_needs_main = _refers_to_main(jobs[0])
+  pool = _pool(workers, pool_needs_main)
   pending = collections.deque()
   try:
     for job in jobs:
@@ -48,18 +56,39 @@ def ordered_results(fn: Callable, jobs: Iterable[Job], workers: int) -> Iterator
       yield pending.popleft().get()
   except BaseException:
     # A failed or interrupted preparation: drop this pool (its workers may be mid-job).
-    _close(workers, terminate=True)
+    _close((workers, pool_needs_main), terminate=True)
     raise
 
 
-def _pool(workers: int):
-  if workers not in _POOLS:
-    _POOLS[workers] = multiprocessing.get_context('spawn').Pool(workers)
-  return _POOLS[workers]
+def _refers_to_main(job) -> bool:
+  """Whether unpickling `job` needs the parent's `__main__` (a function or class defined in the
+  user's script; a pickle names a global's module as text, so text that merely contains the
+  word errs on the safe side)."""
+  return b'__main__' in pickle.dumps(job)
 
 
-def _close(workers: int, terminate: bool = False) -> None:
-  pool = _POOLS.pop(workers, None)
+def _pool(workers: int, needs_main: bool = False):
+  key = (workers, needs_main)
+  if key not in _POOLS:
+    with contextlib.nullcontext() if needs_main else _main_hidden():
+      _POOLS[key] = multiprocessing.get_context('spawn').Pool(workers)
+  return _POOLS[key]
+
+
+@contextlib.contextmanager
+def _main_hidden():
+  """While the pool starts its processes, `__main__` is a bare module: spawn then sends no main
+  module for the children to import (they need only the job's own modules)."""
+  main = sys.modules['__main__']
+  sys.modules['__main__'] = types.ModuleType('__main__')
+  try:
+    yield
+  finally:
+    sys.modules['__main__'] = main
+
+
+def _close(key, terminate: bool = False) -> None:
+  pool = _POOLS.pop(key, None)
   if pool is not None:
     if terminate:
       pool.terminate()
@@ -71,5 +100,5 @@ def _close(workers: int, terminate: bool = False) -> None:
 @atexit.register
 def close_all() -> None:
   """Ends the worker processes (at exit; tests call it to measure a fresh start)."""
-  for workers in list(_POOLS):
-    _close(workers, terminate=True)
+  for key in list(_POOLS):
+    _close(key, terminate=True)

@@ -197,9 +197,10 @@ def test_p2_paragraph():
     _points(_results()[f'b2400-lr0.004-post-s{s}']['final']['mask_accuracy'], False) for s in (0, 1)
   ]
   accuracy = lambda name: _points(_results()[name]['final']['mask_accuracy'], False)
-  found = _find(r'\(RealFormer (\S+) and (\S+)% at \[MASK\], Post-LN (\S+) and (\S+)%;')
+  four = r'(\S+), (\S+), (\S+) and (\S+)%'
+  found = _find(rf'\(RealFormer {four} at \[MASK\], Post-LN {four};')
   assert list(found) == [
-    accuracy(f'b2400-lr0.004-{layout}-s{s}') for layout in ('realformer', 'post') for s in (0, 1)
+    accuracy(f'b2400-lr0.004-{layout}-s{s}') for layout in ('realformer', 'post') for s in range(4)
   ]
   (row,) = [r for r in analysis['rows'] if r['rate'] == 0.004]
   comparison = row['accuracy']['comparison']
@@ -208,5 +209,12 @@ def test_p2_paragraph():
     _points(comparison['mean']),
     _points(comparison['ci95_half_width'], False),
     str(comparison['n']),
+  ]
+  failure = row['failure']
+  stated = _find(r'failed (\d)/4 RealFormer against (\d)/4 Post-LN, Boschloo p = (\S+),')
+  assert list(stated) == [
+    str(failure['failed_realformer']),
+    str(failure['failed_post']),
+    f'{failure["p_value"]:.3f}',
   ]
   assert not math.isnan(LADDER.blowup_loss) and study.learned  # the rules the text names

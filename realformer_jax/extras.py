@@ -13,6 +13,7 @@ own names: its `__init__` lists where each lives, and a name is imported when fi
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from typing import Callable, Mapping
 
@@ -33,9 +34,15 @@ class MissingExtra(ImportError):
   """An optional dependency is not installed; the message names the extra that installs it."""
 
 
-def require(name: str) -> types.ModuleType:
+def require(name: str, without: tuple[str, ...] = ()) -> types.ModuleType:
   """The module `name` (e.g. 'grain' or 'tensorboardX.proto.event_pb2'), imported now, or a
-  MissingExtra naming the extra that installs its distribution."""
+  MissingExtra naming the extra that installs its distribution.
+
+  `without`: modules that `name` imports only if they happen to be installed, hidden while it
+  is imported (unless already imported), so that it takes its fallback instead of paying for
+  them."""
+  hidden = [module for module in without if module not in sys.modules]
+  sys.modules.update(dict.fromkeys(hidden))  # None in sys.modules: `import x` raises ImportError
   try:
     return importlib.import_module(name)
   except ModuleNotFoundError as e:
@@ -48,25 +55,31 @@ def require(name: str) -> types.ModuleType:
       f"pip install -e '.[{extra}]'",
       name=top,
     ) from None
+  finally:
+    for module in hidden:
+      if sys.modules.get(module, ...) is None:
+        del sys.modules[module]
 
 
 class _Lazy(types.ModuleType):
   """A module stand-in that imports the real module at its first attribute access."""
 
-  def __init__(self, name: str):
+  def __init__(self, name: str, without: tuple[str, ...] = ()):
     super().__init__(name)
     self.__dict__['_module'] = None
+    self.__dict__['_without'] = without
 
   def __getattr__(self, attribute: str):
     module = self.__dict__['_module']
     if module is None:
-      module = self.__dict__['_module'] = require(self.__name__)
+      module = self.__dict__['_module'] = require(self.__name__, self.__dict__['_without'])
     return getattr(module, attribute)
 
 
-def lazy(name: str) -> types.ModuleType:
-  """A stand-in for `import name` at module level: the import happens on first use."""
-  return _Lazy(name)
+def lazy(name: str, without: tuple[str, ...] = ()) -> types.ModuleType:
+  """A stand-in for `import name` at module level: the import happens on first use (`without`:
+  as in `require`)."""
+  return _Lazy(name, without)
 
 
 def public_names(

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+import jit_cache  # tests/, this script's directory
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {
   'model.num_layers': 2,
@@ -56,8 +58,7 @@ def cli(module, *args, **overrides):
     os.environ,
     JAX_PLATFORMS='cpu',
     JAX_DISABLE_MOST_OPTIMIZATIONS='true',
-    JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, 'jax_cache'),
-    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+    **jit_cache.env(),  # the test session's cache when a test runs this (else this run's own)
     PYTHONPATH=REPO,
   )
   done = subprocess.run(

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tests import jit_cache
+from tests import compile_settings, jit_cache
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,7 +44,9 @@ TINY_SHARDED = (
 
 def device_env(num_devices: int) -> dict[str, str]:
   env = dict(os.environ)
-  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={num_devices}'
+  env['XLA_FLAGS'] = compile_settings.xla_flags(
+    f'--xla_force_host_platform_device_count={num_devices}'
+  )
   env['JAX_PLATFORMS'] = 'cpu'
   env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'true'  # compile time dominates these tiny runs
   env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
@@ -58,6 +60,7 @@ def run_check(module: str, num_devices: int = 1, optimised: bool = False) -> dic
   env = device_env(num_devices)
   if optimised:
     env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'false'
+    env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={num_devices}'  # XLA's defaults
   result = subprocess.run(
     [sys.executable, '-m', f'tests.{module}'],
     env=env,

@@ -129,6 +129,25 @@ def test_require_names_the_extra_and_passes_other_errors_through(monkeypatch):
   assert not isinstance(raised.value, extras.MissingExtra)
 
 
+def test_require_without_hides_a_module_only_while_importing(tmp_path, monkeypatch):
+  # How realformer_jax.train.metrics keeps tensorboardX from importing torch (~3 s of CPU).
+  (tmp_path / 'optional_dep_for_test.py').write_text('')
+  (tmp_path / 'user_of_dep_for_test.py').write_text(
+    'try:\n  import optional_dep_for_test\n  HAS_DEP = True\n'
+    'except ImportError:\n  HAS_DEP = False\n'
+  )
+  monkeypatch.syspath_prepend(str(tmp_path))
+  for name in ('optional_dep_for_test', 'user_of_dep_for_test'):
+    monkeypatch.delitem(sys.modules, name, raising=False)
+  stand_in = extras.lazy('user_of_dep_for_test', without=('optional_dep_for_test',))
+  assert stand_in.HAS_DEP is False
+  assert 'optional_dep_for_test' not in sys.modules  # unhidden: importable again afterwards
+  import optional_dep_for_test  # noqa: F401  pylint: disable=import-outside-toplevel
+
+  monkeypatch.delitem(sys.modules, 'user_of_dep_for_test')
+  assert extras.require('user_of_dep_for_test', without=('optional_dep_for_test',)).HAS_DEP
+
+
 def test_the_optional_modules_are_in_the_extras_pyproject_declares():
   tomllib = pytest.importorskip('tomllib')  # Python >= 3.11
   with open(os.path.join(REPO, 'pyproject.toml'), 'rb') as f:

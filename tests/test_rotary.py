@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import compile_settings
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -215,7 +216,11 @@ print('RESULTS ' + json.dumps(losses))
 @pytest.mark.slow
 def test_rope_trains_the_same_under_fsdp_and_tensor_parallel_sharding():
   """Heads split over the tensor axis: the rotation acts within a head (no communication)."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
+  env = dict(
+    os.environ,
+    XLA_FLAGS=compile_settings.xla_flags('--xla_force_host_platform_device_count=8'),
+    JAX_PLATFORMS='cpu',
+  )
   done = subprocess.run(
     [sys.executable, '-c', _SHARDED_SCRIPT],
     cwd=REPO,

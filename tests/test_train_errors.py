@@ -1,5 +1,6 @@
 """Bad input fails before anything is compiled, with one line naming the problem."""
 
+import compile_settings
 import pytest
 from train_fixtures import cli_flags, run_train_cli, tiny_config
 
@@ -136,7 +137,10 @@ def test_cli_reports_one_line_and_exit_status_1(tmp_path):
   status, stderr = _cli(
     tmp_path,
     *cli_flags(train__global_batch_size=12),
-    env={'XLA_FLAGS': '--xla_force_host_platform_device_count=8', 'JAX_PLATFORMS': 'cpu'},
+    env={
+      'XLA_FLAGS': compile_settings.xla_flags('--xla_force_host_platform_device_count=8'),
+      'JAX_PLATFORMS': 'cpu',
+    },
   )  # 8 forced CPU devices on any machine
   assert status == 1
   errors = [line for line in stderr.splitlines() if line.startswith('error:')]

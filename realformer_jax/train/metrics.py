@@ -22,9 +22,14 @@ from typing import Mapping, Optional
 from realformer_jax import extras
 from realformer_jax.train.errors import TrainingError
 
-event_file_writer = extras.lazy('tensorboardX.event_file_writer')
-event_pb2 = extras.lazy('tensorboardX.proto.event_pb2')
-summary_pb2 = extras.lazy('tensorboardX.proto.summary_pb2')
+# tensorboardX's package __init__ imports its SummaryWriter, which imports torch where torch is
+# installed (the `torch` extra), only to accept torch tensors: ~5 s of CPU at the start of every
+# training run (measured), for a writer this module does not use. Whichever of these is used
+# first imports the package, so each hides torch.
+_NO_TORCH = ('torch',)
+event_file_writer = extras.lazy('tensorboardX.event_file_writer', _NO_TORCH)
+event_pb2 = extras.lazy('tensorboardX.proto.event_pb2', _NO_TORCH)
+summary_pb2 = extras.lazy('tensorboardX.proto.summary_pb2', _NO_TORCH)
 
 
 class MetricWriter:

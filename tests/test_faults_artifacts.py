@@ -244,13 +244,7 @@ def test_an_empty_uncommitted_step_is_set_aside_not_resumed_to(trained, tmp_path
 
 def test_an_explosion_never_becomes_the_resume_point(tmp_path):
   workdir = str(tmp_path)
-  every_step = dict(
-    train__checkpoint_every_steps=1,
-    train__log_every_steps=1,
-    train__eval_every_steps=100,
-    train__num_train_steps=8,
-    train__keep_checkpoints=3,
-  )
+  every_step = dict(fs.RUN, train__checkpoint_every_steps=1, train__eval_every_steps=100)
   with pytest.raises(train.DivergenceError) as raised:
     train.train_and_evaluate(tiny_config(train__learning_rate=1e6, **every_step), workdir)
   message = str(raised.value)

@@ -194,7 +194,10 @@ def main(argv=None) -> dict:
     child_prepare(args.child_prepare)
     return {}
   # Here, not at the top: benchmarks.report imports jax (~2 CPU s), which the preparing child
-  # (this module too) would otherwise count in its CPU seconds.
+  # (this module too) would otherwise count in its CPU seconds. realformer_jax first: importing
+  # it makes the platform choice (realformer_jax/platform_choice.py) before JAX starts, so a
+  # machine with the accelerator plugins but no accelerator prints no plugin traceback.
+  import realformer_jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   from benchmarks.report import machine_info  # pylint: disable=import-outside-toplevel
 
   sizes = sorted({args.small_mb, args.size_mb})

@@ -8,7 +8,8 @@ emitters compute the same HLO program; only the machine code differs. It is an X
 deviceless compiles for a GPU or TPU (the AOT tests and benchmarks) are unaffected.
 
 conftest.py puts it in XLA_FLAGS before JAX starts, so subprocesses that copy os.environ inherit
-it; a test that writes its own XLA_FLAGS (forced device counts) builds them with `xla_flags`.
+it; a test that writes its own XLA_FLAGS (forced device counts) builds them with `xla_flags`,
+or takes the whole environment of a forced-CPU-device subprocess from `cpu_devices_env`.
 """
 
 import os
@@ -25,3 +26,13 @@ def xla_flags(*flags: str, base: str = '') -> str:
 def export() -> None:
   """Adds the setting to this process's XLA_FLAGS (before JAX creates its CPU client)."""
   os.environ['XLA_FLAGS'] = xla_flags(base=os.environ.get('XLA_FLAGS', ''))
+
+
+def cpu_devices_env(num_devices: int) -> dict[str, str]:
+  """This process's environment for a subprocess on `num_devices` forced CPU devices (also on a
+  machine with an accelerator), with the cheap-compile setting."""
+  return dict(
+    os.environ,
+    XLA_FLAGS=xla_flags(f'--xla_force_host_platform_device_count={num_devices}'),
+    JAX_PLATFORMS='cpu',
+  )

@@ -43,11 +43,7 @@ TINY_SHARDED = (
 
 
 def device_env(num_devices: int) -> dict[str, str]:
-  env = dict(os.environ)
-  env['XLA_FLAGS'] = compile_settings.xla_flags(
-    f'--xla_force_host_platform_device_count={num_devices}'
-  )
-  env['JAX_PLATFORMS'] = 'cpu'
+  env = compile_settings.cpu_devices_env(num_devices)
   env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'true'  # compile time dominates these tiny runs
   env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
   return env

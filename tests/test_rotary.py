@@ -216,11 +216,7 @@ print('RESULTS ' + json.dumps(losses))
 @pytest.mark.slow
 def test_rope_trains_the_same_under_fsdp_and_tensor_parallel_sharding():
   """Heads split over the tensor axis: the rotation acts within a head (no communication)."""
-  env = dict(
-    os.environ,
-    XLA_FLAGS=compile_settings.xla_flags('--xla_force_host_platform_device_count=8'),
-    JAX_PLATFORMS='cpu',
-  )
+  env = compile_settings.cpu_devices_env(8)
   done = subprocess.run(
     [sys.executable, '-c', _SHARDED_SCRIPT],
     cwd=REPO,

@@ -63,11 +63,7 @@ print('RESULTS ' + json.dumps(results))
 @pytest.mark.slow
 def test_data_fsdp_and_tensor_parallel_layouts_on_8_devices():
   # 8 forced CPU devices, also on a machine with an accelerator.
-  env = dict(
-    os.environ,
-    XLA_FLAGS=compile_settings.xla_flags('--xla_force_host_platform_device_count=8'),
-    JAX_PLATFORMS='cpu',
-  )
+  env = compile_settings.cpu_devices_env(8)
   done = subprocess.run(
     [sys.executable, '-c', _SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
   )

@@ -365,7 +365,9 @@ def for_run(
   return resolved(resolve_platform(config, devices), seq_len, memory_bytes)
 
 
-def resolved(config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]):
+def resolved(
+  config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]
+) -> ModelConfig:
   """`config` with residual_carry 'auto' replaced by the choice, and residual_scores_backward
   by the sum's backward it chose (unchanged without residual attention or a known length)."""
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:

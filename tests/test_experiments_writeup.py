@@ -217,4 +217,11 @@ def test_p2_paragraph():
     str(failure['failed_post']),
     f'{failure["p_value"]:.3f}',
   ]
+  (row,) = [r for r in analysis['rows'] if r['rate'] == 0.008]
+  (runs,) = _find(r'8e-3 is complete too:\s+all (\d) runs \(both layouts, seeds 0-3\) failed')
+  failed = row['failure']['failed_post'] + row['failure']['failed_realformer']
+  assert row['complete'] and int(runs) == failed == 8
+  assert row['accuracy']['diverged'] == []  # "without diverging"
+  s_verdict, a_verdict = _find(r'that is "([^"]+)" on the failure test and "([^"]+)" on accuracy')
+  assert (s_verdict, a_verdict) == (row['failure_verdict'], row['accuracy']['verdict'])
   assert not math.isnan(LADDER.blowup_loss) and study.learned  # the rules the text names

@@ -3,6 +3,7 @@
     python -m benchmarks.device_suite --out=DIR              # one H100 / H200: ~15 minutes
     python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
     python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
+    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=32768,16384
 
 Parts, in this order, each printed as it finishes and written at once to DIR/results.json and
 DIR/results.md (a part killed by a timeout leaves the earlier ones):
@@ -13,7 +14,8 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            scores carry ('realformer recomputed', its smallest) and 'qk' at 65k / 32k / 16k
            (longest first: the 65k rows are the target, a short budget keeps them); a row
            whose compile fails (a kernel this jax cannot lower) says so and the suite goes on:
-           XLA's memory, the step MEASURED (a warm-up, then the median of 2) beside the
+           XLA's memory, the step MEASURED (a warm-up, then the median of 2) and the device
+           peak where that row raised it (the allocator keeps one per process) beside the
            roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
            the device's chip from targets.py); a row larger than the device says so;
 3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
@@ -188,6 +190,7 @@ def run_long(suite: Suite) -> dict:
   chip = _chip(device.device_kind)
   limit = (device.memory_stats() or {}).get('bytes_limit')
   size, rows = suite.size, []
+  peak_so_far = 0.0
   for length in size.lengths:
     for variant in LONG_VARIANTS:
       row = {'length': length, 'variant': variant}
@@ -224,8 +227,14 @@ def run_long(suite: Suite) -> dict:
       except Exception as e:  # pylint: disable=broad-except  # out of memory at run time
         row['skipped'] = f'{type(e).__name__}: {str(e).strip()[:160]}'
         continue
+      # The allocator keeps one peak per process: a row that did not raise it has no peak of
+      # its own to report (on the H200 a 16k row showed the 32k row's 8.9 GiB, 2026-11-27).
+      if row['device_peak_gb'] <= peak_so_far:
+        row['device_peak_gb'] = float('nan')
+      else:
+        peak_so_far = row['device_peak_gb']
       if variant in SPLIT_VARIANTS:
-        suite.kept[variant] = (length, compiled)
+        suite.kept.setdefault(variant, (length, compiled))  # the longest, as timed first
       suite.log(
         f'  L={length} {variant}: {row["step_s"]:.3f} s measured'
         + (f', {row["estimate_s"]:.3f} s estimated' if 'estimate_s' in row else '')
@@ -397,12 +406,26 @@ def render(results: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def parse_lengths(text: str) -> tuple:
+  """'16384,65536' -> (65536, 16384): longest first, so a short budget keeps the longest;
+  () for anything but positive integers."""
+  try:
+    lengths = tuple(sorted({int(n) for n in text.split(',') if n.strip()}, reverse=True))
+  except ValueError:
+    return ()
+  return lengths if lengths and min(lengths) > 0 else ()
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--out', required=True, help='folder for results.json and results.md')
   parser.add_argument('--toy', action='store_true', help='toy sizes: any backend, CI on a CPU')
   parser.add_argument('--parts', default=','.join(PARTS), help=f'of {",".join(PARTS)}')
   parser.add_argument('--budget_s', type=float, default=900.0, help='wall-clock budget')
+  parser.add_argument(
+    '--lengths', default='', help='the long part\'s sequence lengths, longest first (default: '
+    'the size\'s own)'
+  )  # fmt: skip
   args = parser.parse_args(argv)
   parts = [p for p in args.parts.split(',') if p]
   unknown = [p for p in parts if p not in PARTS]
@@ -412,7 +435,14 @@ def main(argv=None) -> dict:
   if args.budget_s <= 0:
     print(f'error: --budget_s={args.budget_s}: must be positive')
     sys.exit(2)
-  suite = Suite(args.out, TOY if args.toy else FULL, args.budget_s, lambda s: print(s, flush=True))
+  size = TOY if args.toy else FULL
+  if args.lengths:
+    lengths = parse_lengths(args.lengths)
+    if not lengths:
+      print(f'error: --lengths={args.lengths}: expected positive integers, e.g. 65536,16384')
+      sys.exit(2)
+    size = dataclasses.replace(size, lengths=lengths)
+  suite = Suite(args.out, size, args.budget_s, lambda s: print(s, flush=True))
   for part in parts:
     needs = expected_s(part, suite.size)
     if not suite.fits(needs):

@@ -150,14 +150,19 @@ HOPPER_ATOMIC_SOURCE = (
 # Fused Pallas kernels on Hopper: their matmuls plus their CUDA-core work (float, INT32 and
 # special-function ops at the rates below), in sequence, take 1 / FUSED_KERNEL_EFFICIENCY of
 # that sum. FITTED, with HOPPER_L2_FRACTION, by least squares in log space (a grid of 0.02
-# steps) to the four per-kernel device times an H200 measured at L = 16,384 on 2026-11-26
-# (commit 1a0cee4: flash_attention_fwd / _bwd, realformer_qk_attention_fwd / _ds), and
-# validated on the measured steps it was not fitted to (benchmarks/qk_calibration.py,
-# docs/performance.md "Calibration").
-FUSED_KERNEL_EFFICIENCY = 0.76
+# steps) to the nine per-kernel device times an H200 measured (`python -m
+# benchmarks.qk_calibration --table --fit` refits them): at L = 16,384 on 2026-11-26 (commit
+# 1a0cee4: flash_attention_fwd / _bwd, realformer_qk_attention_fwd / _ds; these four alone
+# gave 0.76 and 0.44) and at 65,536 on 2026-11-27 (commit e64cd4c: the same four and
+# attention_dropout_mask), and validated on the measured steps (docs/performance.md
+# "Calibration"). One constant for every fused kernel is the model's limit: Post-LN's forward
+# ran 1.6x faster with 128 x 128 tiles than with 128 x 64 at the same counted work (-29 % and
+# +15 % at the fitted value).
+FUSED_KERNEL_EFFICIENCY = 0.92
 FUSED_KERNEL_EFFICIENCY_SOURCE = (
   f'fused kernels: matmul + CUDA-core work in sequence at {FUSED_KERNEL_EFFICIENCY} of peak, '
-  'fitted to the per-kernel split an H200 measured at L = 16,384 (2026-11-26, commit 1a0cee4)'
+  'fitted to the per-kernel splits an H200 measured at L = 16,384 (2026-11-26, commit 1a0cee4) '
+  'and 65,536 (2026-11-27, commit e64cd4c)'
 )
 
 

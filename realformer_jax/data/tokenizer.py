@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
 import logging
 import os
@@ -121,12 +120,13 @@ class SentencePieceTokenizer(Tokenizer):
     encoded = self._sp.encode(texts, out_type=int, num_threads=num_threads)
     return [np.asarray(ids, np.int32) for ids in encoded]
 
-  def encode_flat(self, texts: list[str], num_threads: int = -1) -> np.ndarray:
-    # One np.fromiter over SentencePiece's lists: ~40% cheaper than an array per text
-    # (measured: 10 vs 17 CPU ms per MB of text; the encode itself is ~120).
-    encoded = self._sp.encode(texts, out_type=int, num_threads=num_threads)
-    count = sum(map(len, encoded))
-    return np.fromiter(itertools.chain.from_iterable(encoded), np.int32, count=count)
+  def encode_utf8_flat(self, documents: list[bytes], num_threads: int = -1) -> np.ndarray:
+    # SentencePiece reads str as its UTF-8 bytes, so bytes give the same ids without decoding;
+    # 'numpy' hands back each document's ids as a buffer, not a list of Python ints.
+    if not documents:
+      return np.zeros(0, np.int32)
+    encoded = self._sp.encode(documents, out_type='numpy', num_threads=num_threads)
+    return np.concatenate(encoded).astype(np.int32, copy=False)
 
   def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     pieces = self._sp.encode(text, return_type='proto').pieces

@@ -64,10 +64,11 @@ class Tokenizer:
     del num_threads
     return [self.encode(text) for text in texts]
 
-  def encode_flat(self, texts: list[str], num_threads: int = -1) -> np.ndarray:
-    """The token ids of `texts` concatenated into one int32 array (what packing needs), as
-    `encode_batch`; implementations may skip the per-text arrays."""
-    ids = self.encode_batch(texts, num_threads=num_threads)
+  def encode_utf8_flat(self, documents: list[bytes], num_threads: int = -1) -> np.ndarray:
+    """The token ids of `documents` (UTF-8 bytes) concatenated into one int32 array (what
+    packing needs), as `encode_batch` of the decoded texts; implementations may skip the
+    decoding and the per-text arrays."""
+    ids = self.encode_batch([data.decode('utf-8') for data in documents], num_threads=num_threads)
     return np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32)
 
   def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

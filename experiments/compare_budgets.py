@@ -96,7 +96,7 @@ def _scale(base: study.Scale, **changes) -> study.Scale:
   return dataclasses.replace(base, eval_batches=-1, **changes)
 
 
-def scored_on(scale: study.Scale) -> str:
+def _scored_on(scale: study.Scale) -> str:
   """What each run is scored on, for the reports."""
   if scale.eval_batches == -1:
     return 'the whole held-out split'
@@ -398,7 +398,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
     f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
     'AdamW with 10% warmup and linear decay to 0 at each budget, dropout '
-    f'{scale.dropout}; scored on {scored_on(scale)} '
+    f'{scale.dropout}; scored on {_scored_on(scale)} '
     f'({predictions.get("predictions", math.nan):,.0f} predictions, '
     f'{predictions.get("mask_predictions", math.nan):,.0f} at [MASK]); the floor at [MASK] '
     f'(most frequent token) is {100 * floors.get("mask_accuracy", math.nan):.2f}%.',

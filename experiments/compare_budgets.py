@@ -96,6 +96,13 @@ def _scale(base: study.Scale, **changes) -> study.Scale:
   return dataclasses.replace(base, eval_batches=-1, **changes)
 
 
+def _scored_on(scale: study.Scale) -> str:
+  """What each run is scored on, for the reports."""
+  if scale.eval_batches == -1:
+    return 'the whole held-out split'
+  return f'{scale.eval_batches} held-out batches of {scale.batch}'
+
+
 PLANS = {
   # 2 CPU cores, one process per core: ~0.45 s a step, ~18 min a 2,400-step run.
   'cpu': Plan(
@@ -106,9 +113,11 @@ PLANS = {
     rate_seeds=(0, 1),
     seeds=tuple(range(8)),
   ),
-  # The smoke test: seconds a run.
+  # The smoke test: seconds a run. It scores the toy scale's 2 held-out batches, not the whole
+  # split (~190 batches at sequence 32, scored at every evaluation and again per sequence: most
+  # of a toy run's time).
   'toy': Plan(
-    _scale(compare_layouts.PLANS['toy'].scale),
+    compare_layouts.PLANS['toy'].scale,
     budgets=(2, 4),
     longer=8,
     rates=(3e-3,),
@@ -389,7 +398,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     f'{scale.layers} layers x {scale.hidden} hidden, {scale.heads} heads, FFN {scale.mlp}, '
     f'{scale.position_embedding} positions, sequence {scale.seq_len}, batch {scale.batch}, '
     'AdamW with 10% warmup and linear decay to 0 at each budget, dropout '
-    f'{scale.dropout}; scored on the whole held-out split '
+    f'{scale.dropout}; scored on {_scored_on(scale)} '
     f'({predictions.get("predictions", math.nan):,.0f} predictions, '
     f'{predictions.get("mask_predictions", math.nan):,.0f} at [MASK]); the floor at [MASK] '
     f'(most frequent token) is {100 * floors.get("mask_accuracy", math.nan):.2f}%.',

@@ -7,7 +7,10 @@ subprocesses of every worker share it (`session_dir`). It is opt-in (`env`), not
 process: a deviceless compile for a GPU or TPU (experiments.compile, the AOT benchmarks) writes an
 entry that JAX 0.10.2 cannot read back ('PjRtCompiler must be constructed with a Client': a
 warning on stderr, then it compiles again), and the suite's own processes compile as before, so
-what a test measures of a compile in-process is a compile.
+what a test measures of a compile in-process is a compile. The exception, `in_process`: a test
+whose in-process study trains the same CPU programs run after run (one per seed) and measures no
+compile (the --quick runs of compare_layouts, compare_budgets, compare_stability,
+finetune_compare and length_extrapolation).
 
 The key is the optimized program (source locations aside), the backend and the compile options,
 so a cached executable is the one a compile would give; its memory and cost analyses are the
@@ -15,6 +18,7 @@ same. A size limit turns on JAX's file lock: two processes never read a half-wri
 """
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -33,11 +37,38 @@ def session_dir() -> str:
   return os.environ[VARIABLE]
 
 
-def env() -> dict[str, str]:
-  """The variables that point a subprocess's JAX at the session's cache, for every program."""
+def settings() -> dict[str, object]:
+  """JAX's options (jax.config names) that point it at the session's cache, for every program."""
   return {
-    'JAX_COMPILATION_CACHE_DIR': session_dir(),
-    'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',  # tiny programs compile in under 1 s
-    'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0',
-    'JAX_COMPILATION_CACHE_MAX_SIZE': str(8 << 30),  # > 0: eviction, and with it the file lock
+    'jax_compilation_cache_dir': session_dir(),
+    'jax_persistent_cache_min_compile_time_secs': 0.0,  # tiny programs compile in under 1 s
+    'jax_persistent_cache_min_entry_size_bytes': 0,
+    'jax_compilation_cache_max_size': 8 << 30,  # > 0: eviction, and with it the file lock
   }
+
+
+def env() -> dict[str, str]:
+  """`settings` as the environment variables of a subprocess's JAX."""
+  return {name.upper(): str(value) for name, value in settings().items()}
+
+
+@contextlib.contextmanager
+def in_process():
+  """The session's cache for this process's own compiles while the block runs (`settings`,
+  through jax.config), then the settings as they were. JAX reads them once, at its first
+  compile: `reset_cache` makes it read them again on entry and on exit. Imported here, not at
+  the top: the scripts that only need `env` start no JAX."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from jax.experimental.compilation_cache import compilation_cache
+
+  before = {name: getattr(jax.config, name) for name in settings()}
+  for name, value in settings().items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
+  try:
+    yield
+  finally:
+    for name, value in before.items():
+      jax.config.update(name, value)
+    compilation_cache.reset_cache()

@@ -8,6 +8,7 @@ import json
 import math
 import os
 
+import jit_cache
 import pytest
 from data_fixtures import bible_config, quick_study_argv
 
@@ -22,7 +23,8 @@ def layouts(tmp_path_factory):
   root = tmp_path_factory.mktemp('layouts')
   out, workdirs = str(root / 'out'), str(root / 'runs')
   argv = quick_study_argv(out, workdirs, '--runs', 'lr0.003-post-*,lr0.003-realformer-*')
-  return argv, out, workdirs, compare_layouts.main(argv)
+  with jit_cache.in_process():  # the seeds' runs compile the same programs
+    return argv, out, workdirs, compare_layouts.main(argv)
 
 
 @pytest.mark.slow
@@ -114,7 +116,8 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
     '--workdirs',
     str(tmp_path / 'runs'),
   ]
-  summary = finetune_compare.main(argv)
+  with jit_cache.in_process():  # every start and seed fine-tunes the same programs
+    summary = finetune_compare.main(argv)
   assert sorted(summary['starts']) == ['realformer', 'scratch']
   for start in ('realformer', 'scratch'):
     accuracy = summary['starts'][start]['accuracy']

@@ -135,8 +135,10 @@ _CONTENDED_ATOMICS = (
   'atomics, spread over l + 1 layers of dQ, fit at the same rate)'
 )
 OUTSIDE_TOLERANCE = {
-  (commit, 16_384, 'recomputed'): _CONTENDED_ATOMICS
-  for commit in list(SETS)[1:]  # both device-suite sets measured it
+  (commit, length, variant): _CONTENDED_ATOMICS
+  for commit, measured in SETS.items()
+  for length, variant, *_ in measured['rows']
+  if variant == 'recomputed'  # the scores carry, wherever a set measured it
 }
 
 # Runs inside the extracted tree: its own benchmarks.steps and train package, on H200 devices

@@ -202,7 +202,7 @@ def test_triton_tiles_come_from_the_device_table():
 def test_qk_kernels_compile_for_an_h100_without_atomics():
   # tests/qk_compile_check.py: forward + backward of the op compiled deviceless for an H100
   # (bfloat16 stack, 8 layers, dropout): the dS kernel replaced the atomic backward, and every
-  # kernel states the estimator's fields (/work/notes: l2_bytes, atomics).
+  # kernel states the estimator's fields (l2_bytes, atomics: aot/kernel_work.py).
   report = support.run_check('qk_compile_check', optimised=True)
   assert report['kernels'] == ['realformer_qk_attention_ds', 'realformer_qk_attention_fwd']
   assert report['atomic_rmw'] == 0

@@ -523,7 +523,7 @@ def _cost_metadata(
   gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores.
   `l2_bytes`: the HBM bytes plus every tile a program loads again, `reloads` bytes per score
   element, and 4 bytes per atomic update; `atomics`: global atomic element updates, `atomics`
-  per score element (the estimator's fields: /work/notes/kernel_costs.md)."""
+  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py)."""
   stats = 12 * elements // seq_len  # float32 m, log l and delta per row
   hbm = int(score_bytes * elements + row_bytes + stats)
   return {

@@ -4,6 +4,8 @@
     python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
     python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=32768,16384
+    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
+        --qk_ds_tiles=64x128,128x128              # candidate qk dS tiles, timed side by side
 
 Parts, in this order, each printed as it finishes and written at once to DIR/results.json and
 DIR/results.md (a part killed by a timeout leaves the earlier ones):
@@ -17,7 +19,10 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            XLA's memory, the step MEASURED (a warm-up, then the median of 2) and the device
            peak where that row raised it (the allocator keeps one per process) beside the
            roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
-           the device's chip from targets.py); a row larger than the device says so;
+           the device's chip from targets.py); a row larger than the device says so. With
+           --qk_ds_tiles, 'qk' at the longest length again per candidate tile of its dS
+           kernel (KEYSxROWS: key rows a program owns x query rows per step; the Triton tile
+           table's row otherwise: kernels/backends/triton/tiles.py), so one call decides it;
 3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
            device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
 4. steps   the 32 x 512 step table, BERT-Base and BERT-Large, bf16, post / realformer / pre /
@@ -79,8 +84,16 @@ SPLIT_VARIANTS = ('post', 'realformer qk')
 class Suite:
   """The parts, their budget and their results, written after every part."""
 
-  def __init__(self, out_dir: str, size: Size, budget_s: float, log: Callable[[str], None]):
+  def __init__(
+    self,
+    out_dir: str,
+    size: Size,
+    budget_s: float,
+    log: Callable[[str], None],
+    qk_ds_tiles: tuple = (),
+  ):
     self.out_dir, self.size, self.budget_s, self.log = out_dir, size, budget_s, log
+    self.qk_ds_tiles = qk_ds_tiles  # ((keys, rows), ...): parse_tiles
     self.started = time.perf_counter()
     self.results: dict = {
       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
@@ -180,6 +193,29 @@ def _long_shape(size: Size, length: int):
   )  # fmt: skip
 
 
+def _long_plan(suite: Suite) -> list:
+  """(length, variant, qk dS tile or None) of every long row, in the order they run: each
+  length longest first, and after the longest length's rows its candidate qk dS tiles."""
+  plan = []
+  for i, length in enumerate(suite.size.lengths):
+    plan += [(length, variant, None) for variant in LONG_VARIANTS]
+    if i == 0:
+      plan += [(length, 'realformer qk', tile) for tile in suite.qk_ds_tiles]
+  return plan
+
+
+def _tiles_in_force(tile):
+  """A context tracing the kernels with qk dS tile (keys, rows) (none: the table's row)."""
+  import contextlib  # pylint: disable=import-outside-toplevel
+
+  if tile is None:
+    return contextlib.nullcontext()
+  from realformer_jax.kernels.backends.triton import tiles  # pylint: disable=import-outside-toplevel
+
+  keys, rows = tile
+  return tiles.override(tiles.device_tiles()._replace(block_bwd=keys, ds_rows=rows))
+
+
 def run_long(suite: Suite) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
 
@@ -191,54 +227,56 @@ def run_long(suite: Suite) -> dict:
   limit = (device.memory_stats() or {}).get('bytes_limit')
   size, rows = suite.size, []
   peak_so_far = 0.0
-  for length in size.lengths:
-    for variant in LONG_VARIANTS:
-      row = {'length': length, 'variant': variant}
-      rows.append(row)
-      if not suite.fits(size.long_compile_s):
-        row['skipped'] = f'no time to compile (~{size.long_compile_s:.0f} s)'
-        continue
-      shape = _long_shape(size, length)
-      try:
+  for length, variant, tile in _long_plan(suite):
+    row = {'length': length, 'variant': variant}
+    if tile is not None:
+      row['qk_ds_tile'] = f'{tile[0]}x{tile[1]}'
+    rows.append(row)
+    if not suite.fits(size.long_compile_s):
+      row['skipped'] = f'no time to compile (~{size.long_compile_s:.0f} s)'
+      continue
+    shape = _long_shape(size, length)
+    try:
+      with _tiles_in_force(tile):
         compiled = long_sequences.compiled_step(
           shape, long_sequences.VARIANTS[variant], 'bfloat16', abstract=False
         )
-      except Exception as e:  # pylint: disable=broad-except  # a kernel this jax cannot lower
-        row['skipped'] = f'compile failed: {type(e).__name__}: {str(e).strip()[:300]}'
-        suite.log(f'  L={length} {variant}: {row["skipped"]}')
-        continue
-      row.update(long_sequences.memory_figures(compiled))
-      if chip is not None:
-        est = roofline.estimate(compiled.compiled.as_text(), chip, score_dims=(length, length))
-        row['estimate_s'] = est.seconds
-        row['estimate_chip'] = chip.name
-        row['estimate_leaves_out'] = est.unstated  # kernels that state no L2 / atomics
-      # 5 % under the allocator's limit: on the H200 a 101 GiB program (97 % of the limit, one
-      # 99.7 GiB buffer) compiled and then ran out of memory (2026-11-26).
-      if limit is not None and row['xla_peak_gb'] * 2**30 > 0.95 * limit:
-        row['skipped'] = f'does not fit: XLA needs {row["xla_peak_gb"]:.1f} GiB'
-        continue
-      expected = row.get('estimate_s', 0.0) * (1 + size.long_steps) * 2  # the estimate may err
-      if not suite.fits(expected):
-        row['skipped'] = f'estimated ~{expected:.0f} s to time; not enough budget'
-        continue
-      try:
-        row.update(long_sequences.time_steps(compiled, size.long_steps))
-      except Exception as e:  # pylint: disable=broad-except  # out of memory at run time
-        row['skipped'] = f'{type(e).__name__}: {str(e).strip()[:160]}'
-        continue
-      # The allocator keeps one peak per process: a row that did not raise it has no peak of
-      # its own to report (on the H200 a 16k row showed the 32k row's 8.9 GiB, 2026-11-27).
-      if row['device_peak_gb'] <= peak_so_far:
-        row['device_peak_gb'] = float('nan')
-      else:
-        peak_so_far = row['device_peak_gb']
-      if variant in SPLIT_VARIANTS:
-        suite.kept.setdefault(variant, (length, compiled))  # the longest, as timed first
-      suite.log(
-        f'  L={length} {variant}: {row["step_s"]:.3f} s measured'
-        + (f', {row["estimate_s"]:.3f} s estimated' if 'estimate_s' in row else '')
-      )
+    except Exception as e:  # pylint: disable=broad-except  # a kernel this jax cannot lower
+      row['skipped'] = f'compile failed: {type(e).__name__}: {str(e).strip()[:300]}'
+      suite.log(f'  L={length} {_variant_label(row)}: {row["skipped"]}')
+      continue
+    row.update(long_sequences.memory_figures(compiled))
+    if chip is not None:
+      est = roofline.estimate(compiled.compiled.as_text(), chip, score_dims=(length, length))
+      row['estimate_s'] = est.seconds
+      row['estimate_chip'] = chip.name
+      row['estimate_leaves_out'] = est.unstated  # kernels that state no L2 / atomics
+    # 5 % under the allocator's limit: on the H200 a 101 GiB program (97 % of the limit, one
+    # 99.7 GiB buffer) compiled and then ran out of memory (2026-11-26).
+    if limit is not None and row['xla_peak_gb'] * 2**30 > 0.95 * limit:
+      row['skipped'] = f'does not fit: XLA needs {row["xla_peak_gb"]:.1f} GiB'
+      continue
+    expected = row.get('estimate_s', 0.0) * (1 + size.long_steps) * 2  # the estimate may err
+    if not suite.fits(expected):
+      row['skipped'] = f'estimated ~{expected:.0f} s to time; not enough budget'
+      continue
+    try:
+      row.update(long_sequences.time_steps(compiled, size.long_steps))
+    except Exception as e:  # pylint: disable=broad-except  # out of memory at run time
+      row['skipped'] = f'{type(e).__name__}: {str(e).strip()[:160]}'
+      continue
+    # The allocator keeps one peak per process: a row that did not raise it has no peak of
+    # its own to report (on the H200 a 16k row showed the 32k row's 8.9 GiB, 2026-11-27).
+    if row['device_peak_gb'] <= peak_so_far:
+      row['device_peak_gb'] = float('nan')
+    else:
+      peak_so_far = row['device_peak_gb']
+    if variant in SPLIT_VARIANTS and tile is None:
+      suite.kept.setdefault(variant, (length, compiled))  # the longest, as timed first
+    suite.log(
+      f'  L={length} {_variant_label(row)}: {row["step_s"]:.3f} s measured'
+      + (f', {row["estimate_s"]:.3f} s estimated' if 'estimate_s' in row else '')
+    )
   return {
     'device_kind': device.device_kind,
     'estimate_chip': chip.name if chip else None,
@@ -331,6 +369,11 @@ def _f(value: Optional[float], digits: int = 3) -> str:
   return f'{value:.{digits}g}'
 
 
+def _variant_label(row: dict) -> str:
+  tile = row.get('qk_ds_tile')
+  return row['variant'] + (f' (dS tile {tile}: keys x rows)' if tile else '')
+
+
 def render_part(part: str, r: dict) -> list[str]:
   if 'skipped' in r:
     return [f'skipped: {r["skipped"]}']
@@ -356,7 +399,7 @@ def render_part(part: str, r: dict) -> list[str]:
     for row in r['rows']:
       left_out.update(row.get('estimate_leaves_out') or {})
       lines.append(
-        f'| {row["length"]:,} | {row["variant"]} | {_f(row.get("xla_peak_gb"))} | '
+        f'| {row["length"]:,} | {_variant_label(row)} | {_f(row.get("xla_peak_gb"))} | '
         f'{_f(row.get("step_s"))} | {_f(row.get("estimate_s"))} | '
         f'{_f(row.get("device_peak_gb"))} | {row.get("skipped", "")} |'
       )
@@ -416,6 +459,21 @@ def parse_lengths(text: str) -> tuple:
   return lengths if lengths and min(lengths) > 0 else ()
 
 
+def parse_tiles(text: str) -> tuple:
+  """'64x128,128x128' -> ((64, 128), (128, 128)): (key rows a program owns, query rows per
+  step) of the qk dS kernel; () for anything but pairs of powers of two >= 16."""
+  tiles = []
+  for pair in (p for p in text.split(',') if p.strip()):
+    try:
+      keys, rows = (int(n) for n in pair.lower().split('x'))
+    except ValueError:
+      return ()
+    if any(n < 16 or n & (n - 1) for n in (keys, rows)):
+      return ()
+    tiles.append((keys, rows))
+  return tuple(tiles)
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--out', required=True, help='folder for results.json and results.md')
@@ -425,6 +483,10 @@ def main(argv=None) -> dict:
   parser.add_argument(
     '--lengths', default='', help='the long part\'s sequence lengths, longest first (default: '
     'the size\'s own)'
+  )  # fmt: skip
+  parser.add_argument(
+    '--qk_ds_tiles', default='', help='the long part also times qk at the longest length '
+    'with each of these dS tiles, KEYSxROWS (e.g. 64x128,128x128)'
   )  # fmt: skip
   args = parser.parse_args(argv)
   parts = [p for p in args.parts.split(',') if p]
@@ -442,7 +504,14 @@ def main(argv=None) -> dict:
       print(f'error: --lengths={args.lengths}: expected positive integers, e.g. 65536,16384')
       sys.exit(2)
     size = dataclasses.replace(size, lengths=lengths)
-  suite = Suite(args.out, size, args.budget_s, lambda s: print(s, flush=True))
+  qk_ds_tiles = parse_tiles(args.qk_ds_tiles)
+  if args.qk_ds_tiles and not qk_ds_tiles:
+    print(
+      f'error: --qk_ds_tiles={args.qk_ds_tiles}: expected KEYSxROWS pairs of powers of two '
+      '>= 16, e.g. 64x128,128x128'
+    )
+    sys.exit(2)
+  suite = Suite(args.out, size, args.budget_s, lambda s: print(s, flush=True), qk_ds_tiles)
   for part in parts:
     needs = expected_s(part, suite.size)
     if not suite.fits(needs):

@@ -59,6 +59,31 @@ def test_lengths_run_longest_first_and_bad_ones_are_one_line_errors(tmp_path):
   )
 
 
+def test_qk_ds_tile_candidates_parse_and_bad_ones_are_one_line_errors(tmp_path):
+  from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
+
+  assert device_suite.parse_tiles('64x128, 128X128') == ((64, 128), (128, 128))
+  for bad in ('64', '64x', 'ax64', '64x96', '8x64', '64x128x2'):
+    assert device_suite.parse_tiles(bad) == ()
+  plan = device_suite._long_plan(
+    device_suite.Suite(str(tmp_path), device_suite.FULL, 1.0, print, ((64, 128),))
+  )
+  # the candidates right after the longest length's own rows
+  assert plan[:4] == [
+    (65536, 'post', None),
+    (65536, 'realformer recomputed', None),
+    (65536, 'realformer qk', None),
+    (65536, 'realformer qk', (64, 128)),
+  ]
+  assert len(plan) == 10
+  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--qk_ds_tiles=64x96', timeout=60)
+  assert done.returncode == 2
+  assert done.stdout.strip() == (
+    'error: --qk_ds_tiles=64x96: expected KEYSxROWS pairs of powers of two >= 16, e.g. '
+    '64x128,128x128'
+  )
+
+
 def test_a_part_that_does_not_fit_the_budget_is_skipped_with_the_reason(tmp_path):
   done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--budget_s=1', timeout=60)
   assert done.returncode == 0, done.stderr[-2000:]
@@ -88,12 +113,15 @@ def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
   # The device check has its own test (tests/test_device_check.py): the suite's other parts.
   done = _run(
     'benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--parts=long,split,steps',
-    '--budget_s=800', fast=True,
+    '--budget_s=800', '--qk_ds_tiles=16x32', fast=True,
   )  # fmt: skip
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
   results = json.loads((tmp_path / 'results.json').read_text())
   long_rows = results['parts']['long']['rows']
-  assert [r['variant'] for r in long_rows] == ['post', 'realformer recomputed', 'realformer qk']
+  assert [r['variant'] for r in long_rows] == ['post', 'realformer recomputed'] + [
+    'realformer qk'
+  ] * 2
+  assert long_rows[-1]['qk_ds_tile'] == '16x32' and 'qk_ds_tile' not in long_rows[-2]
   assert all(r['step_s'] > 0 and r['xla_peak_gb'] > 0 for r in long_rows)
   # No chip for a CPU: no estimate, and the table says so.
   assert results['parts']['long']['estimate_chip'] is None
@@ -103,6 +131,7 @@ def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
   assert set(steps) == {'post', 'realformer', 'pre', 'hf'}
   markdown = (tmp_path / 'results.md').read_text()
   assert 'step (s), MEASURED' in markdown and 'step (s), ESTIMATED' in markdown
+  assert '| realformer qk (dS tile 16x32: keys x rows) |' in markdown
   # Each part printed as it finished.
   assert done.stdout.index('[long] done') < done.stdout.index('[split] done')
 

@@ -153,14 +153,22 @@ def test_replayed_layer_runs_no_forward_kernel_and_gives_the_same_gradients(back
   assert 'realformer_qk_attention_fwd' in str(jax.make_jaxpr(jax.grad(loss))(stack, v))
 
 
-@pytest.mark.slow  # ~11 s CPU: 8 layers of interpret-mode kernels
-def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch):
+@pytest.mark.slow  # ~11 s CPU each: 8 layers of interpret-mode kernels
+@pytest.mark.parametrize('rows', [0, 32])
+def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch, rows):
   # The dS kernel + matmul backward on its second road: a dS panel budget of one head's
   # 32 x 16 float32 columns forces one (batch, head) at a time in two column panels (dQ summed
   # over them), and 8 layers take the lax.switch over slot buckets (2, 4, 6, 8): layer 4 runs
   # the matmuls over 6 slots, slot 5 multiplied by 0. Dropout on; float32 against the einsum
-  # identity, as test_kernel_op_equals_einsum_identity_float32.
+  # identity, as test_kernel_op_equals_einsum_identity_float32. rows=32: the dS kernel's tile
+  # is 32 query rows x 16 keys (spec.block_bwd_rows), so its mask tiles are not square either.
   monkeypatch.setattr(triton_qk_attention, 'DS_PANEL_BYTES', 32 * 16 * 4)
+  fit = triton_qk_attention.fit_blocks
+  monkeypatch.setattr(
+    triton_qk_attention,
+    'fit_blocks',
+    lambda spec, *a: dataclasses.replace(fit(spec, *a), block_bwd_rows=rows),
+  )
   assert triton_qk_attention.column_panels(2, 2, 32, 4, 16) == 16
   assert triton_qk_attention.slot_buckets(8) == (2, 4, 6, 8)
   stack, v, mask, weights = _op_inputs(layers=8)
@@ -196,6 +204,12 @@ def test_triton_tiles_come_from_the_device_table():
   assert small.block_q == 64
   interpret = dataclasses.replace(plan_spec, interpret=True)
   assert triton_qk_attention.fit_blocks(interpret, 12, 4096, 64) == interpret
+  taller = triton_tiles.Tiles(128, 128, 64, 8, 3, ds_rows=128)  # a device suite candidate
+  with triton_tiles.override(taller):
+    fitted = triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64)
+    assert (fitted.block_bwd, fitted.block_bwd_rows) == (64, 128)
+    assert triton_qk_attention.ds_rows(fitted) == 128
+  assert triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64).block_bwd_rows == 0
 
 
 @pytest.mark.slow

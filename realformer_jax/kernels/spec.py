@@ -27,6 +27,9 @@ class KernelSpec:
   block_q: int  # forward tile rows
   block_k: int  # forward tile columns
   block_bwd: int  # backward tiles are square (the dK/dV loop and the dQ loop share it)
+  # The Triton qk dS kernel's query rows per step (its programs own block_bwd key rows each);
+  # 0: block_bwd, a square tile. Taller tiles cut the stack's reloads per score element.
+  block_bwd_rows: int = 0
   interpret: bool = False  # run the kernels in Pallas interpret mode (CPU tests)
   # The carried input is already this layer's acc_l (the recomputed stack walking down): the
   # forward reads it as the softmax input, computes no Q K^T and writes no sum.

@@ -7,7 +7,7 @@ from typing import Optional
 from realformer_jax.kernels.backends.registry import Backend, largest_block
 
 
-def tiles(seq_len: int, interpret: bool) -> Optional[tuple[int, int, int]]:
+def plan_tiles(seq_len: int, interpret: bool) -> Optional[tuple[int, int, int]]:
   """Rows a multiple of 8, columns a multiple of 128 or the whole sequence: 256 x 512
   forward, 256 x 256 backward (the same in interpret mode)."""
   del interpret
@@ -32,7 +32,7 @@ BACKEND = Backend(
   qk_attention=f'{__name__}.qk_attention',
   platform_default=True,
   interpret=True,
-  tiles=tiles,
+  tiles=plan_tiles,
   tile_rule='a multiple of 8 up to 256, else a multiple of 128',
   odd_length=384,  # tiles of 128, not 256 x 512
   hlo_calls=('tpu_custom_call',),

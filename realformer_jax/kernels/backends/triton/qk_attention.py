@@ -66,7 +66,7 @@ def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> Ke
   del layers, head_dim
   if spec.interpret:
     return spec
-  return with_device_tiles(spec, seq_len, square=True)
+  return with_device_tiles(spec, seq_len, qk_backward=True)
 
 
 def _compiler_params(head_dim: int):
@@ -210,7 +210,7 @@ def _score_gradient_kernel(
   """Program (jk, b, h): key rows col0 + jk * block of (b, h); writes dS[:, those columns]
   and their dV."""
   _, _, seq_len, head_dim = stack_ref.shape
-  block = spec.block_bwd
+  block, rows = spec.block_bwd, ds_rows(spec)
   jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   layers = l_ref[0] + 1
@@ -220,13 +220,13 @@ def _score_gradient_kernel(
   v, bias_row = v_ref[ks, :], bias_ref[ks][None, :]
 
   def q_body(i, dv):
-    qs = pl.ds(pl.multiple_of(i * block, block), block)
+    qs = pl.ds(pl.multiple_of(i * rows, rows), rows)
     do = do_ref[qs, :]
-    acc = _tile_scores(stack_ref, layers, qs, ks, scale, dtype, (block, block))
+    acc = _tile_scores(stack_ref, layers, qs, ks, scale, dtype, (rows, block))
     z = tm.softmax_input(acc, inv_div, bias_row)
     keep = None
     if spec.dropout:
-      keep = _draw_keep(spec, i_ref, b, h, seq_len, i * block, k0, (block, block))
+      keep = _draw_keep(spec, i_ref, b, h, seq_len, i * rows, k0, (rows, block))
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -239,8 +239,13 @@ def _score_gradient_kernel(
     ds_ref[qs, :] = (dz * inv_div * scale).astype(ds_ref.dtype)  # d (q_i k_i^T), every i
     return dv + tm.t_dot(p_dropped, do)
 
-  dv = lax.fori_loop(0, seq_len // block, q_body, jnp.zeros((block, head_dim), jnp.float32))
+  dv = lax.fori_loop(0, seq_len // rows, q_body, jnp.zeros((block, head_dim), jnp.float32))
   dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def ds_rows(spec: KernelSpec) -> int:
+  """Query rows per step of the dS kernel (spec.block_bwd_rows; square where 0)."""
+  return spec.block_bwd_rows or spec.block_bwd
 
 
 def _score_gradient_cost(spec, stack, columns: int) -> dict:
@@ -250,9 +255,12 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
   itemsize = stack.dtype.itemsize
   rows = batch * seq_len * heads * head_dim * itemsize
   panel_rows = rows * columns // seq_len
-  # Loads per square tile: q and k of l + 1 layers (both inside the layer loop), dO, and the
-  # three float32 row statistics.
-  reloads = (head_dim * itemsize * (2 * mean_layers + 1) + 12) / spec.block_bwd
+  # Loads per [rows, block] tile: q and k of l + 1 layers (both inside the layer loop), dO,
+  # and the three float32 row statistics (the last two: `rows` rows each).
+  rows, block = ds_rows(spec), spec.block_bwd
+  reloads = (
+    head_dim * itemsize * mean_layers * (1 / rows + 1 / block) + (head_dim * itemsize + 12) / block
+  )
   return _cost_metadata(
     elements,
     head_dim,

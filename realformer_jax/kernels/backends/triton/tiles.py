@@ -5,8 +5,9 @@ float32 tile per step a wider block would have to hold in registers too)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import NamedTuple
+from typing import Iterator, NamedTuple, Optional
 
 import jax
 
@@ -14,9 +15,10 @@ import jax
 class Tiles(NamedTuple):
   block_q: int  # forward rows
   block_k: int  # forward columns
-  block_bwd: int  # qk dS kernel tiles (square)
+  block_bwd: int  # qk dS kernel: key rows a program owns
   warps: int  # of a forward on these tiles (and the qk dS kernel)
   stages: int
+  ds_rows: int = 0  # qk dS kernel: query rows per step (0: block_bwd, a square tile)
 
 
 # By jax's `device_kind`; DEFAULT where the kind is not listed (and for deviceless compiles,
@@ -25,9 +27,12 @@ class Tiles(NamedTuple):
 # the qk forward each score tile reloads the q and k tiles of l + 1 layers from L2, so the
 # wider key block cuts those bytes by a third against 128 x 64 (the estimated forward:
 # L2-bound either way); plain attention's forward halves its key-loop trips (its estimate,
-# CUDA-core bound, does not change). The qk dS kernel keeps 64 x 64 tiles (its registers hold
-# dV and a dS tile besides the score tile; 128 x 128 would halve its reloads too, but risks
-# register spills: to be measured).
+# CUDA-core bound, does not change). The qk dS kernel keeps the 64 x 64 tile it was measured
+# with. Its candidates, compiled deviceless for sm_90a and read by ptxas -v (2026-11-27):
+# 64 x 64 170 registers; 64 keys x 128 rows 248; 128 x 64 255; all without spills; 128 x 128
+# 255 registers and 208 bytes spilled. Taller tiles cut the stack's reloads per score element
+# (docs/performance.md: ESTIMATED 11.3 -> 10.0 s at 65k for 64 x 128), but a tile change is
+# what the estimator cannot judge: `benchmarks.device_suite --qk_ds_tiles` times them.
 DEFAULT = Tiles(128, 128, 64, 8, 3)
 TILES = {
   'NVIDIA H100 80GB HBM3': DEFAULT,
@@ -37,8 +42,26 @@ TILES = {
 }
 
 
+_override: Optional[Tiles] = None
+
+
+@contextlib.contextmanager
+def override(tiles: Tiles) -> Iterator[None]:
+  """Kernels traced inside take `tiles` instead of the table's row (benchmarks.device_suite's
+  --qk_ds_tiles: candidate tiles timed on the device in one call)."""
+  global _override
+  before, _override = _override, tiles
+  try:
+    yield
+  finally:
+    _override = before
+
+
 def device_tiles() -> Tiles:
-  """The row of TILES for the first device when it is a GPU, else DEFAULT."""
+  """The row of TILES for the first device when it is a GPU, else DEFAULT (or the tiles of
+  an `override` in force)."""
+  if _override is not None:
+    return _override
   device = jax.devices()[0]
   if device.platform != 'gpu':
     return DEFAULT
@@ -50,14 +73,17 @@ def dividing(mine: int, plan: int, seq_len: int) -> int:
   return mine if seq_len % mine == 0 else plan
 
 
-def with_device_tiles(spec, seq_len: int, square: bool = False):
-  """`spec` (a KernelSpec) with the device's forward tiles, and with `square` the qk dS
-  kernel's too, each where it divides the sequence (the plan's otherwise)."""
+def with_device_tiles(spec, seq_len: int, qk_backward: bool = False):
+  """`spec` (a KernelSpec) with the device's forward tiles, and with `qk_backward` the qk dS
+  kernel's too (key rows and query rows), each where it divides the sequence (the plan's
+  otherwise)."""
   tiles = device_tiles()
   fields = dict(
     block_q=dividing(tiles.block_q, spec.block_q, seq_len),
     block_k=dividing(tiles.block_k, spec.block_k, seq_len),
   )
-  if square:
+  if qk_backward:
     fields['block_bwd'] = dividing(tiles.block_bwd, spec.block_bwd, seq_len)
+    rows = dividing(tiles.ds_rows, spec.block_bwd_rows, seq_len) if tiles.ds_rows else 0
+    fields['block_bwd_rows'] = rows
   return dataclasses.replace(spec, **fields)

@@ -13,7 +13,7 @@ H200 = targets.parse('h200:1')
 H100 = targets.parse('h100:1')
 
 
-def _triton_call(metadata: str, name: str = 'k', grid_x: int = 1, operands: str = '') -> str:
+def _triton_call(metadata: str, name: str = 'k', grid_x: int = 64, operands: str = '') -> str:
   config = (
     '{grid_x = %d : i32, grid_y = 1 : i32, grid_z = 12 : i32, name = \\"%s\\", '
     'serialized_metadata = "{%s}"}' % (grid_x, name, metadata)
@@ -116,6 +116,27 @@ def test_a_fused_kernel_runs_its_matmuls_and_cuda_core_work_in_sequence():
   # A TPU's Mosaic kernels are not marked: the vector units are not modelled there.
   (tpu,) = roofline.estimate(hlo, targets.parse('v5e:2x2')).kernels
   assert not tpu.work.get('fused')
+
+
+def test_a_fused_kernel_with_fewer_programs_than_sms_leaves_the_rest_idle():
+  # One head's qk dS panel at L = 65,536 with 128-key tiles: 8,192 columns / 128 = 64
+  # programs on the H200's 132 SMs, one program an SM: every rate at 64 / 132.
+  chip = H200.chip
+  stated = _stated(flops=1e12, l2_bytes=1e13, atomics=0)
+  (full,) = roofline.estimate(_triton_call(stated, grid_x=11), H200).kernels  # 11 x 12 = 132
+  assert full.work['programs'] == 132
+  (half,) = roofline.estimate(
+    _triton_call(stated, grid_x=64).replace('grid_z = 12', 'grid_z = 1'), H200
+  ).kernels
+  assert half.work['programs'] == 64 and half.bound == full.bound == 'l2'
+  busy = lambda k: k.seconds - chip.launch_overhead_s
+  assert busy(half) == pytest.approx(busy(full) * 132 / 64)
+  # A committed record without `programs` (older inputs) and an XLA fusion: no idle term.
+  assert roofline.kernel_seconds(dict(half.work, programs=0.0), chip) == (full.seconds, 'l2')
+  assert roofline.kernel_seconds(dict(half.work, fused=False), chip)[0] == pytest.approx(
+    full.seconds
+  )
+  assert chip.sms == 132 and targets.parse('a100-40g:1').chip.sms == 108
 
 
 def test_the_h200_calibration_reproduces_from_its_committed_inputs():

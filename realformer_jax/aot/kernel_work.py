@@ -107,6 +107,8 @@ class Work:
   # A GPU custom kernel that states its cost (Pallas Triton): its matmuls and CUDA-core work
   # run in sequence (roofline.kernel_seconds)
   fused: bool = False
+  # A Pallas Triton kernel's programs (its grid, from the custom call's backend config)
+  programs: float = 0.0
   opcodes: set = dataclasses.field(default_factory=set)
   files: set = dataclasses.field(default_factory=set)
   arrays: list = dataclasses.field(default_factory=list)
@@ -282,6 +284,8 @@ class Analyzer:
         setattr(work, field, getattr(work, field) + float(stated.get(field, 0.0)))
       missing = tuple(f for f in UNSTATED_CHECKED if f not in stated)
       work.fused = bool(stated) and self.chip.platform == 'cuda'
+      if work.fused:
+        work.programs = float(_grid_programs(config))
       if stated and missing and self.chip.platform == 'cuda':
         work.unstated = ((_kernel_name(config).strip(' ()') or target),) + missing
       flops = stated.get('flops')
@@ -517,6 +521,13 @@ def _json_field(config: str, key: str):
       except ValueError:
         return None
   return None
+
+
+def _grid_programs(config: str) -> int:
+  """Programs a Pallas Triton custom call launches: grid_x * grid_y * grid_z of its backend
+  config (0 where it states none)."""
+  dims = [re.search(rf'grid_{axis} = (\d+)', config) for axis in 'xyz']
+  return math.prod(int(d.group(1)) for d in dims) if all(dims) else 0
 
 
 def _stated_cost(config: str) -> dict:

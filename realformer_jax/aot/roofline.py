@@ -37,10 +37,12 @@ The model (one per device: an SPMD program is the same on every device):
    are costed by HBM bytes. A fused custom kernel (a Pallas Triton kernel that states its
    cost: flash attention, the qk kernels) has no warp specialisation: its matmuls and its
    CUDA-core work run in sequence, so for it the two are one term, (matmul + vector) /
-   chip.fused_kernel_efficiency. The step is the sum over kernels in program order, i.e. no
-   overlap between kernels. Free parameters: TWO fitted, fused_kernel_efficiency and the L2
-   rate's fraction (targets.FUSED_KERNEL_EFFICIENCY, HOPPER_L2_FRACTION: fitted to an H200's
-   per-kernel split at L = 16,384, validated on the other measured rows); every other rate
+   chip.fused_kernel_efficiency; and where its grid has fewer programs than the GPU has SMs
+   (chip.sms), its time is scaled by SMs / programs (one program an SM). The step is the sum
+   over kernels in program order, i.e. no overlap between kernels. Free parameters: TWO
+   fitted, fused_kernel_efficiency and the L2 rate's fraction (targets.FUSED_KERNEL_EFFICIENCY,
+   HOPPER_L2_FRACTION: fitted to the per-kernel device times an H200 measured at L = 16,384
+   and 65,536, validated on the measured steps); every other rate
    is a datasheet figure, a derating (0.9 of HBM, 805/989 of matmul: issue 11's H100
    measurements) or a cited measurement, and every count is the program's or the kernel's
    stated work (docs/performance.md, "Calibration").
@@ -487,6 +489,7 @@ WORK_FIELDS = (
   'int_ops',
   'transcendentals',
   'link_bytes',
+  'programs',
 )
 
 
@@ -528,10 +531,24 @@ def kernel_seconds(work: dict, chip: targets.Chip) -> tuple[float, str]:
     parts['vector'] = vector / chip.fused_kernel_efficiency
   else:
     parts['matmul'], parts['vector'] = matmul, vector
+  idle = _idle_sm_factor(work, chip)
+  if idle > 1.0:  # every rate above is the whole chip's; the grid reaches only part of it
+    parts = {name: seconds * idle for name, seconds in parts.items()}
   bound = max(parts, key=parts.get)
   if parts[bound] == 0.0:
     bound = 'launch'
   return parts.get(bound, 0.0) + launch, bound
+
+
+def _idle_sm_factor(work: dict, chip: targets.Chip) -> float:
+  """chip.sms / programs for a fused kernel whose grid has fewer programs than the GPU has SMs
+  (each program runs on one SM: these kernels hold ~170-255 registers a thread at 4-8 warps,
+  so a second program would not fit beside it), else 1. At L = 65,536 the qk dS kernel runs
+  one head's column panel at a time: 8,192 columns / 64 keys = 128 programs on 132 SMs."""
+  programs = work.get('programs', 0.0)
+  if not (work.get('fused') and programs and chip.sms) or programs >= chip.sms:
+    return 1.0
+  return chip.sms / programs
 
 
 def _rate_seconds(amount: float, rate: Optional[float]) -> float:

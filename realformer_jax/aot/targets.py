@@ -68,6 +68,9 @@ class Chip:
   # its matmuls and its CUDA-core work in sequence (roofline.kernel_seconds), at this share of
   # the peak rates above. Source: FUSED_KERNEL_EFFICIENCY_SOURCE (fitted, GPUs only).
   fused_kernel_efficiency: float = 1.0
+  # Streaming multiprocessors (GPUs): a fused kernel whose grid has fewer programs leaves the
+  # rest idle (roofline.kernel_seconds). None: not modelled.
+  sms: Optional[int] = None
   # Share of memory_bytes an XLA program can use by default: JAX preallocates 75 % of a GPU
   # (XLA_PYTHON_CLIENT_MEM_FRACTION); on a TPU what the compiler reports as available HBM.
   default_memory_fraction: float = 1.0
@@ -193,6 +196,7 @@ def _hopper(name: str, description: str, memory: int, bandwidth: float, device: 
     l2_bytes_per_s=HOPPER_L2_BYTES_PER_S,
     atomic_updates_per_s=HOPPER_ATOMIC_UPDATES_PER_S,
     fused_kernel_efficiency=FUSED_KERNEL_EFFICIENCY,
+    sms=sms,
     default_memory_fraction=0.75,
     gpu_target_config=_gpu_config(
       sms=sms,
@@ -245,6 +249,7 @@ def _a100(memory_gb: int) -> Chip:
     vector_flops=sms * 64 * clock * 1e9,
     vector_int_ops=sms * 64 * clock * 1e9,
     transcendentals=sms * 16 * clock * 1e9,
+    sms=sms,
     default_memory_fraction=0.75,
     gpu_target_config=_gpu_config(
       sms=sms,

@@ -31,8 +31,9 @@ class Tiles(NamedTuple):
 # with. Its candidates, compiled deviceless for sm_90a and read by ptxas -v (2026-11-27):
 # 64 x 64 170 registers; 64 keys x 128 rows 248; 128 x 64 255; all without spills; 128 x 128
 # 255 registers and 208 bytes spilled. Taller tiles cut the stack's reloads per score element
-# (docs/performance.md: ESTIMATED 11.3 -> 10.0 s at 65k for 64 x 128), but a tile change is
-# what the estimator cannot judge: `benchmarks.device_suite --qk_ds_tiles` times them.
+# (docs/performance.md: ESTIMATED 11.45 -> 10.13 s at 65k for 64 x 128; a 128-key program
+# halves the grid, 64 programs for 132 SMs at 65k), but a tile change is what the estimator
+# judges least well: `benchmarks.device_suite --qk_ds_tiles` times them.
 DEFAULT = Tiles(128, 128, 64, 8, 3)
 TILES = {
   'NVIDIA H100 80GB HBM3': DEFAULT,

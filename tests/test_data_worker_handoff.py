@@ -1,6 +1,7 @@
 """What 2 workers cost beyond 1 (issue 42's scaling target): one worker pool for the reading and
 the encoding phase, the tokenizer unpickled once per worker, ids handed back as files."""
 
+import errno
 import operator
 import os
 import pickle
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from data_fixtures import bible_tokenizer  # noqa: F401 (fixture)
 
+from realformer_jax import data
 from realformer_jax.data import encoding, preparation, workers
 
 
@@ -85,3 +87,23 @@ def test_the_ids_directory_is_private_and_removed_even_on_failure(
       open(os.path.join(directory, 'left.int32'), 'wb').close()
       raise RuntimeError('a job failed')
   assert not os.listdir(tmp_path)
+
+
+def test_a_temporary_directory_without_space_or_gone_is_one_line_naming_tmpdir(
+  monkeypatch, tmp_path, bible_tokenizer
+):
+  path = _shard(tmp_path, ['In the beginning God created the heavens'])
+  job = encoding.EncodeJob(((path, 0, 1),), bible_tokenizer, 'text', str(tmp_path))
+
+  def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  monkeypatch.setattr(tempfile, 'mkstemp', full)
+  with pytest.raises(data.DataError, match='No space left on device.*TMPDIR') as raised:
+    encoding.encode(job)
+  assert '\n' not in str(raised.value) and str(tmp_path) in str(raised.value)
+  monkeypatch.undo()
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'gone'))
+  with pytest.raises(data.DataError, match=r'gone \(No such file or directory\).*TMPDIR'):
+    with preparation._ids_dir(2):  # pylint: disable=protected-access
+      pass

@@ -23,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from realformer_jax.data.errors import DataError
 from realformer_jax.data.tokenizer_base import Tokenizer
 
 _DIGEST = operator.methodcaller('digest')
@@ -113,10 +114,23 @@ def encode(job: EncodeJob) -> dict:
   }
   if job.out_dir is None:
     return dict(result, ids=ids)
-  fd, path = tempfile.mkstemp(suffix='.int32', dir=job.out_dir)
-  with os.fdopen(fd, 'wb') as f:
-    f.write(ids.data)
+  try:
+    fd, path = tempfile.mkstemp(suffix='.int32', dir=job.out_dir)
+    with os.fdopen(fd, 'wb') as f:
+      f.write(ids.data)
+  except OSError as e:  # the parent removes the directory, with a partly written file
+    raise ids_dir_error(job.out_dir, e) from None
   return dict(result, ids_file=path)
+
+
+def ids_dir_error(directory: str, error: OSError) -> DataError:
+  """A temporary directory that cannot take the workers' ids (full, read-only, missing), in
+  one line: it is TMPDIR's, not the data_dir's."""
+  return DataError(
+    f'cannot write the token ids that encoding workers hand back in {directory} '
+    f'({error.strerror}): it is in the temporary directory (TMPDIR); free space there, set '
+    'TMPDIR to a writable directory with space, or prepare with one worker (--workers=1).'
+  )
 
 
 def take_ids(result: dict) -> np.ndarray:

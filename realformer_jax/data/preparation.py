@@ -269,7 +269,10 @@ def _ids_dir(num_workers: int):
   if num_workers <= 1:
     yield None
     return
-  directory = tempfile.mkdtemp(prefix='realformer-encode-')
+  try:
+    directory = tempfile.mkdtemp(prefix='realformer-encode-')
+  except OSError as e:
+    raise encoding.ids_dir_error(tempfile.gettempdir(), e) from None
   try:
     yield directory
   finally:

@@ -4,6 +4,7 @@ size, and the same stores, tokenizer and packed rows for 1 and 2 worker processe
 import json
 import os
 import sys
+import tempfile
 import tracemalloc
 
 import numpy as np
@@ -109,12 +110,15 @@ def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
   documents, tokenizer, packed rows and corpus digest are equal for 1 and 2 processes."""
   monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)  # planned here, so workers follow
   monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)  # several encoding jobs
+  os.makedirs(tmp_path / 'tmp')
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))  # where workers hand back ids
   train = _big_corpus(tmp_path)
   results = {}
   for num_workers in (1, 2):
     config = _big_corpus_config(tmp_path, train, f'cache-{num_workers}')
     results[num_workers] = _prepare_all(config, num_workers)
   workers.close_all()
+  assert not os.listdir(tmp_path / 'tmp')  # the ids files and their directory are removed
   one, two = results[1], results[2]
   assert one['texts'] == two['texts'] and one['tokenizer'] == two['tokenizer']
   assert one['digest'] == two['digest'] and one['store'] == two['store']

@@ -3,6 +3,12 @@
 Kept apart from preparation.py so a worker process imports only what a job needs (numpy,
 SentencePiece, grain's record source), not TFDS or the training pipeline: a spawned worker's
 start-up is its imports.
+
+A job run in a worker (`out_dir` set) hands its token ids back as a file in `out_dir`, not
+through the pool's pipe: an 8 MB int32 result pickled, sent in 64 KB pipe writes, reassembled
+and unpickled cost ~29 CPU ms in the preparing process and ~20 in the worker, written and read
+back as a file ~4 and ~10 (measured, 2026-11-27): ~6 CPU s less per GB of text with workers.
+`take_ids(result)` gives the ids either way and removes the file.
 """
 
 from __future__ import annotations
@@ -10,7 +16,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import operator
+import os
+import pickle
+import tempfile
+from typing import Optional
 
+import numpy as np
+
+from realformer_jax.data.errors import DataError
 from realformer_jax.data.tokenizer_base import Tokenizer
 
 _DIGEST = operator.methodcaller('digest')
@@ -59,6 +72,27 @@ class EncodeJob:
   segments: tuple
   tokenizer: Tokenizer
   text_feature: str
+  # Where a worker writes the job's ids (a directory the preparing process owns and removes);
+  # None: they are returned in the result (the job runs in the preparing process).
+  out_dir: Optional[str] = None
+
+  def __reduce__(self):
+    # The tokenizer travels as its pickle and a worker unpickles it once, not once per job:
+    # loading an 8k SentencePiece model costs ~7 CPU ms, x128 jobs of a 1 GB corpus.
+    return (_job, (self.segments, pickle.dumps(self.tokenizer), self.text_feature, self.out_dir))
+
+
+# In a worker process: the tokenizer of the last job, under the SHA-256 of its pickle (the jobs
+# of one preparation share one tokenizer; another one replaces it).
+_TOKENIZER: dict[bytes, Tokenizer] = {}
+
+
+def _job(segments: tuple, tokenizer_pickle: bytes, text_feature: str, out_dir) -> EncodeJob:
+  key = hashlib.sha256(tokenizer_pickle).digest()
+  if key not in _TOKENIZER:
+    _TOKENIZER.clear()
+    _TOKENIZER[key] = pickle.loads(tokenizer_pickle)
+  return EncodeJob(segments, _TOKENIZER[key], text_feature, out_dir)
 
 
 def encode(job: EncodeJob) -> dict:
@@ -71,10 +105,39 @@ def encode(job: EncodeJob) -> dict:
     for source, first, stop in job.segments
     for data in _read_utf8(source, first, stop, job.text_feature)
   ]
-  return {
-    'ids': job.tokenizer.encode_utf8_flat(encoded, num_threads=1),
+  ids = job.tokenizer.encode_utf8_flat(encoded, num_threads=1)
+  result = {
     'documents': len(encoded),
     'text_bytes': sum(map(len, encoded)),
     # map, not a generator: no Python frame per document.
     'digests': b''.join(map(_DIGEST, map(hashlib.sha256, encoded))),
   }
+  if job.out_dir is None:
+    return dict(result, ids=ids)
+  try:
+    fd, path = tempfile.mkstemp(suffix='.int32', dir=job.out_dir)
+    with os.fdopen(fd, 'wb') as f:
+      f.write(ids.data)
+  except OSError as e:  # the parent removes the directory, with a partly written file
+    raise ids_dir_error(job.out_dir, e) from None
+  return dict(result, ids_file=path)
+
+
+def ids_dir_error(directory: str, error: OSError) -> DataError:
+  """A temporary directory that cannot take the workers' ids (full, read-only, missing), in
+  one line: it is TMPDIR's, not the data_dir's."""
+  return DataError(
+    f'cannot write the token ids that encoding workers hand back in {directory} '
+    f'({error.strerror}): it is in the temporary directory (TMPDIR); free space there, set '
+    'TMPDIR to a writable directory with space, or prepare with one worker (--workers=1).'
+  )
+
+
+def take_ids(result: dict) -> np.ndarray:
+  """The int32 ids of an `encode` result: returned with it, or read from its file (then
+  removed)."""
+  if 'ids' in result:
+    return result['ids']
+  ids = np.fromfile(result['ids_file'], np.int32)
+  os.remove(result['ids_file'])
+  return ids

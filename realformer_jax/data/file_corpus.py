@@ -36,8 +36,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import json
 import os
+import threading
 from typing import Optional
 
 from realformer_jax.data import cache_integrity, cache_lock, text_files, workers
@@ -125,6 +127,8 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   results = {}
   jobs = [c for _, _, c in todo]
   num_workers = min(workers.choose(num_workers, progress.total_bytes), max(len(jobs), 1))
+  if num_workers > 1:
+    _import_meanwhile('grain')
   for (split, index, chunk), result in zip(
     todo, workers.ordered_results(_read_chunk, jobs, num_workers)
   ):
@@ -329,6 +333,20 @@ def _empty_split_message(config, split: str) -> str:
       'there): give data.eval_files or raise data.eval_percent.'
     )
   return f'data.train_files={config.train_files!r}: every document was held out for evaluation.'
+
+
+def _import_meanwhile(module: str) -> None:
+  """Imports `module` in a thread while the workers read: this process only waits for them, and
+  `_open` needs grain, whose import (orbax's with it) takes ~1 CPU s. A failed import is left to
+  the import in `_open`, which reports it."""
+
+  def run():
+    try:
+      importlib.import_module(module)
+    except Exception:  # pylint: disable=broad-except
+      pass
+
+  threading.Thread(target=run, name=f'import {module}', daemon=True).start()
 
 
 def _open(paths: list[str], text_feature: str):

@@ -32,6 +32,8 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
+import tempfile
 from typing import Optional
 
 import numpy as np
@@ -239,10 +241,13 @@ class _Encoded:
       _mean_document_bytes(self.prepared, self.text_feature) * self.progress.total_documents
     )
     num_workers = min(workers_lib.choose(self.num_workers, work), max(len(jobs), 1))
-    for result in workers_lib.ordered_results(encoding.encode, jobs, num_workers):
-      self.digest.update(result['digests'])
-      self.progress.update(result['text_bytes'], result['documents'], len(result['ids']))
-      yield result['ids']
+    with _ids_dir(num_workers) as out_dir:
+      jobs = [dataclasses.replace(job, out_dir=out_dir) for job in jobs]
+      for result in workers_lib.ordered_results(encoding.encode, jobs, num_workers):
+        ids = encoding.take_ids(result)
+        self.digest.update(result['digests'])
+        self.progress.update(result['text_bytes'], result['documents'], len(ids))
+        yield ids
     self.progress.done(f', {num_workers} worker(s)')
 
   def facts(self) -> dict:
@@ -253,6 +258,25 @@ class _Encoded:
     }
     facts['corpus_digest'] = self.prepared.corpus_digest or facts['train_text_sha256']
     return facts
+
+
+@contextlib.contextmanager
+def _ids_dir(num_workers: int):
+  """Where workers hand back their jobs' ids (encoding.py): a private temporary directory,
+  removed with what is left in it (jobs of a failed or interrupted preparation); None when the
+  jobs run in this process. At most 2 jobs per worker are in flight, so it holds at most
+  ~2 * workers * JOB_BYTES of ids (~4 bytes per token)."""
+  if num_workers <= 1:
+    yield None
+    return
+  try:
+    directory = tempfile.mkdtemp(prefix='realformer-encode-')
+  except OSError as e:
+    raise encoding.ids_dir_error(tempfile.gettempdir(), e) from None
+  try:
+    yield directory
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _mean_document_bytes(prepared: PreparedData, text_feature: str) -> float:

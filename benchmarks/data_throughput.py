@@ -119,7 +119,10 @@ def child_prepare(args_json: str) -> None:
   from realformer_jax.data import workers  # pylint: disable=import-outside-toplevel
   from realformer_jax.data.prepare_ahead import prepare_ahead  # pylint: disable=import-outside-toplevel
 
-  logging.basicConfig(level=logging.WARNING, format='    %(message)s', stream=sys.stderr)
+  # force: an import above may have configured the root logger (its 'WARNING:name:' format)
+  logging.basicConfig(
+    level=logging.WARNING, format='    %(message)s', stream=sys.stderr, force=True
+  )
   args = json.loads(args_json)
   num_workers = args.pop('workers')
   summary = prepare_ahead(data_config(**args), num_workers)

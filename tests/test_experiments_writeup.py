@@ -224,4 +224,13 @@ def test_p2_paragraph():
   assert row['accuracy']['diverged'] == []  # "without diverging"
   s_verdict, a_verdict = _find(r'that is "([^"]+)" on the failure test and "([^"]+)" on accuracy')
   assert (s_verdict, a_verdict) == (row['failure_verdict'], row['accuracy']['verdict'])
+  (row,) = [r for r in analysis['rows'] if r['rate'] == 0.016]
+  (runs,) = _find(r'1\.6e-2\s+is the same: all (\d) runs failed without diverging')
+  failed = row['failure']['failed_post'] + row['failure']['failed_realformer']
+  assert row['complete'] and int(runs) == failed == 8
+  assert row['accuracy']['diverged'] == []
+  s_verdict, a_verdict = _find(r'on the floor \("([^"]+)"; accuracy "([^"]+)"\)')
+  assert (s_verdict, a_verdict) == (row['failure_verdict'], row['accuracy']['verdict'])
+  # "no run diverged": at any rate, either layout
+  assert all(not r['accuracy']['diverged'] for r in analysis['rows'])
   assert not math.isnan(LADDER.blowup_loss) and study.learned  # the rules the text names

@@ -166,7 +166,8 @@ def run_planned(
   poll_s: float = 60.0,
 ) -> dict[str, dict]:
   """Runs the plan's selected unfinished runs one by one, re-planning after each; returns every
-  finished result of the final plan. With nothing of its selection left while another process
+  finished result of the final plan; a selected run another process is training (`busy`) is
+  left to it. With nothing of its selection left while another process
   is training a run of the plan (`busy`: e.g. its workdir is locked), it waits for that run
   (checking every `poll_s` seconds) instead of returning: the plan may grow when it finishes
   (a process split by seeds would otherwise stop at the end of a stage the other closes)."""
@@ -176,7 +177,9 @@ def run_planned(
     every = plan(_all_results(out_dir))
     unfinished = [run for run in every if Grid(out_dir, [run]).load(run) is None]
     mine = select(every)
-    todo = [run for run in mine if run in unfinished]
+    # A run another process is training is not this one's to start (selections may overlap:
+    # two processes whose patterns both name it would otherwise meet at its workdir lock).
+    todo = [run for run in mine if run in unfinished and not busy(run)]
     if not todo:
       # Only a process with a share of the plan waits (one selecting nothing: a report).
       elsewhere = [run.name for run in unfinished if mine and busy(run)]
@@ -198,7 +201,19 @@ def run_planned(
     first = todo[0]
     if first.name in done_here:  # finished but unreadable: do not loop forever
       raise RuntimeError(f'{first.name}: trained, but its result file is missing')
-    grid.run_first(train_one)
+    try:
+      grid.run_first(train_one)
+    except Exception:
+      # Another process took the run between the look above and the workdir lock: it is
+      # theirs now (the failure was refusing the lock, nothing was trained); plan again.
+      if busy(first):
+        print(
+          f'{first.name}: taken by another process; planning again',
+          file=stream or sys.stdout,
+          flush=True,
+        )
+        continue
+      raise
     done_here.add(first.name)
 
 

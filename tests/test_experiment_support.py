@@ -207,6 +207,8 @@ def test_run_planned_waits_for_a_stage_another_process_is_finishing(tmp_path):
     return {'value': 1}
 
   def busy(run):  # a-s1 is being trained elsewhere; it finishes after the second look
+    if run.name != 'a-s1':
+      return False
     polls.append(run.name)
     if len(polls) == 2:
       runs.write_json(str(tmp_path / 'runs' / 'a-s1.json'), {'value': 2})
@@ -224,6 +226,59 @@ def test_run_planned_waits_for_a_stage_another_process_is_finishing(tmp_path):
   assert calls == []
   # A process that selects nothing (the report) never waits.
   runs.run_planned(str(tmp_path), plan, train_one, lambda rs: [], quiet, busy=lambda run: True)
+
+
+def test_run_planned_leaves_a_run_of_two_selections_to_the_process_training_it(tmp_path):
+  # Two processes whose patterns both name a-s1: the one that finds it held trains the rest of
+  # its selection; one that loses the race for the lock (the check passed, the lock did not)
+  # plans again instead of dying with the lock's error.
+  plan = lambda done: [runs.Run('a-s0', {}), runs.Run('a-s1', {}), runs.Run('a-s2', {})]
+  calls, held = [], {'a-s1'}
+
+  def train_one(run, report):
+    if run.name in held:
+      raise RuntimeError(f'workdir {run.name} is in use by another run')
+    calls.append(run.name)
+    if run.name == 'a-s2':  # the other process finishes a-s1 meanwhile
+      runs.write_json(str(tmp_path / 'runs' / 'a-s1.json'), {'value': 1})
+      held.clear()
+    return {'value': 1}
+
+  quiet = io.StringIO()
+  busy = lambda run: run.name in held
+  done = runs.run_planned(str(tmp_path), plan, train_one, stream=quiet, busy=busy, poll_s=0)
+  assert calls == ['a-s0', 'a-s2'] and sorted(done) == ['a-s0', 'a-s1', 'a-s2']
+  # The race: the look says free, the lock says taken (and then the run is held): no crash.
+  for name in ('a-s0', 'a-s1', 'a-s2'):
+    (tmp_path / 'runs' / f'{name}.json').unlink()
+  calls.clear()
+  looks = []
+
+  def busy_after_first_look(run):
+    looks.append(run.name)
+    return run.name == 'a-s0' and looks.count('a-s0') > 1
+
+  def train_raced(run, report):
+    if run.name == 'a-s0':
+      if looks.count('a-s0') == 1:
+        raise RuntimeError('workdir a-s0 is in use by another run')
+    calls.append(run.name)
+    if run.name == 'a-s2':
+      runs.write_json(str(tmp_path / 'runs' / 'a-s0.json'), {'value': 1})
+    return {'value': 1}
+
+  busy = busy_after_first_look
+  runs.run_planned(str(tmp_path), plan, train_raced, stream=quiet, busy=busy, poll_s=0)
+  assert calls == ['a-s1', 'a-s2']
+  assert 'a-s0: taken by another process; planning again' in quiet.getvalue()
+  # A failure of the process's own run (nobody else holds it) still ends the process.
+  (tmp_path / 'runs' / 'a-s0.json').unlink()
+
+  def fails(run, report):
+    raise RuntimeError('out of memory')
+
+  with pytest.raises(RuntimeError, match='out of memory'):
+    runs.run_planned(str(tmp_path), plan, fails, stream=quiet, busy=lambda run: False)
 
 
 def test_a_workdir_is_held_while_its_owner_lives(tmp_path):

@@ -4,13 +4,8 @@ plus the machine they were measured on."""
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
-import os
-import platform
 from typing import Callable, Optional
-
-import jax
 
 from benchmarks.timing import Summary
 
@@ -108,49 +103,3 @@ def fmt(x: float) -> str:
   if a >= 1:
     return f'{x:.2f}'
   return f'{x:.3f}'
-
-
-def _read(path: str) -> str:
-  try:
-    with open(path) as f:
-      return f.read().strip()
-  except OSError:
-    return ''
-
-
-def machine_info() -> dict:
-  cpu, simd = platform.processor(), ''
-  cpuinfo = _read('/proc/cpuinfo').splitlines()
-  for line in cpuinfo:
-    if line.startswith('model name'):
-      cpu = line.split(':', 1)[1].strip()
-      break
-  for line in cpuinfo:
-    if line.startswith('flags'):
-      flags = set(line.split(':', 1)[1].split())
-      simd = '+'.join(f for f in ('avx2', 'fma', 'avx512f') if f in flags)
-      break
-  import flax
-  import optax
-
-  info = {
-    'date': datetime.datetime.now().isoformat(timespec='seconds'),
-    'cpu': cpu,
-    'simd': simd,
-    'cores': os.cpu_count(),
-    'jax': jax.__version__,
-    'flax': flax.__version__,
-    'optax': optax.__version__,
-    'backend': jax.default_backend(),
-    'python': platform.python_version(),
-    'load_avg_start': os.getloadavg(),
-    'glibc_tunables': os.environ.get('GLIBC_TUNABLES', ''),
-    'transparent_hugepage': _read('/sys/kernel/mm/transparent_hugepage/enabled'),
-  }
-  try:
-    import transformers
-
-    info['transformers'] = transformers.__version__
-  except ImportError:
-    pass
-  return info

@@ -35,9 +35,10 @@ import jax
 
 from benchmarks import aot, measure, target_checks
 from benchmarks.profiles import PROFILES, SHAPES, Profile
-from benchmarks.report import Report, machine_info
+from benchmarks.report import Report
 from benchmarks.timing import MatmulPeak, Summary
 from realformer_jax import malloc
+from studies.machine import machine_info
 
 
 def run(

@@ -291,3 +291,26 @@ def test_a_workdir_is_held_while_its_owner_lives(tmp_path):
   finally:
     lock.release()
   assert not workdir_lock.held(str(tmp_path))
+
+
+def test_a_study_result_records_its_checkpoint_identity_and_machine(tmp_path):
+  # Runs of one study trained on different days can disagree (compare_stability's recipe
+  # check); each result says what it came from, so the difference can be traced.
+  import hashlib  # pylint: disable=import-outside-toplevel
+
+  from realformer_jax.train import run_identity  # pylint: disable=import-outside-toplevel
+  from studies import study  # pylint: disable=import-outside-toplevel
+
+  config = {'model': {'num_layers': 2}, 'train': {'seed': 1}}
+  (tmp_path / 'config.json').write_text(json.dumps(config))
+  (tmp_path / 'tokenizer.model').write_bytes(b'pieces')
+  for step in ('2', '10', 'tmp'):
+    (tmp_path / 'checkpoints' / step).mkdir(parents=True)
+  origin = study.origin(str(tmp_path))
+  checkpoint = origin['checkpoint']
+  assert checkpoint['step'] == 10 and 'workdir' not in checkpoint
+  assert checkpoint['config_digest'] == run_identity.config_digest(config)
+  assert checkpoint['tokenizer_digest'] == hashlib.sha256(b'pieces').hexdigest()[:16]
+  assert {'cpu', 'cores', 'jax', 'numpy', 'python'} <= set(origin['machine'])
+  json.dumps(origin)  # JSON-ready, as the result file needs
+  assert study.origin(str(tmp_path / 'never_trained'))['checkpoint'] is None

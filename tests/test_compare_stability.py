@@ -160,7 +160,20 @@ def test_the_reused_runs_share_the_recipe():
   names = [run.name for run in compare_stability.plan_runs({}, CPU)]
   store = runs.load_results(STORE, [runs.Run(n, {}) for n in names])
   check = compare_stability.recipe_check(store, CPU)
-  assert check['max_spread'] < 1e-3 and len(check['per']) >= 6
+  assert len(check['per']) >= 6
+  # Within one machine the recipe holds to the tolerance; a seed and layout beyond it is one
+  # whose runs were trained on different machines (2026-11-27: 1.3e-3, docs/experiments.md).
+  for key in check['per']:
+    layout, seed = key.rsplit('-s', 1)
+    machines = {}
+    for name, run in store.items():
+      if name.startswith(f'b{CPU.steps}-') and name.endswith(f'-{layout}-s{seed}'):
+        machines.setdefault(compare_stability.machine_of(run), []).append(run['train_loss'][0][1])
+    within = max(max(first) - min(first) for first in machines.values())
+    assert within < compare_stability.RECIPE_TOLERANCE, (key, machines)
+    assert (key in check['beyond']) == (check['per'][key]['spread'] > check['tolerance'])
+    if key in check['beyond']:
+      assert len(machines) > 1 and sorted(check['beyond'][key]) == sorted(machines)
 
 
 @pytest.mark.slow  # traces the 12-layer model: ~1 s idle, several on a loaded machine

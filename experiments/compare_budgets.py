@@ -59,7 +59,7 @@ import dataclasses
 import math
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -327,11 +327,73 @@ def analyse(results: dict, plan: Plan) -> dict:
       else f'pending ({len(row.get("seeds", []))} of {len(plan.seeds)} seeds)'
     )
   analysis['rows'] = rows
+  analysis['recipe_check'] = recipe_check(results, plan.seeds)
   analysis['per_budget'] = {
     str(b): {layout: _per_seed(results, plan, rate, b, layout) for layout in LAYOUTS}
     for b in analysis['budgets'] + [plan.budgets[0] // 2]
   }
   return analysis
+
+
+RECIPE_TOLERANCE = 1e-3  # step-1 loss spread of one seed and layout that counts as one recipe
+
+
+def recipe_check(results: dict, seeds: Sequence[int]) -> dict:
+  """Per seed and layout: the spread of the step-1 training loss (taken before the first
+  update, so it does not depend on the rate or the budget) over every run of `results` with
+  that seed and layout: 0 up to float noise when the runs share weights, first batch and
+  dropout (the recipe), whichever process or day trained them.
+  'beyond' lists the seeds and layouts whose spread exceeds RECIPE_TOLERANCE, each with the
+  machines its runs were trained on (`machine_of`): runs trained on another machine than the
+  committed ones started 1.3e-3 away from them on 2026-11-27 (docs/experiments.md)."""
+  spread, beyond = {}, {}
+  for layout in LAYOUTS:
+    for seed in seeds:
+      suffix = f'-{layout}-s{seed}'
+      runs = {
+        name: run
+        for name, run in results.items()
+        if name.endswith(suffix) and run.get('train_loss')
+      }
+      first = [run['train_loss'][0][1] for run in runs.values()]
+      if not first:
+        continue
+      key = f'{layout}-s{seed}'
+      spread[key] = {'runs': len(first), 'spread': max(first) - min(first)}
+      if spread[key]['spread'] > RECIPE_TOLERANCE:
+        by_machine = {}
+        for name, run in sorted(runs.items()):
+          by_machine.setdefault(machine_of(run), []).append(name)
+        beyond[key] = by_machine
+  return {
+    'max_spread': max((v['spread'] for v in spread.values()), default=0.0),
+    'tolerance': RECIPE_TOLERANCE,
+    'per': spread,
+    'beyond': beyond,
+  }
+
+
+def machine_of(run: dict) -> str:
+  """The machine a run's result records (study.origin), 'not recorded' for a run finished
+  before results recorded it (before 2026-11-27's seed-1 runs)."""
+  machine = (run.get('origin') or {}).get('machine')
+  if not machine:
+    return 'not recorded'
+  return f'{machine.get("cpu")} ({machine.get("simd")}, {machine.get("libc")})'
+
+
+def recipe_line(check: dict) -> str:
+  runs = sum(v['runs'] for v in check['per'].values())
+  line = (
+    f'Recipe check: the step-1 training loss per seed and layout spreads by at most '
+    f'{check["max_spread"]:.1e} over {runs} runs (tolerance {check["tolerance"]:.0e}: same '
+    'weights, first batch and dropout).'
+  )
+  for key, by_machine in sorted(check['beyond'].items()):
+    spread = check['per'][key]['spread']
+    where = '; '.join(f'{m}: {", ".join(names)}' for m, names in sorted(by_machine.items()))
+    line += f' **{key} spreads by {spread:.1e}, beyond it**, by machine: {where}.'
+  return line
 
 
 def add_power(row: dict) -> None:
@@ -439,7 +501,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
       f'{_seeds(real["seeds"])} | {sum(post["learned"])}/{len(post["learned"])} / '
       f'{sum(real["learned"])}/{len(real["learned"])} |'
     )
-  lines += ['', _longer_line(analysis['longer'], plan)]
+  lines += ['', _longer_line(analysis['longer'], plan), '', recipe_line(analysis['recipe_check'])]
   lines += [
     '',
     '## 3. Comparisons of [MASK] accuracy (percentage points), paired by seed',

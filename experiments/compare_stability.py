@@ -329,50 +329,10 @@ def p2_verdict(rows: Sequence[dict], decided: bool, plan: Plan) -> str:
   return 'inconclusive'
 
 
-RECIPE_TOLERANCE = 1e-3  # step-1 loss spread of one seed and layout that counts as one recipe
-
-
 def recipe_check(results: dict, plan: Plan) -> dict:
-  """Per seed and layout: the spread of the step-1 training loss over every run in the store
-  with that seed and layout at this budget (any rate): 0 up to float noise when the runs share
-  weights, first batch and dropout (the recipe), whichever process or day trained them.
-  'beyond' lists the seeds and layouts whose spread exceeds RECIPE_TOLERANCE, each with the
-  machines its runs were trained on (`machine_of`): runs trained on another machine than the
-  committed ones started 1.3e-3 away from them on 2026-11-27 (docs/experiments.md)."""
-  spread, beyond = {}, {}
-  for layout in LAYOUTS:
-    for seed in plan.seeds:
-      suffix = f'-{layout}-s{seed}'
-      runs = {
-        name: run
-        for name, run in results.items()
-        if name.startswith(f'b{plan.steps}-') and name.endswith(suffix) and run.get('train_loss')
-      }
-      first = [run['train_loss'][0][1] for run in runs.values()]
-      if not first:
-        continue
-      key = f'{layout}-s{seed}'
-      spread[key] = {'runs': len(first), 'spread': max(first) - min(first)}
-      if spread[key]['spread'] > RECIPE_TOLERANCE:
-        by_machine = {}
-        for name, run in sorted(runs.items()):
-          by_machine.setdefault(machine_of(run), []).append(name)
-        beyond[key] = by_machine
-  return {
-    'max_spread': max((v['spread'] for v in spread.values()), default=0.0),
-    'tolerance': RECIPE_TOLERANCE,
-    'per': spread,
-    'beyond': beyond,
-  }
-
-
-def machine_of(run: dict) -> str:
-  """The machine a run's result records (study.origin), 'not recorded' for a run finished
-  before results recorded it (before 2026-11-27's seed-1 runs)."""
-  machine = (run.get('origin') or {}).get('machine')
-  if not machine:
-    return 'not recorded'
-  return f'{machine.get("cpu")} ({machine.get("simd")}, {machine.get("libc")})'
+  """compare_budgets.recipe_check over this study's budget (any rate)."""
+  at_budget = {n: r for n, r in results.items() if n.startswith(f'b{plan.steps}-')}
+  return compare_budgets.recipe_check(at_budget, plan.seeds)
 
 
 def analyse(results: dict, plan: Plan) -> dict:
@@ -443,20 +403,6 @@ def _accuracy(side: dict) -> str:
   return seed_cell(side['mask_accuracy'], scale=100) if side['seeds'] else 'n/a'
 
 
-def recipe_line(check: dict) -> str:
-  runs = sum(v['runs'] for v in check['per'].values())
-  line = (
-    f'Recipe check: the step-1 training loss per seed and layout spreads by at most '
-    f'{check["max_spread"]:.1e} over {runs} runs (tolerance {check["tolerance"]:.0e}: same '
-    'weights, first batch and dropout).'
-  )
-  for key, by_machine in sorted(check['beyond'].items()):
-    spread = check['per'][key]['spread']
-    where = '; '.join(f'{m}: {", ".join(names)}' for m, names in sorted(by_machine.items()))
-    line += f' **{key} spreads by {spread:.1e}, beyond it**, by machine: {where}.'
-  return line
-
-
 def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command: str) -> None:
   scale = plan.scale
   floors = compare_layouts.floors_of(results)
@@ -479,7 +425,7 @@ def write_markdown(path: str, results: dict, analysis: dict, plan: Plan, command
     'nats (a finite blow-up); **learned** = study.learned (eval loss below the copy-aware '
     'unigram loss, [MASK] accuracy above the floor); **failed** = diverged or not learned.',
     '',
-    recipe_line(check),
+    compare_budgets.recipe_line(check),
     '',
     f'## P2 verdict: {analysis["p2_verdict"]}',
     '',

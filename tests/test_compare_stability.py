@@ -168,9 +168,9 @@ def test_the_reused_runs_share_the_recipe():
     machines = {}
     for name, run in store.items():
       if name.startswith(f'b{CPU.steps}-') and name.endswith(f'-{layout}-s{seed}'):
-        machines.setdefault(compare_stability.machine_of(run), []).append(run['train_loss'][0][1])
+        machines.setdefault(compare_budgets.machine_of(run), []).append(run['train_loss'][0][1])
     within = max(max(first) - min(first) for first in machines.values())
-    assert within < compare_stability.RECIPE_TOLERANCE, (key, machines)
+    assert within < compare_budgets.RECIPE_TOLERANCE, (key, machines)
     assert (key in check['beyond']) == (check['per'][key]['spread'] > check['tolerance'])
     if key in check['beyond']:
       assert len(machines) > 1 and sorted(check['beyond'][key]) == sorted(machines)

@@ -77,16 +77,14 @@ def test_seed_labels_are_the_finished_runs():
 
 def test_seed_one_came_from_another_machine():
   # The step-1 losses quoted, and the claim that the new seed-1 runs record their machine while
-  # the committed ones did not (compare_stability.machine_of).
-  from experiments import compare_stability  # pylint: disable=import-outside-toplevel
-
+  # the committed ones did not (compare_budgets.machine_of).
   new, old = _find(r'RealFormer\s+seed 1 at 2,400 steps: (\S+) against (\S+) for the committed')
   results = _results()
   first = lambda name: f'{results[name]["train_loss"][0][1]:.5f}'
   assert new == first('b2400-lr0.002-realformer-s1')
   assert {first(f'b2400-lr{rate}-realformer-s1') for rate in ('0.004', '0.008', '0.016')} == {old}
   machines = {
-    compare_stability.machine_of(results[f'b{b}-lr0.002-{l}-s1'])
+    compare_budgets.machine_of(results[f'b{b}-lr0.002-{l}-s1'])
     for b, l in (
       (1200, 'post'),
       (1200, 'realformer'),
@@ -96,7 +94,19 @@ def test_seed_one_came_from_another_machine():
     )
   }
   assert len(machines) == 1 and 'not recorded' not in machines
-  assert compare_stability.machine_of(results['b2400-lr0.002-post-s1']) == 'not recorded'
+  assert compare_budgets.machine_of(results['b2400-lr0.002-post-s1']) == 'not recorded'
+  # Both studies' reports name the seeds and layouts beyond the recipe check's tolerance.
+  check = compare_budgets.recipe_check(results, BUDGETS.seeds)
+  assert sorted(check['beyond']) == ['post-s1', 'realformer-s1']
+  # Within the budgets plan the mixed pair is Post-LN's seed 1 (its 2,400-step run is the rate
+  # check's); within the ladder, RealFormer's (its runs above r* are the earlier machine's).
+  for report, key in (
+    (STORE, 'post-s1'),
+    ('docs/results/compare_layouts/stability', 'realformer-s1'),
+  ):
+    text = open(os.path.join(report, 'results.md')).read()
+    assert f'**{key} spreads by 1.3e-03, beyond it**' in text
+    assert text.count('beyond it**') == 1
   diff, half = _find(r'Without seed 1, P1 at 2,400 steps is\s+(\S+) ± (\S+) points')
   without = {k: v for k, v in results.items() if not (k.startswith('b2400-') and k.endswith('-s1'))}
   c = compare_budgets.compare(without, BUDGETS, 0.002, 2400, compare_budgets.COMPARISONS[0])

@@ -46,6 +46,14 @@ are not all finished (the numbers shown are then interim). Seed 1 was never run 
 1,200 steps nor for RealFormer at 2,400 (no file was dropped): the committed verdicts rest on
 seeds 0 and 2-7 until it finishes (launched with compare_stability, which shares the runs).
 
+The tokenizer: runs until 2026-11-26 trained theirs (SentencePiece, 4 threads) on their machine;
+every run since loads `TOKENIZER`, the one the first runs of 2026-11-27 trained, committed
+beside the results. A tokenizer trained again can relabel its ids (its piece scores depend on
+floating-point detail), which moved the new runs' step-1 loss 1.3-1.5e-3 from the earlier
+runs of the same seed (docs/experiments.md, "Seed 1 came from another machine"); each run's
+JSON records its tokenizer digest (`origin`) and the report's recipe check names the seeds
+whose runs disagree.
+
 Writes to --out (default docs/results/compare_layouts/budgets/): results.md, results.json,
 curves.png (learning curves, the budgets marked), comparisons.png, runs/*.json (one per
 finished run, with per-sequence sums). Workdirs go to --workdirs (default
@@ -103,10 +111,17 @@ def _scored_on(scale: study.Scale) -> str:
   return f'{scale.eval_batches} held-out batches of {scale.batch}'
 
 
+# The tokenizer of every run trained since 2026-11-27 (the seed-1 runs and the 4,800-step
+# budget): the one those first runs trained (4 threads), committed so that runs of later days
+# and machines start where they did. The earlier runs trained their own; its file is lost
+# (module docstring: "Seed 1 came from another machine").
+TOKENIZER = 'docs/results/compare_layouts/budgets/tokenizer/bible_web-unigram-2000.model'
+TOKENIZER_SHA256 = '885a1796363319c43cde34e473c499c7010ca13a891cf162dc64dffccda387db'
+
 PLANS = {
   # 2 CPU cores, one process per core: ~0.45 s a step, ~18 min a 2,400-step run.
   'cpu': Plan(
-    _scale(compare_layouts.PLANS['cpu'].scale, evals=8),
+    _scale(compare_layouts.PLANS['cpu'].scale, evals=8, tokenizer=TOKENIZER),
     budgets=(600, 1200, 2400),
     longer=4800,
     rates=(2e-3, 1e-3, 4e-3),

@@ -69,6 +69,11 @@ class Scale:
   eval_batches: int = -1  # held-out batches scored; -1: the whole held-out split
   dropout: float = 0.1
   position_embedding: str = 'rope'
+  # A SentencePiece file every run loads (data.vocab_file) instead of training its own: a
+  # tokenizer trained again can differ in its piece scores and so in its id order (they depend
+  # on floating-point detail: the training threads, the machine), which moves every run's
+  # start. A study whose runs span days pins one. '': each run trains one (cached per corpus).
+  tokenizer: str = ''
 
 
 # The smoke-test scale of every study's --quick (seconds a run); a study changes a field or two.
@@ -117,6 +122,8 @@ def mlm_config(
   d.eval_batches = scale.eval_batches
   if data_dir:
     d.data_dir = data_dir
+  if scale.tokenizer:
+    d.vocab_file = scale.tokenizer
   t = config.train
   t.global_batch_size = scale.batch
   t.num_train_steps = steps or scale.steps

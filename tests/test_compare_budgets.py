@@ -10,8 +10,8 @@ import jit_cache
 import pytest
 from data_fixtures import bible_config
 
-from experiments import compare_budgets
-from studies import stats
+from experiments import compare_budgets, compare_stability
+from studies import stats, study
 
 CPU = compare_budgets.PLANS['cpu']
 
@@ -145,3 +145,21 @@ def test_compare_budgets_quick(tmp_path, capsys):
   capsys.readouterr()
   compare_budgets.main(argv)  # every selected run is finished: nothing is trained again
   assert 'starting' not in capsys.readouterr().out
+
+
+def test_the_study_pins_the_tokenizer_its_new_runs_trained():
+  # A tokenizer trained again can relabel its ids; the runs of 2026-11-27 recorded the digest
+  # of theirs, and every later run loads that file.
+  import hashlib  # pylint: disable=import-outside-toplevel
+
+  scale = compare_budgets.PLANS['cpu'].scale
+  with open(scale.tokenizer, 'rb') as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  assert digest == compare_budgets.TOKENIZER_SHA256
+  store = 'docs/results/compare_layouts/budgets/runs'
+  recorded = json.load(open(os.path.join(store, 'b2400-lr0.002-realformer-s1.json')))
+  assert digest.startswith(recorded['origin']['checkpoint']['tokenizer_digest'])
+  config = study.mlm_config(scale, seed=0)
+  assert config.data.vocab_file == compare_budgets.TOKENIZER
+  assert compare_stability.PLANS['cpu'].scale.tokenizer == compare_budgets.TOKENIZER
+  assert not study.mlm_config(compare_budgets.PLANS['toy'].scale, seed=0).data.vocab_file

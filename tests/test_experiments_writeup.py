@@ -95,6 +95,36 @@ def test_seed_one_came_from_another_machine():
   }
   assert len(machines) == 1 and 'not recorded' not in machines
   assert compare_budgets.machine_of(results['b2400-lr0.002-post-s1']) == 'not recorded'
+  away, within, seeds = _find(
+    r'start (\S+) away from the committed runs .*? agree to within (\S+) \(Post-LN against '
+    r'RealFormer\), and seeds differ by up to (\S+)\.'
+  )
+  by_machine = {}
+  for name, run in results.items():
+    layout, seed = name.split('-')[2:4]
+    by_machine.setdefault((seed, compare_budgets.machine_of(run)), {}).setdefault(
+      layout, []
+    ).append(run['train_loss'][0][1])
+  across = [  # the same seed and layout on the two machines
+    abs(a - b)
+    for (seed, machine), sides in by_machine.items()
+    if machine != 'not recorded'
+    for layout, values in sides.items()
+    for a in values
+    for b in by_machine.get((seed, 'not recorded'), {}).get(layout, [])
+  ]
+  sci = lambda x, digits: f'{x:.{digits}e}'.replace('e-0', 'e-')  # 1.3e-03 -> 1.3e-3
+  assert sci(min(across), 1) == sci(max(across), 1) == away
+  pairs = [
+    abs(a - b)
+    for s in by_machine.values()
+    if len(s) == 2
+    for a in s['post']
+    for b in s['realformer']
+  ]
+  assert sci(max(pairs), 0) == within
+  starts = [run['train_loss'][0][1] for run in results.values()]
+  assert sci(max(starts) - min(starts), 1) == seeds
   # Both studies' reports name the seeds and layouts beyond the recipe check's tolerance.
   check = compare_budgets.recipe_check(results, BUDGETS.seeds)
   assert sorted(check['beyond']) == ['post-s1', 'realformer-s1']

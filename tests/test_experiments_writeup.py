@@ -69,11 +69,17 @@ def test_seed_labels_are_the_finished_runs():
       assert _seeds(per[budget][layout]['seeds']) == finished.replace(' and ', ', ')
   assert _seeds(per['300']['realformer']['seeds']) == finished
   (done,) = _find(r'of the 4,800-step budget (\d+) of its 16 runs have finished')
-  post, real = _find(r'\(seed 0: Post-LN (\S+)%, RealFormer\s+(\S+)% at \[MASK\]; one seed')
-  assert [post, real] == [
-    _points(_results()[f'b{BUDGETS.longer}-lr0.002-{layout}-s0']['final']['mask_accuracy'], False)
+  found = _find(
+    r'\(seeds 0 and 1: Post-LN (\S+) and (\S+)%, RealFormer (\S+) and (\S+)% at \[MASK\]; '
+    r'interim P1 (\S+) ± (\S+) points over (\d) seeds\)'
+  )
+  accuracy = lambda name: _points(_results()[name]['final']['mask_accuracy'], False)
+  interim = _budgets()[(BUDGETS.longer, 'P1')]['comparison']
+  assert list(found) == [
+    accuracy(f'b{BUDGETS.longer}-lr0.002-{layout}-s{seed}')
     for layout in ('post', 'realformer')
-  ]
+    for seed in (0, 1)
+  ] + [_points(interim['mean']), _points(interim['ci95_half_width'], False), str(interim['n'])]
   longer = [r for r in _results() if r.startswith(f'b{BUDGETS.longer}-')]
   assert int(done) == len(longer) and len(compare_budgets.LAYOUTS) * len(BUDGETS.seeds) == 16
   rows = {r['key']: r for r in analysis['rows'] if r['budget'] == BUDGETS.longer}
@@ -177,6 +183,10 @@ def test_p1_s7_and_holm():
   assert list(holm) == [f'{rows[(b, "S7")]["holm_p_value"]:.3g}' for b in BUDGETS.budgets]
   assert all(rows[(b, 'S7')]['verdict'] == 'does not hold' for b in BUDGETS.budgets)
   assert all(rows[(b, 'P1')]['verdict'] == 'inconclusive' for b in BUDGETS.budgets)
+  # "no verdict can change" while the 4,800-step p-values move the Holm family
+  assert 'no verdict can change' in _text()
+  assert all(rows[(b, 'P1')]['comparison']['p_value'] > 0.05 for b in BUDGETS.budgets)
+  assert all(rows[(b, 'S7')]['comparison']['p_value'] < 0.05 / 8 for b in BUDGETS.budgets)
 
 
 def test_power_under_the_holm_levels_used():

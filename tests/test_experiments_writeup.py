@@ -69,17 +69,26 @@ def test_seed_labels_are_the_finished_runs():
       assert _seeds(per[budget][layout]['seeds']) == finished.replace(' and ', ', ')
   assert _seeds(per['300']['realformer']['seeds']) == finished
   (done,) = _find(r'of the 4,800-step budget (\d+) of its 16 runs have finished')
-  found = _find(
-    r'\(seeds 0 and 1: Post-LN (\S+) and (\S+)%, RealFormer (\S+) and (\S+)% at \[MASK\]; '
-    r'interim P1 (\S+) ± (\S+) points over (\d) seeds\)'
+  label, post, real, mean, half, n = _find(
+    r'\(seeds (\S+), at \[MASK\]: Post-LN ([\d., ]+)%; RealFormer ([\d., ]+)%; interim P1 (\S+) '
+    r'± (\S+) points over (\d) seeds\)'
   )
-  accuracy = lambda name: _points(_results()[name]['final']['mask_accuracy'], False)
+  longer = [n for n in _results() if n.startswith(f'b{BUDGETS.longer}-')]
+  seeds = sorted({int(n.rsplit('-s', 1)[1]) for n in longer})
+  assert label == _seeds(seeds) and len(longer) == 2 * len(seeds)
+  for layout, quoted in (('post', post), ('realformer', real)):
+    assert quoted.split(', ') == [
+      _points(
+        _results()[f'b{BUDGETS.longer}-lr0.002-{layout}-s{s}']['final']['mask_accuracy'], False
+      )
+      for s in seeds
+    ]
   interim = _budgets()[(BUDGETS.longer, 'P1')]['comparison']
-  assert list(found) == [
-    accuracy(f'b{BUDGETS.longer}-lr0.002-{layout}-s{seed}')
-    for layout in ('post', 'realformer')
-    for seed in (0, 1)
-  ] + [_points(interim['mean']), _points(interim['ci95_half_width'], False), str(interim['n'])]
+  assert [mean, half, n] == [
+    _points(interim['mean']),
+    _points(interim['ci95_half_width'], False),
+    str(interim['n']),
+  ]
   longer = [r for r in _results() if r.startswith(f'b{BUDGETS.longer}-')]
   assert int(done) == len(longer) and len(compare_budgets.LAYOUTS) * len(BUDGETS.seeds) == 16
   rows = {r['key']: r for r in analysis['rows'] if r['budget'] == BUDGETS.longer}

@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import dataclasses
 import fnmatch
-import json
 import math
 import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
@@ -35,7 +34,7 @@ from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_nll_and_correct
-from realformer_jax.train import run_identity, workdir_lock
+from realformer_jax.train import checkpointing, pretrained, run_identity, workdir_lock
 from studies import machine, stats
 from studies import report as report_lib
 from studies import runs as runs_lib
@@ -199,18 +198,13 @@ def origin(workdir: str) -> dict:
   checksum verdict, config, corpus and tokenizer digests) and the machine and software that
   trained it (studies.machine). A study pools runs trained on different days and machines:
   when two runs of one recipe disagree (the recipe checks), this says what differed."""
-  steps = [int(n) for n in _listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit()]
+  steps = checkpointing.committed_steps(os.path.join(workdir, 'checkpoints'))
   identity = None
   if steps:
-    with open(os.path.join(workdir, run_identity.CONFIG_FILE)) as f:
-      config = json.load(f)
-    identity = run_identity.of_checkpoint(workdir, max(steps), config).to_dict()
+    config = pretrained.read_config_json(workdir)
+    identity = run_identity.of_checkpoint(workdir, steps[-1], config).to_dict()
     identity.pop('workdir')  # a path of the machine; the result names its workdir already
   return {'checkpoint': identity, 'machine': machine.machine_info()}
-
-
-def _listdir(path: str) -> list[str]:
-  return os.listdir(path) if os.path.isdir(path) else []
 
 
 def learned(run: Mapping[str, Any]) -> bool:

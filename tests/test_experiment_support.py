@@ -298,14 +298,16 @@ def test_a_study_result_records_its_checkpoint_identity_and_machine(tmp_path):
   # check); each result says what it came from, so the difference can be traced.
   import hashlib  # pylint: disable=import-outside-toplevel
 
-  from realformer_jax.train import run_identity  # pylint: disable=import-outside-toplevel
+  from realformer_jax.train import checkpoint_integrity, run_identity  # pylint: disable=import-outside-toplevel
   from studies import study  # pylint: disable=import-outside-toplevel
 
   config = {'model': {'num_layers': 2}, 'train': {'seed': 1}}
   (tmp_path / 'config.json').write_text(json.dumps(config))
   (tmp_path / 'tokenizer.model').write_bytes(b'pieces')
-  for step in ('2', '10', 'tmp'):
+  for step in ('2', '10', '12', 'tmp'):  # 12: a save that never committed
     (tmp_path / 'checkpoints' / step).mkdir(parents=True)
+    if step in ('2', '10'):
+      (tmp_path / 'checkpoints' / step / checkpoint_integrity.COMMIT_MARKER).write_text('')
   origin = study.origin(str(tmp_path))
   checkpoint = origin['checkpoint']
   assert checkpoint['step'] == 10 and 'workdir' not in checkpoint

@@ -368,14 +368,7 @@ class Checkpointer:
 
   def intact_steps(self) -> list[int]:
     """Committed steps on disk (newest last): what a restart can resume from."""
-    if not os.path.isdir(self.directory):
-      return []
-    return sorted(
-      int(name)
-      for name in os.listdir(self.directory)
-      if name.isdigit()
-      and os.path.isfile(os.path.join(self.directory, name, checkpoint_integrity.COMMIT_MARKER))
-    )
+    return committed_steps(self.directory)
 
   def wait(self) -> None:
     """Blocks until the background save is committed; CheckpointError if it failed (once:
@@ -564,6 +557,18 @@ class BestCheckpoint:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def committed_steps(directory: str) -> list[int]:
+  """The steps under a checkpoint `directory` whose save was committed (newest last)."""
+  if not os.path.isdir(directory):
+    return []
+  return sorted(
+    int(name)
+    for name in os.listdir(directory)
+    if name.isdigit()
+    and os.path.isfile(os.path.join(directory, name, checkpoint_integrity.COMMIT_MARKER))
+  )
 
 
 def best_directory(workdir: str) -> str:

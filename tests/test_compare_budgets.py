@@ -112,8 +112,20 @@ def test_the_longer_budget_is_pending_until_every_run_finished():
   assert longer['gain'] == pytest.approx(0.04)
   assert 4800 not in compare_budgets.budgets(results, CPU)  # the plan waits for the rule
   results['b1200-lr0.002-realformer-s1'] = _result(0.27)
-  assert compare_budgets.longer_budget(results, CPU, rate)['state'] == 'required'
+  longer = compare_budgets.longer_budget(results, CPU, rate)
+  assert longer['state'] == 'required' and longer['gain_after'] is None  # no 4,800 run yet
   assert 4800 in compare_budgets.budgets(results, CPU)
+  # What the required doubling gained, descriptively, as its runs arrive: 2,400 -> 4,800.
+  results['b4800-lr0.002-post-s0'] = _result(0.36)
+  longer = compare_budgets.longer_budget(results, CPU, rate)
+  assert longer['gain_after'] == pytest.approx(0.05) and not longer['after_complete']
+  for layout in ('post', 'realformer'):
+    for seed in CPU.seeds:
+      results[compare_budgets.run_name(4800, rate, layout, seed)] = _result(0.34)
+  longer = compare_budgets.longer_budget(results, CPU, rate)
+  assert longer['gain_after'] == pytest.approx(0.03) and longer['after_complete']
+  line = compare_budgets._longer_line(longer, CPU)  # pylint: disable=protected-access
+  assert 'Doubling again to 4,800 steps gained +3.00 points (all its runs;' in line
 
 
 @pytest.mark.slow

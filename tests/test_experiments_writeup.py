@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import compare_budgets, compare_stability
-from studies import study
+from studies import stats, study
 
 STORE = 'docs/results/compare_layouts/budgets'
 BUDGETS = compare_budgets.PLANS['cpu']
@@ -58,16 +58,36 @@ def _seeds(seeds) -> str:
   return compare_budgets._seeds(seeds)  # pylint: disable=protected-access
 
 
+def _longer_complete() -> bool:
+  """Whether every run of the 4,800-step budget is committed (the text then states its results;
+  before, an interim sentence)."""
+  longer = [n for n in _results() if n.startswith(f'b{BUDGETS.longer}-')]
+  return len(longer) == len(compare_budgets.LAYOUTS) * len(BUDGETS.seeds)
+
+
 def test_seed_labels_are_the_finished_runs():
   analysis = _budgets()['all']
   per = analysis['per_budget']
+  complete = _longer_complete()
+  budgets = ('600', '1200', '2400') + (('4800',) if complete else ())
   (finished,) = _find(
-    r'the runs finished are \*\*seeds ([0-9, and-]+)\*\* at every budget up to 2,400'
+    r'the runs finished are \*\*seeds ([0-9, and-]+)\*\* at every budget up to '
+    + ('4,800 steps: all of the plan' if complete else '2,400')
   )
-  for budget in ('600', '1200', '2400'):
+  for budget in budgets:
     for layout in ('post', 'realformer'):
       assert _seeds(per[budget][layout]['seeds']) == finished.replace(' and ', ', ')
   assert _seeds(per['300']['realformer']['seeds']) == finished
+  rows = {r['key']: r for r in analysis['rows'] if r['budget'] == BUDGETS.longer}
+  assert all(r['verdict'].startswith('pending') for r in rows.values()) != complete
+  if complete:
+    post, real = _find(
+      r'\(at 4,800 steps, at \[MASK\]: Post-LN (\S+ ± \S+)%, RealFormer (\S+ ± \S+)%, means'
+    )
+    for layout, quoted in (('post', post), ('realformer', real)):
+      values = per['4800'][layout]['mask_accuracy']
+      assert quoted == stats.format_ci(stats.mean_ci(values), 2, 100)
+    return
   (done,) = _find(r'of the 4,800-step budget (\d+) of its 16 runs have finished')
   label, post, real, mean, half, n = _find(
     r'\(seeds (\S+), at \[MASK\]: Post-LN ([\d., ]+)%; RealFormer ([\d., ]+)%; interim P1 (\S+) '
@@ -89,10 +109,41 @@ def test_seed_labels_are_the_finished_runs():
     _points(interim['ci95_half_width'], False),
     str(interim['n']),
   ]
-  longer = [r for r in _results() if r.startswith(f'b{BUDGETS.longer}-')]
   assert int(done) == len(longer) and len(compare_budgets.LAYOUTS) * len(BUDGETS.seeds) == 16
-  rows = {r['key']: r for r in analysis['rows'] if r['budget'] == BUDGETS.longer}
-  assert all(r['verdict'].startswith('pending') for r in rows.values()) == (int(done) < 16)
+
+
+def _step_one_spreads(results: dict) -> tuple[str, str, str]:
+  """The step-1 loss spreads the seed-1 paragraph quotes: between the machines (same seed and
+  layout; a range), within one machine (Post-LN against RealFormer), and across seeds."""
+  by_machine = {}
+  for name, run in results.items():
+    layout, seed = name.split('-')[2:4]
+    by_machine.setdefault((seed, compare_budgets.machine_of(run)), {}).setdefault(
+      layout, []
+    ).append(run['train_loss'][0][1])
+  across = [  # the same seed and layout on the two machines
+    abs(a - b)
+    for (seed, machine), sides in by_machine.items()
+    if machine != 'not recorded'
+    for layout, values in sides.items()
+    for a in values
+    for b in by_machine.get((seed, 'not recorded'), {}).get(layout, [])
+  ]
+  sci = lambda x, digits: f'{x:.{digits}e}'.replace('e-0', 'e-')  # 1.3e-03 -> 1.3e-3
+  low, high = sci(min(across), 1), sci(max(across), 1)
+  pairs = [
+    abs(a - b)
+    for s in by_machine.values()
+    if len(s) == 2
+    for a in s['post']
+    for b in s['realformer']
+  ]
+  starts = [run['train_loss'][0][1] for run in results.values()]
+  return (
+    low if low == high else f'{low.split("e")[0]}-{high}',
+    sci(max(pairs), 0),
+    sci(max(starts) - min(starts), 1),
+  )
 
 
 def test_seed_one_came_from_another_machine():
@@ -115,37 +166,11 @@ def test_seed_one_came_from_another_machine():
   }
   assert len(machines) == 1 and 'not recorded' not in machines
   assert compare_budgets.machine_of(results['b2400-lr0.002-post-s1']) == 'not recorded'
-  away, within, seeds = _find(
+  quoted = _find(
     r'start (\S+) away from the committed runs .*? agree to within (\S+) \(Post-LN against '
     r'RealFormer\), and seeds differ by up to (\S+)\.'
   )
-  by_machine = {}
-  for name, run in results.items():
-    layout, seed = name.split('-')[2:4]
-    by_machine.setdefault((seed, compare_budgets.machine_of(run)), {}).setdefault(
-      layout, []
-    ).append(run['train_loss'][0][1])
-  across = [  # the same seed and layout on the two machines
-    abs(a - b)
-    for (seed, machine), sides in by_machine.items()
-    if machine != 'not recorded'
-    for layout, values in sides.items()
-    for a in values
-    for b in by_machine.get((seed, 'not recorded'), {}).get(layout, [])
-  ]
-  sci = lambda x, digits: f'{x:.{digits}e}'.replace('e-0', 'e-')  # 1.3e-03 -> 1.3e-3
-  low, high = sci(min(across), 1), sci(max(across), 1)
-  assert away == (low if low == high else f'{low.split("e")[0]}-{high}')
-  pairs = [
-    abs(a - b)
-    for s in by_machine.values()
-    if len(s) == 2
-    for a in s['post']
-    for b in s['realformer']
-  ]
-  assert sci(max(pairs), 0) == within
-  starts = [run['train_loss'][0][1] for run in results.values()]
-  assert sci(max(starts) - min(starts), 1) == seeds
+  assert quoted == _step_one_spreads(results)
   # Both studies' reports name exactly the seeds and layouts whose runs (in that study) come
   # from both machines: beyond the recipe check's tolerance.
   ladder = {n for n in results if n.startswith(f'b{LADDER.steps}-')}  # the check's runs
@@ -193,7 +218,7 @@ def test_p1_s7_and_holm():
   assert all(rows[(b, 'S7')]['verdict'] == 'does not hold' for b in BUDGETS.budgets)
   assert all(rows[(b, 'P1')]['verdict'] == 'inconclusive' for b in BUDGETS.budgets)
   # "no verdict can change" while the 4,800-step p-values move the Holm family
-  assert 'no verdict can change' in _text()
+  assert ('no verdict can change' in _text()) != _longer_complete()
   assert all(rows[(b, 'P1')]['comparison']['p_value'] > 0.05 for b in BUDGETS.budgets)
   assert all(rows[(b, 'S7')]['comparison']['p_value'] < 0.05 / 8 for b in BUDGETS.budgets)
 
@@ -252,9 +277,56 @@ def test_flattening_and_the_longer_budget():
   longer = _budgets()['all']['longer']
   (gain,) = _find(r'1,200 -> 2,400 steps gained (\S+) points over\s+all 32 runs')
   assert gain == _points(longer['gain']) and longer['state'] == 'required'
-  assert 'the 4,800-step budget is required by the declared rule** and pending' in _text()
+  then = '; its results follow' if _longer_complete() else ' and pending'
+  assert f'the 4,800-step budget is required by the declared rule**{then}' in _text()
   results_md = open(os.path.join(STORE, 'results.md')).read()
   assert 'the 4,800-step budget is required by the declared rule' in results_md
+  assert longer['after_complete'] == _longer_complete()
+
+
+def test_the_longer_budgets_paragraph():
+  if not _longer_complete():
+    assert '**At 4,800 steps**' not in _text()
+    return
+  rows, longer = _budgets(), _budgets()['all']['longer']
+  p1, s7 = rows[(4800, 'P1')], rows[(4800, 'S7')]
+  quoted = _find(
+    r'\*\*At 4,800 steps\*\* .*?P1 is (\S+) ± (\S+) points \(Holm p (\S+), tested at 0\.05/(\d), '
+    r'where this design detects (\S+) points with 80% power\): \*\*([^*]+)\*\*'
+  )
+  assert list(quoted) == [
+    _points(p1['comparison']['mean']),
+    _points(p1['comparison']['ci95_half_width'], False),
+    f'{p1["holm_p_value"]:.3g}',
+    str(round(0.05 / p1['holm_level'])),
+    _points(p1['detectable_holm'], False),
+    p1['verdict'],
+  ]
+  quoted = _find(
+    r'S7, RealFormer at 2,400 steps against Post-LN at 4,800, is (\S+) ± (\S+) points \(Holm p '
+    r'(\S+)\): \*\*([^*]+)\*\*; it is again P1 at 2,400 steps minus Post-LN.s gain from '
+    r'doubling \((\S+) - (\S+) = (\S+)\)'
+  )
+  per = _budgets()['all']['per_budget']
+  post = lambda b: dict(zip(per[str(b)]['post']['seeds'], per[str(b)]['post']['mask_accuracy']))
+  gain = np.mean([post(4800)[s] - post(2400)[s] for s in s7['seeds']])
+  assert s7['comparison']['mean'] == pytest.approx(
+    rows[(2400, 'P1')]['comparison']['mean'] - gain, abs=1e-9
+  )
+  assert list(quoted) == [
+    _points(s7['comparison']['mean']),
+    _points(s7['comparison']['ci95_half_width'], False),
+    f'{s7["holm_p_value"]:.3g}',
+    s7['verdict'],
+    _points(rows[(2400, 'P1')]['comparison']['mean']),
+    _points(gain, False),
+    _points(s7['comparison']['mean']),
+  ]
+  (after, rule) = _find(
+    r'Doubling from 2,400 to 4,800 steps gained (\S+) points over all 32 runs \((\w+) than'
+  )
+  assert after == _points(longer['gain_after'])
+  assert rule == ('more' if longer['gain_after'] >= BUDGETS.flattened_gain else 'less')
 
 
 def test_the_scale_table():

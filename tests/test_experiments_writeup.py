@@ -325,6 +325,15 @@ def test_the_longer_budgets_paragraph():
     _points(p1['detectable_holm'], False),
     p1['verdict'],
   ]
+  c = p1['comparison']  # an inconclusive P1 whose unadjusted interval excludes 0 says so
+  unadjusted = re.search(r'(\S+) ahead on the unadjusted interval \(p (\S+)\), not after', _text())
+  excludes_zero = c['low'] > 0 or c['high'] < 0
+  assert bool(unadjusted) == (excludes_zero and p1['verdict'] == 'inconclusive')
+  if unadjusted:
+    ahead = 'RealFormer' if c['mean'] > 0 else 'Post-LN'
+    assert unadjusted.groups() == (ahead, f'{c["p_value"]:.3g}')
+  rate = "chosen as Post-LN's best at 2,400 steps (step 1 of the plan)"  # the caveat of a lead
+  assert (rate in _text()) == (c['mean'] < 0)
   quoted = _find(
     r'S7, RealFormer at 2,400 steps against Post-LN at 4,800, is (\S+) ± (\S+) points \(Holm p '
     r'(\S+)\): \*\*([^*]+)\*\*; it is again P1 at 2,400 steps minus Post-LN.s gain from '

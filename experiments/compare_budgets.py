@@ -424,7 +424,7 @@ def recipe_line(check: dict) -> str:
     spread = check['per'][key]['spread']
     where = '; '.join(f'{m}: {", ".join(names)}' for m, names in sorted(by_machine.items()))
     line += f' **{key} spreads by {spread:.1e}, beyond it**, by machine: {where}.'
-  within = sorted(set(check.get('mixed', {})) - set(check['beyond']))
+  within = sorted(set(check['mixed']) - set(check['beyond']))
   if within:
     spreads = ', '.join(f'{key} by {check["per"][key]["spread"]:.1e}' for key in within)
     line += f' Within it but trained on more than one machine: {spreads}.'

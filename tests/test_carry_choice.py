@@ -106,3 +106,26 @@ def test_the_train_setup_decides_once_against_its_budget_and_keeps_auto_in_the_s
   assert select.resolved(pallas, 16, 1024).residual_carry == 'qk'
   post = train_lib.validate_config(tiny_config(model__ln_placement='post'))
   assert build.make_setup(post, memory_bytes=1024).model_config.residual_carry == 'auto'
+
+
+def test_every_task_decides_at_the_longest_sequence_its_model_reads():
+  """build.make_setup decides the carry at `task.sequence_length`: the token ids' length of
+  the longest batch, whatever the task names its arrays (translation's are `source`)."""
+  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data import DataConfig
+  from realformer_jax.mlm.task import MaskedLMTask
+  from realformer_jax.seq2seq import task as translation
+  from realformer_jax.seq2seq.config import default_translation_config
+
+  assert MaskedLMTask().sequence_length(DataConfig(max_len=96)) == 96
+  config = default_translation_config()
+  config.model.update(ln_placement='realformer', init='bert', hidden_size=32, mlp_dim=64)
+  config.model.update(num_heads=2, num_layers=1, num_decoder_layers=1)
+  config.data.update(bucket_lengths=(16, 48), tokens_per_batch=96, vocab_size=300)
+  spec = translation.validate(config)
+  assert spec.task.sequence_length(spec.data) == 48
+  tight = build.make_setup(spec, memory_bytes=1024)
+  assert (tight.model_config.residual_carry, tight.model_config.residual_scores_backward) == (
+    'scores',
+    'recomputed',
+  )

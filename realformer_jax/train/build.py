@@ -287,7 +287,7 @@ def make_setup(
   # step is compiled for, and the carry residual_carry='auto' takes at the run's length
   # (logged); then checked against the einsum path where they run compiled on these devices.
   devices = list(mesh.devices.flat)
-  seq_len = _seq_len(spec)
+  seq_len = spec.task.sequence_length(spec.data)
   model_config = select.for_run(spec.model, devices, seq_len, memory_bytes)
   model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
@@ -302,11 +302,6 @@ def make_setup(
     batch_sharding=batch_sharding(mesh, spec.rules),
     model_config=model_config,
   )
-
-
-def _seq_len(spec: RunSpec) -> Optional[int]:
-  shapes = spec.task.batch_shapes(spec.data, 1)
-  return shapes['input_ids'][0][1] if 'input_ids' in shapes else None
 
 
 def compile_train_step(setup: TrainSetup) -> jax.stages.Compiled:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 import ml_collections
 import numpy as np
@@ -46,8 +46,8 @@ from realformer_jax.config import ConfigError, ModelConfig, from_section, to_con
 from realformer_jax.data import default_data_config
 from realformer_jax.kernels import select
 
-# A task (train/task.py: what is trained, its sections) builds on this module (TrainConfig), so
-# this module names it `Task` in prose only and takes it as Any.
+if TYPE_CHECKING:  # train/task.py builds on this module (TrainConfig): no import at run time
+  from realformer_jax.train.task import Task
 
 # ---- The sections: frozen, self-checking dataclasses. ----
 
@@ -269,7 +269,7 @@ class DistributedConfig(_Section):
 class RunSpec(_Section):
   """One validated run of a task: what `validate_config` returns and the loop consumes."""
 
-  task: Any  # a train.task.Task: what is trained (masked LM, fine-tuning, ...), its loss
+  task: Task  # what is trained (masked LM, fine-tuning, ...), its loss
   model: ModelConfig
   data: Any  # the task's data section (a frozen dataclass, e.g. data.DataConfig)
   train: TrainConfig

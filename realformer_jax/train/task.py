@@ -18,7 +18,8 @@ console, loop.py). A task says
     validated RunSpec, train/config.py);
   * its model and batch: the Flax module, the batch arrays' shapes (for ahead-of-time
     compilation; several when its data is length-bucketed, each compiled once), which batch
-    arrays the model is called with;
+    arrays the model is called with (the first, its token ids: their longest length is where
+    how attention runs is decided);
   * its loss: per-(micro)batch sums that add across batches, devices and microbatches
     (`sum_metrics`; the loss is `sums[loss_sum] / sums[weight]`);
   * its evaluation: sums added on the device, plus optional per-example outputs pulled to the
@@ -136,15 +137,24 @@ class TaskModel:
       rngs=None if deterministic else {'dropout': rng},
     )
 
+  def sequence_length(self, data_config: Any) -> int:
+    """The longest sequence the model reads: how attention runs is decided once, at this
+    length (residual_carry='auto' and the kernel check; train/build.py). The model's first
+    input is its token ids, [rows, length], and `batch_shapes` is the longest batch."""
+    return self.model_inputs(self._zeros(data_config, 1))[0].shape[1]
+
   def init_variables(self, model: Any, rng: jax.Array, data_config: Any, batch_size: int) -> dict:
     """model.init on a batch of zeros (parameters depend on shapes only)."""
-    zeros = {
-      name: np.zeros(shape, dtype)
-      for name, (shape, dtype) in self.batch_shapes(data_config, batch_size).items()
-    }
+    zeros = self._zeros(data_config, batch_size)
     return model.init(
       {'params': rng}, *self.model_inputs(zeros), deterministic=True, step=np.zeros((), np.int32)
     )
+
+  def _zeros(self, data_config: Any, batch_size: int) -> dict[str, np.ndarray]:
+    return {
+      name: np.zeros(shape, dtype)
+      for name, (shape, dtype) in self.batch_shapes(data_config, batch_size).items()
+    }
 
   # Loss and evaluation.
   def batch_weight(self, batch: Batch) -> jax.Array:

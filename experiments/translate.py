@@ -63,6 +63,7 @@ from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 from realformer_jax.train import loop, run_identity
 from realformer_jax.train.config import RunSpec
 from realformer_jax.train.errors import TrainingError
+from realformer_jax.workdir_layout import CONFIG_FILE
 from studies import runs as runs_lib
 from studies import stats
 from studies import study as study_lib
@@ -178,7 +179,7 @@ def check_finished_runs(study: Study, out: str, workdirs: str, runs) -> None:
         f'--out {out}: {path} is the result of another config ({changed}); use another --out '
         '(and --workdirs), or delete that result to train the run again'
       )
-    saved = _read_json(os.path.join(workdirs, run.name, 'config.json'))
+    saved = _read_json(os.path.join(workdirs, run.name, CONFIG_FILE))
     if isinstance(saved, dict) and saved != record['spec']:
       changed = '; '.join(run_identity.config_differences(saved, record['spec']))
       raise ConfigError(

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import MaskedLM, data, train
+from realformer_jax import MaskedLM, data, train, workdir_layout
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.data.tokenizer import CLS, MASK, SEP
 from realformer_jax.mlm import metrics as mlm_metrics
@@ -198,7 +198,7 @@ def origin(workdir: str) -> dict:
   checksum verdict, config, corpus and tokenizer digests) and the machine and software that
   trained it (studies.machine). A study pools runs trained on different days and machines:
   when two runs of one recipe disagree (the recipe checks), this says what differed."""
-  steps = checkpointing.committed_steps(os.path.join(workdir, 'checkpoints'))
+  steps = checkpointing.committed_steps(workdir_layout.checkpoints_dir(workdir))
   identity = None
   if steps:
     config = pretrained.read_config_json(workdir)

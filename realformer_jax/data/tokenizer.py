@@ -52,6 +52,7 @@ spm = extras.lazy('sentencepiece')
 
 __all__ = [
   'CLS',
+  'FILE_NAMES',
   'MASK',
   'MODEL_TYPES',
   'PAD',
@@ -156,6 +157,10 @@ class SentencePieceTokenizer(Tokenizer):
 
   def __setstate__(self, state):
     self.__init__(state['model_proto'], state['source'])
+
+
+# What a run's copy of its tokenizer is called (Tokenizer.save), by kind: `load` reads either.
+FILE_NAMES = (SentencePieceTokenizer.file_name, wordpiece.WordPieceTokenizer.file_name)
 
 
 def load(path: str, lower_case: bool = True) -> Tokenizer:

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from realformer_jax import data as data_lib
+from realformer_jax import workdir_layout
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data.errors import DataError
 from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
@@ -207,7 +208,9 @@ def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> O
   another explicit finetune.init_step). With init_step -1 ('its latest') a pretraining run
   that has saved newer steps since is the same source: the resumed run keeps its own."""
   path = os.path.join(workdir, RECORD_FILE)
-  has_checkpoints = any(name.isdigit() for name in _listdir(os.path.join(workdir, 'checkpoints')))
+  has_checkpoints = any(
+    name.isdigit() for name in _listdir(workdir_layout.checkpoints_dir(workdir))
+  )
   recorded = None
   if os.path.exists(path):
     try:

@@ -32,6 +32,7 @@ import numpy as np
 from realformer_jax.config import ConfigError, ModelConfig, fields_of
 from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.interop import hf_convert
+from realformer_jax.workdir_layout import CONFIG_FILE, RUN_MARKERS
 
 TORCH_MODULE_DIR = os.path.join(os.path.dirname(__file__), 'torch_module')
 TORCH_MODULE_FILES = ('configuration_realformer.py', 'modeling_realformer.py')
@@ -218,7 +219,7 @@ def check_out_dir(out_dir: str, workdir: str) -> None:
   if not os.access(existing, os.W_OK | os.X_OK):
     raise ExportError(f'--out {out_dir}: {existing} is not writable (read-only or permissions)')
   if existing == out:
-    run_files = [name for name in RUN_FILES if _is_run_file(os.path.join(out, name))]
+    run_files = [name for name in RUN_MARKERS if _is_run_file(os.path.join(out, name))]
     if run_files:
       raise ExportError(
         f'--out {out_dir}: it holds the files of a training run ({", ".join(run_files)}), '
@@ -226,12 +227,8 @@ def check_out_dir(out_dir: str, workdir: str) -> None:
       )
 
 
-# What marks a directory as a training run's (loop.py, workdir_lock.py).
-RUN_FILES = ('checkpoints', 'run.lock', 'config.json')
-
-
 def _is_run_file(path: str) -> bool:
-  if os.path.basename(path) != 'config.json':
+  if os.path.basename(path) != CONFIG_FILE:
     return os.path.exists(path)
   try:  # a run's config.json has these sections; an export's (transformers') has none
     with open(path) as f:

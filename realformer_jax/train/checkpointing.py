@@ -52,7 +52,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from realformer_jax import data, extras
+from realformer_jax import data, extras, workdir_layout
 from realformer_jax.config import ConfigError
 from realformer_jax.train import checkpoint_integrity
 from realformer_jax.train.errors import CheckpointError, DivergenceError
@@ -82,7 +82,7 @@ class Checkpointer:
   """
 
   def __init__(self, workdir: str, keep: int, writer: bool = True):
-    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self.directory = workdir_layout.checkpoints_dir(workdir)
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
     options = ocp.CheckpointManagerOptions(
@@ -529,7 +529,7 @@ class BestCheckpoint:
   def __init__(self, workdir: str, metric: str, mode: str = 'max'):
     if mode not in ('max', 'min'):
       raise ValueError(f'best checkpoint mode {mode!r}: must be max or min')
-    self.directory = best_directory(workdir)
+    self.directory = workdir_layout.best_dir(workdir)
     self.metric = f'eval/{metric}'
     self._manager = ocp.CheckpointManager(
       self.directory,
@@ -571,14 +571,10 @@ def committed_steps(directory: str) -> list[int]:
   )
 
 
-def best_directory(workdir: str) -> str:
-  return os.path.join(os.path.abspath(workdir), 'best')
-
-
 def restore_best_params(workdir: str, abstract_params: Any) -> tuple[Any, int, dict]:
   """(params, step, eval metrics) of the best checkpoint in `workdir` (BestCheckpoint), onto
   the shardings `abstract_params` carries."""
-  directory = best_directory(workdir)
+  directory = workdir_layout.best_dir(workdir)
   manager = ocp.CheckpointManager(directory, item_names=('params',))
   try:
     steps = manager.all_steps()

@@ -30,13 +30,14 @@ from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
-from realformer_jax.train import accumulation, build, divergence, run_identity, workdir_lock
+from realformer_jax.train import accumulation, build, divergence, workdir_lock
 from realformer_jax.train import config as train_config
 from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
 from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.task import Task, TaskData, prefixed
+from realformer_jax.workdir_layout import CONFIG_FILE
 
 
 def train_and_evaluate(
@@ -196,8 +197,7 @@ def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
       # Atomic: a run killed while writing it must not leave a truncated config.json behind;
       # unchanged files (every restart) are not rewritten.
       cache_lock.atomic_write(
-        os.path.join(workdir, run_identity.CONFIG_FILE),
-        json.dumps(spec.to_dict(), indent=2).encode(),
+        os.path.join(workdir, CONFIG_FILE), json.dumps(spec.to_dict(), indent=2).encode()
       )
       tokenizer.save(workdir)
     except OSError as e:  # a full disk: nothing half-written is left (atomic_write)
@@ -217,7 +217,7 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
   dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
   the checkpoints are left untouched. Fields that are 'auto' on either side, and the attention
   implementation, are not compared."""
-  path = os.path.join(workdir, run_identity.CONFIG_FILE)
+  path = os.path.join(workdir, CONFIG_FILE)
   if latest_step is None:
     return
   # The run writes config.json before its first checkpoint, atomically: checkpoints without a
@@ -277,7 +277,7 @@ def check_schedule(train: TrainConfig, workdir: str, latest_step: Optional[int])
         f'end; set it to {latest_step} or more to resume them, or use a new --workdir'
       )
   try:
-    with open(os.path.join(workdir, run_identity.CONFIG_FILE)) as f:
+    with open(os.path.join(workdir, CONFIG_FILE)) as f:
       saved = json.load(f)['train']
     before = train.replace(**{name: saved[name] for name in _SCHEDULE_FIELDS})
   except (OSError, ValueError, KeyError, TypeError, ConfigError):

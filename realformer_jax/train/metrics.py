@@ -19,7 +19,7 @@ import struct
 import time
 from typing import Mapping, Optional
 
-from realformer_jax import extras
+from realformer_jax import extras, workdir_layout
 from realformer_jax.train.errors import TrainingError
 
 # tensorboardX's package __init__ imports its SummaryWriter, which imports torch where torch is
@@ -37,7 +37,7 @@ class MetricWriter:
 
   def __init__(self, workdir: str, enabled: bool):
     self.enabled = enabled
-    self._directory = os.path.join(workdir, 'tensorboard')
+    self._directory = os.path.join(workdir, workdir_layout.TENSORBOARD)
     self._events = None
     if enabled:
       # One file per run (the pid keeps two runs started in the same second apart).

@@ -29,9 +29,7 @@ from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.config import RunSpec
 from realformer_jax.train.task import Task
-
-# config.json; where the loop copies a run's tokenizer, by kind.
-CONFIG_FILE, TOKENIZER_FILES = run_identity.CONFIG_FILE, run_identity.TOKENIZER_FILES
+from realformer_jax.workdir_layout import CONFIG_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +50,7 @@ class Pretrained:
 
 def workdir_tokenizer(workdir: str, data_config: data.DataConfig) -> data.Tokenizer:
   """The tokenizer of a run: the copy in its workdir, else prepared from its data config."""
-  for name in TOKENIZER_FILES:
+  for name in data.tokenizer.FILE_NAMES:
     path = os.path.join(workdir, name)
     if os.path.exists(path):
       return data.tokenizer.load(path, lower_case=data_config.lower_case)

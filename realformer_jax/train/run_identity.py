@@ -24,11 +24,10 @@ import json
 import os
 from typing import Any, Optional
 
+from realformer_jax import workdir_layout
+from realformer_jax.data import tokenizer as tokenizer_lib
 from realformer_jax.train import checkpoint_integrity
 
-CONFIG_FILE = 'config.json'
-# Where the loop copies a run's tokenizer (loop._write_run_files), by kind.
-TOKENIZER_FILES = ('tokenizer.model', 'vocab.txt')
 # Fields of a data iterator state that say where it is, not what it reads.
 _POSITION_FIELDS = frozenset({'next_position', 'seed'})
 
@@ -81,7 +80,7 @@ def config_differences(recorded: dict, current: dict) -> list[str]:
 def of_checkpoint(workdir: str, step: int, config: dict) -> Identity:
   """The identity of step `step` of `workdir` (whose files `checkpoint_integrity.problem`
   passed), the run's config.json being `config`."""
-  step_dir = os.path.join(workdir, 'checkpoints', str(step))
+  step_dir = os.path.join(workdir_layout.checkpoints_dir(workdir), str(step))
   return Identity(
     workdir=os.path.abspath(workdir),
     step=int(step),
@@ -111,7 +110,7 @@ def _recorded_corpus(data_dir: str) -> Optional[str]:
 
 
 def _tokenizer_digest(workdir: str) -> Optional[str]:
-  for name in TOKENIZER_FILES:
+  for name in tokenizer_lib.FILE_NAMES:
     path = os.path.join(workdir, name)
     if os.path.isfile(path):
       with open(path, 'rb') as f:

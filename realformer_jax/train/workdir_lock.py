@@ -51,8 +51,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from realformer_jax.train.errors import TrainingError
+from realformer_jax.workdir_layout import LOCK_FILE
 
-LOCK_FILE = 'run.lock'
 HEARTBEAT_S = 30.0
 # Several missed heartbeats, and more than any clock skew between hosts we expect.
 LEASE_S = 300.0

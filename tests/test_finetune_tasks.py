@@ -142,3 +142,19 @@ def test_bad_fine_tuning_configs_fail_in_one_line(tmp_path):
       finetune.run(config, str(tmp_path / 'run'))
     assert '\n' not in str(raised.value)
   assert not (tmp_path / 'run').exists()  # nothing was compiled or written
+
+
+def test_a_dataset_names_the_head_width_its_kind_has():
+  """The classifier's width is DatasetSpec.num_classes for every kind (a regression's one
+  output too), so a spec whose kind and width disagree is one line at definition."""
+  from realformer_jax.finetune import datasets  # pylint: disable=import-outside-toplevel
+
+  assert datasets.spec('glue/stsb').num_classes == 1
+  cases = [
+    (dict(kind=datasets.REGRESSION, num_classes=2), 'num_classes=2 for a regression task'),
+    (dict(kind=datasets.CLASSIFICATION, num_classes=1), 'expected at least 2'),
+    (dict(kind='ranking'), "kind='ranking'"),
+  ]
+  for fields, message in cases:
+    with pytest.raises(DataError, match=message):
+      datasets.DatasetSpec('mine', **fields)

@@ -35,6 +35,19 @@ class DatasetSpec:
   test_split: str = ''  # labelled held-out split evaluated once with the best checkpoint
   embedded: bool = False
 
+  def __post_init__(self):
+    outputs = 'at least 2' if self.kind == CLASSIFICATION else '1'
+    if self.kind not in (CLASSIFICATION, REGRESSION, SPAN):
+      raise DataError(
+        f'dataset {self.name}: kind={self.kind!r}; expected one of '
+        f'{CLASSIFICATION!r}, {REGRESSION!r}, {SPAN!r}'
+      )
+    if (self.num_classes >= 2) != (self.kind == CLASSIFICATION):
+      raise DataError(
+        f'dataset {self.name}: num_classes={self.num_classes} for a {self.kind} task; '
+        f'expected {outputs} (the model has one output a class, a single one otherwise)'
+      )
+
 
 def _glue(name, features, classes, metric, eval_split='validation'):
   kind = REGRESSION if classes == 1 else CLASSIFICATION

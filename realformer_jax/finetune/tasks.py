@@ -204,6 +204,7 @@ class ClassificationTask(FinetuneTask):
     return names + (('f1',) if self.spec.num_classes == 2 else ())
 
   def make_model(self, model_config):
+    # One output a class; a regression's one output (DatasetSpec.num_classes is 1 there).
     return SequenceClassifier(model_config, self.spec.num_classes)
 
   def batch_shapes(self, data_config, batch_size):
@@ -280,9 +281,6 @@ class RegressionTask(ClassificationTask):
   baseline_name = 'train-mean baseline'
   metric_names = ('pearson', 'spearman', 'mse')
   best_mode = 'max'
-
-  def make_model(self, model_config):
-    return SequenceClassifier(model_config, 1)
 
   def batch_shapes(self, data_config, batch_size):
     shapes = super().batch_shapes(data_config, batch_size)

@@ -226,6 +226,12 @@ FIELD_CONCERNS = {
 }
 
 
+# Execution fields that change the parameters' tree: one stacked scan or a Python loop of
+# layers (model/params.py converts a checkpoint between them). The others leave a saved train
+# state as it is, so a resumed run may change them (train/loop.py check_resumable).
+LAYOUT_FIELDS = ('scan_layers',)
+
+
 def fields_of(*concerns: str) -> tuple[str, ...]:
   """The ModelConfig fields of `concerns` (keys of FIELD_CONCERNS), in declaration order."""
   return tuple(name for concern in concerns for name in FIELD_CONCERNS[concern])

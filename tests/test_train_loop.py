@@ -173,7 +173,9 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
 
 
 @pytest.mark.slow
-def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_path, monkeypatch):
+def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(
+  tmp_path, monkeypatch, capsys
+):
   workdir = str(tmp_path)
   train.train_and_evaluate(
     tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
@@ -219,3 +221,32 @@ def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(tmp_
     '2 -> 4): it now ends at step 16 (was 8); learning rate at the restored step 2: '
     '3.00e-03 -> 1.50e-03'
   )
+  # How the model is computed may change: the run resumes, and says what changed.
+  monkeypatch.undo()
+  capsys.readouterr()
+  resumed = tiny_config(train__stop_at_step=3, model__remat_policy='full')
+  assert train.train_and_evaluate(resumed, workdir)['step'] == 3
+  out = capsys.readouterr().out
+  assert "note: the resumed model is computed differently (model.remat_policy 'none' -> " in out
+  assert 'resumed from the checkpoint at step 2' in out
+
+
+def test_a_resume_may_change_how_the_model_is_computed_but_not_which_model(tmp_path):
+  """The execution concern (config.py) may change on resume, with a note; a field that
+  changes the parameters' tree (LAYOUT_FIELDS) or the function (here dropout) may not."""
+  saved = tiny_config()
+  (tmp_path / 'config.json').write_text(saved.to_json_best_effort())
+  model = train.validate_config(saved).model
+  workdir = str(tmp_path)
+  assert loop.check_resumable(model, workdir, latest_step=4) is None
+  note = loop.check_resumable(
+    model.replace(dtype='bfloat16', remat_policy='dots'), workdir, latest_step=4
+  )
+  assert note == (
+    "note: the resumed model is computed differently (model.dtype 'float32' -> 'bfloat16', "
+    "model.remat_policy 'none' -> 'dots'); the model is the same"
+  )
+  for changed in (dict(scan_layers=False), dict(dropout_rate=0.3)):
+    (name,) = changed
+    with pytest.raises(ConfigError, match=f'of another model: model.{name}='):
+      loop.check_resumable(model.replace(**changed), workdir, latest_step=4)

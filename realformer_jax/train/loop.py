@@ -27,7 +27,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import ConfigError, ModelConfig, saved_field
+from realformer_jax.config import LAYOUT_FIELDS, ConfigError, ModelConfig, fields_of, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import accumulation, build, divergence, workdir_lock
@@ -72,11 +72,12 @@ def run(
   checkpointer = writer = best = preemption = batches = None
   try:
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
-    check_resumable(spec.model, workdir, checkpointer.latest_committed_step())
-    schedule_note = check_schedule(spec.train, workdir, checkpointer.latest_committed_step())
+    latest = checkpointer.latest_committed_step()
+    notes = [check_resumable(spec.model, workdir, latest)]
+    notes.append(check_schedule(spec.train, workdir, latest))
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
-    if schedule_note:
-      writer.print(schedule_note)
+    for note in filter(None, notes):
+      writer.print(note)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
@@ -207,19 +208,22 @@ def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
       ) from e
 
 
-# How attention is computed (kernels/select.py) changes no parameter and no number.
-_HOW_ATTENTION_RUNS = ('attention_impl', 'attention_platform', 'attention_check')
+# How the model is computed, not which model: a resumed run may change these (the config's
+# execution concern, less the fields that change the parameters' tree), with a note.
+_MAY_CHANGE_ON_RESUME = tuple(f for f in fields_of('execution') if f not in LAYOUT_FIELDS)
 
 
-def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> None:
+def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> Optional[str]:
   """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
   was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
   dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
-  the checkpoints are left untouched. Fields that are 'auto' on either side, and the attention
-  implementation, are not compared."""
+  the checkpoints are left untouched. How the model is computed may change (dtype, remat,
+  residual carry, attention kernels: _MAY_CHANGE_ON_RESUME): a one-line note says what did,
+  and is returned (None when nothing did). Fields that are 'auto' on either side are not
+  compared."""
   path = os.path.join(workdir, CONFIG_FILE)
   if latest_step is None:
-    return
+    return None
   # The run writes config.json before its first checkpoint, atomically: checkpoints without a
   # readable one mean it was deleted or damaged since, and a checkpoint alone cannot say the
   # model's dtype, dropout, LN placement or residual attention (no parameter shape shows them).
@@ -244,18 +248,24 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
   current = json.loads(json.dumps(dataclasses.asdict(model)))
   # Fields that left the section since (config.SAVED_FIELD_MOVES) are not compared.
   saved = {k: v for k, v in saved.items() if saved_field('model', k, current) is not None}
-  changed = [
-    f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})'
+  differs = [
+    k
     for k in sorted(set(saved) | set(current))
-    if k not in _HOW_ATTENTION_RUNS
     if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)
   ]
+  changed = [k for k in differs if k not in _MAY_CHANGE_ON_RESUME]
   if changed:
+    listed = ', '.join(
+      f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})' for k in changed
+    )
     raise ConfigError(
       f'{workdir} holds checkpoints (latest step {latest_step}) of another '
-      f'model: {", ".join(changed)}; use a new --workdir, or the old config, '
-      'to resume it'
+      f'model: {listed}; use a new --workdir, or the old config, to resume it'
     )
+  if not differs:
+    return None
+  how = ', '.join(f'model.{k} {saved.get(k)!r} -> {current.get(k)!r}' for k in differs)
+  return f'note: the resumed model is computed differently ({how}); the model is the same'
 
 
 # What the learning rate at a step depends on (state.learning_rate_schedule).

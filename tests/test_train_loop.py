@@ -23,6 +23,14 @@ def _saved_params(workdir, step):
   return ocp.StandardCheckpointer().restore(path)['params']
 
 
+def _trained_to_step_2(workdir):
+  """The parameters a run stopped at step 2 saved there (its only checkpoint)."""
+  train.train_and_evaluate(
+    tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
+  )
+  return _saved_params(workdir, 2)
+
+
 def _data_position(workdir, step):
   return data.saved_train_state(os.path.join(workdir, 'checkpoints', str(step), 'data'))
 
@@ -119,10 +127,7 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
   tmp_path, monkeypatch, capsys
 ):
   workdir = str(tmp_path)
-  train.train_and_evaluate(
-    tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
-  )
-  good = _saved_params(workdir, 2)
+  good = _trained_to_step_2(workdir)
   # Resumed with an absurd learning rate: step 3's update explodes (its state is finite, so it
   # is saved), step 4's loss is not finite. Every resume from step 3 would replay step 4, so
   # step 3 is set aside and a rerun resumes from step 2.
@@ -177,10 +182,7 @@ def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(
   tmp_path, monkeypatch, capsys
 ):
   workdir = str(tmp_path)
-  train.train_and_evaluate(
-    tiny_config(train__stop_at_step=2, train__checkpoint_every_steps=2), workdir
-  )
-  good = _saved_params(workdir, 2)
+  good = _trained_to_step_2(workdir)
   monkeypatch.setattr(
     loop.accumulation,
     'resolve',

@@ -36,13 +36,13 @@ class DatasetSpec:
   embedded: bool = False
 
   def __post_init__(self):
-    outputs = 'at least 2' if self.kind == CLASSIFICATION else '1'
     if self.kind not in (CLASSIFICATION, REGRESSION, SPAN):
       raise DataError(
         f'dataset {self.name}: kind={self.kind!r}; expected one of '
         f'{CLASSIFICATION!r}, {REGRESSION!r}, {SPAN!r}'
       )
     if (self.num_classes >= 2) != (self.kind == CLASSIFICATION):
+      outputs = 'at least 2' if self.kind == CLASSIFICATION else '1'
       raise DataError(
         f'dataset {self.name}: num_classes={self.num_classes} for a {self.kind} task; '
         f'expected {outputs} (the model has one output a class, a single one otherwise)'

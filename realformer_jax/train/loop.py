@@ -73,8 +73,10 @@ def run(
   try:
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
     latest = checkpointer.latest_committed_step()
-    notes = [check_resumable(spec.model, workdir, latest)]
-    notes.append(check_schedule(spec.train, workdir, latest))
+    notes = (
+      check_resumable(spec.model, workdir, latest),
+      check_schedule(spec.train, workdir, latest),
+    )
     writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
     for note in filter(None, notes):
       writer.print(note)

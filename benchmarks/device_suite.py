@@ -6,6 +6,8 @@
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=32768,16384
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
         --qk_ds_tiles=64x128,128x128              # candidate qk dS tiles, timed side by side
+    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
+        --post_bwd_tiles=128x32x4x5,128x128x8x2   # candidate Post-LN backward tiles
 
 Parts, in this order, each printed as it finishes and written at once to DIR/results.json and
 DIR/results.md (a part killed by a timeout leaves the earlier ones):
@@ -23,6 +25,11 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            --qk_ds_tiles, 'qk' at the longest length again per candidate tile of its dS
            kernel (KEYSxROWS: key rows a program owns x query rows per step; the Triton tile
            table's row otherwise: kernels/backends/triton/tiles.py), so one call decides it;
+           with --post_bwd_tiles, post likewise per candidate tile of plain attention's
+           backward (KEYSxROWS[xWARPSxSTAGES]: key rows a program owns x rows per step of its
+           loops, 4 warps and 2 stages unless given). Each row also reports the loss of its
+           last step: every row of a variant starts from the same state, batch and dropout
+           stream, so a candidate tile that changes the loss beyond bfloat16 rounding is wrong;
 3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
            device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
 4. steps   the 32 x 512 step table, BERT-Base and BERT-Large, bf16, post / realformer / pre /
@@ -91,9 +98,11 @@ class Suite:
     budget_s: float,
     log: Callable[[str], None],
     qk_ds_tiles: tuple = (),
+    post_bwd_tiles: tuple = (),
   ):
     self.out_dir, self.size, self.budget_s, self.log = out_dir, size, budget_s, log
     self.qk_ds_tiles = qk_ds_tiles  # ((keys, rows), ...): parse_tiles
+    self.post_bwd_tiles = post_bwd_tiles  # ((keys, rows, warps, stages), ...): parse_tiles
     self.started = time.perf_counter()
     self.results: dict = {
       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
@@ -194,26 +203,41 @@ def _long_shape(size: Size, length: int):
 
 
 def _long_plan(suite: Suite) -> list:
-  """(length, variant, qk dS tile or None) of every long row, in the order they run: each
-  length longest first, and after the longest length's rows its candidate qk dS tiles."""
+  """(length, variant, candidate tile or None) of every long row, in the order they run: each
+  length longest first, and after the longest length's rows its candidate Post-LN backward
+  tiles, then its candidate qk dS tiles."""
   plan = []
   for i, length in enumerate(suite.size.lengths):
     plan += [(length, variant, None) for variant in LONG_VARIANTS]
     if i == 0:
+      plan += [(length, 'post', tile) for tile in suite.post_bwd_tiles]
       plan += [(length, 'realformer qk', tile) for tile in suite.qk_ds_tiles]
   return plan
 
 
-def _tiles_in_force(tile):
-  """A context tracing the kernels with qk dS tile (keys, rows) (none: the table's row)."""
+def _tiles_in_force(variant: str, tile):
+  """A context tracing the kernels with a candidate tile (none: the table's row): post's
+  backward (keys, rows, warps, stages), or qk's dS kernel (keys, rows)."""
   import contextlib  # pylint: disable=import-outside-toplevel
 
   if tile is None:
     return contextlib.nullcontext()
   from realformer_jax.kernels.backends.triton import tiles  # pylint: disable=import-outside-toplevel
 
-  keys, rows = tile
-  return tiles.override(tiles.device_tiles()._replace(block_bwd=keys, ds_rows=rows))
+  row = tiles.device_tiles()
+  if variant == 'post':
+    keys, rows, warps, stages = tile
+    row = row._replace(bwd_keys=keys, bwd_rows=rows, bwd_warps=warps, bwd_stages=stages)
+  else:
+    keys, rows = tile
+    row = row._replace(block_bwd=keys, ds_rows=rows)
+  return tiles.override(row)
+
+
+def tile_label(tile: tuple) -> str:
+  """(64, 128) -> '64x128'; (128, 32, 4, 5) -> '128x32, 4 warps, 5 stages'."""
+  label = f'{tile[0]}x{tile[1]}'
+  return label + (f', {tile[2]} warps, {tile[3]} stages' if len(tile) == 4 else '')
 
 
 def run_long(suite: Suite) -> dict:
@@ -230,14 +254,14 @@ def run_long(suite: Suite) -> dict:
   for length, variant, tile in _long_plan(suite):
     row = {'length': length, 'variant': variant}
     if tile is not None:
-      row['qk_ds_tile'] = f'{tile[0]}x{tile[1]}'
+      row['post_bwd_tile' if variant == 'post' else 'qk_ds_tile'] = tile_label(tile)
     rows.append(row)
     if not suite.fits(size.long_compile_s):
       row['skipped'] = f'no time to compile (~{size.long_compile_s:.0f} s)'
       continue
     shape = _long_shape(size, length)
     try:
-      with _tiles_in_force(tile):
+      with _tiles_in_force(variant, tile):
         compiled = long_sequences.compiled_step(
           shape, long_sequences.VARIANTS[variant], 'bfloat16', abstract=False
         )
@@ -370,8 +394,11 @@ def _f(value: Optional[float], digits: int = 3) -> str:
 
 
 def _variant_label(row: dict) -> str:
-  tile = row.get('qk_ds_tile')
-  return row['variant'] + (f' (dS tile {tile}: keys x rows)' if tile else '')
+  if row.get('qk_ds_tile'):
+    return f'{row["variant"]} (dS tile {row["qk_ds_tile"]}: keys x rows)'
+  if row.get('post_bwd_tile'):
+    return f'{row["variant"]} (backward tile {row["post_bwd_tile"]}: keys x rows)'
+  return row['variant']
 
 
 def render_part(part: str, r: dict) -> list[str]:
@@ -392,8 +419,8 @@ def render_part(part: str, r: dict) -> list[str]:
       f'at {r["estimate_chip"] or "no chip (no estimate)"} rates.',
       '',
       '| L | variant | XLA memory (GiB) | step (s), MEASURED | step (s), ESTIMATED | '
-      'device peak (GiB), MEASURED | note |',
-      '|---:|---|---:|---:|---:|---:|---|',
+      "device peak (GiB), MEASURED | last step's loss | note |",
+      '|---:|---|---:|---:|---:|---:|---:|---|',
     ]
     left_out = {}
     for row in r['rows']:
@@ -401,7 +428,8 @@ def render_part(part: str, r: dict) -> list[str]:
       lines.append(
         f'| {row["length"]:,} | {_variant_label(row)} | {_f(row.get("xla_peak_gb"))} | '
         f'{_f(row.get("step_s"))} | {_f(row.get("estimate_s"))} | '
-        f'{_f(row.get("device_peak_gb"))} | {row.get("skipped", "")} |'
+        f'{_f(row.get("device_peak_gb"))} | {_f(row.get("loss"), 6)} | '
+        f'{row.get("skipped", "")} |'
       )
     if left_out:
       lines += ['', 'The estimate costs as zero what these kernels do not state: ' + '; '.join(
@@ -459,18 +487,26 @@ def parse_lengths(text: str) -> tuple:
   return lengths if lengths and min(lengths) > 0 else ()
 
 
-def parse_tiles(text: str) -> tuple:
-  """'64x128,128x128' -> ((64, 128), (128, 128)): (key rows a program owns, query rows per
-  step) of the qk dS kernel; () for anything but pairs of powers of two >= 16."""
+def parse_tiles(text: str, launch: bool = False) -> tuple:
+  """'64x128,128x128' -> ((64, 128), (128, 128)): (key rows a program owns, rows per step);
+  with `launch` each also takes warps and stages, 'KxRxWxS' ('KxR': 4 warps, 2 stages) ->
+  (keys, rows, warps, stages). () for anything else, or tiles not powers of two >= 16."""
   tiles = []
-  for pair in (p for p in text.split(',') if p.strip()):
+  for item in (p for p in text.split(',') if p.strip()):
     try:
-      keys, rows = (int(n) for n in pair.lower().split('x'))
+      numbers = tuple(int(n) for n in item.lower().split('x'))
     except ValueError:
       return ()
+    if len(numbers) == 2 and launch:
+      numbers += (4, 2)
+    if len(numbers) != (4 if launch else 2):
+      return ()
+    keys, rows = numbers[:2]
     if any(n < 16 or n & (n - 1) for n in (keys, rows)):
       return ()
-    tiles.append((keys, rows))
+    if launch and (numbers[2] not in (1, 2, 4, 8, 16) or not 1 <= numbers[3] <= 8):
+      return ()
+    tiles.append(numbers)
   return tuple(tiles)
 
 
@@ -487,6 +523,10 @@ def main(argv=None) -> dict:
   parser.add_argument(
     '--qk_ds_tiles', default='', help='the long part also times qk at the longest length '
     'with each of these dS tiles, KEYSxROWS (e.g. 64x128,128x128)'
+  )  # fmt: skip
+  parser.add_argument(
+    '--post_bwd_tiles', default='', help='the long part also times post at the longest length '
+    'with each of these backward tiles, KEYSxROWS[xWARPSxSTAGES] (e.g. 128x32x4x5,128x128x8x2)'
   )  # fmt: skip
   args = parser.parse_args(argv)
   parts = [p for p in args.parts.split(',') if p]
@@ -511,7 +551,16 @@ def main(argv=None) -> dict:
       '>= 16, e.g. 64x128,128x128'
     )
     sys.exit(2)
-  suite = Suite(args.out, size, args.budget_s, lambda s: print(s, flush=True), qk_ds_tiles)
+  post_bwd_tiles = parse_tiles(args.post_bwd_tiles, launch=True)
+  if args.post_bwd_tiles and not post_bwd_tiles:
+    print(
+      f'error: --post_bwd_tiles={args.post_bwd_tiles}: expected KEYSxROWS (powers of two '
+      '>= 16), optionally xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 128x32x4x5,128x128'
+    )
+    sys.exit(2)
+  suite = Suite(
+    args.out, size, args.budget_s, lambda s: print(s, flush=True), qk_ds_tiles, post_bwd_tiles
+  )
   for part in parts:
     needs = expected_s(part, suite.size)
     if not suite.fits(needs):

@@ -76,7 +76,8 @@ def compiled_step(shape: steps.Shape, overrides: dict, dtype: str, abstract: boo
 
 
 def time_steps(compiled, run_steps: int) -> dict:
-  """A warm-up step, then the median of `run_steps` timed ones and the device's peak."""
+  """A warm-up step, then the median of `run_steps` timed ones, the device's peak and the
+  loss of the last step."""
   compiled()  # warm-up
   times = []
   for _ in range(run_steps):
@@ -87,6 +88,7 @@ def time_steps(compiled, run_steps: int) -> dict:
   return {
     'step_s': statistics.median(times),
     'device_peak_gb': peak / GiB if peak is not None else float('nan'),
+    'loss': compiled.loss(),
   }
 
 

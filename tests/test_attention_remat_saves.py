@@ -144,6 +144,15 @@ def test_plain_forward_takes_the_device_tiles_and_a_carried_sum_keeps_the_plans(
   assert attention.fit_blocks(carried, 4096) == carried
   interpret = KernelSpec('triton', False, False, 26, 12, 16, 16, 16, interpret=True)
   assert attention.fit_blocks(interpret, 4096) == interpret
+  assert attention._backward_params(fitted, 64).num_stages == 2  # no backward tiles: 4 x 2
+  # A row that names backward tiles: plain attention's backward takes them where they divide.
+  with tiles.override(row._replace(bwd_keys=128, bwd_rows=32, bwd_warps=4, bwd_stages=5)):
+    fitted = attention.fit_blocks(plain, 4096)
+    assert (fitted.block_bwd, fitted.block_bwd_rows) == (128, 32)
+    params = attention._backward_params(fitted, 64)
+    assert (params.num_warps, params.num_stages) == (4, 5)
+    assert attention.fit_blocks(plain, 4096 + 64).block_bwd == 64  # 128 divides no 4160
+    assert attention.fit_blocks(carried, 4096) == carried
 
 
 _MEMORY_SCRIPT = textwrap.dedent("""

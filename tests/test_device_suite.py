@@ -66,21 +66,42 @@ def test_qk_ds_tile_candidates_parse_and_bad_ones_are_one_line_errors(tmp_path):
   for bad in ('64', '64x', 'ax64', '64x96', '8x64', '64x128x2'):
     assert device_suite.parse_tiles(bad) == ()
   plan = device_suite._long_plan(
-    device_suite.Suite(str(tmp_path), device_suite.FULL, 1.0, print, ((64, 128),))
+    device_suite.Suite(
+      str(tmp_path), device_suite.FULL, 1.0, print, ((64, 128),), ((128, 32, 4, 5),)
+    )
   )
-  # the candidates right after the longest length's own rows
-  assert plan[:4] == [
+  # the candidates right after the longest length's own rows: post's, then qk's
+  assert plan[:5] == [
     (65536, 'post', None),
     (65536, 'realformer recomputed', None),
     (65536, 'realformer qk', None),
+    (65536, 'post', (128, 32, 4, 5)),
     (65536, 'realformer qk', (64, 128)),
   ]
-  assert len(plan) == 10
+  assert len(plan) == 11
   done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--qk_ds_tiles=64x96', timeout=60)
   assert done.returncode == 2
   assert done.stdout.strip() == (
     'error: --qk_ds_tiles=64x96: expected KEYSxROWS pairs of powers of two >= 16, e.g. '
     '64x128,128x128'
+  )
+
+
+def test_post_backward_tile_candidates_parse_and_bad_ones_are_one_line_errors(tmp_path):
+  from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
+
+  assert device_suite.parse_tiles('128x32x4x5,128X128', launch=True) == (
+    (128, 32, 4, 5),
+    (128, 128, 4, 2),
+  )
+  for bad in ('128x32x4', '128x32x3x2', '128x32x4x0', '128x32x4x9', '96x32'):
+    assert device_suite.parse_tiles(bad, launch=True) == ()
+  assert device_suite.tile_label((128, 32, 4, 5)) == '128x32, 4 warps, 5 stages'
+  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--post_bwd_tiles=128x3', timeout=60)
+  assert done.returncode == 2
+  assert done.stdout.strip() == (
+    'error: --post_bwd_tiles=128x3: expected KEYSxROWS (powers of two >= 16), optionally '
+    'xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 128x32x4x5,128x128'
   )
 
 
@@ -113,16 +134,20 @@ def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
   # The device check has its own test (tests/test_device_check.py): the suite's other parts.
   done = _run(
     'benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--parts=long,split,steps',
-    '--budget_s=800', '--qk_ds_tiles=16x32', fast=True,
+    '--budget_s=800', '--qk_ds_tiles=16x32', '--post_bwd_tiles=32x16x4x3', fast=True,
   )  # fmt: skip
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
   results = json.loads((tmp_path / 'results.json').read_text())
   long_rows = results['parts']['long']['rows']
-  assert [r['variant'] for r in long_rows] == ['post', 'realformer recomputed'] + [
-    'realformer qk'
-  ] * 2
-  assert long_rows[-1]['qk_ds_tile'] == '16x32' and 'qk_ds_tile' not in long_rows[-2]
+  assert [r['variant'] for r in long_rows] == [
+    'post', 'realformer recomputed', 'realformer qk', 'post', 'realformer qk'
+  ]  # fmt: skip
+  assert long_rows[-1]['qk_ds_tile'] == '16x32' and 'qk_ds_tile' not in long_rows[-3]
+  assert long_rows[-2]['post_bwd_tile'] == '32x16, 4 warps, 3 stages'
   assert all(r['step_s'] > 0 and r['xla_peak_gb'] > 0 for r in long_rows)
+  # A candidate tile starts from its variant's state, batch and dropout stream: same loss.
+  assert long_rows[3]['loss'] == pytest.approx(long_rows[0]['loss'], rel=1e-5)
+  assert long_rows[4]['loss'] == pytest.approx(long_rows[2]['loss'], rel=1e-5)
   # No chip for a CPU: no estimate, and the table says so.
   assert results['parts']['long']['estimate_chip'] is None
   split = results['parts']['split']['variants']
@@ -132,6 +157,7 @@ def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
   markdown = (tmp_path / 'results.md').read_text()
   assert 'step (s), MEASURED' in markdown and 'step (s), ESTIMATED' in markdown
   assert '| realformer qk (dS tile 16x32: keys x rows) |' in markdown
+  assert '| post (backward tile 32x16, 4 warps, 3 stages: keys x rows) |' in markdown
   # Each part printed as it finished.
   assert done.stdout.index('[long] done') < done.stdout.index('[split] done')
 

@@ -135,6 +135,18 @@ def test_kernel_equals_einsum_path_float32(backend, carry, dropout, inv_div):
     _assert_close(kernel[0][1], einsum[0][1], 1e-6)
 
 
+# Plain attention's Triton backward on tiles that are not square (tiles.py's bwd_keys x
+# bwd_rows): programs own 32 keys and step 16 query rows (dK / dV) or 16 keys (dQ), and the
+# other way round; the mask is read in 16-bit words either way.
+@pytest.mark.parametrize('keys,rows', [(32, 16), pytest.param(16, 32, marks=pytest.mark.slow)])
+def test_triton_backward_on_tiles_that_are_not_square_float32(keys, rows):
+  if not interpret('triton'):
+    pytest.skip('the toy tiles are for interpret mode; compiled, the device check covers it')
+  spec = _spec('triton', False, True, block_bwd=keys, block_bwd_rows=rows)
+  kernel, einsum = _kernel_and_einsum(spec, _inputs(), 1.0, jax.random.key(5), False)
+  _assert_kernel_matches(kernel, einsum, 1e-5, False)
+
+
 @pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])
 def test_kernel_bfloat16_within_stated_tolerance(backend):
   # bfloat16 q, k, v: the kernels round exp(z - m) to bfloat16 before P V and normalise

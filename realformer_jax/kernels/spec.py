@@ -26,9 +26,10 @@ class KernelSpec:
   heads_total: int  # H of the global (unsharded) array: the dropout row counter
   block_q: int  # forward tile rows
   block_k: int  # forward tile columns
-  block_bwd: int  # backward tiles are square (the dK/dV loop and the dQ loop share it)
-  # The Triton qk dS kernel's query rows per step (its programs own block_bwd key rows each);
-  # 0: block_bwd, a square tile. Taller tiles cut the stack's reloads per score element.
+  block_bwd: int  # backward: the key rows a program owns (Triton's dQ loop: its query rows)
+  # Rows per step of a Triton backward's loops (query rows of the dK / dV loop and the qk dS
+  # kernel; key rows of plain attention's dQ loop); 0: block_bwd, a square tile. Larger tiles
+  # cut the reloads per score element (the qk stack's, plain attention's q and dO tiles).
   block_bwd_rows: int = 0
   interpret: bool = False  # run the kernels in Pallas interpret mode (CPU tests)
   # The carried input is already this layer's acc_l (the recomputed stack walking down): the

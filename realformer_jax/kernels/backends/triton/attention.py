@@ -46,7 +46,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
+from realformer_jax.kernels.backends.triton.tiles import (
+  device_tiles,
+  plain_backward_params,
+  with_device_tiles,
+)
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -60,7 +64,12 @@ def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
 
 def pack_width(spec: KernelSpec) -> int:
   """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
-  return min(32, spec.block_k, spec.block_bwd)
+  return min(32, spec.block_k, spec.block_bwd, backward_rows(spec))
+
+
+def backward_rows(spec: KernelSpec) -> int:
+  """Rows per step of the backward's loops (spec.block_bwd_rows; square where 0)."""
+  return spec.block_bwd_rows or spec.block_bwd
 
 
 def fit_blocks(spec: KernelSpec, seq_len: int) -> KernelSpec:
@@ -275,7 +284,7 @@ def _backward_kernel(
   rebuild: bool,
 ):
   seq_len, _, head_dim = qkv_ref.shape
-  block = spec.block_bwd
+  block, rows = spec.block_bwd, backward_rows(spec)
   jk = pl.program_id(0)  # grid (key block, batch, head): batch and head index the refs
   scale, inv_div = f_ref[0], f_ref[1]
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
@@ -284,8 +293,7 @@ def _backward_kernel(
 
   width = pack_width(spec)
 
-  def tile(i, k, v, bias_row, bits, acc=None, g_acc=None):
-    qs = pl.ds(pl.multiple_of(i * block, block), block)
+  def tile(qs, k, v, bias_row, bits, acc=None, g_acc=None):
     q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
     s = tm.scores(q, k, scale)
     z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
@@ -304,11 +312,11 @@ def _backward_kernel(
 
   def dkv_body(i, carry):
     dk, dv = carry
-    qs = pl.ds(pl.multiple_of(i * block, block), block)
+    qs = pl.ds(pl.multiple_of(i * rows, rows), rows)
     acc = acc_ref[qs, :] if spec.carry_out else None
     g_acc = g_acc_ref[qs, :] if spec.carry_out else None
     bits = column_bits_ref[qs, :] if spec.dropout else None
-    q, do, s, p_dropped, g = tile(i, k, v, bias_row, bits, acc, g_acc)
+    q, do, s, p_dropped, g = tile(qs, k, v, bias_row, bits, acc, g_acc)
     ds = (g * scale).astype(q.dtype)
     if spec.carry_out:
       g_acc_in_ref[qs, :] = g
@@ -320,29 +328,29 @@ def _backward_kernel(
     return dk, dv
 
   zeros = jnp.zeros((block, head_dim), jnp.float32)
-  dk, dv = lax.fori_loop(0, seq_len // block, dkv_body, (zeros, zeros))
+  dk, dv = lax.fori_loop(0, seq_len // rows, dkv_body, (zeros, zeros))
   dqkv_ref[:, 1, :] = dk.astype(dqkv_ref.dtype)
   dqkv_ref[:, 2, :] = dv.astype(dqkv_ref.dtype)
   if spec.carry_out:
     return
 
   # Without a carried gradient to re-read, dQ is cheapest recomputed: a second loop of the
-  # same program over every key block, for the query block with this program's index (two
-  # more [L, L] x [L, K] products, no float32 dQ traffic).
-  iq = jk
+  # same program over every key block (`rows` keys a step), for the query block with this
+  # program's index (two more [L, L] x [L, K] products, no float32 dQ traffic).
+  own_rows = ks
 
   def dq_body(j, dq):
-    js = pl.ds(pl.multiple_of(j * block, block), block)
+    js = pl.ds(pl.multiple_of(j * rows, rows), rows)
     kj = qkv_ref[js, 1, :]
     bits = None
     if spec.dropout:
       bits = row_bits_ref[
-        :, pl.ds(pl.multiple_of(j * (block // width), block // width), block // width)
+        :, pl.ds(pl.multiple_of(j * (rows // width), rows // width), rows // width)
       ]
-    *_, g = tile(iq, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], bits)
+    *_, g = tile(own_rows, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], bits)
     return dq + tm.dot((g * scale).astype(kj.dtype), kj)
 
-  dq = lax.fori_loop(0, seq_len // block, dq_body, zeros)
+  dq = lax.fori_loop(0, seq_len // rows, dq_body, zeros)
   dqkv_ref[:, 0, :] = dq.astype(dqkv_ref.dtype)
 
 
@@ -418,7 +426,7 @@ def backward(
     out_specs=out_specs,
     out_shape=out_shape,
     interpret=spec.interpret,
-    compiler_params=_compiler_params(head_dim),
+    compiler_params=_backward_params(spec, head_dim),
     input_output_aliases=aliases,
     metadata=_cost_metadata(
       elements,
@@ -432,11 +440,12 @@ def backward(
       float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
       exps=1 if carry else 2,
       int_ops=(3 if dropout else 0) * (1 if carry else 2),
-      # per query block: q, dO and three float32 row statistics; without residual attention
-      # the dQ loop's k, v tiles and bias row per key block
+      # per step of `rows` queries: q, dO and three float32 row statistics, used against the
+      # program's `block` keys; without residual attention the dQ loop's k, v tiles and bias
+      # row per step of `rows` keys, used against its `block` queries
       reloads=(2 * head_dim * qkv.dtype.itemsize + 12) / block
       + (0 if carry else (2 * head_dim * qkv.dtype.itemsize + 4) / block),
-      # with residual attention each tile's [block, K] float32 dQ share is added atomically
+      # with residual attention each tile's [rows, K] float32 dQ share is added atomically
       atomics=head_dim / block if carry else 0,
     ),
     name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
@@ -491,6 +500,17 @@ def _store_query_gradient(dq, dqkv, spec: KernelSpec):
 
 def _compiler_params(head_dim: int):
   return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+
+
+def _backward_params(spec: KernelSpec, head_dim: int):
+  """The table's warps and stages where the backward runs on its tiles, else the default."""
+  table = plain_backward_params(spec)
+  if table is None:
+    return _compiler_params(head_dim)
+  warps, stages = table
+  return plgpu.CompilerParams(
+    num_warps=max(warps, _compiler_params(head_dim).num_warps), num_stages=stages
+  )
 
 
 # Integer ops of the joined dropout hash per element: one Threefry-2x32 (20 rounds of add,

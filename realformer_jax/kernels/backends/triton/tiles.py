@@ -1,7 +1,8 @@
 """Tile sizes, warps and stages of the Triton kernels per GPU: one table, read by the qk kernels
-(qk_attention.py: forward and dS tiles) and by plain attention's forward (attention.py,
-post / pre; the residual kernels that carry a float32 sum keep the plan's tiles, whose extra
-float32 tile per step a wider block would have to hold in registers too)."""
+(qk_attention.py: forward and dS tiles) and by plain attention's kernels (attention.py,
+post / pre: the forward, and the backward where a row names its tiles; the residual kernels
+that carry a float32 sum keep the plan's tiles, whose extra float32 tile per step a wider
+block would have to hold in registers too)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ class Tiles(NamedTuple):
   warps: int  # of a forward on these tiles (and the qk dS kernel)
   stages: int
   ds_rows: int = 0  # qk dS kernel: query rows per step (0: block_bwd, a square tile)
+  # Plain attention's backward: key rows a program owns (its dQ loop: query rows), rows per
+  # step of its loops, warps, stages. 0 keys: the plan's square tile (64) with 4 warps and 2
+  # stages, as measured on the H200 (2026-11-27).
+  bwd_keys: int = 0
+  bwd_rows: int = 0
+  bwd_warps: int = 4
+  bwd_stages: int = 2
 
 
 # By jax's `device_kind`; DEFAULT where the kind is not listed (and for deviceless compiles,
@@ -49,7 +57,7 @@ _override: Optional[Tiles] = None
 @contextlib.contextmanager
 def override(tiles: Tiles) -> Iterator[None]:
   """Kernels traced inside take `tiles` instead of the table's row (benchmarks.device_suite's
-  --qk_ds_tiles: candidate tiles timed on the device in one call)."""
+  --qk_ds_tiles and --post_bwd_tiles: candidate tiles timed on the device in one call)."""
   global _override
   before, _override = _override, tiles
   try:
@@ -75,16 +83,26 @@ def dividing(mine: int, plan: int, seq_len: int) -> int:
 
 
 def with_device_tiles(spec, seq_len: int, qk_backward: bool = False):
-  """`spec` (a KernelSpec) with the device's forward tiles, and with `qk_backward` the qk dS
-  kernel's too (key rows and query rows), each where it divides the sequence (the plan's
-  otherwise)."""
+  """`spec` (a KernelSpec) with the device's forward tiles, and its backward's: with
+  `qk_backward` the qk dS kernel's (key rows and query rows), else plain attention's where
+  the row names them; each where it divides the sequence (the plan's otherwise)."""
   tiles = device_tiles()
   fields = dict(
     block_q=dividing(tiles.block_q, spec.block_q, seq_len),
     block_k=dividing(tiles.block_k, spec.block_k, seq_len),
   )
-  if qk_backward:
-    fields['block_bwd'] = dividing(tiles.block_bwd, spec.block_bwd, seq_len)
-    rows = dividing(tiles.ds_rows, spec.block_bwd_rows, seq_len) if tiles.ds_rows else 0
-    fields['block_bwd_rows'] = rows
+  keys, rows = (tiles.block_bwd, tiles.ds_rows) if qk_backward else (tiles.bwd_keys, tiles.bwd_rows)
+  if keys and seq_len % keys == 0 and (not rows or seq_len % rows == 0):
+    fields['block_bwd'], fields['block_bwd_rows'] = keys, rows
+  elif qk_backward:
+    fields['block_bwd_rows'] = 0
   return dataclasses.replace(spec, **fields)
+
+
+def plain_backward_params(spec) -> Optional[tuple[int, int]]:
+  """(warps, stages) of plain attention's backward where `spec` has the table's backward
+  tiles, else None (the kernel's default)."""
+  tiles = device_tiles()
+  if tiles.bwd_keys and (spec.block_bwd, spec.block_bwd_rows) == (tiles.bwd_keys, tiles.bwd_rows):
+    return tiles.bwd_warps, tiles.bwd_stages
+  return None

@@ -204,12 +204,18 @@ def test_triton_tiles_come_from_the_device_table():
   assert small.block_q == 64
   interpret = dataclasses.replace(plan_spec, interpret=True)
   assert triton_qk_attention.fit_blocks(interpret, 12, 4096, 64) == interpret
-  taller = triton_tiles.Tiles(128, 128, 64, 8, 3, ds_rows=128)  # a device suite candidate
-  with triton_tiles.override(taller):
-    fitted = triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64)
-    assert (fitted.block_bwd, fitted.block_bwd_rows) == (64, 128)
-    assert triton_qk_attention.ds_rows(fitted) == 128
-  assert triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64).block_bwd_rows == 0
+  # The table's dS tile: 64 keys x 128 query rows (measured fastest on an H200, tiles.py).
+  assert (fitted.block_bwd, fitted.block_bwd_rows) == (64, 128)
+  assert triton_qk_attention.ds_rows(fitted) == 128
+  assert small.block_bwd_rows == 0  # 128 rows do not divide 64: the plan's square tile
+  square = triton_tiles.Tiles(128, 128, 64, 8, 3)  # a device suite candidate
+  with triton_tiles.override(square):
+    assert triton_qk_attention.fit_blocks(plan_spec, 12, 4096, 64).block_bwd_rows == 0
+  # The dS kernel's own warps and stages where the row names them; the forward keeps the row's.
+  with triton_tiles.override(tiles._replace(ds_warps=4, ds_stages=2)):
+    ds = triton_qk_attention._compiler_params(64, score_gradient=True)
+    forward = triton_qk_attention._compiler_params(64)
+    assert (ds.num_warps, ds.num_stages, forward.num_warps, forward.num_stages) == (4, 2, 8, 3)
 
 
 @pytest.mark.slow

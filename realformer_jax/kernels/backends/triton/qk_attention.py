@@ -69,10 +69,14 @@ def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> Ke
   return with_device_tiles(spec, seq_len, qk_backward=True)
 
 
-def _compiler_params(head_dim: int):
+def _compiler_params(head_dim: int, score_gradient: bool = False):
+  """The table's warps and stages (the dS kernel's own where the row names them)."""
   tiles = device_tiles()
-  warps = tiles.warps if head_dim <= 64 else max(tiles.warps, 8)
-  return plgpu.CompilerParams(num_warps=warps, num_stages=tiles.stages)
+  warps, stages = tiles.warps, tiles.stages
+  if score_gradient:
+    warps, stages = tiles.ds_warps or warps, tiles.ds_stages or stages
+  warps = warps if head_dim <= 64 else max(warps, 8)
+  return plgpu.CompilerParams(num_warps=warps, num_stages=stages)
 
 
 def _stack_spec(layers: int, seq_len: int, head_dim: int) -> pl.BlockSpec:
@@ -310,7 +314,7 @@ def _score_gradient(stack, v, do, lse, delta, bias, fparams, iparams, layer, col
     out_specs=out_specs,
     out_shape=out_shape,
     interpret=spec.interpret,
-    compiler_params=_compiler_params(head_dim),
+    compiler_params=_compiler_params(head_dim, score_gradient=True),
     metadata=_score_gradient_cost(spec, stack, columns),
     name='realformer_qk_attention_ds',
   )(stack, v, do, *lse, delta, bias, fparams, iparams, layer, col0)

@@ -20,6 +20,8 @@ class Tiles(NamedTuple):
   warps: int  # of a forward on these tiles (and the qk dS kernel)
   stages: int
   ds_rows: int = 0  # qk dS kernel: query rows per step (0: block_bwd, a square tile)
+  ds_warps: int = 0  # qk dS kernel's warps and stages (0: `warps`, `stages`)
+  ds_stages: int = 0
   # Plain attention's backward: key rows a program owns (its dQ loop: query rows), rows per
   # step of its loops, warps, stages. 0 keys: the plan's square tile (64) with 4 warps and 2
   # stages, as measured on the H200 (2026-11-27).
@@ -35,14 +37,16 @@ class Tiles(NamedTuple):
 # the qk forward each score tile reloads the q and k tiles of l + 1 layers from L2, so the
 # wider key block cuts those bytes by a third against 128 x 64 (the estimated forward:
 # L2-bound either way); plain attention's forward halves its key-loop trips (its estimate,
-# CUDA-core bound, does not change). The qk dS kernel keeps the 64 x 64 tile it was measured
-# with. Its candidates, compiled deviceless for sm_90a and read by ptxas -v (2026-11-27):
-# 64 x 64 170 registers; 64 keys x 128 rows 248; 128 x 64 255; all without spills; 128 x 128
-# 255 registers and 208 bytes spilled. Taller tiles cut the stack's reloads per score element
-# (docs/performance.md: ESTIMATED 11.45 -> 10.13 s at 65k for 64 x 128; a 128-key program
-# halves the grid, 64 programs for 132 SMs at 65k), but a tile change is what the estimator
-# judges least well: `benchmarks.device_suite --qk_ds_tiles` times them.
-DEFAULT = Tiles(128, 128, 64, 8, 3)
+# CUDA-core bound, does not change). The qk dS kernel: 64 keys a program x 128 query rows a
+# step, taller than square to cut the stack's reloads per score element. Measured on an H200
+# (2026-11-27, BERT-Base qk step at L = 65,536, `benchmarks.device_suite --qk_ds_tiles`): 64 x
+# 64 11.31 s, 64 x 128 9.12 s, 128 x 128 11.73 s, the same loss to six digits (ptxas -v for
+# sm_90a: 170, 248 and 255 registers, 128 x 128 spilling 208 bytes). The H100 has the same SMs
+# and L2: it takes the same row, not measured there. Plain attention's backward keeps the
+# plan's square 64 x 64 tile with 4 warps and 2 stages: of the candidates timed beside it on
+# that H200 (Post-LN step 4.00 s) 128 x 32 with 4 warps and 5 stages took 4.59 s, 128 x 128
+# with 8 warps and 2 stages 4.88 s, 128 x 64 (8, 2) 5.95 s and 64 x 64 (8, 3) 6.22 s.
+DEFAULT = Tiles(128, 128, 64, 8, 3, ds_rows=128)
 TILES = {
   'NVIDIA H100 80GB HBM3': DEFAULT,
   'NVIDIA H200': DEFAULT,

@@ -36,6 +36,12 @@ class CompiledStep:
       return float('nan')
     return float(self.metrics['mlm_loss_sum']) / max(float(self.metrics['mlm_weight']), 1.0)
 
+  def grad_norm(self) -> float:
+    """The global gradient norm of the last step: what the backward kernels computed."""
+    if self.metrics is None:
+      return float('nan')
+    return float(self.metrics['grad_norm'])
+
 
 def memory_stats(compiled) -> dict:
   """Bytes from XLA's buffer assignment. peak = arguments + outputs + temporaries - aliased

@@ -23,13 +23,16 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
            the device's chip from targets.py); a row larger than the device says so. With
            --qk_ds_tiles, 'qk' at the longest length again per candidate tile of its dS
-           kernel (KEYSxROWS: key rows a program owns x query rows per step; the Triton tile
-           table's row otherwise: kernels/backends/triton/tiles.py), so one call decides it;
+           kernel (KEYSxROWS[xWARPSxSTAGES]: key rows a program owns x query rows per step,
+           the row's warps and stages unless given; the Triton tile table's row otherwise:
+           kernels/backends/triton/tiles.py), so one call decides it;
            with --post_bwd_tiles, post likewise per candidate tile of plain attention's
            backward (KEYSxROWS[xWARPSxSTAGES]: key rows a program owns x rows per step of its
-           loops, 4 warps and 2 stages unless given). Each row also reports the loss of its
-           last step: every row of a variant starts from the same state, batch and dropout
-           stream, so a candidate tile that changes the loss beyond bfloat16 rounding is wrong;
+           loops, 4 warps and 2 stages unless given). Each row also reports its last step's
+           loss and gradient norm: every row of a variant starts from the same state, batch
+           and dropout stream, so a candidate tile whose gradient norm differs from its
+           variant's beyond bfloat16 rounding computes another backward (the loss checks
+           the forward only: early in the warm-up the parameters barely move);
 3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
            device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
 4. steps   the 32 x 512 step table, BERT-Base and BERT-Large, bf16, post / realformer / pre /
@@ -101,8 +104,8 @@ class Suite:
     post_bwd_tiles: tuple = (),
   ):
     self.out_dir, self.size, self.budget_s, self.log = out_dir, size, budget_s, log
-    self.qk_ds_tiles = qk_ds_tiles  # ((keys, rows), ...): parse_tiles
-    self.post_bwd_tiles = post_bwd_tiles  # ((keys, rows, warps, stages), ...): parse_tiles
+    # ((keys, rows, warps, stages), ...): parse_tiles
+    self.qk_ds_tiles, self.post_bwd_tiles = qk_ds_tiles, post_bwd_tiles
     self.started = time.perf_counter()
     self.results: dict = {
       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
@@ -148,7 +151,8 @@ class Suite:
 def run_device(suite: Suite, command: Optional[list] = None) -> dict:
   """experiments.device_check (or `command`) in a subprocess (its own exit status; a crash
   there is a FAIL here, not the end of the suite). Its lines are passed on as they come and
-  kept, so a check stopped by the budget still reports the kernel cases it finished."""
+  kept, so a check stopped by the budget still reports the kernel cases it finished; it is
+  INCOMPLETE (`passed` None) unless one of them failed."""
   path = os.path.join(suite.out_dir, 'device_check.json')
   if command is None:
     command = [sys.executable, '-m', 'experiments.device_check', '--notable', f'--out={path}']
@@ -175,6 +179,8 @@ def run_device(suite: Suite, command: Optional[list] = None) -> dict:
   result = {'passed': returncode == 0, 'summary': lines}
   if time.perf_counter() >= deadline:
     result['error'] = f'device_check ran past the budget after {len(lines)} lines (kept above)'
+    if not any(line.lstrip().startswith('FAIL') for line in lines):
+      result['passed'] = None  # what it finished passed; the rest was not run
   elif returncode and not lines:
     with open(stderr_path) as f:
       last = (f.read().strip().splitlines() or ['no output'])[-1]
@@ -224,20 +230,19 @@ def _tiles_in_force(variant: str, tile):
     return contextlib.nullcontext()
   from realformer_jax.kernels.backends.triton import tiles  # pylint: disable=import-outside-toplevel
 
+  keys, rows, warps, stages = tile
   row = tiles.device_tiles()
   if variant == 'post':
-    keys, rows, warps, stages = tile
     row = row._replace(bwd_keys=keys, bwd_rows=rows, bwd_warps=warps, bwd_stages=stages)
   else:
-    keys, rows = tile
-    row = row._replace(block_bwd=keys, ds_rows=rows)
+    row = row._replace(block_bwd=keys, ds_rows=rows, ds_warps=warps, ds_stages=stages)
   return tiles.override(row)
 
 
 def tile_label(tile: tuple) -> str:
-  """(64, 128) -> '64x128'; (128, 32, 4, 5) -> '128x32, 4 warps, 5 stages'."""
+  """(64, 128, 0, 0) -> '64x128'; (128, 32, 4, 5) -> '128x32, 4 warps, 5 stages'."""
   label = f'{tile[0]}x{tile[1]}'
-  return label + (f', {tile[2]} warps, {tile[3]} stages' if len(tile) == 4 else '')
+  return label + (f', {tile[2]} warps, {tile[3]} stages' if tile[2] else '')
 
 
 def run_long(suite: Suite) -> dict:
@@ -407,7 +412,7 @@ def render_part(part: str, r: dict) -> list[str]:
   if 'error' in r and part != 'device':
     return [f'error: {r["error"]}']
   if part == 'device':
-    verdict = 'PASS' if r.get('passed') else 'FAIL'
+    verdict = {True: 'PASS', None: 'INCOMPLETE'}.get(r.get('passed'), 'FAIL')
     return (
       [f'device check: {verdict}']
       + r.get('summary', [])[-12:]
@@ -419,8 +424,8 @@ def render_part(part: str, r: dict) -> list[str]:
       f'at {r["estimate_chip"] or "no chip (no estimate)"} rates.',
       '',
       '| L | variant | XLA memory (GiB) | step (s), MEASURED | step (s), ESTIMATED | '
-      "device peak (GiB), MEASURED | last step's loss | note |",
-      '|---:|---|---:|---:|---:|---:|---:|---|',
+      "device peak (GiB), MEASURED | last step's loss | its gradient norm | note |",
+      '|---:|---|---:|---:|---:|---:|---:|---:|---|',
     ]
     left_out = {}
     for row in r['rows']:
@@ -429,6 +434,7 @@ def render_part(part: str, r: dict) -> list[str]:
         f'| {row["length"]:,} | {_variant_label(row)} | {_f(row.get("xla_peak_gb"))} | '
         f'{_f(row.get("step_s"))} | {_f(row.get("estimate_s"))} | '
         f'{_f(row.get("device_peak_gb"))} | {_f(row.get("loss"), 6)} | '
+        f'{_f(row.get("grad_norm"), 6)} | '
         f'{row.get("skipped", "")} |'
       )
     if left_out:
@@ -487,24 +493,25 @@ def parse_lengths(text: str) -> tuple:
   return lengths if lengths and min(lengths) > 0 else ()
 
 
-def parse_tiles(text: str, launch: bool = False) -> tuple:
-  """'64x128,128x128' -> ((64, 128), (128, 128)): (key rows a program owns, rows per step);
-  with `launch` each also takes warps and stages, 'KxRxWxS' ('KxR': 4 warps, 2 stages) ->
-  (keys, rows, warps, stages). () for anything else, or tiles not powers of two >= 16."""
+def parse_tiles(text: str, launch: tuple = (0, 0)) -> tuple:
+  """'64x128,128x128x4x3' -> ((64, 128, 0, 0), (128, 128, 4, 3)): (key rows a program owns,
+  rows per step, warps, stages); 'KxR' takes `launch`'s warps and stages (0: the tile
+  table's). () for anything else, tiles not powers of two >= 16, warps not a power of two up
+  to 16 or stages not 1-8."""
   tiles = []
   for item in (p for p in text.split(',') if p.strip()):
     try:
       numbers = tuple(int(n) for n in item.lower().split('x'))
     except ValueError:
       return ()
-    if len(numbers) == 2 and launch:
-      numbers += (4, 2)
-    if len(numbers) != (4 if launch else 2):
+    if len(numbers) == 4:
+      if numbers[2] not in (1, 2, 4, 8, 16) or not 1 <= numbers[3] <= 8:
+        return ()
+    elif len(numbers) == 2:
+      numbers += tuple(launch)
+    else:
       return ()
-    keys, rows = numbers[:2]
-    if any(n < 16 or n & (n - 1) for n in (keys, rows)):
-      return ()
-    if launch and (numbers[2] not in (1, 2, 4, 8, 16) or not 1 <= numbers[3] <= 8):
+    if any(n < 16 or n & (n - 1) for n in numbers[:2]):
       return ()
     tiles.append(numbers)
   return tuple(tiles)
@@ -522,7 +529,7 @@ def main(argv=None) -> dict:
   )  # fmt: skip
   parser.add_argument(
     '--qk_ds_tiles', default='', help='the long part also times qk at the longest length '
-    'with each of these dS tiles, KEYSxROWS (e.g. 64x128,128x128)'
+    'with each of these dS tiles, KEYSxROWS[xWARPSxSTAGES] (e.g. 64x128,64x128x4x3)'
   )  # fmt: skip
   parser.add_argument(
     '--post_bwd_tiles', default='', help='the long part also times post at the longest length '
@@ -547,11 +554,11 @@ def main(argv=None) -> dict:
   qk_ds_tiles = parse_tiles(args.qk_ds_tiles)
   if args.qk_ds_tiles and not qk_ds_tiles:
     print(
-      f'error: --qk_ds_tiles={args.qk_ds_tiles}: expected KEYSxROWS pairs of powers of two '
-      '>= 16, e.g. 64x128,128x128'
+      f'error: --qk_ds_tiles={args.qk_ds_tiles}: expected KEYSxROWS (powers of two >= 16), '
+      'optionally xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 64x128,64x128x4x3'
     )
     sys.exit(2)
-  post_bwd_tiles = parse_tiles(args.post_bwd_tiles, launch=True)
+  post_bwd_tiles = parse_tiles(args.post_bwd_tiles, launch=(4, 2))
   if args.post_bwd_tiles and not post_bwd_tiles:
     print(
       f'error: --post_bwd_tiles={args.post_bwd_tiles}: expected KEYSxROWS (powers of two '

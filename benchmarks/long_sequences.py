@@ -76,8 +76,8 @@ def compiled_step(shape: steps.Shape, overrides: dict, dtype: str, abstract: boo
 
 
 def time_steps(compiled, run_steps: int) -> dict:
-  """A warm-up step, then the median of `run_steps` timed ones, the device's peak and the
-  loss of the last step."""
+  """A warm-up step, then the median of `run_steps` timed ones, the device's peak, and the
+  loss and gradient norm of the last step."""
   compiled()  # warm-up
   times = []
   for _ in range(run_steps):
@@ -89,6 +89,7 @@ def time_steps(compiled, run_steps: int) -> dict:
     'step_s': statistics.median(times),
     'device_peak_gb': peak / GiB if peak is not None else float('nan'),
     'loss': compiled.loss(),
+    'grad_norm': compiled.grad_norm(),
   }
 
 

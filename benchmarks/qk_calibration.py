@@ -1,7 +1,7 @@
 """Calibration of the estimator at long sequences: every step and kernel time an H200 measured
 (issue 40, three sets of code), the same code compiled for an H200 here and estimated, side by side.
 
-    python -m benchmarks.qk_calibration          # ~40 min on 2 CPU cores (fifteen compiles)
+    python -m benchmarks.qk_calibration          # ~45 min on 2 CPU cores (eighteen compiles)
     python -m benchmarks.qk_calibration --table  # only re-time the committed inputs
     python -m benchmarks.qk_calibration --new    # compile only a newly added measured set
     python -m benchmarks.qk_calibration --table --fit  # refit the two fitted constants
@@ -10,13 +10,15 @@
 
 MEASURED is the only device truth at these lengths. One NVIDIA H200 ran BERT-Base, batch 1,
 bfloat16 compute, every layer rematerialised, dropout and attention dropout 0.1, learned
-positions, rolled layer scan, a warm-up then the median of 2 timed steps, on three commits
+positions, rolled layer scan, a warm-up then the median of 2 timed steps, on four commits
 (SETS): `eaf81ca` (2026-11-26: the qk Triton kernels before issue 40, per-layer atomics;
 Post-LN and `qk` at L = 65,536, `benchmarks.long_sequences`'s `measure`), `1a0cee4`
 (2026-11-26: issue 40's first redesign; `benchmarks.device_suite`: Post-LN, `qk` and the
 scores carry at 16k-65k, and a profiler trace's per-kernel split at 16,384:
-docs/results/device_suite/h200-2026-11-26) and `e64cd4c` (2026-11-27: no attention forward in
-the backward; the suite again, the split at 65,536: docs/results/device_suite/h200-2026-11-27).
+docs/results/device_suite/h200-2026-11-26), `e64cd4c` (2026-11-27: no attention forward in
+the backward; the suite again, the split at 65,536: docs/results/device_suite/h200-2026-11-27)
+and `43e232e` (2026-11-27: candidate backward tiles at 65,536, `qk` on the 64 x 128 dS tile
+among them: docs/results/device_suite/h200-2026-11-27-tiles).
 
 This script extracts each commit with `git archive`, compiles its train steps for an H200 in a
 subprocess inside the extracted tree (JAX_PLATFORMS=cpu: no device), and runs TODAY's estimator
@@ -64,6 +66,13 @@ OVERRIDES = {
     'ln_placement': 'realformer',
     'residual_carry': 'scores',
     'residual_scores_backward': 'recomputed',
+  },
+  # qk on the dS tile a device suite timed as a candidate (--qk_ds_tiles=64x128): '_tiles'
+  # replaces fields of the Triton tile table's row while the step is traced
+  'qk-ds64x128': {
+    'ln_placement': 'realformer',
+    'residual_carry': 'qk',
+    '_tiles': {'block_bwd': 64, 'ds_rows': 128},
   },
 }
 # The measured sets: per commit, its rows (L, variant, measured step s, device peak GiB or None,
@@ -123,6 +132,20 @@ SETS = {
       (65_536, 'qk'): {'realformer_qk_attention_fwd': 2.656, 'realformer_qk_attention_ds': 6.858},
     },
   },
+  # docs/results/device_suite/h200-2026-11-27-tiles: the long part at 65,536 with candidate
+  # tiles; "before" = the suite's ESTIMATE of the very program that ran. No per-kernel split.
+  '43e232e6ee21ba33d801d6b1f3516e78f12fbea2': {
+    'date': '2026-11-27',
+    'device': 'NVIDIA H200',
+    'what': "plain attention's backward on tiles that need not be square (the table's square "
+    'tile); qk on the dS tile 64 x 64 and, as a candidate, 64 x 128',
+    'rows': [
+      (65_536, 'post', 4.003, 12.9, 4.380),
+      (65_536, 'qk', 11.305, 14.9, 11.699),
+      (65_536, 'qk-ds64x128', 9.121, 16.6, 10.388),
+    ],
+    'kernels': {},
+  },
 }
 TOLERANCE = 0.30  # issue 40: the calibrated estimate within 30 % of each measured step
 # Measured rows the calibrated model misses by more than TOLERANCE, with the likely reason:
@@ -149,16 +172,22 @@ _COMPILE_OLD_CODE = textwrap.dedent("""
     from benchmarks import steps
     from realformer_jax.train import build, pretraining
 
+    import contextlib
     overrides, out_path, target_config, length = sys.argv[1:5]
-    length = int(length)
+    length, overrides = int(length), json.loads(overrides)
+    tiles = contextlib.nullcontext()
+    if '_tiles' in overrides:  # a candidate tile (commits since 43e232e have the override)
+      from realformer_jax.kernels.backends.triton import tiles as table
+      tiles = table.override(table.device_tiles()._replace(**overrides.pop('_tiles')))
     devices = topologies.get_topology_desc('h200', 'cuda', target_config=target_config,
                                            topology='1x1x1').devices
     shape = steps.Shape(f'L{length}', hidden=768, layers=12, heads=12, vocab=30522,
                         seq_len=length, batch=1, predictions=max(1, round(0.15 * length)))
     config = steps.train_config(shape, dropout=0.1, dtype='bfloat16', remat_policy='full',
-                                scan_unroll=1, **json.loads(overrides))
+                                scan_unroll=1, **overrides)
     spec = pretraining.validate_config(config, device_count=1, process_count=1)
-    compiled = build.compile_train_step(build.make_setup(spec, list(devices)))
+    with tiles:
+      compiled = build.compile_train_step(build.make_setup(spec, list(devices)))
     with open(out_path, 'w') as f:
       f.write(compiled.as_text())
 """)

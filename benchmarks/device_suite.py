@@ -78,14 +78,17 @@ class Size:
   step_shape_s: float  # one shape of the step table: 4 compiles (HF's the longest) + rounds
 
 
-# device_s: on an H200 (2026-11-26) the check's first 11 kernel cases took ~195 s, nearly all
+# device_s: on an H200 the check's 10 kernel cases took 300 s one at a time (2026-11-27), nearly
+# all compilation; with --jobs=8 they compile side by side (not yet timed on a device: a check
+# that crashes that way is run again one case at a time, `run_device`). Earlier, on an H200
+# (2026-11-26) the check's first 11 kernel cases took ~195 s, nearly all
 # compilation, and it had 4 cases and the training part left.
 FULL = Size(
-  'full', ('--size=full', '--steps=20'), 300.0, (65536, 32768, 16384), 768, 12, 12, 2, 20.0,
-  ('bert_base_512', 'bert_large_512'), 3, 240.0,
+  'full', ('--size=full', '--steps=20', '--jobs=8'), 300.0, (65536, 32768, 16384), 768, 12, 12,
+  2, 20.0, ('bert_base_512', 'bert_large_512'), 3, 240.0,
 )  # fmt: skip
 TOY = Size(
-  'toy', ('--size=toy', '--steps=2'), 60.0, (64,), 32, 2, 2, 1, 5.0, ('tiny',), 1, 30.0,
+  'toy', ('--size=toy', '--steps=2', '--jobs=2'), 60.0, (64,), 32, 2, 2, 1, 5.0, ('tiny',), 1, 30.0,
 )  # fmt: skip
 LONG_VARIANTS = ('post', 'realformer recomputed', 'realformer qk')
 SPLIT_VARIANTS = ('post', 'realformer qk')
@@ -152,11 +155,24 @@ def run_device(suite: Suite, command: Optional[list] = None) -> dict:
   """experiments.device_check (or `command`) in a subprocess (its own exit status; a crash
   there is a FAIL here, not the end of the suite). Its lines are passed on as they come and
   kept, so a check stopped by the budget still reports the kernel cases it finished; it is
-  INCOMPLETE (`passed` None) unless one of them failed."""
+  INCOMPLETE (`passed` None) unless one of them failed. A check that crashed (killed by a
+  signal) while compiling its cases side by side (--jobs) runs again one case at a time, if
+  the budget allows: threads are what a crash there would first suspect."""
   path = os.path.join(suite.out_dir, 'device_check.json')
   if command is None:
     command = [sys.executable, '-m', 'experiments.device_check', '--notable', f'--out={path}']
     command += list(suite.size.device_args)
+  result = _run_check(suite, command, path)
+  side_by_side = any(a.startswith('--jobs=') and a != '--jobs=1' for a in command)
+  if result.get('crashed') and side_by_side and suite.fits(suite.size.device_s):
+    serial = [a for a in command if not a.startswith('--jobs=')] + ['--jobs=1']
+    suite.log(f'  (the check crashed ({result["error"]}); again, one case at a time)')
+    result = _run_check(suite, serial, path)
+    result['retried_serially'] = True
+  return result
+
+
+def _run_check(suite: Suite, command: list, path: str) -> dict:
   lines: list[str] = []
   deadline = time.perf_counter() + max(suite.left_s(), 1.0)
   os.makedirs(suite.out_dir, exist_ok=True)
@@ -177,11 +193,13 @@ def run_device(suite: Suite, command: Optional[list] = None) -> dict:
       timer.cancel()
     returncode = process.wait()
   result = {'passed': returncode == 0, 'summary': lines}
+  if returncode < 0:  # killed by a signal: a crash, or the budget's kill below
+    result['crashed'] = time.perf_counter() < deadline
   if time.perf_counter() >= deadline:
     result['error'] = f'device_check ran past the budget after {len(lines)} lines (kept above)'
     if not any(line.lstrip().startswith('FAIL') for line in lines):
       result['passed'] = None  # what it finished passed; the rest was not run
-  elif returncode and not lines:
+  elif returncode and (not lines or result.get('crashed')):
     with open(stderr_path) as f:
       last = (f.read().strip().splitlines() or ['no output'])[-1]
     result['error'] = f'device_check exited {returncode}: {last[:300]}'
@@ -517,6 +535,18 @@ def parse_tiles(text: str, launch: tuple = (0, 0)) -> tuple:
   return tuple(tiles)
 
 
+def _tiles_flag(flag: str, text: str, launch: tuple, example: str) -> tuple:
+  """parse_tiles of a --FLAG's candidates, or one line `error: ...` and exit status 2."""
+  tiles = parse_tiles(text, launch)
+  if text and not tiles:
+    print(
+      f'error: --{flag}={text}: expected KEYSxROWS (powers of two >= 16), optionally '
+      f'xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. {example}'
+    )
+    sys.exit(2)
+  return tiles
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--out', required=True, help='folder for results.json and results.md')
@@ -551,20 +581,8 @@ def main(argv=None) -> dict:
       print(f'error: --lengths={args.lengths}: expected positive integers, e.g. 65536,16384')
       sys.exit(2)
     size = dataclasses.replace(size, lengths=lengths)
-  qk_ds_tiles = parse_tiles(args.qk_ds_tiles)
-  if args.qk_ds_tiles and not qk_ds_tiles:
-    print(
-      f'error: --qk_ds_tiles={args.qk_ds_tiles}: expected KEYSxROWS (powers of two >= 16), '
-      'optionally xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 64x128,64x128x4x3'
-    )
-    sys.exit(2)
-  post_bwd_tiles = parse_tiles(args.post_bwd_tiles, launch=(4, 2))
-  if args.post_bwd_tiles and not post_bwd_tiles:
-    print(
-      f'error: --post_bwd_tiles={args.post_bwd_tiles}: expected KEYSxROWS (powers of two '
-      '>= 16), optionally xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 128x32x4x5,128x128'
-    )
-    sys.exit(2)
+  qk_ds_tiles = _tiles_flag('qk_ds_tiles', args.qk_ds_tiles, (0, 0), '64x128,64x128x4x3')
+  post_bwd_tiles = _tiles_flag('post_bwd_tiles', args.post_bwd_tiles, (4, 2), '128x32x4x5,128x128')
   suite = Suite(
     args.out, size, args.budget_s, lambda s: print(s, flush=True), qk_ds_tiles, post_bwd_tiles
   )

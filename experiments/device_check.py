@@ -24,6 +24,7 @@ is of a toy model: a smoke test of the command (CI runs it), not a statement abo
 accelerator. Exit status 1 when a check FAILs.
 """
 
+import concurrent.futures
 import dataclasses
 import functools
 import json
@@ -49,6 +50,10 @@ _TABLE = flags.DEFINE_bool(
 _ESTIMATE = flags.DEFINE_bool(
   'estimate', True, 'Run the deviceless compile for the ESTIMATE column (when a target exists).'
 )
+_JOBS = flags.DEFINE_integer(
+  'jobs', 1, 'Kernel cases checked at once (threads). Their time is nearly all compilation, '
+  'which runs outside the GIL: on a many-core host several cases compile side by side.'
+)  # fmt: skip
 
 PACKAGES = (
   'jax',
@@ -138,51 +143,61 @@ def kernel_cases(platform_name: str, size: str) -> list[tuple]:
   return cases
 
 
-def check_kernels(platform_name: str, size: str, show=lambda row: None) -> list[dict]:
-  """Every case of kernel_cases, each passed to `show` as it finishes (a run stopped by a
-  timeout has printed the cases before it)."""
+def check_kernels(
+  platform_name: str, size: str, show=lambda row: None, jobs: int = 1
+) -> list[dict]:
+  """Every case of kernel_cases, `jobs` at a time, each passed to `show` in the cases' order
+  as soon as it and the cases before it have finished (a run stopped by a timeout has
+  printed those). A case's seconds are its own wall time, side by side with the others'."""
+  rows = []
+  with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    for row in pool.map(
+      functools.partial(_check_case, platform_name, size), kernel_cases(platform_name, size)
+    ):
+      rows.append(row)
+      show(row)
+  return rows
+
+
+def _check_case(platform_name: str, size: str, case: tuple) -> dict:
+  """One kernel case against the einsum path (kernel_check.compare): its report row."""
   from realformer_jax import ModelConfig  # pylint: disable=import-outside-toplevel
   from realformer_jax.analysis import kernel_check  # pylint: disable=import-outside-toplevel
   from realformer_jax.kernels import backends, select  # pylint: disable=import-outside-toplevel
 
-  rows = []
-  for backend, placement, dtype, length, carry, remat in kernel_cases(platform_name, size):
-    native = backends.get(backend).platform == platform_name
-    config = ModelConfig(
-      hidden_size=2 * HEAD_DIM[size],
-      num_heads=2,
-      ln_placement=placement,
-      dtype=dtype,
-      attention_dropout_rate=0.2,
-      attention_impl=backends.get(backend).attention_impl,
-      attention_platform=platform_name if native else 'cpu',
-      residual_carry=carry,
-      remat_policy=remat,
-    )
-    plan = select.plan(config, 256)
-    length = length or kernel_check.check_length(plan)
-    probe = kernel_check.probe_config(config, plan, length)
-    tiles = select.plan(probe, length)
-    start = time.perf_counter()
-    verdict = kernel_check.compare(probe, length)
-    rows.append(
-      {
-        'kernel': f'{backend} ({"interpret" if tiles.interpret else "compiled"})',
-        'ln_placement': placement
-        + (' qk' if carry == 'qk' else '')
-        + (f' remat {remat}' if remat != 'none' else ''),
-        'dtype': dtype + (" ('highest')" if dtype == 'float32' else ''),
-        'length': length,
-        'tiles': [tiles.block_q, tiles.block_k, tiles.block_bwd],
-        'head_dim': HEAD_DIM[size],
-        'passed': verdict.ok,
-        'worst_relative_error': verdict.worst,
-        'why': verdict.why,
-        'seconds': round(time.perf_counter() - start, 2),
-      }
-    )
-    show(rows[-1])
-  return rows
+  backend, placement, dtype, length, carry, remat = case
+  native = backends.get(backend).platform == platform_name
+  config = ModelConfig(
+    hidden_size=2 * HEAD_DIM[size],
+    num_heads=2,
+    ln_placement=placement,
+    dtype=dtype,
+    attention_dropout_rate=0.2,
+    attention_impl=backends.get(backend).attention_impl,
+    attention_platform=platform_name if native else 'cpu',
+    residual_carry=carry,
+    remat_policy=remat,
+  )
+  plan = select.plan(config, 256)
+  length = length or kernel_check.check_length(plan)
+  probe = kernel_check.probe_config(config, plan, length)
+  tiles = select.plan(probe, length)
+  start = time.perf_counter()
+  verdict = kernel_check.compare(probe, length)
+  return {
+    'kernel': f'{backend} ({"interpret" if tiles.interpret else "compiled"})',
+    'ln_placement': placement
+    + (' qk' if carry == 'qk' else '')
+    + (f' remat {remat}' if remat != 'none' else ''),
+    'dtype': dtype + (" ('highest')" if dtype == 'float32' else ''),
+    'length': length,
+    'tiles': [tiles.block_q, tiles.block_k, tiles.block_bwd],
+    'head_dim': HEAD_DIM[size],
+    'passed': verdict.ok,
+    'worst_relative_error': verdict.worst,
+    'why': verdict.why,
+    'seconds': round(time.perf_counter() - start, 2),
+  }
 
 
 def _shape(size: str, batch: int):
@@ -420,6 +435,8 @@ def main(argv):
     fail(f'unexpected arguments: {argv[1:]}')
   if _STEPS.value < 1:
     fail(f'--steps={_STEPS.value}: must be at least 1')
+  if _JOBS.value < 1:
+    fail(f'--jobs={_JOBS.value}: must be at least 1')
   import jax  # pylint: disable=import-outside-toplevel
 
   from realformer_jax import kernels  # pylint: disable=import-outside-toplevel
@@ -432,7 +449,9 @@ def main(argv):
   show = functools.partial(print, flush=True)
   for line in render_head(report):
     show(line)
-  report['kernels'] = check_kernels(platform_name, size, lambda row: show(kernel_line(row)))
+  report['kernels'] = check_kernels(
+    platform_name, size, lambda row: show(kernel_line(row)), _JOBS.value
+  )
   _write(report)
   training = check_training(platform_name, size, _STEPS.value)
   show(training_line(training))

@@ -28,7 +28,7 @@ def test_device_check_reports_each_part_and_no_plugin_noise(tmp_path):
   env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'true'
   out = tmp_path / 'report.json'
   result = subprocess.run(
-    [sys.executable, '-m', 'experiments.device_check', f'--out={out}'],
+    [sys.executable, '-m', 'experiments.device_check', f'--out={out}', '--jobs=2'],
     cwd=REPO,
     env=env,
     capture_output=True,

@@ -59,7 +59,7 @@ def test_lengths_run_longest_first_and_bad_ones_are_one_line_errors(tmp_path):
   )
 
 
-def test_qk_ds_tile_candidates_parse_and_bad_ones_are_one_line_errors(tmp_path):
+def test_qk_ds_tile_candidates_parse_and_plan(tmp_path):
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
   assert device_suite.parse_tiles('64x128, 128X128x4x3') == ((64, 128, 0, 0), (128, 128, 4, 3))
@@ -80,15 +80,9 @@ def test_qk_ds_tile_candidates_parse_and_bad_ones_are_one_line_errors(tmp_path):
     (65536, 'realformer qk', (64, 128, 0, 0)),
   ]
   assert len(plan) == 11
-  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--qk_ds_tiles=64x96', timeout=60)
-  assert done.returncode == 2
-  assert done.stdout.strip() == (
-    'error: --qk_ds_tiles=64x96: expected KEYSxROWS (powers of two >= 16), optionally '
-    'xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 64x128,64x128x4x3'
-  )
 
 
-def test_post_backward_tile_candidates_parse_and_bad_ones_are_one_line_errors(tmp_path):
+def test_post_backward_tile_candidates_parse():
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
   assert device_suite.parse_tiles('128x32x4x5,128X128', launch=(4, 2)) == (
@@ -98,11 +92,21 @@ def test_post_backward_tile_candidates_parse_and_bad_ones_are_one_line_errors(tm
   for bad in ('128x32x4', '128x32x3x2', '128x32x4x0', '128x32x4x9', '96x32'):
     assert device_suite.parse_tiles(bad, launch=(4, 2)) == ()
   assert device_suite.tile_label((128, 32, 4, 5)) == '128x32, 4 warps, 5 stages'
-  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--post_bwd_tiles=128x3', timeout=60)
+
+
+@pytest.mark.parametrize(
+  'flag,value,example',
+  [
+    ('qk_ds_tiles', '64x96', '64x128,64x128x4x3'),
+    ('post_bwd_tiles', '128x3', '128x32x4x5,128x128'),
+  ],
+)
+def test_a_bad_tile_candidate_is_a_one_line_error(tmp_path, flag, value, example):
+  done = _run('benchmarks.device_suite', f'--out={tmp_path}', f'--{flag}={value}', timeout=60)
   assert done.returncode == 2
   assert done.stdout.strip() == (
-    'error: --post_bwd_tiles=128x3: expected KEYSxROWS (powers of two >= 16), optionally '
-    'xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. 128x32x4x5,128x128'
+    f'error: --{flag}={value}: expected KEYSxROWS (powers of two >= 16), optionally '
+    f'xWARPSxSTAGES (warps 1-16, stages 1-8), e.g. {example}'
   )
 
 
@@ -129,6 +133,21 @@ def test_a_device_check_stopped_by_the_budget_keeps_the_lines_it_printed(tmp_pat
   assert result['summary'] == ['PASS case 1']
   assert 'ran past the budget after 1 lines' in result['error']
   assert '  | PASS case 1' in logged  # passed on as it came, not at the end
+
+
+def test_a_check_that_crashes_compiling_side_by_side_runs_again_one_case_at_a_time(tmp_path):
+  from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
+
+  logged = []
+  suite = device_suite.Suite(str(tmp_path), device_suite.TOY, 200.0, logged.append)
+  code = (
+    'import os, signal, sys; print("PASS case 1", flush=True); '
+    'os.kill(os.getpid(), signal.SIGSEGV) if "--jobs=2" in sys.argv else print("overall: PASS")'
+  )
+  result = device_suite.run_device(suite, [sys.executable, '-c', code, '--jobs=2'])
+  assert result['passed'] is True and result['retried_serially']
+  assert result['summary'] == ['PASS case 1', 'overall: PASS']
+  assert any('the check crashed (device_check exited -11' in line for line in logged)
 
 
 @pytest.mark.slow

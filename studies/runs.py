@@ -6,6 +6,9 @@
 Each finished run's result is written atomically to `<out_dir>/runs/<name>.json`; running the
 grid again loads those and trains only what is missing, so an interrupted experiment resumes
 instead of starting over (a run itself may also resume, e.g. from checkpoints in its workdir).
+A grid given an `identity` (what its results depend on besides each run's parameters: the code,
+`code_identity()`, and settings shared by every run) stores it in each result and runs again,
+saying so, every run whose stored result has another: results of other code are not mixed in.
 `report(fraction, message)` prints, at most every `min_interval` seconds,
 
     [3/12 post-s2] step 300/600 loss 4.812 | run ETA 0m41s | grid ETA 9m12s
@@ -59,10 +62,31 @@ def write_json(path: str, value: Any) -> None:
   os.replace(tmp, path)
 
 
-class Grid:
-  """Runs `runs` in order, skipping those with a result file."""
+def code_identity(extra: Optional[dict] = None) -> dict:
+  """{'code': a digest of the project's sources (realformer_jax, benchmarks, studies), 'jax':
+  its version} and `extra`: the identity of a grid whose results a compile computes."""
+  import jax  # pylint: disable=import-outside-toplevel
 
-  def __init__(self, out_dir: str, runs: Sequence[Run], *, min_interval: float = 10.0, stream=None):
+  from realformer_jax.source_digest import source_digest  # pylint: disable=import-outside-toplevel
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  folders = [os.path.join(root, package) for package in ('realformer_jax', 'benchmarks', 'studies')]
+  return {'code': source_digest(folders), 'jax': jax.__version__, **(extra or {})}
+
+
+class Grid:
+  """Runs `runs` in order, skipping those with a result file (of the same `identity`, when
+  the grid has one)."""
+
+  def __init__(
+    self,
+    out_dir: str,
+    runs: Sequence[Run],
+    *,
+    min_interval: float = 10.0,
+    stream=None,
+    identity: Optional[dict] = None,
+  ):
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
       raise ValueError(f'duplicate run names in the grid: {sorted(names)}')
@@ -70,6 +94,21 @@ class Grid:
     self.runs = tuple(runs)
     self.min_interval = min_interval
     self._stream = stream or sys.stdout
+    self.identity = identity
+
+  def _done(self, run: Run) -> bool:
+    """Whether `run` has a result of this grid's identity (any result, without one); a result
+    of another identity is named in one line."""
+    result = self.load(run)
+    if result is None:
+      return False
+    if self.identity is None or result.get('identity') == self.identity:
+      return True
+    self._print(
+      f'{run.name}: its result came from {result.get("identity") or "an unrecorded identity"}, '
+      f'not {self.identity}: run again'
+    )
+    return False
 
   def result_path(self, run: Run) -> str:
     return os.path.join(self.out_dir, 'runs', f'{run.name}.json')
@@ -89,7 +128,7 @@ class Grid:
     self, train_one: Callable[[Run, Report], dict], limit: Optional[int] = None
   ) -> dict[str, dict]:
     results: dict[str, dict] = {}
-    todo = [run for run in self.runs if self.load(run) is None]
+    todo = [run for run in self.runs if not self._done(run)]
     for run in self.runs:
       if run not in todo:
         results[run.name] = self.load(run)
@@ -135,6 +174,8 @@ class Grid:
       result = train_one(run, report)
       seconds = time.perf_counter() - start
       result = dict(result, run=run.name, params=run.params, seconds=seconds)
+      if self.identity is not None:
+        result['identity'] = self.identity
       write_json(self.result_path(run), result)
       results[run.name] = result
       spent_seconds += seconds

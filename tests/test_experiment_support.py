@@ -112,6 +112,34 @@ def test_grid_skips_finished_runs_and_reports_eta(tmp_path):
   assert calls == ['r1']
 
 
+def test_a_grid_with_an_identity_runs_again_what_other_code_computed(tmp_path):
+  calls = []
+
+  def train_one(run, report):
+    calls.append(run.name)
+    return {'value': 1}
+
+  grid_runs = [runs.Run('a', {}), runs.Run('b', {})]
+  runs.Grid(str(tmp_path), grid_runs, stream=io.StringIO()).run(train_one)  # no identity
+  out = io.StringIO()
+  first = {'code': 'c1', 'jax': '0.1'}
+  runs.Grid(str(tmp_path), grid_runs, stream=out, identity=first).run(train_one)
+  assert calls == ['a', 'b', 'a', 'b']  # results without an identity are not taken as its
+  assert "a: its result came from an unrecorded identity, not {'code': 'c1'" in out.getvalue()
+  assert json.loads((tmp_path / 'runs' / 'a.json').read_text())['identity'] == first
+  calls.clear()
+  runs.Grid(str(tmp_path), grid_runs[:1], stream=io.StringIO(), identity=first).run(train_one)
+  assert calls == []  # the same identity: done
+  out = io.StringIO()
+  runs.Grid(str(tmp_path), grid_runs[:1], stream=out, identity={'code': 'c2'}).run(train_one)
+  assert calls == ['a'] and "came from {'code': 'c1', 'jax': '0.1'}, not {'code': 'c2'}" in (
+    out.getvalue()
+  )
+  # The project's code identity: the sources' digest and jax's version, plus what is given.
+  identity = runs.code_identity({'hidden': 768})
+  assert set(identity) == {'code', 'jax', 'hidden'} and len(identity['code']) == 16
+
+
 def test_grid_rejects_duplicate_names(tmp_path):
   with pytest.raises(ValueError, match='duplicate'):
     runs.Grid(str(tmp_path), [runs.Run('a', {}), runs.Run('a', {})])

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from model_fixtures import kernel_fields
 
-from realformer_jax import Encoder, ModelConfig
+from realformer_jax import Encoder, ModelConfig, source_digest
 from realformer_jax.analysis import kernel_check
 from realformer_jax.aot import categories
 from realformer_jax.config import ConfigError
@@ -196,5 +196,5 @@ def test_the_self_checks_cache_key_covers_a_backend_outside_the_package(toy, tmp
   assert before != kernel_check.kernel_source_hash()  # its folder is hashed too
   with open(tmp_path / 'my_backend' / 'attention.py', 'a') as f:
     f.write('\n# changed\n')
-  kernel_check._folder_hash.cache_clear()  # pylint: disable=protected-access
+  source_digest.folder_digest.cache_clear()  # a process caches each folder's digest
   assert kernel_check.kernel_source_hash('toy_einsum') != before

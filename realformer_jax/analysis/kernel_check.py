@@ -24,7 +24,6 @@ here.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import importlib.util
 import json
@@ -38,6 +37,7 @@ import numpy as np
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import backends, select
+from realformer_jax.source_digest import source_digest
 
 # Largest |kernel - einsum| over the largest |einsum|, per output and gradient. The kernels'
 # own float32 dots may run at TF32 on a GPU; a wrong tile, mask or scale is off by far more.
@@ -77,18 +77,6 @@ def probe_config(config: ModelConfig, plan: select.AttentionPlan, length: int) -
   )
 
 
-@functools.lru_cache(maxsize=None)
-def _folder_hash(top: str) -> str:
-  digest = hashlib.sha256()
-  for folder, _, names in sorted(os.walk(top)):
-    for name in sorted(names):
-      if name.endswith('.py'):
-        path = os.path.join(folder, name)
-        with open(path, 'rb') as f:
-          digest.update(os.path.relpath(path, top).encode() + b'\0' + f.read())
-  return digest.hexdigest()
-
-
 def kernel_source_hash(attention_impl: Optional[str] = None) -> str:
   """Hash of the code a kernel's numbers depend on: kernels/ (every built-in backend's folder
   included) and model/, and the folder of the backend `attention_impl` names where that is
@@ -101,8 +89,7 @@ def kernel_source_hash(attention_impl: Optional[str] = None) -> str:
     own = os.path.dirname(spec.origin) if spec and spec.origin else None
     if own and os.path.commonpath([own, folders[0]]) != folders[0]:
       folders.append(own)
-  parts = '\n'.join(_folder_hash(folder) for folder in folders)
-  return hashlib.sha256(parts.encode()).hexdigest()[:16]
+  return source_digest(folders)
 
 
 def cache_key(device: Any, probe: ModelConfig, length: int) -> str:

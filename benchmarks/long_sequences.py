@@ -179,8 +179,10 @@ def run_target(args) -> dict:
     }
 
   # The rows depend on the code and on the shape flags, not only on (length, variant).
-  shape = {'hidden': args.hidden, 'layers': args.layers, 'heads': args.heads, 'dtype': args.dtype}
-  results = runs_lib.Grid(out_dir, runs, identity=runs_lib.code_identity(shape)).run(one)
+  shape_flags = {
+    'hidden': args.hidden, 'layers': args.layers, 'heads': args.heads, 'dtype': args.dtype
+  }  # fmt: skip
+  results = runs_lib.Grid(out_dir, runs, identity=runs_lib.code_identity(shape_flags)).run(one)
   budget = target.chip.usable_memory_bytes
   markdown = render_target(results, lengths, variants, target, budget, args)
   verdicts = target_verdicts(results, args)

@@ -96,19 +96,17 @@ class Grid:
     self._stream = stream or sys.stdout
     self.identity = identity
 
-  def _done(self, run: Run) -> bool:
-    """Whether `run` has a result of this grid's identity (any result, without one); a result
-    of another identity is named in one line."""
+  def _current(self, run: Run) -> Optional[dict]:
+    """`run`'s stored result if it has this grid's identity (any result, without one); a
+    result of another identity is named in one line and not returned."""
     result = self.load(run)
-    if result is None:
-      return False
-    if self.identity is None or result.get('identity') == self.identity:
-      return True
+    if result is None or self.identity is None or result.get('identity') == self.identity:
+      return result
     self._print(
       f'{run.name}: its result came from {result.get("identity") or "an unrecorded identity"}, '
       f'not {self.identity}: run again'
     )
-    return False
+    return None
 
   def result_path(self, run: Run) -> str:
     return os.path.join(self.out_dir, 'runs', f'{run.name}.json')
@@ -127,11 +125,8 @@ class Grid:
   def run(
     self, train_one: Callable[[Run, Report], dict], limit: Optional[int] = None
   ) -> dict[str, dict]:
-    results: dict[str, dict] = {}
-    todo = [run for run in self.runs if not self._done(run)]
-    for run in self.runs:
-      if run not in todo:
-        results[run.name] = self.load(run)
+    results = {run.name: r for run in self.runs if (r := self._current(run)) is not None}
+    todo = [run for run in self.runs if run.name not in results]
     total = len(self.runs)
     if len(todo) < total:
       self._print(f'{total - len(todo)}/{total} runs already done in {self.out_dir}: skipped')

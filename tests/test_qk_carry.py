@@ -206,7 +206,7 @@ def test_triton_tiles_come_from_the_device_table():
   assert triton_qk_attention.fit_blocks(interpret, 12, 4096, 64) == interpret
   # The table's dS tile: 64 keys x 128 query rows (measured fastest on an H200, tiles.py).
   assert (fitted.block_bwd, fitted.block_bwd_rows) == (64, 128)
-  assert triton_qk_attention.ds_rows(fitted) == 128
+  assert fitted.backward_rows == 128
   assert small.block_bwd_rows == 0  # 128 rows do not divide 64: the plan's square tile
   square = triton_tiles.Tiles(128, 128, 64, 8, 3)  # a device suite candidate
   with triton_tiles.override(square):

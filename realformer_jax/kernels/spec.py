@@ -58,5 +58,10 @@ class KernelSpec:
     return self.keep_threshold > 0
 
   @property
+  def backward_rows(self) -> int:
+    """Rows per step of a Triton backward's loops (block_bwd_rows; block_bwd where 0)."""
+    return self.block_bwd_rows or self.block_bwd
+
+  @property
   def keep_prob(self) -> float:
     return self.keep_threshold / 2**MASK_BITS

@@ -46,11 +46,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.backends.triton.tiles import (
-  device_tiles,
-  plain_backward_params,
-  with_device_tiles,
-)
+from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -64,12 +60,7 @@ def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
 
 def pack_width(spec: KernelSpec) -> int:
   """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
-  return min(32, spec.block_k, spec.block_bwd, backward_rows(spec))
-
-
-def backward_rows(spec: KernelSpec) -> int:
-  """Rows per step of the backward's loops (spec.block_bwd_rows; square where 0)."""
-  return spec.block_bwd_rows or spec.block_bwd
+  return min(32, spec.block_k, spec.block_bwd, spec.backward_rows)
 
 
 def fit_blocks(spec: KernelSpec, seq_len: int) -> KernelSpec:
@@ -284,7 +275,7 @@ def _backward_kernel(
   rebuild: bool,
 ):
   seq_len, _, head_dim = qkv_ref.shape
-  block, rows = spec.block_bwd, backward_rows(spec)
+  block, rows = spec.block_bwd, spec.backward_rows
   jk = pl.program_id(0)  # grid (key block, batch, head): batch and head index the refs
   scale, inv_div = f_ref[0], f_ref[1]
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
@@ -503,13 +494,17 @@ def _compiler_params(head_dim: int):
 
 
 def _backward_params(spec: KernelSpec, head_dim: int):
-  """The table's warps and stages where the backward runs on its tiles, else the default."""
-  table = plain_backward_params(spec)
-  if table is None:
+  """The table's warps and stages where the backward runs on the row's backward tiles, else
+  the default."""
+  tiles = device_tiles()
+  if not tiles.bwd_keys or (spec.block_bwd, spec.block_bwd_rows) != (
+    tiles.bwd_keys,
+    tiles.bwd_rows,
+  ):
     return _compiler_params(head_dim)
-  warps, stages = table
   return plgpu.CompilerParams(
-    num_warps=max(warps, _compiler_params(head_dim).num_warps), num_stages=stages
+    num_warps=max(tiles.bwd_warps, _compiler_params(head_dim).num_warps),
+    num_stages=tiles.bwd_stages,
   )
 
 

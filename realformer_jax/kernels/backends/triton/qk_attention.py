@@ -214,7 +214,7 @@ def _score_gradient_kernel(
   """Program (jk, b, h): key rows col0 + jk * block of (b, h); writes dS[:, those columns]
   and their dV."""
   _, _, seq_len, head_dim = stack_ref.shape
-  block, rows = spec.block_bwd, ds_rows(spec)
+  block, rows = spec.block_bwd, spec.backward_rows
   jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   layers = l_ref[0] + 1
@@ -247,11 +247,6 @@ def _score_gradient_kernel(
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def ds_rows(spec: KernelSpec) -> int:
-  """Query rows per step of the dS kernel (spec.block_bwd_rows; square where 0)."""
-  return spec.block_bwd_rows or spec.block_bwd
-
-
 def _score_gradient_cost(spec, stack, columns: int) -> dict:
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   elements = batch * heads * seq_len * columns
@@ -261,7 +256,7 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
   panel_rows = rows * columns // seq_len
   # Loads per [rows, block] tile: q and k of l + 1 layers (both inside the layer loop), dO,
   # and the three float32 row statistics (the last two: `rows` rows each).
-  rows, block = ds_rows(spec), spec.block_bwd
+  rows, block = spec.backward_rows, spec.block_bwd
   reloads = (
     head_dim * itemsize * mean_layers * (1 / rows + 1 / block) + (head_dim * itemsize + 12) / block
   )

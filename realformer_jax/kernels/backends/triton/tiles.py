@@ -101,12 +101,3 @@ def with_device_tiles(spec, seq_len: int, qk_backward: bool = False):
   elif qk_backward:
     fields['block_bwd_rows'] = 0
   return dataclasses.replace(spec, **fields)
-
-
-def plain_backward_params(spec) -> Optional[tuple[int, int]]:
-  """(warps, stages) of plain attention's backward where `spec` has the table's backward
-  tiles, else None (the kernel's default)."""
-  tiles = device_tiles()
-  if tiles.bwd_keys and (spec.block_bwd, spec.block_bwd_rows) == (tiles.bwd_keys, tiles.bwd_rows):
-    return tiles.bwd_warps, tiles.bwd_stages
-  return None

@@ -30,7 +30,7 @@ from benchmarks import flops as flops_lib
 from benchmarks import steps
 from benchmarks.profiles import BASE_128, BASE_512, LARGE_512, TINY
 from realformer_jax.aot import roofline, targets
-from realformer_jax.train import accumulation, build, pretraining
+from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
 from studies import runs as runs_lib
 
@@ -90,7 +90,7 @@ def measure_candidate(
   try:
     compiled = compile_candidate(shape, which, profile, devices)
   except jax.errors.JaxRuntimeError as e:  # XLA:TPU: larger than the chip's HBM
-    required = accumulation.out_of_memory_bytes(e)
+    required = build.out_of_memory_bytes(e)
     if required is None:
       raise
     return {'fits': False, 'required_bytes': required, 'compile_s': time.perf_counter() - start}
@@ -101,7 +101,7 @@ def measure_candidate(
   return {
     'fits': True,
     'compile_s': compile_s,
-    'memory_bytes': accumulation.step_memory_bytes(compiled),
+    'memory_bytes': build.step_memory_bytes(compiled),
     'step_seconds': est.seconds,
     'compute_seconds': est.compute_seconds,
     'mfu': model_flops / est.seconds / peak,

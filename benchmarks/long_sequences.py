@@ -39,7 +39,7 @@ import jax
 from benchmarks import compiled_steps as bench
 from benchmarks import steps
 from realformer_jax.aot import roofline, targets
-from realformer_jax.train import accumulation, build, pretraining
+from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
 from studies import runs as runs_lib
 
@@ -138,7 +138,7 @@ def estimate_for_target(shape: steps.Shape, overrides: dict, dtype: str, target,
   try:
     compiled = build.compile_train_step(build.make_setup(spec, devices))
   except jax.errors.JaxRuntimeError as e:  # XLA:TPU: larger than the chip's HBM
-    required = accumulation.out_of_memory_bytes(e)
+    required = build.out_of_memory_bytes(e)
     if required is None:
       raise
     return {'compiled': False, 'required_bytes': required}
@@ -146,7 +146,7 @@ def estimate_for_target(shape: steps.Shape, overrides: dict, dtype: str, target,
   return {
     'compiled': True,
     'compile_s': time.perf_counter() - start,
-    'memory_bytes': accumulation.step_memory_bytes(compiled),
+    'memory_bytes': build.step_memory_bytes(compiled),
     'step_seconds': est.seconds,
     'matmul_flops': est.matmul_flops,
     # The floor no estimate may go under: every matmul at the datasheet bf16 peak.

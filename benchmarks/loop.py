@@ -26,7 +26,7 @@ import time
 import jax
 
 from realformer_jax import data, train
-from realformer_jax.train import accumulation, build
+from realformer_jax.train import build
 
 TARGET = 0.95
 
@@ -51,7 +51,7 @@ def _apply(config, overrides: list[str]):
 
 def bare_tokens_per_sec(config, steps: int) -> float:
   """The compiled train step alone, `steps` times on one device-resident batch."""
-  resolved = accumulation.resolve(train.validate_config(config), log=lambda _: None)
+  resolved = build.resolve(train.validate_config(config), log=lambda _: None)
   spec, setup, step_fn = resolved.spec, resolved.setup, resolved.compiled
   key = jax.random.key(spec.train.seed)
   state = setup.init_state(key)

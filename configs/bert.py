@@ -20,7 +20,7 @@ keeps the paper's 30522-row table; give a real vocabulary with --config.data.voc
 (a BERT WordPiece file: ids then match Hugging Face BERT checkpoints) or a SentencePiece .model.
 
 Memory: the global batch stays the paper's; train.grad_accum_steps='auto' splits it into the
-fewest microbatches whose compiled step fits each device (realformer_jax/train/accumulation.py;
+fewest microbatches whose compiled step fits each device (realformer_jax/train/build.py: resolve;
 the choice is logged), rematerialising every layer if even one sequence does not fit otherwise.
 Sharding: data parallel over every device by default (xLarge: FSDP); FSDP is
 --config.mesh.shape='(1,-1,1)', adding tensor parallelism e.g. '(1,-1,4)'. Large and xLarge

@@ -33,7 +33,7 @@ from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataConfig, DataError
 from realformer_jax.train import config as train_config
-from realformer_jax.train import loop, workdir_lock
+from realformer_jax.train import preemption, workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, CONFIG_HELP, lock_config=True)
 _PRINT_CONFIG = define_print_config()
@@ -77,13 +77,13 @@ def run_job(argv, job, schemas=SCHEMAS):
   quiet_logs(libraries=True)
   config = loaded(_CONFIG.value)
   try:
-    with loop.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)
+    with preemption.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)
       job(config, _WORKDIR.value)
   except (ConfigError, DataError) as e:
     fail(str(e))
   except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...
     fail_after_training(str(e))
-  except loop.SecondInterrupt:  # the first Ctrl-C saves and exits 0, as SIGTERM does
+  except preemption.SecondInterrupt:  # the first Ctrl-C saves and exits 0, as SIGTERM does
     fail_after_training(
       'interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
       status=130,

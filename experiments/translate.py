@@ -60,7 +60,7 @@ from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
 from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
-from realformer_jax.train import loop, run_identity
+from realformer_jax.train import preemption, run_identity
 from realformer_jax.train.config import RunSpec
 from realformer_jax.train.errors import TrainingError
 from realformer_jax.workdir_layout import CONFIG_FILE
@@ -537,7 +537,7 @@ def main(argv):
   )
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   try:
-    with loop.return_on_preemption():  # SIGTERM: save, then stop the grid
+    with preemption.return_on_preemption():  # SIGTERM: save, then stop the grid
       results = runs_lib.Grid(out, grid(study)).run(
         lambda run, report: train_one(study, workdirs, run, report)
       )

@@ -8,7 +8,7 @@ CONFIG_FILE = 'config.json'  # the validated spec's sections (train/loop.py writ
 CHECKPOINTS = 'checkpoints'  # orbax steps, one folder each (train/checkpointing.py)
 BEST = 'best'  # the best evaluated step, kept apart from the rotated ones
 LOCK_FILE = 'run.lock'  # who holds the workdir (train/workdir_lock.py)
-TENSORBOARD = 'tensorboard'  # event files (train/metrics.py)
+TENSORBOARD = 'tensorboard'  # event files (train/loop.py: MetricWriter)
 
 # What marks a directory as a training run's: an export must not write over one.
 RUN_MARKERS = (CHECKPOINTS, LOCK_FILE, CONFIG_FILE)

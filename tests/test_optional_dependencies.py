@@ -130,7 +130,7 @@ def test_require_names_the_extra_and_passes_other_errors_through(monkeypatch):
 
 
 def test_require_without_hides_a_module_only_while_importing(tmp_path, monkeypatch):
-  # How realformer_jax.train.metrics keeps tensorboardX from importing torch (~3 s of CPU).
+  # How realformer_jax.train.loop keeps tensorboardX from importing torch (~3 s of CPU).
   (tmp_path / 'optional_dep_for_test.py').write_text('')
   (tmp_path / 'user_of_dep_for_test.py').write_text(
     'try:\n  import optional_dep_for_test\n  HAS_DEP = True\n'

@@ -9,7 +9,7 @@ from train_fixtures import synthetic_batch, tiny_config
 
 from realformer_jax import train
 from realformer_jax.config import ConfigError
-from realformer_jax.train import accumulation, build
+from realformer_jax.train import build
 
 _COMPILED = {}
 
@@ -18,7 +18,7 @@ _COMPILED = {}
 def compile_each_config_once(monkeypatch):
   """The same config compiles to the same program: reuse it across the hand calculations and
   the searches of this module (compilation dominates these tests)."""
-  real = accumulation.build.compile_train_step
+  real = build.compile_train_step
 
   def cached(setup):
     # What the program depends on (not, e.g., the memory budget the search was given).
@@ -28,7 +28,7 @@ def compile_each_config_once(monkeypatch):
       _COMPILED[key] = real(setup)
     return _COMPILED[key]
 
-  monkeypatch.setattr(accumulation.build, 'compile_train_step', cached)
+  monkeypatch.setattr(build, 'compile_train_step', cached)
 
 
 def _need_by_hand(config, accum):
@@ -53,7 +53,7 @@ def _resolve(budget, **overrides):
     **overrides,
   )
   lines = []
-  return accumulation.resolve(train.validate_config(config), log=lines.append), lines
+  return build.resolve(train.validate_config(config), log=lines.append), lines
 
 
 @pytest.mark.slow

@@ -184,9 +184,7 @@ def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(
   workdir = str(tmp_path)
   good = _trained_to_step_2(workdir)
   monkeypatch.setattr(
-    loop.accumulation,
-    'resolve',
-    lambda *a, **k: pytest.fail('compiled before checking the workdir'),
+    loop.build, 'resolve', lambda *a, **k: pytest.fail('compiled before checking the workdir')
   )
   config = tiny_config()
   config.model.hidden_size *= 2

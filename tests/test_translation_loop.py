@@ -31,7 +31,7 @@ _SCRIPT = textwrap.dedent(
   """
   import json, sys
   from realformer_jax.seq2seq import config as c, task, trainer
-  from realformer_jax.train import loop
+  from realformer_jax.train import preemption
   cfg = c.default_translation_config()
   m, d, t = cfg.model, cfg.data, cfg.train
   m.hidden_size, m.mlp_dim, m.max_len, m.num_layers, m.num_decoder_layers = 32, 64, 48, 2, 2
@@ -40,7 +40,7 @@ _SCRIPT = textwrap.dedent(
   t.num_train_steps, t.warmup_steps, t.log_every_steps = 60, 2, 1
   t.eval_every_steps = t.checkpoint_every_steps = 1000
   losses = []
-  with loop.return_on_preemption():
+  with preemption.return_on_preemption():
     trained = trainer.train(
       task.validate(cfg), sys.argv[1], on_log=lambda s, n, x: losses.append((s, x['train/loss']))
     )

@@ -6,7 +6,7 @@
 Everything is the real training path (realformer_jax/train): the config is validated for the
 target's device and host count, the mesh and logical rules of the config are laid over the
 target's compile-only devices, and the step is `build.compile_train_step`'s. With
-`train.grad_accum_steps='auto'` the project's accumulation search (train/accumulation.py) runs
+`train.grad_accum_steps='auto'` the project's accumulation search (train/build.py: resolve) runs
 with the TARGET's memory as its budget, so the choice is what 'auto' would pick on that
 machine. Nothing is allocated and no device is opened.
 """
@@ -22,7 +22,7 @@ import ml_collections
 
 from realformer_jax.aot.targets import Target
 from realformer_jax.config import ConfigError
-from realformer_jax.train import accumulation
+from realformer_jax.train import build
 from realformer_jax.train.config import RunSpec, TrainConfig, validate_config
 from realformer_jax.units import GiB
 
@@ -82,7 +82,7 @@ def memory_budget(train: TrainConfig, target: Target) -> tuple[int, str]:
 @dataclasses.dataclass(frozen=True)
 class TargetStep:
   target: Target
-  resolved: accumulation.Resolved  # concrete spec, its setup and the compiled step
+  resolved: build.Resolved  # concrete spec, its setup and the compiled step
   memory: MemoryUse
   budget_bytes: int
   budget_source: str
@@ -111,9 +111,9 @@ def compile_for_target(
   spec = validate_config(config, device_count=len(devices), process_count=hosts)
   budget, source = memory_budget(spec.train, target)
   try:
-    resolved = accumulation.resolve(spec, log=log, devices=devices, budget=(budget, source))
+    resolved = build.resolve(spec, log=log, devices=devices, budget=(budget, source))
   except jax.errors.JaxRuntimeError as e:  # an explicit accumulation XLA:TPU cannot fit
-    required = accumulation.out_of_memory_bytes(e)
+    required = build.out_of_memory_bytes(e)
     if required is None:
       raise
     raise ConfigError(

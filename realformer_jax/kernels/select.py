@@ -48,12 +48,12 @@ L = 65,536 (docs/performance.md). So:
    where a fused kernel serves the platform and length (`plan` above): on the einsum
    path (attention_impl='xla', a CPU, or a length the kernels cannot tile) 'qk' materialises the
    same [B, H, L, L] scores per layer, so it saves no memory and multiplies FLOPs;
-4. else (no fused kernel) the smallest sum, logged as not fitting: train/accumulation.py then
+4. else (no fused kernel) the smallest sum, logged as not fitting: train/build.py (resolve) then
    reports the shortfall.
 
-One sequence, not the batch: 'auto' accumulation (train/accumulation.py) splits the batch into
+One sequence, not the batch: 'auto' accumulation (train/build.py: resolve) splits the batch into
 microbatches that fit. The budget: what the train setup gives (`train.device_memory_bytes`, or
-in a deviceless compile the target's: accumulation.memory_budget), else the first local device's
+in a deviceless compile the target's: build.memory_budget), else the first local device's
 `bytes_limit`; a device that reports none (a CPU) keeps the configured sum.
 """
 

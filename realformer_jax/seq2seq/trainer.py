@@ -33,7 +33,6 @@ from realformer_jax.seq2seq.model import Seq2Seq
 from realformer_jax.train import build, loop
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.config import RunSpec
-from realformer_jax.train.metrics import read_scalars
 
 OnLog = Callable[[int, int, dict], None]  # (step, num_train_steps, scalars)
 HISTORY_FILE = 'history.json'
@@ -42,7 +41,7 @@ HISTORY_FILE = 'history.json'
 @dataclasses.dataclass
 class Trained:
   """A trained (or restored) run: what evaluation and the speed benchmark need. A run that
-  stopped before the end of its schedule (SIGTERM inside train.loop.return_on_preemption,
+  stopped before the end of its schedule (SIGTERM inside train.preemption.return_on_preemption,
   or train.stop_at_step) has `stopped_at` set and no parameters."""
 
   spec: RunSpec
@@ -106,7 +105,7 @@ def _final_params(spec: RunSpec, workdir: str) -> Any:
 def _history(workdir: str, data, spec: RunSpec, seconds: float) -> dict:
   """The run's train and dev curves (from its TensorBoard events: the last value logged at a
   step wins, so a resumed run's repeated steps count once) and how long this call trained."""
-  scalars = read_scalars(workdir)
+  scalars = loop.read_scalars(workdir)
   by_step = lambda tag: dict(scalars.get(tag, []))
   train_loss, nll = by_step('train/loss'), by_step('train/nll')
   dev_nll, dev_accuracy = by_step('eval/nll'), by_step('eval/accuracy')

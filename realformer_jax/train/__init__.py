@@ -10,20 +10,19 @@ points train the default one (task.py: masked-LM pretraining, registered by real
 
 The path from a config to a step, one module per stop:
   config (the editable ConfigDict, checked once into a RunSpec of frozen sections) ->
-  accumulation ('auto' resolved) -> build (setup: mesh, rules and shardings; model; optimizer
-  and sharded state init; compiled steps) -> step (TrainState and the pure train / eval step) ->
-  loop (processes and preemption, data, checkpoints, metrics). Beside them: task (the interface
-  a task implements; config.py names the default task that the entry points take unless given
-  one), checkpointing (orbax), metrics (TensorBoard, console, event reader), prefetch,
-  pretrained (a trained workdir). pretraining is an old name, kept for old imports.
+  build (setup: mesh, rules and shardings; model; optimizer and sharded state init; compiled
+  steps; 'auto' accumulation resolved by compiling) -> step (TrainState and the pure train /
+  eval step) -> loop (processes, data, checkpoints, metrics out: TensorBoard, console, event
+  reader). Beside them: task (the interface a task implements; config.py names the default task
+  that the entry points take unless given one), checkpointing (orbax), preemption (SIGTERM and
+  Ctrl-C), prefetch, pretrained (a trained workdir). pretraining is an old name, kept for old
+  imports.
 """
 
-from realformer_jax.train.accumulation import compile_train_step
 from realformer_jax.train.build import TrainSetup, compile_eval_step, make_setup
 from realformer_jax.train.config import RunSpec, default_config, validate_config
 from realformer_jax.train.errors import DivergenceError, TrainingError
-from realformer_jax.train.loop import evaluate, train_and_evaluate
-from realformer_jax.train.metrics import read_scalars
+from realformer_jax.train.loop import compile_train_step, evaluate, read_scalars, train_and_evaluate
 from realformer_jax.train.pretrained import Pretrained, load_workdir
 from realformer_jax.train.step import TrainState
 

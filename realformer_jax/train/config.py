@@ -86,7 +86,7 @@ class TrainConfig(_Section):
   adam_eps: float = 1e-6  # BERT's value
   clip_grad_norm: float = 1.0  # global-norm clipping; 0 = off
   # Microbatches per step (lax.scan inside the compiled step), or 'auto': the fewest whose
-  # compiled step fits the device memory (train/accumulation.py resolves it, once).
+  # compiled step fits the device memory (train/build.py: resolve, once).
   grad_accum_steps: Union[int, str] = 1
   device_memory_bytes: int = -1  # 'auto' budget per device; -1 = ask the device (CPU: host RAM)
   memory_fraction: float = 0.9  # 'auto' keeps the step within this fraction of that budget

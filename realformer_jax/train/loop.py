@@ -7,37 +7,41 @@ model is traced, so every user-fixable problem costs seconds. Metrics are pulled
 step late, so the host never waits on the step it has just dispatched; a state is checked finite
 before it is ever saved. A task with a `best_metric` also keeps the parameters of its best
 evaluation (checkpointing.py). The run's processes start here too (`initialize_processes`), and a
-preemption (SIGTERM) or Ctrl-C stops it after a saved step (`PreemptionWatcher`).
+preemption (SIGTERM) or Ctrl-C stops it after a saved step (preemption.py). What the run writes
+out is here as well: TensorBoard events and console lines (`MetricWriter`, `_TrainLog`), and the
+reader of those events (`read_scalars`).
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import dataclasses
+import glob
 import json
 import os
-import signal
-import threading
-from typing import Any, Callable, Optional
+import shutil
+import struct
+import time
+from typing import Any, Callable, Mapping, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.experimental import multihost_utils
 
+from realformer_jax import extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import LAYOUT_FIELDS, ConfigError, ModelConfig, fields_of, saved_field
 from realformer_jax.data import cache_lock
 from realformer_jax.model.params import count_params
-from realformer_jax.train import accumulation, build, divergence, workdir_lock
+from realformer_jax.train import build, divergence, workdir_lock
 from realformer_jax.train import config as train_config
-from realformer_jax.train import metrics as metrics_lib
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
 from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.train.errors import DivergenceError, TrainingError
+from realformer_jax.train.preemption import PreemptionWatcher
 from realformer_jax.train.task import Task, TaskData, prefixed
-from realformer_jax.workdir_layout import CONFIG_FILE
+from realformer_jax.workdir_layout import CONFIG_FILE, TENSORBOARD
 
 
 def train_and_evaluate(
@@ -50,6 +54,22 @@ def train_and_evaluate(
   train.stop_at_step (or num_train_steps), resuming from the latest checkpoint in `workdir`:
   validates the config once (config.py), then `run`."""
   return run(train_config.validate_config(config, task=task), workdir, on_log=on_log)
+
+
+def compile_train_step(
+  config: Union[ml_collections.ConfigDict, RunSpec], task: Optional[Task] = None
+) -> jax.stages.Compiled:
+  """The compiled train step of a spec, or of a config (validated here for `task`, default the
+  default task), on this host's devices, with 'auto' accumulation resolved (build.resolve):
+  `compile_train_step(config).memory_analysis()`."""
+  spec = (
+    config
+    if isinstance(config, RunSpec)
+    else train_config.validate_config(
+      config, task=task, device_count=jax.device_count(), process_count=jax.process_count()
+    )
+  )
+  return build.resolve(spec, log=lambda _: None).compiled
 
 
 def run(
@@ -77,13 +97,13 @@ def run(
       check_resumable(spec.model, workdir, latest),
       check_schedule(spec.train, workdir, latest),
     )
-    writer = metrics_lib.MetricWriter(workdir, enabled=jax.process_index() == 0)
+    writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
     for note in filter(None, notes):
       writer.print(note)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
-    resolved = accumulation.resolve(spec, log=writer.print)
+    resolved = build.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
@@ -312,7 +332,7 @@ def check_schedule(train: TrainConfig, workdir: str, latest_step: Optional[int])
 
 
 def _restore_or_init(
-  setup: build.TrainSetup, checkpointer: Checkpointer, train_iter, writer: metrics_lib.MetricWriter
+  setup: build.TrainSetup, checkpointer: Checkpointer, train_iter, writer: MetricWriter
 ):
   """(state, rng) from the newest checkpoint that restores (moving `train_iter` to its
   position; damaged steps are set aside, checkpointing.py), or new."""
@@ -357,7 +377,7 @@ def _evaluate_and_record(
   state,
   task_data: TaskData,
   setup: build.TrainSetup,
-  writer: metrics_lib.MetricWriter,
+  writer: MetricWriter,
   step: int,
   best: Optional[BestCheckpoint],
 ) -> dict[str, float]:
@@ -377,12 +397,21 @@ def _evaluate_and_record(
   return eval_metrics
 
 
+# Metrics out: TensorBoard event files (tensorboardX's record format, no TensorFlow), console
+# lines, and a reader for the event files (`read_scalars`) that needs neither TensorFlow nor
+# tensorboard. Only process 0 writes; other processes get a writer that does nothing. Events are
+# written and flushed in the calling thread, in the order logged, so a write error (a full disk)
+# is a one-line TrainingError naming the directory. tensorboardX's SummaryWriter hands events to
+# a background thread through a 10-event queue instead: when that thread dies on a write error,
+# the call that finds the queue full blocks forever (seen on a full 1 MiB tmpfs).
+
+
 class _TrainLog:
   """Host side of the train metrics: finiteness check, sums per log interval, output."""
 
   def __init__(
     self,
-    writer: metrics_lib.MetricWriter,
+    writer: MetricWriter,
     spec: RunSpec,
     start_step: int,
     stop_step: int,
@@ -397,9 +426,7 @@ class _TrainLog:
     self._start = start_step
     self._stop = stop_step
     self._sums: Optional[dict] = None
-    self._throughput = metrics_lib.Throughput(
-      spec.task.tokens_per_step(spec), start_step, stop_step
-    )
+    self._throughput = Throughput(spec.task.tokens_per_step(spec), start_step, stop_step)
 
   def restart_clock(self, step: int) -> None:
     self._throughput.restart(step)
@@ -410,7 +437,7 @@ class _TrainLog:
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
     # Before any save: also a finite explosion, whose state must not become a resume point.
     divergence.check_finite(step, loss, values, last_checkpoint, self._reference)
-    self._sums = metrics_lib.add_sums(self._sums, values, task.sum_metrics)
+    self._sums = add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:
       return
@@ -435,11 +462,134 @@ class _TrainLog:
       f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
       f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
       f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
-      f'ETA {metrics_lib.format_duration(seconds_left)}'
+      f'ETA {format_duration(seconds_left)}'
     )
 
 
-# Processes: multi-process start-up and the preemption (SIGTERM) notice.
+# tensorboardX's package __init__ imports its SummaryWriter, which imports torch where torch is
+# installed (the `torch` extra), only to accept torch tensors: ~5 s of CPU at the start of every
+# training run (measured), for a writer this module does not use. Whichever of these is used
+# first imports the package, so each hides torch.
+_NO_TORCH = ('torch',)
+event_file_writer = extras.lazy('tensorboardX.event_file_writer', _NO_TORCH)
+event_pb2 = extras.lazy('tensorboardX.proto.event_pb2', _NO_TORCH)
+summary_pb2 = extras.lazy('tensorboardX.proto.summary_pb2', _NO_TORCH)
+
+
+class MetricWriter:
+  """Scalars to `<workdir>/tensorboard` and a console line; silent unless `enabled`."""
+
+  def __init__(self, workdir: str, enabled: bool):
+    self.enabled = enabled
+    self._directory = os.path.join(workdir, TENSORBOARD)
+    self._events = None
+    if enabled:
+      # One file per run (the pid keeps two runs started in the same second apart).
+      self._events = self._guarded(lambda: _events_writer(self._directory))
+
+  def scalars(self, step: int, values: Mapping[str, float]) -> None:
+    if self._events is None:
+      return
+    summary = summary_pb2.Summary(
+      value=[
+        summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+        for tag, value in values.items()
+      ]
+    )
+    event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary)
+    self._guarded(lambda: (self._events.write_event(event), self._events.flush()))
+
+  def print(self, line: str) -> None:
+    if self.enabled:
+      print(line, flush=True)
+
+  def close(self) -> None:
+    if self._events is not None:
+      events, self._events = self._events, None
+      try:
+        events.close()
+      except OSError:
+        pass  # what was flushed is on disk; a full disk was reported by the write that failed
+
+  def _guarded(self, write):
+    try:
+      return write()
+    except OSError as e:
+      free = shutil.disk_usage(self._directory).free if os.path.isdir(self._directory) else 0
+      raise TrainingError(
+        f'writing TensorBoard events to {self._directory} failed: '
+        f'{e.strerror or e} ({free:,} bytes free); fix that and rerun '
+        '(training resumes from its last checkpoint)'
+      ) from None
+
+
+def _events_writer(directory: str) -> event_file_writer.EventsWriter:
+  os.makedirs(directory, exist_ok=True)
+  return event_file_writer.EventsWriter(
+    os.path.join(directory, 'events'), filename_suffix=f'.{os.getpid()}'
+  )
+
+
+class Throughput:
+  """Tokens per second and time left, measured between log points."""
+
+  def __init__(self, tokens_per_step: int, start_step: int, stop_step: int):
+    self.tokens_per_step = tokens_per_step
+    self.stop_step = stop_step
+    self.restart(start_step)
+
+  def restart(self, step: int) -> None:
+    self._step, self._time = step, time.perf_counter()
+
+  def update(self, step: int) -> tuple[float, float]:
+    """(tokens/s, seconds left) since the previous call."""
+    now = time.perf_counter()
+    seconds_per_step = (now - self._time) / max(step - self._step, 1)
+    self._step, self._time = step, now
+    return self.tokens_per_step / seconds_per_step, seconds_per_step * (self.stop_step - step)
+
+
+def format_duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  hours, rest = divmod(seconds, 3600)
+  return f'{hours}h{rest // 60:02d}m' if hours else f'{rest // 60}m{rest % 60:02d}s'
+
+
+def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+  """{tag: [(step, value), ...]} from every event file under `logdir`, in write order.
+
+  Parses the TFRecord framing (length, crc, payload, crc) and the Event protos directly.
+  """
+  scalars: dict[str, list[tuple[int, float]]] = collections.defaultdict(list)
+  paths = sorted(glob.glob(os.path.join(logdir, '**', '*tfevents*'), recursive=True))
+  for path in paths:
+    for record in _records(path):
+      event = event_pb2.Event.FromString(record)
+      for value in event.summary.value:
+        if value.HasField('simple_value'):
+          scalars[value.tag].append((event.step, value.simple_value))
+  return dict(scalars)
+
+
+def _records(path: str):
+  with open(path, 'rb') as f:
+    while header := f.read(12):
+      (length,) = struct.unpack('<Q', header[:8])
+      payload = f.read(length)
+      f.read(4)  # payload crc
+      if len(payload) < length:  # truncated tail of a file still being written
+        return
+      yield payload
+
+
+def add_sums(total: Optional[dict], new: Mapping[str, float], keys) -> dict:
+  total = dict(total or {k: 0.0 for k in keys})
+  for k in keys:
+    total[k] += float(new[k])
+  return total
+
+
+# Processes: multi-process start-up (the preemption notice: preemption.py).
 
 
 def initialize_processes(dist: ml_collections.ConfigDict) -> None:
@@ -455,88 +605,3 @@ def initialize_processes(dist: ml_collections.ConfigDict) -> None:
       num_processes=dist.num_processes,
       process_id=dist.process_id,
     )
-
-
-class SecondInterrupt(KeyboardInterrupt):
-  """A second Ctrl-C during training: it stops the run at once, without the checkpoint the first
-  one is waiting for. (A plain KeyboardInterrupt: a Ctrl-C before training started.)"""
-
-
-class PreemptionWatcher:
-  """Tells the loop when to save and stop: on SIGTERM (a preemption) or Ctrl-C (SIGINT).
-
-  One process: our own handlers set a flag, so the signal waits for the end of the step,
-  which saves a checkpoint. A second Ctrl-C does not wait: it raises SecondInterrupt at once
-  (nothing is saved; the CLIs print one line). Several processes: JAX's preemption service
-  (started by jax.distributed.initialize) catches SIGTERM and agrees on one step for all
-  processes; Ctrl-C keeps its usual effect there.
-
-  After the run has saved and closed everything, `deliver` lets a deferred signal take the
-  effect it would have had without the loop: the process ends, or KeyboardInterrupt is raised
-  (or the handler that was there before runs). Only inside `return_on_preemption()` (the CLIs,
-  which then exit 0) does the run return {'preempted': True} instead. A library caller that got
-  that dict back took it for a finished run: an experiment grid failed on its missing eval
-  metrics, and a test failed alone while the rest of its pytest session went on
-  (tests/test_train_loop.py's pipeline test, under a stray SIGTERM on a shared machine).
-  """
-
-  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-  def __init__(self):
-    self._multi_process = jax.process_count() > 1
-    self.signal: Optional[signal.Signals] = None  # the signal that asked to stop, if any
-    self._previous: dict[int, Any] = {}  # the handlers before ours, put back by close
-    self._installed = False
-    if not self._multi_process and threading.current_thread() is threading.main_thread():
-      self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self._SIGNALS}
-      self._installed = True
-
-  def _on_signal(self, signum, frame) -> None:
-    del frame
-    if signum == signal.SIGINT and self.signal == signal.SIGINT:
-      self.signal = None  # a second Ctrl-C: nothing deferred is left to deliver
-      raise SecondInterrupt
-    self.signal = self.signal or signal.Signals(signum)
-
-  @property
-  def signal_name(self) -> str:
-    return self.signal.name if self.signal is not None else 'SIGTERM'  # multi-process: JAX's
-
-  def requested(self, step: int) -> bool:
-    if self._multi_process:
-      return multihost_utils.reached_preemption_sync_point(step)
-    return self.signal is not None
-
-  def close(self) -> None:
-    """Puts the previous handlers back."""
-    if self._installed:
-      for sig, previous in self._previous.items():
-        if previous is not None:
-          signal.signal(sig, previous)
-    self._installed = False
-
-  def deliver(self) -> None:
-    """A signal the run deferred now takes effect (see the class docstring). Call last."""
-    sig, self.signal = self.signal, None
-    if sig is None or _return_on_preemption:
-      return
-    previous = self._previous.get(sig)
-    if callable(previous):
-      previous(sig, None)  # Python's own SIGINT handler raises KeyboardInterrupt here
-    elif previous == signal.SIG_DFL:
-      os.kill(os.getpid(), sig)  # the default action: the process ends here
-
-
-_return_on_preemption = False
-
-
-@contextlib.contextmanager
-def return_on_preemption():
-  """Within this block a run stopped by SIGTERM returns {'preempted': True} once its checkpoint
-  is saved, and its caller decides what follows (the CLIs exit 0)."""
-  global _return_on_preemption
-  previous, _return_on_preemption = _return_on_preemption, True
-  try:
-    yield
-  finally:
-    _return_on_preemption = previous

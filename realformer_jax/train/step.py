@@ -68,7 +68,7 @@ def make_train_step(
   log_layer_grad_norms: bool = False,
 ) -> Callable[..., tuple[TrainState, Metrics]]:
   """Builds the pure train step of `task` with `grad_accum_steps` microbatches (an int:
-  'auto' is resolved before, train/accumulation.py). `schedule` is the optimizer's learning
+  'auto' is resolved before: build.resolve). `schedule` is the optimizer's learning
   rate, logged per step. `param_shardings` pins gradients to the parameters' layout (under FSDP
   this makes XLA reduce-scatter gradients instead of all-reducing them);
   `log_layer_grad_norms` adds each layer's sublayer gradient norms to the metrics."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import ml_collections
 import numpy as np
@@ -45,9 +45,6 @@ import numpy as np
 from realformer_jax.config import ConfigError, ModelConfig, from_section, to_config_dict
 from realformer_jax.data import default_data_config
 from realformer_jax.kernels import select
-
-if TYPE_CHECKING:  # train/task.py builds on this module (TrainConfig): no import at run time
-  from realformer_jax.train.task import Task
 
 # ---- The sections: frozen, self-checking dataclasses. ----
 
@@ -269,7 +266,9 @@ class DistributedConfig(_Section):
 class RunSpec(_Section):
   """One validated run of a task: what `validate_config` returns and the loop consumes."""
 
-  task: Task  # what is trained (masked LM, fine-tuning, ...), its loss
+  # What is trained (masked LM, fine-tuning, ...), its loss: a train.task.Task. Not imported
+  # here, not even for type checkers: task.py builds on this module (TrainConfig).
+  task: Any
   model: ModelConfig
   data: Any  # the task's data section (a frozen dataclass, e.g. data.DataConfig)
   train: TrainConfig

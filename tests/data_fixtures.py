@@ -1,4 +1,5 @@
-"""Shared fixtures for the data tests: one prepared bible_web corpus per test session.
+"""Shared fixtures for the data tests: one prepared bible_web corpus per test session, and a
+small corpus of your own files (`write_corpus`, `files_config`).
 
 Not a conftest.py, so the data branch adds no file the model branch may also create. Test
 modules import the fixtures they use; the preparation itself is memoized per process, so
@@ -7,6 +8,8 @@ it runs once however many modules ask for it (full corpus + 8k unigram tokenizer
 
 import atexit
 import functools
+import json
+import os
 import shutil
 import tempfile
 
@@ -55,3 +58,45 @@ def assert_same_batches(a, b):
     for key in x:
       assert x[key].dtype == y[key].dtype
       np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+# A corpus of the user's own files (data.train_files / eval_files).
+
+_WORDS = 'the quick brown fox jumps over a lazy dog while seven wise owls watch old oaks'.split()
+
+
+def write_corpus(directory, train_files=2, docs_per_file=60, seed=0) -> dict:
+  """train-<i>.txt, eval.txt, train.jsonl, eval.jsonl and train.parquet: random sentences,
+  three lines per document."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(directory, exist_ok=True)
+
+  def document():
+    return '\n'.join(' '.join(rng.choice(_WORDS, 10)) + '.' for _ in range(3))
+
+  docs = {}
+  for i in range(train_files):
+    docs[f'train-{i}.txt'] = [document() for _ in range(docs_per_file)]
+  docs['eval.txt'] = [document() for _ in range(20)]
+  for name, texts in docs.items():
+    with open(os.path.join(directory, name), 'w') as f:
+      f.write('\n\n'.join(texts) + '\n')
+  for split in ('train', 'eval'):
+    texts = sum((v for k, v in docs.items() if k.startswith(split)), [])
+    with open(os.path.join(directory, f'{split}.jsonl'), 'w') as f:
+      for text in texts:
+        f.write(json.dumps({'text': text, 'id': 1}) + '\n')
+  return docs
+
+
+def files_config(directory, **overrides):
+  config = data.default_data_config()
+  config.update(
+    data_dir=str(directory / 'cache'),
+    tokenizer_model_type='bpe',
+    vocab_size=60,
+    max_len=16,
+    max_predictions=4,
+  )
+  config.update(overrides)
+  return config

@@ -24,7 +24,9 @@ import signal
 import sys
 import time
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import repo_paths
+
+_REPO = repo_paths.REPO
 
 
 def _marker(line: str) -> None:

@@ -31,8 +31,9 @@ import sys
 import tempfile
 
 import jit_cache  # tests/, this script's directory
+import repo_paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 TINY = {
   'model.num_layers': 2,
   'model.hidden_size': 32,

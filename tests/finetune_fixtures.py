@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 
+import repo_paths
 from data_fixtures import bible_config
 from train_fixtures import TINY_MODEL
 
 from realformer_jax import data, finetune
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 TOY_MODEL = {**TINY_MODEL, 'max_len': 64}  # pretraining's toy model, 64 positions
 TOY = {

@@ -13,10 +13,11 @@ import sys
 from typing import Sequence
 
 import numpy as np
+import repo_paths
 
 from tests import compile_settings, jit_cache
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 # A model small enough to compile in seconds, with 8 heads so that every mesh axis of size
 # up to 8 divides heads, FFN, vocabulary and batch.

@@ -19,8 +19,9 @@ import sys
 import textwrap
 
 import pytest
+import repo_paths
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(repo_paths.REPO)
 ENV = dict(os.environ, JAX_PLATFORMS='cpu')
 
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import repo_paths
 from model_fixtures import kernel_config
 
 from realformer_jax.config import ModelConfig
@@ -30,7 +31,7 @@ from realformer_jax.model.encoder import REMAT_POLICIES, Encoder
 FORWARD = 'flash_attention_fwd'
 BACKWARD = {'triton': 'flash_attention_bwd', 'mosaic': 'flash_attention_dkv'}
 TODAY = jax.checkpoint_policies.nothing_saveable  # full remat before the saved attention
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(repo_paths.REPO)
 # The encoder tests' setting: every layer rematerialised, attention dropout on (the saved mask).
 FULL_REMAT = dict(remat_policy='full', attention_dropout_rate=0.1)
 

@@ -16,10 +16,12 @@ import pytest
 if importlib.util.find_spec('transformers') is None:
   pytest.skip('transformers is not installed', allow_module_level=True)
 
+import repo_paths
+
 from benchmarks import profiles
 from benchmarks import run as bench
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(repo_paths.REPO)
 
 
 @pytest.mark.slow

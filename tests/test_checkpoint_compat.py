@@ -15,6 +15,7 @@ import shutil
 import jax
 import jax.numpy as jnp
 import pytest
+import repo_paths
 from train_fixtures import tiny_config
 
 from realformer_jax import ModelConfig, Seq2Seq, train
@@ -22,7 +23,7 @@ from realformer_jax.model.params import unbox
 from realformer_jax.model.placement import placement
 from realformer_jax.seq2seq import Seq2SeqModelConfig
 
-GOLDEN = os.path.join(os.path.dirname(__file__), 'golden')
+GOLDEN = os.path.join(repo_paths.TESTS, 'golden')
 
 
 @pytest.mark.slow

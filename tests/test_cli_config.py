@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import repo_paths
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.config_docs import did_you_mean, field_meanings
@@ -15,7 +16,7 @@ from realformer_jax.seq2seq.config import DecodeConfig, TranslationTrainConfig
 from realformer_jax.seq2seq.data import TranslationDataConfig
 from realformer_jax.train import config as train_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 SCHEMAS = (
   ModelConfig,
   DataConfig,

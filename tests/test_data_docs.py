@@ -11,8 +11,8 @@ import sys
 
 import jit_cache
 import pytest
-from test_configs import EXPECTED_OUTPUT, TOY_FLAGS
-from test_data_files import write_corpus
+from data_fixtures import write_corpus
+from toy_flags import EXPECTED_OUTPUT, TOY_FLAGS
 
 from tests import scale_out_support as support
 

@@ -8,8 +8,8 @@ import tensorflow_datasets as tfds
 from data_fixtures import (
   bible_config,
   bible_tokenizer,  # noqa: F401  (pytest fixture)
+  files_config,
 )
-from test_data_files import files_config
 
 from realformer_jax import data
 

@@ -13,48 +13,10 @@ import time
 
 import numpy as np
 import pytest
+from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
 from realformer_jax.data import cache_lock, corpus, file_corpus, sources, text_files
-
-_WORDS = 'the quick brown fox jumps over a lazy dog while seven wise owls watch old oaks'.split()
-
-
-def write_corpus(directory, train_files=2, docs_per_file=60, seed=0) -> dict:
-  """train-<i>.txt, eval.txt, train.jsonl, eval.jsonl and train.parquet: random sentences,
-  three lines per document."""
-  rng = np.random.default_rng(seed)
-  os.makedirs(directory, exist_ok=True)
-
-  def document():
-    return '\n'.join(' '.join(rng.choice(_WORDS, 10)) + '.' for _ in range(3))
-
-  docs = {}
-  for i in range(train_files):
-    docs[f'train-{i}.txt'] = [document() for _ in range(docs_per_file)]
-  docs['eval.txt'] = [document() for _ in range(20)]
-  for name, texts in docs.items():
-    with open(os.path.join(directory, name), 'w') as f:
-      f.write('\n\n'.join(texts) + '\n')
-  for split in ('train', 'eval'):
-    texts = sum((v for k, v in docs.items() if k.startswith(split)), [])
-    with open(os.path.join(directory, f'{split}.jsonl'), 'w') as f:
-      for text in texts:
-        f.write(json.dumps({'text': text, 'id': 1}) + '\n')
-  return docs
-
-
-def files_config(directory, **overrides):
-  config = data.default_data_config()
-  config.update(
-    data_dir=str(directory / 'cache'),
-    tokenizer_model_type='bpe',
-    vocab_size=60,
-    max_len=16,
-    max_predictions=4,
-  )
-  config.update(overrides)
-  return config
 
 
 def _texts(records, feature='text'):

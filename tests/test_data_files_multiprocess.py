@@ -6,7 +6,7 @@ import os
 import re
 
 import pytest
-from test_data_files import write_corpus
+from data_fixtures import write_corpus
 
 from tests import scale_out_support as support
 

@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from test_data_files import files_config, write_corpus
+from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
 from realformer_jax.data import preparation

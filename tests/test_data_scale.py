@@ -9,7 +9,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from test_data_files import files_config, write_corpus
+from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
 from realformer_jax.data import cache_integrity, file_corpus, preparation, text_files, workers

@@ -10,10 +10,11 @@ import sys
 import types
 
 import pytest
+import repo_paths
 
 from realformer_jax import platform_choice
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 PLUGIN_NOISE = ('Traceback', 'cuDNN', 'Jax plugin configuration error', 'E0000', 'libtpu')
 
 

@@ -6,7 +6,9 @@ import pathlib
 import re
 import textwrap
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+import repo_paths
+
+ROOT = pathlib.Path(repo_paths.REPO)
 DOC = (ROOT / 'docs' / 'extending.md').read_text()
 
 

@@ -25,6 +25,7 @@ import fault_support as fs
 import jax
 import jax.numpy as jnp
 import pytest
+import repo_paths
 from data_fixtures import bible_config
 from orbax.checkpoint._src.futures import future as orbax_future
 
@@ -471,9 +472,7 @@ def test_sigterm_in_library_use_saves_then_ends_the_process(tmp_path):
   have without the loop, instead of returning a result its caller takes for a finished run."""
   workdir = str(tmp_path / 'w')
   script = _LIBRARY_RUN.format(
-    tests=os.path.dirname(os.path.abspath(__file__)),
-    data_dir=fs.bible_config().data_dir,
-    workdir=workdir,
+    tests=repo_paths.TESTS, data_dir=fs.bible_config().data_dir, workdir=workdir
   )
   data.prepare(bible_config())
   proc = subprocess.run(

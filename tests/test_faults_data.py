@@ -168,7 +168,7 @@ def test_a_damaged_translation_cache_is_encoded_again(tmp_path, caplog):
 
 
 def _file_corpus(tmp_path, **overrides):
-  from test_data_files import files_config, write_corpus  # pylint: disable=import-outside-toplevel
+  from data_fixtures import files_config, write_corpus  # pylint: disable=import-outside-toplevel
 
   write_corpus(tmp_path / 'corpus', train_files=3)
   preparation._PREPARED.clear()  # pylint: disable=protected-access

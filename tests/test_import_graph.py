@@ -9,7 +9,9 @@ except realformer_jax/__init__.py, which only re-exports public names: an import
 import ast
 import os
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import repo_paths
+
+REPO = repo_paths.REPO
 PACKAGES = ('realformer_jax', 'experiments', 'benchmarks', 'studies', 'configs')
 ROOT_INIT = os.path.join('realformer_jax', '__init__.py')
 # Upward imports tolerated (none: the kernel self-check now lives in analysis/kernel_check.py,

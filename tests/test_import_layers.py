@@ -14,8 +14,9 @@ import subprocess
 import sys
 
 import pytest
+import repo_paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = repo_paths.REPO
 KERNELS = os.path.join(ROOT, 'realformer_jax', 'kernels')
 # What kernels/ may import from the project: itself and the config layer below it.
 ALLOWED = ('realformer_jax.kernels', 'realformer_jax.config')

@@ -13,6 +13,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+import repo_paths
 import train_fixtures
 from model_fixtures import init_params, padded_batch, tiny_config
 
@@ -23,7 +24,7 @@ from realformer_jax.data import wordpiece
 from realformer_jax.interop import hf_export
 
 ATOL = 2e-5
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + [f'w{i}' for i in range(45)]
 
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import repo_paths
 from model_fixtures import kernel_fields
 
 from realformer_jax import Encoder, ModelConfig, source_digest
@@ -24,7 +25,7 @@ from realformer_jax.aot import categories
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, select
 
-TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'toy_backend')
+TOY = os.path.join(repo_paths.TESTS, 'toy_backend')
 LENGTH = 16
 SMALL = kernel_fields(LENGTH, attention_platform='cpu')
 

@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import pytest
+import repo_paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 KERNELS = {
   'h100_tiny_post': {'flash_attention_fwd', 'flash_attention_bwd'},

@@ -5,11 +5,12 @@ import subprocess
 import sys
 
 import pytest
+import repo_paths
 
 from realformer_jax import malloc
 from tests.train_fixtures import run_train_cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 
 def test_environment_adds_the_tunables_once(monkeypatch):

@@ -9,10 +9,11 @@ import sys
 import textwrap
 
 import pytest
+import repo_paths
 
 from realformer_jax import extras
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 # Raises ModuleNotFoundError for the optional modules (and TensorFlow, transformers, torch), as
 # in a venv with only `pip install -e .`.

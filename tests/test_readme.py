@@ -5,8 +5,9 @@ import pathlib
 import re
 
 import pytest
+import repo_paths
 
-README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
+README = pathlib.Path(repo_paths.REPO) / 'README.md'
 
 
 def _python_blocks():
@@ -33,7 +34,7 @@ def test_readme_commands_match_ci():
 def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
   # The example compiles the paper's Large step; here at the toy width of test_configs.py
   # (same depth, heads, remat, 'auto' accumulation), which is what the example's code path is.
-  from test_configs import _TRAIN_TOY_FLAGS  # pylint: disable=import-outside-toplevel
+  from toy_flags import TRAIN_TOY_FLAGS  # pylint: disable=import-outside-toplevel
 
   from configs import realformer_large  # pylint: disable=import-outside-toplevel
 
@@ -42,7 +43,7 @@ def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
 
   def toy_config():
     config = paper_config()
-    for key, value in _TRAIN_TOY_FLAGS.items():
+    for key, value in TRAIN_TOY_FLAGS.items():
       section, field = key.split('.')
       config[section][field] = value
     return config

@@ -3,7 +3,6 @@ layer layout. Float32 matmuls: the suite pins jax_default_matmul_precision='high
 (tests/conftest.py); the sharded subprocess pins it too."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import repo_paths
 from model_fixtures import init_params, padded_batch, tiny_config
 
 from realformer_jax import MaskedLM
@@ -20,7 +20,7 @@ from realformer_jax.model.params import stack_layers, unbox, unstack_layers
 from realformer_jax.model.rotary import apply_rotary
 from tests.test_residual_attention_reference import reference_mlm_logits
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 
 def _reference_rotary(x, base):

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import repo_paths
 
 from tests import scale_out_support as support
 
@@ -144,7 +145,7 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(da
   assert support.relative_difference(params, reference) <= 1e-4
 
 
-GOLDEN = os.path.join(os.path.dirname(__file__), 'golden', 'partition_specs.json')
+GOLDEN = os.path.join(repo_paths.TESTS, 'golden', 'partition_specs.json')
 
 
 @pytest.mark.slow

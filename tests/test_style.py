@@ -3,13 +3,13 @@
 Fix a failure with `ruff check --fix . && ruff format .` (then read the diff).
 """
 
-import os
 import subprocess
 import sys
 
 import pytest
+import repo_paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = repo_paths.REPO
 
 
 def _ruff(*args):

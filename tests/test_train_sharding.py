@@ -5,7 +5,6 @@ the device count is fixed when JAX starts. Mesh equivalence through the CLI, cro
 and multi-process runs are in test_scale_out.py."""
 
 import json
-import os
 import subprocess
 import sys
 

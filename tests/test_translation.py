@@ -9,6 +9,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import repo_paths
 from data_fixtures import bible_config
 
 from realformer_jax.config import ConfigError
@@ -241,7 +242,7 @@ def test_readme_seq2seq_example_runs(capsys):
   import pathlib  # pylint: disable=import-outside-toplevel
   import re  # pylint: disable=import-outside-toplevel
 
-  page = pathlib.Path(__file__).resolve().parents[1] / 'docs' / 'training.md'
+  page = pathlib.Path(repo_paths.REPO) / 'docs' / 'training.md'
   readme = page.read_text()
   block = next(
     b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S) if 'beam_search(' in b

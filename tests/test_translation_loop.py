@@ -16,7 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 from data_fixtures import bible_config
-from test_configs import _TRANSLATE_TOY_FLAGS
+from toy_flags import TRANSLATE_TOY_FLAGS
 from train_fixtures import REPO
 
 from realformer_jax import Seq2Seq
@@ -111,7 +111,7 @@ def test_the_spec_round_trips_through_config_json():
 
 @pytest.mark.slow
 def test_a_diverging_translation_run_is_one_error_line(tmp_path):
-  flags = dict(_TRANSLATE_TOY_FLAGS, **{'data.data_dir': bible_config().data_dir})
+  flags = dict(TRANSLATE_TOY_FLAGS, **{'data.data_dir': bible_config().data_dir})
   flags.update({'train.learning_rate': 1e30, 'train.num_train_steps': 4})
   proc = subprocess.run(
     [

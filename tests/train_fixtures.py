@@ -10,12 +10,13 @@ import sys
 
 import ml_collections
 import numpy as np
+import repo_paths
 from data_fixtures import bible_config
 
 from realformer_jax import data
 from realformer_jax.train import default_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = repo_paths.REPO
 
 # The suite's toy model (fine-tuning's too, finetune_fixtures.py): dropout on, so that a resume
 # is exact only with the PRNG key.

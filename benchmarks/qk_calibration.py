@@ -149,7 +149,7 @@ SETS = {
 }
 TOLERANCE = 0.30  # issue 40: the calibrated estimate within 30 % of each measured step
 # Measured rows the calibrated model misses by more than TOLERANCE, with the likely reason:
-# stated here, drawn in the table, and checked to stay missed (tests/test_aot_kernel_costs.py)
+# stated here, drawn in the table, and checked to stay missed (tests/aot/test_aot_kernel_costs.py)
 # until the model explains them.
 _CONTENDED_ATOMICS = (
   'the scores carry: its backward is bound by its dQ atomic adds (1 per score element) at '

@@ -5,7 +5,7 @@ r"""Merged attention vs the standard decoder on WEB -> BBE (experiments/translat
 
 Post-LN encoder-decoders with DS-Init (the DS-Init paper's setting), the same recipe and
 budget for both decoders ('standard': self-attention, cross-attention, FFN; 'merged': MAtt,
-FFN), 3 seeds each. Any field can be changed with --config.a.b=v (tests/test_configs.py
+FFN), 3 seeds each. Any field can be changed with --config.a.b=v (tests/experiments/test_configs.py
 runs both commands at toy size that way).
 """
 

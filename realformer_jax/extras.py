@@ -18,7 +18,7 @@ import types
 from typing import Callable, Mapping
 
 # Import name -> (distribution, extra of pyproject.toml that installs it). Checked against
-# pyproject.toml by tests/test_optional_dependencies.py.
+# pyproject.toml by tests/house/test_optional_dependencies.py.
 OPTIONAL = {
   'tensorflow_datasets': ('tensorflow-datasets', 'train'),
   'grain': ('grain', 'train'),

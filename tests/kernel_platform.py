@@ -1,5 +1,5 @@
 """How the kernel tests run on this machine: compiled on the kernels' own hardware, else in
-Pallas interpret mode (the one place this is decided for tests/test_kernels.py).
+Pallas interpret mode (the one place this is decided for tests/kernels/test_kernels.py).
 
 On a GPU the Triton kernels run compiled (and the Mosaic ones interpreted); on a TPU the Mosaic
 kernels compiled (Triton interpreted); on a CPU both interpreted. Compiled kernels are held to

@@ -1,4 +1,4 @@
-"""Run by tests/test_kernels_sharded.py in a subprocess with 8 forced CPU devices: the real
+"""Run by tests/kernels/test_kernels_sharded.py in a subprocess with 8 forced CPU devices: the real
 train setup on a (data 2, fsdp 2, tensor 2) mesh, RealFormer with dropout on, once with the
 einsum path and once with the Pallas kernels (interpret mode, per shard). Prints one JSON line:
 the largest gradient difference relative to the largest gradient, the two losses, and the loss

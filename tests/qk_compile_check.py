@@ -1,4 +1,4 @@
-"""Run by tests/test_qk_carry.py in a subprocess with JAX_PLATFORMS=cpu and the CUDA plugin
+"""Run by tests/kernels/test_qk_carry.py in a subprocess with JAX_PLATFORMS=cpu and the CUDA plugin
 installed (the `aot` extra): the qk kernels' op, forward and backward, compiled deviceless for
 an H100 (realformer_jax/aot/targets.py), bfloat16 stack, 8 layers (the backward's slot
 buckets), dropout on. Prints one JSON line: the Pallas kernels in the optimized program, what

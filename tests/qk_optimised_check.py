@@ -1,8 +1,8 @@
-"""Run by tests/test_qk_carry.py in a subprocess with XLA's optimisations ON (tests/conftest.py
-turns them off in the test process): the qk einsum path with the layers unrolled
-(scan_layers=False), initialised and applied inside one jit, against the carried sum. That
-program once came back all-nan (qk_reference.summed_scores's `where` over the stack) while
-the same code eagerly and without the optimisations was finite. Prints one JSON line."""
+"""Run by tests/kernels/test_qk_carry.py in a subprocess with XLA's optimisations ON
+(tests/conftest.py turns them off in the test process): the qk einsum path with the layers unrolled
+(scan_layers=False), initialised and applied inside one jit, against the carried sum. That program
+once came back all-nan (qk_reference.summed_scores's `where` over the stack) while the same code
+eagerly and without the optimisations was finite. Prints one JSON line."""
 
 import json
 

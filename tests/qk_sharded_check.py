@@ -1,8 +1,8 @@
-"""Run by tests/test_qk_carry.py in a subprocess with 8 forced CPU devices: the sharded train
-setup of tests/kernels_sharded_check.py (RealFormer, attention dropout 0.5, a 2 x 2 x 2 mesh)
-with model.residual_carry='qk', on the einsum path and on the Triton kernels (interpret mode,
-per shard), against the carried sum. The reference recomputes going down (as the qk stack
-does, so both draw the same per-layer dropout keys). Prints one JSON line."""
+"""Run by tests/kernels/test_qk_carry.py in a subprocess with 8 forced CPU devices: the sharded
+train setup of tests/kernels_sharded_check.py (RealFormer, attention dropout 0.5, a 2 x 2 x 2 mesh)
+with model.residual_carry='qk', on the einsum path and on the Triton kernels (interpret mode, per
+shard), against the carried sum. The reference recomputes going down (as the qk stack does, so both
+draw the same per-layer dropout keys). Prints one JSON line."""
 
 from tests.kernels_sharded_check import grad_difference, print_report, sharded_runs
 

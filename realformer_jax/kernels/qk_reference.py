@@ -48,7 +48,7 @@ def summed_scores(stack: jax.Array, upto: jax.Array, scale: jax.Array, dtype) ->
   used = (jnp.arange(layers) < upto).astype(stack.dtype)[:, None, None, None, None]
   # A product with 0, not jnp.where: with the layers unrolled (scan_layers=False) `upto` is a
   # constant and XLA's optimised CPU program gave all-nan for where(used, stack, 0) over the
-  # zero-initialised stack its dynamic-update-slices wrote (tests/test_qk_carry.py runs that
+  # zero-initialised stack its dynamic-update-slices wrote (tests/kernels/test_qk_carry.py runs that
   # case with the optimisations on). A product is exact for the finite values a slot holds.
   q_N, k_N = ((stack[part] * used).astype(dtype) for part in range(2))
   logits = jnp.einsum('nbqhk,nbvhk->bhqv', q_N, k_N, preferred_element_type=jnp.float32)

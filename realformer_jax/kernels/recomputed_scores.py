@@ -19,7 +19,7 @@ memory holds O(1) score-sized tensors instead of O(N). acc_{l-1} is rebuilt to f
 rounding (|error| <= ulp(acc_l)), used only to recompute that layer's softmax.
 
 `ModelConfig.residual_scores_backward='recomputed'` selects it (encoder.py); gradients match
-the saved path to float32 rounding (tests/test_recomputed_scores.py).
+the saved path to float32 rounding (tests/model/test_recomputed_scores.py).
 """
 
 from __future__ import annotations

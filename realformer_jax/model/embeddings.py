@@ -13,7 +13,7 @@ from realformer_jax.model.normalization import Norm
 # a scatter-add, and a scatter of B*L rows into 2 rows is an atomic pile-up on GPUs (measured
 # on an H100: ~40% of a BERT-Base step, for both this model and Hugging Face's); the gradient
 # of the one-hot matmul is a [T, B*L] x [B*L, D] matmul. Same values (one term of the sum is
-# exactly the row, the others exactly 0), tested in tests/test_fast_layers.py.
+# exactly the row, the others exactly 0), tested in tests/model/test_fast_layers.py.
 ONE_HOT_MAX_ROWS = 16
 
 

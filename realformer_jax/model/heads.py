@@ -61,7 +61,7 @@ class MaskedLMHead(nn.Module):
     # Pin the layout before the tied decoder: without it, a data x fsdp x tensor mesh (kernel
     # ('embed','mlp') -> (fsdp, tensor), embeddings ('vocab','embed') -> (tensor, fsdp)) gets
     # a wrong transform-kernel gradient from XLA's SPMD partitioner (jax 0.10.2; reproduced
-    # with plain einsums, both partitioners). tests/test_train_sharding.py guards it.
+    # with plain einsums, both partitioners). tests/train/test_train_sharding.py guards it.
     x_BxPxD = nn.with_logical_constraint(x_BxPxD, ('batch', 'length', 'embed'))
     x_BxPxD = get_activation(cfg.activation)(x_BxPxD)
     x_BxPxD = Norm(cfg, name='norm')(x_BxPxD)

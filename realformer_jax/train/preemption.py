@@ -35,7 +35,7 @@ class PreemptionWatcher:
   which then exit 0) does the run return {'preempted': True} instead. A library caller that got
   that dict back took it for a finished run: an experiment grid failed on its missing eval
   metrics, and a test failed alone while the rest of its pytest session went on
-  (tests/test_train_loop.py's pipeline test, under a stray SIGTERM on a shared machine).
+  (tests/train/test_train_loop.py's pipeline test, under a stray SIGTERM on a shared machine).
   """
 
   _SIGNALS = (signal.SIGTERM, signal.SIGINT)

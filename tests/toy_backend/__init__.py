@@ -1,8 +1,8 @@
 """A toy kernel backend: the fused kernels' contract in plain jnp, as a newcomer would add one.
 
 The whole backend is this folder: the record below, its one registration, and attention.py.
-tests/test_kernel_backends.py copies the folder outside the repository, imports it and trains
-a model through it (docs/extending.md, "A kernel backend").
+tests/kernels/test_kernel_backends.py copies the folder outside the repository, imports it and
+trains a model through it (docs/extending.md, "A kernel backend").
 """
 
 from realformer_jax.kernels import backends

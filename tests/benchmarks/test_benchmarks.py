@@ -177,7 +177,7 @@ def test_long_sequence_targets_print_pass_or_miss():
 def test_aot_profile_code_path_at_toy_shape(tmp_path):
   # The H100 profile compiled on this host (deviceless) and estimated, at toy shape, for ours
   # and Hugging Face's step. A subprocess: the accelerator plugins need JAX_PLATFORMS=cpu
-  # from the start (tests/test_aot_compile.py).
+  # from the start (tests/aot/test_aot_compile.py).
   done = subprocess.run(
     [
       sys.executable,

@@ -153,7 +153,8 @@ def test_a_check_that_crashes_compiling_side_by_side_runs_again_one_case_at_a_ti
 
 @pytest.mark.slow
 def test_the_toy_suite_measures_each_part_and_labels_every_figure(tmp_path):
-  # The device check has its own test (tests/test_device_check.py): the suite's other parts.
+  # The device check has its own test (tests/experiments/test_device_check.py); here the suite's
+  # other parts.
   done = _run(
     'benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--parts=long,split,steps',
     '--budget_s=800', '--qk_ds_tiles=16x32x4x2', '--post_bwd_tiles=32x16x4x3', fast=True,

@@ -1,6 +1,6 @@
 """docs/extending.md stays true: its backend record is the toy backend's, as the tests run it
-(tests/test_kernel_backends.py), its data source is the toy source's, as the tests run it
-(tests/test_data_sources.py), and every file it names exists."""
+(tests/kernels/test_kernel_backends.py), its data source is the toy source's, as the tests run it
+(tests/data/test_data_sources.py), and every file it names exists."""
 
 import pathlib
 import re

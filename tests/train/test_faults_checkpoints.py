@@ -359,7 +359,7 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   """The CLI's preemption contract (SIGTERM or a Ctrl-C saves at the step it reached and exits
   0; the restart resumes there, redoing nothing), at its two hardest moments; a second Ctrl-C
   aborts at once, as does one before training starts. (This replaces
-  tests/test_train_preemption.py, whose plain SIGTERM case it covers.)"""
+  the former test_train_preemption.py, whose plain SIGTERM case it covers.)"""
   workdir = str(tmp_path / 'w')
   # A Ctrl-C before training starts (once the data is built): one line, exit 130, nothing made.
   fs.run_saying(

@@ -38,10 +38,10 @@ def _compile_command(*flags, fast: bool = False) -> subprocess.CompletedProcess:
   return _run('-m', 'experiments.compile', '--config=configs/tiny.py', *flags, fast=fast)
 
 
-# The README's paper-size commands at toy width (as tests/test_configs.py runs the configs'
-# commands): depth, heads, LN placement, remat, dtype and 'auto' accumulation stay. Width 64,
-# not test_configs' 48: XLA:GPU, which cannot autotune without a device, found no Triton tiling
-# for a [256, 48] GEMM ('Couldn't find output tile sizes').
+# The README's paper-size commands at toy width (as tests/experiments/test_configs.py runs the
+# configs' commands): depth, heads, LN placement, remat, dtype and 'auto' accumulation stay.
+# Width 64, not test_configs' 48: XLA:GPU, which cannot autotune without a device, found no
+# Triton tiling for a [256, 48] GEMM ('Couldn't find output tile sizes').
 _TOY_FLAGS = [
   '--config.model.hidden_size=64',
   '--config.model.mlp_dim=128',

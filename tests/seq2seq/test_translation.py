@@ -1,6 +1,6 @@
 """WEB -> BBE translation: verse alignment, cached data, batches, the seq2seq loss, config
 errors, and the experiment's table and verdicts (experiments/translate.py). The experiment's
-commands themselves run at toy size in tests/test_configs.py."""
+commands themselves run at toy size in tests/experiments/test_configs.py."""
 
 import json
 import math

@@ -18,7 +18,7 @@ from realformer_jax import MaskedLM
 from realformer_jax.config import ConfigError
 from realformer_jax.model.params import stack_layers, unbox, unstack_layers
 from realformer_jax.model.rotary import apply_rotary
-from tests.test_residual_attention_reference import reference_mlm_logits
+from tests.numpy_reference import reference_mlm_logits
 
 REPO = repo_paths.REPO
 

@@ -363,7 +363,7 @@ def test_the_longer_budgets_paragraph():
 
 def test_the_scale_table():
   # The count compare_stability's report computed (scale_facts traces the model: seconds on a
-  # loaded machine; tests/test_compare_stability.py checks it against the model).
+  # loaded machine; tests/experiments/test_compare_stability.py checks it against the model).
   facts = json.load(open('docs/results/compare_layouts/stability/results.json'))['analysis'][
     'scale'
   ]

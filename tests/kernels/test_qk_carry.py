@@ -300,7 +300,7 @@ def test_encoder_qk_carry_equals_carried_sum_float32(impl, overrides):
 @pytest.mark.slow  # ~5-9 s CPU a case; test_kernels.py keeps a bfloat16 kernel case fast
 @pytest.mark.parametrize('backend', ['triton', 'mosaic'])
 def test_kernel_op_bfloat16_within_the_kernels_tolerance(backend):
-  # bfloat16 q, k, v: as tests/test_kernels.py's bfloat16 test, 2e-2 of the largest value
+  # bfloat16 q, k, v: as tests/kernels/test_kernels.py's bfloat16 test, 2e-2 of the largest value
   # (the kernels round exp(z - m) before P V, the einsum path the normalised p).
   stack, v, mask, weights = _op_inputs(dtype=jnp.bfloat16)
   index, key = jnp.asarray(2), jax.random.key(3)

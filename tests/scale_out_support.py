@@ -13,9 +13,10 @@ import sys
 from typing import Sequence
 
 import numpy as np
-import repo_paths
 
-from tests import compile_settings, jit_cache
+# Also imported as tests.scale_out_support (by the *_check.py scripts, run with -m from the
+# repository root, where tests/ itself is not on the path).
+from tests import compile_settings, jit_cache, repo_paths
 
 REPO = repo_paths.REPO
 

@@ -34,6 +34,8 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from realformer_jax.units import format_duration
+
 
 @dataclasses.dataclass(frozen=True)
 class Run:
@@ -43,14 +45,6 @@ class Run:
 
 
 Report = Callable[[float, str], None]
-
-
-def format_duration(seconds: float) -> str:
-  if seconds != seconds or seconds == float('inf'):  # nan / inf: nothing measured yet
-    return '?'
-  seconds = int(round(max(seconds, 0.0)))
-  hours, rest = divmod(seconds, 3600)
-  return f'{hours}h{rest // 60:02d}m' if hours else f'{rest // 60}m{rest % 60:02d}s'
 
 
 def write_json(path: str, value: Any) -> None:

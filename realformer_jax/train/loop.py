@@ -41,6 +41,7 @@ from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.preemption import PreemptionWatcher
 from realformer_jax.train.task import Task, TaskData, prefixed
+from realformer_jax.units import format_duration
 from realformer_jax.workdir_layout import CONFIG_FILE, TENSORBOARD
 
 
@@ -547,12 +548,6 @@ class Throughput:
     seconds_per_step = (now - self._time) / max(step - self._step, 1)
     self._step, self._time = step, now
     return self.tokens_per_step / seconds_per_step, seconds_per_step * (self.stop_step - step)
-
-
-def format_duration(seconds: float) -> str:
-  seconds = int(round(seconds))
-  hours, rest = divmod(seconds, 3600)
-  return f'{hours}h{rest // 60:02d}m' if hours else f'{rest // 60}m{rest % 60:02d}s'
 
 
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from realformer_jax.units import format_duration
 from studies import report, runs, stats
 
 
@@ -110,6 +111,13 @@ def test_grid_skips_finished_runs_and_reports_eta(tmp_path):
   again = runs.Grid(str(tmp_path), grid_runs, min_interval=0.0, stream=io.StringIO())
   assert again.run(train_one)['r0']['accuracy'] == 0
   assert calls == ['r1']
+
+
+def test_durations_read_as_hours_and_minutes_or_minutes_and_seconds():
+  # One format for the train loop's ETA and the grids' (realformer_jax/units.py).
+  assert format_duration(3725) == '1h02m' and format_duration(247.4) == '4m07s'
+  assert format_duration(-3) == '0m00s'  # a clock that ran backwards: no negative time left
+  assert format_duration(float('nan')) == format_duration(float('inf')) == '?'  # not measured
 
 
 def test_a_grid_with_an_identity_runs_again_what_other_code_computed(tmp_path):

@@ -30,8 +30,8 @@ import ml_collections
 import numpy as np
 
 from realformer_jax import MaskedLM, data, train, workdir_layout
-from realformer_jax.data import tokenizer as tokenizer_lib
-from realformer_jax.data.tokenizer import CLS, MASK, SEP
+from realformer_jax.data import tokenizers as tokenizer_lib
+from realformer_jax.data.tokenizers import CLS, MASK, SEP
 from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_nll_and_correct
 from realformer_jax.train import checkpointing, pretrained, run_identity, workdir_lock
@@ -546,7 +546,7 @@ def draw_floors(
 # ------------------------------------------------------------------------------------------
 # Batches for diagnostics that drive the model directly (grad_norms, init_grad_sweep).
 
-# The special ids of the tokenizers the data pipeline trains (data/tokenizer.py); ids from
+# The special ids of the tokenizers the data pipeline trains (data/tokenizers); ids from
 # NUM_SPECIAL up are ordinary tokens.
 CLS_ID, SEP_ID, MASK_ID = (tokenizer_lib.TRAINED_SPECIALS.index(p) for p in (CLS, SEP, MASK))
 NUM_SPECIAL = len(tokenizer_lib.TRAINED_SPECIALS)

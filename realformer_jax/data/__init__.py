@@ -37,7 +37,7 @@ _EXPORTS = {
   'make_train_iterator': '.pipeline',
   'saved_train_state': '.pipeline',
   'prepare': '.preparation',
-  'Tokenizer': '.tokenizer',
+  'Tokenizer': '.tokenizers',
 }
 __all__ = sorted(_EXPORTS)
 # Also a submodule by name: `from realformer_jax import data; data.preparation`.

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Union
 import ml_collections
 
 from realformer_jax.config import from_section, to_config_dict
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.sources.registry import EMBEDDED_DATASET
 

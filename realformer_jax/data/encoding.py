@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.tokenizer_base import Tokenizer
+from realformer_jax.data.tokenizers.base import Tokenizer
 
 _DIGEST = operator.methodcaller('digest')
 

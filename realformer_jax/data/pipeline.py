@@ -49,7 +49,7 @@ from etils import epath
 from realformer_jax import extras
 from realformer_jax.data import config as config_lib
 from realformer_jax.data import encoding, masking, packed_store, packing, preparation
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.errors import DataError, check_saved_state
 
 grain = extras.require('grain')

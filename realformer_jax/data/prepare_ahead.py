@@ -8,7 +8,7 @@ import time
 from typing import Optional
 
 from realformer_jax.data import pipeline, preparation
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.config import data_config as to_data_config
 
 

@@ -30,7 +30,7 @@ from typing import Any, Optional
 import numpy as np
 
 from realformer_jax.config import ConfigError, ModelConfig, fields_of
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.interop import hf_convert
 from realformer_jax.workdir_layout import CONFIG_FILE, RUN_MARKERS
 

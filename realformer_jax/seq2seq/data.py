@@ -19,7 +19,7 @@ len(bucket_lengths) shapes are ever compiled. Train pairs longer than the last b
 dropped (counted in `TranslationData.dropped`); evaluation keeps every pair, truncating a
 source longer than the last bucket (counted too). The order is a function of (seed, epoch).
 
-Caching (data_dir/bible_web_bbe/): the tokenizer as in tokenizer.py, and the encoded splits as
+Caching (data_dir/bible_web_bbe/): the tokenizer as in data/tokenizers, and the encoded splits as
 one .npz whose name hashes every setting and the text packages' versions, built under a file
 lock and published with an atomic rename (cache_lock.py), like the pretraining data; a `.json`
 sidecar records its size and checksum, and a damaged one is encoded again (cache_integrity.py).
@@ -41,7 +41,7 @@ import numpy as np
 from realformer_jax import extras
 from realformer_jax.config import from_section, to_config_dict
 from realformer_jax.data import cache_integrity, cache_lock
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.errors import DataError, check_saved_state
 from realformer_jax.seq2seq import bible_pairs
 

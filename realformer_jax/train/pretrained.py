@@ -50,10 +50,10 @@ class Pretrained:
 
 def workdir_tokenizer(workdir: str, data_config: data.DataConfig) -> data.Tokenizer:
   """The tokenizer of a run: the copy in its workdir, else prepared from its data config."""
-  for name in data.tokenizer.FILE_NAMES:
+  for name in data.tokenizers.FILE_NAMES:
     path = os.path.join(workdir, name)
     if os.path.exists(path):
-      return data.tokenizer.load(path, lower_case=data_config.lower_case)
+      return data.tokenizers.load(path, lower_case=data_config.lower_case)
   return data.prepare(data_config)
 
 

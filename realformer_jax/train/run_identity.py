@@ -25,7 +25,7 @@ import os
 from typing import Any, Optional
 
 from realformer_jax import workdir_layout
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.train import checkpoint_integrity
 
 # Fields of a data iterator state that say where it is, not what it reads.

@@ -9,7 +9,7 @@ import pytest
 from data_fixtures import bible_tokenizer  # noqa: F401 (fixture)
 
 from realformer_jax.data import encoding
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 
 # Empty and whitespace-only documents, several lines, accents, other scripts, control
 # characters, a non-BMP character and a long one: what a corpus may hold.

@@ -16,7 +16,7 @@ from data_fixtures import (
 
 from realformer_jax import data
 from realformer_jax.data import preparation, sources
-from realformer_jax.data import tokenizer as tokenizer_lib
+from realformer_jax.data import tokenizers as tokenizer_lib
 
 BATCH = 8
 CONTRACT = {

@@ -8,8 +8,8 @@ import pytest
 from data_fixtures import bible_config, bible_tokenizer  # noqa: F401 (fixture)
 
 from realformer_jax import data
-from realformer_jax.data import tokenizer as tokenizer_lib
-from realformer_jax.data.wordpiece import WordPieceTokenizer
+from realformer_jax.data import tokenizers as tokenizer_lib
+from realformer_jax.data.tokenizers import WordPieceTokenizer
 
 TEXTS = [
   'In the beginning, God created the heavens and the earth.',

@@ -19,8 +19,8 @@ from model_fixtures import init_params, padded_batch, tiny_config
 
 from realformer_jax import MaskedLM, train
 from realformer_jax.config import ConfigError
-from realformer_jax.data import tokenizer as tokenizer_lib
-from realformer_jax.data import wordpiece
+from realformer_jax.data import tokenizers as tokenizer_lib
+from realformer_jax.data.tokenizers import wordpiece
 from realformer_jax.interop import hf_export
 
 ATOL = 2e-5

@@ -30,7 +30,7 @@ from data_fixtures import bible_config
 from orbax.checkpoint._src.futures import future as orbax_future
 
 from realformer_jax import data
-from realformer_jax.data.tokenizer import SentencePieceTokenizer
+from realformer_jax.data.tokenizers import SentencePieceTokenizer
 from realformer_jax.train import build, checkpoint_integrity, pretraining
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.errors import CheckpointError

@@ -25,7 +25,7 @@ from typing import Iterable
 import numpy as np
 
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
+from realformer_jax.data.tokenizers.base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
 _MAX_WORD_CHARS = 100  # BERT's max_input_chars_per_word
 _CONTINUATION = '##'

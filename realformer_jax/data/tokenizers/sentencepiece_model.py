@@ -1,22 +1,5 @@
-"""Tokenizers with BERT's special tokens: SentencePiece models trained on first use and cached,
-or a given file (`data.vocab_file`): a SentencePiece `.model` or a BERT WordPiece `vocab.txt`
-(wordpiece.py), so that data and Hugging Face BERT checkpoints share one vocabulary. The base
-class both implement lives in tokenizer_base.py; this module picks one (`load`) and trains.
-
-Special ids of every tokenizer trained here (the batch contract relies on PAD == 0):
-
-    [PAD] = 0   padding; input_mask is 0 there
-    [UNK] = 1   unknown piece
-    [CLS] = 2   first token of every packed sequence
-    [SEP] = 3   last real token of every packed sequence
-    [MASK] = 4  replaces 80% of the tokens chosen for prediction
-
-They are SentencePiece *control* symbols (not user-defined ones), so the literal text "[MASK]"
-in a document is tokenized as ordinary characters and can never forge a special token.
-
-A tokenizer given by path (`data.vocab_file`) must define the same five tokens with [PAD] at
-id 0; the other four may sit at any id (BERT's vocab.txt has [UNK] 100, [CLS] 101, [SEP] 102,
-[MASK] 103).
+"""SentencePiece tokenizers with BERT's special tokens (the table in tokenizers/__init__.py),
+trained on first use and cached, or read from a given `.model` file.
 
 A corpus too small for the requested vocabulary (SentencePiece's trainer caps it by the pieces
 the text supports) fails with a DataError naming both sizes, or, with `fit_to_corpus`, trains
@@ -43,29 +26,13 @@ from typing import Iterable
 import numpy as np
 
 from realformer_jax import extras
-from realformer_jax.data import cache_integrity, cache_lock, wordpiece
+from realformer_jax.data import cache_integrity, cache_lock
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Ticker
-from realformer_jax.data.tokenizer_base import CLS, MASK, PAD, SEP, UNK, Tokenizer
+from realformer_jax.data.tokenizers.base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
 spm = extras.lazy('sentencepiece')
 
-__all__ = [
-  'CLS',
-  'FILE_NAMES',
-  'MASK',
-  'MODEL_TYPES',
-  'PAD',
-  'SEP',
-  'SentencePieceTokenizer',
-  'TRAINED_SPECIALS',
-  'Tokenizer',
-  'UNK',
-  'cache_path',
-  'load',
-  'load_or_train',
-  'train',
-]
 MODEL_TYPES = ('unigram', 'bpe')
 # Every tokenizer trained here gives piece i of this tuple id i (the module docstring's table;
 # batches built without a tokenizer, e.g. studies/study.py's synthetic ones, use it too).
@@ -159,18 +126,8 @@ class SentencePieceTokenizer(Tokenizer):
     self.__init__(state['model_proto'], state['source'])
 
 
-# What a run's copy of its tokenizer is called (Tokenizer.save), by kind: `load` reads either.
-FILE_NAMES = (SentencePieceTokenizer.file_name, wordpiece.WordPieceTokenizer.file_name)
-
-
-def load(path: str, lower_case: bool = True) -> Tokenizer:
-  """The tokenizer in `path`: a BERT WordPiece vocabulary (`*.txt`, one token per line;
-  `lower_case` as BERT's uncased models) or a SentencePiece model (anything else)."""
-  path = os.path.expanduser(path)
-  if not os.path.isfile(path):
-    raise DataError(f'Tokenizer file {path} does not exist (data.vocab_file).')
-  if path.endswith('.txt'):
-    return wordpiece.WordPieceTokenizer.from_file(path, lower_case=lower_case)
+def read_model(path: str) -> SentencePieceTokenizer:
+  """The SentencePiece model in the file `path` (a cache entry, or `data.vocab_file`)."""
   with open(path, 'rb') as f:
     model_proto = f.read()
   try:
@@ -217,13 +174,13 @@ def load_or_train(
     num_threads: the trainer's threads (part of what the model is: see DEFAULT_THREADS).
   """
   if cache_integrity.problem(path) is None:
-    return load(path)
+    return read_model(path)
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
   with cache_lock.exclusive_lock(directory, os.path.basename(path)):
     reason = cache_integrity.problem(path)
     if reason is None:  # Another process trained it while we waited.
-      return load(path)
+      return read_model(path)
     if os.path.exists(path):  # Derived data: damaged means train it again.
       cache_integrity.note_rebuild(path, reason, 'training the tokenizer again')
     cache_integrity.remove_stale_temporaries(path)

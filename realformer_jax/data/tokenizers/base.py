@@ -1,7 +1,7 @@
 """The tokenizer interface the data pipeline relies on, and BERT's five special tokens.
 
-Implementations: tokenizer.SentencePieceTokenizer (trained here and cached) and
-wordpiece.WordPieceTokenizer (BERT `vocab.txt` files); tokenizer.load picks one by file name.
+Implementations: sentencepiece_model.SentencePieceTokenizer (trained here and cached) and
+wordpiece.WordPieceTokenizer (BERT `vocab.txt` files); tokenizers.load picks one by file name.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ PAD, UNK, CLS, SEP, MASK = '[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'
 
 class Tokenizer:
   """Token ids with the special ids the pipeline needs. Subclasses: SentencePieceTokenizer
-  (tokenizer.py) and WordPieceTokenizer (wordpiece.py, BERT `vocab.txt` files).
+  (sentencepiece_model.py) and WordPieceTokenizer (wordpiece.py, BERT `vocab.txt` files).
 
   Picklable (for workers). `file_name` is what the tokenizer's file is called when a run copies
   it into its workdir (`save`), so the workdir alone is enough to tokenize for it later.

@@ -158,7 +158,7 @@ class StartingPoint:
   def tokenizer(self, data: Any) -> data_lib.Tokenizer:
     """The tokenizer of this starting point for the fine-tuning data section `data`."""
     if data.vocab_file:
-      return data_lib.tokenizer.load(data.vocab_file, lower_case=data.lower_case)
+      return data_lib.tokenizers.load(data.vocab_file, lower_case=data.lower_case)
     if self.kind == WORKDIR:
       from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
 
@@ -170,7 +170,7 @@ class StartingPoint:
           f'{vocab}: no vocab.txt beside the Hugging Face weights; set '
           "data.vocab_file to the checkpoint's WordPiece vocabulary"
         )
-      return data_lib.tokenizer.load(vocab, lower_case=data.lower_case)
+      return data_lib.tokenizers.load(vocab, lower_case=data.lower_case)
     # Random init: the tokenizer pretraining on the embedded corpus would train.
     return data_lib.prepare(data_lib.DataConfig(data_dir=data.data_dir, vocab_size=data.vocab_size))
 
@@ -232,7 +232,7 @@ def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> O
         'new --workdir, or the starting point it was started from'
       )
     return recorded or None
-  from realformer_jax.data import cache_lock  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data.store import cache_lock  # pylint: disable=import-outside-toplevel
 
   os.makedirs(workdir, exist_ok=True)
   cache_lock.atomic_write(path, json.dumps(identity or {}, indent=2, sort_keys=True).encode())

@@ -42,9 +42,10 @@ import os
 import threading
 from typing import Optional
 
-from realformer_jax.data import cache_integrity, cache_lock, text_files, workers
+from realformer_jax.data import text_files, workers
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
+from realformer_jax.data.store import cache_integrity, cache_lock
 
 # Bump when reading or the shard layout changes, so old shards are not reused. 2: content
 # identity and chunks (1 named corpora by path, size and time, and joined the shards).

@@ -48,9 +48,10 @@ from etils import epath
 
 from realformer_jax import extras
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import encoding, masking, packed_store, packing, preparation
+from realformer_jax.data import encoding, masking, packing, preparation
 from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.errors import DataError, check_saved_state
+from realformer_jax.data.store import packed_store
 
 grain = extras.require('grain')
 

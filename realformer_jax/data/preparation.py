@@ -40,11 +40,12 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.data import config as config_lib
-from realformer_jax.data import encoding, packed_store, sources
+from realformer_jax.data import encoding, sources
 from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data import workers as workers_lib
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
+from realformer_jax.data.store import packed_store
 
 grain = extras.lazy('grain')
 

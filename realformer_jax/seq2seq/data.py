@@ -40,9 +40,9 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.config import from_section, to_config_dict
-from realformer_jax.data import cache_integrity, cache_lock
 from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.errors import DataError, check_saved_state
+from realformer_jax.data.store import cache_integrity, cache_lock
 from realformer_jax.seq2seq import bible_pairs
 
 grain = extras.require('grain')

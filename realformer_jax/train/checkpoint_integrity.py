@@ -23,7 +23,7 @@ import json
 import os
 from typing import Optional
 
-from realformer_jax.data.cache_integrity import crc32  # the caches' CRC-32, read in chunks
+from realformer_jax.data.store.cache_integrity import crc32  # the caches' CRC-32, read in chunks
 
 CHECKSUMS_FILE = 'checksums.json'
 COMMIT_MARKER = 'commit_success.txt'

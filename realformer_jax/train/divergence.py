@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import jax
 
-from realformer_jax.data import cache_lock
+from realformer_jax.data.store import cache_lock
 from realformer_jax.train.errors import DivergenceError
 
 # A loss this many times the run's first one is an explosion, not noise: an untrained model

@@ -32,7 +32,7 @@ import numpy as np
 from realformer_jax import extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import LAYOUT_FIELDS, ConfigError, ModelConfig, fields_of, saved_field
-from realformer_jax.data import cache_lock
+from realformer_jax.data.store import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import build, divergence, workdir_lock
 from realformer_jax.train import config as train_config

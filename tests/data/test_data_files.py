@@ -16,7 +16,8 @@ import pytest
 from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
-from realformer_jax.data import cache_lock, corpus, file_corpus, sources, text_files
+from realformer_jax.data import corpus, file_corpus, sources, text_files
+from realformer_jax.data.store import cache_lock
 
 
 def _texts(records, feature='text'):

@@ -13,7 +13,8 @@ from data_fixtures import (
 )
 
 from realformer_jax import data
-from realformer_jax.data import packed_store, packing, pipeline, preparation, sources
+from realformer_jax.data import packing, pipeline, preparation, sources
+from realformer_jax.data.store import packed_store
 
 G = 8  # Global batch size.
 

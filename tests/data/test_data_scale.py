@@ -12,8 +12,9 @@ import pytest
 from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
-from realformer_jax.data import cache_integrity, file_corpus, preparation, text_files, workers
+from realformer_jax.data import file_corpus, preparation, text_files, workers
 from realformer_jax.data.prepare_ahead import prepare_ahead
+from realformer_jax.data.store import cache_integrity
 
 
 def _fresh():

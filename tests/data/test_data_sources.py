@@ -11,8 +11,9 @@ import pytest
 from data_fixtures import bible_config, bible_tokenizer  # noqa: F401  (a fixture)
 
 from realformer_jax import data
-from realformer_jax.data import packed_store, preparation, sources
+from realformer_jax.data import preparation, sources
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.store import packed_store
 
 
 def test_auto_picks_the_source_a_config_names():

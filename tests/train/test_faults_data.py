@@ -18,7 +18,8 @@ import pytest
 from data_fixtures import bible_config
 
 from realformer_jax import data
-from realformer_jax.data import DataError, cache_integrity, preparation
+from realformer_jax.data import DataError, preparation
+from realformer_jax.data.store import cache_integrity
 from realformer_jax.seq2seq import data as translation_data
 
 

@@ -9,7 +9,7 @@ import pytest
 from data_fixtures import bible_tokenizer  # noqa: F401  (a fixture)
 from train_fixtures import tiny_config
 
-from realformer_jax.data import cache_lock
+from realformer_jax.data.store import cache_lock
 from realformer_jax.train import loop, pretraining
 from realformer_jax.train.errors import TrainingError
 

@@ -21,11 +21,12 @@ import re
 from typing import Any, Optional
 
 from realformer_jax import extras
-from realformer_jax.data import cache_lock, corpus, shard_check
+from realformer_jax.data import corpus, shard_check
 from realformer_jax.data.encoding import text_of  # noqa: F401  (re-exported: its old home)
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.sources import is_embedded
 from realformer_jax.data.sources.registry import OpenedSource, data_dir_of
+from realformer_jax.data.store import cache_lock
 
 grain = extras.lazy('grain')
 tfds = extras.lazy('tensorflow_datasets')

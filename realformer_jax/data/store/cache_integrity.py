@@ -31,7 +31,7 @@ import os
 import zlib
 from typing import Optional
 
-from realformer_jax.data import cache_lock
+from realformer_jax.data.store import cache_lock
 
 _log = logging.getLogger(__name__)
 _CHUNK_BYTES = 8 << 20

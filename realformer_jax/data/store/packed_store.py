@@ -39,8 +39,9 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 from absl import logging
 
-from realformer_jax.data import cache_integrity, cache_lock, packing
+from realformer_jax.data import packing
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.store import cache_integrity, cache_lock
 
 # Bump when the packing or file layout changes, so old cache entries are not reused.
 _REVISION = 1

@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-from realformer_jax.data import cache_lock
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.store import cache_lock
 
 PAD, UNK, CLS, SEP, MASK = '[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'
 

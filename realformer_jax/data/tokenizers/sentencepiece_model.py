@@ -26,9 +26,9 @@ from typing import Iterable
 import numpy as np
 
 from realformer_jax import extras
-from realformer_jax.data import cache_integrity, cache_lock
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Ticker
+from realformer_jax.data.store import cache_integrity, cache_lock
 from realformer_jax.data.tokenizers.base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
 spm = extras.lazy('sentencepiece')

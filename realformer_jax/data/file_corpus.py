@@ -24,11 +24,11 @@ empty: a document goes to eval when a stable hash of its text falls in the lowes
 `data.eval_percent` percent (default 1%), so duplicates never straddle the split and the choice
 does not depend on file order or chunking.
 
-Shards are written under a lock of their own (cache_lock.py) through a temporary name and a
-rename, with a sidecar holding their counts (cache_integrity.py), so a killed preparation reads
-again only the chunks it had not finished, concurrent preparations (processes, or hosts
-sharing the data_dir) read each chunk once, and a temporary file left by a dead writer is
-removed by the next one.
+Shards are written under a lock of their own (store/cache_lock.py) through a temporary name and a
+rename, with a sidecar holding their counts (store/cache_integrity.py), so a killed preparation
+reads again only the chunks it had not finished, concurrent preparations (processes, or hosts
+sharing the data_dir) read each chunk once, and a temporary file left by a dead writer is removed by
+the next one.
 """
 
 from __future__ import annotations

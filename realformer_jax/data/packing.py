@@ -4,8 +4,8 @@ Documents are concatenated into one stream and cut every `max_len - 2` tokens, s
 may hold the end of one document and the start of the next, and only the stream's final chunk
 is short (padded with [PAD] = 0). No token is dropped or repeated.
 
-`pack_blocks` does this vectorized, yielding [K, max_len] blocks of token ids (the train
-split's packed store is written from it, see packed_store.py); `pack_documents` yields the same
+`pack_blocks` does this vectorized, yielding [K, max_len] blocks of token ids (the train split's
+packed store is written from it, see store/packed_store.py); `pack_documents` yields the same
 sequences one by one with their segment ids and input mask (the eval split).
 """
 

@@ -11,7 +11,7 @@ P = max_predictions):
     masked_weights   float32 [B, P]  1.0 for real predictions, 0.0 for unused slots
 
 Train: the train split is packed once, in stored order, into a cached store of N rows
-(packed_store.py). The data is then a function of the global position g only: the endless
+(store/packed_store.py). The data is then a function of the global position g only: the endless
 stream reads row order[g], where epoch g // N is a permutation of the N rows from `seed`
 (reshuffled each epoch), and masks it with default_rng([seed, g]). Global batch b is positions
 [b*G, (b+1)*G) (G = global_batch_size), and process p yields its contiguous block

@@ -4,7 +4,7 @@
 config's contents: a DataConfig is its own key); the iterator builders call it, so the train
 loop only needs to call it itself to learn the vocabulary size before building the model.
 `packed_train_store(config)` (called by `make_train_iterator`) packs the train split once into a
-cached array store (packed_store.py); it is memoized the same way and is a cache hit on every
+cached array store (store/packed_store.py); it is memoized the same way and is a cache hit on every
 later run.
 
 Phases, each with a progress line every few seconds and a summary (progress.py):

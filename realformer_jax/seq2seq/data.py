@@ -20,9 +20,10 @@ dropped (counted in `TranslationData.dropped`); evaluation keeps every pair, tru
 source longer than the last bucket (counted too). The order is a function of (seed, epoch).
 
 Caching (data_dir/bible_web_bbe/): the tokenizer as in data/tokenizers, and the encoded splits as
-one .npz whose name hashes every setting and the text packages' versions, built under a file
-lock and published with an atomic rename (cache_lock.py), like the pretraining data; a `.json`
-sidecar records its size and checksum, and a damaged one is encoded again (cache_integrity.py).
+one .npz whose name hashes every setting and the text packages' versions, built under a file lock
+and published with an atomic rename (store/cache_lock.py), like the pretraining data; a `.json`
+sidecar records its size and checksum, and a damaged one is encoded again
+(store/cache_integrity.py).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ the largest vocabulary it supports instead.
 
 The cache entry is one `.model` file plus a `.json` sidecar recording what it was trained
 on and the file's size and checksum (a damaged entry is trained again, with a note:
-cache_integrity.py); its name holds the model type and vocab size and a hash of every training
+store/cache_integrity.py); its name holds the model type and vocab size and a hash of every training
 setting, so configs that differ never share a file. Training writes the model to memory and
-publishes it with an atomic rename under a file lock (see cache_lock.py).
+publishes it with an atomic rename under a file lock (see store/cache_lock.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from realformer_jax.data.tokenizers.base import CLS, MASK, PAD, SEP, UNK, Tokeni
 spm = extras.lazy('sentencepiece')
 
 MODEL_TYPES = ('unigram', 'bpe')
-# Every tokenizer trained here gives piece i of this tuple id i (the module docstring's table;
+# Every tokenizer trained here gives piece i of this tuple id i (tokenizers/__init__.py's table;
 # batches built without a tokenizer, e.g. studies/study.py's synthetic ones, use it too).
 TRAINED_SPECIALS = (PAD, UNK, CLS, SEP, MASK)
 # Bump when the trainer settings below change, so old cache entries are not reused.

@@ -1,0 +1,75 @@
+"""The one runner of declared plans (studies/plan.py): train what a plan lists, resumably and
+with a progress line and ETA, and report it.
+
+    plan = load_plan('tuned_rates', 'cpu')
+    results = train(plan, runs='*-s[02]')       # one process's share; resumes
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from typing import Optional
+
+from studies import plan as plan_lib
+from studies import runs as runs_lib
+from studies import study
+from realformer_jax.train import workdir_lock
+
+
+def load_module(name_or_path: str):
+  """A plan file: a name in studies/plans/ or the path of a .py file anywhere."""
+  if name_or_path.endswith('.py') or os.sep in name_or_path:
+    path = os.path.abspath(name_or_path)
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f'--plan: no file {name_or_path}')
+    spec = importlib.util.spec_from_file_location(f'plan_{os.path.basename(path)[:-3]}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+  try:
+    return importlib.import_module(f'studies.plans.{name_or_path}')
+  except ModuleNotFoundError as error:
+    if error.name != f'studies.plans.{name_or_path}':
+      raise
+    known = sorted(
+      f[:-3]
+      for f in os.listdir(os.path.join(os.path.dirname(__file__), 'plans'))
+      if f.endswith('.py') and not f.startswith('_')
+    )
+    raise ValueError(f'--plan: no plan {name_or_path!r} (plans: {", ".join(known)})') from None
+
+
+def load_plan(name_or_path: str, scale: str = 'cpu') -> plan_lib.Plan:
+  module = load_module(name_or_path)
+  plans = getattr(module, 'PLANS', None)
+  if not plans:
+    raise ValueError(f'--plan: {name_or_path} defines no PLANS')
+  if scale not in plans:
+    raise ValueError(f'--scale: {name_or_path} has no {scale!r} scale (it has {", ".join(plans)})')
+  return plans[scale]
+
+
+def train(
+  plan: plan_lib.Plan,
+  *,
+  runs: str = '*',
+  store: Optional[str] = None,
+  workdirs: Optional[str] = None,
+  data_dir: str = '',
+  train_one: plan_lib.Train = plan_lib.default_train,
+) -> dict[str, dict]:
+  """Trains, one by one, the unfinished runs of `plan` that `runs` (comma-separated globs)
+  selects, re-planning after each; a run another process trains (its workdir is locked) is
+  left to it. Returns every finished result of the plan."""
+  store = store or plan.store or plan.out
+  workdirs = workdirs or plan.workdirs
+  os.makedirs(store, exist_ok=True)
+  return runs_lib.run_planned(
+    store,
+    plan.runs,
+    lambda run, report: train_one(plan, run, os.path.join(workdirs, run.name), data_dir, report),
+    select=lambda every: study.selected(every, runs),
+    busy=lambda run: workdir_lock.held(os.path.join(workdirs, run.name)),
+  )

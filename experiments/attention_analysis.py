@@ -1,13 +1,14 @@
 r"""Attention entropy and adjacent-layer similarity of trained models (RealFormer paper, sec. 4.4).
 
-    python -m experiments.attention_analysis            # compare_layouts' runs at r*, ~5 min
+    python -m experiments.attention_analysis            # the layouts study's runs at r*, ~5 min
     python -m experiments.attention_analysis --runs_dir=DIR --rate=0.002 --seeds=0,1
 
-The models are experiments/compare_layouts.py's Post-LN and RealFormer runs at r* (Post-LN's
-best peak rate; read from --layouts_results) with its confirmation seeds: the same seeds give
+The models are the layouts study's (studies/plans/layouts.py) Post-LN and RealFormer runs at
+r* (Post-LN's best peak rate; read from --layouts_results) with its confirmation seeds: the same
+seeds give
 the same data order and the same initial weights, so differences are paired by seed.
 
-For each trained workdir (`<runs_dir>/main-<layout>-s<seed>`, as experiments/compare_layouts.py
+For each trained workdir (`<runs_dir>/main-<layout>-s<seed>`, as the layouts study
 writes them), over the held-out split (the evaluation batches, masked as in evaluation), from
 the attention probabilities the model sows (`mutable=['intermediates']`, one batch at a time):
 
@@ -43,10 +44,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import compare_layouts
 from realformer_jax import MaskedLM, data, train
 from studies import runs as runs_lib
 from studies import stats, study
+from studies.plans import layouts as layouts_plan
 from studies.report import LAYOUT_COLORS, write_lines
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
@@ -396,18 +397,9 @@ def write_plots(
   return paths
 
 
-def _layouts_plan(path: str) -> tuple[float | None, list[int]]:
-  """r* and the confirmation seeds from compare_layouts' results.json (None, [] if absent)."""
-  if not os.path.exists(path):
-    return None, []
-  with open(path) as f:
-    saved = json.load(f)
-  return saved['analysis'].get('r_star'), saved.get('confirm_seeds', [])
-
-
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  compare_layouts.add_reader_arguments(parser, '--runs_dir')
+  layouts_plan.add_reader_arguments(parser, '--runs_dir')
   parser.add_argument('--seeds', default='', help='default: the confirmation seeds')
   parser.add_argument(
     '--max_batches',
@@ -417,7 +409,7 @@ def main(argv=None) -> dict:
   )
   parser.add_argument('--out', default='docs/results/attention_analysis')
   args = parser.parse_args(argv)
-  star, confirm_seeds = _layouts_plan(os.path.join(args.layouts_results, 'results.json'))
+  star, confirm_seeds, _ = layouts_plan.decisions(args.layouts_results)
   rate = args.rate if args.rate is not None else star
   if rate is None:
     parser.error(f'no r* in {args.layouts_results}/results.json: pass --rate')

@@ -1,13 +1,13 @@
 r"""RealFormer vs Post-LN after fine-tuning, from pretrainings that learned masked-LM, with a
 from-scratch control.
 
-    python -m experiments.finetune_compare       # after compare_layouts; ~45 min on 2 cores
+    python -m experiments.finetune_compare       # after the layouts study; ~45 min on 2 cores
     python -m experiments.finetune_compare --runs='*-s[02]' &   # split over 2 cores,
     python -m experiments.finetune_compare --runs='*-s1'          # one process each
     python -m experiments.finetune_compare --quick --layouts_results=/tmp/cl \
         --pretrained=/tmp/cl_runs
 
-1. Starting points: experiments/compare_layouts.py's Post-LN and RealFormer runs at r*
+1. Starting points: the layouts study's (studies/plans/layouts.py) Post-LN and RealFormer runs at r*
    (Post-LN's best peak rate; 12 layers x 64, RoPE) for pretraining seeds 0, 1, 2, read from
    --pretrained and --layouts_results; the control is the same architecture (Post-LN) and
    tokenizer, randomly initialised.
@@ -40,25 +40,15 @@ import os
 import sys
 
 from configs.finetune import bible_sections
-from experiments import compare_layouts
 from realformer_jax import finetune, train
 from studies import runs as runs_lib
 from studies import stats, study
+from studies.plans import layouts as layouts_plan
 from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 STARTS = ('realformer', 'post', 'scratch')
 NAMES = {**LAYOUT_NAMES, 'scratch': 'Post-LN from scratch'}
 COLORS = {**LAYOUT_COLORS, 'scratch': 'tab:gray'}
-
-
-def _layouts_plan(layouts_results: str) -> tuple[float | None, dict]:
-  """r* and the scale from compare_layouts' results.json ((None, {}) when absent)."""
-  path = os.path.join(layouts_results, 'results.json')
-  if not os.path.exists(path):
-    return None, {}
-  with open(path) as f:
-    saved = json.load(f)
-  return saved['analysis'].get('r_star'), saved['scale']
 
 
 def pretrained_run(args, layout: str, seed: int, rate: float) -> tuple[str, dict]:
@@ -68,7 +58,7 @@ def pretrained_run(args, layout: str, seed: int, rate: float) -> tuple[str, dict
   workdir = os.path.join(args.pretrained, name)
   if not os.path.exists(record) or not os.path.isdir(workdir):
     raise SystemExit(
-      f'finetune_compare: {name} is not a finished run of compare_layouts in '
+      f'finetune_compare: {name} is not a finished run of the layouts study in '
       f'{args.layouts_results} / {args.pretrained}'
     )
   with open(record) as f:
@@ -228,7 +218,7 @@ def write_report(summary: dict, results: dict, out: str, command: str) -> None:
   lines = [
     '# Fine-tuning RealFormer vs Post-LN on the embedded task (bible_sections)',
     '',
-    f"Regenerate: `{command}`. Starting points: compare_layouts' Post-LN and RealFormer "
+    f"Regenerate: `{command}`. Starting points: the layouts study's Post-LN and RealFormer "
     f'runs at r* = {s["pretraining_rate"]:g} ({_describe(s["pretraining_scale"])}), '
     f'pretraining seeds {s["seeds"]}; the control: the same Post-LN architecture and '
     f'tokenizer, randomly initialised. Fine-tuning: {s["train_examples"]} training verses, '
@@ -371,7 +361,7 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', default='docs/results/finetune')
   parser.add_argument('--workdirs', default='results/finetune_compare')
-  compare_layouts.add_reader_arguments(parser, '--pretrained')
+  layouts_plan.add_reader_arguments(parser, '--pretrained')
   parser.add_argument('--seeds', default='0,1,2', help='pretraining = fine-tuning seeds')
   parser.add_argument(
     '--train_examples',
@@ -386,11 +376,12 @@ def main(argv=None) -> dict:
   args = parser.parse_args(argv)
   if args.quick:
     args.train_examples, args.epochs = 64, 2
-  star, scale = _layouts_plan(args.layouts_results)
+  star, _, scale = layouts_plan.decisions(args.layouts_results)
   rate = args.rate if args.rate is not None else star
   if rate is None:
     parser.error(
-      f'no r* in {args.layouts_results}/results.json: run compare_layouts first, or pass --rate'
+      f'no r* in {args.layouts_results}/results.json: run the layouts study first '
+      '(python -m experiments.study --plan=layouts), or pass --rate'
     )
   seeds = [int(s) for s in args.seeds.split(',')]
   runs = grid(seeds)

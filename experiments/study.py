@@ -24,8 +24,8 @@ def parse(argv):
   parser.add_argument('--scale', default='cpu', help="the plan's scale (PLANS key)")
   parser.add_argument('--quick', action='store_true', help='the toy scale: a smoke run')
   parser.add_argument('--out', default='', help="the report's folder (default: the plan's)")
-  parser.add_argument('--store', default='', help='runs/<name>.json (default: the plan\'s)')
-  parser.add_argument('--workdirs', default='', help='checkpoints (default: the plan\'s)')
+  parser.add_argument('--store', default='', help="runs/<name>.json (default: the plan's)")
+  parser.add_argument('--workdirs', default='', help="checkpoints (default: the plan's)")
   parser.add_argument('--data_dir', default='', help="TFDS data dir (default: the config's)")
   parser.add_argument(
     '--runs', default='*', help="comma-separated globs of run names to train now; 'none': report"
@@ -45,7 +45,11 @@ def main(argv=None):
   plan = dataclasses.replace(plan, **changes)
   if not plan.out or not plan.workdirs:
     sys.exit(f'error: --out and --workdirs: plan {plan.name} at this scale names no default')
-  return runner.train(plan, runs=args.runs, data_dir=args.data_dir)
+  results = runner.train(plan, runs=args.runs, data_dir=args.data_dir)
+  command = f'python -m experiments.study --plan={args.plan}'
+  command += ' --quick' if args.quick else ('' if args.scale == 'cpu' else f' --scale={args.scale}')
+  analysis = runner.report(plan, results, command)
+  return {'plan': plan, 'results': results, 'analysis': analysis}
 
 
 if __name__ == '__main__':

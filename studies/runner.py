@@ -3,6 +3,7 @@ with a progress line and ETA, and report it.
 
     plan = load_plan('tuned_rates', 'cpu')
     results = train(plan, runs='*-s[02]')       # one process's share; resumes
+    analysis = report(plan, results, command)   # results.md, results.json, plots in plan.out
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import importlib.util
 import os
 from typing import Optional
 
-from studies import plan as plan_lib
-from studies import runs as runs_lib
-from studies import study
 from realformer_jax.train import workdir_lock
+from studies import analysis as analysis_lib
+from studies import plan as plan_lib
+from studies import plan_report, study
+from studies import runs as runs_lib
 
 
 def load_module(name_or_path: str):
@@ -73,3 +75,10 @@ def train(
     select=lambda every: study.selected(every, runs),
     busy=lambda run: workdir_lock.held(os.path.join(workdirs, run.name)),
   )
+
+
+def report(plan: plan_lib.Plan, results: dict[str, dict], command: str) -> dict:
+  """Analyses the plan's finished runs and writes its report into plan.out."""
+  analysis = analysis_lib.analyse(plan, results)
+  plan_report.write(plan, analysis_lib.plan_results(plan, results), analysis, command)
+  return analysis

@@ -7,6 +7,7 @@
     paired_ratio_comparison(correct_a, correct_b, count)   # seeds + eval-set bootstrap
     holm([p1, p2, p3])                               # Holm-adjusted p-values
     holm_levels([p1, p2, p3])                        # the level each p is tested at
+    boschloo_exact(0, 4, 4, 4)                       # two failure fractions (exact test)
     power(comparison, 0.003, level=1 - 0.05 / 2)     # chance to detect a true difference
     p_verdict(mean, p, expected_sign=+1)             # 'holds' / 'does not hold' / 'inconclusive'
 
@@ -308,3 +309,49 @@ def detectable_difference(
   se = math.sqrt(comparison.seed_se**2 + comparison.eval_se**2)
   df = comparison.n - 1
   return (t_quantile(0.5 + level / 2.0, df) + t_quantile(power, df)) * se
+
+
+# Boschloo's exact test (no SciPy here: tests check it against scipy.stats.boschloo_exact).
+
+
+def _hypergeom_cdf(k: int, total: int, successes: int, draws: int) -> float:
+  """P(X <= k), X the successes among `draws` drawn from `total` holding `successes`."""
+  low = max(0, draws - (total - successes))
+  norm = math.comb(total, draws)
+  return (
+    sum(
+      math.comb(successes, i) * math.comb(total - successes, draws - i)
+      for i in range(low, min(k, successes, draws) + 1)
+    )
+    / norm
+  )
+
+
+def _boschloo_one_sided(x1: int, n1: int, x2: int, n2: int) -> float:
+  """H1: group 1's rate is below group 2's. The statistic is Fisher's one-sided p-value
+  P(X1 <= x1 | x1 + x2); the p-value its supremum over the common rate pi of
+  P(statistic <= observed), on a grid of pi fine enough for a handful of runs a side."""
+  fisher = np.array(
+    [[_hypergeom_cdf(a, n1 + n2, a + b, n1) for b in range(n2 + 1)] for a in range(n1 + 1)]
+  )
+  extreme = fisher <= fisher[x1, x2] * (1 + 1e-13)  # scipy's guard against rounding
+  pi = np.linspace(0.0, 1.0, 20001)
+
+  def pmf(n):  # (n + 1, grid): P(X = k | pi), X ~ Binomial(n, pi)
+    k = np.arange(n + 1)[:, None]
+    return np.array([math.comb(n, int(i)) for i in k[:, 0]])[:, None] * pi**k * (1 - pi) ** (n - k)
+
+  prob = np.einsum('ag,bg,ab->g', pmf(n1), pmf(n2), extreme.astype(np.float64))
+  return float(min(1.0, prob.max()))
+
+
+def boschloo_exact(x1: int, n1: int, x2: int, n2: int) -> float:
+  """Two-sided p-value of Boschloo's exact test that two binomial rates are equal (x1 of n1
+  against x2 of n2): twice the smaller one-sided p-value, as scipy.stats.boschloo_exact."""
+  if n1 < 1 or n2 < 1 or not (0 <= x1 <= n1 and 0 <= x2 <= n2):
+    raise ValueError(f'boschloo_exact: {x1} of {n1} against {x2} of {n2}')
+  if x1 + x2 in (0, n1 + n2):
+    return 1.0
+  less = _boschloo_one_sided(x1, n1, x2, n2)
+  greater = _boschloo_one_sided(n1 - x1, n1, n2 - x2, n2)
+  return float(min(1.0, 2 * min(less, greater)))

@@ -7,11 +7,12 @@ scoring it against the context-free floors per sequence, command-line options an
     result = study.train_run(config, workdir, report)    # resumes; divergence is a result
     scored = study.score_workdir(workdir)                  # per-sequence sums + floors
 
-The studies (compare_layouts, position_probe, length_extrapolation, finetune_compare) build
-their grids from these; runs.py runs a grid resumably with a progress line, stats.py has the
-intervals. "Learned" has one definition everywhere: eval loss below the copy-aware unigram
-loss (`realformer_jax.mlm.metrics.failed_to_train`) and [MASK] accuracy above the most
-frequent token's (`learned`).
+The declared plans (studies/plans/, run by studies/runner.py) and the scripts position_probe,
+length_extrapolation and finetune_compare build their runs from these; runs.py runs a grid
+resumably with a progress line, stats.py has the intervals. "Learned" has one definition
+everywhere: eval loss below the copy-aware unigram loss
+(`realformer_jax.mlm.metrics.failed_to_train`) and [MASK] accuracy above the most frequent
+token's (`learned`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.tokenizers import CLS, MASK, SEP
 from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_nll_and_correct
-from realformer_jax.train import checkpointing, pretrained, run_identity, workdir_lock
-from studies import machine, stats
-from studies import report as report_lib
+from realformer_jax.train import checkpointing, pretrained, run_identity
+from studies import machine
 from studies import runs as runs_lib
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
@@ -286,36 +286,6 @@ def score_workdir(
   return result
 
 
-def paired_mask_accuracy(
-  side_a: Mapping[int, Mapping[str, Any]], side_b: Mapping[int, Mapping[str, Any]], what: str
-) -> tuple[list[int], list[int], Optional[stats.PairedComparison]]:
-  """Two arms' runs by seed: the seeds both scored, the seeds where either diverged (a
-  comparison we cannot pair), and with two or more pairs the difference a - b in [MASK]
-  accuracy over seeds and eval sequences (else None). `what` names the comparison in the error
-  for runs scored on different eval sets."""
-  seeds = [
-    s for s in sorted(side_a) if s in side_b and side_a[s].get('scored') and side_b[s].get('scored')
-  ]
-  diverged = [
-    s
-    for s in sorted(set(side_a) | set(side_b))
-    if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
-  ]
-  if len(seeds) < 2:
-    return seeds, diverged, None
-  sums_a = [sequence_sums(side_a[s]) for s in seeds]
-  sums_b = [sequence_sums(side_b[s]) for s in seeds]
-  count = sums_a[0]['mask_count']
-  if any(not np.array_equal(s['mask_count'], count) for s in sums_a + sums_b):
-    raise ValueError(f'{what}: runs scored on different eval sets')
-  comparison = stats.paired_ratio_comparison(
-    np.stack([s['mask_correct_sum'] for s in sums_a]),
-    np.stack([s['mask_correct_sum'] for s in sums_b]),
-    count,
-  )
-  return seeds, diverged, comparison
-
-
 def sequence_sums(run: Mapping[str, Any]) -> dict[str, np.ndarray]:
   """A run's stored per-sequence sums as arrays."""
   return {k: np.asarray(v, np.float64) for k, v in run['scored']['sequence_sums'].items()}
@@ -354,56 +324,6 @@ def add_common_arguments(
 
 def scale_name(args: argparse.Namespace) -> str:
   return 'toy' if args.quick else args.scale
-
-
-def trained_elsewhere(args: argparse.Namespace) -> Callable[[runs_lib.Run], bool]:
-  """run_planned's `busy`: a run whose workdir (under --workdirs) a live process holds."""
-  return lambda run: workdir_lock.held(os.path.join(args.workdirs, run.name))
-
-
-def run_plan(
-  args: argparse.Namespace,
-  plans: Mapping[str, Any],
-  plan_runs: Callable[[dict[str, dict], Any], Sequence[runs_lib.Run]],
-  train_one: Callable[[Any, argparse.Namespace, runs_lib.Run, runs_lib.Report], dict],
-  store: str = '',
-) -> tuple[Any, dict[str, dict]]:
-  """The plan of the scale the command line names, and the finished results of its runs in
-  `store` (default --out) after training, one by one, those --runs selects: `plan_runs(done,
-  plan)` re-plans after each, `train_one(plan, args, run, report)` trains one. Waits for a run
-  another process trains (its workdir under --workdirs is locked): the plan may grow then."""
-  plan = plans[scale_name(args)]
-  os.makedirs(args.out, exist_ok=True)
-  results = runs_lib.run_planned(
-    store or args.out,
-    lambda done: plan_runs(done, plan),
-    lambda run, report: train_one(plan, args, run, report),
-    select=lambda runs: selected(runs, args.runs),
-    busy=trained_elsewhere(args),
-  )
-  return plan, results
-
-
-def write_plan_report(
-  args: argparse.Namespace,
-  module: str,
-  record: dict,
-  results: dict[str, dict],
-  analysis: dict,
-  plan: Any,
-  write_markdown: Callable[[str, dict, dict, Any, str], Any],
-  write_plots: Callable[[str, dict, dict, Any], Sequence[str]],
-) -> dict:
-  """A planned study's report in --out (report.write_results): `record` as results.json,
-  `write_markdown(path, results, analysis, plan, command)`, `write_plots(out, results, analysis,
-  plan)`. Returns what the study's main returns."""
-  report_lib.write_results(
-    args.out,
-    record,
-    lambda path: write_markdown(path, results, analysis, plan, command(module, args)),
-    lambda: write_plots(args.out, results, analysis, plan),
-  )
-  return {'results': results, 'analysis': analysis}
 
 
 def selected(runs: Sequence[runs_lib.Run], patterns: str) -> list[runs_lib.Run]:

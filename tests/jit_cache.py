@@ -9,8 +9,8 @@ entry that JAX 0.10.2 cannot read back ('PjRtCompiler must be constructed with a
 warning on stderr, then it compiles again), and the suite's own processes compile as before, so
 what a test measures of a compile in-process is a compile. The exception, `in_process`: a test
 whose in-process study trains the same CPU programs run after run (one per seed) and measures no
-compile (the --quick runs of compare_layouts, compare_budgets, compare_stability,
-finetune_compare and length_extrapolation).
+compile (the --quick runs of experiments.study's plans, finetune_compare and
+length_extrapolation).
 
 The key is the optimized program (source locations aside), the backend and the compile options,
 so a cached executable is the one a compile would give; its memory and cost analyses are the

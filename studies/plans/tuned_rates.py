@@ -44,39 +44,26 @@ import dataclasses
 
 from studies import study
 from studies.plan import Arm, BestRate, Comparison, Plan, Side
+from studies.plans import budgets
 
-# compare_budgets' recipe (experiments/compare_budgets.py PLANS['cpu'].scale), written out:
-# a plan file is read without importing the study scripts.
-SCALE = study.Scale(
-  layers=12,
-  hidden=64,
-  heads=2,
-  mlp=256,
-  seq_len=64,
-  batch=32,
-  steps=600,
-  learning_rate=2e-3,
-  vocab=2000,
-  evals=8,
-  eval_batches=-1,
-  tokenizer='docs/results/compare_layouts/budgets/tokenizer/bible_web-unigram-2000.model',
-)
+# The budgets plan's recipe (its SCALE: compare_budgets' until 2026-11-28), with its store.
+SCALE = budgets.SCALE
 
 
 def make(scale: study.Scale, steps: int, rates, extend, choose_seeds, confirm_seeds, **where):
-  choose = lambda layout: BestRate(
-    f'r_{layout}', layout, rates, steps, choose_seeds, extend=extend
-  )
+  choose = lambda layout: BestRate(f'r_{layout}', layout, rates, steps, choose_seeds, extend=extend)
   side = lambda layout, rate: Side(layout, rate, steps)
   return Plan(
     name='tuned_rates',
     title='RealFormer vs Post-LN, each at its own learning rate',
     scale=scale,
     rules=(choose('post'), choose('realformer')),
-    arms=(
-      Arm('post', 'r_post', steps, confirm_seeds),
-      Arm('realformer', 'r_realformer', steps, confirm_seeds),
-      Arm('realformer', 'r_post', steps, confirm_seeds),
+    arms=(  # one group: seed by seed
+      (
+        Arm('post', 'r_post', steps, confirm_seeds),
+        Arm('realformer', 'r_realformer', steps, confirm_seeds),
+        Arm('realformer', 'r_post', steps, confirm_seeds),
+      ),
     ),
     comparisons=(
       Comparison(
@@ -116,9 +103,9 @@ PLANS = {
     extend=(7.07e-4, 4e-3),
     choose_seeds=(0, 1),
     confirm_seeds=(2, 3, 4, 5, 6, 7),
-    store='docs/results/compare_layouts/budgets',
+    store=budgets.STORE,
     out='docs/results/compare_layouts/tuned_rates',
-    workdirs='results/compare_budgets',
+    workdirs=budgets.WORKDIRS,
   ),
   # The smoke test: seconds a run.
   'toy': make(

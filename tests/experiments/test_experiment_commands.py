@@ -1,8 +1,8 @@
 """The README's experiment commands start and report (at toy size, under --quick):
-compare_layouts (the toy plan's Post-LN and RealFormer runs at r*: tables, verdicts, plots; a
-rerun trains nothing), attention_analysis and finetune_compare on those workdirs (RealFormer
-and the from-scratch control), position_probe (two variants); and the one definition of a run
-that learned."""
+`experiments.study --plan=layouts` (the toy plan's Post-LN and RealFormer runs at r*: tables,
+verdicts, plots; a rerun trains nothing), attention_analysis and finetune_compare on those
+workdirs (RealFormer and the from-scratch control), position_probe (two variants); and the one
+definition of a run that learned."""
 
 import json
 import math
@@ -12,23 +12,27 @@ import jit_cache
 import pytest
 from data_fixtures import bible_config, quick_study_argv
 
-from experiments import attention_analysis, compare_layouts, finetune_compare, position_probe
+from experiments import attention_analysis, finetune_compare, position_probe
+from experiments import study as study_command
 from realformer_jax import train
 from studies import study
+from studies.plans import layouts as layouts_plan
 
 
 @pytest.fixture(scope='module')
 def layouts(tmp_path_factory):
-  """compare_layouts --quick, Post-LN and RealFormer at the toy plan's only grid rate."""
+  """The layouts study --quick, Post-LN and RealFormer at the toy plan's only grid rate."""
   root = tmp_path_factory.mktemp('layouts')
   out, workdirs = str(root / 'out'), str(root / 'runs')
-  argv = quick_study_argv(out, workdirs, '--runs', 'lr0.003-post-*,lr0.003-realformer-*')
+  argv = ['--plan=layouts'] + quick_study_argv(
+    out, workdirs, '--runs', 'lr0.003-post-*,lr0.003-realformer-*'
+  )
   with jit_cache.in_process():  # the seeds' runs compile the same programs
-    return argv, out, workdirs, compare_layouts.main(argv)
+    return argv, out, workdirs, study_command.main(argv)
 
 
 @pytest.mark.slow
-def test_compare_layouts_quick(layouts, capsys):
+def test_layouts_study_quick(layouts, capsys):
   argv, out, _, report = layouts
   assert sorted(report['results']) == [
     'lr0.003-post-s0',
@@ -43,26 +47,30 @@ def test_compare_layouts_quick(layouts, capsys):
     assert metrics['mask_accuracy'] == pytest.approx(run['final']['mask_accuracy'], abs=1e-6)
     assert len(run['scored']['sequence_sums']['mask_count']) == run['scored']['sequences']
   analysis = report['analysis']
-  assert analysis['r_star'] == 0.003  # the toy plan has one rate: Post-LN's best
+  assert analysis['rules']['r*']['value'] == 0.003  # one toy rate: Post-LN's best
   rows = {row['key']: row for row in analysis['comparisons']}
-  assert rows['P1']['comparison']['n'] == 2 and rows['P1']['primary']
+  assert rows['P1']['comparison']['n'] == 2 and rows['P1']['family'] == ''
   assert rows['P1']['verdict'] in (
     'holds',
     'does not hold',
     'inconclusive',
     'not testable at this scale',
   )
-  assert rows['S1']['verdict'] == 'not run'  # no Pre-LN run in this selection
+  assert rows['S1']['verdict'] == 'pending (0 of 2 seeds)'  # no Pre-LN run in this selection
+  assert rows['S1']['holm_p_value'] == 1.0  # a member without a result counts p = 1
   table = open(os.path.join(out, 'results.md')).read()
-  assert "r* = Post-LN's best grid rate = 0.003" in table and '| P1 |' in table
-  assert 'copy-aware' in table and '| floors | most frequent |' in table
+  assert '`r*` = **0.003**' in table and '| P1 | RealFormer - Post-LN at r* |' in table
+  assert 'copy-aware' in table and 'all-position accuracy' in table
   saved = json.load(open(os.path.join(out, 'results.json')))
   assert 'sequence_sums' not in saved['runs']['lr0.003-post-s0']['scored']
-  for plot in ('lr_grid.png', 'curves.png', 'comparisons.png'):
+  assert layouts_plan.decisions(out)[:2] == (0.003, [0, 1])
+  for plot in ('curves.png', 'comparisons.png'):
     assert os.path.getsize(os.path.join(out, plot)) > 1000
+  assert not os.path.exists(os.path.join(out, 'rates.png'))  # one rate run: no rate plot
+  assert 'rates.png' not in table
 
   capsys.readouterr()
-  compare_layouts.main(argv)  # every selected run is finished: nothing is trained again
+  study_command.main(argv)  # every selected run is finished: nothing is trained again
   assert 'starting' not in capsys.readouterr().out
 
 
@@ -83,7 +91,7 @@ def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
       str(tmp_path),
     ]
   )
-  layers = compare_layouts.PLANS['toy'].scale.layers
+  layers = layouts_plan.PLANS['toy'].scale.layers
   for layout in ('post', 'realformer'):
     assert len(report['summary'][layout]['entropy_mean']) == layers
     assert len(report['summary'][layout]['jsd_mean']) == layers - 1
@@ -129,7 +137,7 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
   assert diff['verdict'] in ('holds', 'does not hold', 'inconclusive', 'not testable at this scale')
   # The scratch control has the pretrained model's architecture, randomly initialised.
   config = json.load(open(tmp_path / 'runs' / 'scratch-s0' / 'config.json'))
-  assert config['model']['num_layers'] == compare_layouts.PLANS['toy'].scale.layers
+  assert config['model']['num_layers'] == layouts_plan.PLANS['toy'].scale.layers
   assert config['finetune']['init'] == ''
   assert os.path.getsize(tmp_path / 'out' / 'test_accuracy.png') > 1000
   capsys.readouterr()
@@ -170,7 +178,7 @@ def test_a_diverged_run_is_a_result_with_its_step(tmp_path, monkeypatch):
     raise train.DivergenceError('the message may say anything', 3)
 
   monkeypatch.setattr(train, 'train_and_evaluate', diverge)
-  config = study.mlm_config(compare_layouts.PLANS['toy'].scale, seed=0)
+  config = study.mlm_config(layouts_plan.PLANS['toy'].scale, seed=0)
   result = study.train_run(config, str(tmp_path), lambda fraction, message: None)
   assert result['diverged_at_step'] == 3
   assert 'final' not in result and not result['learned']

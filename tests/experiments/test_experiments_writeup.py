@@ -1,8 +1,10 @@
 """docs/experiments.md's budgets and P2 paragraphs against the committed run JSON: every number
 those paragraphs state is parsed from the text and recomputed here from
-docs/results/compare_layouts/budgets/runs/*.json with the studies' own functions (no training;
-a run committed later changes the numbers, and this test then asks for the text to follow)."""
+docs/results/compare_layouts/budgets/runs/*.json with the runner's own analysis of the declared
+plans (studies/plans/; no training: a run committed later changes the numbers, and this test
+then asks for the text to follow)."""
 
+import dataclasses
 import functools
 import json
 import math
@@ -12,12 +14,21 @@ import re
 import numpy as np
 import pytest
 
-from experiments import compare_budgets, compare_stability
-from studies import stats, study
+from studies import analysis as analysis_lib
+from studies import plan_report, stats, study
+from studies.plans import budgets as budgets_plan
+from studies.plans import stability as stability_plan
 
 STORE = 'docs/results/compare_layouts/budgets'
-BUDGETS = compare_budgets.PLANS['cpu']
-LADDER = compare_stability.PLANS['cpu']
+BUDGETS = budgets_plan.PLANS['cpu']
+LADDER = stability_plan.PLANS['cpu']
+BUDGET_STEPS, LONGER, SEEDS, LAYOUTS = (
+  (600, 1200, 2400),
+  4800,
+  tuple(range(8)),
+  ('post', 'realformer'),
+)
+LADDER_STEPS = 2400
 
 
 @functools.cache
@@ -40,8 +51,18 @@ def _text() -> str:
 
 @functools.cache
 def _budgets() -> dict:
-  analysis = compare_budgets.analyse(_results(), BUDGETS)
-  return {(row['budget'], row['key']): row for row in analysis['rows']} | {'all': analysis}
+  """The budgets plan's comparisons by (budget, key), and under 'all' the whole analysis with
+  'per_budget' (per budget and layout at r_L: the seeds and their final [MASK] accuracy) and
+  'longer' (the flattening rule)."""
+  analysis = analysis_lib.analyse(BUDGETS, _results())
+  per = {}
+  for row in analysis['arms']:
+    if row['rate'] == 0.002 and not row['tag']:
+      per.setdefault(str(row['steps']), {})[row['layout']] = row
+  analysis = dict(analysis, per_budget=per, longer=analysis['rules']['longer'])
+  return {(row['b']['steps'], row['key']): row for row in analysis['comparisons']} | {
+    'all': analysis
+  }
 
 
 def _find(pattern: str) -> tuple:
@@ -55,14 +76,14 @@ def _points(value: float, sign: bool = True) -> str:
 
 
 def _seeds(seeds) -> str:
-  return compare_budgets._seeds(seeds)  # pylint: disable=protected-access
+  return plan_report.seeds_label(seeds)
 
 
 def _longer_complete() -> bool:
   """Whether every run of the 4,800-step budget is committed (the text then states its results;
   before, an interim sentence)."""
-  longer = [n for n in _results() if n.startswith(f'b{BUDGETS.longer}-')]
-  return len(longer) == len(compare_budgets.LAYOUTS) * len(BUDGETS.seeds)
+  longer = [n for n in _results() if n.startswith(f'b{LONGER}-')]
+  return len(longer) == len(LAYOUTS) * len(SEEDS)
 
 
 def test_seed_labels_are_the_finished_runs():
@@ -78,7 +99,7 @@ def test_seed_labels_are_the_finished_runs():
     for layout in ('post', 'realformer'):
       assert _seeds(per[budget][layout]['seeds']) == finished.replace(' and ', ', ')
   assert _seeds(per['300']['realformer']['seeds']) == finished
-  rows = {r['key']: r for r in analysis['rows'] if r['budget'] == BUDGETS.longer}
+  rows = {r['key']: r for r in analysis['comparisons'] if r['b']['steps'] == LONGER}
   assert all(r['verdict'].startswith('pending') for r in rows.values()) != complete
   if complete:
     post, real = _find(
@@ -93,23 +114,21 @@ def test_seed_labels_are_the_finished_runs():
     r'\(seeds (\S+), at \[MASK\]: Post-LN ([\d., ]+)%; RealFormer ([\d., ]+)%; interim P1 (\S+) '
     r'± (\S+) points over (\d) seeds\)'
   )
-  longer = [n for n in _results() if n.startswith(f'b{BUDGETS.longer}-')]
+  longer = [n for n in _results() if n.startswith(f'b{LONGER}-')]
   seeds = sorted({int(n.rsplit('-s', 1)[1]) for n in longer})
   assert label == _seeds(seeds) and len(longer) == 2 * len(seeds)
   for layout, quoted in (('post', post), ('realformer', real)):
     assert quoted.split(', ') == [
-      _points(
-        _results()[f'b{BUDGETS.longer}-lr0.002-{layout}-s{s}']['final']['mask_accuracy'], False
-      )
+      _points(_results()[f'b{LONGER}-lr0.002-{layout}-s{s}']['final']['mask_accuracy'], False)
       for s in seeds
     ]
-  interim = _budgets()[(BUDGETS.longer, 'P1')]['comparison']
+  interim = _budgets()[(LONGER, 'P1')]['comparison']
   assert [mean, half, n] == [
     _points(interim['mean']),
     _points(interim['ci95_half_width'], False),
     str(interim['n']),
   ]
-  assert int(done) == len(longer) and len(compare_budgets.LAYOUTS) * len(BUDGETS.seeds) == 16
+  assert int(done) == len(longer) and len(LAYOUTS) * len(SEEDS) == 16
 
 
 def _step_one_spreads(results: dict) -> tuple[str, str, str, str]:
@@ -119,9 +138,9 @@ def _step_one_spreads(results: dict) -> tuple[str, str, str, str]:
   by_machine = {}
   for name, run in results.items():
     layout, seed = name.split('-')[2:4]
-    by_machine.setdefault((seed, compare_budgets.machine_of(run)), {}).setdefault(
-      layout, []
-    ).append(run['train_loss'][0][1])
+    by_machine.setdefault((seed, analysis_lib.machine_of(run)), {}).setdefault(layout, []).append(
+      run['train_loss'][0][1]
+    )
   across = {}  # seed -> the differences of the same seed and layout on the two machines
   for (seed, machine), sides in by_machine.items():
     if machine == 'not recorded':
@@ -139,9 +158,7 @@ def _step_one_spreads(results: dict) -> tuple[str, str, str, str]:
   else:
     span = f'{low} to {high}'
   within = sorted(
-    int(seed[1:])
-    for seed, values in across.items()
-    if max(values) <= compare_budgets.RECIPE_TOLERANCE
+    int(seed[1:]) for seed, values in across.items() if max(values) <= analysis_lib.RECIPE_TOLERANCE
   )
   pairs = [
     abs(a - b)
@@ -161,14 +178,14 @@ def _step_one_spreads(results: dict) -> tuple[str, str, str, str]:
 
 def test_seed_one_came_from_another_machine():
   # The step-1 losses quoted, and the claim that the new seed-1 runs record their machine while
-  # the committed ones did not (compare_budgets.machine_of).
+  # the committed ones did not (analysis_lib.machine_of).
   new, old = _find(r'RealFormer\s+seed 1 at 2,400 steps: (\S+) against (\S+) for the committed')
   results = _results()
   first = lambda name: f'{results[name]["train_loss"][0][1]:.5f}'
   assert new == first('b2400-lr0.002-realformer-s1')
   assert {first(f'b2400-lr{rate}-realformer-s1') for rate in ('0.004', '0.008', '0.016')} == {old}
   machines = {
-    compare_budgets.machine_of(results[f'b{b}-lr0.002-{l}-s1'])
+    analysis_lib.machine_of(results[f'b{b}-lr0.002-{l}-s1'])
     for b, l in (
       (1200, 'post'),
       (1200, 'realformer'),
@@ -178,7 +195,7 @@ def test_seed_one_came_from_another_machine():
     )
   }
   assert len(machines) == 1 and 'not recorded' not in machines
-  assert compare_budgets.machine_of(results['b2400-lr0.002-post-s1']) == 'not recorded'
+  assert analysis_lib.machine_of(results['b2400-lr0.002-post-s1']) == 'not recorded'
   quoted = _find(
     r'start (\S+(?: to \S+)?) away from the committed runs .*?, beyond the 1e-3 that the recipe '
     r'check allows(?: for every seed but (\S+))? \(both studies. reports name every seed and '
@@ -189,7 +206,7 @@ def test_seed_one_came_from_another_machine():
   assert tuple(q or '' for q in quoted) == _step_one_spreads(results)
   # Both studies' reports name exactly the seeds and layouts whose runs (in that study) come
   # from both machines: beyond the recipe check's tolerance.
-  ladder = {n for n in results if n.startswith(f'b{LADDER.steps}-')}  # the check's runs
+  ladder = {n for n in results if n.startswith(f'b{LADDER_STEPS}-')}  # the check's runs
   budgets = set(json.load(open(os.path.join(STORE, 'results.json')))['runs'])
   for report, names in ((STORE, budgets), ('docs/results/compare_layouts/stability', ladder)):
     analysis = json.load(open(os.path.join(report, 'results.json')))['analysis']
@@ -197,7 +214,7 @@ def test_seed_one_came_from_another_machine():
     for key in analysis['recipe_check']['per']:
       layout, seed = key.rsplit('-s', 1)
       own = [results[n] for n in names if n.endswith(f'-{layout}-s{seed}')]
-      if len({compare_budgets.machine_of(run) for run in own}) > 1:
+      if len({analysis_lib.machine_of(run) for run in own}) > 1:
         mixed.add(key)
     check = analysis['recipe_check']
     assert set(check['mixed']) == mixed and mixed
@@ -210,8 +227,9 @@ def test_seed_one_came_from_another_machine():
     for key in within:
       assert f'{key} by {check["per"][key]["spread"]:.1e}' in text
   diff, half = _find(r'Without seed 1, P1 at 2,400 steps is\s+(\S+) ± (\S+) points')
-  without = {k: v for k, v in results.items() if not (k.startswith('b2400-') and k.endswith('-s1'))}
-  c = compare_budgets.compare(without, BUDGETS, 0.002, 2400, compare_budgets.COMPARISONS[0])
+  p1 = next(c for c in BUDGETS.comparisons if c.key == 'P1' and c.b.steps == 2400)
+  without = dataclasses.replace(p1, seeds=tuple(s for s in p1.seeds if s != 1))
+  c = analysis_lib.compare(BUDGETS, results, without)
   assert (diff, half) == (
     _points(c['comparison']['mean']),
     _points(c['comparison']['ci95_half_width'], False),
@@ -225,25 +243,25 @@ def test_p1_s7_and_holm():
     r'2,400 steps (\S+) ± (\S+) points, none significant \(Holm p (\S+), (\S+), (\S+)\)'
   )
   expected = []
-  for budget in BUDGETS.budgets:
+  for budget in BUDGET_STEPS:
     c = rows[(budget, 'P1')]['comparison']
     expected += [_points(c['mean']), _points(c['ci95_half_width'], False)]
-  expected += [f'{rows[(b, "P1")]["holm_p_value"]:.3g}' for b in BUDGETS.budgets]
+  expected += [f'{rows[(b, "P1")]["holm_p_value"]:.3g}' for b in BUDGET_STEPS]
   assert list(text) == expected
   s7 = _find(r'Claim 4 .*?: (\S+) ± (\S+), (\S+) ± (\S+), (\S+) ± (\S+) points at 600')
   expected = []
-  for budget in BUDGETS.budgets:
+  for budget in BUDGET_STEPS:
     c = rows[(budget, 'S7')]['comparison']
     expected += [_points(c['mean']), _points(c['ci95_half_width'], False)]
   assert list(s7) == expected
   holm = _find(r'it does not hold at any of them\s+\(Holm p (\S+), (\S+), (\S+)\)')
-  assert list(holm) == [f'{rows[(b, "S7")]["holm_p_value"]:.3g}' for b in BUDGETS.budgets]
-  assert all(rows[(b, 'S7')]['verdict'] == 'does not hold' for b in BUDGETS.budgets)
-  assert all(rows[(b, 'P1')]['verdict'] == 'inconclusive' for b in BUDGETS.budgets)
+  assert list(holm) == [f'{rows[(b, "S7")]["holm_p_value"]:.3g}' for b in BUDGET_STEPS]
+  assert all(rows[(b, 'S7')]['verdict'] == 'does not hold' for b in BUDGET_STEPS)
+  assert all(rows[(b, 'P1')]['verdict'] == 'inconclusive' for b in BUDGET_STEPS)
   # "no verdict can change" while the 4,800-step p-values move the Holm family
   assert ('no verdict can change' in _text()) != _longer_complete()
-  assert all(rows[(b, 'P1')]['comparison']['p_value'] > 0.05 for b in BUDGETS.budgets)
-  assert all(rows[(b, 'S7')]['comparison']['p_value'] < 0.05 / 8 for b in BUDGETS.budgets)
+  assert all(rows[(b, 'P1')]['comparison']['p_value'] > 0.05 for b in BUDGET_STEPS)
+  assert all(rows[(b, 'S7')]['comparison']['p_value'] < 0.05 / 8 for b in BUDGET_STEPS)
 
 
 def test_power_under_the_holm_levels_used():
@@ -255,25 +273,21 @@ def test_power_under_the_holm_levels_used():
   for budget, k, detect, unadjusted in ((1200, k1200, d1200, u1200), (2400, k2400, d2400, u2400)):
     row = rows[(budget, 'P1')]
     assert row['holm_level'] == pytest.approx(0.05 / int(k))
-    assert _points(row['detectable_holm'], False) == detect
+    assert _points(row['detectable_at_level'], False) == detect
     assert _points(row['detectable'], False) == unadjusted
   uppers = _find(r"unadjusted\s+intervals' upper ends are (\S+) and (\S+)\)")
   assert list(uppers) == [_points(rows[(b, 'P1')]['comparison']['high']) for b in (1200, 2400)]
-  assert max(rows[(b, 'P1')]['detectable_holm'] for b in (1200, 2400)) < 0.01  # "a point"
+  assert max(rows[(b, 'P1')]['detectable_at_level'] for b in (1200, 2400)) < 0.01  # "a point"
   gains = _find(r"The paper's masked-LM gains are (\S+) / (\S+) / (\S+) / (\S+) points")
-  assert list(gains) == [_points(g) for g in compare_budgets.PAPER_GAINS.values()]
+  assert list(gains) == [_points(g) for g in budgets_plan.PAPER_GAINS.values()]
   low_h, high_h, low_u, high_u, low_x, high_x = _find(
     r'this design has (\d+)-(\d+)% power at the Holm levels \((\d+)-(\d+)% unadjusted\) at '
     r"1,200 and 2,400 steps; only xLarge's \S+ would likely be found \((\d+)-(\d+)% at"
   )
-  small = [
-    rows[(b, 'P1')]['power_paper_gains'][s]
-    for b in (1200, 2400)
-    for s in ('Small', 'Base', 'Large')
-  ]
-  xlarge = [rows[(b, 'P1')]['power_paper_gains']['xLarge']['holm'] for b in (1200, 2400)]
+  small = [rows[(b, 'P1')]['power'][s] for b in (1200, 2400) for s in ('Small', 'Base', 'Large')]
+  xlarge = [rows[(b, 'P1')]['power']['xLarge']['at_level'] for b in (1200, 2400)]
   percent = lambda values: (f'{100 * min(values):.0f}', f'{100 * max(values):.0f}')
-  assert (low_h, high_h) == percent([p['holm'] for p in small])
+  assert (low_h, high_h) == percent([p['at_level'] for p in small])
   assert (low_u, high_u) == percent([p['unadjusted'] for p in small])
   assert (low_x, high_x) == percent(xlarge)
 
@@ -299,11 +313,11 @@ def test_s7_is_p1_at_half_the_budget_minus_post_lns_gain():
 def test_flattening_and_the_longer_budget():
   longer = _budgets()['all']['longer']
   (gain,) = _find(r'1,200 -> 2,400 steps gained (\S+) points over\s+all 32 runs')
-  assert gain == _points(longer['gain']) and longer['state'] == 'required'
+  assert gain == _points(longer['gain']) and longer['value'] is True
   then = '; its results follow' if _longer_complete() else ' and pending'
   assert f'the 4,800-step budget is required by the declared rule**{then}' in _text()
   results_md = open(os.path.join(STORE, 'results.md')).read()
-  assert 'the 4,800-step budget is required by the declared rule' in results_md
+  assert 'the longer budget is required' in results_md
   assert longer['after_complete'] == _longer_complete()
 
 
@@ -322,7 +336,7 @@ def test_the_longer_budgets_paragraph():
     _points(p1['comparison']['ci95_half_width'], False),
     f'{p1["holm_p_value"]:.3g}',
     str(round(0.05 / p1['holm_level'])),
-    _points(p1['detectable_holm'], False),
+    _points(p1['detectable_at_level'], False),
     p1['verdict'],
   ]
   c = p1['comparison']  # an inconclusive P1 whose unadjusted interval excludes 0 says so
@@ -358,16 +372,17 @@ def test_the_longer_budgets_paragraph():
     r'Doubling from 2,400 to 4,800 steps gained (\S+) points over all 32 runs \((\w+) than'
   )
   assert after == _points(longer['gain_after'])
-  assert rule == ('more' if longer['gain_after'] >= BUDGETS.flattened_gain else 'less')
+  assert rule == ('more' if longer['gain_after'] >= longer['threshold'] else 'less')
 
 
 def test_the_scale_table():
-  # The count compare_stability's report computed (scale_facts traces the model: seconds on a
-  # loaded machine; tests/experiments/test_compare_stability.py checks it against the model).
-  facts = json.load(open('docs/results/compare_layouts/stability/results.json'))['analysis'][
-    'scale'
-  ]
-  assert facts['tokens_per_run'] == LADDER.steps * LADDER.scale.batch * LADDER.scale.seq_len
+  # The count the stability report computed (tracing the model takes seconds on a loaded
+  # machine; tests/studies/test_committed_studies.py checks it against the model).
+  plan = json.load(open('docs/results/compare_layouts/stability/results.json'))['plan']
+  facts = {
+    'parameters': plan['parameters'],
+    'tokens_per_run': LADDER_STEPS * LADDER.scale.batch * LADDER.scale.seq_len,
+  }
   params, tokens = _find(
     r'\| model \| 12 layers x 64, ([\d,]+) parameters .*?\| tokens per run \| ([\d,]+)'
   )
@@ -383,22 +398,23 @@ def test_the_scale_table():
   (diff,) = _find(r'\| RealFormer - Post-LN \| (\S+) ± \S+ points \(2,400 steps')
   assert diff == _points(_budgets()[(2400, 'P1')]['comparison']['mean'])
   paper = _find(r'\| RealFormer - Post-LN \| .*?\| (\S+) / (\S+) / (\S+) / (\S+) points \|')
-  assert list(paper) == [_points(g) for g in compare_budgets.PAPER_GAINS.values()]
+  assert list(paper) == [_points(g) for g in budgets_plan.PAPER_GAINS.values()]
 
 
 def test_p2_paragraph():
-  analysis = compare_stability.analyse(_results(), LADDER)
+  analysis = analysis_lib.analyse(LADDER, _results())
+  rows = {row['key']: row for row in analysis['comparisons']}
   (blowup,) = _find(r'ends above ln\(2,000\) \+ 1 = (\S+) nats')
-  assert blowup == f'{LADDER.blowup_loss:.2f}'
+  assert blowup == f'{math.log(LADDER.scale.vocab) + LADDER.blowup_margin:.2f}'
   (p,) = _find(r'0-of-4 split, p = (\S+), is significant')
-  assert p == f'{compare_stability.boschloo_exact(0, 4, 4, 4):.4f}'
+  assert p == f'{stats.boschloo_exact(0, 4, 4, 4):.4f}'
   done, new = _find(r'Status from the committed runs: (\d+) of the (\d+) new runs finished')
-  names = [r.name for r in compare_stability.plan_runs({}, LADDER)]
-  reused = 9  # the committed runs of the plan before it was declared (test_compare_stability)
+  names = [r.name for r in LADDER.runs({})]
+  reused = 9  # the committed runs of the plan before it was declared
   assert int(new) == len(names) - reused
   assert int(done) == sum(name in _results() for name in names) - reused
   (verdict,) = _find(r'\*\*P2 verdict: (.*?)\*\*')
-  assert verdict == analysis['p2_verdict']
+  assert verdict == analysis['conclusions']['P2']
   post_4e3 = _find(r'at 2,400 steps Post-LN learns at 4e-3 \((\S+) and (\S+)%\)')
   assert list(post_4e3) == [
     _points(_results()[f'b2400-lr0.004-post-s{s}']['final']['mask_accuracy'], False) for s in (0, 1)
@@ -409,35 +425,33 @@ def test_p2_paragraph():
   assert list(found) == [
     accuracy(f'b2400-lr0.004-{layout}-s{s}') for layout in ('realformer', 'post') for s in range(4)
   ]
-  (row,) = [r for r in analysis['rows'] if r['rate'] == 0.004]
-  comparison = row['accuracy']['comparison']
+  comparison = rows['A@0.004']['comparison']
   difference = _find(r'paired difference (\S+) ± (\S+) points over (\d) seeds')
   assert list(difference) == [
     _points(comparison['mean']),
     _points(comparison['ci95_half_width'], False),
     str(comparison['n']),
   ]
-  failure = row['failure']
+  failure = rows['S@0.004']['failures']
   stated = _find(r'failed (\d)/4 RealFormer against (\d)/4 Post-LN, Boschloo p = (\S+),')
   assert list(stated) == [
-    str(failure['failed_realformer']),
-    str(failure['failed_post']),
+    str(failure['failed_a']),
+    str(failure['failed_b']),
     f'{failure["p_value"]:.3f}',
   ]
-  (row,) = [r for r in analysis['rows'] if r['rate'] == 0.008]
-  (runs,) = _find(r'8e-3 is complete too:\s+all (\d) runs \(both layouts, seeds 0-3\) failed')
-  failed = row['failure']['failed_post'] + row['failure']['failed_realformer']
-  assert row['complete'] and int(runs) == failed == 8
-  assert row['accuracy']['diverged'] == []  # "without diverging"
+  for rate, pattern in (
+    ('0.008', r'8e-3 is complete too:\s+all (\d) runs \(both layouts, seeds 0-3\) failed'),
+    ('0.016', r'1\.6e-2\s+is the same: all (\d) runs failed without diverging'),
+  ):
+    s_row, a_row = rows[f'S@{rate}'], rows[f'A@{rate}']
+    (runs,) = _find(pattern)
+    failed = s_row['failures']['failed_a'] + s_row['failures']['failed_b']
+    assert s_row['complete'] and int(runs) == failed == 8
+    assert a_row['diverged'] == []  # "without diverging"
   s_verdict, a_verdict = _find(r'that is "([^"]+)" on the failure test and "([^"]+)" on accuracy')
-  assert (s_verdict, a_verdict) == (row['failure_verdict'], row['accuracy']['verdict'])
-  (row,) = [r for r in analysis['rows'] if r['rate'] == 0.016]
-  (runs,) = _find(r'1\.6e-2\s+is the same: all (\d) runs failed without diverging')
-  failed = row['failure']['failed_post'] + row['failure']['failed_realformer']
-  assert row['complete'] and int(runs) == failed == 8
-  assert row['accuracy']['diverged'] == []
+  assert (s_verdict, a_verdict) == (rows['S@0.008']['verdict'], rows['A@0.008']['verdict'])
   s_verdict, a_verdict = _find(r'on the floor \("([^"]+)"; accuracy "([^"]+)"\)')
-  assert (s_verdict, a_verdict) == (row['failure_verdict'], row['accuracy']['verdict'])
+  assert (s_verdict, a_verdict) == (rows['S@0.016']['verdict'], rows['A@0.016']['verdict'])
   # "no run diverged": at any rate, either layout
-  assert all(not r['accuracy']['diverged'] for r in analysis['rows'])
-  assert not math.isnan(LADDER.blowup_loss) and study.learned  # the rules the text names
+  assert all(not r['diverged'] for r in analysis['comparisons'])
+  assert study.learned  # the rule the text names

@@ -1,0 +1,315 @@
+"""A plan's results analysed by its declared rule (studies/plan.py): the rules' decisions, every
+arm's runs, the comparisons with their intervals, p-values, Holm adjustment, power and
+verdicts, and the recipe check.
+
+    analysis = analyse(plan, results)   # JSON-ready; studies/plan_report.py writes it out
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from studies import stats
+from studies.plan import METRICS, Arm, BestRate, Comparison, Plan, Results, final_metric
+
+# The spread of one seed and layout's step-1 training loss (before the first update: the same
+# weights, first batch and dropout whatever the rate or budget) that still counts as one recipe.
+RECIPE_TOLERANCE = 1e-3
+# What an arm's table shows per run, besides the outcome flags.
+ARM_METRICS = ('mask_accuracy', 'accuracy', 'loss', 'kept_accuracy', 'random_accuracy')
+
+
+def analyse(plan: Plan, results: Results) -> dict:
+  """Everything the report shows, from the finished runs `results` (by name)."""
+  rules = {rule.name: rule.describe(plan, results) for rule in plan.rules}
+  rows = [compare(plan, results, c) for c in plan.comparisons]
+  rows = [row for row in rows if row is not None]
+  adjust(plan, rows)
+  analysis: dict[str, Any] = {
+    'rules': rules,
+    'arms': arms_table(plan, results),
+    'comparisons': rows,
+    'floors': floors_of(results),
+    'recipe_check': recipe_check(plan_results(plan, results)),
+  }
+  if plan.conclude is not None:
+    analysis['conclusions'] = plan.conclude(analysis)
+  return analysis
+
+
+def plan_results(plan: Plan, results: Results) -> dict[str, dict]:
+  """The finished runs the plan lists (a store may hold other studies' runs too)."""
+  return {run.name: results[run.name] for run in plan.runs(results) if run.name in results}
+
+
+def floors_of(results: Results) -> dict:
+  """The context-free floors of the eval set (the same for every run of a recipe)."""
+  return next((r['floors'] for r in results.values() if r.get('floors')), {})
+
+
+# ------------------------------------------------------------------------------------------
+# Arms.
+
+
+def all_arms(plan: Plan, results: Results) -> list[Arm]:
+  """The rules' grids, then the plan's arms (planned or not yet); arms that resolve to the same
+  layout, rate, budget and tag are one arm with the seeds of all (named by the declared arm's
+  rule, if one has)."""
+  arms = [arm for rule in plan.rules for arm in rule.needs(plan, results)] + plan.all_arms()
+  merged: dict[tuple, Arm] = {}
+  for arm in arms:
+    rate = plan.rate(arm.rate, results)
+    key = (arm.layout, rate if rate is not None else arm.rate, arm.steps, arm.tag)
+    if key in merged:
+      old = merged[key]
+      seeds = tuple(sorted(set(old.seeds) | set(arm.seeds)))
+      name = arm.rate if isinstance(arm.rate, str) else old.rate
+      merged[key] = dataclasses.replace(old, seeds=seeds, rate=name)
+    else:
+      merged[key] = arm
+  return list(merged.values())
+
+
+def arm_row(plan: Plan, results: Results, arm: Arm) -> Optional[dict]:
+  """One arm's finished runs: per-seed metrics and outcome flags (None before its rate)."""
+  rate = plan.rate(arm.rate, results)
+  if rate is None:
+    return None
+  names = {s: plan.run_name(arm.layout, rate, arm.steps, s, arm.tag) for s in arm.seeds}
+  runs = {s: results[n] for s, n in names.items() if n in results}
+  outcomes = [plan.outcome(r) for r in runs.values()]
+  row = {
+    'layout': arm.layout,
+    'rate': rate,
+    'rate_rule': arm.rate if isinstance(arm.rate, str) else '',
+    'steps': arm.steps,
+    'tag': arm.tag,
+    'planned_seeds': list(arm.seeds),
+    'seeds': sorted(runs),
+    'learned': [bool(r.get('learned')) for r in runs.values()],
+  }
+  for key in ARM_METRICS:
+    row[key] = [final_metric(r, key) for r in runs.values()]
+  for flag in ('failed', 'diverged', 'blew_up', 'spiked'):
+    row[flag] = [o[flag] for o in outcomes]
+  row['non_finite'] = [o['non_finite_at_step'] is not None for o in outcomes]
+  return row
+
+
+def arms_table(plan: Plan, results: Results) -> list[dict]:
+  rows = [arm_row(plan, results, arm) for arm in all_arms(plan, results)]
+  return [row for row in rows if row is not None]
+
+
+# ------------------------------------------------------------------------------------------
+# Comparisons.
+
+
+def _sums(run: Mapping, metric: str) -> tuple[np.ndarray, np.ndarray]:
+  numerator, denominator = METRICS[metric]
+  sums = run['scored']['sequence_sums']
+  return np.asarray(sums[numerator], np.float64), np.asarray(sums[denominator], np.float64)
+
+
+def compare(plan: Plan, results: Results, comparison: Comparison) -> Optional[dict]:
+  """One comparison's row (None when its condition decided False: not a member at all)."""
+  condition = plan.condition(comparison.when, results)
+  if condition is False:
+    return None
+  runs_a = plan.side_runs(comparison.a, comparison.seeds, results)
+  runs_b = plan.side_runs(comparison.b, comparison.seeds, results)
+  side_a = {s: results[n] for s, n in runs_a.items() if n in results}
+  side_b = {s: results[n] for s, n in runs_b.items() if n in results}
+  finished = [s for s in comparison.seeds if s in side_a and s in side_b]
+  row: dict[str, Any] = {
+    'key': comparison.key,
+    'label': comparison.label,
+    'metric': comparison.metric,
+    'test': comparison.test,
+    'family': comparison.family,
+    'expected_sign': comparison.expected,
+    'a': side_dict(plan, results, comparison.a),
+    'b': side_dict(plan, results, comparison.b),
+    'planned_seeds': list(comparison.seeds),
+    'finished_seeds': finished,
+    'complete': condition is True and len(finished) == len(comparison.seeds),
+    'learned': {
+      'a': [bool(side_a[s].get('learned')) for s in sorted(side_a)],
+      'b': [bool(side_b[s].get('learned')) for s in sorted(side_b)],
+    },
+    'diverged': [
+      s
+      for s in comparison.seeds
+      if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+    ],
+    'comparison': None,
+  }
+  if comparison.test == 'failures':
+    if row['complete']:
+      row['failures'] = failure_test(
+        plan, [side_a[s] for s in finished], [side_b[s] for s in finished]
+      )
+    return row
+  scored = [s for s in finished if side_a[s].get('scored') and side_b[s].get('scored')]
+  row['seeds'] = scored
+  if len(scored) < 2:
+    return row
+  sums_a = [_sums(side_a[s], comparison.metric) for s in scored]
+  sums_b = [_sums(side_b[s], comparison.metric) for s in scored]
+  count = sums_a[0][1]
+  if any(not np.array_equal(d, count) for _, d in sums_a + sums_b):
+    raise ValueError(f'{plan.name} {comparison.key}: runs scored on different eval sets')
+  result = stats.paired_ratio_comparison(
+    np.stack([n for n, _ in sums_a]), np.stack([n for n, _ in sums_b]), count
+  )
+  row['comparison'] = result.as_dict()
+  row['detectable'] = stats.detectable_difference(result)
+  return row
+
+
+def side_dict(plan: Plan, results: Results, side) -> dict:
+  return {
+    'layout': side.layout,
+    'rate': plan.rate(side.rate, results),
+    'rate_rule': side.rate if isinstance(side.rate, str) else '',
+    'steps': side.steps,
+    'tag': side.tag,
+  }
+
+
+def failure_test(plan: Plan, runs_a: Sequence[Mapping], runs_b: Sequence[Mapping]) -> dict:
+  """Boschloo's exact test (two-sided) of the fractions of runs that failed (Plan.outcome)."""
+  x_a = sum(plan.outcome(r)['failed'] for r in runs_a)
+  x_b = sum(plan.outcome(r)['failed'] for r in runs_b)
+  return {
+    'failed_a': x_a,
+    'failed_b': x_b,
+    'n_a': len(runs_a),
+    'n_b': len(runs_b),
+    'p_value': stats.boschloo_exact(x_a, len(runs_a), x_b, len(runs_b)),
+  }
+
+
+def p_value(row: Mapping) -> float:
+  """A row's own p-value; 1 without a result yet (conservative inside a Holm family)."""
+  if row['test'] == 'failures':
+    return row['failures']['p_value'] if row.get('failures') else 1.0
+  return row['comparison']['p_value'] if row['comparison'] else 1.0
+
+
+def adjust(plan: Plan, rows: Sequence[dict]) -> None:
+  """Holm within each family, then every row's verdict (and power where it has a result)."""
+  families: dict[str, list[dict]] = {}
+  for row in rows:
+    if row['family']:
+      families.setdefault(row['family'], []).append(row)
+  for members in families.values():
+    p = [p_value(r) for r in members]
+    for row, adjusted, level in zip(members, stats.holm(p), stats.holm_levels(p, plan.alpha)):
+      row['holm_p_value'] = adjusted
+      row['holm_level'] = level
+  for row in rows:
+    level = row.get('holm_level', plan.alpha)
+    if row['comparison'] is not None:
+      add_power(row, level, plan.effects)
+    row['verdict'] = verdict(plan, row)
+
+
+def add_power(row: dict, level: float, effects: Mapping[str, float]) -> None:
+  """The smallest difference found with 80% power at the level the row was tested at (Holm's
+  step-down level in a family) and the power for each named effect there and unadjusted."""
+  c = row['comparison']
+  comparison = stats.PairedComparison(
+    **{k: c[k] for k in ('mean', 'p_value', 'n', 'seed_se', 'eval_se')},
+    half_width=c['ci95_half_width'],
+    per_seed=tuple(c['values']),
+  )
+  row['detectable_at_level'] = stats.detectable_difference(comparison, level=1 - level)
+  row['power'] = {
+    name: {
+      'at_level': stats.power(comparison, effect, 1 - level),
+      'unadjusted': stats.power(comparison, effect),
+    }
+    for name, effect in effects.items()
+  }
+
+
+def verdict(plan: Plan, row: Mapping) -> str:
+  """The declared rule (studies/plan.py)."""
+  planned = len(row['planned_seeds'])
+  if not row['complete']:
+    return f'pending ({len(row["finished_seeds"])} of {planned} seeds)'
+  p = row['holm_p_value'] if row['family'] else p_value(row)
+  if row['test'] == 'failures':
+    test = row['failures']
+    if test['failed_a'] == test['failed_b'] and test['failed_a'] in (0, test['n_a']):
+      return f'no difference: every run {"learned" if test["failed_a"] == 0 else "failed"}'
+    if p >= plan.alpha:
+      return 'inconclusive'
+    b_fails_more = test['failed_b'] / test['n_b'] > test['failed_a'] / test['n_a']
+    return 'holds' if b_fails_more == (row['expected_sign'] > 0) else 'does not hold'
+  if not any(row['learned']['a']) and not any(row['learned']['b']):
+    return 'not testable at this scale'
+  c = row['comparison']
+  if c is None or not math.isfinite(p):
+    return 'inconclusive (too few paired seeds)'
+  return stats.p_verdict(c['mean'], p, row['expected_sign'], plan.alpha)
+
+
+# ------------------------------------------------------------------------------------------
+# The recipe check.
+
+
+def machine_of(run: Mapping) -> str:
+  """The machine a run's result records (study.origin); 'not recorded' for runs finished
+  before results recorded it (2026-11-27)."""
+  machine = (run.get('origin') or {}).get('machine')
+  if not machine:
+    return 'not recorded'
+  return f'{machine.get("cpu")} ({machine.get("simd")}, {machine.get("libc")})'
+
+
+def recipe_check(results: Mapping[str, dict], tolerance: float = RECIPE_TOLERANCE) -> dict:
+  """Per seed and layout: the spread of the step-1 training loss over every run of `results`
+  with that seed and layout (0 up to float noise when they share weights, first batch and
+  dropout, whichever process, day or rate trained them). 'beyond' lists the seeds and layouts
+  whose spread exceeds `tolerance`, 'mixed' those whose runs come from more than one machine
+  (runs from another machine can start a little away, within the tolerance: the tolerance
+  alone does not find every mix), each with its runs by machine; 'machines' counts runs per
+  machine."""
+  groups: dict[str, dict[str, dict]] = {}
+  for name, run in results.items():
+    if not run.get('train_loss'):
+      continue
+    params = run.get('params') or {}
+    key = f'{params.get("layout")}-s{params.get("seed")}'
+    groups.setdefault(key, {})[name] = run
+  per, beyond, mixed, machines = {}, {}, {}, {}
+  for key in sorted(groups):
+    runs = groups[key]
+    first = [run['train_loss'][0][1] for run in runs.values()]
+    per[key] = {'runs': len(first), 'spread': max(first) - min(first)}
+    by_machine: dict[str, list[str]] = {}
+    for name, run in sorted(runs.items()):
+      by_machine.setdefault(machine_of(run), []).append(name)
+      machines[machine_of(run)] = machines.get(machine_of(run), 0) + 1
+    if per[key]['spread'] > tolerance:
+      beyond[key] = by_machine
+    if len(by_machine) > 1:
+      mixed[key] = by_machine
+  return {
+    'max_spread': max((v['spread'] for v in per.values()), default=0.0),
+    'tolerance': tolerance,
+    'per': per,
+    'beyond': beyond,
+    'mixed': mixed,
+    'machines': machines,
+  }
+
+
+def best_rate_rules(plan: Plan) -> list[BestRate]:
+  return [rule for rule in plan.rules if isinstance(rule, BestRate)]

@@ -23,14 +23,14 @@ FAMILY_COLORS = ('tab:purple', 'tab:orange', 'tab:brown', 'tab:olive')
 
 
 def write(plan: Plan, results: Mapping[str, dict], analysis: dict, command: str) -> None:
-  """results.json (the plan, the analysis, every run without its per-sequence sums),
-  results.md and the plots, in plan.out."""
+  """results.json (the plan, the analysis, a summary of every run), results.md and the
+  plots, in plan.out."""
   os.makedirs(plan.out, exist_ok=True)
   record = {
     'plan': plan_record(plan),
     'store': plan.store or plan.out,
     'analysis': analysis,
-    'runs': {name: _without_sums(run) for name, run in sorted(results.items())},
+    'runs': {name: _summary(run) for name, run in sorted(results.items())},
   }
   report_lib.write_results(
     plan.out,
@@ -60,11 +60,17 @@ def plan_record(plan: Plan) -> dict:
   }
 
 
-def _without_sums(run: Mapping) -> dict:
-  run = dict(run)
-  if 'scored' in run:
-    run['scored'] = {k: v for k, v in run['scored'].items() if k != 'sequence_sums'}
-  return run
+# What results.json keeps of each run (its curves and per-sequence sums are in its own file,
+# <store>/runs/<name>.json).
+RUN_SUMMARY = ('params', 'final', 'learned', 'diverged_at_step', 'seconds', 'workdir')
+
+
+def _summary(run: Mapping) -> dict:
+  out = {k: run[k] for k in RUN_SUMMARY if k in run}
+  origin = run.get('origin') or {}
+  out['checkpoint'] = origin.get('checkpoint')
+  out['machine'] = (origin.get('machine') or {}).get('cpu')
+  return out
 
 
 @functools.cache

@@ -62,7 +62,10 @@ def test_layouts_study_quick(layouts, capsys):
   assert '`r*` = **0.003**' in table and '| P1 | RealFormer - Post-LN at r* |' in table
   assert 'copy-aware' in table and 'all-position accuracy' in table
   saved = json.load(open(os.path.join(out, 'results.json')))
-  assert 'sequence_sums' not in saved['runs']['lr0.003-post-s0']['scored']
+  assert (
+    'sequence_sums' not in saved['runs']['lr0.003-post-s0']
+    and saved['runs']['lr0.003-post-s0']['final']
+  )
   assert layouts_plan.decisions(out)[:2] == (0.003, [0, 1])
   for plot in ('curves.png', 'comparisons.png'):
     assert os.path.getsize(os.path.join(out, plot)) > 1000

@@ -215,7 +215,8 @@ def adjust(plan: Plan, rows: Sequence[dict]) -> None:
   for row in rows:
     level = row.get('holm_level', plan.alpha)
     if row['comparison'] is not None:
-      add_power(row, level, plan.effects)
+      effects = plan.effects if row['metric'] == plan.effects_metric else {}
+      add_power(row, level, effects)
     row['verdict'] = verdict(plan, row)
 
 

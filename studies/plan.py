@@ -297,6 +297,26 @@ class Comparison:
   test: str = 'paired'
 
 
+# The family of the all-position twins added on 2026-11-28 to plans declared earlier (issue 58:
+# every study reports both metrics); added after their runs, so apart from the declared ones.
+ADDED_ALL_POSITIONS = 'all positions, added after the runs'
+
+
+def all_positions_twins(
+  comparisons: Sequence[Comparison], keys: Sequence[str], family: str = ADDED_ALL_POSITIONS
+) -> tuple[Comparison, ...]:
+  """The comparisons named `keys` again on all selected positions (the paper's metric), in
+  their own Holm `family`: a study declared on [MASK] accuracy alone reports both metrics
+  without touching its declared verdicts."""
+  return tuple(
+    dataclasses.replace(
+      c, key=f'{c.key}-all', label=f'{c.label}, all positions', metric='accuracy', family=family
+    )
+    for c in comparisons
+    if c.key in keys
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """A study: its recipe (`scale`), rules, arms and comparisons (module docstring)."""
@@ -318,8 +338,10 @@ class Plan:
   # A run whose last training loss or final eval loss ends this many nats above ln(vocab)
   # (a uniform guess, where every run starts) blew up: it diverged though finite.
   blowup_margin: float = 1.0
-  # Effects whose power the report states for every paired comparison (name: difference).
+  # Effects whose power the report states for every paired comparison in `effects_metric`
+  # (name: difference); the paper's masked-LM gains count every selected position.
   effects: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  effects_metric: str = 'accuracy'
   # Verdicts over the comparisons' verdicts (e.g. a claim tested at several rates):
   # conclude(analysis) -> {key: verdict}.
   conclude: Optional[Callable[[dict], dict]] = None

@@ -35,7 +35,9 @@ variance and the eval set's: stats.paired_ratio_comparison):
 All of them (two per budget, the 4,800-step ones once step 3 adds them) are one Holm family.
 Verdicts: studies/plan.py's rule. Power: the smallest difference each comparison detects with
 80% power at the level Holm's step-down tested it at and unadjusted, and the power for the
-paper's masked-LM gains (PAPER_GAINS; reported since issue 44, after steps 1-2).
+paper's masked-LM gains (PAPER_GAINS; reported since issue 44, after steps 1-2). Added
+2026-11-28, after the runs: P1 on all selected positions (the paper's metric) per budget, in
+its own Holm family (it changes no declared verdict).
 
 The tokenizer: runs until 2026-11-26 trained theirs (SentencePiece, 4 threads) on their machine;
 every run since loads `TOKENIZER`, the one the first runs of 2026-11-27 trained, committed
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from studies.plan import Arm, BestRate, Comparison, Gain, Plan, Side
+from studies.plan import Arm, BestRate, Comparison, Gain, Plan, Side, all_positions_twins
 from studies.plans import layouts
 
 # The paper's masked-LM accuracy after 1M steps, Post-LN and RealFormer (docs/design.md §5):
@@ -127,7 +129,7 @@ def make(scale, budgets, longer, rates, rate_seeds, seeds, **where) -> Plan:
       Arm('realformer', 'r_L', budgets[0] // 2, seeds),
       both(longer, when='longer'),
     ),
-    comparisons=tuple(comparisons),
+    comparisons=tuple(comparisons) + all_positions_twins(comparisons, ('P1',)),
     effects=PAPER_GAINS,
     **where,
   )

@@ -28,6 +28,8 @@ Primary comparisons (95% intervals, no correction), [MASK] accuracy, paired by s
 Secondary comparisons, Holm-corrected as one family: Post-LN - Pre-LN and RealFormer - Pre-LN
 at r* and at 2 r*; RealFormer(2 r*) - RealFormer(r*); Post-LN(2 r*) - Post-LN(r*);
 RealFormer(half schedule) - Post-LN(full) at r*. Verdicts: studies/plan.py's rule.
+Added 2026-11-28, after the runs: P1 and P2 on all selected positions (the paper's metric), in
+their own family (they change no declared verdict).
 
 Runs: `lr<rate>-<layout>-s<seed>` (`half-` in front for step 3) in docs/results/compare_layouts/
 runs/; workdirs in results/compare_layouts/ (experiments.attention_analysis and
@@ -41,7 +43,7 @@ import os
 from typing import Optional
 
 from studies import study
-from studies.plan import Arm, BestRate, Comparison, Plan, Scaled, Side
+from studies.plan import Arm, BestRate, Comparison, Plan, Scaled, Side, all_positions_twins
 
 LAYOUTS = ('post', 'realformer', 'pre')
 NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
@@ -85,7 +87,7 @@ def make(scale: study.Scale, rates, grid_seeds, confirm_seeds, **where) -> Plan:
       *(Arm(layout, '2r*', steps, confirm_seeds) for layout in LAYOUTS),
       Arm('realformer', 'r*', steps // 2, confirm_seeds, tag='half-'),
     ),
-    comparisons=(
+    comparisons=with_twins(
       primary('P1', 'RealFormer - Post-LN at r*', side('realformer', 'r*'), side('post', 'r*')),
       primary('P2', 'RealFormer - Post-LN at 2 r*', side('realformer', '2r*'), side('post', '2r*')),
       secondary('S1', 'Post-LN - Pre-LN at r*', side('post', 'r*'), side('pre', 'r*')),
@@ -107,6 +109,11 @@ def make(scale: study.Scale, rates, grid_seeds, confirm_seeds, **where) -> Plan:
     ),
     **where,
   )
+
+
+def with_twins(*comparisons: Comparison) -> tuple[Comparison, ...]:
+  """The declared comparisons, then P1 and P2 on all positions (added after the runs)."""
+  return comparisons + all_positions_twins(comparisons, ('P1', 'P2'))
 
 
 PLANS = {

@@ -42,11 +42,13 @@ Tests, per rate above r* (and 3.2e-2 if it is run), RealFormer vs Post-LN:
            "not testable: Post-LN learns at every rate" when it never failed, else
            "inconclusive".
 A member of a family whose runs are unfinished, or whose condition is undecided, counts p = 1.
+Added 2026-11-28, after the runs: A(rate) on all selected positions (the paper's metric), in
+its own Holm family (it changes no declared verdict).
 """
 
 from __future__ import annotations
 
-from studies.plan import AllLearned, Arm, Comparison, Plan, Side
+from studies.plan import AllLearned, Arm, Comparison, Plan, Side, all_positions_twins
 from studies.plans import budgets
 
 
@@ -98,7 +100,8 @@ def make(scale, steps, reference, rates, extension, seeds, **where) -> Plan:
     scale=scale,
     rules=(AllLearned('extend', tuple(Arm('post', r, steps, seeds) for r in rates)),),
     arms=(*(pair(r) for r in rates), pair(reference), pair(extension, when='extend')),
-    comparisons=tuple(comparisons),
+    comparisons=tuple(comparisons)
+    + all_positions_twins(comparisons, tuple(c.key for c in comparisons if c.family == 'A')),
     conclude=p2_verdict,
     **where,
   )

@@ -202,7 +202,7 @@ def test_the_calibration_table_re_times_the_committed_inputs(tmp_path):
   assert done.returncode == 0, done.stderr[-2000:]
   # --fit refits the two constants from the same inputs: targets.py holds what it prints.
   assert (
-    'FUSED_KERNEL_EFFICIENCY = 0.92, HOPPER_L2_FRACTION = 0.44 (targets.py has 0.92 and '
+    'FUSED_KERNEL_EFFICIENCY = 0.78, HOPPER_L2_FRACTION = 0.44 (targets.py has 0.78 and '
     '0.44)' in done.stdout
   )
   committed = json.loads(

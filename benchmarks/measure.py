@@ -47,6 +47,14 @@ def trace_categories(
 # Sections.
 
 
+def compile_candidate(shape: steps.Shape, name: str, profile: Profile, dropout: float):
+  """One candidate of the step table ('post' | 'realformer' | 'pre' | 'hf'), compiled with its
+  state: ours on the profile's scan unroll (fully unrolled where it names none)."""
+  unroll = profile.scan_unroll or shape.layers
+  overrides = {} if name == 'hf' else {'scan_unroll': unroll}
+  return CompiledStep(name, build_step(shape, name, dropout, dtype=profile.dtype, **overrides))
+
+
 def measure_train_steps(
   report: Report,
   shape: steps.Shape,
@@ -55,11 +63,13 @@ def measure_train_steps(
   peak: MatmulPeak,
   log,
   trace_dir: Optional[str] = None,
+  precompiled: Optional[dict] = None,
 ) -> dict:
-  """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape."""
+  """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape.
+  `precompiled`: candidates already compiled (compile_candidate), e.g. side by side."""
   section = f'train_{shape.name}'
   model_flops = flops_lib.model_flops(shape)
-  compiled: dict[str, CompiledStep] = {}
+  compiled: dict[str, CompiledStep] = dict(precompiled or {})
   times: dict[str, list] = {k: [] for k in ('hf',) + LAYOUTS}
   peaks: dict[str, list] = {k: [] for k in times}
   ratios: dict[str, list] = {
@@ -72,7 +82,6 @@ def measure_train_steps(
   hf_memory: dict = {}
   device_peaks: dict[str, int] = {}
   breakdowns: dict[str, dict] = {}
-  unroll = profile.scan_unroll or shape.layers
   groups = (
     [['post', 'hf'], ['post', 'realformer', 'pre']]
     if shape.name in profile.split_groups
@@ -82,15 +91,7 @@ def measure_train_steps(
     for name in group:
       if name not in compiled:
         log(f'[{shape.name}] compiling {name} train step')
-        step = build_step(
-          shape,
-          name,
-          dropout,
-          dtype=profile.dtype,
-          **({} if name == 'hf' else {'scan_unroll': unroll}),
-        )
-        compiled[name] = CompiledStep(name, step)
-        del step
+        compiled[name] = compile_candidate(shape, name, profile, dropout)
         report.add(
           section,
           f'{_label(name)} compile (trace+lower+compile)',

@@ -67,17 +67,6 @@ PACKAGES = (
   'optax',
   'transformers',
 )
-# Device kinds (substrings of jax's device_kind) the deviceless compiler has a target for.
-TARGETS = (
-  ('H100', 'h100:1'),
-  ('H200', 'h200:1'),
-  ('A100-SXM4-40GB', 'a100-40g:1'),
-  ('A100', 'a100-80g:1'),
-  ('TPU v5 lite', 'v5e:1x1'),
-  ('TPU v6 lite', 'v6e:1x1'),
-  ('TPU v5', 'v5p:1x1x1'),
-  ('TPU v4', 'v4:1x1x1'),
-)
 HEAD_DIM = {'toy': 16, 'full': 64}  # BERT's head size on a device
 
 
@@ -294,7 +283,15 @@ def check_training(platform_name: str, size: str, num_steps: int) -> dict:
 
 
 def _target_for(device_kind: str):
-  return next((target for kind, target in TARGETS if kind in device_kind), None)
+  """The one-device deviceless target of this device kind (aot/targets.py), or None."""
+  from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
+
+  chip = targets.chip_of_device_kind(device_kind)
+  if chip is None:
+    return None
+  if chip.platform == 'cuda':
+    return f'{chip.name}:1'
+  return f'{chip.name}:1x1' if chip.name in ('v5e', 'v6e') else f'{chip.name}:1x1x1'
 
 
 def _estimate(target: str, which: str, batch: int, dtype: str) -> dict:

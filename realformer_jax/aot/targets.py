@@ -324,6 +324,31 @@ CHIPS: dict[str, Chip] = {
   'v6e': _tpu('v6e', 'TPU v6e (Trillium)', 32, 31.25, 918, 1638, 400, 1836, megacore=False),
 }
 GPUS_PER_HOST = 8
+# jax's device_kind (a substring of it) -> CHIPS key, most specific first: which chip's rates a
+# measurement on this device is set beside.
+DEVICE_KINDS = (
+  ('H200', 'h200'),
+  ('H100', 'h100'),
+  ('A100-SXM4-40GB', 'a100-40g'),
+  ('A100', 'a100-80g'),
+  ('TPU v5 lite', 'v5e'),
+  ('TPU v6 lite', 'v6e'),
+  ('TPU v5', 'v5p'),
+  ('TPU v4', 'v4'),
+)
+
+
+def chip_of_device_kind(device_kind: str) -> Optional[Chip]:
+  """The chip of a device jax reports as `device_kind` ('NVIDIA H200'), or None."""
+  name = next((chip for kind, chip in DEVICE_KINDS if kind in device_kind), None)
+  return CHIPS[name] if name else None
+
+
+def mfu_peak_flops(chip: Chip) -> float:
+  """The ONE peak every MFU figure of the project is quoted against, measured or estimated:
+  the chip's datasheet dense bf16 matmul rate (989.4 TFLOP/s for an H100 or H200 SXM), never a
+  measured matmul or the roofline's derated rate."""
+  return chip.matmul_flops['bf16']
 
 
 @dataclasses.dataclass(frozen=True)

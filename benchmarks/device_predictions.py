@@ -106,14 +106,22 @@ def frozen_constants(chip) -> dict:
   }
 
 
-def suite_plan() -> list[dict]:
-  """The default device run, part by part in order, with the seconds budgeted for each."""
+def suite_plan(rows: list[dict]) -> list[dict]:
+  """The default device run, part by part in order, with the seconds planned for each: the
+  suite's budget (device_suite.BUDGET), the long part per row as its compile plus its warm-up
+  and timed steps at the predicted step time."""
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
   size = device_suite.FULL
-  return [
-    {'part': part, 'planned_s': device_suite.expected_s(part, size)} for part in device_suite.PARTS
-  ]
+  default_long = {(length, v) for length in size.lengths for v in size.long_variants}
+  long_s = sum(
+    size.long_compile_s + r['estimate_s'] * (1 + size.long_steps)
+    for r in rows
+    if r['part'] == 'long' and (r['key'], r['model']) in default_long
+  )
+  planned = {part: device_suite.expected_s(part, size) for part in device_suite.PARTS}
+  planned['long'] = long_s
+  return [{'part': part, 'planned_s': planned[part]} for part in device_suite.PARTS]
 
 
 def _target_figures(rows: list[dict]) -> dict:
@@ -214,7 +222,7 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
     'constants': frozen_constants(target.chip),
     'rows': rows,
     'targets': _target_figures(rows),
-    'plan': suite_plan(),
+    'plan': suite_plan(rows),
     'budget_s': device_suite.DEFAULT_BUDGET_S,
   }
   os.makedirs(out_dir, exist_ok=True)

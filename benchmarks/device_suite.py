@@ -1,27 +1,34 @@
-"""Everything issue 40 asks a GPU to measure, in one command that fits a short device lease.
+"""Everything issue 57 asks a GPU to measure, in one command that fits a short device lease.
 
-    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: ~15 minutes
+    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: planned <= 8 min
     python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
     python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
-    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=32768,16384
+    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=131072,32768,16384
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
         --qk_ds_tiles=64x128,128x128              # candidate qk dS tiles, timed side by side
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
         --post_bwd_tiles=128x32x4x5,128x128x8x2   # candidate Post-LN backward tiles
 
-Parts, in this order, each printed as it finishes and written at once to DIR/results.json and
-DIR/results.md (a part killed by a timeout leaves the earlier ones):
-1. device  `python -m experiments.device_check --notable` in a subprocess: the environment,
-           every attention kernel vs the einsum path, 20 training steps kernels vs einsum;
+Before a run, `python -m benchmarks.device_predictions` commits what it predicts (ESTIMATED, the
+estimator's constants frozen); after it, `--report=DIR/results.json` sets the two side by side.
+
+Parts, always in this order, each printed as it finishes and written at once to
+DIR/results.json and DIR/results.md (a part killed by a timeout leaves the earlier ones):
+1. steps   the 32 x 512 step table, BERT-Large then BERT-Base, bf16, post / realformer / pre /
+           Hugging Face: the eight programs compiled side by side, then each shape's
+           interleaved rounds (benchmarks/measure.py), MEASURED, with MFU against the one
+           stated peak (aot/targets.mfu_peak_flops: the datasheet's) and issue 57's targets
+           PASS / MISS (benchmarks/device_targets.py) printed as the shape finishes;
 2. long    the long-sequence table: BERT-Base, batch 1, bf16, full remat, dropout 0.1, learned
-           positions (benchmarks.long_sequences's compiled step and timing) for post, the
-           scores carry ('realformer recomputed', its smallest) and 'qk' at 65k / 32k / 16k
-           (longest first: the 65k rows are the target, a short budget keeps them); a row
-           whose compile fails (a kernel this jax cannot lower) says so and the suite goes on:
-           XLA's memory, the step MEASURED (a warm-up, then the median of 2) and the device
-           peak where that row raised it (the allocator keeps one per process) beside the
-           roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
-           the device's chip from targets.py); a row larger than the device says so. With
+           positions (benchmarks.long_sequences's compiled step and timing) for post and 'qk'
+           at 65k (the targets; --lengths for others, longest first, and the toy size's
+           scores carry 'realformer recomputed'); a row whose compile fails (a kernel this jax
+           cannot lower) says so and the suite goes on:
+           XLA's memory, the first step and the step MEASURED (a warm-up, then the median of
+           2) and the device peak where that row raised it (the allocator keeps one per
+           process) beside the roofline's ESTIMATE of the very program that ran
+           (realformer_jax/aot/roofline.py, the device's chip from targets.py); a row larger
+           than the device says so; the targets it decides, PASS / MISS. With
            --qk_ds_tiles, 'qk' at the longest length again per candidate tile of its dS
            kernel (KEYSxROWS[xWARPSxSTAGES]: key rows a program owns x query rows per step,
            the row's warps and stages unless given; the Triton tile table's row otherwise:
@@ -35,11 +42,14 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            the forward only: early in the warm-up the parameters barely move);
 3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
            device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
-4. steps   the 32 x 512 step table, BERT-Base and BERT-Large, bf16, post / realformer / pre /
-           Hugging Face (benchmarks/measure.py's interleaved rounds), MEASURED.
+4. device  `python -m experiments.device_check --notable` in a subprocess: the environment,
+           every attention kernel vs the einsum path (the Hopper kernels too, whose pass it
+           records for 'auto'), 20 training steps kernels vs einsum; its cases print as they
+           finish, so a check the budget stops keeps them (INCOMPLETE, not FAIL).
 Compiles take minutes on a GPU, so every part (and every long row) first compares what it is
-expected to cost with what is left of --budget_s, and is skipped with the reason when it does
-not fit. Nothing here imports jax or an optional package until a part runs.
+expected to cost (BUDGET, each figure with its source) with what is left of --budget_s, and is
+skipped with the reason when it does not fit. Nothing here imports jax or an optional package
+until a part runs.
 """
 
 from __future__ import annotations
@@ -640,11 +650,12 @@ def main(argv=None) -> dict:
     'with each of these backward tiles, KEYSxROWS[xWARPSxSTAGES] (e.g. 128x32x4x5,128x128x8x2)'
   )  # fmt: skip
   args = parser.parse_args(argv)
-  parts = [p for p in args.parts.split(',') if p]
-  unknown = [p for p in parts if p not in PARTS]
+  requested = [p for p in args.parts.split(',') if p]
+  unknown = [p for p in requested if p not in PARTS]
   if unknown:
     print(f'error: --parts={args.parts}: unknown part {unknown[0]!r} (known: {PARTS})')
     sys.exit(2)
+  parts = [p for p in PARTS if p in requested]  # always in the suite's order
   if args.budget_s <= 0:
     print(f'error: --budget_s={args.budget_s}: must be positive')
     sys.exit(2)

@@ -7,9 +7,10 @@ cases, compiled, on this device kind, with this jax / jaxlib and this kernel sou
 analysis/kernel_check.py: kernels/ and model/). The check then writes one entry to
 `device_checks.json` beside the run-time self-check's verdicts ($REALFORMER_JAX_CACHE, default
 ~/.cache/realformer_jax); the train setup reads it (`preferred`, from kernel_check.checked) and
-takes that backend ahead of the platform's default, with one log line. Any change to the kernels,
-the model, jax or the device kind is a new key: the backend is not taken until the check has
-passed again there. An explicit attention_impl takes any backend, as before.
+takes that backend ahead of the platform's default, with one log line (model.attention_check=
+False skips this, as it skips the run-time check: the platform's default then). Any change to
+the kernels, the model, jax or the device kind is a new key: the backend is not taken until the
+check has passed again there. An explicit attention_impl takes any backend, as before.
 """
 
 from __future__ import annotations

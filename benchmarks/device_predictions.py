@@ -180,6 +180,9 @@ def render(p: dict) -> str:
     lines.append(
       f'| {r["part"]} | {key} | {r["model"]} | {shown} | {mfu} | {r["memory_gib"]:.1f} |'
     )
+  for r in p['rows']:
+    for warning in r['warnings']:
+      lines += ['', f'{r["key"]} {r["model"]}, what the roofline cannot judge: {warning}']
   lines += ['', "Issue 57's targets, by these estimates:", '']
   lines += [f'- {line}' for line in device_targets.lines(p['targets'], 'ESTIMATED')]
   lines += [

@@ -96,7 +96,7 @@ def measure_candidate(
     return {'fits': False, 'required_bytes': required, 'compile_s': time.perf_counter() - start}
   compile_s = time.perf_counter() - start
   est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
-  peak = target.chip.matmul_flops['bf16']
+  peak = targets.mfu_peak_flops(target.chip)
   model_flops = flops_lib.model_flops(shape)
   return {
     'fits': True,

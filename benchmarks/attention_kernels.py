@@ -17,7 +17,7 @@ Rows (bfloat16 compute, float32 parameters, dropout 0.1, the project's train ste
   residual_scores_backward='recomputed', L = 2048 / 4096 / 8192 / 16384, step and XLA memory
   (on the TPU, L = 16384 on one v5e chip: a batch of 1 cannot be split over a slice).
 
-For each row: estimated step, MFU (model FLOPs, benchmarks/flops.py, over the roofline's matmul
+For each row: estimated step, MFU (model FLOPs, benchmarks/flops.py, over the datasheet bf16 matmul
 rate: 805 TFLOP/s on an H100), HBM bytes, XLA's step memory, and the attention kernels' own rows
 (their FLOPs and bytes as the kernels state them,
 realformer_jax/kernels/backends/triton/attention.py).
@@ -190,7 +190,7 @@ def measure(row: Row) -> dict:
   compile_s = time.perf_counter() - start
   shape = row.shape
   est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
-  peak = target.chip.roofline_matmul_flops['bf16']
+  peak = targets.mfu_peak_flops(target.chip)  # the datasheet's, as every MFU figure
   model_flops = flops_lib.model_flops(shape)
   memory = _memory_bytes(compiled)
   attention = [

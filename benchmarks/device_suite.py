@@ -1,27 +1,34 @@
-"""Everything issue 40 asks a GPU to measure, in one command that fits a short device lease.
+"""Everything issue 57 asks a GPU to measure, in one command that fits a short device lease.
 
-    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: ~15 minutes
+    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: planned <= 8 min
     python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
     python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
-    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=32768,16384
+    python -m benchmarks.device_suite --out=DIR --parts=long --lengths=131072,32768,16384
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
         --qk_ds_tiles=64x128,128x128              # candidate qk dS tiles, timed side by side
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=65536 \
         --post_bwd_tiles=128x32x4x5,128x128x8x2   # candidate Post-LN backward tiles
 
-Parts, in this order, each printed as it finishes and written at once to DIR/results.json and
-DIR/results.md (a part killed by a timeout leaves the earlier ones):
-1. device  `python -m experiments.device_check --notable` in a subprocess: the environment,
-           every attention kernel vs the einsum path, 20 training steps kernels vs einsum;
+Before a run, `python -m benchmarks.device_predictions` commits what it predicts (ESTIMATED, the
+estimator's constants frozen); after it, `--report=DIR/results.json` sets the two side by side.
+
+Parts, always in this order, each printed as it finishes and written at once to
+DIR/results.json and DIR/results.md (a part killed by a timeout leaves the earlier ones):
+1. steps   the 32 x 512 step table, BERT-Large then BERT-Base, bf16, post / realformer / pre /
+           Hugging Face: the eight programs compiled side by side, then each shape's
+           interleaved rounds (benchmarks/measure.py), MEASURED, with MFU against the one
+           stated peak (aot/targets.mfu_peak_flops: the datasheet's) and issue 57's targets
+           PASS / MISS (benchmarks/device_targets.py) printed as the shape finishes;
 2. long    the long-sequence table: BERT-Base, batch 1, bf16, full remat, dropout 0.1, learned
-           positions (benchmarks.long_sequences's compiled step and timing) for post, the
-           scores carry ('realformer recomputed', its smallest) and 'qk' at 65k / 32k / 16k
-           (longest first: the 65k rows are the target, a short budget keeps them); a row
-           whose compile fails (a kernel this jax cannot lower) says so and the suite goes on:
-           XLA's memory, the step MEASURED (a warm-up, then the median of 2) and the device
-           peak where that row raised it (the allocator keeps one per process) beside the
-           roofline's ESTIMATE of the very program that ran (realformer_jax/aot/roofline.py,
-           the device's chip from targets.py); a row larger than the device says so. With
+           positions (benchmarks.long_sequences's compiled step and timing) for post and 'qk'
+           at 65k (the targets; --lengths for others, longest first, and the toy size's
+           scores carry 'realformer recomputed'); a row whose compile fails (a kernel this jax
+           cannot lower) says so and the suite goes on:
+           XLA's memory, the first step and the step MEASURED (a warm-up, then the median of
+           2) and the device peak where that row raised it (the allocator keeps one per
+           process) beside the roofline's ESTIMATE of the very program that ran
+           (realformer_jax/aot/roofline.py, the device's chip from targets.py); a row larger
+           than the device says so; the targets it decides, PASS / MISS. With
            --qk_ds_tiles, 'qk' at the longest length again per candidate tile of its dS
            kernel (KEYSxROWS[xWARPSxSTAGES]: key rows a program owns x query rows per step,
            the row's warps and stages unless given; the Triton tile table's row otherwise:
@@ -35,11 +42,14 @@ DIR/results.md (a part killed by a timeout leaves the earlier ones):
            the forward only: early in the warm-up the parameters barely move);
 3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
            device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
-4. steps   the 32 x 512 step table, BERT-Base and BERT-Large, bf16, post / realformer / pre /
-           Hugging Face (benchmarks/measure.py's interleaved rounds), MEASURED.
+4. device  `python -m experiments.device_check --notable` in a subprocess: the environment,
+           every attention kernel vs the einsum path (the Hopper kernels too, whose pass it
+           records for 'auto'), 20 training steps kernels vs einsum; its cases print as they
+           finish, so a check the budget stops keeps them (INCOMPLETE, not FAIL).
 Compiles take minutes on a GPU, so every part (and every long row) first compares what it is
-expected to cost with what is left of --budget_s, and is skipped with the reason when it does
-not fit. Nothing here imports jax or an optional package until a part runs.
+expected to cost (BUDGET, each figure with its source) with what is left of --budget_s, and is
+skipped with the reason when it does not fit. Nothing here imports jax or an optional package
+until a part runs.
 """
 
 from __future__ import annotations
@@ -55,9 +65,10 @@ import threading
 import time
 from typing import Callable, Optional
 
-PARTS = ('device', 'long', 'split', 'steps')
-# Device kinds (substrings of jax's device_kind) the estimator has rates for.
-CHIPS = (('H200', 'h200'), ('H100', 'h100'), ('A100-SXM4-40GB', 'a100-40g'), ('A100', 'a100-80g'))
+# In the order they run: the 32 x 512 step table first (it has never run on a device since
+# the kernels changed, issue 57), the device check last (the longest, and its verdict is per
+# case: a check stopped by the budget keeps the cases it printed).
+PARTS = ('steps', 'long', 'split', 'device')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,24 +84,39 @@ class Size:
   heads: int
   long_steps: int
   long_compile_s: float  # one long row's compile
-  step_shapes: tuple  # benchmarks/profiles.py SHAPES names
+  step_shapes: tuple  # benchmarks/profiles.py SHAPES names, in the order they run
   step_rounds: int
-  step_shape_s: float  # one shape of the step table: 4 compiles (HF's the longest) + rounds
+  step_shape_s: float  # one shape of the step table: 4 compiles side by side + its rounds
+  long_variants: tuple = ('post', 'realformer recomputed', 'realformer qk')
 
 
-# device_s: on an H200 the check's 10 kernel cases took 300 s one at a time (2026-11-27), nearly
-# all compilation; with --jobs=8 they compile side by side (not yet timed on a device: a check
-# that crashes that way is run again one case at a time, `run_device`). Earlier, on an H200
-# (2026-11-26) the check's first 11 kernel cases took ~195 s, nearly all
-# compilation, and it had 4 cases and the training part left.
+# What each part is expected to cost on one H100 / H200: BUDGET, each figure with its source.
+# The whole default run is planned to <= 8 minutes (issue 57): budget_s's default.
+BUDGET = {
+  # The step table: its 8 programs compile side by side (XLA:GPU compiles in threads outside
+  # the GIL; 16 host cores), so a shape costs about its slowest compile, Hugging Face's
+  # BERT-Large at ~175 s (FACTS.md: an H100, 2026-11-22; ours ~20-30 s rolled), then 3
+  # interleaved rounds of four steps of < 0.3 s. NOT yet timed side by side on a device.
+  'steps_compile_s': 175.0,
+  'steps_rounds_s': 15.0,  # per shape: warm-up and 3 rounds of 4 steps, ~0.1-0.3 s each
+  # One long row's compile: a BERT-Base L = 65,536 step, ~15 s on an H200 (2026-11-26); 11-21 s
+  # for the nine of 2026-11-27.
+  'long_compile_s': 20.0,
+  # The device check with --jobs=8: its 10 Triton cases took 300 s one at a time (2026-11-27,
+  # nearly all compilation); side by side NOT yet timed; 4 Hopper cases added. Planned at
+  # half the serial time; what it does not finish is INCOMPLETE, not FAIL (run_device).
+  'device_s': 200.0,
+  'split_s': 30.0,  # a traced step of post and of qk: 18 s measured (2026-11-27)
+}
 FULL = Size(
-  'full', ('--size=full', '--steps=20', '--jobs=8'), 300.0, (65536, 32768, 16384), 768, 12, 12,
-  2, 20.0, ('bert_base_512', 'bert_large_512'), 3, 240.0,
+  'full', ('--size=full', '--steps=20', '--jobs=8'), BUDGET['device_s'], (65536,), 768, 12, 12,
+  2, BUDGET['long_compile_s'], ('bert_large_512', 'bert_base_512'), 3,
+  BUDGET['steps_compile_s'] / 2 + BUDGET['steps_rounds_s'], ('post', 'realformer qk'),
 )  # fmt: skip
+DEFAULT_BUDGET_S = 480.0  # issue 57: the whole suite on one lease, <= 8 minutes
 TOY = Size(
   'toy', ('--size=toy', '--steps=2', '--jobs=2'), 60.0, (64,), 32, 2, 2, 1, 5.0, ('tiny',), 1, 30.0,
 )  # fmt: skip
-LONG_VARIANTS = ('post', 'realformer recomputed', 'realformer qk')
 SPLIT_VARIANTS = ('post', 'realformer qk')
 
 
@@ -213,8 +239,7 @@ def _run_check(suite: Suite, command: list, path: str) -> dict:
 def _chip(device_kind: str):
   from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
 
-  name = next((chip for kind, chip in CHIPS if kind in device_kind), None)
-  return targets.CHIPS[name] if name else None
+  return targets.chip_of_device_kind(device_kind)
 
 
 def _long_shape(size: Size, length: int):
@@ -232,7 +257,7 @@ def _long_plan(suite: Suite) -> list:
   tiles, then its candidate qk dS tiles."""
   plan = []
   for i, length in enumerate(suite.size.lengths):
-    plan += [(length, variant, None) for variant in LONG_VARIANTS]
+    plan += [(length, variant, None) for variant in suite.size.long_variants]
     if i == 0:
       plan += [(length, 'post', tile) for tile in suite.post_bwd_tiles]
       plan += [(length, 'realformer qk', tile) for tile in suite.qk_ds_tiles]
@@ -324,7 +349,13 @@ def run_long(suite: Suite) -> dict:
       f'  L={length} {_variant_label(row)}: {row["step_s"]:.3f} s measured'
       + (f', {row["estimate_s"]:.3f} s estimated' if 'estimate_s' in row else '')
     )
+  from benchmarks import device_targets  # pylint: disable=import-outside-toplevel
+
+  figures = device_targets.long_figures(rows)
+  for line in device_targets.lines(figures):
+    suite.log('  ' + line)
   return {
+    'targets': figures,
     'device_kind': device.device_kind,
     'estimate_chip': chip.name if chip else None,
     'settings': f'hidden {size.hidden}, {size.layers} layers, {size.heads} heads, batch 1, '
@@ -354,42 +385,80 @@ def run_split(suite: Suite) -> dict:
 
 
 def run_steps(suite: Suite) -> dict:
+  """The 32 x 512 step table: every candidate of every shape compiled side by side (threads:
+  XLA compiles outside the GIL), then each shape in turn timed in interleaved rounds
+  (benchmarks/measure.py), its rows and the targets they decide printed as it finishes."""
+  import concurrent.futures  # pylint: disable=import-outside-toplevel
   import importlib.util  # pylint: disable=import-outside-toplevel
 
-  from benchmarks import measure, profiles  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from benchmarks import device_targets, measure, profiles  # pylint: disable=import-outside-toplevel
+  from benchmarks import flops as flops_lib  # pylint: disable=import-outside-toplevel
   from benchmarks.report import Report  # pylint: disable=import-outside-toplevel
   from benchmarks.timing import MatmulPeak  # pylint: disable=import-outside-toplevel
+  from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
 
   if importlib.util.find_spec('transformers') is None:
     return {'skipped': 'transformers is not installed (the Hugging Face column)'}
-  suite.kept.clear()  # long-sequence states the split part did not trace
+  suite.kept.clear()
   size = suite.size
   profile = dataclasses.replace(
     profiles.PROFILES['accelerator'], rounds=size.step_rounds, warmup=1, trace_steps=0
   )
   if size.name == 'toy':
     profile = dataclasses.replace(profile, peak_n=256)
-  peak = MatmulPeak(profile.peak_n, profile.dtype)
+  kind = jax.devices()[0].device_kind
+  chip = targets.chip_of_device_kind(kind)
+  peak_flops = targets.mfu_peak_flops(chip) if chip else None
+  names = ('post', 'realformer', 'pre', 'hf')
   shapes = {}
+  start = time.perf_counter()
+  with concurrent.futures.ThreadPoolExecutor(len(size.step_shapes) * len(names)) as pool:
+    futures = {
+      (shape, name): pool.submit(
+        measure.compile_candidate, profiles.SHAPES[shape], name, profile, 0.1
+      )
+      for shape in size.step_shapes
+      for name in names
+    }
+    compiled = {key: future.result() for key, future in futures.items()}
+  suite.log(f'  compiled {len(compiled)} steps side by side in {time.perf_counter() - start:.0f} s')
+  figures = {}
   for name in size.step_shapes:
-    if not suite.fits(size.step_shape_s):
-      shapes[name] = {'skipped': f'expected ~{size.step_shape_s:.0f} s; not enough budget'}
-      continue
     shape = profiles.SHAPES[name]
+    own = {n: compiled.pop((name, n)) for n in names}
+    compile_s = {n: round(c.lower_s + c.compile_s, 1) for n, c in own.items()}
     result = measure.measure_train_steps(
-      Report(lambda _: None), shape, profile, 0.1, peak, lambda _: None
-    )
+      Report(lambda _: None), shape, profile, 0.1, MatmulPeak(profile.peak_n, profile.dtype),
+      suite.log, precompiled=own,
+    )  # fmt: skip
+    del own
     medians = {k: sorted(v)[len(v) // 2] for k, v in result['times'].items() if v}
+    model_flops = flops_lib.model_flops(shape)
+    mfu = {k: model_flops / v / peak_flops for k, v in medians.items()} if peak_flops else {}
     shapes[name] = {
       'shape': f'{shape.batch} x {shape.seq_len}, hidden {shape.hidden}, {shape.layers} layers',
       'step_s': medians,
       'tokens_per_s': {k: shape.tokens / v for k, v in medians.items()},
+      'mfu': mfu,
+      'compile_s': compile_s,  # each side by side with the others
     }
-    suite.log(f'  {name}: ' + ', '.join(f'{k} {v:.4f} s' for k, v in medians.items()))
+    for model, seconds in medians.items():
+      suite.log(
+        f'  {name} {model}: {seconds * 1e3:.1f} ms, {shape.tokens / seconds:,.0f} tokens/s'
+        + (f', MFU {mfu[model]:.3f}' if model in mfu else '')
+      )
+    figures.update(device_targets.step_figures(name, medians, mfu))
+    for line in device_targets.lines(figures):
+      suite.log('  ' + line)
   return {
     'settings': f'bfloat16 compute, dropout 0.1, rolled layer scan, {size.step_rounds} '
-    'interleaved rounds after a warm-up, median (benchmarks/measure.py)',
+    'interleaved rounds after a warm-up, median (benchmarks/measure.py); MFU: model FLOPs '
+    '(benchmarks/flops.py) / step / the datasheet bf16 peak (aot/targets.mfu_peak_flops'
+    + (f': {peak_flops / 1e12:.1f} TFLOP/s, {chip.name})' if peak_flops else ': no chip known)'),
     'shapes': shapes,
+    'targets': figures,
   }
 
 
@@ -401,8 +470,8 @@ def expected_s(part: str, size: Size) -> float:
   return {
     'device': size.device_s,
     'long': size.long_compile_s,
-    'split': 10.0 if size.name == 'toy' else 60.0,
-    'steps': size.step_shape_s,
+    'split': 10.0 if size.name == 'toy' else BUDGET['split_s'],
+    'steps': size.step_shape_s * len(size.step_shapes),
   }[part]
 
 
@@ -441,16 +510,17 @@ def render_part(part: str, r: dict) -> list[str]:
       f'{r["device_kind"]}; {r["settings"]}. Estimate: the roofline of the program that ran, '
       f'at {r["estimate_chip"] or "no chip (no estimate)"} rates.',
       '',
-      '| L | variant | XLA memory (GiB) | step (s), MEASURED | step (s), ESTIMATED | '
-      "device peak (GiB), MEASURED | last step's loss | its gradient norm | note |",
-      '|---:|---|---:|---:|---:|---:|---:|---:|---|',
+      '| L | variant | XLA memory (GiB) | step (s), MEASURED | first step (s), MEASURED | '
+      "step (s), ESTIMATED | device peak (GiB), MEASURED | last step's loss | its gradient "
+      'norm | note |',
+      '|---:|---|---:|---:|---:|---:|---:|---:|---:|---|',
     ]
     left_out = {}
     for row in r['rows']:
       left_out.update(row.get('estimate_leaves_out') or {})
       lines.append(
         f'| {row["length"]:,} | {_variant_label(row)} | {_f(row.get("xla_peak_gb"))} | '
-        f'{_f(row.get("step_s"))} | {_f(row.get("estimate_s"))} | '
+        f'{_f(row.get("step_s"))} | {_f(row.get("first_step_s"))} | {_f(row.get("estimate_s"))} | '
         f'{_f(row.get("device_peak_gb"))} | {_f(row.get("loss"), 6)} | '
         f'{_f(row.get("grad_norm"), 6)} | '
         f'{row.get("skipped", "")} |'
@@ -459,7 +529,7 @@ def render_part(part: str, r: dict) -> list[str]:
       lines += ['', 'The estimate costs as zero what these kernels do not state: ' + '; '.join(
         f'`{name}` ({", ".join(fields)})' for name, fields in left_out.items()
       )]  # fmt: skip
-    return lines
+    return lines + _target_lines(r)
   if part == 'split':
     lines = ['| variant | L | kernel | device s per step, MEASURED |', '|---|---:|---|---:|']
     for variant, v in r['variants'].items():
@@ -467,24 +537,36 @@ def render_part(part: str, r: dict) -> list[str]:
       for kernel, seconds in v['kernels_s'].items():
         lines.append(f'| {variant} | {v["length"]:,} | `{kernel[:60]}` | {_f(seconds)} |')
     return lines
-  lines = [r['settings'] + '.', '', '| shape | model | step (s), MEASURED | tokens/s, MEASURED |']
-  lines.append('|---|---|---:|---:|')
+  lines = [
+    r['settings'] + '.',
+    '',
+    '| shape | model | step (s), MEASURED | tokens/s, MEASURED | MFU, MEASURED |',
+    '|---|---|---:|---:|---:|',
+  ]
   for name, s in r['shapes'].items():
     if 'skipped' in s:
-      lines.append(f'| {name} | | | skipped: {s["skipped"]} |')
+      lines.append(f'| {name} | | | skipped: {s["skipped"]} | |')
       continue
     for model, seconds in s['step_s'].items():
       lines.append(
-        f'| {name} ({s["shape"]}) | {model} | {_f(seconds, 4)} | {s["tokens_per_s"][model]:,.0f} |'
+        f'| {name} ({s["shape"]}) | {model} | {_f(seconds, 4)} | '
+        f'{s["tokens_per_s"][model]:,.0f} | {_f(s.get("mfu", {}).get(model))} |'
       )
-  return lines
+  return lines + _target_lines(r)
+
+
+def _target_lines(r: dict) -> list[str]:
+  from benchmarks import device_targets  # pylint: disable=import-outside-toplevel
+
+  verdicts = device_targets.lines(r.get('targets') or {})
+  return (['', "Issue 57's targets:", ''] + [f'- {v}' for v in verdicts]) if verdicts else []
 
 
 TITLES = {
-  'device': '1. Device check (experiments.device_check)',
+  'steps': '1. Train steps at 32 x 512',
   'long': '2. Long sequences: measured next to the estimate',
   'split': '3. Per-kernel device time (profiler trace)',
-  'steps': '4. Train steps at 32 x 512',
+  'device': '4. Device check (experiments.device_check)',
 }
 
 
@@ -552,7 +634,9 @@ def main(argv=None) -> dict:
   parser.add_argument('--out', required=True, help='folder for results.json and results.md')
   parser.add_argument('--toy', action='store_true', help='toy sizes: any backend, CI on a CPU')
   parser.add_argument('--parts', default=','.join(PARTS), help=f'of {",".join(PARTS)}')
-  parser.add_argument('--budget_s', type=float, default=900.0, help='wall-clock budget')
+  parser.add_argument(
+    '--budget_s', type=float, default=DEFAULT_BUDGET_S, help='wall-clock budget (s)'
+  )
   parser.add_argument(
     '--lengths', default='', help='the long part\'s sequence lengths, longest first (default: '
     'the size\'s own)'
@@ -566,11 +650,12 @@ def main(argv=None) -> dict:
     'with each of these backward tiles, KEYSxROWS[xWARPSxSTAGES] (e.g. 128x32x4x5,128x128x8x2)'
   )  # fmt: skip
   args = parser.parse_args(argv)
-  parts = [p for p in args.parts.split(',') if p]
-  unknown = [p for p in parts if p not in PARTS]
+  requested = [p for p in args.parts.split(',') if p]
+  unknown = [p for p in requested if p not in PARTS]
   if unknown:
     print(f'error: --parts={args.parts}: unknown part {unknown[0]!r} (known: {PARTS})')
     sys.exit(2)
+  parts = [p for p in PARTS if p in requested]  # always in the suite's order
   if args.budget_s <= 0:
     print(f'error: --budget_s={args.budget_s}: must be positive')
     sys.exit(2)

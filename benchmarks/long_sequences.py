@@ -76,9 +76,11 @@ def compiled_step(shape: steps.Shape, overrides: dict, dtype: str, abstract: boo
 
 
 def time_steps(compiled, run_steps: int) -> dict:
-  """A warm-up step, then the median of `run_steps` timed ones, the device's peak, and the
-  loss and gradient norm of the last step."""
-  compiled()  # warm-up
+  """A warm-up step (timed: the first step), then the median of `run_steps` timed ones, the
+  device's peak, and the loss and gradient norm of the last step."""
+  start = time.perf_counter()
+  compiled()  # warm-up: its time is the run's first step (kernel autotuning included)
+  first = time.perf_counter() - start
   times = []
   for _ in range(run_steps):
     start = time.perf_counter()
@@ -87,6 +89,7 @@ def time_steps(compiled, run_steps: int) -> dict:
   peak = bench.device_peak_bytes()
   return {
     'step_s': statistics.median(times),
+    'first_step_s': first,
     'device_peak_gb': peak / GiB if peak is not None else float('nan'),
     'loss': compiled.loss(),
     'grad_norm': compiled.grad_norm(),

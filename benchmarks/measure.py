@@ -18,6 +18,7 @@ from benchmarks.compiled_steps import CompiledStep, build_step, device_peak_byte
 from benchmarks.profiles import LAYOUTS, Profile
 from benchmarks.report import Report
 from benchmarks.timing import Candidate, MatmulPeak, interleave, per_round_ratio
+from realformer_jax.aot import targets
 
 
 def trace_file(candidate: CompiledStep, steps_to_trace: int, directory: str) -> str:
@@ -47,6 +48,14 @@ def trace_categories(
 # Sections.
 
 
+def compile_candidate(shape: steps.Shape, name: str, profile: Profile, dropout: float):
+  """One candidate of the step table ('post' | 'realformer' | 'pre' | 'hf'), compiled with its
+  state: ours on the profile's scan unroll (fully unrolled where it names none)."""
+  unroll = profile.scan_unroll or shape.layers
+  overrides = {} if name == 'hf' else {'scan_unroll': unroll}
+  return CompiledStep(name, build_step(shape, name, dropout, dtype=profile.dtype, **overrides))
+
+
 def measure_train_steps(
   report: Report,
   shape: steps.Shape,
@@ -55,11 +64,13 @@ def measure_train_steps(
   peak: MatmulPeak,
   log,
   trace_dir: Optional[str] = None,
+  precompiled: Optional[dict] = None,
 ) -> dict:
-  """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape."""
+  """Step time, tokens/s, MFU and ratios for post / realformer / pre / HF at one shape.
+  `precompiled`: candidates already compiled (compile_candidate), e.g. side by side."""
   section = f'train_{shape.name}'
   model_flops = flops_lib.model_flops(shape)
-  compiled: dict[str, CompiledStep] = {}
+  compiled: dict[str, CompiledStep] = dict(precompiled or {})
   times: dict[str, list] = {k: [] for k in ('hf',) + LAYOUTS}
   peaks: dict[str, list] = {k: [] for k in times}
   ratios: dict[str, list] = {
@@ -72,7 +83,6 @@ def measure_train_steps(
   hf_memory: dict = {}
   device_peaks: dict[str, int] = {}
   breakdowns: dict[str, dict] = {}
-  unroll = profile.scan_unroll or shape.layers
   groups = (
     [['post', 'hf'], ['post', 'realformer', 'pre']]
     if shape.name in profile.split_groups
@@ -82,15 +92,7 @@ def measure_train_steps(
     for name in group:
       if name not in compiled:
         log(f'[{shape.name}] compiling {name} train step')
-        step = build_step(
-          shape,
-          name,
-          dropout,
-          dtype=profile.dtype,
-          **({} if name == 'hf' else {'scan_unroll': unroll}),
-        )
-        compiled[name] = CompiledStep(name, step)
-        del step
+        compiled[name] = compile_candidate(shape, name, profile, dropout)
         report.add(
           section,
           f'{_label(name)} compile (trace+lower+compile)',
@@ -168,13 +170,18 @@ def measure_train_steps(
     flops_lib.hf_executed_flops(shape) / 1e9,
     'MLM head at every position',
   )
+  # MFU on an accelerator the project knows: against its datasheet peak, the one every MFU
+  # figure uses (aot/targets.mfu_peak_flops); elsewhere (a CPU) against the matmul timed here.
+  chip = targets.chip_of_device_kind(jax.devices()[0].device_kind)
   for name in ('post', 'realformer', 'pre', 'hf'):
     label = 'HF' if name == 'hf' else name
+    fixed = [targets.mfu_peak_flops(chip)] * len(times[name]) if chip else peaks[name]
     report.add(
       section,
-      f'MFU {label} (model FLOPs / time / peak)',
+      f'MFU {label} (model FLOPs / time / '
+      + (f'{chip.name} datasheet bf16 peak)' if chip else 'measured matmul peak)'),
       'frac',
-      [model_flops / t / p for t, p in zip(times[name], peaks[name])],
+      [model_flops / t / p for t, p in zip(times[name], fixed)],
     )
   for name in ('post', 'realformer', 'pre'):
     if compiled.get(name) and compiled[name].memory:
@@ -205,6 +212,7 @@ def measure_train_steps(
     'ratios': ratios,
     'times': times,
     'peaks': peaks,
+    'mfu_peak': targets.mfu_peak_flops(chip) if chip else None,
     'model_flops': model_flops,
     'hf_memory': hf_memory,
     'post_memory': compiled['post'].memory,

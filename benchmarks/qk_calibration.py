@@ -44,7 +44,7 @@ import textwrap
 from typing import Optional
 
 from benchmarks.aot_calibration import compile_in_tree, extract
-from realformer_jax.aot import legacy_kernels, roofline, targets
+from realformer_jax.aot import categories, legacy_kernels, roofline, targets
 from studies import runs as runs_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -75,6 +75,10 @@ OVERRIDES = {
     '_tiles': {'block_bwd': 64, 'ds_rows': 128},
   },
 }
+# The qk backward's dS GEMMs (XLA's matmuls inside its slot-bucket switch, costed per executed
+# branch: realformer_jax/aot/switches.py): measured, never fitted (no fitted constant touches a
+# GEMM), the validation of the executed-branch costing.
+DS_GEMMS = 'dS GEMMs (cuBLAS)'
 # The measured sets: per commit, its rows (L, variant, measured step s, device peak GiB or None,
 # the estimate before this calibration) and, per (L, variant), the profiler's device seconds
 # per step of the fused attention kernels (all calls of that name summed).
@@ -129,7 +133,11 @@ SETS = {
         'flash_attention_bwd': 2.022,
         'attention_dropout_mask': 0.666,
       },
-      (65_536, 'qk'): {'realformer_qk_attention_fwd': 2.656, 'realformer_qk_attention_ds': 6.858},
+      (65_536, 'qk'): {
+        'realformer_qk_attention_fwd': 2.656,
+        'realformer_qk_attention_ds': 6.858,
+        DS_GEMMS: 1.48,  # the six cuBLAS kernels in the trace's top eight (performance.md)
+      },
     },
   },
   # docs/results/device_suite/h200-2026-11-27-tiles: the long part at 65,536 with candidate
@@ -162,6 +170,16 @@ OUTSIDE_TOLERANCE = {
   for commit, measured in SETS.items()
   for length, variant, *_ in measured['rows']
   if variant == 'recomputed'  # the scores carry, wherever a set measured it
+}
+
+# Measured kernels the calibrated model misses by more than TOLERANCE, with the reason (checked
+# to stay within 40 % by tests/aot/test_aot_kernel_costs.py).
+KERNELS_OUTSIDE_TOLERANCE = {
+  ('1a0cee47cc451d0707db808b097edce961b1860b', 16_384, 'post', 'flash_attention_fwd'): (
+    'the forward on its 128 x 64 tiles (4 warps), two calls a layer: one efficiency for every '
+    'fused kernel cannot see tiles or warps (the same kernel on 128 x 128 tiles, 8 warps, at '
+    'e64cd4c: +13 %)'
+  )
 }
 
 # Runs inside the extracted tree: its own benchmarks.steps and train package, on H200 devices
@@ -239,9 +257,12 @@ def input_name(commit: str, length: int, variant: str) -> str:
   return f'inputs-{commit[:7]}-{variant}-{length}.json'
 
 
-def _kernel_name(op_name: str) -> str:
-  """The pallas_call's kernel, from its op name (`.../flash_attention_fwd/pallas_call`)."""
+def _kernel_name(op_name: str, category: str = '') -> str:
+  """The pallas_call's kernel, from its op name (`.../flash_attention_fwd/pallas_call`), or
+  DS_GEMMS for a matmul inside the qk backward's switch (`.../attention/cond/branch_n_fun/...`)."""
   parts = op_name.split('/')
+  if category == categories.GEMM and '/attention/cond/branch_' in op_name:
+    return DS_GEMMS
   return parts[-2] if len(parts) > 1 and parts[-1] == 'pallas_call' else ''
 
 
@@ -255,7 +276,7 @@ def timed(inputs: dict, chip: targets.Chip) -> dict:
     seconds, bound = roofline.kernel_seconds(k['work'], chip)
     total = seconds * k['count']
     by_bound[bound] = by_bound.get(bound, 0.0) + total
-    name = _kernel_name(k['op_name'])
+    name = _kernel_name(k['op_name'], k.get('category', ''))
     if name:
       by_kernel[name] = by_kernel.get(name, 0.0) + total
     rows.append((total, bound, k))
@@ -280,7 +301,13 @@ def fit(inputs: dict[tuple, dict], chip: targets.Chip) -> dict:
     for (length, variant), kernels in sets['kernels'].items():
       program = inputs[(commit, length, variant)]['kernels']
       for name, seconds in kernels.items():
-        works = [(k['work'], k['count']) for k in program if _kernel_name(k['op_name']) == name]
+        if name == DS_GEMMS:  # no fitted constant costs a GEMM: a validation, not a fit
+          continue
+        works = [
+          (k['work'], k['count'])
+          for k in program
+          if _kernel_name(k['op_name'], k['category']) == name
+        ]
         measured.append(((commit, length, variant, name), seconds, works))
 
   def errors(efficiency: float, fraction: float) -> dict:
@@ -404,6 +431,14 @@ def render(result: dict, seq_len: int = 0, sets: Optional[dict] = None) -> str:
       f'| `{k["commit"][:7]}` | {k["seq_len"]:,} | {k["variant"]} | `{k["kernel"]}` | '
       f'{k["device_s"]:.3g} | {k["estimate_s"]:.3g} | {k["error"]:+.0%} |'
     )
+  for (commit, length, variant, kernel), why in KERNELS_OUTSIDE_TOLERANCE.items():
+    lines += ['', f'Outside the band, `{kernel}` of `{commit[:7]}` {variant} at {length:,}: {why}.']
+  lines += [
+    '',
+    f"`{DS_GEMMS}`: XLA's matmuls inside the qk backward's slot-bucket switch, each layer "
+    'costed at the branch it runs (realformer_jax/aot/switches.py); no fitted constant costs '
+    'them, so that row is a validation, not a fit.',
+  ]
   return '\n'.join(lines) + '\n'
 
 

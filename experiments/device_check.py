@@ -67,17 +67,6 @@ PACKAGES = (
   'optax',
   'transformers',
 )
-# Device kinds (substrings of jax's device_kind) the deviceless compiler has a target for.
-TARGETS = (
-  ('H100', 'h100:1'),
-  ('H200', 'h200:1'),
-  ('A100-SXM4-40GB', 'a100-40g:1'),
-  ('A100', 'a100-80g:1'),
-  ('TPU v5 lite', 'v5e:1x1'),
-  ('TPU v6 lite', 'v6e:1x1'),
-  ('TPU v5', 'v5p:1x1x1'),
-  ('TPU v4', 'v4:1x1x1'),
-)
 HEAD_DIM = {'toy': 16, 'full': 64}  # BERT's head size on a device
 
 
@@ -131,14 +120,17 @@ def kernel_cases(platform_name: str, size: str) -> list[tuple]:
     ]
   cases = []
   for backend in native or [b for b in fused if b.interpret]:
-    for dtype in ('float32', 'bfloat16'):
-      for placement in ('post', 'pre', 'realformer'):
+    # What its record says its kernels take: the compute dtypes, a carried sum or not.
+    dtypes = [d for d in ('float32', 'bfloat16') if d in (backend.dtypes or (d,))]
+    placements = ('post', 'pre', 'realformer') if backend.residual else ('post', 'pre')
+    for dtype in dtypes:
+      for placement in placements:
         cases.append((backend.name, placement, dtype, None, 'auto', 'none'))
-    cases.append((backend.name, 'post', 'float32', None, 'auto', 'full'))
-    if backend.odd_length:  # smaller tiles than its largest
-      cases.append((backend.name, 'realformer', 'float32', backend.odd_length, 'auto', 'none'))
+    cases.append((backend.name, 'post', dtypes[0], None, 'auto', 'full'))
+    if backend.odd_length and backend.residual:  # smaller tiles than its largest
+      cases.append((backend.name, 'realformer', dtypes[0], backend.odd_length, 'auto', 'none'))
     if backend.qk:
-      for dtype in ('float32', 'bfloat16'):
+      for dtype in dtypes:
         cases.append((backend.name, 'realformer', dtype, None, 'qk', 'none'))
   return cases
 
@@ -198,6 +190,29 @@ def _check_case(platform_name: str, size: str, case: tuple) -> dict:
     'why': verdict.why,
     'seconds': round(time.perf_counter() - start, 2),
   }
+
+
+def record_passes(device_kind: str, rows: list[dict], show) -> list[str]:
+  """For each backend that 'auto' takes only after a passed check (its record's
+  after_device_check: the Hopper kernels), the pass written where the train setup reads it
+  (analysis/device_checks.py), or why not; the backends recorded."""
+  from realformer_jax.analysis import device_checks  # pylint: disable=import-outside-toplevel
+  from realformer_jax.kernels import backends  # pylint: disable=import-outside-toplevel
+
+  trusted = []
+  for backend in backends.registered():
+    if not backend.after_device_check or not any(
+      r['kernel'].startswith(backend.name + ' ') for r in rows
+    ):
+      continue
+    if device_checks.record(backend.name, device_kind, rows):
+      trusted.append(backend.name)
+      show(f'recorded: every {backend.name} case passed on {device_kind}; attention_impl='
+           f"'auto' takes it here from now on (this jax, this kernel source)")  # fmt: skip
+    else:
+      show(f'not recorded: a {backend.name} case failed or did not run compiled; '
+           "'auto' keeps the platform's default kernels")  # fmt: skip
+  return trusted
 
 
 def _shape(size: str, batch: int):
@@ -268,7 +283,15 @@ def check_training(platform_name: str, size: str, num_steps: int) -> dict:
 
 
 def _target_for(device_kind: str):
-  return next((target for kind, target in TARGETS if kind in device_kind), None)
+  """The one-device deviceless target of this device kind (aot/targets.py), or None."""
+  from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
+
+  chip = targets.chip_of_device_kind(device_kind)
+  if chip is None:
+    return None
+  if chip.platform == 'cuda':
+    return f'{chip.name}:1'
+  return f'{chip.name}:1x1' if chip.name in ('v5e', 'v6e') else f'{chip.name}:1x1x1'
 
 
 def _estimate(target: str, which: str, batch: int, dtype: str) -> dict:
@@ -452,6 +475,7 @@ def main(argv):
   report['kernels'] = check_kernels(
     platform_name, size, lambda row: show(kernel_line(row)), _JOBS.value
   )
+  report['trusted'] = record_passes(env['device_kind'], report['kernels'], show)
   _write(report)
   training = check_training(platform_name, size, _STEPS.value)
   show(training_line(training))

@@ -234,6 +234,10 @@ def checked(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int])
   failed its check on these devices. An explicit kernel that fails raises ConfigError."""
   if not config.attention_check:
     return config
+  if devices and devices[0] in jax.devices():  # a device of this process, not a target's
+    from realformer_jax.analysis import device_checks  # pylint: disable=import-outside-toplevel
+
+    config = device_checks.preferred(config, devices, seq_len)
   attention_plan = _kernel_to_check(config, devices, seq_len)
   if attention_plan is None:
     return config

@@ -13,9 +13,11 @@ The model (one per device: an SPMD program is the same on every device):
 1. Kernels. Walk the ENTRY computation. Every fusion, custom call, collective and unfused
    instruction that launches work is a kernel; parameters, tuples, get-tuple-element, bitcasts
    and constants are free. A while loop's body (and condition) run `known_trip_count` times
-   (nested loops multiply); `call`s and async wrappers are entered; of a conditional's branches
-   the dearest is counted (with a warning). A loop without a known trip count is counted once,
-   with a warning.
+   (nested loops multiply); `call`s and async wrappers are entered. A conditional whose branch
+   rule is in the code (switches.py: the qk backward's slot buckets, layer l takes the first
+   bucket >= l + 1) has each branch counted for the executions that take it; of any other
+   conditional the dearest branch is counted, every time, with a warning. A loop without a
+   known trip count is counted once, with a warning.
 2. Bytes: a kernel reads its operands and writes its results once from / to HBM. A fusion
    parameter that is only sliced inside (dynamic-slice, slice, gather: a rolled scan reading
    layer l of a stacked [N, ...] buffer) counts as the slices it reads; a result written in
@@ -71,7 +73,7 @@ import dataclasses
 import re
 from typing import Optional, Union
 
-from realformer_jax.aot import categories, hlo_text, kernel_work, targets
+from realformer_jax.aot import categories, hlo_text, kernel_work, switches, targets
 from realformer_jax.aot.hlo_text import Computation, Instruction, Module
 
 FREE_OPS = frozenset(
@@ -113,7 +115,8 @@ class Kernel:
   computation: str  # where it sits (ENTRY, a loop body, ...)
   opcode: str  # fusion / custom-call / copy / all-gather-start / ...
   kind: str  # fusion kind or backend kind, custom call target, or the opcode
-  count: int  # executions per step (loop trip counts multiplied)
+  # executions per step (loop trip counts multiplied; a switch's branch its share of them)
+  count: float
   bytes: float  # HBM bytes per execution
   matmul_flops: float  # per execution
   seconds: float  # estimated per execution, launch overhead included
@@ -356,7 +359,7 @@ class _Walker:
   def computation(self, name: str) -> Optional[Computation]:
     return self.module.computations.get(name)
 
-  def visit(self, computation: Computation, count: int) -> None:
+  def visit(self, computation: Computation, count: float) -> None:
     for ins in computation.instructions:
       op = ins.opcode
       if op in FREE_OPS:
@@ -377,15 +380,18 @@ class _Walker:
           if self.computation(name):
             self.visit(self.computation(name), count)
       elif op == 'conditional':
-        self._conditional(ins, count)
+        self._conditional(ins, computation, count)
       elif op == 'custom-call' and ins.custom_call_target in FREE_CUSTOM_CALLS:
         continue
       else:
         self._kernel(ins, computation, count)
 
-  def _conditional(self, ins: Instruction, count: int) -> None:
+  def _conditional(self, ins: Instruction, computation: Computation, count: float) -> None:
+    """A known switch (switches.py) costs each branch for the executions that take it; any
+    other conditional its dearest branch, every time, with a warning."""
+    shares = switches.branch_shares(ins, computation)
     branches = []
-    for name in ins.called():
+    for i, name in enumerate(ins.called()):
       sub = _Walker(
         self.module,
         self.chip,
@@ -395,18 +401,23 @@ class _Walker:
         self.costs_on_behalf,
       )
       if self.computation(name):
-        sub.visit(self.computation(name), count)
+        sub.visit(self.computation(name), count * shares[i] if shares else count)
       branches.append(sub)
     if not branches:
       return
-    dearest = max(branches, key=lambda w: sum(k.total_seconds for k in w.kernels))
-    self.kernels.extend(dearest.kernels)
-    self.warnings.extend(dearest.warnings)
-    self.warnings.append(
-      f'{ins.name}: conditional with {len(branches)} branches, the dearest counted'
-    )
+    taken = branches if shares else [max(branches, key=lambda w: w.seconds())]
+    for walker in taken:
+      self.kernels.extend(k for k in walker.kernels if k.count)
+      self.warnings.extend(walker.warnings)
+    if not shares:
+      self.warnings.append(
+        f'{ins.name}: conditional with {len(branches)} branches, the dearest counted'
+      )
 
-  def _kernel(self, ins: Instruction, computation: Computation, count: int) -> None:
+  def seconds(self) -> float:
+    return sum(k.total_seconds for k in self.kernels)
+
+  def _kernel(self, ins: Instruction, computation: Computation, count: float) -> None:
     work = self.analyzer.work(ins, computation)
     if ins.opcode in HOST_OPS:
       work.warning = f'{ins.name}: host transfer ({ins.opcode}), not costed by the roofline'
@@ -429,7 +440,7 @@ class _Walker:
         computation=computation.name,
         opcode=ins.opcode,
         kind=ins.custom_call_target or ins.backend_kind or ins.fusion_kind or ins.opcode,
-        count=count,
+        count=int(count) if float(count).is_integer() else count,
         bytes=work.bytes,
         matmul_flops=sum(work.matmul_flops.values()),
         seconds=seconds,
@@ -558,8 +569,13 @@ def _rate_seconds(amount: float, rate: Optional[float]) -> float:
 def _vector_seconds(work: dict, chip: targets.Chip) -> float:
   if chip.vector_flops is None:
     return 0.0
+  int_ops = work['int_ops']
+  if work.get('fused'):  # stated as written; the hash compiles to fewer ops (hash_work.py)
+    from realformer_jax.aot import hash_work  # pylint: disable=import-outside-toplevel
+
+    int_ops = hash_work.kernel_int_ops(int_ops)
   return (
     work['float_ops'] / chip.vector_flops
-    + work['int_ops'] / chip.vector_int_ops
+    + int_ops / chip.vector_int_ops
     + work['transcendentals'] / chip.transcendentals
   )

@@ -138,10 +138,21 @@ def check(config: ModelConfig) -> None:
 
 def _check_support(config: ModelConfig, backend: backends.Backend, residual_carry: str) -> None:
   impl = config.attention_impl
-  if config.use_residual_attention and not backend.residual:
+  if (
+    config.use_residual_attention
+    and not backend.residual
+    and not (residual_carry == 'qk' and backend.qk)
+  ):
     raise ConfigError(
       f'model.attention_impl={impl!r}: the {backend.name} backend cannot carry residual '
       "scores; use 'pallas' (or 'auto') for residual attention"
+      + (", or model.residual_carry='qk'" if backend.qk else '')
+    )
+  if backend.dtypes and config.dtype not in backend.dtypes:
+    raise ConfigError(
+      f'model.attention_impl={impl!r}: the {backend.name} kernels take '
+      f'{" or ".join(backend.dtypes)} (model.dtype={config.dtype!r}); use '
+      "'pallas' (or 'auto')"
     )
   if config.attention_dropout_rate > 0 and not backend.dropout:
     raise ConfigError(

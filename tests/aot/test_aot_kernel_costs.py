@@ -7,7 +7,7 @@ compiler, plugin or device."""
 import pytest
 
 from benchmarks import qk_calibration
-from realformer_jax.aot import hlo_text, legacy_kernels, roofline, targets
+from realformer_jax.aot import hash_work, hlo_text, legacy_kernels, roofline, switches, targets
 
 H200 = targets.parse('h200:1')
 H100 = targets.parse('h100:1')
@@ -103,13 +103,17 @@ def test_a_fused_kernel_runs_its_matmuls_and_cuda_core_work_in_sequence():
   hlo = _triton_call(_stated(flops=flops, float_ops=float_ops, int_ops=int_ops, atomics=0))
   (kernel,) = roofline.estimate(hlo, H200).kernels
   matmul = flops / chip.roofline_matmul_flops['bf16']
-  vector = float_ops / chip.vector_flops + int_ops / chip.vector_int_ops
+  # Its integer ops as compiled: the statement at the hash's compiled share (hash_work.py).
+  compiled = int_ops * hash_work.per_decision().compiled_share
+  vector = float_ops / chip.vector_flops + compiled / chip.vector_int_ops
   assert kernel.work['fused'] and kernel.bound == 'matmul+vector'
   assert kernel.seconds == pytest.approx(
     (matmul + vector) / chip.fused_kernel_efficiency + chip.launch_overhead_s
   )
-  # The same work in an XLA fusion (no `fused` mark) overlaps: the larger part at peak.
+  # The same work in an XLA fusion (no `fused` mark) overlaps: the larger part at peak, its
+  # integer ops as XLA's own HLO counts them.
   plain = dict(kernel.work, fused=False)
+  vector = float_ops / chip.vector_flops + int_ops / chip.vector_int_ops
   assert roofline.kernel_seconds(plain, chip)[0] == pytest.approx(
     max(matmul, vector) + chip.launch_overhead_s
   )
@@ -157,9 +161,13 @@ def test_the_h200_calibration_reproduces_from_its_committed_inputs():
     else:
       assert abs(row['error']) <= qk_calibration.TOLERANCE, (length, variant, row['error'])
   assert sum(bool(r['known_miss']) for r in result['rows']) == 2  # the scores carry at 16k
-  assert len(result['kernels']) == 9
+  assert len(result['kernels']) == 10  # nine fused kernels (fitted) and the dS GEMMs (not)
   for kernel in result['kernels']:
-    assert abs(kernel['error']) <= qk_calibration.TOLERANCE, kernel
+    key = (kernel['commit'], kernel['seq_len'], kernel['variant'], kernel['kernel'])
+    if key in qk_calibration.KERNELS_OUTSIDE_TOLERANCE:  # stated with its reason
+      assert qk_calibration.TOLERANCE < abs(kernel['error']) < 0.4, kernel
+    else:
+      assert abs(kernel['error']) <= qk_calibration.TOLERANCE, kernel
   fitted = qk_calibration.fit(inputs, targets.parse(qk_calibration.TARGET).chip)
   assert (fitted['efficiency'], fitted['l2_fraction']) == (
     targets.FUSED_KERNEL_EFFICIENCY,
@@ -170,6 +178,28 @@ def test_the_h200_calibration_reproduces_from_its_committed_inputs():
   rows = {(r['commit'][:7], r['seq_len'], r['variant']): r for r in result['rows']}
   assert rows[('eaf81ca', 65536, 'qk')]['by_bound_s']['atomics'] > 0.7 * 56.5
   assert all(r['error_before'] < -0.38 for k, r in rows.items() if k[0] == '1a0cee4')
+
+
+def test_the_qk_ds_gemms_are_costed_per_executed_switch_branch_within_10_percent():
+  # BERT-Base, batch 1, L = 65,536, bf16, remat full, dropout 0.1, qk carry, H200 (commit
+  # e64cd4c): the profiler measured the dS GEMMs at 1.48 s a step. Each layer's backward runs
+  # the branch of its slot bucket (3, 6, 9 or 12 slots at 12 layers, three layers each:
+  # switches.py), not the dearest one every layer (2.42 s before issue 57). No fitted
+  # constant costs a GEMM: this row validates the switch costing, it was never fitted.
+  inputs = qk_calibration.load_inputs()
+  (row,) = [
+    k for k in qk_calibration.table(inputs)['kernels'] if k['kernel'] == qk_calibration.DS_GEMMS
+  ]
+  assert (row['commit'][:7], row['seq_len'], row['device_s']) == ('e64cd4c', 65536, 1.48)
+  assert abs(row['error']) <= 0.10, row
+  assert switches.layer_shares(12) == (0.25, 0.25, 0.25, 0.25)
+  program = inputs[('e64cd4c04f7c53cdcb1f7ed1e7ac0d287b098344', 65536, 'qk')]
+  dearest = max(  # the old rule: the 12-slot branch's GEMMs, every layer
+    roofline.kernel_seconds(k['work'], H200.chip)[0] * k['count'] * 4
+    for k in program['kernels']
+    if '/cond/branch_3_fun/' in k['op_name'] and k['category'] == 'GEMM'
+  )
+  assert dearest * 2 > 0.9 * 2.42  # the two GEMMs of the dearest branch: the old 2.42 s
 
 
 def test_the_estimate_lists_the_kernels_that_leave_l2_traffic_or_atomics_unstated():

@@ -114,8 +114,19 @@ def test_the_gpu_cases_check_the_qk_kernels_too():
   assert done.returncode == 0, done.stderr[-2000:]
   cases = [tuple(c) for c in json.loads(done.stdout.strip().splitlines()[-1])]
   qk = [c for c in cases if c[4] == 'qk']
-  assert {(c[1], c[2]) for c in qk} == {('realformer', 'float32'), ('realformer', 'bfloat16')}
-  assert all(c[0] == 'triton' for c in qk)
+  assert {(c[0], c[1], c[2]) for c in qk} == {
+    ('triton', 'realformer', 'float32'),
+    ('triton', 'realformer', 'bfloat16'),
+    ('mosaic_gpu', 'realformer', 'bfloat16'),
+  }
   assert len(cases) == len(set(cases)) and all(len(c) == 6 for c in cases)
+  # The Hopper kernels are asked only what their record allows: 16-bit, no carried sum.
+  assert [c for c in cases if c[0] == 'mosaic_gpu'] == [
+    ('mosaic_gpu', 'post', 'bfloat16', None, 'auto', 'none'),
+    ('mosaic_gpu', 'pre', 'bfloat16', None, 'auto', 'none'),
+    ('mosaic_gpu', 'post', 'bfloat16', None, 'auto', 'full'),
+    ('mosaic_gpu', 'realformer', 'bfloat16', None, 'qk', 'none'),
+  ]
+  assert len([c for c in cases if c[0] == 'triton']) == 10  # both dtypes, the sum, odd length
   # plain attention under full remat (the forward stores no mask, the backward draws it)
   assert ('triton', 'post', 'float32', None, 'auto', 'full') in cases

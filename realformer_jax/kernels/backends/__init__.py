@@ -4,7 +4,7 @@ the backend has them, `<name>/qk_attention.py` those of residual_carry='qk'; the
 them and they are imported on use: a CPU-only install never loads a lowering it does not run.
 docs/extending.md walks through adding one."""
 
-from realformer_jax.kernels.backends import cudnn, mosaic, triton
+from realformer_jax.kernels.backends import cudnn, mosaic, mosaic_gpu, triton
 from realformer_jax.kernels.backends.registry import (
   Backend,
   attention_impls,
@@ -17,5 +17,5 @@ from realformer_jax.kernels.backends.registry import (
 )
 
 # The built-in backends, in the order 'pallas' on a CPU and the device check try them.
-for _backend in (triton.BACKEND, mosaic.BACKEND, cudnn.BACKEND):
+for _backend in (triton.BACKEND, mosaic.BACKEND, mosaic_gpu.BACKEND, cudnn.BACKEND):
   register(_backend)

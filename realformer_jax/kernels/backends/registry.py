@@ -87,6 +87,11 @@ class Backend:
   hlo_calls: tuple[str, ...] = ()
   residual: bool = True  # it carries residual attention's scores
   dropout: bool = True  # it applies attention dropout
+  dtypes: tuple[str, ...] = ()  # the compute dtypes its kernels take (empty: every one)
+  # 'auto' / 'pallas' take it on its platform, ahead of the platform's default, only where
+  # experiments.device_check passed every case on this device kind, jax and kernel source
+  # (kernels/device_checks.py); an explicit attention_impl takes it anywhere.
+  after_device_check: bool = False
 
   def __post_init__(self):
     if self.platform not in PLATFORMS:

@@ -1,0 +1,124 @@
+"""The record of passed device checks, and the backends it lets 'auto' take.
+
+A backend whose record says `after_device_check` (kernels/backends/registry.py: the Hopper
+kernels of kernels/backends/mosaic_gpu/) is never taken by `attention_impl='auto'` or 'pallas'
+on trust: `python -m experiments.device_check` must first have passed EVERY one of its kernel
+cases, compiled, on this device kind, with this jax / jaxlib and this kernel source (the hash of
+analysis/kernel_check.py: kernels/ and model/). The check then writes one entry to
+`device_checks.json` beside the run-time self-check's verdicts ($REALFORMER_JAX_CACHE, default
+~/.cache/realformer_jax); the train setup reads it (`preferred`, from kernel_check.checked) and
+takes that backend ahead of the platform's default, with one log line (model.attention_check=
+False skips this, as it skips the run-time check: the platform's default then). Any change to
+the kernels, the model, jax or the device kind is a new key: the backend is not taken until the
+check has passed again there. An explicit attention_impl takes any backend, as before.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+from typing import Any, Optional, Sequence
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels import backends, select
+
+_log = logging.getLogger(__name__)
+FILE = 'device_checks.json'
+
+
+def _path() -> str:
+  folder = os.environ.get('REALFORMER_JAX_CACHE') or os.path.join(
+    os.path.expanduser('~'), '.cache', 'realformer_jax'
+  )
+  return os.path.join(folder, FILE)
+
+
+def key(backend: str, device_kind: str) -> str:
+  """What a pass is valid for: the backend, the device kind, jax / jaxlib and the kernel source."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jaxlib  # pylint: disable=import-outside-toplevel
+
+  from realformer_jax.analysis import kernel_check  # pylint: disable=import-outside-toplevel
+
+  impl = backends.get(backend).attention_impl
+  return '|'.join(
+    (
+      backend,
+      device_kind,
+      jax.__version__,
+      jaxlib.__version__,
+      kernel_check.kernel_source_hash(impl),
+    )
+  )
+
+
+def load() -> dict:
+  try:
+    with open(_path()) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
+def record(backend: str, device_kind: str, cases: list[dict]) -> Optional[str]:
+  """Writes a pass for `backend` on `device_kind` when every case of it ran compiled and
+  passed; returns the key written, or None (nothing recorded: a failed, interpreted or missing
+  case). Best effort: a read-only home only means the backend is not taken."""
+  own = [c for c in cases if c['kernel'].split(' ')[0] == backend]
+  if not own or not all(c['passed'] and '(compiled)' in c['kernel'] for c in own):
+    return None
+  entries = load()
+  entry = key(backend, device_kind)
+  entries[entry] = {
+    'backend': backend,
+    'device_kind': device_kind,
+    'cases': len(own),
+    'worst_relative_error': max(c['worst_relative_error'] or 0.0 for c in own),
+    'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+  }
+  path = _path()
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+      json.dump(entries, f, indent=1, sort_keys=True)
+    os.replace(path + '.tmp', path)
+  except OSError:
+    return None
+  return entry
+
+
+def passed(backend: str, device_kind: str) -> bool:
+  return key(backend, device_kind) in load()
+
+
+def preferred(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int]) -> ModelConfig:
+  """`config` with 'auto' / 'pallas' replaced by a backend that needs a passed device check and
+  has one on these devices (and can run this config at this length); else `config`."""
+  if config.attention_impl not in ('auto', 'pallas') or not devices:
+    return config
+  device = devices[0]
+  platform = select.platform_of(devices)
+  kind = getattr(device, 'device_kind', '')
+  for backend in backends.registered():
+    if not (backend.after_device_check and backend.platform == platform):
+      continue
+    candidate = config.replace(attention_impl=backend.attention_impl)
+    try:
+      if select.plan(candidate, seq_len or 256) is None:
+        continue
+    except ConfigError:
+      continue  # this config (dtype, carry, length) is not one its kernels take
+    if passed(backend.name, kind):
+      _log.info(
+        'model.attention_impl=%r -> %r: experiments.device_check passed every %s case on %s '
+        'with this jax and kernel source (%s)',
+        config.attention_impl,
+        backend.attention_impl,
+        backend.name,
+        kind,
+        _path(),
+      )
+      return candidate
+  return config

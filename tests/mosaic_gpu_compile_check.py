@@ -1,0 +1,70 @@
+"""Run by tests/kernels/test_mosaic_gpu.py in a subprocess with JAX_PLATFORMS=cpu and the CUDA
+plugin installed (the `aot` extra): the Hopper kernels (kernels/backends/mosaic_gpu/) lowered
+and compiled deviceless for an H100 (sm_90a; realformer_jax/aot/targets.py): post attention's
+forward + backward through the fused op, and the qk forward, bfloat16, dropout on. Prints one
+JSON line: the Mosaic GPU calls in each optimized program, by the named scope they carry."""
+
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from realformer_jax import kernels
+from realformer_jax.aot import targets
+from realformer_jax.kernels.backends.mosaic_gpu import qk_attention
+from realformer_jax.kernels.dropout_bits import keep_threshold
+
+
+def _calls(text: str) -> list[str]:
+  """The named scope (mosaic_gpu_...) of every Mosaic GPU custom call in an optimized program."""
+  calls = [line for line in text.splitlines() if 'custom_call_target="mosaic_gpu' in line]
+  return sorted(
+    re.search(r'mosaic_gpu_[a-z_]+', line.split('op_name=')[1]).group(0) for line in calls
+  )
+
+
+def main(batch=1, seq_len=512, heads=2, head_dim=64, layers=12):
+  mesh = Mesh(np.array(targets.parse('h100:1').devices()[:1]), ('x',))
+  one = NamedSharding(mesh, P())
+  bf16 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=one)  # noqa: E731
+  f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=one)  # noqa: E731
+  tiles = kernels.block_sizes('mosaic_gpu', seq_len, False)
+  spec = kernels.KernelSpec(
+    'mosaic_gpu', carry_in=False, carry_out=False, keep_threshold=keep_threshold(0.9),
+    heads_total=heads, block_q=tiles[0], block_k=tiles[1], block_bwd=tiles[2],
+  )  # fmt: skip
+  scalars = (
+    f32(batch, seq_len),
+    f32(batch, 2),
+    jax.ShapeDtypeStruct((4,), jnp.uint32, sharding=one),
+  )
+
+  def loss(qkv, bias, fparams, iparams):
+    out, _ = kernels.fused_attention(qkv, None, bias, fparams, iparams, spec)
+    return jnp.sum(out.astype(jnp.float32))
+
+  post = jax.jit(jax.grad(loss)).lower(bf16(batch, seq_len, 3, heads, head_dim), *scalars)
+
+  def qk(stack, v, bias, fparams, iparams, layer):
+    return qk_attention.forward(stack, v, bias, fparams, iparams, layer, spec)[0]
+
+  stack = bf16(2, layers, batch, seq_len, heads, head_dim)
+  layer = jax.ShapeDtypeStruct((1,), jnp.int32, sharding=one)
+  qk_fwd = jax.jit(qk).lower(stack, bf16(batch, seq_len, heads, head_dim), *scalars, layer)
+  print(
+    json.dumps(
+      {
+        'tiles': list(tiles),
+        'post': _calls(post.compile().as_text()),
+        'qk_forward': _calls(qk_fwd.compile().as_text()),
+      }
+    )
+  )
+
+
+if __name__ == '__main__':
+  main()

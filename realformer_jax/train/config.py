@@ -187,13 +187,14 @@ class MeshConfig(_Section):
     'data',
     'fsdp',
     'tensor',
+    'sequence',
   )  # mesh axis names (logical_axis_rules' targets)
-  shape: tuple[int, ...] = (-1, 1, 1)  # one entry may be -1: all remaining devices
+  # One entry per axis; one may be -1 (all remaining devices). Trailing axes left out are 1, so
+  # a shape written before an axis was added ('(1,-1,1)': FSDP) means what it meant.
+  shape: tuple[int, ...] = (-1, 1, 1, 1)
 
   def __post_init__(self):
     axes, shape = tuple(self.axes), tuple(self.shape)
-    object.__setattr__(self, 'axes', axes)
-    object.__setattr__(self, 'shape', shape)
     _require(
       len(axes) > 0 and all(isinstance(a, str) and a for a in axes) and len(set(axes)) == len(axes),
       'mesh.axes',
@@ -201,8 +202,11 @@ class MeshConfig(_Section):
       'must be distinct non-empty names',
     )
     _require(
-      len(shape) == len(axes), 'mesh.shape', shape, f'must have one entry per mesh axis {axes}'
+      0 < len(shape) <= len(axes), 'mesh.shape', shape, f'must have one entry per mesh axis {axes}'
     )
+    shape += (1,) * (len(axes) - len(shape))
+    object.__setattr__(self, 'axes', axes)
+    object.__setattr__(self, 'shape', shape)
     _require(
       all(_is_int(s) and (s > 0 or s == -1) for s in shape) and shape.count(-1) <= 1,
       'mesh.shape',
@@ -316,8 +320,10 @@ PARAM_AXIS_FIELDS = {
 }
 
 # Data parallel over ('data', 'fsdp') on the batch; FSDP shards every big matrix on `embed`;
-# tensor parallel splits heads, FFN and vocabulary. Order matters: a mesh axis is used once per
-# array, so activations, which name `batch` before `embed`, keep `embed` unsharded.
+# tensor parallel splits heads, FFN and vocabulary; sequence (context) parallel splits the
+# length of every activation, the carried scores' query rows and the qk carry's stack (the
+# attention then runs as a ring: kernels/ring_attention.py). Order matters: a mesh axis is used
+# once per array, so activations, which name `batch` before `embed`, keep `embed` unsharded.
 DEFAULT_LOGICAL_AXIS_RULES = (
   ('batch', ('data', 'fsdp')),
   ('vocab', 'tensor'),
@@ -326,7 +332,7 @@ DEFAULT_LOGICAL_AXIS_RULES = (
   ('embed', 'fsdp'),
   ('kv', None),
   ('layers', None),
-  ('length', None),
+  ('length', 'sequence'),
   ('kv_length', None),
 )
 

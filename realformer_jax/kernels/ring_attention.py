@@ -66,6 +66,10 @@ from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
 # L = 1,048,576 on 8 devices: Lq = 131,072, 12 heads, bk = 256).
 SUB_BLOCK_BYTES = 2**31
 
+# The name scope of the ring's ops (HLO metadata op_name): aot/ring_overlap.py finds the
+# ring's block compute by it, to set the ring's communication against it.
+SCOPE = 'ring_attention'
+
 # The attention implementations a sequence axis can run: the ring's per-block op is the
 # einsum formula (the fused kernels do not take a block's global offsets and bias slice).
 RING_IMPLS = ('auto', 'xla')
@@ -465,6 +469,7 @@ def sequence_attention(
     )
 
   out_specs = (rows(v_BxLxHxK), scores_spec if carry_out else None)
-  return jax.shard_map(
-    per_shard, mesh=mesh, in_specs=(specs,), out_specs=out_specs, check_vma=False
-  )(args)
+  with jax.named_scope(SCOPE):
+    return jax.shard_map(
+      per_shard, mesh=mesh, in_specs=(specs,), out_specs=out_specs, check_vma=False
+    )(args)

@@ -51,8 +51,10 @@ def device_env(num_devices: int) -> dict[str, str]:
   return env
 
 
-def run_check(module: str, num_devices: int = 1, optimised: bool = False) -> dict:
-  """The report of a check script (`python -m tests.<module>` on `num_devices` forced CPU
+def run_check(
+  module: str, num_devices: int = 1, optimised: bool = False, args: Sequence[str] = ()
+) -> dict:
+  """The report of a check script (`python -m tests.<module> ARGS` on `num_devices` forced CPU
   devices): the JSON of its last stdout line. `optimised`: XLA's optimisations on, where the
   check is about the optimised program (device_env, like tests/conftest.py, turns them off)."""
   env = device_env(num_devices)
@@ -60,7 +62,7 @@ def run_check(module: str, num_devices: int = 1, optimised: bool = False) -> dic
     env['JAX_DISABLE_MOST_OPTIMIZATIONS'] = 'false'
     env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={num_devices}'  # XLA's defaults
   result = subprocess.run(
-    [sys.executable, '-m', f'tests.{module}'],
+    [sys.executable, '-m', f'tests.{module}', *args],
     env=env,
     cwd=REPO,
     text=True,

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import ml_collections
 
 from realformer_jax.analysis import flops as flops_lib
-from realformer_jax.aot import roofline, targets, train_step
+from realformer_jax.aot import ring_overlap, roofline, targets, train_step
 from realformer_jax.config import ConfigError
 from realformer_jax.units import GiB
 
@@ -131,6 +131,7 @@ class FitReport:
         f'once, not per trip): {optimal}, FLOPs {est.xla_flops:.4g}, bytes accessed '
         f'{est.xla_bytes_accessed or 0:.4g}'
       )
+    lines += ring_overlap.report_lines(est)
     lines += [f'warning: {warning}' for warning in est.warnings]
     return lines
 
@@ -165,6 +166,7 @@ class FitReport:
         'non_gemm_bytes': est.non_gemm_bytes,
         'by_category': est.by_category(),
         'xla_optimal_seconds': est.xla_optimal_seconds,
+        'ring': ring_overlap.figures(est),
         'warnings': list(est.warnings),
       },
     }

@@ -20,6 +20,12 @@ behind these two methods, so the encoder and the attention module never branch o
 | RecomputedEinsumPath | the einsum path          | the sum; recomputed_scores.py       |
 | RecomputedFusedPath  | Pallas kernels           | the sum; recomputed_stack.py        |
 | QKPath               | einsum path or kernels   | every layer's Q, K (qk_carry.py)    |
+| RingPath             | ring over the sequence   | the sum's query rows; autodiff      |
+| RecomputedRingPath   | ring over the sequence   | the sum's rows; recomputed_scores   |
+| RingQKPath           | ring over the sequence   | every layer's Q, K (the K travel)   |
+
+The ring paths (ring_attention.py) are taken when the traced program's mesh splits the length
+(the `sequence` axis); each block is attended with the einsum formula.
 
 A future way of carrying scores is one more implementation of these two methods and one more
 row of `_PATHS`, the table that `stack_path` decides by (`stack_carry` names the carry).
@@ -35,7 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals
+from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals, ring_attention
 from realformer_jax.kernels.attend import fused_self_attention
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
@@ -252,6 +258,71 @@ class QKPath(ScorePath):
     return y
 
 
+@dataclasses.dataclass(frozen=True)
+class RingPath(EinsumPath):
+  """The length split over the `sequence` mesh axis (ring_attention.py): each device attends
+  its queries to the key / value blocks passed round the ring; a carried sum is held as each
+  device's query rows and never crosses devices."""
+
+  shards: ring_attention.SequenceShards = None
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    q, k, v = (qkv[:, :, part] for part in range(3))
+    return ring_attention.sequence_attention(
+      self.shards,
+      ring_attention.pair_logits,
+      q,
+      k,
+      v,
+      carried_in,
+      bias,
+      scale,
+      divisor,
+      dropout_key,
+      keep_prob,
+      self.dtype,
+      carry_out=self.residual,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RecomputedRingPath(RingPath, RecomputedEinsumPath):
+  """`residual_scores_backward='recomputed'` over the ring: RingPath's attention, the stack of
+  recomputed_scores.py (the rows of acc_{l-1} rebuilt going down, on each device)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RingQKPath(QKPath):
+  """`residual_carry='qk'` over the ring: each device keeps its queries' stack (every layer's
+  q so far, the layers above this one zeroed) and the key stack travels with V; each block's
+  sum is rebuilt from them (ring_attention.stack_logits)."""
+
+  shards: ring_attention.SequenceShards = None
+
+  def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
+    stack, index, saved = carried_in
+    q, k, v = (qkv[:, :, part] for part in range(3))
+    stack = nn.with_logical_constraint(qk_carry.push(stack, index, q, k), qk_carry.STACK_AXES)
+    # Slots 0..index: the layers below and this one (a product with 0, as qk_reference).
+    used = (jnp.arange(stack.shape[1]) <= index).astype(stack.dtype)[:, None, None, None, None]
+    context, _ = ring_attention.sequence_attention(
+      self.shards,
+      ring_attention.stack_logits,
+      (stack[0] * used).astype(self.dtype),
+      stack[1].astype(self.dtype),
+      v,
+      None,
+      bias,
+      scale,
+      divisor,
+      dropout_key,
+      keep_prob,
+      self.dtype,
+      carry_out=False,
+    )
+    return context, qk_carry.QKCarry(stack, index + 1, saved)
+
+
 def _qk_stack_fn(refuse: bool):
   """qk_carry.qk_stack over the layers run through the `up` and `down` paths; with the
   kernels (`refuse`) the layers going up save their attention (qk_carry.SavedAttention) for
@@ -288,17 +359,33 @@ def _one_layer_fn(stack_fn):
 
 
 # The one table that decides a stack's path: (how the layers carry residual attention's
-# scores, whether a fused kernel attends) -> the path (the module docstring's table). Without
-# residual attention the carry is 'saved': nothing is carried.
+# scores, what attends: the einsum path, a fused kernel, or the ring over a split sequence)
+# -> the path (the module docstring's table). Without residual attention the carry is
+# 'saved': nothing is carried.
 _PATHS = {
-  ('saved', False): EinsumPath,
-  ('saved', True): FusedPath,
-  ('sealed', True): SealedPairPath,
-  ('recomputed', False): RecomputedEinsumPath,
-  ('recomputed', True): RecomputedFusedPath,
-  ('qk', False): QKPath,
-  ('qk', True): QKPath,
+  ('saved', 'einsum'): EinsumPath,
+  ('saved', 'kernels'): FusedPath,
+  ('sealed', 'kernels'): SealedPairPath,
+  ('recomputed', 'einsum'): RecomputedEinsumPath,
+  ('recomputed', 'kernels'): RecomputedFusedPath,
+  ('qk', 'einsum'): QKPath,
+  ('qk', 'kernels'): QKPath,
+  ('saved', 'ring'): RingPath,
+  ('recomputed', 'ring'): RecomputedRingPath,
+  ('qk', 'ring'): RingQKPath,
 }
+
+
+def _attends(config: ModelConfig, seq_len: int, maps_requested: bool):
+  """(what attends: 'ring' | 'kernels' | 'einsum', the kernels' plan or None, the sequence
+  shards or None). A split sequence takes the ring (unless attention maps are sown: the einsum
+  path, whose probabilities GSPMD lays out over the mesh)."""
+  shards = None if maps_requested else ring_attention.sequence_shards()
+  if shards is not None:
+    ring_attention.check_config(config, shards.size)
+    return 'ring', None, shards
+  attention_plan = plan(config, seq_len, maps_requested=maps_requested)
+  return ('einsum' if attention_plan is None else 'kernels'), attention_plan, None
 
 
 def stack_carry(
@@ -335,10 +422,11 @@ def stack_path(
   residual_carry='qk', whose stack saves the carry once). residual_carry='auto' left for the
   model to decide (a model used outside the train setup) is select.py's rule against the
   first local device's memory."""
-  attention_plan = plan(config, seq_len, maps_requested=maps_requested)
+  attends, attention_plan, shards = _attends(config, seq_len, maps_requested)
   residual = config.use_residual_attention
   carry = stack_carry(config, seq_len, attention_plan, may_recompute)
-  path_class = _PATHS[carry, attention_plan is not None]
+  path_class = _PATHS[carry, attends]
+  ring = {} if shards is None else {'shards': shards}
   if carry == 'qk':
     check_qk(config, attention_plan)
     return path_class(
@@ -354,9 +442,10 @@ def stack_path(
         else attention_plan.kernels.head_dim(config.head_dim)
       ),
       recompute=may_recompute and config.scan_layers,
+      **ring,
     )
   if attention_plan is None:
-    return path_class(residual, einsum, config.compute_dtype)
+    return path_class(residual, einsum, config.compute_dtype, **ring)
   return path_class(residual, attention_plan)
 
 
@@ -364,7 +453,9 @@ def layer_path(
   config: ModelConfig, seq_len: int, *, einsum: EinsumAttention, maps_requested: bool = False
 ) -> ScorePath:
   """The path of one attention layer used on its own (no stack): the sum carried as is."""
-  attention_plan = plan(config, seq_len, maps_requested=maps_requested)
+  attends, attention_plan, shards = _attends(config, seq_len, maps_requested)
+  if attends == 'ring':
+    return RingPath(config.use_residual_attention, einsum, config.compute_dtype, shards)
   if attention_plan is None:
     return EinsumPath(config.use_residual_attention, einsum, config.compute_dtype)
   return FusedPath(config.use_residual_attention, attention_plan)

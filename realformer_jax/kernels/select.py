@@ -296,8 +296,12 @@ def _gib(n: float) -> str:
   return f'{n / 2**30:.3g} GiB'
 
 
-def choose(config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None) -> CarryChoice:
-  """The carry for config.residual_carry='auto' (module docstring); an explicit carry is kept."""
+def choose(
+  config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None, sequence_shards: int = 1
+) -> CarryChoice:
+  """The carry for config.residual_carry='auto' (module docstring); an explicit carry is kept.
+  `sequence_shards`: devices the length is split over (ring attention): each holds 1/n of the
+  sum's rows, and the ring rebuilds 'qk' sums per block, whatever the kernels."""
   configured = config.residual_scores_backward
   if config.residual_carry != 'auto':
     return CarryChoice(config.residual_carry, configured, 'set in the config')
@@ -312,6 +316,7 @@ def choose(config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None
     candidates.append('recomputed')
   for backward in candidates:
     needed = scores_carry_bytes(config.replace(residual_scores_backward=backward), seq_len)
+    needed //= sequence_shards
     if needed <= budget:
       held = sums_held(config.replace(residual_scores_backward=backward))
       return CarryChoice(
@@ -324,13 +329,17 @@ def choose(config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None
       )
   smallest = candidates[-1]
   needed = scores_carry_bytes(config.replace(residual_scores_backward=smallest), seq_len)
+  needed //= sequence_shards
   backend = fused_kernel(config, seq_len)
+  backend = f'{backend} kernels' if backend else None
+  if sequence_shards > 1:
+    backend = f'ring attention blocks ({sequence_shards} devices)'
   if backend is not None:
     return CarryChoice(
       'qk',
       configured,
       f'even the {smallest} sum ({_gib(needed)}) outgrows {SCORES_SHARE:.0%} of '
-      f'{_gib(memory_bytes)}; the {backend} kernels rebuild it per tile from the stacked '
+      f'{_gib(memory_bytes)}; the {backend} rebuild it per tile from the stacked '
       f'queries and keys (memory linear in L, attention FLOPs '
       f'x{attention_flops_factor(config, "qk"):.1f})',
     )
@@ -345,8 +354,10 @@ def choose(config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None
   )
 
 
-def _logged(config: ModelConfig, seq_len: int, memory_bytes: Optional[int]) -> CarryChoice:
-  choice = choose(config, seq_len, memory_bytes)
+def _logged(
+  config: ModelConfig, seq_len: int, memory_bytes: Optional[int], sequence_shards: int = 1
+) -> CarryChoice:
+  choice = choose(config, seq_len, memory_bytes, sequence_shards)
   if config.residual_carry == 'auto':
     _log.info(
       "model.residual_carry='auto' -> %r (residual_scores_backward=%r): %s",
@@ -369,21 +380,23 @@ def for_run(
   devices: Sequence[jax.Device],
   seq_len: Optional[int],
   memory_bytes: Optional[int] = None,
+  sequence_shards: int = 1,
 ) -> ModelConfig:
   """`config` with how attention runs decided once for a run on `devices`: attention_platform
   the devices' (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against
-  one device's `memory_bytes` (resolved, logged). The model then reads concrete choices."""
-  return resolved(resolve_platform(config, devices), seq_len, memory_bytes)
+  one device's `memory_bytes` (resolved, logged), the length split over `sequence_shards`
+  devices. The model then reads concrete choices."""
+  return resolved(resolve_platform(config, devices), seq_len, memory_bytes, sequence_shards)
 
 
 def resolved(
-  config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]
+  config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int], sequence_shards: int = 1
 ) -> ModelConfig:
   """`config` with residual_carry 'auto' replaced by the choice, and residual_scores_backward
   by the sum's backward it chose (unchanged without residual attention or a known length)."""
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:
     return config
-  choice = _logged(config, seq_len, memory_bytes)
+  choice = _logged(config, seq_len, memory_bytes, sequence_shards)
   return config.replace(
     residual_carry=choice.carry, residual_scores_backward=choice.scores_backward
   )

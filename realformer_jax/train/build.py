@@ -294,8 +294,10 @@ def make_setup(
   # (logged); then checked against the einsum path where they run compiled on these devices.
   devices = list(mesh.devices.flat)
   seq_len = spec.task.sequence_length(spec.data)
-  model_config = select.for_run(spec.model, devices, seq_len, memory_bytes)
-  model_config = kernel_check.checked(model_config, devices, seq_len)
+  shards = spec.sequence_parallel_size(len(devices))
+  model_config = select.for_run(spec.model, devices, seq_len, memory_bytes, shards)
+  if shards == 1:  # a split sequence runs the ring (kernels/ring_attention.py), no kernel
+    model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)
   layout = state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)

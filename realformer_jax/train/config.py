@@ -44,7 +44,7 @@ import numpy as np
 
 from realformer_jax.config import ConfigError, ModelConfig, from_section, to_config_dict
 from realformer_jax.data import default_data_config
-from realformer_jax.kernels import select
+from realformer_jax.kernels import ring_attention, select
 
 # ---- The sections: frozen, self-checking dataclasses. ----
 
@@ -187,13 +187,14 @@ class MeshConfig(_Section):
     'data',
     'fsdp',
     'tensor',
+    'sequence',
   )  # mesh axis names (logical_axis_rules' targets)
-  shape: tuple[int, ...] = (-1, 1, 1)  # one entry may be -1: all remaining devices
+  # One entry per axis; one may be -1 (all remaining devices). Trailing axes left out are 1, so
+  # a shape written before an axis was added ('(1,-1,1)': FSDP) means what it meant.
+  shape: tuple[int, ...] = (-1, 1, 1, 1)
 
   def __post_init__(self):
     axes, shape = tuple(self.axes), tuple(self.shape)
-    object.__setattr__(self, 'axes', axes)
-    object.__setattr__(self, 'shape', shape)
     _require(
       len(axes) > 0 and all(isinstance(a, str) and a for a in axes) and len(set(axes)) == len(axes),
       'mesh.axes',
@@ -201,8 +202,11 @@ class MeshConfig(_Section):
       'must be distinct non-empty names',
     )
     _require(
-      len(shape) == len(axes), 'mesh.shape', shape, f'must have one entry per mesh axis {axes}'
+      0 < len(shape) <= len(axes), 'mesh.shape', shape, f'must have one entry per mesh axis {axes}'
     )
+    shape += (1,) * (len(axes) - len(shape))
+    object.__setattr__(self, 'axes', axes)
+    object.__setattr__(self, 'shape', shape)
     _require(
       all(_is_int(s) and (s > 0 or s == -1) for s in shape) and shape.count(-1) <= 1,
       'mesh.shape',
@@ -285,19 +289,31 @@ class RunSpec(_Section):
     plain = {name: dataclasses.asdict(section) for name, section in sections.items()}
     return dict(plain, logical_axis_rules=[list(rule) for rule in self.rules])
 
-  def batch_mesh_axes(self) -> tuple[str, ...]:
-    """The mesh axes the batch dimension is split over (the first rule for 'batch')."""
-    for logical, targets in self.rules:
-      if logical == 'batch':
+  def mesh_axes_of(self, logical: str) -> tuple[str, ...]:
+    """The mesh axes a logical axis is split over (its first rule; none without one)."""
+    for name, targets in self.rules:
+      if name == logical:
         if targets is None:
           return ()
         return (targets,) if isinstance(targets, str) else tuple(targets)
     return ()
 
+  def batch_mesh_axes(self) -> tuple[str, ...]:
+    """The mesh axes the batch dimension is split over (the first rule for 'batch')."""
+    return self.mesh_axes_of('batch')
+
+  def split_size(self, logical: str, device_count: int) -> int:
+    """Into how many parts `logical` is split on `device_count` devices."""
+    sizes = dict(zip(self.mesh.axes, self.mesh.resolve(device_count)))
+    return math.prod(sizes[axis] for axis in self.mesh_axes_of(logical))
+
   def data_parallel_size(self, device_count: int) -> int:
     """How many groups of devices the batch is split over, on `device_count` devices."""
-    sizes = dict(zip(self.mesh.axes, self.mesh.resolve(device_count)))
-    return math.prod(sizes[axis] for axis in self.batch_mesh_axes())
+    return self.split_size('batch', device_count)
+
+  def sequence_parallel_size(self, device_count: int) -> int:
+    """How many devices each sequence's length is split over (the ring of ring attention)."""
+    return self.split_size('length', device_count)
 
 
 # ---- The editable defaults (ConfigDict) every configs/ file starts from. ----
@@ -316,8 +332,10 @@ PARAM_AXIS_FIELDS = {
 }
 
 # Data parallel over ('data', 'fsdp') on the batch; FSDP shards every big matrix on `embed`;
-# tensor parallel splits heads, FFN and vocabulary. Order matters: a mesh axis is used once per
-# array, so activations, which name `batch` before `embed`, keep `embed` unsharded.
+# tensor parallel splits heads, FFN and vocabulary; sequence (context) parallel splits the
+# length of every activation, the carried scores' query rows and the qk carry's stack (the
+# attention then runs as a ring: kernels/ring_attention.py). Order matters: a mesh axis is used
+# once per array, so activations, which name `batch` before `embed`, keep `embed` unsharded.
 DEFAULT_LOGICAL_AXIS_RULES = (
   ('batch', ('data', 'fsdp')),
   ('vocab', 'tensor'),
@@ -326,7 +344,7 @@ DEFAULT_LOGICAL_AXIS_RULES = (
   ('embed', 'fsdp'),
   ('kv', None),
   ('layers', None),
-  ('length', None),
+  ('length', 'sequence'),
   ('kv_length', None),
 )
 
@@ -443,6 +461,39 @@ def check_devices(spec: RunSpec, device_count: int, process_count: int) -> None:
   sharded parameter dimension over its mesh axes."""
   check_batch_layout(spec, spec.data_parallel_size(device_count), process_count)
   check_param_layout(spec, device_count)
+  check_sequence_layout(spec, device_count)
+
+
+def check_sequence_layout(spec: RunSpec, device_count: int) -> None:
+  """A length split over a sequence axis (ring attention, kernels/ring_attention.py): the
+  sequence length divides evenly, the axes are not also the batch's or the heads', and the
+  model runs on the ring (ring_attention.check_config)."""
+  shards = spec.sequence_parallel_size(device_count)
+  if shards == 1:
+    return
+  axes = spec.mesh_axes_of('length')
+  where = f'(mesh.shape={spec.mesh.shape} on {device_count} devices)'
+  for other in ('batch', 'heads'):
+    shared = set(axes) & set(spec.mesh_axes_of(other))
+    if shared:
+      raise ConfigError(
+        f'logical_axis_rules: {"*".join(sorted(shared))} splits both {other!r} and '
+        f"'length'; a mesh axis splits one dimension of an array"
+      )
+  if len(spec.task.data_batch_shapes(spec.data, spec.train.global_batch_size)) > 1:
+    raise ConfigError(
+      f'mesh.shape={spec.mesh.shape}: a sequence axis of {shards} devices needs batches of '
+      f'one length, and {type(spec.task).__name__} batches come in length buckets; '
+      'use sequence 1'
+    )
+  length = spec.task.sequence_length(spec.data)
+  if length % shards:
+    field = 'data.max_len' if hasattr(spec.data, 'max_len') else 'the sequence length'
+    raise ConfigError(
+      f'{field}={length}: must be divisible by {shards}, the size of mesh '
+      f"{'*'.join(axes)} that logical_axis_rules split 'length' over {where}"
+    )
+  ring_attention.check_config(spec.model, shards, spec.mesh.shape)
 
 
 def check_param_layout(spec: RunSpec, device_count: int) -> None:

@@ -52,6 +52,10 @@ _TOY_FLAGS = [
 ]
 
 
+# Per config, what its toy width needs besides: BERT-Base's 12 heads do not divide 64.
+_TOY_FLAGS_OF = {'configs/long_context.py': ['--config.model.num_heads=4']}
+
+
 def readme_compile_commands():
   """Every `python -m experiments.compile ...` line of docs/training.md."""
   text = (REPO / 'docs' / 'training.md').read_text()
@@ -60,7 +64,7 @@ def readme_compile_commands():
 
 def test_the_readme_shows_compile_commands_for_an_h100_a_tpu_v5e_and_an_a100():
   targets = [re.search(r'--target=(\S+)', c).group(1) for c in readme_compile_commands()]
-  assert targets == ['h100:8', 'v5e:4x4', 'a100-40g:2']
+  assert targets == ['h100:8', 'v5e:4x4', 'a100-40g:2', 'h200:8']
 
 
 @pytest.mark.slow
@@ -71,7 +75,10 @@ def test_each_readme_compile_command_runs_at_toy_width(tmp_path):
     runs = list(
       pool.map(
         lambda c: _run(
-          *shlex.split(c.replace('/tmp/tiny_a100', str(tmp_path)))[1:], *_TOY_FLAGS, fast=True
+          *shlex.split(c.replace('/tmp/tiny_a100', str(tmp_path)))[1:],
+          *_TOY_FLAGS,
+          *_TOY_FLAGS_OF.get(re.search(r'--config=(\S+)', c).group(1), ()),
+          fast=True,
         ),
         commands,
       )
@@ -88,12 +95,18 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
     'h100:8': '8 x NVIDIA H100 SXM 80GB',
     'v5e:4x4': '16 x TPU v5e',
     'a100-40g:2': '2 x NVIDIA A100 SXM 40GB',
+    'h200:8': '8 x NVIDIA H200 SXM 141GB',
   }[target]
   assert f'Compiling the train step for {description} ({target})' in out
   assert re.search(r'needs +[\d.]+ GiB +of [\d.]+ GiB .*: fits, [\d.]+ GiB to spare', out), out
   assert 'ESTIMATED step time: ' in out and 'ESTIMATED MFU: ' in out
   if 'mesh.shape' in command:  # FSDP over the 8 GPUs
-    assert 'mesh data=1 fsdp=8 tensor=1' in out
+    assert 'mesh data=1 fsdp=8 tensor=1 sequence=1' in out
+  if 'long_context' in command:  # the million-token config: the sequence over the 8 GPUs
+    assert 'mesh data=1 fsdp=1 tensor=1 sequence=8' in out and "residual_carry='qk'" in out
+    ring = re.search(r'ring attention .*: ([\d,]+) hops per step, .* ms exposed', out)
+    assert ring and int(ring.group(1).replace(',', '')) > 0, out
+    assert 'ESTIMATED step time with each ring hop hidden behind its block: ' in out
   if 'realformer_large' in command:  # the paper config: 'auto', chosen for the target
     assert "(grad_accum_steps='auto', chosen for this target)" in out
   if '--dump' in command:

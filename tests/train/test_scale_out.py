@@ -127,7 +127,7 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(da
     for i in range(2)
   ]
   first, second = support.run_all(jobs, parallel=2)
-  assert "mesh {'data': 4, 'fsdp': 1, 'tensor': 1}, 2 process(es)" in first.stdout
+  assert "mesh {'data': 4, 'fsdp': 1, 'tensor': 1, 'sequence': 1}, 2 process(es)" in first.stdout
   assert 'final eval MLM accuracy' in first.stdout
   # Logs, metrics and progress come from process 0 only.
   assert 'final eval' not in second.stdout and 'step 2/' not in second.stdout

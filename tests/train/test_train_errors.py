@@ -66,7 +66,7 @@ def nothing_compiles(monkeypatch):
     (
       dict(mesh__shape=(1, 1, 2)),
       ConfigError,
-      r'^mesh\.shape=\(1, 1, 2\): needs 2 devices, '
+      r'^mesh\.shape=\(1, 1, 2, 1\): needs 2 devices, '
       r'found 1$',
     ),
   ],
@@ -168,7 +168,7 @@ def test_each_process_needs_its_own_batch_rows():
   # 8 heads: the model itself splits over tensor 8 (validation checks that first).
   with pytest.raises(
     ConfigError,
-    match=r'^mesh\.shape=\(1, 1, 8\): the batch is split over 1 '
+    match=r'^mesh\.shape=\(1, 1, 8, 1\): the batch is split over 1 '
     r'device group\(s\) .* multiple of the process count 2$',
   ):
     _validate_on_8_devices(2, 8, (1, 1, 8), model__num_heads=8)

@@ -1,0 +1,475 @@
+"""Ring attention: self-attention over a sequence split across devices (the `sequence` mesh axis).
+
+Each of the n devices of the ring holds L/n consecutive positions: its queries (and, for
+residual attention, its query rows of whatever the layers carry) stay home; the keys, values
+and the keys' padding bias travel round the ring (`lax.ppermute` to the next device, n - 1
+hops), so that after n steps every query block has met every key block. Per step each device
+attends its queries to the block it holds, in sub-blocks of at most SUB_BLOCK_BYTES of float32
+scores, and merges the partial results by their running log-sum-exp (online softmax: max m,
+denominator l, unnormalised output o), so no device ever holds a [L/n, L] probability matrix.
+The send of the next block is issued before the step's compute, which does not depend on it:
+the collective overlaps the matmuls.
+
+What the queries meet is one function of (the local side, a key sub-block), `logits` of
+RingSpec, so the three ways of carrying residual attention share this op:
+
+  post / pre          local = q [B, Lq, H, K], moving = k: logits = q k^T
+  carried scores      the same, plus `block_in`, the device's rows [B, H, Lq, L] of the
+                      carried float32 sum (acc_{l-1}); the op returns its rows of acc_l.
+                      Nothing of the sum crosses devices.
+  residual_carry=qk   local = the query stack [N, B, Lq, H, K] (layers above l zeroed), moving
+                      = the key stack [N, B, Lk, H, K]: logits = sum_i q_i k_i^T, the sum
+                      rebuilt per block (qk_reference.py's identity); the key stack travels.
+
+and then, per block, acc = scale * logits (+ block_in), z = acc / divisor + bias: the einsum
+path's formula (model/attention.py), its dropout mask keyed by the GLOBAL row and column, so a
+sharded run drops exactly what one device drops (dropout_bits.keep_mask's stream).
+
+The backward (a custom VJP) saves the inputs, the output and the rows' log-sum-exp, and runs the
+ring again: the key / value / bias blocks travel with their gradient accumulators, each device
+adds its queries' share (dV = P^T dO, dS = P (dP - D), and the VJP of `logits` for the local
+side and the key block), and after n hops each accumulator is home. The bias and score scale
+get their true gradients (the bias's travels with its block; the scale's is summed by
+shard_map's transpose); the running-mean divisor none (a layer count, as on the einsum path).
+
+`sequence_shards()` says whether the traced program runs on a mesh whose `sequence` axis (the
+mesh axes the logical rules give 'length') has more than one device; `sequence_attention` is
+the shard_map around the op that score_path.RingPath / RingQKPath attend with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import PartitionSpec as P
+
+from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels.dropout_bits import (
+  DRAWS_PER_HASH,
+  draw,
+  keep_threshold,
+  realised_keep_prob,
+  threefry2x32,
+)
+from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
+
+# Largest float32 [B, H, Lq, bk] score sub-block a device forms at once: the key block is
+# attended in sub-blocks of bk columns, the largest divisor of its length that fits (BERT-Base,
+# L = 1,048,576 on 8 devices: Lq = 131,072, 12 heads, bk = 256).
+SUB_BLOCK_BYTES = 2**31
+
+# The name scope of the ring's ops (HLO metadata op_name): aot/ring_overlap.py finds the
+# ring's block compute by it, to set the ring's communication against it.
+SCOPE = 'ring_attention'
+
+# The attention implementations a sequence axis can run: the ring's per-block op is the
+# einsum formula (the fused kernels do not take a block's global offsets and bias slice).
+RING_IMPLS = ('auto', 'xla')
+
+
+class SequenceShards(NamedTuple):
+  """The mesh axes the length is split over, and how many devices that makes."""
+
+  axes: tuple[str, ...]
+  size: int
+
+
+def _as_tuple(axes) -> tuple[str, ...]:
+  return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def mesh_axes(logical: str) -> tuple[str, ...]:
+  """Mesh axes the active logical rules give `logical` (none outside rules)."""
+  return _as_tuple(nn.logical_to_mesh_axes((logical,))[0])
+
+
+def axes_size(mesh, axes: tuple[str, ...]) -> int:
+  return int(np.prod([mesh.shape[a] for a in axes], dtype=int))
+
+
+def sequence_shards() -> Optional[SequenceShards]:
+  """The sequence split of the program being traced (the active mesh and logical rules), or
+  None when the length is on one device (no mesh, or its axes of 'length' have size 1)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return None
+  axes = mesh_axes('length')
+  size = axes_size(mesh, axes)
+  return SequenceShards(axes, size) if size > 1 else None
+
+
+def check_config(config: ModelConfig, shards: int, mesh_shape=None) -> None:
+  """Refuses, in one line, what a sequence axis of `shards` devices cannot run: a named fused
+  kernel (the ring attends each block with the einsum formula)."""
+  if shards > 1 and config.attention_impl not in RING_IMPLS:
+    where = '' if mesh_shape is None else f' (mesh.shape={mesh_shape})'
+    raise ConfigError(
+      f'model.attention_impl={config.attention_impl!r}: a sequence axis of {shards} devices'
+      f'{where} runs ring attention, whose per-block op is the einsum path; use '
+      "'auto' or 'xla', or mesh.shape with sequence 1"
+    )
+
+
+# ---- The op, per device (inside shard_map). ----
+
+
+@dataclasses.dataclass(frozen=True)
+class RingSpec:
+  """What the ring op needs to know statically."""
+
+  axes: tuple[str, ...]  # the mesh axes of the ring
+  size: int  # devices in the ring
+  logits: Callable[[Any, Any], jax.Array]  # (local, key sub-block) -> float32 [B, H, Lq, bk]
+  heads: int  # global head count (the dropout mask's rows)
+  length: int  # global sequence length
+  threshold: int  # dropout: keep an element when its 8-bit draw is < threshold; 0: none
+  dtype: Any  # the compute dtype (P V in it, as the einsum path)
+  carry_out: bool  # return the block rows of acc = scale * logits (+ block_in)
+  sub_block_bytes: int  # SUB_BLOCK_BYTES, read when traced
+
+  @property
+  def keep(self) -> float:
+    return realised_keep_prob(self.threshold / 2**8)
+
+  def sub_block(self, batch: int, heads: int, rows: int, cols: int) -> int:
+    """Columns of one score sub-block: the largest divisor of `cols` whose float32
+    [batch, heads, rows, bk] fits sub_block_bytes (at least 1)."""
+    limit = max(self.sub_block_bytes // (4 * batch * heads * rows), 1)
+    return max(d for d in range(1, min(cols, limit) + 1) if cols % d == 0)
+
+
+def pair_logits(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array) -> jax.Array:
+  """q k^T, float32 [B, H, Lq, Lk] (post / pre / the carried sum)."""
+  return jnp.einsum('bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK, preferred_element_type=jnp.float32)
+
+
+def stack_logits(q_NxBxLxHxK: jax.Array, k_NxBxLxHxK: jax.Array) -> jax.Array:
+  """sum_i q_i k_i^T over the stacked layers, float32 [B, H, Lq, Lk] (residual_carry='qk')."""
+  return jnp.einsum(
+    'nbqhk,nbvhk->bhqv', q_NxBxLxHxK, k_NxBxLxHxK, preferred_element_type=jnp.float32
+  )
+
+
+def _keep_block(iparams, threshold, shape, row0, col0, heads, length) -> jax.Array:
+  """keep_mask(key, keep, [B_all, H_all, L, L]) of the block whose first element is
+  (b0, h0, row0, col0): b0, h0 in iparams[2:], the key words in iparams[:2]."""
+  batch, local_heads, rows, cols = shape
+  k1, k2, b0, h0 = (iparams[i] for i in range(4))
+  iota = lambda axis, n: lax.broadcasted_iota(jnp.uint32, (batch, local_heads, rows, n), axis)
+  row = lambda n: (
+    ((b0 + iota(0, n)) * np.uint32(heads) + h0 + iota(1, n)) * np.uint32(length)
+    + (row0 + iota(2, n))
+  )
+  t = np.uint32(threshold)
+  if cols % DRAWS_PER_HASH == 0:  # col0 too (a multiple of the block's columns): whole words
+    words = cols // DRAWS_PER_HASH
+    word = (col0 >> np.uint32(3)) + iota(3, words)
+    y1, y2 = threefry2x32(k1, k2, row(words), word)
+    draws = jnp.stack([draw(y, lane) < t for y in (y1, y2) for lane in range(4)], axis=-1)
+    return draws.reshape(shape)
+  col = col0 + iota(3, cols)  # any alignment: one hash per element, its own byte
+  y1, y2 = threefry2x32(k1, k2, row(cols), col >> np.uint32(3))
+  lane = col & np.uint32(DRAWS_PER_HASH - 1)
+  y = jnp.where(lane < 4, y1, y2) >> (np.uint32(8) * (lane & np.uint32(3)))
+  return (y & np.uint32(255)) < t
+
+
+def _drop(x, spec: RingSpec, iparams, row0, col0):
+  if not spec.threshold:
+    return x
+  mask = _keep_block(iparams, spec.threshold, x.shape, row0, col0, spec.heads, spec.length)
+  return jnp.where(mask, x / jnp.asarray(spec.keep, x.dtype), jnp.zeros_like(x))
+
+
+def _cols(x, start, size, axis):
+  return lax.dynamic_slice_in_dim(x, start, size, axis)
+
+
+def _chunk_cols(chunk, start, size):
+  """Columns [start, start + size) of a travelling block: (keys [.., L, H, K], v, bias)."""
+  moving, v, bias = chunk
+  return (
+    jax.tree.map(lambda x: _cols(x, start, size, x.ndim - 3), moving),
+    _cols(v, start, size, 1),
+    _cols(bias, start, size, 3),
+  )
+
+
+def _ring_pass(spec: RingSpec, chunk):
+  perm = [(s, (s + 1) % spec.size) for s in range(spec.size)]
+  return lax.ppermute(chunk, spec.axes, perm)
+
+
+def _block_origin(spec: RingSpec, step, chunk_len):
+  """(this device's first query row, the first key column of the block held at `step`)."""
+  me = lax.axis_index(spec.axes)
+  owner = (me - step) % spec.size  # the block has travelled `step` hops from its owner
+  return (me * chunk_len).astype(jnp.uint32), (owner * chunk_len).astype(jnp.int32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def ring_attention(spec: RingSpec, local, moving, v, bias, scale, divisor, block_in, iparams):
+  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None).
+
+  local / moving: the queries' and the keys' side (module docstring); v [B, Lk, H, K]; bias
+  [B, 1, 1, Lk] the travelling block's padding bias; scale [B, 1, 1, 1]; divisor a scalar or
+  None; block_in [B, H, Lq, L] or None; iparams uint32 [4] (dropout key words, the shard's
+  first batch row and head)."""
+  out, block_out, _ = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
+  return out, block_out
+
+
+def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
+  batch, chunk_len, local_heads, head_dim = v.shape
+  bk = spec.sub_block(batch, local_heads, chunk_len, chunk_len)
+  shape = (batch, local_heads, chunk_len)
+  m = jnp.full(shape, -jnp.inf, jnp.float32)
+  state = (
+    m,
+    jnp.zeros(shape, jnp.float32),
+    jnp.zeros(v.shape, jnp.float32),
+    jnp.zeros(shape + (spec.length,), jnp.float32) if spec.carry_out else None,
+  )
+
+  def attend_block(step, chunk, state):
+    row0, col0 = _block_origin(spec, step, chunk_len)
+
+    def sub(s, state):
+      m, l, o, acc_rows = state
+      k_s, v_s, bias_s = _chunk_cols(chunk, s * bk, bk)
+      col = col0 + s * bk
+      acc = scale * spec.logits(local, k_s)
+      if block_in is not None:
+        acc = acc + _cols(block_in, col, bk, 3)
+      if acc_rows is not None:
+        acc_rows = lax.dynamic_update_slice_in_dim(acc_rows, acc, col, 3)
+      z = (acc if divisor is None else acc / divisor) + bias_s
+      m_new = jnp.maximum(m, jnp.max(z, axis=-1))
+      alpha = jnp.exp(m - m_new)
+      p = jnp.exp(z - m_new[..., None])
+      p_c = _drop(p.astype(spec.dtype), spec, iparams, row0, col.astype(jnp.uint32))
+      pv = jnp.einsum(
+        'bhqv,bvhk->bqhk', p_c, v_s.astype(spec.dtype), preferred_element_type=jnp.float32
+      )
+      o = o * jnp.swapaxes(alpha, 1, 2)[..., None] + pv
+      return m_new, alpha * l + jnp.sum(p, axis=-1), o, acc_rows
+
+    return lax.fori_loop(0, chunk_len // bk, sub, state)
+
+  def step(t, carry):
+    chunk, state = carry
+    following = _ring_pass(spec, chunk)  # independent of this step's compute: overlaps it
+    return following, attend_block(t, chunk, state)
+
+  chunk = (moving, v, bias)
+  chunk, state = lax.fori_loop(0, spec.size - 1, step, (chunk, state))
+  m, l, o, acc_rows = attend_block(spec.size - 1, chunk, state)
+  out = (o / jnp.swapaxes(l, 1, 2)[..., None]).astype(spec.dtype)
+  lse = m + jnp.log(l)
+  return out, acc_rows, lse
+
+
+def _ring_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
+  out, block_out, lse = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
+  # Kept by every remat policy (model/encoder.py), as the fused kernels' output and statistics.
+  out, lse = checkpoint_name((out, lse), SAVED_FOR_BACKWARD)
+  return (out, block_out), (local, moving, v, bias, scale, divisor, block_in, iparams, out, lse)
+
+
+def _zeros_f32(tree):
+  return jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), tree)
+
+
+def _add_cols(total, part, start, axis):
+  return lax.dynamic_update_slice_in_dim(
+    total, _cols(total, start, part.shape[axis], axis) + part, start, axis
+  )
+
+
+def _ring_bwd(spec, residuals, cotangents):
+  local, moving, v, bias, scale, divisor, block_in, iparams, out, lse = residuals
+  g_out, g_rows = cotangents
+  batch, chunk_len, local_heads, _ = v.shape
+  bk = spec.sub_block(batch, local_heads, chunk_len, chunk_len)
+  g_out_c = g_out.astype(spec.dtype)
+  delta = jnp.einsum('bqhk,bqhk->bhq', g_out.astype(jnp.float32), out.astype(jnp.float32))
+  if spec.carry_out and g_rows is None:
+    g_rows = jnp.zeros(lse.shape + (spec.length,), jnp.float32)
+  home = (
+    _zeros_f32(local),
+    jnp.zeros_like(scale),
+    None if block_in is None else jnp.zeros(block_in.shape, jnp.float32),
+  )
+
+  def block_grads(step, chunk, grads, home):
+    row0, col0 = _block_origin(spec, step, chunk_len)
+
+    def sub(s, carry):
+      grads, (g_local, g_scale, g_block_in) = carry
+      start = s * bk
+      k_s, v_s, bias_s = _chunk_cols(chunk, start, bk)
+      col = col0 + start
+      block_in_s = None if block_in is None else _cols(block_in, col, bk, 3)
+
+      def scores(local, k_s, scale, block_in_s):
+        acc = scale * spec.logits(local, k_s)
+        return acc if block_in_s is None else acc + block_in_s
+
+      acc, scores_vjp = jax.vjp(scores, local, k_s, scale, block_in_s)
+      z = (acc if divisor is None else acc / divisor) + bias_s
+      p = jnp.exp(z - lse[..., None])
+      col_u = col.astype(jnp.uint32)
+      p_c = _drop(p.astype(spec.dtype), spec, iparams, row0, col_u)
+      g_v = jnp.einsum('bhqv,bqhk->bvhk', p_c, g_out_c, preferred_element_type=jnp.float32)
+      g_p = jnp.einsum(
+        'bqhk,bvhk->bhqv', g_out_c, v_s.astype(spec.dtype), preferred_element_type=jnp.float32
+      )
+      g_z = p * (_drop(g_p, spec, iparams, row0, col_u) - delta[..., None])
+      g_bias = jnp.sum(g_z, axis=(1, 2), keepdims=True)
+      g_acc = g_z if divisor is None else g_z / divisor
+      if g_rows is not None:
+        g_acc = g_acc + _cols(g_rows, col, bk, 3)
+      d_local, d_k, d_scale, d_block_in = scores_vjp(g_acc)
+      g_moving, g_v_all, g_bias_all = grads
+      grads = (
+        jax.tree.map(lambda t, d: _add_cols(t, d, start, t.ndim - 3), g_moving, d_k),
+        _add_cols(g_v_all, g_v, start, 1),
+        _add_cols(g_bias_all, g_bias, start, 3),
+      )
+      g_local = jax.tree.map(jnp.add, g_local, d_local)
+      if g_block_in is not None:
+        g_block_in = lax.dynamic_update_slice_in_dim(g_block_in, d_block_in, col, 3)
+      return grads, (g_local, g_scale + d_scale, g_block_in)
+
+    return lax.fori_loop(0, chunk_len // bk, sub, (grads, home))
+
+  def step(t, carry):
+    chunk, grads, home = carry
+    following = _ring_pass(spec, chunk)
+    grads, home = block_grads(t, chunk, grads, home)
+    return following, _ring_pass(spec, grads), home  # each gradient travels with its block
+
+  chunk = (moving, v, bias)
+  grads = _zeros_f32(chunk)
+  chunk, grads, home = lax.fori_loop(0, spec.size - 1, step, (chunk, grads, home))
+  grads, (g_local, g_scale, g_block_in) = block_grads(spec.size - 1, chunk, grads, home)
+  g_moving, g_v, g_bias = _ring_pass(spec, grads)  # the last hop brings them home
+  cast = lambda g, x: g.astype(x.dtype)
+  return (
+    jax.tree.map(cast, g_local, local),
+    jax.tree.map(cast, g_moving, moving),
+    cast(g_v, v),
+    cast(g_bias, bias),
+    cast(g_scale, scale),
+    None if divisor is None else jnp.zeros_like(divisor),  # a layer count: constant
+    None if block_in is None else cast(g_block_in, block_in),
+    None,
+  )
+
+
+ring_attention.defvjp(_ring_fwd, _ring_bwd)
+
+
+# ---- Around the op: the shard_map over the whole mesh. ----
+
+
+def sequence_attention(
+  shards: SequenceShards,
+  logits: Callable[[Any, Any], jax.Array],
+  local,
+  moving,
+  v_BxLxHxK: jax.Array,
+  block_in: Optional[jax.Array],
+  bias_Bx1x1xL: jax.Array,
+  scale: jax.Array,
+  divisor: Optional[jax.Array],
+  dropout_key: Optional[jax.Array],
+  keep_prob: float,
+  dtype,
+  carry_out: bool,
+) -> tuple[jax.Array, Optional[jax.Array]]:
+  """(context [B, L, H, K], acc [B, H, L, L] float32 or None) of ring attention over the
+  `shards` of the active mesh, the global arrays in and out (the einsum path's signature, with
+  the local and moving sides made by the caller: `local` / `moving` leaves have the layout
+  [..., B, L, H, K]). Batch and heads are split as the logical rules split 'batch' and 'heads'."""
+  mesh = jax.sharding.get_abstract_mesh()
+  batch, length, heads, _ = v_BxLxHxK.shape
+  batch_axes = mesh_axes('batch') or None
+  head_axes = mesh_axes('heads') or None
+  seq = shards.axes
+  local_batch = batch // axes_size(mesh, _as_tuple(batch_axes))
+  local_heads = heads // axes_size(mesh, _as_tuple(head_axes))
+  rows = lambda x: P(*(None,) * (x.ndim - 4), batch_axes, seq, head_axes, None)
+  scores_spec = P(batch_axes, head_axes, seq, None)
+  spec = RingSpec(
+    axes=seq,
+    size=shards.size,
+    logits=logits,
+    heads=heads,
+    length=length,
+    threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    dtype=dtype,
+    carry_out=carry_out,
+    sub_block_bytes=SUB_BLOCK_BYTES,
+  )
+  words = (
+    jnp.zeros((2,), jnp.uint32)
+    if dropout_key is None
+    else jax.random.bits(dropout_key, (2,), jnp.uint32)  # as dropout_bits.keep_mask
+  )
+  scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  args = {
+    'local': local,
+    'moving': moving,
+    'v': v_BxLxHxK,
+    'bias': bias_Bx1x1xL.astype(jnp.float32),
+    'scale': scale_B,
+    'words': words,
+  }
+  specs = {
+    'local': jax.tree.map(rows, local),
+    'moving': jax.tree.map(rows, moving),
+    'v': rows(v_BxLxHxK),
+    'bias': P(batch_axes, None, None, seq),
+    'scale': P(batch_axes),
+    'words': P(),
+  }
+  if divisor is not None:
+    args['divisor'], specs['divisor'] = jnp.asarray(divisor, jnp.float32), P()
+  if block_in is not None:
+    args['block_in'], specs['block_in'] = block_in, scores_spec
+
+  def per_shard(args):
+    offset = lambda axes, n: (
+      jnp.zeros((), jnp.uint32)
+      if axes is None
+      else lax.axis_index(axes).astype(jnp.uint32) * np.uint32(n)
+    )
+    iparams = jnp.concatenate(
+      [args['words'], jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)])]
+    )
+    return ring_attention(
+      spec,
+      args['local'],
+      args['moving'],
+      args['v'],
+      args['bias'],
+      args['scale'][:, None, None, None],
+      args.get('divisor'),
+      args.get('block_in'),
+      iparams,
+    )
+
+  out_specs = (rows(v_BxLxHxK), scores_spec if carry_out else None)
+  with jax.named_scope(SCOPE):
+    return jax.shard_map(
+      per_shard, mesh=mesh, in_specs=(specs,), out_specs=out_specs, check_vma=False
+    )(args)

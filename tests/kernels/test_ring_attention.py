@@ -1,0 +1,88 @@
+"""The ring-attention op (kernels/ring_attention.py) against the einsum path, on 4 forced CPU
+devices (a subprocess): the sequence split 2 and 4 ways, with sub-blocks smaller than a
+device's block and as large as it (the dropout mask drawn per element and per hash word), the
+carried sum in and out, dropout 0.5 and padding; values and the gradients of q, k, v, the
+carried sum, the padding bias and the score scale. float32, matmul precision 'highest'.
+The train-level equalities are tests/train/test_sequence_parallel.py's."""
+
+import json
+import subprocess
+import sys
+
+import compile_settings
+import pytest
+from train_fixtures import REPO
+
+_SCRIPT = r"""
+import json
+import jax, jax.numpy as jnp, numpy as np
+import flax.linen as nn
+from jax.sharding import AxisType, Mesh
+jax.config.update('jax_default_matmul_precision', 'highest')
+from realformer_jax.kernels import ring_attention
+from realformer_jax.model.attention import einsum_attention, mask_bias
+
+B, L, H, K = 2, 16, 2, 8
+rng = np.random.default_rng(0)
+qkv, prev = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((B, L, 3, H, K), (B, H, L, L)))
+bias = mask_bias(jnp.asarray(np.arange(L) < np.array([[L], [11]]), jnp.int32))
+scale = jnp.asarray([[[[0.3]]], [[[0.5]]]], jnp.float32)
+key, weights = jax.random.key(7), jnp.asarray(rng.normal(size=(B, L, H, K)), jnp.float32)
+sum_weights = jnp.asarray(rng.normal(size=(B, H, L, L)), jnp.float32)
+
+def loss(attend, qkv, prev, bias, scale):
+  context, acc = attend(qkv, prev, bias, scale)
+  return jnp.sum(context * weights) + jnp.sum(acc * sum_weights)
+
+def einsum(qkv, prev, bias, scale):
+  return einsum_attention(qkv, prev, bias, scale, None, key, 0.5, jnp.float32, None)
+
+def ring(qkv, prev, bias, scale):
+  shards = ring_attention.sequence_shards()
+  q, k, v = (qkv[:, :, i] for i in range(3))
+  return ring_attention.sequence_attention(shards, ring_attention.pair_logits, q, k, v, prev,
+      bias, scale, None, key, 0.5, jnp.float32, carry_out=True)
+
+def run(attend, mesh):
+  with jax.set_mesh(mesh), nn.logical_axis_rules([('batch', 'data'), ('length', 'sequence')]):
+    f = jax.jit(jax.value_and_grad(lambda *a: loss(attend, *a), argnums=(0, 1, 2, 3)))
+    return jax.device_get(f(qkv, prev, bias, scale))
+
+def mesh(data, sequence):
+  devices = np.array(jax.devices()[: data * sequence]).reshape(data, sequence)
+  return Mesh(devices, ('data', 'sequence'), axis_types=(AxisType.Auto,) * 2)
+
+def worst(a, b):
+  return max(float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+reference = run(einsum, mesh(1, 1))
+report = {}
+for name, (data, sequence, sub_block_bytes) in {
+    'seq2': (1, 2, ring_attention.SUB_BLOCK_BYTES),
+    'seq4': (1, 4, ring_attention.SUB_BLOCK_BYTES),
+    'data2_seq2_sub_blocks': (2, 2, 4 * 1 * H * (L // 2) * 2),  # 2 columns a sub-block
+}.items():
+  ring_attention.SUB_BLOCK_BYTES = sub_block_bytes
+  value, grads = run(ring, mesh(data, sequence))
+  report[name] = {'value': worst(value, reference[0]), 'grads': worst(grads, reference[1]),
+                  'bias_grad': float(np.max(np.abs(grads[2])))}
+print('RESULTS ' + json.dumps(report))
+"""
+
+
+@pytest.mark.slow  # a subprocess on 4 forced devices, 3 compiles of a tiny op (~15 s CPU)
+def test_ring_op_matches_the_einsum_path():
+  done = subprocess.run(
+    [sys.executable, '-c', _SCRIPT],
+    cwd=REPO,
+    env=compile_settings.cpu_devices_env(4),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  report = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  for name, result in report.items():
+    assert result['value'] <= 1e-5 and result['grads'] <= 1e-5, (name, result)
+    assert result['bias_grad'] > 0, name  # the padding bias's gradient is computed, not zeroed

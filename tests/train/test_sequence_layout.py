@@ -1,0 +1,80 @@
+"""The `sequence` mesh axis in the config: a shape written before it existed keeps its meaning,
+the length dimension maps to it by the logical rules, and a layout the ring cannot run is one
+`error:` line naming the field, before anything is compiled."""
+
+import compile_settings
+import pytest
+from train_fixtures import cli_flags, run_train_cli, tiny_config
+
+from realformer_jax.config import ConfigError
+from realformer_jax.train import validate_config
+
+
+def test_a_shape_without_the_sequence_axis_means_size_1():
+  spec = validate_config(tiny_config(mesh__shape=(1, -1, 1)), device_count=8, process_count=1)
+  assert spec.mesh.axes == ('data', 'fsdp', 'tensor', 'sequence')
+  assert spec.mesh.shape == (1, -1, 1, 1)
+  assert spec.mesh.resolve(8) == (1, 8, 1, 1)
+  assert dict(spec.rules)['length'] == 'sequence'
+  # The spec written to config.json validates to itself.
+  assert spec.to_dict()['mesh'] == {'axes': spec.mesh.axes, 'shape': (1, -1, 1, 1)}
+  spec = validate_config(tiny_config(mesh__shape=(2, 1, 1, 4)), device_count=8, process_count=1)
+  assert (spec.data_parallel_size(8), spec.sequence_parallel_size(8)) == (2, 4)
+
+
+@pytest.mark.parametrize(
+  'devices, overrides, message',
+  [
+    (
+      3,
+      dict(mesh__shape=(1, 1, 1, 3)),
+      r'^data\.max_len=32: must be divisible by 3, the size of mesh sequence that '
+      r"logical_axis_rules split 'length' over \(mesh\.shape=\(1, 1, 1, 3\) on 3 devices\)$",
+    ),
+    (
+      2,
+      dict(mesh__shape=(1, 1, 1, 2), model__attention_impl='pallas'),
+      r"^model\.attention_impl='pallas': a sequence axis of 2 devices \(mesh\.shape=\(1, 1, 1, "
+      r"2\)\) runs ring attention, whose per-block op is the einsum path; use 'auto' or 'xla'",
+    ),
+    (
+      4,
+      dict(
+        mesh__shape=(2, 1, 1, 2),
+        logical_axis_rules=(('batch', ('data', 'fsdp')), ('length', ('sequence', 'data'))),
+      ),
+      r"^logical_axis_rules: data splits both 'batch' and 'length'",
+    ),
+  ],
+)
+def test_a_layout_the_ring_cannot_run_is_one_line(devices, overrides, message):
+  config = tiny_config()
+  for key, value in overrides.items():
+    if key == 'logical_axis_rules':
+      config.logical_axis_rules = value
+    else:
+      section, field = key.split('__')
+      config[section][field] = value
+  with pytest.raises(ConfigError, match=message):
+    validate_config(config, device_count=devices, process_count=1)
+
+
+@pytest.mark.slow  # the training CLI on 2 forced devices in a subprocess (~5 s CPU)
+def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
+  proc = run_train_cli(
+    tmp_path,
+    *cli_flags(mesh__shape='(1,1,1,2)', data__max_len=31),
+    env={
+      'XLA_FLAGS': compile_settings.xla_flags('--xla_force_host_platform_device_count=2'),
+      'JAX_PLATFORMS': 'cpu',
+    },
+  )
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == 1
+  errors = [line for line in stderr.splitlines() if line.startswith('error:')]
+  assert errors == [
+    'error: data.max_len=31: must be divisible by 2, the size of mesh sequence that '
+    "logical_axis_rules split 'length' over (mesh.shape=(1, 1, 1, 2) on 2 devices)"
+  ], stderr
+  assert 'Traceback' not in stderr
+  assert not (tmp_path / 'checkpoints').exists()

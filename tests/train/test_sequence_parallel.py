@@ -1,0 +1,27 @@
+"""Sequence (context) parallelism equals one device: for each family (post, pre, RealFormer
+carrying the sum, RealFormer residual_carry='qk') the real train setup on sequence axes of 2, 4
+and 8 devices, alone and with data or FSDP parallelism, gives the one-device run's MLM outputs
+and gradients of a forward with hidden and attention dropout over padded rows, and the same 5
+training steps (losses and parameters). float32, matmul precision 'highest', <= 1e-5 of the
+largest value (measured ~3e-7). 8 forced CPU devices, in a subprocess
+(tests/sequence_parallel_check.py)."""
+
+import pytest
+
+from tests import scale_out_support as support
+
+MESHES = ('1,1,1,2', '1,1,1,4', '1,1,1,8', '2,1,1,4', '1,2,1,4')  # data,fsdp,tensor,sequence
+TOLERANCE = 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('family', ['post', 'pre', 'realformer', 'realformer_qk'])
+def test_sequence_axis_gives_the_one_device_run(family):
+  report = support.run_check('sequence_parallel_check', 8, args=(family, *MESHES))
+  assert report['devices'] == 8
+  assert report['reference_path'] in ('EinsumPath', 'QKPath'), report
+  for mesh in MESHES:
+    result = report[mesh]
+    assert result['path'] == ('RingQKPath' if family == 'realformer_qk' else 'RingPath'), result
+    for key in ('outputs', 'grads', 'losses', 'params'):
+      assert result[key] <= TOLERANCE, (mesh, key, result)

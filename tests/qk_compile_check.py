@@ -2,12 +2,15 @@
 installed (the `aot` extra): the qk kernels' op, forward and backward, compiled deviceless for
 an H100 (realformer_jax/aot/targets.py), bfloat16 stack, 8 layers (the backward's slot
 buckets), dropout on. Prints one JSON line: the Pallas kernels in the optimized program, what
-each states it costs, and the atomic updates in the kernels' bodies (`atomic_rmw`, what
-`plgpu.atomic_add` binds, counted in the jaxpr: the Triton IR in the program is bytecode)."""
+each states it costs, the atomic updates in the kernels' bodies (`atomic_rmw`, what
+`plgpu.atomic_add` binds, counted in the jaxpr: the Triton IR in the program is bytecode), and
+from the PTX XLA dumped for sm_90a (aot/ptx.py) each kernel's innermost loops that issue
+warpgroup MMAs: their MMA count and the N of every `wgmma.wait_group N` in them."""
 
 import json
 import re
 import sys
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from realformer_jax.aot import targets
+from realformer_jax.aot import ptx, targets
 from realformer_jax.kernels import qk_carry
 from realformer_jax.kernels.select import AttentionPlan
 
@@ -40,14 +43,28 @@ def main(seq_len: int = 256, layers: int = 8, batch: int = 1, heads: int = 2, he
     jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=one),
   )
   grad = jax.jit(jax.grad(loss, argnums=(0, 1)), in_shardings=(one,) * 5, out_shardings=(one,) * 2)
-  text = grad.lower(*args).compile().as_text()
+  with tempfile.TemporaryDirectory() as dump:
+    text = grad.lower(*args).compile({'xla_dump_to': dump}).as_text()
+    kernels = ptx.entries(ptx.dumped(dump))
   atomics = str(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(*args)).count('atomic_rmw')
   stated = {}
   for name, metadata in re.findall(
     r'name = "(realformer_qk_attention_\w+)".*?serialized_metadata = "(\{.*?\})"', text
   ):
     stated[name] = json.loads(metadata.replace('\\22', '"'))
-  print(json.dumps({'kernels': sorted(stated), 'atomic_rmw': atomics, 'stated': stated}))
+  mma_loops = {
+    name: [
+      {'mma': loop.count('wgmma.mma_async'), 'waits': loop.mma_waits()}
+      for loop in ptx.innermost_mma_loops(body)
+    ]
+    for name, body in kernels.items()
+    if name.startswith('realformer_qk_attention')
+  }
+  print(
+    json.dumps(
+      {'kernels': sorted(stated), 'atomic_rmw': atomics, 'stated': stated, 'mma_loops': mma_loops}
+    )
+  )
 
 
 if __name__ == '__main__':

@@ -218,18 +218,39 @@ def test_triton_tiles_come_from_the_device_table():
     assert (ds.num_warps, ds.num_stages, forward.num_warps, forward.num_stages) == (4, 2, 8, 3)
 
 
-@pytest.mark.slow
-def test_qk_kernels_compile_for_an_h100_without_atomics():
+@pytest.fixture(scope='module')
+def h100_compile():
   # tests/qk_compile_check.py: forward + backward of the op compiled deviceless for an H100
-  # (bfloat16 stack, 8 layers, dropout): the dS kernel replaced the atomic backward, and every
-  # kernel states the estimator's fields (l2_bytes, atomics: aot/kernel_work.py).
-  report = support.run_check('qk_compile_check', optimised=True)
+  # (bfloat16 stack, 8 layers, dropout), and the PTX of its kernels (one compile, two tests).
+  return support.run_check('qk_compile_check', optimised=True)
+
+
+@pytest.mark.slow
+def test_qk_kernels_compile_for_an_h100_without_atomics(h100_compile):
+  # The dS kernel replaced the atomic backward, and every kernel states the estimator's fields
+  # (l2_bytes, atomics: aot/kernel_work.py).
+  report = h100_compile
   assert report['kernels'] == ['realformer_qk_attention_ds', 'realformer_qk_attention_fwd']
   assert report['atomic_rmw'] == 0
   for stated in report['stated'].values():
     assert stated['atomics'] == '0'
     assert int(stated['l2_bytes']) > int(stated['bytes_accessed']) > 0
     assert int(stated['int_ops']) > 0  # dropout: the hash
+
+
+@pytest.mark.slow
+def test_qk_layer_loops_keep_the_tensor_cores_busy_in_the_sm90a_ptx(h100_compile):
+  # Each score tile is the sum of l + 1 layer products in ONE accumulator, scaled after the
+  # loop (tile_math.summed_scores): in the PTX for sm_90a the innermost loop of each kernel
+  # chains the layers' wgmma (4 a layer: K = 64 in k16 steps) and waits for at most one of
+  # them in flight, never for all (`wgmma.wait_group 0`: before, every layer's product got a
+  # fresh accumulator, a wait for 0 and the scale / add on the CUDA cores).
+  loops = h100_compile['mma_loops']
+  assert set(loops) == {'realformer_qk_attention_fwd', 'realformer_qk_attention_ds'}
+  for name, innermost in loops.items():
+    assert len(innermost) == 1, (name, innermost)  # the layer loop
+    assert innermost[0]['mma'] == 4, (name, innermost)
+    assert innermost[0]['waits'] and 0 not in innermost[0]['waits'], (name, innermost)
 
 
 # --- The encoder: residual_carry='qk' equals 'scores' ------------------------------------------

@@ -6,8 +6,9 @@ layers 0..l (qk_reference.py, tile_math.summed_scores), l a traced scalar read b
 one kernel serves every layer of a rolled nn.scan. The stack holds the compute dtype (bfloat16
 in a bfloat16 model: the values were computed in it), so a tile product reads 16-bit tiles.
 
-forward   grid (query blocks, B, H): for each key block, acc = sum_{i<=l} scale q_i k_i^T
-          (l + 1 tile products), then the online softmax, dropout and P V of attention.py
+forward   grid (query blocks, B, H): for each key block, acc = scale sum_{i<=l} q_i k_i^T
+          (l + 1 tile products into one MMA accumulator, scaled once after the layer loop:
+          tile_math.summed_scores), then the online softmax, dropout and P V of attention.py
           beside this file. Writes the output and the row statistics (saved for the backward,
           which never runs the forward again); not the dropout mask (one bit per score
           element would be the one [L, L]-sized buffer of this carry: the backward draws the

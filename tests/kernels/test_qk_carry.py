@@ -157,19 +157,21 @@ def test_replayed_layer_runs_no_forward_kernel_and_gives_the_same_gradients(back
 @pytest.mark.parametrize('rows', [0, 32])
 def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch, rows):
   # The dS kernel + matmul backward on its second road: a dS panel budget of one head's
-  # 32 x 16 float32 columns forces one (batch, head) at a time in two column panels (dQ summed
+  # 32 x 16 float32 columns forces one (batch, head) at a time, and a GPU of one SM panels of
+  # 16 columns (one program fills it): two column panels (dQ summed
   # over them), and 8 layers take the lax.switch over slot buckets (2, 4, 6, 8): layer 4 runs
   # the matmuls over 6 slots, slot 5 multiplied by 0. Dropout on; float32 against the einsum
   # identity, as test_kernel_op_equals_einsum_identity_float32. rows=32: the dS kernel's tile
   # is 32 query rows x 16 keys (spec.block_bwd_rows), so its mask tiles are not square either.
   monkeypatch.setattr(triton_qk_attention, 'DS_PANEL_BYTES', 32 * 16 * 4)
+  monkeypatch.setattr(triton_qk_attention, 'device_sms', lambda: 1)  # 16 columns fill one SM
   fit = triton_qk_attention.fit_blocks
   monkeypatch.setattr(
     triton_qk_attention,
     'fit_blocks',
     lambda spec, *a: dataclasses.replace(fit(spec, *a), block_bwd_rows=rows),
   )
-  assert triton_qk_attention.column_panels(2, 2, 32, 4, 16) == 16
+  assert triton_qk_attention.column_panels(2, 2, 32, 4, 16, 1) == 16
   assert triton_qk_attention.slot_buckets(8) == (2, 4, 6, 8)
   stack, v, mask, weights = _op_inputs(layers=8)
   index = jnp.asarray(4)
@@ -192,6 +194,25 @@ def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch,
   for got, want in zip(grads, ref_grads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
   assert not np.any(grads[0][:, 5:])
+
+
+def test_ds_panels_are_sized_to_fill_every_sm_at_every_length():
+  # BERT-Base (B = 1, H = 12), bfloat16, 64-key dS tiles on an H100 / H200 (132 SMs): short
+  # sequences take every head at once (<= 1 GiB); long ones one head at a time in the fewest
+  # columns whose programs fill >= 90 % of the SMs' slots: 128 programs (0.97 of one wave) at
+  # every length, where a 1 GiB cap left 64 programs (0.48) at 131,072.
+  panels = functools.partial(triton_qk_attention.column_panels, 1, 12, itemsize=2, block=64)
+  assert panels(seq_len=4096, sms=132) == 0  # 384 MiB: one panel, 768 programs
+  for seq_len in (8192, 16384, 65536, 131072, 262144):
+    columns = panels(seq_len=seq_len, sms=132)
+    assert (columns, seq_len % columns) == (8192, 0), seq_len
+    assert triton_qk_attention.wave_fill(columns // 64, 132) >= triton_qk_attention.PANEL_FILL
+  assert panels(seq_len=131072, sms=108) == 2**15  # an A100: 512 programs fill 0.95 of 5 waves
+  assert panels(seq_len=15360, sms=132) == 7680  # 120 programs (0.91): any divisor of L
+  # too short for one head to fill the GPU: all of L (the most programs there are)
+  assert triton_qk_attention.column_panels(64, 12, 4096, 2, 64, 132) == 4096
+  assert triton_qk_attention.wave_fill(128, 132) == 128 / 132
+  assert triton_qk_attention.wave_fill(256, 132) == 256 / 264
 
 
 def test_triton_tiles_come_from_the_device_table():

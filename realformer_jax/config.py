@@ -58,6 +58,10 @@ RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # before any data is built, and whenever the model is traced; here only the form.
 ATTENTION_MODES = ('auto', 'xla', 'pallas')
 ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
+# The counter-based hash every dropout mask is drawn with (kernels/dropout_bits.py): 'threefry'
+# (Threefry-2x32-20, eight 8-bit draws a hash) or 'philox' (Philox-4x32-10, sixteen: about half
+# the integer work per draw in the GPU kernels). Another mask: a resumed run keeps its own.
+DROPOUT_GENERATORS = ('threefry', 'philox')
 
 
 class ConfigError(ValueError):
@@ -158,6 +162,7 @@ class Regularisation:
 
   dropout_rate: float = 0.1  # embeddings and residual branches
   attention_dropout_rate: float = 0.1  # on attention probabilities only
+  dropout_generator: str = 'threefry'  # the masks' hash: see DROPOUT_GENERATORS above
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +251,10 @@ SAVED_FIELD_MOVES = {
   ('model', 'num_decoder_layers'): None,
   ('model', 'decoder_attention'): None,
 }
+# Fields added since, with the value a saved config written before them was trained with (not
+# today's default, which may change): a resume compares a saved config without the field as
+# holding this value (train/loop.py check_resumable).
+SAVED_FIELD_ADDED = {('model', 'dropout_generator'): 'threefry'}
 
 
 def saved_field(section: str, field: str, known: Any) -> Optional[tuple[str, str]]:
@@ -306,6 +315,7 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
       'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
       'residual_carry': RESIDUAL_CARRIES,
       'attention_platform': ATTENTION_PLATFORMS,
+      'dropout_generator': DROPOUT_GENERATORS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)

@@ -64,6 +64,7 @@ def plan_spec(
     plan.backend,
     **{'carry_in': False, 'carry_out': False, **flags},
     keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    generator=plan.dropout_generator,
     heads_total=heads,
     block_q=plan.block_q,
     block_k=plan.block_k,

@@ -47,9 +47,9 @@ from realformer_jax.kernels.select import (
   resolve_residual_carry,
 )
 
-# einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record)
-#   -> (context, scores): the model's reference attention (model/attention.py), handed in so
-# that kernels/ does not import the model.
+# einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record,
+#   generator) -> (context, scores): the model's reference attention (model/attention.py),
+# handed in so that kernels/ does not import the model.
 EinsumAttention = Callable[..., tuple[jax.Array, jax.Array]]
 # record(name, value): stores an attention map (the module's `sow`), or None.
 Record = Optional[Callable[[str, jax.Array], Any]]
@@ -101,10 +101,20 @@ class EinsumPath(ScorePath):
 
   einsum: EinsumAttention = None
   dtype: Any = None  # the compute dtype
+  generator: str = 'threefry'  # the dropout masks' hash (model.dropout_generator)
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
     context, scores = self.einsum(
-      qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, self.dtype, record
+      qkv,
+      carried_in,
+      bias,
+      scale,
+      divisor,
+      dropout_key,
+      keep_prob,
+      self.dtype,
+      record,
+      self.generator,
     )
     return context, scores if self.residual else None
 
@@ -210,6 +220,7 @@ class QKPath(ScorePath):
   plan: Optional[AttentionPlan] = None  # None: the einsum path
   einsum: EinsumAttention = None
   dtype: Any = None  # the compute dtype
+  generator: str = 'threefry'  # the einsum path's dropout hash (the kernels': the plan's)
   num_layers: int = 0
   heads: int = 0
   stack_head_dim: int = 0  # the head size the backend's kernels run at (Triton: padded)
@@ -226,7 +237,16 @@ class QKPath(ScorePath):
     if self.plan is None:
       earlier = qk_reference.summed_scores(stack, index, scale, self.dtype)  # acc_{l-1}
       context, _ = self.einsum(
-        qkv, earlier, bias, scale, divisor, dropout_key, keep_prob, self.dtype, record
+        qkv,
+        earlier,
+        bias,
+        scale,
+        divisor,
+        dropout_key,
+        keep_prob,
+        self.dtype,
+        record,
+        self.generator,
       )
     else:
       if self.refuse_bias_and_scale_gradients:
@@ -346,6 +366,7 @@ def stack_path(
       plan=attention_plan,
       einsum=einsum,
       dtype=config.compute_dtype,
+      generator=config.dropout_generator,
       num_layers=config.num_layers,
       heads=config.num_heads,
       stack_head_dim=(
@@ -356,7 +377,7 @@ def stack_path(
       recompute=may_recompute and config.scan_layers,
     )
   if attention_plan is None:
-    return path_class(residual, einsum, config.compute_dtype)
+    return path_class(residual, einsum, config.compute_dtype, config.dropout_generator)
   return path_class(residual, attention_plan)
 
 
@@ -366,5 +387,7 @@ def layer_path(
   """The path of one attention layer used on its own (no stack): the sum carried as is."""
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   if attention_plan is None:
-    return EinsumPath(config.use_residual_attention, einsum, config.compute_dtype)
+    return EinsumPath(
+      config.use_residual_attention, einsum, config.compute_dtype, config.dropout_generator
+    )
   return FusedPath(config.use_residual_attention, attention_plan)

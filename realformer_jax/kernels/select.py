@@ -87,6 +87,7 @@ class AttentionPlan:
   # Each layer is rematerialised (model.remat_policy != 'none'): plain attention keeps its
   # output and row statistics for the backward instead of running again (KernelSpec.for_remat).
   rematerialised: bool = False
+  dropout_generator: str = 'threefry'  # model.dropout_generator: the kernels draw its masks
 
   @property
   def kernels(self) -> backends.Backend:
@@ -214,7 +215,14 @@ def plan(
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
   rematerialised = config.remat_policy != 'none'
-  return AttentionPlan('pallas', backend.name, interpret, *blocks, rematerialised=rematerialised)
+  return AttentionPlan(
+    'pallas',
+    backend.name,
+    interpret,
+    *blocks,
+    rematerialised=rematerialised,
+    dropout_generator=config.dropout_generator,
+  )
 
 
 def pair_carry(config: ModelConfig, attention_plan: Optional[AttentionPlan]) -> bool:

@@ -16,6 +16,7 @@ from realformer_jax.kernels import qk_carry, qk_reference
 from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention
 from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention
 from realformer_jax.kernels.backends.triton import tiles as triton_tiles
+from realformer_jax.kernels.dropout_bits import GENERATORS
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale
@@ -70,9 +71,11 @@ def _op_inputs(layers=3, batch=2, seq_len=32, heads=2, head_dim=8, dtype=jnp.flo
   return stack, v, jnp.asarray(mask), weights
 
 
-def _reference_context(stack, v, index, bias, scale, divisor, key, keep_prob, dtype):
+def _reference_context(
+  stack, v, index, bias, scale, divisor, key, keep_prob, dtype, generator='threefry'
+):
   acc = qk_reference.summed_scores(stack, index + 1, scale, dtype)
-  return softmax_dropout_values(acc, bias, divisor, v, key, keep_prob, dtype)[0]
+  return softmax_dropout_values(acc, bias, divisor, v, key, keep_prob, dtype, generator)[0]
 
 
 PLANS = {
@@ -85,13 +88,15 @@ PLANS = {
   'backend, running_mean, dropout, scale_kind',
   [
     # Each backend once in the fast tier, with and without running mean, dropout and the
-    # per-row scale; the other pairings are slow.
+    # per-row scale; the other pairings are slow. Dropout 'philox': model.dropout_generator.
     ('triton', True, True, 'entropy_invariant'),
     ('mosaic', False, False, 'standard'),
     pytest.param('triton', False, False, 'standard', marks=pytest.mark.slow),
     pytest.param('triton', True, False, 'entropy_invariant', marks=pytest.mark.slow),
     pytest.param('triton', False, True, 'standard', marks=pytest.mark.slow),
     pytest.param('mosaic', True, True, 'entropy_invariant', marks=pytest.mark.slow),
+    pytest.param('triton', False, 'philox', 'standard', marks=pytest.mark.slow),
+    pytest.param('mosaic', True, 'philox', 'entropy_invariant', marks=pytest.mark.slow),
   ],
 )
 def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout, scale_kind):
@@ -103,7 +108,8 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
   bias = mask_bias(mask)
   divisor = jnp.asarray(2.0) if running_mean else None
   key = jax.random.key(7) if dropout else None
-  plan = PLANS[backend]
+  generator = dropout if isinstance(dropout, str) else 'threefry'
+  plan = dataclasses.replace(PLANS[backend], dropout_generator=generator)
   w_stack = jax.random.normal(jax.random.key(3), stack.shape)
 
   def kernel_loss(stack, v):
@@ -113,7 +119,9 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
     return jnp.sum(context * weights) + jnp.sum(jnp.where(passed < 1e29, passed, 0) * w_stack)
 
   def reference_loss(stack, v):
-    context = _reference_context(stack, v, index, bias, scale, divisor, key, 0.75, jnp.float32)
+    context = _reference_context(
+      stack, v, index, bias, scale, divisor, key, 0.75, jnp.float32, generator
+    )
     return jnp.sum(context * weights) + jnp.sum(jnp.where(stack < 1e29, stack, 0) * w_stack)
 
   # Jitted: eagerly, every interpret-mode grid step's ops compile apart.
@@ -242,21 +250,27 @@ def test_triton_tiles_come_from_the_device_table():
 @pytest.fixture(scope='module')
 def h100_compile():
   # tests/qk_compile_check.py: forward + backward of the op compiled deviceless for an H100
-  # (bfloat16 stack, 8 layers, dropout), and the PTX of its kernels (one compile, two tests).
+  # (bfloat16 stack, 8 layers, dropout) with each dropout generator, and the PTX of its
+  # kernels (one subprocess, three tests).
   return support.run_check('qk_compile_check', optimised=True)
 
 
 @pytest.mark.slow
-def test_qk_kernels_compile_for_an_h100_without_atomics(h100_compile):
+@pytest.mark.parametrize('generator', GENERATORS)
+def test_qk_kernels_compile_for_an_h100_without_atomics(h100_compile, generator):
   # The dS kernel replaced the atomic backward, and every kernel states the estimator's fields
   # (l2_bytes, atomics: aot/kernel_work.py).
-  report = h100_compile
+  report = h100_compile[generator]
   assert report['kernels'] == ['realformer_qk_attention_ds', 'realformer_qk_attention_fwd']
   assert report['atomic_rmw'] == 0
   for stated in report['stated'].values():
     assert stated['atomics'] == '0'
     assert int(stated['l2_bytes']) > int(stated['bytes_accessed']) > 0
     assert int(stated['int_ops']) > 0  # dropout: the hash
+  # philox's multiply high words are PTX mul.hi.u32 (inline, 2 a round: 20 a hash); threefry
+  # has none
+  for name, count in report['mul_hi'].items():
+    assert (count >= 20) if generator == 'philox' else (count == 0), (name, count)
 
 
 @pytest.mark.slow
@@ -266,7 +280,7 @@ def test_qk_layer_loops_keep_the_tensor_cores_busy_in_the_sm90a_ptx(h100_compile
   # chains the layers' wgmma (4 a layer: K = 64 in k16 steps) and waits for at most one of
   # them in flight, never for all (`wgmma.wait_group 0`: before, every layer's product got a
   # fresh accumulator, a wait for 0 and the scale / add on the CUDA cores).
-  loops = h100_compile['mma_loops']
+  loops = h100_compile['threefry']['mma_loops']
   assert set(loops) == {'realformer_qk_attention_fwd', 'realformer_qk_attention_ds'}
   for name, innermost in loops.items():
     assert len(innermost) == 1, (name, innermost)  # the layer loop

@@ -47,6 +47,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
+from realformer_jax.kernels.dropout_bits import MulHi, mulhi_limbs, mulhi_xla
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -55,7 +56,39 @@ def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
   row0 = (
     (i_ref[2] + b.astype(jnp.uint32)) * spec.heads_total + i_ref[3] + h.astype(jnp.uint32)
   ) * seq_len + q0.astype(jnp.uint32)
-  return keep_tile_joined(i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold)
+  return keep_tile_joined(
+    i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold, spec.generator, _mulhi(spec)
+  )
+
+
+def _mulhi(spec: KernelSpec) -> MulHi:
+  """How a kernel forms a multiply's high word (philox): one PTX `mul.hi.u32` compiled for an
+  NVIDIA GPU (Pallas Triton has no lowering of lax.mulhi), XLA's mulhi in interpret mode,
+  16-bit limbs on ROCm (no PTX there). The same bits every way (dropout_bits.py)."""
+  if spec.interpret:
+    return mulhi_xla
+  return mulhi_limbs if _on_rocm() else _ptx_mulhi
+
+
+def _on_rocm() -> bool:
+  device = jax.devices()[0]
+  return (
+    device.platform == 'gpu'
+    and 'rocm' in str(getattr(device.client, 'platform_version', '')).lower()
+  )
+
+
+def _ptx_mulhi(x: jax.Array, m: int) -> jax.Array:
+  # Declared int32 and bitcast back: the Triton lowering holds uint32 values as signless i32,
+  # and an inline asm typed uint32 would not mix with them.
+  [high] = plgpu.elementwise_inline_asm(
+    f'mul.hi.u32 $0, $1, {m};',
+    args=[x],
+    constraints='=r,r',
+    pack=1,
+    result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.int32)],
+  )
+  return lax.bitcast_convert_type(high, jnp.uint32)
 
 
 def pack_width(spec: KernelSpec) -> int:
@@ -176,7 +209,7 @@ def draw_mask(batch: int, heads: int, seq_len: int, iparams, spec: KernelSpec):
       'bytes_accessed': str(elements // 8),
       'float_ops': '0',
       'transcendentals': '0',
-      'int_ops': str(int((HASH_OPS_PER_ELEMENT + 2) * elements)),  # as the forward's
+      'int_ops': str(int((HASH_OPS_PER_ELEMENT[spec.generator] + 2) * elements)),  # forward's
       'l2_bytes': str(elements // 8),
       'atomics': '0',
     },
@@ -244,7 +277,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       row_bytes=(1 if spec.sum_given else 3) * rows + rows,
       float_ops=9 + int(spec.carry_in) + 2 * spec.dropout,
       exps=1,
-      int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+      int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
       # each program reloads the k, v tiles and the bias row per key block (q: once)
       reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
     ),
@@ -508,11 +541,13 @@ def _backward_params(spec: KernelSpec, head_dim: int):
   )
 
 
-# Integer ops of the joined dropout hash per element: one Threefry-2x32 (20 rounds of add,
-# rotate = two shifts and an or, xor: 100; the key schedule and six injections: ~19; the
-# counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus the byte pick (a shift
-# and an and) and the comparison: 123 / 8 + 3 ~ 18.
-HASH_OPS_PER_ELEMENT = 18
+# Integer ops of the joined dropout hash per element, by generator. threefry: one Threefry-2x32
+# (20 rounds of add, rotate = two shifts and an or, xor: 100; the key schedule and six
+# injections: ~19; the counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus
+# the byte pick (a shift and an and) and the comparison: 123 / 8 + 3 ~ 18. philox: one
+# Philox-4x32-10 (10 rounds of 2 mul.hi, 2 mul.lo, 4 xor: 80; the counters ~4) per sixteen
+# elements, plus the byte pick and comparison: 84 / 16 + 3 ~ 8.
+HASH_OPS_PER_ELEMENT = {'threefry': 18, 'philox': 8}
 
 
 def _cost_metadata(

@@ -156,7 +156,7 @@ def _forward_cost(spec, stack) -> dict:
     row_bytes=2 * mean_layers * rows + 2 * rows,  # q, k of l + 1 layers; v, out
     float_ops=8 + mean_layers + 2 * spec.dropout,
     exps=1,
-    int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
   )
 
@@ -278,7 +278,7 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
     row_bytes=(mean_layers + 1) * rows + (mean_layers + 2) * panel_rows,
     float_ops=14 + mean_layers + 4 * spec.dropout,
     exps=1,
-    int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
   )
 

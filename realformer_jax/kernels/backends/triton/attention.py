@@ -545,9 +545,13 @@ def _backward_params(spec: KernelSpec, head_dim: int):
 # (20 rounds of add, rotate = two shifts and an or, xor: 100; the key schedule and six
 # injections: ~19; the counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus
 # the byte pick (a shift and an and) and the comparison: 123 / 8 + 3 ~ 18. philox: one
-# Philox-4x32-10 (10 rounds of 2 mul.hi, 2 mul.lo, 4 xor: 80; the counters ~4) per sixteen
-# elements, plus the byte pick and comparison: 84 / 16 + 3 ~ 8.
-HASH_OPS_PER_ELEMENT = {'threefry': 18, 'philox': 8}
+# Philox-4x32-10 (10 rounds of 2 mul.hi, 2 mul.lo, 4 xor: 80) per sixteen elements, ~5 an
+# element for the hash, but the same 18 in all: in the PTX of a deviceless sm_90a compile
+# (aot/ptx.py; 128 x 128 tiles, 8 warps) the hash's own instructions are 4.0 an element
+# against threefry's 8.7, yet the whole dropout of the qk forward's key loop is 22.2 against
+# 22.6 (Post-LN's forward 32.9 against 33.2): the keep booleans go from the hash's layout to
+# the MMA's through shared memory, and sixteen lanes move 1.5x the bytes of eight.
+HASH_OPS_PER_ELEMENT = {'threefry': 18, 'philox': 18}
 
 
 def _cost_metadata(

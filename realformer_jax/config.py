@@ -62,6 +62,12 @@ ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 # (Threefry-2x32-20, eight 8-bit draws a hash) or 'philox' (Philox-4x32-10, sixteen: about half
 # the integer work per draw in the GPU kernels). Another mask: a resumed run keeps its own.
 DROPOUT_GENERATORS = ('threefry', 'philox')
+# A rematerialised layer's attention dropout mask on the fused kernels (plain attention: Post-LN,
+# Pre-LN): 'stored' the forward's mask (one bit per score element) is kept for the backward;
+# 'drawn' the backward kernel draws it again (no memory, the hash twice more); 'auto' stored
+# while every layer's masks for one sequence fit a share of the device's memory, decided once
+# when the train setup builds the model and logged (kernels/select.py choose_masks).
+REMAT_DROPOUT_MASKS = ('auto', 'stored', 'drawn')
 
 
 class ConfigError(ValueError):
@@ -196,6 +202,7 @@ class Execution:
   # numbers and the same stacked parameter layout for every value; must divide num_layers.
   scan_unroll: int = 1
   remat_policy: str = 'none'  # rematerialisation of each layer: see REMAT_POLICIES
+  remat_dropout_masks: str = 'auto'  # kept or drawn again: see REMAT_DROPOUT_MASKS above
   # Residual attention's backward pass: 'saved' (autodiff, per the remat policy) or
   # 'recomputed': no layer's carried [B, H, L, L] sum is saved; going down the stack
   # acc_{l-1} = acc_l - s_l is rebuilt and each layer recomputed (recomputed_scores.py).
@@ -316,6 +323,7 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
       'residual_carry': RESIDUAL_CARRIES,
       'attention_platform': ATTENTION_PLATFORMS,
       'dropout_generator': DROPOUT_GENERATORS,
+      'remat_dropout_masks': REMAT_DROPOUT_MASKS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)

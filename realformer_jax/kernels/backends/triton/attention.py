@@ -8,8 +8,9 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           dropout, the mask it drew at one bit per element (1/32 of a float32 score): hashing
           it again would cost the backward ~18 integer ops per element
           (HASH_OPS_PER_ELEMENT). Probabilities never reach HBM. A rematerialised layer's
-          forward (`spec.for_remat`) stores no mask: no backward reads the one it would
-          write (fused.py saves the output and row statistics, not the O(L^2) mask).
+          forward (`spec.for_remat`) stores its mask only where the remat policy keeps it
+          (`spec.keeps_mask`: select.py's memory rule, model.remat_dropout_masks); else the
+          backward draws it.
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
           blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
@@ -19,9 +20,9 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           L = 512, K = 64, stays in L2 while that head's programs run), because reading the
           written gradient again would cost 4 more bytes per score element. Without residual
           attention a second loop of the program recomputes its query block's dQ instead.
-          Given no mask (`bits=None`, a rematerialised layer), it first draws one
-          (`draw_mask`: the forward's hash and packing, nothing else), so the hash runs once
-          per element and step there too, and both loops read bits as they do otherwise.
+          Given no mask (`bits=None`, a rematerialised layer that keeps none), each of its two
+          loops draws the tiles it needs (the forward's hash, dropout_tiles.py): no separate
+          pass and no [L, L]-sized buffer, the hash twice per element instead of once.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
 backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
 products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
@@ -115,8 +116,9 @@ def _forward_params(spec: KernelSpec, head_dim: int):
 
 
 def stores_mask(spec: KernelSpec) -> bool:
-  """Whether the forward writes the dropout mask for the backward (not for_remat's)."""
-  return spec.dropout and not spec.for_remat
+  """Whether the forward writes the dropout mask for the backward (a rematerialised layer's
+  only where the remat policy keeps it: `keeps_mask`)."""
+  return spec.dropout and (not spec.for_remat or spec.keeps_mask)
 
 
 def _forward_kernel(
@@ -172,49 +174,11 @@ def _store_keep(bits_ref, keep, j, block_k, width):
   bits_ref[:, words] = pack_bits(keep, width)
 
 
-def _mask_kernel(i_ref, bits_ref, *, spec: KernelSpec, seq_len: int):
-  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  block_q, block_k, width = spec.block_q, spec.block_k, pack_width(spec)
-
-  def body(j, carry):
-    keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
-    _store_keep(bits_ref, keep, j, block_k, width)
-    return carry
-
-  lax.fori_loop(0, seq_len // block_k, body, 0)
-
-
 def _mask_spec(spec: KernelSpec, seq_len: int) -> pl.BlockSpec:
   """The forward's rows of the packed mask [B, H, L, L / width] (grid (query block, b, h))."""
   return pl.BlockSpec(
     (None, None, spec.block_q, seq_len // pack_width(spec)), lambda i, b, h: (b, h, i, 0)
   )
-
-
-def draw_mask(batch: int, heads: int, seq_len: int, iparams, spec: KernelSpec):
-  """The dropout mask the forward would have stored, [B, H, L, L / width] uint32: the same
-  hash of the same global positions, alone (no scores)."""
-  width = pack_width(spec)
-  elements = batch * heads * seq_len * seq_len
-  return pl.pallas_call(
-    functools.partial(_mask_kernel, spec=spec, seq_len=seq_len),
-    grid=(seq_len // spec.block_q, batch, heads),
-    in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,))],
-    out_specs=_mask_spec(spec, seq_len),
-    out_shape=jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32),
-    interpret=spec.interpret,
-    compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
-    metadata={
-      'flops': '0',
-      'bytes_accessed': str(elements // 8),
-      'float_ops': '0',
-      'transcendentals': '0',
-      'int_ops': str(int((HASH_OPS_PER_ELEMENT[spec.generator] + 2) * elements)),  # forward's
-      'l2_bytes': str(elements // 8),
-      'atomics': '0',
-    },
-    name='attention_dropout_mask',
-  )(iparams)
 
 
 def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
@@ -296,6 +260,7 @@ def _backward_kernel(
   g_acc_ref,
   bias_ref,
   f_ref,
+  i_ref,
   column_bits_ref,
   row_bits_ref,
   _,
@@ -306,10 +271,12 @@ def _backward_kernel(
   *,
   spec: KernelSpec,
   rebuild: bool,
+  draws: bool,
 ):
   seq_len, _, head_dim = qkv_ref.shape
   block, rows = spec.block_bwd, spec.backward_rows
-  jk = pl.program_id(0)  # grid (key block, batch, head): batch and head index the refs
+  # grid (key block, batch, head): batch and head index the refs (and the drawn mask's rows)
+  jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
   k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
@@ -317,11 +284,18 @@ def _backward_kernel(
 
   width = pack_width(spec)
 
-  def tile(qs, k, v, bias_row, bits, acc=None, g_acc=None):
+  def mask(bits_of, q0, k0, shape):
+    """The keep mask of a [rows, cols] tile: drawn (`draws`) or unpacked from the bits."""
+    if not spec.dropout:
+      return None
+    if draws:
+      return _draw_keep(spec, i_ref, b, h, seq_len, q0, k0, shape)
+    return unpack_bits(bits_of(), width)
+
+  def tile(qs, k, v, bias_row, keep, acc=None, g_acc=None):
     q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
     s = tm.scores(q, k, scale)
     z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
-    keep = None if bits is None else unpack_bits(bits, width)
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -339,8 +313,8 @@ def _backward_kernel(
     qs = pl.ds(pl.multiple_of(i * rows, rows), rows)
     acc = acc_ref[qs, :] if spec.carry_out else None
     g_acc = g_acc_ref[qs, :] if spec.carry_out else None
-    bits = column_bits_ref[qs, :] if spec.dropout else None
-    q, do, s, p_dropped, g = tile(qs, k, v, bias_row, bits, acc, g_acc)
+    keep = mask(lambda: column_bits_ref[qs, :], i * rows, jk * block, (rows, block))
+    q, do, s, p_dropped, g = tile(qs, k, v, bias_row, keep, acc, g_acc)
     ds = (g * scale).astype(q.dtype)
     if spec.carry_out:
       g_acc_in_ref[qs, :] = g
@@ -366,12 +340,9 @@ def _backward_kernel(
   def dq_body(j, dq):
     js = pl.ds(pl.multiple_of(j * rows, rows), rows)
     kj = qkv_ref[js, 1, :]
-    bits = None
-    if spec.dropout:
-      bits = row_bits_ref[
-        :, pl.ds(pl.multiple_of(j * (rows // width), rows // width), rows // width)
-      ]
-    *_, g = tile(own_rows, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], bits)
+    words = pl.ds(pl.multiple_of(j * (rows // width), rows // width), rows // width)
+    keep = mask(lambda: row_bits_ref[:, words], jk * block, j * rows, (block, rows))
+    *_, g = tile(own_rows, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], keep)
     return dq + tm.dot((g * scale).astype(kj.dtype), kj)
 
   dq = lax.fori_loop(0, seq_len // rows, dq_body, zeros)
@@ -393,16 +364,16 @@ def backward(
   rebuild: bool = False,
 ):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
-  (dropout only; None: drawn here again). See the module docstring."""
+  (dropout only; None: the kernel's loops draw it again). See the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
-  if spec.dropout and bits is None:
-    bits = draw_mask(batch, heads, seq_len, iparams, spec)
+  draws = spec.dropout and bits is None
   block = spec.block_bwd
   width = pack_width(spec)
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
   column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
   dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
   carry, dropout = spec.carry_out, spec.dropout
+  reads = dropout and not draws  # the forward's bits
   # The mask: a column strip for the dK / dV loop, a row strip for the dQ loop.
   column_bits = pl.BlockSpec((None, None, seq_len, block // width), lambda j, b, h: (b, h, 0, j))
   row_bits = pl.BlockSpec((None, None, block, seq_len // width), lambda j, b, h: (b, h, j, 0))
@@ -416,8 +387,9 @@ def backward(
     column_spec if carry else None,
     pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
     pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
-    column_bits if dropout else None,
-    row_bits if dropout and not carry else None,
+    pl.BlockSpec((4,), lambda j, b, h: (0,)),
+    column_bits if reads else None,
+    row_bits if reads and not carry else None,
     dq_spec if carry else None,
   ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
@@ -441,10 +413,10 @@ def backward(
   # column strip by column strip, g_{l-1} over g_l and acc_{l-1} over acc_l.
   aliases = {}
   if carry:
-    dq_input = 9 + int(dropout)  # flattened inputs: the Nones are not counted
+    dq_input = 10 + int(reads)  # flattened inputs: the Nones are not counted
     aliases = {dq_input: 1, 6: 2, 5: 3} if rebuild else {dq_input: 1, 6: 2}
   dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
-    functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
+    functools.partial(_backward_kernel, spec=spec, rebuild=rebuild, draws=draws),
     grid=(seq_len // block, batch, heads),
     in_specs=in_specs,
     out_specs=out_specs,
@@ -457,13 +429,15 @@ def backward(
       head_dim,
       seq_len,
       passes=5 if carry else 7,
-      score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + dropout / 8,
+      score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + reads / 8,
       # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
       row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows),
       # one pass over the tiles with residual attention, two without (the dQ loop)
       float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
       exps=1 if carry else 2,
-      int_ops=(3 if dropout else 0) * (1 if carry else 2),
+      # per loop: unpacking the forward's bits, or drawing the mask (the forward's hash)
+      int_ops=(3 if reads else HASH_OPS_PER_ELEMENT[spec.generator] + 2 if draws else 0)
+      * (1 if carry else 2),
       # per step of `rows` queries: q, dO and three float32 row statistics, used against the
       # program's `block` keys; without residual attention the dQ loop's k, v tiles and bias
       # row per step of `rows` keys, used against its `block` queries
@@ -482,8 +456,9 @@ def backward(
     g_acc if carry else None,
     bias,
     fparams,
-    bits if dropout else None,
-    bits if dropout and not carry else None,
+    iparams,
+    bits if reads else None,
+    bits if reads and not carry else None,
     jnp.zeros(dq_shape.shape, jnp.float32) if carry else None,
   )
   if carry:

@@ -55,6 +55,22 @@ EinsumAttention = Callable[..., tuple[jax.Array, jax.Array]]
 Record = Optional[Callable[[str, jax.Array], Any]]
 
 
+def _einsum(path, qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, record):
+  """`path.einsum` in the path's compute dtype and with its dropout generator."""
+  return path.einsum(
+    qkv,
+    prev_scores,
+    bias,
+    scale,
+    divisor,
+    dropout_key,
+    keep_prob,
+    path.dtype,
+    record,
+    path.generator,
+  )
+
+
 class LayerStack(Protocol):
   """What the encoder hands `run_stack`: its layers, run two ways."""
 
@@ -104,17 +120,8 @@ class EinsumPath(ScorePath):
   generator: str = 'threefry'  # the dropout masks' hash (model.dropout_generator)
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
-    context, scores = self.einsum(
-      qkv,
-      carried_in,
-      bias,
-      scale,
-      divisor,
-      dropout_key,
-      keep_prob,
-      self.dtype,
-      record,
-      self.generator,
+    context, scores = _einsum(
+      self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record
     )
     return context, scores if self.residual else None
 
@@ -236,18 +243,7 @@ class QKPath(ScorePath):
     stack = nn.with_logical_constraint(qk_carry.push(stack, index, q, k), qk_carry.STACK_AXES)
     if self.plan is None:
       earlier = qk_reference.summed_scores(stack, index, scale, self.dtype)  # acc_{l-1}
-      context, _ = self.einsum(
-        qkv,
-        earlier,
-        bias,
-        scale,
-        divisor,
-        dropout_key,
-        keep_prob,
-        self.dtype,
-        record,
-        self.generator,
-      )
+      context, _ = _einsum(self, qkv, earlier, bias, scale, divisor, dropout_key, keep_prob, record)
     else:
       if self.refuse_bias_and_scale_gradients:
         bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)

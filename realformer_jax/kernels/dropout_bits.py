@@ -41,8 +41,9 @@ from realformer_jax.config import DROPOUT_GENERATORS
 
 MASK_BITS = 8  # bits per dropout decision
 GENERATORS = DROPOUT_GENERATORS  # model.dropout_generator's values
-# 8-bit draws per hash: 4 per uint32 output word (threefry: 2 words, philox: 4)
-DRAWS_PER_HASH = {'threefry': 64 // MASK_BITS, 'philox': 128 // MASK_BITS}
+# 8-bit draws per hash, by generator: 4 per uint32 output word (threefry: 2 words, philox: 4)
+DRAWS_PER_GENERATOR = {'threefry': 64 // MASK_BITS, 'philox': 128 // MASK_BITS}
+DRAWS_PER_HASH = DRAWS_PER_GENERATOR['threefry']  # the default generator's (threefry-only code)
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 # Philox-4x32's round multipliers and key increments (Salmon et al. 2011, Random123).
@@ -118,7 +119,7 @@ def hash_words(
 ) -> tuple[jax.Array, ...]:
   """The uint32 output words of `generator`'s hash of (row, word): 2 for threefry (counters
   (row, word)), 4 for philox (counters (word, row, 0, 0)). Draw j of the hash (j <
-  DRAWS_PER_HASH) is byte j % 4 of word j // 4."""
+  DRAWS_PER_GENERATOR[generator]) is byte j % 4 of word j // 4."""
   if generator == 'threefry':
     return threefry2x32(k1, k2, row, word)
   if generator == 'philox':
@@ -142,14 +143,14 @@ def keep_mask(
 ) -> jax.Array:
   """Boolean mask of `shape`, each element True with probability realised_keep_prob(keep_prob).
 
-  Element (i..., j) takes draw j % D of hash(key, row(i...), j // D), D = DRAWS_PER_HASH
+  Element (i..., j) takes draw j % D of hash(key, row(i...), j // D), D = DRAWS_PER_GENERATOR
   (`hash_words`: bytes 0..3 of the first output word, low to high, then of the next), where
   row is the flat index of the leading axes: a function of the global position only.
   """
   shape = tuple(shape)
   if not shape:
     return keep_mask(rng, keep_prob, (1,), generator)[0]
-  per_hash = DRAWS_PER_HASH[generator]
+  per_hash = DRAWS_PER_GENERATOR[generator]
   lead, last = shape[:-1], shape[-1]
   words = -(-last // per_hash)
   if math.prod(lead) >= 2**32 or words >= 2**32:

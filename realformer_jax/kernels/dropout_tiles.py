@@ -2,7 +2,7 @@
 
 The einsum path draws its mask with `dropout_bits.keep_mask(key, keep, [B, H, L, L],
 generator)`: element (b, h, q, k) takes 8 bits of the generator's hash (key; row = (b H + h)
-L + q, word = k // D), draw k % D of the hash's D = DRAWS_PER_HASH (8 for threefry, 16 for
+L + q, word = k // D), draw k % D of the hash's D = DRAWS_PER_GENERATOR (8 for threefry, 16 for
 philox: bytes 0..3 of its first output word, then of the next). Both functions here compute
 exactly that stream for a tile whose top-left element has global row `row0` and column `col0`
 (a multiple of D), so the fused kernels drop the same elements as the einsum path, bit for bit,
@@ -26,12 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from realformer_jax.kernels.dropout_bits import DRAWS_PER_HASH, MulHi, draw, hash_words, mulhi_xla
+from realformer_jax.kernels.dropout_bits import (
+  DRAWS_PER_GENERATOR,
+  MulHi,
+  draw,
+  hash_words,
+  mulhi_xla,
+)
 
 
 def _lane_shift(generator: str) -> int:
   """log2 of the draws per hash: column -> word is a shift by 3 (threefry) or 4 (philox)."""
-  return DRAWS_PER_HASH[generator].bit_length() - 1
+  return DRAWS_PER_GENERATOR[generator].bit_length() - 1
 
 
 def keep_tile_joined(
@@ -44,9 +50,9 @@ def keep_tile_joined(
   generator: str = 'threefry',
   mulhi: MulHi = mulhi_xla,
 ) -> jax.Array:
-  """Boolean keep mask [rows, cols]; one hash per DRAWS_PER_HASH elements."""
+  """Boolean keep mask [rows, cols]; one hash per DRAWS_PER_GENERATOR[generator] elements."""
   rows, cols = shape
-  per_hash = DRAWS_PER_HASH[generator]
+  per_hash = DRAWS_PER_GENERATOR[generator]
   words = cols // per_hash
   row = row0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, words), 0)
   word = (col0.astype(jnp.uint32) >> np.uint32(_lane_shift(generator))) + lax.broadcasted_iota(
@@ -80,7 +86,7 @@ def keep_tile_selected(
   row = row0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, cols), 0)
   col = col0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, cols), 1)
   y = hash_words(generator, k1, k2, row, col >> np.uint32(_lane_shift(generator)), mulhi)
-  lane = col & np.uint32(DRAWS_PER_HASH[generator] - 1)
+  lane = col & np.uint32(DRAWS_PER_GENERATOR[generator] - 1)
   word = lane >> np.uint32(2)
   picked = (
     jnp.where(word == 0, y[0], y[1])

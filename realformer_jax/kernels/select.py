@@ -153,6 +153,16 @@ def _check_support(config: ModelConfig, backend: backends.Backend, residual_carr
       f'(model.attention_dropout_rate={config.attention_dropout_rate}); set it to 0 or use '
       "'pallas'"
     )
+  if (
+    config.attention_dropout_rate > 0
+    and backend.dropout
+    and config.dropout_generator not in backend.dropout_generators
+  ):
+    raise ConfigError(
+      f'model.dropout_generator={config.dropout_generator!r}: the {backend.name} backend '
+      f'(model.attention_impl={impl!r}) draws only {", ".join(backend.dropout_generators)} '
+      "masks; use one of those, or attention_impl='xla'"
+    )
   if config.use_residual_attention and residual_carry == 'qk' and not backend.qk:
     raise ConfigError(
       f"model.residual_carry='qk': the {backend.name} backend (model.attention_impl="

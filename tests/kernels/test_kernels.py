@@ -278,6 +278,20 @@ def test_the_dropout_generator_reaches_every_mask_of_the_encoder():
   assert abs(float(threefry_loss) - float(loss)) > 1e-3 * abs(float(loss))
 
 
+def test_a_backend_without_the_generator_refuses_it_in_one_line():
+  # A backend's record lists the generators its kernels draw (Triton and Mosaic: both); a
+  # backend that draws only threefry never draws it in philox's place.
+  threefry_only = dataclasses.replace(
+    kernels.backends.get('triton'), dropout_generators=('threefry',)
+  )
+  config = ModelConfig(dropout_generator='philox', attention_impl='pallas_triton')
+  with pytest.raises(ConfigError, match="model.dropout_generator='philox': the triton backend"):
+    kernels.select._check_support(config, threefry_only, 'scores')
+  kernels.select._check_support(config.replace(attention_dropout_rate=0.0), threefry_only, 'scores')
+  for name in ('triton', 'mosaic'):
+    assert kernels.backends.get(name).dropout_generators == GENERATORS
+
+
 def test_sown_attention_maps_take_the_einsum_path():
   cfg = kernel_config(L, attention_impl='pallas')
   ids = jnp.ones((1, L), jnp.int32)

@@ -87,6 +87,9 @@ class Backend:
   hlo_calls: tuple[str, ...] = ()
   residual: bool = True  # it carries residual attention's scores
   dropout: bool = True  # it applies attention dropout
+  # The dropout generators (model.dropout_generator) its kernels draw the einsum path's masks
+  # with; another is refused in one line (kernels/select.py), never drawn as a default.
+  dropout_generators: tuple[str, ...] = ('threefry',)
 
   def __post_init__(self):
     if self.platform not in PLATFORMS:

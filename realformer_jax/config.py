@@ -58,6 +58,16 @@ RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # before any data is built, and whenever the model is traced; here only the form.
 ATTENTION_MODES = ('auto', 'xla', 'pallas')
 ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
+# The counter-based hash every dropout mask is drawn with (kernels/dropout_bits.py): 'threefry'
+# (Threefry-2x32-20, eight 8-bit draws a hash) or 'philox' (Philox-4x32-10, sixteen: about half
+# the integer work per draw in the GPU kernels). Another mask: a resumed run keeps its own.
+DROPOUT_GENERATORS = ('threefry', 'philox')
+# A rematerialised layer's attention dropout mask on the fused kernels (plain attention: Post-LN,
+# Pre-LN): 'stored' the forward's mask (one bit per score element) is kept for the backward;
+# 'drawn' the backward kernel draws it again (no memory, the hash twice more); 'auto' stored
+# while every layer's masks for one sequence fit a share of the device's memory, decided once
+# when the train setup builds the model and logged (kernels/select.py choose_masks).
+REMAT_DROPOUT_MASKS = ('auto', 'stored', 'drawn')
 
 
 class ConfigError(ValueError):
@@ -158,6 +168,7 @@ class Regularisation:
 
   dropout_rate: float = 0.1  # embeddings and residual branches
   attention_dropout_rate: float = 0.1  # on attention probabilities only
+  dropout_generator: str = 'threefry'  # the masks' hash: see DROPOUT_GENERATORS above
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +202,7 @@ class Execution:
   # numbers and the same stacked parameter layout for every value; must divide num_layers.
   scan_unroll: int = 1
   remat_policy: str = 'none'  # rematerialisation of each layer: see REMAT_POLICIES
+  remat_dropout_masks: str = 'auto'  # kept or drawn again: see REMAT_DROPOUT_MASKS above
   # Residual attention's backward pass: 'saved' (autodiff, per the remat policy) or
   # 'recomputed': no layer's carried [B, H, L, L] sum is saved; going down the stack
   # acc_{l-1} = acc_l - s_l is rebuilt and each layer recomputed (recomputed_scores.py).
@@ -246,6 +258,10 @@ SAVED_FIELD_MOVES = {
   ('model', 'num_decoder_layers'): None,
   ('model', 'decoder_attention'): None,
 }
+# Fields added since, with the value a saved config written before them was trained with (not
+# today's default, which may change): a resume compares a saved config without the field as
+# holding this value (train/loop.py check_resumable).
+SAVED_FIELD_ADDED = {('model', 'dropout_generator'): 'threefry'}
 
 
 def saved_field(section: str, field: str, known: Any) -> Optional[tuple[str, str]]:
@@ -306,6 +322,8 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
       'residual_scores_backward': RESIDUAL_SCORES_BACKWARD,
       'residual_carry': RESIDUAL_CARRIES,
       'attention_platform': ATTENTION_PLATFORMS,
+      'dropout_generator': DROPOUT_GENERATORS,
+      'remat_dropout_masks': REMAT_DROPOUT_MASKS,
     }
     for name, allowed in choices.items():
       value = getattr(self, name)

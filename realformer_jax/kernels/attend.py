@@ -64,6 +64,7 @@ def plan_spec(
     plan.backend,
     **{'carry_in': False, 'carry_out': False, **flags},
     keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    generator=plan.dropout_generator,
     heads_total=heads,
     block_q=plan.block_q,
     block_k=plan.block_k,
@@ -105,6 +106,7 @@ def fused_self_attention(
     carry_out=carry_out,
     sum_given=form == 'top_down',
     for_remat=plan.rematerialised and not carry_out,
+    keeps_mask=plan.remat_keeps_masks and not carry_out,
   )
   # The backend's tiles for this device and length (Triton: plain attention's forward).
   fit_blocks = getattr(backend.kernels(), 'fit_blocks', None)

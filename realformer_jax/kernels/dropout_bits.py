@@ -1,34 +1,59 @@
-"""Dropout keep-masks from a fused, counter-based Threefry-2x32 hash: eight decisions per hash.
+"""Dropout keep-masks from a fused, counter-based hash: eight or sixteen 8-bit decisions per hash.
 
 `jax.random.bernoulli` spends one Threefry-2x32 hash per element, keeps 32 of its 64 output bits
 (partitionable mode XORs the two words), and on CPU JAX lowers the hash as a rolled 5-step loop
 whose every step reads and writes the whole array. At BERT-Base (38M dropout decisions per
 train step) that cost ~0.4 s of a ~2.5 s step on 2 CPU cores.
 
-Here the same hash (20 rounds, Salmon et al. 2011; bit-identical to JAX's primitive) is written
-as plain element-wise ops, so XLA fuses it with the comparison into one loop, and each hash's 64
-output bits give eight 8-bit draws, as FlashAttention's Philox draws 8-bit thresholds: ~15
-integer ops per decision for the hash instead of ~30 with 16-bit draws, which matters in the
-attention kernels (one decision per score element and layer). The hash input is the element's
-global position (row of the leading axes, word along the last axis), so a mask does not depend
-on how the array is sharded, as with partitionable `jax.random`. The keep probability is
-quantised to 2**-8: an element is kept with probability t / 256, t = round(256 keep_prob)
-(`realised_keep_prob`; 0.9 -> 0.8984), and dropout divides by that realised probability, so
-the expectation is exact. Every dropout of the model (hidden and attention) uses this stream.
+Here the hash is written as plain element-wise ops, so XLA fuses it with the comparison into one
+loop, and each hash's output bits give several 8-bit draws, as FlashAttention's Philox draws
+8-bit thresholds. Two hashes (`model.dropout_generator`, GENERATORS), both counter-based:
+
+  threefry  Threefry-2x32, 20 rounds (Salmon et al. 2011; bit-identical to JAX's primitive):
+            64 output bits, eight draws. The default.
+  philox    Philox-4x32-10 (the same paper; Random123's known answers, tests/model/
+            test_dropout_bits.py): 128 output bits, sixteen draws, from 4 multiplies and 2
+            three-way XORs a round. Where a multiply's high word is one instruction (a GPU's
+            `mul.hi.u32`), about half Threefry's integer work per decision (the Triton
+            kernels' PTX: docs/performance.md); XLA programs (the einsum path, interpret mode,
+            sharded or not) and the TPU kernels build the high word from 16-bit limbs
+            (`mulhi_limbs`: XLA's `mulhi` does not lower under a sharded jit), dearer there.
+
+The two give different masks: a run keeps the generator it started with (a resume compares
+the field, train/loop.py). Every implementation of one generator gives the same bits: the
+einsum path (`keep_mask`), the kernels' tiles (dropout_tiles.py) compiled or interpreted.
+The hash input is the element's global position (row of the leading axes, word along the last
+axis), so a mask does not depend on how the array is sharded, as with partitionable
+`jax.random`. The keep probability is quantised to 2**-8: an element is kept with probability
+t / 256, t = round(256 keep_prob) (`realised_keep_prob`; 0.9 -> 0.8984), and dropout divides
+by that realised probability, so the expectation is exact. Every dropout of the model (hidden
+and attention) uses this stream.
 """
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from realformer_jax.config import DROPOUT_GENERATORS
+
 MASK_BITS = 8  # bits per dropout decision
-DRAWS_PER_HASH = 64 // MASK_BITS
+GENERATORS = DROPOUT_GENERATORS  # model.dropout_generator's values
+# 8-bit draws per hash, by generator: 4 per uint32 output word (threefry: 2 words, philox: 4)
+DRAWS_PER_GENERATOR = {'threefry': 64 // MASK_BITS, 'philox': 128 // MASK_BITS}
+DRAWS_PER_HASH = DRAWS_PER_GENERATOR['threefry']  # the default generator's (threefry-only code)
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
+# Philox-4x32's round multipliers and key increments (Salmon et al. 2011, Random123).
+PHILOX_MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_KEY_STEPS = (np.uint32(0x9E3779B9), np.uint32(0xBB67AE85))
+PHILOX_ROUNDS = 10
+
+# mulhi(x, m): the high 32 bits of the 64-bit product of uint32 `x` and the constant `m`.
+MulHi = Callable[[jax.Array, int], jax.Array]
 
 
 def _rotate_left(v: jax.Array, r: int) -> jax.Array:
@@ -50,6 +75,62 @@ def threefry2x32(
   return x1, x2
 
 
+def mulhi_xla(x: jax.Array, m: int) -> jax.Array:
+  """The high word of x * m by `lax.mulhi` (XLA's `mulhi`). Not the default: under a sharded
+  jit (a mesh, shard_map) jax 0.10.2 fails to lower it ('Unable to convert MHLO to StableHLO'),
+  so every XLA program forms the high word from limbs (`mulhi_limbs`, the same bits)."""
+  return lax.mulhi(x, np.uint32(m))
+
+
+def mulhi_limbs(x: jax.Array, m: int) -> jax.Array:
+  """The high word of x * m from 16-bit limbs: four 16 x 16 -> 32-bit products, exact in
+  uint32 arithmetic, for compilers without a 32 x 32 -> 64-bit multiply (Pallas Mosaic)."""
+  mask = np.uint32(0xFFFF)
+  x0, x1 = x & mask, x >> np.uint32(16)
+  m0, m1 = np.uint32(m & 0xFFFF), np.uint32(m >> 16)
+  low, cross0, cross1 = x0 * m0, x0 * m1, x1 * m0
+  carry = ((low >> np.uint32(16)) + (cross0 & mask) + (cross1 & mask)) >> np.uint32(16)
+  return x1 * m1 + (cross0 >> np.uint32(16)) + (cross1 >> np.uint32(16)) + carry
+
+
+def philox4x32(
+  k1: jax.Array,
+  k2: jax.Array,
+  counters: tuple[jax.Array, jax.Array, jax.Array, jax.Array],
+  mulhi: MulHi = mulhi_limbs,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """Philox-4x32 with PHILOX_ROUNDS (10) rounds on uint32 key words (k1, k2) and four counter
+  words; `mulhi` computes a multiply's high word (every form gives the same bits)."""
+  x0, x1, x2, x3 = counters
+  m0, m1 = PHILOX_MULTIPLIERS
+  for i in range(PHILOX_ROUNDS):
+    if i:  # the key is bumped before every round but the first
+      k1, k2 = k1 + _PHILOX_KEY_STEPS[0], k2 + _PHILOX_KEY_STEPS[1]
+    hi0, lo0 = mulhi(x0, m0), x0 * np.uint32(m0)
+    hi1, lo1 = mulhi(x2, m1), x2 * np.uint32(m1)
+    x0, x1, x2, x3 = hi1 ^ x1 ^ k1, lo1, hi0 ^ x3 ^ k2, lo0
+  return x0, x1, x2, x3
+
+
+def hash_words(
+  generator: str,
+  k1: jax.Array,
+  k2: jax.Array,
+  row: jax.Array,
+  word: jax.Array,
+  mulhi: MulHi = mulhi_limbs,
+) -> tuple[jax.Array, ...]:
+  """The uint32 output words of `generator`'s hash of (row, word): 2 for threefry (counters
+  (row, word)), 4 for philox (counters (word, row, 0, 0)). Draw j of the hash (j <
+  DRAWS_PER_GENERATOR[generator]) is byte j % 4 of word j // 4."""
+  if generator == 'threefry':
+    return threefry2x32(k1, k2, row, word)
+  if generator == 'philox':
+    zero = jnp.zeros_like(row)
+    return philox4x32(k1, k2, (word, row, zero, zero), mulhi)
+  raise ValueError(f'dropout generator {generator!r}: must be one of {", ".join(GENERATORS)}')
+
+
 def keep_threshold(keep_prob: float) -> int:
   """Integer t: an element is kept when its 8-bit draw is < t, so P(keep) = t / 2**8."""
   return min(max(round(keep_prob * 2**MASK_BITS), 1), 2**MASK_BITS - 1)
@@ -60,18 +141,21 @@ def realised_keep_prob(keep_prob: float) -> float:
   return keep_threshold(keep_prob) / 2**MASK_BITS
 
 
-def keep_mask(rng: jax.Array, keep_prob: float, shape: Sequence[int]) -> jax.Array:
+def keep_mask(
+  rng: jax.Array, keep_prob: float, shape: Sequence[int], generator: str = 'threefry'
+) -> jax.Array:
   """Boolean mask of `shape`, each element True with probability realised_keep_prob(keep_prob).
 
-  Element (i..., j) takes byte j % 8 of hash(key, row(i...), j // 8) (bytes 0..3 of the first
-  output word, low to high, then of the second), where row is the flat index of the leading
-  axes: a function of the global position only.
+  Element (i..., j) takes draw j % D of hash(key, row(i...), j // D), D = DRAWS_PER_GENERATOR
+  (`hash_words`: bytes 0..3 of the first output word, low to high, then of the next), where
+  row is the flat index of the leading axes: a function of the global position only.
   """
   shape = tuple(shape)
   if not shape:
-    return keep_mask(rng, keep_prob, (1,))[0]
+    return keep_mask(rng, keep_prob, (1,), generator)[0]
+  per_hash = DRAWS_PER_GENERATOR[generator]
   lead, last = shape[:-1], shape[-1]
-  words = -(-last // DRAWS_PER_HASH)
+  words = -(-last // per_hash)
   if math.prod(lead) >= 2**32 or words >= 2**32:
     raise ValueError(f'keep_mask: shape {shape} needs counters beyond 32 bits')
   grid = lead + (words,)
@@ -81,10 +165,10 @@ def keep_mask(rng: jax.Array, keep_prob: float, shape: Sequence[int]) -> jax.Arr
     stride *= lead[axis]
   column = lax.broadcasted_iota(jnp.uint32, grid, len(lead))
   k1, k2 = jax.random.bits(rng, (2,), jnp.uint32)  # any key implementation -> two words
-  y1, y2 = threefry2x32(k1, k2, row, column)
+  y = hash_words(generator, k1, k2, row, column)
   t = np.uint32(keep_threshold(keep_prob))
-  draws = jnp.stack([draw(y, lane) < t for y in (y1, y2) for lane in range(4)], axis=-1)
-  return draws.reshape(lead + (words * DRAWS_PER_HASH,))[..., :last]
+  draws = jnp.stack([draw(w, lane) < t for w in y for lane in range(4)], axis=-1)
+  return draws.reshape(lead + (words * per_hash,))[..., :last]
 
 
 def draw(word: jax.Array, lane: int) -> jax.Array:

@@ -1,18 +1,20 @@
 """Attention-dropout keep masks for one [rows, cols] tile, inside a kernel.
 
-The einsum path draws its mask with `dropout_bits.keep_mask(key, keep, [B, H, L, L])`: element
-(b, h, q, k) takes 8 bits of Threefry-2x32(key; row = (b H + h) L + q, word = k // 8), byte
-k % 8 of the hash's eight (bytes 0..3 of its first output word, then of its second). Both
-functions here compute exactly that stream for a tile whose top-left element has global row
-`row0` and column `col0` (a multiple of 8), so the fused kernels drop the same elements as the
-einsum path, bit for bit, and the backward pass regenerates the forward's mask from the key
-alone.
+The einsum path draws its mask with `dropout_bits.keep_mask(key, keep, [B, H, L, L],
+generator)`: element (b, h, q, k) takes 8 bits of the generator's hash (key; row = (b H + h)
+L + q, word = k // D), draw k % D of the hash's D = DRAWS_PER_GENERATOR (8 for threefry, 16 for
+philox: bytes 0..3 of its first output word, then of the next). Both functions here compute
+exactly that stream for a tile whose top-left element has global row `row0` and column `col0`
+(a multiple of D), so the fused kernels drop the same elements as the einsum path, bit for bit,
+and the backward pass regenerates the forward's mask from the key alone. `mulhi` is how the
+kernel's compiler forms a multiply's high word (philox only; dropout_bits.MulHi): every form
+gives the same bits.
 
 Two layouts of the same computation, because the kernel compilers accept different ops:
-  joined    one hash per 8 elements (the [rows, cols/8] words are hashed once and their bytes
-            interleaved with three joins and a reshape). Triton lowers it; Mosaic (TPU) pads the
-            [.., 2, 2, 2] intermediate to (8, 128) tiles and runs out of VMEM.
-  selected  one hash per element (each element hashes its word and picks its byte): 8x the
+  joined    one hash per D elements (the [rows, cols/D] words are hashed once and their bytes
+            interleaved with log2(D) joins and a reshape). Triton lowers it; Mosaic (TPU) pads
+            the [.., 2, 2, 2] intermediate to (8, 128) tiles and runs out of VMEM.
+  selected  one hash per element (each element hashes its word and picks its byte): D x the
             integer work, but plain element-wise ops that Mosaic lowers.
 
 `pack_bits` / `unpack_bits` store a mask at one bit per element (1/32 of a float32 score): the
@@ -24,9 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from realformer_jax.kernels.dropout_bits import DRAWS_PER_HASH, draw, threefry2x32
+from realformer_jax.kernels.dropout_bits import (
+  DRAWS_PER_GENERATOR,
+  MulHi,
+  draw,
+  hash_words,
+  mulhi_limbs,
+)
 
-_LANE_SHIFT = int(DRAWS_PER_HASH).bit_length() - 1  # column -> word: a shift by 3
+
+def _lane_shift(generator: str) -> int:
+  """log2 of the draws per hash: column -> word is a shift by 3 (threefry) or 4 (philox)."""
+  return DRAWS_PER_GENERATOR[generator].bit_length() - 1
 
 
 def keep_tile_joined(
@@ -36,26 +47,28 @@ def keep_tile_joined(
   col0: jax.Array,
   shape: tuple[int, int],
   threshold: int,
+  generator: str = 'threefry',
+  mulhi: MulHi = mulhi_limbs,
 ) -> jax.Array:
-  """Boolean keep mask [rows, cols]; one Threefry-2x32 per eight elements."""
+  """Boolean keep mask [rows, cols]; one hash per DRAWS_PER_GENERATOR[generator] elements."""
   rows, cols = shape
-  words = cols // DRAWS_PER_HASH
+  per_hash = DRAWS_PER_GENERATOR[generator]
+  words = cols // per_hash
   row = row0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, words), 0)
-  word = (col0.astype(jnp.uint32) >> np.uint32(_LANE_SHIFT)) + lax.broadcasted_iota(
+  word = (col0.astype(jnp.uint32) >> np.uint32(_lane_shift(generator))) + lax.broadcasted_iota(
     jnp.uint32, (rows, words), 1
   )
-  y = threefry2x32(k1, k2, row, word)
+  y = hash_words(generator, k1, k2, row, word, mulhi)
   t = np.uint32(threshold)
-  # Lane 4 w + 2 b1 + b0 is byte 2 b1 + b0 of output word w. Each stack adds a trailing axis
-  # (a Triton join); flattened row-major, the axes must read (w, b1, b0), so the first stack
-  # runs over w and the last over b0.
-  keep = [
-    jnp.stack([draw(y[0], 2 * b1 + b0) < t, draw(y[1], 2 * b1 + b0) < t], axis=-1)
-    for b0 in range(2)
-    for b1 in range(2)
-  ]  # [rows, words, 2 (w)], indexed by 2 b0 + b1
-  keep = [jnp.stack([keep[2 * b0], keep[2 * b0 + 1]], axis=-1) for b0 in range(2)]
-  return jnp.stack(keep, axis=-1).reshape(rows, cols)
+  lanes = [draw(w, byte) < t for w in y for byte in range(4)]  # lane 4 w + byte
+  # Each stack adds a trailing axis (a Triton join); flattened row-major, the new axes must
+  # read the lane's bits from the highest to the lowest, so the first stack pairs the lanes
+  # that differ in the highest bit and the last those that differ in bit 0.
+  bit = per_hash // 2
+  while bit:
+    lanes = [jnp.stack([lanes[i], lanes[i + bit]], axis=-1) for i in range(bit)]
+    bit //= 2
+  return lanes[0].reshape(rows, cols)
 
 
 def keep_tile_selected(
@@ -65,19 +78,26 @@ def keep_tile_selected(
   col0: jax.Array,
   shape: tuple[int, int],
   threshold: int,
+  generator: str = 'threefry',
+  mulhi: MulHi = mulhi_limbs,
 ) -> jax.Array:
-  """Boolean keep mask [rows, cols]; one Threefry-2x32 per element, same bits as joined."""
+  """Boolean keep mask [rows, cols]; one hash per element, same bits as joined."""
   rows, cols = shape
   row = row0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, cols), 0)
   col = col0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, cols), 1)
-  y1, y2 = threefry2x32(k1, k2, row, col >> np.uint32(_LANE_SHIFT))
-  lane = col & np.uint32(DRAWS_PER_HASH - 1)
-  y = jnp.where(lane < 4, y1, y2)
+  y = hash_words(generator, k1, k2, row, col >> np.uint32(_lane_shift(generator)), mulhi)
+  lane = col & np.uint32(DRAWS_PER_GENERATOR[generator] - 1)
+  word = lane >> np.uint32(2)
+  picked = (
+    jnp.where(word == 0, y[0], y[1])
+    if len(y) == 2
+    else jnp.where(word < 2, jnp.where(word == 0, y[0], y[1]), jnp.where(word == 2, y[2], y[3]))
+  )
   byte = lane & np.uint32(3)
   drawn = jnp.where(
     byte < 2,
-    jnp.where(byte == 0, draw(y, 0), draw(y, 1)),
-    jnp.where(byte == 2, draw(y, 2), draw(y, 3)),
+    jnp.where(byte == 0, draw(picked, 0), draw(picked, 1)),
+    jnp.where(byte == 2, draw(picked, 2), draw(picked, 3)),
   )
   return drawn < np.uint32(threshold)
 

@@ -18,8 +18,10 @@ Under a remat policy (`spec.for_remat`, plain attention) the backward's re-run o
 would run the forward kernel a second time only to rebuild the output and the row statistics:
 the forward names them (`SAVED_FOR_BACKWARD`, O(L) per head: [B, L, H, K] in the compute dtype
 and two float32 [B, H, L]), every policy of model/encoder.py keeps that name, and the re-run
-then holds no forward kernel. The dropout mask is not among them (O(L^2)): the backward draws
-it again (the backend's `backward` with `bits=None`).
+then holds no forward kernel. The dropout mask (O(L^2): one bit per element) is among them
+only with `spec.keeps_mask` (select.py: while every layer's masks fit a share of the device's
+memory, model.remat_dropout_masks); otherwise the backward kernel draws it again in its own
+loops (the backend's `backward` with `bits=None`).
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _fused_fwd(qkv, acc_in, bias, fparams, iparams, spec):
   out, lse, acc_out, bits = kernel_forward(qkv, acc_in, bias, fparams, iparams, spec)
   if spec.for_remat:  # kept by the remat policy; the output the layer goes on with is the
     # named one, so the re-run's projection reads it too and the kernel is left unused there
-    out, lse = checkpoint_name((out, lse), SAVED_FOR_BACKWARD)
+    out, lse, bits = checkpoint_name((out, lse, bits), SAVED_FOR_BACKWARD)
   return (out, acc_out), (qkv, acc_out, bias, fparams, iparams, out, lse, bits)
 
 

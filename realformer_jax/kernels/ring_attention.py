@@ -53,11 +53,11 @@ from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels.dropout_bits import (
-  DRAWS_PER_HASH,
+  DRAWS_PER_GENERATOR,
   draw,
+  hash_words,
   keep_threshold,
   realised_keep_prob,
-  threefry2x32,
 )
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
 
@@ -131,6 +131,7 @@ class RingSpec:
   heads: int  # global head count (the dropout mask's rows)
   length: int  # global sequence length
   threshold: int  # dropout: keep an element when its 8-bit draw is < threshold; 0: none
+  generator: str  # the dropout hash (model.dropout_generator), as dropout_bits.keep_mask's
   dtype: Any  # the compute dtype (P V in it, as the einsum path)
   carry_out: bool  # return the block rows of acc = scale * logits (+ block_in)
   sub_block_bytes: int  # SUB_BLOCK_BYTES, read when traced
@@ -158,9 +159,9 @@ def stack_logits(q_NxBxLxHxK: jax.Array, k_NxBxLxHxK: jax.Array) -> jax.Array:
   )
 
 
-def _keep_block(iparams, threshold, shape, row0, col0, heads, length) -> jax.Array:
-  """keep_mask(key, keep, [B_all, H_all, L, L]) of the block whose first element is
-  (b0, h0, row0, col0): b0, h0 in iparams[2:], the key words in iparams[:2]."""
+def _keep_block(iparams, threshold, shape, row0, col0, heads, length, generator) -> jax.Array:
+  """keep_mask(key, keep, [B_all, H_all, L, L], generator) of the block whose first element
+  is (b0, h0, row0, col0): b0, h0 in iparams[2:], the key words in iparams[:2]."""
   batch, local_heads, rows, cols = shape
   k1, k2, b0, h0 = (iparams[i] for i in range(4))
   iota = lambda axis, n: lax.broadcasted_iota(jnp.uint32, (batch, local_heads, rows, n), axis)
@@ -169,23 +170,29 @@ def _keep_block(iparams, threshold, shape, row0, col0, heads, length) -> jax.Arr
     + (row0 + iota(2, n))
   )
   t = np.uint32(threshold)
-  if cols % DRAWS_PER_HASH == 0:  # col0 too (a multiple of the block's columns): whole words
-    words = cols // DRAWS_PER_HASH
-    word = (col0 >> np.uint32(3)) + iota(3, words)
-    y1, y2 = threefry2x32(k1, k2, row(words), word)
-    draws = jnp.stack([draw(y, lane) < t for y in (y1, y2) for lane in range(4)], axis=-1)
+  per_hash = DRAWS_PER_GENERATOR[generator]  # a power of two: 8 (threefry) or 16 (philox)
+  if cols % per_hash == 0:  # col0 too (a multiple of the block's columns): whole words
+    words = cols // per_hash
+    word = col0 // np.uint32(per_hash) + iota(3, words)
+    ys = hash_words(generator, k1, k2, row(words), word)
+    draws = jnp.stack([draw(y, lane) < t for y in ys for lane in range(4)], axis=-1)
     return draws.reshape(shape)
   col = col0 + iota(3, cols)  # any alignment: one hash per element, its own byte
-  y1, y2 = threefry2x32(k1, k2, row(cols), col >> np.uint32(3))
-  lane = col & np.uint32(DRAWS_PER_HASH - 1)
-  y = jnp.where(lane < 4, y1, y2) >> (np.uint32(8) * (lane & np.uint32(3)))
+  ys = hash_words(generator, k1, k2, row(cols), col // np.uint32(per_hash))
+  lane = col & np.uint32(per_hash - 1)
+  y = ys[0]
+  for index in range(1, len(ys)):  # word lane // 4 of the hash, byte lane % 4 of it
+    y = jnp.where(lane >= np.uint32(4 * index), ys[index], y)
+  y = y >> (np.uint32(8) * (lane & np.uint32(3)))
   return (y & np.uint32(255)) < t
 
 
 def _drop(x, spec: RingSpec, iparams, row0, col0):
   if not spec.threshold:
     return x
-  mask = _keep_block(iparams, spec.threshold, x.shape, row0, col0, spec.heads, spec.length)
+  mask = _keep_block(
+    iparams, spec.threshold, x.shape, row0, col0, spec.heads, spec.length, spec.generator
+  )
   return jnp.where(mask, x / jnp.asarray(spec.keep, x.dtype), jnp.zeros_like(x))
 
 
@@ -395,6 +402,7 @@ def sequence_attention(
   keep_prob: float,
   dtype,
   carry_out: bool,
+  generator: str = 'threefry',
 ) -> tuple[jax.Array, Optional[jax.Array]]:
   """(context [B, L, H, K], acc [B, H, L, L] float32 or None) of ring attention over the
   `shards` of the active mesh, the global arrays in and out (the einsum path's signature, with
@@ -416,6 +424,7 @@ def sequence_attention(
     heads=heads,
     length=length,
     threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+    generator=generator,
     dtype=dtype,
     carry_out=carry_out,
     sub_block_bytes=SUB_BLOCK_BYTES,

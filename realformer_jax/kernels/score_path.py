@@ -53,12 +53,28 @@ from realformer_jax.kernels.select import (
   resolve_residual_carry,
 )
 
-# einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record)
-#   -> (context, scores): the model's reference attention (model/attention.py), handed in so
-# that kernels/ does not import the model.
+# einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record,
+#   generator) -> (context, scores): the model's reference attention (model/attention.py),
+# handed in so that kernels/ does not import the model.
 EinsumAttention = Callable[..., tuple[jax.Array, jax.Array]]
 # record(name, value): stores an attention map (the module's `sow`), or None.
 Record = Optional[Callable[[str, jax.Array], Any]]
+
+
+def _einsum(path, qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, record):
+  """`path.einsum` in the path's compute dtype and with its dropout generator."""
+  return path.einsum(
+    qkv,
+    prev_scores,
+    bias,
+    scale,
+    divisor,
+    dropout_key,
+    keep_prob,
+    path.dtype,
+    record,
+    path.generator,
+  )
 
 
 class LayerStack(Protocol):
@@ -107,10 +123,11 @@ class EinsumPath(ScorePath):
 
   einsum: EinsumAttention = None
   dtype: Any = None  # the compute dtype
+  generator: str = 'threefry'  # the dropout masks' hash (model.dropout_generator)
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
-    context, scores = self.einsum(
-      qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, self.dtype, record
+    context, scores = _einsum(
+      self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record
     )
     return context, scores if self.residual else None
 
@@ -216,6 +233,7 @@ class QKPath(ScorePath):
   plan: Optional[AttentionPlan] = None  # None: the einsum path
   einsum: EinsumAttention = None
   dtype: Any = None  # the compute dtype
+  generator: str = 'threefry'  # the einsum path's dropout hash (the kernels': the plan's)
   num_layers: int = 0
   heads: int = 0
   stack_head_dim: int = 0  # the head size the backend's kernels run at (Triton: padded)
@@ -231,9 +249,7 @@ class QKPath(ScorePath):
     stack = nn.with_logical_constraint(qk_carry.push(stack, index, q, k), qk_carry.STACK_AXES)
     if self.plan is None:
       earlier = qk_reference.summed_scores(stack, index, scale, self.dtype)  # acc_{l-1}
-      context, _ = self.einsum(
-        qkv, earlier, bias, scale, divisor, dropout_key, keep_prob, self.dtype, record
-      )
+      context, _ = _einsum(self, qkv, earlier, bias, scale, divisor, dropout_key, keep_prob, record)
     else:
       if self.refuse_bias_and_scale_gradients:
         bias, scale = refusals.refuse_tangent((bias, scale), refusals.SCALE_OR_BIAS)
@@ -282,6 +298,7 @@ class RingPath(EinsumPath):
       keep_prob,
       self.dtype,
       carry_out=self.residual,
+      generator=self.generator,
     )
 
 
@@ -319,6 +336,7 @@ class RingQKPath(QKPath):
       keep_prob,
       self.dtype,
       carry_out=False,
+      generator=self.generator,
     )
     return context, qk_carry.QKCarry(stack, index + 1, saved)
 
@@ -434,6 +452,7 @@ def stack_path(
       plan=attention_plan,
       einsum=einsum,
       dtype=config.compute_dtype,
+      generator=config.dropout_generator,
       num_layers=config.num_layers,
       heads=config.num_heads,
       stack_head_dim=(
@@ -445,7 +464,9 @@ def stack_path(
       **ring,
     )
   if attention_plan is None:
-    return path_class(residual, einsum, config.compute_dtype, **ring)
+    return path_class(
+      residual, einsum, config.compute_dtype, generator=config.dropout_generator, **ring
+    )
   return path_class(residual, attention_plan)
 
 
@@ -455,7 +476,15 @@ def layer_path(
   """The path of one attention layer used on its own (no stack): the sum carried as is."""
   attends, attention_plan, shards = _attends(config, seq_len, maps_requested)
   if attends == 'ring':
-    return RingPath(config.use_residual_attention, einsum, config.compute_dtype, shards)
+    return RingPath(
+      config.use_residual_attention,
+      einsum,
+      config.compute_dtype,
+      generator=config.dropout_generator,
+      shards=shards,
+    )
   if attention_plan is None:
-    return EinsumPath(config.use_residual_attention, einsum, config.compute_dtype)
+    return EinsumPath(
+      config.use_residual_attention, einsum, config.compute_dtype, config.dropout_generator
+    )
   return FusedPath(config.use_residual_attention, attention_plan)

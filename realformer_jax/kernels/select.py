@@ -87,6 +87,10 @@ class AttentionPlan:
   # Each layer is rematerialised (model.remat_policy != 'none'): plain attention keeps its
   # output and row statistics for the backward instead of running again (KernelSpec.for_remat).
   rematerialised: bool = False
+  # ... and keeps each layer's dropout mask for the backward (model.remat_dropout_masks
+  # 'stored', or 'auto' decided so by memory: choose_masks); else the backward draws it.
+  remat_keeps_masks: bool = False
+  dropout_generator: str = 'threefry'  # model.dropout_generator: the kernels draw its masks
 
   @property
   def kernels(self) -> backends.Backend:
@@ -160,6 +164,16 @@ def _check_support(config: ModelConfig, backend: backends.Backend, residual_carr
       f'(model.attention_dropout_rate={config.attention_dropout_rate}); set it to 0 or use '
       "'pallas'"
     )
+  if (
+    config.attention_dropout_rate > 0
+    and backend.dropout
+    and config.dropout_generator not in backend.dropout_generators
+  ):
+    raise ConfigError(
+      f'model.dropout_generator={config.dropout_generator!r}: the {backend.name} backend '
+      f'(model.attention_impl={impl!r}) draws only {", ".join(backend.dropout_generators)} '
+      "masks; use one of those, or attention_impl='xla'"
+    )
   if config.use_residual_attention and residual_carry == 'qk' and not backend.qk:
     raise ConfigError(
       f"model.residual_carry='qk': the {backend.name} backend (model.attention_impl="
@@ -225,7 +239,15 @@ def plan(
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
   rematerialised = config.remat_policy != 'none'
-  return AttentionPlan('pallas', backend.name, interpret, *blocks, rematerialised=rematerialised)
+  return AttentionPlan(
+    'pallas',
+    backend.name,
+    interpret,
+    *blocks,
+    rematerialised=rematerialised,
+    remat_keeps_masks=rematerialised and choose_masks(config, seq_len).masks == 'stored',
+    dropout_generator=config.dropout_generator,
+  )
 
 
 def pair_carry(config: ModelConfig, attention_plan: Optional[AttentionPlan]) -> bool:
@@ -354,6 +376,63 @@ def choose(
   )
 
 
+# Rematerialised plain attention's dropout masks: model.remat_dropout_masks='auto'.
+
+# Share of the budget every layer's kept masks may take for one sequence (the rest holds the
+# weights, the optimizer state, the saved activations: BERT-Base Post-LN at L = 32,768 peaked
+# at 5.7 GiB on an H200 without them). At BERT-Base on an 80 GB H100 they are kept up to
+# L = 32,768 (18 GiB) and drawn from 65,536 (72 GiB).
+MASK_SHARE = 0.25
+
+
+class MaskChoice(NamedTuple):
+  masks: str  # 'stored' | 'drawn'
+  reason: str  # for the log line
+
+
+def masks_matter(config: ModelConfig) -> bool:
+  """Whether remat_dropout_masks changes anything: plain attention (the carried-sum kernels
+  always store their mask), every layer rematerialised, attention dropout on."""
+  return (
+    config.remat_policy != 'none'
+    and config.attention_dropout_rate > 0
+    and not config.use_residual_attention
+  )
+
+
+def dropout_masks_bytes(config: ModelConfig, seq_len: int) -> int:
+  """Bytes of every layer's kept dropout mask for one sequence: one bit per score element."""
+  return config.num_layers * config.num_heads * seq_len * seq_len // 8
+
+
+def choose_masks(
+  config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None
+) -> MaskChoice:
+  """'stored' or 'drawn' for config.remat_dropout_masks (an explicit choice is kept): stored
+  while dropout_masks_bytes fit MASK_SHARE of the device's memory (`memory_bytes`, else the
+  first local device's), else drawn; drawn where the device reports no limit."""
+  if config.remat_dropout_masks != 'auto':
+    return MaskChoice(config.remat_dropout_masks, 'set in the config')
+  if memory_bytes is None:
+    memory_bytes = device_memory_bytes()
+  if memory_bytes is None:
+    return MaskChoice('drawn', 'the device reports no memory limit')
+  needed = dropout_masks_bytes(config, seq_len)
+  shape = f'{config.num_layers} x [{config.num_heads}, {seq_len}, {seq_len}] bits'
+  if needed <= MASK_SHARE * memory_bytes:
+    return MaskChoice(
+      'stored',
+      f"every layer's mask for one sequence ({shape} = {_gib(needed)}) fits "
+      f'{MASK_SHARE:.0%} of {_gib(memory_bytes)}: the backward reads it, no hash',
+    )
+  return MaskChoice(
+    'drawn',
+    f"every layer's mask for one sequence ({shape} = {_gib(needed)}) outgrows "
+    f'{MASK_SHARE:.0%} of {_gib(memory_bytes)}: the backward kernel draws it again in its '
+    'two loops (no separate pass, no [L, L] buffer)',
+  )
+
+
 def _logged(
   config: ModelConfig, seq_len: int, memory_bytes: Optional[int], sequence_shards: int = 1
 ) -> CarryChoice:
@@ -393,7 +472,12 @@ def resolved(
   config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int], sequence_shards: int = 1
 ) -> ModelConfig:
   """`config` with residual_carry 'auto' replaced by the choice, and residual_scores_backward
-  by the sum's backward it chose (unchanged without residual attention or a known length)."""
+  by the sum's backward it chose (unchanged without residual attention or a known length);
+  remat_dropout_masks 'auto' by choose_masks' (where it matters), each logged."""
+  if seq_len and config.remat_dropout_masks == 'auto' and masks_matter(config):
+    choice = choose_masks(config, seq_len, memory_bytes)
+    _log.info("model.remat_dropout_masks='auto' -> %r: %s", choice.masks, choice.reason)
+    config = config.replace(remat_dropout_masks=choice.masks)
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:
     return config
   choice = _logged(config, seq_len, memory_bytes, sequence_shards)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from realformer_jax.kernels import backends
-from realformer_jax.kernels.dropout_bits import MASK_BITS
+from realformer_jax.kernels.dropout_bits import GENERATORS, MASK_BITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,11 @@ class KernelSpec:
   # the re-run runs no forward kernel, and stores no dropout mask (O(L^2) per layer): the
   # backward draws it again. Plain attention only (a carried sum is O(L^2) too).
   for_remat: bool = False
+  # for_remat only: the forward also stores its dropout mask (one bit per element) under the
+  # same name, so the remat policy keeps it and the backward reads it; else the backward draws
+  # the mask again (select.py decides by memory: model.remat_dropout_masks).
+  keeps_mask: bool = False
+  generator: str = 'threefry'  # the dropout masks' hash (dropout_bits.GENERATORS)
 
   def __post_init__(self):
     if not backends.get(self.backend).fused:
@@ -52,6 +57,10 @@ class KernelSpec:
       raise ValueError('KernelSpec: sum_given needs carry_in')
     if self.for_remat and self.carry_out:
       raise ValueError('KernelSpec: for_remat is for plain attention (no carried sum)')
+    if self.keeps_mask and not self.for_remat:
+      raise ValueError('KernelSpec: keeps_mask is for a rematerialised layer (for_remat)')
+    if self.generator not in GENERATORS:
+      raise ValueError(f'KernelSpec.generator={self.generator!r}: one of {GENERATORS}')
 
   @property
   def dropout(self) -> bool:

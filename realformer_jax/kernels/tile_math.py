@@ -99,12 +99,21 @@ def score_gradient(
 
 
 def summed_scores(q_of, k_of, layers: jax.Array, scale: jax.Array, shape: tuple[int, int]):
-  """acc = sum_{i < layers} scale q_i k_i^T for one [rows, cols] tile of the queries and keys
+  """acc = scale sum_{i < layers} q_i k_i^T for one [rows, cols] tile of the queries and keys
   of stacked layers (`q_of(i)`, `k_of(i)` load layer i's tiles): residual_carry='qk'
-  (qk_reference.py). Added layer by layer, in the carried sum's order (acc_{i-1} + s_i);
-  `layers` is traced, a dynamic loop bound."""
+  (qk_reference.py). `layers` is traced, a dynamic loop bound.
+
+  Every layer's product goes into ONE float32 accumulator and the sum is scaled once, after
+  the loop, as qk_reference.summed_scores scales its one product over the stacked features:
+  on Hopper the loop is then a chain of wgmma into one accumulator, the next layer's product
+  issued before the last one is done (no `wgmma.wait_group 0` and no scale / add on the CUDA
+  cores per layer; tests/kernels/test_qk_carry.py reads the PTX). Where the scale is a power of
+  two (1/8 at K = 64, 1 with t5) scaling once is exact: it commutes with every float32
+  rounding of the sum. Any other scale (entropy-invariant) rounds the scaled sum once
+  (relative 2^-24) where scaling each product rounded l + 1 times: the same bound as the
+  reference's."""
 
   def add(i, acc):
-    return acc + scores(q_of(i), k_of(i), scale)
+    return acc + dot_t(q_of(i), k_of(i))
 
-  return lax.fori_loop(0, layers, add, jnp.zeros(shape, jnp.float32))
+  return lax.fori_loop(0, layers, add, jnp.zeros(shape, jnp.float32)) * scale

@@ -155,10 +155,11 @@ def einsum_attention(
   keep_prob,
   dtype,
   record,
+  generator='threefry',
 ):
   """(context [B, L, H, K], scores [B, H, L, L] float32): the reference path, the einsum
   implementation of kernels.ScorePath.attend. `record(name, value)` sows the attention maps
-  (None: not asked for)."""
+  (None: not asked for); `generator`: the dropout mask's hash (model.dropout_generator)."""
   q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, part] for part in range(3))
   logits_BxHxLxL = jnp.einsum(
     'bqhk,bvhk->bhqv', q_BxLxHxK, k_BxLxHxK, preferred_element_type=jnp.float32
@@ -170,7 +171,7 @@ def einsum_attention(
   # softmax(scores / divisor + bias) -> dropout -> P V, saving only P (compute dtype) for the
   # backward pass (softmax_attention.py).
   context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
-    scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key, keep_prob, dtype
+    scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key, keep_prob, dtype, generator
   )
   if record is not None:  # free when not asked for
     softmax_in = scores_BxHxLxL if divisor is None else scores_BxHxLxL / divisor

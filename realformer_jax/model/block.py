@@ -110,7 +110,9 @@ class EncoderLayer(nn.Module):
     return gate_value  # fixed_schedule: the encoder's min(1, step / K); plain: None
 
   def _add(self, x, branch_out, gate, deterministic):
-    branch_out = Dropout(self.config.dropout_rate)(branch_out, deterministic=deterministic)
+    branch_out = Dropout(self.config.dropout_rate, generator=self.config.dropout_generator)(
+      branch_out, deterministic=deterministic
+    )
     if gate is not None:
       branch_out = branch_out * gate.astype(branch_out.dtype)
     return x + branch_out

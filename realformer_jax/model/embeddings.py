@@ -36,7 +36,7 @@ class Embeddings(nn.Module):
       self.position = embed(cfg.max_len, (None, 'embed'))
     self.segment = embed(cfg.type_vocab_size, (None, 'embed'))
     self.norm = Norm(cfg)
-    self.dropout = Dropout(cfg.dropout_rate)
+    self.dropout = Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)
 
   def __call__(
     self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array, deterministic: bool = True

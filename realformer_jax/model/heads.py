@@ -88,7 +88,9 @@ class ClassificationHead(nn.Module):
 
   @nn.compact
   def __call__(self, pooled_BxD: jax.Array, deterministic: bool = True) -> jax.Array:
-    x_BxD = Dropout(self.config.dropout_rate)(pooled_BxD, deterministic=deterministic)
+    x_BxD = Dropout(self.config.dropout_rate, generator=self.config.dropout_generator)(
+      pooled_BxD, deterministic=deterministic
+    )
     return _dense(self.config, self.num_classes, ('embed', None), 'classifier')(x_BxD).astype(
       jnp.float32
     )

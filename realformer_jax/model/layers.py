@@ -70,8 +70,8 @@ def configured_dense(cfg, **layer) -> DenseGeneral:
 
 
 class Dropout(nn.Module):
-  """Inverted dropout with masks from `dropout_bits.keep_mask` (eight 8-bit decisions per fused
-  hash) and a backward pass that keeps only the boolean mask.
+  """Inverted dropout with masks from `dropout_bits.keep_mask` (eight or sixteen 8-bit decisions
+  per fused hash, by `generator`) and a backward pass that keeps only the boolean mask.
 
   Drop-in for `flax.linen.Dropout` (same arguments, auto-names and RNG stream), but not the same
   masks: flax draws a 32-bit uniform per element. Flax's version also computes
@@ -82,6 +82,7 @@ class Dropout(nn.Module):
 
   rate: float
   rng_collection: str = 'dropout'
+  generator: str = 'threefry'  # the masks' hash (model.dropout_generator, dropout_bits.py)
 
   @nn.compact
   def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
@@ -89,7 +90,7 @@ class Dropout(nn.Module):
       return x
     if self.rate == 1.0:
       return jnp.zeros_like(x)
-    mask = keep_mask(self.make_rng(self.rng_collection), 1.0 - self.rate, x.shape)
+    mask = keep_mask(self.make_rng(self.rng_collection), 1.0 - self.rate, x.shape, self.generator)
     return _apply_dropout_mask(x, mask, realised_keep_prob(1.0 - self.rate))
 
 

@@ -1,7 +1,8 @@
 """softmax -> dropout -> P V, with a backward pass that keeps one score-sized tensor.
 
     context_BxLxHxK, probs_BxHxLxL = softmax_dropout_values(
-        scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key, keep_prob, dtype)
+        scores_BxHxLxL, bias_Bx1x1xL, divisor, v_BxLxHxK, dropout_key, keep_prob, dtype,
+        generator)
 
 computes  z = scores / divisor + bias  (float32),  p = softmax(z),  p_drop = dropout(p) in the
 compute dtype,  context = p_drop V.  Left to autodiff, this saves for the backward pass the
@@ -35,15 +36,15 @@ def _probabilities(scores, bias, divisor):
   return jax.nn.softmax(z, axis=-1)
 
 
-def _drop(p_c, key, keep_prob):
+def _drop(p_c, key, keep_prob, generator):
   if key is None:
     return p_c
-  mask = keep_mask(key, keep_prob, p_c.shape)
+  mask = keep_mask(key, keep_prob, p_c.shape, generator)
   keep = realised_keep_prob(keep_prob)
   return jnp.where(mask, p_c / jnp.asarray(keep, p_c.dtype), jnp.zeros_like(p_c))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def softmax_dropout_values(
   scores_BxHxLxL: jax.Array,
   bias_Bx1x1xL: jax.Array,
@@ -52,32 +53,36 @@ def softmax_dropout_values(
   key: Optional[jax.Array],
   keep_prob: float,
   dtype: jnp.dtype,
+  generator: str = 'threefry',
 ) -> tuple[jax.Array, jax.Array]:
   """(context [B, L, H, K] in `dtype`, probabilities [B, H, L, L] float32 before dropout).
 
-  `key` None means no dropout (evaluation, or rate 0)."""
+  `key` None means no dropout (evaluation, or rate 0); `generator` is the mask's hash
+  (model.dropout_generator)."""
   p = _probabilities(scores_BxHxLxL, bias_Bx1x1xL, divisor)
-  p_drop = _drop(p.astype(dtype), key, keep_prob)
+  p_drop = _drop(p.astype(dtype), key, keep_prob, generator)
   return jnp.einsum('bhqv,bvhk->bqhk', p_drop, v_BxLxHxK.astype(dtype)), p
 
 
-def _forward(scores, bias, divisor, v, key, keep_prob, dtype):
+def _forward(scores, bias, divisor, v, key, keep_prob, dtype, generator='threefry'):
   p = _probabilities(scores, bias, divisor)
   p_c = p.astype(dtype)
-  context = jnp.einsum('bhqv,bvhk->bqhk', _drop(p_c, key, keep_prob), v.astype(dtype))
+  context = jnp.einsum('bhqv,bvhk->bqhk', _drop(p_c, key, keep_prob, generator), v.astype(dtype))
   return (context, p), (p_c, v, divisor, key, bias.shape)
 
 
-def _backward(keep_prob, dtype, residuals, cotangents):
+def _backward(keep_prob, dtype, generator, residuals, cotangents):
   p_c, v, divisor, key, bias_shape = residuals
   g_context, g_p = cotangents
-  p_drop = _drop(p_c, key, keep_prob)
+  p_drop = _drop(p_c, key, keep_prob, generator)
   g_v = jnp.einsum('bhqv,bqhk->bvhk', p_drop, g_context.astype(dtype)).astype(v.dtype)
   # d(p_drop): dC V^T in float32, then back through dropout with the regenerated mask.
   g_p_drop = jnp.einsum(
     'bqhk,bvhk->bhqv', g_context.astype(dtype), v.astype(dtype), preferred_element_type=jnp.float32
   )
-  g_probs = _drop(g_p_drop, key, keep_prob) + g_p  # g_p: a user of the returned p, usually 0
+  g_probs = (
+    _drop(g_p_drop, key, keep_prob, generator) + g_p
+  )  # g_p: a user of the returned p, usually 0
   p = p_c.astype(jnp.float32)
   g_z = p * (g_probs - jnp.sum(g_probs * p, axis=-1, keepdims=True))
   g_scores = g_z / divisor if divisor is not None else g_z

@@ -145,7 +145,14 @@ class CausalSelfAttention(nn.Module):
       divisor = jnp.asarray(self.layer, jnp.float32)
     key = self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
     context, _ = softmax_dropout_values(
-      scores, bias, divisor, v, key, 1.0 - cfg.attention_dropout_rate, cfg.compute_dtype
+      scores,
+      bias,
+      divisor,
+      v,
+      key,
+      1.0 - cfg.attention_dropout_rate,
+      cfg.compute_dtype,
+      cfg.dropout_generator,
     )
     out = _output(cfg, self.layer)(context)
     return out, (scores if cfg.use_residual_attention else None)
@@ -204,7 +211,14 @@ class CrossAttention(nn.Module):
     scores = scores * source_scale
     key = self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
     context, _ = softmax_dropout_values(
-      scores, source_bias_Bx1x1xS, None, v, key, 1.0 - cfg.attention_dropout_rate, cfg.compute_dtype
+      scores,
+      source_bias_Bx1x1xS,
+      None,
+      v,
+      key,
+      1.0 - cfg.attention_dropout_rate,
+      cfg.compute_dtype,
+      cfg.dropout_generator,
     )
     if self.with_average:
       own_values = value_proj(x_BxTxD)  # W_v shared with the encoder side
@@ -243,7 +257,9 @@ class DecoderLayer(nn.Module):
     def sublayer(x, branch, name):
       """x + g·D(branch(.)) with the placement's norms; returns the new trunk."""
       norm = Norm(cfg, name=f'{name}_norm') if layout.layer_norms else (lambda t: t)
-      out = Dropout(cfg.dropout_rate)(branch(x if post else norm(x)), deterministic=deterministic)
+      out = Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)(
+        branch(x if post else norm(x)), deterministic=deterministic
+      )
       if layout.trained_gate:
         out = out * trained_gate(self, f'{name}_gate').astype(out.dtype)
       y = x + out
@@ -325,7 +341,9 @@ class Decoder(nn.Module):
         x_BxTxD = x_BxTxD + position_table[None, : target_in_BxT.shape[1]].astype(dtype)
     if placement(cfg).embedding_norm:  # every placement, as the encoder's embeddings (BERT)
       x_BxTxD = Norm(cfg, name='embedding_norm')(x_BxTxD)
-    x_BxTxD = Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
+    x_BxTxD = Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)(
+      x_BxTxD, deterministic=deterministic
+    )
     source_bias = mask_bias(source_mask_BxS)
     source_scale = score_scale(cfg, source_mask_BxS)
     scores = None

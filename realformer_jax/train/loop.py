@@ -31,7 +31,14 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import LAYOUT_FIELDS, ConfigError, ModelConfig, fields_of, saved_field
+from realformer_jax.config import (
+  LAYOUT_FIELDS,
+  SAVED_FIELD_ADDED,
+  ConfigError,
+  ModelConfig,
+  fields_of,
+  saved_field,
+)
 from realformer_jax.data.store import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import build, divergence, workdir_lock
@@ -269,8 +276,10 @@ def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]
       f'compared with this config: {remedy}'
     ) from None
   current = json.loads(json.dumps(dataclasses.asdict(model)))
-  # Fields that left the section since (config.SAVED_FIELD_MOVES) are not compared.
+  # Fields that left the section since (config.SAVED_FIELD_MOVES) are not compared; fields
+  # added since hold what the run was trained with (config.SAVED_FIELD_ADDED).
   saved = {k: v for k, v in saved.items() if saved_field('model', k, current) is not None}
+  saved = {**{f: v for (s, f), v in SAVED_FIELD_ADDED.items() if s == 'model'}, **saved}
   differs = [
     k
     for k in sorted(set(saved) | set(current))

@@ -9,6 +9,7 @@ matmuls (tests/conftest.py). Tiny shapes: interpret mode runs every grid step as
 
 import dataclasses
 import functools
+import itertools
 import types
 
 import jax
@@ -22,7 +23,13 @@ from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import dropout_tiles
 from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention
-from realformer_jax.kernels.dropout_bits import keep_mask, keep_threshold
+from realformer_jax.kernels.dropout_bits import (
+  GENERATORS,
+  keep_mask,
+  keep_threshold,
+  mulhi_limbs,
+  mulhi_xla,
+)
 from realformer_jax.model.softmax_attention import softmax_dropout_values
 
 B, L, H, K = 2, 32, 2, 16
@@ -39,7 +46,7 @@ def _inputs(dtype=jnp.float32, seed=0):
   return qkv, acc, bias, scale
 
 
-def _reference(qkv, acc, bias, scale, inv_div, key, carry, dtype):
+def _reference(qkv, acc, bias, scale, inv_div, key, carry, dtype, generator='threefry'):
   """attention.py's einsum path: (context, carried sum)."""
   q, k, v = (qkv[:, :, part] for part in range(3))
   s = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
@@ -47,7 +54,7 @@ def _reference(qkv, acc, bias, scale, inv_div, key, carry, dtype):
   if carry:
     s = acc + s
   context, _ = softmax_dropout_values(
-    s, bias[:, None, None, :], jnp.float32(1 / inv_div), v, key, KEEP, dtype
+    s, bias[:, None, None, :], jnp.float32(1 / inv_div), v, key, KEEP, dtype, generator
   )
   return context, s
 
@@ -75,10 +82,11 @@ def _values_and_grads(fn, qkv, acc, carry):
 
 
 def _kernel_and_einsum(spec, inputs, inv_div, key, carry, dtype=jnp.float32):
-  """((context, scores), grads) of the kernel and of the einsum path on the same inputs."""
+  """((context, scores), grads) of the kernel and of the einsum path on the same inputs (the
+  einsum path's dropout drawn by the spec's generator)."""
   qkv, acc, bias, scale = inputs
   fused = lambda x, a: _fused(x, a, bias, scale, inv_div, key, carry, spec)
-  einsum = lambda x, a: _reference(x, a, bias, scale, inv_div, key, carry, dtype)
+  einsum = lambda x, a: _reference(x, a, bias, scale, inv_div, key, carry, dtype, spec.generator)
   return _values_and_grads(fused, qkv, acc, carry), _values_and_grads(einsum, qkv, acc, carry)
 
 
@@ -91,7 +99,7 @@ def _assert_kernel_matches(kernel, einsum, tolerance, carry):
     _assert_close(grads[1], ref_grads[1], tolerance)
 
 
-def _spec(backend, carry, dropout, **tiles):
+def _spec(backend, carry, dropout, generator='threefry', for_remat=False, **tiles):
   sizes = (
     dict(block_q=16, block_k=16, block_bwd=16)
     if backend == 'triton'
@@ -105,6 +113,8 @@ def _spec(backend, carry, dropout, **tiles):
     keep_threshold=keep_threshold(KEEP) if dropout else 0,
     heads_total=H,
     interpret=interpret(backend),
+    generator=generator,
+    for_remat=for_remat,
     **blocks(backend, L, sizes),
   )
 
@@ -135,6 +145,26 @@ def test_kernel_equals_einsum_path_float32(backend, carry, dropout, inv_div):
     _assert_close(kernel[0][1], einsum[0][1], 1e-6)
 
 
+# Philox dropout (model.dropout_generator='philox') through every kernel: the einsum path's
+# bits (Triton's joined tiles, Mosaic's selected tiles with limb multiplies), padding and a
+# per-sequence scale as above. for_remat: the forward stores no mask and the backward draws
+# it (Post-LN under a remat policy).
+@pytest.mark.parametrize(
+  'backend,carry,for_remat',
+  [
+    ('triton', False, True),
+    pytest.param('triton', False, False, marks=pytest.mark.slow),
+    pytest.param('triton', True, False, marks=pytest.mark.slow),
+    pytest.param('mosaic', False, False, marks=pytest.mark.slow),
+    pytest.param('mosaic', True, False, marks=pytest.mark.slow),
+  ],
+)
+def test_philox_dropout_kernels_equal_einsum_path_float32(backend, carry, for_remat):
+  spec = _spec(backend, carry, True, generator='philox', for_remat=for_remat)
+  kernel, einsum = _kernel_and_einsum(spec, _inputs(), 1.0, jax.random.key(9), carry)
+  _assert_kernel_matches(kernel, einsum, 1e-5, carry)
+
+
 # Plain attention's Triton backward on tiles that are not square (tiles.py's bwd_keys x
 # bwd_rows): programs own 32 keys and step 16 query rows (dK / dV) or 16 keys (dQ), and the
 # other way round; the mask is read in 16-bit words either way.
@@ -158,14 +188,20 @@ def test_kernel_bfloat16_within_stated_tolerance(backend):
   _assert_kernel_matches(kernel, einsum, 2e-2, True)
 
 
-def test_dropout_tiles_reproduce_keep_mask():
+@pytest.mark.parametrize('generator', GENERATORS)
+def test_dropout_tiles_reproduce_keep_mask(generator):
+  # Both layouts, and philox with either form of a multiply's high word (XLA's mulhi: the
+  # einsum path and interpret mode; 16-bit limbs: the Mosaic kernels), give keep_mask's bits.
   key = jax.random.key(11)
   k1, k2 = jax.random.bits(key, (2,), jnp.uint32)
-  full = keep_mask(key, 0.9, (6, 64))  # rows = flattened leading axes, as in [B, H, L, L]
+  full = keep_mask(key, 0.9, (6, 64), generator)  # rows: flattened leading axes, as [B, H, L, L]
   threshold = keep_threshold(0.9)
-  for tile in (dropout_tiles.keep_tile_joined, dropout_tiles.keep_tile_selected):
+  forms = (mulhi_xla, mulhi_limbs) if generator == 'philox' else (mulhi_xla,)
+  for tile, mulhi in itertools.product(
+    (dropout_tiles.keep_tile_joined, dropout_tiles.keep_tile_selected), forms
+  ):
     # Jitted once per tile function (the offsets are traced): eagerly, every op compiles apart.
-    tile = jax.jit(tile, static_argnums=(4, 5))
+    tile = jax.jit(functools.partial(tile, generator=generator, mulhi=mulhi), static_argnums=(4, 5))
     for row0, col0 in ((0, 0), (2, 16), (4, 48)):
       got = tile(k1, k2, jnp.uint32(row0), jnp.uint32(col0), (2, 16), threshold)
       np.testing.assert_array_equal(got, full[row0 : row0 + 2, col0 : col0 + 16])
@@ -213,6 +249,47 @@ def test_encoder_with_kernels_equals_einsum_path(impl, overrides):
   )
   np.testing.assert_allclose(fused_loss, loss, rtol=rtol(1e-5))
   jax.tree.map(lambda a, b: _assert_close(a, b, 1e-5), fused_grads, grads)
+
+
+@pytest.mark.slow
+def test_the_dropout_generator_reaches_every_mask_of_the_encoder():
+  # model.dropout_generator='philox' on the einsum path (hidden and attention dropout) and
+  # through the kernels (Post-LN under remat: the forward stores no mask, the backward draws
+  # it) gives the same loss and gradients; threefry's masks give another loss.
+  cfg = kernel_config(
+    L,
+    dropout_rate=0.1,
+    attention_dropout_rate=0.2,
+    ln_placement='post',
+    remat_policy='full',
+    dropout_generator='philox',
+  )
+  ids = jax.random.randint(jax.random.key(1), (B, L), 1, 50)
+  mask = jnp.ones((B, L), jnp.int32).at[1, 21:].set(0)
+  params = Encoder(cfg).init(jax.random.key(0), ids, mask)
+  run = lambda c: jax.jit(lambda p: _encoder_loss_and_grads(c, p, ids, mask))(params)
+  loss, grads = run(cfg.replace(attention_impl='xla'))
+  fused_loss, fused_grads = run(
+    cfg.replace(attention_impl='pallas_triton', attention_platform=attention_platform('triton'))
+  )
+  np.testing.assert_allclose(fused_loss, loss, rtol=rtol(1e-5))
+  jax.tree.map(lambda a, b: _assert_close(a, b, 1e-5), fused_grads, grads)
+  threefry_loss, _ = run(cfg.replace(attention_impl='xla', dropout_generator='threefry'))
+  assert abs(float(threefry_loss) - float(loss)) > 1e-3 * abs(float(loss))
+
+
+def test_a_backend_without_the_generator_refuses_it_in_one_line():
+  # A backend's record lists the generators its kernels draw (Triton and Mosaic: both); a
+  # backend that draws only threefry never draws it in philox's place.
+  threefry_only = dataclasses.replace(
+    kernels.backends.get('triton'), dropout_generators=('threefry',)
+  )
+  config = ModelConfig(dropout_generator='philox', attention_impl='pallas_triton')
+  with pytest.raises(ConfigError, match="model.dropout_generator='philox': the triton backend"):
+    kernels.select._check_support(config, threefry_only, 'scores')
+  kernels.select._check_support(config.replace(attention_dropout_rate=0.0), threefry_only, 'scores')
+  for name in ('triton', 'mosaic'):
+    assert kernels.backends.get(name).dropout_generators == GENERATORS
 
 
 def test_sown_attention_maps_take_the_einsum_path():

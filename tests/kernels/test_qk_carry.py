@@ -16,6 +16,7 @@ from realformer_jax.kernels import qk_carry, qk_reference
 from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention
 from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention
 from realformer_jax.kernels.backends.triton import tiles as triton_tiles
+from realformer_jax.kernels.dropout_bits import GENERATORS
 from realformer_jax.kernels.select import AttentionPlan
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias, score_scale
@@ -70,9 +71,11 @@ def _op_inputs(layers=3, batch=2, seq_len=32, heads=2, head_dim=8, dtype=jnp.flo
   return stack, v, jnp.asarray(mask), weights
 
 
-def _reference_context(stack, v, index, bias, scale, divisor, key, keep_prob, dtype):
+def _reference_context(
+  stack, v, index, bias, scale, divisor, key, keep_prob, dtype, generator='threefry'
+):
   acc = qk_reference.summed_scores(stack, index + 1, scale, dtype)
-  return softmax_dropout_values(acc, bias, divisor, v, key, keep_prob, dtype)[0]
+  return softmax_dropout_values(acc, bias, divisor, v, key, keep_prob, dtype, generator)[0]
 
 
 PLANS = {
@@ -85,13 +88,15 @@ PLANS = {
   'backend, running_mean, dropout, scale_kind',
   [
     # Each backend once in the fast tier, with and without running mean, dropout and the
-    # per-row scale; the other pairings are slow.
+    # per-row scale; the other pairings are slow. Dropout 'philox': model.dropout_generator.
     ('triton', True, True, 'entropy_invariant'),
     ('mosaic', False, False, 'standard'),
     pytest.param('triton', False, False, 'standard', marks=pytest.mark.slow),
     pytest.param('triton', True, False, 'entropy_invariant', marks=pytest.mark.slow),
     pytest.param('triton', False, True, 'standard', marks=pytest.mark.slow),
     pytest.param('mosaic', True, True, 'entropy_invariant', marks=pytest.mark.slow),
+    pytest.param('triton', False, 'philox', 'standard', marks=pytest.mark.slow),
+    pytest.param('mosaic', True, 'philox', 'entropy_invariant', marks=pytest.mark.slow),
   ],
 )
 def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout, scale_kind):
@@ -103,7 +108,8 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
   bias = mask_bias(mask)
   divisor = jnp.asarray(2.0) if running_mean else None
   key = jax.random.key(7) if dropout else None
-  plan = PLANS[backend]
+  generator = dropout if isinstance(dropout, str) else 'threefry'
+  plan = dataclasses.replace(PLANS[backend], dropout_generator=generator)
   w_stack = jax.random.normal(jax.random.key(3), stack.shape)
 
   def kernel_loss(stack, v):
@@ -113,7 +119,9 @@ def test_kernel_op_equals_einsum_identity_float32(backend, running_mean, dropout
     return jnp.sum(context * weights) + jnp.sum(jnp.where(passed < 1e29, passed, 0) * w_stack)
 
   def reference_loss(stack, v):
-    context = _reference_context(stack, v, index, bias, scale, divisor, key, 0.75, jnp.float32)
+    context = _reference_context(
+      stack, v, index, bias, scale, divisor, key, 0.75, jnp.float32, generator
+    )
     return jnp.sum(context * weights) + jnp.sum(jnp.where(stack < 1e29, stack, 0) * w_stack)
 
   # Jitted: eagerly, every interpret-mode grid step's ops compile apart.
@@ -157,19 +165,21 @@ def test_replayed_layer_runs_no_forward_kernel_and_gives_the_same_gradients(back
 @pytest.mark.parametrize('rows', [0, 32])
 def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch, rows):
   # The dS kernel + matmul backward on its second road: a dS panel budget of one head's
-  # 32 x 16 float32 columns forces one (batch, head) at a time in two column panels (dQ summed
+  # 32 x 16 float32 columns forces one (batch, head) at a time, and a GPU of one SM panels of
+  # 16 columns (one program fills it): two column panels (dQ summed
   # over them), and 8 layers take the lax.switch over slot buckets (2, 4, 6, 8): layer 4 runs
   # the matmuls over 6 slots, slot 5 multiplied by 0. Dropout on; float32 against the einsum
   # identity, as test_kernel_op_equals_einsum_identity_float32. rows=32: the dS kernel's tile
   # is 32 query rows x 16 keys (spec.block_bwd_rows), so its mask tiles are not square either.
   monkeypatch.setattr(triton_qk_attention, 'DS_PANEL_BYTES', 32 * 16 * 4)
+  monkeypatch.setattr(triton_qk_attention, 'device_sms', lambda: 1)  # 16 columns fill one SM
   fit = triton_qk_attention.fit_blocks
   monkeypatch.setattr(
     triton_qk_attention,
     'fit_blocks',
     lambda spec, *a: dataclasses.replace(fit(spec, *a), block_bwd_rows=rows),
   )
-  assert triton_qk_attention.column_panels(2, 2, 32, 4, 16) == 16
+  assert triton_qk_attention.column_panels(2, 2, 32, 4, 16, 1) == 16
   assert triton_qk_attention.slot_buckets(8) == (2, 4, 6, 8)
   stack, v, mask, weights = _op_inputs(layers=8)
   index = jnp.asarray(4)
@@ -192,6 +202,25 @@ def test_triton_backward_in_column_panels_over_slot_buckets_float32(monkeypatch,
   for got, want in zip(grads, ref_grads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
   assert not np.any(grads[0][:, 5:])
+
+
+def test_ds_panels_are_sized_to_fill_every_sm_at_every_length():
+  # BERT-Base (B = 1, H = 12), bfloat16, 64-key dS tiles on an H100 / H200 (132 SMs): short
+  # sequences take every head at once (<= 1 GiB); long ones one head at a time in the fewest
+  # columns whose programs fill >= 90 % of the SMs' slots: 128 programs (0.97 of one wave) at
+  # every length, where a 1 GiB cap left 64 programs (0.48) at 131,072.
+  panels = functools.partial(triton_qk_attention.column_panels, 1, 12, itemsize=2, block=64)
+  assert panels(seq_len=4096, sms=132) == 0  # 384 MiB: one panel, 768 programs
+  for seq_len in (8192, 16384, 65536, 131072, 262144):
+    columns = panels(seq_len=seq_len, sms=132)
+    assert (columns, seq_len % columns) == (8192, 0), seq_len
+    assert triton_qk_attention.wave_fill(columns // 64, 132) >= triton_qk_attention.PANEL_FILL
+  assert panels(seq_len=131072, sms=108) == 2**15  # an A100: 512 programs fill 0.95 of 5 waves
+  assert panels(seq_len=15360, sms=132) == 7680  # 120 programs (0.91): any divisor of L
+  # too short for one head to fill the GPU: all of L (the most programs there are)
+  assert triton_qk_attention.column_panels(64, 12, 4096, 2, 64, 132) == 4096
+  assert triton_qk_attention.wave_fill(128, 132) == 128 / 132
+  assert triton_qk_attention.wave_fill(256, 132) == 256 / 264
 
 
 def test_triton_tiles_come_from_the_device_table():
@@ -218,18 +247,45 @@ def test_triton_tiles_come_from_the_device_table():
     assert (ds.num_warps, ds.num_stages, forward.num_warps, forward.num_stages) == (4, 2, 8, 3)
 
 
-@pytest.mark.slow
-def test_qk_kernels_compile_for_an_h100_without_atomics():
+@pytest.fixture(scope='module')
+def h100_compile():
   # tests/qk_compile_check.py: forward + backward of the op compiled deviceless for an H100
-  # (bfloat16 stack, 8 layers, dropout): the dS kernel replaced the atomic backward, and every
-  # kernel states the estimator's fields (l2_bytes, atomics: aot/kernel_work.py).
-  report = support.run_check('qk_compile_check', optimised=True)
+  # (bfloat16 stack, 8 layers, dropout) with each dropout generator, and the PTX of its
+  # kernels (one subprocess, three tests).
+  return support.run_check('qk_compile_check', optimised=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('generator', GENERATORS)
+def test_qk_kernels_compile_for_an_h100_without_atomics(h100_compile, generator):
+  # The dS kernel replaced the atomic backward, and every kernel states the estimator's fields
+  # (l2_bytes, atomics: aot/kernel_work.py).
+  report = h100_compile[generator]
   assert report['kernels'] == ['realformer_qk_attention_ds', 'realformer_qk_attention_fwd']
   assert report['atomic_rmw'] == 0
   for stated in report['stated'].values():
     assert stated['atomics'] == '0'
     assert int(stated['l2_bytes']) > int(stated['bytes_accessed']) > 0
     assert int(stated['int_ops']) > 0  # dropout: the hash
+  # philox's multiply high words are PTX mul.hi.u32 (inline, 2 a round: 20 a hash); threefry
+  # has none
+  for name, count in report['mul_hi'].items():
+    assert (count >= 20) if generator == 'philox' else (count == 0), (name, count)
+
+
+@pytest.mark.slow
+def test_qk_layer_loops_keep_the_tensor_cores_busy_in_the_sm90a_ptx(h100_compile):
+  # Each score tile is the sum of l + 1 layer products in ONE accumulator, scaled after the
+  # loop (tile_math.summed_scores): in the PTX for sm_90a the innermost loop of each kernel
+  # chains the layers' wgmma (4 a layer: K = 64 in k16 steps) and waits for at most one of
+  # them in flight, never for all (`wgmma.wait_group 0`: before, every layer's product got a
+  # fresh accumulator, a wait for 0 and the scale / add on the CUDA cores).
+  loops = h100_compile['threefry']['mma_loops']
+  assert set(loops) == {'realformer_qk_attention_fwd', 'realformer_qk_attention_ds'}
+  for name, innermost in loops.items():
+    assert len(innermost) == 1, (name, innermost)  # the layer loop
+    assert innermost[0]['mma'] == 4, (name, innermost)
+    assert innermost[0]['waits'] and 0 not in innermost[0]['waits'], (name, innermost)
 
 
 # --- The encoder: residual_carry='qk' equals 'scores' ------------------------------------------

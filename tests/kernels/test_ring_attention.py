@@ -1,7 +1,8 @@
 """The ring-attention op (kernels/ring_attention.py) against the einsum path, on 4 forced CPU
 devices (a subprocess): the sequence split 2 and 4 ways, with sub-blocks smaller than a
 device's block and as large as it (the dropout mask drawn per element and per hash word), the
-carried sum in and out, dropout 0.5 and padding; values and the gradients of q, k, v, the
+carried sum in and out, dropout 0.5 from both generators (threefry, philox: whole hash words
+and single draws) and padding; values and the gradients of q, k, v, the
 carried sum, the padding bias and the score scale. float32, matmul precision 'highest'.
 The train-level equalities are tests/train/test_sequence_parallel.py's."""
 
@@ -22,10 +23,10 @@ jax.config.update('jax_default_matmul_precision', 'highest')
 from realformer_jax.kernels import ring_attention
 from realformer_jax.model.attention import einsum_attention, mask_bias
 
-B, L, H, K = 2, 16, 2, 8
+B, L, H, K = 2, 32, 2, 8
 rng = np.random.default_rng(0)
 qkv, prev = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((B, L, 3, H, K), (B, H, L, L)))
-bias = mask_bias(jnp.asarray(np.arange(L) < np.array([[L], [11]]), jnp.int32))
+bias = mask_bias(jnp.asarray(np.arange(L) < np.array([[L], [21]]), jnp.int32))
 scale = jnp.asarray([[[[0.3]]], [[[0.5]]]], jnp.float32)
 key, weights = jax.random.key(7), jnp.asarray(rng.normal(size=(B, L, H, K)), jnp.float32)
 sum_weights = jnp.asarray(rng.normal(size=(B, H, L, L)), jnp.float32)
@@ -34,14 +35,17 @@ def loss(attend, qkv, prev, bias, scale):
   context, acc = attend(qkv, prev, bias, scale)
   return jnp.sum(context * weights) + jnp.sum(acc * sum_weights)
 
+GENERATOR = ['threefry']
+
 def einsum(qkv, prev, bias, scale):
-  return einsum_attention(qkv, prev, bias, scale, None, key, 0.5, jnp.float32, None)
+  return einsum_attention(qkv, prev, bias, scale, None, key, 0.5, jnp.float32, None,
+                          GENERATOR[0])
 
 def ring(qkv, prev, bias, scale):
   shards = ring_attention.sequence_shards()
   q, k, v = (qkv[:, :, i] for i in range(3))
   return ring_attention.sequence_attention(shards, ring_attention.pair_logits, q, k, v, prev,
-      bias, scale, None, key, 0.5, jnp.float32, carry_out=True)
+      bias, scale, None, key, 0.5, jnp.float32, carry_out=True, generator=GENERATOR[0])
 
 def run(attend, mesh):
   with jax.set_mesh(mesh), nn.logical_axis_rules([('batch', 'data'), ('length', 'sequence')]):
@@ -56,17 +60,22 @@ def worst(a, b):
   return max(float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
-reference = run(einsum, mesh(1, 1))
-report = {}
-for name, (data, sequence, sub_block_bytes) in {
-    'seq2': (1, 2, ring_attention.SUB_BLOCK_BYTES),
-    'seq4': (1, 4, ring_attention.SUB_BLOCK_BYTES),
-    'data2_seq2_sub_blocks': (2, 2, 4 * 1 * H * (L // 2) * 2),  # 2 columns a sub-block
-}.items():
-  ring_attention.SUB_BLOCK_BYTES = sub_block_bytes
-  value, grads = run(ring, mesh(data, sequence))
-  report[name] = {'value': worst(value, reference[0]), 'grads': worst(grads, reference[1]),
-                  'bias_grad': float(np.max(np.abs(grads[2])))}
+report, default_bytes = {}, ring_attention.SUB_BLOCK_BYTES
+# Columns a block: 16 (seq2: whole words of both hashes), 8 (seq4: threefry's words, single
+# philox draws), 2 (sub-blocks: single draws of both).
+for generator in ('threefry', 'philox'):
+  GENERATOR[0] = generator
+  reference = run(einsum, mesh(1, 1))
+  for name, (data, sequence, sub_block_bytes) in {
+      'seq2': (1, 2, default_bytes),
+      'seq4': (1, 4, default_bytes),
+      'data2_seq2_sub_blocks': (2, 2, 4 * 1 * H * (L // 2) * 2),  # 2 columns a sub-block
+  }.items():
+    ring_attention.SUB_BLOCK_BYTES = sub_block_bytes
+    value, grads = run(ring, mesh(data, sequence))
+    report[f'{generator}_{name}'] = {
+        'value': worst(value, reference[0]), 'grads': worst(grads, reference[1]),
+        'bias_grad': float(np.max(np.abs(grads[2])))}
 print('RESULTS ' + json.dumps(report))
 """
 
@@ -83,6 +92,7 @@ def test_ring_op_matches_the_einsum_path():
   )
   assert done.returncode == 0, done.stderr[-3000:]
   report = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  assert len(report) == 6
   for name, result in report.items():
     assert result['value'] <= 1e-5 and result['grads'] <= 1e-5, (name, result)
     assert result['bias_grad'] > 0, name  # the padding bias's gradient is computed, not zeroed

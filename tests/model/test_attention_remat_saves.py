@@ -20,7 +20,7 @@ import pytest
 import repo_paths
 from model_fixtures import kernel_config
 
-from realformer_jax.config import ModelConfig
+from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import fused, select
 from realformer_jax.kernels.attend import fused_self_attention
 from realformer_jax.kernels.select import AttentionPlan
@@ -58,9 +58,9 @@ def _layer_loss(plan: AttentionPlan, policy):
   return jax.checkpoint(layer, policy=policy), qkv
 
 
-def _plans(backend):
+def _plans(backend, keeps_masks=False):
   today = AttentionPlan('pallas', backend, True, 16, 16, 16)
-  return today, dataclasses.replace(today, rematerialised=True)
+  return today, dataclasses.replace(today, rematerialised=True, remat_keeps_masks=keeps_masks)
 
 
 @pytest.mark.parametrize('backend', ['triton', 'mosaic'])
@@ -73,19 +73,28 @@ def test_the_backwards_re_run_holds_no_forward_kernel(backend):
     program = jax.make_jaxpr(jax.grad(loss))(qkv)
     assert _calls(program, FORWARD) == forwards, (backend, plan)
     assert _calls(program, BACKWARD[backend]) == 1
-  # Triton's forward then stores no mask and its backward draws it once (the forward's hash
-  # alone); Mosaic's backward always draws it.
-  masks = _calls(
-    jax.make_jaxpr(jax.grad(_layer_loss(saved, REMAT_POLICIES['full'])[0]))(qkv),
-    'attention_dropout_mask',
-  )
-  assert masks == (1 if backend == 'triton' else 0)
+  # No separate mask pass: the forward keeps its mask for the backward (remat_keeps_masks,
+  # Triton: a bits output of the forward kernel, named for the remat policy) or the backward
+  # kernel draws it in its loops (Mosaic's always does).
+  for keeps in (False, True):
+    _, plan = _plans(backend, keeps)
+    program = jax.make_jaxpr(jax.grad(_layer_loss(plan, REMAT_POLICIES['full'])[0]))(qkv)
+    assert _calls(program, 'attention_dropout_mask') == 0
+    assert _calls(program, FORWARD) == 1 and _calls(program, BACKWARD[backend]) == 1
+    spec = KernelSpec(backend, False, False, 230, 2, 16, 16, 16, for_remat=True, keeps_mask=keeps)
+    inputs = (qkv, None, jnp.zeros((1, 32)), jnp.ones((1, 2)), jnp.zeros((4,), jnp.uint32))
+    bits = jax.eval_shape(lambda *a: fused.kernel_forward(*a, spec), *inputs)[3]
+    assert (bits is not None) == (keeps and backend == 'triton')
 
 
 @pytest.mark.slow  # ~30-50 s on 2 cores: four interpret-mode kernel runs
-@pytest.mark.parametrize('backend', ['triton', 'mosaic'])
-def test_saved_attention_gradients_are_todays_bit_for_bit(backend):
-  today, saved = _plans(backend)
+@pytest.mark.parametrize(
+  'backend,keeps_masks', [('triton', False), ('triton', True), ('mosaic', False)]
+)
+def test_saved_attention_gradients_are_todays_bit_for_bit(backend, keeps_masks):
+  # The mask the backward draws in its loops, or the forward's kept by the remat policy, is
+  # the one the forward used: the same gradients to the bit.
+  today, saved = _plans(backend, keeps_masks)
   loss_today, qkv = _layer_loss(today, TODAY)
   loss_saved, _ = _layer_loss(saved, REMAT_POLICIES['full'])
   g_today, g_saved = jax.grad(loss_today)(qkv), jax.grad(loss_saved)(qkv)
@@ -211,9 +220,12 @@ def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes
   saved, today = result['saved'], result['today']
   assert saved['calls']['flash_attention_fwd'] == layers, saved
   assert today['calls']['flash_attention_fwd'] == 2 * layers, today
-  assert saved['calls']['attention_dropout_mask'] == layers, saved
+  # the tiny masks fit the H100's memory: kept by the remat policy (select.choose_masks), no
+  # separate mask pass
+  assert 'attention_dropout_mask' not in saved['calls'], saved
   assert saved['calls']['flash_attention_bwd'] == today['calls']['flash_attention_bwd'] == layers
   stated = layers * fused.saved_for_backward_bytes(8, 128, 4, 32, 2)  # bfloat16 output
+  stated += layers * 8 * 4 * 128 * 128 // 8  # and each layer's mask, one bit per element
   added = saved['temporaries'] - today['temporaries']
   assert stated <= added <= stated + 16 * 1024, (added, stated)
 
@@ -252,3 +264,30 @@ def test_encoder_gradients_under_full_remat_are_todays_bit_for_bit(impl, monkeyp
   today = grads()
   for got, want in zip(jax.tree.leaves(saved), jax.tree.leaves(today)):
     np.testing.assert_array_equal(got, want)
+
+
+def test_remat_masks_are_kept_while_they_fit_and_drawn_beyond(caplog):
+  # select.choose_masks: every layer's mask for one sequence (one bit per score element)
+  # against MASK_SHARE of the device's memory; BERT-Base on an 80 GB H100.
+  base = ModelConfig(remat_policy='full', attention_dropout_rate=0.1)
+  h100 = 80 * 10**9
+  assert select.dropout_masks_bytes(base, 32768) == 12 * 12 * 32768**2 // 8  # 18 GiB
+  assert select.choose_masks(base, 32768, h100).masks == 'stored'
+  drawn = select.choose_masks(base, 65536, h100)
+  assert drawn.masks == 'drawn' and '72 GiB' in drawn.reason
+  assert select.choose_masks(base.replace(remat_dropout_masks='stored'), 65536, h100).masks == (
+    'stored'
+  )
+  # Decided once for a run, and logged; where the masks change nothing, left alone.
+  with caplog.at_level('INFO'):
+    run = select.resolved(base, 65536, h100)
+  assert run.remat_dropout_masks == 'drawn'
+  assert "model.remat_dropout_masks='auto' -> 'drawn'" in caplog.text
+  for unaffected in (base.replace(remat_policy='none'), base.replace(ln_placement='realformer')):
+    assert select.resolved(unaffected, 65536, h100).remat_dropout_masks == 'auto'
+  # The plan follows the config: the kernels keep the masks only where they are stored.
+  kernels_cfg = base.replace(attention_impl='pallas_triton', attention_platform='gpu', max_len=64)
+  assert select.plan(kernels_cfg.replace(remat_dropout_masks='stored'), 64).remat_keeps_masks
+  assert not select.plan(kernels_cfg.replace(remat_dropout_masks='drawn'), 64).remat_keeps_masks
+  with pytest.raises(ConfigError, match="model.remat_dropout_masks='kept': must be one of"):
+    base.replace(remat_dropout_masks='kept')

@@ -246,7 +246,25 @@ def test_a_resume_may_change_how_the_model_is_computed_but_not_which_model(tmp_p
     "note: the resumed model is computed differently (model.dtype 'float32' -> 'bfloat16', "
     "model.remat_policy 'none' -> 'dots'); the model is the same"
   )
-  for changed in (dict(scan_layers=False), dict(dropout_rate=0.3)):
+  for changed in (
+    dict(scan_layers=False),
+    dict(dropout_rate=0.3),
+    dict(dropout_generator='philox'),
+  ):
     (name,) = changed
     with pytest.raises(ConfigError, match=f'of another model: model.{name}='):
       loop.check_resumable(model.replace(**changed), workdir, latest_step=4)
+
+
+def test_a_workdir_from_before_the_dropout_generator_field_resumes_only_with_threefry(tmp_path):
+  # config.SAVED_FIELD_ADDED: a config.json written before model.dropout_generator existed was
+  # trained with threefry masks (the only ones then).
+  saved = json.loads(tiny_config().to_json_best_effort())
+  del saved['model']['dropout_generator']
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  model = train.validate_config(tiny_config()).model
+  assert loop.check_resumable(model, str(tmp_path), latest_step=4) is None
+  with pytest.raises(
+    ConfigError, match="model.dropout_generator='philox' \\(the checkpoint has 'threefry'\\)"
+  ):
+    loop.check_resumable(model.replace(dropout_generator='philox'), str(tmp_path), latest_step=4)

@@ -92,6 +92,9 @@ class Backend:
   # experiments.device_check passed every case on this device kind, jax and kernel source
   # (kernels/device_checks.py); an explicit attention_impl takes it anywhere.
   after_device_check: bool = False
+  # The dropout generators (model.dropout_generator) its kernels draw the einsum path's masks
+  # with; another is refused in one line (kernels/select.py), never drawn as a default.
+  dropout_generators: tuple[str, ...] = ('threefry',)
 
   def __post_init__(self):
     if self.platform not in PLATFORMS:

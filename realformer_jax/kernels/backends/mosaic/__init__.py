@@ -36,4 +36,5 @@ BACKEND = Backend(
   tile_rule='a multiple of 8 up to 256, else a multiple of 128',
   odd_length=384,  # tiles of 128, not 256 x 512
   hlo_calls=('tpu_custom_call',),
+  dropout_generators=('threefry', 'philox'),
 )

@@ -34,4 +34,5 @@ BACKEND = Backend(
   head_dim=padded_head_dim,
   odd_length=208,  # tiles of 16, not 128 x 64
   hlo_calls=('__gpu$xla.gpu.triton',),
+  dropout_generators=('threefry', 'philox'),
 )

@@ -8,8 +8,9 @@ forward   grid (query blocks, B, H). A program holds its query tile and walks th
           dropout, the mask it drew at one bit per element (1/32 of a float32 score): hashing
           it again would cost the backward ~18 integer ops per element
           (HASH_OPS_PER_ELEMENT). Probabilities never reach HBM. A rematerialised layer's
-          forward (`spec.for_remat`) stores no mask: no backward reads the one it would
-          write (fused.py saves the output and row statistics, not the O(L^2) mask).
+          forward (`spec.for_remat`) stores its mask only where the remat policy keeps it
+          (`spec.keeps_mask`: select.py's memory rule, model.remat_dropout_masks); else the
+          backward draws it.
 backward  grid (key blocks, B, H). A program holds its key / value tile and walks the query
           blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
@@ -19,9 +20,9 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           L = 512, K = 64, stays in L2 while that head's programs run), because reading the
           written gradient again would cost 4 more bytes per score element. Without residual
           attention a second loop of the program recomputes its query block's dQ instead.
-          Given no mask (`bits=None`, a rematerialised layer), it first draws one
-          (`draw_mask`: the forward's hash and packing, nothing else), so the hash runs once
-          per element and step there too, and both loops read bits as they do otherwise.
+          Given no mask (`bits=None`, a rematerialised layer that keeps none), each of its two
+          loops draws the tiles it needs (the forward's hash, dropout_tiles.py): no separate
+          pass and no [L, L]-sized buffer, the hash twice per element instead of once.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
 backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
 products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
@@ -47,6 +48,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
+from realformer_jax.kernels.dropout_bits import MulHi, mulhi_limbs
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -55,7 +57,40 @@ def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
   row0 = (
     (i_ref[2] + b.astype(jnp.uint32)) * spec.heads_total + i_ref[3] + h.astype(jnp.uint32)
   ) * seq_len + q0.astype(jnp.uint32)
-  return keep_tile_joined(i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold)
+  return keep_tile_joined(
+    i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold, spec.generator, _mulhi(spec)
+  )
+
+
+def _mulhi(spec: KernelSpec) -> MulHi:
+  """How a kernel forms a multiply's high word (philox): one PTX `mul.hi.u32` compiled for an
+  NVIDIA GPU (Pallas Triton has no lowering of lax.mulhi), 16-bit limbs in interpret mode
+  (an XLA program, perhaps sharded: dropout_bits.mulhi_xla) and on ROCm (no PTX there). The
+  same bits every way (dropout_bits.py)."""
+  if spec.interpret or _on_rocm():
+    return mulhi_limbs
+  return _ptx_mulhi
+
+
+def _on_rocm() -> bool:
+  device = jax.devices()[0]
+  return (
+    device.platform == 'gpu'
+    and 'rocm' in str(getattr(device.client, 'platform_version', '')).lower()
+  )
+
+
+def _ptx_mulhi(x: jax.Array, m: int) -> jax.Array:
+  # Declared int32 and bitcast back: the Triton lowering holds uint32 values as signless i32,
+  # and an inline asm typed uint32 would not mix with them.
+  [high] = plgpu.elementwise_inline_asm(
+    f'mul.hi.u32 $0, $1, {m};',
+    args=[x],
+    constraints='=r,r',
+    pack=1,
+    result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.int32)],
+  )
+  return lax.bitcast_convert_type(high, jnp.uint32)
 
 
 def pack_width(spec: KernelSpec) -> int:
@@ -82,8 +117,9 @@ def _forward_params(spec: KernelSpec, head_dim: int):
 
 
 def stores_mask(spec: KernelSpec) -> bool:
-  """Whether the forward writes the dropout mask for the backward (not for_remat's)."""
-  return spec.dropout and not spec.for_remat
+  """Whether the forward writes the dropout mask for the backward (a rematerialised layer's
+  only where the remat policy keeps it: `keeps_mask`)."""
+  return spec.dropout and (not spec.for_remat or spec.keeps_mask)
 
 
 def _forward_kernel(
@@ -139,49 +175,11 @@ def _store_keep(bits_ref, keep, j, block_k, width):
   bits_ref[:, words] = pack_bits(keep, width)
 
 
-def _mask_kernel(i_ref, bits_ref, *, spec: KernelSpec, seq_len: int):
-  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  block_q, block_k, width = spec.block_q, spec.block_k, pack_width(spec)
-
-  def body(j, carry):
-    keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
-    _store_keep(bits_ref, keep, j, block_k, width)
-    return carry
-
-  lax.fori_loop(0, seq_len // block_k, body, 0)
-
-
 def _mask_spec(spec: KernelSpec, seq_len: int) -> pl.BlockSpec:
   """The forward's rows of the packed mask [B, H, L, L / width] (grid (query block, b, h))."""
   return pl.BlockSpec(
     (None, None, spec.block_q, seq_len // pack_width(spec)), lambda i, b, h: (b, h, i, 0)
   )
-
-
-def draw_mask(batch: int, heads: int, seq_len: int, iparams, spec: KernelSpec):
-  """The dropout mask the forward would have stored, [B, H, L, L / width] uint32: the same
-  hash of the same global positions, alone (no scores)."""
-  width = pack_width(spec)
-  elements = batch * heads * seq_len * seq_len
-  return pl.pallas_call(
-    functools.partial(_mask_kernel, spec=spec, seq_len=seq_len),
-    grid=(seq_len // spec.block_q, batch, heads),
-    in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,))],
-    out_specs=_mask_spec(spec, seq_len),
-    out_shape=jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32),
-    interpret=spec.interpret,
-    compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
-    metadata={
-      'flops': '0',
-      'bytes_accessed': str(elements // 8),
-      'float_ops': '0',
-      'transcendentals': '0',
-      'int_ops': str(int((HASH_OPS_PER_ELEMENT + 2) * elements)),  # as the forward's
-      'l2_bytes': str(elements // 8),
-      'atomics': '0',
-    },
-    name='attention_dropout_mask',
-  )(iparams)
 
 
 def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
@@ -244,7 +242,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       row_bytes=(1 if spec.sum_given else 3) * rows + rows,
       float_ops=9 + int(spec.carry_in) + 2 * spec.dropout,
       exps=1,
-      int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+      int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
       # each program reloads the k, v tiles and the bias row per key block (q: once)
       reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
     ),
@@ -263,6 +261,7 @@ def _backward_kernel(
   g_acc_ref,
   bias_ref,
   f_ref,
+  i_ref,
   column_bits_ref,
   row_bits_ref,
   _,
@@ -273,10 +272,12 @@ def _backward_kernel(
   *,
   spec: KernelSpec,
   rebuild: bool,
+  draws: bool,
 ):
   seq_len, _, head_dim = qkv_ref.shape
   block, rows = spec.block_bwd, spec.backward_rows
-  jk = pl.program_id(0)  # grid (key block, batch, head): batch and head index the refs
+  # grid (key block, batch, head): batch and head index the refs (and the drawn mask's rows)
+  jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
   k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
@@ -284,11 +285,18 @@ def _backward_kernel(
 
   width = pack_width(spec)
 
-  def tile(qs, k, v, bias_row, bits, acc=None, g_acc=None):
+  def mask(bits_of, q0, k0, shape):
+    """The keep mask of a [rows, cols] tile: drawn (`draws`) or unpacked from the bits."""
+    if not spec.dropout:
+      return None
+    if draws:
+      return _draw_keep(spec, i_ref, b, h, seq_len, q0, k0, shape)
+    return unpack_bits(bits_of(), width)
+
+  def tile(qs, k, v, bias_row, keep, acc=None, g_acc=None):
     q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
     s = tm.scores(q, k, scale)
     z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
-    keep = None if bits is None else unpack_bits(bits, width)
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -306,8 +314,8 @@ def _backward_kernel(
     qs = pl.ds(pl.multiple_of(i * rows, rows), rows)
     acc = acc_ref[qs, :] if spec.carry_out else None
     g_acc = g_acc_ref[qs, :] if spec.carry_out else None
-    bits = column_bits_ref[qs, :] if spec.dropout else None
-    q, do, s, p_dropped, g = tile(qs, k, v, bias_row, bits, acc, g_acc)
+    keep = mask(lambda: column_bits_ref[qs, :], i * rows, jk * block, (rows, block))
+    q, do, s, p_dropped, g = tile(qs, k, v, bias_row, keep, acc, g_acc)
     ds = (g * scale).astype(q.dtype)
     if spec.carry_out:
       g_acc_in_ref[qs, :] = g
@@ -333,12 +341,9 @@ def _backward_kernel(
   def dq_body(j, dq):
     js = pl.ds(pl.multiple_of(j * rows, rows), rows)
     kj = qkv_ref[js, 1, :]
-    bits = None
-    if spec.dropout:
-      bits = row_bits_ref[
-        :, pl.ds(pl.multiple_of(j * (rows // width), rows // width), rows // width)
-      ]
-    *_, g = tile(own_rows, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], bits)
+    words = pl.ds(pl.multiple_of(j * (rows // width), rows // width), rows // width)
+    keep = mask(lambda: row_bits_ref[:, words], jk * block, j * rows, (block, rows))
+    *_, g = tile(own_rows, kj, qkv_ref[js, 2, :], bias_ref[js][None, :], keep)
     return dq + tm.dot((g * scale).astype(kj.dtype), kj)
 
   dq = lax.fori_loop(0, seq_len // rows, dq_body, zeros)
@@ -360,16 +365,16 @@ def backward(
   rebuild: bool = False,
 ):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
-  (dropout only; None: drawn here again). See the module docstring."""
+  (dropout only; None: the kernel's loops draw it again). See the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
-  if spec.dropout and bits is None:
-    bits = draw_mask(batch, heads, seq_len, iparams, spec)
+  draws = spec.dropout and bits is None
   block = spec.block_bwd
   width = pack_width(spec)
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
   column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
   dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
   carry, dropout = spec.carry_out, spec.dropout
+  reads = dropout and not draws  # the forward's bits
   # The mask: a column strip for the dK / dV loop, a row strip for the dQ loop.
   column_bits = pl.BlockSpec((None, None, seq_len, block // width), lambda j, b, h: (b, h, 0, j))
   row_bits = pl.BlockSpec((None, None, block, seq_len // width), lambda j, b, h: (b, h, j, 0))
@@ -383,8 +388,9 @@ def backward(
     column_spec if carry else None,
     pl.BlockSpec((None, seq_len), lambda j, b, h: (b, 0)),
     pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
-    column_bits if dropout else None,
-    row_bits if dropout and not carry else None,
+    pl.BlockSpec((4,), lambda j, b, h: (0,)),
+    column_bits if reads else None,
+    row_bits if reads and not carry else None,
     dq_spec if carry else None,
   ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
@@ -408,10 +414,10 @@ def backward(
   # column strip by column strip, g_{l-1} over g_l and acc_{l-1} over acc_l.
   aliases = {}
   if carry:
-    dq_input = 9 + int(dropout)  # flattened inputs: the Nones are not counted
+    dq_input = 10 + int(reads)  # flattened inputs: the Nones are not counted
     aliases = {dq_input: 1, 6: 2, 5: 3} if rebuild else {dq_input: 1, 6: 2}
   dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
-    functools.partial(_backward_kernel, spec=spec, rebuild=rebuild),
+    functools.partial(_backward_kernel, spec=spec, rebuild=rebuild, draws=draws),
     grid=(seq_len // block, batch, heads),
     in_specs=in_specs,
     out_specs=out_specs,
@@ -424,13 +430,15 @@ def backward(
       head_dim,
       seq_len,
       passes=5 if carry else 7,
-      score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + dropout / 8,
+      score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + reads / 8,
       # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
       row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows),
       # one pass over the tiles with residual attention, two without (the dQ loop)
       float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
       exps=1 if carry else 2,
-      int_ops=(3 if dropout else 0) * (1 if carry else 2),
+      # per loop: unpacking the forward's bits, or drawing the mask (the forward's hash)
+      int_ops=(3 if reads else HASH_OPS_PER_ELEMENT[spec.generator] + 2 if draws else 0)
+      * (1 if carry else 2),
       # per step of `rows` queries: q, dO and three float32 row statistics, used against the
       # program's `block` keys; without residual attention the dQ loop's k, v tiles and bias
       # row per step of `rows` keys, used against its `block` queries
@@ -449,8 +457,9 @@ def backward(
     g_acc if carry else None,
     bias,
     fparams,
-    bits if dropout else None,
-    bits if dropout and not carry else None,
+    iparams,
+    bits if reads else None,
+    bits if reads and not carry else None,
     jnp.zeros(dq_shape.shape, jnp.float32) if carry else None,
   )
   if carry:
@@ -508,11 +517,17 @@ def _backward_params(spec: KernelSpec, head_dim: int):
   )
 
 
-# Integer ops of the joined dropout hash per element: one Threefry-2x32 (20 rounds of add,
-# rotate = two shifts and an or, xor: 100; the key schedule and six injections: ~19; the
-# counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus the byte pick (a shift
-# and an and) and the comparison: 123 / 8 + 3 ~ 18.
-HASH_OPS_PER_ELEMENT = 18
+# Integer ops of the joined dropout hash per element, by generator. threefry: one Threefry-2x32
+# (20 rounds of add, rotate = two shifts and an or, xor: 100; the key schedule and six
+# injections: ~19; the counters: ~4) per eight elements (dropout_bits.DRAWS_PER_HASH), plus
+# the byte pick (a shift and an and) and the comparison: 123 / 8 + 3 ~ 18. philox: one
+# Philox-4x32-10 (10 rounds of 2 mul.hi, 2 mul.lo, 4 xor: 80) per sixteen elements, ~5 an
+# element for the hash, but the same 18 in all: in the PTX of a deviceless sm_90a compile
+# (aot/ptx.py; 128 x 128 tiles, 8 warps) the hash's own instructions are 4.0 an element
+# against threefry's 8.7, yet the whole dropout of the qk forward's key loop is 22.2 against
+# 22.6 (Post-LN's forward 32.9 against 33.2): the keep booleans go from the hash's layout to
+# the MMA's through shared memory, and sixteen lanes move 1.5x the bytes of eight.
+HASH_OPS_PER_ELEMENT = {'threefry': 18, 'philox': 18}
 
 
 def _cost_metadata(

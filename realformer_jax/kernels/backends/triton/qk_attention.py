@@ -6,8 +6,9 @@ layers 0..l (qk_reference.py, tile_math.summed_scores), l a traced scalar read b
 one kernel serves every layer of a rolled nn.scan. The stack holds the compute dtype (bfloat16
 in a bfloat16 model: the values were computed in it), so a tile product reads 16-bit tiles.
 
-forward   grid (query blocks, B, H): for each key block, acc = sum_{i<=l} scale q_i k_i^T
-          (l + 1 tile products), then the online softmax, dropout and P V of attention.py
+forward   grid (query blocks, B, H): for each key block, acc = scale sum_{i<=l} q_i k_i^T
+          (l + 1 tile products into one MMA accumulator, scaled once after the layer loop:
+          tile_math.summed_scores), then the online softmax, dropout and P V of attention.py
           beside this file. Writes the output and the row statistics (saved for the backward,
           which never runs the forward again); not the dropout mask (one bit per score
           element would be the one [L, L]-sized buffer of this carry: the backward draws the
@@ -23,18 +24,21 @@ backward  two steps, no atomics and no read-modify-write of the stack's gradient
           bucket of slots >= l + 1, `slot_buckets`; slots in (l, n) are multiplied by 0).
           The gradient stack is then updated once per panel by XLA (an add fused into the
           matmul's epilogue or a dynamic-update-slice in place).
-Memory of the backward: the dS panel, at most DS_PANEL_BYTES (1 GiB; `column_panels` chooses
-its shape: every (batch, head) and every column where that fits, else one (batch, head) at a
-time in column panels of C = DS_PANEL_BYTES / (L itemsize) columns), plus with column panels a
-float32 [N, L, K] dQ accumulator of one head. O(L) for a fixed panel budget: the carry stays
-linear in L (at L = 65,536, bfloat16: 8 panels of 8,192 columns per head, 1 GiB + 201 MB).
+Memory of the backward: the dS panel (`column_panels` chooses its shape: every (batch, head)
+and every column where that fits DS_PANEL_BYTES, 1 GiB; else one (batch, head) at a time in
+column panels sized by program count, the fewest columns whose C / block programs fill the
+GPU's SMs (PANEL_FILL of every wave's slots), at any length), plus with column panels a
+float32 [N, L, K] dQ accumulator of one head. O(L) at any length: a panel holds L x C values
+with C ~ block x SMs (on 132 SMs, 64-key tiles, bfloat16: C = 8,192 columns, 128 programs,
+1 GiB at L = 65,536 and 2 GiB at 131,072, where a 1 GiB cap had left 64 programs on the 132
+SMs; + 201 MB of dQ accumulator at 65,536).
 Matmuls per score element of layer l: forward (l + 1) + 1; backward: dS kernel (l + 1) + 2
 (acc, dO V^T, dV), GEMMs 2 n (n >= l + 1 the bucket), i.e. (10 + 6l) K FLOPs at n = l + 1.
 The stated cost (`_forward_cost`, `_score_gradient_cost`; HBM bytes, L2 bytes of the reloaded
 tiles, no atomics) is per call site and a rolled scan's one call site runs every layer, so it
 counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
 XLA. Tiles, warps and stages come from tiles.py's TILES, a table keyed by the device kind
-(chosen from published Hopper attention configurations, not tuned on a device yet).
+(each row says which of its entries were measured on a device, and where).
 """
 
 from __future__ import annotations
@@ -54,10 +58,14 @@ from realformer_jax.kernels.backends.triton.attention import (
   _cost_metadata,
   _draw_keep,
 )
-from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
+from realformer_jax.kernels.backends.triton.tiles import device_sms, device_tiles, with_device_tiles
 from realformer_jax.kernels.spec import KernelSpec
 
-DS_PANEL_BYTES = 2**30  # the largest dS panel the backward materialises
+DS_PANEL_BYTES = 2**30  # the largest dS panel of every (batch, head) at once
+# The least share of the SMs' program slots a one-head dS panel's grid fills in each wave
+# (`wave_fill`): 128 programs on 132 SMs fill 0.97 (one wave, 4 SMs idle), as 256 do in two
+# waves; 64 programs fill 0.48.
+PANEL_FILL = 0.9
 
 
 def fit_blocks(spec: KernelSpec, layers: int, seq_len: int, head_dim: int) -> KernelSpec:
@@ -148,7 +156,7 @@ def _forward_cost(spec, stack) -> dict:
     row_bytes=2 * mean_layers * rows + 2 * rows,  # q, k of l + 1 layers; v, out
     float_ops=8 + mean_layers + 2 * spec.dropout,
     exps=1,
-    int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
   )
 
@@ -270,7 +278,7 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
     row_bytes=(mean_layers + 1) * rows + (mean_layers + 2) * panel_rows,
     float_ops=14 + mean_layers + 4 * spec.dropout,
     exps=1,
-    int_ops=HASH_OPS_PER_ELEMENT + 2 if spec.dropout else 0,
+    int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
   )
 
@@ -323,19 +331,25 @@ def slot_buckets(layers: int) -> tuple[int, ...]:
   return tuple(sorted({math.ceil(layers * j / 4) for j in range(1, 5)}))
 
 
-def column_panels(batch: int, heads: int, seq_len: int, itemsize: int, block: int) -> int:
+def wave_fill(programs: int, sms: int) -> float:
+  """The share of the program slots `programs` use over the waves they take on `sms` SMs (one
+  program an SM at a time: these kernels hold ~170-255 registers a thread)."""
+  return programs / (math.ceil(programs / sms) * sms)
+
+
+def column_panels(batch: int, heads: int, seq_len: int, itemsize: int, block: int, sms: int) -> int:
   """Columns per dS panel: 0 when every (batch, head) and column fits DS_PANEL_BYTES at once
-  (one panel), else the largest multiple of `block` dividing L whose one-head panel fits."""
+  (one panel of B H L / block programs), else one (batch, head) at a time in panels of the
+  fewest columns (a multiple of `block` dividing L) whose C / block programs fill PANEL_FILL
+  of `sms` SMs' slots; where none does (L / block programs are too few), the columns that fill
+  the most (all L at best)."""
   if batch * heads * seq_len * seq_len * itemsize <= DS_PANEL_BYTES:
     return 0
-  columns = block
-  while (
-    columns * 2 <= seq_len
-    and seq_len % (columns * 2) == 0
-    and seq_len * columns * 2 * itemsize <= DS_PANEL_BYTES
-  ):
-    columns *= 2
-  return columns
+  candidates = [c for c in range(block, seq_len + 1, block) if seq_len % c == 0]
+  for columns in candidates:
+    if wave_fill(columns // block, sms) >= PANEL_FILL:
+      return columns
+  return max(candidates, key=lambda c: wave_fill(c // block, sms))  # the first: fewest columns
 
 
 def backward(
@@ -361,7 +375,7 @@ def _backward_at(slots, stack, v, do, lse, delta, bias, fparams, iparams, layer,
   """The backward with the matmuls over slots 0 .. slots - 1 (slots >= l + 1)."""
   _, _, batch, seq_len, heads, head_dim = stack.shape
   used = (jnp.arange(slots) <= layer[0]).astype(stack.dtype)[:, None, None, None, None]
-  columns = column_panels(batch, heads, seq_len, v.dtype.itemsize, spec.block_bwd)
+  columns = column_panels(batch, heads, seq_len, v.dtype.itemsize, spec.block_bwd, device_sms())
   if not columns:  # one panel: every head, every column
     ds, dv = _score_gradient(
       stack,
@@ -396,7 +410,7 @@ def _backward_by_head(
   slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
 ):
   """One (batch, head) at a time, its key columns in panels of `columns` (a loop in XLA): the
-  dS panel [L, columns] stays within DS_PANEL_BYTES. dK_i of a panel's columns is complete
+  dS panel is [L, columns] (column_panels). dK_i of a panel's columns is complete
   (a product over every row); dQ_i sums over the panels in a float32 [N, L, K] accumulator."""
   _, _, batch, seq_len, heads, head_dim = stack.shape
   panels = seq_len // columns

@@ -2,7 +2,8 @@
 (qk_attention.py: forward and dS tiles) and by plain attention's kernels (attention.py,
 post / pre: the forward, and the backward where a row names its tiles; the residual kernels
 that carry a float32 sum keep the plan's tiles, whose extra float32 tile per step a wider
-block would have to hold in registers too)."""
+block would have to hold in registers too). Each row says which of its entries were timed on a
+device (`measured`); the others are published configurations, unmeasured."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class Tiles(NamedTuple):
   bwd_rows: int = 0
   bwd_warps: int = 4
   bwd_stages: int = 2
+  # Which of these entries were timed on a device, where and on which code; '' none: chosen
+  # from published configurations, unmeasured.
+  measured: str = ''
 
 
 # By jax's `device_kind`; DEFAULT where the kind is not listed (and for deviceless compiles,
@@ -41,18 +45,30 @@ class Tiles(NamedTuple):
 # step, taller than square to cut the stack's reloads per score element. Measured on an H200
 # (2026-11-27, BERT-Base qk step at L = 65,536, `benchmarks.device_suite --qk_ds_tiles`): 64 x
 # 64 11.31 s, 64 x 128 9.12 s, 128 x 128 11.73 s, the same loss to six digits (ptxas -v for
-# sm_90a: 170, 248 and 255 registers, 128 x 128 spilling 208 bytes). The H100 has the same SMs
-# and L2: it takes the same row, not measured there. Plain attention's backward keeps the
-# plan's square 64 x 64 tile with 4 warps and 2 stages: of the candidates timed beside it on
-# that H200 (Post-LN step 4.00 s) 128 x 32 with 4 warps and 5 stages took 4.59 s, 128 x 128
-# with 8 warps and 2 stages 4.88 s, 128 x 64 (8, 2) 5.95 s and 64 x 64 (8, 3) 6.22 s.
-DEFAULT = Tiles(128, 128, 64, 8, 3, ds_rows=128)
+# sm_90a: 170, 248 and 255 registers, 128 x 128 spilling 208 bytes), all with the forward's 8
+# warps and 3 stages; the dS kernel's own warps and stages were never varied, and the kernels
+# timed then summed the layers' products with a wait and a scale per layer (before
+# tile_math.summed_scores' one accumulator): the one-accumulator kernels are unmeasured. The
+# H100 has the same SMs and L2: it takes the same row, not measured there. Plain attention's
+# backward keeps the plan's square 64 x 64 tile with 4 warps and 2 stages: of the candidates
+# timed beside it on that H200 (Post-LN step 4.00 s) 128 x 32 with 4 warps and 5 stages took
+# 4.59 s, 128 x 128 with 8 warps and 2 stages 4.88 s, 128 x 64 (8, 2) 5.95 s and 64 x 64
+# (8, 3) 6.22 s.
+HOPPER = Tiles(128, 128, 64, 8, 3, ds_rows=128, ds_warps=8, ds_stages=3)
+DEFAULT = HOPPER._replace(measured='none on an H100 (the H200 row: the same SMs and L2)')
 TILES = {
   'NVIDIA H100 80GB HBM3': DEFAULT,
-  'NVIDIA H200': DEFAULT,
-  'NVIDIA A100-SXM4-80GB': Tiles(128, 64, 64, 4, 2),
+  'NVIDIA H200': HOPPER._replace(
+    measured='H200, 2026-11-27, commit 43e232e (a wait and a scale per layer in the qk '
+    'kernels): qk dS 64 x 128 with 8 warps, 3 stages (of 3 tiles); plain backward 64 x 64 '
+    'with 4 warps, 2 stages (of 5 candidates); the forward tiles once, unvaried'
+  ),
+  'NVIDIA A100-SXM4-80GB': Tiles(128, 64, 64, 4, 2),  # unmeasured: Ampere's published tiles
   'NVIDIA A100-SXM4-40GB': Tiles(128, 64, 64, 4, 2),
 }
+# SMs of the GPU a deviceless compile is assumed to target (DEFAULT is an H100's row): the dS
+# panels are sized to fill them (qk_attention.column_panels).
+DEVICELESS_SMS = 132
 
 
 _override: Optional[Tiles] = None
@@ -79,6 +95,14 @@ def device_tiles() -> Tiles:
   if device.platform != 'gpu':
     return DEFAULT
   return TILES.get(device.device_kind, DEFAULT)
+
+
+def device_sms() -> int:
+  """The first device's SMs when it is a GPU that reports them (`core_count`), else
+  DEVICELESS_SMS."""
+  device = jax.devices()[0]
+  count = getattr(device, 'core_count', None) if device.platform == 'gpu' else None
+  return count if isinstance(count, int) and count > 0 else DEVICELESS_SMS
 
 
 def dividing(mine: int, plan: int, seq_len: int) -> int:

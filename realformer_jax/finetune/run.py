@@ -61,10 +61,15 @@ def run(
 ) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
   spec = with_schedule(train_config.validate_config(config, task=make_task(config)))
-  # Where the run starts, pinned to one checked step and recorded (a resume keeps its own).
+  # Where the run starts, pinned to one checked step and recorded (a resume keeps its own),
+  # with the tokenizer it actually uses (data.vocab_file, if given).
   source, identity = spec.task.starting_point.pinned()
   spec.task.starting_point = source
+  if identity is not None:
+    identity = dict(identity, **starting_point.tokenizer_used(source, spec.data))
   identity = starting_point.record_or_check(workdir, identity, spec.sections['finetune'].init_step)
+  if jax.process_index() == 0:
+    print(starting_point.describe_start(source, identity), flush=True)
   result = loop.run(spec, workdir, on_log=on_log)
   if result.get('preempted'):
     return result

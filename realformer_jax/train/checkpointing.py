@@ -5,6 +5,8 @@ Layout of `<workdir>/checkpoints/<step>/`:
     rng/    the run's base PRNG key data (dropout keys are fold_in(rng, step))
     data/   the data iterator position, one JSON file per process (grain's orbax handler);
             the same on every process, so a restore may use another process count
+    run_record.json the run's config and tokenizer SHA-256: which model the step holds
+            (checkpoint_record.py)
     checksums.json  size and CRC-32 of every file, recorded before the step is committed
             (checkpoint_integrity.py)
 
@@ -54,7 +56,7 @@ from jax.experimental import multihost_utils
 
 from realformer_jax import data, extras, workdir_layout
 from realformer_jax.config import ConfigError
-from realformer_jax.train import checkpoint_integrity
+from realformer_jax.train import checkpoint_integrity, checkpoint_record
 from realformer_jax.train.errors import CheckpointError, DivergenceError
 from realformer_jax.train.step import TrainState
 
@@ -78,11 +80,13 @@ class Checkpointer:
   """Saves and restores one run's checkpoints under `<workdir>/checkpoints`.
 
   `writer=False` opens them for reading only (train.load_workdir): nothing is created, cleaned
-  up, renamed or rotated, so it is safe beside a live run.
+  up, renamed or rotated, so it is safe beside a live run. `record`: what every step saved
+  records of the run (checkpoint_record.make).
   """
 
-  def __init__(self, workdir: str, keep: int, writer: bool = True):
+  def __init__(self, workdir: str, keep: int, writer: bool = True, record: Optional[dict] = None):
     self.directory = workdir_layout.checkpoints_dir(workdir)
+    self._record = record
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
     options = ocp.CheckpointManagerOptions(
@@ -168,9 +172,10 @@ class Checkpointer:
     candidates = sorted(
       glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')), key=os.path.getmtime
     )
-    checkpoint_integrity.record(
-      candidates[-1] if candidates else os.path.join(self.directory, str(step))
-    )
+    step_dir = candidates[-1] if candidates else os.path.join(self.directory, str(step))
+    if self._record is not None:  # before the inventory, which then lists it
+      checkpoint_record.write(step_dir, self._record)
+    checkpoint_integrity.record(step_dir)
 
   def restore(
     self, step: int, abstract_state: TrainState, abstract_rng_data: Any, data_iterator: Any

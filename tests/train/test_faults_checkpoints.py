@@ -158,8 +158,9 @@ def _all_files(workdir, step_name):
 def test_a_step_saved_without_checksums_falls_back_when_its_restore_fails(straight, tmp_path):
   """Checkpoints written before checksums existed: the failed restore itself is the check."""
   workdir = fs.copy_workdir(straight, tmp_path / 'w')
-  for step in (4, 6, 8):
-    os.remove(os.path.join(workdir, 'checkpoints', str(step), 'checksums.json'))
+  for step in (4, 6, 8):  # neither checksums.json nor run_record.json: the format of then
+    for name in ('checksums.json', 'run_record.json'):
+      os.remove(os.path.join(workdir, 'checkpoints', str(step), name))
   fs.truncate(_state_file(os.path.join(workdir, 'checkpoints', '8')), 1000)
 
   _step_6_restores_with_8_moved_aside(

@@ -210,6 +210,9 @@ class Execution:
   # analysis/kernel_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
   # with one error line. False trusts the kernels unchecked.
   attention_check: bool = True
+  # Token ids outside [0, vocab_size) embed as NaN. Eager calls always refuse them; under jit
+  # True adds a host callback that raises (debugging: a device -> host copy of the ids a step).
+  check_token_ids: bool = False
 
 
 # Each concern and its dataclass, in ModelConfig's field order.

@@ -141,7 +141,7 @@ def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
   """tokenizer.json (+ configs) that AutoTokenizer reads, with our ids for every piece and for
   the five special tokens; encodes '[CLS] text [SEP]' ('[CLS] a [SEP] b [SEP]' for pairs)."""
   # transformers (a dependency) and its converters: imported only when exporting.
-  from tokenizers import processors  # pylint: disable=import-outside-toplevel
+  from tokenizers import AddedToken, decoders, pre_tokenizers, processors  # pylint: disable=import-outside-toplevel
   from transformers import BertTokenizerFast, PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
 
   specials = dict(
@@ -152,8 +152,12 @@ def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
     mask_token=tokenizer_lib.MASK,
   )
   if isinstance(tokenizer, tokenizer_lib.SentencePieceTokenizer):
+    # '[MASK]' takes the space before it: in training a masked word's id replaces the piece
+    # that carried its space ('▁word'), so 'free [MASK]; you' is '▁free', '[MASK]', ';', ...
+    mask = AddedToken(tokenizer_lib.MASK, lstrip=True, normalized=False, special=True)
     fast = PreTrainedTokenizerFast(
-      tokenizer_object=_spm_tokenizer(tokenizer, processors), **specials
+      tokenizer_object=_spm_tokenizer(tokenizer, processors, pre_tokenizers, decoders),
+      **dict(specials, mask_token=mask),
     )
   else:  # WordPiece: BERT's own tokenizer reads the vocab.txt
     path = os.path.join(out_dir, 'vocab.txt')
@@ -175,9 +179,12 @@ def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
       )
 
 
-def _spm_tokenizer(tokenizer, processors):
+def _spm_tokenizer(tokenizer, processors, pre_tokenizers, decoders):
   """The SentencePiece model as a `tokenizers.Tokenizer` (transformers' own converter: same
-  normalisation, pieces and scores) with BERT's [CLS] / [SEP] template."""
+  normalisation, pieces and scores) with BERT's [CLS] / [SEP] template. SentencePiece adds its
+  '▁' word boundary once, before the text; the converter's Metaspace would add one after every
+  special token too ('[MASK]; you' -> '[MASK]', '▁', ';'), a piece training never saw there:
+  only the text's first section gets it ('first')."""
   import tempfile  # pylint: disable=import-outside-toplevel
   import types  # pylint: disable=import-outside-toplevel
 
@@ -190,6 +197,8 @@ def _spm_tokenizer(tokenizer, processors):
     converted = SpmConverter(
       types.SimpleNamespace(vocab_file=path, legacy=True, add_prefix_space=True)
     ).converted()
+  converted.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='first')
+  converted.decoder = decoders.Metaspace(replacement='▁', prepend_scheme='first')
   cls, sep = tokenizer_lib.CLS, tokenizer_lib.SEP
   converted.post_processor = processors.TemplateProcessing(
     single=f'{cls} $A {sep}',

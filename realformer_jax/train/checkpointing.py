@@ -97,7 +97,12 @@ class Checkpointer:
       read_only=not writer,
       # Uncommitted steps of a killed or failed run: ours to remove (we hold the workdir).
       cleanup_tmp_directories=writer,
-      async_options=ocp.AsyncOptions(post_finalization_callback=self._record_checksums)
+      # The step's directories are made in the blocking part of the save: made in orbax's
+      # background thread, a directory that cannot be made (a read-only checkpoints/ after the
+      # probe below) left the save waiting 300 s at orbax's barrier, naming no cause.
+      async_options=ocp.AsyncOptions(
+        post_finalization_callback=self._record_checksums, create_directories_asynchronously=False
+      )
       if writer
       else None,
     )

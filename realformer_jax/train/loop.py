@@ -35,7 +35,7 @@ from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data.store import cache_lock
 from realformer_jax.model.params import count_params
-from realformer_jax.train import build, checkpoint_record, divergence, workdir_lock
+from realformer_jax.train import build, checkpoint_record, cpu_notice, divergence, workdir_lock
 from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer, committed_steps
 from realformer_jax.train.config import RunSpec, TrainConfig
@@ -119,6 +119,9 @@ def run(
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
+    too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after
+    if too_big_for_cpu:
+      writer.print(too_big_for_cpu)
     resolved = build.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
@@ -185,6 +188,8 @@ def run(
     if lock is not None:
       lock.check()
     final = _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
+    # The last saved state is judged by no later step: its evaluation goes through the guard.
+    divergence.check_final_eval(step, final['eval/loss'], last_saved, log.reference)
     writer.print(task.summary(final, baseline, step))
     return {
       **{k: float(v) for k, v in final.items()},
@@ -449,7 +454,7 @@ class _TrainLog:
     on_log: Optional[Callable[[int, int, dict], None]] = None,
   ):
     self._on_log = on_log
-    self._reference = reference
+    self.reference = reference
     self._task = spec.task
     self._writer = writer
     self._every = spec.train.log_every_steps
@@ -466,11 +471,16 @@ class _TrainLog:
     task = self._task
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
     # Before any save: also a finite explosion, whose state must not become a resume point.
-    divergence.check_finite(step, loss, values, last_checkpoint, self._reference)
+    divergence.check_finite(step, loss, values, last_checkpoint, self.reference)
     self._sums = add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:
       return
+    # The run's first step is slower than the rest (first execution, allocations, the input
+    # pipeline filling): its time is said as such, and throughput and ETA come from the steps
+    # after it (the clock restarts at every log point).
+    first = step == self._start + 1 and step != self._stop
+    first_seconds = self._throughput.elapsed() if first else 0.0
     tokens_per_sec, seconds_left = self._throughput.update(step)
     train_metrics = task.train_metrics(self._sums)
     scalars = prefixed(train_metrics, 'train')
@@ -478,9 +488,10 @@ class _TrainLog:
       {
         'train/learning_rate': float(values['learning_rate']),
         'train/grad_norm': float(values['grad_norm']),
-        'train/tokens_per_sec': tokens_per_sec,
       }
     )
+    if not first:
+      scalars['train/tokens_per_sec'] = tokens_per_sec
     if 'layer_grad_norms' in values:
       scalars.update(diagnostics.flatten_metrics(values['layer_grad_norms'], 'train/grad_norm'))
     self._sums = None
@@ -488,11 +499,15 @@ class _TrainLog:
     if self._on_log is not None:
       self._on_log(step, self._stop, scalars)
     fields = task.log_fields(train_metrics)
+    speed = (
+      f'first step {format_duration(first_seconds)} (warm-up: ETA from the steps after it)'
+      if first
+      else f'{tokens_per_sec:,.0f} tok/s | ETA {format_duration(seconds_left)}'
+    )
     self._writer.print(
       f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
       f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
-      f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
-      f'ETA {format_duration(seconds_left)}'
+      f'grad {scalars["train/grad_norm"]:.2f} | {speed}'
     )
 
 
@@ -570,6 +585,10 @@ class Throughput:
 
   def restart(self, step: int) -> None:
     self._step, self._time = step, time.perf_counter()
+
+  def elapsed(self) -> float:
+    """Seconds since the clock last (re)started."""
+    return time.perf_counter() - self._time
 
   def update(self, step: int) -> tuple[float, float]:
     """(tokens/s, seconds left) since the previous call."""

@@ -407,9 +407,12 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   assert proc.returncode == 130, out + err
   fs.the_line(
     err,
-    r'error: interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
+    r'error: interrupted twice: stopped without saving; a rerun resumes from the checkpoint at '
+    r'step 8',
   )
   assert 'resumed from the checkpoint at step 7' in out and 'eval  step 8:' not in out
+  # The first Ctrl-C said at once what it does (while the evaluation held the main thread).
+  assert 'Ctrl-C: stopping after the step in progress' in out
   # Step 8, committed before the evaluation, is the uninterrupted run's (no rerun needed: the
   # restores above, and the kill test's, show that a committed step resumes).
   assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', '8')) is None

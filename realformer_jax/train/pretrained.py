@@ -118,8 +118,8 @@ def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
   for section, command in _OTHER_COMMANDS.items():
     if section in saved:
       raise ConfigError(
-        f'{path}: the workdir of a {command} run (its config has a {section!r} section), not '
-        'of a masked-LM pretraining run (experiments.train), which is what is exported or '
+        f'{path}: written by a run of {command} (its config has a {section!r} section), not by '
+        'a masked-LM pretraining run of experiments.train, which is what is exported or '
         'fine-tuned from'
       )
   for section, values in saved.items():

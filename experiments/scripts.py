@@ -4,35 +4,22 @@ status), from any directory. A shipped config is named as in the docs, `--config
 wherever the command runs (experiments/cli.py `shipped_config`)."""
 
 import runpy
+from typing import Callable
 
 
-def _run(module: str) -> None:
-  runpy.run_module(module, run_name='__main__', alter_sys=True)
+def _command(module: str) -> Callable[[], None]:
+  def run() -> None:
+    runpy.run_module(module, run_name='__main__', alter_sys=True)
+
+  run.module = module  # what it runs, for the tests and for reading
+  run.__doc__ = f'python -m {module}'
+  return run
 
 
-def train() -> None:
-  _run('experiments.train')
-
-
-def finetune() -> None:
-  _run('experiments.finetune')
-
-
-def prepare() -> None:
-  _run('experiments.prepare_data')
-
-
-def export() -> None:
-  _run('experiments.export_hf')
-
-
-def translate() -> None:
-  _run('experiments.translate')
-
-
-def compile_for() -> None:
-  _run('experiments.compile')
-
-
-def device_check() -> None:
-  _run('experiments.device_check')
+train = _command('experiments.train')
+finetune = _command('experiments.finetune')
+prepare = _command('experiments.prepare_data')
+export = _command('experiments.export_hf')
+translate = _command('experiments.translate')
+compile_for = _command('experiments.compile')
+device_check = _command('experiments.device_check')

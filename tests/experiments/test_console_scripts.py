@@ -4,7 +4,6 @@ installed with the package, they run from any directory, a shipped config named 
 repository root (issue 59: the modules worked only from there)."""
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,13 +28,12 @@ def _scripts() -> dict:
 def test_every_script_runs_a_command_module():
   names = _scripts()
   assert {'realformer-train', 'realformer-prepare', 'realformer-export'} <= set(names)
-  source = open(scripts.__file__).read()
   for name, target in names.items():
     module, function = target.split(':')
     assert module == 'experiments.scripts', name
-    run = re.search(rf"def {function}\(\) -> None:\n  _run\('(experiments\.\w+)'\)", source)
-    assert run, f'{name}: experiments.scripts.{function} runs no command module'
-    assert os.path.isfile(os.path.join(REPO, *run[1].split('.')) + '.py'), name
+    command = getattr(scripts, function).module
+    source = open(os.path.join(REPO, *command.split('.')) + '.py').read()
+    assert "if __name__ == '__main__':" in source, (name, command)
 
 
 def test_a_shipped_config_is_found_from_any_directory(tmp_path, monkeypatch):

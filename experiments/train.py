@@ -2,6 +2,7 @@ r"""Masked-LM pretraining. This file is intentionally kept short: the logic live
 realformer_jax/train/. The guide (configs, resuming, several hosts, faults): docs/training.md.
 
     python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
+    realformer-train --config=configs/tiny.py --workdir=/tmp/realformer_tiny   # any directory
     python -m experiments.train --config=configs/realformer_large.py --workdir=DIR \
         --config.train.global_batch_size=256 --config.mesh.shape='(1,-1,1)'
 

@@ -25,6 +25,9 @@ from realformer_jax.units import format_duration
 STEP_SECONDS = 10.0  # an estimated step above this is worth a word
 STATE_FRACTION = 0.25  # of this host's memory
 _STATE_BYTES_PER_PARAM = 16  # float32 params + grads + two AdamW moments
+# float32 matmul FLOP/s no CPU this project runs on exceeds (FACTS: 170-450 GFLOP/s measured):
+# a step below STEP_SECONDS at this rate needs no measurement.
+_FASTEST_CPU_FLOPS = 2e12
 
 
 def notice(spec) -> Optional[str]:
@@ -41,6 +44,8 @@ def notice(spec) -> Optional[str]:
   state_bytes = _STATE_BYTES_PER_PARAM * params
   memory = _host_memory_bytes()
   big_state = memory is not None and state_bytes > STATE_FRACTION * memory
+  if flops / _FASTEST_CPU_FLOPS <= STEP_SECONDS and not big_state:
+    return None  # quick even on the fastest CPU: nothing to measure or say
   flops_per_second = measured_flops_per_second()
   step_seconds = flops / flops_per_second
   if step_seconds <= STEP_SECONDS and not big_state:

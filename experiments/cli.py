@@ -40,9 +40,10 @@ def define_print_config():
   )
 
 
-def print_config(config, schemas, notes=()):
-  """--print_config: every field of the resolved `config`, one a line with its meaning."""
-  print(config_docs.describe(config, schemas, notes))
+def print_config(config, schemas, notes=(), field_notes=()):
+  """--print_config: every field of the resolved `config`, one a line with its meaning
+  (`field_notes`: config_docs.describe's)."""
+  print(config_docs.describe(config, schemas, notes, field_notes))
 
 
 def fail(message: str):
@@ -93,6 +94,7 @@ def parse_flags(argv):
   if help_args:
     app.usage(shorthelp=help_args[0] in _HELP, writeto_stdout=True)
     sys.exit(0)
+  argv = [shipped_config(a) for a in argv]
   check_config_files(argv)
   try:
     return flags.FLAGS(argv)
@@ -105,6 +107,23 @@ def parse_flags(argv):
   except flags.Error as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
+
+
+# The directory that holds configs/ beside experiments/ (the repository, or site-packages).
+_INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shipped_config(arg: str) -> str:
+  """`arg` with a relative `--config=configs/...` that is not a file here made the shipped
+  config of that name, so the documented commands run from any directory (the console scripts,
+  experiments/scripts.py). A file of that name in the current directory wins."""
+  if not arg.startswith('--config='):
+    return arg
+  path, colon, config_arg = arg[len('--config=') :].partition(':')
+  shipped = os.path.join(_INSTALL_ROOT, path)
+  if os.path.isabs(path) or os.path.exists(path) or not os.path.isfile(shipped):
+    return arg
+  return f'--config={shipped}{colon}{config_arg}'
 
 
 def check_config_files(argv):
@@ -122,13 +141,20 @@ def check_config_files(argv):
     with open(path, 'rb') as f:
       source = f.read()
     try:
-      tree = ast.parse(source, filename=path)
+      ast.parse(source, filename=path)
     except SyntaxError as e:
       fail(f'--config {path}: syntax error at line {e.lineno}: {e.msg}')
-    if 'get_config' not in _top_level_names(tree):
+    # Run first: a file that raises while it runs (a failed import, a `from x import *` of a
+    # broken module) is that error, whatever names it would have defined.
+    try:
+      module = _run_config_file(path)
+    except Exception as e:  # pylint: disable=broad-except  # anything the user's code raises
+      raised = f'{_where(e, path)}{type(e).__name__}: {_first_line(e)}'
+      fail(f'--config {path}: raised while it ran: {raised}')
+    if not callable(getattr(module, 'get_config', None)):
       fail(f'--config {path}: defines no get_config() (a config file returns its config from it)')
     try:
-      config = _run_config_file(path).get_config(*config_args)
+      config = module.get_config(*config_args)
     except Exception as e:  # pylint: disable=broad-except  # anything the user's code raises
       fail(f'--config {path}: {_where(e, path)}{type(e).__name__}: {_first_line(e)}')
     if not isinstance(config, ml_collections.ConfigDict):
@@ -156,20 +182,6 @@ def _where(error: BaseException, path: str) -> str:
 
 def _first_line(error: BaseException) -> str:
   return (str(error).strip().splitlines() or [''])[0]
-
-
-def _top_level_names(tree: ast.Module) -> set:
-  """The names a module defines at its top level (functions, assignments, imports)."""
-  names = set()
-  for node in tree.body:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-      names.add(node.name)
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-      names.update((a.asname or a.name).split('.')[0] for a in node.names)
-    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-      names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-  return names
 
 
 def _suggestion(argv, name: str, key: str) -> str:

@@ -21,6 +21,7 @@ from absl import app, flags
 from experiments import train as train_cli  # its flags: --config, --workdir, --malloc, ...
 from realformer_jax import finetune
 from realformer_jax.finetune import config as finetune_config
+from realformer_jax.finetune.run import config_as_run
 
 flags.adopt_module_key_flags(train_cli)  # --help lists them here too
 SCHEMAS = dict(
@@ -31,7 +32,8 @@ SCHEMAS = dict(
 
 
 def main(argv):
-  train_cli.run_job(argv, finetune.run, SCHEMAS)
+  # --print_config shows the schedule that runs (derived from finetune.num_epochs).
+  train_cli.run_job(argv, finetune.run, SCHEMAS, as_run=config_as_run)
 
 
 if __name__ == '__main__':

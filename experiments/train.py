@@ -2,6 +2,7 @@ r"""Masked-LM pretraining. This file is intentionally kept short: the logic live
 realformer_jax/train/. The guide (configs, resuming, several hosts, faults): docs/training.md.
 
     python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
+    realformer-train --config=configs/tiny.py --workdir=/tmp/realformer_tiny   # any directory
     python -m experiments.train --config=configs/realformer_large.py --workdir=DIR \
         --config.train.global_batch_size=256 --config.mesh.shape='(1,-1,1)'
 
@@ -34,6 +35,8 @@ from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataConfig, DataError
 from realformer_jax.train import config as train_config
 from realformer_jax.train import preemption, workdir_lock
+from realformer_jax.train.checkpointing import committed_steps
+from realformer_jax.workdir_layout import checkpoints_dir
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, CONFIG_HELP, lock_config=True)
 _PRINT_CONFIG = define_print_config()
@@ -58,14 +61,22 @@ SCHEMAS = {
 NOTES = {'logical_axis_rules': "the model's logical axis names -> mesh axes (first match wins)"}
 
 
-def run_job(argv, job, schemas=SCHEMAS):
+def run_job(argv, job, schemas=SCHEMAS, as_run=None):
   """The checks and settings every entry point shares, then `job(config, workdir)`; a user
   error (ConfigError, DataError, TrainingError) exits 1 with one line. --print_config prints
-  the config instead (`schemas`: each section's dataclass)."""
+  the config instead (`schemas`: each section's dataclass), as it runs: `as_run(config)` gives
+  (config, {'section.field': note}) with the values the command derives (fine-tuning's
+  schedule)."""
   if len(argv) > 1:
     fail(f'unexpected arguments: {argv[1:]}')
   if _PRINT_CONFIG.value:
-    print_config(loaded(_CONFIG.value), schemas, NOTES)
+    config, field_notes = loaded(_CONFIG.value), {}
+    if as_run is not None:
+      try:
+        config, field_notes = as_run(config)
+      except (ConfigError, DataError) as e:
+        fail(str(e))
+    print_config(config, schemas, NOTES, field_notes)
     return
   if _WORKDIR.value is None:
     fail('flag --workdir must have a value other than None')
@@ -85,8 +96,7 @@ def run_job(argv, job, schemas=SCHEMAS):
     fail_after_training(str(e))
   except preemption.SecondInterrupt:  # the first Ctrl-C saves and exits 0, as SIGTERM does
     fail_after_training(
-      'interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
-      status=130,
+      f'interrupted twice: stopped without saving; {_rerun(_WORKDIR.value)}', status=130
     )
   except KeyboardInterrupt:  # while data was built or the workdir opened: no step to save yet
     fail_after_training(
@@ -94,6 +104,14 @@ def run_job(argv, job, schemas=SCHEMAS):
       'as this one would have',
       status=130,
     )
+
+
+def _rerun(workdir: str) -> str:
+  """What a rerun on `workdir` starts from, by the checkpoints committed there."""
+  steps = committed_steps(checkpoints_dir(workdir))
+  if steps:
+    return f'a rerun resumes from the checkpoint at step {steps[-1]}'
+  return 'no checkpoint was saved yet: a rerun starts from step 0'
 
 
 def main(argv):

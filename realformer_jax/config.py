@@ -222,6 +222,9 @@ class Execution:
   # analysis/kernel_check.py): 'auto' falls back to the einsum path on a mismatch, 'pallas' stops
   # with one error line. False trusts the kernels unchecked.
   attention_check: bool = True
+  # Token ids outside [0, vocab_size) embed as NaN. Eager calls always refuse them; under jit
+  # True adds a host callback that raises (debugging: a device -> host copy of the ids a step).
+  check_token_ids: bool = False
 
 
 # Each concern and its dataclass, in ModelConfig's field order.
@@ -260,7 +263,7 @@ SAVED_FIELD_MOVES = {
 }
 # Fields added since, with the value a saved config written before them was trained with (not
 # today's default, which may change): a resume compares a saved config without the field as
-# holding this value (train/loop.py check_resumable).
+# holding this value (train/checkpoint_record.py model_differences).
 SAVED_FIELD_ADDED = {('model', 'dropout_generator'): 'threefry'}
 
 

@@ -61,10 +61,17 @@ def _own_meanings(cls: type) -> dict[str, str]:
   return meanings
 
 
-def describe(config: Any, schemas: Mapping[str, type], notes: Mapping[str, str] = ()) -> str:
+def describe(
+  config: Any,
+  schemas: Mapping[str, type],
+  notes: Mapping[str, str] = (),
+  field_notes: Mapping[str, str] = (),
+) -> str:
   """Every field of `config` (a ConfigDict) as 'section.field = value  # meaning', one a line.
-  `schemas` names each section's dataclass; `notes` describes sections that have none."""
-  notes = dict(notes)
+  `schemas` names each section's dataclass; `notes` describes sections that have none;
+  `field_notes` ('section.field': text) replaces a field's meaning (e.g. a value a command
+  derives, not the one the config holds)."""
+  notes, field_notes = dict(notes), dict(field_notes)
   lines = []
   for section in config.keys():
     values = config[section]
@@ -77,6 +84,7 @@ def describe(config: Any, schemas: Mapping[str, type], notes: Mapping[str, str] 
     names = [n for n in meanings if n in values] + sorted(set(values.keys()) - set(meanings))
     for name in names:
       value, meaning = values[name], meanings.get(name, '')
+      meaning = field_notes.get(f'{section}.{name}', meaning)
       lines.append(f'{section}.{name} = {_value(value)}' + (f'  # {meaning}' if meaning else ''))
   return '\n'.join(lines)
 

@@ -12,6 +12,9 @@ TENSORBOARD = 'tensorboard'  # event files (train/loop.py: MetricWriter)
 
 # What marks a directory as a training run's: an export must not write over one.
 RUN_MARKERS = (CHECKPOINTS, LOCK_FILE, CONFIG_FILE)
+# Directories whose contents the run manages (rotates, renames, appends to): nothing else may
+# be written inside them (checkpoint rotation would delete an export put there).
+MANAGED_DIRS = (CHECKPOINTS, BEST, TENSORBOARD)
 
 
 def checkpoints_dir(workdir: str) -> str:

@@ -208,15 +208,13 @@ def origin(workdir: str) -> dict:
 
 
 def learned(run: Mapping[str, Any]) -> bool:
-  """The one definition: finished, eval loss below the copy-aware unigram loss, and [MASK]
-  accuracy above the most frequent token's (the copy rule's accuracy at [MASK])."""
+  """The one definition: finished, and not at the context-free floors
+  (mlm_metrics.below_floors: eval loss below the copy-aware unigram loss, [MASK] accuracy above
+  the most frequent token's, the copy rule's accuracy at [MASK])."""
   final, floors = run.get('final'), run.get('floors') or {}
   if not final or 'copy_unigram_loss' not in floors:
     return False
-  return (
-    not mlm_metrics.failed_to_train(final['loss'], floors)
-    and final['mask_accuracy'] > floors['mask_accuracy']
-  )
+  return not mlm_metrics.below_floors(final['loss'], final['mask_accuracy'], floors)
 
 
 # ------------------------------------------------------------------------------------------
@@ -446,7 +444,7 @@ FLOOR_LINES = {
     ('copy_accuracy', True, 'black', 'floor: copy-aware (copy visible, else most frequent)'),
   ),
   'loss': (('copy_unigram_loss', False, 'black', 'floor: copy-aware unigram loss'),),
-  'mask_loss': (('mask_unigram_loss', False, 'black', 'floor: unigram loss at [MASK]'),),
+  'mask_loss': (('mask_unigram_loss', False, 'black', 'floor: token-frequency loss at [MASK]'),),
 }
 
 

@@ -12,6 +12,9 @@ environment variable REALFORMER_TEST_FAULTS, a comma-separated list of:
                                stderr and sleeps SECONDS before it computes anything
   sigint_before_lock           a Ctrl-C (SIGINT) once the data is built, just before the run
                                takes the workdir: before training starts
+  mkdir_denied_after_probe:STEP  the save of checkpoint STEP passes its probe, then orbax cannot
+                               make the step's directory (PermissionError, as a checkpoints/
+                               made read-only between the two)
 
 Each fault is a monkeypatch at the place a real one would strike; nothing here is reachable
 from the package itself.
@@ -106,11 +109,27 @@ def _sigint_before_lock() -> None:
   loop.workdir_lock.acquire_for_run = acquire_for_run
 
 
+def _mkdir_denied_after_probe(step: int) -> None:
+  from orbax.checkpoint._src.path import atomicity  # pylint: disable=g-import-not-at-top
+
+  real_create = atomicity.AtomicRenameTemporaryPath.create
+
+  async def create(self, *args, **kwargs):
+    path = str(self.get())
+    if os.path.basename(path).startswith(f'{step}.orbax-checkpoint-tmp'):
+      _marker(f'making the directory of step {step} is denied')
+      raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    return await real_create(self, *args, **kwargs)
+
+  atomicity.AtomicRenameTemporaryPath.create = create
+
+
 _FAULTS = {
   'save_error': lambda step, phase, code: _save_error(int(step), phase, getattr(errno, code)),
   'slow_save': lambda step, seconds: _slow_save(int(step), float(seconds)),
   'slow_eval': lambda step, seconds: _slow_eval(int(step), float(seconds)),
   'sigint_before_lock': _sigint_before_lock,
+  'mkdir_denied_after_probe': lambda step: _mkdir_denied_after_probe(int(step)),
 }
 
 

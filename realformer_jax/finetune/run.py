@@ -38,20 +38,45 @@ from realformer_jax.train.task import prefixed
 RESULTS_FILE = 'results.json'
 
 
+def schedule(spec: train.RunSpec) -> tuple[dict, dict]:
+  """(train fields, how each is derived): the step counts a fine-tuning run uses, from
+  finetune.num_epochs and the size of the train split (the config's own are not used)."""
+  finetune = spec.sections['finetune']
+  examples = spec.task.train_size(spec.data)
+  batch = spec.train.global_batch_size
+  steps_per_epoch = math.ceil(examples / batch)
+  total = max(1, math.ceil(finetune.num_epochs * steps_per_epoch))
+  epoch = f'{examples} train examples / batch {batch}, rounded up'
+  fields = dict(
+    num_train_steps=total,
+    warmup_steps=int(finetune.warmup_fraction * total),
+    eval_every_steps=steps_per_epoch,
+    checkpoint_every_steps=steps_per_epoch,
+  )
+  how = dict(
+    num_train_steps=f'derived: finetune.num_epochs={finetune.num_epochs} x {steps_per_epoch} '
+    f'steps an epoch ({epoch})',
+    warmup_steps=f'derived: finetune.warmup_fraction={finetune.warmup_fraction} of the steps',
+    eval_every_steps=f'derived: one epoch ({epoch})',
+    checkpoint_every_steps=f'derived: one epoch ({epoch})',
+  )
+  return fields, how
+
+
 def with_schedule(spec: train.RunSpec) -> train.RunSpec:
   """The spec with its train section's step counts derived from finetune.num_epochs and the
-  size of the train split (the user's train.num_train_steps etc. are not used)."""
-  finetune = spec.sections['finetune']
-  steps_per_epoch = math.ceil(spec.task.train_size(spec.data) / spec.train.global_batch_size)
-  total = max(1, math.ceil(finetune.num_epochs * steps_per_epoch))
-  return spec.replace(
-    train=spec.train.replace(
-      num_train_steps=total,
-      warmup_steps=int(finetune.warmup_fraction * total),
-      eval_every_steps=steps_per_epoch,
-      checkpoint_every_steps=steps_per_epoch,
-    )
-  )
+  size of the train split (`schedule`; the user's train.num_train_steps etc. are not used)."""
+  return spec.replace(train=spec.train.replace(**schedule(spec)[0]))
+
+
+def config_as_run(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, dict]:
+  """`config` with the train fields a run derives (`schedule`), and a note for each
+  ('train.<field>': how it is derived): what --print_config shows."""
+  fields, how = schedule(train_config.validate_config(config, task=make_task(config)))
+  shown = ml_collections.ConfigDict(config.to_dict())
+  for name, value in fields.items():
+    shown.train[name] = value
+  return shown, {f'train.{name}': note for name, note in how.items()}
 
 
 def run(
@@ -61,10 +86,15 @@ def run(
 ) -> dict[str, Any]:
   """Fine-tunes as the config says; returns (and writes to results.json) the metrics."""
   spec = with_schedule(train_config.validate_config(config, task=make_task(config)))
-  # Where the run starts, pinned to one checked step and recorded (a resume keeps its own).
+  # Where the run starts, pinned to one checked step and recorded (a resume keeps its own),
+  # with the tokenizer it actually uses (data.vocab_file, if given).
   source, identity = spec.task.starting_point.pinned()
   spec.task.starting_point = source
+  if identity is not None:
+    identity = dict(identity, **starting_point.tokenizer_used(source, spec.data))
   identity = starting_point.record_or_check(workdir, identity, spec.sections['finetune'].init_step)
+  if jax.process_index() == 0:
+    print(starting_point.describe_start(source, identity), flush=True)
   result = loop.run(spec, workdir, on_log=on_log)
   if result.get('preempted'):
     return result

@@ -50,6 +50,8 @@ class StartingPoint:
   hf_config_path: str = ''
   pretrain_data: Any = None  # workdir: its data section (data.DataConfig)
   checkpoint_model: Optional[ModelConfig] = None  # the architecture the weights have
+  # workdir, once pinned: (SHA-256, where recorded) of the tokenizer the step was trained with
+  recorded_tokenizer: Optional[tuple] = None
 
   @classmethod
   def from_config(cls, finetune: Any) -> 'StartingPoint':
@@ -96,7 +98,7 @@ class StartingPoint:
     fine-tuning run never starts from damaged weights, and records which step it used even when
     the pretraining run has saved newer ones since."""
     if self.kind == WORKDIR:
-      from realformer_jax.train import pretrained, run_identity  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train import checkpoint_record, pretrained, run_identity  # pylint: disable=import-outside-toplevel
       from realformer_jax.train.checkpointing import Checkpointer  # pylint: disable=import-outside-toplevel
 
       checkpointer = Checkpointer(self.path, keep=1, writer=False)
@@ -116,8 +118,14 @@ class StartingPoint:
       finally:
         checkpointer.close()
       saved = pretrained.read_config_json(self.path)
+      # The step says which model and tokenizer it holds: config.json must agree with it.
+      record = checkpoint_record.read(os.path.join(checkpointer.directory, str(step)))
+      checkpoint_record.check_config(self.path, step, record, saved)
+      recorded = checkpoint_record.recorded_tokenizer(
+        self.path, step, record, self.pretrain_data.data_dir
+      )
       identity = run_identity.of_checkpoint(self.path, step, saved).to_dict()
-      return dataclasses.replace(self, step=step), identity
+      return dataclasses.replace(self, step=step, recorded_tokenizer=recorded), identity
     if self.kind == HUGGING_FACE:
       return self, {
         'weights': self.path,
@@ -156,13 +164,17 @@ class StartingPoint:
     return ModelConfig(**merged)
 
   def tokenizer(self, data: Any) -> data_lib.Tokenizer:
-    """The tokenizer of this starting point for the fine-tuning data section `data`."""
+    """The tokenizer of this starting point for the fine-tuning data section `data`: a
+    workdir's is checked against the one its step records (pinned); `data.vocab_file` is used
+    as given (run.py records it and says when it is not the checkpoint's)."""
     if data.vocab_file:
       return data_lib.tokenizers.load(data.vocab_file, lower_case=data.lower_case)
     if self.kind == WORKDIR:
-      from realformer_jax.train import pretrained  # pylint: disable=import-outside-toplevel
+      from realformer_jax.train import checkpoint_record, pretrained  # pylint: disable=import-outside-toplevel
 
-      return pretrained.workdir_tokenizer(self.path, self.pretrain_data)
+      tokenizer = pretrained.workdir_tokenizer(self.path, self.pretrain_data)
+      checkpoint_record.check_tokenizer(tokenizer, self.recorded_tokenizer, self.path)
+      return tokenizer
     if self.kind == HUGGING_FACE:
       vocab = os.path.join(os.path.dirname(self.path), 'vocab.txt')
       if not os.path.isfile(vocab):
@@ -200,6 +212,40 @@ class StartingPoint:
 RECORD_FILE = 'starting_point.json'
 
 
+def tokenizer_used(source: StartingPoint, data: Any) -> dict:
+  """What a run's starting_point.json records of the tokenizer it fine-tunes with (the file
+  and its SHA-256), warning when `data.vocab_file` is not the one the checkpoint was trained
+  with (its ids then mean other pieces than in pretraining)."""
+  tokenizer = source.tokenizer(data)
+  recorded = source.recorded_tokenizer
+  if data.vocab_file and recorded is not None and recorded[0] != tokenizer.sha256:
+    from realformer_jax.train.checkpointing import warn  # pylint: disable=import-outside-toplevel
+
+    warn(
+      f'data.vocab_file={data.vocab_file} is not the tokenizer {source.path} was trained with '
+      f'(SHA-256 {tokenizer.sha256[:16]}; {recorded[1]} records {recorded[0][:16]}): its ids '
+      'mean other pieces than in pretraining'
+    )
+  return {'tokenizer_file': str(tokenizer.source), 'tokenizer_sha256': tokenizer.sha256[:16]}
+
+
+def describe_start(source: StartingPoint, identity: Optional[dict]) -> str:
+  """The line a fine-tuning run prints of where it starts (identity: record_or_check's)."""
+  if source.kind == RANDOM or not identity:
+    return 'fine-tuning from random init'
+  tokenizer = f'tokenizer {identity.get("tokenizer_sha256")} ({identity.get("tokenizer_file")})'
+  if source.kind == HUGGING_FACE:
+    return (
+      f'fine-tuning from Hugging Face weights {identity["weights"]} (SHA-256 '
+      f'{identity["weights_sha256"]}, config {identity["config"]}); {tokenizer}'
+    )
+  return (
+    f'fine-tuning from {identity["workdir"]} at step {identity["step"]} (checksums '
+    f'{identity["checksums"].split(":")[0]}, config {identity["config_digest"]}, corpus '
+    f'{identity["corpus"]}); {tokenizer}'
+  )
+
+
 def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> Optional[dict]:
   """The identity of where the fine-tuning run in `workdir` started. A new run records
   `identity` (RECORD_FILE); a resumed one (it has checkpoints) returns the recorded one, which
@@ -223,7 +269,8 @@ def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> O
     changed = [
       f'{k} {recorded.get(k)!r} -> {v!r}'
       for k, v in (identity or {}).items()
-      if k not in ignore and recorded.get(k) != v
+      # a field a record of an older version lacks (the tokenizer used) is not compared
+      if k not in ignore and k in recorded and recorded.get(k) != v
     ] + (['random init -> a checkpoint'] if recorded == {} and identity else [])
     if changed or (identity is None and recorded):
       raise ConfigError(

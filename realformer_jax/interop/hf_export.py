@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 from typing import Any, Optional
 
 import numpy as np
@@ -32,7 +33,7 @@ import numpy as np
 from realformer_jax.config import ConfigError, ModelConfig, fields_of
 from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.interop import hf_convert
-from realformer_jax.workdir_layout import CONFIG_FILE, RUN_MARKERS
+from realformer_jax.workdir_layout import CONFIG_FILE, MANAGED_DIRS, RUN_MARKERS
 
 TORCH_MODULE_DIR = os.path.join(os.path.dirname(__file__), 'torch_module')
 TORCH_MODULE_FILES = ('configuration_realformer.py', 'modeling_realformer.py')
@@ -140,7 +141,7 @@ def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
   """tokenizer.json (+ configs) that AutoTokenizer reads, with our ids for every piece and for
   the five special tokens; encodes '[CLS] text [SEP]' ('[CLS] a [SEP] b [SEP]' for pairs)."""
   # transformers (a dependency) and its converters: imported only when exporting.
-  from tokenizers import processors  # pylint: disable=import-outside-toplevel
+  from tokenizers import AddedToken, decoders, pre_tokenizers, processors  # pylint: disable=import-outside-toplevel
   from transformers import BertTokenizerFast, PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
 
   specials = dict(
@@ -151,8 +152,12 @@ def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
     mask_token=tokenizer_lib.MASK,
   )
   if isinstance(tokenizer, tokenizer_lib.SentencePieceTokenizer):
+    # '[MASK]' takes the space before it: in training a masked word's id replaces the piece
+    # that carried its space ('▁word'), so 'free [MASK]; you' is '▁free', '[MASK]', ';', ...
+    mask = AddedToken(tokenizer_lib.MASK, lstrip=True, normalized=False, special=True)
     fast = PreTrainedTokenizerFast(
-      tokenizer_object=_spm_tokenizer(tokenizer, processors), **specials
+      tokenizer_object=_spm_tokenizer(tokenizer, processors, pre_tokenizers, decoders),
+      **dict(specials, mask_token=mask),
     )
   else:  # WordPiece: BERT's own tokenizer reads the vocab.txt
     path = os.path.join(out_dir, 'vocab.txt')
@@ -174,9 +179,12 @@ def write_tokenizer(tokenizer: tokenizer_lib.Tokenizer, out_dir: str) -> None:
       )
 
 
-def _spm_tokenizer(tokenizer, processors):
+def _spm_tokenizer(tokenizer, processors, pre_tokenizers, decoders):
   """The SentencePiece model as a `tokenizers.Tokenizer` (transformers' own converter: same
-  normalisation, pieces and scores) with BERT's [CLS] / [SEP] template."""
+  normalisation, pieces and scores) with BERT's [CLS] / [SEP] template. SentencePiece adds its
+  '▁' word boundary once, before the text; the converter's Metaspace would add one after every
+  special token too ('[MASK]; you' -> '[MASK]', '▁', ';'), a piece training never saw there:
+  only the text's first section gets it ('first')."""
   import tempfile  # pylint: disable=import-outside-toplevel
   import types  # pylint: disable=import-outside-toplevel
 
@@ -189,6 +197,8 @@ def _spm_tokenizer(tokenizer, processors):
     converted = SpmConverter(
       types.SimpleNamespace(vocab_file=path, legacy=True, add_prefix_space=True)
     ).converted()
+  converted.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='first')
+  converted.decoder = decoders.Metaspace(replacement='▁', prepend_scheme='first')
   cls, sep = tokenizer_lib.CLS, tokenizer_lib.SEP
   converted.post_processor = processors.TemplateProcessing(
     single=f'{cls} $A {sep}',
@@ -207,8 +217,17 @@ def check_out_dir(out_dir: str, workdir: str) -> None:
   place for an export. The run's own files are never overwritten (an export's config.json
   would replace the run's, and the run could neither resume nor be exported again)."""
   out = os.path.realpath(os.path.expanduser(out_dir))
-  if out == os.path.realpath(os.path.expanduser(workdir)):
+  run_dir = os.path.realpath(os.path.expanduser(workdir))
+  if out == run_dir:
     raise ExportError(f'--out {out_dir}: that is the workdir; name a directory of its own')
+  for name in MANAGED_DIRS:
+    managed = os.path.join(run_dir, name)
+    if out == managed or out.startswith(managed + os.sep):
+      raise ExportError(
+        f"--out {out_dir}: inside the run's {name}/, whose contents the run manages "
+        '(old checkpoint steps are rotated away, damaged ones renamed, event files appended): '
+        'the export could be deleted with them; name a directory outside it'
+      )
   existing = out
   while not os.path.exists(existing):  # the nearest ancestor that exists gets the new dirs
     existing = os.path.dirname(existing)
@@ -266,8 +285,10 @@ def export(
     {k: v for k, v in params.items() if k in ('encoder', 'mlm_head')}, config
   )
   values = hf_config(config, tokenizer)
-  staging = os.path.join(out_dir, f'.export-{os.getpid()}')
+  staging = os.path.join(out_dir, f'{_STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}')
   try:
+    os.makedirs(out_dir, exist_ok=True)
+    remove_stale_staging(out_dir)
     os.makedirs(staging, exist_ok=True)
     _write_files(weights, values, tokenizer, staging, source)
     written = sorted(os.listdir(staging))
@@ -288,6 +309,53 @@ def export(
   return values['architectures'][0]
 
 
+# `<out>/.export-<host>-<pid>`: the files of an export being written, renamed into place when
+# whole. An export killed (kill -9) before it removes its own leaves it behind; the next export
+# on the same host removes those whose process is gone (an old `.export-<pid>` counts as ours).
+_STAGING_PREFIX = '.export-'
+
+
+def remove_stale_staging(out_dir: str) -> list[str]:
+  """Removes the staging directories in `out_dir` of dead exports on this host; returns their
+  names. Another host's (a shared filesystem) are left alone: its processes cannot be seen."""
+  removed = []
+  host = socket.gethostname()
+  for name in sorted(os.listdir(out_dir)):
+    if not name.startswith(_STAGING_PREFIX):
+      continue
+    owner, _, pid = name[len(_STAGING_PREFIX) :].rpartition('-')
+    if not pid.isdigit() or owner not in ('', host) or _alive(int(pid)):
+      continue
+    shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    removed.append(name)
+  return removed
+
+
+def _alive(pid: int) -> bool:
+  if pid == os.getpid():
+    return True
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's live process
+    return True
+  return True
+
+
+def _deterministic_safetensors(blob: bytes) -> bytes:
+  """`blob` with its header's metadata in sorted key order: safetensors writes the metadata
+  from a hash map, so two exports of one step would otherwise differ in bytes. The header is
+  re-padded with spaces to 8 bytes, as safetensors pads it."""
+  length = int.from_bytes(blob[:8], 'little')
+  header = json.loads(blob[8 : 8 + length])
+  if '__metadata__' in header:
+    header['__metadata__'] = dict(sorted(header['__metadata__'].items()))
+  text = json.dumps(header, separators=(',', ':'), ensure_ascii=False).encode()
+  text += b' ' * (-len(text) % 8)
+  return len(text).to_bytes(8, 'little') + text + blob[8 + length :]
+
+
 def _write_files(weights, values, tokenizer, directory: str, source: Optional[dict]) -> None:
   from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
 
@@ -299,7 +367,7 @@ def _write_files(weights, values, tokenizer, directory: str, source: Optional[di
   metadata = {'format': 'pt'}
   if source is not None:  # the weights file alone still says where it came from
     metadata.update({f'realformer_{k}': str(v) for k, v in source.items()})
-  write('model.safetensors', save(weights, metadata=metadata))
+  write('model.safetensors', _deterministic_safetensors(save(weights, metadata=metadata)))
   if values['model_type'] == 'bert':
     from flax import serialization  # pylint: disable=import-outside-toplevel
 

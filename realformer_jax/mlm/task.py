@@ -127,8 +127,8 @@ class MaskedLMTask(Task):
     if 'mask_accuracy' in metrics:
       line += (
         f' | at [MASK] {metrics["mask_accuracy"]:.4f} (most frequent '
-        f'{baseline["mask_accuracy"]:.4f}), loss {metrics["mask_loss"]:.4f} (unigram '
-        f'{baseline["mask_unigram_loss"]:.4f})'
+        f'{baseline["mask_accuracy"]:.4f}), loss {metrics["mask_loss"]:.4f} (token-frequency '
+        f'floor {baseline["mask_unigram_loss"]:.4f})'
       )
     return line
 
@@ -149,18 +149,22 @@ class MaskedLMTask(Task):
     return TaskData(tokenizer, train_iter, eval_batches, floors, eval_context=tokenizer.mask_id)
 
   def summary(self, final, baseline, step: int) -> str:
-    learned = (
-      'did not learn: not below'
-      if mlm_metrics.failed_to_train(final['eval/loss'], baseline)
-      else 'below'
+    below = mlm_metrics.below_floors(
+      final['eval/loss'], final.get('eval/mask_accuracy', float('nan')), baseline
+    )
+    verdict = (
+      f'; NOT TRAINED: at or below the context-free floors ({"; ".join(below)}): this model '
+      'predicts no better than token frequencies, do not use it'
+      if below
+      else '; learned: above the context-free floors'
     )
     return (
       f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
       f'token baseline {baseline["mlm_accuracy"]:.4f} and copy-aware '
       f'{baseline["copy_accuracy"]:.4f}; at [MASK] '
       f'{final.get("eval/mask_accuracy", float("nan")):.4f} vs '
-      f'{baseline["mask_accuracy"]:.4f}; eval loss {final["eval/loss"]:.4f} ({learned} '
-      f'the copy-aware unigram loss {baseline["copy_unigram_loss"]:.4f}; step {step})'
+      f'{baseline["mask_accuracy"]:.4f}; eval loss {final["eval/loss"]:.4f} vs the copy-aware '
+      f'unigram loss {baseline["copy_unigram_loss"]:.4f} (step {step}){verdict}'
     )
 
 

@@ -7,11 +7,13 @@ own subtree `layers_<i>`. `realformer_jax.model.params.stack_layers / unstack_la
 between the two, and both paths compute the same numbers from the same weights.
 """
 
+import functools
 from typing import Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
@@ -61,6 +63,27 @@ def residual_gate_value(config: ModelConfig, step: Optional[jax.Array]) -> Optio
   return jnp.clip(jnp.asarray(step, jnp.float32) / config.gate_schedule_steps, 0.0, 1.0)
 
 
+def check_token_ids(ids: jax.Array, vocab_size: int, under_jit: bool = False) -> None:
+  """ValueError naming the first token id outside [0, vocab_size) and where it is: at once for
+  concrete ids (an eager call), at run time under jit when `under_jit` (a host callback, whose
+  error the step raises as a JaxRuntimeError carrying this message)."""
+  if not isinstance(ids, jax.core.Tracer):
+    _raise_for_bad_ids(ids, vocab_size)
+  elif under_jit:
+    jax.debug.callback(functools.partial(_raise_for_bad_ids, vocab_size=vocab_size), ids)
+
+
+def _raise_for_bad_ids(ids, vocab_size: int) -> None:
+  ids = np.asarray(ids)
+  bad = np.argwhere((ids < 0) | (ids >= vocab_size))
+  if len(bad):
+    where = tuple(int(i) for i in bad[0])
+    raise ValueError(
+      f'input_ids{list(where)} = {int(ids[where])}: outside the vocabulary [0, {vocab_size}) '
+      f'(model.vocab_size; {len(bad)} such id(s)); an embedding lookup there gives NaN'
+    )
+
+
 class Encoder(nn.Module):
   """Token ids -> contextual hidden states [B, L, D] (Pre-LN adds a final norm)."""
 
@@ -94,7 +117,24 @@ class Encoder(nn.Module):
     deterministic: bool = True,
     step: Optional[jax.Array] = None,
   ) -> jax.Array:
+    """Contextual hidden states of a batch of token ids.
+
+    Args:
+      input_ids_BxL: int[batch, len] token ids in [0, config.vocab_size). An id outside embeds
+        as NaN (a gather out of range): an eager call raises ValueError instead, and under jit
+        `config.check_token_ids=True` makes the step raise (check_token_ids below).
+      input_mask_BxL: 1 at real tokens, 0 at padding (default: all real); padding is never
+        attended to and leaves the real positions' outputs unchanged.
+      segment_ids_BxL: token types in [0, config.type_vocab_size) (default: all 0).
+      deterministic: no dropout (evaluation); False needs a 'dropout' PRNG stream.
+      step: the training step, for the residual branches gated on a schedule
+        (`residual_branch='fixed_schedule'`).
+
+    Returns:
+      float[batch, len, hidden_size] in config.dtype; Pre-LN ends with the final norm.
+    """
     cfg = self.config
+    check_token_ids(input_ids_BxL, cfg.vocab_size, under_jit=cfg.check_token_ids)
     if input_mask_BxL is None:
       input_mask_BxL = jnp.ones_like(input_ids_BxL)
     if segment_ids_BxL is None:

@@ -10,7 +10,12 @@ shards and before the commit marker and the rename, so a committed step always c
 
 `problem(step_dir)` re-reads every file the inventory lists (CRC-32 runs at ~2 GB/s here; a
 BERT-Large state with Adam moments is ~4 GB, so a few seconds once per start) and says what is
-wrong, or None. A step saved before inventories existed is checked for its commit marker only.
+wrong, or None. A step saved before inventories existed is checked for its commit marker only;
+but a step without an inventory is damaged (its inventory lost, its bytes unverifiable) when
+it says it was saved with one (its run_record.json, checkpoint_record.py, came with
+inventories) or when an older committed step of its run has one: a run that records inventories
+records them for every step it saves after that (a run resumed across the upgrade has older
+steps without).
 
 Two files are left out of the inventory because orbax rewrites them after the hook runs:
 `_CHECKPOINT_METADATA` (it adds the commit time; orbax reads it leniently) and the commit
@@ -24,6 +29,7 @@ import os
 from typing import Optional
 
 from realformer_jax.data.store.cache_integrity import crc32  # the caches' CRC-32, read in chunks
+from realformer_jax.train.checkpoint_record import RECORD_FILE
 
 CHECKSUMS_FILE = 'checksums.json'
 COMMIT_MARKER = 'commit_success.txt'
@@ -54,6 +60,9 @@ def problem(step_dir: str) -> Optional[str]:
     return f'it has no commit marker ({COMMIT_MARKER}): its save never finished'
   inventory_path = os.path.join(step_dir, CHECKSUMS_FILE)
   if not os.path.exists(inventory_path):
+    evidence = _saved_with_inventory(step_dir)
+    if evidence:
+      return f'its {CHECKSUMS_FILE} is missing, though {evidence}: its bytes cannot be verified'
     return None  # saved before inventories were recorded: the restore itself is the check
   try:
     with open(inventory_path) as f:
@@ -69,6 +78,28 @@ def problem(step_dir: str) -> Optional[str]:
       return f'{relative} has {actual_size} bytes, {size} were saved'
     if crc32(path) != crc:
       return f'{relative} does not match its saved checksum (its bytes changed)'
+  return None
+
+
+def _saved_with_inventory(step_dir: str) -> Optional[str]:
+  """Why the step in `step_dir` must have had an inventory (a phrase), or None."""
+  if os.path.exists(os.path.join(step_dir, RECORD_FILE)):
+    return f'its {RECORD_FILE} says it was saved with one'
+  parent, name = os.path.split(os.path.normpath(step_dir))
+  if not name.isdigit():
+    return None
+  try:  # older steps only: a run resumed across the upgrade saved its old ones without
+    siblings = sorted(
+      (n for n in os.listdir(parent) if n.isdigit() and int(n) < int(name)), key=int
+    )
+  except OSError:
+    return None
+  for sibling in siblings:
+    path = os.path.join(parent, sibling)
+    if os.path.isfile(os.path.join(path, COMMIT_MARKER)) and os.path.exists(
+      os.path.join(path, CHECKSUMS_FILE)
+    ):
+      return f'the older step {sibling} of the same run has one'
   return None
 
 

@@ -5,6 +5,8 @@ Layout of `<workdir>/checkpoints/<step>/`:
     rng/    the run's base PRNG key data (dropout keys are fold_in(rng, step))
     data/   the data iterator position, one JSON file per process (grain's orbax handler);
             the same on every process, so a restore may use another process count
+    run_record.json the run's config and tokenizer SHA-256: which model the step holds
+            (checkpoint_record.py)
     checksums.json  size and CRC-32 of every file, recorded before the step is committed
             (checkpoint_integrity.py)
 
@@ -54,7 +56,7 @@ from jax.experimental import multihost_utils
 
 from realformer_jax import data, extras, workdir_layout
 from realformer_jax.config import ConfigError
-from realformer_jax.train import checkpoint_integrity
+from realformer_jax.train import checkpoint_integrity, checkpoint_record
 from realformer_jax.train.errors import CheckpointError, DivergenceError
 from realformer_jax.train.step import TrainState
 
@@ -78,11 +80,13 @@ class Checkpointer:
   """Saves and restores one run's checkpoints under `<workdir>/checkpoints`.
 
   `writer=False` opens them for reading only (train.load_workdir): nothing is created, cleaned
-  up, renamed or rotated, so it is safe beside a live run.
+  up, renamed or rotated, so it is safe beside a live run. `record`: what every step saved
+  records of the run (checkpoint_record.make).
   """
 
-  def __init__(self, workdir: str, keep: int, writer: bool = True):
+  def __init__(self, workdir: str, keep: int, writer: bool = True, record: Optional[dict] = None):
     self.directory = workdir_layout.checkpoints_dir(workdir)
+    self._record = record
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
     options = ocp.CheckpointManagerOptions(
@@ -93,7 +97,12 @@ class Checkpointer:
       read_only=not writer,
       # Uncommitted steps of a killed or failed run: ours to remove (we hold the workdir).
       cleanup_tmp_directories=writer,
-      async_options=ocp.AsyncOptions(post_finalization_callback=self._record_checksums)
+      # The step's directories are made in the blocking part of the save: made in orbax's
+      # background thread, a directory that cannot be made (a read-only checkpoints/ after the
+      # probe below) left the save waiting 300 s at orbax's barrier, naming no cause.
+      async_options=ocp.AsyncOptions(
+        post_finalization_callback=self._record_checksums, create_directories_asynchronously=False
+      )
       if writer
       else None,
     )
@@ -168,9 +177,10 @@ class Checkpointer:
     candidates = sorted(
       glob.glob(os.path.join(self.directory, f'{step}{_TMP_SUFFIX}*')), key=os.path.getmtime
     )
-    checkpoint_integrity.record(
-      candidates[-1] if candidates else os.path.join(self.directory, str(step))
-    )
+    step_dir = candidates[-1] if candidates else os.path.join(self.directory, str(step))
+    if self._record is not None:  # before the inventory, which then lists it
+      checkpoint_record.write(step_dir, self._record)
+    checkpoint_integrity.record(step_dir)
 
   def restore(
     self, step: int, abstract_state: TrainState, abstract_rng_data: Any, data_iterator: Any

@@ -133,7 +133,9 @@ class TrainConfig(_Section):
       _is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.num_train_steps,
       'train.warmup_steps',
       self.warmup_steps,
-      'must be in [0, train.num_train_steps]',
+      f'must be in [0, train.num_train_steps={self.num_train_steps}]: a warmup longer than the '
+      'run never reaches the peak learning rate; e.g. '
+      f'--config.train.warmup_steps={max(self.num_train_steps // 10, 0)} (a tenth of the run)',
     )
     _require(
       self.stop_at_step == -1 or (_is_int(self.stop_at_step) and self.stop_at_step > 0),

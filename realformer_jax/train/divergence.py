@@ -10,6 +10,9 @@ from an earlier one. A non-finite state after finite gradients (an optimizer val
 overflows) is the update's doing: the checkpoint before it is good, and a corrected config
 resumes from it.
 
+The state saved at the last step is judged by no later step's loss: the final evaluation
+checks its eval loss by the same rule (`check_final_eval`).
+
 An explosion can stay finite for several steps (learning_rate=1e6: losses 8.3, 8.3, 3e12, then
 NaN), long enough for its states to be checkpointed and the sane ones rotated away. The rule
 that catches it, here and nowhere else: a loss above EXPLOSION_FACTOR times the run's
@@ -96,6 +99,35 @@ def check_finite(
   else:
     return
   raise divergence_error(what, step, replayed, last_checkpoint)
+
+
+def check_final_eval(
+  step: int, eval_loss: float, last_checkpoint: Optional[int], reference: LossReference
+) -> None:
+  """The final evaluation judges the state saved at the last step, which no later step's loss
+  does: DivergenceError if its eval loss is not finite or exploded (the same rule, against the
+  run's reference loss), naming that checkpoint as the dead end to set aside (when it was saved
+  at `step`), so that neither a rerun nor an export takes it for a model."""
+  if math.isfinite(eval_loss) and (
+    reference.loss is None or eval_loss <= EXPLOSION_FACTOR * max(reference.loss, EXPLOSION_FLOOR)
+  ):
+    return
+  what = (
+    f'non-finite eval loss {eval_loss}'
+    if not math.isfinite(eval_loss)
+    else f"exploded eval loss {eval_loss:.4g} (above {EXPLOSION_FACTOR:g}x the run's first loss "
+    f'{reference.loss:.4g}, {os.path.basename(reference.path)})'
+  )
+  if last_checkpoint == step:
+    raise DivergenceError(
+      f'{what} at the final evaluation of step {step}: the state saved at step {step} has diverged',
+      step,
+      dead_end=step,
+    )
+  kept = f'step {last_checkpoint}' if last_checkpoint is not None else 'none'
+  raise DivergenceError(
+    f'{what} at the final evaluation of step {step} (last good checkpoint: {kept})', step
+  )
 
 
 def divergence_error(

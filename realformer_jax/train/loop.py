@@ -15,6 +15,7 @@ reader of those events (`read_scalars`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import glob
 import json
@@ -31,25 +32,18 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import (
-  LAYOUT_FIELDS,
-  SAVED_FIELD_ADDED,
-  ConfigError,
-  ModelConfig,
-  fields_of,
-  saved_field,
-)
+from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data.store import cache_lock
 from realformer_jax.model.params import count_params
-from realformer_jax.train import build, divergence, workdir_lock
+from realformer_jax.train import build, checkpoint_record, cpu_notice, divergence, workdir_lock
 from realformer_jax.train import config as train_config
-from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
+from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer, committed_steps
 from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.preemption import PreemptionWatcher
 from realformer_jax.train.task import Task, TaskData, prefixed
 from realformer_jax.units import format_duration
-from realformer_jax.workdir_layout import CONFIG_FILE, TENSORBOARD
+from realformer_jax.workdir_layout import CONFIG_FILE, TENSORBOARD, checkpoints_dir
 
 
 def train_and_evaluate(
@@ -92,6 +86,9 @@ def run(
   task = spec.task
   initialize_processes(spec.distributed)
   train_config.check_devices(spec, jax.device_count(), jax.process_count())
+  # The workdir before the data: a resume that is refused costs no data preparation (hours on
+  # a big corpus). Checked again below, once the run holds the workdir.
+  check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))
   task_data = task.build_data(spec, jax.process_index(), jax.process_count())
   train_iter, baseline = task_data.train_iter, task_data.baseline
 
@@ -99,18 +96,32 @@ def run(
   lock = workdir_lock.acquire_for_run(workdir)
   checkpointer = writer = best = preemption = batches = None
   try:
-    checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints)
-    latest = checkpointer.latest_committed_step()
-    notes = (
-      check_resumable(spec.model, workdir, latest),
-      check_schedule(spec.train, workdir, latest),
-    )
+    # Every step saved records which model and tokenizer it holds (checkpoint_record.py).
+    record = checkpoint_record.make(spec.to_dict(), task_data.tokenizer)
+    checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints, record=record)
+    committed = checkpointer.intact_steps()
+    notes = check_workdir(spec, workdir, committed)
+    if committed:  # a resume trains on with the ids its steps were trained with
+      latest_record = None
+      with contextlib.suppress(ConfigError):  # a damaged record: the restore sets it aside
+        latest_record = checkpoint_record.read(
+          os.path.join(checkpointer.directory, str(committed[-1]))
+        )
+      checkpoint_record.check_tokenizer(
+        task_data.tokenizer,
+        checkpoint_record.recorded_tokenizer(workdir, committed[-1], latest_record, ''),
+        workdir,
+        remedy='resume with the data config it was trained with, or use a new --workdir',
+      )
     writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
     for note in filter(None, notes):
       writer.print(note)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
+    too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after
+    if too_big_for_cpu:
+      writer.print(too_big_for_cpu)
     resolved = build.resolve(spec, log=writer.print)
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
@@ -177,6 +188,8 @@ def run(
     if lock is not None:
       lock.check()
     final = _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
+    # The last saved state is judged by no later step: its evaluation goes through the guard.
+    divergence.check_final_eval(step, final['eval/loss'], last_saved, log.reference)
     writer.print(task.summary(final, baseline, step))
     return {
       **{k: float(v) for k, v in final.items()},
@@ -238,66 +251,75 @@ def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
       ) from e
 
 
-# How the model is computed, not which model: a resumed run may change these (the config's
-# execution concern, less the fields that change the parameters' tree), with a note.
-_MAY_CHANGE_ON_RESUME = tuple(f for f in fields_of('execution') if f not in LAYOUT_FIELDS)
+def check_workdir(spec: RunSpec, workdir: str, committed: list[int]) -> tuple:
+  """Before anything is built or compiled: the checks of a resume against the newest
+  committed step of `committed` (the model, the schedule); their notes (or None each)."""
+  latest = committed[-1] if committed else None
+  return (check_resumable(spec.model, workdir, latest), check_schedule(spec.train, workdir, latest))
 
 
 def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> Optional[str]:
   """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
   was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
-  dropout, silently resume a different experiment), so it is a one-line ConfigError instead;
-  the checkpoints are left untouched. How the model is computed may change (dtype, remat,
-  residual carry, attention kernels: _MAY_CHANGE_ON_RESUME): a one-line note says what did,
-  and is returned (None when nothing did). Fields that are 'auto' on either side are not
-  compared."""
-  path = os.path.join(workdir, CONFIG_FILE)
+  LN placement or dropout, silently resume a different experiment), so it is a one-line
+  ConfigError instead; the checkpoints are left untouched. The model compared with is the one
+  the newest step records (checkpoint_record.py), else (a step saved before records) the
+  one config.json says. How the model is computed may change (dtype, remat, residual carry,
+  attention kernels: checkpoint_record.MAY_DIFFER): a one-line note says what did, and is
+  returned (None when nothing did). Fields that are 'auto' on either side are not compared."""
   if latest_step is None:
     return None
-  # The run writes config.json before its first checkpoint, atomically: checkpoints without a
-  # readable one mean it was deleted or damaged since, and a checkpoint alone cannot say the
-  # model's dtype, dropout, LN placement or residual attention (no parameter shape shows them).
+  current = json.loads(json.dumps(dataclasses.asdict(model)))
+  try:
+    record = checkpoint_record.read(os.path.join(checkpoints_dir(workdir), str(latest_step)))
+  except ConfigError:
+    record = None  # damaged: the restore sets the step aside; config.json says the model
+  if record is not None:
+    saved, holder = record['config']['model'], f'checkpoint step {latest_step} has'
+  else:
+    saved, holder = _saved_model(workdir, latest_step), 'the checkpoint has'
+  saved = checkpoint_record.with_added_fields(saved)
+  changed, computed = checkpoint_record.model_differences(saved, current)
+  if changed:
+    listed = ', '.join(f'model.{k}={current.get(k)!r} ({holder} {saved.get(k)!r})' for k in changed)
+    raise ConfigError(
+      f'{workdir} holds checkpoints (latest step {latest_step}) of another '
+      f'model: {listed}; use a new --workdir, or the old config, to resume it'
+    )
+  if not computed:
+    return None
+  how = ', '.join(f'model.{k} {saved.get(k)!r} -> {current.get(k)!r}' for k in computed)
+  return f'note: the resumed model is computed differently ({how}); the model is the same'
+
+
+def _saved_model(workdir: str, latest_step: int) -> dict:
+  """The model section of config.json, for checkpoints saved before steps recorded their own:
+  they cannot say the model's dtype, dropout, LN placement or residual attention (no parameter
+  shape shows them), so without a readable config.json a resume is a one-line ConfigError."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  # Only the run's own config.json: a copy of a sibling run's would resume another model, and
+  # steps saved before records cannot tell the two apart.
   remedy = (
-    "put the run's config.json back (from a copy), or use a new --workdir; the checkpoints "
-    'are untouched'
+    "put back the run's own config.json, or use a new --workdir; the checkpoints are untouched"
   )
   if not os.path.exists(path):
     raise ConfigError(
-      f'{workdir} holds checkpoints (latest step {latest_step}) but no config.json, so the '
-      f'model they were trained with cannot be compared with this config: {remedy}'
+      f'{workdir} holds checkpoints (latest step {latest_step}, saved before steps recorded '
+      'their model) but no config.json, so the model they were trained with cannot be compared '
+      f'with this config: {remedy}'
     )
   try:
     with open(path) as f:
       saved = json.load(f)['model']
+    if not isinstance(saved, dict):
+      raise TypeError('model is not a section')
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise ConfigError(
       f'{path} is unreadable ({type(e).__name__}: truncated or damaged), so the model the '
       f'checkpoints in {workdir} (latest step {latest_step}) were trained with cannot be '
       f'compared with this config: {remedy}'
     ) from None
-  current = json.loads(json.dumps(dataclasses.asdict(model)))
-  # Fields that left the section since (config.SAVED_FIELD_MOVES) are not compared; fields
-  # added since hold what the run was trained with (config.SAVED_FIELD_ADDED).
-  saved = {k: v for k, v in saved.items() if saved_field('model', k, current) is not None}
-  saved = {**{f: v for (s, f), v in SAVED_FIELD_ADDED.items() if s == 'model'}, **saved}
-  differs = [
-    k
-    for k in sorted(set(saved) | set(current))
-    if 'auto' not in (saved.get(k), current.get(k)) and saved.get(k) != current.get(k)
-  ]
-  changed = [k for k in differs if k not in _MAY_CHANGE_ON_RESUME]
-  if changed:
-    listed = ', '.join(
-      f'model.{k}={current.get(k)!r} (the checkpoint has {saved.get(k)!r})' for k in changed
-    )
-    raise ConfigError(
-      f'{workdir} holds checkpoints (latest step {latest_step}) of another '
-      f'model: {listed}; use a new --workdir, or the old config, to resume it'
-    )
-  if not differs:
-    return None
-  how = ', '.join(f'model.{k} {saved.get(k)!r} -> {current.get(k)!r}' for k in differs)
-  return f'note: the resumed model is computed differently ({how}); the model is the same'
+  return saved
 
 
 # What the learning rate at a step depends on (state.learning_rate_schedule).
@@ -318,9 +340,13 @@ def check_schedule(train: TrainConfig, workdir: str, latest_step: Optional[int])
         f'train.{name}={value}: below step {latest_step}, where the checkpoints in {workdir} '
         f'end; set it to {latest_step} or more to resume them, or use a new --workdir'
       )
-  try:
-    with open(os.path.join(workdir, CONFIG_FILE)) as f:
-      saved = json.load(f)['train']
+  try:  # the schedule the newest step was saved with, else config.json's
+    record = checkpoint_record.read(os.path.join(checkpoints_dir(workdir), str(latest_step)))
+    if record is not None:
+      saved = record['config']['train']
+    else:
+      with open(os.path.join(workdir, CONFIG_FILE)) as f:
+        saved = json.load(f)['train']
     before = train.replace(**{name: saved[name] for name in _SCHEDULE_FIELDS})
   except (OSError, ValueError, KeyError, TypeError, ConfigError):
     return None  # unreadable: check_resumable has said so; nothing to compare
@@ -429,7 +455,7 @@ class _TrainLog:
     on_log: Optional[Callable[[int, int, dict], None]] = None,
   ):
     self._on_log = on_log
-    self._reference = reference
+    self.reference = reference
     self._task = spec.task
     self._writer = writer
     self._every = spec.train.log_every_steps
@@ -446,11 +472,16 @@ class _TrainLog:
     task = self._task
     loss = float(values[task.loss_sum]) / max(float(values[task.weight]), 1.0)
     # Before any save: also a finite explosion, whose state must not become a resume point.
-    divergence.check_finite(step, loss, values, last_checkpoint, self._reference)
+    divergence.check_finite(step, loss, values, last_checkpoint, self.reference)
     self._sums = add_sums(self._sums, values, task.sum_metrics)
     # Also the run's first step: a big model on a small machine shows its ETA at once.
     if step % self._every and step != self._stop and step != self._start + 1:
       return
+    # The run's first step is slower than the rest (first execution, allocations, the input
+    # pipeline filling): its time is said as such, and throughput and ETA come from the steps
+    # after it (the clock restarts at every log point).
+    first = step == self._start + 1 and step != self._stop
+    first_seconds = self._throughput.elapsed() if first else 0.0
     tokens_per_sec, seconds_left = self._throughput.update(step)
     train_metrics = task.train_metrics(self._sums)
     scalars = prefixed(train_metrics, 'train')
@@ -458,9 +489,10 @@ class _TrainLog:
       {
         'train/learning_rate': float(values['learning_rate']),
         'train/grad_norm': float(values['grad_norm']),
-        'train/tokens_per_sec': tokens_per_sec,
       }
     )
+    if not first:
+      scalars['train/tokens_per_sec'] = tokens_per_sec
     if 'layer_grad_norms' in values:
       scalars.update(diagnostics.flatten_metrics(values['layer_grad_norms'], 'train/grad_norm'))
     self._sums = None
@@ -468,11 +500,15 @@ class _TrainLog:
     if self._on_log is not None:
       self._on_log(step, self._stop, scalars)
     fields = task.log_fields(train_metrics)
+    speed = (
+      f'first step {format_duration(first_seconds)} (warm-up: ETA from the steps after it)'
+      if first
+      else f'{tokens_per_sec:,.0f} tok/s | ETA {format_duration(seconds_left)}'
+    )
     self._writer.print(
       f'step {step:>{len(str(self._stop))}}/{self._stop} | loss {scalars["train/loss"]:.4f} | '
       f'{fields + " | " if fields else ""}lr {scalars["train/learning_rate"]:.2e} | '
-      f'grad {scalars["train/grad_norm"]:.2f} | {tokens_per_sec:,.0f} tok/s | '
-      f'ETA {format_duration(seconds_left)}'
+      f'grad {scalars["train/grad_norm"]:.2f} | {speed}'
     )
 
 
@@ -550,6 +586,10 @@ class Throughput:
 
   def restart(self, step: int) -> None:
     self._step, self._time = step, time.perf_counter()
+
+  def elapsed(self) -> float:
+    """Seconds since the clock last (re)started."""
+    return time.perf_counter() - self._time
 
   def update(self, step: int) -> tuple[float, float]:
     """(tokens/s, seconds left) since the previous call."""

@@ -45,9 +45,11 @@ class PreemptionWatcher:
     self.signal: Optional[signal.Signals] = None  # the signal that asked to stop, if any
     self._previous: dict[int, Any] = {}  # the handlers before ours, put back by close
     self._installed = False
+    self._announcer: Optional[_Announcer] = None
     if not self._multi_process and threading.current_thread() is threading.main_thread():
       self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self._SIGNALS}
       self._installed = True
+      self._announcer = _Announcer()
 
   def _on_signal(self, signum, frame) -> None:
     del frame
@@ -67,6 +69,9 @@ class PreemptionWatcher:
 
   def close(self) -> None:
     """Puts the previous handlers back."""
+    if self._announcer is not None:
+      self._announcer.close()
+      self._announcer = None
     if self._installed:
       for sig, previous in self._previous.items():
         if previous is not None:
@@ -83,6 +88,55 @@ class PreemptionWatcher:
       previous(sig, None)  # Python's own SIGINT handler raises KeyboardInterrupt here
     elif previous == signal.SIG_DFL:
       os.kill(os.getpid(), sig)  # the default action: the process ends here
+
+
+class _Announcer:
+  """Says at once what a SIGTERM or the first Ctrl-C does. Python runs a signal's handler only
+  between bytecodes, so during a step or a compile (native code: seconds to minutes) the
+  handler above waits, and a Ctrl-C looked ignored. The C-level handler writes the signal's
+  number to the wakeup fd (signal.set_wakeup_fd) at once, though: a thread reading it prints
+  the line."""
+
+  def __init__(self):
+    self._read, self._write = os.pipe()
+    os.set_blocking(self._write, False)
+    try:
+      self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread of the main interpreter: nothing to announce
+      os.close(self._read)
+      os.close(self._write)
+      self._read = self._write = None
+      return
+    self._thread = threading.Thread(target=self._announce, name='signal-announcer', daemon=True)
+    self._thread.start()
+
+  def _announce(self) -> None:
+    interrupts = 0
+    while data := os.read(self._read, 64):
+      for signum in data:
+        if signum == signal.SIGINT:
+          interrupts += 1
+          if interrupts == 1:
+            _say(
+              'Ctrl-C: stopping after the step in progress (a first step may still be '
+              'compiling), once its checkpoint is saved; Ctrl-C again stops at once without saving'
+            )
+        elif signum == signal.SIGTERM:
+          _say('SIGTERM: stopping after the step in progress, once its checkpoint is saved')
+
+  def close(self) -> None:
+    if self._write is None:
+      return
+    signal.set_wakeup_fd(self._previous_fd)
+    os.close(self._write)  # the thread reads EOF and ends
+    self._thread.join(timeout=5)
+    os.close(self._read)
+    self._read = self._write = None
+
+
+def _say(line: str) -> None:
+  if jax.process_index() == 0:
+    print(line, flush=True)  # stdout, as the line that the checkpoint was saved
 
 
 _return_on_preemption = False

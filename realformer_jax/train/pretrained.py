@@ -24,12 +24,12 @@ import ml_collections
 
 from realformer_jax import data
 from realformer_jax.config import ConfigError, ModelConfig, saved_field
-from realformer_jax.train import build, run_identity
+from realformer_jax.train import build, checkpoint_record, checkpointing, run_identity
 from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.config import RunSpec
 from realformer_jax.train.task import Task
-from realformer_jax.workdir_layout import CONFIG_FILE
+from realformer_jax.workdir_layout import CONFIG_FILE, checkpoints_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +41,16 @@ class Pretrained:
   params: Any  # restored parameters (jax.Arrays on this process's devices)
   step: int  # the checkpoint's step
   identity: run_identity.Identity  # step, checksum verdict, config and corpus digests
+  # (SHA-256, where recorded) of the tokenizer the step was trained with, if known
+  recorded_tokenizer: Optional[tuple[str, str]] = None
 
   @functools.cached_property
   def tokenizer(self) -> data.Tokenizer:
-    """The run's tokenizer: the copy in the workdir, else prepared from its data config."""
-    return workdir_tokenizer(self.workdir, self.spec.data)
+    """The run's tokenizer: the copy in the workdir, else prepared from its data config;
+    ConfigError if it is not the one the step records (checkpoint_record.py)."""
+    tokenizer = workdir_tokenizer(self.workdir, self.spec.data)
+    checkpoint_record.check_tokenizer(tokenizer, self.recorded_tokenizer, self.workdir)
+    return tokenizer
 
 
 def workdir_tokenizer(workdir: str, data_config: data.DataConfig) -> data.Tokenizer:
@@ -66,7 +71,14 @@ def read_config_json(workdir: str) -> dict:
   """The workdir's config.json as written (ConfigError in one line if missing or damaged)."""
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
-    raise ConfigError(f'{path}: no such file; is {workdir} a workdir of experiments.train?')
+    recorded = _newest_recorded_config(workdir)
+    if recorded is None:
+      raise ConfigError(f'{path}: no such file; is {workdir} a workdir of experiments.train?')
+    step, config = recorded
+    if path not in _WARNED:  # once a process (the export reads it twice)
+      _WARNED.add(path)
+      checkpointing.warn(f'{path} is missing: using the config checkpoint step {step} records')
+    return config
   try:
     with open(path) as f:
       saved = json.load(f)
@@ -80,8 +92,36 @@ def read_config_json(workdir: str) -> dict:
   return saved
 
 
+# Sections that only another command's runs write, and that command: a workdir of theirs is
+# not a pretraining run (its `data` section is another schema), said as such.
+_OTHER_COMMANDS = {'finetune': 'experiments.finetune', 'decode': 'experiments.translate'}
+
+
+_WARNED: set = set()
+
+
+def _newest_recorded_config(workdir: str) -> Optional[tuple[int, dict]]:
+  """(step, config) that the newest committed step that records its config holds."""
+  directory = checkpoints_dir(workdir)
+  for step in reversed(checkpointing.committed_steps(directory)):
+    try:
+      record = checkpoint_record.read(os.path.join(directory, str(step)))
+    except ConfigError:
+      continue  # damaged: an older step may say it
+    if record is not None:
+      return step, record['config']
+  return None
+
+
 def _config_from(saved: dict, path: str) -> ml_collections.ConfigDict:
   config = train_config.default_config()
+  for section, command in _OTHER_COMMANDS.items():
+    if section in saved:
+      raise ConfigError(
+        f'{path}: written by a run of {command} (its config has a {section!r} section), not by '
+        'a masked-LM pretraining run of experiments.train, which is what is exported or '
+        'fine-tuned from'
+      )
   for section, values in saved.items():
     if section not in config:
       raise ConfigError(f'{path}: unknown config section {section!r}')
@@ -144,6 +184,9 @@ def load_workdir(
       )
     else:
       checkpointer.check_step(step)  # a damaged step is never loaded
+    # The step says which model and tokenizer it holds: config.json must agree with it.
+    record = checkpoint_record.read(os.path.join(checkpointer.directory, str(step)))
+    checkpoint_record.check_config(workdir, step, record, saved)
     setup = build.make_setup(spec)
     state = checkpointer.restore_state(step, setup.layout.abstract)
   finally:
@@ -156,4 +199,7 @@ def load_workdir(
     params=jax.block_until_ready(state.params),
     step=int(step),
     identity=run_identity.of_checkpoint(workdir, step, saved),
+    recorded_tokenizer=checkpoint_record.recorded_tokenizer(
+      workdir, step, record, spec.data.data_dir
+    ),
   )

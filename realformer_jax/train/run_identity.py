@@ -4,8 +4,10 @@ Every artifact that leaves a run (a Hugging Face export, a fine-tuning starting 
 
     workdir, step        the checkpoint it was made from
     checksums            the verdict of checkpoint_integrity on that step's files
-    config_digest        SHA-256 (first 16 hex digits) of the run's config.json, read as JSON
-                         and written back canonically (sorted keys): any changed field changes it
+    config_digest        SHA-256 (first 16 hex digits) of the config the step was saved with
+                         (its run_record.json; a step saved before records: the run's
+                         config.json), written canonically (sorted keys): any changed field
+                         changes it
     corpus               what the step's data iterator state records of its corpus, as the run
                          wrote it (e.g. the packed store's name), never recomputed here: the
                          data side decides how a corpus is identified (path and size, or a
@@ -26,7 +28,7 @@ from typing import Any, Optional
 
 from realformer_jax import workdir_layout
 from realformer_jax.data import tokenizers as tokenizer_lib
-from realformer_jax.train import checkpoint_integrity
+from realformer_jax.train import checkpoint_integrity, checkpoint_record
 
 # Fields of a data iterator state that say where it is, not what it reads.
 _POSITION_FIELDS = frozenset({'next_position', 'seed'})
@@ -81,11 +83,12 @@ def of_checkpoint(workdir: str, step: int, config: dict) -> Identity:
   """The identity of step `step` of `workdir` (whose files `checkpoint_integrity.problem`
   passed), the run's config.json being `config`."""
   step_dir = os.path.join(workdir_layout.checkpoints_dir(workdir), str(step))
+  record = checkpoint_record.read(step_dir)
   return Identity(
     workdir=os.path.abspath(workdir),
     step=int(step),
     checksums=checkpoint_integrity.verdict(step_dir),
-    config_digest=config_digest(config),
+    config_digest=config_digest(record['config'] if record is not None else config),
     corpus=_recorded_corpus(os.path.join(step_dir, 'data')),
     tokenizer_digest=_tokenizer_digest(workdir),
   )

@@ -34,7 +34,14 @@ from realformer_jax import data, train
 from realformer_jax.config import ConfigError
 from realformer_jax.finetune import starting_point
 from realformer_jax.interop import hf_export
-from realformer_jax.train import build, checkpoint_integrity, divergence, loop, pretraining
+from realformer_jax.train import (
+  build,
+  checkpoint_integrity,
+  checkpoint_record,
+  divergence,
+  loop,
+  pretraining,
+)
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.errors import CheckpointError
 
@@ -207,7 +214,9 @@ def test_nan_bytes_in_a_step_without_checksums_are_damage_not_the_last_good_step
     )
     shutil.rmtree(state_dir)
     checkpointer.save(state_dir, state)
-  os.remove(os.path.join(step_dir, checkpoint_integrity.CHECKSUMS_FILE))  # saved before them
+  for step in ('2', '4'):  # a run saved before checksums and records existed
+    for name in (checkpoint_integrity.CHECKSUMS_FILE, checkpoint_record.RECORD_FILE):
+      os.remove(os.path.join(workdir, 'checkpoints', step, name))
   assert checkpoint_integrity.problem(step_dir) is None  # nothing the checksums could say
   step, warnings = _restore_latest(workdir)
   assert step == 2
@@ -269,11 +278,17 @@ def test_an_explosion_never_becomes_the_resume_point(tmp_path):
   assert all(np.isfinite(v) and v < 2 * reference for v in losses.values()), losses
 
 
-def test_a_corrected_rerun_is_refused_without_config_json(trained, tmp_path):
+def test_without_config_json_a_resume_is_compared_with_the_model_the_step_records(
+  trained, tmp_path
+):
   workdir = _copy(trained, tmp_path)
   os.remove(os.path.join(workdir, 'config.json'))
-  with pytest.raises(ConfigError, match=r'holds checkpoints \(latest step 4\) but no config\.json'):
-    train.train_and_evaluate(tiny_config(**_TRAINED, model__dtype='bfloat16'), workdir)
+  with pytest.raises(
+    ConfigError,
+    match=r"holds checkpoints \(latest step 4\) of another model: model.ln_placement='post' "
+    r"\(checkpoint step 4 has 'realformer'\)",
+  ):
+    train.train_and_evaluate(tiny_config(**_TRAINED, model__ln_placement='post'), workdir)
   assert fs.checkpoint_entries(workdir) == ['2', '4']
 
 

@@ -158,8 +158,9 @@ def _all_files(workdir, step_name):
 def test_a_step_saved_without_checksums_falls_back_when_its_restore_fails(straight, tmp_path):
   """Checkpoints written before checksums existed: the failed restore itself is the check."""
   workdir = fs.copy_workdir(straight, tmp_path / 'w')
-  for step in (4, 6, 8):
-    os.remove(os.path.join(workdir, 'checkpoints', str(step), 'checksums.json'))
+  for step in (4, 6, 8):  # neither checksums.json nor run_record.json: the format of then
+    for name in ('checksums.json', 'run_record.json'):
+      os.remove(os.path.join(workdir, 'checkpoints', str(step), name))
   fs.truncate(_state_file(os.path.join(workdir, 'checkpoints', '8')), 1000)
 
   _step_6_restores_with_8_moved_aside(
@@ -406,9 +407,12 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   assert proc.returncode == 130, out + err
   fs.the_line(
     err,
-    r'error: interrupted twice: stopped without saving; a rerun resumes from the last checkpoint',
+    r'error: interrupted twice: stopped without saving; a rerun resumes from the checkpoint at '
+    r'step 8',
   )
   assert 'resumed from the checkpoint at step 7' in out and 'eval  step 8:' not in out
+  # The first Ctrl-C said at once what it does (while the evaluation held the main thread).
+  assert 'Ctrl-C: stopping after the step in progress' in out
   # Step 8, committed before the evaluation, is the uninterrupted run's (no rerun needed: the
   # restores above, and the kill test's, show that a committed step resumes).
   assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', '8')) is None

@@ -47,10 +47,12 @@ def test_checkpoints_without_config_json_refuse_the_resume_in_one_line(tmp_path)
   with pytest.raises(ConfigError) as raised:
     loop.check_resumable(_MODEL, workdir, latest_step=8)
   message = str(raised.value)
+  # No advice to restore it "from a copy": steps without a record (saved before records) cannot
+  # tell the run's own config.json from a sibling run's.
   assert message == (
-    f'{workdir} holds checkpoints (latest step 8) but no config.json, so the model they were '
-    "trained with cannot be compared with this config: put the run's config.json back (from a "
-    'copy), or use a new --workdir; the checkpoints are untouched'
+    f'{workdir} holds checkpoints (latest step 8, saved before steps recorded their model) but '
+    'no config.json, so the model they were trained with cannot be compared with this config: '
+    "put back the run's own config.json, or use a new --workdir; the checkpoints are untouched"
   )
   assert '\n' not in message
   loop.check_resumable(_MODEL, str(tmp_path / 'new'), latest_step=None)  # a new run: nothing

@@ -96,7 +96,17 @@ def test_a_full_disk_when_the_lock_is_taken_is_one_line(tmp_path, monkeypatch):
     ('x = 1\n', 'defines no get_config() (a config file returns its config from it)'),
     (
       'import no_such_module_xyz\ndef get_config(arg):\n  pass\n',
-      "line 1: ModuleNotFoundError: No module named 'no_such_module_xyz'",
+      "raised while it ran: line 1: ModuleNotFoundError: No module named 'no_such_module_xyz'",
+    ),
+    # Raising at import, before get_config() exists: the error, not "defines no get_config()"
+    # (issue 59: a star import, or a definition after the failing line).
+    (
+      'from configs.tiny import *\nraise RuntimeError("no data_dir here")\n',
+      'raised while it ran: line 2: RuntimeError: no data_dir here',
+    ),
+    (
+      'raise ValueError("set HOME")\ndef get_config(arg):\n  pass\n',
+      'raised while it ran: line 1: ValueError: set HOME',
     ),
     (
       'def get_config(arg):\n  return undefined_name\n',

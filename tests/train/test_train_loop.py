@@ -166,10 +166,11 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
     )
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '3.diverged']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))
-  # Compared with config.json, which the last run (learning_rate=1e30) wrote.
+  # Compared with the schedule step 2 was saved with (its run_record.json), not with the
+  # config.json that the last run (learning_rate=1e30) wrote.
   assert (
-    'note: the resumed schedule changed (train.learning_rate 1e+30 -> 1e+39): it now ends at '
-    'step 8 (was 8); learning rate at the restored step 2: 1.00e+30 -> inf'
+    'note: the resumed schedule changed (train.learning_rate 0.003 -> 1e+39): it now ends at '
+    'step 8 (was 8); learning rate at the restored step 2: 3.00e-03 -> inf'
   ) in capsys.readouterr().out
   # A corrected config resumes from the last good checkpoint.
   assert train.train_and_evaluate(tiny_config(train__stop_at_step=3), workdir)['step'] == 3
@@ -192,7 +193,7 @@ def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(
     ConfigError,
     match=(
       r'holds checkpoints \(latest step 2\) of another model: model.hidden_size=\d+ '
-      r'\(the checkpoint has \d+\); use a new --workdir'
+      r'\(checkpoint step 2 has \d+\); use a new --workdir'
     ),
   ):
     train.train_and_evaluate(config, workdir)

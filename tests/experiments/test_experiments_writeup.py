@@ -82,7 +82,7 @@ def _seeds(seeds) -> str:
 def _longer_complete() -> bool:
   """Whether every run of the 4,800-step budget is committed (the text then states its results;
   before, an interim sentence)."""
-  longer = [n for n in _results() if n.startswith(f'b{LONGER}-')]
+  longer = [n for n in _results() if n.startswith(f'b{LONGER}-lr0.002-')]  # the budgets plan's
   return len(longer) == len(LAYOUTS) * len(SEEDS)
 
 
@@ -114,7 +114,7 @@ def test_seed_labels_are_the_finished_runs():
     r'\(seeds (\S+), at \[MASK\]: Post-LN ([\d., ]+)%; RealFormer ([\d., ]+)%; interim P1 (\S+) '
     r'± (\S+) points over (\d) seeds\)'
   )
-  longer = [n for n in _results() if n.startswith(f'b{LONGER}-')]
+  longer = [n for n in _results() if n.startswith(f'b{LONGER}-lr0.002-')]  # the budgets plan's
   seeds = sorted({int(n.rsplit('-s', 1)[1]) for n in longer})
   assert label == _seeds(seeds) and len(longer) == 2 * len(seeds)
   for layout, quoted in (('post', post), ('realformer', real)):

@@ -102,7 +102,8 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   sources = {'train': text_files.expand(config.train_files, 'train_files')}
   if config.eval_files:
     sources['eval'] = text_files.expand(config.eval_files, 'eval_files')
-    _check_apart(*([(p, os.path.realpath(p)) for p in sources[s]] for s in SPLITS), 'is')
+    by_path = ([(p, os.path.realpath(p)) for p in sources[s]] for s in SPLITS)
+    _check_apart(*by_path, 'is the same file as')
   fingerprints = {s: [text_files.fingerprint(p) for p in paths] for s, paths in sources.items()}
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
   chunks = []  # (split, file index, _Chunk)
@@ -374,7 +375,7 @@ def _check_apart(train: list, held_out: list, relation: str) -> None:
   for path, key in held_out:
     if key in train_paths:
       raise DataError(
-        f'data.eval_files: {path} {relation} {train_paths[key]} of data.train_files: '
+        f'data.eval_files: {path} {relation} {train_paths[key]} in data.train_files: '
         'evaluation would run on training data; give held-out files, or no eval_files to hold '
         'out data.eval_percent of the documents.'
       )

@@ -11,10 +11,16 @@ the reading settings (text feature, held-out percent or eval files). It names th
 directory `<data_dir>/files-<digest>/` (which holds `corpus.json`, the tokenizers and the
 packed stores, whose names derive from it), so a touched, renamed, moved or copied file that is
 unchanged keeps every store and a run resumable, and an edited one gives a new corpus that is
-never mixed with the old. Path, size and modification time are only a fast "unchanged" check:
+never mixed with the old. A chunk is read as exactly the bytes that were hashed (a file appended
+to meanwhile, up to its hashed end), and hashed again before its shard is published: a file
+rewritten in place meanwhile is a DataError, never a shard named by content it does not hold.
+Path, size and modification time are only a fast "unchanged" check:
 `<data_dir>/file-shards/fingerprints/` remembers each file's chunk digests under its path, size
 and time, so an unchanged corpus is not read at all on a later start; a file whose
 fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that content was never read.
+Its limit: an edit that keeps the size and restores the time keeps the old digests until
+`forget_fingerprints` (experiments.prepare_data --rehash). Eval files that are train files (by
+real path or by content) are refused.
 `corpus.json` records the corpus digest (`corpus_digest`), each file's path, size, time and
 SHA-256 (of its chunk digests), and the shards of each split with their document and byte counts.
 

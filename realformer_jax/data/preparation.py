@@ -10,11 +10,11 @@ later run.
 Phases, each with a progress line every few seconds and a summary (progress.py):
   reading    a file corpus's chunks into document shards (file_corpus.py), in `workers`
              processes;
-  tokenizer  a bounded sample of the train documents (`data.tokenizer_sample_chars`: every
-             k-th document from a seeded offset, k chosen so the sample stays under the cap,
-             so it spans every file), streamed to SentencePiece's trainer
-             (`data.tokenizer_threads` threads); the sampling is recorded in the tokenizer's
-             sidecar;
+  tokenizer  a bounded sample of the train text (`data.tokenizer_sample_chars`: windows
+             spread evenly over its bytes from a seeded offset, so it spans every file whatever
+             its documents' sizes: `_Sample`), streamed to SentencePiece's trainer
+             (`data.tokenizer_threads` threads, in a thread of its own so that Ctrl-C answers
+             at once); the sampling is recorded in the tokenizer's sidecar;
   encoding+packing  the train documents encoded in `workers` processes (jobs of ~JOB_BYTES of
              text, results in job order) and packed in this one, so the packed rows are the
              same whatever the number of workers; memory stays flat (jobs in flight are
@@ -57,7 +57,7 @@ _TOKEN_CHECK_CHARS = 1 << 16
 # Text per encoding job: large enough that a job's start-up (the tokenizer's load) is noise,
 # small enough that jobs in flight (2 per worker) stay a few tens of MB.
 JOB_BYTES = 8 << 20
-# Documents read to estimate a TFDS split's mean document size (for the sample's stride).
+# Documents read to estimate a TFDS split's mean document size (for the sample's windows).
 _SIZE_PROBE_DOCUMENTS = 200
 # Documents of the tokenizer sample read in one call (a split under the cap), and bytes of
 # documents at most (a larger one is read alone).

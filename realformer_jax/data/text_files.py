@@ -17,10 +17,15 @@ not grow with the corpus. An uncompressed `.txt` / `.jsonl` / `.json` file is re
 ranges (`byte_ranges`, `CHUNK_BYTES` each, so several workers share one large file): a range's
 exact bounds are moved forward to the next document boundary (`exact_range`: after a blank line
 for `.txt`, a line start for JSON lines), so the ranges partition the file's documents exactly
-and the documents do not depend on how the file was split. Every problem is one DataError naming
-the file: a glob that matches nothing, a dangling symbolic link, an empty file, a binary or
-non-UTF-8 file (with the byte offset and line), a JSONL line that is not JSON or lacks the field,
-a Parquet file without the column, a `.zst` file without the zstandard package.
+and the documents do not depend on how the file was split. A range is read as exactly its
+bytes (a local file is bounded to the end it had when hashed: `_Bounded`), so a file appended
+to meanwhile gives the documents of what was hashed. Every problem is one DataError naming the
+file: a glob that matches nothing, a dangling symbolic link (to a file, or to a directory where
+a corpus folder or a glob's wildcard directories are walked), a directory that cannot be
+listed, a FIFO, socket or device, an empty file, a binary or non-UTF-8 file (with the byte
+offset and line), a JSONL line that is not JSON or lacks the field, a Parquet file without the
+column, a `.zst` file without the zstandard package. Files of other formats in a corpus folder
+are named in one note line.
 """
 
 from __future__ import annotations

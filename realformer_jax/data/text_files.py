@@ -21,11 +21,11 @@ and the documents do not depend on how the file was split. A range is read as ex
 bytes (a local file is bounded to the end it had when hashed: `_Bounded`), so a file appended
 to meanwhile gives the documents of what was hashed. Every problem is one DataError naming the
 file: a glob that matches nothing, a dangling symbolic link (to a file, or to a directory where
-a corpus folder or a glob's wildcard directories are walked), a directory that cannot be
-listed, a FIFO, socket or device, an empty file, a binary or non-UTF-8 file (with the byte
-offset and line), a JSONL line that is not JSON or lacks the field, a Parquet file without the
-column, a `.zst` file without the zstandard package. Files of other formats in a corpus folder
-are named in one note line.
+a corpus folder or a glob's wildcard directories are walked), a FIFO, socket or device, an
+empty file, a binary or non-UTF-8 file (with the byte offset and line), a JSONL line that is
+not JSON or lacks the field, a Parquet file without the column, a `.zst` file without the
+zstandard package. Files of other formats in a corpus folder, and directories that cannot be
+listed, are named in note lines.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def expand(patterns: str, field: str) -> list[str]:
   """The files named by comma-separated globs or directories, each in sorted order; DataError
   for a glob matching nothing, a directory holding no supported file, and for what would make
   the corpus silently smaller or never end: a dangling symbolic link (to a file or a
-  directory) where the corpus is looked for, a directory that cannot be listed, or a named
-  pipe, socket or device where a file is expected."""
+  directory) where the corpus is looked for, or a named pipe, socket or device where a file
+  is expected. A directory that cannot be listed is named in a note line."""
   files = []
   for pattern in (p.strip() for p in patterns.split(',')):
     if not pattern:
@@ -119,16 +119,13 @@ def _check_entry(path: str, field: str) -> None:
 
 
 def _walk(directory: str, field: str):
-  """os.walk following links, where a directory that cannot be listed is a DataError (os.walk
-  skips it silently)."""
+  """os.walk following links, where a directory that cannot be listed is said in a note line
+  (os.walk skips it silently; refusing it would refuse a data disk for its lost+found)."""
 
-  def refuse(error: OSError):
-    raise DataError(
-      f'data.{field}: cannot list {error.filename} ({error.strerror}): the corpus would miss '
-      'what it holds.'
-    )
+  def note(error: OSError):
+    say(f'note: data.{field}: cannot list {error.filename} ({error.strerror}): left out.')
 
-  return os.walk(directory, onerror=refuse, followlinks=True)
+  return os.walk(directory, onerror=note, followlinks=True)
 
 
 def _supported_files_under(directory: str, field: str) -> list[str]:
@@ -180,6 +177,8 @@ def _check_directories_on_the_way(pattern: str, field: str) -> None:
   root = os.sep.join(parts[:first]) or (os.sep if pattern.startswith(os.sep) else os.curdir)
   if os.path.islink(root) and not os.path.exists(root):
     raise _dangling_link_error(root, field)
+  if not os.path.isdir(root):
+    return  # the glob matches nothing: said as such
   directories = parts[first:-1]
   for here, dirs, names in _walk(root, field):
     relative = os.path.relpath(here, root)

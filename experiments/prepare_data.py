@@ -6,14 +6,19 @@ r"""Prepare a masked-LM corpus once, ahead of training: documents, tokenizer, pa
 Does what `experiments.train` does on first use (data/preparation.py): reads the files (or
 the TFDS dataset), trains or loads the tokenizer, packs the train split into its store and
 checks the eval split, under the cache locks, so a cluster job's processes find everything
-ready on the shared data_dir. `--workers=N` reads, tokenizes and packs with N processes (default
-0: every core, one process for a small corpus); the stores are the same for every N. A killed
-run, started again, reads only the file chunks it had not finished. Every phase logs a progress
-line every few seconds and a summary; the last line says where each piece is cached and how
-long each phase took (tokenizer training on its own). Quiet otherwise: TFDS's and absl's
-notes show with --verbosity=0 or higher. Bad input (or a full or read-only disk) exits with
-status 1 and one line `error: <message>`.
+ready on the shared data_dir; a corpus that training would refuse (fewer sequences than one
+global batch of the config) is refused here too. `--workers=N` reads, tokenizes and packs with
+N processes (default 0: every core, one process for a small corpus); the stores are the same
+for every N. `--rehash` hashes every file again: otherwise a file whose path, size and
+modification time are those remembered is taken as unchanged. A killed or interrupted run,
+started again, reads only the file chunks it had not finished. Every phase prints a plain
+progress line every few seconds and a summary; the last line says where each piece is cached
+and how long each phase took (tokenizer training on its own). Quiet otherwise: TFDS's and
+absl's notes show with --verbosity=0 or higher. Bad input (or a full or read-only disk) exits
+with status 1 and one line `error: <message>`; Ctrl-C with status 130.
 """
+
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -30,6 +35,13 @@ _WORKERS = flags.DEFINE_integer(
   'Processes reading, tokenizing and packing at once (0: every core, one for a small corpus); '
   'the result is the same for every count.',
 )
+_REHASH = flags.DEFINE_bool(
+  'rehash',
+  False,
+  "Hash every file again instead of trusting the digests remembered under each file's path, "
+  'size and modification time (an edit that kept the size and restored the time is otherwise '
+  'not seen).',
+)
 
 
 def main(argv):
@@ -37,10 +49,19 @@ def main(argv):
   if _WORKERS.value < 0:
     fail(f'--workers={_WORKERS.value}: must be at least 0 (0: every core).')
   config = loaded(_CONFIG.value)
+  # What training would refuse is refused here: a corpus smaller than one global batch.
+  global_batch_size = config.train.global_batch_size if 'train' in config else None
   try:
-    summary = prepare_ahead(config.data, _WORKERS.value or None)
+    summary = prepare_ahead(config.data, _WORKERS.value or None, global_batch_size, _REHASH.value)
   except data.DataError as e:
     fail(str(e))
+  except KeyboardInterrupt:
+    print(
+      'interrupted (Ctrl-C): what was finished is kept (document shards, a trained tokenizer, a '
+      'packed store); a rerun goes on from there.',
+      file=sys.stderr,
+    )
+    sys.exit(130)
   trained = summary['tokenizer_seconds']
   print(
     f'prepared {summary["corpus"]} in {summary["seconds"]:.1f} s '

@@ -132,15 +132,14 @@ def wait_for_line(stream, pattern: str, seen: list) -> str:
 def unexpected_stderr(stderr: str) -> list[str]:
   """stderr lines other than fault_launcher's markers, orbax's note that a save waited for
   the previous one (which the slow-save fault causes) and data preparation's progress lines
-  (data/progress.py: '... prepare <phase>: ...', printed whenever a run prepares its data;
-  absl's prefix ends '] ', plain logging's is 'WARNING:<logger>:', as in a script that never
-  configured logging)."""
+  (data/progress.py: plain lines 'prepare <phase>: ...', printed whenever a run prepares its
+  data)."""
   return [
     line
     for line in stderr.splitlines()
     if not line.startswith('FAULT: ')
     and 'Waiting for previous save' not in line
-    and not re.search(r'(\] |^[A-Z]+:[\w.]+:)prepare [a-z+ ]+: ', line)
+    and not re.match(r'prepare [a-z+ ]+: ', line)
   ]
 
 

@@ -62,8 +62,8 @@ class DataConfig:
   # instead of failing; the model keeps model.vocab_size rows.
   fit_vocab_to_corpus: bool = True
   tokenizer_model_type: str = 'unigram'  # 'unigram' or 'bpe' (both train in ~1 s on bible_web).
-  # Cap on text used to train the tokenizer: every k-th train document (seeded offset), k the
-  # split's size over the cap, so the sample spans every file. 8M: the smallest measured sample
+  # Cap on text used to train the tokenizer: 4 KB windows spread evenly over the train text by
+  # bytes (seeded offset), so the sample spans every file. 8M: the smallest measured sample
   # within 1% of the largest one's tokens per held-out character, at about half its training
   # time (docs/data.md, "Tokenizer sample size"); the embedded corpus (4M) stays whole.
   tokenizer_sample_chars: int = 8_000_000

@@ -11,10 +11,16 @@ the reading settings (text feature, held-out percent or eval files). It names th
 directory `<data_dir>/files-<digest>/` (which holds `corpus.json`, the tokenizers and the
 packed stores, whose names derive from it), so a touched, renamed, moved or copied file that is
 unchanged keeps every store and a run resumable, and an edited one gives a new corpus that is
-never mixed with the old. Path, size and modification time are only a fast "unchanged" check:
+never mixed with the old. A chunk is read as exactly the bytes that were hashed (a file appended
+to meanwhile, up to its hashed end), and hashed again before its shard is published: a file
+rewritten in place meanwhile is a DataError, never a shard named by content it does not hold.
+Path, size and modification time are only a fast "unchanged" check:
 `<data_dir>/file-shards/fingerprints/` remembers each file's chunk digests under its path, size
 and time, so an unchanged corpus is not read at all on a later start; a file whose
 fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that content was never read.
+Its limit: an edit that keeps the size and restores the time keeps the old digests until
+`forget_fingerprints` (experiments.prepare_data --rehash). Eval files that are train files (by
+real path or by content) are refused.
 `corpus.json` records the corpus digest (`corpus_digest`), each file's path, size, time and
 SHA-256 (of its chunk digests), and the shards of each split with their document and byte counts.
 
@@ -33,6 +39,7 @@ the next one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -54,6 +61,8 @@ SPLITS = ('train', 'eval')
 _SHARD_DIR = 'file-shards'
 _FINGERPRINT_DIR = 'fingerprints'
 MANIFEST = 'corpus.json'
+# What a shard's sidecar counts of its documents.
+_COUNTS = ('documents', 'text_bytes')
 # A record per chunk (random access for the tokenizer sample, and what grain asks for: it logs an
 # error on other group sizes), uncompressed: the shard is written once and read once more by
 # the encoding workers. CPU ms per MB of text to write + read, measured on generated English
@@ -71,7 +80,7 @@ class Corpus:
   directory: str  # <data_dir>/<name>: the manifest, tokenizers/ and packed/
   digest: str  # SHA-256 of the content and reading settings
   records: dict  # split -> grain.MapDataset over the split's shards
-  shards: dict  # split -> [(path, documents)] in file order (documents > 0)
+  shards: dict  # split -> [(path, documents, text bytes)] in file order (documents > 0)
   text_bytes: dict  # split -> UTF-8 bytes of its documents
 
 
@@ -88,7 +97,6 @@ class _Chunk:
   held_out: Optional[float]  # eval_percent when a train file's documents are split by hash
   text_feature: str
   shard_dir: str
-  whole_file: bool  # the file's only chunk: an empty file is an error
   known: Optional[tuple] = None  # (start, end, sha256) from the fingerprint index
 
 
@@ -100,6 +108,8 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   sources = {'train': text_files.expand(config.train_files, 'train_files')}
   if config.eval_files:
     sources['eval'] = text_files.expand(config.eval_files, 'eval_files')
+    by_path = ([(p, os.path.realpath(p)) for p in sources[s]] for s in SPLITS)
+    _check_apart(*by_path, 'is the same file as')
   fingerprints = {s: [text_files.fingerprint(p) for p in paths] for s, paths in sources.items()}
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
   chunks = []  # (split, file index, _Chunk)
@@ -117,32 +127,50 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
           held_out=held_out if split == 'train' else None,
           text_feature=config.text_feature,
           shard_dir=shard_dir,
-          whole_file=len(ranges) == 1,
           known=tuple(chunk_range) if known else None,
         )
         chunks.append((split, index, chunk))
   todo = [
     entry for entry in chunks if not (entry[2].known and _is_done(entry[2], entry[2].known[2]))
   ]
-  progress = Progress('reading', total_bytes=sum(c.end - c.start for _, _, c in todo))
   results = {}
   jobs = [c for _, _, c in todo]
-  num_workers = min(workers.choose(num_workers, progress.total_bytes), max(len(jobs), 1))
+  total = sum(c.end - c.start for c in jobs)
+  num_workers = min(workers.choose(num_workers, total), max(len(jobs), 1))
   if num_workers > 1:
     _import_meanwhile('grain')
-  for (split, index, chunk), result in zip(
-    todo, workers.ordered_results(_read_chunk, jobs, num_workers)
-  ):
-    results[split, index, chunk.start] = result
-    progress.update(chunk.end - chunk.start, sum(n['documents'] for n in result['counts'].values()))
-  if todo:
-    before = ', the others were read before' if len(todo) < len(chunks) else ''
-    progress.done(f', {num_workers} worker(s) ({len(todo)} of {len(chunks)} chunks read{before})')
+  with Progress('reading', 'files', total_bytes=total) as progress:
+    for (split, index, chunk), result in zip(
+      todo, workers.ordered_results(_read_chunk, jobs, num_workers)
+    ):
+      results[split, index, chunk.start] = result
+      documents = sum(n['documents'] for n in result['counts'].values())
+      progress.update(chunk.end - chunk.start, documents)
+    if todo:
+      before = ', the others were read before' if len(todo) < len(chunks) else ''
+      progress.done(f', {num_workers} worker(s) ({len(todo)} of {len(chunks)} chunks read{before})')
   files = {split: [[] for _ in fingerprints[split]] for split in fingerprints}
   for split, index, chunk in chunks:
     result = results.get((split, index, chunk.start)) or _finished(chunk, *chunk.known)
     files[split][index].append(result)
   return _assemble(config, data_dir, fingerprints, files)
+
+
+def forget_fingerprints(config, data_dir: str) -> int:
+  """Forgets the digests remembered under `data_dir` of `config`'s files (none where it names
+  no files), so the next preparation hashes each again; returns how many were forgotten."""
+  if not config.train_files:
+    return 0
+  shard_dir = os.path.join(data_dir, _SHARD_DIR)
+  paths = text_files.expand(config.train_files, 'train_files')
+  if config.eval_files:
+    paths += text_files.expand(config.eval_files, 'eval_files')
+  forgotten = 0
+  for path in paths:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(_fingerprint_path(shard_dir, text_files.fingerprint(path)))
+      forgotten += 1
+  return forgotten
 
 
 def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
@@ -156,6 +184,12 @@ def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
     identity[f'{split}_files'] = [
       _file_identity(file, chunks) for file, chunks in zip(fingerprints[split], files[split])
     ]
+  if 'eval' in fingerprints:
+    by_content = (
+      [(f['path'], i['sha256']) for f, i in zip(fingerprints[s], identity[f'{s}_files'])]
+      for s in SPLITS
+    )
+    _check_apart(*by_content, 'has the same content as')
   digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
   shards = {split: [] for split in SPLITS}
   counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
@@ -166,10 +200,10 @@ def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
         raise DataError(f'{file["path"]}: the file is empty (no document in it).')
       for chunk in chunks:
         for part, path in chunk['outputs'].items():
-          for key in ('documents', 'text_bytes'):
+          for key in _COUNTS:
             counts[part][key] += chunk['counts'][part][key]
           if chunk['counts'][part]['documents']:
-            shards[part].append((path, chunk['counts'][part]['documents']))
+            shards[part].append((path, *(chunk['counts'][part][k] for k in _COUNTS)))
       _remember(shard_dir, file, [(c['start'], c['end'], c['sha256']) for c in chunks])
     manifest[f'{split}_files'] = [
       dict(file, **_file_identity(file, chunks))
@@ -177,9 +211,9 @@ def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
     ]
   for split in SPLITS:
     if not counts[split]['documents']:
-      raise DataError(_empty_split_message(config, split))
+      raise DataError(_empty_split_message(config, split, counts, fingerprints['train']))
   manifest['splits'] = {
-    s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n in shards[s]])
+    s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n, _ in shards[s]])
     for s in SPLITS
   }
   name = 'files-' + digest[:12]
@@ -192,7 +226,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
     name=name,
     directory=directory,
     digest=digest,
-    records={s: _open([p for p, _ in shards[s]], config.text_feature) for s in SPLITS},
+    records={s: _open([p for p, _, _ in shards[s]], config.text_feature) for s in SPLITS},
     shards=shards,
     text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
   )
@@ -272,10 +306,7 @@ def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]
   try:
     for split, path in tmp.items():
       writers[split] = array_record_module.ArrayRecordWriter(path, _SHARD_OPTIONS)
-    texts = text_files.documents(
-      chunk.path, chunk.text_feature, None if chunk.whole_file else byte_range
-    )
-    for text in texts:
+    for text in text_files.documents(chunk.path, chunk.text_feature, byte_range):
       data = text.encode()
       split = chunk.split
       if chunk.held_out is not None:
@@ -285,6 +316,7 @@ def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]
       counts[split]['text_bytes'] += len(data)
     for split in list(writers):
       writers.pop(split).close()
+    _check_unchanged(chunk, byte_range, sha256)
     source = {'path': chunk.path, 'start': byte_range[0], 'end': byte_range[1], 'sha256': sha256}
     for split, path in outputs.items():
       cache_integrity.publish(tmp[split], path, dict(source=source, split=split, **counts[split]))
@@ -297,6 +329,20 @@ def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]
     for path in tmp.values():
       if os.path.exists(path):
         os.remove(path)
+
+
+def _check_unchanged(chunk: _Chunk, byte_range, sha256: str) -> None:
+  """The bytes just read still hash to `sha256` (what names the shard), or one DataError line:
+  the file was rewritten in place since it was hashed (or since its digest was remembered under
+  the same size and modification time). A file appended to is read only to its hashed end, so
+  this holds for it."""
+  if text_files.sha256_of_range(chunk.path, *byte_range) != sha256:
+    raise DataError(
+      f'{chunk.path}: its bytes {byte_range[0]:,}-{byte_range[1]:,} changed while it was '
+      'prepared (they no longer hash to what was hashed before reading, or to the digest '
+      'remembered for its size and modification time): prepare again once nothing writes to '
+      'it, with experiments.prepare_data --rehash to hash every file again.'
+    )
 
 
 def _fingerprint_path(shard_dir: str, file: dict) -> str:
@@ -326,12 +372,31 @@ def _remember(shard_dir: str, file: dict, chunk_digests: list) -> None:
     pass  # only a shortcut: without it the file is hashed again next time
 
 
-def _empty_split_message(config, split: str) -> str:
+def _check_apart(train: list, held_out: list, relation: str) -> None:
+  """DataError when an eval file is a train file. `train`, `held_out`: (path, key) pairs, the
+  key a file's real path or its content digest."""
+  train_paths = {}
+  for path, key in train:
+    train_paths.setdefault(key, path)
+  for path, key in held_out:
+    if key in train_paths:
+      raise DataError(
+        f'data.eval_files: {path} {relation} {train_paths[key]} in data.train_files: '
+        'evaluation would run on training data; give held-out files, or no eval_files to hold '
+        'out data.eval_percent of the documents.'
+      )
+
+
+def _empty_split_message(config, split: str, counts: dict, train_files: list) -> str:
   if split == 'eval':
+    documents = counts['train']['documents']
+    why = f'none of its {documents:,} document(s) fell there'
+    if any(text_files.format_of(f['path']) == '.txt' for f in train_files):
+      why += '; in a .txt file a blank line ends a document, so a file without one is one document'
     return (
       f'data.train_files={config.train_files!r}: the corpus is too small to hold out '
-      f'data.eval_percent={config.eval_percent}% of its documents for evaluation (none fell '
-      'there): give data.eval_files or raise data.eval_percent.'
+      f'data.eval_percent={config.eval_percent}% of its documents for evaluation ({why}): give '
+      'data.eval_files or raise data.eval_percent.'
     )
   return f'data.train_files={config.train_files!r}: every document was held out for evaluation.'
 

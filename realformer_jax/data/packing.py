@@ -39,21 +39,30 @@ def pack_blocks(
 ) -> Iterator[np.ndarray]:
   """Yields the packed input ids of a finite stream of tokenized documents, int32 [K, L] blocks.
 
-  Row order is stream order; every block but the last has `rows_per_block` rows or more.
+  Row order is stream order; every block but the last has `rows_per_block` rows. A document
+  longer than a block is cut into blocks of its own array's views, so memory stays a block
+  beyond the documents' ids, however long one is.
   """
   body_len = max_len - 2
+  block_tokens = body_len * rows_per_block
   pending, num_pending = [], 0
   for ids in documents:
-    if len(ids):
-      pending.append(np.asarray(ids, np.int32))
-      num_pending += len(ids)
-    if num_pending >= body_len * rows_per_block:
-      flat = np.concatenate(pending)
-      num_rows = len(flat) // body_len
-      yield _rows(
-        flat[: num_rows * body_len].reshape(num_rows, body_len), max_len, cls_id, sep_id, pad_id
-      )
-      pending, num_pending = [flat[num_rows * body_len :]], len(flat) - num_rows * body_len
+    ids = np.asarray(ids, np.int32)
+    if num_pending + len(ids) < block_tokens:
+      if len(ids):
+        pending.append(ids)
+        num_pending += len(ids)
+      continue
+    take = block_tokens - num_pending
+    rest = ids[take:]
+    blocks = [np.concatenate(pending + [ids[:take]])] + [
+      rest[start : start + block_tokens]
+      for start in range(0, len(rest) - block_tokens + 1, block_tokens)
+    ]
+    for block in blocks:
+      yield _rows(block.reshape(rows_per_block, body_len), max_len, cls_id, sep_id, pad_id)
+    rest = rest[(len(blocks) - 1) * block_tokens :]
+    pending, num_pending = ([rest] if len(rest) else []), len(rest)
   if num_pending:
     flat = np.concatenate(pending)
     num_rows = len(flat) // body_len

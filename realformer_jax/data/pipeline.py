@@ -77,6 +77,17 @@ def local_batch_size(global_batch_size: int, process_index: int, process_count: 
   return global_batch_size // process_count
 
 
+def check_one_global_batch(data_config, sequences: int, global_batch_size: int) -> None:
+  """DataError when the packed train split holds fewer sequences than one global batch: what
+  training refuses, and so what preparing ahead (experiments.prepare_data) refuses too."""
+  if sequences < global_batch_size:
+    raise DataError(
+      f'{preparation.prepared_data(data_config).description} packs into {sequences} '
+      f'sequences of max_len={data_config.max_len}, fewer than one global batch '
+      f'({global_batch_size}): give more text or a smaller batch.'
+    )
+
+
 def make_train_iterator(
   data_config: config_lib.DataConfig,
   global_batch_size: int,
@@ -95,12 +106,7 @@ def make_train_iterator(
   if not 0 <= seed < 2**32:
     raise DataError(f'seed={seed} must be in [0, 2**32) (grain shuffle seeds are uint32).')
   store = preparation.packed_train_store(data_config)
-  if len(store) < global_batch_size:
-    raise DataError(
-      f'{preparation.prepared_data(data_config).description} packs into {len(store)} '
-      f'sequences of max_len={data_config.max_len}, fewer than one global batch '
-      f'({global_batch_size}): give more text or a smaller batch.'
-    )
+  check_one_global_batch(data_config, len(store), global_batch_size)
   batches = train_batches(data_config, global_batch_size, seed, process_index, process_count)
   return TrainIterator(
     batches,

@@ -10,11 +10,11 @@ later run.
 Phases, each with a progress line every few seconds and a summary (progress.py):
   reading    a file corpus's chunks into document shards (file_corpus.py), in `workers`
              processes;
-  tokenizer  a bounded sample of the train documents (`data.tokenizer_sample_chars`: every
-             k-th document from a seeded offset, k chosen so the sample stays under the cap,
-             so it spans every file), streamed to SentencePiece's trainer
-             (`data.tokenizer_threads` threads); the sampling is recorded in the tokenizer's
-             sidecar;
+  tokenizer  a bounded sample of the train text (`data.tokenizer_sample_chars`: windows
+             spread evenly over its bytes from a seeded offset, so it spans every file whatever
+             its documents' sizes: `_Sample`), streamed to SentencePiece's trainer
+             (`data.tokenizer_threads` threads, in a thread of its own so that Ctrl-C answers
+             at once); the sampling is recorded in the tokenizer's sidecar;
   encoding+packing  the train documents encoded in `workers` processes (jobs of ~JOB_BYTES of
              text, results in job order) and packed in this one, so the packed rows are the
              same whatever the number of workers; memory stays flat (jobs in flight are
@@ -30,9 +30,10 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
-import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 from typing import Optional
 
@@ -44,23 +45,29 @@ from realformer_jax.data import encoding, sources
 from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data import workers as workers_lib
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.progress import Progress
+from realformer_jax.data.progress import Progress, say
 from realformer_jax.data.store import packed_store
 
 grain = extras.lazy('grain')
 
-_log = logging.getLogger(__name__)
-
-# Records scanned for at least one token before a split is declared token-free.
+# Records scanned for at least one token before a split is declared token-free, and the
+# characters of each that are encoded for it.
 _MAX_RECORDS_SCANNED_FOR_TOKENS = 10_000
+_TOKEN_CHECK_CHARS = 1 << 16
 # Text per encoding job: large enough that a job's start-up (the tokenizer's load) is noise,
 # small enough that jobs in flight (2 per worker) stay a few tens of MB.
 JOB_BYTES = 8 << 20
-# Documents read to estimate a TFDS split's mean document size (for the sample's stride).
+# Documents read to estimate a TFDS split's mean document size (for the sample's windows).
 _SIZE_PROBE_DOCUMENTS = 200
-# Documents of the tokenizer sample read in one call.
+# Documents of the tokenizer sample read in one call (a split under the cap), and bytes of
+# documents at most (a larger one is read alone).
 _SAMPLE_READ_DOCUMENTS = 1024
-# The tokenizer sample's offset within its stride: seeded, so the same corpus and settings
+_SAMPLE_READ_BYTES = 64 << 20
+# The tokenizer sample of a split over the cap: windows of this many bytes of text, spread
+# evenly over the split. ~2,000 windows at the 8M-character default: every file of a corpus of
+# that many is sampled, and a window of small documents is a paragraph to a page of text.
+_SAMPLE_WINDOW_BYTES = 4096
+# The sample windows' offset within their spacing: seeded, so the same corpus and settings
 # always give the same sample (and tokenizer).
 _SAMPLE_SEED = 0
 
@@ -76,6 +83,7 @@ class PreparedData:
   # The train split as (source, first, stop) pieces that encoding jobs and the tokenizer
   # sample read (encoding.read_texts): a file corpus's shard paths, or a TFDS split's records.
   train_segments: tuple = ()
+  train_segment_bytes: tuple = ()  # UTF-8 bytes of each, where known (OpenedSource)
   train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train split, where known
   # A file corpus's content digest (file_corpus.py); a TFDS split's is computed while packing.
   corpus_digest: Optional[str] = None
@@ -103,6 +111,7 @@ def prepared_data(config: config_lib.DataConfig, workers: Optional[int] = None) 
 
 
 def _prepare_uncached(config: config_lib.DataConfig, num_workers: Optional[int]) -> PreparedData:
+  _check_data_dir(sources.data_dir_of(config))
   source = sources.for_config(config)
   opened = source.open(config, num_workers)
   prepared = {
@@ -121,6 +130,19 @@ def _prepare_uncached(config: config_lib.DataConfig, num_workers: Optional[int])
       what=f"{prepared['description']} split '{split}' feature '{config.text_feature}'",
     )
   return PreparedData(tokenizer, **prepared)
+
+
+def _check_data_dir(data_dir: str) -> None:
+  """DataError when data_dir or a folder above it is a file (it could never be made)."""
+  path = data_dir
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  if os.path.exists(path) and not os.path.isdir(path):
+    where = 'is' if path == data_dir else f'is under {path}, which is'
+    raise DataError(
+      f'data.data_dir={data_dir} {where} a file, not a directory: give a directory (it is '
+      'made where missing).'
+    )
 
 
 @contextlib.contextmanager
@@ -234,6 +256,7 @@ class _Encoded:
     total = self.prepared.train_text_bytes
     self.progress = Progress(
       'encoding+packing',
+      'text',
       total_bytes=total,
       total_documents=sum(stop - first for _, first, stop in self.prepared.train_segments),
     )
@@ -242,14 +265,14 @@ class _Encoded:
       _mean_document_bytes(self.prepared, self.text_feature) * self.progress.total_documents
     )
     num_workers = min(workers_lib.choose(self.num_workers, work), max(len(jobs), 1))
-    with _ids_dir(num_workers) as out_dir:
+    with self.progress, _ids_dir(num_workers) as out_dir:
       jobs = [dataclasses.replace(job, out_dir=out_dir) for job in jobs]
       for result in workers_lib.ordered_results(encoding.encode, jobs, num_workers):
         ids = encoding.take_ids(result)
         self.digest.update(result['digests'])
         self.progress.update(result['text_bytes'], result['documents'], len(ids))
         yield ids
-    self.progress.done(f', {num_workers} worker(s)')
+      self.progress.done(f', {num_workers} worker(s)')
 
   def facts(self) -> dict:
     facts = {
@@ -266,18 +289,48 @@ def _ids_dir(num_workers: int):
   """Where workers hand back their jobs' ids (encoding.py): a private temporary directory,
   removed with what is left in it (jobs of a failed or interrupted preparation); None when the
   jobs run in this process. At most 2 jobs per worker are in flight, so it holds at most
-  ~2 * workers * JOB_BYTES of ids (~4 bytes per token)."""
+  ~2 * workers * JOB_BYTES of ids (~4 bytes per token). Its name holds this host and process,
+  so a later preparation removes the directories that a killed one (kill -9) left behind."""
+  _remove_stale_ids_dirs()
   if num_workers <= 1:
     yield None
     return
   try:
-    directory = tempfile.mkdtemp(prefix='realformer-encode-')
+    directory = tempfile.mkdtemp(prefix=f'{_ids_dir_prefix()}{os.getpid()}-')
   except OSError as e:
     raise encoding.ids_dir_error(tempfile.gettempdir(), e) from None
   try:
     yield directory
   finally:
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _ids_dir_prefix() -> str:
+  return f'realformer-encode-{socket.gethostname()}-'
+
+
+def _remove_stale_ids_dirs() -> None:
+  """Removes this host's ids directories whose process is gone (a process of another host,
+  sharing TMPDIR, is never judged from here)."""
+  prefix = _ids_dir_prefix()
+  try:
+    names = os.listdir(tempfile.gettempdir())
+  except OSError:
+    return
+  for name in names:
+    pid = name[len(prefix) :].split('-')[0]
+    if name.startswith(prefix) and pid.isdigit() and not _is_running(int(pid)):
+      shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+
+
+def _is_running(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except OSError:  # another user's process
+    return True
+  return True
 
 
 def _mean_document_bytes(prepared: PreparedData, text_feature: str) -> float:
@@ -302,8 +355,8 @@ def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:
     'max_documents': config.max_documents,
     'sample_chars': config.tokenizer_sample_chars,
   }
-  if sample.stride > 1:  # the whole split is the sample that was always taken
-    key['sampling'] = 'stride'
+  if not sample.whole:  # the whole split is the sample that was always taken
+    key['sampling'] = 'byte windows'
   path = tokenizer_lib.cache_path(
     os.path.join(cache_dir, 'tokenizers'),
     model_type=config.tokenizer_model_type,
@@ -335,25 +388,24 @@ def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:
       'or data.fit_vocab_to_corpus=True.'
     )
   if tokenizer.vocab_size < config.vocab_size:
-    _log.warning(
-      'note: %s supports at most %d %s pieces, fewer than data.vocab_size=%d: '
-      'trained %d (data.fit_vocab_to_corpus); ids >= %d are never used. For a real '
-      'corpus give a vocabulary with data.vocab_file.',
-      what,
-      tokenizer.vocab_size,
-      config.tokenizer_model_type,
-      config.vocab_size,
-      tokenizer.vocab_size,
-      tokenizer.vocab_size,
+    say(
+      f'note: {what} supports at most {tokenizer.vocab_size} {config.tokenizer_model_type} '
+      f'pieces, fewer than data.vocab_size={config.vocab_size}: trained '
+      f'{tokenizer.vocab_size} (data.fit_vocab_to_corpus); ids >= {tokenizer.vocab_size} are '
+      'never used. For a real corpus give a vocabulary with data.vocab_file.'
     )
   return tokenizer
 
 
 class _Sample:
-  """The tokenizer's training text: every `stride`-th train document from a seeded `offset`,
-  up to `max_chars` characters, so a bounded sample spans every file of the corpus (the
-  stride is the split's size over the cap, rounded up); a split under the cap is all of it.
-  Iterable again from the start (a retry with a smaller vocabulary reads it twice)."""
+  """The tokenizer's training text, at most ~`max_chars` characters of the train split: all of
+  it when it is smaller, else windows of _SAMPLE_WINDOW_BYTES spread evenly over its bytes
+  (window i starts at byte (i + offset) * spacing of the split's text, offset seeded), so
+  every part of the corpus is sampled in proportion to its size, whatever the size of its
+  documents: a window in a large document is a slice of it, one among small documents the
+  documents from there on. Where a segment's bytes are not known (TFDS, max_documents) its
+  documents' mean size is estimated from the first ones. Iterable again from the start (a
+  retry with a smaller vocabulary reads it twice)."""
 
   def __init__(self, prepared: dict, text_feature: str, max_chars: int):
     self.segments, self.text_feature, self.max_chars = (
@@ -361,46 +413,122 @@ class _Sample:
       text_feature,
       max_chars,
     )
-    total = prepared.get('train_text_bytes')
-    if total is None:  # TFDS: estimate the split's size from its first documents
+    known = prepared.get('train_segment_bytes') or (None,) * len(self.segments)
+    mean = None
+    if None in known:  # estimate the mean document size from the split's first documents
       records = prepared['train_records']
       probe = min(len(records), _SIZE_PROBE_DOCUMENTS)
-      sizes = [len(encoding.text_of(records[i], text_feature)) for i in range(probe)]
-      total = sum(sizes) / max(probe, 1) * len(records)
-    self.stride = max(1, -(-int(total) // max_chars))
-    self.offset = int(np.random.default_rng(_SAMPLE_SEED).integers(self.stride))
+      sizes = [len(encoding.text_of(records[i], text_feature).encode()) for i in range(probe)]
+      mean = sum(sizes) / max(probe, 1)
+    self.sizes = [
+      size if size is not None else mean * (stop - first)
+      for size, (_, first, stop) in zip(known, self.segments)
+    ]
+    total = sum(self.sizes)
+    self.whole = total <= max_chars
+    self.windows = 0 if self.whole else -(-max_chars // _SAMPLE_WINDOW_BYTES)
+    self.spacing = total / max(self.windows, 1)
+    self.offset = float(np.random.default_rng(_SAMPLE_SEED).random())
 
   def __iter__(self):
-    chars, base = 0, 0  # base: the split's index of the segment's first document
+    chars = 0
+    for text in self._whole() if self.whole else self._windows():
+      if chars >= self.max_chars:
+        return
+      chars += len(text)
+      yield text
+
+  def _whole(self):
     for source, first, stop in self.segments:
-      # The segment's first document whose split index is offset + a multiple of stride.
-      chosen = self.offset if base <= self.offset else base + (self.offset - base) % self.stride
-      start = first + chosen - base
-      base += stop - first
-      indices = range(start, stop, self.stride)
-      for begin in range(0, len(indices), _SAMPLE_READ_DOCUMENTS):
-        for text in encoding.read_texts(
-          source, indices[begin : begin + _SAMPLE_READ_DOCUMENTS], self.text_feature
-        ):
-          if chars >= self.max_chars:
-            return
-          chars += len(text)
-          yield text
+      for begin in range(first, stop, _SAMPLE_READ_DOCUMENTS):
+        indices = range(begin, min(begin + _SAMPLE_READ_DOCUMENTS, stop))
+        yield from encoding.read_texts(source, indices, self.text_feature)
+
+  def _windows(self):
+    """Each window's text, in order of position: per segment, the windows that start in it."""
+    positions = ((i + self.offset) * self.spacing for i in range(self.windows))
+    position, base = next(positions, None), 0.0
+    for (source, first, stop), size in zip(self.segments, self.sizes):
+      starts = []  # window starts within this segment, in bytes
+      while position is not None and position < base + size:
+        starts.append(position - base)
+        position = next(positions, None)
+      base += size
+      if starts:
+        yield from self._segment_windows(source, first, stop, size, starts)
+
+  def _segment_windows(self, source, first: int, stop: int, size: float, starts: list):
+    """A window at byte q of a segment starts in document q // mean (its documents taken as
+    equally long, `mean` bytes), at the same fraction of that document's own length; it takes
+    that document's bytes from there, then the next documents', up to the window's size."""
+    mean = max(size / (stop - first), 1.0)
+    reach = max(1, -(-_SAMPLE_WINDOW_BYTES // int(mean)))  # documents a window may touch
+    plan = []  # (first document, fraction into it)
+    for q in starts:
+      document = min(int(q // mean), stop - first - 1)
+      plan.append((first + document, q / mean - document if reach == 1 else 0.0))
+    # Documents are read in batches of at most ~_SAMPLE_READ_BYTES (a huge document alone),
+    # each once, however many windows fall in it.
+    per_read = max(1, int(_SAMPLE_READ_BYTES // mean))
+    batch, needed = [], set()
+    for document, fraction in plan + [(None, 0.0)]:
+      touched = set() if document is None else set(range(document, min(document + reach, stop)))
+      if batch and (document is None or len(needed | touched) > per_read):
+        order = sorted(needed)
+        texts = dict(zip(order, encoding.read_utf8(source, order, self.text_feature)))
+        for start, at in batch:
+          yield from _window(texts, start, min(start + reach, stop), at)
+        batch, needed = [], set()
+      batch.append((document, fraction))
+      needed |= touched
 
   def record(self) -> dict:
     """How the sample was drawn (the tokenizer's sidecar records it)."""
+    if self.whole:
+      return {'method': 'the whole train split', 'max_chars': self.max_chars}
     return {
-      'method': 'every stride-th document from offset',
-      'stride': self.stride,
+      'method': 'windows spread evenly over the train text by bytes',
+      'windows': self.windows,
+      'window_bytes': _SAMPLE_WINDOW_BYTES,
+      'spacing_bytes': round(self.spacing),
       'offset': self.offset,
       'seed': _SAMPLE_SEED,
       'max_chars': self.max_chars,
     }
 
 
+def _window(texts: dict, first: int, stop: int, fraction: float):
+  """The text of one sample window: from `fraction` of document `first`'s bytes on, through the
+  next documents up to `stop`, _SAMPLE_WINDOW_BYTES in all, each document's part apart (cut
+  between words where a cut falls inside one)."""
+  left = _SAMPLE_WINDOW_BYTES
+  for document in range(first, stop):
+    data = texts[document]
+    begin = int(fraction * len(data)) if document == first else 0
+    piece = data[begin : begin + left]
+    left -= len(piece)
+    text = _between_words(piece, begin > 0, begin + len(piece) < len(data))
+    if text:
+      yield text
+    if left <= 0:
+      return
+
+
+def _between_words(piece: bytes, cut_before: bool, cut_after: bool) -> str:
+  """`piece` decoded, less the partial words at the ends where it was cut out of a document (a
+  piece without whitespace loses only the partial characters there)."""
+  if cut_before and (space := re.search(rb'\s', piece)):
+    piece = piece[space.end() :]
+  if cut_after and (space := re.search(rb'\s\S*$', piece)):
+    piece = piece[: space.start()]
+  return piece.decode('utf-8', errors='ignore').strip()
+
+
 def _check_has_tokens(records, tokenizer, text_feature: str, what: str) -> None:
   for index in range(min(len(records), _MAX_RECORDS_SCANNED_FOR_TOKENS)):
-    if len(tokenizer.encode(encoding.text_of(records[index], text_feature))):
+    # A prefix: encoding a huge document whole takes ~30x its size in memory (encoding.py).
+    text = encoding.text_of(records[index], text_feature)[:_TOKEN_CHECK_CHARS]
+    if len(tokenizer.encode(text)):
       return
   raise DataError(
     f'{what} has zero tokens in its first '

@@ -17,14 +17,21 @@ not grow with the corpus. An uncompressed `.txt` / `.jsonl` / `.json` file is re
 ranges (`byte_ranges`, `CHUNK_BYTES` each, so several workers share one large file): a range's
 exact bounds are moved forward to the next document boundary (`exact_range`: after a blank line
 for `.txt`, a line start for JSON lines), so the ranges partition the file's documents exactly
-and the documents do not depend on how the file was split. Every problem is one DataError naming
-the file: a glob that matches nothing, a dangling symbolic link, an empty file, a binary or
-non-UTF-8 file (with the byte offset and line), a JSONL line that is not JSON or lacks the field,
-a Parquet file without the column, a `.zst` file without the zstandard package.
+and the documents do not depend on how the file was split. A range is read as exactly its
+bytes (a local file is bounded to the end it had when hashed: `_Bounded`), so a file appended
+to meanwhile gives the documents of what was hashed. Every problem is one DataError naming the
+file: a glob that matches nothing, a dangling symbolic link (to a file, or to a directory where
+a corpus folder or a glob's wildcard directories are walked), a FIFO, socket or device, an
+empty file, a binary or non-UTF-8 file (with the byte offset and line), a JSONL line that is
+not JSON or lacks the field, a Parquet file without the column, a `.zst` file without the
+zstandard package. Files of other formats in a corpus folder, and directories that cannot be
+listed, are named in note lines.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import glob
 import gzip
 import hashlib
@@ -32,9 +39,11 @@ import io
 import json
 import os
 import re
+import stat
 from typing import Iterator, Optional
 
 from realformer_jax.data.errors import DataError
+from realformer_jax.data.progress import say
 
 _NUL = bytes(1)
 FORMATS = ('.txt', '.jsonl', '.json', '.parquet')
@@ -50,7 +59,10 @@ _MAX_BLOCK_BYTES = 4 * CHUNK_BYTES
 
 def expand(patterns: str, field: str) -> list[str]:
   """The files named by comma-separated globs or directories, each in sorted order; DataError
-  for a glob matching nothing, a directory holding no supported file or a dangling link."""
+  for a glob matching nothing, a directory holding no supported file, and for what would make
+  the corpus silently smaller or never end: a dangling symbolic link (to a file or a
+  directory) where the corpus is looked for, or a named pipe, socket or device where a file
+  is expected. A directory that cannot be listed is named in a note line."""
   files = []
   for pattern in (p.strip() for p in patterns.split(',')):
     if not pattern:
@@ -63,13 +75,11 @@ def expand(patterns: str, field: str) -> list[str]:
     elif os.path.isdir(os.path.expanduser(pattern)):
       matches = _supported_files_under(os.path.expanduser(pattern), field)
     else:
-      matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
+      pattern = os.path.expanduser(pattern)
+      _check_directories_on_the_way(pattern, field)
+      matches = sorted(glob.glob(pattern, recursive=True))
       for path in matches:
-        if os.path.islink(path) and not os.path.exists(path):  # an unmounted share, say
-          raise DataError(
-            f'data.{field}: {path} is a symbolic link to {os.readlink(path)}, which does not '
-            'exist (an unmounted file system?): mount it or remove the link.'
-          )
+        _check_entry(path, field)
       matches = [p for p in matches if os.path.isfile(p)]
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
@@ -81,27 +91,119 @@ def expand(patterns: str, field: str) -> list[str]:
   return list(dict.fromkeys(files))  # in order, each once
 
 
+def _dangling_link_error(path: str, field: str) -> DataError:
+  return DataError(
+    f'data.{field}: {path} is a symbolic link to {os.readlink(path)}, which does not '
+    'exist (an unmounted file system?): mount it or remove the link.'
+  )
+
+
+# What a path that is neither a regular file nor a directory is, for messages.
+_SPECIAL_FILES = (
+  (stat.S_ISFIFO, 'a named pipe (FIFO): reading it waits for a writer'),
+  (stat.S_ISSOCK, 'a socket'),
+  (stat.S_ISCHR, 'a character device'),
+  (stat.S_ISBLK, 'a block device'),
+)
+
+
+def _check_entry(path: str, field: str) -> None:
+  """DataError for a dangling symbolic link or a path that is neither a regular file nor a
+  directory (a FIFO named *.txt would block the read forever, with no output)."""
+  if os.path.islink(path) and not os.path.exists(path):  # an unmounted share, say
+    raise _dangling_link_error(path, field)
+  mode = os.stat(path).st_mode
+  for is_kind, kind in _SPECIAL_FILES:
+    if is_kind(mode):
+      raise DataError(f'data.{field}: {path} is {kind}, not a regular file: give regular files.')
+
+
+def _walk(directory: str, field: str):
+  """os.walk following links, where a directory that cannot be listed is said in a note line
+  (os.walk skips it silently; refusing it would refuse a data disk for its lost+found)."""
+
+  def note(error: OSError):
+    say(f'note: data.{field}: cannot list {error.filename} ({error.strerror}): left out.')
+
+  return os.walk(directory, onerror=note, followlinks=True)
+
+
 def _supported_files_under(directory: str, field: str) -> list[str]:
-  """Every file under `directory` (recursively, hidden ones skipped) in a supported format."""
-  found = []
-  for root, dirs, names in os.walk(directory, followlinks=True):
+  """Every file under `directory` (recursively, hidden ones skipped) in a supported format;
+  the others are named in one note line (how many, and the first few)."""
+  found, left_out = [], []
+  for root, dirs, names in _walk(directory, field):
     dirs[:] = [d for d in dirs if not d.startswith('.')]
     for name in names:
       path = os.path.join(root, name)
-      if name.startswith('.') or not _is_supported(path):
+      if name.startswith('.'):
         continue
-      if not os.path.exists(path):
-        raise DataError(
-          f'data.{field}: {path} is a symbolic link to {os.readlink(path)}, which does not '
-          'exist (an unmounted file system?): mount it or remove the link.'
-        )
+      if os.path.islink(path) and not os.path.exists(path):  # a file or a directory: unknown
+        raise _dangling_link_error(path, field)
+      if not _is_supported(path):
+        left_out.append(os.path.relpath(path, directory))
+        continue
+      _check_entry(path, field)
       found.append(path)
+  supported = f'{", ".join(FORMATS)}, optionally {" or ".join(COMPRESSIONS)}'
   if not found:
     raise DataError(
-      f'data.{field}: directory {directory} holds no file in a supported format '
-      f'({", ".join(FORMATS)}, optionally {" or ".join(COMPRESSIONS)}).'
+      f'data.{field}: directory {directory} holds no file in a supported format ({supported}).'
+    )
+  if left_out:
+    left_out.sort()
+    shown = ', '.join(left_out[:_NAMES_SHOWN])
+    more = f' and {len(left_out) - _NAMES_SHOWN} more' if len(left_out) > _NAMES_SHOWN else ''
+    say(
+      f'note: data.{field}: left out {len(left_out)} file(s) under {directory} in no supported '
+      f'format ({supported}): {shown}{more}'
     )
   return sorted(found)
+
+
+# Names a note lists of the files it left out.
+_NAMES_SHOWN = 3
+_MAGIC = re.compile(r'[*?[]')
+
+
+def _check_directories_on_the_way(pattern: str, field: str) -> None:
+  """A glob whose directories have wildcards (`corpus/*/x.txt`, `corpus/**/*.txt`) skips a
+  dangling link where a directory would be, without a word: refuse one, as a dangling file
+  link is refused. Walks only the directories the pattern can pass through."""
+  parts = pattern.split(os.sep)
+  first = next((i for i, part in enumerate(parts) if _MAGIC.search(part)), len(parts))
+  if first >= len(parts) - 1:  # wildcards in the file name only: each match is checked
+    return
+  root = os.sep.join(parts[:first]) or (os.sep if pattern.startswith(os.sep) else os.curdir)
+  if os.path.islink(root) and not os.path.exists(root):
+    raise _dangling_link_error(root, field)
+  if not os.path.isdir(root):
+    return  # the glob matches nothing: said as such
+  directories = parts[first:-1]
+  for here, dirs, names in _walk(root, field):
+    relative = os.path.relpath(here, root)
+    inside = [] if relative == os.curdir else relative.split(os.sep)
+    dirs[:] = [d for d in dirs if _on_the_way(inside + [d], directories)]
+    for name in names:
+      path = os.path.join(here, name)
+      if os.path.islink(path) and not os.path.exists(path):
+        if _on_the_way(inside + [name], directories):
+          raise _dangling_link_error(path, field)
+
+
+def _on_the_way(names: list[str], patterns: list[str]) -> bool:
+  """Whether the path components `names` match the first components of `patterns` as glob
+  matches them ('**' any number of components; a hidden name only a pattern starting with
+  '.')."""
+  if not names:
+    return True
+  if not patterns:
+    return False
+  if names[0].startswith('.') and not patterns[0].startswith('.'):
+    return False
+  if patterns[0] == '**':
+    return _on_the_way(names, patterns[1:]) or _on_the_way(names[1:], patterns)
+  return fnmatch.fnmatchcase(names[0], patterns[0]) and _on_the_way(names[1:], patterns[1:])
 
 
 def _is_supported(path: str) -> bool:
@@ -152,17 +254,40 @@ def exact_range(path: str, start: int, end: int, size: int) -> tuple[int, int]:
 
 def _boundary(f, path: str, offset: int, size: int) -> int:
   """The first document start at or after `offset`: for JSON lines the next line start, for
-  .txt the start of the line after the next blank line (a document never spans it)."""
+  .txt the start of the line after the next blank line (a document never spans it; blank: only
+  ASCII whitespace). Scans in blocks, so a file of one huge line costs no memory."""
   if offset <= 0 or offset >= size:
     return min(max(offset, 0), size)
-  f.seek(offset - 1)
-  f.readline()  # the rest of the line holding byte offset - 1
+  line_start = _find(f, offset - 1, size, _NEWLINE)  # the line after the one holding offset - 1
+  if line_start is None:
+    return size
   if format_of(path) != '.txt':
-    return f.tell()
-  while line := f.readline():
-    if not line.strip():
-      return f.tell()
-  return size
+    return line_start
+  # A blank line starting at line_start or later: the newline before it, blanks, a newline.
+  end = _find(f, line_start - 1, size, _BLANK_LINE)
+  return size if end is None else end
+
+
+_NEWLINE = re.compile(rb'\n')
+_BLANK_LINE = re.compile(rb'\n[ \t\r\x0b\x0c]*\n')
+_SCAN_BLOCK = 1 << 20
+
+
+def _find(f, offset: int, size: int, pattern) -> Optional[int]:
+  """The end of the first match of `pattern` in the file's bytes [offset, size), scanned in
+  blocks; None if there is none. A match spans two blocks only through a newline and blanks
+  ending the first, so a block keeps just that newline of the one before."""
+  carry, at = b'', offset  # at: the file offset of the block
+  f.seek(offset)
+  while at < size and (block := f.read(min(_SCAN_BLOCK, size - at))):
+    data = carry + block
+    match = pattern.search(data)
+    if match:
+      return at + match.end() - len(carry)
+    tail = data.rfind(b'\n')
+    carry = b'\n' if tail >= 0 and not data[tail + 1 :].strip() else b''
+    at += len(block)
+  return None
 
 
 def sha256_of_range(path: str, start: int, end: int) -> str:
@@ -182,17 +307,21 @@ def fingerprint(path: str) -> dict:
   if '://' in path:
     from etils import epath  # pylint: disable=import-outside-toplevel
 
-    stat = epath.Path(path).stat()
-    return {'path': path, 'bytes': int(stat.length), 'mtime': float(stat.mtime)}
-  stat = os.stat(path)
-  return {'path': os.path.abspath(path), 'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns}
+    info = epath.Path(path).stat()
+    return {'path': path, 'bytes': int(info.length), 'mtime': float(info.mtime)}
+  info = os.stat(path)
+  return {'path': os.path.abspath(path), 'bytes': info.st_size, 'mtime_ns': info.st_mtime_ns}
 
 
 def documents(
   path: str, text_feature: str, byte_range: Optional[tuple[int, int]] = None
 ) -> Iterator[str]:
   """The documents of one file (or of its exact `byte_range`), in order; DataError naming the
-  file for any bad input. A range may hold no document; a whole file must hold one."""
+  file for any bad input. A range may hold no document; a whole file must hold one.
+
+  Only the bytes [start, end) of a local file are read, as stored (a compressed or Parquet
+  file's range is the whole file as it was hashed, (0, size)): a file appended to meanwhile
+  gives the documents of the bytes that were hashed, not of its new end."""
   count = 0
   for text in _documents(path, format_of(path), text_feature, byte_range):
     count += 1
@@ -202,10 +331,10 @@ def documents(
 
 
 def _documents(path: str, extension: str, text_feature: str, byte_range) -> Iterator[str]:
-  if extension == '.parquet':
-    yield from _parquet_documents(path, text_feature)
-    return
   start, end = byte_range or (0, None)
+  if extension == '.parquet':
+    yield from _parquet_documents(path, text_feature, end)
+    return
   text = _block_text(path, start, end)
   if text is not None:
     if extension == '.txt' and '\r' not in text:
@@ -215,26 +344,61 @@ def _documents(path: str, extension: str, text_feature: str, byte_range) -> Iter
     else:
       yield from _json_documents(path, _numbered_lines(text), text_feature, start)
     return
-  with _open_binary(path) as f:
+  with _open_binary(path, end) as f:
     if start:
       f.seek(start)
-    lines = _lines(path, f, start, end)
+    lines = _lines(path, f, start)
     if extension == '.txt':
       yield from _text_documents(lines)
     else:
       yield from _json_documents(path, lines, text_feature, start)
 
 
-def _open_raw(path: str):
+def _open_raw(path: str, end: Optional[int] = None):
+  """The file's bytes as stored; a local file's first `end` bytes only, where given (a remote
+  object is replaced whole, never appended to)."""
   if '://' in path:
     from etils import epath  # pylint: disable=import-outside-toplevel
 
     return epath.Path(path).open('rb')
-  return open(path, 'rb')
+  if end is None:
+    return open(path, 'rb')
+  return io.BufferedReader(_Bounded(open(path, 'rb', buffering=0), end))
 
 
-def _open_binary(path: str):
-  raw = _open_raw(path)
+class _Bounded(io.RawIOBase):
+  """A file's bytes up to `end`, seekable (Parquet reads its footer from the end): what was
+  hashed, whatever was appended since."""
+
+  def __init__(self, raw, end: int):
+    super().__init__()
+    self._raw, self._end = raw, end
+
+  def readable(self) -> bool:
+    return True
+
+  def seekable(self) -> bool:
+    return True
+
+  def tell(self) -> int:
+    return self._raw.tell()
+
+  def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    if whence == io.SEEK_END:
+      offset, whence = self._end + offset, io.SEEK_SET
+    return self._raw.seek(offset, whence)
+
+  def readinto(self, buffer) -> int:
+    left = self._end - self._raw.tell()
+    return self._raw.readinto(memoryview(buffer)[:left]) if left > 0 else 0
+
+  def close(self) -> None:
+    self._raw.close()
+    super().close()
+
+
+def _open_binary(path: str, end: Optional[int] = None):
+  raw = _open_raw(path, end)
   compression = compression_of(path)
   if compression == '.gz':
     return gzip.open(raw)
@@ -296,13 +460,12 @@ class _ZstdFrames(io.RawIOBase):
     super().close()
 
 
-def _lines(path: str, f, start: int = 0, end: Optional[int] = None) -> Iterator[tuple[int, str]]:
-  """(line number, decoded line without its newline) from byte `start` up to `end`; DataError at
-  binary or non-UTF-8 bytes, with the file's own byte offset and line number."""
+def _lines(path: str, f, start: int = 0) -> Iterator[tuple[int, str]]:
+  """(line number, decoded line without its newline) of the stream `f`, which starts at byte
+  `start` of the file; DataError at binary or non-UTF-8 bytes, with the file's own byte offset
+  and line number."""
   offset = start
   for number, raw in enumerate(_raw_lines(path, f), 1):
-    if end is not None and offset >= end:
-      return
     if _NUL in raw:
       raise DataError(
         f'{path}: binary data (a NUL byte) at byte offset {offset + raw.index(_NUL)}; '
@@ -432,23 +595,25 @@ def _json_documents(path: str, numbered_lines, text_feature: str, start: int) ->
     yield value
 
 
-def _parquet_documents(path: str, text_feature: str) -> Iterator[str]:
+def _parquet_documents(path: str, text_feature: str, end: Optional[int]) -> Iterator[str]:
   try:
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   except ImportError:
     raise DataError(f'{path}: reading Parquet needs pyarrow (pip install pyarrow).') from None
-  try:
-    parquet = pq.ParquetFile(path)
-  except Exception as e:  # pyarrow's errors have no common base: name the file, one line
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise DataError(f'{path}: not a readable Parquet file ({first}).') from None
-  columns = parquet.schema_arrow.names
-  if text_feature not in columns:
-    raise DataError(
-      f'{path}: Parquet file has no column {text_feature!r} (data.text_feature); '
-      f'its columns: {columns}.'
-    )
-  for batch in parquet.iter_batches(batch_size=1024, columns=[text_feature]):
-    for value in batch.column(0).to_pylist():
-      if value is not None:
-        yield value if isinstance(value, str) else str(value)
+  with contextlib.ExitStack() as stack:
+    source = path if end is None else stack.enter_context(_open_raw(path, end))
+    try:
+      parquet = pq.ParquetFile(source)
+    except Exception as e:  # pyarrow's errors have no common base: name the file, one line
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise DataError(f'{path}: not a readable Parquet file ({first}).') from None
+    columns = parquet.schema_arrow.names
+    if text_feature not in columns:
+      raise DataError(
+        f'{path}: Parquet file has no column {text_feature!r} (data.text_feature); '
+        f'its columns: {columns}.'
+      )
+    for batch in parquet.iter_batches(batch_size=1024, columns=[text_feature]):
+      for value in batch.column(0).to_pylist():
+        if value is not None:
+          yield value if isinstance(value, str) else str(value)

@@ -217,7 +217,9 @@ def test_a_fresh_data_dir_prepared_by_another_process_meanwhile(tmp_path):
   assert set(result['builder'].info.splits) == {'train', 'validation'}
 
 
-def test_every_phase_reports_progress_in_plain_lines(tmp_path, monkeypatch, caplog):
+def test_every_phase_reports_progress_in_plain_lines(tmp_path, monkeypatch, capfd):
+  """Plain lines on stderr, each from its start (not in absl's log format), and each byte
+  count says what it counts: the files as stored, or the documents' text."""
   from realformer_jax.data import preparation, progress  # pylint: disable=import-outside-toplevel
 
   monkeypatch.setattr(progress, 'PROGRESS_SECONDS', 0.0)
@@ -225,22 +227,30 @@ def test_every_phase_reports_progress_in_plain_lines(tmp_path, monkeypatch, capl
   config = files_config(
     tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
   )
-  with caplog.at_level(logging.WARNING):
-    preparation.packed_train_store(config)
-  lines = caplog.text
-  mb = r'[\d,.]+ MB'
+  capfd.readouterr()
+  preparation.packed_train_store(config)
+  lines = capfd.readouterr().err
+  files, text = r'[\d,.]+ MB of files', r'[\d,.]+ MB of text'
   assert re.search(
-    rf'prepare reading: {mb} / {mb} \(\d+%\), [\d.]+ MB/s, [\d,]+ documents, ETA \d+ s', lines
-  )
-  assert re.search(rf'prepare reading: done, {mb}, [\d.]+ MB/s, 140 documents in', lines)
-  assert re.search(r'prepare tokenizer: training bpe with 60 pieces on [\d.]+ M char', lines)
-  assert re.search(r'prepare tokenizer: done, trained bpe with 60 pieces on .* in [\d.]+ s', lines)
-  assert re.search(
-    rf'prepare encoding\+packing: {mb} / {mb} \(\d+%\), [\d.]+ MB/s, [\d,]+ documents, '
-    r'[\d,]+ tokens, ETA \d+ s',
+    rf'^prepare reading: {files} / [\d,.]+ MB \(\d+%\), [\d.]+ MB/s, [\d,]+ documents, ETA \d+ s$',
     lines,
+    re.M,
   )
-  assert re.search(r'prepare encoding\+packing: done, .*120 documents, [\d,]+ tokens in', lines)
+  assert re.search(rf'^prepare reading: done, {files}, [\d.]+ MB/s, 140 documents in', lines, re.M)
+  # At once when training starts (then a line every few seconds: this one is too short).
+  assert re.search(r'^prepare tokenizer: training bpe with 60 pieces, 4 threads', lines, re.M)
+  assert re.search(
+    r'^prepare tokenizer: done, trained bpe with 60 pieces on .* in [\d.]+ s', lines, re.M
+  )
+  assert re.search(
+    rf'^prepare encoding\+packing: {text} / [\d,.]+ MB \(\d+%\), [\d.]+ MB/s, [\d,]+ documents, '
+    r'[\d,]+ tokens, ETA \d+ s$',
+    lines,
+    re.M,
+  )
+  assert re.search(
+    rf'^prepare encoding\+packing: done, {text}, .*120 documents, [\d,]+ tokens in', lines, re.M
+  )
   assert '\x1b' not in lines and '\r' not in lines  # plain lines, no escape codes
 
 

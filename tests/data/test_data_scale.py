@@ -81,9 +81,11 @@ def test_the_tokenizer_sample_is_bounded_spread_and_reproducible(tmp_path, monke
   assert first.file_bytes() == second.file_bytes()
   record = cache_integrity.read_record(first.source)
   text_bytes = preparation.prepared_data(config).train_text_bytes
-  assert record['sample']['stride'] == -(-text_bytes // 30_000) > 1  # spans the whole split
-  assert record['sample']['max_chars'] == 30_000 and record['threads'] == 4
-  assert record['sampling'] == 'stride' and record['corpus_digest']
+  sample = record['sample']
+  assert text_bytes > 30_000 and sample['windows'] == -(-30_000 // sample['window_bytes'])
+  assert sample['spacing_bytes'] == round(text_bytes / sample['windows'])  # spans the split
+  assert sample['max_chars'] == 30_000 and record['threads'] == 4
+  assert record['sampling'] == 'byte windows' and record['corpus_digest']
 
 
 def _prepare_all(config, num_workers):

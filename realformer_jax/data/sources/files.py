@@ -18,11 +18,12 @@ def open_source(config: Any, workers: Optional[int] = None) -> OpenedSource:
   corpus = file_corpus.open_corpus(config, data_dir_of(config), workers)
   limit = config.max_documents if config.max_documents > 0 else None
   train_records, eval_records = (corpus.records[s][:limit] for s in ('train', 'eval'))
-  segments, first = [], 0
-  for path, documents in corpus.shards['train']:
+  segments, segment_bytes, first = [], [], 0
+  for path, documents, text_bytes in corpus.shards['train']:
     stop = documents if limit is None else min(documents, limit - first)
     if stop > 0:
       segments.append((path, 0, stop))
+      segment_bytes.append(text_bytes if stop == documents else None)
     first += documents
   return OpenedSource(
     train_records=train_records,
@@ -33,6 +34,7 @@ def open_source(config: Any, workers: Optional[int] = None) -> OpenedSource:
     # The corpus is named by its content (its directory's digest), not by a split.
     key={'dataset': corpus.name},
     train_segments=tuple(segments),
+    train_segment_bytes=tuple(segment_bytes),
     train_text_bytes=corpus.text_bytes['train'] if limit is None else None,
     corpus_digest=corpus.digest,
   )

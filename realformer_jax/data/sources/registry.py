@@ -44,6 +44,9 @@ class OpenedSource:
   # The train documents as (source, first, stop) pieces that encoding jobs and the tokenizer
   # sample read (encoding.read_texts): shard paths, or a grain dataset.
   train_segments: tuple = ()
+  # UTF-8 bytes of each train segment, where known (None: estimated); the tokenizer's sample
+  # spreads over the text by them.
+  train_segment_bytes: tuple = ()
   train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train text, where known
   corpus_digest: Optional[str] = None  # a content digest, where the source has one
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from realformer_jax import extras
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.progress import Ticker
+from realformer_jax.data.progress import say, wait_for
 from realformer_jax.data.store import cache_integrity, cache_lock
 from realformer_jax.data.tokenizers.base import CLS, MASK, PAD, SEP, UNK, Tokenizer
 
@@ -50,6 +50,7 @@ _log = logging.getLogger('realformer_jax.data.prepare')
 # {cache path: seconds} of the tokenizers this process trained (prepare_data's summary).
 TRAINED_SECONDS: dict[str, float] = {}
 _SENTENCE_END = re.compile(r'(?<=[.!?;:])\s+|\n+')
+_NON_SPACE = re.compile(r'\S')
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -173,14 +174,15 @@ def load_or_train(
     fit_to_corpus: see `train`.
     num_threads: the trainer's threads (part of what the model is: see DEFAULT_THREADS).
   """
-  if cache_integrity.problem(path) is None:
-    return read_model(path)
+  tokenizer, _ = _cached(path)
+  if tokenizer is not None:
+    return tokenizer
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
   with cache_lock.exclusive_lock(directory, os.path.basename(path)):
-    reason = cache_integrity.problem(path)
-    if reason is None:  # Another process trained it while we waited.
-      return read_model(path)
+    tokenizer, reason = _cached(path)
+    if tokenizer is not None:  # Another process trained it while we waited.
+      return tokenizer
     if os.path.exists(path):  # Derived data: damaged means train it again.
       cache_integrity.note_rebuild(path, reason, 'training the tokenizer again')
     cache_integrity.remove_stale_temporaries(path)
@@ -197,6 +199,17 @@ def load_or_train(
     record = dict(description, threads=num_threads, train_seconds=round(seconds, 1))
     cache_integrity.publish_bytes(path, model_proto, record)
   return SentencePieceTokenizer(model_proto, source=path)
+
+
+def _cached(path: str):
+  """(the tokenizer cached in `path`, None), or (None, why it cannot be used)."""
+  reason = cache_integrity.problem(path)
+  if reason is None:
+    try:
+      return read_model(path), None
+    except DataError:  # its record matches, its bytes are no model: changed in place
+      reason = 'its size and time are as recorded, but its bytes are not a SentencePiece model'
+  return None, reason
 
 
 _VOCAB_TOO_HIGH = re.compile(
@@ -269,9 +282,13 @@ def _train_sentences(
     first = next(sentences)
   except StopIteration:
     raise DataError(f'No text to train the tokenizer on: {what} has zero tokens.') from None
+  say(
+    f'prepare tokenizer: training {model_type} with {vocab_size} pieces, {num_threads} threads '
+    '(one call that reports nothing: a line every few seconds)'
+  )
   try:
-    with Ticker(progress):
-      spm.SentencePieceTrainer.train(
+    wait_for(
+      lambda: spm.SentencePieceTrainer.train(
         sentence_iterator=_chain(first, sentences),
         model_writer=model,
         model_type=model_type,
@@ -287,7 +304,11 @@ def _train_sentences(
         max_sentence_length=4 * _MAX_SENTENCE_CHARS,  # Bytes, for multi-byte scripts.
         num_threads=num_threads,
         minloglevel=2,  # Errors only: training logs are thousands of lines.
-      )
+      ),
+      progress,
+      interrupted='prepare tokenizer: interrupted (Ctrl-C): its training is abandoned, nothing '
+      'of it is kept (the documents read are); a rerun trains it again.',
+    )
   except RuntimeError as e:
     # E.g. "Vocabulary size too high" on a tiny corpus: say which data and setting.
     raise DataError(
@@ -313,14 +334,18 @@ def _chain(first: str, rest):
 
 
 def _sentences(texts: Iterable[str]):
-  """Splits documents into sentence-sized pieces that SentencePiece will not skip."""
+  """Splits documents into sentence-sized pieces that SentencePiece will not skip (a long
+  sentence at its last space before the limit). Linear in a sentence's length: the pieces
+  are those of cutting the stripped rest again and again, without copying the rest."""
   for text in texts:
     for sentence in _SENTENCE_END.split(text):
       sentence = sentence.strip()
-      while len(sentence) > _MAX_SENTENCE_CHARS:
-        cut = sentence.rfind(' ', 0, _MAX_SENTENCE_CHARS)
-        cut = cut if cut > 0 else _MAX_SENTENCE_CHARS
-        yield sentence[:cut]
-        sentence = sentence[cut:].strip()
-      if sentence:
-        yield sentence
+      start = 0  # sentence[start:] is the rest, stripped
+      while len(sentence) - start > _MAX_SENTENCE_CHARS:
+        cut = sentence.rfind(' ', start, start + _MAX_SENTENCE_CHARS)
+        cut = cut if cut > start else start + _MAX_SENTENCE_CHARS
+        yield sentence[start:cut]
+        rest = _NON_SPACE.search(sentence, cut)
+        start = rest.start() if rest else len(sentence)
+      if start < len(sentence):
+        yield sentence[start:]

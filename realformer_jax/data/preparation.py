@@ -355,9 +355,7 @@ def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:
     'max_documents': config.max_documents,
     'sample_chars': config.tokenizer_sample_chars,
   }
-  if not sample.whole:  # the whole split is the sample that was always taken
-    key['sampling'] = 'byte windows'
-  path = tokenizer_lib.cache_path(
+  cached = lambda key: tokenizer_lib.cache_path(
     os.path.join(cache_dir, 'tokenizers'),
     model_type=config.tokenizer_model_type,
     vocab_size=config.vocab_size,
@@ -365,6 +363,17 @@ def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:
     num_threads=config.tokenizer_threads,
   )
   what = f"dataset '{name}' split '{config.train_split}' feature '{config.text_feature}'"
+  if not sample.whole:  # the whole split is the sample that was always taken
+    earlier = cached(key)  # sampled by documents, before 2026-11-28
+    key['sampling'] = 'byte windows'
+    if not os.path.exists(cached(key)) and os.path.exists(earlier):
+      # Runs started on it resume only with it (their checkpoints record its digest): keep it.
+      say(
+        f'note: {what}: reusing the tokenizer trained before samples were taken by bytes '
+        f'({earlier}); delete it to train one on byte windows of every file'
+      )
+      return tokenizer_lib.load(earlier, lower_case=config.lower_case)
+  path = cached(key)
   tokenizer = tokenizer_lib.load_or_train(
     path,
     sample,

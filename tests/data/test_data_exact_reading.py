@@ -6,6 +6,7 @@ are cut for encoding at whitespace only; a phase that waits on one long job stil
 
 import gzip
 import json
+import os
 import re
 
 import numpy as np
@@ -144,3 +145,47 @@ def test_a_phase_waiting_on_one_long_job_still_prints(monkeypatch, capfd):
   ]
   assert len(waiting) >= 2
   assert lines[-1].startswith('prepare encoding+packing: done')  # nothing after the summary
+
+
+def test_a_tokenizer_cached_before_byte_sampling_is_reused_so_started_runs_resume(
+  tmp_path, monkeypatch
+):
+  """A corpus larger than the tokenizer's sample had its tokenizer cached under a key without
+  'sampling' before samples were taken by bytes; runs started on it record its digest, so it
+  is reused (said in a note), not trained again under the new key."""
+  from data_fixtures import files_config, write_corpus  # pylint: disable=import-outside-toplevel
+
+  from realformer_jax import data  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data import tokenizers  # pylint: disable=import-outside-toplevel
+
+  write_corpus(tmp_path, train_files=2, docs_per_file=80)
+  config = files_config(
+    tmp_path,
+    train_files=str(tmp_path / 'train-*.txt'),
+    eval_files=str(tmp_path / 'eval.txt'),
+    tokenizer_sample_chars=2_000,
+  )
+  keys, paths = [], []
+  real = tokenizers.cache_path
+
+  def spy(*args, **kwargs):
+    keys.append(dict(kwargs['key']))
+    paths.append(real(*args, **kwargs))
+    return paths[-1]
+
+  monkeypatch.setattr(tokenizers, 'cache_path', spy)
+  first = data.prepare(config)
+  assert 'sampling' not in keys[0] and keys[1]['sampling'] == 'byte windows'
+  new = next(p for p in (tmp_path / 'cache').rglob('spm-*.model'))
+  earlier = new.with_name(os.path.basename(paths[0]))
+  assert str(new) == paths[1]
+  os.replace(new, earlier)  # as the cache of a data_dir prepared before the change
+  from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setattr(preparation, '_PREPARED', {})  # as a new process
+  notes = []
+  monkeypatch.setattr(preparation, 'say', notes.append)
+  again = data.prepare(config)
+  assert any('reusing the tokenizer trained before samples were taken by bytes' in n for n in notes)
+  assert not new.exists() and again.source == str(earlier)
+  assert again._model_proto == first._model_proto  # pylint: disable=protected-access

@@ -141,12 +141,12 @@ def test_a_shipped_config_file_passes():
     (
       dict(mesh__shape=(1, 1, 8), model__num_heads=2),
       r'model\.num_heads=2: must be divisible by 8, the size of mesh tensor that '
-      r"logical_axis_rules shard 'heads' over \(mesh\.shape=\(1, 1, 8\) on 8 devices\)",
+      r"logical_axis_rules shard 'heads' over \(mesh\.shape=\(1, 1, 8, 1\) on 8 devices\)",
     ),
     (
       dict(mesh__shape=(1, 8, 1), model__hidden_size=36, model__num_heads=2),
       r'model\.hidden_size=36: must be divisible by 8, the size of mesh fsdp that '
-      r"logical_axis_rules shard 'embed' over \(mesh\.shape=\(1, 8, 1\) on 8 devices\)",
+      r"logical_axis_rules shard 'embed' over \(mesh\.shape=\(1, 8, 1, 1\) on 8 devices\)",
     ),
     (
       dict(mesh__shape=(2, 2, 2), model__mlp_dim=33),

@@ -132,25 +132,31 @@ class Grid:
       remaining_cost = sum(r.cost for r in todo[position + 1 :])
       start = time.perf_counter()
       last_print = [-float('inf')]
+      # The rate is measured from the first report on: a resumed run reports its first step at
+      # a fraction already done by an earlier process, and its compile is not a step's cost.
+      first = []
 
       def report(
         fraction: float,
         message: str,
         run=run,
         index=index,
-        start=start,
         remaining_cost=remaining_cost,
         last_print=last_print,
+        first=first,
       ) -> None:
         now = time.perf_counter()
+        if not first:
+          first.append((now, fraction))
         if now - last_print[0] < self.min_interval and fraction < 1.0:
           return
         last_print[0] = now
-        elapsed = now - start
-        run_left = elapsed / fraction * (1.0 - fraction) if fraction > 0 else float('nan')
+        since, done_before = first[0]
+        elapsed, done = now - since, fraction - done_before
+        run_left = elapsed / done * (1.0 - fraction) if done > 0 else float('nan')
         rate = (
-          (spent_seconds + elapsed) / (spent_cost + fraction * run.cost)
-          if spent_cost + fraction * run.cost > 0
+          (spent_seconds + elapsed) / (spent_cost + done * run.cost)
+          if spent_cost + done * run.cost > 0
           else float('nan')
         )
         grid_left = run_left + remaining_cost * rate

@@ -352,3 +352,22 @@ def test_a_study_result_records_its_checkpoint_identity_and_machine(tmp_path):
   assert {'cpu', 'cores', 'jax', 'numpy', 'python'} <= set(origin['machine'])
   json.dumps(origin)  # JSON-ready, as the result file needs
   assert study.origin(str(tmp_path / 'never_trained'))['checkpoint'] is None
+
+
+
+def test_a_resumed_run_estimates_from_the_steps_it_trains(tmp_path, monkeypatch):
+  """A run resumed at 3/4 done reports its first step at fraction 0.75: the ETA must come from
+  the steps this process trains (here 10 s per 1/8), not from 0.75 done in no time."""
+  clock = iter([0.0, 100.0, 110.0, 120.0, 130.0])
+  monkeypatch.setattr(runs.time, 'perf_counter', lambda: next(clock))
+
+  def train_one(run, report):
+    report(0.75, 'step 3601')  # t = 100: resumed after 100 s of compile
+    report(0.875, 'step 4200')  # t = 110
+    return {}
+
+  out = io.StringIO()
+  runs.Grid(str(tmp_path), [runs.Run('r', {}, cost=1)], min_interval=0.0, stream=out).run(train_one)
+  lines = out.getvalue().splitlines()
+  assert lines[1].endswith('step 3601 | run ETA ? | grid ETA ?'), lines
+  assert lines[2].endswith('step 4200 | run ETA 0m10s | grid ETA 0m10s'), lines

@@ -354,7 +354,6 @@ def test_a_study_result_records_its_checkpoint_identity_and_machine(tmp_path):
   assert study.origin(str(tmp_path / 'never_trained'))['checkpoint'] is None
 
 
-
 def test_a_resumed_run_estimates_from_the_steps_it_trains(tmp_path, monkeypatch):
   """A run resumed at 3/4 done reports its first step at fraction 0.75: the ETA must come from
   the steps this process trains (here 10 s per 1/8), not from 0.75 done in no time."""

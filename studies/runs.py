@@ -173,9 +173,10 @@ class Grid:
         result['identity'] = self.identity
       write_json(self.result_path(run), result)
       results[run.name] = result
-      spent_seconds += seconds
-      spent_cost += run.cost
-      rate = spent_seconds / spent_cost
+      # What this process trained: a resumed run's earlier steps cost it nothing.
+      spent_seconds += seconds - (first[0][0] - start if first else 0.0)
+      spent_cost += (1.0 - (first[0][1] if first else 0.0)) * run.cost
+      rate = spent_seconds / spent_cost if spent_cost > 0 else float('nan')
       self._print(
         f'[{index}/{total} {run.name}] done in {format_duration(seconds)} | grid ETA '
         f'{format_duration(remaining_cost * rate)}'

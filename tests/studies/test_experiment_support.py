@@ -357,7 +357,7 @@ def test_a_study_result_records_its_checkpoint_identity_and_machine(tmp_path):
 def test_a_resumed_run_estimates_from_the_steps_it_trains(tmp_path, monkeypatch):
   """A run resumed at 3/4 done reports its first step at fraction 0.75: the ETA must come from
   the steps this process trains (here 10 s per 1/8), not from 0.75 done in no time."""
-  clock = iter([0.0, 100.0, 110.0, 120.0, 130.0])
+  clock = iter([0.0, 100.0, 110.0, 120.0, 130.0, 140.0])
   monkeypatch.setattr(runs.time, 'perf_counter', lambda: next(clock))
 
   def train_one(run, report):
@@ -366,7 +366,11 @@ def test_a_resumed_run_estimates_from_the_steps_it_trains(tmp_path, monkeypatch)
     return {}
 
   out = io.StringIO()
-  runs.Grid(str(tmp_path), [runs.Run('r', {}, cost=1)], min_interval=0.0, stream=out).run(train_one)
+  two = [runs.Run('r', {}, cost=1), runs.Run('next', {}, cost=1)]
+  runs.Grid(str(tmp_path), two, min_interval=0.0, stream=out).run(train_one, limit=1)
   lines = out.getvalue().splitlines()
   assert lines[1].endswith('step 3601 | run ETA ? | grid ETA ?'), lines
-  assert lines[2].endswith('step 4200 | run ETA 0m10s | grid ETA 0m10s'), lines
+  # 10 s per 1/8: 10 s left of this run, 80 s for the next
+  assert lines[2].endswith('step 4200 | run ETA 0m10s | grid ETA 1m30s'), lines
+  # done at t = 120: 20 s for the last 1/4, so 80 s for the next whole run
+  assert lines[3].endswith('done in 2m00s | grid ETA 1m20s'), lines

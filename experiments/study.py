@@ -45,7 +45,15 @@ def main(argv=None):
   plan = dataclasses.replace(plan, **changes)
   if not plan.out or not plan.workdirs:
     sys.exit(f'error: --out and --workdirs: plan {plan.name} at this scale names no default')
-  results = runner.train(plan, runs=args.runs, data_dir=args.data_dir)
+  try:
+    results = runner.train(plan, runs=args.runs, data_dir=args.data_dir)
+  except KeyboardInterrupt:  # the training loop saved first (one Ctrl-C), then re-raised
+    print(
+      f'interrupted: finished runs are in {plan.store or plan.out}/runs; the same command '
+      'resumes each unfinished run from its last checkpoint',
+      file=sys.stderr,
+    )
+    sys.exit(130)
   command = f'python -m experiments.study --plan={args.plan}'
   command += ' --quick' if args.quick else ('' if args.scale == 'cpu' else f' --scale={args.scale}')
   analysis = runner.report(plan, results, command)

@@ -54,6 +54,26 @@ def test_a_plan_file_outside_the_repository_is_a_plan(tmp_path):
   assert plan.name == 'mine' and len(plan.runs({})) == 6  # 3 layouts x 1 rate x 2 seeds
 
 
+def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, monkeypatch, capsys):
+  """The training loop saves on the first Ctrl-C and re-raises it: the study ends on one line
+  (no traceback), status 130, saying where the finished runs are and that a rerun resumes."""
+  from studies import runner  # pylint: disable=import-outside-toplevel
+
+  def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(runner, 'train', interrupted)
+  with pytest.raises(SystemExit) as ended:
+    study_command.main(
+      ['--plan=layouts', '--quick', f'--out={tmp_path}', f'--workdirs={tmp_path}/w']
+    )
+  assert ended.value.code == 130
+  assert capsys.readouterr().err.splitlines() == [
+    f'interrupted: finished runs are in {tmp_path}/runs; the same command resumes each '
+    'unfinished run from its last checkpoint'
+  ]
+
+
 @pytest.mark.slow
 def test_tuned_rates_quick_phase_a_then_the_extension_rung(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')

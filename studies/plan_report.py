@@ -127,7 +127,7 @@ def markdown(plan: Plan, results: Mapping[str, dict], analysis: dict, command: s
   lines += ['']
   if _by_steps(analysis):
     lines += ['![final accuracy per rate](rates.png)', '']
-  if any(row['seeds'] for row in analysis['arms']):
+  if _curve_panels(plan, results, analysis):
     lines += ['![learning curves per arm](curves.png)', '']
   if any(r['comparison'] for r in analysis['comparisons']):
     lines += ['![comparisons with intervals](comparisons.png)', '']
@@ -476,14 +476,22 @@ def rate_plot(plt, plan: Plan, results, analysis: dict) -> Optional[str]:
   return study.save_figure(fig, os.path.join(plan.out, 'rates.png'), dpi=90)
 
 
-def curve_plot(plt, plan: Plan, results: Mapping[str, dict], analysis: dict) -> Optional[str]:
-  """One column per (budget, rate) of the plan's arms: eval [MASK] accuracy (top) and training
-  loss (bottom) during training, a thin line per seed and the mean thick."""
+def _curve_panels(plan: Plan, results: Mapping[str, dict], analysis: dict) -> dict:
+  """The learning-curve plot's columns: (budget, rate, tag) -> the rows of the plan's declared
+  arms with a finished run (a rule's grid is the rates plot's; an arm whose rate a rule has not
+  decided yet has no column)."""
   panels: dict[tuple, list[dict]] = {}
   declared = {(a.layout, plan.rate(a.rate, results), a.steps, a.tag) for a in plan.all_arms()}
   for row in analysis['arms']:
     if row['seeds'] and (row['layout'], row['rate'], row['steps'], row['tag']) in declared:
       panels.setdefault((row['steps'], row['rate'], row['tag']), []).append(row)
+  return panels
+
+
+def curve_plot(plt, plan: Plan, results: Mapping[str, dict], analysis: dict) -> Optional[str]:
+  """One column per (budget, rate) of the plan's arms: eval [MASK] accuracy (top) and training
+  loss (bottom) during training, a thin line per seed and the mean thick."""
+  panels = _curve_panels(plan, results, analysis)
   if not panels:
     return None
   keys = sorted(panels)

@@ -1,0 +1,179 @@
+"""docs/experiments.md's tuned-rates section (issue 58) against the committed run JSON: each
+number it states is parsed from the text and recomputed here with the runner's own analysis of
+the declared plan (studies/plans/tuned_rates.py; no training). A run committed later changes
+the numbers, and this test then asks for the text to follow."""
+
+import functools
+import json
+import os
+import re
+
+from studies import analysis as analysis_lib
+from studies import plan_report
+from studies.plans import tuned_rates
+
+PLAN = tuned_rates.PLANS['cpu']
+STORE = os.path.join(PLAN.store, 'runs')
+LAYOUTS = ('post', 'realformer')
+NAMES = {'post': 'Post-LN', 'realformer': 'RealFormer'}
+
+
+@functools.cache
+def _results() -> dict:
+  return {
+    name[: -len('.json')]: json.load(open(os.path.join(STORE, name)))
+    for name in sorted(os.listdir(STORE))
+    if name.endswith('.json')
+  }
+
+
+@functools.cache
+def _analysis() -> dict:
+  return analysis_lib.analyse(PLAN, _results())
+
+
+def _section(start: str, end: str) -> str:
+  text = open('docs/experiments.md').read()
+  begin = text.index(start)
+  return ' '.join(text[begin : text.index(end, begin)].split())  # phrases may wrap anywhere
+
+
+@functools.cache
+def _text() -> str:
+  return _section('### Each layout at its own learning rate', '### Post-LN vs Pre-LN vs RealFormer')
+
+
+@functools.cache
+def _lead() -> str:
+  return _section('## What the experiments show', '### Declaring a study')
+
+
+def _find(pattern: str, text=None) -> tuple:
+  match = re.search(pattern, text if text is not None else _text())
+  assert match, f'docs/experiments.md no longer says: {pattern}'
+  return match.groups()
+
+
+def _final(layout: str, rate: str, seed: int, metric: str):
+  run = _results().get(f'b{PLAN.rules[0].steps}-lr{rate}-{layout}-s{seed}')
+  return None if run is None else run[metric][-1][1]
+
+
+def _cell(layout: str, rate: str, metric: str) -> str:
+  values = [_final(layout, rate, seed, metric) for seed in PLAN.rules[0].seeds]
+  if any(v is None for v in values):
+    return 'running'
+  return plan_report.seed_cell(values, scale=100)
+
+
+def _rules() -> dict:
+  return {layout: _analysis()['rules'][f'r_{layout}'] for layout in LAYOUTS}
+
+
+def _rate_label(rate) -> str:
+  return f'{float(rate):.3g}'
+
+
+def test_phase_a_table_in_both_metrics():
+  """One row per rate of either layout's grid (the extension rung too, once it is planned):
+  [MASK] and all-position accuracy, seeds 0-1, each layout."""
+  rates = sorted({float(r) for rule in _rules().values() for r in rule['per_rate']})
+  for rate in rates:
+    key = next(k for k in _rules()['post']['per_rate'] if float(k) == rate)
+    quoted = _find(
+      rf'\| {re.escape(_rate_label(rate))} \| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|'
+    )
+    expected = [
+      _cell(layout, key, metric)
+      for layout in LAYOUTS
+      for metric in ('eval_mask_accuracy', 'eval_accuracy')
+    ]
+    assert [q.strip() for q in quoted] == expected, rate
+
+
+def test_each_layouts_rate_by_the_declared_rule():
+  for layout, rule in _rules().items():
+    (said,) = _find(rf"{NAMES[layout]}'s rate by the rule: ([^;.]+)[;.]")
+    if rule['value'] is None:
+      assert said == 'not decided yet (its grid is still running)'
+    else:
+      label = _rate_label(rule['value'])
+      assert said == (label if rule['bracketed'] else f'{label}, not bracketed'), layout
+
+
+def test_each_comparison_as_its_verdict_stands():
+  tests = _text()[_text().index('**The tests, as their verdicts stand**') :]
+  for row in _analysis()['comparisons']:
+    (said,) = _find(rf'\*\*{row["key"]}\*\* [^:]*: ([^;]+);', tests)
+    if row['comparison'] is None:
+      assert said == row['verdict'], row['key']
+    else:
+      c = row['comparison']
+      p = row['holm_p_value'] if row.get('family') else c['p_value']
+      assert said == (
+        f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f} points '
+        f'(p {p:.3g}): {row["verdict"]}'
+      ), row['key']
+
+
+def test_recipe_check_and_machines():
+  check = _analysis()['recipe_check']
+  spread, runs = _find(r'step-1 training loss spreads by at most (\S+) over (\d+) runs')
+  assert float(spread) == check['max_spread']
+  assert int(runs) == sum(v['runs'] for v in check['per'].values())
+  machines = _find(r'trained on (\d) machines')
+  assert int(machines[0]) == len(check['machines'])
+
+
+def _differences() -> str:
+  """'-0.05 / -0.23 at 0.001, ...': RealFormer - Post-LN per rate with both layouts finished,
+  mean over seeds 0-1 of the paired differences, [MASK] / all positions, in points."""
+  parts = []
+  for key in _rules()['post']['per_rate']:
+    pair = []
+    for metric in ('eval_mask_accuracy', 'eval_accuracy'):
+      values = [
+        (_final('realformer', key, s, metric), _final('post', key, s, metric))
+        for s in PLAN.rules[0].seeds
+      ]
+      if any(None in v for v in values):
+        break
+      pair.append(f'{100 * sum(a - b for a, b in values) / len(values):+.2f}')
+    if len(pair) == 2:
+      parts.append(f'{pair[0]} / {pair[1]} at {_rate_label(key)}')
+  return ', '.join(parts)
+
+
+def test_phase_a_differences_per_rate():
+  (said,) = _find(r'RealFormer - Post-LN, seeds 0-1, \[MASK\] / all positions: (.+?)\. Whether')
+  assert said == _differences()
+
+
+def test_the_lead_says_how_far_the_study_is():
+  rules = _rules()
+  planned = sum(len(rule['per_rate']) * len(rule['seeds']) for rule in rules.values())
+  finished = sum(
+    _final(layout, key, seed, 'eval_mask_accuracy') is not None
+    for layout, rule in rules.items()
+    for key in rule['per_rate']
+    for seed in rule['seeds']
+  )
+  done, of = _find(r'its phase A has finished (\d+) of (\d+) runs', _lead())
+  assert (int(done), int(of)) == (finished, planned)
+  pending = [row['key'] for row in _analysis()['comparisons'] if row['comparison'] is None]
+  if pending:
+    assert 'no verdict yet' in _lead()
+
+
+def test_the_committed_report_is_what_the_documented_command_writes(tmp_path):
+  """`python -m experiments.study --plan=tuned_rates --runs=none` (here into tmp_path) writes
+  the committed results.md, and every picture that it links."""
+  from experiments import study as study_command  # pylint: disable=import-outside-toplevel
+
+  study_command.main(
+    ['--plan=tuned_rates', '--runs=none', f'--out={tmp_path}', f'--store={PLAN.store}']
+  )
+  written = (tmp_path / 'results.md').read_text()
+  assert written == open(os.path.join(PLAN.out, 'results.md')).read()
+  for picture in re.findall(r'\]\((\w+\.png)\)', written):
+    assert (tmp_path / picture).is_file(), picture

@@ -139,7 +139,7 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   num_workers = min(workers.choose(num_workers, total), max(len(jobs), 1))
   if num_workers > 1:
     _import_meanwhile('grain')
-  with Progress('reading', 'files', total_bytes=total) as progress:
+  with Progress('reading', _bytes_read(jobs), total_bytes=total) as progress:
     for (split, index, chunk), result in zip(
       todo, workers.ordered_results(_read_chunk, jobs, num_workers)
     ):
@@ -154,6 +154,15 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
     result = results.get((split, index, chunk.start)) or _finished(chunk, *chunk.known)
     files[split][index].append(result)
   return _assemble(config, data_dir, fingerprints, files)
+
+
+def _bytes_read(jobs) -> str:
+  """What the reading phase's MB are: the files' bytes as stored, which for a .gz / .zst file
+  are its compressed bytes (the encoding phase counts text), said as such."""
+  compressed = sum(bool(text_files.compression_of(chunk.path)) for chunk in jobs)
+  if not compressed:
+    return 'files'
+  return 'compressed files' if compressed == len(jobs) else 'files as stored (some compressed)'
 
 
 def forget_fingerprints(config, data_dir: str) -> int:

@@ -4,8 +4,8 @@
     prepare encoding+packing: 300.0 MB of text / 1,000.0 MB (30%), 16.0 MB/s, 150,000
         documents, 70,000,000 tokens, ETA 44 s        (one line)
 
-The reading phase counts the files' bytes as stored (a .gz / .zst file's compressed bytes),
-the encoding phase the documents' UTF-8 text: each line says which.
+The reading phase counts the files' bytes as stored (a .gz / .zst file's compressed bytes:
+'MB of compressed files'), the encoding phase the documents' UTF-8 text: each line says which.
 
 Preparation's lines (progress, and the notes `say` prints) go to stderr as they are, one line
 each: never carriage returns or escape codes, so a log file or a pipe reads as well as a
@@ -52,7 +52,7 @@ class Progress:
   """Counts bytes, documents and tokens of one phase; logs a line at most every
   PROGRESS_SECONDS, also while no count moves (one job of a huge document takes long), and
   never for a phase shorter than that. Used as a context manager: the lines stop with it.
-  `unit` names what the bytes are ('files': as stored, compressed or not; 'text': the
+  `unit` names what the bytes are ('files' as stored, 'compressed files'; 'text': the
   documents' UTF-8)."""
 
   def __init__(

@@ -2,13 +2,14 @@
 subprocess, toy overrides): a file appended to while it is prepared is read as it was hashed; a
 dangling directory link, a FIFO, eval files that are train files, a data_dir under a file, a
 one-document file asked to hold out a fraction and a corpus smaller than one global batch are
-each one `error:` line; files of other formats are named in one note and every line is plain;
-the tokenizer's sample spans every file of a corpus of a few large documents; a same-size edit
-with its time restored needs --rehash (the fast check's documented limit); stale ids
-directories of dead processes and a damaged tokenizer cache are cleaned up; Ctrl-C during
-tokenizer training answers at once."""
+each one `error:` line; files of other formats are named in one note and every line is plain,
+the reading line saying when its megabytes are compressed ones; the tokenizer's sample spans
+every file of a corpus of a few large documents; a same-size edit with its time restored needs
+--rehash (the fast check's documented limit); stale ids directories of dead processes and a
+damaged tokenizer cache are cleaned up; Ctrl-C during tokenizer training answers at once."""
 
 import concurrent.futures
+import gzip
 import json
 import os
 import queue
@@ -194,6 +195,26 @@ def test_left_out_files_are_named_and_every_line_is_plain(tmp_path):
   assert re.search(r'^prepare reading: done, [\d.,]+ MB of files, ', output, re.M)
   assert re.search(r'^prepare encoding\+packing: done, [\d.,]+ MB of text, ', output, re.M)
   assert not re.search(r'^[IWE]\d{4} ', output, re.M)
+
+
+def test_the_reading_line_says_its_megabytes_are_compressed(tmp_path):
+  """A .gz corpus: the reading phase counts the bytes as stored, the encoding phase the text;
+  each summary line says which, so 'MB of files' is not read as text."""
+  write_corpus(tmp_path, docs_per_file=1000)  # ~0.2 MB of text a file
+  for name in ('train-0.txt', 'train-1.txt', 'eval.txt'):
+    with open(tmp_path / name, 'rb') as f, gzip.open(tmp_path / f'{name}.gz', 'wb') as out:
+      out.write(f.read())
+  output = _ok(
+    _prepare(
+      str(tmp_path / 'cache'),
+      f'--config.data.train_files={tmp_path}/train-*.txt.gz',
+      f'--config.data.eval_files={tmp_path}/eval.txt.gz',
+    )
+  )
+  read = re.search(r'^prepare reading: done, ([\d.,]+) MB of compressed files, ', output, re.M)
+  encoded = re.search(r'^prepare encoding\+packing: done, ([\d.,]+) MB of text, ', output, re.M)
+  assert read and encoded, output
+  assert float(read[1].replace(',', '')) < float(encoded[1].replace(',', ''))
 
 
 # Six scripts, one a file: a character never sampled is a piece the tokenizer lacks.

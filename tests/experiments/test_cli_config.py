@@ -1,5 +1,6 @@
 """--print_config, --help and "did you mean" on the training, fine-tuning and translation CLIs;
-field meanings come from one place, the comments beside the fields in their dataclasses."""
+field meanings come from one place, the comments beside the fields in their dataclasses. A
+config file that raises at import is that error through the commands."""
 
 import os
 import subprocess
@@ -103,3 +104,22 @@ def test_translate_print_config_and_did_you_mean():
   assert result.stderr.strip().splitlines()[-1] == (
     "error: --config.decode.beam: unknown config field ('beam') (did you mean 'beam_size'?)"
   )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('module', ['experiments.train', 'experiments.prepare_data'])
+def test_a_config_file_that_raises_at_import_is_that_error_through_the_command(tmp_path, module):
+  """Issue 59: a config file that raises while it is imported, before any get_config() is
+  defined (here under a star import), is that error in one line, not "defines no
+  get_config()"; nothing is written."""
+  path = tmp_path / 'mine.py'
+  path.write_text('from configs.tiny import *\nraise RuntimeError("set DATA first")\n')
+  workdir = tmp_path / 'run'
+  more = [f'--workdir={workdir}'] if module == 'experiments.train' else []
+  result = _cli(module, f'--config={path}', *more)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert result.stderr.strip().splitlines() == [
+    f'error: --config {path}: raised while it ran: line 2: RuntimeError: set DATA first'
+  ]
+  assert 'get_config' not in result.stderr
+  assert sorted(os.listdir(tmp_path)) == ['mine.py']

@@ -1,6 +1,8 @@
 """Model properties: scan == loop, layout equivalences, padding, scaling, dtypes, sizes."""
 
+import inspect
 import math
+import re
 
 import flax.linen as nn
 import jax
@@ -8,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax import MaskedLM, ModelConfig, ResidualSelfAttention
+from realformer_jax import Encoder, MaskedLM, ModelConfig, ResidualSelfAttention
 from realformer_jax.config import ConfigError
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.attention import mask_bias, score_scale
@@ -256,3 +258,14 @@ def test_parameter_counts_of_paper_shapes(name, shape, paper_millions):
   assert count == _analytic_mlm_params(layers, d, heads, ffn), name
   # Within 10% of the paper's rounded figure (it counts BERT's pooler and NSP head too).
   assert abs(count / 1e6 - paper_millions) / paper_millions < 0.1, (name, count)
+
+
+def test_the_encoder_call_documents_each_argument():
+  """Issue 59: `Encoder.__call__`, the model's entry point, had no docstring; `help()` shows
+  what each argument is (shape, range, default)."""
+  doc = inspect.getdoc(Encoder.__call__) or ''
+  arguments = [name for name in inspect.signature(Encoder.__call__).parameters if name != 'self']
+  assert arguments, 'no arguments found'
+  for name in arguments:
+    assert re.search(rf'^  {name}: \S', doc, re.M), (name, doc)
+  assert re.search(r'^Returns:\n  \S', doc, re.M), doc

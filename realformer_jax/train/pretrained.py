@@ -85,7 +85,8 @@ def read_config_json(workdir: str) -> dict:
   except (OSError, ValueError) as e:
     raise ConfigError(
       f'{path}: unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e}); '
-      'a run writes it whole, so it was truncated or damaged since: put back a copy'
+      "a run writes it whole, so it was truncated or damaged since: put back the run's own "
+      "copy (not a sibling run's: its model could differ)"
     ) from None
   if not isinstance(saved, dict):
     raise ConfigError(f'{path}: not a config (a JSON {type(saved).__name__}, not an object)')

@@ -82,6 +82,10 @@ def test_a_truncated_config_json_read_by_export_or_finetune_init_is_one_line(tmp
   with pytest.raises(ConfigError, match=r'config\.json: (unreadable|not a config)') as raised:
     pretrained.read_config(workdir)
   assert '\n' not in str(raised.value)
+  if text.startswith('{'):  # issue 59: not "a copy", which a sibling run's would be
+    assert str(raised.value).endswith(
+      "put back the run's own copy (not a sibling run's: its model could differ)"
+    )
   config = tiny_config()
   config.finetune = {'init': workdir, 'init_step': -1, 'hf_config': ''}
   with pytest.raises(ConfigError, match=r'config\.json: (unreadable|not a config)'):

@@ -4,7 +4,7 @@ finetune at toy size) on one trained toy workdir:
 - export_hf --out inside the run's checkpoints/ or tensorboard/: one line;
 - a replaced tokenizer, or a sibling run's config.json put back, is refused by export, resume
   and fine-tuning (each step records its model and tokenizer: run_record.json); a resume
-  refuses before it prepares any data;
+  refuses another model before it prepares any data, and another tokenizer;
 - a step that lost its checksums.json is damaged, not "saved before checksums": flipped bytes
   in it never resume;
 - the exported Hugging Face tokenizer gives training's ids on the corpus, [MASK] included;
@@ -251,6 +251,29 @@ def test_a_replaced_tokenizer_is_refused_by_export_and_finetuning(
   with pytest.raises(ConfigError, match=r'records [0-9a-f]{16}\): its ids') as raised:
     train.load_workdir(workdir).tokenizer  # pylint: disable=expression-not-assigned
   assert 'the packed store ' in str(raised.value)
+
+
+def test_a_resume_with_another_tokenizer_is_refused(trained, other_tokenizer, tmp_path):
+  """The same model resumed on a tokenizer other than the one its steps record (here given as
+  data.vocab_file): its ids would mean other pieces; one line, the checkpoints untouched."""
+  workdir = _copy(trained, tmp_path)
+  before = fs.checkpoint_entries(workdir)
+  ours = data.tokenizers.load(os.path.join(workdir, 'tokenizer.model'))
+  other = data.tokenizers.load(other_tokenizer)
+  code, out, err = fs.run(
+    workdir, **dict(_TRAINED, train__num_train_steps=6), data__vocab_file=other_tokenizer
+  )
+  assert code == 1, out + err
+  fs.the_line(
+    err,
+    re.escape(
+      f'error: {other_tokenizer}: not the tokenizer the run in {workdir} was trained with '
+      f'(SHA-256 {other.sha256[:16]}; checkpoint step 4 (run_record.json) records '
+      f'{ours.sha256[:16]}): its ids would mean other pieces to the model; resume with the data '
+      'config it was trained with, or use a new --workdir'
+    ),
+  )
+  assert fs.checkpoint_entries(workdir) == before
 
 
 def test_a_sibling_config_json_is_refused_by_export_resume_and_finetuning(trained, tmp_path):

@@ -149,7 +149,7 @@ def _differences() -> str:
 
 
 def test_phase_a_differences_per_rate():
-  (said,) = _find(r'RealFormer - Post-LN, seeds 0-1, \[MASK\] / all positions: (.+?)\. Whether')
+  (said,) = _find(r'RealFormer - Post-LN, seeds 0-1, \[MASK\] / all positions: (.+?) \(means of')
   assert said == _differences()
 
 

@@ -97,7 +97,7 @@ def test_phase_a_table_in_both_metrics():
 
 def test_each_layouts_rate_by_the_declared_rule():
   for layout, rule in _rules().items():
-    (said,) = _find(rf"{NAMES[layout]}'s rate by the rule: ([^;.]+)[;.]")
+    (said,) = _find(rf"{NAMES[layout]}'s rate by the rule: (.+?)[;.](?: |$)")
     if rule['value'] is None:
       assert said == 'not decided yet (its grid is still running)'
     else:

@@ -43,6 +43,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from realformer_jax.kernels.dropout_bits import DRAWS_PER_HASH, MASK_BITS, threefry2x32
 from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.tile_math import drop
 
 # Scalars travel through shared memory; a TMA copy moves a multiple of 128 bytes (one
 # warpgroup's 4-byte lanes), so fparams' two floats and iparams' four words are padded to 32.
@@ -128,8 +129,13 @@ def keep(spec: KernelSpec, words, b, h, seq_len: int, rows, cols):
   return drawn < np.uint32(spec.keep_threshold)
 
 
-def drop(x, kept, keep_prob: float):
-  return x if kept is None else jnp.where(kept, x / keep_prob, jnp.zeros_like(x))
+def softmax_update(z, m, l):
+  """One key block of the online softmax on wgmma's layout (row statistics are vectors, so
+  each is broadcast back along the keys): (p, alpha, m_new, l_new)."""
+  m_new = jnp.maximum(m, z.max(axis=1))
+  alpha = jnp.exp(m - m_new)
+  p = jnp.exp(z - lax.broadcast_in_dim(m_new, z.shape, [0]))
+  return p, alpha, m_new, l * alpha + p.sum(axis=1)
 
 
 def padded_scalars(fparams, iparams):
@@ -202,10 +208,7 @@ def _forward_kernel(
     z = ops.mma(q_s, k_s, transpose_b=True) * scale * inv_div + lax.broadcast_in_dim(
       ops.vector(bias_s, along=1), (block_q, block_k), [1]
     )
-    m_new = jnp.maximum(m, z.max(axis=1))
-    alpha = jnp.exp(m - m_new)
-    p = jnp.exp(z - lax.broadcast_in_dim(m_new, z.shape, [0]))
-    l = l * alpha + p.sum(axis=1)
+    p, alpha, m_new, l = softmax_update(z, m, l)
     kept = keep(spec, words, b, h, seq_len, rows, cols0 + k0.astype(jnp.uint32))
     plgpu.barrier_wait(bars.at[4])
     pv = ops.mma(drop(p, kept, spec.keep_prob).astype(v_s.dtype), v_s)
@@ -379,20 +382,22 @@ def backward(
   rows = jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype)
   args = (qkv, g_out.astype(qkv.dtype), m, log_l, delta, bias.astype(jnp.float32), f, i)
   grid = (heads, seq_len // block, batch)
+  # Both backward kernels stage four tiles, the row vectors and scalars, and ten barriers.
+  scratch = lambda: [
+    tile(),
+    tile(),
+    tile(),
+    tile(),
+    *vectors,
+    *scalars,
+    plgpu.Barrier(num_barriers=10),
+  ]
   dk, dv = _named('mosaic_gpu_attention_dkv')(
     functools.partial(_dkv_kernel, spec=spec, ops=ops),
     out_type=(rows, rows),
     grid=grid,
     grid_names=('heads', 'k', 'batch'),
-    scratch_types=[
-      tile(),
-      tile(),
-      tile(),
-      tile(),
-      *vectors,
-      *scalars,
-      plgpu.Barrier(num_barriers=10),
-    ],
+    scratch_types=scratch(),
     interpret=_params(spec),
   )(*args)
   dq = _named('mosaic_gpu_attention_dq')(
@@ -400,15 +405,7 @@ def backward(
     out_type=rows,
     grid=grid,
     grid_names=('heads', 'q', 'batch'),
-    scratch_types=[
-      tile(),
-      tile(),
-      tile(),
-      tile(),
-      *vectors,
-      *scalars,
-      plgpu.Barrier(num_barriers=10),
-    ],
+    scratch_types=scratch(),
     interpret=_params(spec),
   )(*args)
   return jnp.stack([dq, dk, dv], axis=2), None, None

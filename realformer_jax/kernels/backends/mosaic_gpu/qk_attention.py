@@ -34,6 +34,7 @@ from realformer_jax.kernels.backends.mosaic_gpu.attention import (
   drop,
   keep,
   padded_scalars,
+  softmax_update,
 )
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -104,10 +105,7 @@ def _forward_kernel(
     z = summed(k0) * scale * inv_div + lax.broadcast_in_dim(
       ops.vector(bias_s, along=1), (block_q, block_k), [1]
     )
-    m_new = jnp.maximum(m, z.max(axis=1))
-    alpha = jnp.exp(m - m_new)
-    p = jnp.exp(z - lax.broadcast_in_dim(m_new, z.shape, [0]))
-    l = l * alpha + p.sum(axis=1)
+    p, alpha, m_new, l = softmax_update(z, m, l)
     kept = keep(spec, words, b, h, seq_len, rows, cols0 + k0.astype(jnp.uint32))
     plgpu.barrier_wait(bars.at[7])
     pv = ops.mma(drop(p, kept, spec.keep_prob).astype(v_s.dtype), v_s)

@@ -79,6 +79,20 @@ def train_env(num_devices: int) -> dict[str, str]:
   return {**device_env(num_devices), **jit_cache.env()}
 
 
+def prepare_tiny_data(path: str) -> str:
+  """The embedded corpus and a 1,000-piece tokenizer prepared into `path` at max_len 32, the
+  data every TINY_SHARDED run reads (once per test module: a module-scoped fixture)."""
+  from configs import tiny  # pylint: disable=import-outside-toplevel
+  from realformer_jax import data  # pylint: disable=import-outside-toplevel
+
+  config = tiny.get_config()
+  config.data.data_dir = path
+  config.data.vocab_size = 1000
+  config.data.max_len = 32
+  data.prepare(config.data)
+  return path
+
+
 def train_command(workdir: str, data_dir: str, mesh_shape: str, *extra: str) -> list[str]:
   return [
     sys.executable,

@@ -29,16 +29,7 @@ MESHES = {
 @pytest.fixture(scope='module')
 def data_dir(tmp_path_factory):
   """Embedded corpus + tokenizer prepared once for every run of this module."""
-  path = str(tmp_path_factory.mktemp('tfds'))
-  from configs import tiny
-  from realformer_jax import data
-
-  config = tiny.get_config()
-  config.data.data_dir = path
-  config.data.vocab_size = 1000
-  config.data.max_len = 32
-  data.prepare(config.data)
-  return path
+  return support.prepare_tiny_data(str(tmp_path_factory.mktemp('tfds')))
 
 
 @pytest.fixture(scope='module')

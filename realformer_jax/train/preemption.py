@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import threading
 from typing import Any, Optional
@@ -46,6 +47,7 @@ class PreemptionWatcher:
     self._previous: dict[int, Any] = {}  # the handlers before ours, put back by close
     self._installed = False
     self._announcer: Optional[_Announcer] = None
+    self._interrupts = 0  # Ctrl-Cs so far
     if not self._multi_process and threading.current_thread() is threading.main_thread():
       self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self._SIGNALS}
       self._installed = True
@@ -53,9 +55,18 @@ class PreemptionWatcher:
 
   def _on_signal(self, signum, frame) -> None:
     del frame
-    if signum == signal.SIGINT and self.signal == signal.SIGINT:
-      self.signal = None  # a second Ctrl-C: nothing deferred is left to deliver
-      raise SecondInterrupt
+    if signum == signal.SIGINT:
+      # Python runs this handler once for signals that arrived before it could run (a second
+      # Ctrl-C pressed while the main thread is busy), so count Ctrl-Cs as the announcer does,
+      # by the bytes the C-level handler wrote: one per signal, none lost (CI lost the second).
+      counted = self._announcer.interrupts() if self._announcer is not None else None
+      before = self._interrupts
+      self._interrupts = max(before, counted) if counted else before + 1
+      if before >= 2:
+        return  # the second Ctrl-C was raised already; the run is stopping
+      if self._interrupts >= 2:
+        self.signal = None  # a second Ctrl-C: nothing deferred is left to deliver
+        raise SecondInterrupt
     self.signal = self.signal or signal.Signals(signum)
 
   @property
@@ -91,15 +102,23 @@ class PreemptionWatcher:
 
 
 class _Announcer:
-  """Says at once what a SIGTERM or the first Ctrl-C does. Python runs a signal's handler only
-  between bytecodes, so during a step or a compile (native code: seconds to minutes) the
-  handler above waits, and a Ctrl-C looked ignored. The C-level handler writes the signal's
-  number to the wakeup fd (signal.set_wakeup_fd) at once, though: a thread reading it prints
-  the line."""
+  """Says at once what a SIGTERM or the first Ctrl-C does, and counts the Ctrl-Cs. Python runs a
+  signal's handler only between bytecodes, so during a step or a compile (native code: seconds to
+  minutes) the handler above waits, and a Ctrl-C looked ignored; two that arrive while it waits
+  run it once. The C-level handler writes each signal's number to the wakeup fd
+  (signal.set_wakeup_fd) at once, though: a thread reading it prints the line, and the count
+  of bytes read is the count of Ctrl-Cs.
+
+  The bytes are read and counted under one lock, by the thread or by `interrupts()` (the
+  handler's call, which drains what the thread has not read yet), so the handler never misses
+  a byte the thread took but had not counted."""
 
   def __init__(self):
     self._read, self._write = os.pipe()
     os.set_blocking(self._write, False)
+    os.set_blocking(self._read, False)
+    self._lock = threading.RLock()  # re-entrant: a handler may run inside a handler's drain
+    self._interrupts = 0
     try:
       self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
     except ValueError:  # not the main thread of the main interpreter: nothing to announce
@@ -110,19 +129,46 @@ class _Announcer:
     self._thread = threading.Thread(target=self._announce, name='signal-announcer', daemon=True)
     self._thread.start()
 
+  def interrupts(self) -> Optional[int]:
+    """The Ctrl-Cs so far, counting every byte written until now (None: not counting)."""
+    if self._read is None:
+      return None
+    self._drain()
+    return self._interrupts
+
   def _announce(self) -> None:
-    interrupts = 0
-    while data := os.read(self._read, 64):
-      for signum in data:
-        if signum == signal.SIGINT:
-          interrupts += 1
-          if interrupts == 1:
-            _say(
-              'Ctrl-C: stopping after the step in progress (a first step may still be '
-              'compiling), once its checkpoint is saved; Ctrl-C again stops at once without saving'
-            )
-        elif signum == signal.SIGTERM:
-          _say('SIGTERM: stopping after the step in progress, once its checkpoint is saved')
+    read = self._read
+    while True:
+      try:
+        select.select([read], [], [])
+      except (OSError, ValueError):  # closed under us (close() gave up waiting)
+        return
+      if not self._drain():
+        return  # EOF: close() closed the write end
+
+  def _drain(self) -> bool:
+    """Reads and counts what is in the pipe; False at EOF or once the pipe is closed."""
+    with self._lock:
+      while True:
+        try:
+          data = os.read(self._read, 64)
+        except BlockingIOError:
+          return True
+        except (OSError, TypeError):  # closed under us (close() ran): nothing more to count
+          return False
+        if not data:
+          return False
+        for signum in data:
+          if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts == 1:
+              _say(
+                'Ctrl-C: stopping after the step in progress (a first step may still be '
+                'compiling), once its checkpoint is saved; Ctrl-C again stops at once without '
+                'saving'
+              )
+          elif signum == signal.SIGTERM:
+            _say('SIGTERM: stopping after the step in progress, once its checkpoint is saved')
 
   def close(self) -> None:
     if self._write is None:
@@ -130,8 +176,9 @@ class _Announcer:
     signal.set_wakeup_fd(self._previous_fd)
     os.close(self._write)  # the thread reads EOF and ends
     self._thread.join(timeout=5)
-    os.close(self._read)
-    self._read = self._write = None
+    with self._lock:
+      os.close(self._read)
+      self._read = self._write = None
 
 
 def _say(line: str) -> None:

@@ -164,9 +164,29 @@ def test_the_lead_says_how_far_the_study_is():
   )
   done, of = _find(r'its phase A has finished (\d+) of (\d+) runs', _lead())
   assert (int(done), int(of)) == (finished, planned)
+  if all(rule['value'] is not None for rule in rules.values()):
+    done, of = _find(r'phase B has finished (\d+) of (\d+) runs', _lead())
+    assert (int(done), int(of)) == _phase_b_progress()
   pending = [row['key'] for row in _analysis()['comparisons'] if row['comparison'] is None]
   if pending:
     assert 'no verdict yet' in _lead()
+
+
+def _phase_b_progress() -> tuple:
+  """(finished, planned) runs of phase B once both rates are chosen: one run per distinct
+  name (an arm at the rate another arm of its layout has adds none)."""
+  names = {
+    PLAN.run_name(arm.layout, _analysis()['rules'][arm.rate]['value'], arm.steps, seed, arm.tag)
+    for group in PLAN.arms
+    for arm in group
+    for seed in arm.seeds
+  }
+  finished = sum(
+    'eval_mask_accuracy' in _results().get(name, {})
+    and bool(_results()[name]['eval_mask_accuracy'])
+    for name in names
+  )
+  return finished, len(names)
 
 
 def test_the_committed_report_is_what_the_documented_command_writes(tmp_path):

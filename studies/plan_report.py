@@ -345,6 +345,7 @@ def _comparisons(plan: Plan, analysis: dict) -> list[str]:
         f'{"> 0" if row["expected_sign"] > 0 else "< 0"} | {difference_cell(c)} | {p} | {holm} | '
         f'{level} | {detect} | {seeds_label(row.get("seeds", []))} | {row["verdict"]} |'
       )
+    lines += _same_comparisons(paired)
   if failures:
     lines += [
       '',
@@ -382,6 +383,28 @@ def _comparisons(plan: Plan, analysis: dict) -> list[str]:
         + ' |'
       )
   return lines
+
+
+def _same_comparisons(paired: list[dict]) -> list[str]:
+  """A line for each set of comparisons that the rules made one (the same runs, metric and
+  seeds: two rules chose the same rate), so the table's repeated rows are not read as two
+  pieces of evidence."""
+  groups: dict[tuple, list[str]] = {}
+  for row in paired:
+    if row['a']['rate'] is None or row['b']['rate'] is None:
+      continue
+    key = (_side_label(row['a']), _side_label(row['b']), row['metric'], tuple(row.get('seeds', [])))
+    groups.setdefault(key, []).append(row['key'])
+  same = [keys for keys in groups.values() if len(keys) > 1]
+  return [
+    line
+    for keys in same
+    for line in (
+      '',
+      f'{" and ".join(keys)} compare the same runs on the same metric and seeds (their rates '
+      "were chosen equal): one difference, judged at each one's level.",
+    )
+  ]
 
 
 def _side_label(side: dict) -> str:

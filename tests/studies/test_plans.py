@@ -303,3 +303,24 @@ def test_layouts_plan_lists_its_forty_runs():
   names = _names(LAYOUTS, {n: _result(0.2) for n in _names(LAYOUTS, {})})
   assert len(names) == 40 and 'half-lr0.001-realformer-s0' in names
   assert LAYOUTS.rate('2r*', {n: _result(0.2) for n in _names(LAYOUTS, {})}) == 0.002
+
+
+def test_tuned_rates_report_says_when_the_rules_made_two_comparisons_one():
+  """Both layouts best at 2.83e-3: P (each at its own rate) and S2 (both at Post-LN's) pair the
+  same runs on the same metric, and the report says so instead of listing them as two results."""
+  from studies import plan_report  # pylint: disable=import-outside-toplevel
+
+  results = _grid({'post': 0.00283, 'realformer': 0.00283})
+  for name in _names(TUNED, results):
+    if 'lr0.004-' in name:
+      results[name] = _result(0.30)  # the extension rung, worse: 2.83e-3 is bracketed
+  assert TUNED.rate('r_post', results) == TUNED.rate('r_realformer', results) == 0.00283
+  lines = plan_report._comparisons(TUNED, analysis.analyse(TUNED, results))
+  said = [line for line in lines if 'compare the same runs' in line]
+  assert said == [
+    'P and S2 compare the same runs on the same metric and seeds (their rates were chosen '
+    "equal): one difference, judged at each one's level."
+  ]
+  results = _grid({'post': 0.002, 'realformer': 0.00141})  # different rates: nothing to say
+  lines = plan_report._comparisons(TUNED, analysis.analyse(TUNED, results))
+  assert not [line for line in lines if 'compare the same runs' in line]

@@ -13,8 +13,9 @@ saying so, every run whose stored result has another: results of other code are 
 
     [3/12 post-s2] step 300/600 loss 4.812 | run ETA 0m41s | grid ETA 9m12s
 
-The grid ETA is the current run's remainder plus the remaining runs' cost (e.g. their step
-counts) at the seconds-per-cost-unit measured so far in this invocation.
+The run ETA is the run's remainder at its recent pace (the median over its last few reports,
+so one report interval that held a pause does not skew it); the grid ETA adds the remaining
+runs' cost (e.g. their step counts) at that pace.
 
 A grid whose later runs depend on earlier results (e.g. confirmation runs at the best learning
 rate of a sweep) is a plan, `plan(results) -> runs`, re-evaluated after every finished run:
@@ -27,9 +28,11 @@ written meanwhile by other processes (another part of the same plan) count as fi
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -124,7 +127,7 @@ class Grid:
     total = len(self.runs)
     if len(todo) < total:
       self._print(f'{total - len(todo)}/{total} runs already done in {self.out_dir}: skipped')
-    spent_seconds, spent_cost = 0.0, 0.0
+    rate = float('nan')  # seconds per cost unit of the last run this process finished
     for position, run in enumerate(todo):
       if limit is not None and position >= limit:
         break
@@ -132,9 +135,12 @@ class Grid:
       remaining_cost = sum(r.cost for r in todo[position + 1 :])
       start = time.perf_counter()
       last_print = [-float('inf')]
-      # The rate is measured from the first report on: a resumed run reports its first step at
-      # a fraction already done by an earlier process, and its compile is not a step's cost.
-      first = []
+      # Seconds per fraction of the run between consecutive reports, the last few: the ETA is
+      # their median, measured from the first report on (a resumed run reports its first step
+      # at a fraction already done by an earlier process, and its compile is not a step's
+      # cost), and one interval that held a pause (a suspended machine, a stopped process)
+      # does not make it hours for the rest of the run, as the whole run's average did.
+      paces, last_call = collections.deque(maxlen=5), []
 
       def report(
         fraction: float,
@@ -143,23 +149,24 @@ class Grid:
         index=index,
         remaining_cost=remaining_cost,
         last_print=last_print,
-        first=first,
+        paces=paces,
+        last_call=last_call,
+        previous_rate=rate,
       ) -> None:
         now = time.perf_counter()
-        if not first:
-          first.append((now, fraction))
+        if last_call and fraction > last_call[0][1]:
+          paces.append((now - last_call[0][0]) / (fraction - last_call[0][1]))
+        last_call[:] = [(now, fraction)]
         if now - last_print[0] < self.min_interval and fraction < 1.0:
           return
         last_print[0] = now
-        since, done_before = first[0]
-        elapsed, done = now - since, fraction - done_before
-        run_left = elapsed / done * (1.0 - fraction) if done > 0 else float('nan')
-        rate = (
-          (spent_seconds + elapsed) / (spent_cost + done * run.cost)
-          if spent_cost + done * run.cost > 0
-          else float('nan')
+        pace = statistics.median(paces) if paces else float('nan')
+        # Until this run has a pace, the last finished run's rate prices the grid.
+        per_cost = pace / run.cost if paces and run.cost > 0 else previous_rate
+        run_left = pace * (1.0 - fraction)
+        grid_left = (run_left if paces else per_cost * run.cost * (1.0 - fraction)) + (
+          remaining_cost * per_cost
         )
-        grid_left = run_left + remaining_cost * rate
         self._print(
           f'[{index}/{total} {run.name}] {message} | run ETA '
           f'{format_duration(run_left)} | grid ETA {format_duration(grid_left)}'
@@ -173,10 +180,10 @@ class Grid:
         result['identity'] = self.identity
       write_json(self.result_path(run), result)
       results[run.name] = result
-      # What this process trained: a resumed run's earlier steps cost it nothing.
-      spent_seconds += seconds - (first[0][0] - start if first else 0.0)
-      spent_cost += (1.0 - (first[0][1] if first else 0.0)) * run.cost
-      rate = spent_seconds / spent_cost if spent_cost > 0 else float('nan')
+      if last_call and last_call[0][1] < 1.0:  # the rest of the run: its evaluation, its save
+        paces.append((start + seconds - last_call[0][0]) / (1.0 - last_call[0][1]))
+      if paces and run.cost > 0:
+        rate = statistics.median(paces) / run.cost
       self._print(
         f'[{index}/{total} {run.name}] done in {format_duration(seconds)} | grid ETA '
         f'{format_duration(remaining_cost * rate)}'

@@ -374,3 +374,26 @@ def test_a_resumed_run_estimates_from_the_steps_it_trains(tmp_path, monkeypatch)
   assert lines[2].endswith('step 4200 | run ETA 0m10s | grid ETA 1m30s'), lines
   # done at t = 120: 20 s for the last 1/4, so 80 s for the next whole run
   assert lines[3].endswith('done in 2m00s | grid ETA 1m20s'), lines
+
+
+def test_a_pause_in_one_report_interval_does_not_skew_the_eta(tmp_path, monkeypatch):
+  """10 s per tenth of a run, but one interval held a 1,000 s pause (a stopped process, a
+  suspended machine): the ETA is the median pace of the last intervals, not the run's average
+  (which said 5h26m for a 30-minute remainder after a pause in the tuned-rates study)."""
+  times = [0.0, 10.0, 1010.0, 1020.0, 1030.0, 1040.0, 1050.0, 1060.0]
+  clock = iter(times)
+  monkeypatch.setattr(runs.time, 'perf_counter', lambda: next(clock))
+
+  def train_one(run, report):
+    for tenth in (1, 2, 3, 4, 5):  # t = 10, 1010 (after the pause), 1020, 1030, 1040
+      report(tenth / 10, f'step {tenth}')
+    return {}
+
+  out = io.StringIO()
+  two = [runs.Run('r', {}, cost=1), runs.Run('next', {}, cost=2)]
+  runs.Grid(str(tmp_path), two, min_interval=0.0, stream=out).run(train_one, limit=1)
+  lines = out.getvalue().splitlines()
+  # 100 s per run (10 s a tenth): half of it left, then the next run's 200 s.
+  assert lines[-2].endswith('step 5 | run ETA 0m50s | grid ETA 4m10s'), lines
+  # Done at t = 1050 (the pause among the last five paces, outvoted); the next run costs 2: 200 s.
+  assert lines[-1].endswith('done in 17m30s | grid ETA 3m20s'), lines

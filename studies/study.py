@@ -430,7 +430,7 @@ def plot_comparisons(
   ax.set_yticks(range(len(comparisons)), labels, fontsize=8)
   ax.invert_yaxis()
   ax.set_xlabel(xlabel)
-  ax.set_title(title, fontsize=9)
+  fig.suptitle(title, fontsize=9)  # the figure's width: long row labels narrow the axes
   return save_figure(fig, path)
 
 

@@ -167,9 +167,31 @@ def test_the_lead_says_how_far_the_study_is():
   if all(rule['value'] is not None for rule in rules.values()):
     done, of = _find(r'phase B has finished (\d+) of (\d+) runs', _lead())
     assert (int(done), int(of)) == _phase_b_progress()
-  pending = [row['key'] for row in _analysis()['comparisons'] if row['comparison'] is None]
+  pending = [
+    row['key'] for row in _analysis()['comparisons'] if row['verdict'].startswith('pending')
+  ]
   if pending:
-    assert 'no verdict yet' in _lead()
+    assert 'no verdict yet' in _lead().lower()
+  else:
+    _the_lead_quotes_the_primary_verdict()
+
+
+def _the_lead_quotes_the_primary_verdict():
+  """With every seed in, the lead answers its question with P's figures and verdict as the
+  analysis has them, and with its detectable difference (how small an effect could be missed)."""
+  assert 'no verdict yet' not in _lead().lower()
+  (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
+  c = primary['comparison']
+  mean, half, p, verdict, detectable = _find(
+    r'RealFormer - Post-LN, each at its own rate, is (\S+) ± (\S+) points at \[MASK\] '
+    r'\(seeds 2-7, p (\S+)\), verdict by the declared rule: (.+?)\. .*?'
+    r'detects (\S+) points with 80% power',
+    _lead(),
+  )
+  assert (mean, half) == (f'{100 * c["mean"]:+.2f}', f'{100 * c["ci95_half_width"]:.2f}')
+  assert p == f'{c["p_value"]:.3g}'
+  assert verdict == primary['verdict']
+  assert detectable == f'{100 * primary["detectable"]:.2f}'
 
 
 def _phase_b_progress() -> tuple:

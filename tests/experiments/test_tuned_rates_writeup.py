@@ -192,6 +192,43 @@ def _the_lead_quotes_the_primary_verdict():
   assert p == f'{c["p_value"]:.3g}'
   assert verdict == primary['verdict']
   assert detectable == f'{100 * primary["detectable"]:.2f}'
+  (all_positions,) = [row for row in _analysis()['comparisons'] if row['key'] == 'S1']
+  c = all_positions['comparison']
+  mean, half, p, verdict = _find(
+    r'[Oo]n all selected positions \(S1[^)]*\) it is (\S+) ± (\S+) points \(Holm p (\S+)\): ([^;.]+)',
+    _lead(),
+  )
+  assert (mean, half) == (f'{100 * c["mean"]:+.2f}', f'{100 * c["ci95_half_width"]:.2f}')
+  assert (p, verdict) == (f'{all_positions["holm_p_value"]:.3g}', all_positions['verdict'])
+  kept = _find(r'RealFormer predicts (\S+)% of them and Post-LN (\S+)%', _lead())
+  assert kept == tuple(f'{100 * _phase_b_mean(layout, "kept_accuracy"):.1f}' for layout in LAYOUTS[::-1])
+
+
+def _phase_b_mean(layout: str, metric: str) -> float:
+  """A final metric of `layout` at its chosen rate, mean over the tests' seeds."""
+  (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
+  (arm,) = [a for group in PLAN.arms for a in group if (a.layout, a.rate) == (layout, f'r_{layout}')]
+  rate = _analysis()['rules'][arm.rate]['value']
+  finals = [
+    _results()[PLAN.run_name(layout, rate, arm.steps, seed, arm.tag)]['final'][metric]
+    for seed in primary['finished_seeds']
+  ]
+  return sum(finals) / len(finals)
+
+
+def test_phase_b_per_seed_differences():
+  """Once every seed is in, the write-up lists P's per-seed differences and counts the seeds
+  where RealFormer is ahead."""
+  (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
+  if primary['verdict'].startswith('pending'):
+    return
+  values = primary['comparison']['values']
+  said, ahead, of = _find(
+    r'RealFormer - Post-LN per seed \(2-7, \[MASK\], points\): ([^;]+); RealFormer is ahead in '
+    r'(\d) of (\d)'
+  )
+  assert said == ', '.join(f'{100 * v:+.2f}' for v in values)
+  assert (int(ahead), int(of)) == (sum(v > 0 for v in values), len(values))
 
 
 def _phase_b_progress() -> tuple:

@@ -195,19 +195,24 @@ def _the_lead_quotes_the_primary_verdict():
   (all_positions,) = [row for row in _analysis()['comparisons'] if row['key'] == 'S1']
   c = all_positions['comparison']
   mean, half, p, verdict = _find(
-    r'[Oo]n all selected positions \(S1[^)]*\) it is (\S+) ± (\S+) points \(Holm p (\S+)\): ([^;.]+)',
+    r'[Oo]n all selected positions \(S1[^)]*\) it is (\S+) ± (\S+) points '
+    r'\(Holm p (\S+)\): ([^;.]+)',
     _lead(),
   )
   assert (mean, half) == (f'{100 * c["mean"]:+.2f}', f'{100 * c["ci95_half_width"]:.2f}')
   assert (p, verdict) == (f'{all_positions["holm_p_value"]:.3g}', all_positions['verdict'])
   kept = _find(r'RealFormer predicts (\S+)% of them and Post-LN (\S+)%', _lead())
-  assert kept == tuple(f'{100 * _phase_b_mean(layout, "kept_accuracy"):.1f}' for layout in LAYOUTS[::-1])
+  assert kept == tuple(
+    f'{100 * _phase_b_mean(layout, "kept_accuracy"):.1f}' for layout in LAYOUTS[::-1]
+  )
 
 
 def _phase_b_mean(layout: str, metric: str) -> float:
   """A final metric of `layout` at its chosen rate, mean over the tests' seeds."""
   (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
-  (arm,) = [a for group in PLAN.arms for a in group if (a.layout, a.rate) == (layout, f'r_{layout}')]
+  (arm,) = [
+    a for group in PLAN.arms for a in group if (a.layout, a.rate) == (layout, f'r_{layout}')
+  ]
   rate = _analysis()['rules'][arm.rate]['value']
   finals = [
     _results()[PLAN.run_name(layout, rate, arm.steps, seed, arm.tag)]['final'][metric]

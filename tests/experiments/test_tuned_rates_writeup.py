@@ -75,6 +75,16 @@ def _rules() -> dict:
   return {layout: _analysis()['rules'][f'r_{layout}'] for layout in LAYOUTS}
 
 
+def _comparison(key: str) -> dict:
+  (row,) = [row for row in _analysis()['comparisons'] if row['key'] == key]
+  return row
+
+
+def _points(comparison: dict) -> tuple:
+  """A paired difference as the text writes it: ('-0.45', '0.60'), mean and 95% half-width."""
+  return f'{100 * comparison["mean"]:+.2f}', f'{100 * comparison["ci95_half_width"]:.2f}'
+
+
 def _rate_label(rate) -> str:
   return f'{float(rate):.3g}'
 
@@ -114,10 +124,8 @@ def test_each_comparison_as_its_verdict_stands():
     else:
       c = row['comparison']
       p = row['holm_p_value'] if row.get('family') else c['p_value']
-      assert said == (
-        f'{100 * c["mean"]:+.2f} ± {100 * c["ci95_half_width"]:.2f} points '
-        f'(p {p:.3g}): {row["verdict"]}'
-      ), row['key']
+      mean, half = _points(c)
+      assert said == f'{mean} ± {half} points (p {p:.3g}): {row["verdict"]}', row['key']
 
 
 def test_recipe_check_and_machines():
@@ -180,7 +188,7 @@ def _the_lead_quotes_the_primary_verdict():
   """With every seed in, the lead answers its question with P's figures and verdict as the
   analysis has them, and with its detectable difference (how small an effect could be missed)."""
   assert 'no verdict yet' not in _lead().lower()
-  (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
+  primary = _comparison('P')
   c = primary['comparison']
   mean, half, p, verdict, detectable = _find(
     r'RealFormer - Post-LN, each at its own rate, is (\S+) ± (\S+) points at \[MASK\] '
@@ -188,18 +196,18 @@ def _the_lead_quotes_the_primary_verdict():
     r'detects (\S+) points with 80% power',
     _lead(),
   )
-  assert (mean, half) == (f'{100 * c["mean"]:+.2f}', f'{100 * c["ci95_half_width"]:.2f}')
+  assert (mean, half) == _points(c)
   assert p == f'{c["p_value"]:.3g}'
   assert verdict == primary['verdict']
   assert detectable == f'{100 * primary["detectable"]:.2f}'
-  (all_positions,) = [row for row in _analysis()['comparisons'] if row['key'] == 'S1']
+  all_positions = _comparison('S1')
   c = all_positions['comparison']
   mean, half, p, verdict = _find(
     r'[Oo]n all selected positions \(S1[^)]*\) it is (\S+) ± (\S+) points '
     r'\(Holm p (\S+)\): ([^;.]+)',
     _lead(),
   )
-  assert (mean, half) == (f'{100 * c["mean"]:+.2f}', f'{100 * c["ci95_half_width"]:.2f}')
+  assert (mean, half) == _points(c)
   assert (p, verdict) == (f'{all_positions["holm_p_value"]:.3g}', all_positions['verdict'])
   kept = _find(r'RealFormer predicts (\S+)% of them and Post-LN (\S+)%', _lead())
   assert kept == tuple(
@@ -209,7 +217,7 @@ def _the_lead_quotes_the_primary_verdict():
 
 def _phase_b_mean(layout: str, metric: str) -> float:
   """A final metric of `layout` at its chosen rate, mean over the tests' seeds."""
-  (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
+  primary = _comparison('P')
   (arm,) = [
     a for group in PLAN.arms for a in group if (a.layout, a.rate) == (layout, f'r_{layout}')
   ]
@@ -224,7 +232,7 @@ def _phase_b_mean(layout: str, metric: str) -> float:
 def test_phase_b_per_seed_differences():
   """Once every seed is in, the write-up lists P's per-seed differences and counts the seeds
   where RealFormer is ahead."""
-  (primary,) = [row for row in _analysis()['comparisons'] if row['key'] == 'P']
+  primary = _comparison('P')
   if primary['verdict'].startswith('pending'):
     return
   values = primary['comparison']['values']

@@ -42,8 +42,9 @@ from realformer_jax.config import (
   saved_field,
 )
 from realformer_jax.data.store import cache_lock
+from realformer_jax.workdir_layout import STEP_RECORD
 
-RECORD_FILE = 'run_record.json'
+RECORD_FILE = STEP_RECORD
 # 2: steps carry RECORD_FILE and checksums.json. Steps of format 1 (saved before records)
 # carry neither, or checksums.json alone.
 FORMAT = 2

@@ -78,3 +78,12 @@ def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
   ], stderr
   assert 'Traceback' not in stderr
   assert not (tmp_path / 'checkpoints').exists()
+
+
+def test_a_mesh_for_fewer_devices_names_the_shape_that_fits():
+  """mesh.shape=(1,1,1,2) on 4 devices: the line names (-1,1,1,2), not just the count."""
+  spec = validate_config(tiny_config(mesh__shape=(1, 1, 1, 2)))
+  with pytest.raises(
+    ConfigError, match=r'needs 2 devices, found 4; e\.g\. mesh\.shape=\(-1,1,1,2\)'
+  ):
+    spec.mesh.resolve(4)

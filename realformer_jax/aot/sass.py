@@ -10,8 +10,9 @@ FACTS.md, "SASS without a GPU").
     costs = sass.sass_cost(ptx_text)              # every .entry of the PTX, assembled for sm_90a
     costs = sass.from_dump(DIR)                   # every kernel XLA dumped into DIR
     cost = costs['flash_attention_bwd']
-    cost.per_element                              # {'fp32': 21.4, 'mma': 0.5, 'shared': ...}
-    cost.instructions_per_element                 # summed over classes and loops: 53.6
+    cost.per_element                              # {'fp32': 35.0, 'mma': 1.2, 'shared': ...}
+    cost.total_per_element                        # summed over classes and loops: 53.7
+    cost.issued(work)                             # thread instructions of one call (roofline)
 
 Counting. A kernel's loops are found as ptx.py finds them (basic blocks from the branch targets,
 dominators, back edges). A loop that visits score elements takes one softmax exponential per

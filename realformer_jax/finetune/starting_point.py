@@ -279,10 +279,10 @@ def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> O
         'new --workdir, or the starting point it was started from'
       )
     return recorded or None
-  from realformer_jax.data.store import cache_lock  # pylint: disable=import-outside-toplevel
+  from realformer_jax import atomic_files  # pylint: disable=import-outside-toplevel
 
   os.makedirs(workdir, exist_ok=True)
-  cache_lock.atomic_write(path, json.dumps(identity or {}, indent=2, sort_keys=True).encode())
+  atomic_files.write_json(path, identity or {})
   return identity
 
 

@@ -33,6 +33,7 @@ import json
 import os
 from typing import Any, Mapping, Optional
 
+from realformer_jax import atomic_files
 from realformer_jax.config import (
   LAYOUT_FIELDS,
   SAVED_FIELD_ADDED,
@@ -41,7 +42,6 @@ from realformer_jax.config import (
   fields_of,
   saved_field,
 )
-from realformer_jax.data.store import cache_lock
 
 RECORD_FILE = 'run_record.json'
 # 2: steps carry RECORD_FILE and checksums.json. Steps of format 1 (saved before records)
@@ -65,9 +65,7 @@ def make(config: Mapping[str, Any], tokenizer: Any) -> dict:
 
 
 def write(step_dir: str, record: Mapping[str, Any]) -> None:
-  cache_lock.atomic_write(
-    os.path.join(step_dir, RECORD_FILE), json.dumps(record, indent=2, sort_keys=True).encode()
-  )
+  atomic_files.write_json(os.path.join(step_dir, RECORD_FILE), record)
 
 
 def read(step_dir: str) -> Optional[dict]:

@@ -30,10 +30,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import extras
+from realformer_jax import atomic_files, extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.data.store import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import build, checkpoint_record, cpu_notice, divergence, workdir_lock
 from realformer_jax.train import config as train_config
@@ -240,11 +239,9 @@ def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
       os.makedirs(workdir, exist_ok=True)
       # Atomic: a run killed while writing it must not leave a truncated config.json behind;
       # unchanged files (every restart) are not rewritten.
-      cache_lock.atomic_write(
-        os.path.join(workdir, CONFIG_FILE), json.dumps(spec.to_dict(), indent=2).encode()
-      )
+      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), spec.to_dict(), sort_keys=False)
       tokenizer.save(workdir)
-    except OSError as e:  # a full disk: nothing half-written is left (atomic_write)
+    except OSError as e:  # a full disk: nothing half-written is left (atomic_files)
       raise TrainingError(
         f'{workdir}: cannot write the run files (config.json, tokenizer): {e.strerror or e}; '
         'the checkpoints are untouched: free space and rerun'

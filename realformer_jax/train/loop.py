@@ -15,7 +15,6 @@ reader of those events (`read_scalars`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import glob
 import json
@@ -101,16 +100,12 @@ def run(
     committed = checkpointer.intact_steps()
     notes = check_workdir(spec, workdir, committed)
     if committed:  # a resume trains on with the ids its steps were trained with
-      latest_record = None
-      with contextlib.suppress(ConfigError):  # a damaged record: the restore sets it aside
-        latest_record = checkpoint_record.read(
-          os.path.join(checkpointer.directory, str(committed[-1]))
-        )
-      checkpoint_record.check_tokenizer(
-        task_data.tokenizer,
-        checkpoint_record.recorded_tokenizer(workdir, committed[-1], latest_record, ''),
+      checkpoint_record.verify(
         workdir,
+        committed[-1],
+        tokenizer=task_data.tokenizer,
         remedy='resume with the data config it was trained with, or use a new --workdir',
+        skip_damaged=True,
       )
     writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
     for note in filter(None, notes):

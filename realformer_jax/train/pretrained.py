@@ -186,8 +186,9 @@ def load_workdir(
     else:
       checkpointer.check_step(step)  # a damaged step is never loaded
     # The step says which model and tokenizer it holds: config.json must agree with it.
-    record = checkpoint_record.read(os.path.join(checkpointer.directory, str(step)))
-    checkpoint_record.check_config(workdir, step, record, saved)
+    recorded = checkpoint_record.verify(
+      workdir, step, config_json=saved, data_dir=spec.data.data_dir
+    )
     setup = build.make_setup(spec)
     state = checkpointer.restore_state(step, setup.layout.abstract)
   finally:
@@ -200,7 +201,5 @@ def load_workdir(
     params=jax.block_until_ready(state.params),
     step=int(step),
     identity=run_identity.of_checkpoint(workdir, step, saved),
-    recorded_tokenizer=checkpoint_record.recorded_tokenizer(
-      workdir, step, record, spec.data.data_dir
-    ),
+    recorded_tokenizer=recorded,
   )

@@ -108,7 +108,9 @@ def sequence_shards() -> Optional[SequenceShards]:
 
 def check_config(config: ModelConfig, shards: int, mesh_shape=None) -> None:
   """Refuses, in one line, what a sequence axis of `shards` devices cannot run: a named fused
-  kernel (the ring attends each block with the einsum formula)."""
+  kernel (the ring attends each block with the einsum formula). Called once, where the config
+  is validated (train/config.py: check_sequence_layout), never again while a model is traced:
+  there a split sequence simply takes the ring."""
   if shards > 1 and config.attention_impl not in RING_IMPLS:
     where = '' if mesh_shape is None else f' (mesh.shape={mesh_shape})'
     raise ConfigError(

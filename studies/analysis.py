@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from studies import stats
-from studies.plan import METRICS, Arm, BestRate, Comparison, Plan, Results, final_metric
+from studies.plan import METRICS, Arm, Comparison, Plan, Results, final_metric
 
 # The spread of one seed and layout's step-1 training loss (before the first update: the same
 # weights, first batch and dropout whatever the rate or budget) that still counts as one recipe.
@@ -332,7 +332,3 @@ def recipe_check(results: Mapping[str, dict], tolerance: float = RECIPE_TOLERANC
     'mixed': mixed,
     'machines': machines,
   }
-
-
-def best_rate_rules(plan: Plan) -> list[BestRate]:
-  return [rule for rule in plan.rules if isinstance(rule, BestRate)]

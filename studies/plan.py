@@ -49,10 +49,6 @@ METRICS = {
   'mask_accuracy': ('mask_correct_sum', 'mask_count'),  # [MASK] slots only
   'accuracy': ('correct_sum', 'count'),  # every selected position (BERT's MLM accuracy)
 }
-METRIC_NAMES = {
-  'mask_accuracy': 'accuracy at [MASK] slots',
-  'accuracy': 'accuracy at all selected positions',
-}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -304,10 +304,6 @@ def recipe_line(check: dict) -> str:
   return line
 
 
-def _family(row: dict) -> str:
-  return row['family'] or 'primary'
-
-
 def _comparisons(plan: Plan, analysis: dict) -> list[str]:
   rows = analysis['comparisons']
   paired = [r for r in rows if r['test'] == 'paired']

@@ -43,6 +43,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from realformer_jax import atomic_files
 from realformer_jax.units import format_duration
 
 
@@ -119,10 +120,7 @@ def _set_aside(path: str) -> str:
 def write_json(path: str, value: Any) -> None:
   """Atomic: a reader sees the old file or the whole new one, never a partial write."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f'{path}.tmp.{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  atomic_files.write_json(path, value)
 
 
 def code_identity(extra: Optional[dict] = None) -> dict:

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import jax
 
-from realformer_jax.data.store import cache_lock
+from realformer_jax import atomic_files
 from realformer_jax.train.errors import DivergenceError
 
 # A loss this many times the run's first one is an explosion, not noise: an untrained model
@@ -79,7 +79,7 @@ class LossReference:
       if (step == 1 or self._rebuild) and jax.process_index() == 0:
         record = {'step': step, 'loss': loss, 'rule': f'explosion above {EXPLOSION_FACTOR}x'}
         try:
-          cache_lock.atomic_write(self.path, json.dumps(record).encode())
+          atomic_files.write_json(self.path, record, indent=None, sort_keys=False)
         except OSError:
           pass  # a full disk: this run still judges by it; the save reports the disk
     return EXPLOSION_FACTOR * max(self.loss, EXPLOSION_FLOOR)

@@ -31,11 +31,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import extras
+from realformer_jax import atomic_files, extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import tokenizers
-from realformer_jax.data.store import cache_lock
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
   build,
@@ -116,11 +115,12 @@ def run(
         latest_record = checkpoint_record.read(
           os.path.join(checkpointer.directory, str(committed[-1]))
         )
-      checkpoint_record.check_tokenizer(
-        task_data.tokenizer,
-        checkpoint_record.recorded_tokenizer(workdir, committed[-1], latest_record, ''),
+      checkpoint_record.verify(
         workdir,
+        committed[-1],
+        tokenizer=task_data.tokenizer,
         remedy='resume with the data config it was trained with, or use a new --workdir',
+        skip_damaged=True,
       )
     writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
@@ -262,11 +262,9 @@ def _write_run_files(
       os.makedirs(workdir, exist_ok=True)
       # Atomic: a run killed while writing it must not leave a truncated config.json behind;
       # unchanged files (every restart) are not rewritten.
-      cache_lock.atomic_write(
-        os.path.join(workdir, CONFIG_FILE), json.dumps(spec.to_dict(), indent=2).encode()
-      )
+      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), spec.to_dict(), sort_keys=False)
       tokenizer.save(workdir)
-    except OSError as e:  # a full disk: nothing half-written is left (atomic_write)
+    except OSError as e:  # a full disk: nothing half-written is left (atomic_files)
       raise TrainingError(
         f'{workdir}: cannot write the run files (config.json, tokenizer): {e.strerror or e}; '
         'the checkpoints are untouched: free space and rerun'

@@ -188,13 +188,13 @@ def load_workdir(
       if explicit:
         checkpointer.check_step(step)  # a damaged step is never loaded
       # The step says which model and tokenizer it holds: config.json must agree with it.
-      record = checkpoint_record.read(os.path.join(checkpointer.directory, str(step)))
-      checkpoint_record.check_config(workdir, step, record, saved)
+      recorded = checkpoint_record.verify(
+        workdir, step, config_json=saved, data_dir=spec.data.data_dir
+      )
       setup = build.make_setup(spec)
       state = checkpointer.restore_state(step, setup.layout.abstract)
       params = jax.block_until_ready(state.params)
       identity = run_identity.of_checkpoint(workdir, step, saved)
-      recorded = checkpoint_record.recorded_tokenizer(workdir, step, record, spec.data.data_dir)
   finally:
     checkpointer.close()
   return Pretrained(

@@ -4,6 +4,8 @@ The tokenizer is the shared test corpus' SentencePiece model (data_fixtures.py),
 data.vocab_file, so no test trains one of its own.
 """
 
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -71,3 +73,59 @@ def run_cli(module: str, *args, mocked: bool = False, timeout: int = 600):
   ) + list(args)
   env = dict(os.environ, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
   return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# Your own labelled files (finetune/files.py) for the tests of --train_file.
+# Two classes a toy model can tell apart by their words.
+_WORDS = {
+  'sky': 'light day night heaven star cloud'.split(),
+  'land': 'king house war city gold sword'.split(),
+}
+
+
+def labelled_rows(count: int, pair: bool = False) -> list[dict]:
+  """Alternating 'sky' / 'land' texts (and a second text, reversed, if `pair`)."""
+  rows = []
+  for i in range(count):
+    label = ('sky', 'land')[i % 2]
+    words = _WORDS[label]
+    row = {'text': ' '.join(words[(i + k) % len(words)] for k in range(5)), 'label': label}
+    if pair:
+      row['second'] = ' '.join(reversed(row['text'].split()))
+    rows.append(row)
+  return rows
+
+
+def write_table(path, rows: list[dict]) -> str:
+  """rows as .csv / .tsv (a header line) or .jsonl, by the path's extension."""
+  if str(path).endswith('.jsonl'):
+    path.write_text(''.join(json.dumps(row) + '\n' for row in rows))
+  else:
+    with open(path, 'w', newline='') as f:
+      delimiter = '\t' if str(path).endswith('.tsv') else ','
+      writer = csv.DictWriter(f, list(rows[0]), delimiter=delimiter)
+      writer.writeheader()
+      writer.writerows(rows)
+  return str(path)
+
+
+def write_squad(path, count: int) -> str:
+  contexts = []
+  for i in range(count):
+    answer = _WORDS['sky'][i % 6]
+    context = f'the king saw the {answer} over the city of gold'
+    question = 'what did the king see'
+    contexts.append(
+      {
+        'context': context,
+        'qas': [
+          {
+            'id': str(i),
+            'question': question,
+            'answers': [{'text': answer, 'answer_start': context.index(answer)}],
+          }
+        ],
+      }
+    )
+  path.write_text(json.dumps({'data': [{'title': 'toy', 'paragraphs': contexts}], 'version': '1'}))
+  return str(path)

@@ -306,7 +306,7 @@ def _train_sentences(
         minloglevel=2,  # Errors only: training logs are thousands of lines.
       ),
       progress,
-      interrupted='prepare tokenizer: interrupted (Ctrl-C): its training is abandoned, nothing '
+      interrupted='prepare tokenizer: interrupted: its training is abandoned, nothing '
       'of it is kept (the documents read are); a rerun trains it again.',
     )
   except RuntimeError as e:

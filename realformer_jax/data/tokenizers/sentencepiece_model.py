@@ -61,6 +61,7 @@ class SentencePieceTokenizer(Tokenizer):
   def __init__(self, model_proto: bytes, source: str = '<memory>'):
     self._model_proto = model_proto
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    self._sp_no_prefix = None  # built on first use (_encode_after_special)
     self.source = source
     super().__init__(
       source=source,
@@ -83,6 +84,20 @@ class SentencePieceTokenizer(Tokenizer):
 
   def encode(self, text: str) -> np.ndarray:
     return np.asarray(self._sp.encode(text, out_type=int), np.int32)
+
+  def _encode_after_special(self, text: str) -> np.ndarray:
+    # The exported tokenizer (Metaspace, prepend_scheme 'first') starts a word ('▁') after a
+    # special token only where a space follows it: 'a[MASK]b' -> '▁a', '[MASK]', 'b'.
+    if text[:1].isspace():
+      return self.encode(text)
+    if self._sp_no_prefix is None:
+      from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+
+      proto = sentencepiece_model_pb2.ModelProto()
+      proto.ParseFromString(self._model_proto)
+      proto.normalizer_spec.add_dummy_prefix = False
+      self._sp_no_prefix = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
+    return np.asarray(self._sp_no_prefix.encode(text, out_type=int), np.int32)
 
   def encode_batch(self, texts: list[str], num_threads: int = -1) -> list[np.ndarray]:
     # SentencePiece spreads a batch over `num_threads` threads (-1: all cores).

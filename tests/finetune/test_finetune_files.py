@@ -13,6 +13,7 @@ from finetune_fixtures import (
   REPO,
   TOY,
   TOY_MODEL,
+  assert_export_matches,
   labelled_rows,
   run_cli,
   tokenizer_file,
@@ -26,11 +27,16 @@ from realformer_jax.finetune import config as finetune_config
 from realformer_jax.finetune import datasets
 
 
-def _toy_flags() -> list[str]:
-  """Toy sizes, the shared tokenizer and a Post-LN toy model (random init)."""
+def _toy_flags(ln_placement: str = 'post') -> list[str]:
+  """Toy sizes, the shared tokenizer and a toy model (random init; Post-LN: a standard BERT
+  once exported, RealFormer: the shipped PyTorch module)."""
   model = {f'model.{k}': v for k, v in TOY_MODEL.items()}
   model.update(
-    {'model.ln_placement': 'post', 'model.vocab_size': data.prepare(bible_config()).vocab_size}
+    {
+      'model.ln_placement': ln_placement,
+      'model.position_embedding': 'learned',  # configs/tiny.py's rotary has no BERT class
+      'model.vocab_size': data.prepare(bible_config()).vocab_size,
+    }
   )
   values = {**model, **TOY, 'data.max_examples': -1, 'data.vocab_file': tokenizer_file()}
   return [f'--config.{k}={v}' for k, v in values.items()] + ['--config.train.stop_at_step=2']
@@ -121,11 +127,19 @@ def test_readme_own_data_command_runs_from_the_files_directory(tmp_path):
   assert saved['labels'] == ['land', 'sky']
   assert 0 <= saved['test/accuracy'] <= 1 and 0 <= saved['eval/f1'] <= 1
   assert 'starting_point' in saved and saved['starting_point'] is None  # random init
+  # Exported like a pretrained run: transformers computes what the best checkpoint computes.
+  exported = run_cli(
+    'experiments.export_hf', f'--workdir={tmp_path / "run"}', f'--out={tmp_path / "hf"}'
+  )
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert 'BertForSequenceClassification from the best checkpoint' in exported.stdout
+  config = assert_export_matches(tmp_path / 'run', tmp_path / 'hf', ['light day', 'gold king'])
+  assert config.id2label == {0: 'land', 1: 'sky'}
 
 
 @pytest.mark.slow  # a toy fine-tuning run a format (~20 s CPU each)
 @pytest.mark.parametrize('extension', ['tsv', 'jsonl'])
-def test_text_pairs_in_tsv_and_jsonl(tmp_path, extension):
+def test_text_pairs_in_tsv_and_jsonl_export_with_the_shipped_module(tmp_path, extension):
   train = write_table(tmp_path / f'train.{extension}', labelled_rows(16, pair=True))
   dev = write_table(tmp_path / f'dev.{extension}', labelled_rows(8, pair=True))
   result = run_cli(
@@ -134,13 +148,19 @@ def test_text_pairs_in_tsv_and_jsonl(tmp_path, extension):
     f'--validation_file={dev}',
     '--text_pair_column=second',
     f'--workdir={tmp_path / "run"}',
-    *_toy_flags(),
+    *_toy_flags('realformer'),
   )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-3000:]
   saved = json.loads((tmp_path / 'run' / 'results.json').read_text())
   assert saved['labels'] == ['land', 'sky'] and 0 <= saved['eval/accuracy'] <= 1
   assert 'test/accuracy' not in saved  # no --test_file
+  exported = run_cli(
+    'experiments.export_hf', f'--workdir={tmp_path / "run"}', f'--out={tmp_path / "hf"}'
+  )
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert 'RealFormerForSequenceClassification' in exported.stdout
+  assert_export_matches(tmp_path / 'run', tmp_path / 'hf', ['day light'], ['light day'])
 
 
 @pytest.mark.slow  # a toy fine-tuning run (~25 s CPU)
@@ -163,6 +183,14 @@ def test_squad_format_file_reports_exact_match_and_f1(tmp_path):
   for split in ('eval', 'test'):
     assert 0 <= saved[f'{split}/exact_match'] <= 100 and 0 <= saved[f'{split}/f1'] <= 100
   assert 'labels' not in saved
+  exported = run_cli(
+    'experiments.export_hf', f'--workdir={tmp_path / "run"}', f'--out={tmp_path / "hf"}'
+  )
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert 'BertForQuestionAnswering' in exported.stdout
+  assert_export_matches(
+    tmp_path / 'run', tmp_path / 'hf', ['what did the king see'], ['the king saw the light']
+  )
 
 
 @pytest.mark.slow  # the command's start-up (~8 s CPU)

@@ -6,6 +6,7 @@ codes at its hardest moments: tests/train/test_faults_checkpoints.py.)"""
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,7 +98,7 @@ def test_a_signal_during_preparation_stops_the_workers_and_leaves_nothing(
   finally:
     process.kill()
   assert process.returncode == status, ''.join(seen) + err
-  lines = [line for line in err.splitlines() if not line.startswith('prepare tokenizer:')]
+  lines = [line for line in err.splitlines() if not line.startswith('prepare ')]  # progress
   assert len(lines) == 1 and lines[0].startswith(f'interrupted ({said}): what was finished'), err
   deadline = time.monotonic() + 10
   while _alive(workers) and time.monotonic() < deadline:
@@ -130,7 +131,7 @@ def test_a_finetuning_run_stopped_by_sigterm_exits_143_without_results(tmp_path)
     seen = []
     for line in process.stdout:
       seen.append(line)
-      if line.startswith('step 3/'):
+      if re.match(r'step +3/', line):  # the step number is padded
         break
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
@@ -177,3 +178,47 @@ def test_train_then_export_does_not_export_an_interrupted_run(tmp_path):
   assert process.returncode == 130, out + err
   assert 'SIGINT: saved a checkpoint at step' in out
   assert not (tmp_path / 'hf').exists()
+
+
+@pytest.mark.slow  # a first training start stopped while its tokenizer trains (~15 s)
+def test_sigterm_while_a_first_train_start_prepares_data_is_one_line_143(tmp_path):
+  write_corpus(tmp_path / 'corpus', train_files=2)
+  data_dir = tmp_path / 'cache'
+  # The trainer blocks ~60 s in one C call (tests/prepare_fault_launcher.py's fault), here
+  # under experiments.train.
+  launcher = (
+    'import runpy, sys; sys.path.insert(0, sys.argv[1]); import prepare_fault_launcher as f; '
+    "f._FAULTS['blocking_trainer'](); sys.argv = sys.argv[1:]; "
+    "runpy.run_module('experiments.train', run_name='__main__', alter_sys=True)"
+  )
+  argv = [sys.executable, '-c', launcher, repo_paths.TESTS, '--config=configs/tiny.py']
+  argv += [
+    f'--workdir={tmp_path / "run"}',
+    f'--config.data.data_dir={data_dir}',
+    f'--config.data.train_files={tmp_path / "corpus"}/train-*.txt',
+    f'--config.data.eval_files={tmp_path / "corpus"}/eval.txt',
+    '--config.data.vocab_size=500',
+  ]
+  process = subprocess.Popen(
+    argv, cwd=repo_paths.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+  )
+  try:
+    seen = []
+    for line in process.stderr:
+      seen.append(line)
+      if 'FAULT: trainer blocked' in line:
+        break
+    else:
+      raise AssertionError(''.join(seen))
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 143, ''.join(seen) + err
+  lines = [line for line in err.splitlines() if not line.startswith('prepare ')]  # progress
+  assert lines == [
+    'error: SIGTERM while no step was running (nothing to save); no checkpoint was saved yet: '
+    'a rerun starts from step 0'
+  ], err
+  assert not glob.glob(f'{data_dir}/**/*.tmp*', recursive=True)

@@ -1,7 +1,6 @@
 r"""Fine-tuning: GLUE-style classification / regression, SQuAD-style span extraction, and the
-embedded labelled tasks, from a pretraining workdir, Hugging Face BERT weights or random init.
-This file is intentionally kept short: the logic lives in realformer_jax/finetune/ and the
-training loop is the pretraining one (realformer_jax/train/).
+embedded labelled tasks, or your own labelled files, from a pretraining workdir, Hugging Face
+BERT weights or random init, on the pretraining loop (checkpoints, resume, one-line errors).
 
     python -m experiments.finetune --config=configs/finetune/bible_sections.py --workdir=DIR \
         --config.finetune.init=/tmp/realformer_tiny
@@ -25,6 +24,7 @@ it on the test split where the dataset has a labelled one, and writes DIR/result
 split's metrics, the classes of your own files, and what the starting weights came from).
 """
 
+# The logic lives in realformer_jax/finetune/ (the loop: realformer_jax/train/).
 from absl import app, flags
 
 from experiments import train as train_cli  # its flags: --config, --workdir, --malloc, ...

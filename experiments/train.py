@@ -1,5 +1,4 @@
-r"""Masked-LM pretraining. This file is intentionally kept short: the logic lives in
-realformer_jax/train/. The guide (configs, resuming, several hosts, faults): docs/training.md.
+r"""Masked-LM pretraining. The guide (configs, resuming, several hosts, faults): docs/training.md.
 
     python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
     realformer-train --config=configs/tiny.py --workdir=/tmp/realformer_tiny   # any directory
@@ -20,6 +19,7 @@ stop XLA's per-step temporaries from being page-faulted afresh every step (~20% 
 steps on 2 cores; realformer_jax/malloc.py).
 """
 
+# The logic lives in realformer_jax/train/: this entry point stays short.
 import sys
 
 from absl import app, flags

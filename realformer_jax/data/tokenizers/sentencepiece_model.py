@@ -288,7 +288,7 @@ def _train_sentences(
   def progress() -> str:
     return (
       f'prepare tokenizer: training {model_type} with {vocab_size} pieces on '
-      f'{fed.chars / 1e6:,.1f} M characters read ({fed.sentences:,} sentences), '
+      f'{fed.chars / 1e6:,.1f} M characters of sentences read ({fed.sentences:,} sentences), '
       f'{num_threads} threads, {time.monotonic() - start:.0f} s'
     )
 
@@ -331,8 +331,10 @@ def _train_sentences(
       f'{what} failed: {str(e).strip().splitlines()[-1]}'
     ) from None
   _log.warning(
-    'prepare tokenizer: done, trained %s with %d pieces on %.1f M characters (%d sentences), '
-    '%d threads, in %.1f s',
+    # Characters of the sentences fed (the whitespace between them is not counted): fewer than
+    # the sample's bytes (data.tokenizer_sample_chars) for indented or non-ASCII text.
+    'prepare tokenizer: done, trained %s with %d pieces on %.1f M characters of sentences (%d '
+    'sentences; whitespace between them not counted), %d threads, in %.1f s',
     model_type,
     vocab_size,
     fed.chars / 1e6,

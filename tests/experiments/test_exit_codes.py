@@ -4,6 +4,7 @@ does not go on from a half-trained run; SIGTERM while data is prepared stops the
 processes and removes what was half-written, as Ctrl-C does, with one line. (Pretraining's
 codes at its hardest moments: tests/train/test_faults_checkpoints.py.)"""
 
+import ast
 import glob
 import os
 import re
@@ -222,3 +223,12 @@ def test_sigterm_while_a_first_train_start_prepares_data_is_one_line_143(tmp_pat
     'a rerun starts from step 0'
   ], err
   assert not glob.glob(f'{data_dir}/**/*.tmp*', recursive=True)
+
+
+@pytest.mark.parametrize('module', ['train', 'finetune', 'prepare_data', 'translate'])
+def test_each_commands_help_states_the_exit_codes(module):
+  # --help prints the module's docstring (experiments/cli.py parse_flags); read from the source,
+  # as importing two commands would define their absl flags twice.
+  with open(os.path.join(repo_paths.REPO, 'experiments', f'{module}.py')) as f:
+    doc = ' '.join(ast.get_docstring(ast.parse(f.read())).split())
+  assert '130' in doc and '143' in doc and '0 only when' in doc, module

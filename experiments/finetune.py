@@ -25,6 +25,8 @@ split's metrics, the classes of your own files, and what the starting weights ca
 """
 
 # The logic lives in realformer_jax/finetune/ (the loop: realformer_jax/train/).
+import os
+
 from absl import app, flags
 
 from experiments import train as train_cli  # its flags: --config, --workdir, --malloc, ...
@@ -71,7 +73,9 @@ def main(argv):
   config = train_cli.loaded(flags.FLAGS.config)
   for name, flag in _FILE_FLAGS.items():
     if flag.value is not None:
-      config.data[name] = flag.value
+      # Files as absolute paths: config.json names them for a resume from anywhere.
+      is_file = name.endswith('_file') and flag.value
+      config.data[name] = os.path.abspath(flag.value) if is_file else flag.value
   if _FILE_FLAGS['train_file'].value is not None:
     config.data.dataset = files.NAME
   # --print_config shows the schedule that runs (derived from finetune.num_epochs).

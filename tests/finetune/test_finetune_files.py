@@ -1,6 +1,7 @@
 """Fine-tuning on your own labelled files (issue 69): CSV, TSV, JSON Lines and SQuAD-format JSON
-through the command as a console script runs it, the README's command as written, and one line
-for each file the run cannot read."""
+through the command as its console script runs it, each run exported and matched in
+transformers, and one line for each file the run cannot read. (The README's command as written:
+test_finetune_pretrained.py.)"""
 
 import json
 import os
@@ -105,10 +106,8 @@ def _console_script(*args, cwd):
 
 
 @pytest.mark.slow  # a toy fine-tuning run through the command (~20 s CPU)
-def test_readme_own_data_command_runs_from_the_files_directory(tmp_path):
-  # README: realformer-finetune --train_file=train.csv --validation_file=dev.csv
-  #   --test_file=test.csv --workdir=/tmp/my_classifier (here at toy size, random init)
-  bible_config()
+def test_csv_files_named_where_they_are_train_a_classifier_that_exports_as_bert(tmp_path):
+  # Relative file names, run from their directory (random init, a Post-LN toy model).
   write_table(tmp_path / 'train.csv', labelled_rows(16))
   write_table(tmp_path / 'dev.csv', labelled_rows(8))
   write_table(tmp_path / 'test.csv', labelled_rows(6))
@@ -127,6 +126,9 @@ def test_readme_own_data_command_runs_from_the_files_directory(tmp_path):
   assert saved['labels'] == ['land', 'sky']
   assert 0 <= saved['test/accuracy'] <= 1 and 0 <= saved['eval/f1'] <= 1
   assert 'starting_point' in saved and saved['starting_point'] is None  # random init
+  # The run records its files by absolute path: a resume from anywhere finds them.
+  recorded = json.loads((tmp_path / 'run' / 'config.json').read_text())['data']
+  assert recorded['train_file'] == str(tmp_path / 'train.csv')
   # Exported like a pretrained run: transformers computes what the best checkpoint computes.
   exported = run_cli(
     'experiments.export_hf', f'--workdir={tmp_path / "run"}', f'--out={tmp_path / "hf"}'
@@ -142,13 +144,13 @@ def test_readme_own_data_command_runs_from_the_files_directory(tmp_path):
 def test_text_pairs_in_tsv_and_jsonl_export_with_the_shipped_module(tmp_path, extension):
   train = write_table(tmp_path / f'train.{extension}', labelled_rows(16, pair=True))
   dev = write_table(tmp_path / f'dev.{extension}', labelled_rows(8, pair=True))
-  result = run_cli(
-    'experiments.finetune',
+  result = _console_script(
     f'--train_file={train}',
     f'--validation_file={dev}',
     '--text_pair_column=second',
     f'--workdir={tmp_path / "run"}',
     *_toy_flags('realformer'),
+    cwd=tmp_path,
   )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-3000:]
@@ -167,8 +169,7 @@ def test_text_pairs_in_tsv_and_jsonl_export_with_the_shipped_module(tmp_path, ex
 def test_squad_format_file_reports_exact_match_and_f1(tmp_path):
   train = write_squad(tmp_path / 'train.json', 16)
   dev = write_squad(tmp_path / 'dev.json', 4)
-  result = run_cli(
-    'experiments.finetune',
+  result = _console_script(
     f'--train_file={train}',
     f'--validation_file={dev}',
     f'--test_file={dev}',
@@ -176,6 +177,7 @@ def test_squad_format_file_reports_exact_match_and_f1(tmp_path):
     *_toy_flags(),
     '--config.data.max_query_len=8',
     '--config.data.doc_stride=16',
+    cwd=tmp_path,
   )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-3000:]

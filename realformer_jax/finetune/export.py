@@ -17,13 +17,11 @@ import json
 import os
 from typing import Any
 
-import orbax.checkpoint as ocp
-
 from realformer_jax import workdir_layout
 from realformer_jax.config import ConfigError, ModelConfig, from_section
 from realformer_jax.data import tokenizers
 from realformer_jax.finetune.run import RESULTS_FILE
-from realformer_jax.train import run_identity
+from realformer_jax.train import checkpointing, run_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,20 +59,11 @@ def load_best(workdir: str) -> Finetuned:
       'of its command resumes it); its best checkpoint is exported once it has'
     ) from None
   model_config = from_section(ModelConfig, 'model', saved['model'])
-  directory = workdir_layout.best_dir(workdir)
-  manager = ocp.CheckpointManager(directory, item_names=('params',))
   try:
-    steps = manager.all_steps()
-    if not steps:
-      raise ConfigError(f'{directory}: no best checkpoint to export')
-    step = max(steps)  # only the best is kept
-    # As saved: the head (and a classifier's width) is whatever the checkpoint holds.
-    params = manager.restore(
-      step, args=ocp.args.Composite(params=ocp.args.StandardRestore())
-    ).params
-    metrics = manager.metrics(step) or {}
-  finally:
-    manager.close()
+    # As saved (no target tree): the head, and a classifier's width, are the checkpoint's.
+    params, step, metrics = checkpointing.restore_best_params(workdir, None)
+  except FileNotFoundError as e:
+    raise ConfigError(f'{e}: nothing to export') from None
   tokenizer = _tokenizer(workdir, saved['data'].get('lower_case', True))
   source = {
     'workdir': workdir,

@@ -210,3 +210,15 @@ def test_an_unseen_label_is_one_error_line_before_compiling(tmp_path):
   lines = result.stderr.strip().splitlines()
   assert lines[-1].startswith('error: data.validation_file=') and "label 'sea'" in lines[-1]
   assert not (tmp_path / 'run' / 'checkpoints').exists()
+
+
+def test_an_unfinished_finetuning_run_is_not_exported(tmp_path):
+  from realformer_jax.config import ConfigError  # pylint: disable=import-outside-toplevel
+  from realformer_jax.finetune import export  # pylint: disable=import-outside-toplevel
+
+  (tmp_path / 'config.json').write_text(json.dumps({'model': {}, 'finetune': {'init': ''}}))
+  assert export.is_finetuning_run(str(tmp_path))
+  with pytest.raises(ConfigError, match='results.json: missing .* has not finished'):
+    export.load_best(str(tmp_path))
+  (tmp_path / 'config.json').write_text(json.dumps({'model': {}, 'train': {}}))
+  assert not export.is_finetuning_run(str(tmp_path))  # a pretraining run's

@@ -46,9 +46,9 @@ def print_config(config, schemas, notes=(), field_notes=()):
   print(config_docs.describe(config, schemas, notes, field_notes))
 
 
-def fail(message: str):
+def fail(message: str, status: int = 1):
   print(f'error: {message}', file=sys.stderr)
-  sys.exit(1)
+  sys.exit(status)
 
 
 def start(argv, quiet_libraries: bool = False) -> None:

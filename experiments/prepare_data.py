@@ -15,7 +15,9 @@ started again, reads only the file chunks it had not finished. Every phase print
 progress line every few seconds and a summary; the last line says where each piece is cached
 and how long each phase took (tokenizer training on its own). Quiet otherwise: TFDS's and
 absl's notes show with --verbosity=0 or higher. Bad input (or a full or read-only disk) exits
-with status 1 and one line `error: <message>`; Ctrl-C with status 130.
+with status 1 and one line `error: <message>`; Ctrl-C with status 130 and SIGTERM with 143, each
+with one line, after stopping the worker processes and removing what was half-written; 0 only
+when the corpus is prepared.
 """
 
 import sys
@@ -26,6 +28,7 @@ from ml_collections import config_flags
 from experiments.cli import fail, loaded, parse_flags, start
 from realformer_jax import data
 from realformer_jax.data.prepare_ahead import prepare_ahead
+from realformer_jax.train import preemption
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Training config file.', lock_config=True)
 flags.mark_flags_as_required(['config'])
@@ -52,16 +55,18 @@ def main(argv):
   # What training would refuse is refused here: a corpus smaller than one global batch.
   global_batch_size = config.train.global_batch_size if 'train' in config else None
   try:
-    summary = prepare_ahead(config.data, _WORKERS.value or None, global_batch_size, _REHASH.value)
+    with preemption.sigterm_unwinds():  # SIGTERM cleans up as Ctrl-C does
+      summary = prepare_ahead(config.data, _WORKERS.value or None, global_batch_size, _REHASH.value)
   except data.DataError as e:
     fail(str(e))
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (preemption.Terminated)
+    sigterm = isinstance(e, preemption.Terminated)
     print(
-      'interrupted (Ctrl-C): what was finished is kept (document shards, a trained tokenizer, a '
-      'packed store); a rerun goes on from there.',
+      f'interrupted ({"SIGTERM" if sigterm else "Ctrl-C"}): what was finished is kept (document '
+      'shards, a trained tokenizer, a packed store); a rerun goes on from there.',
       file=sys.stderr,
     )
-    sys.exit(130)
+    sys.exit(preemption.exit_status('SIGTERM' if sigterm else 'SIGINT'))
   trained = summary['tokenizer_seconds']
   print(
     f'prepared {summary["corpus"]} in {summary["seconds"]:.1f} s '

@@ -1,5 +1,4 @@
-r"""Masked-LM pretraining. This file is intentionally kept short: the logic lives in
-realformer_jax/train/. The guide (configs, resuming, several hosts, faults): docs/training.md.
+r"""Masked-LM pretraining. The guide (configs, resuming, several hosts, faults): docs/training.md.
 
     python -m experiments.train --config=configs/tiny.py --workdir=/tmp/realformer_tiny
     realformer-train --config=configs/tiny.py --workdir=/tmp/realformer_tiny   # any directory
@@ -8,7 +7,10 @@ realformer_jax/train/. The guide (configs, resuming, several hosts, faults): doc
 
 --print_config prints the resolved config, every field with its one-line meaning (the comments
 beside the fields in their dataclasses), and exits.
-Re-running with the same --workdir resumes from its latest checkpoint. Bad flags, configs and
+Re-running with the same --workdir resumes from its latest checkpoint. Ctrl-C or SIGTERM saves a
+checkpoint at the step in progress and exits 130 (Ctrl-C) or 143 (SIGTERM); the status is 0
+only when the run finished, so `realformer-train ... && realformer-export ...` never exports a
+half-trained model. Bad flags, configs and
 data exit with status 1 and one line `error: <message>` on stderr, before any compilation; so
 do the faults of a long run (a damaged checkpoint or data file, a full disk, a workdir that
 another run holds: docs/training.md "Reliability").
@@ -16,6 +18,9 @@ On CPU, --malloc=retain makes the process re-execute itself (same PID) with glib
 stop XLA's per-step temporaries from being page-faulted afresh every step (~20% faster BERT-Base
 steps on 2 cores; realformer_jax/malloc.py).
 """
+
+# The logic lives in realformer_jax/train/: this entry point stays short.
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -87,16 +92,25 @@ def run_job(argv, job, schemas=SCHEMAS, as_run=None):
   malloc.reexec_with(_MALLOC.value)  # before any work: only the PID survives an exec
   quiet_logs(libraries=True)
   config = loaded(_CONFIG.value)
+  result = None
   try:
-    with preemption.return_on_preemption():  # SIGTERM: save, then exit 0 (main returns)
-      job(config, _WORKDIR.value)
+    # SIGTERM or Ctrl-C in the loop: save, return, exit 143 / 130 below; SIGTERM while the data
+    # is prepared unwinds as a Ctrl-C does (the workers stopped, nothing half-written left).
+    with preemption.return_on_preemption(), preemption.sigterm_unwinds():
+      result = job(config, _WORKDIR.value)
   except (ConfigError, DataError) as e:
     fail(str(e))
   except train.TrainingError as e:  # a failed save, a busy workdir, a non-finite loss...
     fail_after_training(str(e))
-  except preemption.SecondInterrupt:  # the first Ctrl-C saves and exits 0, as SIGTERM does
+  except preemption.SecondInterrupt:  # the first Ctrl-C saves and exits 130
     fail_after_training(
       f'interrupted twice: stopped without saving; {_rerun(_WORKDIR.value)}', status=130
+    )
+  except preemption.Terminated:  # outside the loop (data being prepared): no step to save
+    # sys.exit, not os._exit: the exit handlers stop the data worker processes.
+    fail(
+      f'SIGTERM while no step was running (nothing to save); {_rerun(_WORKDIR.value)}',
+      status=preemption.exit_status('SIGTERM'),
     )
   except KeyboardInterrupt:  # while data was built or the workdir opened: no step to save yet
     fail_after_training(
@@ -104,6 +118,8 @@ def run_job(argv, job, schemas=SCHEMAS, as_run=None):
       'as this one would have',
       status=130,
     )
+  if isinstance(result, dict) and result.get('preempted'):  # saved (the loop said so): not done
+    sys.exit(preemption.exit_status(result['signal']))
 
 
 def _rerun(workdir: str) -> str:

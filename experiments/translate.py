@@ -11,8 +11,8 @@ books with sacrebleu. Runs are a resumable grid (studies/runs.py): a finished ru
 trained again (a run is finished when its result file records this config's identity: the
 same --out with a changed config, e.g. another learning rate or model, is refused in one line
 rather than counting the old numbers), a finished workdir is only evaluated, and an
-interrupted run (SIGTERM saves a checkpoint and stops the grid) resumes mid-run from its
-checkpoints. A run that diverges, or
+interrupted run (SIGTERM or Ctrl-C saves a checkpoint and stops the grid, exit status 143 or
+130; 0 only when every run finished) resumes mid-run from its checkpoints. A run that diverges, or
 another fault of the loop, ends the command with one `error:` line.
 
 Decoding speed is measured after training, in this one process, for each seed's pair of
@@ -213,12 +213,14 @@ def train_one(study, workdirs: str, run: runs_lib.Run, report: runs_lib.Report) 
   with open(os.path.join(workdir, 'train.log'), 'a') as log, contextlib.redirect_stdout(log):
     trained = translation.train(run_spec(study, run.params), workdir, on_log=on_log)
   if trained.stopped_at is not None:
-    # SIGTERM (or train.stop_at_step) ended it with a checkpoint: stop the grid (this run
-    # must not get a result file); the same command resumes it.
-    raise SystemExit(
+    # SIGTERM, Ctrl-C (or train.stop_at_step) ended it with a checkpoint: stop the grid (this
+    # run must not get a result file); the same command resumes it.
+    print(
       f'{workdir}: stopped at step {trained.stopped_at} of {study.train.num_train_steps} '
-      '(checkpoint saved); run the same command again to resume'
+      '(checkpoint saved); run the same command again to resume',
+      file=sys.stderr,
     )
+    sys.exit(preemption.exit_status(trained.stopped_by) if trained.stopped_by else 1)
   report(1.0, 'trained; decoding the test books')
   result = {
     **run_record(study, run),

@@ -42,7 +42,15 @@ def default_model_config() -> ml_collections.ConfigDict:
 class FinetuneDataConfig:
   """The fine-tuning `data` section. Hashable: it keys the per-process encoded-split cache."""
 
-  dataset: str = 'bible_sections'  # a name in datasets.DATASETS: embedded bible_*, glue/*, squad/*
+  dataset: str = 'bible_sections'  # datasets.DATASETS: embedded bible_*, glue/*, squad/*, files
+  # Your own labelled files (dataset='files'; --train_file sets both): .csv / .tsv / .jsonl
+  # (classification) or SQuAD-format .json (span extraction); finetune/files.py.
+  train_file: str = ''  # the classes are its labels
+  validation_file: str = ''  # evaluated each epoch: picks the best checkpoint
+  test_file: str = ''  # optional: evaluated once with the best checkpoint
+  text_column: str = 'text'  # tables: the text
+  text_pair_column: str = ''  # tables: the second text of a pair ('' = one text)
+  label_column: str = 'label'  # tables: the class (any value; the train file's set the classes)
   data_dir: str = '~/tensorflow_datasets'  # TFDS data dir (GLUE / SQuAD prepared as array_record)
   download: bool = False  # let TFDS download and prepare a missing catalog dataset
   train_split: str = ''  # '' = the dataset's default (train)
@@ -68,7 +76,7 @@ class FinetuneDataConfig:
       if not ok:
         raise DataError(f'data config: {field}={getattr(self, field)!r} is invalid: {rule}.')
 
-    kind = datasets.spec(self.dataset).kind  # an unknown dataset is a DataError
+    kind = datasets.spec_of(self).kind  # an unknown dataset or an unreadable file: DataError
     need(self.max_len >= 4, 'max_len', 'need room for [CLS], two texts and two [SEP]s')
     need(self.max_examples == -1 or self.max_examples > 0, 'max_examples', 'must be -1 or > 0')
     need(self.vocab_size > 5, 'vocab_size', 'must exceed the 5 special tokens')

@@ -6,7 +6,9 @@
 GLUE and SQuAD come from the TFDS catalog, prepared as array_record under `data.data_dir`
 (`tfds build glue/mrpc --file_format=array_record`), read with `builder.as_data_source` (no
 TensorFlow); with `data.download=False` (the default) a dataset that is not prepared fails in
-one line, without touching the network. The embedded Bible tasks (bible.py) need neither.
+one line, without touching the network. The embedded Bible tasks (bible.py) need neither,
+nor do your own labelled files (data.dataset='files', files.py: CSV / TSV / JSON Lines /
+SQuAD-format JSON), whose spec (classes, kind) is read from the train file: `spec_of(data)`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from realformer_jax.data.errors import DataError
-from realformer_jax.finetune import bible
+from realformer_jax.finetune import bible, files
 
 CLASSIFICATION, REGRESSION, SPAN = 'classification', 'regression', 'span'
 
@@ -34,6 +36,8 @@ class DatasetSpec:
   eval_split: str = 'validation'
   test_split: str = ''  # labelled held-out split evaluated once with the best checkpoint
   embedded: bool = False
+  unanswerable: bool = False  # span: questions may have no answer (SQuAD v2.0)
+  labels: tuple[str, ...] = ()  # classification: the class names, if the dataset has them
 
   def __post_init__(self):
     if self.kind not in (CLASSIFICATION, REGRESSION, SPAN):
@@ -85,25 +89,52 @@ _SPECS = {
     _glue('rte', ('sentence1', 'sentence2'), 2, 'accuracy'),
     _glue('wnli', ('sentence1', 'sentence2'), 2, 'accuracy'),
     DatasetSpec('squad/v1.1', SPAN, metric='f1'),
-    DatasetSpec('squad/v2.0', SPAN, metric='f1'),
+    DatasetSpec('squad/v2.0', SPAN, metric='f1', unanswerable=True),
   )
 }
-DATASETS = tuple(_SPECS)
+DATASETS = tuple(_SPECS) + (files.NAME,)
 
 
 def spec(name: str) -> DatasetSpec:
+  """The spec of a named dataset (your own files' depends on them: `spec_of`)."""
   base = name.split(':')[0]  # 'glue/mrpc:2.0.0' -> 'glue/mrpc'
+  if base == files.NAME:
+    raise DataError(f"data.dataset='{name}': its spec is read from data.train_file (spec_of).")
   if base not in _SPECS:
     raise DataError(
-      f"data.dataset='{name}': not a fine-tuning dataset (available: {', '.join(DATASETS)})."
+      f"data.dataset='{name}': not a fine-tuning dataset (available: {', '.join(DATASETS)}; "
+      f"'{files.NAME}': your own data.train_file, --train_file=PATH)."
     )
   return _SPECS[base]
+
+
+def spec_of(data: Any) -> DatasetSpec:
+  """The spec of the data section's dataset: a named one, or your own files (their kind by
+  the train file's extension, their classes its labels, a test split if test_file is set)."""
+  if data.dataset != files.NAME:
+    if data.train_file:
+      raise DataError(
+        f"data.train_file={data.train_file}: read only with data.dataset='{files.NAME}' "
+        f'(data.dataset={data.dataset!r}; --train_file sets both).'
+      )
+    return spec(data.dataset)
+  files.check(data)
+  test = 'test' if data.test_file else ''
+  if files.is_span(data):
+    return DatasetSpec(
+      files.NAME, SPAN, metric='f1', test_split=test, unanswerable=files.has_unanswerable(data)
+    )
+  labels = files.label_names(data)
+  features = ('text', 'text_pair') if data.text_pair_column else ('text',)
+  return DatasetSpec(
+    files.NAME, CLASSIFICATION, features, len(labels), test_split=test, labels=labels
+  )
 
 
 def split_name(data: Any, which: str) -> str:
   """The configured split ('train' / 'eval' / 'test'), or the dataset's default for ''."""
   configured = getattr(data, f'{which}_split')
-  return configured or getattr(spec(data.dataset), f'{which}_split')
+  return configured or getattr(spec_of(data), f'{which}_split')
 
 
 def _register_catalog_builders() -> None:
@@ -133,7 +164,10 @@ def open_builder(data: Any):
 
 
 def read_records(data: Any, split: str) -> list[dict]:
-  """Every record of a catalog dataset's split (the first data.max_examples if > 0)."""
+  """Every record of a catalog dataset's split, or of your own SQuAD-format file (the first
+  data.max_examples if > 0)."""
+  if data.dataset == files.NAME:
+    return files.squad_records(data, split)
   builder = open_builder(data)
   try:
     # Never downloads: an unprepared (or tfrecord) dataset has no random-access source.
@@ -163,8 +197,10 @@ def text(record: dict, feature: str) -> str:
 def labelled_texts(data: Any, split: str) -> dict:
   """{'texts_a', 'texts_b' (or None), 'labels'} of a classification / regression split;
   DataError for a split without labels (GLUE's test splits have label -1)."""
-  dataset = spec(data.dataset)
-  if dataset.embedded:
+  dataset = spec_of(data)
+  if dataset.name == files.NAME:
+    loaded = files.labelled_texts(data, split)
+  elif dataset.embedded:
     loaded = bible.load(dataset.name, split)
     if 0 < data.max_examples < len(loaded['labels']):
       # Evenly spaced, not the first N: verses come in canonical (so label) order.

@@ -11,7 +11,8 @@
    progress line, SIGTERM, the best checkpoint by the task's metric under <workdir>/best).
 3. If the dataset has a labelled test split, the best checkpoint is evaluated on it once.
 4. <workdir>/results.json holds the final and best eval metrics, the test metrics, the
-   baselines and the identity of the starting point (starting_point.json: the pretraining
+   baselines, the class names of your own files (`labels`, in class-id order) and the identity
+   of the starting point (starting_point.json: the pretraining
    workdir's step, checksum verdict, config and corpus digests, or the weights' digests).
 """
 
@@ -118,6 +119,7 @@ def run(
             for k, v in result.items()
           },
           'starting_point': identity,  # run_identity.py: what the weights came from
+          **({'labels': list(task.spec.labels)} if task.spec.labels else {}),  # class id -> name
         },
         f,
         indent=2,

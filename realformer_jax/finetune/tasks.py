@@ -40,7 +40,7 @@ def make_task(config: ml_collections.ConfigDict) -> 'FinetuneTask':
   """The task of a fine-tuning config, by its dataset's kind (read here, at the entry point;
   the rest of the config is validated into a RunSpec by train.validate_config)."""
   finetune = from_section(config_lib.FinetuneConfig, 'finetune', config.finetune)
-  dataset = datasets.spec(config.data.dataset)
+  dataset = datasets.spec_of(config.data)
   return {
     datasets.CLASSIFICATION: ClassificationTask,
     datasets.REGRESSION: RegressionTask,
@@ -327,7 +327,7 @@ class SpanTask(FinetuneTask):
 
   @property
   def version_2(self) -> bool:
-    return self.spec.name == 'squad/v2.0'
+    return self.spec.unanswerable
 
   def make_model(self, model_config):
     return SpanExtractor(model_config)

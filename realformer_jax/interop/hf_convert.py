@@ -256,7 +256,18 @@ def to_hf_bert(params: Mapping[str, Any], config: ModelConfig) -> dict[str, np.n
       value = value[key]
     prefix = '' if leaf.hf.startswith('cls.') else 'bert.'
     out[prefix + leaf.hf] = leaf.to_hf(np.asarray(value, np.float32))
+  # A fine-tuned head (SequenceClassifier, SpanExtractor): BertForSequenceClassification's and
+  # BertForQuestionAnswering's names, torch.nn.Linear's [out, in] layout.
+  for ours, hf in FINETUNED_HEADS.items():
+    if ours in params:
+      dense = params[ours][ours]
+      out[f'{hf}.weight'] = np.ascontiguousarray(np.asarray(dense['kernel'], np.float32).T)
+      out[f'{hf}.bias'] = np.asarray(dense['bias'], np.float32)
   return out
+
+
+# Our fine-tuned heads' parameter groups -> transformers' names for them.
+FINETUNED_HEADS = {'classifier': 'classifier', 'span': 'qa_outputs'}
 
 
 # ModelConfig field -> BertConfig field: config_from_hf reads them, experiments.export_hf writes.

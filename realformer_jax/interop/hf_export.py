@@ -1,4 +1,5 @@
-"""A trained masked LM as a directory that transformers loads (experiments.export_hf).
+"""A trained masked LM, or a fine-tuned classifier or span extractor (realformer_jax/finetune),
+as a directory that transformers loads (experiments.export_hf).
 
     export(model_config, params, tokenizer, out_dir)
 
@@ -6,8 +7,9 @@ writes
     config.json                 transformers' config
     model.safetensors           PyTorch names and layout (hf_convert.to_hf_bert)
     flax_model.msgpack          the same weights as FlaxBertForMaskedLM's tree (BERT only)
-    realformer_source.json      what was exported: the run, step, checksum verdict, config and
-                                corpus digests (run_identity.py), and the files written
+    realformer_source.json      what was exported: the run, step, checksum verdict, config digest,
+                                the corpus as the run's data state names it (the packed store;
+                                run_identity.py), and the files written
     tokenizer.json, tokenizer_config.json, special_tokens_map.json (+ vocab.txt for WordPiece)
     configuration_realformer.py, modeling_realformer.py   (the PyTorch module, custom only)
 
@@ -102,15 +104,57 @@ def is_standard_bert(config: ModelConfig) -> bool:
   )
 
 
-def hf_config(config: ModelConfig, tokenizer: tokenizer_lib.Tokenizer) -> dict[str, Any]:
+# What a model's parameters end in -> (transformers' class, the shipped module's class, the
+# Auto class that loads it): a pretrained masked LM, or a fine-tuned head (realformer_jax/finetune).
+HEADS = {
+  'mlm_head': ('BertForMaskedLM', 'RealFormerForMaskedLM', 'AutoModelForMaskedLM'),
+  'classifier': (
+    'BertForSequenceClassification',
+    'RealFormerForSequenceClassification',
+    'AutoModelForSequenceClassification',
+  ),
+  'span': (
+    'BertForQuestionAnswering',
+    'RealFormerForQuestionAnswering',
+    'AutoModelForQuestionAnswering',
+  ),
+}
+_HEAD_GROUPS = {
+  'mlm_head': ('mlm_head',),
+  'classifier': ('pooler', 'classifier'),
+  'span': ('span',),
+}
+
+
+def head_of(params: Any) -> str:
+  """The HEADS key of a parameter tree: its fine-tuned head, else the masked LM's."""
+  return next((head for head in ('classifier', 'span') if head in params), 'mlm_head')
+
+
+def _label_fields(params: Any, labels: tuple[str, ...]) -> dict[str, Any]:
+  """A classifier's id2label / label2id (`labels`: class names in id order; LABEL_<i> if none);
+  one output is a regression."""
+  count = int(np.shape(params['classifier']['classifier']['bias'])[0])
+  names = list(labels) if len(labels) == count else [f'LABEL_{i}' for i in range(count)]
+  fields = dict(id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+  if count == 1:
+    fields['problem_type'] = 'regression'
+  return fields
+
+
+def hf_config(
+  config: ModelConfig, tokenizer: tokenizer_lib.Tokenizer, head: str = 'mlm_head', extra=None
+) -> dict[str, Any]:
+  """transformers' config.json of a model with `head` (HEADS); `extra`: more fields (labels)."""
   values = hf_convert.config_to_hf(config)
-  values.update(pad_token_id=tokenizer.pad_id, torch_dtype='float32')
+  values.update(pad_token_id=tokenizer.pad_id, torch_dtype='float32', **(extra or {}))
+  standard, custom, auto = HEADS[head]
   if is_standard_bert(config):
-    return dict(values, model_type='bert', architectures=['BertForMaskedLM'])
+    return dict(values, model_type='bert', architectures=[standard])
   return dict(
     values,
     model_type=CUSTOM_MODEL_TYPE,
-    architectures=['RealFormerForMaskedLM'],
+    architectures=[custom],
     hidden_act=config.activation,  # the module's own names
     ln_placement=config.ln_placement,
     residual_attention=config.use_residual_attention,
@@ -120,7 +164,7 @@ def hf_config(config: ModelConfig, tokenizer: tokenizer_lib.Tokenizer) -> dict[s
     rope_base=config.rope_base,
     auto_map={
       'AutoConfig': 'configuration_realformer.RealFormerConfig',
-      'AutoModelForMaskedLM': 'modeling_realformer.RealFormerForMaskedLM',
+      auto: f'modeling_realformer.{custom}',
     },
   )
 
@@ -298,8 +342,10 @@ def export(
   tokenizer: tokenizer_lib.Tokenizer,
   out_dir: str,
   source: Optional[dict] = None,
+  labels: tuple[str, ...] = (),
 ) -> str:
-  """Writes the directory; returns 'BertForMaskedLM' or 'RealFormerForMaskedLM'.
+  """Writes the directory; returns its architecture ('BertForMaskedLM', 'RealFormerForMaskedLM',
+  or a fine-tuned model's: HEADS). `labels`: a classifier's class names, in id order.
 
   `source`: the identity of what is exported (run_identity.Identity.to_dict()), written to
   SOURCE_FILE and into model.safetensors' metadata. The files are written to a staging
@@ -313,10 +359,12 @@ def export(
       f'model.vocab_size={config.vocab_size}: the tokenizer {tokenizer.source} has '
       f'{tokenizer.vocab_size} pieces'
     )
-  weights = hf_convert.to_hf_bert(
-    {k: v for k, v in params.items() if k in ('encoder', 'mlm_head')}, config
+  head = head_of(params)
+  groups = ('encoder',) + _HEAD_GROUPS[head]
+  weights = hf_convert.to_hf_bert({k: v for k, v in params.items() if k in groups}, config)
+  values = hf_config(
+    config, tokenizer, head, _label_fields(params, labels) if head == 'classifier' else None
   )
-  values = hf_config(config, tokenizer)
   staging = os.path.join(out_dir, f'{_STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}')
   try:
     os.makedirs(out_dir, exist_ok=True)

@@ -10,10 +10,12 @@ and seq2seq/.
 
 Files: task (MaskedLMTask: model, batch, loss, console lines, data), metrics (loss and accuracy
 split by what the model saw at each predicted position; the one definition of a run that learned
-nothing). It is the trainer's default task (train/config.py names it by import path).
+nothing), fill_mask (a trained model's guesses for each literal [MASK] in a text). It is the
+trainer's default task (train/config.py names it by import path).
 """
 
 from realformer_jax.mlm import metrics
+from realformer_jax.mlm.fill_mask import fill_mask
 from realformer_jax.mlm.task import MaskedLMTask
 
-__all__ = ['MaskedLMTask', 'metrics']
+__all__ = ['MaskedLMTask', 'fill_mask', 'metrics']

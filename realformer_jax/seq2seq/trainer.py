@@ -50,6 +50,7 @@ class Trained:
   data: data_lib.TranslationData
   history: dict  # train/dev curves and timings (also <workdir>/history.json)
   stopped_at: Optional[int] = None
+  stopped_by: Optional[str] = None  # the signal that stopped it ('SIGTERM', 'SIGINT'), if one did
 
 
 def train(spec: RunSpec, workdir: str, *, on_log: Optional[OnLog] = None) -> Trained:
@@ -63,7 +64,9 @@ def train(spec: RunSpec, workdir: str, *, on_log: Optional[OnLog] = None) -> Tra
   start = time.perf_counter()
   result = loop.run(spec, workdir, on_log=on_log)
   if result.get('preempted') or result['step'] < spec.train.num_train_steps:
-    return Trained(spec, model, None, data, {}, stopped_at=result['step'])
+    return Trained(
+      spec, model, None, data, {}, stopped_at=result['step'], stopped_by=result.get('signal')
+    )
   history = _history(workdir, data, spec, seconds=time.perf_counter() - start)
   with open(os.path.join(workdir, HISTORY_FILE), 'w') as f:
     json.dump(history, f, indent=2)

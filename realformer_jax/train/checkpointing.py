@@ -713,7 +713,7 @@ def committed_steps(directory: str) -> list[int]:
 
 def restore_best_params(workdir: str, abstract_params: Any) -> tuple[Any, int, dict]:
   """(params, step, eval metrics) of the best checkpoint in `workdir` (BestCheckpoint), onto
-  the shardings `abstract_params` carries."""
+  the shardings `abstract_params` carries (None: as saved, e.g. for an export)."""
   directory = workdir_layout.best_dir(workdir)
   manager = ocp.CheckpointManager(directory, item_names=('params',))
   try:

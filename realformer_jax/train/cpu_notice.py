@@ -53,7 +53,8 @@ def notice(spec) -> Optional[str]:
   steps = train.stop_step
   return (
     f'note: training on CPU ({jax.device_count()} device(s), no GPU or TPU found): this model '
-    f'({params / 1e6:.1f}M parameters) needs ~{state_bytes / 2**30:.1f} GiB for its train '
+    f'(~{params / 1e6:.1f}M parameters in its matmuls and word embeddings; the model line '
+    f'counts every one) needs ~{state_bytes / 2**30:.1f} GiB for its train '
     f'state alone{_of_memory(memory)} and ~{format_duration(step_seconds)} a step, '
     f'{_long_duration(step_seconds * steps)} for {steps:,} steps (estimated: '
     f'{flops:.2e} FLOPs a step at the {flops_per_second / 1e9:.0f} GFLOP/s this CPU measured); '

@@ -190,7 +190,7 @@ def run(
         last_saved = step
       if preempted:
         writer.print(f'{preemption.signal_name}: saved a checkpoint at step {step}; exiting.')
-        return {'step': step, 'preempted': True}
+        return {'step': step, 'preempted': True, 'signal': preemption.signal_name}
       if step % train.eval_every_steps == 0 and step != stop:
         if pending is not None:  # logged before the clock restarts: its time is training time
           log.record(*pending, last_checkpoint=last_saved)

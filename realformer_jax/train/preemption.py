@@ -1,7 +1,11 @@
 """How a run stops when asked: on SIGTERM (a preemption) or Ctrl-C the loop saves the step it is
 on, then stops (`PreemptionWatcher`); a second Ctrl-C stops it at once (`SecondInterrupt`).
-Inside `return_on_preemption()` (the CLIs) the run returns {'preempted': True} instead of
-letting the signal end the process."""
+Inside `return_on_preemption()` (the CLIs) the run returns {'preempted': True, 'signal': name}
+instead of letting the signal end the process, and the command exits with `exit_status` (130
+after Ctrl-C, 143 after SIGTERM, as a shell reports a process the signal ended): a script's
+`train && export` never goes on from a run that did not finish. Before the loop (the data being
+prepared), `sigterm_unwinds()` makes SIGTERM unwind as a Ctrl-C does (`Terminated`), so the
+worker processes are stopped and half-written files removed."""
 
 from __future__ import annotations
 
@@ -21,6 +25,37 @@ class SecondInterrupt(KeyboardInterrupt):
   one is waiting for. (A plain KeyboardInterrupt: a Ctrl-C before training started.)"""
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM inside `sigterm_unwinds()`: it unwinds what runs as a Ctrl-C would (every cleanup
+  that a KeyboardInterrupt runs: the data workers stopped, temporary files removed)."""
+
+
+@contextlib.contextmanager
+def sigterm_unwinds():
+  """Within this block (main thread only) SIGTERM raises Terminated instead of ending the process
+  at once, leaving worker processes and half-written files behind; the training loop's own
+  watcher takes SIGTERM over while it runs (save, then stop)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def raise_terminated(signum, frame):
+    del signum, frame
+    raise Terminated()
+
+  previous = signal.signal(signal.SIGTERM, raise_terminated)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def exit_status(signal_name: str) -> int:
+  """A command's exit status after `signal_name` stopped it (saved first): 128 + its number, as
+  a shell reports a process the signal ended (Ctrl-C 130, SIGTERM 143), never 0."""
+  return 128 + int(signal.Signals[signal_name])
+
+
 class PreemptionWatcher:
   """Tells the loop when to save and stop: on SIGTERM (a preemption) or Ctrl-C (SIGINT).
 
@@ -33,10 +68,11 @@ class PreemptionWatcher:
   After the run has saved and closed everything, `deliver` lets a deferred signal take the
   effect it would have had without the loop: the process ends, or KeyboardInterrupt is raised
   (or the handler that was there before runs). Only inside `return_on_preemption()` (the CLIs,
-  which then exit 0) does the run return {'preempted': True} instead. A library caller that got
-  that dict back took it for a finished run: an experiment grid failed on its missing eval
-  metrics, and a test failed alone while the rest of its pytest session went on
-  (tests/train/test_train_loop.py's pipeline test, under a stray SIGTERM on a shared machine).
+  which then exit with `exit_status`) does the run return {'preempted': True} instead. A
+  library caller that got that dict back took it for a finished run: an experiment grid failed
+  on its missing eval metrics, and a test failed alone while the rest of its pytest session
+  went on (tests/train/test_train_loop.py's pipeline test, under a stray SIGTERM on a shared
+  machine).
   """
 
   _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -191,8 +227,9 @@ _return_on_preemption = False
 
 @contextlib.contextmanager
 def return_on_preemption():
-  """Within this block a run stopped by SIGTERM returns {'preempted': True} once its checkpoint
-  is saved, and its caller decides what follows (the CLIs exit 0)."""
+  """Within this block a run stopped by SIGTERM or Ctrl-C returns {'preempted': True, 'signal':
+  its name} once its checkpoint is saved, and its caller decides what follows (the CLIs exit
+  with `exit_status`)."""
   global _return_on_preemption
   previous, _return_on_preemption = _return_on_preemption, True
   try:

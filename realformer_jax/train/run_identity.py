@@ -90,7 +90,7 @@ def of_checkpoint(workdir: str, step: int, config: dict) -> Identity:
     checksums=checkpoint_integrity.verdict(step_dir),
     config_digest=config_digest(record['config'] if record is not None else config),
     corpus=_recorded_corpus(os.path.join(step_dir, 'data')),
-    tokenizer_digest=_tokenizer_digest(workdir),
+    tokenizer_digest=tokenizer_digest(workdir),
   )
 
 
@@ -112,7 +112,8 @@ def _recorded_corpus(data_dir: str) -> Optional[str]:
   return None
 
 
-def _tokenizer_digest(workdir: str) -> Optional[str]:
+def tokenizer_digest(workdir: str) -> Optional[str]:
+  """SHA-256 (first 16 hex digits) of the tokenizer file the run copied into its workdir."""
   for name in tokenizer_lib.FILE_NAMES:
     path = os.path.join(workdir, name)
     if os.path.isfile(path):

@@ -4,11 +4,14 @@ mismatch is one line naming both values."""
 
 import json
 import os
+import shlex
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
-from finetune_fixtures import cli_flags, run_cli, toy_config
+from finetune_fixtures import REPO, cli_flags, labelled_rows, run_cli, toy_config, write_table
 from train_fixtures import tiny_config
 
 from realformer_jax import finetune, train
@@ -99,3 +102,42 @@ def test_readme_fine_tuning_command_runs(pretrained_workdir, tmp_path):
   saved = json.loads((tmp_path / 'results.json').read_text())
   assert saved['step'] == 2 and 0 <= saved['test/accuracy'] <= 1
   assert saved['best_step'] == 2
+
+
+def _readme_command(prefix: str) -> list[str]:
+  """The README's command that starts with `prefix`, as argv."""
+  with open(os.path.join(REPO, 'README.md')) as f:
+    lines = [line.strip() for line in f if line.strip().startswith(prefix)]
+  assert len(lines) == 1, lines
+  return shlex.split(lines[0])
+
+
+def test_readme_own_data_command_runs_as_written(pretrained_workdir, tmp_path):
+  # README: realformer-finetune --train_file=train.csv ... --config=configs/finetune/files.py:
+  # init=/tmp/realformer_tiny --workdir=/tmp/my_classifier, run where the files are, as the
+  # console script runs it (from a toy pretraining run, at toy size).
+  command = _readme_command('realformer-finetune --train_file=')
+  for name, count in (('train', 16), ('dev', 8), ('test', 6)):
+    write_table(tmp_path / f'{name}.csv', labelled_rows(count))
+  workdir = tmp_path / 'my_classifier'
+  args = [
+    a.replace('/tmp/realformer_tiny', pretrained_workdir).replace(
+      '/tmp/my_classifier', str(workdir)
+    )
+    for a in command[1:]
+  ]
+  result = subprocess.run(
+    [sys.executable, '-c', 'from experiments import scripts; scripts.finetune()', *args]
+    + cli_flags(**{'train.stop_at_step': 2}),
+    cwd=tmp_path,
+    env=dict(os.environ, PYTHONPATH=REPO, JAX_DISABLE_MOST_OPTIMIZATIONS='true'),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  output = result.stdout + result.stderr
+  assert result.returncode == 0, output[-3000:]
+  assert 'final eval accuracy' in output and 'test  accuracy' in output
+  saved = json.loads((workdir / 'results.json').read_text())
+  assert saved['labels'] == ['land', 'sky'] and 0 <= saved['test/accuracy'] <= 1
+  assert saved['starting_point']['workdir'] == pretrained_workdir

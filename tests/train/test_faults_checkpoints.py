@@ -358,9 +358,9 @@ def test_a_failed_save_whose_writer_threads_raise_is_still_one_line(tmp_path):
 
 def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(straight, tmp_path):
   """The CLI's preemption contract (SIGTERM or a Ctrl-C saves at the step it reached and exits
-  0; the restart resumes there, redoing nothing), at its two hardest moments; a second Ctrl-C
-  aborts at once, as does one before training starts. (This replaces
-  the former test_train_preemption.py, whose plain SIGTERM case it covers.)"""
+  143 or 130, never 0: the run did not finish; the restart resumes there, redoing nothing), at
+  its two hardest moments; a second Ctrl-C aborts at once, as does one before training starts.
+  (This replaces the former test_train_preemption.py, whose plain SIGTERM case it covers.)"""
   workdir = str(tmp_path / 'w')
   # A Ctrl-C before training starts (once the data is built): one line, exit 130, nothing made.
   fs.run_saying(
@@ -373,11 +373,11 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
   assert not os.path.exists(workdir)
 
   # SIGTERM while step 2's save commits in the background (held there for 3 s): training goes
-  # on until a step sees the signal, which saves and exits 0; step 2 still commits.
+  # on until a step sees the signal, which saves and exits 143; step 2 still commits.
   proc = fs.start(workdir, faults='slow_save:2:3')
   fs.wait_for_line(proc.stderr, r'^FAULT: saving step 2$', [])
   out, err = fs.terminate(proc)
-  assert proc.returncode == 0, out + err
+  assert proc.returncode == 143, out + err
   assert not fs.unexpected_stderr(err), err
   stopped = int(re.search(r'SIGTERM: saved a checkpoint at step (\d+); exiting\.', out)[1])
   assert stopped in (3, 4, 5)  # the step-4 save waits for step 2's commit: 5 at the latest
@@ -385,11 +385,11 @@ def test_sigterm_during_a_save_and_during_an_evaluation_then_an_exact_resume(str
     assert checkpoint_integrity.problem(os.path.join(workdir, 'checkpoints', str(step))) is None
 
   # Ctrl-C (SIGINT) does the same: while the evaluation at step 6 runs (held for 3 s before
-  # it computes), it finishes, step 7 saves, exit 0.
+  # it computes), it finishes, step 7 saves, exit 130.
   proc = fs.start(workdir, faults='slow_eval:6:3')
   fs.wait_for_line(proc.stderr, r'^FAULT: evaluating step 6$', [])
   out, err = fs.terminate(proc, signal.SIGINT)
-  assert proc.returncode == 0, out + err
+  assert proc.returncode == 130, out + err
   assert not fs.unexpected_stderr(err), err
   assert f'resumed from the checkpoint at step {stopped}' in out
   assert 'eval  step 6:' in out and 'SIGINT: saved a checkpoint at step 7; exiting.' in out

@@ -500,8 +500,9 @@ def test_a_paper_size_config_on_a_cpu_says_so_before_compiling(tmp_path):
     proc.kill()  # it would compile BERT-Large next
     proc.communicate()
   assert re.fullmatch(
-    r'note: training on CPU \(\d+ device\(s\), no GPU or TPU found\): this model \(3\d\d\.\dM '
-    r'parameters\) needs ~\d+\.\d GiB for its train state alone'
+    r'note: training on CPU \(\d+ device\(s\), no GPU or TPU found\): this model \(~3\d\d\.\dM '
+    r'parameters in its matmuls and word embeddings; the model line counts every one\) needs '
+    r'~\d+\.\d GiB for its train state alone'
     r'( \(this host has [\d.]+ GiB\))? and ~\S+ a step, .+ for 1,000,000 steps '
     r'\(estimated: .+ FLOPs a step at the \d+ GFLOP/s this '
     r'CPU measured\); the first step also compiles\. For a run a CPU finishes: '

@@ -58,6 +58,20 @@ class Tokenizer:
     """Token ids of `text` (no [CLS]/[SEP]), int32."""
     raise NotImplementedError
 
+  def encode_masked(self, text: str) -> np.ndarray:
+    """Token ids of `text` (no [CLS]/[SEP]) in which each literal `[MASK]` is the mask token,
+    as the exported Hugging Face tokenizer reads it (a fill-mask query). `encode` reads
+    `[MASK]` as ordinary characters, so corpus text never forges a special token."""
+    first, *rest = text.split(MASK)
+    ids = [self.encode(first)]
+    for segment in rest:
+      ids += [np.asarray([self.mask_id], np.int32), self._encode_after_special(segment)]
+    return np.concatenate(ids).astype(np.int32, copy=False)
+
+  def _encode_after_special(self, text: str) -> np.ndarray:
+    """`encode` of text that follows a special token (a tokenizer may begin it differently)."""
+    return self.encode(text)
+
   def encode_batch(self, texts: list[str], num_threads: int = -1) -> list[np.ndarray]:
     """Token ids of each text, as `encode`; `num_threads` (-1: all cores) where the
     implementation can spread a batch over threads."""

@@ -61,6 +61,7 @@ class SentencePieceTokenizer(Tokenizer):
   def __init__(self, model_proto: bytes, source: str = '<memory>'):
     self._model_proto = model_proto
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    self._sp_no_prefix = None  # built on first use (_encode_after_special)
     self.source = source
     super().__init__(
       source=source,
@@ -83,6 +84,20 @@ class SentencePieceTokenizer(Tokenizer):
 
   def encode(self, text: str) -> np.ndarray:
     return np.asarray(self._sp.encode(text, out_type=int), np.int32)
+
+  def _encode_after_special(self, text: str) -> np.ndarray:
+    # The exported tokenizer (Metaspace, prepend_scheme 'first') starts a word ('▁') after a
+    # special token only where a space follows it: 'a[MASK]b' -> '▁a', '[MASK]', 'b'.
+    if text[:1].isspace():
+      return self.encode(text)
+    if self._sp_no_prefix is None:
+      from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+
+      proto = sentencepiece_model_pb2.ModelProto()
+      proto.ParseFromString(self._model_proto)
+      proto.normalizer_spec.add_dummy_prefix = False
+      self._sp_no_prefix = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
+    return np.asarray(self._sp_no_prefix.encode(text, out_type=int), np.int32)
 
   def encode_batch(self, texts: list[str], num_threads: int = -1) -> list[np.ndarray]:
     # SentencePiece spreads a batch over `num_threads` threads (-1: all cores).
@@ -273,7 +288,7 @@ def _train_sentences(
   def progress() -> str:
     return (
       f'prepare tokenizer: training {model_type} with {vocab_size} pieces on '
-      f'{fed.chars / 1e6:,.1f} M characters read ({fed.sentences:,} sentences), '
+      f'{fed.chars / 1e6:,.1f} M characters of sentences read ({fed.sentences:,} sentences), '
       f'{num_threads} threads, {time.monotonic() - start:.0f} s'
     )
 
@@ -306,7 +321,7 @@ def _train_sentences(
         minloglevel=2,  # Errors only: training logs are thousands of lines.
       ),
       progress,
-      interrupted='prepare tokenizer: interrupted (Ctrl-C): its training is abandoned, nothing '
+      interrupted='prepare tokenizer: interrupted: its training is abandoned, nothing '
       'of it is kept (the documents read are); a rerun trains it again.',
     )
   except RuntimeError as e:
@@ -316,8 +331,10 @@ def _train_sentences(
       f'{what} failed: {str(e).strip().splitlines()[-1]}'
     ) from None
   _log.warning(
-    'prepare tokenizer: done, trained %s with %d pieces on %.1f M characters (%d sentences), '
-    '%d threads, in %.1f s',
+    # Characters of the sentences fed (the whitespace between them is not counted): fewer than
+    # the sample's bytes (data.tokenizer_sample_chars) for indented or non-ASCII text.
+    'prepare tokenizer: done, trained %s with %d pieces on %.1f M characters of sentences (%d '
+    'sentences; whitespace between them not counted), %d threads, in %.1f s',
     model_type,
     vocab_size,
     fed.chars / 1e6,

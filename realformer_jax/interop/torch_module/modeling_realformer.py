@@ -9,6 +9,9 @@ what differs is said by the config:
       after the sum, never carried); running_mean divides acc_l by (l + 1) for the softmax only.
   position_embedding 'rope': queries and keys rotated pair by pair (RoFormer), no table.
 The MLM decoder is tied to the word embeddings: logits = transform(h) @ E^T + bias.
+A fine-tuned model (realformer_jax/finetune) has BERT's heads instead: a sequence classifier
+(logits = classifier(tanh(pooler.dense(h[:, 0])))) or a span extractor (start, end logits =
+qa_outputs(h)).
 """
 
 import math
@@ -16,7 +19,11 @@ import math
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import MaskedLMOutput
+from transformers.modeling_outputs import (
+  MaskedLMOutput,
+  QuestionAnsweringModelOutput,
+  SequenceClassifierOutput,
+)
 
 from .configuration_realformer import RealFormerConfig
 
@@ -150,11 +157,22 @@ class Encoder(nn.Module):
     return self.final_norm(x) if hasattr(self, 'final_norm') else x
 
 
-class Model(nn.Module):
+class Pooler(nn.Module):
   def __init__(self, config):
+    super().__init__()
+    self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+  def forward(self, h):
+    return torch.tanh(self.dense(h[:, 0]))
+
+
+class Model(nn.Module):
+  def __init__(self, config, pooler=False):
     super().__init__()
     self.embeddings = Embeddings(config)
     self.encoder = Encoder(config)
+    if pooler:  # sentence-level heads read the pooled [CLS]
+      self.pooler = Pooler(config)
 
   def forward(self, input_ids, attention_mask=None, token_type_ids=None):
     if attention_mask is None:
@@ -179,16 +197,9 @@ class MLMHead(nn.Module):
     self.predictions = Predictions(config)
 
 
-class RealFormerForMaskedLM(PreTrainedModel):
+class RealFormerPreTrainedModel(PreTrainedModel):
   config_class = RealFormerConfig
   base_model_prefix = 'bert'
-
-  def __init__(self, config):
-    super().__init__(config)
-    self.activation = ACTIVATIONS[config.hidden_act]
-    self.bert = Model(config)
-    self.cls = MLMHead(config)
-    self.post_init()
 
   def _init_weights(self, module):  # BERT's, for a model made from a config alone
     if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -199,6 +210,15 @@ class RealFormerForMaskedLM(PreTrainedModel):
   def get_input_embeddings(self):
     return self.bert.embeddings.word_embeddings
 
+
+class RealFormerForMaskedLM(RealFormerPreTrainedModel):
+  def __init__(self, config):
+    super().__init__(config)
+    self.activation = ACTIVATIONS[config.hidden_act]
+    self.bert = Model(config)
+    self.cls = MLMHead(config)
+    self.post_init()
+
   def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
     h = self.bert(input_ids, attention_mask, token_type_ids)
     transform = self.cls.predictions.transform
@@ -208,3 +228,35 @@ class RealFormerForMaskedLM(PreTrainedModel):
     if labels is not None:
       loss = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
     return MaskedLMOutput(loss=loss, logits=logits)
+
+
+class RealFormerForSequenceClassification(RealFormerPreTrainedModel):
+  def __init__(self, config):
+    super().__init__(config)
+    self.bert = Model(config, pooler=True)
+    self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+    self.post_init()
+
+  def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+    h = self.bert(input_ids, attention_mask, token_type_ids)
+    logits = self.classifier(self.bert.pooler(h))
+    loss = None
+    if labels is not None:
+      if self.config.num_labels == 1:  # regression
+        loss = nn.functional.mse_loss(logits[:, 0], labels.float())
+      else:
+        loss = nn.functional.cross_entropy(logits, labels)
+    return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+class RealFormerForQuestionAnswering(RealFormerPreTrainedModel):
+  def __init__(self, config):
+    super().__init__(config)
+    self.bert = Model(config)
+    self.qa_outputs = nn.Linear(config.hidden_size, 2)
+    self.post_init()
+
+  def forward(self, input_ids, attention_mask=None, token_type_ids=None, **kwargs):
+    h = self.bert(input_ids, attention_mask, token_type_ids)
+    start_logits, end_logits = self.qa_outputs(h).unbind(-1)
+    return QuestionAnsweringModelOutput(start_logits=start_logits, end_logits=end_logits)

@@ -282,6 +282,7 @@ def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkey
   config = files_config(
     tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
   )
+  monkeypatch.setattr(file_corpus, 'SMALL_FILE_BYTES', 0)  # a shard per file, not one group
   read_chunk = file_corpus._read_chunk
   calls = []
 

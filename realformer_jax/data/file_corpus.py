@@ -110,6 +110,8 @@ class _Chunk:
 # The boundary depends on the file's name, not its position, so adding, removing or editing a
 # file changes its own group (and rarely the next), not every group after it: the others keep
 # their shards. A group of ~0.5-1 MB is a job of ~0.1 s: enough jobs to keep the workers busy.
+# A group's files are held in memory from their hash to their shard (at most GROUP_MAX_BYTES
+# as stored, a worker).
 SMALL_FILE_BYTES = 1 << 20
 GROUP_MIN_BYTES = 512 << 10
 GROUP_MAX_BYTES = 8 << 20
@@ -163,7 +165,11 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
           stale=stale,
         )
         chunks.append((split, first, chunk))
-  todo = [entry for entry in chunks if not (entry[2].known and _is_done(entry[2], entry[2].known))]
+  done_before = {}  # chunk index -> its shard per split, for those published before
+  for index, (_, _, chunk) in enumerate(chunks):
+    if chunk.known and _is_done(outputs := _outputs(chunk, chunk.known)):
+      done_before[index] = outputs
+  todo = [entry for index, entry in enumerate(chunks) if index not in done_before]
   results = {}
   jobs = [c for _, _, c in todo]
   total = sum(_nominal_bytes(c) for c in jobs)
@@ -184,8 +190,12 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
         f'{_held_out_note(held_out, held_out_by)}'
       )
   done = [
-    (split, first, chunk, results.get((split, first, chunk.pieces[0][2])) or _finished(chunk))
+    (split, first, chunk, results.get((split, first, chunk.pieces[0][2])))
     for split, first, chunk in chunks
+  ]
+  done = [
+    entry[:3] + (entry[3] or _finished(entry[2], outputs=done_before[index]),)
+    for index, entry in enumerate(done)
   ]
   return _assemble(config, data_dir, fingerprints, done, held_out_by)
 
@@ -336,7 +346,9 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
   directory = os.path.join(data_dir, name)
   os.makedirs(directory, exist_ok=True)
   cache_lock.atomic_write(
-    os.path.join(directory, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode()
+    # no indentation: json's C encoder (the Python one took ~2 s for 100,000 files)
+    os.path.join(directory, MANIFEST),
+    json.dumps(manifest, sort_keys=True).encode(),
   )
   return Corpus(
     name=name,
@@ -375,11 +387,17 @@ def is_held_out_file(head_sha256: str, eval_percent: float) -> bool:
   return _bucket(bytes.fromhex(head_sha256)) < eval_percent * 100
 
 
-def _head_sha256(path: str, size: int, start: int, end: int, sha256: str) -> str:
+def _head_sha256(
+  path: str, size: int, start: int, end: int, sha256: str, data: Optional[bytes] = None
+) -> str:
   """The SHA-256 of the file's first _SIDE_BYTES; that of the range [start, end) when the range
-  is exactly those bytes (a small file read whole: no second read)."""
+  is exactly those bytes, from `data` (the file's bytes from 0) where read already."""
   head = min(size, _SIDE_BYTES)
-  return sha256 if (start, end) == (0, head) else text_files.sha256_of_range(path, 0, head)
+  if (start, end) == (0, head):
+    return sha256
+  if data is not None and start == 0:
+    return hashlib.sha256(data[:head]).hexdigest()
+  return text_files.sha256_of_range(path, 0, head)
 
 
 def _shard_outputs(chunk: _Chunk, sha256s: tuple) -> dict[str, str]:
@@ -403,16 +421,20 @@ def _shard_outputs(chunk: _Chunk, sha256s: tuple) -> dict[str, str]:
   return {s: os.path.join(chunk.shard_dir, f'{name}-{s}.array_record') for s in splits}
 
 
-def _is_done(chunk: _Chunk, known: tuple) -> bool:
-  outputs = _shard_outputs(chunk, tuple(sha256 for _, _, sha256 in known))
+def _is_done(outputs: dict[str, str]) -> bool:
   return all(cache_integrity.problem(p) is None for p in outputs.values())
 
 
-def _finished(chunk: _Chunk, exact: Optional[tuple] = None) -> dict:
+def _outputs(chunk: _Chunk, exact: tuple) -> dict[str, str]:
+  return _shard_outputs(chunk, tuple(sha256 for _, _, sha256 in exact))
+
+
+def _finished(chunk: _Chunk, exact: Optional[tuple] = None, outputs=None) -> dict:
   """The result of a chunk whose shard is published: its pieces' exact (start, end, sha256)
-  (`exact`, else those remembered), the shard per split and its documents' counts per piece."""
+  (`exact`, else those remembered), the shard per split (`outputs`, where known) and its
+  documents' counts per piece."""
   exact = exact or chunk.known
-  outputs = _shard_outputs(chunk, tuple(sha256 for _, _, sha256 in exact))
+  outputs = outputs or _outputs(chunk, exact)
   counts, piece_counts = {}, {}
   for split, path in outputs.items():
     record = cache_integrity.read_record(path)
@@ -425,29 +447,51 @@ def _finished(chunk: _Chunk, exact: Optional[tuple] = None) -> dict:
 
 def _read_chunk(chunk: _Chunk) -> dict:
   """Settles the chunk's exact bytes and their hashes, then writes its shard unless a shard of
-  the same content exists (under the shard's lock). Runs in a worker process."""
-  if chunk.known:  # the files' fingerprints are unchanged: bounds and hashes are remembered
-    exact = chunk.known
-  else:
-    exact = []
-    for path, size, start, end in chunk.pieces:
+  the same content exists (under the shard's lock). Runs in a worker process. A small file is
+  read once: hashed and parsed from the same bytes (three opens a file were most of the cost
+  of a corpus of tiny files); a larger one is hashed, read, and hashed again."""
+  exact, contents = [], []
+  for index, (path, size, start, end) in enumerate(chunk.pieces):
+    known = chunk.known[index] if chunk.known else None
+    if _read_at_once(path, size, start, end):
+      data = text_files.read_range(path, 0, size)
+      exact.append((0, size, hashlib.sha256(data).hexdigest()))
+      if known and tuple(known) != exact[-1]:
+        raise _changed_error(path, (0, size))
+      contents.append(data)
+      continue
+    if known:  # the file's fingerprint is unchanged: bounds and hash are remembered
+      exact.append(tuple(known))
+    else:
       start, end = text_files.exact_range(path, start, end, size)
       exact.append((start, end, text_files.sha256_of_range(path, start, end)))
-    exact = tuple(exact)
-  outputs = _shard_outputs(chunk, tuple(sha256 for _, _, sha256 in exact))
+    contents.append(None)
+  exact = tuple(exact)
+  outputs = _outputs(chunk, exact)
   name = os.path.basename(outputs[chunk.split]).rsplit('-', 1)[0]
   with cache_lock.exclusive_lock(chunk.shard_dir, name):
-    if not _is_done(chunk, exact):
+    if not _is_done(outputs):
       for path in outputs.values():
         cache_integrity.remove_stale_temporaries(path, chunk.stale)
-      _write_shard(chunk, exact, outputs)
-  return _finished(chunk, exact)
+      _write_shard(chunk, exact, outputs, contents)
+  return _finished(chunk, exact, outputs)
 
 
-def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str]) -> None:
+def _read_at_once(path: str, size: int, start: int, end: int) -> bool:
+  """Whether a piece is a small local file read whole (Parquet reads its own way)."""
+  return (
+    (start, end) == (0, size)
+    and size < SMALL_FILE_BYTES
+    and '://' not in path
+    and text_files.format_of(path) != '.parquet'
+  )
+
+
+def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str], contents: list) -> None:
   """Each split's documents into `<shard>.tmp.<pid>`, published with a sidecar of its counts,
   in all and per piece (a kill between two publications leaves the shard unfinished: it is
-  read again, whole)."""
+  read again, whole). `contents`: per piece, its bytes already read and hashed, or None (then
+  the piece is read from its file and hashed again)."""
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
   tmp = {split: f'{path}.tmp.{os.getpid()}' for split, path in outputs.items()}
@@ -457,14 +501,14 @@ def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str]) -> None:
   try:
     for split, path in tmp.items():
       writers[split] = array_record_module.ArrayRecordWriter(path, _SHARD_OPTIONS)
-    for (path, size, _, _), (start, end, sha256) in zip(chunk.pieces, exact):
+    for (path, size, _, _), (start, end, sha256), content in zip(chunk.pieces, exact, contents):
       for split in outputs:
         piece_counts[split].append([0, 0])
       side = chunk.split
       if chunk.held_out is not None and chunk.held_out_by == 'file':
-        head = _head_sha256(path, size, start, end, sha256)
+        head = _head_sha256(path, size, start, end, sha256, content)
         side = 'eval' if is_held_out_file(head, chunk.held_out) else 'train'
-      for text in text_files.documents(path, chunk.text_feature, (start, end)):
+      for text in text_files.documents(path, chunk.text_feature, (start, end), content):
         data = text.encode()
         split = side
         if chunk.held_out is not None and chunk.held_out_by == 'document':
@@ -472,7 +516,8 @@ def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str]) -> None:
         writers[split].write(data)
         piece_counts[split][-1][0] += 1
         piece_counts[split][-1][1] += len(data)
-      _check_unchanged(path, (start, end), sha256)
+      if content is None:
+        _check_unchanged(path, (start, end), sha256)
     for split in list(writers):
       writers.pop(split).close()
     sources = [
@@ -485,9 +530,11 @@ def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str]) -> None:
       record = dict(split=split, **counts[split])
       if len(sources) == 1:  # as before files were grouped
         record['source'] = sources[0]
-      else:
-        record.update(sources=sources, pieces=piece_counts[split])
-      cache_integrity.publish(tmp[split], path, record)
+      else:  # its files are listed in their fingerprint record (group-<hash>.json)
+        record.update(files=len(sources), first=sources[0], last=sources[-1])
+        record['pieces'] = piece_counts[split]
+      # a group's record lists its files: no indentation (json's C encoder)
+      cache_integrity.publish(tmp[split], path, record, indent=2 if len(sources) == 1 else None)
   finally:
     for writer in writers.values():
       try:  # a full disk makes close() fail again: the first error is the one to report
@@ -505,12 +552,16 @@ def _check_unchanged(path: str, byte_range, sha256: str) -> None:
   the same size and modification time). A file appended to is read only to its hashed end, so
   this holds for it."""
   if text_files.sha256_of_range(path, *byte_range) != sha256:
-    raise DataError(
-      f'{path}: its bytes {byte_range[0]:,}-{byte_range[1]:,} changed while it was '
-      'prepared (they no longer hash to what was hashed before reading, or to the digest '
-      'remembered for its size and modification time): prepare again once nothing writes to '
-      'it, with experiments.prepare_data --rehash to hash every file again.'
-    )
+    raise _changed_error(path, byte_range)
+
+
+def _changed_error(path: str, byte_range) -> DataError:
+  return DataError(
+    f'{path}: its bytes {byte_range[0]:,}-{byte_range[1]:,} changed while it was '
+    'prepared (they no longer hash to what was hashed before reading, or to the digest '
+    'remembered for its size and modification time): prepare again once nothing writes to '
+    'it, with experiments.prepare_data --rehash to hash every file again.'
+  )
 
 
 def _fingerprint_path(shard_dir: str, files: list[dict]) -> str:

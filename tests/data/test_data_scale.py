@@ -112,6 +112,7 @@ def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
   """A corpus larger than the tokenizer sample, with files split into byte ranges: the
   documents, tokenizer, packed rows and corpus digest are equal for 1 and 2 processes."""
   monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)  # planned here, so workers follow
+  monkeypatch.setattr(file_corpus, 'SMALL_FILE_BYTES', 40_000)  # files alone, in ranges
   monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)  # several encoding jobs
   os.makedirs(tmp_path / 'tmp')
   monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))  # where workers hand back ids
@@ -133,6 +134,8 @@ def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
 
 def _peak_bytes(tmp_path, monkeypatch, name: str, files: int) -> int:
   monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)
+  # A group of small files is held in memory while it is hashed and read: scaled down too.
+  monkeypatch.setattr(file_corpus, 'GROUP_MAX_BYTES', 40_000)
   monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)
   directory = tmp_path / name
   train = _big_corpus(directory, files=files, docs_per_file=1500)

@@ -42,9 +42,12 @@ def sidecar_path(path: str) -> str:
   return path + '.json'
 
 
-def publish(tmp_path: str, path: str, record: dict, checksum: Optional[int] = None) -> None:
+def publish(
+  tmp_path: str, path: str, record: dict, checksum: Optional[int] = None, indent: Optional[int] = 2
+) -> None:
   """Publishes the finished file `tmp_path` as `path` with its sidecar (`record` plus size,
-  checksum and time). `checksum`: its zlib.crc32, if the writer computed it on the way."""
+  checksum and time). `checksum`: its zlib.crc32, if the writer computed it on the way.
+  `indent`: None for a long record (json's C encoder runs only without indentation)."""
   stat = os.stat(tmp_path)
   record = dict(
     record,
@@ -52,7 +55,9 @@ def publish(tmp_path: str, path: str, record: dict, checksum: Optional[int] = No
     file_crc32=crc32(tmp_path) if checksum is None else checksum,
     file_mtime_ns=stat.st_mtime_ns,
   )  # a rename keeps the time
-  cache_lock.atomic_write(sidecar_path(path), json.dumps(record, indent=2, sort_keys=True).encode())
+  cache_lock.atomic_write(
+    sidecar_path(path), json.dumps(record, indent=indent, sort_keys=True).encode()
+  )
   os.replace(tmp_path, path)
 
 

@@ -1,10 +1,13 @@
 """Your own files as the corpus, identified by their content and read into document shards.
 
 `data.train_files` (and `data.eval_files`, else a held-out fraction) are read by text_files.py
-in chunks: a small or compressed file is one chunk, a large uncompressed one a chunk per
-`text_files.CHUNK_BYTES` (bounds moved to document boundaries). Each chunk becomes a shard
-under `<data_dir>/file-shards/`, one array_record file per split it feeds, named by a hash of
-the chunk's bytes (SHA-256) and the reading settings. `workers` processes read chunks at once.
+in chunks: a compressed or mid-sized file is one chunk, a large uncompressed one a chunk per
+`text_files.CHUNK_BYTES` (bounds moved to document boundaries), and files under
+SMALL_FILE_BYTES share a chunk, in groups. Each chunk becomes a shard under
+`<data_dir>/file-shards/`, one array_record file per split it feeds, named by a hash of the
+chunk's bytes (SHA-256 of each file's or range's) and the reading settings; each file keeps its
+own segment of the shard. `workers` processes read chunks at once. Nothing is done per file
+that scans what grows with the corpus: the shard directory is listed once per preparation.
 
 Identity. A corpus is its content: its digest hashes every chunk's SHA-256, in file order, with
 the reading settings (text feature, held-out percent or eval files). It names the corpus
@@ -12,23 +15,26 @@ directory `<data_dir>/files-<digest>/` (which holds `corpus.json`, the tokenizer
 packed stores, whose names derive from it), so a touched, renamed, moved or copied file that is
 unchanged keeps every store and a run resumable, and an edited one gives a new corpus that is
 never mixed with the old. A chunk is read as exactly the bytes that were hashed (a file appended
-to meanwhile, up to its hashed end), and hashed again before its shard is published: a file
-rewritten in place meanwhile is a DataError, never a shard named by content it does not hold.
+to meanwhile, up to its hashed end): a small file is read once, hashed and parsed from those
+bytes; a larger one is hashed again before its shard is published, so a file rewritten in place
+meanwhile is a DataError, never a shard named by content it does not hold.
 Path, size and modification time are only a fast "unchanged" check:
 `<data_dir>/file-shards/fingerprints/` remembers each file's chunk digests under its path, size
-and time, so an unchanged corpus is not read at all on a later start; a file whose
-fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that content was never read.
+and time (a group's under its files'), so an unchanged corpus is not read at all on a later
+start; a file whose fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that
+content was never read.
 Its limit: an edit that keeps the size and restores the time keeps the old digests until
 `forget_fingerprints` (experiments.prepare_data --rehash). Eval files that are train files (by
-real path or by content) are refused.
+device and inode, i.e. through links, or by content) are refused.
 `corpus.json` records the corpus digest (`corpus_digest`), each file's path, size, time and
 SHA-256 (of its chunk digests), and the shards of each split with their document and byte counts.
 
 The splits are the shards in file order, read through one grain source each (no joined copy),
 so the documents are the same whatever the number of workers. Held out when `eval_files` is
-empty: a document goes to eval when a stable hash of its text falls in the lowest
-`data.eval_percent` percent (default 1%), so duplicates never straddle the split and the choice
-does not depend on file order or chunking.
+empty (`data.eval_holdout_by`): a file, or a document, goes to eval when a stable hash of its
+first bytes (or of its text) falls in the lowest `data.eval_percent` percent (default 1%), so
+no file is in both splits (or duplicates never straddle the split), and the choice does not
+depend on file order or chunking.
 
 Shards are written under a lock of their own (store/cache_lock.py) through a temporary name and a
 rename, with a sidecar holding their counts (store/cache_integrity.py), so a killed preparation
@@ -133,8 +139,8 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   sources = {'train': text_files.expand(config.train_files, 'train_files')}
   if config.eval_files:
     sources['eval'] = text_files.expand(config.eval_files, 'eval_files')
-    by_path = ([(p, os.path.realpath(p)) for p in sources[s]] for s in SPLITS)
-    _check_apart(*by_path, 'is the same file as')
+    by_file = ([(p, _file_key(p)) for p in sources[s]] for s in SPLITS)
+    _check_apart(*by_file, 'is the same file as')
   held_out = None if config.eval_files else config.eval_percent
   held_out_by = held_out_unit(config, len(sources['train']))
   fingerprints = {s: [text_files.fingerprint(p) for p in paths] for s, paths in sources.items()}
@@ -198,6 +204,16 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
     for index, entry in enumerate(done)
   ]
   return _assemble(config, data_dir, fingerprints, done, held_out_by)
+
+
+def _file_key(path: str):
+  """What tells one file from another: its device and inode (through links; one stat, where
+  os.path.realpath took a stat per path component, ~15 s for 100,000 files), or a remote
+  path."""
+  if '://' in path:
+    return path
+  info = os.stat(path)
+  return (info.st_dev, info.st_ino)
 
 
 def held_out_unit(config, num_train_files: int) -> str:
@@ -611,7 +627,7 @@ def _remember(shard_dir: str, files: list[dict], chunk_digests: list) -> None:
 
 def _check_apart(train: list, held_out: list, relation: str) -> None:
   """DataError when an eval file is a train file. `train`, `held_out`: (path, key) pairs, the
-  key a file's real path or its content digest."""
+  key a file's device and inode or its content digest."""
   train_paths = {}
   for path, key in train:
     train_paths.setdefault(key, path)

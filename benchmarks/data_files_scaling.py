@@ -137,50 +137,65 @@ def main(argv=None) -> dict:
 
 
 def report(results: dict, counts: list, reading_n: int, reading: dict) -> dict:
-  """The table, the scaling ratio and the targets' PASS / MISS lines."""
+  """The table, the scaling ratios and the targets' PASS / MISS lines. The tokenizer's
+  training time is shown apart: its sample shrinks as files get small (its 4 KB windows stop
+  at a file's end), so end to end mixes a cheaper tokenizer into the file count's cost."""
   runs = results['runs']
   base = runs[counts[0]]
-  print('| files | MB | seconds | MB/s | reading s (tokenizer s) | per-file overhead | peak RSS |')
-  print('|---:|---:|---:|---:|---:|---:|---:|')
+  for run in runs.values():
+    run['without_tokenizer_s'] = run['seconds'] - (run['tokenizer_seconds'] or 0.0)
+  print(
+    '| files | MB | end to end s | MB/s | tokenizer training s | the rest s | per-file overhead '
+    '(the rest, vs the fewest files) | CPU s | peak RSS |'
+  )
+  print('|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for n in counts:
     run = runs[n]
-    overhead = (run['seconds'] - base['seconds']) / (n - counts[0]) * 1e3 if n > counts[0] else 0
+    rest = run['without_tokenizer_s']
+    overhead = (rest - base['without_tokenizer_s']) / (n - counts[0]) * 1e3 if n > counts[0] else 0
     run['per_file_ms'] = overhead
     print(
       f'| {n:,} | {run["source_mb"]:.1f} | {run["seconds"]:.1f} | {run["mb_s"]:.2f} | '
-      f'{run["documents_seconds"]:.1f} ({run["tokenizer_seconds"] or 0:.1f}) | '
-      f'{overhead:.3f} ms | {run["rss_mb"]:.0f} MB |'
+      f'{run["tokenizer_seconds"] or 0:.1f} | {rest:.1f} | {overhead:.3f} ms | '
+      f'{run["cpu_seconds"]:.1f} | {run["rss_mb"]:.0f} MB |'
     )
   largest = counts[-1]
-  ratio = runs[largest]['seconds'] / runs[1000]['seconds'] if 1000 in runs else float('nan')
+  nan = float('nan')
+  ratio = runs[largest]['seconds'] / runs[1000]['seconds'] if 1000 in runs else nan
+  rest_ratio = (
+    runs[largest]['without_tokenizer_s'] / runs[1000]['without_tokenizer_s']
+    if 1000 in runs
+    else nan
+  )
   speedup = reading[1]['documents_seconds'] / reading[2]['documents_seconds']
-  results.update(ratio_to_1000=ratio, reading_speedup=speedup, reading_files=reading_n)
+  results.update(
+    ratio_to_1000=ratio, rest_ratio_to_1000=rest_ratio, reading_speedup=speedup,
+    reading_files=reading_n,
+  )  # fmt: skip
   print(
-    f'scaling: {largest:,} files took {ratio:.2f}x the time of 1,000; reading {reading_n:,} '
-    f'files (tokenizer given): 1 worker {reading[1]["documents_seconds"]:.1f} s, 2 workers '
+    f'scaling: {largest:,} files took {ratio:.2f}x the time of 1,000 end to end, '
+    f'{rest_ratio:.2f}x without tokenizer training; reading {reading_n:,} files (tokenizer '
+    f'given): 1 worker {reading[1]["documents_seconds"]:.1f} s, 2 workers '
     f'{reading[2]["documents_seconds"]:.1f} s = {speedup:.2f}x'
   )
+  mb_s_10000 = runs[10_000]['mb_s'] if 10_000 in runs else nan
+  peak = max(r['rss_mb'] for r in runs.values())
   targets = [
     (
       ratio <= TARGET_RATIO_TO_1000,
-      f'{largest:,} files {ratio:.2f}x the time of 1,000 (<= {TARGET_RATIO_TO_1000:g}x)',
+      f'{largest:,} files {ratio:.2f}x the time of 1,000 end to end (<= '
+      f'{TARGET_RATIO_TO_1000:g}x; {rest_ratio:.2f}x without tokenizer training)',
     ),
     (
-      10_000 in runs and runs[10_000]['mb_s'] >= TARGET_MB_S_10000,
-      f'end to end at 10,000 files '
-      f'{runs[10_000]["mb_s"] if 10_000 in runs else float("nan"):.2f} MB/s '
-      f'(>= {TARGET_MB_S_10000:g})',
+      mb_s_10000 >= TARGET_MB_S_10000,
+      f'end to end at 10,000 files {mb_s_10000:.2f} MB/s (>= {TARGET_MB_S_10000:g})',
     ),
     (
       speedup >= TARGET_READING_SPEEDUP,
       f'reading {reading_n:,} files with 2 workers {speedup:.2f}x one '
       f'(>= {TARGET_READING_SPEEDUP:g}x)',
     ),
-    (
-      max(r['rss_mb'] for r in runs.values()) <= TARGET_RSS_MB,
-      f'peak RSS {max(r["rss_mb"] for r in runs.values()):.0f} MB at most '
-      f'(<= {TARGET_RSS_MB} MB at every file count)',
-    ),
+    (peak <= TARGET_RSS_MB, f'peak RSS {peak:.0f} MB at most (<= {TARGET_RSS_MB} MB at every N)'),
   ]
   for ok, line in targets:
     print(f'{"PASS" if ok else "MISS"}  {line}')

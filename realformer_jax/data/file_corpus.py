@@ -136,14 +136,17 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   """The corpus of `config`'s files, its chunks read into shards first where needed, by
   `num_workers` processes (None: workers.choose)."""
   shard_dir = os.path.join(data_dir, _SHARD_DIR)
-  sources = {'train': text_files.expand(config.train_files, 'train_files')}
+  stats = {}  # path -> os.stat result: one stat a file
+  sources = {'train': text_files.expand(config.train_files, 'train_files', stats)}
   if config.eval_files:
-    sources['eval'] = text_files.expand(config.eval_files, 'eval_files')
-    by_file = ([(p, _file_key(p)) for p in sources[s]] for s in SPLITS)
+    sources['eval'] = text_files.expand(config.eval_files, 'eval_files', stats)
+    by_file = ([(p, _file_key(p, stats.get(p))) for p in sources[s]] for s in SPLITS)
     _check_apart(*by_file, 'is the same file as')
   held_out = None if config.eval_files else config.eval_percent
   held_out_by = held_out_unit(config, len(sources['train']))
-  fingerprints = {s: [text_files.fingerprint(p) for p in paths] for s, paths in sources.items()}
+  fingerprints = {
+    s: [text_files.fingerprint(p, stats.get(p)) for p in paths] for s, paths in sources.items()
+  }
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
   stale = cache_integrity.temporaries(shard_dir)
   chunks = []  # (split, first file index, _Chunk)
@@ -206,13 +209,13 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   return _assemble(config, data_dir, fingerprints, done, held_out_by)
 
 
-def _file_key(path: str):
+def _file_key(path: str, info: Optional[os.stat_result] = None):
   """What tells one file from another: its device and inode (through links; one stat, where
   os.path.realpath took a stat per path component, ~15 s for 100,000 files), or a remote
   path."""
   if '://' in path:
     return path
-  info = os.stat(path)
+  info = info or os.stat(path)
   return (info.st_dev, info.st_ino)
 
 

@@ -57,12 +57,13 @@ _HASH_BLOCK = 8 << 20
 _MAX_BLOCK_BYTES = 4 * CHUNK_BYTES
 
 
-def expand(patterns: str, field: str) -> list[str]:
+def expand(patterns: str, field: str, stats: Optional[dict] = None) -> list[str]:
   """The files named by comma-separated globs or directories, each in sorted order; DataError
   for a glob matching nothing, a directory holding no supported file, and for what would make
   the corpus silently smaller or never end: a dangling symbolic link (to a file or a
   directory) where the corpus is looked for, or a named pipe, socket or device where a file
-  is expected. A directory that cannot be listed is named in a note line."""
+  is expected. A directory that cannot be listed is named in a note line. `stats`, where
+  given, receives each local file's os.stat result (one stat a file, for `fingerprint`)."""
   files = []
   for pattern in (p.strip() for p in patterns.split(',')):
     if not pattern:
@@ -73,12 +74,15 @@ def expand(patterns: str, field: str) -> list[str]:
       parent, _, name = pattern.rpartition('/')
       matches = sorted(str(p) for p in epath.Path(parent).glob(name))
     elif os.path.isdir(os.path.expanduser(pattern)):
-      matches = _supported_files_under(os.path.expanduser(pattern), field)
+      matches = _supported_files_under(os.path.expanduser(pattern), field, stats)
     else:
       pattern = os.path.expanduser(pattern)
       _check_directories_on_the_way(pattern, field)
       matches = sorted(glob.glob(pattern, recursive=True))
-      matches = [p for p in matches if _check_entry(p, field)]
+      infos = {p: _check_entry(p, field) for p in matches}
+      matches = [p for p in matches if infos[p] is not None]
+      if stats is not None:
+        stats.update((p, infos[p]) for p in matches)
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
     for path in matches:
@@ -105,20 +109,21 @@ _SPECIAL_FILES = (
 )
 
 
-def _check_entry(path: str, field: str) -> bool:
-  """Whether `path` is a regular file (False: a directory); DataError for a dangling symbolic
-  link or a path that is neither (a FIFO named *.txt would block the read forever, with no
-  output). One stat: it runs once per file of the corpus."""
+def _check_entry(path: str, field: str) -> Optional[os.stat_result]:
+  """The stat of `path` if it is a regular file (None: a directory); DataError for a dangling
+  symbolic link or a path that is neither (a FIFO named *.txt would block the read forever,
+  with no output). One stat: it runs once per file of the corpus."""
   try:
-    mode = os.stat(path).st_mode
+    info = os.stat(path)
   except FileNotFoundError:
     if os.path.islink(path):  # an unmounted share, say
       raise _dangling_link_error(path, field) from None
     raise
+  mode = info.st_mode
   for is_kind, kind in _SPECIAL_FILES:
     if is_kind(mode):
       raise DataError(f'data.{field}: {path} is {kind}, not a regular file: give regular files.')
-  return stat.S_ISREG(mode)
+  return info if stat.S_ISREG(mode) else None
 
 
 def _walk(directory: str, field: str):
@@ -131,7 +136,7 @@ def _walk(directory: str, field: str):
   return os.walk(directory, onerror=note, followlinks=True)
 
 
-def _supported_files_under(directory: str, field: str) -> list[str]:
+def _supported_files_under(directory: str, field: str, stats: Optional[dict] = None) -> list[str]:
   """Every file under `directory` (recursively, hidden ones skipped) in a supported format;
   the others are named in one note line (how many, and the first few)."""
   found, left_out = [], []
@@ -146,7 +151,9 @@ def _supported_files_under(directory: str, field: str) -> list[str]:
           raise _dangling_link_error(path, field)
         left_out.append(os.path.relpath(path, directory))
         continue
-      _check_entry(path, field)  # a dangling link named like a corpus file is refused there
+      info = _check_entry(path, field)  # a dangling link named like a corpus file is refused
+      if stats is not None:
+        stats[path] = info
       found.append(path)
   supported = f'{", ".join(FORMATS)}, optionally {" or ".join(COMPRESSIONS)}'
   if not found:
@@ -312,14 +319,15 @@ def sha256_of_range(path: str, start: int, end: int) -> str:
   return digest.hexdigest()
 
 
-def fingerprint(path: str) -> dict:
-  """Size and modification time: what tells a changed file from the one a store was built on."""
+def fingerprint(path: str, info: Optional[os.stat_result] = None) -> dict:
+  """Size and modification time: what tells a changed file from the one a store was built on.
+  `info`: the local file's os.stat result, where taken already (`expand`'s `stats`)."""
   if '://' in path:
     from etils import epath  # pylint: disable=import-outside-toplevel
 
     info = epath.Path(path).stat()
     return {'path': path, 'bytes': int(info.length), 'mtime': float(info.mtime)}
-  info = os.stat(path)
+  info = info or os.stat(path)
   return {'path': os.path.abspath(path), 'bytes': info.st_size, 'mtime_ns': info.st_mtime_ns}
 
 

@@ -147,6 +147,7 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   fingerprints = {
     s: [text_files.fingerprint(p, stats.get(p)) for p in paths] for s, paths in sources.items()
   }
+  del stats  # ~0.6 KB a file (os.stat_result): not held while the corpus is assembled
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
   stale = cache_integrity.temporaries(shard_dir)
   chunks = []  # (split, first file index, _Chunk)

@@ -43,7 +43,12 @@ class DataConfig:
   # (the digest of their content).
   train_files: str = ''
   eval_files: str = ''  # '' = hold out eval_percent % of the train_files documents.
-  eval_percent: float = 1.0  # Documents held out (by a hash of their text) without eval_files.
+  eval_percent: float = 1.0  # Percent held out without eval_files (by eval_holdout_by).
+  # What is held out without eval_files: 'file' (whole files, by a hash of their first bytes:
+  # no file has text in both splits), 'document' (each document by a hash of its text: a
+  # file's paragraphs may be on both sides) or 'auto' (file where eval_percent % of the files
+  # is 5 or more, else document: a corpus of one or a few files cannot be split by file).
+  eval_holdout_by: str = 'auto'
   train_split: str = 'train'  # TFDS split (slicing syntax allowed, e.g. 'train[:99%]').
   eval_split: str = 'validation'  # Held-out split, read in order as one finite pass.
   # Let TFDS download+prepare a missing catalog dataset (never for bible_web: no network).
@@ -93,6 +98,7 @@ class DataConfig:
         raise DataError(f'data config: {field}={getattr(self, field)!r} is invalid: {rule}.')
 
     from realformer_jax.data import sources  # pylint: disable=import-outside-toplevel
+    from realformer_jax.data.file_corpus import HELD_OUT_BY  # pylint: disable=import-outside-toplevel
 
     need(
       self.source == sources.AUTO or self.source in sources.names(),
@@ -107,6 +113,11 @@ class DataConfig:
       bool(self.train_files) or not self.eval_files, 'eval_files', 'eval_files needs train_files'
     )
     need(0.0 < self.eval_percent < 100.0, 'eval_percent', 'must be in (0, 100)')
+    need(
+      self.eval_holdout_by in HELD_OUT_BY,
+      'eval_holdout_by',
+      f'must be one of {", ".join(map(repr, HELD_OUT_BY))}',
+    )
     need(self.max_len >= 3, 'max_len', 'need room for [CLS], one token and [SEP]')
     need(
       1 <= self.max_predictions <= self.max_len - 2,

@@ -72,6 +72,24 @@ def text_of(record: dict, text_feature: str) -> str:
   return value.decode('utf-8') if isinstance(value, bytes) else str(value)
 
 
+def contiguous(segments) -> list[tuple]:
+  """`segments` ((source, first, stop), ...) with neighbours that continue each other in one
+  source joined: a shard holds many small files' documents, and each read opens the shard."""
+  joined = []
+  for source, first, stop in segments:
+    last = joined[-1] if joined else None
+    # a shard is named by its path; a TFDS source is one object
+    if (
+      last
+      and (last[0] is source or isinstance(source, str) and last[0] == source)
+      and (last[2] == first)
+    ):
+      joined[-1] = (source, joined[-1][1], stop)
+    else:
+      joined.append((source, first, stop))
+  return joined
+
+
 def read_texts(source, indices, text_feature: str) -> list[str]:
   """The texts at `indices` (a range or a list, ascending) of a segment's source: a shard file
   (a path: its records are the UTF-8 texts, read in one call of array_record's reader, ~100x
@@ -138,7 +156,7 @@ def encode(job: EncodeJob) -> dict:
   (`encode_utf8_flat`). One encode thread: `workers` is the number of cores used."""
   encoded = [
     data
-    for source, first, stop in job.segments
+    for source, first, stop in contiguous(job.segments)
     for data in read_utf8(source, range(first, stop), job.text_feature)
   ]
   result = {

@@ -1,10 +1,13 @@
 """Your own files as the corpus, identified by their content and read into document shards.
 
 `data.train_files` (and `data.eval_files`, else a held-out fraction) are read by text_files.py
-in chunks: a small or compressed file is one chunk, a large uncompressed one a chunk per
-`text_files.CHUNK_BYTES` (bounds moved to document boundaries). Each chunk becomes a shard
-under `<data_dir>/file-shards/`, one array_record file per split it feeds, named by a hash of
-the chunk's bytes (SHA-256) and the reading settings. `workers` processes read chunks at once.
+in chunks: a compressed or mid-sized file is one chunk, a large uncompressed one a chunk per
+`text_files.CHUNK_BYTES` (bounds moved to document boundaries), and files under
+SMALL_FILE_BYTES share a chunk, in groups. Each chunk becomes a shard under
+`<data_dir>/file-shards/`, one array_record file per split it feeds, named by a hash of the
+chunk's bytes (SHA-256 of each file's or range's) and the reading settings; each file keeps its
+own segment of the shard. `workers` processes read chunks at once. Nothing is done per file
+that scans what grows with the corpus: the shard directory is listed once per preparation.
 
 Identity. A corpus is its content: its digest hashes every chunk's SHA-256, in file order, with
 the reading settings (text feature, held-out percent or eval files). It names the corpus
@@ -12,23 +15,26 @@ directory `<data_dir>/files-<digest>/` (which holds `corpus.json`, the tokenizer
 packed stores, whose names derive from it), so a touched, renamed, moved or copied file that is
 unchanged keeps every store and a run resumable, and an edited one gives a new corpus that is
 never mixed with the old. A chunk is read as exactly the bytes that were hashed (a file appended
-to meanwhile, up to its hashed end), and hashed again before its shard is published: a file
-rewritten in place meanwhile is a DataError, never a shard named by content it does not hold.
+to meanwhile, up to its hashed end): a small file is read once, hashed and parsed from those
+bytes; a larger one is hashed again before its shard is published, so a file rewritten in place
+meanwhile is a DataError, never a shard named by content it does not hold.
 Path, size and modification time are only a fast "unchanged" check:
 `<data_dir>/file-shards/fingerprints/` remembers each file's chunk digests under its path, size
-and time, so an unchanged corpus is not read at all on a later start; a file whose
-fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that content was never read.
+and time (a group's under its files'), so an unchanged corpus is not read at all on a later
+start; a file whose fingerprint is new is hashed (a fast pass, ~GB/s) and read only if that
+content was never read.
 Its limit: an edit that keeps the size and restores the time keeps the old digests until
 `forget_fingerprints` (experiments.prepare_data --rehash). Eval files that are train files (by
-real path or by content) are refused.
+device and inode, i.e. through links, or by content) are refused.
 `corpus.json` records the corpus digest (`corpus_digest`), each file's path, size, time and
 SHA-256 (of its chunk digests), and the shards of each split with their document and byte counts.
 
 The splits are the shards in file order, read through one grain source each (no joined copy),
 so the documents are the same whatever the number of workers. Held out when `eval_files` is
-empty: a document goes to eval when a stable hash of its text falls in the lowest
-`data.eval_percent` percent (default 1%), so duplicates never straddle the split and the choice
-does not depend on file order or chunking.
+empty (`data.eval_holdout_by`): a file, or a document, goes to eval when a stable hash of its
+first bytes (or of its text) falls in the lowest `data.eval_percent` percent (default 1%), so
+no file is in both splits (or duplicates never straddle the split), and the choice does not
+depend on file order or chunking.
 
 Shards are written under a lock of their own (store/cache_lock.py) through a temporary name and a
 rename, with a sidecar holding their counts (store/cache_integrity.py), so a killed preparation
@@ -81,118 +87,251 @@ class Corpus:
   directory: str  # <data_dir>/<name>: the manifest, tokenizers/ and packed/
   digest: str  # SHA-256 of the content and reading settings
   records: dict  # split -> grain.MapDataset over the split's shards
-  shards: dict  # split -> [(path, documents, text bytes)] in file order (documents > 0)
+  # split -> [(shard path, first, stop, text bytes)]: documents [first, stop) of a shard are one
+  # file's (or one range of a large file's), in file order (stop > first)
+  segments: dict
   text_bytes: dict  # split -> UTF-8 bytes of its documents
 
 
 @dataclasses.dataclass(frozen=True)
 class _Chunk:
-  """One job: bytes [start, end) of a file (nominal; the worker settles exact bounds), read
-  into one shard per split it feeds."""
+  """One job, read into one shard per split it feeds: a byte range of a large file, or several
+  small files whole (consecutive in file order: per file, a shard and its sidecar, lock and
+  fingerprint cost more than reading it). `pieces`: ((path, size, start, end), ...), nominal
+  bounds (the worker settles exact ones)."""
 
-  path: str
-  size: int
-  start: int
-  end: int
+  pieces: tuple
   split: str  # 'train' or 'eval': where its documents go, unless held out
-  held_out: Optional[float]  # eval_percent when a train file's documents are split by hash
+  held_out: Optional[float]  # eval_percent when a train file's documents are split
+  held_out_by: str  # HELD_OUT_BY: what the hash that splits them is of
   text_feature: str
   shard_dir: str
-  known: Optional[tuple] = None  # (start, end, sha256) from the fingerprint index
+  known: Optional[tuple] = None  # ((start, end, sha256), ...) from the fingerprint index
+  # Temporary files in shard_dir when preparation began (cache_integrity.temporaries): the
+  # stale ones of this chunk's shard are among them (one listing for the whole corpus).
+  stale: frozenset = frozenset()
+
+
+# Files under this size may share a shard; a group of them ends after a file whose name hashes
+# to a boundary once the group holds GROUP_MIN_BYTES, or at GROUP_MAX_BYTES / GROUP_MAX_FILES.
+# The boundary depends on the file's name, not its position, so adding, removing or editing a
+# file changes its own group (and rarely the next), not every group after it: the others keep
+# their shards. A group of ~0.5-1 MB is a job of ~0.1 s: enough jobs to keep the workers busy.
+# A group's files are held in memory from their hash to their shard (at most GROUP_MAX_BYTES
+# as stored, a worker).
+SMALL_FILE_BYTES = 1 << 20
+GROUP_MIN_BYTES = 512 << 10
+GROUP_MAX_BYTES = 8 << 20
+GROUP_MAX_FILES = 4096
+_BOUNDARY_ONE_IN = 8
+# data.eval_holdout_by: the unit a held-out fraction is drawn in. 'auto' is 'file' where the
+# corpus has files enough for it (AUTO_FILES_HELD_OUT expected in eval), else 'document'.
+HELD_OUT_BY = ('auto', 'file', 'document')
+AUTO_FILES_HELD_OUT = 5
+# A file's side of a held-out split is a hash of its first bytes (as stored): the same for
+# every range of a large file, read by whichever worker reads the range.
+_SIDE_BYTES = 64 << 10
 
 
 def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Corpus:
   """The corpus of `config`'s files, its chunks read into shards first where needed, by
   `num_workers` processes (None: workers.choose)."""
   shard_dir = os.path.join(data_dir, _SHARD_DIR)
-  held_out = None if config.eval_files else config.eval_percent
-  sources = {'train': text_files.expand(config.train_files, 'train_files')}
+  stats = {}  # path -> os.stat result: one stat a file
+  sources = {'train': text_files.expand(config.train_files, 'train_files', stats)}
   if config.eval_files:
-    sources['eval'] = text_files.expand(config.eval_files, 'eval_files')
-    by_path = ([(p, os.path.realpath(p)) for p in sources[s]] for s in SPLITS)
-    _check_apart(*by_path, 'is the same file as')
-  fingerprints = {s: [text_files.fingerprint(p) for p in paths] for s, paths in sources.items()}
+    sources['eval'] = text_files.expand(config.eval_files, 'eval_files', stats)
+    by_file = ([(p, _file_key(p, stats.get(p))) for p in sources[s]] for s in SPLITS)
+    _check_apart(*by_file, 'is the same file as')
+  held_out = None if config.eval_files else config.eval_percent
+  held_out_by = held_out_unit(config, len(sources['train']))
+  fingerprints = {
+    s: [text_files.fingerprint(p, stats.get(p)) for p in paths] for s, paths in sources.items()
+  }
+  del stats  # ~0.6 KB a file (os.stat_result): not held while the corpus is assembled
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
-  chunks = []  # (split, file index, _Chunk)
+  stale = cache_integrity.temporaries(shard_dir)
+  chunks = []  # (split, first file index, _Chunk)
   for split, files in fingerprints.items():
-    for index, file in enumerate(files):
-      known = _known_chunks(shard_dir, file)
-      ranges = known or text_files.byte_ranges(file['path'], file['bytes'])
-      for chunk_range in ranges:
+    for first, stop in _units(files):
+      unit = files[first:stop]
+      known = _known_chunks(shard_dir, unit)
+      if len(unit) == 1:
+        file = unit[0]
+        ranges = known[0] if known else text_files.byte_ranges(file['path'], file['bytes'])
+        pieces = [((file['path'], file['bytes'], r[0], r[1]),) for r in ranges]
+        knowns = [(tuple(r),) for r in known[0]] if known else [None] * len(ranges)
+      else:
+        pieces = [tuple((f['path'], f['bytes'], 0, f['bytes']) for f in unit)]
+        knowns = [tuple(tuple(k[0]) for k in known)] if known else [None]
+      for chunk_pieces, chunk_known in zip(pieces, knowns):
         chunk = _Chunk(
-          path=file['path'],
-          size=file['bytes'],
-          start=chunk_range[0],
-          end=chunk_range[1],
+          pieces=chunk_pieces,
           split=split,
           held_out=held_out if split == 'train' else None,
+          held_out_by=held_out_by,
           text_feature=config.text_feature,
           shard_dir=shard_dir,
-          known=tuple(chunk_range) if known else None,
+          known=chunk_known,
+          stale=stale,
         )
-        chunks.append((split, index, chunk))
-  todo = [
-    entry for entry in chunks if not (entry[2].known and _is_done(entry[2], entry[2].known[2]))
-  ]
+        chunks.append((split, first, chunk))
+  done_before = {}  # chunk index -> its shard per split, for those published before
+  for index, (_, _, chunk) in enumerate(chunks):
+    if chunk.known and _is_done(outputs := _outputs(chunk, chunk.known)):
+      done_before[index] = outputs
+  todo = [entry for index, entry in enumerate(chunks) if index not in done_before]
   results = {}
   jobs = [c for _, _, c in todo]
-  total = sum(c.end - c.start for c in jobs)
+  total = sum(_nominal_bytes(c) for c in jobs)
   num_workers = min(workers.choose(num_workers, total), max(len(jobs), 1))
   if num_workers > 1:
     _import_meanwhile('grain')
   with Progress('reading', _bytes_read(jobs), total_bytes=total) as progress:
-    for (split, index, chunk), result in zip(
+    for (split, first, chunk), result in zip(
       todo, workers.ordered_results(_read_chunk, jobs, num_workers)
     ):
-      results[split, index, chunk.start] = result
+      results[split, first, chunk.pieces[0][2]] = result
       documents = sum(n['documents'] for n in result['counts'].values())
-      progress.update(chunk.end - chunk.start, documents)
+      progress.update(_nominal_bytes(chunk), documents)
     if todo:
       before = ', the others were read before' if len(todo) < len(chunks) else ''
-      progress.done(f', {num_workers} worker(s) ({len(todo)} of {len(chunks)} chunks read{before})')
-  files = {split: [[] for _ in fingerprints[split]] for split in fingerprints}
-  for split, index, chunk in chunks:
-    result = results.get((split, index, chunk.start)) or _finished(chunk, *chunk.known)
-    files[split][index].append(result)
-  return _assemble(config, data_dir, fingerprints, files)
+      progress.done(
+        f', {num_workers} worker(s) ({len(todo)} of {len(chunks)} chunks read{before})'
+        f'{_held_out_note(held_out, held_out_by)}'
+      )
+  done = [
+    (split, first, chunk, results.get((split, first, chunk.pieces[0][2])))
+    for split, first, chunk in chunks
+  ]
+  done = [
+    entry[:3] + (entry[3] or _finished(entry[2], outputs=done_before[index]),)
+    for index, entry in enumerate(done)
+  ]
+  return _assemble(config, data_dir, fingerprints, done, held_out_by)
+
+
+def _file_key(path: str, info: Optional[os.stat_result] = None):
+  """What tells one file from another: its device and inode (through links; one stat, where
+  os.path.realpath took a stat per path component, ~15 s for 100,000 files), or a remote
+  path."""
+  if '://' in path:
+    return path
+  info = info or os.stat(path)
+  return (info.st_dev, info.st_ino)
+
+
+def held_out_unit(config, num_train_files: int) -> str:
+  """'file' or 'document': what `data.eval_holdout_by` means for a corpus of
+  `num_train_files` files (it matters only without eval_files)."""
+  if config.eval_holdout_by != 'auto':
+    return config.eval_holdout_by
+  expected = num_train_files * config.eval_percent / 100
+  return 'file' if expected >= AUTO_FILES_HELD_OUT else 'document'
+
+
+def _held_out_note(held_out: Optional[float], held_out_by: str) -> str:
+  """The held-out rule, as the reading line names it."""
+  if held_out is None:
+    return ''
+  unit = 'files (no file in both splits)' if held_out_by == 'file' else 'documents'
+  return f'; held out {held_out:g}% of the {unit}, data.eval_holdout_by={held_out_by}'
+
+
+def _units(files: list[dict]) -> list[tuple[int, int]]:
+  """The files [first, stop) read as one unit: a file of SMALL_FILE_BYTES or more alone (in
+  byte ranges where large), smaller consecutive ones in groups (see SMALL_FILE_BYTES)."""
+  units, first, size = [], 0, 0
+  for index, file in enumerate(files):
+    if file['bytes'] >= SMALL_FILE_BYTES:
+      if first < index:
+        units.append((first, index))
+      units.append((index, index + 1))
+      first, size = index + 1, 0
+      continue
+    size += file['bytes']
+    count = index + 1 - first
+    if (
+      (size >= GROUP_MIN_BYTES and _is_boundary(file['path']))
+      or size >= GROUP_MAX_BYTES
+      or count >= GROUP_MAX_FILES
+    ):
+      units.append((first, index + 1))
+      first, size = index + 1, 0
+  if first < len(files):
+    units.append((first, len(files)))
+  return units
+
+
+def _is_boundary(path: str) -> bool:
+  digest = hashlib.sha256(os.path.basename(path).encode()).digest()
+  return int.from_bytes(digest[:4], 'little') % _BOUNDARY_ONE_IN == 0
+
+
+def _nominal_bytes(chunk: _Chunk) -> int:
+  return sum(end - start for _, _, start, end in chunk.pieces)
 
 
 def _bytes_read(jobs) -> str:
   """What the reading phase's MB are: the files' bytes as stored, which for a .gz / .zst file
   are its compressed bytes (the encoding phase counts text), said as such."""
-  compressed = sum(bool(text_files.compression_of(chunk.path)) for chunk in jobs)
+  pieces = [piece for chunk in jobs for piece in chunk.pieces]
+  compressed = sum(bool(text_files.compression_of(piece[0])) for piece in pieces)
   if not compressed:
     return 'files'
-  return 'compressed files' if compressed == len(jobs) else 'files as stored (some compressed)'
+  return 'compressed files' if compressed == len(pieces) else 'files as stored (some compressed)'
 
 
 def forget_fingerprints(config, data_dir: str) -> int:
   """Forgets the digests remembered under `data_dir` of `config`'s files (none where it names
-  no files), so the next preparation hashes each again; returns how many were forgotten."""
+  no files), so the next preparation hashes each again; returns how many files' were
+  forgotten."""
   if not config.train_files:
     return 0
   shard_dir = os.path.join(data_dir, _SHARD_DIR)
-  paths = text_files.expand(config.train_files, 'train_files')
+  sources = [text_files.expand(config.train_files, 'train_files')]
   if config.eval_files:
-    paths += text_files.expand(config.eval_files, 'eval_files')
+    sources.append(text_files.expand(config.eval_files, 'eval_files'))
   forgotten = 0
-  for path in paths:
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(_fingerprint_path(shard_dir, text_files.fingerprint(path)))
-      forgotten += 1
+  for paths in sources:
+    files = [text_files.fingerprint(path) for path in paths]
+    for first, stop in _units(files):
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(_fingerprint_path(shard_dir, files[first:stop]))
+        forgotten += stop - first
   return forgotten
 
 
-def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
-  """The corpus from every chunk's result ({split: [[chunk result] per file]}): its digest,
-  manifest and split sources; remembers each file's chunk digests under its fingerprint."""
+def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by: str) -> Corpus:
+  """The corpus from every chunk's result (`done`: (split, first file index, chunk, result) in
+  file order): its digest, manifest and split sources; remembers each unit's chunk digests
+  under its files' fingerprints."""
   shard_dir = os.path.join(data_dir, _SHARD_DIR)
+  # Per file: [(start, end, sha256)] of its ranges, and its documents in either split.
+  ranges = {split: [[] for _ in files] for split, files in fingerprints.items()}
+  documents = {split: [0] * len(files) for split, files in fingerprints.items()}
+  segments = {split: [] for split in SPLITS}
+  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
+  for split, first, chunk, result in done:
+    for offset, piece in enumerate(result['pieces']):
+      ranges[split][first + offset].append((piece['start'], piece['end'], piece['sha256']))
+    for part, path in result['outputs'].items():
+      begin = 0
+      for offset, (docs, text_bytes) in enumerate(result['piece_counts'][part]):
+        documents[split][first + offset] += docs
+        counts[part]['documents'] += docs
+        counts[part]['text_bytes'] += text_bytes
+        if docs:
+          segments[part].append((path, begin, begin + docs, text_bytes))
+        begin += docs
   identity = {'revision': _REVISION, 'text_feature': config.text_feature}
   if not config.eval_files:
     identity['eval_percent'] = config.eval_percent
+    if held_out_by != 'document':  # the rule before there was a choice: its digests stay
+      identity['eval_holdout_by'] = held_out_by
   for split in fingerprints:
     identity[f'{split}_files'] = [
-      _file_identity(file, chunks) for file, chunks in zip(fingerprints[split], files[split])
+      _file_identity(file, chunks) for file, chunks in zip(fingerprints[split], ranges[split])
     ]
   if 'eval' in fingerprints:
     by_content = (
@@ -201,133 +340,219 @@ def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
     )
     _check_apart(*by_content, 'has the same content as')
   digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-  shards = {split: [] for split in SPLITS}
-  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
   manifest = dict(identity, corpus_digest=digest)
-  for split in fingerprints:
-    for file, chunks in zip(fingerprints[split], files[split]):
-      if not sum(n['documents'] for c in chunks for n in c['counts'].values()):
+  for split, files in fingerprints.items():
+    for file, count in zip(files, documents[split]):
+      if not count:
         raise DataError(f'{file["path"]}: the file is empty (no document in it).')
-      for chunk in chunks:
-        for part, path in chunk['outputs'].items():
-          for key in _COUNTS:
-            counts[part][key] += chunk['counts'][part][key]
-          if chunk['counts'][part]['documents']:
-            shards[part].append((path, *(chunk['counts'][part][k] for k in _COUNTS)))
-      _remember(shard_dir, file, [(c['start'], c['end'], c['sha256']) for c in chunks])
+    for first, stop in _units(files):
+      _remember(shard_dir, files[first:stop], ranges[split][first:stop])
     manifest[f'{split}_files'] = [
-      dict(file, **_file_identity(file, chunks))
-      for file, chunks in zip(fingerprints[split], files[split])
+      dict(file, **file_identity) for file, file_identity in zip(files, identity[f'{split}_files'])
     ]
   for split in SPLITS:
     if not counts[split]['documents']:
-      raise DataError(_empty_split_message(config, split, counts, fingerprints['train']))
+      raise DataError(
+        _empty_split_message(config, split, counts, fingerprints['train'], held_out_by)
+      )
+  shards = {s: {} for s in SPLITS}  # split -> {shard path: documents}, in file order
+  for split in SPLITS:
+    for path, first, stop, _ in segments[split]:
+      shards[split][path] = shards[split].get(path, 0) + stop - first
   manifest['splits'] = {
-    s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n, _ in shards[s]])
+    s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n in shards[s].items()])
     for s in SPLITS
   }
   name = 'files-' + digest[:12]
   directory = os.path.join(data_dir, name)
   os.makedirs(directory, exist_ok=True)
-  atomic_files.write_json(os.path.join(directory, MANIFEST), manifest)
+  # no indentation: json's C encoder (the Python one took ~2 s for 100,000 files)
+  atomic_files.write_json(os.path.join(directory, MANIFEST), manifest, indent=None)
   return Corpus(
     name=name,
     directory=directory,
     digest=digest,
-    records={s: _open([p for p, _, _ in shards[s]], config.text_feature) for s in SPLITS},
-    shards=shards,
+    records={s: _open(list(shards[s]), config.text_feature) for s in SPLITS},
+    segments=segments,
     text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
   )
 
 
-def _file_identity(file: dict, chunk_results: list[dict]) -> dict:
+def _file_identity(file: dict, chunks: list[tuple]) -> dict:
   """A file as the corpus digest sees it: its format and the digest of its chunks' digests
   (not its path or time)."""
-  chunk_digests = ''.join(c['sha256'] for c in chunk_results)
+  chunk_digests = ''.join(sha256 for _, _, sha256 in chunks)
   return {
     'format': text_files.format_of(file['path']) + text_files.compression_of(file['path']),
     'sha256': hashlib.sha256(chunk_digests.encode()).hexdigest(),
   }
 
 
+def _bucket(digest: bytes) -> int:
+  """Where a SHA-256 digest falls in 10,000 buckets (the lowest eval_percent * 100 are held
+  out)."""
+  return int.from_bytes(digest[:8], 'little') % 10_000
+
+
 def is_held_out(text: str, eval_percent: float) -> bool:
   """A document's side of the held-out split: a stable hash of its text, not its position."""
-  bucket = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], 'little') % 10_000
-  return bucket < eval_percent * 100
+  return _bucket(hashlib.sha256(text.encode()).digest()) < eval_percent * 100
 
 
-def _shard_outputs(chunk: _Chunk, sha256: str) -> dict[str, str]:
-  """{split: path} of the shard holding the chunk whose exact bytes hash to `sha256`."""
+def is_held_out_file(head_sha256: str, eval_percent: float) -> bool:
+  """A file's side (data.eval_holdout_by=file): `head_sha256`, the SHA-256 of its first
+  _SIDE_BYTES as stored, so a copied or renamed file stays on its side."""
+  return _bucket(bytes.fromhex(head_sha256)) < eval_percent * 100
+
+
+def _head_sha256(
+  path: str, size: int, start: int, end: int, sha256: str, data: Optional[bytes] = None
+) -> str:
+  """The SHA-256 of the file's first _SIDE_BYTES; that of the range [start, end) when the range
+  is exactly those bytes, from `data` (the file's bytes from 0) where read already."""
+  head = min(size, _SIDE_BYTES)
+  if (start, end) == (0, head):
+    return sha256
+  if data is not None and start == 0:
+    return hashlib.sha256(data[:head]).hexdigest()
+  return text_files.sha256_of_range(path, 0, head)
+
+
+def _shard_outputs(chunk: _Chunk, sha256s: tuple) -> dict[str, str]:
+  """{split: path} of the shard holding the chunk whose pieces' exact bytes hash to
+  `sha256s`."""
   key = {
-    'sha256': sha256,
-    'format': text_files.format_of(chunk.path),
     'split': chunk.split,
     'held_out': chunk.held_out,
     'text_feature': chunk.text_feature,
     'revision': _REVISION,
   }
+  formats = [text_files.format_of(path) for path, *_ in chunk.pieces]
+  if len(chunk.pieces) == 1:  # a file or a range alone: named as before files were grouped
+    key.update(sha256=sha256s[0], format=formats[0])
+  else:
+    key.update(sha256s=list(sha256s), formats=formats)
+  if chunk.held_out is not None and chunk.held_out_by != 'document':
+    key['held_out_by'] = chunk.held_out_by
   name = 'shard-' + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
   splits = SPLITS if chunk.held_out is not None else (chunk.split,)
   return {s: os.path.join(chunk.shard_dir, f'{name}-{s}.array_record') for s in splits}
 
 
-def _is_done(chunk: _Chunk, sha256: str) -> bool:
-  return all(cache_integrity.problem(p) is None for p in _shard_outputs(chunk, sha256).values())
+def _is_done(outputs: dict[str, str]) -> bool:
+  return all(cache_integrity.problem(p) is None for p in outputs.values())
 
 
-def _finished(chunk: _Chunk, start: int, end: int, sha256: str) -> dict:
-  outputs = _shard_outputs(chunk, sha256)
-  counts = {}
+def _outputs(chunk: _Chunk, exact: tuple) -> dict[str, str]:
+  return _shard_outputs(chunk, tuple(sha256 for _, _, sha256 in exact))
+
+
+def _finished(chunk: _Chunk, exact: Optional[tuple] = None, outputs=None) -> dict:
+  """The result of a chunk whose shard is published: its pieces' exact (start, end, sha256)
+  (`exact`, else those remembered), the shard per split (`outputs`, where known) and its
+  documents' counts per piece."""
+  exact = exact or chunk.known
+  outputs = outputs or _outputs(chunk, exact)
+  counts, piece_counts = {}, {}
   for split, path in outputs.items():
-    with open(cache_integrity.sidecar_path(path)) as f:
-      record = json.load(f)
+    record = cache_integrity.read_record(path)
     counts[split] = {'documents': record['documents'], 'text_bytes': record['text_bytes']}
-  return {'start': start, 'end': end, 'sha256': sha256, 'outputs': outputs, 'counts': counts}
+    # A shard of one piece (written before files were grouped) records only its totals.
+    piece_counts[split] = record.get('pieces') or [[record['documents'], record['text_bytes']]]
+  pieces = [{'start': start, 'end': end, 'sha256': sha256} for start, end, sha256 in exact]
+  return {'pieces': pieces, 'outputs': outputs, 'counts': counts, 'piece_counts': piece_counts}
 
 
 def _read_chunk(chunk: _Chunk) -> dict:
-  """Settles the chunk's exact bytes and their hash, then writes its shard unless a shard of
-  the same content exists (under the shard's lock). Runs in a worker process."""
-  if chunk.known:  # the file's fingerprint is unchanged: its bounds and hash are remembered
-    start, end, sha256 = chunk.known
-  else:
-    start, end = text_files.exact_range(chunk.path, chunk.start, chunk.end, chunk.size)
-    sha256 = text_files.sha256_of_range(chunk.path, start, end)
-  outputs = _shard_outputs(chunk, sha256)
+  """Settles the chunk's exact bytes and their hashes, then writes its shard unless a shard of
+  the same content exists (under the shard's lock). Runs in a worker process. A small file is
+  read once: hashed and parsed from the same bytes (three opens a file were most of the cost
+  of a corpus of tiny files); a larger one is hashed, read, and hashed again."""
+  exact, contents = [], []
+  for index, (path, size, start, end) in enumerate(chunk.pieces):
+    known = chunk.known[index] if chunk.known else None
+    if _read_at_once(path, size, start, end):
+      data = text_files.read_range(path, 0, size)
+      exact.append((0, size, hashlib.sha256(data).hexdigest()))
+      if known and tuple(known) != exact[-1]:
+        raise _changed_error(path, (0, size))
+      contents.append(data)
+      continue
+    if known:  # the file's fingerprint is unchanged: bounds and hash are remembered
+      exact.append(tuple(known))
+    else:
+      start, end = text_files.exact_range(path, start, end, size)
+      exact.append((start, end, text_files.sha256_of_range(path, start, end)))
+    contents.append(None)
+  exact = tuple(exact)
+  outputs = _outputs(chunk, exact)
   name = os.path.basename(outputs[chunk.split]).rsplit('-', 1)[0]
   with cache_lock.exclusive_lock(chunk.shard_dir, name):
-    if not _is_done(chunk, sha256):
+    if not _is_done(outputs):
       for path in outputs.values():
-        cache_integrity.remove_stale_temporaries(path)
-      _write_shard(chunk, (start, end), sha256, outputs)
-  return _finished(chunk, start, end, sha256)
+        cache_integrity.remove_stale_temporaries(path, chunk.stale)
+      _write_shard(chunk, exact, outputs, contents)
+  return _finished(chunk, exact, outputs)
 
 
-def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]) -> None:
-  """Each split's documents into `<shard>.tmp.<pid>`, published with a sidecar of its counts
-  (a kill between two publications leaves the shard unfinished: it is read again, whole)."""
+def _read_at_once(path: str, size: int, start: int, end: int) -> bool:
+  """Whether a piece is a small local file read whole (Parquet reads its own way)."""
+  return (
+    (start, end) == (0, size)
+    and size < SMALL_FILE_BYTES
+    and '://' not in path
+    and text_files.format_of(path) != '.parquet'
+  )
+
+
+def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str], contents: list) -> None:
+  """Each split's documents into `<shard>.tmp.<pid>`, published with a sidecar of its counts,
+  in all and per piece (a kill between two publications leaves the shard unfinished: it is
+  read again, whole). `contents`: per piece, its bytes already read and hashed, or None (then
+  the piece is read from its file and hashed again)."""
   from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
   tmp = {split: f'{path}.tmp.{os.getpid()}' for split, path in outputs.items()}
   counts = {split: {'documents': 0, 'text_bytes': 0} for split in outputs}
+  piece_counts = {split: [] for split in outputs}
   writers = {}
   try:
     for split, path in tmp.items():
       writers[split] = array_record_module.ArrayRecordWriter(path, _SHARD_OPTIONS)
-    for text in text_files.documents(chunk.path, chunk.text_feature, byte_range):
-      data = text.encode()
-      split = chunk.split
-      if chunk.held_out is not None:
-        split = 'eval' if is_held_out(text, chunk.held_out) else 'train'
-      writers[split].write(data)
-      counts[split]['documents'] += 1
-      counts[split]['text_bytes'] += len(data)
+    for (path, size, _, _), (start, end, sha256), content in zip(chunk.pieces, exact, contents):
+      for split in outputs:
+        piece_counts[split].append([0, 0])
+      side = chunk.split
+      if chunk.held_out is not None and chunk.held_out_by == 'file':
+        head = _head_sha256(path, size, start, end, sha256, content)
+        side = 'eval' if is_held_out_file(head, chunk.held_out) else 'train'
+      for text in text_files.documents(path, chunk.text_feature, (start, end), content):
+        data = text.encode()
+        split = side
+        if chunk.held_out is not None and chunk.held_out_by == 'document':
+          split = 'eval' if is_held_out(text, chunk.held_out) else 'train'
+        writers[split].write(data)
+        piece_counts[split][-1][0] += 1
+        piece_counts[split][-1][1] += len(data)
+      if content is None:
+        _check_unchanged(path, (start, end), sha256)
     for split in list(writers):
       writers.pop(split).close()
-    _check_unchanged(chunk, byte_range, sha256)
-    source = {'path': chunk.path, 'start': byte_range[0], 'end': byte_range[1], 'sha256': sha256}
+    sources = [
+      {'path': path, 'start': start, 'end': end, 'sha256': sha256}
+      for (path, *_), (start, end, sha256) in zip(chunk.pieces, exact)
+    ]
     for split, path in outputs.items():
-      cache_integrity.publish(tmp[split], path, dict(source=source, split=split, **counts[split]))
+      counts[split]['documents'] = sum(n for n, _ in piece_counts[split])
+      counts[split]['text_bytes'] = sum(b for _, b in piece_counts[split])
+      record = dict(split=split, **counts[split])
+      if len(sources) == 1:  # as before files were grouped
+        record['source'] = sources[0]
+      else:  # its files are listed in their fingerprint record (group-<hash>.json)
+        record.update(files=len(sources), first=sources[0], last=sources[-1])
+        record['pieces'] = piece_counts[split]
+      # a group's record lists its files: no indentation (json's C encoder)
+      cache_integrity.publish(tmp[split], path, record, indent=2 if len(sources) == 1 else None)
   finally:
     for writer in writers.values():
       try:  # a full disk makes close() fail again: the first error is the one to report
@@ -339,48 +564,70 @@ def _write_shard(chunk: _Chunk, byte_range, sha256: str, outputs: dict[str, str]
         os.remove(path)
 
 
-def _check_unchanged(chunk: _Chunk, byte_range, sha256: str) -> None:
+def _check_unchanged(path: str, byte_range, sha256: str) -> None:
   """The bytes just read still hash to `sha256` (what names the shard), or one DataError line:
   the file was rewritten in place since it was hashed (or since its digest was remembered under
   the same size and modification time). A file appended to is read only to its hashed end, so
   this holds for it."""
-  if text_files.sha256_of_range(chunk.path, *byte_range) != sha256:
-    raise DataError(
-      f'{chunk.path}: its bytes {byte_range[0]:,}-{byte_range[1]:,} changed while it was '
-      'prepared (they no longer hash to what was hashed before reading, or to the digest '
-      'remembered for its size and modification time): prepare again once nothing writes to '
-      'it, with experiments.prepare_data --rehash to hash every file again.'
-    )
+  if text_files.sha256_of_range(path, *byte_range) != sha256:
+    raise _changed_error(path, byte_range)
 
 
-def _fingerprint_path(shard_dir: str, file: dict) -> str:
-  digest = hashlib.sha256(file['path'].encode()).hexdigest()[:24]
+def _changed_error(path: str, byte_range) -> DataError:
+  return DataError(
+    f'{path}: its bytes {byte_range[0]:,}-{byte_range[1]:,} changed while it was '
+    'prepared (they no longer hash to what was hashed before reading, or to the digest '
+    'remembered for its size and modification time): prepare again once nothing writes to '
+    'it, with experiments.prepare_data --rehash to hash every file again.'
+  )
+
+
+def _fingerprint_path(shard_dir: str, files: list[dict]) -> str:
+  """Where the chunk digests of a unit of files are remembered (a file alone: under its path,
+  as before files were grouped)."""
+  if len(files) == 1:
+    digest = hashlib.sha256(files[0]['path'].encode()).hexdigest()[:24]
+  else:
+    paths = '\n'.join(file['path'] for file in files)
+    digest = 'group-' + hashlib.sha256(paths.encode()).hexdigest()[:24]
   return os.path.join(shard_dir, _FINGERPRINT_DIR, f'{digest}.json')
 
 
-def _known_chunks(shard_dir: str, file: dict) -> Optional[list]:
-  """[(start, end, sha256)] of the file when its path, size and time are those remembered."""
+def _known_chunks(shard_dir: str, files: list[dict]) -> Optional[list]:
+  """Per file, [(start, end, sha256)] of its chunks, when the unit's paths, sizes and times are
+  those remembered."""
   try:
-    with open(_fingerprint_path(shard_dir, file)) as f:
+    with open(_fingerprint_path(shard_dir, files)) as f:
       record = json.load(f)
   except (OSError, ValueError):
     return None
-  if record.get('file') != file or record.get('revision') != _REVISION:
+  if record.get('revision') != _REVISION:
     return None
-  return [tuple(c) for c in record['chunks']]
+  if len(files) == 1:
+    if record.get('file') != files[0]:
+      return None
+    return [[tuple(c) for c in record['chunks']]]
+  if record.get('files') != files:
+    return None
+  return [[tuple(c) for c in chunks] for chunks in record['chunks']]
 
 
-def _remember(shard_dir: str, file: dict, chunk_digests: list) -> None:
-  record = {'file': file, 'revision': _REVISION, 'chunks': [list(c) for c in chunk_digests]}
+def _remember(shard_dir: str, files: list[dict], chunk_digests: list) -> None:
+  """Remembers each file's [(start, end, sha256)] under the unit's fingerprints."""
+  record = {'revision': _REVISION}
+  if len(files) == 1:
+    record.update(file=files[0], chunks=[list(c) for c in chunk_digests[0]])
+  else:
+    record.update(files=files, chunks=[[list(c) for c in chunks] for chunks in chunk_digests])
   try:
-    atomic_files.write_json(_fingerprint_path(shard_dir, file), record, indent=None)
+    atomic_files.write_json(_fingerprint_path(shard_dir, files), record, indent=None)
   except OSError:
     pass  # only a shortcut: without it the file is hashed again next time
 
 
 def _check_apart(train: list, held_out: list, relation: str) -> None:
   """DataError when an eval file is a train file. `train`, `held_out`: (path, key) pairs, the
-  key a file's real path or its content digest."""
+  key a file's device and inode or its content digest."""
   train_paths = {}
   for path, key in train:
     train_paths.setdefault(key, path)
@@ -393,7 +640,17 @@ def _check_apart(train: list, held_out: list, relation: str) -> None:
       )
 
 
-def _empty_split_message(config, split: str, counts: dict, train_files: list) -> str:
+def _empty_split_message(
+  config, split: str, counts: dict, train_files: list, held_out_by: str
+) -> str:
+  if split == 'eval' and held_out_by == 'file':
+    return (
+      f'data.train_files={config.train_files!r}: the corpus is too small to hold out '
+      f'data.eval_percent={config.eval_percent}% of its files for evaluation (none of its '
+      f'{len(train_files):,} file(s) fell there; data.eval_holdout_by=file): give '
+      'data.eval_files, raise data.eval_percent, or hold out documents (data.eval_holdout_by='
+      "'document': paragraphs of one file may then be in both splits)."
+    )
   if split == 'eval':
     documents = counts['train']['documents']
     why = f'none of its {documents:,} document(s) fell there'

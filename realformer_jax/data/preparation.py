@@ -448,7 +448,7 @@ class _Sample:
       yield text
 
   def _whole(self):
-    for source, first, stop in self.segments:
+    for source, first, stop in encoding.contiguous(self.segments):
       for begin in range(first, stop, _SAMPLE_READ_DOCUMENTS):
         indices = range(begin, min(begin + _SAMPLE_READ_DOCUMENTS, stop))
         yield from encoding.read_texts(source, indices, self.text_feature)

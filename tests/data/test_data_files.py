@@ -3,6 +3,7 @@ directories), held-out split, manifest, one-line errors naming the file, progres
 fresh data_dir shared by two preparations."""
 
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -84,6 +85,72 @@ def test_without_eval_files_a_stable_fraction_is_held_out(tmp_path):
     data.prepare(
       files_config(tmp_path, train_files=str(tmp_path / 'train-0.txt'), eval_percent=1e-3)
     )
+
+
+_PAGE_WORDS = 'ink quill page margin folio index verse gloss'.split()
+
+
+def _pages(directory, files: int) -> dict:
+  """`files` .txt pages of 3-6 paragraphs, no paragraph in two pages: {path: paragraphs}."""
+  rng = np.random.default_rng(1)
+  pages = {}
+  for i in range(files):
+    path = str(directory / 'pages' / f'page-{i:03d}.txt')
+    pages[path] = [
+      f'page {i} paragraph {j}: ' + ' '.join(rng.choice(_PAGE_WORDS, 8)) for j in range(3 + i % 4)
+    ]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+      f.write('\n\n'.join(pages[path]) + '\n')
+  return pages
+
+
+def test_held_out_text_is_drawn_by_file_so_no_file_is_in_both_splits(tmp_path, caplog):
+  pages = _pages(tmp_path, 80)
+  config = files_config(tmp_path, train_files=str(tmp_path / 'pages'), eval_percent=10.0)
+  with caplog.at_level(logging.WARNING, logger='realformer_jax.data.prepare'):
+    prepared = data.preparation.prepared_data(config)  # auto: 8 files expected in eval
+  assert 'held out 10% of the files (no file in both splits), data.eval_holdout_by=file' in (
+    caplog.text
+  )
+  train, held_out = set(_texts(prepared.train_records)), set(_texts(prepared.eval_records))
+  sides = {
+    path: (set(paragraphs) <= train, set(paragraphs) <= held_out)
+    for path, paragraphs in pages.items()
+  }
+  assert all(in_train != in_eval for in_train, in_eval in sides.values())  # whole files only
+  eval_pages = sorted(p for p, (_, in_eval) in sides.items() if in_eval)
+  assert eval_pages == sorted(
+    p for p in pages if file_corpus.is_held_out_file(_sha256_of(p), 10.0)
+  )  # chosen by content: a renamed or copied page keeps its side
+  assert 2 <= len(eval_pages) <= 20
+
+  # The paragraph rule, kept as an option: every page then has paragraphs in both splits' reach.
+  by_document = files_config(
+    tmp_path, train_files=str(tmp_path / 'pages'), eval_percent=10.0, eval_holdout_by='document'
+  )
+  prepared = data.preparation.prepared_data(by_document)
+  everything = [t for paragraphs in pages.values() for t in paragraphs]
+  assert _texts(prepared.eval_records) == [
+    t for t in everything if file_corpus.is_held_out(t, 10.0)
+  ]
+
+
+def _sha256_of(path: str) -> str:
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()  # a page is under the 64 KB a side hashes
+
+
+def test_holding_out_files_from_too_few_files_is_one_line_naming_the_choice(tmp_path):
+  write_corpus(tmp_path)
+  with pytest.raises(data.DataError, match=r"of its files .*data.eval_holdout_by='document'"):
+    data.prepare(
+      files_config(tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_holdout_by='file')
+    )
+  with pytest.raises(
+    data.DataError, match=r"eval_holdout_by='paragraph' is invalid: must be one of 'auto', 'file'"
+  ):
+    data.data_config(files_config(tmp_path, eval_holdout_by='paragraph'))
 
 
 def test_a_changed_file_gets_a_new_store_never_the_old_one(tmp_path):
@@ -282,6 +349,7 @@ def test_a_killed_preparation_reads_only_unfinished_files_again(tmp_path, monkey
   config = files_config(
     tmp_path, train_files=str(tmp_path / 'train-*.txt'), eval_files=str(tmp_path / 'eval.txt')
   )
+  monkeypatch.setattr(file_corpus, 'SMALL_FILE_BYTES', 0)  # a shard per file, not one group
   read_chunk = file_corpus._read_chunk
   calls = []
 

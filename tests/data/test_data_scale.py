@@ -112,6 +112,7 @@ def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
   """A corpus larger than the tokenizer sample, with files split into byte ranges: the
   documents, tokenizer, packed rows and corpus digest are equal for 1 and 2 processes."""
   monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)  # planned here, so workers follow
+  monkeypatch.setattr(file_corpus, 'SMALL_FILE_BYTES', 40_000)  # files alone, in ranges
   monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)  # several encoding jobs
   os.makedirs(tmp_path / 'tmp')
   monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))  # where workers hand back ids
@@ -133,6 +134,8 @@ def test_one_and_two_workers_prepare_the_same_corpus(tmp_path, monkeypatch):
 
 def _peak_bytes(tmp_path, monkeypatch, name: str, files: int) -> int:
   monkeypatch.setattr(text_files, 'CHUNK_BYTES', 40_000)
+  # A group of small files is held in memory while it is hashed and read: scaled down too.
+  monkeypatch.setattr(file_corpus, 'GROUP_MAX_BYTES', 40_000)
   monkeypatch.setattr(preparation, 'JOB_BYTES', 30_000)
   directory = tmp_path / name
   train = _big_corpus(directory, files=files, docs_per_file=1500)
@@ -253,3 +256,72 @@ def test_worker_pools_skip_the_main_module_unless_a_job_refers_to_it(monkeypatch
     assert hidden is not main and getattr(hidden, '__spec__', None) is None
     assert not hasattr(hidden, '__file__')
   assert sys.modules['__main__'] is main
+
+
+def _many_files(directory, files: int, seed: int = 0) -> str:
+  """`files` small .txt files (1-4 documents each) in three folders; their glob."""
+  rng = np.random.default_rng(seed)
+  words = 'the owl and a cat went to sea in green boat of pea honey money'.split()
+  for i in range(files):
+    os.makedirs(directory / f'part-{i % 3}', exist_ok=True)
+    documents = [' '.join(rng.choice(words, 12)) + '.' for _ in range(rng.integers(1, 5))]
+    (directory / f'part-{i % 3}' / f'page-{i:04d}.txt').write_text('\n\n'.join(documents) + '\n')
+  return str(directory / 'part-*' / '*.txt')
+
+
+def _listings(monkeypatch, under: str) -> list:
+  """The directory listings (os.scandir, which glob and os.walk use, and os.listdir) of paths
+  under `under` from now on."""
+  listed = []
+  for name in ('scandir', 'listdir'):
+    real = getattr(os, name)
+
+    def counted(path='.', real=real):
+      if os.fspath(path).startswith(under):
+        listed.append(os.fspath(path))
+      return real(path)
+
+    monkeypatch.setattr(os, name, counted)
+  return listed
+
+
+def test_per_file_work_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+  """Preparing 4x the files lists the cache's directories as often (once per preparation, not
+  once per file or chunk: a listing of the shard directory per chunk made preparation
+  quadratic in the files), and reads them in groups (a shard per group, not per file)."""
+  monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 0)  # groups of ~8 files: many chunks
+  counts = {}
+  for files in (24, 96):
+    directory = tmp_path / f'corpus-{files}'
+    config = files_config(directory, train_files=_many_files(directory, files), eval_percent=5)
+    listed = _listings(monkeypatch, config.data_dir)
+    corpus = file_corpus.open_corpus(data.config.data_config(config), config.data_dir, 1)
+    monkeypatch.undo()
+    monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 0)
+    shards = [n for n in os.listdir(os.path.join(config.data_dir, 'file-shards')) if '-train.' in n]
+    counts[files] = (len(listed), len(shards), len(corpus.segments['train']))
+  assert counts[24][0] == counts[96][0] <= 2, counts  # listings: constant
+  assert 1 < counts[24][1] < 24 / 2 and counts[96][1] < 96 / 2, counts  # shards: per group
+  assert counts[96][2] > 90  # each file its own segment of its group's shard (a few held out)
+
+
+@pytest.mark.slow
+def test_one_and_two_workers_prepare_the_same_stores_from_many_files(tmp_path, monkeypatch):
+  """Small files read in groups by 2 processes: the same documents, tokenizer, packed rows and
+  digest as 1 process, for both held-out rules."""
+  monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 0)  # planned here, so workers follow
+  monkeypatch.setattr(preparation, 'JOB_BYTES', 3_000)  # several encoding jobs
+  train = _many_files(tmp_path / 'corpus', 300)
+  for rule in ('file', 'document'):
+    results = {}
+    for num_workers in (1, 2):
+      config = _big_corpus_config(tmp_path, train, f'cache-{rule}-{num_workers}')
+      config.update(eval_holdout_by=rule, tokenizer_sample_chars=8_000)
+      results[num_workers] = _prepare_all(config, num_workers)
+    one, two = results[1], results[2]
+    assert one['texts'] == two['texts'] and one['tokenizer'] == two['tokenizer']
+    assert one['digest'] == two['digest'] and one['store'] == two['store']
+    np.testing.assert_array_equal(one['rows'], two['rows'])
+    files = [n for n in os.listdir(tmp_path / f'cache-{rule}-2' / 'file-shards') if '-train.' in n]
+    assert 10 < len(files) < 100  # groups of files, read by both workers
+  workers.close_all()

@@ -18,13 +18,13 @@ def open_source(config: Any, workers: Optional[int] = None) -> OpenedSource:
   corpus = file_corpus.open_corpus(config, data_dir_of(config), workers)
   limit = config.max_documents if config.max_documents > 0 else None
   train_records, eval_records = (corpus.records[s][:limit] for s in ('train', 'eval'))
-  segments, segment_bytes, first = [], [], 0
-  for path, documents, text_bytes in corpus.shards['train']:
-    stop = documents if limit is None else min(documents, limit - first)
-    if stop > 0:
-      segments.append((path, 0, stop))
-      segment_bytes.append(text_bytes if stop == documents else None)
-    first += documents
+  segments, segment_bytes, seen = [], [], 0
+  for path, first, stop, text_bytes in corpus.segments['train']:
+    take = stop - first if limit is None else min(stop - first, limit - seen)
+    if take > 0:
+      segments.append((path, first, first + take))
+      segment_bytes.append(text_bytes if take == stop - first else None)
+    seen += stop - first
   return OpenedSource(
     train_records=train_records,
     eval_records=eval_records,

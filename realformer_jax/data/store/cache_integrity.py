@@ -24,7 +24,6 @@ does a record without these fields (a cache built before they existed: it is reb
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import logging
 import os
@@ -36,15 +35,19 @@ from realformer_jax import atomic_files
 _log = logging.getLogger(__name__)
 _CHUNK_BYTES = 8 << 20
 _FIELDS = ('file_bytes', 'file_crc32', 'file_mtime_ns')
+_TMP = '.tmp.'  # a writer's temporary file: '<name>.tmp.<pid>' (atomic_files.write_bytes, publish)
 
 
 def sidecar_path(path: str) -> str:
   return path + '.json'
 
 
-def publish(tmp_path: str, path: str, record: dict, checksum: Optional[int] = None) -> None:
+def publish(
+  tmp_path: str, path: str, record: dict, checksum: Optional[int] = None, indent: Optional[int] = 2
+) -> None:
   """Publishes the finished file `tmp_path` as `path` with its sidecar (`record` plus size,
-  checksum and time). `checksum`: its zlib.crc32, if the writer computed it on the way."""
+  checksum and time). `checksum`: its zlib.crc32, if the writer computed it on the way.
+  `indent`: None for a long record (json's C encoder runs only without indentation)."""
   stat = os.stat(tmp_path)
   record = dict(
     record,
@@ -52,7 +55,7 @@ def publish(tmp_path: str, path: str, record: dict, checksum: Optional[int] = No
     file_crc32=crc32(tmp_path) if checksum is None else checksum,
     file_mtime_ns=stat.st_mtime_ns,
   )  # a rename keeps the time
-  atomic_files.write_json(sidecar_path(path), record)
+  atomic_files.write_json(sidecar_path(path), record, indent=indent)
   os.replace(tmp_path, path)
 
 
@@ -104,15 +107,29 @@ def read_record(path: str) -> dict:
   return record if isinstance(record, dict) else {}
 
 
-def remove_stale_temporaries(path: str) -> None:
+def temporaries(directory: str) -> frozenset:
+  """The names of the temporary files (`<name>.tmp.<pid>`) in `directory`, in one listing: a
+  preparation lists its shard directory once, not once per entry (that directory grows with
+  the corpus, so a listing per entry made preparation quadratic in the number of files)."""
+  try:
+    return frozenset(name for name in os.listdir(directory) if _TMP in name)
+  except FileNotFoundError:
+    return frozenset()
+
+
+def remove_stale_temporaries(path: str, found: Optional[frozenset] = None) -> None:
   """Removes `<path>.tmp.<pid>` (and its sidecar's) left by a writer that died (kill -9, a full
   disk). Call it holding the entry's cache lock: every writer of `path` holds it while its
-  temporary file exists, so whatever the lock holder finds is stale."""
-  for stale in glob.glob(glob.escape(path) + '.tmp.*') + glob.glob(
-    glob.escape(sidecar_path(path)) + '.tmp.*'
-  ):
-    with contextlib.suppress(OSError):
-      os.remove(stale)
+  temporary file exists, so whatever the lock holder finds is stale. `found`: the names
+  `temporaries(dirname(path))` listed earlier (one listing for many entries); None lists now."""
+  directory, name = os.path.split(path)
+  if found is None:
+    found = temporaries(directory)
+  prefixes = (name + _TMP, os.path.basename(sidecar_path(path)) + _TMP)
+  for stale in found:
+    if stale.startswith(prefixes):
+      with contextlib.suppress(OSError):
+        os.remove(os.path.join(directory, stale))
 
 
 def note_rebuild(path: str, reason: str, action: str) -> None:

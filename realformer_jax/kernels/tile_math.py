@@ -9,11 +9,18 @@ Row statistics are [rows, 1] arrays (m: running max, l: running sum of exp). The
 the log-sum-exp as the pair (m, log l), never as their sum: in a row whose every key is padding
 m is ~-1e9, where float32 steps by 64, and m + log l would lose log l (p would come back as 1
 instead of 1 / L, the row's gradient L times too large).
+The statistics are natural-log units in every kernel (the Mosaic GPU forward feeds the Triton
+dS kernel, and the ring its own). A kernel may still form its exponentials in base 2 (`exp2`:
+the Triton kernels' one-instruction `ex2.approx`, where `jnp.exp` is libdevice's ~8): p =
+2^((z - m) log2 e), with (z - m) formed first as before. Folding log2 e into the scale, the
+divisor and the bias instead would make m a base-2 maximum, whose conversion to natural units
+and back is not exact where m is ~-1e9 (float32 steps by 128 at 1.4e9: p off by 2^128).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +58,17 @@ def drop(x: jax.Array, keep: Optional[jax.Array], keep_prob: float) -> jax.Array
   return jnp.where(keep, x / keep_prob, jnp.zeros_like(x))
 
 
+LOG2E = math.log2(math.e)
+
+Exp2 = Callable[[jax.Array], jax.Array]  # 2^x, element-wise, float32
+
+
+def _exp(exp2: Optional[Exp2]) -> Callable[[jax.Array], jax.Array]:
+  """e^x: jnp.exp, or 2^(x log2 e) by the kernel's `exp2` (one multiply more, no range
+  reduction)."""
+  return jnp.exp if exp2 is None else (lambda x: exp2(x * LOG2E))
+
+
 def initial_state(rows: int, head_dim: int):
   return (
     jnp.full((rows, 1), -jnp.inf, jnp.float32),
@@ -60,13 +78,20 @@ def initial_state(rows: int, head_dim: int):
 
 
 def online_softmax_step(
-  state, z: jax.Array, v: jax.Array, keep: Optional[jax.Array], keep_prob: float
+  state,
+  z: jax.Array,
+  v: jax.Array,
+  keep: Optional[jax.Array],
+  keep_prob: float,
+  exp2: Optional[Exp2] = None,
 ):
-  """One key block of the online softmax: (m, l, o) -> updated, o unnormalised."""
+  """One key block of the online softmax: (m, l, o) -> updated, o unnormalised. `exp2`: the
+  kernel's 2^x (module docstring); None: jnp.exp."""
   m, l, o = state
+  exp = _exp(exp2)
   m_new = jnp.maximum(m, jnp.max(z, axis=-1, keepdims=True))
-  alpha = jnp.exp(m - m_new)
-  p = jnp.exp(z - m_new)
+  alpha = exp(m - m_new)
+  p = exp(z - m_new)
   l_new = alpha * l + jnp.sum(p, axis=-1, keepdims=True)
   o_new = alpha * o + dot(drop(p, keep, keep_prob).astype(v.dtype), v)
   return m_new, l_new, o_new
@@ -86,13 +111,20 @@ def score_gradient(
   v: jax.Array,
   keep: Optional[jax.Array],
   keep_prob: float,
+  exp2: Optional[Exp2] = None,
 ):
   """(dropped probabilities in the compute dtype, d loss / d z) for one tile.
 
   p = exp(z - m - log l) with lse = (m, log l); out = drop(p) V, so dP = drop(dO V^T) and
-  dz = p (dP - delta) with delta = rowsum(dO * out) (= rowsum(dP * p), dropout included)."""
+  dz = p (dP - delta) with delta = rowsum(dO * out) (= rowsum(dP * p), dropout included).
+  `exp2`: the kernel's 2^x (module docstring); None: jnp.exp."""
   m, log_l = lse
-  p = jnp.exp(z - m - log_l)  # (z - m) first: exact where m is a padding row's ~-1e9
+  # (z - m) first: exact where m is a padding row's ~-1e9. In base 2 the row's log l log2 e
+  # is formed once, so each element costs a subtraction, one fused multiply-add and the 2^x.
+  if exp2 is None:
+    p = jnp.exp(z - m - log_l)
+  else:
+    p = exp2((z - m) * LOG2E - log_l * LOG2E)
   p_dropped = drop(p, keep, keep_prob).astype(v.dtype)
   dp = drop(dot_t(do, v), keep, keep_prob)
   return p_dropped, p * (dp - delta)

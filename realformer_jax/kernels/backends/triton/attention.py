@@ -93,6 +93,28 @@ def _ptx_mulhi(x: jax.Array, m: int) -> jax.Array:
   return lax.bitcast_convert_type(high, jnp.uint32)
 
 
+def _exp2(spec: KernelSpec) -> tm.Exp2:
+  """How a kernel forms 2^x for its softmax (tile_math's `exp2`): one PTX `ex2.approx.ftz.f32`
+  compiled for an NVIDIA GPU (Pallas Triton lowers jnp.exp to libdevice's `__nv_expf`, ~8 SASS
+  instructions an element: a range reduction around the same ex2, and jnp.exp2 to
+  `__nv_exp2f`), jnp.exp2 in interpret mode and on ROCm. ex2.approx: relative error 2^-22,
+  subnormal results flushed to 0 (p < 2^-126 of the row's largest)."""
+  if spec.interpret or _on_rocm():
+    return jnp.exp2
+  return _ptx_ex2
+
+
+def _ptx_ex2(x: jax.Array) -> jax.Array:
+  [y] = plgpu.elementwise_inline_asm(
+    'ex2.approx.ftz.f32 $0, $1;',
+    args=[x],
+    constraints='=f,f',
+    pack=1,
+    result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.float32)],
+  )
+  return y
+
+
 def pack_width(spec: KernelSpec) -> int:
   """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
   return min(32, spec.block_k, spec.block_bwd, spec.backward_rows)
@@ -143,24 +165,27 @@ def _forward_kernel(
   if not spec.sum_given:  # with the sum given, no Q K^T
     q = qkv_ref[pl.ds(pl.multiple_of(iq * block_q, block_q), block_q), 0, :]
   scale, inv_div = f_ref[0], f_ref[1]
+  exp2 = _exp2(spec)
 
   def body(j, state):
     ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
+    bias_row = bias_ref[ks][None, :]
     if spec.sum_given:
-      acc = acc_in_ref[:, ks]
+      z = tm.softmax_input(acc_in_ref[:, ks], inv_div, bias_row)
+    elif not spec.carry_out:  # the product scaled once: (scale / divisor) q k^T + bias
+      z = tm.softmax_input(tm.dot_t(q, qkv_ref[ks, 1, :]), scale * inv_div, bias_row)
     else:
       acc = tm.scores(q, qkv_ref[ks, 1, :], scale)
       if spec.carry_in:
         acc = acc_in_ref[:, ks] + acc
-      if spec.carry_out:
-        acc_out_ref[:, ks] = acc
-    z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
+      acc_out_ref[:, ks] = acc
+      z = tm.softmax_input(acc, inv_div, bias_row)
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
       if stores_mask(spec):
         _store_keep(bits_ref, keep, j, block_k, width)
-    return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
+    return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob, exp2)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
   out, (m, log_l) = tm.finish(state)
@@ -279,6 +304,7 @@ def _backward_kernel(
   # grid (key block, batch, head): batch and head index the refs (and the drawn mask's rows)
   jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
+  exp2 = _exp2(spec)
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
   k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
   bias_row = bias_ref[ks][None, :]
@@ -295,8 +321,12 @@ def _backward_kernel(
 
   def tile(qs, k, v, bias_row, keep, acc=None, g_acc=None):
     q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
-    s = tm.scores(q, k, scale)
-    z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
+    if acc is None:  # the product scaled once, as in the forward
+      s = None
+      z = tm.softmax_input(tm.dot_t(q, k), scale * inv_div, bias_row)
+    else:
+      s = tm.scores(q, k, scale) if rebuild else None  # for acc_{l-1} = acc_l - s only
+      z = tm.softmax_input(acc, inv_div, bias_row)
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -305,6 +335,7 @@ def _backward_kernel(
       v,
       keep,
       spec.keep_prob,
+      exp2,
     )
     g = dz * inv_div if g_acc is None else g_acc + dz * inv_div
     return q, do, s, p_dropped, g

@@ -220,7 +220,7 @@ def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes
   saved, today = result['saved'], result['today']
   assert saved['calls']['flash_attention_fwd'] == layers, saved
   assert today['calls']['flash_attention_fwd'] == 2 * layers, today
-  # the tiny masks fit the H100's memory: kept by the remat policy (select.choose_masks), no
+  # the tiny masks fit the H100's memory: kept by the remat policy (kernels/remat_masks.py), no
   # separate mask pass
   assert 'attention_dropout_mask' not in saved['calls'], saved
   assert saved['calls']['flash_attention_bwd'] == today['calls']['flash_attention_bwd'] == layers
@@ -264,30 +264,3 @@ def test_encoder_gradients_under_full_remat_are_todays_bit_for_bit(impl, monkeyp
   today = grads()
   for got, want in zip(jax.tree.leaves(saved), jax.tree.leaves(today)):
     np.testing.assert_array_equal(got, want)
-
-
-def test_remat_masks_are_kept_while_they_fit_and_drawn_beyond(caplog):
-  # select.choose_masks: every layer's mask for one sequence (one bit per score element)
-  # against MASK_SHARE of the device's memory; BERT-Base on an 80 GB H100.
-  base = ModelConfig(remat_policy='full', attention_dropout_rate=0.1)
-  h100 = 80 * 10**9
-  assert select.dropout_masks_bytes(base, 32768) == 12 * 12 * 32768**2 // 8  # 18 GiB
-  assert select.choose_masks(base, 32768, h100).masks == 'stored'
-  drawn = select.choose_masks(base, 65536, h100)
-  assert drawn.masks == 'drawn' and '72 GiB' in drawn.reason
-  assert select.choose_masks(base.replace(remat_dropout_masks='stored'), 65536, h100).masks == (
-    'stored'
-  )
-  # Decided once for a run, and logged; where the masks change nothing, left alone.
-  with caplog.at_level('INFO'):
-    run = select.resolved(base, 65536, h100)
-  assert run.remat_dropout_masks == 'drawn'
-  assert "model.remat_dropout_masks='auto' -> 'drawn'" in caplog.text
-  for unaffected in (base.replace(remat_policy='none'), base.replace(ln_placement='realformer')):
-    assert select.resolved(unaffected, 65536, h100).remat_dropout_masks == 'auto'
-  # The plan follows the config: the kernels keep the masks only where they are stored.
-  kernels_cfg = base.replace(attention_impl='pallas_triton', attention_platform='gpu', max_len=64)
-  assert select.plan(kernels_cfg.replace(remat_dropout_masks='stored'), 64).remat_keeps_masks
-  assert not select.plan(kernels_cfg.replace(remat_dropout_masks='drawn'), 64).remat_keeps_masks
-  with pytest.raises(ConfigError, match="model.remat_dropout_masks='kept': must be one of"):
-    base.replace(remat_dropout_masks='kept')

@@ -5,9 +5,9 @@
 
 Before a device run: compiles, on this CPU host for the target's GPU (JAX_PLATFORMS=cpu, no
 device; ~15 min on 2 cores), every program `python -m benchmarks.device_suite` will time (its
-FULL size: the 32 x 512 step table's Post-LN / RealFormer / Pre-LN / Hugging Face at BERT-Large
-and BERT-Base, bf16; the long rows, BERT-Base batch 1 bf16 remat full dropout 0.1, Post-LN and
-RealFormer qk at its lengths) and `qk` at 131,072 for issue 57's target, and writes each
+FULL size: the 32 x 512 step table's Post-LN / RealFormer / Pre-LN / Hugging Face at BERT-Large,
+bf16; the long rows, BERT-Base batch 1 bf16 remat full dropout 0.1: Post-LN at 65,536 with its
+masks stored and drawn, RealFormer qk on the Triton kernels at 65,536 and 131,072), and writes each
 row's ESTIMATED step (realformer_jax/aot/roofline.py with its constants FROZEN: the file records
 them), its MFU against the one stated peak (aot/targets.mfu_peak_flops), the targets it
 predicts PASS / MISS (benchmarks/device_targets.py) and the suite's parts in order with their
@@ -31,7 +31,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(REPO, 'docs', 'results', 'device_suite')
-EXTRA_LONG = ((131072, 'realformer qk'),)  # issue 57's target row, not in the default run
+EXTRA_LONG = ((131072, 'realformer qk'),)  # issue 57's target row, where the size lists none
 
 
 def _step_rows(size) -> list[tuple]:
@@ -42,6 +42,8 @@ STEP_MODELS = ('post', 'realformer', 'pre', 'hf')
 
 
 def _long_rows(size) -> list[tuple]:
+  if size.long_rows:  # the suite's own rows, in its order
+    return [('long', length, variant) for length, variant in size.long_rows]
   rows = [('long', length, variant) for length in size.lengths for variant in size.long_variants]
   return rows + [('long', length, variant) for length, variant in EXTRA_LONG]
 
@@ -49,7 +51,7 @@ def _long_rows(size) -> list[tuple]:
 def predict_row(row: tuple, target, devices) -> dict:
   """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices."""
   from benchmarks import flops as flops_lib  # pylint: disable=import-outside-toplevel
-  from benchmarks import long_sequences, profiles, steps  # pylint: disable=import-outside-toplevel
+  from benchmarks import profiles, steps  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import roofline, targets  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import build, pretraining  # pylint: disable=import-outside-toplevel
 
@@ -70,7 +72,7 @@ def predict_row(row: tuple, target, devices) -> dict:
     from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
     shape = device_suite._long_shape(device_suite.FULL, key)  # pylint: disable=protected-access
-    overrides = long_sequences.VARIANTS[which]
+    overrides = device_suite.long_variant(which, triton=True)
     config = steps.train_config(
       shape, dropout=0.1, dtype='bfloat16', remat_policy='full', scan_unroll=1, **overrides
     )
@@ -113,15 +115,15 @@ def suite_plan(rows: list[dict]) -> list[dict]:
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
   size = device_suite.FULL
-  default_long = {(length, v) for length in size.lengths for v in size.long_variants}
+  default_long = set(size.long_rows)
   long_s = sum(
     size.long_compile_s + r['estimate_s'] * (1 + size.long_steps)
     for r in rows
     if r['part'] == 'long' and (r['key'], r['model']) in default_long
   )
-  planned = {part: device_suite.expected_s(part, size) for part in device_suite.PARTS}
+  planned = {part: device_suite.expected_s(part, size) for part in device_suite.DEFAULT_PARTS}
   planned['long'] = long_s
-  return [{'part': part, 'planned_s': planned[part]} for part in device_suite.PARTS]
+  return [{'part': part, 'planned_s': planned[part]} for part in device_suite.DEFAULT_PARTS]
 
 
 def _target_figures(rows: list[dict]) -> dict:
@@ -198,9 +200,9 @@ def render(p: dict) -> str:
   lines += [
     '',
     f'Planned in all: ~{total:.0f} s against the {p["budget_s"]:.0f} s budget; a part that '
-    'would not fit what is left is skipped with the reason, the device check last (what it '
-    'finished is kept: INCOMPLETE, not FAIL). The 131,072 row is not in the default run: '
-    '`--parts=long --lengths=131072` times it.',
+    'would not fit what is left is skipped with the reason. The device check is its own call, '
+    f'`--parts=device` (~{p.get("device_s", 200.0):.0f} s planned; what it finishes is kept: '
+    'INCOMPLETE, not FAIL).',
   ]
   return '\n'.join(lines) + '\n'
 
@@ -227,6 +229,7 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
     'targets': _target_figures(rows),
     'plan': suite_plan(rows),
     'budget_s': device_suite.DEFAULT_BUDGET_S,
+    'device_s': device_suite.FULL.device_s,
   }
   os.makedirs(out_dir, exist_ok=True)
   stem = os.path.join(out_dir, f'predictions-{date}')

@@ -1,19 +1,20 @@
-"""model.remat_dropout_masks='auto': a rematerialised layer's attention dropout mask, stored or
-drawn again, whichever is estimated cheaper among those that fit the device.
+"""model.remat_dropout_masks='auto': a rematerialised layer's attention dropout mask stored,
+drawn by a pass per layer, or drawn in the backward's loops, the cheapest that fits the device.
 
 Plain attention (Post-LN / Pre-LN) on the Triton kernels with every layer rematerialised:
-'stored'  the forward writes its mask (one bit per score element) and the remat policy keeps
-          every layer's until the backward reads it: no hash in the backward, the masks of all
-          layers resident at once (BERT-Base, L = 65,536: 12 x [12, L, L] bits = 72 GiB);
-'drawn'   no mask in memory: the backward kernel hashes it again in both of its loops.
+'stored'     the forward writes its mask (one bit per score element) and the remat policy keeps
+             every layer's until the backward reads it: no hash in the backward, the masks of
+             all layers resident at once (BERT-Base, L = 65,536: 12 x [12, L, L] bits = 72 GiB);
+'per_layer'  the forward stores none; before each layer's backward a pass (`draw_mask`) draws
+             that layer's whole mask and the backward reads it: the hash once more, one layer's
+             bits in memory at a time (6 GiB there);
+'drawn'      no mask in memory: the backward kernel hashes it again in both of its loops.
 Each is costed per score element of a layer, forward + backward, from the kernels' SASS for
 sm_90a (deviceless, docs/performance.md: instructions per element of each tile loop, ex2
 softmax) and the mask's HBM bytes, and 'auto' takes the cheapest whose memory fits
 FIT_SHARE of the device beside the program's own peak (`program_bytes`). No fixed share of the
 memory decides: at L = 65,536 BERT-Base stores on an H200 (~105 GiB usable: 72 + ~12 GiB) and
-draws on an H100 (~59 GiB usable).
-A third way, a separate pass drawing one layer's mask just before its backward (the hash once,
-O(one layer) of memory), is not built: the choice is then between these two only.
+takes the per-layer pass on an H100 (~59 GiB usable), cheaper than drawing in both loops.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ FIT_SHARE = 0.9
 
 # SASS instructions per score element (per thread, each tile loop's body over the elements a
 # thread owns), sm_90a, deviceless compile of commit 23b39fa (ex2 softmax), BERT-Base head size:
-# the Post-LN forward storing its mask / not, the backward reading it / drawing it in both loops.
-# docs/performance.md, "SASS per score element".
-INSTRUCTIONS = {'stored': 44.3 + 39.6, 'drawn': 31.2 + 76.9}
+# the Post-LN forward storing its mask (44.3) / not (31.2), the backward reading it (39.6) /
+# drawing it in both loops (76.9), the per-layer pass `attention_dropout_mask` (22.4; 128 x 128
+# tiles, 4 warps). docs/performance.md, "Issue 64".
+INSTRUCTIONS = {'stored': 44.3 + 39.6, 'per_layer': 31.2 + 22.4 + 39.6, 'drawn': 31.2 + 76.9}
 # HBM bytes per score element: the mask written once (1/8) and read by the backward's two loops
 # (a column strip and a row strip: 2/8); drawn: none.
-HBM_BYTES = {'stored': 3 / 8, 'drawn': 0.0}
+HBM_BYTES = {'stored': 3 / 8, 'per_layer': 3 / 8, 'drawn': 0.0}
 # One HBM byte in CUDA-core instruction issue: a Hopper SXM issues 132 SMs x 128 lanes x 1.98
 # GHz = 3.3e13 thread instructions/s against 3.35 TB/s (H100; 4.8 TB/s on an H200: 7), the
 # datasheet figures of realformer_jax/aot/targets.py. The cheaper of the larger.
@@ -53,7 +55,7 @@ WORKING_SET = 3.7
 
 
 class MaskChoice(NamedTuple):
-  masks: str  # 'stored' | 'drawn'
+  masks: str  # 'stored' | 'per_layer' | 'drawn'
   reason: str  # for the log line
 
 
@@ -89,16 +91,17 @@ def cost(masks: str) -> float:
 
 
 def choose_masks(config: ModelConfig, seq_len: int, memory_bytes: Optional[int]) -> MaskChoice:
-  """'stored' or 'drawn' for config.remat_dropout_masks (an explicit choice is kept): the
-  cheapest by `cost` whose memory, with `program_bytes`, fits FIT_SHARE of `memory_bytes`
-  (the device's usable memory); drawn where the device reports no limit."""
+  """'stored', 'per_layer' or 'drawn' for config.remat_dropout_masks (an explicit choice is
+  kept): the cheapest by `cost` whose memory, with `program_bytes`, fits FIT_SHARE of
+  `memory_bytes` (the device's usable memory); drawn where the device reports no limit."""
   if config.remat_dropout_masks != 'auto':
     return MaskChoice(config.remat_dropout_masks, 'set in the config')
   if memory_bytes is None:
     return MaskChoice('drawn', 'the device reports no memory limit')
   elements = config.num_layers * config.num_heads * seq_len * seq_len
   program = program_bytes(config, seq_len)
-  needs = {'stored': dropout_masks_bytes(config, seq_len), 'drawn': 0}
+  every_layer = dropout_masks_bytes(config, seq_len)
+  needs = {'stored': every_layer, 'per_layer': every_layer // config.num_layers, 'drawn': 0}
   fitting = [m for m in needs if program + needs[m] <= FIT_SHARE * memory_bytes]
   masks = min(fitting or ['drawn'], key=cost)
   costs = ', '.join(
@@ -109,7 +112,7 @@ def choose_masks(config: ModelConfig, seq_len: int, memory_bytes: Optional[int])
   return MaskChoice(
     masks,
     f"every layer's mask for one sequence: {config.num_layers} x [{config.num_heads}, "
-    f'{seq_len}, {seq_len}] bits = {_gib(needs["stored"])}; the program ~{_gib(program)}; '
+    f'{seq_len}, {seq_len}] bits = {_gib(every_layer)}; the program ~{_gib(program)}; '
     f"{FIT_SHARE:.0%} of {_gib(memory_bytes)} usable. The attention kernels' CUDA-core work a "
     f'step, estimated from their SASS (kernels/remat_masks.py): {costs}',
   )

@@ -89,8 +89,10 @@ class AttentionPlan:
   # output and row statistics for the backward instead of running again (KernelSpec.for_remat).
   rematerialised: bool = False
   # ... and keeps each layer's dropout mask for the backward (model.remat_dropout_masks
-  # 'stored', or 'auto' decided so by memory: choose_masks); else the backward draws it.
+  # 'stored', or 'auto' decided so: choose_masks), or draws it by a pass before each layer's
+  # backward ('per_layer'); else the backward draws it in its loops.
   remat_keeps_masks: bool = False
+  remat_mask_pass: bool = False
   dropout_generator: str = 'threefry'  # model.dropout_generator: the kernels draw its masks
 
   @property
@@ -240,13 +242,15 @@ def plan(
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
   rematerialised = config.remat_policy != 'none'
+  masks = choose_masks(config, seq_len).masks if rematerialised else None
   return AttentionPlan(
     'pallas',
     backend.name,
     interpret,
     *blocks,
     rematerialised=rematerialised,
-    remat_keeps_masks=rematerialised and choose_masks(config, seq_len).masks == 'stored',
+    remat_keeps_masks=masks == 'stored',
+    remat_mask_pass=masks == 'per_layer',
     dropout_generator=config.dropout_generator,
   )
 

@@ -58,9 +58,12 @@ def _layer_loss(plan: AttentionPlan, policy):
   return jax.checkpoint(layer, policy=policy), qkv
 
 
-def _plans(backend, keeps_masks=False):
+def _plans(backend, keeps_masks=False, mask_pass=False):
   today = AttentionPlan('pallas', backend, True, 16, 16, 16)
-  return today, dataclasses.replace(today, rematerialised=True, remat_keeps_masks=keeps_masks)
+  saved = dataclasses.replace(
+    today, rematerialised=True, remat_keeps_masks=keeps_masks, remat_mask_pass=mask_pass
+  )
+  return today, saved
 
 
 @pytest.mark.parametrize('backend', ['triton', 'mosaic'])
@@ -87,14 +90,28 @@ def test_the_backwards_re_run_holds_no_forward_kernel(backend):
     assert (bits is not None) == (keeps and backend == 'triton')
 
 
+def test_a_per_layer_mask_pass_draws_the_mask_once_before_the_backward():
+  # model.remat_dropout_masks='per_layer' (Triton): the forward stores no mask; the backward
+  # first draws the layer's whole mask by one pass and its loops read it (the hash once, one
+  # layer's bits in memory at a time).
+  _, plan = _plans('triton', mask_pass=True)
+  loss, qkv = _layer_loss(plan, REMAT_POLICIES['full'])
+  program = jax.make_jaxpr(jax.grad(loss))(qkv)
+  assert _calls(program, 'attention_dropout_mask') == 1
+  assert _calls(program, FORWARD) == 1 and _calls(program, BACKWARD['triton']) == 1
+  with pytest.raises(ValueError, match='mask_pass is for a rematerialised layer'):
+    KernelSpec('triton', False, False, 230, 2, 16, 16, 16, mask_pass=True)
+
+
 @pytest.mark.slow  # ~30-50 s on 2 cores: four interpret-mode kernel runs
 @pytest.mark.parametrize(
-  'backend,keeps_masks', [('triton', False), ('triton', True), ('mosaic', False)]
+  'backend,masks',
+  [('triton', 'drawn'), ('triton', 'stored'), ('triton', 'per_layer'), ('mosaic', 'drawn')],
 )
-def test_saved_attention_gradients_are_todays_bit_for_bit(backend, keeps_masks):
-  # The mask the backward draws in its loops, or the forward's kept by the remat policy, is
-  # the one the forward used: the same gradients to the bit.
-  today, saved = _plans(backend, keeps_masks)
+def test_saved_attention_gradients_are_todays_bit_for_bit(backend, masks):
+  # The mask the backward draws in its loops or by a pass first, or the forward's kept by the
+  # remat policy, is the one the forward used: the same gradients to the bit.
+  today, saved = _plans(backend, masks == 'stored', masks == 'per_layer')
   loss_today, qkv = _layer_loss(today, TODAY)
   loss_saved, _ = _layer_loss(saved, REMAT_POLICIES['full'])
   g_today, g_saved = jax.grad(loss_today)(qkv), jax.grad(loss_saved)(qkv)

@@ -22,7 +22,9 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           attention a second loop of the program recomputes its query block's dQ instead.
           Given no mask (`bits=None`, a rematerialised layer that keeps none), each of its two
           loops draws the tiles it needs (the forward's hash, dropout_tiles.py): no separate
-          pass and no [L, L]-sized buffer, the hash twice per element instead of once.
+          pass and no [L, L]-sized buffer, the hash twice per element instead of once; or,
+          with `spec.mask_pass`, `draw_mask` first draws the layer's whole mask (the hash once,
+          one layer's bits in memory) and both loops read it.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
 backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
 products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
@@ -142,6 +144,45 @@ def stores_mask(spec: KernelSpec) -> bool:
   """Whether the forward writes the dropout mask for the backward (a rematerialised layer's
   only where the remat policy keeps it: `keeps_mask`)."""
   return spec.dropout and (not spec.for_remat or spec.keeps_mask)
+
+
+def _mask_kernel(i_ref, bits_ref, *, spec: KernelSpec, seq_len: int):
+  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  block_q, block_k, width = spec.block_q, spec.block_k, pack_width(spec)
+
+  def body(j, carry):
+    keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
+    _store_keep(bits_ref, keep, j, block_k, width)
+    return carry
+
+  lax.fori_loop(0, seq_len // block_k, body, 0)
+
+
+def draw_mask(batch: int, heads: int, seq_len: int, iparams, spec: KernelSpec):
+  """The dropout mask the forward would have stored, [B, H, L, L / width] uint32: the same
+  hash of the same global positions and the same packing, alone (no scores): a rematerialised
+  layer's backward with `spec.mask_pass`."""
+  width = pack_width(spec)
+  elements = batch * heads * seq_len * seq_len
+  return pl.pallas_call(
+    functools.partial(_mask_kernel, spec=spec, seq_len=seq_len),
+    grid=(seq_len // spec.block_q, batch, heads),
+    in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,))],
+    out_specs=_mask_spec(spec, seq_len),
+    out_shape=jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32),
+    interpret=spec.interpret,
+    compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+    metadata={
+      'flops': '0',
+      'bytes_accessed': str(elements // 8),
+      'float_ops': '0',
+      'transcendentals': '0',
+      'int_ops': str(int((HASH_OPS_PER_ELEMENT[spec.generator] + 2) * elements)),  # forward's
+      'l2_bytes': str(elements // 8),
+      'atomics': '0',
+    },
+    name='attention_dropout_mask',
+  )(iparams)
 
 
 def _forward_kernel(
@@ -396,8 +437,11 @@ def backward(
   rebuild: bool = False,
 ):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
-  (dropout only; None: the kernel's loops draw it again). See the module docstring."""
+  (dropout only; None: `draw_mask` draws it first with `spec.mask_pass`, else the kernel's
+  loops draw it again). See the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
+  if spec.dropout and bits is None and spec.mask_pass:
+    bits = draw_mask(batch, heads, seq_len, iparams, spec)
   draws = spec.dropout and bits is None
   block = spec.block_bwd
   width = pack_width(spec)

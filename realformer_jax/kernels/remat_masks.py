@@ -29,11 +29,11 @@ from realformer_jax.config import ModelConfig
 FIT_SHARE = 0.9
 
 # SASS instructions per score element (per thread, each tile loop's body over the elements a
-# thread owns), sm_90a, deviceless compile of commit 23b39fa (ex2 softmax), BERT-Base head size:
-# the Post-LN forward storing its mask (44.3) / not (31.2), the backward reading it (39.6) /
-# drawing it in both loops (76.9), the per-layer pass `attention_dropout_mask` (22.4; 128 x 128
+# thread owns), sm_90a, deviceless compile (ex2 softmax, log2 e folded), BERT-Base head size:
+# the Post-LN forward storing its mask (43.8) / not (30.7), the backward reading it (37.9) /
+# drawing it in both loops (75.3), the per-layer pass `attention_dropout_mask` (22.4; 128 x 128
 # tiles, 4 warps). docs/performance.md, "Issue 64".
-INSTRUCTIONS = {'stored': 44.3 + 39.6, 'per_layer': 31.2 + 22.4 + 39.6, 'drawn': 31.2 + 76.9}
+INSTRUCTIONS = {'stored': 43.8 + 37.9, 'per_layer': 30.7 + 22.4 + 37.9, 'drawn': 30.7 + 75.3}
 # HBM bytes per score element: the mask written once (1/8) and read by the backward's two loops
 # (a column strip and a row strip: 2/8); drawn: none.
 HBM_BYTES = {'stored': 3 / 8, 'per_layer': 3 / 8, 'drawn': 0.0}

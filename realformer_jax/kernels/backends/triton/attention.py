@@ -95,8 +95,8 @@ def _ptx_mulhi(x: jax.Array, m: int) -> jax.Array:
   return lax.bitcast_convert_type(high, jnp.uint32)
 
 
-def _exp2(spec: KernelSpec) -> tm.Exp2:
-  """How a kernel forms 2^x for its softmax (tile_math's `exp2`): one PTX `ex2.approx.ftz.f32`
+def _exp2(spec: KernelSpec) -> tm.Elementwise:
+  """How a kernel forms 2^x for its softmax (base 2: tile_math.py): one PTX `ex2.approx.ftz.f32`
   compiled for an NVIDIA GPU (Pallas Triton lowers jnp.exp to libdevice's `__nv_expf`, ~8 SASS
   instructions an element: a range reduction around the same ex2, and jnp.exp2 to
   `__nv_exp2f`), jnp.exp2 in interpret mode and on ROCm. ex2.approx: relative error 2^-22,
@@ -205,22 +205,22 @@ def _forward_kernel(
   iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   if not spec.sum_given:  # with the sum given, no Q K^T
     q = qkv_ref[pl.ds(pl.multiple_of(iq * block_q, block_q), block_q), 0, :]
-  scale, inv_div = f_ref[0], f_ref[1]
+  scale, inv_div2 = f_ref[0], f_ref[1] * tm.LOG2E  # z in base 2 (tile_math.py)
   exp2 = _exp2(spec)
 
   def body(j, state):
     ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
-    bias_row = bias_ref[ks][None, :]
+    bias_row = bias_ref[ks][None, :] * tm.LOG2E
     if spec.sum_given:
-      z = tm.softmax_input(acc_in_ref[:, ks], inv_div, bias_row)
+      z = tm.softmax_input(acc_in_ref[:, ks], inv_div2, bias_row)
     elif not spec.carry_out:  # the product scaled once: (scale / divisor) q k^T + bias
-      z = tm.softmax_input(tm.dot_t(q, qkv_ref[ks, 1, :]), scale * inv_div, bias_row)
+      z = tm.softmax_input(tm.dot_t(q, qkv_ref[ks, 1, :]), scale * inv_div2, bias_row)
     else:
       acc = tm.scores(q, qkv_ref[ks, 1, :], scale)
       if spec.carry_in:
         acc = acc_in_ref[:, ks] + acc
       acc_out_ref[:, ks] = acc
-      z = tm.softmax_input(acc, inv_div, bias_row)
+      z = tm.softmax_input(acc, inv_div2, bias_row)
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
@@ -229,7 +229,7 @@ def _forward_kernel(
     return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob, exp2)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
-  out, (m, log_l) = tm.finish(state)
+  out, (m, log_l) = tm.finish(state, jnp.log2)  # base 2: the backward reads them so
   o_ref[...] = out.astype(o_ref.dtype)
   m_ref[...] = m[:, 0]
   log_l_ref[...] = log_l[:, 0]
@@ -254,7 +254,8 @@ def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
 
 
 def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
-  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, acc_out [B, H, L, L]
+  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each in base 2 (m log2 e, log2 l:
+  tile_math.py), acc_out [B, H, L, L]
   float32 or None (None with `spec.sum_given`, whose acc_in is already acc_l), the dropout
   mask [B, H, L, L / width] uint32 or None)."""
   batch, seq_len, _, heads, head_dim = qkv.shape
@@ -362,12 +363,15 @@ def _backward_kernel(
 
   def tile(qs, k, v, bias_row, keep, acc=None, g_acc=None):
     q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
-    if acc is None:  # the product scaled once, as in the forward
+    # z in base 2, as the forward's (tile_math.py); the product scaled once where no sum is
+    # carried
+    inv_div2, bias2 = inv_div * tm.LOG2E, bias_row * tm.LOG2E
+    if acc is None:
       s = None
-      z = tm.softmax_input(tm.dot_t(q, k), scale * inv_div, bias_row)
+      z = tm.softmax_input(tm.dot_t(q, k), scale * inv_div2, bias2)
     else:
       s = tm.scores(q, k, scale) if rebuild else None  # for acc_{l-1} = acc_l - s only
-      z = tm.softmax_input(acc, inv_div, bias_row)
+      z = tm.softmax_input(acc, inv_div2, bias2)
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),

@@ -15,7 +15,9 @@ import argparse
 import dataclasses
 import sys
 
+from realformer_jax.train import workdir_lock
 from studies import runner
+from studies import runs as runs_lib
 
 
 def parse(argv):
@@ -46,7 +48,16 @@ def main(argv=None):
   if not plan.out or not plan.workdirs:
     sys.exit(f'error: --out and --workdirs: plan {plan.name} at this scale names no default')
   try:
+    for flag in ('out', 'store', 'workdirs'):  # a path through a file: one line, not a traceback
+      if getattr(plan, flag):
+        workdir_lock.check_usable(getattr(plan, flag), f'--{flag}')
+    runner.check_selection(plan, args.runs, plan.store or plan.out)
+  except (ValueError, workdir_lock.WorkdirError) as error:  # runs_lib.ResultError among them
+    sys.exit(f'error: {error}')
+  try:
     results = runner.train(plan, runs=args.runs, data_dir=args.data_dir)
+  except runs_lib.ResultError as error:
+    sys.exit(f'error: {error}')
   except KeyboardInterrupt:  # the training loop saved first (one Ctrl-C), then re-raised
     print(
       f'interrupted: finished runs are in {plan.store or plan.out}/runs; the same command '

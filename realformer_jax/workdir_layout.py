@@ -8,6 +8,9 @@ CONFIG_FILE = 'config.json'  # the validated spec's sections (train/loop.py writ
 CHECKPOINTS = 'checkpoints'  # orbax steps, one folder each (train/checkpointing.py)
 BEST = 'best'  # the best evaluated step, kept apart from the rotated ones
 LOCK_FILE = 'run.lock'  # who holds the workdir (train/workdir_lock.py)
+STEP_RECORD = (
+  'run_record.json'  # in each checkpoint step: the run's config (train/checkpoint_record.py)
+)
 TENSORBOARD = 'tensorboard'  # event files (train/loop.py: MetricWriter)
 
 # What marks a directory as a training run's: an export must not write over one.

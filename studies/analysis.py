@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from studies import stats
-from studies.plan import METRICS, Arm, BestRate, Comparison, Plan, Results, final_metric
+from studies.plan import METRICS, Arm, Comparison, Plan, Results, final_metric
 
 # The spread of one seed and layout's step-1 training loss (before the first update: the same
 # weights, first batch and dropout whatever the rate or budget) that still counts as one recipe.
@@ -109,9 +109,9 @@ def arms_table(plan: Plan, results: Results) -> list[dict]:
 # Comparisons.
 
 
-def _sums(run: Mapping, metric: str) -> tuple[np.ndarray, np.ndarray]:
+def _sums(run: Mapping, metric: str, key: str = 'sequence_sums') -> tuple[np.ndarray, np.ndarray]:
   numerator, denominator = METRICS[metric]
-  sums = run['scored']['sequence_sums']
+  sums = run['scored'][key]
   return np.asarray(sums[numerator], np.float64), np.asarray(sums[denominator], np.float64)
 
 
@@ -120,11 +120,16 @@ def compare(plan: Plan, results: Results, comparison: Comparison) -> Optional[di
   condition = plan.condition(comparison.when, results)
   if condition is False:
     return None
-  runs_a = plan.side_runs(comparison.a, comparison.seeds, results)
-  runs_b = plan.side_runs(comparison.b, comparison.seeds, results)
-  side_a = {s: results[n] for s, n in runs_a.items() if n in results}
-  side_b = {s: results[n] for s, n in runs_b.items() if n in results}
-  finished = [s for s in comparison.seeds if s in side_a and s in side_b]
+  names = ('a', 'b', 'a2', 'b2')[: len(comparison.sides)]
+  sides = {
+    name: {
+      s: results[n]
+      for s, n in plan.side_runs(side, comparison.seeds, results).items()
+      if n in results
+    }
+    for name, side in zip(names, comparison.sides)
+  }
+  finished = [s for s in comparison.seeds if all(s in runs for runs in sides.values())]
   row: dict[str, Any] = {
     'key': comparison.key,
     'label': comparison.label,
@@ -132,43 +137,57 @@ def compare(plan: Plan, results: Results, comparison: Comparison) -> Optional[di
     'test': comparison.test,
     'family': comparison.family,
     'expected_sign': comparison.expected,
-    'a': side_dict(plan, results, comparison.a),
-    'b': side_dict(plan, results, comparison.b),
+    **{name: side_dict(plan, results, side) for name, side in zip(names, comparison.sides)},
     'planned_seeds': list(comparison.seeds),
     'finished_seeds': finished,
     'complete': condition is True and len(finished) == len(comparison.seeds),
     'learned': {
-      'a': [bool(side_a[s].get('learned')) for s in sorted(side_a)],
-      'b': [bool(side_b[s].get('learned')) for s in sorted(side_b)],
+      name: [bool(runs[s].get('learned')) for s in sorted(runs)] for name, runs in sides.items()
     },
     'diverged': [
       s
       for s in comparison.seeds
-      if any((side.get(s) or {}).get('diverged_at_step') is not None for side in (side_a, side_b))
+      if any((runs.get(s) or {}).get('diverged_at_step') is not None for runs in sides.values())
     ],
     'comparison': None,
   }
+  side_a, side_b = sides['a'], sides['b']
   if comparison.test == 'failures':
     if row['complete']:
       row['failures'] = failure_test(
         plan, [side_a[s] for s in finished], [side_b[s] for s in finished]
       )
     return row
-  scored = [s for s in finished if side_a[s].get('scored') and side_b[s].get('scored')]
+  scored = [s for s in finished if all(runs[s].get('scored') for runs in sides.values())]
   row['seeds'] = scored
   if len(scored) < 2:
     return row
-  sums_a = [_sums(side_a[s], comparison.metric) for s in scored]
-  sums_b = [_sums(side_b[s], comparison.metric) for s in scored]
-  count = sums_a[0][1]
-  if any(not np.array_equal(d, count) for _, d in sums_a + sums_b):
-    raise ValueError(f'{plan.name} {comparison.key}: runs scored on different eval sets')
-  result = stats.paired_ratio_comparison(
-    np.stack([n for n, _ in sums_a]), np.stack([n for n, _ in sums_b]), count
-  )
+  result = _paired(plan, comparison, sides, scored, 'sequence_sums')
   row['comparison'] = result.as_dict()
   row['detectable'] = stats.detectable_difference(result)
+  key = 'first_draw_sequence_sums'  # the one-draw figure beside a many-draw one
+  if all(key in runs[s]['scored'] for runs in sides.values() for s in scored):
+    first = _paired(plan, comparison, sides, scored, key)
+    row['first_draw'] = {**first.as_dict(), 'detectable': stats.detectable_difference(first)}
   return row
+
+
+def _paired(
+  plan: Plan, comparison: Comparison, sides: Mapping[str, Mapping], seeds: Sequence[int], key: str
+) -> stats.PairedComparison:
+  """The paired test of a - b (minus a2 - b2 for a trend: (a + b2) - (b + a2), sequence by
+  sequence) over `seeds`, on the per-sequence sums stored under `key`."""
+  sums = {
+    name: [_sums(runs[s], comparison.metric, key) for s in seeds] for name, runs in sides.items()
+  }
+  count = sums['a'][0][1]
+  if any(not np.array_equal(d, count) for per_seed in sums.values() for _, d in per_seed):
+    raise ValueError(f'{plan.name} {comparison.key}: runs scored on different eval sets')
+  numerators = {name: np.stack([n for n, _ in per_seed]) for name, per_seed in sums.items()}
+  plus, minus = numerators['a'], numerators['b']
+  if comparison.minus is not None:
+    plus, minus = plus + numerators['b2'], minus + numerators['a2']
+  return stats.paired_ratio_comparison(plus, minus, count)
 
 
 def side_dict(plan: Plan, results: Results, side) -> dict:
@@ -253,8 +272,9 @@ def verdict(plan: Plan, row: Mapping) -> str:
       return 'inconclusive'
     b_fails_more = test['failed_b'] / test['n_b'] > test['failed_a'] / test['n_a']
     return 'holds' if b_fails_more == (row['expected_sign'] > 0) else 'does not hold'
-  if not any(row['learned']['a']) and not any(row['learned']['b']):
-    return 'not testable at this scale'
+  pairs = [('a', 'b'), ('a2', 'b2')] if 'a2' in row['learned'] else [('a', 'b')]
+  if any(not any(row['learned'][x]) and not any(row['learned'][y]) for x, y in pairs):
+    return 'not testable at this scale'  # for a trend: either gap between two floors
   c = row['comparison']
   if c is None or not math.isfinite(p):
     return 'inconclusive (too few paired seeds)'
@@ -287,7 +307,9 @@ def recipe_check(results: Mapping[str, dict], tolerance: float = RECIPE_TOLERANC
     if not run.get('train_loss'):
       continue
     params = run.get('params') or {}
-    key = f'{params.get("layout")}-s{params.get("seed")}'
+    # Model fields an arm overrides (e.g. num_layers) make another recipe: another start.
+    model = ''.join(f'-{k}={v}' for k, v in sorted((params.get('model') or {}).items()))
+    key = f'{params.get("layout")}-s{params.get("seed")}{model}'
     groups.setdefault(key, {})[name] = run
   per, beyond, mixed, machines = {}, {}, {}, {}
   for key in sorted(groups):
@@ -310,7 +332,3 @@ def recipe_check(results: Mapping[str, dict], tolerance: float = RECIPE_TOLERANC
     'mixed': mixed,
     'machines': machines,
   }
-
-
-def best_rate_rules(plan: Plan) -> list[BestRate]:
-  return [rule for rule in plan.rules if isinstance(rule, BestRate)]

@@ -49,10 +49,6 @@ METRICS = {
   'mask_accuracy': ('mask_correct_sum', 'mask_count'),  # [MASK] slots only
   'accuracy': ('correct_sum', 'count'),  # every selected position (BERT's MLM accuracy)
 }
-METRIC_NAMES = {
-  'mask_accuracy': 'accuracy at [MASK] slots',
-  'accuracy': 'accuracy at all selected positions',
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +291,14 @@ class Comparison:
   family: str = ''
   when: str = ''  # a condition rule's name: a member once it decided True
   test: str = 'paired'
+  # A trend: (a2, b2) whose difference is subtracted, so the test is (a - b) - (a2 - b2), paired
+  # by seed (e.g. a gap at 24 layers minus the gap at 6). All four sides share the eval set.
+  minus: Optional[tuple[Side, Side]] = None
+
+  @property
+  def sides(self) -> tuple[Side, ...]:
+    """Every side the comparison reads: a, b, then minus's."""
+    return (self.a, self.b) + (self.minus or ())
 
 
 # The family of the all-position twins added on 2026-11-28 to plans declared earlier (issue 58:
@@ -458,7 +462,7 @@ def default_train(plan: Plan, run: runs_lib.Run, workdir: str, data_dir: str, re
   result['params'] = dict(p)
   if result['diverged_at_step'] is None:
     report(0.95, 'scoring per sequence')
-    result['scored'] = study.score_workdir(workdir)
+    result['scored'] = study.score_workdir(workdir, mask_draws=plan.scale.eval_mask_draws)
   return result
 
 

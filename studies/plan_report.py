@@ -304,10 +304,6 @@ def recipe_line(check: dict) -> str:
   return line
 
 
-def _family(row: dict) -> str:
-  return row['family'] or 'primary'
-
-
 def _comparisons(plan: Plan, analysis: dict) -> list[str]:
   rows = analysis['comparisons']
   paired = [r for r in rows if r['test'] == 'paired']
@@ -338,14 +334,14 @@ def _comparisons(plan: Plan, analysis: dict) -> list[str]:
         if 'detectable_at_level' in row
         else 'n/a'
       )
-      sides = f'{_side_label(row["a"])} / {_side_label(row["b"])}'
+      sides = _sides_label(row)
       metric = '[MASK]' if row['metric'] == 'mask_accuracy' else 'all positions'
       lines.append(
         f'| {row["key"]} | {row["label"]} | {metric} | {sides} | '
         f'{"> 0" if row["expected_sign"] > 0 else "< 0"} | {difference_cell(c)} | {p} | {holm} | '
         f'{level} | {detect} | {seeds_label(row.get("seeds", []))} | {row["verdict"]} |'
       )
-    lines += _same_comparisons(paired)
+    lines += _same_comparisons(paired) + _first_draw(paired)
   if failures:
     lines += [
       '',
@@ -391,9 +387,9 @@ def _same_comparisons(paired: list[dict]) -> list[str]:
   pieces of evidence."""
   groups: dict[tuple, list[str]] = {}
   for row in paired:
-    if row['a']['rate'] is None or row['b']['rate'] is None:
+    if any(row[side]['rate'] is None for side in ('a', 'b', 'a2', 'b2') if side in row):
       continue
-    key = (_side_label(row['a']), _side_label(row['b']), row['metric'], tuple(row.get('seeds', [])))
+    key = (_sides_label(row), row['metric'], tuple(row.get('seeds', [])))
     groups.setdefault(key, []).append(row['key'])
   same = [keys for keys in groups.values() if len(keys) > 1]
   return [
@@ -405,6 +401,37 @@ def _same_comparisons(paired: list[dict]) -> list[str]:
       "were chosen equal): one difference, judged at each one's level.",
     )
   ]
+
+
+def _sides_label(row: dict) -> str:
+  """'a / b', or for a trend '(a / b) - (a2 / b2)'."""
+  pair = lambda x, y: f'{_side_label(row[x])} / {_side_label(row[y])}'
+  return f'({pair("a", "b")}) - ({pair("a2", "b2")})' if 'a2' in row else pair('a', 'b')
+
+
+def _first_draw(paired: list[dict]) -> list[str]:
+  """The held-out set scored under one mask draw beside the many-draw figure the table tests
+  (study.score_workdir), with each one's eval-set standard error."""
+  rows = [r for r in paired if r.get('first_draw')]
+  if not rows:
+    return []
+  lines = [
+    '',
+    'Held-out resolution: the same runs scored under the first mask draw alone (the training '
+    "evaluations' draw) and under every draw the table uses; eval SE: the held-out set's "
+    "standard error (bootstrap over sequences), seed SE the seeds'.",
+    '',
+    '| | one draw | eval SE | all draws | eval SE | seed SE |',
+    '|---|---|---|---|---|---|',
+  ]
+  for row in rows:
+    one, all_draws = row['first_draw'], row['comparison']
+    lines.append(
+      f'| {row["key"]} | {difference_cell(one)} | {100 * one["eval_se"]:.2f} | '
+      f'{difference_cell(all_draws)} | {100 * all_draws["eval_se"]:.2f} | '
+      f'{100 * all_draws["seed_se"]:.2f} |'
+    )
+  return lines
 
 
 def _side_label(side: dict) -> str:

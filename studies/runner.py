@@ -28,7 +28,12 @@ def load_module(name_or_path: str):
       raise FileNotFoundError(f'--plan: no file {name_or_path}')
     spec = importlib.util.spec_from_file_location(f'plan_{os.path.basename(path)[:-3]}', path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+      spec.loader.exec_module(module)
+    except SyntaxError as error:
+      raise ValueError(
+        f'--plan: {name_or_path} line {error.lineno}: {error.msg} (a syntax error)'
+      ) from None
     return module
   try:
     return importlib.import_module(f'studies.plans.{name_or_path}')
@@ -74,6 +79,28 @@ def train(
     lambda run, report: train_one(plan, run, os.path.join(workdirs, run.name), data_dir, report),
     select=lambda every: study.selected(every, runs),
     busy=lambda run: workdir_lock.held(os.path.join(workdirs, run.name)),
+  )
+
+
+# What `--runs` takes for "train nothing, report only": no run is named so.
+REPORT_ONLY = 'none'
+_NAMES_SHOWN = 12
+
+
+def check_selection(plan: plan_lib.Plan, runs: str, store: str) -> None:
+  """ValueError (one line naming the plan's runs) for a `runs` that selects none of the runs
+  the plan lists now: a mistyped glob would otherwise train nothing and say nothing."""
+  if runs == REPORT_ONLY:
+    return
+  listed = [run.name for run in plan.runs(runs_lib.all_results(store))]
+  if study.selected([runs_lib.Run(name, {}) for name in listed], runs):
+    return
+  shown = ', '.join(listed[:_NAMES_SHOWN]) + (
+    f', ... ({len(listed)} in all)' if len(listed) > _NAMES_SHOWN else ''
+  )
+  raise ValueError(
+    f'--runs={runs}: selects none of the runs plan {plan.name} lists now ({shown}); '
+    f'--runs={REPORT_ONLY} reports without training'
   )
 
 

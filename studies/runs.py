@@ -6,6 +6,11 @@
 Each finished run's result is written atomically to `<out_dir>/runs/<name>.json`; running the
 grid again loads those and trains only what is missing, so an interrupted experiment resumes
 instead of starting over (a run itself may also resume, e.g. from checkpoints in its workdir).
+A result records the digest of its own contents (`digest`, `result_digest`): one edited by hand
+or damaged since is refused (ResultError, one line naming the file), a truncated or empty one
+is set aside (`<name>.json.damaged`, named in one line) and its run counts as unfinished.
+Results written before digests existed (docs/results/**/runs) carry none and load as they are:
+legacy, their contents unverified.
 A grid given an `identity` (what its results depend on besides each run's parameters: the code,
 `code_identity()`, and settings shared by every run) stores it in each result and runs again,
 saying so, every run whose stored result has another: results of other code are not mixed in.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import statistics
@@ -37,6 +43,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from realformer_jax import atomic_files
 from realformer_jax.units import format_duration
 
 
@@ -49,14 +56,71 @@ class Run:
 
 Report = Callable[[float, str], None]
 
+DIGEST_FIELD = 'digest'
+_DAMAGED_SUFFIX = '.damaged'
+
+
+class ResultError(ValueError):
+  """A stored result that no longer matches the digest it was written with (one line)."""
+
+
+def result_digest(result: dict) -> str:
+  """SHA-256 of a result's contents, less its digest, written canonically (sorted keys): any
+  changed value changes it."""
+  contents = {k: v for k, v in result.items() if k != DIGEST_FIELD}
+  canonical = json.dumps(contents, sort_keys=True, separators=(',', ':'))
+  return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def with_digest(result: dict) -> dict:
+  return dict(result, **{DIGEST_FIELD: result_digest(result)})
+
+
+def read_result(path: str, stream=None) -> Optional[dict]:
+  """The result stored at `path`; None when there is none, or when it is truncated, empty or
+  not a result (then it is renamed aside to `<path>.damaged[-n]`, said in one line on
+  `stream`, and its run counts as unfinished). ResultError when its contents no longer match
+  its digest: a result edited after its run must not reach a report."""
+  try:
+    with open(path) as f:
+      text = f.read()
+  except FileNotFoundError:
+    return None
+  try:
+    result = json.loads(text)
+    if not isinstance(result, dict):
+      raise ValueError(f'a JSON {type(result).__name__}, not an object')
+  except ValueError as e:
+    why = 'empty' if not text.strip() else f'not a whole result ({str(e).splitlines()[0]})'
+    aside = _set_aside(path)
+    print(
+      f'note: {path}: {why}: set aside to {os.path.basename(aside)}; its run counts as unfinished',
+      file=stream or sys.stdout,
+      flush=True,
+    )
+    return None
+  recorded = result.get(DIGEST_FIELD)
+  if recorded is not None and recorded != result_digest(result):
+    raise ResultError(
+      f'{path}: its contents do not match the digest it was written with (edited or damaged '
+      'since its run): not reported; delete it to train that run again, or put back its own copy'
+    )
+  return result
+
+
+def _set_aside(path: str) -> str:
+  target, n = path + _DAMAGED_SUFFIX, 1
+  while os.path.exists(target):
+    n += 1
+    target = f'{path}{_DAMAGED_SUFFIX}-{n}'
+  os.replace(path, target)
+  return target
+
 
 def write_json(path: str, value: Any) -> None:
   """Atomic: a reader sees the old file or the whole new one, never a partial write."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f'{path}.tmp.{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  atomic_files.write_json(path, value)
 
 
 def code_identity(extra: Optional[dict] = None) -> dict:
@@ -109,11 +173,7 @@ class Grid:
     return os.path.join(self.out_dir, 'runs', f'{run.name}.json')
 
   def load(self, run: Run) -> Optional[dict]:
-    path = self.result_path(run)
-    if not os.path.exists(path):
-      return None
-    with open(path) as f:
-      return json.load(f)
+    return read_result(self.result_path(run), self._stream)
 
   def run_first(self, train_one: Callable[[Run, Report], dict]) -> None:
     """Trains only the first unfinished run (the ETA still covers the rest)."""
@@ -178,6 +238,7 @@ class Grid:
       result = dict(result, run=run.name, params=run.params, seconds=seconds)
       if self.identity is not None:
         result['identity'] = self.identity
+      result = with_digest(result)
       write_json(self.result_path(run), result)
       results[run.name] = result
       if last_call and last_call[0][1] < 1.0:  # the rest of the run: its evaluation, its save
@@ -218,8 +279,8 @@ def run_planned(
   done_here: set[str] = set()
   waited_for: list[str] = []
   while True:
-    every = plan(_all_results(out_dir))
-    unfinished = [run for run in every if Grid(out_dir, [run]).load(run) is None]
+    every = plan(all_results(out_dir, stream))
+    unfinished = [run for run in every if Grid(out_dir, [run], stream=stream).load(run) is None]
     mine = select(every)
     # A run another process is training is not this one's to start (selections may overlap:
     # two processes whose patterns both name it would otherwise meet at its workdir lock).
@@ -261,13 +322,15 @@ def run_planned(
     done_here.add(first.name)
 
 
-def _all_results(out_dir: str) -> dict[str, dict]:
+def all_results(out_dir: str, stream=None) -> dict[str, dict]:
+  """Every readable result in `out_dir`'s store (by name), whatever plan listed it."""
   directory = os.path.join(out_dir, 'runs')
   if not os.path.isdir(directory):
     return {}
   results = {}
   for name in sorted(os.listdir(directory)):
     if name.endswith('.json'):
-      with open(os.path.join(directory, name)) as f:
-        results[name[: -len('.json')]] = json.load(f)
+      result = read_result(os.path.join(directory, name), stream)
+      if result is not None:
+        results[name[: -len('.json')]] = result
   return results

@@ -73,6 +73,9 @@ class Scale:
   # on floating-point detail: the training threads, the machine), which moves every run's
   # start. A study whose runs span days pins one. '': each run trains one (cached per corpus).
   tokenizer: str = ''
+  # Mask draws the final scoring averages over (score_workdir): with one draw a small held-out
+  # set's sampling error can exceed the seeds' (issue 66); the training evaluations keep one.
+  eval_mask_draws: int = 1
 
 
 # The smoke-test scale of every study's --quick (seconds a run); a study changes a field or two.
@@ -259,28 +262,47 @@ def score_workdir(
   data_config: Optional[ml_collections.ConfigDict] = None,
   batch_size: Optional[int] = None,
   extra: Optional[Callable[[dict, dict], dict]] = None,
+  mask_draws: int = 1,
 ) -> dict:
   """A trained workdir on its own eval set (or `data_config`'s): metrics by kind, the floors
-  of that set, and the per-sequence sums (SEQUENCE_SUMS) for bootstrap intervals."""
+  of that set, and the per-sequence sums (SEQUENCE_SUMS) for bootstrap intervals.
+
+  With `mask_draws` > 1 the held-out sequences are masked that many times (eval_mask_seed 0,
+  1, ...; draw 0 is the one the training evaluations score) and each sequence's sums are added
+  over the draws, so the sequence stays the unit the intervals resample while the masked
+  positions multiply. Draw 0's sums are kept too ('first_draw_sequence_sums'), so a report
+  can set the one-draw figure beside the many-draw one; the floors and `extra` are draw 0's."""
+  if mask_draws < 1:
+    raise ValueError(f'mask_draws={mask_draws}: must be at least 1')
   run = train.load_workdir(workdir)
-  data_config = data_config or run.config.data
+  data_config = data.data_config(data_config or run.config.data)
   batch_size = batch_size or run.config.train.global_batch_size
-  scored = per_sequence_sums(
-    MaskedLM(run.model_config),
-    run.params,
-    data.make_eval_iterator(data_config, batch_size),
-    run.tokenizer.mask_id,
-    extra,
-  )
-  sums = scored['sums']
+  model = MaskedLM(run.model_config)
+  draws = []
+  for draw in range(mask_draws):
+    masked = dataclasses.replace(data_config, eval_mask_seed=data_config.eval_mask_seed + draw)
+    batches = data.make_eval_iterator(masked, batch_size)
+    draws.append(
+      per_sequence_sums(
+        model, run.params, batches, run.tokenizer.mask_id, extra if draw == 0 else None
+      )
+    )
+  if any(len(d['sums']['count']) != len(draws[0]['sums']['count']) for d in draws):
+    raise ValueError(f'{workdir}: the mask draws kept different numbers of eval sequences')
+  sums = {k: sum(d['sums'][k] for d in draws) for k in draws[0]['sums']}
+  as_lists = lambda s: {k: np.round(s[k], 4).tolist() for k in SEQUENCE_SUMS}
   result = {
     'metrics': mlm_metrics.metrics_from_sums(sums),
     'floors': data.context_free_floors(data_config, batch_size),
     'sequences': int(len(sums['count'])),
-    'sequence_sums': {k: np.round(sums[k], 4).tolist() for k in SEQUENCE_SUMS},
+    'sequence_sums': as_lists(sums),
   }
-  if scored['extra'] is not None:
-    result['extra'] = jax.tree.map(lambda x: np.asarray(x).tolist(), scored['extra'])
+  if mask_draws > 1:
+    result['mask_draws'] = mask_draws
+    result['draw_metrics'] = [mlm_metrics.metrics_from_sums(d['sums']) for d in draws]
+    result['first_draw_sequence_sums'] = as_lists(draws[0]['sums'])
+  if draws[0]['extra'] is not None:
+    result['extra'] = jax.tree.map(lambda x: np.asarray(x).tolist(), draws[0]['extra'])
   return result
 
 

@@ -4,7 +4,7 @@ A backend whose record says `after_device_check` (kernels/backends/registry.py: 
 kernels of kernels/backends/mosaic_gpu/) is never taken by `attention_impl='auto'` or 'pallas'
 on trust: `python -m experiments.device_check` must first have passed EVERY one of its kernel
 cases, compiled, on this device kind, with this jax / jaxlib and this kernel source (the hash of
-analysis/kernel_check.py: kernels/ and model/). The check then writes one entry to
+analysis/check_cache.py: kernels/ and model/). The check then writes one entry to
 `device_checks.json` beside the run-time self-check's verdicts ($REALFORMER_JAX_CACHE, default
 ~/.cache/realformer_jax); the train setup reads it (`preferred`, from kernel_check.checked) and
 takes that backend ahead of the platform's default, with one log line (model.attention_check=
@@ -19,11 +19,10 @@ explicit attention_impl takes any backend, as before.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
-import os
 from typing import Any, Optional, Sequence
 
+from realformer_jax.analysis import check_cache
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import backends, select
 
@@ -31,19 +30,10 @@ _log = logging.getLogger(__name__)
 FILE = 'device_checks.json'
 
 
-def _path() -> str:
-  folder = os.environ.get('REALFORMER_JAX_CACHE') or os.path.join(
-    os.path.expanduser('~'), '.cache', 'realformer_jax'
-  )
-  return os.path.join(folder, FILE)
-
-
 def key(backend: str, device_kind: str) -> str:
   """What a pass is valid for: the backend, the device kind, jax / jaxlib and the kernel source."""
   import jax  # pylint: disable=import-outside-toplevel
   import jaxlib  # pylint: disable=import-outside-toplevel
-
-  from realformer_jax.analysis import kernel_check  # pylint: disable=import-outside-toplevel
 
   impl = backends.get(backend).attention_impl
   return '|'.join(
@@ -52,17 +42,13 @@ def key(backend: str, device_kind: str) -> str:
       device_kind,
       jax.__version__,
       jaxlib.__version__,
-      kernel_check.kernel_source_hash(impl),
+      check_cache.kernel_source_hash(impl),
     )
   )
 
 
 def load() -> dict:
-  try:
-    with open(_path()) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return {}
+  return check_cache.load(FILE)
 
 
 def record(backend: str, device_kind: str, cases: list[dict]) -> Optional[str]:
@@ -81,19 +67,7 @@ def record(backend: str, device_kind: str, cases: list[dict]) -> Optional[str]:
     'worst_relative_error': max(c['worst_relative_error'] or 0.0 for c in own),
     'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
   }
-  return entry if _write(entries) else None
-
-
-def _write(entries: dict) -> bool:
-  path = _path()
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + '.tmp', 'w') as f:
-      json.dump(entries, f, indent=1, sort_keys=True)
-    os.replace(path + '.tmp', path)
-  except OSError:
-    return False
-  return True
+  return entry if check_cache.save(FILE, entries) else None
 
 
 def passed(backend: str, device_kind: str) -> bool:
@@ -111,7 +85,7 @@ def record_speed(
   if entry is None:
     return False
   entry['speed'] = {'workload': workload, 'seconds': seconds, 'default_seconds': default_seconds}
-  return _write(entries)
+  return check_cache.save(FILE, entries)
 
 
 def faster(backend: str, device_kind: str) -> Optional[str]:
@@ -154,7 +128,7 @@ def preferred(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int
         config.attention_impl,
         backend.name,
         kind,
-        _path(),
+        check_cache.path(FILE),
       )
       continue
     _log.info(
@@ -165,7 +139,7 @@ def preferred(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int
       backend.name,
       kind,
       why,
-      _path(),
+      check_cache.path(FILE),
     )
     return candidate
   return config

@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
-import json
-import os
 import sys
 from typing import Any, Optional, Sequence
 
@@ -35,9 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from realformer_jax.analysis import check_cache, device_checks
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import backends, select
-from realformer_jax.source_digest import source_digest
+from realformer_jax.kernels import select
 
 # Largest |kernel - einsum| over the largest |einsum|, per output and gradient. The kernels'
 # own float32 dots may run at TF32 on a GPU; a wrong tile, mask or scale is off by far more.
@@ -77,21 +74,6 @@ def probe_config(config: ModelConfig, plan: select.AttentionPlan, length: int) -
   )
 
 
-def kernel_source_hash(attention_impl: Optional[str] = None) -> str:
-  """Hash of the code a kernel's numbers depend on: kernels/ (every built-in backend's folder
-  included) and model/, and the folder of the backend `attention_impl` names where that is
-  elsewhere (a backend package of your own: docs/extending.md)."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  folders = [os.path.join(root, package) for package in ('kernels', 'model')]
-  backend = backends.for_impl(attention_impl) if attention_impl else None
-  if backend is not None:
-    spec = importlib.util.find_spec(backend.attention)
-    own = os.path.dirname(spec.origin) if spec and spec.origin else None
-    if own and os.path.commonpath([own, folders[0]]) != folders[0]:
-      folders.append(own)
-  return source_digest(folders)
-
-
 def cache_key(device: Any, probe: ModelConfig, length: int) -> str:
   import jaxlib  # pylint: disable=import-outside-toplevel
 
@@ -100,40 +82,17 @@ def cache_key(device: Any, probe: ModelConfig, length: int) -> str:
     getattr(device, 'device_kind', '?'),
     jax.__version__,
     jaxlib.__version__,
-    kernel_source_hash(probe.attention_impl),
+    check_cache.kernel_source_hash(probe.attention_impl),
     repr(probe),
     str(length),
   ]
   return hashlib.sha256('\n'.join(parts).encode()).hexdigest()[:24]
 
 
-def _cache_path() -> str:
-  folder = os.environ.get('REALFORMER_JAX_CACHE') or os.path.join(
-    os.path.expanduser('~'), '.cache', 'realformer_jax'
-  )
-  return os.path.join(folder, _CACHE_FILE)
-
-
-def _load_disk() -> dict:
-  try:
-    with open(_cache_path()) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return {}
-
-
 def _save_disk(key: str, verdict: Verdict, device: Any) -> None:
-  """Best effort: a read-only home only costs the next run its check."""
-  path = _cache_path()
-  entries = _load_disk()
+  entries = check_cache.load(_CACHE_FILE)
   entries[key] = dict(dataclasses.asdict(verdict), device_kind=getattr(device, 'device_kind', '?'))
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + '.tmp', 'w') as f:
-      json.dump(entries, f, indent=1, sort_keys=True)
-    os.replace(path + '.tmp', path)
-  except OSError:
-    pass
+  check_cache.save(_CACHE_FILE, entries)
 
 
 def _problem(probe: ModelConfig, length: int):
@@ -212,7 +171,7 @@ def verdict_for(config: ModelConfig, attention_plan: select.AttentionPlan, devic
   probe = probe_config(config, attention_plan, length)
   key = cache_key(device, probe, length)
   if key not in _verdicts:
-    cached = _load_disk().get(key)
+    cached = check_cache.load(_CACHE_FILE).get(key)
     if cached is not None:
       verdict = Verdict(cached['ok'], cached['why'], cached.get('worst'))
     else:
@@ -235,8 +194,6 @@ def checked(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int])
   if not config.attention_check:
     return config
   if devices and devices[0] in jax.devices():  # a device of this process, not a target's
-    from realformer_jax.analysis import device_checks  # pylint: disable=import-outside-toplevel
-
     config = device_checks.preferred(config, devices, seq_len)
   attention_plan = _kernel_to_check(config, devices, seq_len)
   if attention_plan is None:

@@ -109,6 +109,9 @@ class Work:
   fused: bool = False
   # A Pallas Triton kernel's programs (its grid, from the custom call's backend config)
   programs: float = 0.0
+  # Thread instructions one call issues in its element loops, read from its SASS (aot/sass.py;
+  # estimate(kernel_sass=...)); 0: not read, the element-wise ops are charged instead
+  issued: float = 0.0
   opcodes: set = dataclasses.field(default_factory=set)
   files: set = dataclasses.field(default_factory=set)
   arrays: list = dataclasses.field(default_factory=list)
@@ -128,10 +131,12 @@ class Analyzer:
     devices: int,
     custom_call_flops: Optional[CustomCallFlops] = None,
     costs_on_behalf: Optional[CostsOnBehalf] = None,
+    kernel_sass: Optional[dict] = None,
   ):
     self.module, self.chip, self.devices = module, chip, devices
     self.custom_call_flops = custom_call_flops
     self.costs_on_behalf = costs_on_behalf
+    self.kernel_sass = kernel_sass or {}  # kernel name -> sass.KernelCost
 
   def work(self, ins: Instruction, computation: Computation) -> Work:
     """What one execution of the kernel `ins` (in `computation`) does."""
@@ -286,6 +291,11 @@ class Analyzer:
       work.fused = bool(stated) and self.chip.platform == 'cuda'
       if work.fused:
         work.programs = float(_grid_programs(config))
+        cost = self.kernel_sass.get(_kernel_name(config).strip(' ()'))
+        if cost is not None:
+          work.issued = cost.issued(
+            {'transcendentals': work.transcendentals, 'matmul_flops': _stated_matmul(stated)}
+          )
       if stated and missing and self.chip.platform == 'cuda':
         work.unstated = ((_kernel_name(config).strip(' ()') or target),) + missing
       flops = stated.get('flops')
@@ -558,6 +568,10 @@ def _matmul_dtype(operands: list[Array]) -> str:
   values, cast back per tile); all-float32 operands are a float32 model's kernel."""
   floats = [a.dtype for a in operands if a.dtype in _FLOAT_WIDTHS]
   return min(floats, key=_FLOAT_WIDTHS.index) if floats else 'bf16'
+
+
+def _stated_matmul(stated: dict) -> dict:
+  return {'stated': float(stated['flops'])} if stated.get('flops') else {}
 
 
 def _kernel_name(config: str) -> str:

@@ -150,7 +150,15 @@ def _dominators(order: list[str], successors: dict[str, list[str]]) -> dict[str,
 def loops(body: str) -> list[Loop]:
   """The natural loops of one kernel body (`entries(...)[name]`), loops sharing a header
   merged."""
-  order, code, successors = _blocks(body)
+  return natural_loops(*_blocks(body))
+
+
+def natural_loops(
+  order: list[str], code: dict[str, list], successors: dict[str, list[str]]
+) -> list[Loop]:
+  """The natural loops of a control-flow graph (blocks in `order` from the entry, each with its
+  instructions and successors), loops sharing a header merged: also sass.py's, whose blocks
+  are found from machine code addresses instead of labels."""
   dominators = _dominators(order, successors)
   predecessors = {name: [] for name in order}
   for name, targets in successors.items():

@@ -295,6 +295,7 @@ def estimate(
   score_dims: Optional[tuple[int, int]] = None,
   custom_call_flops: Optional[CustomCallFlops] = None,
   costs_on_behalf: Optional[kernel_work.CostsOnBehalf] = None,
+  kernel_sass: Optional[dict] = None,
 ) -> Estimate:
   """The roofline estimate of `program` (a `jax.stages.Compiled` or its `as_text()`) on
   `target` (a targets.Target, or a bare targets.Chip). `score_dims` = (L, L) names the
@@ -302,12 +303,16 @@ def estimate(
   instruction)` may return the matmul FLOPs of custom kernels (Pallas / Triton / Mosaic) the
   program does not describe; None keeps the warning. `costs_on_behalf(instruction)` may return
   a dict of kernel_work.STATED_FIELDS for kernels that state less than they do (what the kernel
-  states itself wins): legacy_kernels.py's for the qk kernels of before issue 40."""
+  states itself wins): legacy_kernels.py's for the qk kernels of before issue 40.
+  `kernel_sass` ({kernel name: sass.KernelCost}, e.g. sass.from_dump(DIR) of the same
+  compile's `xla_dump_to`) charges those fused kernels what their SASS issues (rule 4)."""
   text = program if isinstance(program, str) else program.as_text()
   chip = target.chip if isinstance(target, targets.Target) else target
   devices = target.num_devices if isinstance(target, targets.Target) else 1
   module = hlo_text.parse_module(text)
-  walker = _Walker(module, chip, devices, score_dims, custom_call_flops, costs_on_behalf)
+  walker = _Walker(
+    module, chip, devices, score_dims, custom_call_flops, costs_on_behalf, kernel_sass
+  )
   walker.visit(module.entry_computation, 1)
   name = target.describe() if isinstance(target, targets.Target) else chip.description
   xla = _xla_cost(program) if not isinstance(program, str) else {}
@@ -347,12 +352,16 @@ class _Walker:
     score_dims: Optional[tuple[int, int]],
     custom_call_flops: Optional[CustomCallFlops],
     costs_on_behalf: Optional[kernel_work.CostsOnBehalf] = None,
+    kernel_sass: Optional[dict] = None,
   ):
     self.module, self.chip, self.devices = module, chip, devices
     self.score_dims = score_dims
     self.custom_call_flops = custom_call_flops
     self.costs_on_behalf = costs_on_behalf
-    self.analyzer = kernel_work.Analyzer(module, chip, devices, custom_call_flops, costs_on_behalf)
+    self.kernel_sass = kernel_sass
+    self.analyzer = kernel_work.Analyzer(
+      module, chip, devices, custom_call_flops, costs_on_behalf, kernel_sass
+    )
     self.kernels: list[Kernel] = []
     self.warnings: list[str] = []
 
@@ -399,6 +408,7 @@ class _Walker:
         self.score_dims,
         self.custom_call_flops,
         self.costs_on_behalf,
+        self.kernel_sass,
       )
       if self.computation(name):
         sub.visit(self.computation(name), count * shares[i] if shares else count)
@@ -511,6 +521,8 @@ def work_record(work: kernel_work.Work, collective: bool = False) -> dict:
   record['collective'] = collective
   if work.fused:
     record['fused'] = True
+  if work.issued:
+    record['issued'] = float(work.issued)
   if work.unstated:
     record['unstated'] = list(work.unstated)
   return record
@@ -521,7 +533,9 @@ def kernel_seconds(work: dict, chip: targets.Chip) -> tuple[float, str]:
   the slowest of its HBM bytes, its L2 traffic, its matmuls, its CUDA-core ops and its atomic
   updates, plus the launch (module docstring, rule 4). A fused kernel (work['fused']: a Pallas
   GPU kernel that states its cost) runs its matmuls and its CUDA-core ops in sequence, at
-  chip.fused_kernel_efficiency of the peak rates: one term 'matmul+vector'."""
+  chip.fused_kernel_efficiency of the peak rates: one term 'matmul+vector'; one whose SASS was
+  read (work['issued'], aot/sass.py) runs its matmuls, then its issued instructions at
+  chip.issue_efficiency of the issue rate: 'matmul+issue'."""
   launch = chip.launch_overhead_s
   if work.get('collective'):
     return work['link_bytes'] / chip.interconnect_bytes_per_s + launch, 'interconnect'
@@ -533,7 +547,13 @@ def kernel_seconds(work: dict, chip: targets.Chip) -> tuple[float, str]:
     'l2': _rate_seconds(work.get('l2_bytes', 0.0), chip.l2_bytes_per_s),
     'atomics': _rate_seconds(work.get('atomics', 0.0), chip.atomic_updates_per_s),
   }
-  if work.get('fused') and matmul and vector:
+  issue = _rate_seconds(work.get('issued', 0.0), chip.issue_per_s) / chip.issue_efficiency
+  if work.get('fused') and issue:
+    # What the kernel's SASS issues replaces the counted element-wise ops (it holds them, the
+    # hash as compiled, the layout moves and libdevice's range reductions), in sequence with
+    # its matmuls: the tensor cores wait for the warps that feed them (aot/sass.py).
+    parts['matmul+issue'] = matmul + issue
+  elif work.get('fused') and matmul and vector:
     # No warp specialisation: a warp issues the tile's matmul, waits for it, then runs the
     # softmax / dropout / gradient element-wise code; the two do not overlap.
     parts['matmul+vector'] = (matmul + vector) / chip.fused_kernel_efficiency

@@ -71,6 +71,12 @@ class Chip:
   # Streaming multiprocessors (GPUs): a fused kernel whose grid has fewer programs leaves the
   # rest idle (roofline.kernel_seconds). None: not modelled.
   sms: Optional[int] = None
+  # Thread instructions/s the warp schedulers issue (GPUs: 4 schedulers an SM, one warp
+  # instruction of 32 threads each a clock), and the share of it a fused kernel's element loops
+  # reach: what a kernel's SASS issues (aot/sass.py, work['issued']) is charged at their
+  # product. Source: ISSUE_EFFICIENCY_SOURCE (fitted). None: not modelled.
+  issue_per_s: Optional[float] = None
+  issue_efficiency: float = 1.0
   # Share of memory_bytes an XLA program can use by default: JAX preallocates 75 % of a GPU
   # (XLA_PYTHON_CLIENT_MEM_FRACTION); on a TPU what the compiler reports as available HBM.
   default_memory_fraction: float = 1.0
@@ -173,6 +179,22 @@ FUSED_KERNEL_EFFICIENCY_SOURCE = (
 )
 
 
+# What a fused kernel's element loops issue (aot/sass.py: SASS instructions per score element,
+# times the elements of a call) runs at ISSUE_EFFICIENCY of the schedulers' peak, after its
+# matmuls (roofline.kernel_seconds: 'matmul+issue'). FITTED (a grid of 0.02 steps, least
+# squares in log space) to the eight per-kernel device times of the kernels whose SASS has an
+# element loop (the nine of FUSED_KERNEL_EFFICIENCY but attention_dropout_mask, whose hash-only
+# loop has no exponential to count elements by), FUSED_KERNEL_EFFICIENCY and HOPPER_L2_FRACTION
+# held at their frozen values; each row's leave-one-out error is in docs/performance.md
+# ("Instructions"; `python -m benchmarks.sass_calibration` refits it).
+ISSUE_EFFICIENCY = 0.66
+ISSUE_EFFICIENCY_SOURCE = (
+  f"fused kernels with SASS: matmul, then the element loops' instructions at {ISSUE_EFFICIENCY} "
+  'of 4 warp instructions an SM a clock, fitted to the per-kernel splits an H200 measured '
+  '(2026-11-26 and -27, commits 1a0cee4 and e64cd4c)'
+)
+
+
 def _hopper(name: str, description: str, memory: int, bandwidth: float, device: str) -> Chip:
   """An SXM Hopper GPU: 132 SMs at 1.98 GHz, the same tensor cores; H100 and H200 differ in HBM
   (80 GB HBM3 at 3.35 TB/s vs 141 GB HBM3e at 4.8 TB/s) only."""
@@ -201,6 +223,8 @@ def _hopper(name: str, description: str, memory: int, bandwidth: float, device: 
     atomic_updates_per_s=HOPPER_ATOMIC_UPDATES_PER_S,
     fused_kernel_efficiency=FUSED_KERNEL_EFFICIENCY,
     sms=sms,
+    issue_per_s=sms * 4 * 32 * clock * 1e9,
+    issue_efficiency=ISSUE_EFFICIENCY,
     default_memory_fraction=0.75,
     gpu_target_config=_gpu_config(
       sms=sms,
@@ -217,7 +241,8 @@ def _hopper(name: str, description: str, memory: int, bandwidth: float, device: 
     ),
     spec_source=f'NVIDIA {name.upper()} Tensor Core GPU datasheet (SXM): 989.4 TFLOP/s dense '
     f'bf16, 494.7 TF32, 66.9 FP32, {bandwidth / 1e12:.2f} TB/s HBM, 900 GB/s NVLink; 132 SMs; '
-    f'{HOPPER_L2_SOURCE}; {HOPPER_ATOMIC_SOURCE}; {FUSED_KERNEL_EFFICIENCY_SOURCE}',
+    f'{HOPPER_L2_SOURCE}; {HOPPER_ATOMIC_SOURCE}; {FUSED_KERNEL_EFFICIENCY_SOURCE}; '
+    f'{ISSUE_EFFICIENCY_SOURCE}',
   )
 
 

@@ -49,6 +49,7 @@ import os
 import threading
 from typing import Optional
 
+from realformer_jax import atomic_files
 from realformer_jax.data import text_files, workers
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
@@ -228,9 +229,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, files: dict) -> Corpus:
   name = 'files-' + digest[:12]
   directory = os.path.join(data_dir, name)
   os.makedirs(directory, exist_ok=True)
-  cache_lock.atomic_write(
-    os.path.join(directory, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode()
-  )
+  atomic_files.write_json(os.path.join(directory, MANIFEST), manifest)
   return Corpus(
     name=name,
     directory=directory,
@@ -374,9 +373,7 @@ def _known_chunks(shard_dir: str, file: dict) -> Optional[list]:
 def _remember(shard_dir: str, file: dict, chunk_digests: list) -> None:
   record = {'file': file, 'revision': _REVISION, 'chunks': [list(c) for c in chunk_digests]}
   try:
-    cache_lock.atomic_write(
-      _fingerprint_path(shard_dir, file), json.dumps(record, sort_keys=True).encode()
-    )
+    atomic_files.write_json(_fingerprint_path(shard_dir, file), record, indent=None)
   except OSError:
     pass  # only a shortcut: without it the file is hashed again next time
 

@@ -119,10 +119,8 @@ class StartingPoint:
         checkpointer.close()
       saved = pretrained.read_config_json(self.path)
       # The step says which model and tokenizer it holds: config.json must agree with it.
-      record = checkpoint_record.read(os.path.join(checkpointer.directory, str(step)))
-      checkpoint_record.check_config(self.path, step, record, saved)
-      recorded = checkpoint_record.recorded_tokenizer(
-        self.path, step, record, self.pretrain_data.data_dir
+      recorded = checkpoint_record.verify(
+        self.path, step, config_json=saved, data_dir=self.pretrain_data.data_dir
       )
       identity = run_identity.of_checkpoint(self.path, step, saved).to_dict()
       return dataclasses.replace(self, step=step, recorded_tokenizer=recorded), identity
@@ -279,10 +277,10 @@ def record_or_check(workdir: str, identity: Optional[dict], init_step: int) -> O
         'new --workdir, or the starting point it was started from'
       )
     return recorded or None
-  from realformer_jax.data.store import cache_lock  # pylint: disable=import-outside-toplevel
+  from realformer_jax import atomic_files  # pylint: disable=import-outside-toplevel
 
   os.makedirs(workdir, exist_ok=True)
-  cache_lock.atomic_write(path, json.dumps(identity or {}, indent=2, sort_keys=True).encode())
+  atomic_files.write_json(path, identity or {})
   return identity
 
 

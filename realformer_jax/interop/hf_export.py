@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -33,7 +34,14 @@ import numpy as np
 from realformer_jax.config import ConfigError, ModelConfig, fields_of
 from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.interop import hf_convert
-from realformer_jax.workdir_layout import CONFIG_FILE, MANAGED_DIRS, RUN_MARKERS
+from realformer_jax.workdir_layout import (
+  CHECKPOINTS,
+  CONFIG_FILE,
+  LOCK_FILE,
+  MANAGED_DIRS,
+  RUN_MARKERS,
+  STEP_RECORD,
+)
 
 TORCH_MODULE_DIR = os.path.join(os.path.dirname(__file__), 'torch_module')
 TORCH_MODULE_FILES = ('configuration_realformer.py', 'modeling_realformer.py')
@@ -228,6 +236,14 @@ def check_out_dir(out_dir: str, workdir: str) -> None:
         '(old checkpoint steps are rotated away, damaged ones renamed, event files appended): '
         'the export could be deleted with them; name a directory outside it'
       )
+  managing = _managing_run(out)
+  if managing is not None:
+    run, name = managing
+    raise ExportError(
+      f'--out {out_dir}: inside {name}/ of the run in {run}, whose contents that run manages '
+      '(old checkpoint steps are rotated away, damaged ones renamed): the export could be '
+      'deleted with them; name a directory outside it'
+    )
   existing = out
   while not os.path.exists(existing):  # the nearest ancestor that exists gets the new dirs
     existing = os.path.dirname(existing)
@@ -244,6 +260,22 @@ def check_out_dir(out_dir: str, workdir: str) -> None:
         f'--out {out_dir}: it holds the files of a training run ({", ".join(run_files)}), '
         'which an export would overwrite; name a directory of its own'
       )
+
+
+def _managing_run(out: str) -> Optional[tuple[str, str]]:
+  """(run directory, managed folder) when `out` (absolute) lies in any training run's managed
+  folder: a folder of that name whose parent holds a run's lock or config.json, or a
+  checkpoints/ whose steps record a run."""
+  path = out
+  while os.path.dirname(path) != path:
+    parent, name = os.path.split(path)
+    if name in MANAGED_DIRS and os.path.isdir(path):
+      if any(_is_run_file(os.path.join(parent, marker)) for marker in (LOCK_FILE, CONFIG_FILE)):
+        return parent, name
+      if name == CHECKPOINTS and glob.glob(os.path.join(glob.escape(path), '*', STEP_RECORD)):
+        return parent, name
+    path = parent
+  return None
 
 
 def _is_run_file(path: str) -> bool:

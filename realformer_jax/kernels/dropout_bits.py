@@ -175,3 +175,32 @@ def draw(word: jax.Array, lane: int) -> jax.Array:
   """Byte `lane` (0: lowest) of a uint32 hash word: one 8-bit draw."""
   shifted = word >> np.uint32(MASK_BITS * lane) if lane else word
   return shifted if lane == 3 else shifted & np.uint32(2**MASK_BITS - 1)
+
+
+def attention_row(batch, head, query, heads: int, length: int):
+  """The hash row of element (batch, head, query, :) of an attention mask [B, H, L, L]: the flat
+  index of its leading axes, (batch H + head) L + query, as `keep_mask` counts it (uint32,
+  wrapping alike). `batch` and `head` are global (a shard's offset added). Every path that
+  draws attention dropout in pieces (each backend's kernels, the ring) takes its rows here."""
+  return (batch * heads + head) * length + query
+
+
+def select_draw(words: Sequence[jax.Array], lane: jax.Array) -> jax.Array:
+  """Draw `lane` (a uint32 array, < DRAWS_PER_GENERATOR) of the hash whose output `words`
+  (hash_words) are given: byte lane % 4 of word lane // 4, element by element. Where-chains and
+  constant shifts only, which every kernel compiler lowers (one hash per element: a tile whose
+  columns are not whole hash words)."""
+  word = lane >> np.uint32(2)
+  picked = (
+    jnp.where(word == 0, words[0], words[1])
+    if len(words) == 2
+    else jnp.where(
+      word < 2, jnp.where(word == 0, words[0], words[1]), jnp.where(word == 2, words[2], words[3])
+    )
+  )
+  byte = lane & np.uint32(3)
+  return jnp.where(
+    byte < 2,
+    jnp.where(byte == 0, draw(picked, 0), draw(picked, 1)),
+    jnp.where(byte == 2, draw(picked, 2), draw(picked, 3)),
+  )

@@ -6,7 +6,9 @@ L + q, word = k // D), draw k % D of the hash's D = DRAWS_PER_GENERATOR (8 for t
 philox: bytes 0..3 of its first output word, then of the next). Both functions here compute
 exactly that stream for a tile whose top-left element has global row `row0` and column `col0`
 (a multiple of D), so the fused kernels drop the same elements as the einsum path, bit for bit,
-and the backward pass regenerates the forward's mask from the key alone. `mulhi` is how the
+and the backward pass regenerates the forward's mask from the key alone. A kernel's `row0` and
+a per-element draw's byte come from dropout_bits.attention_row and select_draw, which every
+path (these tiles, the Mosaic GPU kernels, the ring) shares. `mulhi` is how the
 kernel's compiler forms a multiply's high word (philox only; dropout_bits.MulHi): every form
 gives the same bits.
 
@@ -32,6 +34,7 @@ from realformer_jax.kernels.dropout_bits import (
   draw,
   hash_words,
   mulhi_limbs,
+  select_draw,
 )
 
 
@@ -87,19 +90,7 @@ def keep_tile_selected(
   col = col0.astype(jnp.uint32) + lax.broadcasted_iota(jnp.uint32, (rows, cols), 1)
   y = hash_words(generator, k1, k2, row, col >> np.uint32(_lane_shift(generator)), mulhi)
   lane = col & np.uint32(DRAWS_PER_GENERATOR[generator] - 1)
-  word = lane >> np.uint32(2)
-  picked = (
-    jnp.where(word == 0, y[0], y[1])
-    if len(y) == 2
-    else jnp.where(word < 2, jnp.where(word == 0, y[0], y[1]), jnp.where(word == 2, y[2], y[3]))
-  )
-  byte = lane & np.uint32(3)
-  drawn = jnp.where(
-    byte < 2,
-    jnp.where(byte == 0, draw(picked, 0), draw(picked, 1)),
-    jnp.where(byte == 2, draw(picked, 2), draw(picked, 3)),
-  )
-  return drawn < np.uint32(threshold)
+  return select_draw(y, lane) < np.uint32(threshold)
 
 
 def pack_bits(keep: jax.Array, width: int) -> jax.Array:

@@ -54,10 +54,12 @@ from jax.sharding import PartitionSpec as P
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels.dropout_bits import (
   DRAWS_PER_GENERATOR,
+  attention_row,
   draw,
   hash_words,
   keep_threshold,
   realised_keep_prob,
+  select_draw,
 )
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
 
@@ -108,7 +110,9 @@ def sequence_shards() -> Optional[SequenceShards]:
 
 def check_config(config: ModelConfig, shards: int, mesh_shape=None) -> None:
   """Refuses, in one line, what a sequence axis of `shards` devices cannot run: a named fused
-  kernel (the ring attends each block with the einsum formula)."""
+  kernel (the ring attends each block with the einsum formula). Called once, where the config
+  is validated (train/config.py: check_sequence_layout), never again while a model is traced:
+  there a split sequence simply takes the ring."""
   if shards > 1 and config.attention_impl not in RING_IMPLS:
     where = '' if mesh_shape is None else f' (mesh.shape={mesh_shape})'
     raise ConfigError(
@@ -165,10 +169,7 @@ def _keep_block(iparams, threshold, shape, row0, col0, heads, length, generator)
   batch, local_heads, rows, cols = shape
   k1, k2, b0, h0 = (iparams[i] for i in range(4))
   iota = lambda axis, n: lax.broadcasted_iota(jnp.uint32, (batch, local_heads, rows, n), axis)
-  row = lambda n: (
-    ((b0 + iota(0, n)) * np.uint32(heads) + h0 + iota(1, n)) * np.uint32(length)
-    + (row0 + iota(2, n))
-  )
+  row = lambda n: attention_row(b0 + iota(0, n), h0 + iota(1, n), row0 + iota(2, n), heads, length)
   t = np.uint32(threshold)
   per_hash = DRAWS_PER_GENERATOR[generator]  # a power of two: 8 (threefry) or 16 (philox)
   if cols % per_hash == 0:  # col0 too (a multiple of the block's columns): whole words
@@ -179,12 +180,7 @@ def _keep_block(iparams, threshold, shape, row0, col0, heads, length, generator)
     return draws.reshape(shape)
   col = col0 + iota(3, cols)  # any alignment: one hash per element, its own byte
   ys = hash_words(generator, k1, k2, row(cols), col // np.uint32(per_hash))
-  lane = col & np.uint32(per_hash - 1)
-  y = ys[0]
-  for index in range(1, len(ys)):  # word lane // 4 of the hash, byte lane % 4 of it
-    y = jnp.where(lane >= np.uint32(4 * index), ys[index], y)
-  y = y >> (np.uint32(8) * (lane & np.uint32(3)))
-  return (y & np.uint32(255)) < t
+  return select_draw(ys, col & np.uint32(per_hash - 1)) < t
 
 
 def _drop(x, spec: RingSpec, iparams, row0, col0):

@@ -399,8 +399,7 @@ def _attends(config: ModelConfig, seq_len: int, maps_requested: bool):
   shards or None). A split sequence takes the ring (unless attention maps are sown: the einsum
   path, whose probabilities GSPMD lays out over the mesh)."""
   shards = None if maps_requested else ring_attention.sequence_shards()
-  if shards is not None:
-    ring_attention.check_config(config, shards.size)
+  if shards is not None:  # what the ring cannot run was refused at validation (check_config)
     return 'ring', None, shards
   attention_plan = plan(config, seq_len, maps_requested=maps_requested)
   return ('einsum' if attention_plan is None else 'kernels'), attention_plan, None

@@ -44,7 +44,9 @@ class Embeddings(nn.Module):
     cfg = self.config
     length = input_ids_BxL.shape[1]
     dtype = cfg.compute_dtype
-    x_BxLxD = self.word(input_ids_BxL)
+    # A negative id would wrap to a row from the end (the gather's NumPy indexing); moved past
+    # the table, it gives what every id >= vocab_size gives: NaN (out-of-range fill).
+    x_BxLxD = self.word(jnp.where(input_ids_BxL < 0, cfg.vocab_size, input_ids_BxL))
     if cfg.position_embedding == 'learned':
       if length > cfg.max_len:
         raise ValueError(

@@ -28,6 +28,7 @@ import json
 import os
 from typing import Optional
 
+from realformer_jax import atomic_files
 from realformer_jax.data.store.cache_integrity import crc32  # the caches' CRC-32, read in chunks
 from realformer_jax.train.checkpoint_record import RECORD_FILE
 
@@ -43,13 +44,9 @@ def record(step_dir: str) -> None:
     relative = os.path.relpath(path, step_dir)
     if relative not in _NOT_LISTED:
       files[relative] = [os.path.getsize(path), crc32(path)]
-  tmp_path = os.path.join(step_dir, CHECKSUMS_FILE + '.tmp')
   lines = [f'  {json.dumps(name)}: [{size}, {crc}]' for name, (size, crc) in files.items()]
-  with open(tmp_path, 'w') as f:  # one file per line, for people reading it
-    f.write('{"algorithm": "crc32", "files": {\n' + ',\n'.join(lines) + '\n}}\n')
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp_path, os.path.join(step_dir, CHECKSUMS_FILE))
+  text = '{"algorithm": "crc32", "files": {\n' + ',\n'.join(lines) + '\n}}\n'  # a file a line
+  atomic_files.write_bytes(os.path.join(step_dir, CHECKSUMS_FILE), text.encode(), sync=True)
 
 
 def problem(step_dir: str) -> Optional[str]:

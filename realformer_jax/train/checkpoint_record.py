@@ -15,9 +15,9 @@ checksums.json lists its files (checkpointing.py), so its bytes are checked like
 a step is used, what it records is compared with what is about to be used with it:
 
 - a resume (loop.check_resumable): this config's model against the newest step's;
-- `load_workdir` (export_hf, the studies) and fine-tuning's starting point: config.json's model
-  against the step's (`check_config`), and the tokenizer against the step's SHA-256
-  (`check_tokenizer`).
+- `verify`, the one call a user of a step makes (a resume, `load_workdir` for export_hf and the
+  studies, fine-tuning's starting point): config.json's model against the step's
+  (`check_config`), and the tokenizer against the step's SHA-256 (`check_tokenizer`).
 
 Which model fields must agree is `model_differences`: how a model is computed (dtype, remat,
 kernels: MAY_DIFFER) may change on a resume; every other field says which model it is. A step
@@ -33,6 +33,7 @@ import json
 import os
 from typing import Any, Mapping, Optional
 
+from realformer_jax import atomic_files, workdir_layout
 from realformer_jax.config import (
   LAYOUT_FIELDS,
   SAVED_FIELD_ADDED,
@@ -41,9 +42,9 @@ from realformer_jax.config import (
   fields_of,
   saved_field,
 )
-from realformer_jax.data.store import cache_lock
+from realformer_jax.workdir_layout import STEP_RECORD
 
-RECORD_FILE = 'run_record.json'
+RECORD_FILE = STEP_RECORD
 # 2: steps carry RECORD_FILE and checksums.json. Steps of format 1 (saved before records)
 # carry neither, or checksums.json alone.
 FORMAT = 2
@@ -65,9 +66,37 @@ def make(config: Mapping[str, Any], tokenizer: Any) -> dict:
 
 
 def write(step_dir: str, record: Mapping[str, Any]) -> None:
-  cache_lock.atomic_write(
-    os.path.join(step_dir, RECORD_FILE), json.dumps(record, indent=2, sort_keys=True).encode()
-  )
+  atomic_files.write_json(os.path.join(step_dir, RECORD_FILE), record)
+
+
+def verify(
+  workdir: str,
+  step: int,
+  *,
+  config_json: Optional[dict] = None,
+  tokenizer: Any = None,
+  data_dir: str = '',
+  remedy: str = "put back the run's own tokenizer file",
+  skip_damaged: bool = False,
+) -> Optional[tuple[str, str]]:
+  """The identity check of step `step` of `workdir` before it is used: `config_json` (the
+  workdir's config.json, if given) must describe the model the step records, and `tokenizer`
+  (if given) must be the one it was trained with. Returns (SHA-256, where recorded) of that
+  tokenizer (recorded_tokenizer), for a tokenizer loaded later. `skip_damaged`: an unreadable
+  record is no check (a resume: the restore sets the damaged step aside) rather than an error."""
+  step_dir = os.path.join(workdir_layout.checkpoints_dir(workdir), str(step))
+  try:
+    record = read(step_dir)
+  except ConfigError:
+    if not skip_damaged:
+      raise
+    record = None
+  if config_json is not None:
+    check_config(workdir, step, record, config_json)
+  recorded = recorded_tokenizer(workdir, step, record, data_dir)
+  if tokenizer is not None:
+    check_tokenizer(tokenizer, recorded, workdir, remedy)
+  return recorded
 
 
 def read(step_dir: str) -> Optional[dict]:
@@ -122,10 +151,11 @@ def check_config(workdir: str, step: int, record: Optional[dict], config_json: d
       f'model.{k}={found.get(k, _DEFAULTS.get(k))!r} (the step has {saved.get(k)!r})'
       for k in changed
     )
+    config_file = workdir_layout.CONFIG_FILE
     raise ConfigError(
-      f'{os.path.join(workdir, "config.json")} describes another model than checkpoint step '
+      f'{os.path.join(workdir, config_file)} describes another model than checkpoint step '
       f'{step} holds: {listed}; the step records its own model ({RECORD_FILE}): put back the '
-      "run's own config.json"
+      f"run's own {config_file}"
     )
 
 
@@ -137,7 +167,7 @@ def recorded_tokenizer(
   found under `data_dir`; None when neither says."""
   if record is not None:
     return record['tokenizer_sha256'], f'checkpoint step {step} ({RECORD_FILE})'
-  store = _recorded_store(os.path.join(workdir, 'checkpoints', str(step), 'data'))
+  store = _recorded_store(os.path.join(workdir_layout.checkpoints_dir(workdir), str(step), 'data'))
   if not store or not data_dir:
     return None
   root = os.path.expanduser(data_dir)

@@ -33,12 +33,20 @@ Faults (README "Reliability"):
   can be made (read-only, no free inodes) fails at once, not after orbax's 300 s barrier.
 - A reader asked for one step (`check_step`) refuses it if its files fail their checksums,
   naming the file and the newest intact step.
+- A reader (`reading`: an export, a study's scoring, a fine-tuning start) holds a shared flock
+  on the step's directory while it reads; rotation deletes only the steps on which it gets an
+  exclusive one (`_SparingReaders`), so a step being read outlives it (deleted at a later save)
+  and a reader never opens a step being deleted: it takes the next newer one, waiting for it to
+  commit. A step directory without its commit marker while the run holds its workdir is being
+  written: readers skip it (or, asked for that step, wait for it), rather than calling it
+  damaged. Locks are per host: a multi-process run rotates as orbax does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import glob
 import logging
 import os
@@ -46,7 +54,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +64,7 @@ from jax.experimental import multihost_utils
 
 from realformer_jax import data, extras, workdir_layout
 from realformer_jax.config import ConfigError
-from realformer_jax.train import checkpoint_integrity, checkpoint_record
+from realformer_jax.train import checkpoint_integrity, checkpoint_record, workdir_lock
 from realformer_jax.train.errors import CheckpointError, DivergenceError
 from realformer_jax.train.step import TrainState
 
@@ -68,6 +76,9 @@ _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 _PROBE_PREFIX = '.probe-'  # a directory made and removed before each save; orbax ignores it
 # How long a failed save waits for its other writes to end before removing its directory.
 _IN_FLIGHT_WAIT_S = 60.0
+# How long a reader waits for a step being written to commit (a save's background writes).
+READ_WAIT_S = 300.0
+_READ_POLL_S = 0.5
 
 
 def warn(message: str) -> None:
@@ -89,9 +100,12 @@ class Checkpointer:
     self._record = record
     self._saving_step: Optional[int] = None
     self._failed: Optional[CheckpointError] = None
+    self._rotation = _SparingReaders(self.directory, keep) if writer else None
+    self._warned: set[str] = set()
     options = ocp.CheckpointManagerOptions(
-      # A reader saves and rotates nothing (orbax warns when read_only meets either).
-      max_to_keep=keep if writer else None,
+      # A reader saves and rotates nothing (orbax warns when read_only meets either); a writer
+      # keeps the newest `keep` steps and any step a reader holds.
+      preservation_policy=self._rotation,
       save_interval_steps=1 if writer else 0,
       create=writer,
       read_only=not writer,
@@ -340,15 +354,77 @@ class Checkpointer:
 
   def newest_intact_step(self) -> int:
     """The newest step whose files pass their checksums, for readers (which never set steps
-    aside; one warning per damaged step); CheckpointError if none does."""
+    aside; one warning per damaged step, one note per step being written); CheckpointError if
+    none does."""
     problems = []
     for step in sorted(self.all_steps(), reverse=True):
+      if self._being_written(step):
+        self._say_once(
+          f'note: checkpoint step {step} in {self.directory} is being written by the live '
+          'run (no commit marker yet): skipped'
+        )
+        continue
       reason = checkpoint_integrity.problem(os.path.join(self.directory, str(step)))
       if reason is None:
         return step
-      warn(f'checkpoint step {step} in {self.directory} is damaged ({reason}): skipped')
+      self._say_once(
+        f'warning: checkpoint step {step} in {self.directory} is damaged ({reason}): skipped'
+      )
       problems.append(f'step {step}: {reason}')
     raise CheckpointError(f'no intact checkpoint in {self.directory}: {"; ".join(problems)}')
+
+  def _say_once(self, line: str) -> None:
+    if line not in self._warned and jax.process_index() == 0:
+      self._warned.add(line)
+      print(line, file=sys.stderr, flush=True)
+
+  def _being_written(self, step: int) -> bool:
+    """A step directory without its commit marker while a live run holds the workdir: a save
+    in progress (a committed layout that writes in place), not a damaged step."""
+    step_dir = os.path.join(self.directory, str(step))
+    return not os.path.exists(
+      os.path.join(step_dir, checkpoint_integrity.COMMIT_MARKER)
+    ) and workdir_lock.held(os.path.dirname(self.directory))
+
+  @contextlib.contextmanager
+  def reading(self, step: Optional[int] = None, wait_s: float = READ_WAIT_S) -> Iterator[int]:
+    """Holds a read lock on `step` (default: the newest intact step) while the block reads it;
+    yields the step. Rotation leaves a locked step alone. A step being rotated away (its
+    deletion decided by the run's latest save) is not opened: the newest intact step is looked
+    up again until the next one commits; `step` itself is then CheckpointError. A `step` being
+    written is waited for. Either wait ends after `wait_s` with CheckpointError."""
+    deadline = time.monotonic() + wait_s
+    while True:
+      chosen = step
+      if step is None:
+        chosen = self.newest_intact_step()
+      elif self._being_written(step) and time.monotonic() < deadline:
+        self._say_once(f'note: waiting for checkpoint step {step} in {self.directory} to commit')
+        time.sleep(_READ_POLL_S)
+        continue
+      fd = _lock_directory(os.path.join(self.directory, str(chosen)), fcntl.LOCK_SH)
+      if fd is not None and fd >= 0:
+        try:
+          yield chosen
+          return
+        finally:
+          os.close(fd)
+      if step is not None:
+        raise CheckpointError(
+          f'checkpoint step {step} in {self.directory} is being deleted by the live run '
+          '(rotation: keep_checkpoints): not loaded; name a newer step, or none for the newest'
+        )
+      if time.monotonic() >= deadline:
+        raise CheckpointError(
+          f'checkpoint step {chosen} in {self.directory} is being deleted by the live run and '
+          f'no newer step committed within {wait_s:.0f} s: not loaded'
+        )
+      self._say_once(
+        f'note: checkpoint step {chosen} in {self.directory} is being rotated away by the live '
+        'run: waiting for the step it is saving'
+      )
+      time.sleep(_READ_POLL_S)
+      self._manager.reload()
 
   def check_step(self, step: int) -> None:
     """For a reader asked for one `step`: CheckpointError (naming the step, the damaged file
@@ -394,6 +470,8 @@ class Checkpointer:
     self.wait()
     if self._failed is None:
       self._manager.close()
+    if self._rotation is not None:
+      self._rotation.release()
 
   def _drain(self) -> None:
     """Waits for what a failed save left in flight: orbax raises the first failure and stops
@@ -449,6 +527,58 @@ class Checkpointer:
       f'saving the checkpoint at step {step} failed: {what}; {kept}; {remedy}'
     )
     return self._failed
+
+
+class _SparingReaders:
+  """orbax's rotation (a preservation policy): the newest `keep` steps, and any step a reader
+  holds (`Checkpointer.reading`). A step it lets orbax delete is locked exclusively from the
+  decision (a save's blocking part) until the next decision or close, after orbax deleted it in
+  the save's background finalisation: a reader arriving meanwhile sees it is going."""
+
+  def __init__(self, directory: str, keep: int):
+    self._directory = directory
+    self._latest = ocp.checkpoint_managers.LatestN(n=keep)
+    self._doomed: list[int] = []  # file descriptors holding the exclusive locks
+
+  def should_preserve(self, checkpoints, *, context) -> list[bool]:
+    self.release()  # the previous decision's deletions are done (a save waits for the last)
+    keep = list(self._latest.should_preserve(checkpoints, context=context))
+    if jax.process_count() > 1:  # flocks are per host: the processes must agree
+      return keep
+    for i, info in enumerate(checkpoints):
+      if not keep[i]:
+        fd = _lock_directory(os.path.join(self._directory, str(info.step)), fcntl.LOCK_EX)
+        if fd is None:
+          keep[i] = True  # a reader holds it: a later save deletes it
+        elif fd >= 0:
+          self._doomed.append(fd)
+    return keep
+
+  def release(self) -> None:
+    while self._doomed:
+      os.close(self._doomed.pop())
+
+
+def _lock_directory(path: str, mode: int) -> Optional[int]:
+  """A file descriptor of directory `path` holding flock `mode` (not waiting); None if another
+  process holds a conflicting lock, -1 if there is no such directory (any more)."""
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+  except (FileNotFoundError, NotADirectoryError):
+    return -1
+  try:
+    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+  except BlockingIOError:
+    os.close(fd)
+    return None
+  try:  # not renamed or deleted between the open and the lock
+    same = os.path.samestat(os.fstat(fd), os.stat(path))
+  except OSError:
+    same = False
+  if same:
+    return fd
+  os.close(fd)
+  return -1
 
 
 def _cause(error: BaseException) -> str:

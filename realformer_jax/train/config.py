@@ -229,11 +229,16 @@ class MeshConfig(_Section):
         f'fixed axes ({known} devices) do not divide the {device_count} devices',
       )
       shape = tuple(device_count // known if s == -1 else s for s in shape)
+    hint = ''
+    rest = math.prod(shape[1:])
+    if -1 not in self.shape and device_count % rest == 0:  # the usual fix: data takes the rest
+      fitted = ','.join(['-1'] + [str(s) for s in shape[1:]])
+      hint = f'; e.g. mesh.shape=({fitted}): -1 gives the {self.axes[0]} axis the rest'
     _require(
       math.prod(shape) == device_count,
       'mesh.shape',
       self.shape,
-      f'needs {math.prod(shape)} devices, found {device_count}',
+      f'needs {math.prod(shape)} devices, found {device_count}{hint}',
     )
     return shape
 

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import jax
 
-from realformer_jax.data.store import cache_lock
+from realformer_jax import atomic_files
 from realformer_jax.train.errors import DivergenceError
 
 # A loss this many times the run's first one is an explosion, not noise: an untrained model
@@ -47,26 +47,39 @@ REFERENCE_FILE = 'loss_reference.json'
 
 class LossReference:
   """The run's reference loss: read from the workdir, else the first loss recorded (written
-  to the workdir by process 0 if that is step 1, the loss of the initial state; a resumed run
-  of a workdir without the file judges by its own first loss, in memory only)."""
+  to the workdir by process 0 if that is step 1, the loss of the initial state). A resumed run
+  (`resumed`) whose file is missing or damaged says so (`note`) and rebuilds it from its own
+  first loss, recording that step: the rule then judges by that loss, not the initial one."""
 
-  def __init__(self, workdir: str):
+  def __init__(self, workdir: str, resumed: bool = False):
     self.path = os.path.join(workdir, REFERENCE_FILE)
     self.loss: Optional[float] = None
+    self.note: Optional[str] = None
+    problem = None
     try:
       with open(self.path) as f:
         self.loss = float(json.load(f)['loss'])
-    except (OSError, ValueError, KeyError, TypeError):
-      pass  # none yet (a new run), or unreadable: taken from the first loss again
+      if not math.isfinite(self.loss):
+        raise ValueError('not a finite loss')
+    except FileNotFoundError:
+      problem = 'is missing'
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      self.loss, problem = None, f'is damaged ({type(e).__name__})'
+    self._rebuild = resumed and problem is not None
+    if self._rebuild:
+      self.note = (
+        f"note: {self.path} {problem}: the explosion rule judges by this run's first loss "
+        "instead of the run's step-1 loss, recorded there again with its step"
+      )
 
   def threshold(self, step: int, loss: float) -> float:
     """The explosion threshold for the finite `loss` of `step` (which may set the reference)."""
     if self.loss is None:
       self.loss = loss
-      if step == 1 and jax.process_index() == 0:
+      if (step == 1 or self._rebuild) and jax.process_index() == 0:
         record = {'step': step, 'loss': loss, 'rule': f'explosion above {EXPLOSION_FACTOR}x'}
         try:
-          cache_lock.atomic_write(self.path, json.dumps(record).encode())
+          atomic_files.write_json(self.path, record, indent=None, sort_keys=False)
         except OSError:
           pass  # a full disk: this run still judges by it; the save reports the disk
     return EXPLOSION_FACTOR * max(self.loss, EXPLOSION_FLOOR)

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -30,12 +31,19 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import extras
+from realformer_jax import atomic_files, extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.data.store import cache_lock
+from realformer_jax.data import tokenizers
 from realformer_jax.model.params import count_params
-from realformer_jax.train import build, checkpoint_record, cpu_notice, divergence, workdir_lock
+from realformer_jax.train import (
+  build,
+  checkpoint_record,
+  cpu_notice,
+  divergence,
+  run_identity,
+  workdir_lock,
+)
 from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer, committed_steps
 from realformer_jax.train.config import RunSpec, TrainConfig
@@ -100,22 +108,21 @@ def run(
     record = checkpoint_record.make(spec.to_dict(), task_data.tokenizer)
     checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints, record=record)
     committed = checkpointer.intact_steps()
-    notes = check_workdir(spec, workdir, committed)
+    check_workdir(spec, workdir, committed)  # refusals; the notes once the restore has chosen
+    latest_record = None
     if committed:  # a resume trains on with the ids its steps were trained with
-      latest_record = None
       with contextlib.suppress(ConfigError):  # a damaged record: the restore sets it aside
         latest_record = checkpoint_record.read(
           os.path.join(checkpointer.directory, str(committed[-1]))
         )
-      checkpoint_record.check_tokenizer(
-        task_data.tokenizer,
-        checkpoint_record.recorded_tokenizer(workdir, committed[-1], latest_record, ''),
+      checkpoint_record.verify(
         workdir,
+        committed[-1],
+        tokenizer=task_data.tokenizer,
         remedy='resume with the data config it was trained with, or use a new --workdir',
+        skip_damaged=True,
       )
     writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
-    for note in filter(None, notes):
-      writer.print(note)
     best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
     preemption = PreemptionWatcher()
     given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
@@ -126,8 +133,14 @@ def run(
     spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
     train = spec.train
     state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
+    # Against the step actually restored: a damaged newer step was moved aside meanwhile.
+    restored = int(jax.device_get(state.step))
+    for note in filter(None, check_workdir(given, workdir, [restored] if restored else [])):
+      writer.print(note)
     eval_step = build.compile_eval_step(setup)
-    _write_run_files(given, task_data.tokenizer, workdir)
+    recorded = (committed[-1], latest_record['config']) if committed and latest_record else None
+    for note in _write_run_files(given, task_data.tokenizer, workdir, recorded):
+      writer.print(note)
     writer.print(
       f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
       f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'
@@ -142,9 +155,11 @@ def run(
       spec,
       start_step=step,
       stop_step=stop,
-      reference=divergence.LossReference(workdir),
+      reference=divergence.LossReference(workdir, resumed=bool(committed)),
       on_log=on_log,
     )
+    if log.reference.note:
+      writer.print(log.reference.note)
     # Batches go onto the devices ahead of their step; checkpoints save the position after the
     # last batch trained on (prefetch.py: a grain iterator, so imported here, where the 'train'
     # extra is needed anyway, not when the package is).
@@ -231,31 +246,112 @@ def _close_all(*closers: Optional[Callable[[], None]]) -> None:
     raise first_error
 
 
-def _write_run_files(spec: RunSpec, tokenizer, workdir: str) -> None:
+def _write_run_files(
+  spec: RunSpec, tokenizer, workdir: str, recorded: Optional[tuple[int, dict]] = None
+) -> list[str]:
   """config.json (the spec's sections, as validated: 'auto' stays 'auto') and a copy of the
   tokenizer's file, so the workdir alone is enough to use the model later
-  (train.load_workdir)."""
+  (train.load_workdir). A resume (`recorded`: the newest step and the config it records) that
+  replaces a file someone changed since the run wrote it (an edited config.json, a swapped
+  tokenizer file) returns one note for each."""
+  notes = []
+  if jax.process_index() == 0 and recorded is not None:
+    notes = _replaced_run_files(recorded, tokenizer, workdir)
   if jax.process_index() == 0:
     try:
       os.makedirs(workdir, exist_ok=True)
       # Atomic: a run killed while writing it must not leave a truncated config.json behind;
       # unchanged files (every restart) are not rewritten.
-      cache_lock.atomic_write(
-        os.path.join(workdir, CONFIG_FILE), json.dumps(spec.to_dict(), indent=2).encode()
-      )
+      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), spec.to_dict(), sort_keys=False)
       tokenizer.save(workdir)
-    except OSError as e:  # a full disk: nothing half-written is left (atomic_write)
+    except OSError as e:  # a full disk: nothing half-written is left (atomic_files)
       raise TrainingError(
         f'{workdir}: cannot write the run files (config.json, tokenizer): {e.strerror or e}; '
         'the checkpoints are untouched: free space and rerun'
       ) from e
+  return notes
+
+
+def _replaced_run_files(recorded: tuple[int, dict], tokenizer, workdir: str) -> list[str]:
+  """A note for each run file in `workdir` that a resume is about to replace though someone
+  changed it: a config.json that is not the config the newest step records (edited by hand:
+  the flags' changes have notes of their own), a tokenizer file that is not the run's
+  tokenizer (training uses the data config's, which its steps record)."""
+  step, config = recorded
+  notes = []
+  path = os.path.join(workdir, CONFIG_FILE)
+  try:
+    with open(path) as f:
+      found = json.load(f)
+  except (OSError, ValueError):
+    found = None  # missing or unreadable: check_resumable has said so
+  if isinstance(found, dict):
+    changed = run_identity.config_differences(config, found)
+    if changed:
+      shown = ', '.join(changed[:4]) + (
+        f', ... ({len(changed)} fields)' if len(changed) > 4 else ''
+      )
+      notes.append(
+        f'note: {path} is not the config checkpoint step {step} records ({shown}; recorded '
+        "-> as found): replaced by this run's; it trains with the recorded config and the "
+        'flags given'
+      )
+  for name in tokenizers.FILE_NAMES:
+    path = os.path.join(workdir, name)
+    if not os.path.isfile(path):
+      continue
+    with open(path, 'rb') as f:
+      found_bytes = f.read()
+    if name == tokenizer.file_name and found_bytes != tokenizer.file_bytes():
+      notes.append(
+        f"note: {path} is not the run's tokenizer (SHA-256 "
+        f'{hashlib.sha256(found_bytes).hexdigest()[:16]}; the run trains with '
+        f"{tokenizer.source}, {tokenizer.sha256[:16]}): replaced by the run's own"
+      )
+  return notes
 
 
 def check_workdir(spec: RunSpec, workdir: str, committed: list[int]) -> tuple:
   """Before anything is built or compiled: the checks of a resume against the newest
   committed step of `committed` (the model, the schedule); their notes (or None each)."""
   latest = committed[-1] if committed else None
-  return (check_resumable(spec.model, workdir, latest), check_schedule(spec.train, workdir, latest))
+  return (
+    check_resumable(spec.model, workdir, latest),
+    check_schedule(spec.train, workdir, latest),
+    check_step_contents(spec, workdir, latest),
+  )
+
+
+# What one step trains on, besides the schedule: sequences per step and masked slots each.
+_STEP_CONTENT_FIELDS = (('train', 'global_batch_size'), ('data', 'max_predictions'))
+
+
+def check_step_contents(spec: RunSpec, workdir: str, latest_step: Optional[int]) -> Optional[str]:
+  """A resumed run may change how many sequences a step takes or how many tokens each masks,
+  but not silently: a one-line note of what changed against the newest step's record, or
+  None (also for a step saved before records: config.json is rewritten by every start)."""
+  if latest_step is None:
+    return None
+  try:
+    record = checkpoint_record.read(os.path.join(checkpoints_dir(workdir), str(latest_step)))
+  except ConfigError:
+    return None  # damaged: the restore sets it aside
+  if record is None:
+    return None
+  current = spec.to_dict()
+  changed = [
+    f'{section}.{name} {record["config"][section][name]} -> {current[section][name]}'
+    for section, name in _STEP_CONTENT_FIELDS
+    if name in record['config'].get(section, {})
+    and record['config'][section][name] != current[section][name]
+  ]
+  if not changed:
+    return None
+  return (
+    f'note: the resumed steps train on other batches ({", ".join(changed)}) than checkpoint '
+    f'step {latest_step} was trained with: from step {latest_step} on, each step sees that many '
+    'sequences and masked tokens; the loss curve may step there'
+  )
 
 
 def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> Optional[str]:

@@ -176,20 +176,25 @@ def load_workdir(
     steps = checkpointer.all_steps()
     if not steps:
       raise ConfigError(f'{checkpointer.directory}: no checkpoint to load')
-    if step is None:
-      step = checkpointer.newest_intact_step()
-    elif step not in steps:
+    if step is not None and step not in steps:
       raise ConfigError(
         f'step={step}: no checkpoint at that step in {checkpointer.directory} '
         f'(have {sorted(steps)})'
       )
-    else:
-      checkpointer.check_step(step)  # a damaged step is never loaded
-    # The step says which model and tokenizer it holds: config.json must agree with it.
-    record = checkpoint_record.read(os.path.join(checkpointer.directory, str(step)))
-    checkpoint_record.check_config(workdir, step, record, saved)
-    setup = build.make_setup(spec)
-    state = checkpointer.restore_state(step, setup.layout.abstract)
+    explicit = step is not None
+    # Everything read from the step is read under its read lock: the live run's rotation
+    # cannot delete it between the checksums, the restore and the identity (checkpointing.py).
+    with checkpointer.reading(step) as step:
+      if explicit:
+        checkpointer.check_step(step)  # a damaged step is never loaded
+      # The step says which model and tokenizer it holds: config.json must agree with it.
+      recorded = checkpoint_record.verify(
+        workdir, step, config_json=saved, data_dir=spec.data.data_dir
+      )
+      setup = build.make_setup(spec)
+      state = checkpointer.restore_state(step, setup.layout.abstract)
+      params = jax.block_until_ready(state.params)
+      identity = run_identity.of_checkpoint(workdir, step, saved)
   finally:
     checkpointer.close()
   return Pretrained(
@@ -197,10 +202,8 @@ def load_workdir(
     config=config,
     spec=spec,
     model_config=spec.model,
-    params=jax.block_until_ready(state.params),
+    params=params,
     step=int(step),
-    identity=run_identity.of_checkpoint(workdir, step, saved),
-    recorded_tokenizer=checkpoint_record.recorded_tokenizer(
-      workdir, step, record, spec.data.data_dir
-    ),
+    identity=identity,
+    recorded_tokenizer=recorded,
   )

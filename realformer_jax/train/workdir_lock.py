@@ -67,20 +67,21 @@ class WorkdirError(TrainingError):
   """The workdir cannot hold a run: empty, a file, or not writable."""
 
 
-def check_usable(workdir: Optional[str]) -> str:
+def check_usable(workdir: Optional[str], flag: str = '--workdir') -> str:
   """The absolute workdir, or WorkdirError before anything is built or created: an empty one
   (which would put run.lock, checkpoints/ and tensorboard/ in the current directory), a path
-  through a file, or a directory this process cannot write (read-only mount, permissions)."""
+  through a file, or a directory this process cannot write (read-only mount, permissions).
+  `flag`: the option that named it (a study's --out is checked alike)."""
   if not workdir or not workdir.strip():
-    raise WorkdirError('--workdir is empty: name the directory for the run (it is created)')
+    raise WorkdirError(f'{flag} is empty: name the directory for the run (it is created)')
   path = os.path.abspath(os.path.expanduser(workdir))
   existing = path
   while not os.path.exists(existing):  # the nearest ancestor that exists gets the new dirs
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
-    raise WorkdirError(f'--workdir {path}: {existing} is a file, not a directory')
+    raise WorkdirError(f'{flag} {path}: {existing} is a file, not a directory')
   if not os.access(existing, os.W_OK | os.X_OK):
-    raise WorkdirError(f'--workdir {path}: {existing} is not writable (read-only or permissions)')
+    raise WorkdirError(f'{flag} {path}: {existing} is not writable (read-only or permissions)')
   return path
 
 

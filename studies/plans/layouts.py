@@ -46,7 +46,6 @@ from studies import study
 from studies.plan import Arm, BestRate, Comparison, Plan, Scaled, Side, all_positions_twins
 
 LAYOUTS = ('post', 'realformer', 'pre')
-NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
 
 SCALE = study.Scale(
   layers=12,

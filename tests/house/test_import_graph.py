@@ -1,12 +1,14 @@
-"""0 import cycles between the repository's packages: each of realformer_jax's sub-packages
-(model, kernels, train, ...; the top-level modules config, units, ... are one node),
-experiments, benchmarks, studies and configs. Read from the source with ast, nothing imported:
-every import counts, also one inside a function. A package's __init__ counts as part of it,
-except realformer_jax/__init__.py, which only re-exports public names: an import through it
-(`from realformer_jax import MaskedLM`) counts as one of the module that defines the name.
+"""0 import cycles: between the repository's packages (each of realformer_jax's sub-packages:
+model, kernels, train, ...; the top-level modules config, units, ... are one node;
+experiments, benchmarks, studies and configs), and between the modules inside one package (a
+package's __init__ is one module there). Read from the source with ast, nothing imported: every
+import counts, also one inside a function or a relative one. A package's __init__ counts as part
+of it, except realformer_jax/__init__.py, which only re-exports public names: an import through
+it (`from realformer_jax import MaskedLM`) counts as one of the module that defines the name.
 """
 
 import ast
+import functools
 import os
 
 import repo_paths
@@ -24,6 +26,7 @@ def _module_name(path: str) -> str:
   return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
 
+@functools.cache  # parsed once for the package and the module graphs
 def _sources() -> dict:
   """Module name -> (repository-relative path, parsed tree), for every .py of PACKAGES."""
   found = {}
@@ -45,27 +48,38 @@ def node(module: str) -> str:
   return parts[0]
 
 
-def _imported_modules(tree: ast.AST, modules: dict, reexports: dict) -> set:
-  """The repository modules one file imports (a name imported from a package resolves to its
-  sub-module when there is one, and through realformer_jax's re-exports)."""
-  found = set()
+def _imported_modules(path: str, tree: ast.AST, modules: dict, reexports: dict) -> dict:
+  """{repository module: line} of what one file imports (a name imported from a package resolves
+  to its sub-module when there is one, and through realformer_jax's re-exports; a relative
+  import against the file's own package)."""
+  package = _module_name(path)
+  if not path.endswith('__init__.py'):
+    package = package.rpartition('.')[0]
+  found = {}
   for item in ast.walk(tree):
     if isinstance(item, ast.Import):
-      found.update(alias.name for alias in item.names)
-    elif isinstance(item, ast.ImportFrom) and item.module and item.level == 0:
       for alias in item.names:
-        full = f'{item.module}.{alias.name}'
+        found.setdefault(alias.name, item.lineno)
+    elif isinstance(item, ast.ImportFrom):
+      base = item.module or ''
+      if item.level:
+        parts = package.split('.')
+        base = '.'.join(parts[: len(parts) - item.level + 1] + ([base] if base else []))
+      for alias in item.names:
+        full = f'{base}.{alias.name}'
         if full in modules:
-          found.add(full)
-        elif item.module == 'realformer_jax' and alias.name in reexports:
-          found.add(reexports[alias.name])
+          target = full
+        elif base == 'realformer_jax' and alias.name in reexports:
+          target = reexports[alias.name]
         else:
-          found.add(item.module)
-  return {m for m in found if m.split('.')[0] in PACKAGES}
+          target = base
+        found.setdefault(target, item.lineno)
+  return {m: line for m, line in found.items() if m.split('.')[0] in PACKAGES}
 
 
-def package_graph() -> dict:
-  """Node -> {node: 'a.py imports b'} for every import between two different nodes."""
+def module_graph() -> dict:
+  """Module -> {module: 'a.py:LINE imports b'} for every import of one repository module by
+  another (realformer_jax/__init__.py's lazy re-exports left out: see the docstring)."""
   sources = _sources()
   reexports = {}
   for item in ast.walk(sources['realformer_jax'][1]):
@@ -73,12 +87,23 @@ def package_graph() -> dict:
       reexports.update({alias.asname or alias.name: item.module for alias in item.names})
   graph = {}
   for module, (path, tree) in sources.items():
-    edges = graph.setdefault(node(module), {})
+    edges = graph.setdefault(module, {})
     if path == ROOT_INIT:
       continue
-    for target in _imported_modules(tree, sources, reexports):
-      if node(target) != node(module) and (path, node(target)) not in ALLOWED:
-        edges.setdefault(node(target), f'{path} imports {target}')
+    for target, line in sorted(_imported_modules(path, tree, sources, reexports).items()):
+      if target != module:
+        edges[target] = f'{path}:{line} imports {target}'
+  return graph
+
+
+def package_graph() -> dict:
+  """Node -> {node: 'a.py:LINE imports b'} for every import between two different nodes."""
+  graph = {}
+  for module, edges in module_graph().items():
+    out = graph.setdefault(node(module), {})
+    for target, why in edges.items():
+      if node(target) != node(module) and (why.split(':')[0], node(target)) not in ALLOWED:
+        out.setdefault(node(target), why)
   return graph
 
 
@@ -122,6 +147,22 @@ def test_no_cycle_between_packages():
   assert {'realformer_jax.model', 'realformer_jax.train', 'experiments', 'studies'} <= set(graph)
   found = cycles(graph)
   assert not found, '\n'.join(f'{c}: {_explain(graph, c)}' for c in found)
+
+
+def test_no_cycle_between_modules():
+  # Inside one package too: two modules that import each other (even lazily, inside a
+  # function) are one piece of knowledge split in two; the shared piece goes below both.
+  graph = module_graph()
+  assert 'realformer_jax.analysis.kernel_check' in graph
+  found = cycles(graph)
+  assert not found, '\n'.join(f'{c}: {_explain(graph, c)}' for c in found)
+
+
+def test_the_module_graph_sees_a_lazy_and_a_relative_import():
+  tree = ast.parse('def f():\n  from realformer_jax.model import encoder\nfrom . import units\n')
+  modules = {'realformer_jax.model.encoder': None, 'realformer_jax.units': None}
+  found = _imported_modules(os.path.join('realformer_jax', 'config.py'), tree, modules, {})
+  assert found == {'realformer_jax.model.encoder': 2, 'realformer_jax.units': 3}
 
 
 def test_the_checker_finds_a_cycle():

@@ -20,7 +20,7 @@ import repo_paths
 from model_fixtures import kernel_fields
 
 from realformer_jax import Encoder, ModelConfig, source_digest
-from realformer_jax.analysis import kernel_check
+from realformer_jax.analysis import check_cache
 from realformer_jax.aot import categories
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels import backends, select
@@ -193,9 +193,9 @@ def test_compiled_hlo_categories_ask_the_records():
 def test_the_self_checks_cache_key_covers_a_backend_outside_the_package(toy, tmp_path):
   # A verdict cached for the toy's kernels is not reused once its code changes.
   del toy
-  before = kernel_check.kernel_source_hash('toy_einsum')
-  assert before != kernel_check.kernel_source_hash()  # its folder is hashed too
+  before = check_cache.kernel_source_hash('toy_einsum')
+  assert before != check_cache.kernel_source_hash()  # its folder is hashed too
   with open(tmp_path / 'my_backend' / 'attention.py', 'a') as f:
     f.write('\n# changed\n')
   source_digest.folder_digest.cache_clear()  # a process caches each folder's digest
-  assert kernel_check.kernel_source_hash('toy_einsum') != before
+  assert check_cache.kernel_source_hash('toy_einsum') != before

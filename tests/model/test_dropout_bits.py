@@ -6,7 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob, threefry2x32
+from realformer_jax.kernels import ring_attention
+from realformer_jax.kernels.dropout_bits import (
+  keep_mask,
+  keep_threshold,
+  realised_keep_prob,
+  threefry2x32,
+)
 
 # Known-answer vectors of Threefry-2x32-20 (Random123's kat_vectors, which list the counter
 # before the key; JAX's own tests use them): (key1, key2, count1, count2) -> (out1, out2).
@@ -93,6 +99,29 @@ def test_mask_is_a_function_of_the_global_position():
   assert keep_mask(key, 0.7, ()).shape == ()
   with pytest.raises(ValueError, match='beyond 32 bits'):
     jax.eval_shape(lambda k: keep_mask(k, 0.5, (2**16, 2**16, 2)), key)
+
+
+@pytest.mark.parametrize(
+  'generator',
+  ['threefry', pytest.param('philox', marks=pytest.mark.slow)],  # ~3 s compiles each
+)
+def test_a_block_drawn_by_its_origin_is_the_masks_block(generator):
+  # The ring draws each block from its origin (a shard's batch and head offsets, the first
+  # row and column) through dropout_bits.attention_row and, at columns that are not whole hash
+  # words, select_draw: bit for bit the block of the [B, H, L, L] mask.
+  B, H, L = 2, 3, 32
+  key = jax.random.key(9)
+  full = jax.jit(keep_mask, static_argnums=(1, 2, 3))(key, 0.6, (B, H, L, L), generator)
+  k1, k2 = jax.random.bits(key, (2,), jnp.uint32)
+  threshold = keep_threshold(0.6)
+  # Jitted (offsets traced): eagerly, every op compiles apart.
+  keep_block = ring_attention._keep_block  # pylint: disable=protected-access
+  draw_block = jax.jit(keep_block, static_argnums=(1, 2, 5, 6, 7))
+  for b0, h0, row0, col0, cols in ((0, 0, 0, 0, 32), (1, 1, 8, 16, 16), (1, 2, 4, 5, 3)):
+    iparams = jnp.asarray([k1, k2, b0, h0], jnp.uint32)
+    shape = (B - b0, H - h0, 8, cols)
+    got = draw_block(iparams, threshold, shape, jnp.uint32(row0), jnp.uint32(col0), H, L, generator)
+    np.testing.assert_array_equal(got, full[b0:, h0:, row0 : row0 + 8, col0 : col0 + cols])
 
 
 def test_sharded_mask_equals_the_unsharded_one():

@@ -41,3 +41,13 @@ def test_under_jit_the_debug_flag_raises_and_without_it_the_ids_give_nan(params)
   # Unchecked, the NaN of one id spreads through attention to its whole sequence.
   unchecked = jax.jit(Encoder(_CONFIG).apply)(params, _BAD)
   assert np.isnan(unchecked[0]).all()
+
+
+def test_a_negative_id_gives_what_an_id_past_the_vocabulary_gives(params):
+  """Both NaN under jit (a negative id wrapped to the last row before), both refused eagerly."""
+  negative = jnp.array([[1, 2, 3, -1]])
+  past = jnp.array([[1, 2, 3, 50]])
+  for ids in (negative, past):
+    assert np.isnan(jax.jit(Encoder(_CONFIG).apply)(params, ids)).all()
+    with pytest.raises(ValueError, match=r'outside the vocabulary \[0, 50\)'):
+      Encoder(_CONFIG).apply(params, ids)

@@ -9,14 +9,14 @@ import pytest
 from data_fixtures import bible_tokenizer  # noqa: F401  (a fixture)
 from train_fixtures import tiny_config
 
-from realformer_jax.data.store import cache_lock
+from realformer_jax import atomic_files
 from realformer_jax.train import loop, pretraining
 from realformer_jax.train.errors import TrainingError
 
 
 @pytest.fixture
 def full_disk(monkeypatch):
-  """Every file cache_lock.atomic_write opens for writing takes a few bytes, then ENOSPC."""
+  """Every file atomic_files.write_bytes opens for writing takes a few bytes, then ENOSPC."""
   real_open = open
 
   class _Full:
@@ -37,7 +37,7 @@ def full_disk(monkeypatch):
     f = real_open(path, mode, *args, **kwargs)
     return _Full(f) if 'w' in mode else f
 
-  monkeypatch.setattr(cache_lock, 'open', opener, raising=False)
+  monkeypatch.setattr(atomic_files, 'open', opener, raising=False)
 
 
 def _write_run_files(workdir, tokenizer):
@@ -53,7 +53,7 @@ def test_a_restart_rewrites_no_unchanged_run_file(tmp_path, monkeypatch, bible_t
   def no_write(*args, **kwargs):
     raise AssertionError('an unchanged run file was rewritten')
 
-  monkeypatch.setattr(cache_lock.os, 'replace', no_write)
+  monkeypatch.setattr(atomic_files.os, 'replace', no_write)
   _write_run_files(tmp_path, bible_tokenizer)  # a restart
   assert {name: os.stat(tmp_path / name).st_mtime_ns for name in files} == before
 
@@ -70,16 +70,16 @@ def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path, full_disk, bibl
 
 def test_a_changed_file_is_replaced_and_a_failed_one_left_as_it_was(tmp_path, monkeypatch):
   path = str(tmp_path / 'f')
-  assert cache_lock.atomic_write(path, b'old')
-  assert not cache_lock.atomic_write(path, b'old')
-  assert cache_lock.atomic_write(path, b'new')
+  assert atomic_files.write_bytes(path, b'old')
+  assert not atomic_files.write_bytes(path, b'old')
+  assert atomic_files.write_bytes(path, b'new')
   with open(path, 'rb') as f:
     assert f.read() == b'new'
   monkeypatch.setattr(
-    cache_lock.os, 'replace', lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, 'I/O error'))
+    atomic_files.os, 'replace', lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, 'I/O error'))
   )
   with pytest.raises(OSError):
-    cache_lock.atomic_write(path, b'newer')
+    atomic_files.write_bytes(path, b'newer')
   assert os.listdir(tmp_path) == ['f']
   with open(path, 'rb') as f:
     assert f.read() == b'new'

@@ -6,7 +6,9 @@ import compile_settings
 import pytest
 from train_fixtures import cli_flags, run_train_cli, tiny_config
 
+from realformer_jax import kernels
 from realformer_jax.config import ConfigError
+from realformer_jax.kernels import ring_attention
 from realformer_jax.train import validate_config
 
 
@@ -59,6 +61,26 @@ def test_a_layout_the_ring_cannot_run_is_one_line(devices, overrides, message):
     validate_config(config, device_count=devices, process_count=1)
 
 
+def test_the_ring_refusal_runs_at_validation_and_never_at_trace_time(monkeypatch):
+  calls = []
+  real_check = ring_attention.check_config
+  monkeypatch.setattr(
+    ring_attention, 'check_config', lambda *a, **k: calls.append(a) or real_check(*a, **k)
+  )
+  config = tiny_config(mesh__shape=(1, 1, 1, 2))
+  spec = validate_config(config, device_count=2, process_count=1)
+  assert len(calls) == 1
+  # A traced model on a split sequence takes the ring without asking again.
+  split = ring_attention.SequenceShards(('sequence',), 2)
+  monkeypatch.setattr(ring_attention, 'sequence_shards', lambda: split)
+  for path in (
+    kernels.stack_path(spec.model, 32, einsum=None),
+    kernels.layer_path(spec.model, 32, einsum=None),
+  ):
+    assert type(path).__name__.endswith('RingPath') and path.shards == split
+  assert len(calls) == 1
+
+
 @pytest.mark.slow  # the training CLI on 2 forced devices in a subprocess (~5 s CPU)
 def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
   proc = run_train_cli(
@@ -78,3 +100,12 @@ def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
   ], stderr
   assert 'Traceback' not in stderr
   assert not (tmp_path / 'checkpoints').exists()
+
+
+def test_a_mesh_for_fewer_devices_names_the_shape_that_fits():
+  """mesh.shape=(1,1,1,2) on 4 devices: the line names (-1,1,1,2), not just the count."""
+  spec = validate_config(tiny_config(mesh__shape=(1, 1, 1, 2)))
+  with pytest.raises(
+    ConfigError, match=r'needs 2 devices, found 4; e\.g\. mesh\.shape=\(-1,1,1,2\)'
+  ):
+    spec.mesh.resolve(4)

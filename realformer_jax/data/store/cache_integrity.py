@@ -31,7 +31,7 @@ import os
 import zlib
 from typing import Optional
 
-from realformer_jax.data.store import cache_lock
+from realformer_jax import atomic_files
 
 _log = logging.getLogger(__name__)
 _CHUNK_BYTES = 8 << 20
@@ -52,7 +52,7 @@ def publish(tmp_path: str, path: str, record: dict, checksum: Optional[int] = No
     file_crc32=crc32(tmp_path) if checksum is None else checksum,
     file_mtime_ns=stat.st_mtime_ns,
   )  # a rename keeps the time
-  cache_lock.atomic_write(sidecar_path(path), json.dumps(record, indent=2, sort_keys=True).encode())
+  atomic_files.write_json(sidecar_path(path), record)
   os.replace(tmp_path, path)
 
 
@@ -88,10 +88,7 @@ def problem(path: str) -> Optional[str]:
   if crc32(path) != record['file_crc32']:
     return 'its bytes changed since it was built (checksum mismatch)'
   try:  # the same bytes with a new time (copied): remember it, to skip the hash next time
-    cache_lock.atomic_write(
-      sidecar_path(path),
-      json.dumps(dict(record, file_mtime_ns=stat.st_mtime_ns), indent=2, sort_keys=True).encode(),
-    )
+    atomic_files.write_json(sidecar_path(path), dict(record, file_mtime_ns=stat.st_mtime_ns))
   except OSError:
     pass  # a read-only data dir: verified again next time
   return None

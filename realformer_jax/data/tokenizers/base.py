@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
+from realformer_jax import atomic_files
 from realformer_jax.data.errors import DataError
-from realformer_jax.data.store import cache_lock
 
 PAD, UNK, CLS, SEP, MASK = '[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'
 
@@ -96,5 +96,5 @@ class Tokenizer:
     """Writes the tokenizer's file into `directory` as `file_name`; returns the path."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, self.file_name)
-    cache_lock.atomic_write(path, self.file_bytes())
+    atomic_files.write_bytes(path, self.file_bytes())
     return path

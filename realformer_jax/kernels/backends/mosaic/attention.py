@@ -26,7 +26,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.dropout_bits import mulhi_limbs
+from realformer_jax.kernels.dropout_bits import attention_row, mulhi_limbs
 from realformer_jax.kernels.dropout_tiles import keep_tile_selected
 from realformer_jax.kernels.spec import KernelSpec
 
@@ -37,9 +37,8 @@ def _keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
   if not spec.dropout:
     return None
   words = [i_ref[n].astype(jnp.uint32) for n in range(4)]
-  row0 = (
-    (words[2] + b.astype(jnp.uint32)) * spec.heads_total + words[3] + h.astype(jnp.uint32)
-  ) * seq_len + q0.astype(jnp.uint32)
+  batch, head = words[2] + b.astype(jnp.uint32), words[3] + h.astype(jnp.uint32)
+  row0 = attention_row(batch, head, q0.astype(jnp.uint32), spec.heads_total, seq_len)
   # philox's multiply high words from 16-bit limbs: Mosaic lowers no 32 x 32 -> 64-bit product
   return keep_tile_selected(
     words[0], words[1], row0, k0, shape, spec.keep_threshold, spec.generator, mulhi_limbs

@@ -41,7 +41,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from realformer_jax.kernels.dropout_bits import DRAWS_PER_HASH, MASK_BITS, threefry2x32
+from realformer_jax.kernels.dropout_bits import (
+  DRAWS_PER_HASH,
+  attention_row,
+  select_draw,
+  threefry2x32,
+)
 from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.kernels.tile_math import drop
 
@@ -117,16 +122,10 @@ def keep(spec: KernelSpec, words, b, h, seq_len: int, rows, cols):
   if not spec.dropout:
     return None
   k1, k2, b_off, h_off = words
-  base = ((b_off + b.astype(jnp.uint32)) * np.uint32(spec.heads_total) + h_off) + h.astype(
-    jnp.uint32
-  )
-  row = base * np.uint32(seq_len) + rows
-  y1, y2 = threefry2x32(k1, k2, row, cols >> np.uint32(_LANE_SHIFT))
-  lane = cols & np.uint32(DRAWS_PER_HASH - 1)
-  word = jnp.where(lane < np.uint32(4), y1, y2)
-  byte = lane & np.uint32(3)
-  drawn = (word >> (byte * np.uint32(MASK_BITS))) & np.uint32(2**MASK_BITS - 1)
-  return drawn < np.uint32(spec.keep_threshold)
+  batch, head = b_off + b.astype(jnp.uint32), h_off + h.astype(jnp.uint32)
+  row = attention_row(batch, head, rows, spec.heads_total, seq_len)
+  ys = threefry2x32(k1, k2, row, cols >> np.uint32(_LANE_SHIFT))
+  return select_draw(ys, cols & np.uint32(DRAWS_PER_HASH - 1)) < np.uint32(spec.keep_threshold)
 
 
 def softmax_update(z, m, l):

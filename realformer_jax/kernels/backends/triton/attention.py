@@ -50,15 +50,14 @@ from jax.experimental.pallas import triton as plgpu
 
 from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
-from realformer_jax.kernels.dropout_bits import MulHi, mulhi_limbs
+from realformer_jax.kernels.dropout_bits import MulHi, attention_row, mulhi_limbs
 from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
 from realformer_jax.kernels.spec import KernelSpec
 
 
 def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):
-  row0 = (
-    (i_ref[2] + b.astype(jnp.uint32)) * spec.heads_total + i_ref[3] + h.astype(jnp.uint32)
-  ) * seq_len + q0.astype(jnp.uint32)
+  batch, head = i_ref[2] + b.astype(jnp.uint32), i_ref[3] + h.astype(jnp.uint32)
+  row0 = attention_row(batch, head, q0.astype(jnp.uint32), spec.heads_total, seq_len)
   return keep_tile_joined(
     i_ref[0], i_ref[1], row0, k0, shape, spec.keep_threshold, spec.generator, _mulhi(spec)
   )

@@ -1,0 +1,48 @@
+"""`experiments.study --plan=depth --quick` through the real command: runs at two depths scored
+under several mask draws (study.score_workdir), the trend row and the one-draw column in
+the report."""
+
+import json
+import os
+
+import jit_cache
+import numpy as np
+import pytest
+from data_fixtures import quick_study_argv
+
+from experiments import study as study_command
+from realformer_jax.mlm import metrics as mlm_metrics
+
+
+@pytest.mark.slow
+def test_depth_study_quick_scores_every_draw_and_reports_the_trend(tmp_path):
+  out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
+  argv = ['--plan=depth'] + quick_study_argv(out, workdirs, '--runs', 'L1-*,L3-*')
+  with jit_cache.in_process():
+    report = study_command.main(argv)
+  assert sorted(report['results']) == sorted(
+    f'L{layers}-b4-lr0.002-{layout}-s{seed}'
+    for layers in (1, 3)
+    for layout in ('realformer', 'post')
+    for seed in (0, 1)
+  )
+  for run in report['results'].values():
+    scored = run['scored']
+    assert scored['mask_draws'] == 2 and len(scored['draw_metrics']) == 2
+    first, second = scored['draw_metrics']
+    # Draw 0 is the training evaluations' draw; the draws mask other positions.
+    assert first['mask_accuracy'] == pytest.approx(run['final']['mask_accuracy'], abs=1e-6)
+    assert first['loss'] == pytest.approx(run['final']['loss'], rel=1e-5)
+    assert scored['metrics']['predictions'] == first['predictions'] + second['predictions']
+    sums = {k: np.asarray(v) for k, v in scored['first_draw_sequence_sums'].items()}
+    assert mlm_metrics.metrics_from_sums(sums)['mask_accuracy'] == pytest.approx(
+      first['mask_accuracy'], abs=1e-4
+    )
+    assert len(scored['sequence_sums']['count']) == scored['sequences']
+  rows = {row['key']: row for row in report['analysis']['comparisons']}
+  assert rows['T']['comparison']['n'] == 2 and 'first_draw' in rows['T']
+  assert rows['R1']['verdict'] == 'pending (0 of 2 seeds)'  # the reruns were not selected
+  table = open(os.path.join(out, 'results.md')).read()
+  assert '| T | gap(3) - gap(1), all positions |' in table and 'Held-out resolution' in table
+  saved = json.load(open(os.path.join(out, 'results.json')))
+  assert saved['plan']['scale']['eval_mask_draws'] == 2

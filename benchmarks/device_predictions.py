@@ -9,8 +9,9 @@ FULL size: the 32 x 512 step table's Post-LN / RealFormer / Pre-LN / Hugging Fac
 bf16; the long rows, BERT-Base batch 1 bf16 remat full dropout 0.1: Post-LN at 65,536 with its
 masks stored and drawn, RealFormer qk on the Triton kernels at 65,536 and 131,072), and writes each
 row's ESTIMATED step (realformer_jax/aot/roofline.py with its constants FROZEN: the file records
-them), its MFU against the one stated peak (aot/targets.mfu_peak_flops), the targets it
-predicts PASS / MISS (benchmarks/device_targets.py) and the suite's parts in order with their
+them; each fused kernel charged what its SASS for sm_90a issues, read from the same compile's
+PTX by aot/sass.py, where ptxas and cuobjdump are at hand: the `aot` extra), its MFU against
+the one stated peak (aot/targets.mfu_peak_flops), the targets it predicts PASS / MISS (benchmarks/device_targets.py) and the suite's parts in order with their
 planned seconds (device_suite.BUDGET), to docs/results/device_suite/predictions-<date>.json
 and .md. Commit the file BEFORE the run: no measured row was used to make it.
 
@@ -48,14 +49,29 @@ def _long_rows(size) -> list[tuple]:
   return rows + [('long', length, variant) for length, variant in EXTRA_LONG]
 
 
-def predict_row(row: tuple, target, devices) -> dict:
-  """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices."""
+def _new_ptx(dump: str, seen: set, row_dir: str) -> str:
+  """The PTX files XLA dumped into `dump` since `seen` (one row's compile), copied to
+  `row_dir`: a kernel's name is the same in every row, its code is not."""
+  import shutil  # pylint: disable=import-outside-toplevel
+
+  os.makedirs(row_dir, exist_ok=True)
+  for name in sorted(set(os.listdir(dump)) - seen):
+    if name.endswith('.ptx'):
+      shutil.copy(os.path.join(dump, name), row_dir)
+  seen.update(os.listdir(dump))
+  return row_dir
+
+
+def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
+  """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices; with
+  `dump` (XLA's xla_dump_to) its fused kernels charged what their SASS issues."""
   from benchmarks import flops as flops_lib  # pylint: disable=import-outside-toplevel
   from benchmarks import profiles, steps  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import roofline, targets  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import build, pretraining  # pylint: disable=import-outside-toplevel
 
   part, key, which = row
+  seen = set(os.listdir(dump)) if dump else set()
   start = time.perf_counter()
   if part == 'steps':
     shape = profiles.SHAPES[key]
@@ -79,7 +95,14 @@ def predict_row(row: tuple, target, devices) -> dict:
     spec = pretraining.validate_config(config, device_count=1, process_count=1)
     compiled = build.compile_train_step(build.make_setup(spec, devices))
   compile_s = time.perf_counter() - start
-  est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
+  kernel_sass = None
+  if dump:
+    from realformer_jax.aot import sass  # pylint: disable=import-outside-toplevel
+
+    kernel_sass = sass.from_dump(_new_ptx(dump, seen, os.path.join(dump, f'{part}-{key}-{which}')))
+  est = roofline.estimate(
+    compiled, target, score_dims=(shape.seq_len, shape.seq_len), kernel_sass=kernel_sass
+  )
   result = {
     'part': part,
     'key': key,
@@ -89,6 +112,7 @@ def predict_row(row: tuple, target, devices) -> dict:
     'compile_here_s': round(compile_s, 1),
     'by_category_s': est.by_category(),
     'warnings': list(est.warnings)[:5],
+    'sass_kernels': sorted(kernel_sass or {}),  # charged what their SASS issues
   }
   if part == 'steps':
     result['mfu'] = flops_lib.model_flops(shape) / est.seconds / targets.mfu_peak_flops(target.chip)
@@ -101,6 +125,7 @@ def frozen_constants(chip) -> dict:
   counts = hash_work.per_decision()
   return {
     'FUSED_KERNEL_EFFICIENCY': targets.FUSED_KERNEL_EFFICIENCY,
+    'ISSUE_EFFICIENCY': targets.ISSUE_EFFICIENCY,
     'HOPPER_L2_FRACTION': targets.HOPPER_L2_FRACTION,
     'hash_int_ops_per_decision': {'written': counts.written, 'compiled': counts.compiled},
     'mfu_peak_flops': targets.mfu_peak_flops(chip),
@@ -164,8 +189,11 @@ def render(p: dict) -> str:
     f'ESTIMATED, not measured: each program `python -m benchmarks.device_suite` will time, '
     f'compiled on a CPU host for one {p["target"]} (no device) and read by the kernel roofline '
     f'with its constants frozen (FUSED_KERNEL_EFFICIENCY {c["FUSED_KERNEL_EFFICIENCY"]}, '
-    f'HOPPER_L2_FRACTION {c["HOPPER_L2_FRACTION"]}; the dropout hash charged at '
-    f'{c["hash_int_ops_per_decision"]["compiled"]:.1f} integer ops per decision as compiled). '
+    f'HOPPER_L2_FRACTION {c["HOPPER_L2_FRACTION"]}, ISSUE_EFFICIENCY '
+    f'{c.get("ISSUE_EFFICIENCY")}; the dropout hash charged at '
+    f'{c["hash_int_ops_per_decision"]["compiled"]:.1f} integer ops per decision as compiled; '
+    f'the fused kernels of {sum(bool(r.get("sass_kernels")) for r in p["rows"])} of '
+    f'{len(p["rows"])} rows charged what their SASS for sm_90a issues, aot/sass.py). '
     f'MFU: model FLOPs / estimated step / {c["mfu_peak_flops"] / 1e12:.1f} TFLOP/s (the '
     'datasheet dense bf16 peak, the one every MFU figure uses). Committed before the run; '
     '`python -m benchmarks.device_predictions --report=DIR/results.json` sets the '
@@ -207,8 +235,24 @@ def render(p: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def _sass_tools() -> bool:
+  from realformer_jax.aot import sass  # pylint: disable=import-outside-toplevel
+
+  try:
+    sass.tool('ptxas'), sass.tool('cuobjdump')
+  except FileNotFoundError:
+    return False
+  return True
+
+
 def predict(target_spec: str, out_dir: str, date: str) -> dict:
+  import tempfile  # pylint: disable=import-outside-toplevel
+
   os.environ['JAX_PLATFORMS'] = 'cpu'  # before jax starts: compile for the target, open nothing
+  scratch = tempfile.TemporaryDirectory()
+  dump = scratch.name if _sass_tools() else ''
+  if dump:  # read once, when jax starts: every row's kernels' PTX lands there
+    os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} --xla_dump_to={dump}'.strip()
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
 
@@ -216,10 +260,11 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
   devices = target.devices()[:1]
   plan_rows = _step_rows(device_suite.FULL) + _long_rows(device_suite.FULL)
   rows = []
-  for row in plan_rows:
-    print(f'compiling {row} for {target_spec} ...', flush=True)
-    rows.append(predict_row(row, target, devices))
-    print(f'  ESTIMATED {rows[-1]["estimate_s"]:.4f} s', flush=True)
+  with scratch:
+    for row in plan_rows:
+      print(f'compiling {row} for {target_spec} ...', flush=True)
+      rows.append(predict_row(row, target, devices, dump))
+      print(f'  ESTIMATED {rows[-1]["estimate_s"]:.4f} s', flush=True)
   prediction = {
     'date': date,
     'commit': _commit(),

@@ -11,9 +11,10 @@ masks stored and drawn, RealFormer qk on the Triton kernels at 65,536 and 131,07
 row's ESTIMATED step (realformer_jax/aot/roofline.py with its constants FROZEN: the file records
 them; each fused kernel charged what its SASS for sm_90a issues, read from the same compile's
 PTX by aot/sass.py, where ptxas and cuobjdump are at hand: the `aot` extra), its MFU against
-the one stated peak (aot/targets.mfu_peak_flops), the targets it predicts PASS / MISS (benchmarks/device_targets.py) and the suite's parts in order with their
-planned seconds (device_suite.BUDGET), to docs/results/device_suite/predictions-<date>.json
-and .md. Commit the file BEFORE the run: no measured row was used to make it.
+the one stated peak (aot/targets.mfu_peak_flops), the targets it predicts PASS / MISS
+(benchmarks/device_targets.py) and the suite's parts in order with their planned seconds
+(device_suite.BUDGET), to docs/results/device_suite/predictions-<date>.json and .md. Commit
+the file BEFORE the run: no measured row was used to make it.
 
 After the run: `--report=DIR/results.json` (the suite's) sets each measured row beside its
 prediction (error = estimate / measured - 1), writes DIR/errors.md and prints it. A row the

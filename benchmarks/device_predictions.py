@@ -5,14 +5,16 @@
 
 Before a device run: compiles, on this CPU host for the target's GPU (JAX_PLATFORMS=cpu, no
 device; ~15 min on 2 cores), every program `python -m benchmarks.device_suite` will time (its
-FULL size: the 32 x 512 step table's Post-LN / RealFormer / Pre-LN / Hugging Face at BERT-Large
-and BERT-Base, bf16; the long rows, BERT-Base batch 1 bf16 remat full dropout 0.1, Post-LN and
-RealFormer qk at its lengths) and `qk` at 131,072 for issue 57's target, and writes each
+FULL size: the 32 x 512 step table's Post-LN / RealFormer / Pre-LN / Hugging Face at BERT-Large,
+bf16; the long rows, BERT-Base batch 1 bf16 remat full dropout 0.1: Post-LN at 65,536 with its
+masks stored and drawn, RealFormer qk on the Triton kernels at 65,536 and 131,072), and writes each
 row's ESTIMATED step (realformer_jax/aot/roofline.py with its constants FROZEN: the file records
-them), its MFU against the one stated peak (aot/targets.mfu_peak_flops), the targets it
-predicts PASS / MISS (benchmarks/device_targets.py) and the suite's parts in order with their
-planned seconds (device_suite.BUDGET), to docs/results/device_suite/predictions-<date>.json
-and .md. Commit the file BEFORE the run: no measured row was used to make it.
+them; each fused kernel charged what its SASS for sm_90a issues, read from the same compile's
+PTX by aot/sass.py, where ptxas and cuobjdump are at hand: the `aot` extra), its MFU against
+the one stated peak (aot/targets.mfu_peak_flops), the targets it predicts PASS / MISS
+(benchmarks/device_targets.py) and the suite's parts in order with their planned seconds
+(device_suite.BUDGET), to docs/results/device_suite/predictions-<date>.json and .md. Commit
+the file BEFORE the run: no measured row was used to make it.
 
 After the run: `--report=DIR/results.json` (the suite's) sets each measured row beside its
 prediction (error = estimate / measured - 1), writes DIR/errors.md and prints it. A row the
@@ -25,13 +27,14 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(REPO, 'docs', 'results', 'device_suite')
-EXTRA_LONG = ((131072, 'realformer qk'),)  # issue 57's target row, not in the default run
+EXTRA_LONG = ((131072, 'realformer qk'),)  # issue 57's target row, where the size lists none
 
 
 def _step_rows(size) -> list[tuple]:
@@ -42,18 +45,35 @@ STEP_MODELS = ('post', 'realformer', 'pre', 'hf')
 
 
 def _long_rows(size) -> list[tuple]:
+  if size.long_rows:  # the suite's own rows, in its order
+    return [('long', length, variant) for length, variant in size.long_rows]
   rows = [('long', length, variant) for length in size.lengths for variant in size.long_variants]
   return rows + [('long', length, variant) for length, variant in EXTRA_LONG]
 
 
-def predict_row(row: tuple, target, devices) -> dict:
-  """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices."""
+def _new_ptx(dump: str, seen: set, row_dir: str) -> str:
+  """The PTX files XLA dumped into `dump` since `seen` (one row's compile), copied to
+  `row_dir`: a kernel's name is the same in every row, its code is not."""
+  import shutil  # pylint: disable=import-outside-toplevel
+
+  os.makedirs(row_dir, exist_ok=True)
+  for name in sorted(set(os.listdir(dump)) - seen):
+    if name.endswith('.ptx'):
+      shutil.copy(os.path.join(dump, name), row_dir)
+  seen.update(os.listdir(dump))
+  return row_dir
+
+
+def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
+  """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices; with
+  `dump` (XLA's xla_dump_to) its fused kernels charged what their SASS issues."""
   from benchmarks import flops as flops_lib  # pylint: disable=import-outside-toplevel
-  from benchmarks import long_sequences, profiles, steps  # pylint: disable=import-outside-toplevel
+  from benchmarks import profiles, steps  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import roofline, targets  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import build, pretraining  # pylint: disable=import-outside-toplevel
 
   part, key, which = row
+  seen = set(os.listdir(dump)) if dump else set()
   start = time.perf_counter()
   if part == 'steps':
     shape = profiles.SHAPES[key]
@@ -70,14 +90,27 @@ def predict_row(row: tuple, target, devices) -> dict:
     from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
     shape = device_suite._long_shape(device_suite.FULL, key)  # pylint: disable=protected-access
-    overrides = long_sequences.VARIANTS[which]
+    overrides = device_suite.long_variant(which, triton=True)
     config = steps.train_config(
       shape, dropout=0.1, dtype='bfloat16', remat_policy='full', scan_unroll=1, **overrides
     )
     spec = pretraining.validate_config(config, device_count=1, process_count=1)
     compiled = build.compile_train_step(build.make_setup(spec, devices))
   compile_s = time.perf_counter() - start
-  est = roofline.estimate(compiled, target, score_dims=(shape.seq_len, shape.seq_len))
+  kernel_sass = None
+  # Only the Pallas kernels that state their cost are read (XLA's own fusions' PTX is not
+  # always one this ptxas takes: Hugging Face's step's was not).
+  stated = tuple(
+    sorted(set(re.findall(r'name = "(\w+)"[^\n]*?serialized_metadata', compiled.as_text())))
+  )
+  if dump and stated:
+    from realformer_jax.aot import sass  # pylint: disable=import-outside-toplevel
+
+    row_dir = _new_ptx(dump, seen, os.path.join(dump, f'{part}-{key}-{which}'))
+    kernel_sass = sass.from_dump(row_dir, stated)
+  est = roofline.estimate(
+    compiled, target, score_dims=(shape.seq_len, shape.seq_len), kernel_sass=kernel_sass
+  )
   result = {
     'part': part,
     'key': key,
@@ -87,6 +120,7 @@ def predict_row(row: tuple, target, devices) -> dict:
     'compile_here_s': round(compile_s, 1),
     'by_category_s': est.by_category(),
     'warnings': list(est.warnings)[:5],
+    'sass_kernels': sorted(kernel_sass or {}),  # charged what their SASS issues
   }
   if part == 'steps':
     result['mfu'] = flops_lib.model_flops(shape) / est.seconds / targets.mfu_peak_flops(target.chip)
@@ -99,6 +133,7 @@ def frozen_constants(chip) -> dict:
   counts = hash_work.per_decision()
   return {
     'FUSED_KERNEL_EFFICIENCY': targets.FUSED_KERNEL_EFFICIENCY,
+    'ISSUE_EFFICIENCY': targets.ISSUE_EFFICIENCY,
     'HOPPER_L2_FRACTION': targets.HOPPER_L2_FRACTION,
     'hash_int_ops_per_decision': {'written': counts.written, 'compiled': counts.compiled},
     'mfu_peak_flops': targets.mfu_peak_flops(chip),
@@ -113,15 +148,15 @@ def suite_plan(rows: list[dict]) -> list[dict]:
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
   size = device_suite.FULL
-  default_long = {(length, v) for length in size.lengths for v in size.long_variants}
+  default_long = set(size.long_rows)
   long_s = sum(
     size.long_compile_s + r['estimate_s'] * (1 + size.long_steps)
     for r in rows
     if r['part'] == 'long' and (r['key'], r['model']) in default_long
   )
-  planned = {part: device_suite.expected_s(part, size) for part in device_suite.PARTS}
+  planned = {part: device_suite.expected_s(part, size) for part in device_suite.DEFAULT_PARTS}
   planned['long'] = long_s
-  return [{'part': part, 'planned_s': planned[part]} for part in device_suite.PARTS]
+  return [{'part': part, 'planned_s': planned[part]} for part in device_suite.DEFAULT_PARTS]
 
 
 def _target_figures(rows: list[dict]) -> dict:
@@ -162,8 +197,11 @@ def render(p: dict) -> str:
     f'ESTIMATED, not measured: each program `python -m benchmarks.device_suite` will time, '
     f'compiled on a CPU host for one {p["target"]} (no device) and read by the kernel roofline '
     f'with its constants frozen (FUSED_KERNEL_EFFICIENCY {c["FUSED_KERNEL_EFFICIENCY"]}, '
-    f'HOPPER_L2_FRACTION {c["HOPPER_L2_FRACTION"]}; the dropout hash charged at '
-    f'{c["hash_int_ops_per_decision"]["compiled"]:.1f} integer ops per decision as compiled). '
+    f'HOPPER_L2_FRACTION {c["HOPPER_L2_FRACTION"]}, ISSUE_EFFICIENCY '
+    f'{c.get("ISSUE_EFFICIENCY")}; the dropout hash charged at '
+    f'{c["hash_int_ops_per_decision"]["compiled"]:.1f} integer ops per decision as compiled; '
+    f'the fused kernels of {sum(bool(r.get("sass_kernels")) for r in p["rows"])} of '
+    f'{len(p["rows"])} rows charged what their SASS for sm_90a issues, aot/sass.py). '
     f'MFU: model FLOPs / estimated step / {c["mfu_peak_flops"] / 1e12:.1f} TFLOP/s (the '
     'datasheet dense bf16 peak, the one every MFU figure uses). Committed before the run; '
     '`python -m benchmarks.device_predictions --report=DIR/results.json` sets the '
@@ -198,15 +236,31 @@ def render(p: dict) -> str:
   lines += [
     '',
     f'Planned in all: ~{total:.0f} s against the {p["budget_s"]:.0f} s budget; a part that '
-    'would not fit what is left is skipped with the reason, the device check last (what it '
-    'finished is kept: INCOMPLETE, not FAIL). The 131,072 row is not in the default run: '
-    '`--parts=long --lengths=131072` times it.',
+    'would not fit what is left is skipped with the reason. The device check is its own call, '
+    f'`--parts=device` (~{p.get("device_s", 200.0):.0f} s planned; what it finishes is kept: '
+    'INCOMPLETE, not FAIL).',
   ]
   return '\n'.join(lines) + '\n'
 
 
+def _sass_tools() -> bool:
+  from realformer_jax.aot import sass  # pylint: disable=import-outside-toplevel
+
+  try:
+    sass.tool('ptxas'), sass.tool('cuobjdump')
+  except FileNotFoundError:
+    return False
+  return True
+
+
 def predict(target_spec: str, out_dir: str, date: str) -> dict:
+  import tempfile  # pylint: disable=import-outside-toplevel
+
   os.environ['JAX_PLATFORMS'] = 'cpu'  # before jax starts: compile for the target, open nothing
+  scratch = tempfile.TemporaryDirectory()
+  dump = scratch.name if _sass_tools() else ''
+  if dump:  # read once, when jax starts: every row's kernels' PTX lands there
+    os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} --xla_dump_to={dump}'.strip()
   from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
 
@@ -214,10 +268,11 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
   devices = target.devices()[:1]
   plan_rows = _step_rows(device_suite.FULL) + _long_rows(device_suite.FULL)
   rows = []
-  for row in plan_rows:
-    print(f'compiling {row} for {target_spec} ...', flush=True)
-    rows.append(predict_row(row, target, devices))
-    print(f'  ESTIMATED {rows[-1]["estimate_s"]:.4f} s', flush=True)
+  with scratch:
+    for row in plan_rows:
+      print(f'compiling {row} for {target_spec} ...', flush=True)
+      rows.append(predict_row(row, target, devices, dump))
+      print(f'  ESTIMATED {rows[-1]["estimate_s"]:.4f} s', flush=True)
   prediction = {
     'date': date,
     'commit': _commit(),
@@ -227,6 +282,7 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
     'targets': _target_figures(rows),
     'plan': suite_plan(rows),
     'budget_s': device_suite.DEFAULT_BUDGET_S,
+    'device_s': device_suite.FULL.device_s,
   }
   os.makedirs(out_dir, exist_ok=True)
   stem = os.path.join(out_dir, f'predictions-{date}')

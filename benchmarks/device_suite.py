@@ -1,6 +1,8 @@
-"""Everything issue 57 asks a GPU to measure, in one command that fits a short device lease.
+"""Everything issues 57 and 64 ask a GPU to measure, in one command that fits a short lease.
 
-    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: planned <= 8 min
+    python -m benchmarks.device_suite --out=DIR              # one H100 / H200: planned <= 7 min
+    python -m benchmarks.device_suite --out=DIR --dry_run    # the plan, each part's seconds
+    python -m benchmarks.device_suite --out=DIR --parts=device   # the device check: its own call
     python -m benchmarks.device_suite --out=DIR --toy        # any backend, toy sizes (CI, CPU)
     python -m benchmarks.device_suite --out=DIR --parts=long,split --budget_s=300
     python -m benchmarks.device_suite --out=DIR --parts=long --lengths=131072,32768,16384
@@ -13,17 +15,22 @@ Before a run, `python -m benchmarks.device_predictions` commits what it predicts
 estimator's constants frozen); after it, `--report=DIR/results.json` sets the two side by side.
 
 Parts, always in this order, each printed as it finishes and written at once to
-DIR/results.json and DIR/results.md (a part killed by a timeout leaves the earlier ones):
-1. steps   the 32 x 512 step table, BERT-Large then BERT-Base, bf16, post / realformer / pre /
-           Hugging Face: the eight programs compiled side by side, then each shape's
-           interleaved rounds (benchmarks/measure.py), MEASURED, with MFU against the one
-           stated peak (aot/targets.mfu_peak_flops: the datasheet's) and issue 57's targets
-           PASS / MISS (benchmarks/device_targets.py) printed as the shape finishes;
+DIR/results.json and DIR/results.md (a part killed by a timeout leaves the earlier ones). The
+default call runs the first three within DEFAULT_BUDGET_S (PLAN: each part's planned seconds,
+with sources; --dry_run prints it); the device check is its own call (--parts=device):
+1. steps   the 32 x 512 step table, BERT-Large, bf16, post / realformer / pre / Hugging Face:
+           the four programs compiled side by side, then interleaved rounds
+           (benchmarks/measure.py), MEASURED, with MFU against the one stated peak
+           (aot/targets.mfu_peak_flops: the datasheet's) and the targets PASS / MISS
+           (benchmarks/device_targets.py) printed as the shape finishes; then one traced step
+           of each of ours: device time per kernel (benchmarks/trace_breakdown.py);
 2. long    the long-sequence table: BERT-Base, batch 1, bf16, full remat, dropout 0.1, learned
-           positions (benchmarks.long_sequences's compiled step and timing) for post and 'qk'
-           at 65k (the targets; --lengths for others, longest first, and the toy size's
-           scores carry 'realformer recomputed'); a row whose compile fails (a kernel this jax
-           cannot lower) says so and the suite goes on:
+           positions (benchmarks.long_sequences's compiled step and timing): Post-LN at 65,536
+           with its dropout masks stored and drawn (model.remat_dropout_masks), then 'qk' on
+           the Triton kernels (attention_impl='pallas_triton': never a backend 'auto' might
+           take) at 65,536 and 131,072 (--lengths: post and qk at other lengths, longest
+           first, and the toy size's scores carry 'realformer recomputed'); a row whose
+           compile fails (a kernel this jax cannot lower) says so and the suite goes on:
            XLA's memory, the first step and the step MEASURED (a warm-up, then the median of
            2) and the device peak where that row raised it (the allocator keeps one per
            process) beside the roofline's ESTIMATE of the very program that ran
@@ -40,9 +47,10 @@ DIR/results.json and DIR/results.md (a part killed by a timeout leaves the earli
            and dropout stream, so a candidate tile whose gradient norm differs from its
            variant's beyond bfloat16 rounding computes another backward (the loss checks
            the forward only: early in the warm-up the parameters barely move);
-3. split   a profiler trace of one step of post and of 'qk' at the longest length measured:
+3. split   a profiler trace of one step of post and of 'qk' at the first length measured:
            device time per kernel (benchmarks/trace_breakdown.py), MEASURED;
-4. device  `python -m experiments.device_check --notable` in a subprocess: the environment,
+4. device  (its own call) `python -m experiments.device_check --notable` in a subprocess: the
+           environment,
            every attention kernel vs the einsum path (the Hopper kernels too, whose pass it
            records for 'auto'), 20 training steps kernels vs einsum; its cases print as they
            finish, so a check the budget stops keeps them (INCOMPLETE, not FAIL).
@@ -67,8 +75,10 @@ from typing import Callable, Optional
 
 # In the order they run: the 32 x 512 step table first (it has never run on a device since
 # the kernels changed, issue 57), the device check last (the longest, and its verdict is per
-# case: a check stopped by the budget keeps the cases it printed).
+# case: a check stopped by the budget keeps the cases it printed). A call without --parts runs
+# DEFAULT_PARTS: the device check is a call of its own (issue 64: one lease, one call each).
 PARTS = ('steps', 'long', 'split', 'device')
+DEFAULT_PARTS = ('steps', 'long', 'split')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,36 +98,72 @@ class Size:
   step_rounds: int
   step_shape_s: float  # one shape of the step table: 4 compiles side by side + its rounds
   long_variants: tuple = ('post', 'realformer recomputed', 'realformer qk')
+  # The long part's (length, variant) rows in order; () : every length x long_variants.
+  long_rows: tuple = ()
+  # Planned seconds of one step of a long row by (variant, length) (PLAN); absent: 0.
+  long_step_s: tuple = ()
 
 
 # What each part is expected to cost on one H100 / H200: BUDGET, each figure with its source.
-# The whole default run is planned to <= 8 minutes (issue 57): budget_s's default.
+# The default call (DEFAULT_PARTS) is planned to <= 7 minutes (issue 64): budget_s's default.
 BUDGET = {
-  # The step table: its 8 programs compile side by side (XLA:GPU compiles in threads outside
-  # the GIL; 16 host cores), so a shape costs about its slowest compile, Hugging Face's
+  # The step table: its 4 programs compile side by side (XLA:GPU compiles in threads outside
+  # the GIL; 16 host cores), so the shape costs about its slowest compile, Hugging Face's
   # BERT-Large at ~175 s (FACTS.md: an H100, 2026-11-22; ours ~20-30 s rolled), then 3
   # interleaved rounds of four steps of < 0.3 s. NOT yet timed side by side on a device.
   'steps_compile_s': 175.0,
   'steps_rounds_s': 15.0,  # per shape: warm-up and 3 rounds of 4 steps, ~0.1-0.3 s each
+  # One traced step of each of ours at 32 x 512 (< 0.3 s each) and the profiler's start and
+  # parse: ~3 s a trace, as the split part's 18 s for two 65k steps of ~4 and ~9 s suggests.
+  'steps_split_s': 10.0,
   # One long row's compile: a BERT-Base L = 65,536 step, ~15 s on an H200 (2026-11-26); 11-21 s
-  # for the nine of 2026-11-27.
+  # for the nine of 2026-11-27. 131,072: not compiled on a device yet, planned the same.
   'long_compile_s': 20.0,
+  # One step of a long row (a warm-up and `long_steps` timed ones each), H200, 2026-11-27:
+  # Post-LN 65,536 4.00 s (drawn; stored planned the same), qk 9.12 s; qk 131,072 never
+  # timed: 4x 65,536's (the L^2 work), 36.5 s.
+  'post_65536_step_s': 4.0,
+  'qk_65536_step_s': 9.12,
+  'qk_131072_step_s': 36.5,
   # The device check with --jobs=8: its 10 Triton cases took 300 s one at a time (2026-11-27,
   # nearly all compilation); side by side NOT yet timed; 4 Hopper cases added. Planned at
   # half the serial time; what it does not finish is INCOMPLETE, not FAIL (run_device).
   'device_s': 200.0,
-  'split_s': 30.0,  # a traced step of post and of qk: 18 s measured (2026-11-27)
+  'split_s': 20.0,  # a traced step of post and of qk at 65,536: 18 s measured (2026-11-27)
 }
 FULL = Size(
   'full', ('--size=full', '--steps=20', '--jobs=8'), BUDGET['device_s'], (65536,), 768, 12, 12,
-  2, BUDGET['long_compile_s'], ('bert_large_512', 'bert_base_512'), 3,
-  BUDGET['steps_compile_s'] / 2 + BUDGET['steps_rounds_s'], ('post', 'realformer qk'),
+  1, BUDGET['long_compile_s'], ('bert_large_512',), 3,
+  BUDGET['steps_compile_s'] + BUDGET['steps_rounds_s'] + BUDGET['steps_split_s'],
+  ('post', 'realformer qk'),
+  long_rows=((65536, 'post stored'), (65536, 'post drawn'), (65536, 'realformer qk'),
+             (131072, 'realformer qk')),
+  long_step_s=((('post stored', 65536), BUDGET['post_65536_step_s']),
+               (('post drawn', 65536), BUDGET['post_65536_step_s']),
+               (('realformer qk', 65536), BUDGET['qk_65536_step_s']),
+               (('realformer qk', 131072), BUDGET['qk_131072_step_s'])),
 )  # fmt: skip
-DEFAULT_BUDGET_S = 480.0  # issue 57: the whole suite on one lease, <= 8 minutes
+DEFAULT_BUDGET_S = 420.0  # issue 64: the default call on one lease, <= 7 minutes
 TOY = Size(
   'toy', ('--size=toy', '--steps=2', '--jobs=2'), 60.0, (64,), 32, 2, 2, 1, 5.0, ('tiny',), 1, 30.0,
 )  # fmt: skip
-SPLIT_VARIANTS = ('post', 'realformer qk')
+SPLIT_VARIANTS = ('post', 'post stored', 'post drawn', 'realformer qk')
+# The long part's variants: long_sequences.VARIANTS, Post-LN with its masks stored or drawn,
+# and 'qk' on the Triton kernels whatever 'auto' would take.
+TRITON = dict(attention_impl='pallas_triton')
+LONG_VARIANTS = {
+  'post stored': dict(ln_placement='post', remat_dropout_masks='stored'),
+  'post drawn': dict(ln_placement='post', remat_dropout_masks='drawn'),
+}
+
+
+def long_variant(name: str, triton: bool) -> dict:
+  """The model overrides of a long row's variant; with `triton` (a GPU run) qk's kernels are
+  Triton's, forced."""
+  from benchmarks import long_sequences  # pylint: disable=import-outside-toplevel
+
+  overrides = LONG_VARIANTS.get(name) or long_sequences.VARIANTS[name]
+  return {**overrides, **TRITON} if triton and name == 'realformer qk' else overrides
 
 
 class Suite:
@@ -256,6 +302,11 @@ def _long_plan(suite: Suite) -> list:
   length longest first, and after the longest length's rows its candidate Post-LN backward
   tiles, then its candidate qk dS tiles."""
   plan = []
+  if suite.size.long_rows:
+    first = suite.size.long_rows[0][0]
+    plan = [(length, variant, None) for length, variant in suite.size.long_rows]
+    plan += [(first, 'post', tile) for tile in suite.post_bwd_tiles]
+    return plan + [(first, 'realformer qk', tile) for tile in suite.qk_ds_tiles]
   for i, length in enumerate(suite.size.lengths):
     plan += [(length, variant, None) for variant in suite.size.long_variants]
     if i == 0:
@@ -311,7 +362,7 @@ def run_long(suite: Suite) -> dict:
     try:
       with _tiles_in_force(variant, tile):
         compiled = long_sequences.compiled_step(
-          shape, long_sequences.VARIANTS[variant], 'bfloat16', abstract=False
+          shape, long_variant(variant, size.name == 'full'), 'bfloat16', abstract=False
         )
     except Exception as e:  # pylint: disable=broad-except  # a kernel this jax cannot lower
       row['skipped'] = f'compile failed: {type(e).__name__}: {str(e).strip()[:300]}'
@@ -343,8 +394,9 @@ def run_long(suite: Suite) -> dict:
       row['device_peak_gb'] = float('nan')
     else:
       peak_so_far = row['device_peak_gb']
-    if variant in SPLIT_VARIANTS and tile is None:
-      suite.kept.setdefault(variant, (length, compiled))  # the longest, as timed first
+    if variant in SPLIT_VARIANTS and tile is None:  # one Post-LN (stored where it ran)
+      key = 'post' if variant.startswith('post') else variant
+      suite.kept.setdefault(key, (length, compiled))  # the first length, as timed first
     suite.log(
       f'  L={length} {_variant_label(row)}: {row["step_s"]:.3f} s measured'
       + (f', {row["estimate_s"]:.3f} s estimated' if 'estimate_s' in row else '')
@@ -365,22 +417,28 @@ def run_long(suite: Suite) -> dict:
   }
 
 
-def run_split(suite: Suite) -> dict:
+def _kernel_split(compiled: dict) -> dict:
+  """{name: {'device_s': one traced step's device time, 'kernels_s': its 8 largest kernels}}
+  of compiled steps (benchmarks/trace_breakdown.py), MEASURED."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   from benchmarks import measure, trace_breakdown  # pylint: disable=import-outside-toplevel
 
+  split = {}
+  for name, step in compiled.items():
+    with tempfile.TemporaryDirectory() as scratch:
+      kernels = trace_breakdown.device_time_by_kernel(measure.trace_file(step, 1, scratch))
+    split[name] = {'device_s': sum(kernels.values()), 'kernels_s': dict(list(kernels.items())[:8])}
+  return split
+
+
+def run_split(suite: Suite) -> dict:
   if not suite.kept:
     return {'skipped': 'no long-sequence step was timed, so none to trace'}
-  split = {}
-  for variant, (length, compiled) in suite.kept.items():
-    with tempfile.TemporaryDirectory() as scratch:
-      path = measure.trace_file(compiled, 1, scratch)
-      kernels = trace_breakdown.device_time_by_kernel(path)
-    total = sum(kernels.values())
-    top = dict(list(kernels.items())[:8])
-    split[variant] = {'length': length, 'device_s': total, 'kernels_s': top}
-  suite.kept.clear()  # their states: device memory the step table needs
+  split = _kernel_split({variant: compiled for variant, (_, compiled) in suite.kept.items()})
+  for variant, (length, _) in suite.kept.items():
+    split[variant]['length'] = length
+  suite.kept.clear()  # their states: device memory
   return {'variants': split}
 
 
@@ -433,6 +491,7 @@ def run_steps(suite: Suite) -> dict:
       Report(lambda _: None), shape, profile, 0.1, MatmulPeak(profile.peak_n, profile.dtype),
       suite.log, precompiled=own,
     )  # fmt: skip
+    kernels_s = _kernel_split({n: c for n, c in own.items() if n != 'hf'})
     del own
     medians = {k: sorted(v)[len(v) // 2] for k, v in result['times'].items() if v}
     model_flops = flops_lib.model_flops(shape)
@@ -443,6 +502,7 @@ def run_steps(suite: Suite) -> dict:
       'tokens_per_s': {k: shape.tokens / v for k, v in medians.items()},
       'mfu': mfu,
       'compile_s': compile_s,  # each side by side with the others
+      'kernels_s': kernels_s,  # ours: one traced step's device time per kernel
     }
     for model, seconds in medians.items():
       suite.log(
@@ -473,6 +533,22 @@ def expected_s(part: str, size: Size) -> float:
     'split': 10.0 if size.name == 'toy' else BUDGET['split_s'],
     'steps': size.step_shape_s * len(size.step_shapes),
   }[part]
+
+
+def plan(suite: Suite, parts: list) -> list[tuple[str, float]]:
+  """(what, planned seconds) of each part in order, each long row on its own: its compile, a
+  warm-up and `long_steps` timed steps of the planned step time (BUDGET)."""
+  size, planned = suite.size, []
+  step_s = dict(size.long_step_s)
+  for part in parts:
+    if part != 'long':
+      planned.append((part, expected_s(part, size)))
+      continue
+    for length, variant, tile in _long_plan(suite):
+      label = f'long L={length} {variant}' + (f' (tile {tile_label(tile)})' if tile else '')
+      seconds = size.long_compile_s + (1 + size.long_steps) * step_s.get((variant, length), 0.0)
+      planned.append((label, seconds))
+  return planned
 
 
 # ---------------------------------------------------------------------------------------------
@@ -552,6 +628,12 @@ def render_part(part: str, r: dict) -> list[str]:
         f'| {name} ({s["shape"]}) | {model} | {_f(seconds, 4)} | '
         f'{s["tokens_per_s"][model]:,.0f} | {_f(s.get("mfu", {}).get(model))} |'
       )
+  splits = [(n, m, v) for n, s in r['shapes'].items() for m, v in s.get('kernels_s', {}).items()]
+  if splits:
+    lines += ['', '| shape | model | kernel | device s per step, MEASURED |', '|---|---|---|---:|']
+    for name, model, v in splits:
+      lines.append(f'| {name} | {model} | (all kernels) | {_f(v["device_s"])} |')
+      lines += [f'| {name} | {model} | `{k[:60]}` | {_f(t)} |' for k, t in v['kernels_s'].items()]
   return lines + _target_lines(r)
 
 
@@ -633,7 +715,14 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--out', required=True, help='folder for results.json and results.md')
   parser.add_argument('--toy', action='store_true', help='toy sizes: any backend, CI on a CPU')
-  parser.add_argument('--parts', default=','.join(PARTS), help=f'of {",".join(PARTS)}')
+  parser.add_argument(
+    '--parts', default=','.join(DEFAULT_PARTS), help=f'of {",".join(PARTS)} (default: '
+    f'{",".join(DEFAULT_PARTS)}; the device check is a call of its own)'
+  )  # fmt: skip
+  parser.add_argument(
+    '--dry_run', action='store_true', help='print the plan (each part\'s planned seconds) and '
+    'stop: nothing is compiled or run'
+  )  # fmt: skip
   parser.add_argument(
     '--budget_s', type=float, default=DEFAULT_BUDGET_S, help='wall-clock budget (s)'
   )
@@ -665,12 +754,19 @@ def main(argv=None) -> dict:
     if not lengths:
       print(f'error: --lengths={args.lengths}: expected positive integers, e.g. 65536,16384')
       sys.exit(2)
-    size = dataclasses.replace(size, lengths=lengths)
+    size = dataclasses.replace(size, lengths=lengths, long_rows=())
   qk_ds_tiles = _tiles_flag('qk_ds_tiles', args.qk_ds_tiles, (0, 0), '64x128,64x128x4x3')
   post_bwd_tiles = _tiles_flag('post_bwd_tiles', args.post_bwd_tiles, (4, 2), '128x32x4x5,128x128')
   suite = Suite(
     args.out, size, args.budget_s, lambda s: print(s, flush=True), qk_ds_tiles, post_bwd_tiles
   )
+  planned = plan(suite, parts)
+  total = sum(seconds for _, seconds in planned)
+  if args.dry_run:
+    for what, seconds in planned:
+      print(f'  {seconds:6.0f} s  {what}')
+    print(f'planned {total:.0f} s of --budget_s={args.budget_s:.0f} ({size.name} size)')
+    return {'plan': planned, 'planned_s': total, 'budget_s': args.budget_s}
   for part in parts:
     needs = expected_s(part, suite.size)
     if not suite.fits(needs):

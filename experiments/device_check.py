@@ -208,7 +208,8 @@ def record_passes(device_kind: str, rows: list[dict], show) -> list[str]:
     if device_checks.record(backend.name, device_kind, rows):
       trusted.append(backend.name)
       show(f'recorded: every {backend.name} case passed on {device_kind}; attention_impl='
-           f"'auto' takes it here from now on (this jax, this kernel source)")  # fmt: skip
+           f"'auto' takes it here once the device suite also times it faster than the default "
+           'kernels (device_checks.record_speed; this jax, this kernel source)')  # fmt: skip
     else:
       show(f'not recorded: a {backend.name} case failed or did not run compiled; '
            "'auto' keeps the platform's default kernels")  # fmt: skip

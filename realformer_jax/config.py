@@ -64,10 +64,11 @@ ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
 DROPOUT_GENERATORS = ('threefry', 'philox')
 # A rematerialised layer's attention dropout mask on the fused kernels (plain attention: Post-LN,
 # Pre-LN): 'stored' the forward's mask (one bit per score element) is kept for the backward;
-# 'drawn' the backward kernel draws it again (no memory, the hash twice more); 'auto' stored
-# while every layer's masks for one sequence fit a share of the device's memory, decided once
-# when the train setup builds the model and logged (kernels/select.py choose_masks).
-REMAT_DROPOUT_MASKS = ('auto', 'stored', 'drawn')
+# 'per_layer' a pass draws the layer's mask just before its backward (one layer's in memory at
+# a time, the hash once more); 'drawn' the backward kernel draws it again in its loops (no
+# memory, the hash twice more); 'auto' the cheapest of them whose memory fits, decided once
+# when the train setup builds the model and logged (kernels/remat_masks.py).
+REMAT_DROPOUT_MASKS = ('auto', 'stored', 'per_layer', 'drawn')
 
 
 class ConfigError(ValueError):

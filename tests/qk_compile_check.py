@@ -6,7 +6,9 @@ the Pallas kernels in the optimized program, what each states it costs, the atom
 the kernels' bodies (`atomic_rmw`, what `plgpu.atomic_add` binds, counted in the jaxpr: the
 Triton IR in the program is bytecode), and from the PTX XLA dumped for sm_90a (aot/ptx.py)
 each kernel's innermost loops that issue warpgroup MMAs (their MMA count and the N of every
-`wgmma.wait_group N` in them) and its `mul.hi.u32` count (philox's inline PTX)."""
+`wgmma.wait_group N` in them), its `mul.hi.u32` count (philox's inline PTX) and its
+exponentials: `ex2.approx.ftz.f32` (the softmax's inline PTX) and libdevice `__nv_expf`'s
+range reduction (`fma.rm.f32`), which the kernels no longer call."""
 
 import json
 import re
@@ -73,12 +75,20 @@ def compiled(generator: str, seq_len: int, layers: int, batch: int, heads: int, 
   mul_hi = {
     name: ptx.opcodes(body.splitlines()).get('mul.hi.u32', 0) for name, body in ours.items()
   }
+  exps = {
+    name: {
+      'ex2': ptx.opcodes(body.splitlines()).get('ex2.approx.ftz.f32', 0),
+      'libdevice_expf': ptx.opcodes(body.splitlines()).get('fma.rm.f32', 0),
+    }
+    for name, body in ours.items()
+  }
   return {
     'kernels': sorted(stated),
     'atomic_rmw': atomics,
     'stated': stated,
     'mma_loops': mma_loops,
     'mul_hi': mul_hi,
+    'exps': exps,
   }
 
 

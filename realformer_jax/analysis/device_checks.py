@@ -10,7 +10,10 @@ analysis/check_cache.py: kernels/ and model/). The check then writes one entry t
 takes that backend ahead of the platform's default, with one log line (model.attention_check=
 False skips this, as it skips the run-time check: the platform's default then). Any change to
 the kernels, the model, jax or the device kind is a new key: the backend is not taken until the
-check has passed again there. An explicit attention_impl takes any backend, as before.
+check has passed again there. A pass alone is not enough: 'auto' takes the backend only where
+the device suite also timed it faster than the platform's default on that device kind, with
+this jax and kernel source (`record_speed`: the times go into the same entry; `faster`). An
+explicit attention_impl takes any backend, as before.
 """
 
 from __future__ import annotations
@@ -71,9 +74,36 @@ def passed(backend: str, device_kind: str) -> bool:
   return key(backend, device_kind) in load()
 
 
+def record_speed(
+  backend: str, device_kind: str, workload: str, seconds: float, default_seconds: float
+) -> bool:
+  """Adds to the backend's passed entry the time the device suite measured for `workload` with
+  it and with the platform's default kernels (the same run, the same device); False where no
+  pass is recorded (a speed alone trusts nothing) or the record cannot be written."""
+  entries = load()
+  entry = entries.get(key(backend, device_kind))
+  if entry is None:
+    return False
+  entry['speed'] = {'workload': workload, 'seconds': seconds, 'default_seconds': default_seconds}
+  return check_cache.save(FILE, entries)
+
+
+def faster(backend: str, device_kind: str) -> Optional[str]:
+  """Why 'auto' may take `backend` on `device_kind`: its entry holds a pass and a measured time
+  below the default kernels'; else None."""
+  speed = load().get(key(backend, device_kind), {}).get('speed')
+  if not speed or not speed['seconds'] < speed['default_seconds']:
+    return None
+  return (
+    f"{speed['workload']}: {speed['seconds']:.3g} s against the default kernels' "
+    f'{speed["default_seconds"]:.3g} s'
+  )
+
+
 def preferred(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int]) -> ModelConfig:
-  """`config` with 'auto' / 'pallas' replaced by a backend that needs a passed device check and
-  has one on these devices (and can run this config at this length); else `config`."""
+  """`config` with 'auto' / 'pallas' replaced by a backend that needs a passed device check, has
+  one on these devices and measured faster than the default kernels there (`faster`), and can
+  run this config at this length; else `config`."""
   if config.attention_impl not in ('auto', 'pallas') or not devices:
     return config
   device = devices[0]
@@ -88,15 +118,28 @@ def preferred(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int
         continue
     except ConfigError:
       continue  # this config (dtype, carry, length) is not one its kernels take
-    if passed(backend.name, kind):
+    if not passed(backend.name, kind):
+      continue
+    why = faster(backend.name, kind)
+    if why is None:
       _log.info(
-        'model.attention_impl=%r -> %r: experiments.device_check passed every %s case on %s '
-        'with this jax and kernel source (%s)',
+        'model.attention_impl=%r keeps the default kernels: %s passed its device check on %s '
+        'but the device suite has not timed it faster there (%s)',
         config.attention_impl,
-        backend.attention_impl,
         backend.name,
         kind,
         check_cache.path(FILE),
       )
-      return candidate
+      continue
+    _log.info(
+      'model.attention_impl=%r -> %r: experiments.device_check passed every %s case on %s '
+      'with this jax and kernel source, and it measured faster (%s; %s)',
+      config.attention_impl,
+      backend.attention_impl,
+      backend.name,
+      kind,
+      why,
+      check_cache.path(FILE),
+    )
+    return candidate
   return config

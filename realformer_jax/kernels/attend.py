@@ -107,6 +107,7 @@ def fused_self_attention(
     sum_given=form == 'top_down',
     for_remat=plan.rematerialised and not carry_out,
     keeps_mask=plan.remat_keeps_masks and not carry_out,
+    mask_pass=plan.remat_mask_pass and not carry_out,
   )
   # The backend's tiles for this device and length (Triton: plain attention's forward).
   fit_blocks = getattr(backend.kernels(), 'fit_blocks', None)

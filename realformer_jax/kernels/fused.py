@@ -19,9 +19,9 @@ would run the forward kernel a second time only to rebuild the output and the ro
 the forward names them (`SAVED_FOR_BACKWARD`, O(L) per head: [B, L, H, K] in the compute dtype
 and two float32 [B, H, L]), every policy of model/encoder.py keeps that name, and the re-run
 then holds no forward kernel. The dropout mask (O(L^2): one bit per element) is among them
-only with `spec.keeps_mask` (select.py: while every layer's masks fit a share of the device's
-memory, model.remat_dropout_masks); otherwise the backward kernel draws it again in its own
-loops (the backend's `backward` with `bits=None`).
+only with `spec.keeps_mask` (model.remat_dropout_masks, kernels/remat_masks.py); otherwise the
+backend's `backward` gets `bits=None` and draws it again: by a pass over the layer's whole mask
+first with `spec.mask_pass` ('per_layer'), else in its own loops.
 """
 
 from __future__ import annotations

@@ -67,6 +67,8 @@ class SavedAttention(NamedTuple):
   float32 (at BERT-Base, L = 65,536, bfloat16: 1.2 GiB)."""
 
   out: jax.Array  # [N, B, L, H, K]: the kernels' output (Triton: the padded head size)
+  # The row statistics in the backend's units (Triton's: base 2, tile_math.py), read only by the
+  # same backend's backward.
   m: jax.Array  # [N, B, H, L] float32: the row maxima of the scores
   log_l: jax.Array  # [N, B, H, L] float32: the log of the rows' softmax denominators
 

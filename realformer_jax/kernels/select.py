@@ -66,8 +66,9 @@ from typing import NamedTuple, Optional, Sequence
 import jax
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import backends
+from realformer_jax.kernels import backends, remat_masks
 from realformer_jax.kernels.backends.registry import MODES
+from realformer_jax.kernels.remat_masks import MaskChoice, masks_matter
 
 _log = logging.getLogger(__name__)
 
@@ -88,8 +89,10 @@ class AttentionPlan:
   # output and row statistics for the backward instead of running again (KernelSpec.for_remat).
   rematerialised: bool = False
   # ... and keeps each layer's dropout mask for the backward (model.remat_dropout_masks
-  # 'stored', or 'auto' decided so by memory: choose_masks); else the backward draws it.
+  # 'stored', or 'auto' decided so: choose_masks), or draws it by a pass before each layer's
+  # backward ('per_layer'); else the backward draws it in its loops.
   remat_keeps_masks: bool = False
+  remat_mask_pass: bool = False
   dropout_generator: str = 'threefry'  # model.dropout_generator: the kernels draw its masks
 
   @property
@@ -239,13 +242,15 @@ def plan(
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
   rematerialised = config.remat_policy != 'none'
+  masks = choose_masks(config, seq_len).masks if rematerialised else None
   return AttentionPlan(
     'pallas',
     backend.name,
     interpret,
     *blocks,
     rematerialised=rematerialised,
-    remat_keeps_masks=rematerialised and choose_masks(config, seq_len).masks == 'stored',
+    remat_keeps_masks=masks == 'stored',
+    remat_mask_pass=masks == 'per_layer',
     dropout_generator=config.dropout_generator,
   )
 
@@ -376,61 +381,17 @@ def choose(
   )
 
 
-# Rematerialised plain attention's dropout masks: model.remat_dropout_masks='auto'.
-
-# Share of the budget every layer's kept masks may take for one sequence (the rest holds the
-# weights, the optimizer state, the saved activations: BERT-Base Post-LN at L = 32,768 peaked
-# at 5.7 GiB on an H200 without them). At BERT-Base on an 80 GB H100 they are kept up to
-# L = 32,768 (18 GiB) and drawn from 65,536 (72 GiB).
-MASK_SHARE = 0.25
-
-
-class MaskChoice(NamedTuple):
-  masks: str  # 'stored' | 'drawn'
-  reason: str  # for the log line
-
-
-def masks_matter(config: ModelConfig) -> bool:
-  """Whether remat_dropout_masks changes anything: plain attention (the carried-sum kernels
-  always store their mask), every layer rematerialised, attention dropout on."""
-  return (
-    config.remat_policy != 'none'
-    and config.attention_dropout_rate > 0
-    and not config.use_residual_attention
-  )
-
-
-def dropout_masks_bytes(config: ModelConfig, seq_len: int) -> int:
-  """Bytes of every layer's kept dropout mask for one sequence: one bit per score element."""
-  return config.num_layers * config.num_heads * seq_len * seq_len // 8
+# Rematerialised plain attention's dropout masks: model.remat_dropout_masks='auto'
+# (kernels/remat_masks.py: stored or drawn, the cheaper that fits).
 
 
 def choose_masks(
   config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None
 ) -> MaskChoice:
-  """'stored' or 'drawn' for config.remat_dropout_masks (an explicit choice is kept): stored
-  while dropout_masks_bytes fit MASK_SHARE of the device's memory (`memory_bytes`, else the
-  first local device's), else drawn; drawn where the device reports no limit."""
-  if config.remat_dropout_masks != 'auto':
-    return MaskChoice(config.remat_dropout_masks, 'set in the config')
-  if memory_bytes is None:
+  """remat_masks.choose_masks against `memory_bytes`, else the first local device's."""
+  if memory_bytes is None and config.remat_dropout_masks == 'auto':
     memory_bytes = device_memory_bytes()
-  if memory_bytes is None:
-    return MaskChoice('drawn', 'the device reports no memory limit')
-  needed = dropout_masks_bytes(config, seq_len)
-  shape = f'{config.num_layers} x [{config.num_heads}, {seq_len}, {seq_len}] bits'
-  if needed <= MASK_SHARE * memory_bytes:
-    return MaskChoice(
-      'stored',
-      f"every layer's mask for one sequence ({shape} = {_gib(needed)}) fits "
-      f'{MASK_SHARE:.0%} of {_gib(memory_bytes)}: the backward reads it, no hash',
-    )
-  return MaskChoice(
-    'drawn',
-    f"every layer's mask for one sequence ({shape} = {_gib(needed)}) outgrows "
-    f'{MASK_SHARE:.0%} of {_gib(memory_bytes)}: the backward kernel draws it again in its '
-    'two loops (no separate pass, no [L, L] buffer)',
-  )
+  return remat_masks.choose_masks(config, seq_len, memory_bytes)
 
 
 def _logged(

@@ -42,8 +42,11 @@ class KernelSpec:
   for_remat: bool = False
   # for_remat only: the forward also stores its dropout mask (one bit per element) under the
   # same name, so the remat policy keeps it and the backward reads it; else the backward draws
-  # the mask again (select.py decides by memory: model.remat_dropout_masks).
+  # the mask again (kernels/remat_masks.py decides: model.remat_dropout_masks).
   keeps_mask: bool = False
+  # for_remat only, without keeps_mask: the backward draws the layer's whole mask by a separate
+  # pass first and reads it (model.remat_dropout_masks='per_layer'); else its loops draw tiles.
+  mask_pass: bool = False
   generator: str = 'threefry'  # the dropout masks' hash (dropout_bits.GENERATORS)
 
   def __post_init__(self):
@@ -59,6 +62,8 @@ class KernelSpec:
       raise ValueError('KernelSpec: for_remat is for plain attention (no carried sum)')
     if self.keeps_mask and not self.for_remat:
       raise ValueError('KernelSpec: keeps_mask is for a rematerialised layer (for_remat)')
+    if self.mask_pass and (not self.for_remat or self.keeps_mask):
+      raise ValueError('KernelSpec: mask_pass is for a rematerialised layer that keeps no mask')
     if self.generator not in GENERATORS:
       raise ValueError(f'KernelSpec.generator={self.generator!r}: one of {GENERATORS}')
 

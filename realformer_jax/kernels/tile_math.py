@@ -9,11 +9,19 @@ Row statistics are [rows, 1] arrays (m: running max, l: running sum of exp). The
 the log-sum-exp as the pair (m, log l), never as their sum: in a row whose every key is padding
 m is ~-1e9, where float32 steps by 64, and m + log l would lose log l (p would come back as 1
 instead of 1 / L, the row's gradient L times too large).
+Base 2 (the Triton kernels, whose `ex2.approx` is one instruction where jnp.exp is libdevice's
+~8): the kernel folds log2 e into its scale, divisor and bias, so z and m are z log2 e and
+m log2 e, `exp` is 2^x and `log` log2: p = 2^(z - m), and its statistics are (m log2 e,
+log2 l), the same log-sum-exp in base-2 units, which its own backward reads. A kernel that
+takes natural statistics from elsewhere converts them once (`to_base2`: exact where it matters,
+below); the other way is never taken: m log2 e -> natural -> base 2 is not exact where m is
+~-1.4e9 (an all-padding row, float32 steps by 128 there: p would be off by up to 2^128).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +59,19 @@ def drop(x: jax.Array, keep: Optional[jax.Array], keep_prob: float) -> jax.Array
   return jnp.where(keep, x / keep_prob, jnp.zeros_like(x))
 
 
+LOG2E = math.log2(math.e)
+
+Elementwise = Callable[[jax.Array], jax.Array]  # exp / log of the kernel's base, float32
+
+
+def to_base2(lse: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+  """Natural statistics (m, log l) in a base-2 kernel's units: (m log2 e, log l log2 e). Exact
+  where it must be: in an all-padding row the natural m is the bias itself, and the base-2
+  kernel's z there is that bias times log2 e, rounded the same way, so z - m is 0 again."""
+  m, log_l = lse
+  return m * LOG2E, log_l * LOG2E
+
+
 def initial_state(rows: int, head_dim: int):
   return (
     jnp.full((rows, 1), -jnp.inf, jnp.float32),
@@ -60,22 +81,29 @@ def initial_state(rows: int, head_dim: int):
 
 
 def online_softmax_step(
-  state, z: jax.Array, v: jax.Array, keep: Optional[jax.Array], keep_prob: float
+  state,
+  z: jax.Array,
+  v: jax.Array,
+  keep: Optional[jax.Array],
+  keep_prob: float,
+  exp: Elementwise = jnp.exp,
 ):
-  """One key block of the online softmax: (m, l, o) -> updated, o unnormalised."""
+  """One key block of the online softmax: (m, l, o) -> updated, o unnormalised. `exp`: of the
+  kernel's base, z's units (module docstring)."""
   m, l, o = state
   m_new = jnp.maximum(m, jnp.max(z, axis=-1, keepdims=True))
-  alpha = jnp.exp(m - m_new)
-  p = jnp.exp(z - m_new)
+  alpha = exp(m - m_new)
+  p = exp(z - m_new)
   l_new = alpha * l + jnp.sum(p, axis=-1, keepdims=True)
   o_new = alpha * o + dot(drop(p, keep, keep_prob).astype(v.dtype), v)
   return m_new, l_new, o_new
 
 
-def finish(state):
-  """(normalised output [rows, K] float32, (m, log l) [rows, 1] each: the log-sum-exp)."""
+def finish(state, log: Elementwise = jnp.log):
+  """(normalised output [rows, K] float32, (m, log l) [rows, 1] each: the log-sum-exp, in the
+  units of `log`, the kernel's base)."""
   m, l, o = state
-  return o / l, (m, jnp.log(l))
+  return o / l, (m, log(l))
 
 
 def score_gradient(
@@ -86,13 +114,16 @@ def score_gradient(
   v: jax.Array,
   keep: Optional[jax.Array],
   keep_prob: float,
+  exp: Elementwise = jnp.exp,
 ):
   """(dropped probabilities in the compute dtype, d loss / d z) for one tile.
 
   p = exp(z - m - log l) with lse = (m, log l); out = drop(p) V, so dP = drop(dO V^T) and
-  dz = p (dP - delta) with delta = rowsum(dO * out) (= rowsum(dP * p), dropout included)."""
+  dz = p (dP - delta) with delta = rowsum(dO * out) (= rowsum(dP * p), dropout included).
+  `exp`: of the kernel's base; z and lse in its units (module docstring). dz is d loss / d z
+  of the natural z in either base (p is the same)."""
   m, log_l = lse
-  p = jnp.exp(z - m - log_l)  # (z - m) first: exact where m is a padding row's ~-1e9
+  p = exp(z - m - log_l)  # (z - m) first: exact where m is a padding row's ~-1e9
   p_dropped = drop(p, keep, keep_prob).astype(v.dtype)
   dp = drop(dot_t(do, v), keep, keep_prob)
   return p_dropped, p * (dp - delta)

@@ -72,14 +72,42 @@ def test_qk_ds_tile_candidates_parse_and_plan(tmp_path):
       str(tmp_path), device_suite.FULL, 1.0, print, ((64, 128, 0, 0),), ((128, 32, 4, 5),)
     )
   )
-  # the candidates right after the longest length's own rows: post's, then qk's; the full
-  # size measures the targets' rows only (post and qk at 65,536)
+  # the full size's rows in issue 64's order (Post-LN 65,536 stored and drawn, qk 65,536 and
+  # 131,072), then the candidates at the first length: post's, then qk's
   assert plan == [
-    (65536, 'post', None),
+    (65536, 'post stored', None),
+    (65536, 'post drawn', None),
     (65536, 'realformer qk', None),
+    (131072, 'realformer qk', None),
     (65536, 'post', (128, 32, 4, 5)),
     (65536, 'realformer qk', (64, 128, 0, 0)),
   ]
+  # qk runs on the Triton kernels, forced, on a device (never what 'auto' might take there)
+  assert device_suite.long_variant('realformer qk', True)['attention_impl'] == 'pallas_triton'
+  assert 'attention_impl' not in device_suite.long_variant('realformer qk', False)
+  assert device_suite.long_variant('post drawn', True)['remat_dropout_masks'] == 'drawn'
+
+
+def test_the_default_call_fits_one_lease_by_its_own_plan(tmp_path):
+  # issue 64: `python -m benchmarks.device_suite` within 420 s including compiles, the device
+  # check a call of its own; the dry run prints the plan and runs nothing.
+  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--dry_run', timeout=60)
+  assert done.returncode == 0, done.stderr[-2000:]
+  lines = done.stdout.strip().splitlines()
+  planned = [(float(line.split()[0]), line.split('s  ', 1)[1]) for line in lines[:-1]]
+  assert [what for _, what in planned] == [
+    'steps',
+    'long L=65536 post stored',
+    'long L=65536 post drawn',
+    'long L=65536 realformer qk',
+    'long L=131072 realformer qk',
+    'split',
+  ]
+  total = sum(seconds for seconds, _ in planned)
+  assert total <= 420 and lines[-1] == f'planned {total:.0f} s of --budget_s=420 (full size)'
+  assert not list(tmp_path.iterdir())  # nothing run, nothing written
+  device = _run('benchmarks.device_suite', f'--out={tmp_path}', '--dry_run', '--parts=device')
+  assert device.stdout.splitlines()[0].split()[-1] == 'device', device.stdout
 
 
 def test_post_backward_tile_candidates_parse():
@@ -111,7 +139,10 @@ def test_a_bad_tile_candidate_is_a_one_line_error(tmp_path, flag, value, example
 
 
 def test_a_part_that_does_not_fit_the_budget_is_skipped_with_the_reason(tmp_path):
-  done = _run('benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--budget_s=1', timeout=60)
+  done = _run(
+    'benchmarks.device_suite', f'--out={tmp_path}', '--toy', '--budget_s=1',
+    '--parts=device,split,long,steps', timeout=60,
+  )  # fmt: skip
   assert done.returncode == 0, done.stderr[-2000:]
   results = json.loads((tmp_path / 'results.json').read_text())
   assert list(results['parts']) == ['steps', 'long', 'split', 'device']  # the suite's order
@@ -261,11 +292,12 @@ def test_the_predictions_cover_every_row_the_suite_times_and_report_its_error(tm
   steps = device_predictions._step_rows(size)  # pylint: disable=protected-access
   models = ('post', 'realformer', 'pre', 'hf')
   assert steps == [('steps', s, m) for s in size.step_shapes for m in models]
-  assert size.step_shapes == ('bert_large_512', 'bert_base_512')  # the targets' shape first
+  assert size.step_shapes == ('bert_large_512',)  # the targets' shape
   assert device_predictions._long_rows(size) == [  # pylint: disable=protected-access
-    ('long', 65536, 'post'),
+    ('long', 65536, 'post stored'),
+    ('long', 65536, 'post drawn'),
     ('long', 65536, 'realformer qk'),
-    ('long', 131072, 'realformer qk'),  # issue 57's row, timed with --lengths=131072
+    ('long', 131072, 'realformer qk'),
   ]
   rows = [
     {'part': 'steps', 'key': 'bert_large_512', 'model': 'post', 'estimate_s': 0.09},

@@ -132,7 +132,9 @@ def _config(**fields):
   return ModelConfig(hidden_size=128, num_heads=2, attention_platform='gpu', **fields)
 
 
-def test_auto_takes_the_hopper_kernels_only_after_a_passed_device_check(tmp_path, monkeypatch):
+def test_auto_takes_the_hopper_kernels_only_where_checked_and_measured_faster(
+  tmp_path, monkeypatch
+):
   monkeypatch.setenv('REALFORMER_JAX_CACHE', str(tmp_path))
   config = _config(ln_placement='post')
   # No record: the platform's default (Triton) for 'auto' and 'pallas'.
@@ -144,9 +146,17 @@ def test_auto_takes_the_hopper_kernels_only_after_a_passed_device_check(tmp_path
   interpreted = dict(row, kernel='mosaic_gpu (interpret)')
   assert device_checks.record('mosaic_gpu', 'NVIDIA H200', [interpreted]) is None
   assert device_checks.preferred(config, _gpu(), 512) is config
-  # Every case passed, compiled: taken on that device kind, not on another.
+  # Every case passed, compiled: still not taken on the pass alone (issue 64: no speed
+  # comparison), nor where the device suite measured it slower than Triton; taken once it
+  # measured faster on that device kind, not on another. A speed without a pass records nothing.
+  assert not device_checks.record_speed('mosaic_gpu', 'NVIDIA H200', 'qk 65,536', 5.0, 6.0)
   other = {**row, 'kernel': 'triton (compiled)', 'passed': False}  # another backend's case
   assert device_checks.record('mosaic_gpu', 'NVIDIA H200', [row, row, other])
+  assert device_checks.preferred(config, _gpu(), 512) is config
+  assert device_checks.record_speed('mosaic_gpu', 'NVIDIA H200', 'qk 65,536', 7.5, 6.0)
+  assert device_checks.preferred(config, _gpu(), 512) is config
+  assert device_checks.record_speed('mosaic_gpu', 'NVIDIA H200', 'qk 65,536', 5.0, 6.0)
+  assert 'qk 65,536: 5 s' in device_checks.faster('mosaic_gpu', 'NVIDIA H200')
   taken = device_checks.preferred(config, _gpu(), 512)
   assert taken.attention_impl == 'pallas_mosaic_gpu'
   assert select.plan(taken, 512).backend == 'mosaic_gpu'

@@ -58,9 +58,12 @@ def _layer_loss(plan: AttentionPlan, policy):
   return jax.checkpoint(layer, policy=policy), qkv
 
 
-def _plans(backend, keeps_masks=False):
+def _plans(backend, keeps_masks=False, mask_pass=False):
   today = AttentionPlan('pallas', backend, True, 16, 16, 16)
-  return today, dataclasses.replace(today, rematerialised=True, remat_keeps_masks=keeps_masks)
+  saved = dataclasses.replace(
+    today, rematerialised=True, remat_keeps_masks=keeps_masks, remat_mask_pass=mask_pass
+  )
+  return today, saved
 
 
 @pytest.mark.parametrize('backend', ['triton', 'mosaic'])
@@ -87,14 +90,28 @@ def test_the_backwards_re_run_holds_no_forward_kernel(backend):
     assert (bits is not None) == (keeps and backend == 'triton')
 
 
+def test_a_per_layer_mask_pass_draws_the_mask_once_before_the_backward():
+  # model.remat_dropout_masks='per_layer' (Triton): the forward stores no mask; the backward
+  # first draws the layer's whole mask by one pass and its loops read it (the hash once, one
+  # layer's bits in memory at a time).
+  _, plan = _plans('triton', mask_pass=True)
+  loss, qkv = _layer_loss(plan, REMAT_POLICIES['full'])
+  program = jax.make_jaxpr(jax.grad(loss))(qkv)
+  assert _calls(program, 'attention_dropout_mask') == 1
+  assert _calls(program, FORWARD) == 1 and _calls(program, BACKWARD['triton']) == 1
+  with pytest.raises(ValueError, match='mask_pass is for a rematerialised layer'):
+    KernelSpec('triton', False, False, 230, 2, 16, 16, 16, mask_pass=True)
+
+
 @pytest.mark.slow  # ~30-50 s on 2 cores: four interpret-mode kernel runs
 @pytest.mark.parametrize(
-  'backend,keeps_masks', [('triton', False), ('triton', True), ('mosaic', False)]
+  'backend,masks',
+  [('triton', 'drawn'), ('triton', 'stored'), ('triton', 'per_layer'), ('mosaic', 'drawn')],
 )
-def test_saved_attention_gradients_are_todays_bit_for_bit(backend, keeps_masks):
-  # The mask the backward draws in its loops, or the forward's kept by the remat policy, is
-  # the one the forward used: the same gradients to the bit.
-  today, saved = _plans(backend, keeps_masks)
+def test_saved_attention_gradients_are_todays_bit_for_bit(backend, masks):
+  # The mask the backward draws in its loops or by a pass first, or the forward's kept by the
+  # remat policy, is the one the forward used: the same gradients to the bit.
+  today, saved = _plans(backend, masks == 'stored', masks == 'per_layer')
   loss_today, qkv = _layer_loss(today, TODAY)
   loss_saved, _ = _layer_loss(saved, REMAT_POLICIES['full'])
   g_today, g_saved = jax.grad(loss_today)(qkv), jax.grad(loss_saved)(qkv)
@@ -220,7 +237,7 @@ def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes
   saved, today = result['saved'], result['today']
   assert saved['calls']['flash_attention_fwd'] == layers, saved
   assert today['calls']['flash_attention_fwd'] == 2 * layers, today
-  # the tiny masks fit the H100's memory: kept by the remat policy (select.choose_masks), no
+  # the tiny masks fit the H100's memory: kept by the remat policy (kernels/remat_masks.py), no
   # separate mask pass
   assert 'attention_dropout_mask' not in saved['calls'], saved
   assert saved['calls']['flash_attention_bwd'] == today['calls']['flash_attention_bwd'] == layers
@@ -264,30 +281,3 @@ def test_encoder_gradients_under_full_remat_are_todays_bit_for_bit(impl, monkeyp
   today = grads()
   for got, want in zip(jax.tree.leaves(saved), jax.tree.leaves(today)):
     np.testing.assert_array_equal(got, want)
-
-
-def test_remat_masks_are_kept_while_they_fit_and_drawn_beyond(caplog):
-  # select.choose_masks: every layer's mask for one sequence (one bit per score element)
-  # against MASK_SHARE of the device's memory; BERT-Base on an 80 GB H100.
-  base = ModelConfig(remat_policy='full', attention_dropout_rate=0.1)
-  h100 = 80 * 10**9
-  assert select.dropout_masks_bytes(base, 32768) == 12 * 12 * 32768**2 // 8  # 18 GiB
-  assert select.choose_masks(base, 32768, h100).masks == 'stored'
-  drawn = select.choose_masks(base, 65536, h100)
-  assert drawn.masks == 'drawn' and '72 GiB' in drawn.reason
-  assert select.choose_masks(base.replace(remat_dropout_masks='stored'), 65536, h100).masks == (
-    'stored'
-  )
-  # Decided once for a run, and logged; where the masks change nothing, left alone.
-  with caplog.at_level('INFO'):
-    run = select.resolved(base, 65536, h100)
-  assert run.remat_dropout_masks == 'drawn'
-  assert "model.remat_dropout_masks='auto' -> 'drawn'" in caplog.text
-  for unaffected in (base.replace(remat_policy='none'), base.replace(ln_placement='realformer')):
-    assert select.resolved(unaffected, 65536, h100).remat_dropout_masks == 'auto'
-  # The plan follows the config: the kernels keep the masks only where they are stored.
-  kernels_cfg = base.replace(attention_impl='pallas_triton', attention_platform='gpu', max_len=64)
-  assert select.plan(kernels_cfg.replace(remat_dropout_masks='stored'), 64).remat_keeps_masks
-  assert not select.plan(kernels_cfg.replace(remat_dropout_masks='drawn'), 64).remat_keeps_masks
-  with pytest.raises(ConfigError, match="model.remat_dropout_masks='kept': must be one of"):
-    base.replace(remat_dropout_masks='kept')

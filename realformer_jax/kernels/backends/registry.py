@@ -89,8 +89,9 @@ class Backend:
   dropout: bool = True  # it applies attention dropout
   dtypes: tuple[str, ...] = ()  # the compute dtypes its kernels take (empty: every one)
   # 'auto' / 'pallas' take it on its platform, ahead of the platform's default, only where
-  # experiments.device_check passed every case on this device kind, jax and kernel source
-  # (analysis/device_checks.py); an explicit attention_impl takes it anywhere.
+  # experiments.device_check passed every case on this device kind, jax and kernel source and
+  # the device suite timed it faster than the default there (analysis/device_checks.py); an
+  # explicit attention_impl takes it anywhere.
   after_device_check: bool = False
   # The dropout generators (model.dropout_generator) its kernels draw the einsum path's masks
   # with; another is refused in one line (kernels/select.py), never drawn as a default.

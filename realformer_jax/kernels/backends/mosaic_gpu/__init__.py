@@ -5,8 +5,9 @@ This file is the backend's record; the kernels are imported when a model first r
 them. (The folder `mosaic/` beside it is Pallas Mosaic for TPUs: another compiler.)
 
 'auto' and 'pallas' take it on a GPU only where `python -m experiments.device_check` passed
-every one of its cases on this device kind, jax version and kernel source
-(analysis/device_checks.py: the record the check writes, `passed`), and otherwise Triton:
+every one of its cases on this device kind, jax version and kernel source AND the device suite
+timed it faster than Triton there (analysis/device_checks.py: the record, `record_speed`,
+`faster`), and otherwise Triton:
 nothing here was ever run on a GPU by its authors (issue 57: it lowers and compiles for sm_90a
 deviceless, and matches the einsum path in Mosaic GPU's interpret mode). `attention_impl=
 'pallas_mosaic_gpu'` names it explicitly.

@@ -24,6 +24,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.mosaic_gpu.attention import (
   SCALARS,
   Ops,
@@ -170,6 +171,7 @@ def backward(
   triton_spec = triton_qk.fit_blocks(
     dataclasses.replace(spec, backend='triton'), layers, seq_len, head_dim
   )
+  # The Triton kernels' statistics are base 2 (tile_math.py); this forward's are natural.
   return triton_qk.backward(
-    stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, triton_spec
+    stack, v, do, tm.to_base2(lse), delta, bias, fparams, iparams, layer, bits, g_stack, triton_spec
   )

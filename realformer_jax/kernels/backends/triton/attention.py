@@ -22,7 +22,9 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           attention a second loop of the program recomputes its query block's dQ instead.
           Given no mask (`bits=None`, a rematerialised layer that keeps none), each of its two
           loops draws the tiles it needs (the forward's hash, dropout_tiles.py): no separate
-          pass and no [L, L]-sized buffer, the hash twice per element instead of once.
+          pass and no [L, L]-sized buffer, the hash twice per element instead of once; or,
+          with `spec.mask_pass`, `draw_mask` first draws the layer's whole mask (the hash once,
+          one layer's bits in memory) and both loops read it.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
 backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
 products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
@@ -92,6 +94,28 @@ def _ptx_mulhi(x: jax.Array, m: int) -> jax.Array:
   return lax.bitcast_convert_type(high, jnp.uint32)
 
 
+def _exp2(spec: KernelSpec) -> tm.Elementwise:
+  """How a kernel forms 2^x for its softmax (base 2: tile_math.py): one PTX `ex2.approx.ftz.f32`
+  compiled for an NVIDIA GPU (Pallas Triton lowers jnp.exp to libdevice's `__nv_expf`, ~8 SASS
+  instructions an element: a range reduction around the same ex2, and jnp.exp2 to
+  `__nv_exp2f`), jnp.exp2 in interpret mode and on ROCm. ex2.approx: relative error 2^-22,
+  subnormal results flushed to 0 (p < 2^-126 of the row's largest)."""
+  if spec.interpret or _on_rocm():
+    return jnp.exp2
+  return _ptx_ex2
+
+
+def _ptx_ex2(x: jax.Array) -> jax.Array:
+  [y] = plgpu.elementwise_inline_asm(
+    'ex2.approx.ftz.f32 $0, $1;',
+    args=[x],
+    constraints='=f,f',
+    pack=1,
+    result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.float32)],
+  )
+  return y
+
+
 def pack_width(spec: KernelSpec) -> int:
   """Mask bits per stored uint32 word: 32, or 16 where a tile is 16 wide."""
   return min(32, spec.block_k, spec.block_bwd, spec.backward_rows)
@@ -121,6 +145,45 @@ def stores_mask(spec: KernelSpec) -> bool:
   return spec.dropout and (not spec.for_remat or spec.keeps_mask)
 
 
+def _mask_kernel(i_ref, bits_ref, *, spec: KernelSpec, seq_len: int):
+  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  block_q, block_k, width = spec.block_q, spec.block_k, pack_width(spec)
+
+  def body(j, carry):
+    keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
+    _store_keep(bits_ref, keep, j, block_k, width)
+    return carry
+
+  lax.fori_loop(0, seq_len // block_k, body, 0)
+
+
+def draw_mask(batch: int, heads: int, seq_len: int, iparams, spec: KernelSpec):
+  """The dropout mask the forward would have stored, [B, H, L, L / width] uint32: the same
+  hash of the same global positions and the same packing, alone (no scores): a rematerialised
+  layer's backward with `spec.mask_pass`."""
+  width = pack_width(spec)
+  elements = batch * heads * seq_len * seq_len
+  return pl.pallas_call(
+    functools.partial(_mask_kernel, spec=spec, seq_len=seq_len),
+    grid=(seq_len // spec.block_q, batch, heads),
+    in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,))],
+    out_specs=_mask_spec(spec, seq_len),
+    out_shape=jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len // width), jnp.uint32),
+    interpret=spec.interpret,
+    compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+    metadata={
+      'flops': '0',
+      'bytes_accessed': str(elements // 8),
+      'float_ops': '0',
+      'transcendentals': '0',
+      'int_ops': str(int((HASH_OPS_PER_ELEMENT[spec.generator] + 2) * elements)),  # forward's
+      'l2_bytes': str(elements // 8),
+      'atomics': '0',
+    },
+    name='attention_dropout_mask',
+  )(iparams)
+
+
 def _forward_kernel(
   qkv_ref,
   acc_in_ref,
@@ -141,28 +204,31 @@ def _forward_kernel(
   iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   if not spec.sum_given:  # with the sum given, no Q K^T
     q = qkv_ref[pl.ds(pl.multiple_of(iq * block_q, block_q), block_q), 0, :]
-  scale, inv_div = f_ref[0], f_ref[1]
+  scale, inv_div2 = f_ref[0], f_ref[1] * tm.LOG2E  # z in base 2 (tile_math.py)
+  exp2 = _exp2(spec)
 
   def body(j, state):
     ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
+    bias_row = bias_ref[ks][None, :] * tm.LOG2E
     if spec.sum_given:
-      acc = acc_in_ref[:, ks]
+      z = tm.softmax_input(acc_in_ref[:, ks], inv_div2, bias_row)
+    elif not spec.carry_out:  # the product scaled once: (scale / divisor) q k^T + bias
+      z = tm.softmax_input(tm.dot_t(q, qkv_ref[ks, 1, :]), scale * inv_div2, bias_row)
     else:
       acc = tm.scores(q, qkv_ref[ks, 1, :], scale)
       if spec.carry_in:
         acc = acc_in_ref[:, ks] + acc
-      if spec.carry_out:
-        acc_out_ref[:, ks] = acc
-    z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
+      acc_out_ref[:, ks] = acc
+      z = tm.softmax_input(acc, inv_div2, bias_row)
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
       if stores_mask(spec):
         _store_keep(bits_ref, keep, j, block_k, width)
-    return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob)
+    return tm.online_softmax_step(state, z, qkv_ref[ks, 2, :], keep, spec.keep_prob, exp2)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
-  out, (m, log_l) = tm.finish(state)
+  out, (m, log_l) = tm.finish(state, jnp.log2)  # base 2: the backward reads them so
   o_ref[...] = out.astype(o_ref.dtype)
   m_ref[...] = m[:, 0]
   log_l_ref[...] = log_l[:, 0]
@@ -187,7 +253,8 @@ def _head_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
 
 
 def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
-  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, acc_out [B, H, L, L]
+  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each in base 2 (m log2 e, log2 l:
+  tile_math.py), acc_out [B, H, L, L]
   float32 or None (None with `spec.sum_given`, whose acc_in is already acc_l), the dropout
   mask [B, H, L, L / width] uint32 or None)."""
   batch, seq_len, _, heads, head_dim = qkv.shape
@@ -278,6 +345,7 @@ def _backward_kernel(
   # grid (key block, batch, head): batch and head index the refs (and the drawn mask's rows)
   jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   scale, inv_div = f_ref[0], f_ref[1]
+  exp2 = _exp2(spec)
   ks = pl.ds(pl.multiple_of(jk * block, block), block)
   k, v = qkv_ref[ks, 1, :], qkv_ref[ks, 2, :]
   bias_row = bias_ref[ks][None, :]
@@ -294,8 +362,15 @@ def _backward_kernel(
 
   def tile(qs, k, v, bias_row, keep, acc=None, g_acc=None):
     q, do = qkv_ref[qs, 0, :], do_ref[qs, :]
-    s = tm.scores(q, k, scale)
-    z = tm.softmax_input(s if acc is None else acc, inv_div, bias_row)
+    # z in base 2, as the forward's (tile_math.py); the product scaled once where no sum is
+    # carried
+    inv_div2, bias2 = inv_div * tm.LOG2E, bias_row * tm.LOG2E
+    if acc is None:
+      s = None
+      z = tm.softmax_input(tm.dot_t(q, k), scale * inv_div2, bias2)
+    else:
+      s = tm.scores(q, k, scale) if rebuild else None  # for acc_{l-1} = acc_l - s only
+      z = tm.softmax_input(acc, inv_div2, bias2)
     p_dropped, dz = tm.score_gradient(
       z,
       (m_ref[qs][:, None], log_l_ref[qs][:, None]),
@@ -304,6 +379,7 @@ def _backward_kernel(
       v,
       keep,
       spec.keep_prob,
+      exp2,
     )
     g = dz * inv_div if g_acc is None else g_acc + dz * inv_div
     return q, do, s, p_dropped, g
@@ -364,8 +440,11 @@ def backward(
   rebuild: bool = False,
 ):
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None); `bits` is the forward's mask
-  (dropout only; None: the kernel's loops draw it again). See the module docstring."""
+  (dropout only; None: `draw_mask` draws it first with `spec.mask_pass`, else the kernel's
+  loops draw it again). See the module docstring."""
   batch, seq_len, _, heads, head_dim = qkv.shape
+  if spec.dropout and bits is None and spec.mask_pass:
+    bits = draw_mask(batch, heads, seq_len, iparams, spec)
   draws = spec.dropout and bits is None
   block = spec.block_bwd
   width = pack_width(spec)

@@ -57,6 +57,7 @@ from realformer_jax.kernels.backends.triton.attention import (
   HASH_OPS_PER_ELEMENT,
   _cost_metadata,
   _draw_keep,
+  _exp2,
 )
 from realformer_jax.kernels.backends.triton.tiles import device_sms, device_tiles, with_device_tiles
 from realformer_jax.kernels.spec import KernelSpec
@@ -118,18 +119,21 @@ def _forward_kernel(
   scale, inv_div = f_ref[0], f_ref[1]
   layers = l_ref[0] + 1
   dtype = v_ref.dtype
+  exp2 = _exp2(spec)
+  base2_scale = scale * inv_div * tm.LOG2E
 
   def body(j, state):
     ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
-    acc = _tile_scores(stack_ref, layers, qs, ks, scale, dtype, (block_q, block_k))
-    z = tm.softmax_input(acc, inv_div, bias_ref[ks][None, :])
+    # z in base 2 (tile_math.py), the sum scaled once by scale / divisor (no acc leaves)
+    z = _tile_scores(stack_ref, layers, qs, ks, base2_scale, dtype, (block_q, block_k))
+    z = z + bias_ref[ks][None, :] * tm.LOG2E
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, iq * block_q, j * block_k, (block_q, block_k))
-    return tm.online_softmax_step(state, z, v_ref[ks, :], keep, spec.keep_prob)
+    return tm.online_softmax_step(state, z, v_ref[ks, :], keep, spec.keep_prob, exp2)
 
   state = lax.fori_loop(0, seq_len // block_k, body, tm.initial_state(block_q, head_dim))
-  out, (m, log_l) = tm.finish(state)
+  out, (m, log_l) = tm.finish(state, jnp.log2)  # base 2: the dS kernel reads them so
   o_ref[...] = out.astype(o_ref.dtype)
   m_ref[...] = m[:, 0]
   log_l_ref[...] = log_l[:, 0]
@@ -162,7 +166,8 @@ def _forward_cost(spec, stack) -> dict:
 
 
 def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
-  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each, None: no stored dropout
+  """(out [B, L, H, K], lse = (m, log l) [B, H, L] float32 each in base 2 (m log2 e, log2 l:
+  tile_math.py), None: no stored dropout
   mask). stack: [2, N, B, L, H, K] in any float dtype (tiles are cast to v's); layer: int32
   [1]."""
   _, layers, batch, seq_len, heads, head_dim = stack.shape
@@ -227,15 +232,16 @@ def _score_gradient_kernel(
   scale, inv_div = f_ref[0], f_ref[1]
   layers = l_ref[0] + 1
   dtype = v_ref.dtype
+  exp2 = _exp2(spec)
   k0 = c_ref[0] + jk * block  # the global first column of this program's keys
   ks = pl.ds(pl.multiple_of(k0, block), block)
-  v, bias_row = v_ref[ks, :], bias_ref[ks][None, :]
+  v, bias2 = v_ref[ks, :], bias_ref[ks][None, :] * tm.LOG2E
+  base2_scale = scale * inv_div * tm.LOG2E  # z in base 2 (tile_math.py); dS stays natural
 
   def q_body(i, dv):
     qs = pl.ds(pl.multiple_of(i * rows, rows), rows)
     do = do_ref[qs, :]
-    acc = _tile_scores(stack_ref, layers, qs, ks, scale, dtype, (rows, block))
-    z = tm.softmax_input(acc, inv_div, bias_row)
+    z = _tile_scores(stack_ref, layers, qs, ks, base2_scale, dtype, (rows, block)) + bias2
     keep = None
     if spec.dropout:
       keep = _draw_keep(spec, i_ref, b, h, seq_len, i * rows, k0, (rows, block))
@@ -247,6 +253,7 @@ def _score_gradient_kernel(
       v,
       keep,
       spec.keep_prob,
+      exp2,
     )
     ds_ref[qs, :] = (dz * inv_div * scale).astype(ds_ref.dtype)  # d (q_i k_i^T), every i
     return dv + tm.t_dot(p_dropped, do)

@@ -305,19 +305,38 @@ def test_per_file_work_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
   assert counts[96][2] > 90  # each file its own segment of its group's shard (a few held out)
 
 
+def _stats_under(monkeypatch, under: str) -> list:
+  """The os.stat calls in this process of paths under `under` from now on."""
+  stated, real = [], os.stat
+
+  def counted(path, *args, real=real, **kwargs):
+    if os.fspath(path).startswith(under):
+      stated.append(os.fspath(path))
+    return real(path, *args, **kwargs)
+
+  monkeypatch.setattr(os, 'stat', counted)
+  return stated
+
+
 @pytest.mark.slow
 def test_one_and_two_workers_prepare_the_same_stores_from_many_files(tmp_path, monkeypatch):
   """Small files read in groups by 2 processes: the same documents, tokenizer, packed rows and
-  digest as 1 process, for both held-out rules."""
+  digest as 1 process, for both held-out rules; with 2, the files' checks (a stat, a
+  fingerprint each) run in the workers, not in the preparing process."""
   monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 0)  # planned here, so workers follow
   monkeypatch.setattr(preparation, 'JOB_BYTES', 3_000)  # several encoding jobs
+  monkeypatch.setattr(file_corpus, '_CHECK_IN_WORKERS_FROM', 0)  # decided here
+  monkeypatch.setattr(file_corpus, '_CHECK_BATCH_FILES', 64)  # several check jobs
   train = _many_files(tmp_path / 'corpus', 300)
   for rule in ('file', 'document'):
     results = {}
     for num_workers in (1, 2):
       config = _big_corpus_config(tmp_path, train, f'cache-{rule}-{num_workers}')
       config.update(eval_holdout_by=rule, tokenizer_sample_chars=8_000)
-      results[num_workers] = _prepare_all(config, num_workers)
+      with monkeypatch.context() as patch:
+        stated = _stats_under(patch, str(tmp_path / 'corpus'))
+        results[num_workers] = _prepare_all(config, num_workers)
+      assert len(stated) >= 300 if num_workers == 1 else len(stated) < 10, len(stated)
     one, two = results[1], results[2]
     assert one['texts'] == two['texts'] and one['tokenizer'] == two['tokenizer']
     assert one['digest'] == two['digest'] and one['store'] == two['store']

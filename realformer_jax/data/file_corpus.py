@@ -91,6 +91,9 @@ class Corpus:
   # file's (or one range of a large file's), in file order (stop > first)
   segments: dict
   text_bytes: dict  # split -> UTF-8 bytes of its documents
+  # split -> per segment, whether its file ends there (False: a range of a large file that
+  # goes on in the next segment)
+  ends_file: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +342,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
   ranges = {split: [[] for _ in files] for split, files in fingerprints.items()}
   documents = {split: [0] * len(files) for split, files in fingerprints.items()}
   segments = {split: [] for split in SPLITS}
+  ends_file = {split: [] for split in SPLITS}
   counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
   # Per file: its identity where the chunk that read it returned it (whole files), else None.
   identities = {split: [None] * len(files) for split, files in fingerprints.items()}
@@ -359,6 +363,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
         counts[part]['text_bytes'] += text_bytes
         if docs:
           segments[part].append((path, begin, begin + docs, text_bytes))
+          ends_file[part].append(result['pieces'][offset]['end'] == chunk.pieces[offset][1])
         begin += docs
   identity = {'revision': _REVISION, 'text_feature': config.text_feature}
   if not config.eval_files:
@@ -412,6 +417,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
     records={s: _open(list(shards[s]), config.text_feature) for s in SPLITS},
     segments=segments,
     text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
+    ends_file=ends_file,
   )
 
 

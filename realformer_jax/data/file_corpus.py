@@ -132,8 +132,10 @@ GROUP_MAX_BYTES = 8 << 20
 GROUP_MAX_FILES = 4096
 _BOUNDARY_ONE_IN = 8
 # data.eval_holdout_by: the unit a held-out fraction is drawn in. 'auto' is 'file' where the
-# corpus has files enough for it (AUTO_FILES_HELD_OUT expected in eval), else 'document'.
+# corpus has files enough for it (AUTO_FILES_HELD_OUT expected in eval), else 'document';
+# or FIELD_PREFIX + a JSON field: the documents sharing its value (`held_out_field`).
 HELD_OUT_BY = ('auto', 'file', 'document')
+FIELD_PREFIX = 'field:'
 AUTO_FILES_HELD_OUT = 5
 # A file's side of a held-out split is a hash of its first bytes (as stored): the same for
 # every range of a large file, read by whichever worker reads the range.
@@ -153,6 +155,8 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
     _check_apart(*by_file, 'is the same file as')
   held_out = None if config.eval_files else config.eval_percent
   held_out_by = held_out_unit(config, len(sources['train']))
+  if held_out is not None and held_out_field(held_out_by):
+    _check_field_rule(sources['train'], held_out_by)
   fingerprints = {
     s: [local[p][0] if p in local else text_files.fingerprint(p) for p in paths]
     for s, paths in sources.items()
@@ -252,6 +256,27 @@ def _local_files(job: tuple) -> list:
   ]
 
 
+def held_out_field(held_out_by: str) -> str:
+  """The JSON field named by data.eval_holdout_by='field:NAME' ('' for the other rules)."""
+  if not held_out_by.startswith(FIELD_PREFIX):
+    return ''
+  return held_out_by[len(FIELD_PREFIX) :].strip()
+
+
+def _check_field_rule(files: list[str], held_out_by: str) -> None:
+  """DataError before anything is read where a train file has no JSON fields to group by."""
+  for path in files:
+    if text_files.format_of(path) not in _FIELD_FORMATS:
+      raise DataError(
+        f"data.eval_holdout_by='{held_out_by}': {path} is a {text_files.format_of(path)} "
+        f'file; grouping documents by a field needs JSON lines files '
+        f"({', '.join(_FIELD_FORMATS)}): hold out by 'file' or 'document' instead."
+      )
+
+
+_FIELD_FORMATS = ('.jsonl', '.json')
+
+
 def held_out_unit(config, num_train_files: int) -> str:
   """'file' or 'document': what `data.eval_holdout_by` means for a corpus of
   `num_train_files` files (it matters only without eval_files)."""
@@ -266,6 +291,9 @@ def _held_out_note(held_out: Optional[float], held_out_by: str) -> str:
   if held_out is None:
     return ''
   unit = 'files (no file in both splits)' if held_out_by == 'file' else 'documents'
+  if held_out_field(held_out_by):
+    field = held_out_field(held_out_by)
+    unit = f'document groups by field {field!r} (no group in both splits)'
   return f'; held out {held_out:g}% of the {unit}, data.eval_holdout_by={held_out_by}'
 
 
@@ -576,11 +604,17 @@ def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str], contents:
       if chunk.held_out is not None and chunk.held_out_by == 'file':
         head = _head_sha256(path, size, start, end, sha256, content)
         side = 'eval' if is_held_out_file(head, chunk.held_out) else 'train'
-      for text in text_files.documents(path, chunk.text_feature, (start, end), content):
+      field = held_out_field(chunk.held_out_by) if chunk.held_out is not None else ''
+      for text in text_files.documents(path, chunk.text_feature, (start, end), content, field):
+        group = None
+        if field:  # (text, its field's value as canonical JSON)
+          text, group = text
         data = text.encode()
         split = side
         if chunk.held_out is not None and chunk.held_out_by == 'document':
           split = 'eval' if is_held_out(text, chunk.held_out) else 'train'
+        elif group is not None:
+          split = 'eval' if is_held_out(group, chunk.held_out) else 'train'
         writers[split].write(data)
         piece_counts[split][-1][0] += 1
         piece_counts[split][-1][1] += len(data)
@@ -693,6 +727,13 @@ def _check_apart(train: list, held_out: list, relation: str) -> None:
 def _empty_split_message(
   config, split: str, counts: dict, train_files: list, held_out_by: str
 ) -> str:
+  if split == 'eval' and held_out_field(held_out_by):
+    return (
+      f'data.train_files={config.train_files!r}: the corpus is too small to hold out '
+      f'data.eval_percent={config.eval_percent}% of its document groups for evaluation (none '
+      f"of them fell there; data.eval_holdout_by='{held_out_by}'): give data.eval_files, "
+      'raise data.eval_percent, or hold out by file or document.'
+    )
   if split == 'eval' and held_out_by == 'file':
     return (
       f'data.train_files={config.train_files!r}: the corpus is too small to hold out '

@@ -363,16 +363,19 @@ def documents(
   text_feature: str,
   byte_range: Optional[tuple[int, int]] = None,
   data: Optional[bytes] = None,
-) -> Iterator[str]:
+  group_field: str = '',
+) -> Iterator:
   """The documents of one file (or of its exact `byte_range`), in order; DataError naming the
   file for any bad input. A range may hold no document; a whole file must hold one.
+  `group_field` (JSON lines only): each document comes as (text, the value of that field as
+  canonical JSON), DataError for a line without it.
 
   Only the bytes [start, end) of a local file are read, as stored (a compressed or Parquet
   file's range is the whole file as it was hashed, (0, size)): a file appended to meanwhile
   gives the documents of the bytes that were hashed, not of its new end. `data`: those bytes,
   already read (`read_range`; not for Parquet), so the documents are of exactly them."""
   count = 0
-  for text in _documents(path, format_of(path), text_feature, byte_range, data):
+  for text in _documents(path, format_of(path), text_feature, byte_range, data, group_field):
     count += 1
     yield text
   if not count and byte_range is None:
@@ -380,9 +383,16 @@ def documents(
 
 
 def _documents(
-  path: str, extension: str, text_feature: str, byte_range, data: Optional[bytes] = None
-) -> Iterator[str]:
+  path: str,
+  extension: str,
+  text_feature: str,
+  byte_range,
+  data: Optional[bytes] = None,
+  group_field: str = '',
+) -> Iterator:
   start, end = byte_range or (0, None)
+  if group_field and extension in ('.txt', '.parquet'):
+    raise DataError(f'{path}: documents are grouped by a JSON field, but this is {extension}.')
   if extension == '.parquet':
     yield from _parquet_documents(path, text_feature, end)
     return
@@ -393,7 +403,7 @@ def _documents(
     elif extension == '.txt':
       yield from _text_documents(_numbered_lines(text))
     else:
-      yield from _json_documents(path, _numbered_lines(text), text_feature, start)
+      yield from _json_documents(path, _numbered_lines(text), text_feature, start, group_field)
     return
   with _open_binary(path, end, data) as f:
     if start and data is None:
@@ -402,7 +412,7 @@ def _documents(
     if extension == '.txt':
       yield from _text_documents(lines)
     else:
-      yield from _json_documents(path, lines, text_feature, start)
+      yield from _json_documents(path, lines, text_feature, start, group_field)
 
 
 def _open_raw(path: str, end: Optional[int] = None):
@@ -622,7 +632,11 @@ def _text_documents(numbered_lines) -> Iterator[str]:
     yield '\n'.join(lines)
 
 
-def _json_documents(path: str, numbered_lines, text_feature: str, start: int) -> Iterator[str]:
+def _json_documents(
+  path: str, numbered_lines, text_feature: str, start: int, group_field: str = ''
+) -> Iterator:
+  """Each line's `text_feature` (with its `group_field` value as canonical JSON, where
+  given)."""
   for number, line in numbered_lines:
     if not line.strip():
       continue
@@ -631,21 +645,31 @@ def _json_documents(path: str, numbered_lines, text_feature: str, start: int) ->
     except ValueError as e:
       number = _absolute_line(path, start, number)
       raise DataError(f'{path}: line {number} is not JSON ({e.msg}).') from None
-    value = record
-    for key in text_feature.split('/'):
-      if not isinstance(value, dict) or key not in value:
-        number = _absolute_line(path, start, number)
-        raise DataError(
-          f'{path}: line {number} has no field {text_feature!r} (data.text_feature); '
-          f'its fields: {sorted(record) if isinstance(record, dict) else type(record).__name__}.'
-        )
-      value = value[key]
+    value = _field(path, start, number, record, text_feature, 'data.text_feature')
     if not isinstance(value, str):
       number = _absolute_line(path, start, number)
       raise DataError(
         f'{path}: line {number} field {text_feature!r} is {type(value).__name__}, not a string.'
       )
-    yield value
+    if group_field:
+      group = _field(path, start, number, record, group_field, 'data.eval_holdout_by')
+      yield value, json.dumps(group, sort_keys=True)
+    else:
+      yield value
+
+
+def _field(path: str, start: int, number: int, record, name: str, setting: str):
+  """The field `name` ('a/b': nested) of a JSON line's `record`; DataError naming the line."""
+  value = record
+  for key in name.split('/'):
+    if not isinstance(value, dict) or key not in value:
+      number = _absolute_line(path, start, number)
+      raise DataError(
+        f'{path}: line {number} has no field {name!r} ({setting}); '
+        f'its fields: {sorted(record) if isinstance(record, dict) else type(record).__name__}.'
+      )
+    value = value[key]
+  return value
 
 
 def _parquet_documents(path: str, text_feature: str, end: Optional[int]) -> Iterator[str]:

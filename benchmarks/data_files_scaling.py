@@ -138,8 +138,9 @@ def main(argv=None) -> dict:
 
 def report(results: dict, counts: list, reading_n: int, reading: dict) -> dict:
   """The table, the scaling ratios and the targets' PASS / MISS lines. The tokenizer's
-  training time is shown apart: its sample shrinks as files get small (its 4 KB windows stop
-  at a file's end), so end to end mixes a cheaper tokenizer into the file count's cost."""
+  training time is shown apart (the same ~8 M-character sample at every N since its windows
+  go on across files' ends; until 2026-12-07 it shrank as files got small), and CPU seconds
+  beside wall time: on a shared machine they are the steadier figure."""
   runs = results['runs']
   base = runs[counts[0]]
   for run in runs.values():

@@ -47,7 +47,9 @@ class DataConfig:
   # What is held out without eval_files: 'file' (whole files, by a hash of their first bytes:
   # no file has text in both splits), 'document' (each document by a hash of its text: a
   # file's paragraphs may be on both sides) or 'auto' (file where eval_percent % of the files
-  # is 5 or more, else document: a corpus of one or a few files cannot be split by file).
+  # is 5 or more, else document: a corpus of one or a few files cannot be split by file), or
+  # 'field:NAME' (JSON lines files: the documents whose field NAME ('a/b' nested) holds the same
+  # value, e.g. 'field:doc' for the paragraphs of one page, by a hash of it: no group in both).
   eval_holdout_by: str = 'auto'
   train_split: str = 'train'  # TFDS split (slicing syntax allowed, e.g. 'train[:99%]').
   eval_split: str = 'validation'  # Held-out split, read in order as one finite pass.
@@ -98,7 +100,7 @@ class DataConfig:
         raise DataError(f'data config: {field}={getattr(self, field)!r} is invalid: {rule}.')
 
     from realformer_jax.data import sources  # pylint: disable=import-outside-toplevel
-    from realformer_jax.data.file_corpus import HELD_OUT_BY  # pylint: disable=import-outside-toplevel
+    from realformer_jax.data.file_corpus import HELD_OUT_BY, held_out_field  # pylint: disable=import-outside-toplevel
 
     need(
       self.source == sources.AUTO or self.source in sources.names(),
@@ -114,9 +116,9 @@ class DataConfig:
     )
     need(0.0 < self.eval_percent < 100.0, 'eval_percent', 'must be in (0, 100)')
     need(
-      self.eval_holdout_by in HELD_OUT_BY,
+      self.eval_holdout_by in HELD_OUT_BY or bool(held_out_field(self.eval_holdout_by)),
       'eval_holdout_by',
-      f'must be one of {", ".join(map(repr, HELD_OUT_BY))}',
+      f"must be one of {', '.join(map(repr, HELD_OUT_BY))} or 'field:NAME' (a JSON field)",
     )
     need(self.max_len >= 3, 'max_len', 'need room for [CLS], one token and [SEP]')
     need(

@@ -91,6 +91,9 @@ class Corpus:
   # file's (or one range of a large file's), in file order (stop > first)
   segments: dict
   text_bytes: dict  # split -> UTF-8 bytes of its documents
+  # split -> per segment, whether its file ends there (False: a range of a large file that
+  # goes on in the next segment)
+  ends_file: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +113,10 @@ class _Chunk:
   # Temporary files in shard_dir when preparation began (cache_integrity.temporaries): the
   # stale ones of this chunk's shard are among them (one listing for the whole corpus).
   stale: frozenset = frozenset()
+  # The fingerprints (text_files.fingerprint) of the unit's files where the chunk is the whole
+  # unit (a group, or a file read in one piece): the worker that reads it remembers their
+  # digests and returns their identities, so the preparing process does no per-file hashing.
+  files: tuple = ()
 
 
 # Files under this size may share a shard; a group of them ends after a file whose name hashes
@@ -125,8 +132,10 @@ GROUP_MAX_BYTES = 8 << 20
 GROUP_MAX_FILES = 4096
 _BOUNDARY_ONE_IN = 8
 # data.eval_holdout_by: the unit a held-out fraction is drawn in. 'auto' is 'file' where the
-# corpus has files enough for it (AUTO_FILES_HELD_OUT expected in eval), else 'document'.
+# corpus has files enough for it (AUTO_FILES_HELD_OUT expected in eval), else 'document';
+# or FIELD_PREFIX + a JSON field: the documents sharing its value (`held_out_field`).
 HELD_OUT_BY = ('auto', 'file', 'document')
+FIELD_PREFIX = 'field:'
 AUTO_FILES_HELD_OUT = 5
 # A file's side of a held-out split is a hash of its first bytes (as stored): the same for
 # every range of a large file, read by whichever worker reads the range.
@@ -137,18 +146,22 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   """The corpus of `config`'s files, its chunks read into shards first where needed, by
   `num_workers` processes (None: workers.choose)."""
   shard_dir = os.path.join(data_dir, _SHARD_DIR)
-  stats = {}  # path -> os.stat result: one stat a file
-  sources = {'train': text_files.expand(config.train_files, 'train_files', stats)}
+  check = functools.partial(_check_files, workers.choose(num_workers, 0))
+  local = {}  # path -> (fingerprint, file key) of a local file: one stat a file, in the workers
+  sources = {'train': text_files.expand(config.train_files, 'train_files', local, check)}
   if config.eval_files:
-    sources['eval'] = text_files.expand(config.eval_files, 'eval_files', stats)
-    by_file = ([(p, _file_key(p, stats.get(p))) for p in sources[s]] for s in SPLITS)
+    sources['eval'] = text_files.expand(config.eval_files, 'eval_files', local, check)
+    by_file = ([(p, local[p][1] if p in local else p) for p in sources[s]] for s in SPLITS)
     _check_apart(*by_file, 'is the same file as')
   held_out = None if config.eval_files else config.eval_percent
   held_out_by = held_out_unit(config, len(sources['train']))
+  if held_out is not None and held_out_field(held_out_by):
+    _check_field_rule(sources['train'], held_out_by)
   fingerprints = {
-    s: [text_files.fingerprint(p, stats.get(p)) for p in paths] for s, paths in sources.items()
+    s: [local[p][0] if p in local else text_files.fingerprint(p) for p in paths]
+    for s, paths in sources.items()
   }
-  del stats  # ~0.6 KB a file (os.stat_result): not held while the corpus is assembled
+  del local  # not held while the corpus is assembled
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
   stale = cache_integrity.temporaries(shard_dir)
   chunks = []  # (split, first file index, _Chunk)
@@ -174,6 +187,7 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
           shard_dir=shard_dir,
           known=chunk_known,
           stale=stale,
+          files=tuple(unit) if len(pieces) == 1 else (),
         )
         chunks.append((split, first, chunk))
   done_before = {}  # chunk index -> its shard per split, for those published before
@@ -211,14 +225,56 @@ def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Cor
   return _assemble(config, data_dir, fingerprints, done, held_out_by)
 
 
-def _file_key(path: str, info: Optional[os.stat_result] = None):
-  """What tells one file from another: its device and inode (through links; one stat, where
-  os.path.realpath took a stat per path component, ~15 s for 100,000 files), or a remote
-  path."""
-  if '://' in path:
-    return path
-  info = info or os.stat(path)
-  return (info.st_dev, info.st_ino)
+# Files a worker checks in one job (`_check_files`), and the corpus size from which the
+# checks run in the workers (below it, starting them first would cost more than it saves).
+_CHECK_BATCH_FILES = 4096
+_CHECK_IN_WORKERS_FROM = 2 * _CHECK_BATCH_FILES
+
+
+def _check_files(num_workers: int, paths: list[str], field: str) -> list:
+  """`text_files.check_entries` of `paths`, with each local file's fingerprint and key
+  (`_local_file`), in `num_workers` processes where the paths are many: the stat, the checks
+  and the fingerprint are most of the per-file work before any file is read."""
+  jobs = [
+    (paths[i : i + _CHECK_BATCH_FILES], field) for i in range(0, len(paths), _CHECK_BATCH_FILES)
+  ]
+  num_workers = num_workers if len(paths) >= _CHECK_IN_WORKERS_FROM else 1
+  return [
+    info for batch in workers.ordered_results(_local_files, jobs, num_workers) for info in batch
+  ]
+
+
+def _local_files(job: tuple) -> list:
+  """Per path of `job` ((paths, field)): None for a directory, else (fingerprint, file key)
+  (DataError for what is not a regular file). The key tells one file from another: its device
+  and inode, through links (os.path.realpath took a stat per path component, ~15 s for
+  100,000 files). Runs in a worker process."""
+  paths, field = job
+  return [
+    None if info is None else (text_files.fingerprint(path, info), (info.st_dev, info.st_ino))
+    for path, info in zip(paths, text_files.check_entries(paths, field))
+  ]
+
+
+def held_out_field(held_out_by: str) -> str:
+  """The JSON field named by data.eval_holdout_by='field:NAME' ('' for the other rules)."""
+  if not held_out_by.startswith(FIELD_PREFIX):
+    return ''
+  return held_out_by[len(FIELD_PREFIX) :].strip()
+
+
+def _check_field_rule(files: list[str], held_out_by: str) -> None:
+  """DataError before anything is read where a train file has no JSON fields to group by."""
+  for path in files:
+    if text_files.format_of(path) not in _FIELD_FORMATS:
+      raise DataError(
+        f"data.eval_holdout_by='{held_out_by}': {path} is a {text_files.format_of(path)} "
+        f'file; grouping documents by a field needs JSON lines files '
+        f"({', '.join(_FIELD_FORMATS)}): hold out by 'file' or 'document' instead."
+      )
+
+
+_FIELD_FORMATS = ('.jsonl', '.json')
 
 
 def held_out_unit(config, num_train_files: int) -> str:
@@ -235,6 +291,9 @@ def _held_out_note(held_out: Optional[float], held_out_by: str) -> str:
   if held_out is None:
     return ''
   unit = 'files (no file in both splits)' if held_out_by == 'file' else 'documents'
+  if held_out_field(held_out_by):
+    field = held_out_field(held_out_by)
+    unit = f'document groups by field {field!r} (no group in both splits)'
   return f'; held out {held_out:g}% of the {unit}, data.eval_holdout_by={held_out_by}'
 
 
@@ -311,10 +370,19 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
   ranges = {split: [[] for _ in files] for split, files in fingerprints.items()}
   documents = {split: [0] * len(files) for split, files in fingerprints.items()}
   segments = {split: [] for split in SPLITS}
+  ends_file = {split: [] for split in SPLITS}
   counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
+  # Per file: its identity where the chunk that read it returned it (whole files), else None.
+  identities = {split: [None] * len(files) for split, files in fingerprints.items()}
+  # The units whose digests are remembered here: files read in ranges, not remembered before.
+  to_remember = set()
   for split, first, chunk, result in done:
     for offset, piece in enumerate(result['pieces']):
       ranges[split][first + offset].append((piece['start'], piece['end'], piece['sha256']))
+    if 'identities' in result:
+      identities[split][first : first + len(result['identities'])] = result['identities']
+    elif not chunk.known:
+      to_remember.add((split, first))
     for part, path in result['outputs'].items():
       begin = 0
       for offset, (docs, text_bytes) in enumerate(result['piece_counts'][part]):
@@ -323,6 +391,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
         counts[part]['text_bytes'] += text_bytes
         if docs:
           segments[part].append((path, begin, begin + docs, text_bytes))
+          ends_file[part].append(result['pieces'][offset]['end'] == chunk.pieces[offset][1])
         begin += docs
   identity = {'revision': _REVISION, 'text_feature': config.text_feature}
   if not config.eval_files:
@@ -331,7 +400,8 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
       identity['eval_holdout_by'] = held_out_by
   for split in fingerprints:
     identity[f'{split}_files'] = [
-      _file_identity(file, chunks) for file, chunks in zip(fingerprints[split], ranges[split])
+      known or _file_identity(file, chunks)
+      for file, chunks, known in zip(fingerprints[split], ranges[split], identities[split])
     ]
   if 'eval' in fingerprints:
     by_content = (
@@ -345,8 +415,8 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
     for file, count in zip(files, documents[split]):
       if not count:
         raise DataError(f'{file["path"]}: the file is empty (no document in it).')
-    for first, stop in _units(files):
-      _remember(shard_dir, files[first:stop], ranges[split][first:stop])
+    for first in sorted(first for s, first in to_remember if s == split):
+      _remember(shard_dir, files[first : first + 1], ranges[split][first : first + 1])
     manifest[f'{split}_files'] = [
       dict(file, **file_identity) for file, file_identity in zip(files, identity[f'{split}_files'])
     ]
@@ -375,6 +445,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
     records={s: _open(list(shards[s]), config.text_feature) for s in SPLITS},
     segments=segments,
     text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
+    ends_file=ends_file,
   )
 
 
@@ -460,7 +531,12 @@ def _finished(chunk: _Chunk, exact: Optional[tuple] = None, outputs=None) -> dic
     # A shard of one piece (written before files were grouped) records only its totals.
     piece_counts[split] = record.get('pieces') or [[record['documents'], record['text_bytes']]]
   pieces = [{'start': start, 'end': end, 'sha256': sha256} for start, end, sha256 in exact]
-  return {'pieces': pieces, 'outputs': outputs, 'counts': counts, 'piece_counts': piece_counts}
+  result = {'pieces': pieces, 'outputs': outputs, 'counts': counts, 'piece_counts': piece_counts}
+  if chunk.files:  # whole files: their identities here, in whichever process read the chunk
+    result['identities'] = [
+      _file_identity(file, [piece]) for file, piece in zip(chunk.files, exact)
+    ]
+  return result
 
 
 def _read_chunk(chunk: _Chunk) -> dict:
@@ -492,6 +568,8 @@ def _read_chunk(chunk: _Chunk) -> dict:
       for path in outputs.values():
         cache_integrity.remove_stale_temporaries(path, chunk.stale)
       _write_shard(chunk, exact, outputs, contents)
+  if chunk.files and not chunk.known:  # a known unit's record holds exactly these already
+    _remember(chunk.shard_dir, list(chunk.files), [[piece] for piece in exact])
   return _finished(chunk, exact, outputs)
 
 
@@ -526,11 +604,17 @@ def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str], contents:
       if chunk.held_out is not None and chunk.held_out_by == 'file':
         head = _head_sha256(path, size, start, end, sha256, content)
         side = 'eval' if is_held_out_file(head, chunk.held_out) else 'train'
-      for text in text_files.documents(path, chunk.text_feature, (start, end), content):
+      field = held_out_field(chunk.held_out_by) if chunk.held_out is not None else ''
+      for text in text_files.documents(path, chunk.text_feature, (start, end), content, field):
+        group = None
+        if field:  # (text, its field's value as canonical JSON)
+          text, group = text
         data = text.encode()
         split = side
         if chunk.held_out is not None and chunk.held_out_by == 'document':
           split = 'eval' if is_held_out(text, chunk.held_out) else 'train'
+        elif group is not None:
+          split = 'eval' if is_held_out(group, chunk.held_out) else 'train'
         writers[split].write(data)
         piece_counts[split][-1][0] += 1
         piece_counts[split][-1][1] += len(data)
@@ -643,6 +727,13 @@ def _check_apart(train: list, held_out: list, relation: str) -> None:
 def _empty_split_message(
   config, split: str, counts: dict, train_files: list, held_out_by: str
 ) -> str:
+  if split == 'eval' and held_out_field(held_out_by):
+    return (
+      f'data.train_files={config.train_files!r}: the corpus is too small to hold out '
+      f'data.eval_percent={config.eval_percent}% of its document groups for evaluation (none '
+      f"of them fell there; data.eval_holdout_by='{held_out_by}'): give data.eval_files, "
+      'raise data.eval_percent, or hold out by file or document.'
+    )
   if split == 'eval' and held_out_by == 'file':
     return (
       f'data.train_files={config.train_files!r}: the corpus is too small to hold out '

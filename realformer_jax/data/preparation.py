@@ -84,6 +84,7 @@ class PreparedData:
   # sample read (encoding.read_texts): a file corpus's shard paths, or a TFDS split's records.
   train_segments: tuple = ()
   train_segment_bytes: tuple = ()  # UTF-8 bytes of each, where known (OpenedSource)
+  train_segment_ends_file: tuple = ()  # whether a file ends with each (OpenedSource)
   train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train split, where known
   # A file corpus's content digest (file_corpus.py); a TFDS split's is computed while packing.
   corpus_digest: Optional[str] = None
@@ -364,15 +365,22 @@ def _load_or_train_tokenizer(config, prepared: dict) -> tokenizer_lib.Tokenizer:
   )
   what = f"dataset '{name}' split '{config.train_split}' feature '{config.text_feature}'"
   if not sample.whole:  # the whole split is the sample that was always taken
-    earlier = cached(key)  # sampled by documents, before 2026-11-28
+    # The samples taken before, each under its key: sampled by documents before 2026-11-28,
+    # then by windows that stopped at the end of a file (or of a large file's range) until
+    # 2026-12-07. A split of one segment (one file, TFDS) was sampled as it is now.
+    earlier = {cached(key): 'before samples were taken by bytes'}
     key['sampling'] = 'byte windows'
-    if not os.path.exists(cached(key)) and os.path.exists(earlier):
-      # Runs started on it resume only with it (their checkpoints record its digest): keep it.
-      say(
-        f'note: {what}: reusing the tokenizer trained before samples were taken by bytes '
-        f'({earlier}); delete it to train one on byte windows of every file'
-      )
-      return tokenizer_lib.load(earlier, lower_case=config.lower_case)
+    if sample.continues:
+      earlier[cached(key)] = 'while sample windows stopped at the end of a file'
+      key['sampling'] = 'byte windows across files'
+    for path, when in reversed(earlier.items()):
+      if not os.path.exists(cached(key)) and os.path.exists(path):
+        # Runs started on it resume only with it (their checkpoints record its digest).
+        say(
+          f'note: {what}: reusing the tokenizer trained {when} ({path}); delete it to train '
+          'one on byte windows of every file'
+        )
+        return tokenizer_lib.load(path, lower_case=config.lower_case)
   path = cached(key)
   tokenizer = tokenizer_lib.load_or_train(
     path,
@@ -435,6 +443,23 @@ class _Sample:
     ]
     total = sum(self.sizes)
     self.whole = total <= max_chars
+    # A window that reaches the end of a file's documents goes on into the next file in
+    # corpus order (`_continuation`), so the sample does not shrink as files get small; one
+    # that reaches the end of a large file's range stops there, as it always did, so a
+    # corpus of one file keeps its tokenizer.
+    self.ends_file = prepared.get('train_segment_ends_file') or (False,) * len(self.segments)
+    self.continues = any(self.ends_file[:-1])
+    documents = sum(stop - first for _, first, stop in self.segments)
+    self.mean_bytes = max(1, int(total // max(documents, 1)))
+    self.joined = []  # encoding.contiguous(segments): one read may span neighbours
+    self.joined_index = []  # per segment: the index of the joined segment that holds it
+    for segment in self.segments if self.continues and not self.whole else ():
+      merged = encoding.contiguous(self.joined[-1:] + [segment])
+      if len(merged) == 1 and self.joined:  # it continues the last one
+        self.joined[-1] = merged[0]
+      else:
+        self.joined.append(segment)
+      self.joined_index.append(len(self.joined) - 1)
     self.windows = 0 if self.whole else -(-max_chars // _SAMPLE_WINDOW_BYTES)
     self.spacing = total / max(self.windows, 1)
     self.offset = float(np.random.default_rng(_SAMPLE_SEED).random())
@@ -457,19 +482,21 @@ class _Sample:
     """Each window's text, in order of position: per segment, the windows that start in it."""
     positions = ((i + self.offset) * self.spacing for i in range(self.windows))
     position, base = next(positions, None), 0.0
-    for (source, first, stop), size in zip(self.segments, self.sizes):
+    for index, ((source, first, stop), size) in enumerate(zip(self.segments, self.sizes)):
       starts = []  # window starts within this segment, in bytes
       while position is not None and position < base + size:
         starts.append(position - base)
         position = next(positions, None)
       base += size
       if starts:
-        yield from self._segment_windows(source, first, stop, size, starts)
+        yield from self._segment_windows(index, source, first, stop, size, starts)
 
-  def _segment_windows(self, source, first: int, stop: int, size: float, starts: list):
+  def _segment_windows(self, index, source, first: int, stop: int, size: float, starts: list):
     """A window at byte q of a segment starts in document q // mean (its documents taken as
     equally long, `mean` bytes), at the same fraction of that document's own length; it takes
-    that document's bytes from there, then the next documents', up to the window's size."""
+    that document's bytes from there, then the next documents', up to the window's size or
+    `reach` documents, on into the next segments where this one ends first (so a window of
+    small documents is as long in a corpus of small files as in one file)."""
     mean = max(size / (stop - first), 1.0)
     reach = max(1, -(-_SAMPLE_WINDOW_BYTES // int(mean)))  # documents a window may touch
     plan = []  # (first document, fraction into it)
@@ -486,16 +513,46 @@ class _Sample:
         order = sorted(needed)
         texts = dict(zip(order, encoding.read_utf8(source, order, self.text_feature)))
         for start, at in batch:
-          yield from _window(texts, start, min(start + reach, stop), at)
+          datas = [texts[d] for d in range(start, min(start + reach, stop))]
+          pieces, left = _window(datas, at, _SAMPLE_WINDOW_BYTES)
+          yield from pieces
+          if left > 0 and start + reach > stop and self.continues and self.ends_file[index]:
+            yield from self._continuation(index, left)
         batch, needed = [], set()
       batch.append((document, fraction))
       needed |= touched
+
+  def _continuation(self, index: int, left: int):
+    """What a window that reached the end of segment `index` (a file's end) takes from the
+    segments after it, in corpus order: `left` bytes, through files' ends, not past the end of
+    a large file's range. Read a few documents at a time (as many as `left` bytes hold at
+    the split's mean document size, and one more), _SAMPLE_WINDOW_BYTES documents at most
+    (a bound on the reads whatever the documents' sizes)."""
+    at, documents, segment = self.joined_index[index], _SAMPLE_WINDOW_BYTES, index + 1
+    (source, _, stop), first = self.joined[at], self.segments[index][2]
+    while True:
+      while first < stop and left > 0 and documents > 0:
+        take = min(stop - first, documents, left // self.mean_bytes + 1)
+        datas = encoding.read_utf8(source, range(first, first + take), self.text_feature)
+        pieces, left = _window(datas, 0.0, left)
+        yield from pieces
+        first, documents = first + take, documents - take
+      while segment < len(self.segments) and self.joined_index[segment] <= at:
+        segment += 1  # past the segments that joined segment held
+      if left <= 0 or documents <= 0 or not self.ends_file[segment - 1]:
+        return
+      if at + 1 == len(self.joined):
+        return
+      at += 1
+      source, first, stop = self.joined[at]
 
   def record(self) -> dict:
     """How the sample was drawn (the tokenizer's sidecar records it)."""
     if self.whole:
       return {'method': 'the whole train split', 'max_chars': self.max_chars}
+    continues = {'continues_across_files': True} if self.continues else {}
     return {
+      **continues,
       'method': 'windows spread evenly over the train text by bytes',
       'windows': self.windows,
       'window_bytes': _SAMPLE_WINDOW_BYTES,
@@ -506,21 +563,22 @@ class _Sample:
     }
 
 
-def _window(texts: dict, first: int, stop: int, fraction: float):
-  """The text of one sample window: from `fraction` of document `first`'s bytes on, through the
-  next documents up to `stop`, _SAMPLE_WINDOW_BYTES in all, each document's part apart (cut
-  between words where a cut falls inside one)."""
-  left = _SAMPLE_WINDOW_BYTES
-  for document in range(first, stop):
-    data = texts[document]
-    begin = int(fraction * len(data)) if document == first else 0
+def _window(datas: list, fraction: float, left: int) -> tuple[list, int]:
+  """The text of (part of) one sample window, and the bytes it may still take: from
+  `fraction` of the first document's bytes on, through the next of `datas` (UTF-8 documents),
+  `left` bytes in all, each document's part apart (cut between words where a cut falls inside
+  one)."""
+  texts = []
+  for number, data in enumerate(datas):
+    begin = int(fraction * len(data)) if number == 0 else 0
     piece = data[begin : begin + left]
     left -= len(piece)
     text = _between_words(piece, begin > 0, begin + len(piece) < len(data))
     if text:
-      yield text
+      texts.append(text)
     if left <= 0:
-      return
+      break
+  return texts, left
 
 
 def _between_words(piece: bytes, cut_before: bool, cut_after: bool) -> str:

@@ -40,7 +40,7 @@ import json
 import os
 import re
 import stat
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import say
@@ -57,13 +57,22 @@ _HASH_BLOCK = 8 << 20
 _MAX_BLOCK_BYTES = 4 * CHUNK_BYTES
 
 
-def expand(patterns: str, field: str, stats: Optional[dict] = None) -> list[str]:
+def check_entries(paths: list[str], field: str) -> list[Optional[os.stat_result]]:
+  """`_check_entry` of each path, in order: one stat a file (the per-file work of `expand`)."""
+  return [_check_entry(path, field) for path in paths]
+
+
+def expand(
+  patterns: str, field: str, stats: Optional[dict] = None, check: Callable = check_entries
+) -> list[str]:
   """The files named by comma-separated globs or directories, each in sorted order; DataError
   for a glob matching nothing, a directory holding no supported file, and for what would make
   the corpus silently smaller or never end: a dangling symbolic link (to a file or a
   directory) where the corpus is looked for, or a named pipe, socket or device where a file
-  is expected. A directory that cannot be listed is named in a note line. `stats`, where
-  given, receives each local file's os.stat result (one stat a file, for `fingerprint`)."""
+  is expected. A directory that cannot be listed is named in a note line. The files found
+  are checked by `check(paths, field)` (`check_entries`, or the same work run elsewhere, in
+  worker processes: its result per path is None for a directory, else anything); `stats`,
+  where given, receives that result for each local file."""
   files = []
   for pattern in (p.strip() for p in patterns.split(',')):
     if not pattern:
@@ -74,15 +83,15 @@ def expand(patterns: str, field: str, stats: Optional[dict] = None) -> list[str]
       parent, _, name = pattern.rpartition('/')
       matches = sorted(str(p) for p in epath.Path(parent).glob(name))
     elif os.path.isdir(os.path.expanduser(pattern)):
-      matches = _supported_files_under(os.path.expanduser(pattern), field, stats)
+      matches = _supported_files_under(os.path.expanduser(pattern), field, stats, check)
     else:
       pattern = os.path.expanduser(pattern)
       _check_directories_on_the_way(pattern, field)
       matches = sorted(glob.glob(pattern, recursive=True))
-      infos = {p: _check_entry(p, field) for p in matches}
-      matches = [p for p in matches if infos[p] is not None]
+      found = [(p, info) for p, info in zip(matches, check(matches, field)) if info is not None]
+      matches = [p for p, _ in found]  # less the directories the glob matched
       if stats is not None:
-        stats.update((p, infos[p]) for p in matches)
+        stats.update(found)
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
     for path in matches:
@@ -136,9 +145,12 @@ def _walk(directory: str, field: str):
   return os.walk(directory, onerror=note, followlinks=True)
 
 
-def _supported_files_under(directory: str, field: str, stats: Optional[dict] = None) -> list[str]:
-  """Every file under `directory` (recursively, hidden ones skipped) in a supported format;
-  the others are named in one note line (how many, and the first few)."""
+def _supported_files_under(
+  directory: str, field: str, stats: Optional[dict] = None, check: Callable = check_entries
+) -> list[str]:
+  """Every file under `directory` (recursively, hidden ones skipped) in a supported format,
+  each checked by `check` (`expand`); the others are named in one note line (how many, and
+  the first few)."""
   found, left_out = [], []
   for root, dirs, names in _walk(directory, field):
     dirs[:] = [d for d in dirs if not d.startswith('.')]
@@ -151,9 +163,6 @@ def _supported_files_under(directory: str, field: str, stats: Optional[dict] = N
           raise _dangling_link_error(path, field)
         left_out.append(os.path.relpath(path, directory))
         continue
-      info = _check_entry(path, field)  # a dangling link named like a corpus file is refused
-      if stats is not None:
-        stats[path] = info
       found.append(path)
   supported = f'{", ".join(FORMATS)}, optionally {" or ".join(COMPRESSIONS)}'
   if not found:
@@ -168,7 +177,12 @@ def _supported_files_under(directory: str, field: str, stats: Optional[dict] = N
       f'note: data.{field}: left out {len(left_out)} file(s) under {directory} in no supported '
       f'format ({supported}): {shown}{more}'
     )
-  return sorted(found)
+  found.sort()
+  # each checked: a dangling link named like a corpus file is refused
+  infos = check(found, field)
+  if stats is not None:
+    stats.update(zip(found, infos))
+  return found
 
 
 # Names a note lists of the files it left out.
@@ -194,6 +208,10 @@ def _check_directories_on_the_way(pattern: str, field: str) -> None:
     relative = os.path.relpath(here, root)
     inside = [] if relative == os.curdir else relative.split(os.sep)
     dirs[:] = [d for d in dirs if _on_the_way(inside + [d], directories)]
+    if '**' not in directories and len(inside) + 1 >= len(directories):
+      # the last directories' own entries are the glob's matches, each checked: not listed
+      # here a second time (a listing of every corpus file, 100,000 of them in a benchmark)
+      dirs[:] = []
     for name in names:
       # the match first: a stat per file of the corpus (the names in the last directories,
       # never on the way) was most of this walk's cost on 100,000 files
@@ -238,7 +256,8 @@ def format_of(path: str) -> str:
   compression = compression_of(path)
   name = path[: -len(compression)] if compression else path
   # os.path.splitext's rule (leading dots are not an extension), without its cost per call
-  stem, dot, extension = os.path.basename(name).rpartition('.')
+  # (nor os.path.basename's: a file's name is what follows the last separator)
+  stem, dot, extension = name.rpartition(os.sep)[2].rpartition('.')
   extension = '.' + extension.lower() if dot and stem.strip('.') else ''
   if extension not in FORMATS:
     raise DataError(
@@ -344,16 +363,19 @@ def documents(
   text_feature: str,
   byte_range: Optional[tuple[int, int]] = None,
   data: Optional[bytes] = None,
-) -> Iterator[str]:
+  group_field: str = '',
+) -> Iterator:
   """The documents of one file (or of its exact `byte_range`), in order; DataError naming the
   file for any bad input. A range may hold no document; a whole file must hold one.
+  `group_field` (JSON lines only): each document comes as (text, the value of that field as
+  canonical JSON), DataError for a line without it.
 
   Only the bytes [start, end) of a local file are read, as stored (a compressed or Parquet
   file's range is the whole file as it was hashed, (0, size)): a file appended to meanwhile
   gives the documents of the bytes that were hashed, not of its new end. `data`: those bytes,
   already read (`read_range`; not for Parquet), so the documents are of exactly them."""
   count = 0
-  for text in _documents(path, format_of(path), text_feature, byte_range, data):
+  for text in _documents(path, format_of(path), text_feature, byte_range, data, group_field):
     count += 1
     yield text
   if not count and byte_range is None:
@@ -361,9 +383,16 @@ def documents(
 
 
 def _documents(
-  path: str, extension: str, text_feature: str, byte_range, data: Optional[bytes] = None
-) -> Iterator[str]:
+  path: str,
+  extension: str,
+  text_feature: str,
+  byte_range,
+  data: Optional[bytes] = None,
+  group_field: str = '',
+) -> Iterator:
   start, end = byte_range or (0, None)
+  if group_field and extension in ('.txt', '.parquet'):
+    raise DataError(f'{path}: documents are grouped by a JSON field, but this is {extension}.')
   if extension == '.parquet':
     yield from _parquet_documents(path, text_feature, end)
     return
@@ -374,7 +403,7 @@ def _documents(
     elif extension == '.txt':
       yield from _text_documents(_numbered_lines(text))
     else:
-      yield from _json_documents(path, _numbered_lines(text), text_feature, start)
+      yield from _json_documents(path, _numbered_lines(text), text_feature, start, group_field)
     return
   with _open_binary(path, end, data) as f:
     if start and data is None:
@@ -383,7 +412,7 @@ def _documents(
     if extension == '.txt':
       yield from _text_documents(lines)
     else:
-      yield from _json_documents(path, lines, text_feature, start)
+      yield from _json_documents(path, lines, text_feature, start, group_field)
 
 
 def _open_raw(path: str, end: Optional[int] = None):
@@ -603,7 +632,11 @@ def _text_documents(numbered_lines) -> Iterator[str]:
     yield '\n'.join(lines)
 
 
-def _json_documents(path: str, numbered_lines, text_feature: str, start: int) -> Iterator[str]:
+def _json_documents(
+  path: str, numbered_lines, text_feature: str, start: int, group_field: str = ''
+) -> Iterator:
+  """Each line's `text_feature` (with its `group_field` value as canonical JSON, where
+  given)."""
   for number, line in numbered_lines:
     if not line.strip():
       continue
@@ -612,21 +645,31 @@ def _json_documents(path: str, numbered_lines, text_feature: str, start: int) ->
     except ValueError as e:
       number = _absolute_line(path, start, number)
       raise DataError(f'{path}: line {number} is not JSON ({e.msg}).') from None
-    value = record
-    for key in text_feature.split('/'):
-      if not isinstance(value, dict) or key not in value:
-        number = _absolute_line(path, start, number)
-        raise DataError(
-          f'{path}: line {number} has no field {text_feature!r} (data.text_feature); '
-          f'its fields: {sorted(record) if isinstance(record, dict) else type(record).__name__}.'
-        )
-      value = value[key]
+    value = _field(path, start, number, record, text_feature, 'data.text_feature')
     if not isinstance(value, str):
       number = _absolute_line(path, start, number)
       raise DataError(
         f'{path}: line {number} field {text_feature!r} is {type(value).__name__}, not a string.'
       )
-    yield value
+    if group_field:
+      group = _field(path, start, number, record, group_field, 'data.eval_holdout_by')
+      yield value, json.dumps(group, sort_keys=True)
+    else:
+      yield value
+
+
+def _field(path: str, start: int, number: int, record, name: str, setting: str):
+  """The field `name` ('a/b': nested) of a JSON line's `record`; DataError naming the line."""
+  value = record
+  for key in name.split('/'):
+    if not isinstance(value, dict) or key not in value:
+      number = _absolute_line(path, start, number)
+      raise DataError(
+        f'{path}: line {number} has no field {name!r} ({setting}); '
+        f'its fields: {sorted(record) if isinstance(record, dict) else type(record).__name__}.'
+      )
+    value = value[key]
+  return value
 
 
 def _parquet_documents(path: str, text_feature: str, end: Optional[int]) -> Iterator[str]:

@@ -154,12 +154,13 @@ def test_a_tokenizer_cached_before_byte_sampling_is_reused_so_started_runs_resum
   tmp_path, monkeypatch
 ):
   """A corpus larger than the tokenizer's sample had its tokenizer cached under a key without
-  'sampling' before samples were taken by bytes; runs started on it record its digest, so it
-  is reused (said in a note), not trained again under the new key."""
+  'sampling' before samples were taken by bytes, then under 'byte windows' while windows
+  stopped at a file's end; runs started on it record its digest, so it is reused (said in a
+  note), not trained again under the new key."""
   from data_fixtures import files_config, write_corpus  # pylint: disable=import-outside-toplevel
 
   from realformer_jax import data  # pylint: disable=import-outside-toplevel
-  from realformer_jax.data import tokenizers  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data import preparation, tokenizers  # pylint: disable=import-outside-toplevel
 
   write_corpus(tmp_path, train_files=2, docs_per_file=80)
   config = files_config(
@@ -178,17 +179,23 @@ def test_a_tokenizer_cached_before_byte_sampling_is_reused_so_started_runs_resum
 
   monkeypatch.setattr(tokenizers, 'cache_path', spy)
   first = data.prepare(config)
-  assert 'sampling' not in keys[0] and keys[1]['sampling'] == 'byte windows'
+  assert [k.get('sampling') for k in keys[:3]] == [
+    None,
+    'byte windows',
+    'byte windows across files',
+  ]
   new = next(p for p in (tmp_path / 'cache').rglob('spm-*.model'))
-  earlier = new.with_name(os.path.basename(paths[0]))
-  assert str(new) == paths[1]
-  os.replace(new, earlier)  # as the cache of a data_dir prepared before the change
-  from realformer_jax.data import preparation  # pylint: disable=import-outside-toplevel
-
-  monkeypatch.setattr(preparation, '_PREPARED', {})  # as a new process
-  notes = []
-  monkeypatch.setattr(preparation, 'say', notes.append)
-  again = data.prepare(config)
-  assert any('reusing the tokenizer trained before samples were taken by bytes' in n for n in notes)
-  assert not new.exists() and again.source == str(earlier)
-  assert again._model_proto == first._model_proto  # pylint: disable=protected-access
+  assert str(new) == paths[2]
+  for earlier, when in (
+    (paths[0], 'trained before samples were taken by bytes'),
+    (paths[1], 'trained while sample windows stopped at the end of a file'),
+  ):
+    os.replace(new, earlier)  # as the cache of a data_dir prepared before the change
+    monkeypatch.setattr(preparation, '_PREPARED', {})  # as a new process
+    notes = []
+    monkeypatch.setattr(preparation, 'say', notes.append)
+    again = data.prepare(config)
+    assert any(f'reusing the tokenizer {when}' in n for n in notes), notes
+    assert not new.exists() and again.source == earlier
+    assert again._model_proto == first._model_proto  # pylint: disable=protected-access
+    new = type(new)(earlier)

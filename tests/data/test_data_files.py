@@ -153,6 +153,47 @@ def test_holding_out_files_from_too_few_files_is_one_line_naming_the_choice(tmp_
     data.data_config(files_config(tmp_path, eval_holdout_by='paragraph'))
 
 
+def test_held_out_jsonl_documents_are_drawn_by_a_field_so_no_group_is_in_both_splits(
+  tmp_path, caplog
+):
+  """data.eval_holdout_by='field:doc': the paragraphs of one page (one 'doc' value) are on one
+  side, in files that mix pages; the reading line names the rule; bad uses are one line."""
+  rng = np.random.default_rng(0)
+  words = 'the owl and a cat went to sea in green boat of pea honey money'.split()
+  pages = {f'page-{p}': [' '.join(rng.choice(words, 8)) + f' {p}.{i}' for i in range(4)]
+           for p in range(60)}  # fmt: skip
+  lines = [{'text': t, 'doc': page} for page, texts in pages.items() for t in texts]
+  order = rng.permutation(len(lines))  # a page's paragraphs spread over the files
+  for part in range(3):
+    with open(tmp_path / f'part-{part}.jsonl', 'w') as f:
+      f.writelines(json.dumps(lines[i]) + '\n' for i in order[part::3])
+  config = files_config(
+    tmp_path, train_files=str(tmp_path / 'part-*.jsonl'), eval_percent=20.0,
+    eval_holdout_by='field:doc',
+  )  # fmt: skip
+  with caplog.at_level(logging.WARNING, logger='realformer_jax.data.prepare'):
+    prepared = data.preparation.prepared_data(config)
+  assert "held out 20% of the document groups by field 'doc' (no group in both splits)" in (
+    caplog.text
+  )
+  train, held_out = set(_texts(prepared.train_records)), set(_texts(prepared.eval_records))
+  eval_pages = {p for p, texts in pages.items() if set(texts) <= held_out}
+  train_pages = {p for p, texts in pages.items() if set(texts) <= train}
+  assert eval_pages | train_pages == set(pages) and not eval_pages & train_pages
+  assert eval_pages == {p for p in pages if file_corpus.is_held_out(json.dumps(p), 20.0)}
+  assert 4 <= len(eval_pages) <= 24
+
+  (tmp_path / 'notes.txt').write_text('a page of text.\n')
+  with pytest.raises(data.DataError, match=r"field:doc'.*notes.txt is a .txt file"):
+    data.prepare(files_config(tmp_path, train_files=str(tmp_path / 'notes.txt'),
+                              eval_holdout_by='field:doc'))  # fmt: skip
+  with pytest.raises(data.DataError, match=r"part-0.jsonl: line 1 has no field 'page'"):
+    data.prepare(files_config(tmp_path, train_files=str(tmp_path / 'part-*.jsonl'),
+                              eval_holdout_by='field:page'))  # fmt: skip
+  with pytest.raises(data.DataError, match=r"eval_holdout_by='field:' is invalid: .*'field:NAME'"):
+    data.data_config(files_config(tmp_path, eval_holdout_by='field:'))
+
+
 def test_a_changed_file_gets_a_new_store_never_the_old_one(tmp_path):
   write_corpus(tmp_path)
   config = files_config(

@@ -1,6 +1,7 @@
 """Preparation that scales: chunked reading, a bounded tokenizer sample, memory flat in corpus
 size, and the same stores, tokenizer and packed rows for 1 and 2 worker processes."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import pytest
 from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
-from realformer_jax.data import file_corpus, preparation, text_files, workers
+from realformer_jax.data import file_corpus, preparation, sources, text_files, workers
 from realformer_jax.data.prepare_ahead import prepare_ahead
 from realformer_jax.data.store import cache_integrity
 
@@ -85,7 +86,7 @@ def test_the_tokenizer_sample_is_bounded_spread_and_reproducible(tmp_path, monke
   assert text_bytes > 30_000 and sample['windows'] == -(-30_000 // sample['window_bytes'])
   assert sample['spacing_bytes'] == round(text_bytes / sample['windows'])  # spans the split
   assert sample['max_chars'] == 30_000 and record['threads'] == 4
-  assert record['sampling'] == 'byte windows' and record['corpus_digest']
+  assert record['sampling'] == 'byte windows across files' and record['corpus_digest']
 
 
 def _prepare_all(config, num_workers):
@@ -105,6 +106,45 @@ def _prepare_all(config, num_workers):
     'store': os.path.basename(store.path),
     'eval_sequences': summary['eval_sequences'],
   }
+
+
+def _sample_chars(config) -> int:
+  """The characters of the tokenizer's sample of `config`'s train files."""
+  config = data.config.data_config(config)
+  opened = sources.for_config(config).open(config, 1)
+  prepared = {f.name: getattr(opened, f.name) for f in dataclasses.fields(opened)}
+  sample = preparation._Sample(prepared, config.text_feature, config.tokenizer_sample_chars)  # pylint: disable=protected-access
+  return sum(len(text) for text in sample)
+
+
+def test_the_tokenizer_sample_does_not_shrink_as_files_get_small(tmp_path):
+  """The same documents as one file and as 400 files of 1-2 documents: a sample window that
+  reaches a file's end goes on into the next file, so both samples hold about
+  data.tokenizer_sample_chars (when windows stopped at their file's end, the small files
+  gave a tenth of it)."""
+  rng = np.random.default_rng(0)
+  words = 'the owl and a cat went to sea in green boat of pea honey money'.split()
+  documents = [' '.join(rng.choice(words, 40)) + '.' for _ in range(600)]  # ~200 bytes each
+  (tmp_path / 'one').mkdir()
+  (tmp_path / 'one' / 'all.txt').write_text('\n\n'.join(documents) + '\n')
+  cuts = [0, *sorted(rng.choice(np.arange(1, 600), 399, replace=False)), 600]
+  for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+    os.makedirs(tmp_path / 'many' / f'part-{i // 100}', exist_ok=True)
+    text = '\n\n'.join(documents[a:b]) + '\n'
+    (tmp_path / 'many' / f'part-{i // 100}' / f'page-{i:04d}.txt').write_text(text)
+  (tmp_path / 'eval.txt').write_text('a held out owl.\n')
+  chars = {}
+  for name, train in (('one', 'one/all.txt'), ('many', 'many/part-*/*.txt')):
+    config = files_config(
+      tmp_path,
+      data_dir=str(tmp_path / f'cache-{name}'),
+      train_files=str(tmp_path / train),
+      eval_files=str(tmp_path / 'eval.txt'),
+      tokenizer_sample_chars=30_000,
+    )
+    chars[name] = _sample_chars(config)
+  assert 27_000 < chars['one'] <= 34_000, chars  # the cap, give or take the last window
+  assert chars['many'] > 0.95 * chars['one'], chars
 
 
 @pytest.mark.slow
@@ -305,19 +345,38 @@ def test_per_file_work_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
   assert counts[96][2] > 90  # each file its own segment of its group's shard (a few held out)
 
 
+def _stats_under(monkeypatch, under: str) -> list:
+  """The os.stat calls in this process of paths under `under` from now on."""
+  stated, real = [], os.stat
+
+  def counted(path, *args, real=real, **kwargs):
+    if os.fspath(path).startswith(under):
+      stated.append(os.fspath(path))
+    return real(path, *args, **kwargs)
+
+  monkeypatch.setattr(os, 'stat', counted)
+  return stated
+
+
 @pytest.mark.slow
 def test_one_and_two_workers_prepare_the_same_stores_from_many_files(tmp_path, monkeypatch):
   """Small files read in groups by 2 processes: the same documents, tokenizer, packed rows and
-  digest as 1 process, for both held-out rules."""
+  digest as 1 process, for both held-out rules; with 2, the files' checks (a stat, a
+  fingerprint each) run in the workers, not in the preparing process."""
   monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 0)  # planned here, so workers follow
   monkeypatch.setattr(preparation, 'JOB_BYTES', 3_000)  # several encoding jobs
+  monkeypatch.setattr(file_corpus, '_CHECK_IN_WORKERS_FROM', 0)  # decided here
+  monkeypatch.setattr(file_corpus, '_CHECK_BATCH_FILES', 64)  # several check jobs
   train = _many_files(tmp_path / 'corpus', 300)
   for rule in ('file', 'document'):
     results = {}
     for num_workers in (1, 2):
       config = _big_corpus_config(tmp_path, train, f'cache-{rule}-{num_workers}')
       config.update(eval_holdout_by=rule, tokenizer_sample_chars=8_000)
-      results[num_workers] = _prepare_all(config, num_workers)
+      with monkeypatch.context() as patch:
+        stated = _stats_under(patch, str(tmp_path / 'corpus'))
+        results[num_workers] = _prepare_all(config, num_workers)
+      assert len(stated) >= 300 if num_workers == 1 else len(stated) < 10, len(stated)
     one, two = results[1], results[2]
     assert one['texts'] == two['texts'] and one['tokenizer'] == two['tokenizer']
     assert one['digest'] == two['digest'] and one['store'] == two['store']

@@ -18,12 +18,15 @@ def open_source(config: Any, workers: Optional[int] = None) -> OpenedSource:
   corpus = file_corpus.open_corpus(config, data_dir_of(config), workers)
   limit = config.max_documents if config.max_documents > 0 else None
   train_records, eval_records = (corpus.records[s][:limit] for s in ('train', 'eval'))
-  segments, segment_bytes, seen = [], [], 0
-  for path, first, stop, text_bytes in corpus.segments['train']:
+  segments, segment_bytes, ends_file, seen = [], [], [], 0
+  for (path, first, stop, text_bytes), end in zip(
+    corpus.segments['train'], corpus.ends_file['train']
+  ):
     take = stop - first if limit is None else min(stop - first, limit - seen)
     if take > 0:
       segments.append((path, first, first + take))
       segment_bytes.append(text_bytes if take == stop - first else None)
+      ends_file.append(end)
     seen += stop - first
   return OpenedSource(
     train_records=train_records,
@@ -35,6 +38,7 @@ def open_source(config: Any, workers: Optional[int] = None) -> OpenedSource:
     key={'dataset': corpus.name},
     train_segments=tuple(segments),
     train_segment_bytes=tuple(segment_bytes),
+    train_segment_ends_file=tuple(ends_file),
     train_text_bytes=corpus.text_bytes['train'] if limit is None else None,
     corpus_digest=corpus.digest,
   )

@@ -47,6 +47,9 @@ class OpenedSource:
   # UTF-8 bytes of each train segment, where known (None: estimated); the tokenizer's sample
   # spreads over the text by them.
   train_segment_bytes: tuple = ()
+  # Per train segment, whether a file ends there (a corpus of files; empty: none does), so
+  # the tokenizer's sample windows go on into the next file rather than stop at its end.
+  train_segment_ends_file: tuple = ()
   train_text_bytes: Optional[int] = None  # UTF-8 bytes of the train text, where known
   corpus_digest: Optional[str] = None  # a content digest, where the source has one
 

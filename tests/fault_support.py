@@ -101,6 +101,30 @@ def run(workdir, faults: str = '', timeout: float = 300, **overrides):
   return proc.returncode, out, err
 
 
+# A toy run with checkpoints at steps 2 and 4 and one evaluation (the final one).
+TRAINED = dict(train__num_train_steps=4, train__eval_every_steps=4, train__keep_checkpoints=3)
+
+
+def trained_workdir(tmp_path_factory, name: str) -> tuple[str, str]:
+  """(workdir, stdout) of a finished `experiments.train` at TRAINED's toy size."""
+  workdir = str(tmp_path_factory.mktemp(name) / 'run')
+  code, out, err = run(workdir, **TRAINED)
+  assert code == 0, out + err
+  return workdir, out
+
+
+def cli(module: str, *args, timeout: float = 600) -> subprocess.CompletedProcess:
+  """`python -m module args...` from the repository root, in the faults' environment."""
+  return subprocess.run(
+    [sys.executable, '-m', module, *args],
+    cwd=REPO,
+    env=env(),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
+
+
 def the_line(stderr: str, pattern: str) -> re.Match:
   """stderr is exactly one line and it matches `pattern` (a regex for the whole line), not
   counting orbax's note that a save waited for the previous one (a slow or busy disk)."""

@@ -116,16 +116,20 @@ def _blocks(body: str) -> tuple[list[str], dict[str, list[str]], dict[str, list[
     successors[name] = [
       following if t == '<next>' else t for t in targets if t != '<next>' or following
     ]
-  # Only the blocks the entry reaches (the empty remainder after an unconditional branch is
-  # not a block of the kernel, and would hide every dominator).
+  order = reachable(order, successors)
+  return order, code, {name: successors[name] for name in order}
+
+
+def reachable(order: list[str], successors: dict[str, list[str]]) -> list[str]:
+  """The blocks of `order` its entry (the first) reaches, in order: the empty remainder after
+  an unconditional branch is not a block of the kernel, and would hide every dominator."""
   reached, work = {order[0]}, [order[0]]
   while work:
     for target in successors[work.pop()]:
       if target not in reached:
         reached.add(target)
         work.append(target)
-  order = [name for name in order if name in reached]
-  return order, code, {name: successors[name] for name in order}
+  return [name for name in order if name in reached]
 
 
 def _dominators(order: list[str], successors: dict[str, list[str]]) -> dict[str, set[str]]:

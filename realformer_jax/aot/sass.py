@@ -272,13 +272,7 @@ def _graph(code: list[Instruction]):
     else:
       out = [following] if following else []
     successors[name] = [t for t in out if t in blocks]
-  reached, work = {order[0]}, [order[0]]
-  while work:
-    for target in successors[work.pop()]:
-      if target not in reached:
-        reached.add(target)
-        work.append(target)
-  order = [name for name in order if name in reached]
+  order = ptx.reachable(order, successors)
   return order, {n: blocks[n] for n in order}, {n: successors[n] for n in order}
 
 

@@ -39,23 +39,17 @@ from realformer_jax.train import checkpoint_integrity, checkpoint_record
 
 pytestmark = pytest.mark.slow  # a trained toy workdir and CLI subprocesses
 
-# Checkpoints at steps 2 and 4, one evaluation (the final one), a log line per step.
-_TRAINED = dict(train__num_train_steps=4, train__eval_every_steps=4, train__keep_checkpoints=3)
-
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  """(workdir, stdout) of `experiments.train` at toy size."""
-  workdir = str(tmp_path_factory.mktemp('issue59') / 'run')
-  code, out, err = fs.run(workdir, **_TRAINED)
-  assert code == 0, out + err
-  return workdir, out
+  """(workdir, stdout) of `experiments.train` at toy size: checkpoints at steps 2 and 4."""
+  return fs.trained_workdir(tmp_path_factory, 'issue59')
 
 
 @pytest.fixture(scope='module')
 def exported(trained, tmp_path_factory):
   out = str(tmp_path_factory.mktemp('issue59_export') / 'hf')
-  result = _cli('experiments.export_hf', f'--workdir={trained[0]}', f'--out={out}')
+  result = fs.cli('experiments.export_hf', f'--workdir={trained[0]}', f'--out={out}')
   assert result.returncode == 0, result.stderr
   return out
 
@@ -66,24 +60,13 @@ def other_tokenizer():
   return data.prepare(bible_config(vocab_size=1000)).source
 
 
-def _cli(module, *args, timeout=600):
-  return subprocess.run(
-    [sys.executable, '-m', module, *args],
-    cwd=REPO,
-    env=fs.env(),
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-  )
-
-
 def _one_error(result, pattern):
   assert result.returncode == 1, result.stdout + result.stderr
   return fs.the_line(result.stderr, f'error: {pattern}')
 
 
 def _finetune_from(workdir, tmp_path, *more):
-  return _cli(
+  return fs.cli(
     'experiments.finetune',
     f'--config=configs/finetune/bible_sections.py:init={workdir}',  # as its docstring shows
     f'--workdir={tmp_path / "ft"}',
@@ -141,7 +124,7 @@ def test_the_final_evaluation_goes_through_the_divergence_guard(tmp_path):
   assert 'final eval' not in out
   assert fs.checkpoint_entries(workdir) == ['1', '2.diverged']
   # What an export then takes is the sane step.
-  result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
+  result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
   assert result.returncode == 0, result.stderr
   assert ' at step 1 ' in result.stdout
 
@@ -152,7 +135,7 @@ def test_the_final_evaluation_goes_through_the_divergence_guard(tmp_path):
 def test_export_out_inside_the_runs_managed_directories_is_refused(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   out = os.path.join(workdir, 'checkpoints', '2', 'hf')
-  result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={out}')
+  result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={out}')
   _one_error(
     result,
     re.escape(
@@ -182,7 +165,7 @@ def test_exports_of_one_step_are_identical_and_dead_staging_is_removed(trained, 
   for name in stale + [live, other_host]:
     (out / name).mkdir()
     (out / name / 'model.safetensors').write_bytes(b'partial')
-  result = _cli('experiments.export_hf', f'--workdir={trained[0]}', f'--out={out}')
+  result = fs.cli('experiments.export_hf', f'--workdir={trained[0]}', f'--out={out}')
   assert result.returncode == 0, result.stderr
   left = sorted(name for name in os.listdir(out) if name.startswith('.export-'))
   assert left == sorted([live, other_host])
@@ -198,7 +181,7 @@ def test_export_of_a_finetuning_workdir_says_what_it_is(tmp_path):
   (workdir / 'checkpoints' / '3' / 'commit_success.txt').write_text('')
   config = {'model': {}, 'data': {'test_split': ''}, 'finetune': {'init': ''}, 'train': {}}
   (workdir / 'config.json').write_text(json.dumps(config))
-  result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
+  result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
   _one_error(
     result,
     re.escape(
@@ -240,7 +223,7 @@ def test_a_replaced_tokenizer_is_refused_by_export_and_finetuning(
     f"{ours.sha256[:16]}): its ids would mean other pieces to the model; put back the run's "
     'own tokenizer file'
   )
-  result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
+  result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
   _one_error(result, refusal)
   assert not os.path.exists(tmp_path / 'hf')
   _one_error(_finetune_from(workdir, tmp_path), refusal)
@@ -261,7 +244,7 @@ def test_a_resume_with_another_tokenizer_is_refused(trained, other_tokenizer, tm
   ours = data.tokenizers.load(os.path.join(workdir, 'tokenizer.model'))
   other = data.tokenizers.load(other_tokenizer)
   code, out, err = fs.run(
-    workdir, **dict(_TRAINED, train__num_train_steps=6), data__vocab_file=other_tokenizer
+    workdir, **dict(fs.TRAINED, train__num_train_steps=6), data__vocab_file=other_tokenizer
   )
   assert code == 1, out + err
   fs.the_line(
@@ -283,7 +266,7 @@ def test_a_sibling_config_json_is_refused_by_export_resume_and_finetuning(traine
   sibling['model'].update(ln_placement='post', dropout_rate=0.3)  # another run's
   with open(path, 'w') as f:
     json.dump(sibling, f)
-  result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
+  result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
   refusal = re.escape(
     f'{path} describes another model than checkpoint step 4 holds: model.dropout_rate=0.3 (the '
     "step has 0.1), model.ln_placement='post' (the step has 'realformer'); the step records its "
@@ -294,7 +277,9 @@ def test_a_sibling_config_json_is_refused_by_export_resume_and_finetuning(traine
   # A resume as that sibling (Post-LN) is refused before any data is prepared: its data_dir is
   # never made.
   data_dir = str(tmp_path / 'not_prepared')
-  code, out, err = fs.run(workdir, **_TRAINED, model__ln_placement='post', data__data_dir=data_dir)
+  code, out, err = fs.run(
+    workdir, **fs.TRAINED, model__ln_placement='post', data__data_dir=data_dir
+  )
   assert code == 1, out + err
   fs.the_line(
     err,
@@ -312,7 +297,7 @@ def test_a_step_that_lost_its_checksums_is_damaged_not_trusted(trained, tmp_path
   step_4 = os.path.join(workdir, 'checkpoints', '4')
   os.remove(os.path.join(step_4, checkpoint_integrity.CHECKSUMS_FILE))
   fs.flip_bytes(fs.largest_file(os.path.join(step_4, 'state')), 5000)
-  code, out, err = fs.run(workdir, **dict(_TRAINED, train__num_train_steps=6))
+  code, out, err = fs.run(workdir, **dict(fs.TRAINED, train__num_train_steps=6))
   assert code == 0, out + err
   fs.the_line(
     err,
@@ -389,7 +374,7 @@ def test_a_checkpoints_dir_that_refuses_the_step_directory_fails_at_once(tmp_pat
   """The save's probe passes, then the step's directory cannot be made (a checkpoints/ made
   read-only in between): before, orbax waited 300 s at a barrier and named no cause."""
   workdir = str(tmp_path / 'run')
-  code, out, err = fs.run(workdir, faults='mkdir_denied_after_probe:2', timeout=200, **_TRAINED)
+  code, out, err = fs.run(workdir, faults='mkdir_denied_after_probe:2', timeout=200, **fs.TRAINED)
   assert code == 1, out + err
   fs.the_line(
     err,
@@ -439,7 +424,7 @@ def test_a_warmup_longer_than_the_run_names_the_fix(tmp_path):
 
 
 def test_finetuning_shows_its_schedule_and_where_it_starts(trained, other_tokenizer, tmp_path):
-  result = _cli(
+  result = fs.cli(
     'experiments.finetune',
     '--config=configs/finetune/bible_sections.py',
     '--print_config',

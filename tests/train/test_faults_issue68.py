@@ -101,27 +101,10 @@ def test_export_out_inside_another_runs_checkpoints_is_refused(tmp_path):
 
 # --- through the real commands ---------------------------------------------------------------
 
-# Checkpoints at steps 2 and 4, one evaluation (the final one).
-_TRAINED = dict(train__num_train_steps=4, train__eval_every_steps=4, train__keep_checkpoints=3)
-
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp('issue68') / 'run')
-  code, out, err = fs.run(workdir, **_TRAINED)
-  assert code == 0, out + err
-  return workdir
-
-
-def _cli(module, *args, timeout=600):
-  return subprocess.run(
-    [sys.executable, '-m', module, *args],
-    cwd=REPO,
-    env=fs.env(),
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-  )
+  return fs.trained_workdir(tmp_path_factory, 'issue68')[0]
 
 
 @pytest.mark.slow  # a trained toy workdir and CLI subprocesses
@@ -135,7 +118,7 @@ def test_export_of_a_live_run_skips_the_step_being_written_and_records_truth(tra
     os.remove(os.path.join(writing, name))
   lock = workdir_lock.WorkdirLock(workdir).acquire()
   try:
-    result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
+    result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={tmp_path / "hf"}')
   finally:
     lock.release()
   assert result.returncode == 0, result.stderr
@@ -156,7 +139,7 @@ def test_export_into_another_runs_checkpoints_is_one_line(trained, tmp_path):
     if os.path.exists(os.path.join(other, name)):
       os.remove(os.path.join(other, name))
   out = os.path.join(other, 'checkpoints', '2', 'hf')
-  result = _cli('experiments.export_hf', f'--workdir={workdir}', f'--out={out}')
+  result = fs.cli('experiments.export_hf', f'--workdir={workdir}', f'--out={out}')
   assert result.returncode == 1
   fs.the_line(
     result.stderr, re.escape(f'error: --out {out}: inside checkpoints/ of the run in ') + '.*'
@@ -172,7 +155,7 @@ def test_a_step_being_read_outlives_the_runs_rotation(trained, tmp_path):
   try:
     with reader.reading(2):
       code, out, err = fs.run(
-        workdir, **dict(_TRAINED, train__num_train_steps=8, train__keep_checkpoints=1)
+        workdir, **dict(fs.TRAINED, train__num_train_steps=8, train__keep_checkpoints=1)
       )
   finally:
     reader.close()
@@ -200,7 +183,7 @@ def test_a_resume_says_what_it_replaced_and_that_batches_changed(trained, tmp_pa
     f.write('{"loss": 8.')  # damaged
   code, out, err = fs.run(
     workdir,
-    **dict(_TRAINED, train__num_train_steps=6),
+    **dict(fs.TRAINED, train__num_train_steps=6),
     train__global_batch_size=4,
     data__max_predictions=3,
   )

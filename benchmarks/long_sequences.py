@@ -39,9 +39,9 @@ import jax
 from benchmarks import compiled_steps as bench
 from benchmarks import steps
 from realformer_jax.aot import roofline, targets
+from realformer_jax.studies import runs as runs_lib
 from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
-from studies import runs as runs_lib
 
 SCORES = dict(ln_placement='realformer', residual_carry='scores')
 VARIANTS = {

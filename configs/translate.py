@@ -1,4 +1,4 @@
-r"""Merged attention vs the standard decoder on WEB -> BBE (experiments/translate.py).
+r"""Merged attention vs the standard decoder on WEB -> BBE (realformer_jax/commands/translate.py).
 
     python -m experiments.translate --config=configs/translate.py        # 2 CPU cores, ~1 h
     python -m experiments.translate --config=configs/translate.py:gpu    # one GPU, larger

@@ -16,8 +16,8 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.cli import parse_flags
 from realformer_jax.aot.train_step import per_device_bytes
+from realformer_jax.commands.cli import parse_flags
 from realformer_jax.train import build, pretraining
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -1,4 +1,5 @@
-"""The commands as console scripts (pyproject.toml [project.scripts], experiments/scripts.py):
+"""The commands as console scripts (pyproject.toml [project.scripts],
+realformer_jax/commands/scripts.py):
 installed with the package, they run from any directory, a shipped config named as in the docs
 (`--config=configs/tiny.py`), exactly as `python -m experiments.<module>` does from the
 repository root (issue 59: the modules worked only from there)."""
@@ -14,8 +15,8 @@ import tomllib
 from data_fixtures import bible_config
 from toy_flags import TRAIN_TOY_FLAGS
 
-from experiments import cli, scripts
 from realformer_jax import data
+from realformer_jax.commands import cli, scripts
 
 REPO = repo_paths.REPO
 
@@ -30,7 +31,7 @@ def test_every_script_runs_a_command_module():
   assert {'realformer-train', 'realformer-prepare', 'realformer-export'} <= set(names)
   for name, target in names.items():
     module, function = target.split(':')
-    assert module == 'experiments.scripts', name
+    assert module == 'realformer_jax.commands.scripts', name
     command = getattr(scripts, function).module
     source = open(os.path.join(REPO, *command.split('.')) + '.py').read()
     assert "if __name__ == '__main__':" in source, (name, command)

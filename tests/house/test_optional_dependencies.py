@@ -36,7 +36,7 @@ IMPORTS = textwrap.dedent("""
   import realformer_jax.train
   import realformer_jax.kernels
   import realformer_jax.train.pretraining
-  import experiments.device_check  # the device check's own imports
+  import realformer_jax.commands.device_check  # the device check's own imports
   from benchmarks import steps
   from realformer_jax import extras
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from train_fixtures import REPO, tiny_config
 
-from experiments import cli
+from realformer_jax.commands import cli
 from realformer_jax.config import ConfigError
 from realformer_jax.train import pretraining, workdir_lock
 from realformer_jax.train.workdir_lock import WorkdirError, WorkdirLock

@@ -14,10 +14,10 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from studies import report as report_lib
-from studies import study
-from studies.plan import Plan
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell
+from realformer_jax.studies import report as report_lib
+from realformer_jax.studies import study
+from realformer_jax.studies.plan import Plan
+from realformer_jax.studies.report import LAYOUT_COLORS, LAYOUT_NAMES, difference_cell, seed_cell
 
 FAMILY_COLORS = ('tab:purple', 'tab:orange', 'tab:brown', 'tab:olive')
 
@@ -146,7 +146,7 @@ def _setup(plan: Plan, results, analysis: dict, command: str) -> list[str]:
   lines = [
     f'Regenerate: `{command} --runs=none` (the report from the finished runs; without '
     '`--runs=none` it trains what is missing, resumably). The plan, declared before its runs: '
-    f'`studies/plans/{plan.name}.py`.',
+    f'`realformer_jax/studies/plans/{plan.name}.py`.',
     '',
     f'Recipe: {s.layers} layers x {s.hidden} hidden, {s.heads} heads, FFN {s.mlp}, '
     f'{s.position_embedding} positions, sequence {s.seq_len}, batch {s.batch}, AdamW with '

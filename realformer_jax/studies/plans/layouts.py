@@ -42,8 +42,16 @@ import json
 import os
 from typing import Optional
 
-from studies import study
-from studies.plan import Arm, BestRate, Comparison, Plan, Scaled, Side, all_positions_twins
+from realformer_jax.studies import study
+from realformer_jax.studies.plan import (
+  Arm,
+  BestRate,
+  Comparison,
+  Plan,
+  Scaled,
+  Side,
+  all_positions_twins,
+)
 
 LAYOUTS = ('post', 'realformer', 'pre')
 

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from studies import study
-from studies.plan import Arm, BestRate, Comparison, Plan, Side
-from studies.plans import budgets
+from realformer_jax.studies import study
+from realformer_jax.studies.plan import Arm, BestRate, Comparison, Plan, Side
+from realformer_jax.studies.plans import budgets
 
 # The budgets plan's recipe (its SCALE: compare_budgets' until 2026-11-28), with its store.
 SCALE = budgets.SCALE

@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from studies.plan import Arm, Comparison, Plan, Side
-from studies.plans import budgets, layouts
+from realformer_jax.studies.plan import Arm, Comparison, Plan, Side
+from realformer_jax.studies.plans import budgets, layouts
 
 SCALE = dataclasses.replace(budgets.SCALE, steps=4800, eval_mask_draws=4)
 RATE = 2e-3  # budgets' r_L: the paper's protocol of one rate for every size

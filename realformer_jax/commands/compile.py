@@ -30,8 +30,8 @@ os.environ['JAX_PLATFORMS'] = 'cpu'
 from absl import app, flags  # pylint: disable=wrong-import-position
 from ml_collections import config_flags  # pylint: disable=wrong-import-position
 
-from experiments.cli import fail, loaded, parse_flags, start  # pylint: disable=wrong-import-position
 from realformer_jax.aot import fit_report, targets  # pylint: disable=wrong-import-position
+from realformer_jax.commands.cli import fail, loaded, parse_flags, start  # pylint: disable=wrong-import-position
 from realformer_jax.config import ConfigError  # pylint: disable=wrong-import-position
 from realformer_jax.data import DataError  # pylint: disable=wrong-import-position
 

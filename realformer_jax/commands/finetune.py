@@ -29,8 +29,10 @@ import os
 
 from absl import app, flags
 
-from experiments import train as train_cli  # its flags: --config, --workdir, --malloc, ...
 from realformer_jax import finetune
+from realformer_jax.commands import (
+  train as train_cli,
+)  # its flags: --config, --workdir, --malloc, ...
 from realformer_jax.finetune import config as finetune_config
 from realformer_jax.finetune import files
 from realformer_jax.finetune.run import config_as_run

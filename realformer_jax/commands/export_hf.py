@@ -19,8 +19,8 @@ BertForQuestionAnswering, or the shipped module's RealFormerFor... classes.
 # The logic lives in realformer_jax/interop/hf_export.py (fine-tuned runs: finetune/export.py).
 from absl import app, flags
 
-from experiments.cli import fail, parse_flags, start
 from realformer_jax import train
+from realformer_jax.commands.cli import fail, parse_flags, start
 from realformer_jax.config import ConfigError
 from realformer_jax.data import DataError
 from realformer_jax.finetune import export as finetune_export

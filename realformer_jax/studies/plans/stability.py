@@ -48,8 +48,8 @@ its own Holm family (it changes no declared verdict).
 
 from __future__ import annotations
 
-from studies.plan import AllLearned, Arm, Comparison, Plan, Side, all_positions_twins
-from studies.plans import budgets
+from realformer_jax.studies.plan import AllLearned, Arm, Comparison, Plan, Side, all_positions_twins
+from realformer_jax.studies.plans import budgets
 
 
 def p2_verdict(analysis: dict) -> dict:

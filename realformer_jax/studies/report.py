@@ -11,8 +11,8 @@ import math
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from studies import runs as runs_lib
-from studies import stats
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies import stats
 
 LAYOUT_NAMES = {'post': 'Post-LN', 'pre': 'Pre-LN', 'realformer': 'RealFormer'}
 LAYOUT_COLORS = {'post': 'tab:blue', 'pre': 'tab:green', 'realformer': 'tab:red'}

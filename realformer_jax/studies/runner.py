@@ -13,11 +13,11 @@ import importlib.util
 import os
 from typing import Optional
 
+from realformer_jax.studies import analysis as analysis_lib
+from realformer_jax.studies import plan as plan_lib
+from realformer_jax.studies import plan_report, study
+from realformer_jax.studies import runs as runs_lib
 from realformer_jax.train import workdir_lock
-from studies import analysis as analysis_lib
-from studies import plan as plan_lib
-from studies import plan_report, study
-from studies import runs as runs_lib
 
 
 def load_module(name_or_path: str):
@@ -36,9 +36,9 @@ def load_module(name_or_path: str):
       ) from None
     return module
   try:
-    return importlib.import_module(f'studies.plans.{name_or_path}')
+    return importlib.import_module(f'realformer_jax.studies.plans.{name_or_path}')
   except ModuleNotFoundError as error:
-    if error.name != f'studies.plans.{name_or_path}':
+    if error.name != f'realformer_jax.studies.plans.{name_or_path}':
       raise
     known = sorted(
       f[:-3]

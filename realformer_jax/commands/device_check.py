@@ -15,7 +15,7 @@ On whatever backend JAX has (a GPU, a TPU, or the CPU), in four parts:
 4. the train step's time and memory for post / realformer / pre (and Hugging Face's Flax BERT
    when transformers is installed) at BERT-Base 32 x 512 bfloat16, or the largest batch that
    fits, next to the deviceless compile's ESTIMATE for the same device kind when the project
-   has a target for it (experiments/compile.py). Every figure says whether it was measured or
+   has a target for it (commands/compile.py). Every figure says whether it was measured or
    estimated.
 
 On a GPU the Triton kernels run compiled, on a TPU the Mosaic ones. On a CPU (`--size=auto`
@@ -36,7 +36,7 @@ from importlib import metadata
 
 from absl import app, flags
 
-from experiments.cli import fail, parse_flags
+from realformer_jax.commands.cli import fail, parse_flags
 from realformer_jax.units import GiB
 
 _OUT = flags.DEFINE_string('out', None, 'Write the report as JSON here.')

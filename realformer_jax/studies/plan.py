@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from studies import runs as runs_lib
-from studies.study import Scale
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies.study import Scale
 
 Rate = Union[float, str]  # a peak learning rate, or the name of the rule that decides it
 Results = Mapping[str, dict]  # finished runs' results by run name
@@ -416,7 +416,7 @@ class Plan:
     """The rules per run: diverged (a non-finite value ended it, or it ended above the
     blow-up line), spiked (a logged training loss above the line, not at the end), learned
     (study.learned, not diverged), failed (diverged or not learned)."""
-    from studies import study  # pylint: disable=import-outside-toplevel
+    from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
 
     line = math.log(self.scale.vocab) + self.blowup_margin
     losses = [v for _, v in run.get('train_loss') or []]
@@ -439,7 +439,7 @@ class Plan:
 
 def default_train(plan: Plan, run: runs_lib.Run, workdir: str, data_dir: str, report) -> dict:
   """Trains and scores one run of `plan` (study.train_run, study.score_workdir)."""
-  from studies import study  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
 
   p = run.params
   config = study.mlm_config(

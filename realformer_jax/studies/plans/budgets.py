@@ -55,8 +55,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from studies.plan import Arm, BestRate, Comparison, Gain, Plan, Side, all_positions_twins
-from studies.plans import layouts
+from realformer_jax.studies.plan import (
+  Arm,
+  BestRate,
+  Comparison,
+  Gain,
+  Plan,
+  Side,
+  all_positions_twins,
+)
+from realformer_jax.studies.plans import layouts
 
 # The paper's masked-LM accuracy after 1M steps, Post-LN and RealFormer (docs/design.md §5):
 # the gains this study's power is stated against.

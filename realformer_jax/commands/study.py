@@ -15,9 +15,9 @@ import argparse
 import dataclasses
 import sys
 
+from realformer_jax.studies import runner
+from realformer_jax.studies import runs as runs_lib
 from realformer_jax.train import workdir_lock
-from studies import runner
-from studies import runs as runs_lib
 
 
 def parse(argv):

@@ -25,7 +25,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.cli import (
+from realformer_jax import malloc, train
+from realformer_jax.commands.cli import (
   CONFIG_HELP,
   define_print_config,
   fail,
@@ -35,7 +36,6 @@ from experiments.cli import (
   print_config,
   quiet_logs,
 )
-from realformer_jax import malloc, train
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import DataConfig, DataError
 from realformer_jax.train import config as train_config

@@ -13,8 +13,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from studies import stats
-from studies.plan import METRICS, Arm, Comparison, Plan, Results, final_metric
+from realformer_jax.studies import stats
+from realformer_jax.studies.plan import METRICS, Arm, Comparison, Plan, Results, final_metric
 
 # The spread of one seed and layout's step-1 training loss (before the first update: the same
 # weights, first batch and dropout whatever the rate or budget) that still counts as one recipe.

@@ -25,8 +25,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.cli import fail, loaded, parse_flags, start
 from realformer_jax import data
+from realformer_jax.commands.cli import fail, loaded, parse_flags, start
 from realformer_jax.data.prepare_ahead import prepare_ahead
 from realformer_jax.train import preemption
 

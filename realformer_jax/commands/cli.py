@@ -110,13 +110,13 @@ def parse_flags(argv):
 
 
 # The directory that holds configs/ beside experiments/ (the repository, or site-packages).
-_INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def shipped_config(arg: str) -> str:
   """`arg` with a relative `--config=configs/...` that is not a file here made the shipped
   config of that name, so the documented commands run from any directory (the console scripts,
-  experiments/scripts.py). A file of that name in the current directory wins."""
+  commands/scripts.py). A file of that name in the current directory wins."""
   if not arg.startswith('--config='):
     return arg
   path, colon, config_arg = arg[len('--config=') :].partition(':')

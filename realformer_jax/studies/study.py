@@ -35,9 +35,9 @@ from realformer_jax.data import tokenizers as tokenizer_lib
 from realformer_jax.data.tokenizers import CLS, MASK, SEP
 from realformer_jax.mlm import metrics as mlm_metrics
 from realformer_jax.model.losses import mlm_nll_and_correct
+from realformer_jax.studies import machine
+from realformer_jax.studies import runs as runs_lib
 from realformer_jax.train import checkpointing, pretrained, run_identity
-from studies import machine
-from studies import runs as runs_lib
 
 # Per-sequence sums kept in a run's JSON for bootstrap intervals over eval sequences.
 SEQUENCE_SUMS = (

@@ -44,7 +44,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.cli import (
+from realformer_jax.commands.cli import (
   CONFIG_HELP,
   define_print_config,
   fail,
@@ -60,14 +60,14 @@ from realformer_jax.seq2seq import data as data_lib
 from realformer_jax.seq2seq import task as seq2seq_task
 from realformer_jax.seq2seq import trainer as translation
 from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies import stats
+from realformer_jax.studies import study as study_lib
+from realformer_jax.studies.report import seed_cell
 from realformer_jax.train import preemption, run_identity
 from realformer_jax.train.config import RunSpec
 from realformer_jax.train.errors import TrainingError
 from realformer_jax.workdir_layout import CONFIG_FILE
-from studies import runs as runs_lib
-from studies import stats
-from studies import study as study_lib
-from studies.report import seed_cell
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', 'configs/translate.py', f'configs/translate.py[:cpu|gpu]. {CONFIG_HELP}'

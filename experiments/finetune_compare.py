@@ -39,8 +39,8 @@ import json
 import os
 import sys
 
-from configs.finetune import bible_sections
 from realformer_jax import finetune, train
+from realformer_jax.configs.finetune import bible_sections
 from realformer_jax.studies import runs as runs_lib
 from realformer_jax.studies import stats, study
 from realformer_jax.studies.plans import layouts as layouts_plan

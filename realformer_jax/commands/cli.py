@@ -20,10 +20,12 @@ import ml_collections
 from absl import app, flags, logging
 
 from realformer_jax import config_docs
+from realformer_jax import configs as shipped_configs
 
 # Where --help sends a reader for the config's fields.
 CONFIG_HELP = (
-  'Config file (configs/*.py[:arg]); change a field with --config.<section>.<field>=value. '
+  'Config file (configs/*.py[:arg], or a shipped one by name: tiny, realformer_large, '
+  'finetune/glue:mrpc); change a field with --config.<section>.<field>=value. '
   "Every field's value and meaning: --print_config. The meanings are the comments beside the "
   'fields in their dataclasses: model realformer_jax/config.py (ModelConfig), data '
   'realformer_jax/data/config.py, train / mesh / distributed realformer_jax/train/config.py, '
@@ -109,19 +111,23 @@ def parse_flags(argv):
     fail(lines[0] if len(lines) == 1 else f'{lines[0]} {lines[-1]}')
 
 
-# The directory that holds configs/ beside experiments/ (the repository, or site-packages).
-_INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The shipped configs, in a clone and installed alike (package data of realformer_jax).
+_SHIPPED = os.path.dirname(os.path.abspath(shipped_configs.__file__))
 
 
 def shipped_config(arg: str) -> str:
-  """`arg` with a relative `--config=configs/...` that is not a file here made the shipped
-  config of that name, so the documented commands run from any directory (the console scripts,
-  commands/scripts.py). A file of that name in the current directory wins."""
+  """`arg` with a `--config=` that is not a file here made the shipped config it names, so the
+  documented commands run as written from any directory: by the docs' path
+  (`--config=configs/bert.py:size=base`) or by name (`--config=realformer_large`,
+  `--config=finetune/glue:mrpc`). A file of that name in the current directory wins."""
   if not arg.startswith('--config='):
     return arg
   path, colon, config_arg = arg[len('--config=') :].partition(':')
-  shipped = os.path.join(_INSTALL_ROOT, path)
-  if os.path.isabs(path) or os.path.exists(path) or not os.path.isfile(shipped):
+  if not path or os.path.isabs(path) or os.path.exists(path):
+    return arg
+  name = path[len('configs/') :] if path.startswith('configs/') else path
+  shipped = os.path.join(_SHIPPED, name if name.endswith('.py') else f'{name}.py')
+  if not os.path.isfile(shipped):
     return arg
   return f'--config={shipped}{colon}{config_arg}'
 

@@ -208,8 +208,8 @@ def _fake_results(config, bleu, speed_ratio):
 
 @pytest.mark.slow
 def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
-  from configs import translate as translate_config  # pylint: disable=import-outside-toplevel
   from realformer_jax.commands import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import translate as translate_config  # pylint: disable=import-outside-toplevel
 
   config = translate_config.get_config('cpu')
   results, speed = _fake_results(config, bleu=0.0, speed_ratio=1.5)

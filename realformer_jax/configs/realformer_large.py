@@ -3,7 +3,7 @@ r"""RealFormer-Large: Post-LN + residual attention, the paper's recipe (see conf
 python -m experiments.train --config=configs/realformer_large.py --workdir=DIR
 """
 
-from configs import bert
+from realformer_jax.configs import bert
 
 
 def get_config():

@@ -11,7 +11,7 @@ randomly initialised. Metrics: accuracy, F1 (MRPC, QQP), Matthews correlation (C
 Pearson / Spearman (STS-B); the best checkpoint by the task's GLUE metric.
 """
 
-from configs.finetune import start_from_arg
+from realformer_jax.configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 
 TASKS = ('cola', 'sst2', 'mrpc', 'qqp', 'stsb', 'mnli', 'qnli', 'rte', 'wnli')

@@ -4,9 +4,9 @@ extraction), as Hugging Face's run_glue / run_qa take them (realformer_jax/finet
     realformer-finetune --train_file=train.csv --validation_file=dev.csv --test_file=test.csv \
         --config=configs/finetune/files.py:init=/tmp/realformer_tiny --workdir=DIR
     python -m experiments.finetune --config=configs/finetune/files.py --workdir=DIR \
-        --train_file=configs/finetune/example_files/train.csv \
-        --validation_file=configs/finetune/example_files/dev.csv \
-        --test_file=configs/finetune/example_files/test.csv
+        --train_file=realformer_jax/configs/finetune/example_files/train.csv \
+        --validation_file=realformer_jax/configs/finetune/example_files/dev.csv \
+        --test_file=realformer_jax/configs/finetune/example_files/test.csv
 
 The example files (from the repository root) are ASV verses of three sections of the canon
 (law, gospels_acts, letters_revelation; 120 / 30 / 30, chapters shared by no two files), in
@@ -17,7 +17,7 @@ configs/tiny.py's model, randomly initialised). Tables name their columns with -
 32 (BERT's recipe).
 """
 
-from configs.finetune import start_from_arg
+from realformer_jax.configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 from realformer_jax.finetune import files
 

@@ -27,7 +27,7 @@ Sharding: data parallel over every device by default (xLarge: FSDP); FSDP is
 rematerialise each layer (remat_policy='full'); see the note at the end of get_config.
 """
 
-from configs import parse_arg
+from realformer_jax.configs import parse_arg
 from realformer_jax.train import default_config
 
 # layers, hidden, heads, FFN.

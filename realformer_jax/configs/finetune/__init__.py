@@ -7,8 +7,8 @@ import dataclasses
 
 import ml_collections
 
-from configs import parse_arg, tiny
 from realformer_jax.config import ModelConfig
+from realformer_jax.configs import parse_arg, tiny
 from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
 
 

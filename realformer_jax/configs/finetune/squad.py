@@ -10,7 +10,7 @@ BERT) or `,init=DIR` (a pretraining workdir); without it configs/tiny.py's model
 initialised. Metrics: the official exact match and F1 (best checkpoint by F1).
 """
 
-from configs.finetune import start_from_arg
+from realformer_jax.configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 
 VERSIONS = ('v1.1', 'v2.0')

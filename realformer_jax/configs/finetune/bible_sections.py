@@ -8,7 +8,7 @@ pretraining workdir (its sizes, LN placement and residual attention; README: the
 under ~75 tokens): 64-token sequences; 3 epochs of ~770 steps at batch 32.
 """
 
-from configs.finetune import start_from_arg
+from realformer_jax.configs.finetune import start_from_arg
 from realformer_jax.finetune import config as finetune_config
 
 

@@ -3,7 +3,7 @@ r"""RealFormer-xLarge: Post-LN + residual attention, the paper's recipe (see con
 python -m experiments.train --config=configs/realformer_xlarge.py --workdir=DIR
 """
 
-from configs import bert
+from realformer_jax.configs import bert
 
 
 def get_config():

@@ -14,7 +14,7 @@ table in docs/performance.md is this config at 131,072 tokens per device on 1, 2
 H200s (estimated).
 """
 
-from configs import bert, parse_arg
+from realformer_jax.configs import bert, parse_arg
 
 
 def get_config(arg: str = ''):

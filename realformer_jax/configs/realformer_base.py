@@ -3,7 +3,7 @@ r"""RealFormer-Base: Post-LN + residual attention, the paper's recipe (see confi
 python -m experiments.train --config=configs/realformer_base.py --workdir=DIR
 """
 
-from configs import bert
+from realformer_jax.configs import bert
 
 
 def get_config():

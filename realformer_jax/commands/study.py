@@ -17,7 +17,6 @@ import sys
 
 from realformer_jax.studies import runner
 from realformer_jax.studies import runs as runs_lib
-from realformer_jax.train import workdir_lock
 
 
 def parse(argv):
@@ -41,6 +40,9 @@ def main(argv=None):
     plan = runner.load_plan(args.plan, 'toy' if args.quick else args.scale)
   except (ValueError, FileNotFoundError) as error:
     sys.exit(f'error: {error}')
+  # JAX from here on, not before: a mistyped --plan is one line at once (studies/runner.py).
+  from realformer_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
+
   changes = {k: getattr(args, k) for k in ('out', 'store', 'workdirs') if getattr(args, k)}
   if args.out and not args.store:
     changes['store'] = args.out

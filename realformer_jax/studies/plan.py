@@ -2,7 +2,7 @@
 earlier results, and the comparisons with their verdict rule, all data that one runner
 (`python -m experiments.study --plan=NAME`: studies/runner.py) trains, resumes and reports.
 
-    PLANS = {'cpu': Plan(name=..., title=..., scale=study.Scale(...), rules=(BestRate(...),),
+    PLANS = {'cpu': Plan(name=..., title=..., scale=Scale(...), rules=(BestRate(...),),
                          arms=(Arm(...), ...), comparisons=(Comparison(...), ...), out=...)}
 
 (a whole plan file: docs/experiments.md, "Declaring a study"; the studies: studies/plans/).
@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from realformer_jax.studies import runs as runs_lib
-from realformer_jax.studies.study import Scale
+from realformer_jax.studies.scale import Scale
 
 Rate = Union[float, str]  # a peak learning rate, or the name of the rule that decides it
 Results = Mapping[str, dict]  # finished runs' results by run name

@@ -15,9 +15,10 @@ from typing import Optional
 
 from realformer_jax.studies import analysis as analysis_lib
 from realformer_jax.studies import plan as plan_lib
-from realformer_jax.studies import plan_report, study
 from realformer_jax.studies import runs as runs_lib
-from realformer_jax.train import workdir_lock
+
+# Loading a plan imports no JAX (a mistyped --plan is one line in a fraction of a second): what
+# trains, scores and plots (study, plan_report, train's workdir_lock) is imported where used.
 
 
 def load_module(name_or_path: str):
@@ -70,6 +71,9 @@ def train(
   """Trains, one by one, the unfinished runs of `plan` that `runs` (comma-separated globs)
   selects, re-planning after each; a run another process trains (its workdir is locked) is
   left to it. Returns every finished result of the plan."""
+  from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
+  from realformer_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
+
   store = store or plan.store or plan.out
   workdirs = workdirs or plan.workdirs
   os.makedirs(store, exist_ok=True)
@@ -92,6 +96,8 @@ def check_selection(plan: plan_lib.Plan, runs: str, store: str) -> None:
   the plan lists now: a mistyped glob would otherwise train nothing and say nothing."""
   if runs == REPORT_ONLY:
     return
+  from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
+
   listed = [run.name for run in plan.runs(runs_lib.all_results(store))]
   if study.selected([runs_lib.Run(name, {}) for name in listed], runs):
     return
@@ -106,6 +112,8 @@ def check_selection(plan: plan_lib.Plan, runs: str, store: str) -> None:
 
 def report(plan: plan_lib.Plan, results: dict[str, dict], command: str) -> dict:
   """Analyses the plan's finished runs and writes its report into plan.out."""
+  from realformer_jax.studies import plan_report  # pylint: disable=import-outside-toplevel
+
   analysis = analysis_lib.analyse(plan, results)
   plan_report.write(plan, analysis_lib.plan_results(plan, results), analysis, command)
   return analysis

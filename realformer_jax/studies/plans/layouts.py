@@ -42,7 +42,6 @@ import json
 import os
 from typing import Optional
 
-from realformer_jax.studies import study
 from realformer_jax.studies.plan import (
   Arm,
   BestRate,
@@ -52,10 +51,11 @@ from realformer_jax.studies.plan import (
   Side,
   all_positions_twins,
 )
+from realformer_jax.studies.scale import TOY, Scale
 
 LAYOUTS = ('post', 'realformer', 'pre')
 
-SCALE = study.Scale(
+SCALE = Scale(
   layers=12,
   hidden=64,
   heads=2,
@@ -70,7 +70,7 @@ SCALE = study.Scale(
 )
 
 
-def make(scale: study.Scale, rates, grid_seeds, confirm_seeds, **where) -> Plan:
+def make(scale: Scale, rates, grid_seeds, confirm_seeds, **where) -> Plan:
   steps = scale.steps
   best = lambda layout, name: BestRate(name, layout, rates, steps, grid_seeds)
   side = lambda layout, rate, tag='': Side(layout, rate, steps // 2 if tag else steps, tag)
@@ -135,7 +135,7 @@ PLANS = {
   ),
   # BERT-Small width at BERT-Base depth, sequence 128: one accelerator, hours (not run here).
   'bert_small': make(
-    study.Scale(
+    Scale(
       layers=12,
       hidden=512,
       heads=8,
@@ -154,7 +154,7 @@ PLANS = {
     workdirs='results/compare_layouts_bert_small',
   ),
   # The smoke test: seconds a run.
-  'toy': make(study.TOY, rates=(3e-3,), grid_seeds=(0, 1), confirm_seeds=(0, 1)),
+  'toy': make(TOY, rates=(3e-3,), grid_seeds=(0, 1), confirm_seeds=(0, 1)),
 }
 
 

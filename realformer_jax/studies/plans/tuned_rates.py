@@ -42,15 +42,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from realformer_jax.studies import study
 from realformer_jax.studies.plan import Arm, BestRate, Comparison, Plan, Side
 from realformer_jax.studies.plans import budgets
+from realformer_jax.studies.scale import TOY, Scale
 
 # The budgets plan's recipe (its SCALE: compare_budgets' until 2026-11-28), with its store.
 SCALE = budgets.SCALE
 
 
-def make(scale: study.Scale, steps: int, rates, extend, choose_seeds, confirm_seeds, **where):
+def make(scale: Scale, steps: int, rates, extend, choose_seeds, confirm_seeds, **where):
   choose = lambda layout: BestRate(f'r_{layout}', layout, rates, steps, choose_seeds, extend=extend)
   side = lambda layout, rate: Side(layout, rate, steps)
   return Plan(
@@ -109,7 +109,7 @@ PLANS = {
   ),
   # The smoke test: seconds a run.
   'toy': make(
-    dataclasses.replace(study.TOY, steps=4),
+    dataclasses.replace(TOY, steps=4),
     4,
     rates=(1e-3, 3e-3),
     extend=(3e-4, 1e-2),

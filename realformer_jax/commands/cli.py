@@ -116,20 +116,26 @@ _SHIPPED = os.path.dirname(os.path.abspath(shipped_configs.__file__))
 
 
 def shipped_config(arg: str) -> str:
-  """`arg` with a `--config=` that is not a file here made the shipped config it names, so the
-  documented commands run as written from any directory: by the docs' path
-  (`--config=configs/bert.py:size=base`) or by name (`--config=realformer_large`,
-  `--config=finetune/glue:mrpc`). A file of that name in the current directory wins."""
+  """`arg` with a `--config=` that is not a file here made the shipped config it names
+  (`shipped_path`); any other argument as it is."""
   if not arg.startswith('--config='):
     return arg
-  path, colon, config_arg = arg[len('--config=') :].partition(':')
+  return '--config=' + shipped_path(arg[len('--config=') :])
+
+
+def shipped_path(spec: str) -> str:
+  """A config spec `PATH[:ARG]` whose PATH is not a file here made the shipped config it names,
+  so the documented commands run as written from any directory: by the docs' path
+  (`configs/bert.py:size=base`) or by name (`realformer_large`, `finetune/glue:mrpc`). A file of
+  that name in the current directory wins; a name that is no shipped config stays as given."""
+  path, colon, config_arg = spec.partition(':')
   if not path or os.path.isabs(path) or os.path.exists(path):
-    return arg
+    return spec
   name = path[len('configs/') :] if path.startswith('configs/') else path
   shipped = os.path.join(_SHIPPED, name if name.endswith('.py') else f'{name}.py')
   if not os.path.isfile(shipped):
-    return arg
-  return f'--config={shipped}{colon}{config_arg}'
+    return spec
+  return f'{shipped}{colon}{config_arg}'
 
 
 def check_config_files(argv):

@@ -1,9 +1,9 @@
-"""The commands (train, finetune, prepare_data, export_hf, translate, compile, device_check,
-study; cli: what they share; scripts: the installed console scripts), run as
-`python -m experiments.<name>` in a clone or `realformer-<name>` installed. The top of the house:
-nothing else in realformer_jax imports them. The platform choice on a machine with accelerator plugins but no
-accelerator happens when they import realformer_jax (realformer_jax/platform_choice.py), so a
-command's own JAX_PLATFORMS setting, made before that import, still applies."""
+"""The commands (train, finetune, prepare_data, export_hf, translate, compile, device_check, study;
+cli: what they share; scripts: the installed console scripts), run as `python -m experiments.<name>`
+in a clone or `realformer-<name>` installed. The top of the house: nothing else in realformer_jax
+imports them. The platform choice on a machine with accelerator plugins but no accelerator happens
+when they import realformer_jax (realformer_jax/platform_choice.py), so a command's own
+JAX_PLATFORMS setting, made before that import, still applies."""
 
 import sys
 

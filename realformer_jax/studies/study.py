@@ -1,5 +1,6 @@
-"""What every masked-LM study here shares: a scale, its config, training one run (resuming),
-scoring it against the context-free floors per sequence, command-line options and plot helpers.
+"""What every masked-LM study here shares: a scale (scale.py), its config, training one run
+(resuming), scoring it against the context-free floors per sequence, command-line options and plot
+helpers.
 
     scale = study.Scale(layers=12, hidden=64, heads=2, mlp=256, seq_len=64, batch=32,
                         steps=600, learning_rate=2e-3, vocab=2000)

@@ -49,8 +49,9 @@ def _long_rows(size) -> list[tuple]:
 def predict_row(row: tuple, target, devices) -> dict:
   """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices."""
   from benchmarks import flops as flops_lib  # pylint: disable=import-outside-toplevel
-  from benchmarks import long_sequences, profiles, steps  # pylint: disable=import-outside-toplevel
+  from benchmarks import long_sequences, profiles  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import roofline, targets  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import steps  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import build, pretraining  # pylint: disable=import-outside-toplevel
 
   part, key, which = row

@@ -15,8 +15,8 @@ os.environ['JAX_PLATFORMS'] = 'cpu'  # before JAX starts: compile for the target
 
 from absl import app, flags  # pylint: disable=wrong-import-position
 
-from benchmarks import steps  # pylint: disable=wrong-import-position
 from realformer_jax.aot import fit_report, targets, train_step  # pylint: disable=wrong-import-position
+from realformer_jax.bench import steps  # pylint: disable=wrong-import-position
 from realformer_jax.commands.cli import parse_flags  # pylint: disable=wrong-import-position
 
 _TARGET = flags.DEFINE_string('target', None, 'Deviceless target, e.g. h100:1.')

@@ -216,7 +216,7 @@ def record_passes(device_kind: str, rows: list[dict], show) -> list[str]:
 
 
 def _shape(size: str, batch: int):
-  from benchmarks import steps  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import steps  # pylint: disable=import-outside-toplevel
 
   if size == 'toy':
     return steps.Shape('toy', hidden=32, layers=2, heads=2, vocab=500, seq_len=32, batch=batch,
@@ -230,7 +230,7 @@ def _train_losses(shape, impl: str, num_steps: int) -> tuple[list[float], dict]:
   and compiled memory."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  from benchmarks import compiled_steps, steps  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import compiled_steps, steps  # pylint: disable=import-outside-toplevel
 
   # attention_check=False: the kernels themselves, never the self-check's fallback.
   config = steps.train_config(
@@ -257,7 +257,7 @@ def _train_losses(shape, impl: str, num_steps: int) -> tuple[list[float], dict]:
 
 
 def check_training(platform_name: str, size: str, num_steps: int) -> dict:
-  from benchmarks import steps  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import steps  # pylint: disable=import-outside-toplevel
 
   head_dim, length = (16, 32) if size == 'toy' else (64, 256)
   shape = steps.Shape('small', hidden=2 * head_dim, layers=2, heads=2, vocab=500,
@@ -329,7 +329,7 @@ def measure_steps(size: str, device_kind: str, estimate: bool, training: dict) -
   """Median step time (measured) and memory of each candidate, at the largest batch <= 32 that
   compiles and runs; the deviceless ESTIMATE beside it when a target exists. At toy size the
   realformer row is the training check's einsum step (same shape: one compile fewer)."""
-  from benchmarks import compiled_steps  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import compiled_steps  # pylint: disable=import-outside-toplevel
 
   dtype = 'float32' if size == 'toy' else 'bfloat16'
   timed = 3 if size == 'toy' else 10

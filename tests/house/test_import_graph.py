@@ -198,3 +198,17 @@ def test_only_the_top_imports_the_commands_studies_and_configs():
     if target in TOP and source not in TOP[target]
   ]
   assert not up, '\n'.join(up)
+
+
+def test_the_package_imports_nothing_outside_it():
+  # Installed, realformer_jax is all there is (pyproject.toml): an import of the repository's
+  # experiments/ or benchmarks/ from inside it, even lazily, fails for every user of the wheel.
+  graph = package_graph()
+  outside = [
+    why
+    for source, edges in graph.items()
+    if source.startswith('realformer_jax')
+    for target, why in edges.items()
+    if not target.startswith('realformer_jax')
+  ]
+  assert not outside, '\n'.join(outside)

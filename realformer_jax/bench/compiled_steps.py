@@ -8,7 +8,7 @@ from typing import Optional
 
 import jax
 
-from benchmarks import steps
+from realformer_jax.bench import steps
 
 
 class CompiledStep:

@@ -138,6 +138,16 @@ def shipped_path(spec: str) -> str:
   return f'{shipped}{colon}{config_arg}'
 
 
+def shipped_names() -> list[str]:
+  """The shipped configs by name, as --config takes them: 'bert', 'finetune/glue', ..."""
+  return sorted(
+    os.path.relpath(os.path.join(folder, name), _SHIPPED)[: -len('.py')]
+    for folder, _, files in os.walk(_SHIPPED)
+    for name in files
+    if name.endswith('.py') and name != '__init__.py'
+  )
+
+
 def check_config_files(argv):
   """One line for a --config file that cannot be a config: ml_collections would show a
   syntax error, or an error raised while the file runs (a failed import, a NameError in
@@ -148,8 +158,15 @@ def check_config_files(argv):
     if not arg.startswith('--config='):
       continue
     path, *config_args = arg.split('=', 1)[1].split(':', 1)
+    if path and not os.path.exists(path):  # neither a file here nor a shipped config's name
+      names = shipped_names()
+      guess = config_docs.did_you_mean(path.removeprefix('configs/').removesuffix('.py'), names)
+      fail(
+        f'--config {path}: no such file, nor a shipped config of that name{guess}; '
+        f'shipped: {", ".join(names)}'
+      )
     if not os.path.isfile(path):
-      continue  # a missing file: `loaded` names it
+      continue  # a directory: `loaded` names it
     with open(path, 'rb') as f:
       source = f.read()
     try:

@@ -55,6 +55,21 @@ def test_a_shipped_config_is_found_from_any_directory(tmp_path, monkeypatch):
   assert cli.shipped_config('--workdir=configs/tiny.py') == '--workdir=configs/tiny.py'
 
 
+def test_a_config_neither_here_nor_shipped_is_one_line_naming_the_shipped(
+  tmp_path, monkeypatch, capsys
+):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(SystemExit) as exited:
+    cli.check_config_files(['prog', cli.shipped_config('--config=configs/realformer_lage.py:x')])
+  assert exited.value.code == 1
+  err = capsys.readouterr().err
+  assert err.startswith(
+    'error: --config configs/realformer_lage.py: no such file, nor a shipped config of that '
+    "name (did you mean 'realformer_large'?); shipped: bert, finetune/bible_sections, "
+  ), err
+  assert err.count('\n') == 1 and 'tiny, translate' in err
+
+
 def _package_source(tmp_path) -> str:
   """What pyproject.toml builds from, copied (a build writes build/ and *.egg-info beside it)."""
   source = tmp_path / 'source'

@@ -84,7 +84,7 @@ def _package_source(tmp_path) -> str:
   return str(source)
 
 
-@pytest.mark.slow  # a wheel build (~10 s on 2 cores)
+@pytest.mark.slow  # pip builds a wheel in a subprocess (2.0-2.4 s measured; more on a busy machine)
 def test_the_wheel_claims_only_its_own_name(tmp_path):
   # Installed, the package adds realformer_jax and its dist-info to site-packages, nothing else:
   # a user's own experiments/ or configs/ package cannot collide with ours (STYLE habit 16).

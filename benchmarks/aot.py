@@ -27,12 +27,12 @@ from typing import Callable, Optional
 import jax
 
 from benchmarks import flops as flops_lib
-from benchmarks import steps
 from benchmarks.profiles import BASE_128, BASE_512, LARGE_512, TINY
 from realformer_jax.aot import roofline, targets
+from realformer_jax.bench import steps
+from realformer_jax.studies import runs as runs_lib
 from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
-from studies import runs as runs_lib
 
 CANDIDATES = ('post', 'realformer', 'pre', 'hf')
 LABELS = {

@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 
 from realformer_jax.aot import categories, roofline, targets
-from studies import runs as runs_lib
+from realformer_jax.studies import runs as runs_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CALIBRATION_COMMIT = '9be1ff67f2b41b0086199003eb759602ed004392'

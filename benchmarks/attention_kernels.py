@@ -47,8 +47,9 @@ from typing import Callable, Optional, Sequence
 import jax
 
 from benchmarks import flops as flops_lib
-from benchmarks import profiles, steps
+from benchmarks import profiles
 from realformer_jax.aot import roofline, targets
+from realformer_jax.bench import steps
 from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
 

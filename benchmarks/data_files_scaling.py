@@ -86,7 +86,7 @@ def main(argv=None) -> dict:
   args = parser.parse_args(argv)
   counts = sorted({int(n) for n in args.files.split(',')})
   import realformer_jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  from studies.machine import machine_info  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies.machine import machine_info  # pylint: disable=import-outside-toplevel
 
   meta = machine_info()
   print(

@@ -201,7 +201,7 @@ def main(argv=None) -> dict:
   # it makes the platform choice (realformer_jax/platform_choice.py) before JAX starts, so a
   # machine with the accelerator plugins but no accelerator prints no plugin traceback.
   import realformer_jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  from studies.machine import machine_info  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies.machine import machine_info  # pylint: disable=import-outside-toplevel
 
   sizes = sorted({args.small_mb, args.size_mb})
   small, large = sizes[0], sizes[-1]

@@ -68,8 +68,9 @@ def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
   """One row's ESTIMATE: the program the suite runs, compiled for `target`'s devices; with
   `dump` (XLA's xla_dump_to) its fused kernels charged what their SASS issues."""
   from benchmarks import flops as flops_lib  # pylint: disable=import-outside-toplevel
-  from benchmarks import profiles, steps  # pylint: disable=import-outside-toplevel
+  from benchmarks import profiles  # pylint: disable=import-outside-toplevel
   from realformer_jax.aot import roofline, targets  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import steps  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import build, pretraining  # pylint: disable=import-outside-toplevel
 
   part, key, which = row

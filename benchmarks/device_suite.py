@@ -289,7 +289,7 @@ def _chip(device_kind: str):
 
 
 def _long_shape(size: Size, length: int):
-  from benchmarks import steps  # pylint: disable=import-outside-toplevel
+  from realformer_jax.bench import steps  # pylint: disable=import-outside-toplevel
 
   return steps.Shape(
     f'L{length}', hidden=size.hidden, layers=size.layers, heads=size.heads, vocab=30522,

@@ -36,12 +36,12 @@ import time
 
 import jax
 
-from benchmarks import compiled_steps as bench
-from benchmarks import steps
 from realformer_jax.aot import roofline, targets
+from realformer_jax.bench import compiled_steps as bench
+from realformer_jax.bench import steps
+from realformer_jax.studies import runs as runs_lib
 from realformer_jax.train import build, pretraining
 from realformer_jax.units import GiB
-from studies import runs as runs_lib
 
 SCORES = dict(ln_placement='realformer', residual_carry='scores')
 VARIANTS = {
@@ -61,7 +61,7 @@ RESULTS_DIR = os.path.join('docs', 'results', 'long_sequences')
 
 
 def compiled_step(shape: steps.Shape, overrides: dict, dtype: str, abstract: bool):
-  """The long-sequence train step of one variant, compiled (benchmarks/compiled_steps.py)."""
+  """The long-sequence train step of one variant, compiled (realformer_jax/bench)."""
   step = bench.build_step(
     shape,
     overrides['ln_placement'],

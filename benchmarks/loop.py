@@ -26,14 +26,16 @@ import time
 import jax
 
 from realformer_jax import data, train
+from realformer_jax.commands import cli
 from realformer_jax.train import build
 
 TARGET = 0.95
 
 
 def load_config(spec: str):
-  """'configs/bert.py:size=small' -> that file's get_config(arg), as --config=... does."""
-  path, _, arg = spec.partition(':')
+  """'configs/bert.py:size=small' -> that file's get_config(arg), as --config=... does (a
+  shipped config by its docs' path or its name: commands/cli.py)."""
+  path, _, arg = cli.shipped_path(spec).partition(':')
   module_spec = importlib.util.spec_from_file_location('benchmark_config', path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)

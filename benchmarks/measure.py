@@ -13,12 +13,13 @@ from typing import Optional, Sequence
 import jax
 
 from benchmarks import flops as flops_lib
-from benchmarks import steps, trace_breakdown
-from benchmarks.compiled_steps import CompiledStep, build_step, device_peak_bytes
+from benchmarks import trace_breakdown
 from benchmarks.profiles import LAYOUTS, Profile
 from benchmarks.report import Report
 from benchmarks.timing import Candidate, MatmulPeak, interleave, per_round_ratio
 from realformer_jax.aot import targets
+from realformer_jax.bench import steps
+from realformer_jax.bench.compiled_steps import CompiledStep, build_step, device_peak_bytes
 
 
 def trace_file(candidate: CompiledStep, steps_to_trace: int, directory: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from benchmarks import steps
+from realformer_jax.bench import steps
 
 LAYOUTS = ('post', 'realformer', 'pre')
 

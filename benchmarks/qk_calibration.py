@@ -45,7 +45,7 @@ from typing import Optional
 
 from benchmarks.aot_calibration import compile_in_tree, extract
 from realformer_jax.aot import categories, legacy_kernels, roofline, targets
-from studies import runs as runs_lib
+from realformer_jax.studies import runs as runs_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / 'docs' / 'results' / 'aot' / 'qk_calibration'

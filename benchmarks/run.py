@@ -38,7 +38,7 @@ from benchmarks.profiles import PROFILES, SHAPES, Profile
 from benchmarks.report import Report
 from benchmarks.timing import MatmulPeak, Summary
 from realformer_jax import malloc
-from studies.machine import machine_info
+from realformer_jax.studies.machine import machine_info
 
 
 def run(

@@ -27,7 +27,7 @@ import tempfile
 
 from benchmarks import qk_calibration as qk
 from realformer_jax.aot import roofline, sass, targets
-from studies import runs as runs_lib
+from realformer_jax.studies import runs as runs_lib
 
 SASS_RECORDS = qk.OUT_DIR / 'sass.json'
 RESULTS = qk.OUT_DIR / 'sass_results.md'

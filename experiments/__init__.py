@@ -1,18 +1,5 @@
-"""The experiments commands. The platform choice on a machine with accelerator plugins but no
-accelerator happens when they import realformer_jax (realformer_jax/platform_choice.py), so a
-command's own JAX_PLATFORMS setting, made before that import, still applies."""
+"""The repository's entry points (`python -m experiments.<name>`): each command's logic lives in
+realformer_jax/commands/ (installed with the package); the research scripts here (not installed)
+share its one-line handling of a missing extra by importing that package."""
 
-import sys
-
-
-def _missing_extra_in_one_line(exc_type, exc, tb, previous=sys.excepthook):
-  """A missing optional dependency (realformer_jax/extras.py) ends a command with one `error:`
-  line naming the extra to install, not a traceback; anything else is reported as before."""
-  extras = sys.modules.get('realformer_jax.extras')  # not loaded: the error cannot be one
-  if extras is not None and isinstance(exc, extras.MissingExtra):
-    print(f'error: {exc}', file=sys.stderr)
-  else:
-    previous(exc_type, exc, tb)
-
-
-sys.excepthook = _missing_extra_in_one_line
+import realformer_jax.commands  # the hook: a missing optional dependency is one `error:` line

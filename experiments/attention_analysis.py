@@ -3,10 +3,9 @@ r"""Attention entropy and adjacent-layer similarity of trained models (RealForme
     python -m experiments.attention_analysis            # the layouts study's runs at r*, ~5 min
     python -m experiments.attention_analysis --runs_dir=DIR --rate=0.002 --seeds=0,1
 
-The models are the layouts study's (studies/plans/layouts.py) Post-LN and RealFormer runs at
-r* (Post-LN's best peak rate; read from --layouts_results) with its confirmation seeds: the same
-seeds give
-the same data order and the same initial weights, so differences are paired by seed.
+The models are the layouts study's (realformer_jax/studies/plans/layouts.py) Post-LN and RealFormer
+runs at r* (Post-LN's best peak rate; read from --layouts_results) with its confirmation seeds: the
+same seeds give the same data order and the same initial weights, so differences are paired by seed.
 
 For each trained workdir (`<runs_dir>/main-<layout>-s<seed>`, as the layouts study
 writes them), over the held-out split (the evaluation batches, masked as in evaluation), from
@@ -45,10 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from realformer_jax import MaskedLM, data, train
-from studies import runs as runs_lib
-from studies import stats, study
-from studies.plans import layouts as layouts_plan
-from studies.report import LAYOUT_COLORS, write_lines
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies import stats, study
+from realformer_jax.studies.plans import layouts as layouts_plan
+from realformer_jax.studies.report import LAYOUT_COLORS, write_lines
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
 

@@ -1,8 +1,8 @@
 """The deviceless compile's ESTIMATE for one device_check timing row (run by
-experiments/device_check.py in a subprocess: compiling for a target needs JAX_PLATFORMS=cpu,
-which a process that measures on its GPU / TPU cannot set). Prints one JSON line:
-{'step_s': ESTIMATED seconds, 'memory_bytes': bytes per device from the compile, ...} or
-{'error': ...}.
+realformer_jax/commands/device_check.py in a subprocess: compiling for a target needs
+JAX_PLATFORMS=cpu, which a process that measures on its GPU / TPU cannot set). Prints one JSON line:
+{'step_s': ESTIMATED seconds, 'memory_bytes': bytes per device from the compile, ...} or {'error':
+...}.
 
     python -m experiments.device_estimate --target=h100:1 --which=post --batch=32 \
         --seq_len=512 --dtype=bfloat16
@@ -15,9 +15,9 @@ os.environ['JAX_PLATFORMS'] = 'cpu'  # before JAX starts: compile for the target
 
 from absl import app, flags  # pylint: disable=wrong-import-position
 
-from benchmarks import steps  # pylint: disable=wrong-import-position
-from experiments.cli import parse_flags  # pylint: disable=wrong-import-position
 from realformer_jax.aot import fit_report, targets, train_step  # pylint: disable=wrong-import-position
+from realformer_jax.bench import steps  # pylint: disable=wrong-import-position
+from realformer_jax.commands.cli import parse_flags  # pylint: disable=wrong-import-position
 
 _TARGET = flags.DEFINE_string('target', None, 'Deviceless target, e.g. h100:1.')
 _WHICH = flags.DEFINE_enum('which', 'post', ['post', 'pre', 'realformer'], 'Layer-norm placement.')

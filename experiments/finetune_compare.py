@@ -7,10 +7,10 @@ from-scratch control.
     python -m experiments.finetune_compare --quick --layouts_results=/tmp/cl \
         --pretrained=/tmp/cl_runs
 
-1. Starting points: the layouts study's (studies/plans/layouts.py) Post-LN and RealFormer runs at r*
-   (Post-LN's best peak rate; 12 layers x 64, RoPE) for pretraining seeds 0, 1, 2, read from
-   --pretrained and --layouts_results; the control is the same architecture (Post-LN) and
-   tokenizer, randomly initialised.
+1. Starting points: the layouts study's (realformer_jax/studies/plans/layouts.py) Post-LN and
+   RealFormer runs at r* (Post-LN's best peak rate; 12 layers x 64, RoPE) for pretraining seeds
+   0, 1, 2, read from --pretrained and --layouts_results; the control is the same architecture
+   (Post-LN) and tokenizer, randomly initialised.
 2. Fine-tune each on bible_sections (which of 7 sections of the canon an ASV verse is from;
    test chapters shared with no other split): --train_examples evenly spaced training verses,
    --epochs epochs at peak rate --learning_rate, validation every epoch, the best checkpoint
@@ -39,12 +39,12 @@ import json
 import os
 import sys
 
-from configs.finetune import bible_sections
 from realformer_jax import finetune, train
-from studies import runs as runs_lib
-from studies import stats, study
-from studies.plans import layouts as layouts_plan
-from studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
+from realformer_jax.configs.finetune import bible_sections
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies import stats, study
+from realformer_jax.studies.plans import layouts as layouts_plan
+from realformer_jax.studies.report import LAYOUT_COLORS, LAYOUT_NAMES, seed_cell
 
 STARTS = ('realformer', 'post', 'scratch')
 NAMES = {**LAYOUT_NAMES, 'scratch': 'Post-LN from scratch'}

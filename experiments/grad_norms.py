@@ -30,8 +30,8 @@ from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
-from studies import study
-from studies.report import write_lines
+from realformer_jax.studies import study
+from realformer_jax.studies.report import write_lines
 
 VARIANTS = {  # name: ModelConfig overrides on top of the shared base
   'post': dict(ln_placement='post'),

@@ -27,8 +27,8 @@ from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.analysis import diagnostics
 from realformer_jax.model import params as params_lib
 from realformer_jax.model.losses import mlm_loss_and_metrics
-from studies import study
-from studies.report import write_lines
+from realformer_jax.studies import study
+from realformer_jax.studies.report import write_lines
 
 # The fields the report states of each model (and of the shared base).
 STATED = ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'max_len', 'activation', 'init')

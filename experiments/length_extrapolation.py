@@ -37,9 +37,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from studies import runs as runs_lib
-from studies import stats, study
-from studies.report import difference_cell, seed_cell, write_lines, write_results
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies import stats, study
+from realformer_jax.studies.report import difference_cell, seed_cell, write_lines, write_results
 
 VARIANTS = {  # name: model overrides
   'O (standard)': dict(ln_placement='post', attention_scale='standard'),

@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from realformer_jax import train
-from studies import runs as runs_lib
-from studies import study
-from studies.report import seed_cell, write_lines, write_results
+from realformer_jax.studies import runs as runs_lib
+from realformer_jax.studies import study
+from realformer_jax.studies.report import seed_cell, write_lines, write_results
 
 SCALES = {
   # The earlier compare_layouts CPU scale, where learned positions did not learn.

@@ -16,12 +16,12 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.cli import parse_flags
 from realformer_jax.aot.train_step import per_device_bytes
+from realformer_jax.commands import cli
 from realformer_jax.train import build, pretraining
 
 _CONFIG = config_flags.DEFINE_config_file(
-  'config', 'configs/realformer_large.py', 'Training config file.'
+  'config', cli.shipped_path('configs/realformer_large.py'), 'Training config file.'
 )
 _BATCH = flags.DEFINE_integer('global_batch_size', 8, 'Global batch for the compiled step.')
 _LENGTH = flags.DEFINE_integer('max_len', 128, 'Sequence length for the compiled step.')
@@ -73,4 +73,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -171,8 +171,8 @@ def item_7():
 
 
 def item_6():
-  from configs import translate as translate_config  # pylint: disable=import-outside-toplevel
-  from experiments import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.commands import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import translate as translate_config  # pylint: disable=import-outside-toplevel
 
   out = os.path.join(ROOT, 'translate_out')
   study = translate.validate_study(translate_config.get_config('cpu'))

@@ -41,7 +41,7 @@ RUN = dict(
 def cli_config(**overrides):
   """The config the CLI of `start` trains (configs/tiny.py with the same overrides), for
   in-process checks of its workdirs."""
-  from configs import tiny  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import tiny  # pylint: disable=import-outside-toplevel
 
   config = tiny.get_config()
   values = {

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import steps
+from realformer_jax.bench import steps
 from realformer_jax.train import build, pretraining
 from realformer_jax.train import step as step_lib
 from tests import scale_out_support as support

@@ -6,7 +6,7 @@ import json
 
 import jax
 
-from configs import tiny
+from realformer_jax.configs import tiny
 from realformer_jax.train import build, pretraining
 
 LAYOUTS = {'data_8': (8, 1, 1), 'fsdp_8': (1, 8, 1), 'data_2_fsdp_2_tensor_2': (2, 2, 2)}

@@ -82,8 +82,8 @@ def train_env(num_devices: int) -> dict[str, str]:
 def prepare_tiny_data(path: str) -> str:
   """The embedded corpus and a 1,000-piece tokenizer prepared into `path` at max_len 32, the
   data every TINY_SHARDED run reads (once per test module: a module-scoped fixture)."""
-  from configs import tiny  # pylint: disable=import-outside-toplevel
   from realformer_jax import data  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import tiny  # pylint: disable=import-outside-toplevel
 
   config = tiny.get_config()
   config.data.data_dir = path
@@ -148,7 +148,7 @@ def free_port() -> int:
 def tiny_sharded_config():
   """configs/tiny.py with TINY_SHARDED's flags applied, as the CLI runs it (in process, for
   the checks and for reading back what the CLI wrote)."""
-  from configs import tiny
+  from realformer_jax.configs import tiny
 
   config = tiny.get_config()
   for flag in TINY_SHARDED:

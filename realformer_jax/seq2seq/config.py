@@ -5,7 +5,7 @@ logical_axis_rules, distributed) and `decode`, checked once.
     spec = validate(config)                      # RunSpec of frozen sections, or one
                                                  # ConfigError / DataError line naming the field
 
-An `experiment` section may ride along (experiments/translate.py reads it); any other unknown
+An `experiment` section may ride along (commands/translate.py reads it); any other unknown
 section or field is an error.
 """
 

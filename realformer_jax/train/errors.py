@@ -1,5 +1,5 @@
 """The training errors a user can act on: the entry points print each as one line
-`error: <message>` and exit 1 (experiments/train.py); nothing else is reported that way."""
+`error: <message>` and exit 1 (commands/train.py); nothing else is reported that way."""
 
 from typing import Optional
 

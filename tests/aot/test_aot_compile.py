@@ -154,7 +154,7 @@ def test_a_config_that_cannot_fit_ends_with_one_error_line_naming_the_bytes():
 
 _AUTO_SCRIPT = textwrap.dedent("""
     import json
-    from configs import tiny
+    from realformer_jax.configs import tiny
     from realformer_jax.aot import targets, train_step
     from realformer_jax.train import build
 

@@ -46,7 +46,7 @@ def _check_batch(batch, tokenizer, batch_size):
 def test_tokenizer_special_ids_and_round_trip(bible_tokenizer):
   tok = bible_tokenizer
   assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
-  # The table batches built without a tokenizer use (studies/study.py).
+  # The table batches built without a tokenizer use (realformer_jax/studies/study.py).
   assert [tok.id_to_piece(i) for i in range(5)] == list(tokenizer_lib.TRAINED_SPECIALS)
   assert tok.vocab_size == 8000
   text = 'In the beginning God created the heavens and the earth.'

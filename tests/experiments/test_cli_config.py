@@ -113,7 +113,9 @@ def test_a_config_file_that_raises_at_import_is_that_error_through_the_command(t
   defined (here under a star import), is that error in one line, not "defines no
   get_config()"; nothing is written."""
   path = tmp_path / 'mine.py'
-  path.write_text('from configs.tiny import *\nraise RuntimeError("set DATA first")\n')
+  path.write_text(
+    'from realformer_jax.configs.tiny import *\nraise RuntimeError("set DATA first")\n'
+  )
   workdir = tmp_path / 'run'
   more = [f'--workdir={workdir}'] if module == 'experiments.train' else []
   result = _cli(module, f'--config={path}', *more)

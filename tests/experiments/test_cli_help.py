@@ -1,15 +1,18 @@
-"""`--help` of every command in experiments/ and benchmarks/ exits 0 and says what the command
-does (absl's own --help exits 1: experiments/cli.py answers it first); experiments.train's
+"""`--help` of every command in experiments/ and benchmarks/ exits 0 and says what the command does
+(absl's own --help exits 1: realformer_jax/commands/cli.py answers it first); experiments.train's
 points to docs/training.md. The commands are found by their `__main__` block, so a new one is
 covered without a list to keep."""
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import repo_paths
+
+from realformer_jax.commands import scripts
 
 REPO = repo_paths.REPO
 
@@ -35,9 +38,16 @@ def _help(command: str) -> subprocess.CompletedProcess:
   )
 
 
-def _first_docstring_line(command: str) -> str:
+def _source(command: str) -> str:
   with open(os.path.join(REPO, *command.split('.')) + '.py', encoding='utf-8') as f:
-    source = f.read()
+    return f.read()
+
+
+def _first_docstring_line(command: str) -> str:
+  """Of the module --help describes: an entry point of experiments/ runs its command of
+  realformer_jax/commands/ (`scripts.<name>()`), whose docstring absl prints."""
+  runs = re.search(r'scripts\.(\w+)\(\)', _source(command))
+  source = _source(getattr(scripts, runs.group(1)).module if runs else command)
   return source.split('"""', 1)[1].strip().splitlines()[0].lstrip('r')
 
 

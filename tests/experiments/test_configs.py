@@ -1,12 +1,11 @@
 """Every command a config file's docstring shows runs as written and takes a training step.
 
-The commands are read from the docstrings of configs/**/*.py, so a new config is covered as
-soon as it documents its command. Each runs in a subprocess exactly as written (DIR -> a fresh
-directory), plus the toy flags of its entry point: the paper sizes keep their depth, head
-counts, LN placement, remat, scan unrolling, vocabulary and 'auto' accumulation, and shrink
-only width, sequence length, batch and step count, so a config that cannot start (a tokenizer
-the corpus cannot support, a batch that cannot fit) fails here.
-"""
+The commands are read from the docstrings of realformer_jax/configs/**/*.py, so a new config is
+covered as soon as it documents its command. Each runs in a subprocess exactly as written (DIR -> a
+fresh directory), plus the toy flags of its entry point: the paper sizes keep their depth, head
+counts, LN placement, remat, scan unrolling, vocabulary and 'auto' accumulation, and shrink only
+width, sequence length, batch and step count, so a config that cannot start (a tokenizer the corpus
+cannot support, a batch that cannot fit) fails here."""
 
 import ast
 import concurrent.futures
@@ -27,6 +26,8 @@ from toy_flags import EXPECTED_OUTPUT, TOY_ARGS, TOY_FLAGS
 from realformer_jax import data
 
 REPO = pathlib.Path(repo_paths.REPO)
+# The shipped configs; a command names one as `--config=configs/<file>` (commands/cli.py).
+CONFIGS = REPO / 'realformer_jax' / 'configs'
 
 # Configs of TFDS catalog datasets (GLUE, SQuAD) run under tfds.testing.mock_data, with the
 # test corpus' tokenizer (the random-init tokenizer would be trained on mocked text).
@@ -34,9 +35,9 @@ _MOCKED_CONFIGS = ('configs/finetune/glue.py', 'configs/finetune/squad.py')
 
 
 def documented_commands():
-  """(config file, command) for every `python -m ...` line in configs/**/*.py docstrings."""
+  """(config file, command) for every `python -m ...` line in the configs' docstrings."""
   found = []
-  for path in sorted((REPO / 'configs').rglob('*.py')):
+  for path in sorted(CONFIGS.rglob('*.py')):
     docstring = ast.get_docstring(ast.parse(path.read_text())) or ''
     # A command may continue over lines ending in a backslash.
     for command in re.findall(
@@ -53,7 +54,7 @@ COMMANDS = documented_commands()
 
 def test_every_config_documents_its_command():
   documented = {path for path, _ in COMMANDS}
-  for path in sorted((REPO / 'configs').rglob('*.py')):
+  for path in sorted(CONFIGS.rglob('*.py')):
     if path.name != '__init__.py':
       assert str(path.relative_to(REPO)) in documented, f'{path} shows no command to run it'
 
@@ -100,7 +101,7 @@ def test_every_documented_config_command_takes_a_step(tmp_path):
 
 
 def test_paper_configs_train_at_the_paper_batch_with_auto_accumulation():
-  from configs import bert  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import bert  # pylint: disable=import-outside-toplevel
 
   for size in bert.SIZES:
     config = bert.get_config(f'size={size},ln=realformer')
@@ -114,7 +115,7 @@ def test_paper_configs_train_at_the_paper_batch_with_auto_accumulation():
   'arg, message', [('size=huge', "size='huge'"), ('ln=mid', "ln='mid'"), ('depth=3', "'depth=3'")]
 )
 def test_bert_config_rejects_bad_args(arg, message):
-  from configs import bert  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import bert  # pylint: disable=import-outside-toplevel
 
   with pytest.raises(ValueError, match=re.escape(message)):
     bert.get_config(arg)
@@ -122,8 +123,8 @@ def test_bert_config_rejects_bad_args(arg, message):
 
 def test_finetune_configs_read_their_argument_and_take_tiny_py_model():
   # pylint: disable=import-outside-toplevel
-  from configs import tiny
-  from configs.finetune import glue, squad
+  from realformer_jax.configs import tiny
+  from realformer_jax.configs.finetune import glue, squad
 
   pretraining = tiny.get_config()
   config = glue.get_config('rte')  # no init: configs/tiny.py's model, randomly initialised

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from data_fixtures import quick_study_argv
 
-from experiments import study as study_command
+from realformer_jax.commands import study as study_command
 from realformer_jax.mlm import metrics as mlm_metrics
 
 

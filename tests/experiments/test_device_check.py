@@ -105,7 +105,7 @@ def test_the_gpu_cases_check_the_qk_kernels_too():
   # In a subprocess: the command defines absl flags (--out) that another script's import in this
   # process would then define twice.
   code = (
-    'import json; from experiments import device_check; '
+    'import json; from realformer_jax.commands import device_check; '
     "print(json.dumps(device_check.kernel_cases('gpu', 'full')))"
   )
   done = subprocess.run(

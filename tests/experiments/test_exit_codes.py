@@ -227,8 +227,8 @@ def test_sigterm_while_a_first_train_start_prepares_data_is_one_line_143(tmp_pat
 
 @pytest.mark.parametrize('module', ['train', 'finetune', 'prepare_data', 'translate'])
 def test_each_commands_help_states_the_exit_codes(module):
-  # --help prints the module's docstring (experiments/cli.py parse_flags); read from the source,
-  # as importing two commands would define their absl flags twice.
-  with open(os.path.join(repo_paths.REPO, 'experiments', f'{module}.py')) as f:
+  # --help prints the module's docstring (realformer_jax/commands/cli.py parse_flags); read from the
+  # source, as importing two commands would define their absl flags twice.
+  with open(os.path.join(repo_paths.REPO, 'realformer_jax', 'commands', f'{module}.py')) as f:
     doc = ' '.join(ast.get_docstring(ast.parse(f.read())).split())
   assert '130' in doc and '143' in doc and '0 only when' in doc, module

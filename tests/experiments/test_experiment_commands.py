@@ -13,10 +13,10 @@ import pytest
 from data_fixtures import bible_config, quick_study_argv
 
 from experiments import attention_analysis, finetune_compare, position_probe
-from experiments import study as study_command
 from realformer_jax import train
-from studies import study
-from studies.plans import layouts as layouts_plan
+from realformer_jax.commands import study as study_command
+from realformer_jax.studies import study
+from realformer_jax.studies.plans import layouts as layouts_plan
 
 
 @pytest.fixture(scope='module')

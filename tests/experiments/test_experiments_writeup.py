@@ -1,8 +1,8 @@
 """docs/experiments.md's budgets and P2 paragraphs against the committed run JSON: every number
 those paragraphs state is parsed from the text and recomputed here from
 docs/results/compare_layouts/budgets/runs/*.json with the runner's own analysis of the declared
-plans (studies/plans/; no training: a run committed later changes the numbers, and this test
-then asks for the text to follow)."""
+plans (realformer_jax/studies/plans/; no training: a run committed later changes the numbers, and
+this test then asks for the text to follow)."""
 
 import dataclasses
 import functools
@@ -14,10 +14,10 @@ import re
 import numpy as np
 import pytest
 
-from studies import analysis as analysis_lib
-from studies import plan_report, stats, study
-from studies.plans import budgets as budgets_plan
-from studies.plans import stability as stability_plan
+from realformer_jax.studies import analysis as analysis_lib
+from realformer_jax.studies import plan_report, stats, study
+from realformer_jax.studies.plans import budgets as budgets_plan
+from realformer_jax.studies.plans import stability as stability_plan
 
 STORE = 'docs/results/compare_layouts/budgets'
 BUDGETS = budgets_plan.PLANS['cpu']
@@ -575,7 +575,7 @@ def test_p2_what_the_ladder_shows_against_the_claim():
 def test_layouts_p1_in_both_metrics():
   """The layouts study's claim-1 sentence: P1 at [MASK] and on all positions (the paper's
   gains are compared with the latter only)."""
-  from studies.plans import layouts  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies.plans import layouts  # pylint: disable=import-outside-toplevel
 
   plan = layouts.PLANS['cpu']
   directory = os.path.join(plan.out, 'runs')

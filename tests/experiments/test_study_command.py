@@ -13,7 +13,7 @@ import pytest
 from data_fixtures import quick_study_argv
 from repo_paths import REPO
 
-from experiments import study as study_command
+from realformer_jax.commands import study as study_command
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:
@@ -45,10 +45,10 @@ def test_a_plan_file_outside_the_repository_is_a_plan(tmp_path):
   path = tmp_path / 'my_study.py'
   path.write_text(
     'import dataclasses\n'
-    'from studies.plans import layouts\n'
+    'from realformer_jax.studies.plans import layouts\n'
     "PLANS = {'toy': dataclasses.replace(layouts.PLANS['toy'], name='mine')}\n"
   )
-  from studies import runner  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import runner  # pylint: disable=import-outside-toplevel
 
   plan = runner.load_plan(str(path), 'toy')
   assert plan.name == 'mine' and len(plan.runs({})) == 6  # 3 layouts x 1 rate x 2 seeds
@@ -57,7 +57,7 @@ def test_a_plan_file_outside_the_repository_is_a_plan(tmp_path):
 def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, monkeypatch, capsys):
   """The training loop saves on the first Ctrl-C and re-raises it: the study ends on one line
   (no traceback), status 130, saying where the finished runs are and that a rerun resumes."""
-  from studies import runner  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import runner  # pylint: disable=import-outside-toplevel
 
   def interrupted(*args, **kwargs):
     raise KeyboardInterrupt
@@ -150,8 +150,8 @@ def test_the_documented_plan_file_runs_as_written(tmp_path, monkeypatch):
   }
   later = [run for run in plan.runs(done) if run.name not in done]
   assert later[0].name == 'L6-b2400-lr0.002-pre-s0' and len(later) == 3 * 2 * 4
-  from studies import plan as plan_lib  # pylint: disable=import-outside-toplevel
-  from studies import study  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import plan as plan_lib  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
 
   configs = []
   monkeypatch.setattr(

@@ -1,7 +1,7 @@
-"""docs/experiments.md's tuned-rates section (issue 58) against the committed run JSON: each
-number it states is parsed from the text and recomputed here with the runner's own analysis of
-the declared plan (studies/plans/tuned_rates.py; no training). A run committed later changes
-the numbers, and this test then asks for the text to follow."""
+"""docs/experiments.md's tuned-rates section (issue 58) against the committed run JSON: each number
+it states is parsed from the text and recomputed here with the runner's own analysis of the declared
+plan (realformer_jax/studies/plans/tuned_rates.py; no training). A run committed later changes the
+numbers, and this test then asks for the text to follow."""
 
 import functools
 import json
@@ -11,9 +11,9 @@ import re
 
 import numpy as np
 
-from studies import analysis as analysis_lib
-from studies import plan_report, stats
-from studies.plans import budgets, depth, tuned_rates
+from realformer_jax.studies import analysis as analysis_lib
+from realformer_jax.studies import plan_report, stats
+from realformer_jax.studies.plans import budgets, depth, tuned_rates
 
 PLAN = tuned_rates.PLANS['cpu']
 STORE = os.path.join(PLAN.store, 'runs')
@@ -269,7 +269,7 @@ def _phase_b_progress() -> tuple:
 def test_the_committed_report_is_what_the_documented_command_writes(tmp_path):
   """`python -m experiments.study --plan=tuned_rates --runs=none` (here into tmp_path) writes
   the committed results.md, and every picture that it links."""
-  from experiments import study as study_command  # pylint: disable=import-outside-toplevel
+  from realformer_jax.commands import study as study_command  # pylint: disable=import-outside-toplevel
 
   study_command.main(
     ['--plan=tuned_rates', '--runs=none', f'--out={tmp_path}', f'--store={PLAN.store}']

@@ -98,10 +98,16 @@ def test_files_it_cannot_read_are_one_line(tmp_path):
 
 
 def _console_script(*args, cwd):
-  """The installed realformer-finetune as its entry point runs it (experiments/scripts.py),
+  """The installed realformer-finetune as its entry point runs it
+  (realformer_jax/commands/scripts.py),
   from `cwd`, on this checkout."""
   env = dict(os.environ, PYTHONPATH=REPO, JAX_DISABLE_MOST_OPTIMIZATIONS='true')
-  command = [sys.executable, '-c', 'from experiments import scripts; scripts.finetune()', *args]
+  command = [
+    sys.executable,
+    '-c',
+    'from realformer_jax.commands import scripts; scripts.finetune()',
+    *args,
+  ]
   return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -127,7 +127,7 @@ def test_readme_own_data_command_runs_as_written(pretrained_workdir, tmp_path):
     for a in command[1:]
   ]
   result = subprocess.run(
-    [sys.executable, '-c', 'from experiments import scripts; scripts.finetune()', *args]
+    [sys.executable, '-c', 'from realformer_jax.commands import scripts; scripts.finetune()', *args]
     + cli_flags(**{'train.stop_at_step': 2}),
     cwd=tmp_path,
     env=dict(os.environ, PYTHONPATH=REPO, JAX_DISABLE_MOST_OPTIMIZATIONS='true'),

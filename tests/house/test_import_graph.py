@@ -1,6 +1,6 @@
 """0 import cycles: between the repository's packages (each of realformer_jax's sub-packages:
-model, kernels, train, ...; the top-level modules config, units, ... are one node;
-experiments, benchmarks, studies and configs), and between the modules inside one package (a
+model, kernels, train, ..., commands, studies, configs; the top-level modules config, units, ...
+are one node; experiments and benchmarks), and between the modules inside one package (a
 package's __init__ is one module there). Read from the source with ast, nothing imported: every
 import counts, also one inside a function or a relative one. A package's __init__ counts as part
 of it, except realformer_jax/__init__.py, which only re-exports public names: an import through
@@ -14,7 +14,7 @@ import os
 import repo_paths
 
 REPO = repo_paths.REPO
-PACKAGES = ('realformer_jax', 'experiments', 'benchmarks', 'studies', 'configs')
+PACKAGES = ('realformer_jax', 'experiments', 'benchmarks')
 ROOT_INIT = os.path.join('realformer_jax', '__init__.py')
 # Upward imports tolerated (none: the kernel self-check now lives in analysis/kernel_check.py,
 # above the model).
@@ -144,7 +144,12 @@ def _explain(graph: dict, component: list) -> str:
 
 def test_no_cycle_between_packages():
   graph = package_graph()
-  assert {'realformer_jax.model', 'realformer_jax.train', 'experiments', 'studies'} <= set(graph)
+  assert {
+    'realformer_jax.model',
+    'realformer_jax.train',
+    'experiments',
+    'realformer_jax.studies',
+  } <= set(graph)
   found = cycles(graph)
   assert not found, '\n'.join(f'{c}: {_explain(graph, c)}' for c in found)
 
@@ -169,3 +174,41 @@ def test_the_checker_finds_a_cycle():
   graph = {'a': {'b': 'a.py imports b'}, 'b': {'c': '...'}, 'c': {'a': '...'}, 'd': {'a': ''}}
   assert cycles(graph) == [['a', 'b', 'c']]
   assert cycles({'a': {'b': ''}, 'b': {}}) == []
+
+
+# The top of the house, and what may import each part of it: the commands over the studies, both
+# over the library; the shipped configs are read by the commands (and named by path). Nothing
+# else in realformer_jax imports them, even lazily; the repository's experiments/ and
+# benchmarks/ sit beside the top, outside the package.
+TOP = {
+  'realformer_jax.commands': (),
+  'realformer_jax.studies': ('realformer_jax.commands',),
+  'realformer_jax.configs': ('realformer_jax.commands', 'realformer_jax.studies'),
+}
+
+
+def test_only_the_top_imports_the_commands_studies_and_configs():
+  graph = package_graph()
+  assert set(TOP) <= set(graph)
+  up = [
+    why
+    for source, edges in graph.items()
+    if source not in ('experiments', 'benchmarks')
+    for target, why in edges.items()
+    if target in TOP and source not in TOP[target]
+  ]
+  assert not up, '\n'.join(up)
+
+
+def test_the_package_imports_nothing_outside_it():
+  # Installed, realformer_jax is all there is (pyproject.toml): an import of the repository's
+  # experiments/ or benchmarks/ from inside it, even lazily, fails for every user of the wheel.
+  graph = package_graph()
+  outside = [
+    why
+    for source, edges in graph.items()
+    if source.startswith('realformer_jax')
+    for target, why in edges.items()
+    if not target.startswith('realformer_jax')
+  ]
+  assert not outside, '\n'.join(outside)

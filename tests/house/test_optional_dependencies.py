@@ -36,8 +36,8 @@ IMPORTS = textwrap.dedent("""
   import realformer_jax.train
   import realformer_jax.kernels
   import realformer_jax.train.pretraining
-  import experiments.device_check  # the device check's own imports
-  from benchmarks import steps
+  import realformer_jax.commands.device_check  # the device check's own imports
+  from realformer_jax.bench import steps
   from realformer_jax import extras
 
   print('loaded:', sorted(m for m in extras.OPTIONAL if m in sys.modules))
@@ -51,7 +51,7 @@ IMPORTS = textwrap.dedent("""
 TRAIN_STEP = textwrap.dedent("""
   import jax
   jax.config.update('jax_disable_most_optimizations', True)  # as conftest.py: a tiny model
-  from benchmarks import steps
+  from realformer_jax.bench import steps
 
   shape = steps.Shape('tiny', hidden=32, layers=2, heads=2, vocab=64, seq_len=16, batch=2,
                       predictions=4)

@@ -36,7 +36,7 @@ def test_readme_memory_analysis_example_runs(monkeypatch, capsys):
   # (same depth, heads, remat, 'auto' accumulation), which is what the example's code path is.
   from toy_flags import TRAIN_TOY_FLAGS  # pylint: disable=import-outside-toplevel
 
-  from configs import realformer_large  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import realformer_large  # pylint: disable=import-outside-toplevel
 
   block = next(b for b in _python_blocks() if 'memory_analysis()' in b)
   paper_config = realformer_large.get_config

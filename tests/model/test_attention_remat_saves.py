@@ -185,7 +185,7 @@ def test_plain_forward_takes_the_device_tiles_and_a_carried_sum_keeps_the_plans(
 _MEMORY_SCRIPT = textwrap.dedent("""
     import json
     import jax
-    from configs import tiny
+    from realformer_jax.configs import tiny
     from realformer_jax.aot import roofline, targets, train_step
     from realformer_jax.model import encoder
 

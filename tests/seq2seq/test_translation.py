@@ -1,5 +1,5 @@
-"""WEB -> BBE translation: verse alignment, cached data, batches, the seq2seq loss, config
-errors, and the experiment's table and verdicts (experiments/translate.py). The experiment's
+"""WEB -> BBE translation: verse alignment, cached data, batches, the seq2seq loss, config errors,
+and the experiment's table and verdicts (realformer_jax/commands/translate.py). The experiment's
 commands themselves run at toy size in tests/experiments/test_configs.py."""
 
 import json
@@ -208,8 +208,8 @@ def _fake_results(config, bleu, speed_ratio):
 
 @pytest.mark.slow
 def test_experiment_table_reports_intervals_and_verdicts(tmp_path):
-  from configs import translate as translate_config  # pylint: disable=import-outside-toplevel
-  from experiments import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.commands import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import translate as translate_config  # pylint: disable=import-outside-toplevel
 
   config = translate_config.get_config('cpu')
   results, speed = _fake_results(config, bleu=0.0, speed_ratio=1.5)

@@ -13,9 +13,9 @@ import os
 import pytest
 from repo_paths import REPO
 
-from studies import analysis, runs, stats, study
-from studies import plan as plan_lib
-from studies.plans import budgets, layouts, stability
+from realformer_jax.studies import analysis, runs, stats, study
+from realformer_jax.studies import plan as plan_lib
+from realformer_jax.studies.plans import budgets, layouts, stability
 
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden', 'committed_studies.json')
 PLANS = {'layouts': layouts, 'budgets': budgets, 'stability': stability}
@@ -140,7 +140,7 @@ def test_the_studies_pin_the_tokenizer_their_new_runs_trained():
 
 @pytest.mark.slow  # traces the 12-layer model: ~1 s idle, several on a loaded machine
 def test_the_reports_parameter_count_is_the_models():
-  from studies import plan_report  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import plan_report  # pylint: disable=import-outside-toplevel
 
   assert plan_report.parameters(budgets.SCALE) == 734_352  # 12 x 64, vocab 2,000
 

@@ -1,12 +1,13 @@
-"""The depth plan (studies/plans/depth.py) on fabricated results: its runs in order, the trend
+"""The depth plan (realformer_jax/studies/plans/depth.py) on fabricated results: its runs in order,
+the trend
 T = gap(24) - gap(6) against the formula written out, the recipe check that keeps depths
 apart, and the report's one-draw column."""
 
 import numpy as np
 import pytest
 
-from studies import analysis, plan_report
-from studies.plans import depth
+from realformer_jax.studies import analysis, plan_report
+from realformer_jax.studies.plans import depth
 
 PLAN = depth.PLANS['cpu']
 FLOORS = {'copy_unigram_loss': 5.29, 'mask_accuracy': 0.0687}

@@ -1,7 +1,7 @@
-"""studies/stats.py against tabulated t quantiles, hand computations and formulas (Holm,
-the seed + eval-set interval, the verdict rule); studies/report.py's table cell;
-studies/runs.py resumes a grid without re-running finished runs, prints ETAs, and follows
-a plan that grows with its results."""
+"""realformer_jax/studies/stats.py against tabulated t quantiles, hand computations and formulas
+(Holm, the seed + eval-set interval, the verdict rule); realformer_jax/studies/report.py's table
+cell; realformer_jax/studies/runs.py resumes a grid without re-running finished runs, prints ETAs,
+and follows a plan that grows with its results."""
 
 import io
 import json
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
+from realformer_jax.studies import report, runs, stats
 from realformer_jax.units import format_duration
-from studies import report, runs, stats
 
 
 @pytest.mark.parametrize(
@@ -334,8 +334,8 @@ def test_a_study_result_records_its_checkpoint_identity_and_machine(tmp_path):
   # check); each result says what it came from, so the difference can be traced.
   import hashlib  # pylint: disable=import-outside-toplevel
 
+  from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import checkpoint_integrity, run_identity  # pylint: disable=import-outside-toplevel
-  from studies import study  # pylint: disable=import-outside-toplevel
 
   config = {'model': {'num_layers': 2}, 'train': {'seed': 1}}
   (tmp_path / 'config.json').write_text(json.dumps(config))

@@ -1,4 +1,5 @@
-"""studies/plan.py and studies/analysis.py on fabricated results (no training): which runs each
+"""realformer_jax/studies/plan.py and realformer_jax/studies/analysis.py on fabricated results (no
+training): which runs each
 declared plan lists, in which order, when its rules decide (best rates with ties, diverged
 runs and the extension rung, the flattening gain, the extension of a ladder), the rules per run,
 Holm families, pending verdicts and the failure test."""
@@ -8,8 +9,8 @@ import os
 
 import pytest
 
-from studies import analysis, stats, study
-from studies.plans import budgets, layouts, stability, tuned_rates
+from realformer_jax.studies import analysis, stats, study
+from realformer_jax.studies.plans import budgets, layouts, stability, tuned_rates
 
 BUDGETS = budgets.PLANS['cpu']
 LADDER = stability.PLANS['cpu']
@@ -94,7 +95,7 @@ def test_budgets_the_longer_budget_is_pending_until_every_run_finished():
   longer = BUDGETS.rule('longer').describe(BUDGETS, results)
   assert longer['value'] is True and longer['gain_after'] == pytest.approx(0.05)
   assert not longer['after_complete']
-  from studies import plan_report  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import plan_report  # pylint: disable=import-outside-toplevel
 
   assert 'the longer budget is required' in plan_report.gain_line('longer', longer)
 
@@ -308,7 +309,7 @@ def test_layouts_plan_lists_its_forty_runs():
 def test_tuned_rates_report_says_when_the_rules_made_two_comparisons_one():
   """Both layouts best at 2.83e-3: P (each at its own rate) and S2 (both at Post-LN's) pair the
   same runs on the same metric, and the report says so instead of listing them as two results."""
-  from studies import plan_report  # pylint: disable=import-outside-toplevel
+  from realformer_jax.studies import plan_report  # pylint: disable=import-outside-toplevel
 
   results = _grid({'post': 0.00283, 'realformer': 0.00283})
   for name in _names(TUNED, results):

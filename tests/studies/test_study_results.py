@@ -15,7 +15,7 @@ import sys
 import pytest
 from repo_paths import REPO
 
-from studies import runs as runs_lib
+from realformer_jax.studies import runs as runs_lib
 
 # A committed result (no digest: written before digests existed), under a toy layouts name.
 _COMMITTED = os.path.join(

@@ -256,8 +256,8 @@ def test_translate_refuses_positional_arguments_in_one_line():
 
 
 def test_translate_refuses_a_result_or_workdir_of_another_config(tmp_path):
-  from configs import translate as translate_config  # pylint: disable=import-outside-toplevel
-  from experiments import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.commands import translate  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import translate as translate_config  # pylint: disable=import-outside-toplevel
 
   config = translate_config.get_config('cpu')
   study = translate.validate_study(config)

@@ -12,7 +12,7 @@ import sys
 import pytest
 from train_fixtures import REPO, tiny_config
 
-from experiments import cli
+from realformer_jax.commands import cli
 from realformer_jax.config import ConfigError
 from realformer_jax.train import pretraining, workdir_lock
 from realformer_jax.train.workdir_lock import WorkdirError, WorkdirLock
@@ -27,7 +27,7 @@ def test_an_empty_workdir_is_refused_and_nothing_is_created(tmp_path):
       sys.executable,
       '-m',
       'experiments.train',
-      f'--config={os.path.join(REPO, "configs", "tiny.py")}',
+      f'--config={os.path.join(REPO, "realformer_jax", "configs", "tiny.py")}',
       '--workdir=',
     ],
     cwd=tmp_path,
@@ -101,7 +101,7 @@ def test_a_full_disk_when_the_lock_is_taken_is_one_line(tmp_path, monkeypatch):
     # Raising at import, before get_config() exists: the error, not "defines no get_config()"
     # (issue 59: a star import, or a definition after the failing line).
     (
-      'from configs.tiny import *\nraise RuntimeError("no data_dir here")\n',
+      'from realformer_jax.configs.tiny import *\nraise RuntimeError("no data_dir here")\n',
       'raised while it ran: line 2: RuntimeError: no data_dir here',
     ),
     (
@@ -132,7 +132,9 @@ def test_a_config_file_that_is_no_config_is_one_line(tmp_path, capsys, source, m
 
 
 def test_a_shipped_config_file_passes():
-  cli.check_config_files(['prog', f'--config={os.path.join(REPO, "configs", "tiny.py")}'])
+  cli.check_config_files(
+    ['prog', f'--config={os.path.join(REPO, "realformer_jax", "configs", "tiny.py")}']
+  )
 
 
 @pytest.mark.parametrize(

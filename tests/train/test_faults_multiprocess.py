@@ -36,8 +36,8 @@ def _two_processes(workdir, data_dir, *flags):
 
 @pytest.mark.slow
 def test_two_processes_set_a_damaged_step_aside_together_and_resume(tmp_path):
-  from configs import tiny  # pylint: disable=import-outside-toplevel
   from realformer_jax import data  # pylint: disable=import-outside-toplevel
+  from realformer_jax.configs import tiny  # pylint: disable=import-outside-toplevel
 
   data_dir, workdir = str(tmp_path / 'tfds'), str(tmp_path / 'w')
   config = tiny.get_config()

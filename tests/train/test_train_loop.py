@@ -144,7 +144,7 @@ def test_non_finite_loss_or_state_stops_and_keeps_the_last_good_checkpoint(
       ),
       workdir,
     )
-  assert raised.value.step == 4  # as data: a study records it (studies/study.py)
+  assert raised.value.step == 4  # as data: a study records it (realformer_jax/studies/study.py)
   assert isinstance(raised.value, train.TrainingError)  # the CLIs' one-line error
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '3.diverged']
   jax.tree.map(np.testing.assert_array_equal, good, _saved_params(workdir, 2))

@@ -1,0 +1,27 @@
+r"""GLUE through TFDS: glue.py:TASK with TASK in cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli.
+
+    python -m experiments.finetune --config=configs/finetune/glue.py:mrpc --workdir=DIR
+
+The dataset must be prepared as array_record under data.data_dir (`tfds build glue/mrpc
+--file_format=array_record`, or --config.data.download=True). BERT's recipe: batch 32, 3
+epochs, learning rate 2e-5 .. 5e-5 (here 5e-5), 10% warmup, sequences of 128. From Hugging Face
+BERT weights: `glue.py:mrpc,init=/path/model.safetensors` (its config.json and vocab.txt
+beside it); from a pretraining workdir: `init=DIR`. Without init, configs/tiny.py's model,
+randomly initialised. Metrics: accuracy, F1 (MRPC, QQP), Matthews correlation (CoLA),
+Pearson / Spearman (STS-B); the best checkpoint by the task's GLUE metric.
+"""
+
+from realformer_jax.configs.finetune import start_from_arg
+from realformer_jax.finetune import config as finetune_config
+
+TASKS = ('cola', 'sst2', 'mrpc', 'qqp', 'stsb', 'mnli', 'qnli', 'rte', 'wnli')
+
+
+def get_config(arg: str = 'mrpc'):
+  config = finetune_config.default_config()
+  task = start_from_arg(config, arg, positional='task', task='mrpc')['task']
+  if task not in TASKS:
+    raise ValueError(f'glue task {task!r}: one of {", ".join(TASKS)}')
+  config.data.dataset = f'glue/{task}'
+  config.data.max_len = 128  # the rest is the default: BERT's recipe (finetune/config.py)
+  return config

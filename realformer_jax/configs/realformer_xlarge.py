@@ -1,0 +1,10 @@
+r"""RealFormer-xLarge: Post-LN + residual attention, the paper's recipe (see configs/bert.py).
+
+python -m experiments.train --config=configs/realformer_xlarge.py --workdir=DIR
+"""
+
+from realformer_jax.configs import bert
+
+
+def get_config():
+  return bert.get_config('size=xlarge,ln=realformer')

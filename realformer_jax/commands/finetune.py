@@ -28,11 +28,14 @@ split's metrics, the classes of your own files, and what the starting weights ca
 import os
 
 from absl import app, flags
+from ml_collections import config_flags
 
 from realformer_jax import finetune
 from realformer_jax.commands import (
   train as train_cli,
 )  # its flags: --config, --workdir, --malloc, ...
+from realformer_jax.commands.cli import quiet_logs
+from realformer_jax.configs.finetune import tiny_model
 from realformer_jax.finetune import config as finetune_config
 from realformer_jax.finetune import files
 from realformer_jax.finetune.run import config_as_run
@@ -71,8 +74,29 @@ def parse_flags(argv):
   return train_cli.parse_flags(argv)
 
 
+def checkpoint_model_for_init_flag(config) -> None:
+  """--config.finetune.init=PATH after a config file read without `init=`: that file gave the
+  model section configs/tiny.py's architecture (a random init's); the starting checkpoint's
+  own replaces it, as with the file's `:init=PATH`. Fields the user set with --config.model.*
+  stay set (and are compared with the checkpoint's)."""
+  overrides = config_flags.get_override_values(flags.FLAGS['config'])
+  if not overrides.get('finetune.init'):
+    return
+  random_init = tiny_model()
+  unset = [name for name in random_init if f'model.{name}' not in overrides]
+  if any(config.model[name] != random_init[name] for name in unset):
+    return  # the file's argument had init= (its model unset) or the file set its own model
+  for name in unset:
+    config.model[name] = None
+  if 'data.vocab_size' not in overrides and config.data.vocab_size == random_init['vocab_size']:
+    config.data.vocab_size = finetune_config.FinetuneDataConfig.vocab_size
+
+
 def main(argv):
+  if flags.FLAGS.print_config:  # the config alone on stdout, no library's log line before it
+    quiet_logs(libraries=True)
   config = train_cli.loaded(flags.FLAGS.config)
+  checkpoint_model_for_init_flag(config)
   for name, flag in _FILE_FLAGS.items():
     if flag.value is not None:
       # Files as absolute paths: config.json names them for a resume from anywhere.

@@ -1,0 +1,55 @@
+"""Issue 68's second list, the edges left after its first pass, each through the real command
+(experiments.finetune / prepare_data / train at toy size) and each ending in one line:
+
+- `--config.finetune.init=WORKDIR` after a config file read without `init=` starts from the
+  checkpoint's architecture (the random init's model.* the file set do not stand in its way);
+- `finetune --print_config` prints the config first: no library log line before it.
+"""
+
+import re
+
+import fault_support as fs
+import finetune_fixtures
+import pytest
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  return fs.trained_workdir(tmp_path_factory, 'edges')[0]
+
+
+@pytest.mark.slow  # a trained toy workdir, a fine-tuning CLI subprocess
+def test_finetune_init_as_a_flag_starts_from_the_checkpoint(trained, tmp_path):
+  result = fs.cli(
+    'experiments.finetune',
+    '--config=configs/finetune/bible_sections.py',  # no init=: the file sets tiny's model
+    f'--config.finetune.init={trained}',  # as the command's docstring shows
+    f'--workdir={tmp_path / "ft"}',
+    *finetune_fixtures.cli_flags(),
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert re.search(rf'^fine-tuning from {re.escape(trained)} at step 4 ', result.stdout, re.M)
+  # A model field the user gives is still compared with the checkpoint's.
+  result = fs.cli(
+    'experiments.finetune',
+    '--config=configs/finetune/bible_sections.py',
+    f'--config.finetune.init={trained}',
+    '--config.model.hidden_size=48',
+    f'--workdir={tmp_path / "ft2"}',
+    *finetune_fixtures.cli_flags(),
+  )
+  assert result.returncode == 1, result.stdout + result.stderr
+  fs.the_line(result.stderr, r'error: model\.hidden_size=48: the starting checkpoint .*')
+
+
+@pytest.mark.slow  # a CLI subprocess that reads the embedded task's dataset info (~8 s)
+def test_finetune_print_config_prints_the_config_first():
+  result = fs.cli(
+    'experiments.finetune',
+    '--config=configs/finetune/bible_sections.py',
+    '--print_config',
+    *finetune_fixtures.cli_flags(),
+  )
+  assert result.returncode == 0, result.stderr
+  assert result.stderr == ''
+  assert result.stdout.startswith("data.dataset = 'bible_sections'  # "), result.stdout[:200]

@@ -113,10 +113,12 @@ def floors(
     + random_rate * unigram[targets] / num_random_ids
   ) / seen
   nll = -np.log(np.where(at_mask, unigram[targets], p_visible))
+  # NaN, without numpy's warning, where there is no slot (an eval set without a [MASK] slot).
+  mean = lambda x: float(np.mean(x)) if np.size(x) else float('nan')
   return {
     'mlm_accuracy': float(np.mean(targets == most_frequent)),
-    'mask_accuracy': float(np.mean(targets[at_mask] == most_frequent)),
+    'mask_accuracy': mean(targets[at_mask] == most_frequent),
     'copy_accuracy': float(np.mean(predicted == targets)),
     'copy_unigram_loss': float(np.mean(nll)),
-    'mask_unigram_loss': float(np.mean(nll[at_mask])),
+    'mask_unigram_loss': mean(nll[at_mask]),
   }

@@ -88,17 +88,18 @@ def failed_to_train(eval_loss: float | None, floors: Mapping[str, float]) -> boo
 
 
 def below_floors(
-  eval_loss: float | None, mask_accuracy: float, floors: Mapping[str, float]
+  eval_loss: float | None, mask_accuracy: float | None, floors: Mapping[str, float]
 ) -> list:
   """What puts a run's final evaluation at or below the context-free floors, in words (empty:
   it learned): its eval loss not below the copy-aware unigram loss (failed_to_train), its
-  [MASK] accuracy not above the most frequent token's."""
+  [MASK] accuracy not above the most frequent token's (None: an eval set without a [MASK]
+  slot, judged by its loss alone)."""
   reasons = []
   if failed_to_train(eval_loss, floors):
     reasons.append(
       f'eval loss not below the copy-aware unigram loss {floors["copy_unigram_loss"]:.4f}'
     )
-  if not mask_accuracy > floors['mask_accuracy']:
+  if mask_accuracy is not None and not mask_accuracy > floors['mask_accuracy']:
     reasons.append(
       f"[MASK] accuracy not above the most frequent token's {floors['mask_accuracy']:.4f}"
     )

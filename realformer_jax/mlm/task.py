@@ -7,6 +7,7 @@ randomly replaced positions (metrics.py), beside the context-free floors of the 
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 import jax
@@ -124,7 +125,7 @@ class MaskedLMTask(Task):
       f'MLM accuracy {metrics["mlm_accuracy"]:.4f} (most frequent '
       f'{baseline["mlm_accuracy"]:.4f}, copy-aware {baseline["copy_accuracy"]:.4f})'
     )
-    if 'mask_accuracy' in metrics:
+    if _has_mask_slots(metrics):
       line += (
         f' | at [MASK] {metrics["mask_accuracy"]:.4f} (most frequent '
         f'{baseline["mask_accuracy"]:.4f}), loss {metrics["mask_loss"]:.4f} (token-frequency '
@@ -149,8 +150,17 @@ class MaskedLMTask(Task):
     return TaskData(tokenizer, train_iter, eval_batches, floors, eval_context=tokenizer.mask_id)
 
   def summary(self, final, baseline, step: int) -> str:
+    at_mask = _has_mask_slots({k.split('/', 1)[1]: v for k, v in final.items()})
+    if not at_mask:  # no [MASK] accuracy to compare (nor to judge the run by)
+      print(
+        f'note: the eval set has no [MASK] slot ({int(final.get("eval/predictions", 0))} '
+        'predictions, all kept or randomly replaced tokens): [MASK] accuracy and loss are not '
+        'measured; give more eval text (data.eval_files, data.eval_percent)',
+        file=sys.stderr,
+        flush=True,
+      )
     below = mlm_metrics.below_floors(
-      final['eval/loss'], final.get('eval/mask_accuracy', float('nan')), baseline
+      final['eval/loss'], final['eval/mask_accuracy'] if at_mask else None, baseline
     )
     verdict = (
       f'; NOT TRAINED: at or below the context-free floors ({"; ".join(below)}): this model '
@@ -161,11 +171,21 @@ class MaskedLMTask(Task):
     return (
       f'final eval MLM accuracy {final["eval/mlm_accuracy"]:.4f} vs most-frequent-'
       f'token baseline {baseline["mlm_accuracy"]:.4f} and copy-aware '
-      f'{baseline["copy_accuracy"]:.4f}; at [MASK] '
-      f'{final.get("eval/mask_accuracy", float("nan")):.4f} vs '
-      f'{baseline["mask_accuracy"]:.4f}; eval loss {final["eval/loss"]:.4f} vs the copy-aware '
+      f'{baseline["copy_accuracy"]:.4f}; '
+      + (
+        f'at [MASK] {final["eval/mask_accuracy"]:.4f} vs {baseline["mask_accuracy"]:.4f}; '
+        if at_mask
+        else ''
+      )
+      + f'eval loss {final["eval/loss"]:.4f} vs the copy-aware '
       f'unigram loss {baseline["copy_unigram_loss"]:.4f} (step {step}){verdict}'
     )
+
+
+def _has_mask_slots(metrics: Mapping[str, float]) -> bool:
+  """Whether the evaluation held a [MASK] slot (a tiny eval set may hold only kept or randomly
+  replaced ones: its [MASK] accuracy is then no number)."""
+  return metrics.get('mask_predictions', 0) > 0 and np.isfinite(metrics['mask_accuracy'])
 
 
 def _mean_metrics(sums: Mapping[str, Any]) -> dict[str, float]:

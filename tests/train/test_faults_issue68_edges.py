@@ -3,7 +3,9 @@
 
 - `--config.finetune.init=WORKDIR` after a config file read without `init=` starts from the
   checkpoint's architecture (the random init's model.* the file set do not stand in its way);
-- `finetune --print_config` prints the config first: no library log line before it.
+- `finetune --print_config` prints the config first: no library log line before it;
+- an eval set without a [MASK] slot is one note, with no [MASK] comparison (`0.0000 vs 0.0000`)
+  nor a verdict drawn from one.
 """
 
 import re
@@ -53,3 +55,21 @@ def test_finetune_print_config_prints_the_config_first():
   assert result.returncode == 0, result.stderr
   assert result.stderr == ''
   assert result.stdout.startswith("data.dataset = 'bible_sections'  # "), result.stdout[:200]
+
+
+@pytest.mark.slow  # the training CLI at toy size
+def test_an_eval_set_without_a_mask_slot_is_one_note_not_a_comparison(tmp_path):
+  # No chosen token becomes [MASK] (as a one-line eval set whose few slots were all kept or
+  # randomly replaced): deterministic.
+  code, out, err = fs.run(
+    tmp_path / 'w', data__mask_token_rate=0.0, train__num_train_steps=2, train__eval_every_steps=2
+  )
+  assert code == 0, out + err
+  fs.the_line(
+    '\n'.join(line for line in err.splitlines() if not line.startswith('prepare ')),
+    r'note: the eval set has no \[MASK\] slot \(\d+ predictions, all kept or randomly replaced '
+    r'tokens\): \[MASK\] accuracy and loss are not measured; give more eval text .*',
+  )
+  assert '[MASK]' not in out, out
+  final = [line for line in out.splitlines() if line.startswith('final eval ')]
+  assert len(final) == 1 and '[MASK] accuracy not above' not in final[0], out

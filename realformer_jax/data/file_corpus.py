@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
 import importlib
@@ -583,6 +584,21 @@ def _read_at_once(path: str, size: int, start: int, end: int) -> bool:
   )
 
 
+# What ArrayRecord's writer reports as a RuntimeError while it stands for an OSError.
+_WRITER_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _writer_os_error(error: RuntimeError, directory: str) -> Exception:
+  """ArrayRecord's writer reports a failed write(2) as a RuntimeError holding the system's
+  words for it ('write() failed: No space left on device; writing PATH; at byte 49152'): the
+  OSError it stands for, naming `directory` (the temporary file is gone), so that
+  preparation.disk_errors makes it one line; any other error as it was."""
+  for code in _WRITER_ERRNOS:
+    if os.strerror(code) in str(error):
+      return OSError(code, os.strerror(code), directory)
+  return error
+
+
 def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str], contents: list) -> None:
   """Each split's documents into `<shard>.tmp.<pid>`, published with a sidecar of its counts,
   in all and per piece (a kill between two publications leaves the shard unfinished: it is
@@ -637,6 +653,11 @@ def _write_shard(chunk: _Chunk, exact: tuple, outputs: dict[str, str], contents:
         record['pieces'] = piece_counts[split]
       # a group's record lists its files: no indentation (json's C encoder)
       cache_integrity.publish(tmp[split], path, record, indent=2 if len(sources) == 1 else None)
+  except RuntimeError as e:
+    as_os_error = _writer_os_error(e, chunk.shard_dir)
+    if as_os_error is e:
+      raise
+    raise as_os_error from None
   finally:
     for writer in writers.values():
       try:  # a full disk makes close() fail again: the first error is the one to report

@@ -4,15 +4,22 @@
 - `--config.finetune.init=WORKDIR` after a config file read without `init=` starts from the
   checkpoint's architecture (the random init's model.* the file set do not stand in its way);
 - `finetune --print_config` prints the config first: no library log line before it;
+- a full disk while prepare_data writes a document shard (a real one: a private tmpfs) is one
+  error line, no temporary file left;
 - an eval set without a [MASK] slot is one note, with no [MASK] comparison (`0.0000 vs 0.0000`)
   nor a verdict drawn from one.
 """
 
+import os
 import re
+import subprocess
+import sys
 
 import fault_support as fs
 import finetune_fixtures
 import pytest
+from data_fixtures import write_corpus
+from toy_flags import TRAIN_TOY_FLAGS
 
 
 @pytest.fixture(scope='module')
@@ -73,3 +80,57 @@ def test_an_eval_set_without_a_mask_slot_is_one_note_not_a_comparison(tmp_path):
   assert '[MASK]' not in out, out
   final = [line for line in out.splitlines() if line.startswith('final eval ')]
   assert len(final) == 1 and '[MASK] accuracy not above' not in final[0], out
+
+
+def _unshare_available() -> bool:
+  try:
+    return (
+      subprocess.run(['unshare', '-Urm', 'true'], capture_output=True, timeout=30).returncode == 0
+    )
+  except (OSError, subprocess.SubprocessError):
+    return False
+
+
+@pytest.mark.slow  # the prepare_data CLI (~2 s)
+@pytest.mark.skipif(
+  not _unshare_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
+)
+def test_a_full_disk_while_a_document_shard_is_written_is_one_line(tmp_path):
+  """ArrayRecord's writer reports ENOSPC as a RuntimeError (measured: 'write() failed: No space
+  left on device; writing ...'): one error line, as when the packed store meets it."""
+  write_corpus(tmp_path / 'corpus', train_files=3, docs_per_file=300)  # ~140 KB of text
+  mount = tmp_path / 'tmpfs'
+  mount.mkdir()
+  flags = dict(
+    TRAIN_TOY_FLAGS,
+    **{
+      'data.vocab_size': 60,
+      'data.tokenizer_model_type': 'bpe',
+      'data.max_len': 16,
+      'data.train_files': f'{tmp_path}/corpus/train-*.txt',
+      'data.eval_files': f'{tmp_path}/corpus/eval.txt',
+      'data.data_dir': f'{mount}/data',
+    },
+  )
+  command = [sys.executable, '-m', 'experiments.prepare_data', '--config=configs/tiny.py']
+  command += [f'--config.{k}={v}' for k, v in flags.items()]
+  script = (
+    f'mount -t tmpfs -o size=48k tmpfs {mount} && {{ {fs.shell_join(command)}; status=$?; '
+    f'find {mount} -type f -name "*.tmp.*"; exit $status; }}'
+  )
+  proc = subprocess.run(
+    ['unshare', '-Urm', 'sh', '-c', script],
+    capture_output=True,
+    text=True,
+    cwd=fs.REPO,
+    env=fs.env(),
+    timeout=300,
+  )
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  shards = re.escape(os.path.join(str(mount), 'data', 'file-shards'))
+  fs.the_line(
+    proc.stderr,
+    rf'error: no space left on the device of {shards} while preparing data under '
+    rf'data\.data_dir={re.escape(str(mount))}/data: free space .*',
+  )
+  assert '.tmp.' not in proc.stdout  # find listed no temporary file left behind

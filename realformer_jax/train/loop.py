@@ -119,7 +119,7 @@ def run(
         workdir,
         committed[-1],
         tokenizer=task_data.tokenizer,
-        remedy='resume with the data config it was trained with, or use a new --workdir',
+        remedy=_tokenizer_remedy(spec, latest_record, committed[-1]),
         skip_damaged=True,
       )
     writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
@@ -270,6 +270,23 @@ def _write_run_files(
         'the checkpoints are untouched: free space and rerun'
       ) from e
   return notes
+
+
+def _tokenizer_remedy(spec: RunSpec, record: Optional[dict], step: int) -> str:
+  """What a resume whose data config gives another tokenizer than its steps' should do. Where
+  the data config is the one step `step` records, the corpus itself changed since (a file
+  added, removed or edited trains another tokenizer): the remedy says so, not 'resume with
+  the data config it was trained with', which the user already did."""
+  as_saved = lambda section: json.loads(json.dumps(section))  # tuples become lists, as saved
+  recorded = ((record or {}).get('config') or {}).get('data')
+  if recorded is None or recorded != as_saved(spec.to_dict()['data']):
+    return 'resume with the data config it was trained with, or use a new --workdir'
+  return (
+    f'the data config is the one step {step} records, so the corpus changed since (a file '
+    'added, removed or edited trains another tokenizer) and the run would train on the '
+    'changed corpus with ids that mean other pieces: put the corpus back as it was to resume, '
+    'or train on it in a new --workdir'
+  )
 
 
 def _replaced_run_files(recorded: tuple[int, dict], tokenizer, workdir: str) -> list[str]:

@@ -134,3 +134,32 @@ def test_a_full_disk_while_a_document_shard_is_written_is_one_line(tmp_path):
     rf'data\.data_dir={re.escape(str(mount))}/data: free space .*',
   )
   assert '.tmp.' not in proc.stdout  # find listed no temporary file left behind
+
+
+@pytest.mark.slow  # a toy train run on a file corpus, then a refused resume
+def test_a_resume_after_the_corpus_changed_says_the_corpus_changed(tmp_path):
+  """The data config is unchanged but a file was added: the tokenizer trained on the grown
+  corpus is another, and the line says the corpus changed (not 'resume with the data config
+  it was trained with', which the user did)."""
+  write_corpus(tmp_path / 'corpus', train_files=3, docs_per_file=300)
+  flags = {
+    'data.vocab_size': 60,
+    'data.tokenizer_model_type': 'bpe',
+    'data.max_len': 16,
+    'data.train_files': f'{tmp_path}/corpus/train-*.txt',
+    'data.eval_files': f'{tmp_path}/corpus/eval.txt',
+    'data.data_dir': f'{tmp_path}/data',
+  }
+  workdir = str(tmp_path / 'run')
+  code, out, err = fs.run(workdir, **{k.replace('.', '__'): v for k, v in flags.items()})
+  assert code == 0, out + err
+  (tmp_path / 'corpus' / 'train-9.txt').write_text(
+    '\n\n'.join(f'Zebra quokka number {i} yodels over the xylophone.' for i in range(300))
+  )
+  code, out, err = fs.run(workdir, **{k.replace('.', '__'): v for k, v in flags.items()})
+  assert code == 1, out + err
+  line = fs.the_line(err, r'error: .*').group(0)
+  assert re.search(
+    r'the data config is the one step \d+ records, so the corpus changed since', line
+  )
+  assert 'resume with the data config it was trained with' not in line

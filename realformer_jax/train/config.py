@@ -358,8 +358,9 @@ DEFAULT_LOGICAL_AXIS_RULES = (
 
 def default_model_config(model: ModelConfig = ModelConfig()) -> ml_collections.ConfigDict:
   """ModelConfig as a ConfigDict; `residual_attention` (None by default) is a typed placeholder
-  so that `--config.model.residual_attention=True` still parses."""
-  return to_config_dict(model, field_types={'residual_attention': bool})
+  so that `--config.model.residual_attention=True` still parses; `scan_unroll` holds an int or
+  'auto'."""
+  return to_config_dict(model, field_types={'residual_attention': bool, 'scan_unroll': object})
 
 
 def default_train_config() -> ml_collections.ConfigDict:

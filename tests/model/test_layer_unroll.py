@@ -8,6 +8,7 @@ from model_fixtures import padded_batch, tiny_config
 
 from realformer_jax import MaskedLM
 from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.finetune.config import default_model_config as finetune_model_config
 from realformer_jax.model import layer_unroll
 from realformer_jax.train.config import default_model_config
 
@@ -74,6 +75,9 @@ def test_the_config_section_takes_an_integer_or_auto():
   assert ModelConfig.from_mapping(section).scan_unroll == 12
   section.scan_unroll = 'auto'
   assert ModelConfig.from_mapping(section).scan_unroll == 'auto'
+  placeholders = finetune_model_config()  # None: the starting checkpoint's
+  placeholders.scan_unroll = 12
+  placeholders.scan_unroll = 'auto'
 
 
 def _traced_unroll(config: ModelConfig) -> int:

@@ -36,6 +36,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(REPO, 'docs', 'results', 'device_suite')
+TOP_KERNELS = 10  # per row: the costliest kernels, each with its estimated milliseconds
 EXTRA_LONG = ((131072, 'realformer qk'),)  # issue 57's target row, where the size lists none
 
 
@@ -125,6 +126,13 @@ def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
     'by_category_s': est.by_category(),
     'warnings': list(est.warnings)[:5],
     'sass_kernels': sorted(kernel_sass or {}),  # charged what their SASS issues
+    # the per-kernel split a miss is read from: the costliest ops (one kernel per unrolled
+    # layer or one run a loop trip, grouped alike), each [name, category, what bounds it,
+    # launches, ms a step]
+    'top_kernels_ms': [
+      [g.name, g.first.category, g.first.bound, g.count, round(g.total_seconds * 1e3, 3)]
+      for g in est.top_ops(TOP_KERNELS)
+    ],
   }
   if which != 'hf':  # layers per scan iteration as compiled (model/layer_unroll.py)
     from realformer_jax.model import layer_unroll  # pylint: disable=import-outside-toplevel

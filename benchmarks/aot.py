@@ -51,7 +51,7 @@ class AotProfile:
   candidates: tuple = CANDIDATES
   dtype: str = 'bfloat16'
   dropout: float = 0.1
-  scan_unroll: int = 1  # ours: the rolled layer scan, as the accelerator profile
+  scan_unroll: int = 1  # ours: the rolled layer scan (the accelerator profile takes 'auto')
 
 
 AOT_PROFILES = {

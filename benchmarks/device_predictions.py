@@ -2,6 +2,8 @@
 
     python -m benchmarks.device_predictions                       # -> predictions-<date>.json/.md
     python -m benchmarks.device_predictions --report=DIR/results.json   # after the run: errors
+    python -m benchmarks.device_predictions --parts=steps --update --target=h100:1
+        # re-predict some rows (or another GPU's) into the latest file, the change noted there
 
 Before a device run: compiles, on this CPU host for the target's GPU (JAX_PLATFORMS=cpu, no
 device; ~15 min on 2 cores), every program `python -m benchmarks.device_suite` will time (its
@@ -34,6 +36,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(REPO, 'docs', 'results', 'device_suite')
+TOP_KERNELS = 10  # per row: the costliest kernels, each with its estimated milliseconds
 EXTRA_LONG = ((131072, 'realformer qk'),)  # issue 57's target row, where the size lists none
 
 
@@ -86,7 +89,8 @@ def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
         shape, ln_placement=which, dropout=0.1, dtype=profile.dtype, scan_unroll=profile.scan_unroll
       )
       spec = pretraining.validate_config(config, device_count=1, process_count=1)
-      compiled = build.compile_train_step(build.make_setup(spec, devices))
+      setup = build.make_setup(spec, devices)
+      compiled = build.compile_train_step(setup)
   else:
     from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
 
@@ -96,7 +100,8 @@ def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
       shape, dropout=0.1, dtype='bfloat16', remat_policy='full', scan_unroll=1, **overrides
     )
     spec = pretraining.validate_config(config, device_count=1, process_count=1)
-    compiled = build.compile_train_step(build.make_setup(spec, devices))
+    setup = build.make_setup(spec, devices)
+    compiled = build.compile_train_step(setup)
   compile_s = time.perf_counter() - start
   kernel_sass = None
   # Only the Pallas kernels that state their cost are read (XLA's own fusions' PTX is not
@@ -122,7 +127,18 @@ def predict_row(row: tuple, target, devices, dump: str = '') -> dict:
     'by_category_s': est.by_category(),
     'warnings': list(est.warnings)[:5],
     'sass_kernels': sorted(kernel_sass or {}),  # charged what their SASS issues
+    # the per-kernel split a miss is read from: the costliest ops (one kernel per unrolled
+    # layer or one run a loop trip, grouped alike), each [name, category, what bounds it,
+    # launches, ms a step]
+    'top_kernels_ms': [
+      [g.name, g.first.category, g.first.bound, g.count, round(g.total_seconds * 1e3, 3)]
+      for g in est.top_ops(TOP_KERNELS)
+    ],
   }
+  if which != 'hf':  # layers per scan iteration as compiled (model/layer_unroll.py)
+    from realformer_jax.model import layer_unroll  # pylint: disable=import-outside-toplevel
+
+    result['scan_unroll'] = layer_unroll.layers_per_iteration(setup.model_config)
   if part == 'steps':
     result['mfu'] = flops_lib.model_flops(shape) / est.seconds / targets.mfu_peak_flops(target.chip)
   return result
@@ -188,6 +204,45 @@ def _commit() -> str:
     return 'unknown'
 
 
+def _row_key(row: dict) -> tuple:
+  return row['part'], row['key'], row['model']
+
+
+def _shown(step: float) -> str:
+  return f'{step * 1e3:.1f} ms' if step < 1 else f'{step:.2f} s'
+
+
+def _model_cell(row: dict) -> str:
+  unroll = row.get('scan_unroll', 1)
+  return row['model'] + (f' (scan unrolled x{unroll})' if unroll > 1 else '')
+
+
+def update(base: dict, target_spec: str, rows: list[dict], date: str, commit: str) -> dict:
+  """`base` (a predictions file, not yet run) with `rows` re-predicted for `target_spec` at
+  `commit`: rows of the file's own target replace theirs (its targets and plan re-derived),
+  another target's stand beside them under 'other_targets'; each change is listed under
+  'changes', old and new estimate, so that the file says what it predicted before."""
+  if target_spec == base['target']:
+    own = base
+  else:
+    own = base.setdefault('other_targets', {}).setdefault(target_spec, {'rows': []})
+  old = {_row_key(r): r for r in own['rows']}
+  new = {_row_key(r): r for r in rows}
+  own['rows'] = [new.get(_row_key(r), r) for r in own['rows']]
+  own['rows'] += [r for r in rows if _row_key(r) not in old]
+  own['targets'] = _target_figures(own['rows'])
+  if own is base:
+    base['plan'] = suite_plan(base['rows'])
+  what = ', '.join(
+    f'{r["key"]} {_model_cell(r)} '
+    + (f'{_shown(old[_row_key(r)]["estimate_s"])} -> ' if _row_key(r) in old else '(new) ')
+    + _shown(r['estimate_s'])
+    for r in rows
+  )
+  base.setdefault('changes', []).append(f'{date}, commit `{commit[:7]}`, {target_spec}: {what}')
+  return base
+
+
 def render(p: dict) -> str:
   from benchmarks import device_targets  # pylint: disable=import-outside-toplevel
 
@@ -208,22 +263,21 @@ def render(p: dict) -> str:
     '`python -m benchmarks.device_predictions --report=DIR/results.json` sets the '
     'measurements beside it.',
     '',
-    '| part | shape / L | model | ESTIMATED step | ESTIMATED MFU | XLA memory (GiB) |',
-    '|---|---|---|---:|---:|---:|',
   ]
-  for r in p['rows']:
-    step = r['estimate_s']
-    shown = f'{step * 1e3:.1f} ms' if step < 1 else f'{step:.2f} s'
-    mfu = f'{r["mfu"]:.3f}' if 'mfu' in r else ''
-    key = f'{r["key"]:,}' if isinstance(r['key'], int) else r['key']
-    lines.append(
-      f'| {r["part"]} | {key} | {r["model"]} | {shown} | {mfu} | {r["memory_gib"]:.1f} |'
-    )
+  if p.get('changes'):
+    lines += ['Re-predicted since (no device run in between), old -> new ESTIMATE:', '']
+    lines += [f'- {change}' for change in p['changes']]
+    lines.append('')
+  lines += _rows_table(p['rows'])
   for r in p['rows']:
     for warning in r['warnings']:
       lines += ['', f'{r["key"]} {r["model"]}, what the roofline cannot judge: {warning}']
-  lines += ['', "Issue 57's targets, by these estimates:", '']
+  lines += ['', "Issues 57's and 64's targets, by these estimates:", '']
   lines += [f'- {line}' for line in device_targets.lines(p['targets'], 'ESTIMATED')]
+  for target, other in p.get('other_targets', {}).items():
+    lines += ['', f'Also ESTIMATED for one {target} (the same programs compiled for it):', '']
+    lines += _rows_table(other['rows'])
+    lines += [''] + [f'- {line}' for line in device_targets.lines(other['targets'], 'ESTIMATED')]
   lines += [
     '',
     'The run: `python -m benchmarks.device_suite --out=DIR` (default budget '
@@ -244,6 +298,21 @@ def render(p: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def _rows_table(rows: list[dict]) -> list[str]:
+  lines = [
+    '| part | shape / L | model | ESTIMATED step | ESTIMATED MFU | XLA memory (GiB) |',
+    '|---|---|---|---:|---:|---:|',
+  ]
+  for r in rows:
+    mfu = f'{r["mfu"]:.3f}' if 'mfu' in r else ''
+    key = f'{r["key"]:,}' if isinstance(r['key'], int) else r['key']
+    lines.append(
+      f'| {r["part"]} | {key} | {_model_cell(r)} | {_shown(r["estimate_s"])} | {mfu} | '
+      f'{r["memory_gib"]:.1f} |'
+    )
+  return lines
+
+
 def _sass_tools() -> bool:
   from realformer_jax.aot import sass  # pylint: disable=import-outside-toplevel
 
@@ -254,7 +323,11 @@ def _sass_tools() -> bool:
   return True
 
 
-def predict(target_spec: str, out_dir: str, date: str) -> dict:
+PARTS = ('steps', 'long')
+
+
+def predict_rows(target_spec: str, parts: tuple = PARTS) -> list[dict]:
+  """Every row of `parts` the suite times, ESTIMATED for `target_spec` (compiled here)."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   os.environ['JAX_PLATFORMS'] = 'cpu'  # before jax starts: compile for the target, open nothing
@@ -267,13 +340,31 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
 
   target = targets.parse(target_spec)
   devices = target.devices()[:1]
-  plan_rows = _step_rows(device_suite.FULL) + _long_rows(device_suite.FULL)
+  plan_rows = {'steps': _step_rows, 'long': _long_rows}
   rows = []
   with scratch:
-    for row in plan_rows:
+    for row in [row for part in parts for row in plan_rows[part](device_suite.FULL)]:
       print(f'compiling {row} for {target_spec} ...', flush=True)
       rows.append(predict_row(row, target, devices, dump))
       print(f'  ESTIMATED {rows[-1]["estimate_s"]:.4f} s', flush=True)
+  return rows
+
+
+def write(prediction: dict, out_dir: str) -> None:
+  os.makedirs(out_dir, exist_ok=True)
+  stem = os.path.join(out_dir, f'predictions-{prediction["date"]}')
+  with open(stem + '.json', 'w') as f:
+    json.dump(prediction, f, indent=1)
+  with open(stem + '.md', 'w') as f:
+    f.write(render(prediction))
+
+
+def predict(target_spec: str, out_dir: str, date: str) -> dict:
+  from benchmarks import device_suite  # pylint: disable=import-outside-toplevel
+  from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
+
+  rows = predict_rows(target_spec)
+  target = targets.parse(target_spec)
   prediction = {
     'date': date,
     'commit': _commit(),
@@ -285,12 +376,7 @@ def predict(target_spec: str, out_dir: str, date: str) -> dict:
     'budget_s': device_suite.DEFAULT_BUDGET_S,
     'device_s': device_suite.FULL.device_s,
   }
-  os.makedirs(out_dir, exist_ok=True)
-  stem = os.path.join(out_dir, f'predictions-{date}')
-  with open(stem + '.json', 'w') as f:
-    json.dump(prediction, f, indent=1)
-  with open(stem + '.md', 'w') as f:
-    f.write(render(prediction))
+  write(prediction, out_dir)
   return prediction
 
 
@@ -353,7 +439,15 @@ def main(argv=None) -> None:
   parser.add_argument('--date', default=datetime.date.today().isoformat())
   parser.add_argument('--report', default='', help="a device run's results.json: its errors")
   parser.add_argument('--predictions', default='', help='the file to compare (default: latest)')
+  parser.add_argument('--parts', default=','.join(PARTS), help='rows to predict: steps,long')
+  parser.add_argument(
+    '--update', action='store_true', help='re-predict into the latest file (or --predictions)'
+  )
   args = parser.parse_args(argv)
+  parts = tuple(p for p in args.parts.split(',') if p)
+  if not parts or set(parts) - set(PARTS):
+    print(f'error: --parts={args.parts}: must name some of {",".join(PARTS)}')
+    sys.exit(2)
   if args.report:
     if not os.path.exists(args.report):
       print(f'error: --report={args.report}: no such file')
@@ -363,7 +457,17 @@ def main(argv=None) -> None:
       f.write(text)
     print(text)
     return
-  prediction = predict(args.target, args.out, args.date)
+  if args.update:
+    path = args.predictions or latest_prediction(args.out)
+    with open(path) as f:
+      base = json.load(f)
+    prediction = update(base, args.target, predict_rows(args.target, parts), args.date, _commit())
+    write(prediction, os.path.dirname(path))
+  elif parts != PARTS:
+    print('error: --parts: a new predictions file has every part; re-predict some with --update')
+    sys.exit(2)
+  else:
+    prediction = predict(args.target, args.out, args.date)
   print(render(prediction))
 
 

@@ -98,7 +98,7 @@ def run(
   unrolled = (
     'fully unrolled (model.scan_unroll = layers, as configs/bert.py sets for Small/Base)'
     if profile.scan_unroll is None
-    else f'scan_unroll={profile.scan_unroll} (1 = the rolled scan)'
+    else f"scan_unroll={profile.scan_unroll!r} (1: the rolled scan; 'auto': model/layer_unroll.py)"
   )
   out(
     f"Setup: the project's train step (realformer_jax.train: forward + backward + clip + "

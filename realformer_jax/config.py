@@ -23,7 +23,7 @@ the entry point.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, TypeVar
+from typing import Any, Mapping, Optional, TypeVar, Union
 
 import jax.numpy as jnp
 import ml_collections
@@ -199,9 +199,11 @@ class Execution:
   dtype: str = 'float32'  # compute dtype
   scan_layers: bool = True  # nn.scan over layers (False: Python loop, same numbers)
   # Layers per scan iteration (1 = a rolled loop: compile time flat in depth; num_layers = fully
-  # unrolled: no per-layer slicing/stacking copies, compile time like the Python loop). Same
-  # numbers and the same stacked parameter layout for every value; must divide num_layers.
-  scan_unroll: int = 1
+  # unrolled: no per-layer slicing/stacking copies, compile time like the Python loop), or
+  # 'auto': fully unrolled on a GPU where the unrolled compile is estimated within budget, else
+  # rolled (model/layer_unroll.py). Same numbers and the same stacked parameter layout for
+  # every value; an integer must divide num_layers.
+  scan_unroll: Union[int, str] = 'auto'
   remat_policy: str = 'none'  # rematerialisation of each layer: see REMAT_POLICIES
   remat_dropout_masks: str = 'auto'  # kept or drawn again: see REMAT_DROPOUT_MASKS above
   # Residual attention's backward pass: 'saved' (autodiff, per the remat policy) or
@@ -300,6 +302,9 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
     return jnp.dtype(self.param_dtype)
 
   def __post_init__(self):
+    unroll = self.scan_unroll
+    if isinstance(unroll, str) and unroll.isdigit():  # from the command line: '--...=24'
+      object.__setattr__(self, 'scan_unroll', int(unroll))
     self._check()
 
   def replace(self, **changes: Any) -> 'ModelConfig':
@@ -309,6 +314,20 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
   def from_mapping(cls, values: Mapping[str, Any]) -> 'ModelConfig':
     """Builds from a dict / ConfigDict (the `model` section), rejecting unknown fields."""
     return from_section(cls, 'model', values)
+
+  def _check_scan_unroll(self) -> None:
+    unroll = self.scan_unroll
+    if unroll == 'auto':
+      return
+    if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll <= 0:
+      raise ConfigError(
+        f'model.scan_unroll={unroll!r}: must be a positive integer dividing model.num_layers '
+        "or 'auto'"
+      )
+    if self.num_layers % unroll:
+      raise ConfigError(
+        f'model.scan_unroll={unroll}: must divide model.num_layers={self.num_layers}'
+      )
 
   def _check(self) -> None:
     choices = {
@@ -343,7 +362,6 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
       'type_vocab_size',
       'entropy_base_len',
       'gate_schedule_steps',
-      'scan_unroll',
     )
     for name in positive:
       value = getattr(self, name)
@@ -365,10 +383,7 @@ class ModelConfig(Execution, Storage, Initialisation, Regularisation, Architectu
     for name in ('norm_epsilon', 'init_std', 'ds_init_gamma', 'ds_init_alpha', 'rope_base'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'model.{name}={getattr(self, name)!r}: must be positive')
-    if self.num_layers % self.scan_unroll:
-      raise ConfigError(
-        f'model.scan_unroll={self.scan_unroll}: must divide model.num_layers={self.num_layers}'
-      )
+    self._check_scan_unroll()
     if self.entropy_base_len < 2:
       raise ConfigError(f'model.entropy_base_len={self.entropy_base_len}: must be >= 2')
     if self.residual_scores_backward == 'recomputed' and not self.scan_layers:

@@ -21,6 +21,7 @@ import ml_collections
 from realformer_jax.analysis import flops as flops_lib
 from realformer_jax.aot import ring_overlap, roofline, targets, train_step
 from realformer_jax.config import ConfigError
+from realformer_jax.model import layer_unroll
 from realformer_jax.units import GiB
 
 ESTIMATE_MODEL = (
@@ -82,6 +83,20 @@ class FitReport:
     )
     return f", residual_carry='{built.residual_carry}'{backward}{how}"
 
+  def layer_scan(self) -> str:
+    """How the compiled program runs the layers (model.scan_unroll, 'auto' resolved for the
+    target: model/layer_unroll.py) and how long this host took to compile it."""
+    built = self.step.resolved.setup.model_config or self.step.spec.model
+    tried = ' (every accumulation tried)' if self.auto else ''
+    took = f'compiled here in {self.step.compile_seconds:.1f} s{tried}'
+    if not built.scan_layers:
+      return f'layers: a Python loop (model.scan_layers=False); {took}'
+    choice = layer_unroll.choose(built)
+    return (
+      f'layer scan: scan_unroll={built.scan_unroll!r} -> {choice.layers_per_iteration} '
+      f'layer(s) per iteration, {choice.reason}; {took}'
+    )
+
   def lines(self) -> list[str]:
     step, est, target = self.step, self.estimate, self.step.target
     spec, m = step.spec, step.memory
@@ -98,6 +113,7 @@ class FitReport:
       f'{model.num_heads} heads, vocab {model.vocab_size}, {model.dtype} compute, '
       f"remat_policy='{model.remat_policy}'{self._carry()}; global batch "
       f'{train.global_batch_size} x {data.max_len} tokens; mesh {mesh}',
+      self.layer_scan(),
       f'accumulation: {accum} microbatch(es) of {per_device // accum} sequence(s) per device'
       + (" (grad_accum_steps='auto', chosen for this target)" if self.auto else ' (as configured)'),
       'memory per device (XLA buffer assignment for the target):',
@@ -142,6 +158,10 @@ class FitReport:
       'devices': step.target.num_devices,
       'grad_accum_steps': step.spec.train.grad_accum_steps,
       'remat_policy': step.spec.model.remat_policy,
+      'scan_unroll': layer_unroll.layers_per_iteration(
+        step.resolved.setup.model_config or step.spec.model
+      ),
+      'compile_seconds': step.compile_seconds,
       'mesh': dict(step.resolved.setup.mesh.shape),
       'memory': {
         'arguments': m.arguments,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Callable
 
 import jax
@@ -86,6 +87,7 @@ class TargetStep:
   memory: MemoryUse
   budget_bytes: int
   budget_source: str
+  compile_seconds: float = 0.0  # wall time of build.resolve here: every compile it made
 
   @property
   def compiled(self) -> jax.stages.Compiled:
@@ -110,6 +112,7 @@ def compile_for_target(
   hosts = len({d.process_index for d in devices})
   spec = validate_config(config, device_count=len(devices), process_count=hosts)
   budget, source = memory_budget(spec.train, target)
+  start = time.perf_counter()
   try:
     resolved = build.resolve(spec, log=log, devices=devices, budget=(budget, source))
   except jax.errors.JaxRuntimeError as e:  # an explicit accumulation XLA:TPU cannot fit
@@ -122,6 +125,7 @@ def compile_for_target(
       f"it), the target has {budget:,} ({source}); try grad_accum_steps='auto', FSDP "
       '(mesh.shape=(1,-1,1)) or more devices'
     ) from e
+  compile_seconds = time.perf_counter() - start
   m = resolved.compiled.memory_analysis()
   state = resolved.setup.layout.abstract
   memory = MemoryUse(
@@ -132,4 +136,4 @@ def compile_for_target(
     params=per_device_bytes(state.params),
     optimizer_state=per_device_bytes(state.opt_state),
   )
-  return TargetStep(target, resolved, memory, budget, source)
+  return TargetStep(target, resolved, memory, budget, source, compile_seconds)

@@ -33,8 +33,8 @@ def default_model_config() -> ml_collections.ConfigDict:
   """Every ModelConfig field as a typed placeholder (None = from the starting checkpoint)."""
   c = ml_collections.ConfigDict()
   for field in dataclasses.fields(ModelConfig):
-    default = field.default
-    c[field.name] = config_dict.placeholder(bool if default is None else type(default))
+    kind = train_config.MODEL_FIELD_TYPES.get(field.name, type(field.default))
+    c[field.name] = config_dict.placeholder(kind)
   return c
 
 

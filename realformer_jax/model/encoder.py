@@ -18,6 +18,7 @@ import numpy as np
 from realformer_jax.config import ModelConfig
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
 from realformer_jax.kernels.score_path import stack_path
+from realformer_jax.model import layer_unroll
 from realformer_jax.model.attention import SCORES_AXES, einsum_attention, mask_bias, score_scale
 from realformer_jax.model.block import EncoderLayer, LayerInputs
 from realformer_jax.model.embeddings import Embeddings
@@ -46,7 +47,7 @@ def _layer_class(config: ModelConfig):
   # prevent_cse=False is safe only when each layer is its own (rolled) scan iteration:
   # otherwise XLA's CSE merges the backward's recomputation with the forward and the
   # rematerialisation saves nothing.
-  rolled = config.scan_layers and config.scan_unroll == 1
+  rolled = config.scan_layers and layer_unroll.layers_per_iteration(config) == 1
   # `deterministic` rides in LayerInputs as static pytree data: no static_argnums needed.
   return nn.remat(EncoderLayer, policy=REMAT_POLICIES[config.remat_policy], prevent_cse=not rolled)
 
@@ -100,7 +101,7 @@ class Encoder(nn.Module):
         split_rngs={'params': True, 'dropout': True},
         in_axes=(0, nn.broadcast),  # (layer index, LayerInputs)
         length=cfg.num_layers,
-        unroll=cfg.scan_unroll,
+        unroll=layer_unroll.layers_per_iteration(cfg),  # 'auto': model/layer_unroll.py
         metadata_params={nn.PARTITION_NAME: 'layers'},
       )(cfg)
     else:

@@ -356,10 +356,15 @@ DEFAULT_LOGICAL_AXIS_RULES = (
 )
 
 
+# The model section's fields whose ConfigDict type is not their default's: `residual_attention`
+# (None by default) a typed placeholder, so that `--config.model.residual_attention=True` still
+# parses; `scan_unroll` an int or 'auto'.
+MODEL_FIELD_TYPES = {'residual_attention': bool, 'scan_unroll': object}
+
+
 def default_model_config(model: ModelConfig = ModelConfig()) -> ml_collections.ConfigDict:
-  """ModelConfig as a ConfigDict; `residual_attention` (None by default) is a typed placeholder
-  so that `--config.model.residual_attention=True` still parses."""
-  return to_config_dict(model, field_types={'residual_attention': bool})
+  """ModelConfig as a ConfigDict (MODEL_FIELD_TYPES above)."""
+  return to_config_dict(model, field_types=MODEL_FIELD_TYPES)
 
 
 def default_train_config() -> ml_collections.ConfigDict:

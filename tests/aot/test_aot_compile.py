@@ -100,6 +100,7 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
   assert f'Compiling the train step for {description} ({target})' in out
   assert re.search(r'needs +[\d.]+ GiB +of [\d.]+ GiB .*: fits, [\d.]+ GiB to spare', out), out
   assert 'ESTIMATED step time: ' in out and 'ESTIMATED MFU: ' in out
+  assert re.search(r'^layer scan: .*; compiled here in [\d.]+ s', out, flags=re.M), out
   if 'mesh.shape' in command:  # FSDP over the 8 GPUs
     assert 'mesh data=1 fsdp=8 tensor=1 sequence=1' in out
   if 'long_context' in command:  # the million-token config: the sequence over the 8 GPUs
@@ -109,6 +110,8 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
     assert 'ESTIMATED step time with each ring hop hidden behind its block: ' in out
   if 'realformer_large' in command:  # the paper config: 'auto', chosen for the target
     assert "(grad_accum_steps='auto', chosen for this target)" in out
+    # 24 layers on a GPU: scan_unroll='auto' unrolls them (model/layer_unroll.py)
+    assert "layer scan: scan_unroll='auto' -> 24 layer(s) per iteration, fully unrolled" in out
   if '--dump' in command:
     report = json.loads((dump_dir / 'report.json').read_text())
     memory = report['memory']

@@ -62,6 +62,7 @@ from realformer_jax.kernels.dropout_bits import (
   select_draw,
 )
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
+from realformer_jax.kernels.select import SUM_BYTES_PER_ELEMENT
 
 # Largest float32 [B, H, Lq, bk] score sub-block a device forms at once: the key block is
 # attended in sub-blocks of bk columns, the largest divisor of its length that fits (BERT-Base,
@@ -108,18 +109,80 @@ def sequence_shards() -> Optional[SequenceShards]:
   return SequenceShards(axes, size) if size > 1 else None
 
 
-def check_config(config: ModelConfig, shards: int, mesh_shape=None) -> None:
-  """Refuses, in one line, what a sequence axis of `shards` devices cannot run: a named fused
-  kernel (the ring attends each block with the einsum formula). Called once, where the config
-  is validated (train/config.py: check_sequence_layout), never again while a model is traced:
-  there a split sequence simply takes the ring."""
-  if shards > 1 and config.attention_impl not in RING_IMPLS:
-    where = '' if mesh_shape is None else f' (mesh.shape={mesh_shape})'
+class RingLayout(NamedTuple):
+  """The sizes of a run's ring that config validation knows (train/config.py)."""
+
+  shards: int  # devices in the ring
+  length: int  # global sequence length
+  length_field: str  # the config field that sets it (named in a refusal)
+  batch: int  # sequences of the smallest microbatch, all devices: the dropout hash's rows
+  batch_field: str  # the config field that sets it
+  local_heads: int  # heads on one device
+  mesh_shape: Any = None
+
+
+# The ring's dropout hash counts rows (b H + h) L + q in uint32 (dropout_bits.attention_row):
+# B H L at or above this wraps, and distinct rows would draw the same mask.
+HASH_ROWS = 2**32
+
+
+def sub_block_columns(batch: int, heads: int, rows: int, cols: int, sub_block_bytes: int) -> int:
+  """Columns of one score sub-block: the largest divisor of `cols` whose float32
+  [batch, heads, rows, bk] fits sub_block_bytes (at least 1)."""
+  limit = max(sub_block_bytes // (4 * batch * heads * rows), 1)
+  return max(d for d in range(1, min(cols, limit) + 1) if cols % d == 0)
+
+
+def check_config(
+  config: ModelConfig, layout: RingLayout, memory_budget: Callable[[], tuple[int, str]]
+) -> None:
+  """Refuses, in one line, what a ring of `layout.shards` devices cannot run: a named fused
+  kernel (the per-block op is the einsum formula); a device's block of positions whose only
+  divisor under the sub-block limit is 1 (1-column sub-blocks: a loop of L/n matmuls of one
+  column per block); more dropout hash rows than 32 bits count; the scores carry where one
+  device's row block of the sum outgrows `memory_budget()` ((bytes, where the figure came
+  from), asked only then). Called once, where the config is validated (train/config.py:
+  check_sequence_layout), never again while a model is traced: there a split sequence simply
+  takes the ring."""
+  shards = layout.shards
+  if shards <= 1:
+    return
+  where = '' if layout.mesh_shape is None else f' (mesh.shape={layout.mesh_shape})'
+  if config.attention_impl not in RING_IMPLS:
     raise ConfigError(
       f'model.attention_impl={config.attention_impl!r}: a sequence axis of {shards} devices'
       f'{where} runs ring attention, whose per-block op is the einsum path; use '
       "'auto' or 'xla', or mesh.shape with sequence 1"
     )
+  chunk = layout.length // shards
+  if chunk > 1:
+    cols = sub_block_columns(1, layout.local_heads, chunk, chunk, SUB_BLOCK_BYTES)
+    if cols == 1:
+      raise ConfigError(
+        f'{layout.length_field}={layout.length}: each of the {shards} devices of the ring'
+        f'{where} holds {chunk} positions, which no sub-block width above 1 divides: ring '
+        'attention would attend 1-column sub-blocks; use a length whose share per device has '
+        'a small divisor (e.g. a multiple of 128 per device)'
+      )
+  rows = layout.batch * config.num_heads * layout.length
+  if config.attention_dropout_rate > 0 and rows >= HASH_ROWS:
+    raise ConfigError(
+      f'{layout.batch_field}: a microbatch of {layout.batch} sequences x {config.num_heads} '
+      f'heads x {layout.length} positions = {rows} attention rows, at or above 2**32: the '
+      "ring's dropout hash counts rows in 32 bits and would repeat masks; use microbatches "
+      f'of at most {(HASH_ROWS - 1) // (config.num_heads * layout.length)} sequences'
+    )
+  if config.use_residual_attention and config.residual_carry == 'scores':
+    needed = SUM_BYTES_PER_ELEMENT * layout.local_heads * chunk * layout.length
+    budget, source = memory_budget()
+    if needed > budget:
+      raise ConfigError(
+        f"model.residual_carry='scores': each device of the ring{where} holds its row block "
+        f'of the carried sum, [{layout.local_heads}, {chunk}, {layout.length}] float32 = '
+        f'{needed / 1e12:.3g} TB ({needed} bytes) per layer for one sequence, over its '
+        f'budget of {budget} bytes ({source}); '
+        "use residual_carry='qk' or 'auto'"
+      )
 
 
 # ---- The op, per device (inside shard_map). ----
@@ -145,10 +208,7 @@ class RingSpec:
     return realised_keep_prob(self.threshold / 2**8)
 
   def sub_block(self, batch: int, heads: int, rows: int, cols: int) -> int:
-    """Columns of one score sub-block: the largest divisor of `cols` whose float32
-    [batch, heads, rows, bk] fits sub_block_bytes (at least 1)."""
-    limit = max(self.sub_block_bytes // (4 * batch * heads * rows), 1)
-    return max(d for d in range(1, min(cols, limit) + 1) if cols % d == 0)
+    return sub_block_columns(batch, heads, rows, cols, self.sub_block_bytes)
 
 
 def pair_logits(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array) -> jax.Array:
@@ -413,6 +473,8 @@ def sequence_attention(
   local_heads = heads // axes_size(mesh, _as_tuple(head_axes))
   rows = lambda x: P(*(None,) * (x.ndim - 4), batch_axes, seq, head_axes, None)
   scores_spec = P(batch_axes, head_axes, seq, None)
+  if dropout_key is not None and batch * heads * length >= HASH_ROWS:  # check_config refuses it
+    raise ValueError(f'ring attention: {batch} x {heads} x {length} dropout rows wrap 32 bits')
   spec = RingSpec(
     axes=seq,
     size=shards.size,

@@ -494,13 +494,38 @@ def check_sequence_layout(spec: RunSpec, device_count: int) -> None:
       'use sequence 1'
     )
   length = spec.task.sequence_length(spec.data)
+  field = 'data.max_len' if hasattr(spec.data, 'max_len') else 'the sequence length'
   if length % shards:
-    field = 'data.max_len' if hasattr(spec.data, 'max_len') else 'the sequence length'
     raise ConfigError(
       f'{field}={length}: must be divisible by {shards}, the size of mesh '
       f"{'*'.join(axes)} that logical_axis_rules split 'length' over {where}"
     )
-  ring_attention.check_config(spec.model, shards, spec.mesh.shape)
+  train = spec.train
+  if train.grad_accum_steps == AUTO:  # 'auto' may go down to one sequence per batch group
+    batch, batch_field = spec.data_parallel_size(device_count), 'train.grad_accum_steps=auto'
+  else:
+    batch = train.global_batch_size // train.grad_accum_steps
+    batch_field = (
+      f'train.global_batch_size={train.global_batch_size} / '
+      f'train.grad_accum_steps={train.grad_accum_steps}'
+    )
+  layout = ring_attention.RingLayout(
+    shards=shards,
+    length=length,
+    length_field=field,
+    batch=batch,
+    batch_field=batch_field,
+    local_heads=spec.model.num_heads // spec.split_size('heads', device_count),
+    mesh_shape=spec.mesh.shape,
+  )
+  ring_attention.check_config(spec.model, layout, lambda: _memory_budget(train))
+
+
+def _memory_budget(train) -> tuple[int, str]:
+  # Imported here: train/build.py imports this module.
+  from realformer_jax.train.build import memory_budget
+
+  return memory_budget(train)
 
 
 def check_param_layout(spec: RunSpec, device_count: int) -> None:

@@ -14,6 +14,8 @@ import compile_settings
 import pytest
 from train_fixtures import REPO
 
+pytestmark = pytest.mark.sequence_parallel
+
 _SCRIPT = r"""
 import json
 import jax, jax.numpy as jnp, numpy as np

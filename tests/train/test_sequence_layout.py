@@ -11,6 +11,8 @@ from realformer_jax.config import ConfigError
 from realformer_jax.kernels import ring_attention
 from realformer_jax.train import validate_config
 
+pytestmark = pytest.mark.sequence_parallel
+
 
 def test_a_shape_without_the_sequence_axis_means_size_1():
   spec = validate_config(tiny_config(mesh__shape=(1, -1, 1)), device_count=8, process_count=1)

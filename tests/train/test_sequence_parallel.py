@@ -10,6 +10,8 @@ import pytest
 
 from tests import scale_out_support as support
 
+pytestmark = pytest.mark.sequence_parallel
+
 MESHES = ('1,1,1,2', '1,1,1,4', '1,1,1,8', '2,1,1,4', '1,2,1,4')  # data,fsdp,tensor,sequence
 TOLERANCE = 1e-5
 

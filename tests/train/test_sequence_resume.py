@@ -7,6 +7,8 @@ import pytest
 
 from tests import scale_out_support as support
 
+pytestmark = pytest.mark.sequence_parallel
+
 STEPS = 5
 
 

@@ -25,12 +25,17 @@ and then, per block, acc = scale * logits (+ block_in), z = acc / divisor + bias
 path's formula (model/attention.py), its dropout mask keyed by the GLOBAL row and column, so a
 sharded run drops exactly what one device drops (dropout_bits.keep_mask's stream).
 
-The backward (a custom VJP) saves the inputs, the output and the rows' log-sum-exp, and runs the
-ring again: the key / value / bias blocks travel with their gradient accumulators, each device
-adds its queries' share (dV = P^T dO, dS = P (dP - D), and the VJP of `logits` for the local
-side and the key block), and after n hops each accumulator is home. The bias and score scale
-get their true gradients (the bias's travels with its block; the scale's is summed by
-shard_map's transpose); the running-mean divisor none (a layer count, as on the einsum path).
+The backward (a custom VJP) saves the inputs, the output and the rows' log-sum-exp (kept by every
+remat policy), and runs the ring again, backward only: the key / value / bias blocks travel with
+their gradient accumulators, each device adds its queries' share (dV = P^T dO, dS = P (dP - D), and
+the VJP of `logits` for the local side and the key block), and after n hops each accumulator is
+home. The bias and score scale get their true gradients (the bias's travels with its block; the
+scale's is summed by shard_map's transpose); the running-mean divisor none (a layer count, as on the
+einsum path).
+
+The qk carry's layers that qk_carry.qk_stack re-runs going down take the output and row
+statistics that the layers going up returned (qk_carry.SavedAttention) through
+`ring_attention_replay`, whose forward runs no ring: one forward ring per layer and step.
 
 `sequence_shards()` says whether the traced program runs on a mesh whose `sequence` axis (the
 mesh axes the logical rules give 'length') has more than one device; `sequence_attention` is
@@ -280,14 +285,15 @@ def _block_origin(spec: RingSpec, step, chunk_len):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def ring_attention(spec: RingSpec, local, moving, v, bias, scale, divisor, block_in, iparams):
-  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None).
+  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None,
+  the rows' statistics (m, log l), float32 [B, H, Lq] each: lse = m + log l).
 
   local / moving: the queries' and the keys' side (module docstring); v [B, Lk, H, K]; bias
   [B, 1, 1, Lk] the travelling block's padding bias; scale [B, 1, 1, 1]; divisor a scalar or
   None; block_in [B, H, Lq, L] or None; iparams uint32 [4] (dropout key words, the shard's
-  first batch row and head)."""
-  out, block_out, _ = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
-  return out, block_out
+  first batch row and head). The statistics are returned for qk_carry.SavedAttention, which
+  hands them to ring_attention_replay; no gradient flows into them."""
+  return _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
 
 
 def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
@@ -336,15 +342,20 @@ def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
   chunk, state = lax.fori_loop(0, spec.size - 1, step, (chunk, state))
   m, l, o, acc_rows = attend_block(spec.size - 1, chunk, state)
   out = (o / jnp.swapaxes(l, 1, 2)[..., None]).astype(spec.dtype)
-  lse = m + jnp.log(l)
-  return out, acc_rows, lse
+  return out, acc_rows, (m, jnp.log(l))
+
+
+def _lse(stats):
+  m, log_l = stats
+  return m + log_l
 
 
 def _ring_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
-  out, block_out, lse = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
+  out, block_out, stats = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
   # Kept by every remat policy (model/encoder.py), as the fused kernels' output and statistics.
-  out, lse = checkpoint_name((out, lse), SAVED_FOR_BACKWARD)
-  return (out, block_out), (local, moving, v, bias, scale, divisor, block_in, iparams, out, lse)
+  out, lse = checkpoint_name((out, _lse(stats)), SAVED_FOR_BACKWARD)
+  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, lse)
+  return (out, block_out, stats), residuals
 
 
 def _zeros_f32(tree):
@@ -359,7 +370,7 @@ def _add_cols(total, part, start, axis):
 
 def _ring_bwd(spec, residuals, cotangents):
   local, moving, v, bias, scale, divisor, block_in, iparams, out, lse = residuals
-  g_out, g_rows = cotangents
+  g_out, g_rows = cotangents[:2]  # the statistics' cotangent is ignored (ring_attention)
   batch, chunk_len, local_heads, _ = v.shape
   bk = spec.sub_block(batch, local_heads, chunk_len, chunk_len)
   g_out_c = g_out.astype(spec.dtype)
@@ -441,10 +452,40 @@ def _ring_bwd(spec, residuals, cotangents):
 ring_attention.defvjp(_ring_fwd, _ring_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def ring_attention_replay(spec, local, moving, v, bias, scale, divisor, block_in, iparams, saved):
+  """ring_attention for a layer that qk_carry.qk_stack re-runs going down: `saved` = (out,
+  (m, log l)) is what ring_attention returned for these inputs going up, so no forward ring
+  runs (no block travels); the backward is ring_attention's from them. No carried sum (the
+  qk carry's layers return none); `saved` gets no cotangent: a constant of the re-run."""
+  del local, moving, v, bias, scale, divisor, block_in, iparams
+  assert not spec.carry_out
+  out, stats = saved
+  return out, None, stats
+
+
+def _replay_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams, saved):
+  out, stats = saved
+  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, _lse(stats))
+  return (out, None, stats), residuals
+
+
+def _replay_bwd(spec, residuals, cotangents):
+  return (*_ring_bwd(spec, residuals, cotangents), None)
+
+
+ring_attention_replay.defvjp(_replay_fwd, _replay_bwd)
+
+
 # ---- Around the op: the shard_map over the whole mesh. ----
 
 
-def sequence_attention(
+def sequence_attention(*args, **kwargs) -> tuple[jax.Array, Optional[jax.Array]]:
+  """sequence_attention_saving's (context, acc), for a caller that keeps no statistics."""
+  return sequence_attention_saving(*args, **kwargs)[:2]
+
+
+def sequence_attention_saving(
   shards: SequenceShards,
   logits: Callable[[Any, Any], jax.Array],
   local,
@@ -459,11 +500,14 @@ def sequence_attention(
   dtype,
   carry_out: bool,
   generator: str = 'threefry',
-) -> tuple[jax.Array, Optional[jax.Array]]:
-  """(context [B, L, H, K], acc [B, H, L, L] float32 or None) of ring attention over the
-  `shards` of the active mesh, the global arrays in and out (the einsum path's signature, with
-  the local and moving sides made by the caller: `local` / `moving` leaves have the layout
-  [..., B, L, H, K]). Batch and heads are split as the logical rules split 'batch' and 'heads'."""
+  saved: Optional[tuple[jax.Array, tuple[jax.Array, jax.Array]]] = None,
+) -> tuple[jax.Array, Optional[jax.Array], tuple[jax.Array, jax.Array]]:
+  """(context [B, L, H, K], acc [B, H, L, L] float32 or None, the rows' statistics (m, log l)
+  [B, H, L] float32) of ring attention over the `shards` of the active mesh, the global arrays
+  in and out (the einsum path's signature, with the local and moving sides made by the caller:
+  `local` / `moving` leaves have the layout [..., B, L, H, K]). Batch and heads are split as the
+  logical rules split 'batch' and 'heads'. With `saved` (this layer's (context, statistics) as
+  it returned them going up) no forward ring runs: ring_attention_replay."""
   mesh = jax.sharding.get_abstract_mesh()
   batch, length, heads, _ = v_BxLxHxK.shape
   batch_axes = mesh_axes('batch') or None
@@ -513,6 +557,9 @@ def sequence_attention(
     args['divisor'], specs['divisor'] = jnp.asarray(divisor, jnp.float32), P()
   if block_in is not None:
     args['block_in'], specs['block_in'] = block_in, scores_spec
+  stats_spec = P(batch_axes, head_axes, seq)
+  if saved is not None:
+    args['saved'], specs['saved'] = saved, (rows(v_BxLxHxK), (stats_spec, stats_spec))
 
   def per_shard(args):
     offset = lambda axes, n: (
@@ -523,8 +570,7 @@ def sequence_attention(
     iparams = jnp.concatenate(
       [args['words'], jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)])]
     )
-    return ring_attention(
-      spec,
+    inputs = (
       args['local'],
       args['moving'],
       args['v'],
@@ -534,8 +580,11 @@ def sequence_attention(
       args.get('block_in'),
       iparams,
     )
+    if 'saved' in args:
+      return ring_attention_replay(spec, *inputs, args['saved'])
+    return ring_attention(spec, *inputs)
 
-  out_specs = (rows(v_BxLxHxK), scores_spec if carry_out else None)
+  out_specs = (rows(v_BxLxHxK), scores_spec if carry_out else None, (stats_spec, stats_spec))
   with jax.named_scope(SCOPE):
     return jax.shard_map(
       per_shard, mesh=mesh, in_specs=(specs,), out_specs=out_specs, check_vma=False

@@ -68,6 +68,7 @@ from realformer_jax.kernels.dropout_bits import (
 )
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
 from realformer_jax.kernels.select import SUM_BYTES_PER_ELEMENT
+from realformer_jax.kernels.tile_math import LOG2E
 
 # Largest float32 [B, H, Lq, bk] score sub-block a device forms at once: the key block is
 # attended in sub-blocks of bk columns, the largest divisor of its length that fits (BERT-Base,
@@ -269,6 +270,21 @@ def _chunk_cols(chunk, start, size):
     _cols(v, start, size, 1),
     _cols(bias, start, size, 3),
   )
+
+
+def merge_block(state, out_b, stats_b):
+  """The ring's running (m, l, o) [B, H, Lq], [B, H, Lq], float32 [B, Lq, H, K] (o unnormalised)
+  with one block attended by a fused kernel: its normalised output [B, Lq, H, K] and its rows'
+  statistics (m, log l) in the kernel's base 2 (tile_math.py). A block's l scales its output
+  back to the block's unnormalised sum (dropout is inside the output: it does not touch l)."""
+  m, l, o = state
+  m_b = stats_b[0] / LOG2E
+  l_b = jnp.exp2(stats_b[1])
+  m_new = jnp.maximum(m, m_b)
+  alpha, beta = jnp.exp(m - m_new), jnp.exp(m_b - m_new)
+  rows = lambda x: jnp.swapaxes(x, 1, 2)[..., None]  # [B, H, Lq] -> [B, Lq, H, 1]
+  o = o * rows(alpha) + out_b.astype(jnp.float32) * rows(beta * l_b)
+  return m_new, alpha * l + beta * l_b, o
 
 
 def _ring_pass(spec: RingSpec, chunk):

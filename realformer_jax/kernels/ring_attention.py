@@ -57,6 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels import backends
 from realformer_jax.kernels.dropout_bits import (
   DRAWS_PER_GENERATOR,
   attention_row,
@@ -68,6 +69,7 @@ from realformer_jax.kernels.dropout_bits import (
 )
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
 from realformer_jax.kernels.select import SUM_BYTES_PER_ELEMENT
+from realformer_jax.kernels.spec import KernelSpec
 from realformer_jax.kernels.tile_math import LOG2E
 
 # Largest float32 [B, H, Lq, bk] score sub-block a device forms at once: the key block is
@@ -208,6 +210,18 @@ class RingSpec:
   dtype: Any  # the compute dtype (P V in it, as the einsum path)
   carry_out: bool  # return the block rows of acc = scale * logits (+ block_in)
   sub_block_bytes: int  # SUB_BLOCK_BYTES, read when traced
+  # The forward's per-block op: None, the einsum formula in sub-blocks; else a fused backend's
+  # qk block kernel (`block_forward` of its qk kernels) with this spec (residual_carry='qk'
+  # only: local / moving are the query and key stacks, iparams[4] the layer). The backward is
+  # the einsum formula's either way.
+  block_kernel: Optional[KernelSpec] = None
+
+  @property
+  def block_op(self) -> str:
+    """The per-block op, as a run's log names it."""
+    if self.block_kernel is None:
+      return 'einsum'
+    return f'{self.block_kernel.backend} qk block kernel'
 
   @property
   def keep(self) -> float:
@@ -301,15 +315,38 @@ def _block_origin(spec: RingSpec, step, chunk_len):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def ring_attention(spec: RingSpec, local, moving, v, bias, scale, divisor, block_in, iparams):
-  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None,
-  the rows' statistics (m, log l), float32 [B, H, Lq] each: lse = m + log l).
+  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None, the
+  rows' statistics (m, log l), float32 [B, H, Lq] each: lse = m + log l).
 
-  local / moving: the queries' and the keys' side (module docstring); v [B, Lk, H, K]; bias
-  [B, 1, 1, Lk] the travelling block's padding bias; scale [B, 1, 1, 1]; divisor a scalar or
-  None; block_in [B, H, Lq, L] or None; iparams uint32 [4] (dropout key words, the shard's
-  first batch row and head). The statistics are returned for qk_carry.SavedAttention, which
-  hands them to ring_attention_replay; no gradient flows into them."""
+  local / moving: the queries' and the keys' side (module docstring); v [B, Lk, H, K]; bias [B, 1,
+  1, Lk] the travelling block's padding bias; scale [B, 1, 1, 1]; divisor a scalar or None;
+  block_in [B, H, Lq, L] or None; iparams uint32 [5] (dropout key words, the shard's first batch
+  row and head, the qk layer read by a fused block op). The statistics are returned for
+  qk_carry.SavedAttention, which hands them to ring_attention_replay; no gradient flows into
+  them."""
   return _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
+
+
+def _fused_block(spec: RingSpec, local, scale, divisor, iparams):
+  """attend_block through the fused block kernel: the whole block in one call, merged into
+  the running statistics (merge_block)."""
+  kernel = backends.get(spec.block_kernel.backend).qk_kernels().block_forward
+  inv_div = jnp.ones_like(scale[:, 0, 0, 0]) if divisor is None else 1 / divisor
+  fparams = jnp.stack([scale[:, 0, 0, 0], jnp.broadcast_to(inv_div, scale.shape[:1])], axis=1)
+  layer = iparams[4:5].astype(jnp.int32)
+
+  def attend_block(step, chunk, state):
+    moving, v, bias = chunk
+    row0, col0 = _block_origin(spec, step, v.shape[1])
+    origin = jnp.stack([row0.astype(jnp.int32), col0])
+    out_b, stats_b = kernel(
+      local, moving, v, bias[:, 0, 0, :], fparams, iparams[:4], layer, origin, spec.length,
+      spec.block_kernel,
+    )  # fmt: skip
+    m, l, o, acc_rows = state
+    return (*merge_block((m, l, o), out_b, stats_b), acc_rows)
+
+  return attend_block
 
 
 def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
@@ -348,6 +385,10 @@ def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
       return m_new, alpha * l + jnp.sum(p, axis=-1), o, acc_rows
 
     return lax.fori_loop(0, chunk_len // bk, sub, state)
+
+  if spec.block_kernel is not None:
+    assert block_in is None and not spec.carry_out, 'the fused block op carries no sum'
+    attend_block = _fused_block(spec, local, scale, divisor, iparams)
 
   def step(t, carry):
     chunk, state = carry
@@ -517,13 +558,18 @@ def sequence_attention_saving(
   carry_out: bool,
   generator: str = 'threefry',
   saved: Optional[tuple[jax.Array, tuple[jax.Array, jax.Array]]] = None,
+  block_kernel: Optional[KernelSpec] = None,
+  layer: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, Optional[jax.Array], tuple[jax.Array, jax.Array]]:
   """(context [B, L, H, K], acc [B, H, L, L] float32 or None, the rows' statistics (m, log l)
   [B, H, L] float32) of ring attention over the `shards` of the active mesh, the global arrays
   in and out (the einsum path's signature, with the local and moving sides made by the caller:
   `local` / `moving` leaves have the layout [..., B, L, H, K]). Batch and heads are split as the
   logical rules split 'batch' and 'heads'. With `saved` (this layer's (context, statistics) as
-  it returned them going up) no forward ring runs: ring_attention_replay."""
+  it returned them going up) no forward ring runs: ring_attention_replay. With `block_kernel`
+  (residual_carry='qk': local / moving the query and key stacks [N, B, L, H, K], `layer` the
+  int32 scalar whose slots <= it are summed) each block's forward is that fused kernel
+  (RingSpec.block_kernel), its dropout and heads taken from this call."""
   mesh = jax.sharding.get_abstract_mesh()
   batch, length, heads, _ = v_BxLxHxK.shape
   batch_axes = mesh_axes('batch') or None
@@ -546,6 +592,14 @@ def sequence_attention_saving(
     dtype=dtype,
     carry_out=carry_out,
     sub_block_bytes=SUB_BLOCK_BYTES,
+    block_kernel=None
+    if block_kernel is None
+    else dataclasses.replace(
+      block_kernel,
+      keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+      heads_total=heads,
+      generator=generator,
+    ),
   )
   words = (
     jnp.zeros((2,), jnp.uint32)
@@ -553,7 +607,9 @@ def sequence_attention_saving(
     else jax.random.bits(dropout_key, (2,), jnp.uint32)  # as dropout_bits.keep_mask
   )
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  layer_word = jnp.zeros((1,), jnp.uint32) if layer is None else jnp.reshape(layer, (1,))
   args = {
+    'layer': layer_word.astype(jnp.uint32),
     'local': local,
     'moving': moving,
     'v': v_BxLxHxK,
@@ -562,6 +618,7 @@ def sequence_attention_saving(
     'words': words,
   }
   specs = {
+    'layer': P(),
     'local': jax.tree.map(rows, local),
     'moving': jax.tree.map(rows, moving),
     'v': rows(v_BxLxHxK),
@@ -584,7 +641,11 @@ def sequence_attention_saving(
       else lax.axis_index(axes).astype(jnp.uint32) * np.uint32(n)
     )
     iparams = jnp.concatenate(
-      [args['words'], jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)])]
+      [
+        args['words'],
+        jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)]),
+        args['layer'],
+      ]
     )
     inputs = (
       args['local'],

@@ -60,6 +60,7 @@ from realformer_jax.kernels.backends.triton.attention import (
   _exp2,
 )
 from realformer_jax.kernels.backends.triton.tiles import device_sms, device_tiles, with_device_tiles
+from realformer_jax.kernels.dropout_bits import DRAWS_PER_GENERATOR
 from realformer_jax.kernels.spec import KernelSpec
 
 DS_PANEL_BYTES = 2**30  # the largest dS panel of every (batch, head) at once
@@ -270,7 +271,12 @@ def block_forward(q_stack, k_stack, v, bias, fparams, iparams, layer, origin, le
   layers, batch, rows, heads, head_dim = q_stack.shape
   cols = k_stack.shape[2]
   block_q = min(spec.block_q, rows)
-  if rows % block_q or cols % min(spec.block_k, cols):
+  block_k = min(spec.block_k, cols)
+  if spec.dropout and block_k % DRAWS_PER_GENERATOR[spec.generator]:
+    raise ValueError(
+      f'block_forward: a {block_k}-column tile is not whole {spec.generator} hash words'
+    )
+  if rows % block_q or cols % block_k:
     raise ValueError(
       f'block_forward: tiles {spec.block_q}x{spec.block_k} do not divide a {rows}x{cols} block'
     )

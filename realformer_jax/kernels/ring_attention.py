@@ -81,8 +81,9 @@ SUB_BLOCK_BYTES = 2**31
 # ring's block compute by it, to set the ring's communication against it.
 SCOPE = 'ring_attention'
 
-# The attention implementations a sequence axis can run: the ring's per-block op is the
-# einsum formula (the fused kernels do not take a block's global offsets and bias slice).
+# The attention implementations a sequence axis can run with the einsum formula as the ring's
+# per-block op; a backend whose qk kernels have a `block_forward` also serves residual_carry='qk'
+# (block_backend).
 RING_IMPLS = ('auto', 'xla')
 
 
@@ -115,6 +116,24 @@ def sequence_shards() -> Optional[SequenceShards]:
   axes = mesh_axes('length')
   size = axes_size(mesh, axes)
   return SequenceShards(axes, size) if size > 1 else None
+
+
+def block_backend(config: ModelConfig) -> Optional[str]:
+  """The fused backend whose qk block kernel attends each block of the ring's forward (the
+  backend attention_impl names, residual_carry='qk'), or None: the einsum formula."""
+  backend = backends.for_impl(config.attention_impl)
+  qk = config.use_residual_attention and config.residual_carry == 'qk'
+  if backend is None or not backend.fused or not qk:
+    return None
+  return backend.name if hasattr(backend.qk_kernels(), 'block_forward') else None
+
+
+def block_op(config: ModelConfig) -> str:
+  """The ring's per-block op in words, for the run's log."""
+  backend = block_backend(config)
+  if backend is None:
+    return 'the einsum formula (forward and backward)'
+  return f'the {backend} qk block kernel (forward; the backward is the einsum formula)'
 
 
 class RingLayout(NamedTuple):
@@ -156,11 +175,12 @@ def check_config(
   if shards <= 1:
     return
   where = '' if layout.mesh_shape is None else f' (mesh.shape={layout.mesh_shape})'
-  if config.attention_impl not in RING_IMPLS:
+  if config.attention_impl not in RING_IMPLS and block_backend(config) is None:
     raise ConfigError(
       f'model.attention_impl={config.attention_impl!r}: a sequence axis of {shards} devices'
       f'{where} runs ring attention, whose per-block op is the einsum path; use '
-      "'auto' or 'xla', or mesh.shape with sequence 1"
+      "'auto' or 'xla', or mesh.shape with sequence 1 (with residual_carry='qk' also "
+      "'pallas_triton': its qk block kernel)"
     )
   chunk = layout.length // shards
   if chunk > 1:
@@ -172,6 +192,14 @@ def check_config(
         'attention would attend 1-column sub-blocks; use a length whose share per device has '
         'a small divisor (e.g. a multiple of 128 per device)'
       )
+  per_hash = DRAWS_PER_GENERATOR[config.dropout_generator]
+  if block_backend(config) and config.attention_dropout_rate > 0 and chunk % per_hash:
+    raise ConfigError(
+      f'{layout.length_field}={layout.length}: each of the {shards} devices of the ring'
+      f'{where} holds {chunk} positions, not whole {config.dropout_generator} hash words '
+      f'({per_hash} columns) for the {block_backend(config)} qk block kernel; use a multiple '
+      f'of {per_hash * shards}'
+    )
   rows = layout.batch * config.num_heads * layout.length
   if config.attention_dropout_rate > 0 and rows >= HASH_ROWS:
     raise ConfigError(

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals, ring_attention
-from realformer_jax.kernels.attend import fused_self_attention
+from realformer_jax.kernels.attend import fused_self_attention, plan_spec
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
 from realformer_jax.kernels.select import (
@@ -322,6 +322,9 @@ class RingQKPath(QKPath):
   sum is rebuilt from them (ring_attention.stack_logits)."""
 
   shards: ring_attention.SequenceShards = None
+  # The fused backend's plan whose qk block kernel attends each block of the forward
+  # (ring_attention.block_backend), or None: the einsum formula.
+  block_plan: Optional[AttentionPlan] = None
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
     stack, index, saved = carried_in
@@ -346,6 +349,10 @@ class RingQKPath(QKPath):
       carry_out=False,
       generator=self.generator,
       saved=None if mine is None else (mine.out, (mine.m, mine.log_l)),
+      block_kernel=None
+      if self.block_plan is None
+      else plan_spec(self.block_plan, self.heads, dropout_key, keep_prob),
+      layer=index,
     )
     if saved is not None and not self.replay:  # going up under qk_stack: keep it
       saved = saved.written(index, qk_carry.SavedAttention(context, *stats))
@@ -468,6 +475,8 @@ def stack_path(
   ring = {} if shards is None else {'shards': shards}
   if carry == 'qk':
     check_qk(config, attention_plan)
+    if shards is not None and ring_attention.block_backend(config) is not None:
+      ring['block_plan'] = plan(config, seq_len)
     return path_class(
       residual,
       plan=attention_plan,

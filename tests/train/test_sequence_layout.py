@@ -112,6 +112,24 @@ def test_the_million_token_ring_passes_with_the_qk_carry_or_fewer_sequences():
     assert spec.sequence_parallel_size(8) == 8
 
 
+def test_the_qk_ring_takes_the_triton_block_kernel_where_its_tiles_are_whole_hash_words():
+  fused = dict(model__residual_carry='qk', model__attention_impl='pallas_triton')
+  spec = validate_config(
+    tiny_config(mesh__shape=(1, 1, 1, 2), **fused), device_count=2, process_count=1
+  )
+  assert ring_attention.block_backend(spec.model) == 'triton'
+  assert ring_attention.block_op(spec.model).startswith('the triton qk block kernel')
+  assert ring_attention.block_backend(spec.replace(model=spec.model.replace(
+    residual_carry='scores')).model) is None  # fmt: skip
+  with pytest.raises(
+    ConfigError,
+    match=r'^data\.max_len=32: each of the 8 devices of the ring \(mesh\.shape=\(1, 1, 1, 8\)\) '
+    r'holds 4 positions, not whole threefry hash words \(8 columns\) for the triton qk block '
+    r'kernel; use a multiple of 64$',
+  ):
+    validate_config(tiny_config(mesh__shape=(1, 1, 1, 8), **fused), device_count=8, process_count=1)
+
+
 def test_the_ring_refusal_runs_at_validation_and_never_at_trace_time(monkeypatch):
   calls = []
   real_check = ring_attention.check_config

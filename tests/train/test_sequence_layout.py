@@ -103,6 +103,19 @@ def test_a_ring_too_big_for_its_device_or_hash_is_one_line(overrides, message):
     validate_config(tiny_config(**overrides), device_count=8, process_count=1)
 
 
+def test_the_row_block_is_held_against_the_budget_the_caller_gives():
+  """A deviceless compile (aot/train_step.py) passes its target's budget, not this host's."""
+  config = tiny_config(**dict(_MILLION, model__residual_carry='scores'))
+  asked = []
+  budget = lambda train: asked.append(train) or (7 * 10**12, 'a 7 TB target')
+  spec = validate_config(config, device_count=8, process_count=1, memory_budget=budget)
+  assert asked == [spec.train]
+  with pytest.raises(ConfigError, match=r'over its budget of 6000000000000 bytes \(a 6 TB'):
+    validate_config(
+      config, device_count=8, process_count=1, memory_budget=lambda t: (6 * 10**12, 'a 6 TB')
+    )
+
+
 def test_the_million_token_ring_passes_with_the_qk_carry_or_fewer_sequences():
   for overrides in (
     dict(_MILLION, model__residual_carry='qk'),

@@ -186,11 +186,12 @@ def check_config(
   if chunk > 1:
     cols = sub_block_columns(1, layout.local_heads, chunk, chunk, SUB_BLOCK_BYTES)
     if cols == 1:
+      widest = max(SUB_BLOCK_BYTES // (4 * layout.local_heads * chunk), 1)
       raise ConfigError(
         f'{layout.length_field}={layout.length}: each of the {shards} devices of the ring'
-        f'{where} holds {chunk} positions, which no sub-block width above 1 divides: ring '
-        'attention would attend 1-column sub-blocks; use a length whose share per device has '
-        'a small divisor (e.g. a multiple of 128 per device)'
+        f'{where} holds {chunk} positions, which no sub-block width from 2 to {widest} '
+        'divides: ring attention would attend 1-column sub-blocks; use a length whose share '
+        'per device has a small divisor (e.g. a multiple of 128 per device)'
       )
   per_hash = DRAWS_PER_GENERATOR[config.dropout_generator]
   if block_backend(config) and config.attention_dropout_rate > 0 and chunk % per_hash:

@@ -88,7 +88,8 @@ _MILLION = dict(
       # 2**17 - 1 positions a device (a prime) over the 341 columns a sub-block may have.
       dict(_MILLION, data__max_len=8 * (2**17 - 1)),
       r'^data\.max_len=1048568: each of the 8 devices of the ring \(mesh\.shape=\(1, 1, 1, '
-      r'8\)\) holds 131071 positions, which no sub-block width above 1 divides',
+      r'8\)\) holds 131071 positions, which no sub-block width from 2 to 341 divides: ring '
+      r'attention would attend 1-column sub-blocks',
     ),
     (
       dict(_MILLION, train__global_batch_size=344),

@@ -18,7 +18,7 @@ from realformer_jax.kernels.spec import KernelSpec
 
 pytestmark = pytest.mark.sequence_parallel
 
-N, B, L, H, K = 3, 2, 32, 2, 8
+N, B, L, H, K = 3, 2, 64, 2, 8  # 16 columns a device at 4: whole philox words
 LAYER, KEEP, DIVISOR = 1, 0.5, 2.0
 
 
@@ -26,7 +26,7 @@ def _inputs():
   rng = np.random.default_rng(0)
   stack = jnp.asarray(rng.normal(size=(2, N, B, L, H, K)), jnp.float32)
   v = jnp.asarray(rng.normal(size=(B, L, H, K)), jnp.float32)
-  bias = jnp.where(np.arange(L) < np.array([[L], [21]]), 0.0, -1e9).astype(jnp.float32)
+  bias = jnp.where(np.arange(L) < np.array([[L], [41]]), 0.0, -1e9).astype(jnp.float32)
   scale = jnp.asarray([0.3, 0.5], jnp.float32)
   return stack, v, bias, scale
 
@@ -46,7 +46,7 @@ def _reference(stack, v, bias, scale, key, generator):
 def _ring(stack, v, bias, scale, key, generator, shards):
   """Every device's rows of a ring of `shards`, each block through the fused op."""
   spec = KernelSpec(
-    'triton', False, False, keep_threshold(KEEP), H, 8, 8, 8, interpret=True, generator=generator
+    'triton', False, False, keep_threshold(KEEP), H, 16, 16, 16, interpret=True, generator=generator
   )
   fparams = jnp.stack([scale, jnp.full((B,), 1 / DIVISOR, jnp.float32)], axis=1)
   iparams = jnp.concatenate([jax.random.bits(key, (2,), jnp.uint32), jnp.zeros(2, jnp.uint32)])

@@ -3,7 +3,8 @@
     python -m tests.sequence_parallel_check FAMILY [MESH ...]
 
 the real train setup of a tiny model of one family (post, pre, realformer: the carried sum,
-realformer_qk: residual_carry='qk') with hidden and attention dropout and padded rows, on one
+realformer_qk: residual_carry='qk', realformer_qk_triton: the same with the Triton qk block
+kernel as the ring's forward per-block op) with hidden and attention dropout and padded rows, on one
 device and on each MESH (data,fsdp,tensor,sequence, e.g. 1,1,1,4): the MLM outputs and the
 gradients of one dropout forward, then 5 compiled train steps from the same state and batches.
 float32, matmul precision 'highest'. Prints one JSON line: per mesh, the largest difference
@@ -28,6 +29,12 @@ FAMILIES = {
   'pre': {'ln_placement': 'pre'},
   'realformer': {'ln_placement': 'realformer', 'residual_carry': 'scores'},
   'realformer_qk': {'ln_placement': 'realformer', 'residual_carry': 'qk'},
+  # The ring's forward blocks through the Triton qk block kernel (interpret mode on CPU).
+  'realformer_qk_triton': {
+    'ln_placement': 'realformer',
+    'residual_carry': 'qk',
+    'attention_impl': 'pallas_triton',
+  },
 }
 BATCH, LENGTH, PREDICTIONS = 4, 32, 5
 

@@ -110,7 +110,12 @@ def compile_for_target(
   or a step that cannot fit even at one sequence per device."""
   devices = target.devices()
   hosts = len({d.process_index for d in devices})
-  spec = validate_config(config, device_count=len(devices), process_count=hosts)
+  spec = validate_config(
+    config,
+    device_count=len(devices),
+    process_count=hosts,
+    memory_budget=lambda train: memory_budget(train, target),
+  )
   budget, source = memory_budget(spec.train, target)
   start = time.perf_counter()
   try:

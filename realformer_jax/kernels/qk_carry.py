@@ -11,20 +11,20 @@ acc_l = sum_{i<=l} scale Q_i K_i^T, which is formed tile by tile inside the kern
 one einsum over the slots (qk_reference.summed_scores), and never carried.
 Memory: 2 N B L H K values of the compute dtype, O(L).
 
-`qk_attention` is the kernels' op (a custom VJP whose forward saves the output and the row
-log-sum-exp, so its backward never runs the forward again; the backward adds dS_l K_i,
-dS_l^T Q_i into every earlier layer's gradient over the stack's cotangent). Left to autodiff,
-a layer stack would save each layer's input carry, the whole stack, once per layer:
-O(N^2 L). `qk_stack` is the stack-level custom VJP training takes instead (as
-recomputed_scores.py, whose scans it shares): it saves each layer's input x_l [B, L, D] and the
-final stack ONCE; going down, each layer is re-run from x_l on the final stack (slots above l
-are never read) and its VJP adds its share into the stack's gradient. With the kernels the
-layers going up also write their attention output and row statistics into SavedAttention
-(O(N L)), and the re-run going down takes them from there (`qk_attention_replay`): the
-attention forward kernel runs once per layer and step, not twice. Peak: the stack, its
-gradient, SavedAttention and one layer's transients. The gradient has the stack's dtype: in a
-bfloat16 model each layer's share is computed in float32 and rounded once when added (N
-roundings for slot 0, as a bfloat16 residual stream's gradient takes one a layer).
+`qk_attention` is the kernels' op (a custom VJP whose forward saves the output and the row log-sum-
+exp, so its backward never runs the forward again; the backward adds dS_l K_i, dS_l^T Q_i into every
+earlier layer's gradient over the stack's cotangent). Left to autodiff, a layer stack would save
+each layer's input carry, the whole stack, once per layer: O(N^2 L). `qk_stack` is the stack-level
+custom VJP training takes instead (as recomputed_scores.py, whose scans it shares): it saves each
+layer's input x_l [B, L, D] and the final stack ONCE; going down, each layer is re-run from x_l on
+the final stack (slots above l are never read) and its VJP adds its share into the stack's gradient.
+With the kernels (and on the ring, ring_attention.ring_attention_replay) the layers going up also
+write their attention output and row statistics into SavedAttention (O(N L)), and the re-run going
+down takes them from there (`qk_attention_replay`): the attention forward kernel runs once per layer
+and step, not twice. Peak: the stack, its gradient, SavedAttention and one layer's transients. The
+gradient has the stack's dtype: in a bfloat16 model each layer's share is computed in float32 and
+rounded once when added (N roundings for slot 0, as a bfloat16 residual stream's gradient takes one
+a layer).
 """
 
 from __future__ import annotations

@@ -25,12 +25,17 @@ and then, per block, acc = scale * logits (+ block_in), z = acc / divisor + bias
 path's formula (model/attention.py), its dropout mask keyed by the GLOBAL row and column, so a
 sharded run drops exactly what one device drops (dropout_bits.keep_mask's stream).
 
-The backward (a custom VJP) saves the inputs, the output and the rows' log-sum-exp, and runs the
-ring again: the key / value / bias blocks travel with their gradient accumulators, each device
-adds its queries' share (dV = P^T dO, dS = P (dP - D), and the VJP of `logits` for the local
-side and the key block), and after n hops each accumulator is home. The bias and score scale
-get their true gradients (the bias's travels with its block; the scale's is summed by
-shard_map's transpose); the running-mean divisor none (a layer count, as on the einsum path).
+The backward (a custom VJP) saves the inputs, the output and the rows' log-sum-exp (kept by every
+remat policy), and runs the ring again, backward only: the key / value / bias blocks travel with
+their gradient accumulators, each device adds its queries' share (dV = P^T dO, dS = P (dP - D), and
+the VJP of `logits` for the local side and the key block), and after n hops each accumulator is
+home. The bias and score scale get their true gradients (the bias's travels with its block; the
+scale's is summed by shard_map's transpose); the running-mean divisor none (a layer count, as on the
+einsum path).
+
+The qk carry's layers that qk_carry.qk_stack re-runs going down take the output and row
+statistics that the layers going up returned (qk_carry.SavedAttention) through
+`ring_attention_replay`, whose forward runs no ring: one forward ring per layer and step.
 
 `sequence_shards()` says whether the traced program runs on a mesh whose `sequence` axis (the
 mesh axes the logical rules give 'length') has more than one device; `sequence_attention` is
@@ -52,6 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels import backends
 from realformer_jax.kernels.dropout_bits import (
   DRAWS_PER_GENERATOR,
   attention_row,
@@ -62,6 +68,9 @@ from realformer_jax.kernels.dropout_bits import (
   select_draw,
 )
 from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
+from realformer_jax.kernels.select import SUM_BYTES_PER_ELEMENT
+from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.tile_math import LOG2E
 
 # Largest float32 [B, H, Lq, bk] score sub-block a device forms at once: the key block is
 # attended in sub-blocks of bk columns, the largest divisor of its length that fits (BERT-Base,
@@ -72,8 +81,9 @@ SUB_BLOCK_BYTES = 2**31
 # ring's block compute by it, to set the ring's communication against it.
 SCOPE = 'ring_attention'
 
-# The attention implementations a sequence axis can run: the ring's per-block op is the
-# einsum formula (the fused kernels do not take a block's global offsets and bias slice).
+# The attention implementations a sequence axis can run with the einsum formula as the ring's
+# per-block op; a backend whose qk kernels have a `block_forward` also serves residual_carry='qk'
+# (block_backend).
 RING_IMPLS = ('auto', 'xla')
 
 
@@ -108,18 +118,108 @@ def sequence_shards() -> Optional[SequenceShards]:
   return SequenceShards(axes, size) if size > 1 else None
 
 
-def check_config(config: ModelConfig, shards: int, mesh_shape=None) -> None:
-  """Refuses, in one line, what a sequence axis of `shards` devices cannot run: a named fused
-  kernel (the ring attends each block with the einsum formula). Called once, where the config
-  is validated (train/config.py: check_sequence_layout), never again while a model is traced:
-  there a split sequence simply takes the ring."""
-  if shards > 1 and config.attention_impl not in RING_IMPLS:
-    where = '' if mesh_shape is None else f' (mesh.shape={mesh_shape})'
+def block_backend(config: ModelConfig) -> Optional[str]:
+  """The fused backend whose qk block kernel attends each block of the ring's forward (the
+  backend attention_impl names, residual_carry='qk'), or None: the einsum formula."""
+  backend = backends.for_impl(config.attention_impl)
+  qk = config.use_residual_attention and config.residual_carry == 'qk'
+  if backend is None or not backend.fused or not qk:
+    return None
+  return backend.name if hasattr(backend.qk_kernels(), 'block_forward') else None
+
+
+def block_op(config: ModelConfig) -> str:
+  """The ring's per-block op in words, for the run's log."""
+  backend = block_backend(config)
+  if backend is None:
+    return 'the einsum formula (forward and backward)'
+  return f'the {backend} qk block kernel (forward; the backward is the einsum formula)'
+
+
+class RingLayout(NamedTuple):
+  """The sizes of a run's ring that config validation knows (train/config.py)."""
+
+  shards: int  # devices in the ring
+  length: int  # global sequence length
+  length_field: str  # the config field that sets it (named in a refusal)
+  batch: int  # sequences of the smallest microbatch, all devices: the dropout hash's rows
+  batch_field: str  # the config field that sets it
+  local_heads: int  # heads on one device
+  mesh_shape: Any = None
+
+
+# The ring's dropout hash counts rows (b H + h) L + q in uint32 (dropout_bits.attention_row):
+# B H L at or above this wraps, and distinct rows would draw the same mask.
+HASH_ROWS = 2**32
+
+
+def sub_block_columns(batch: int, heads: int, rows: int, cols: int, sub_block_bytes: int) -> int:
+  """Columns of one score sub-block: the largest divisor of `cols` whose float32
+  [batch, heads, rows, bk] fits sub_block_bytes (at least 1)."""
+  limit = max(sub_block_bytes // (4 * batch * heads * rows), 1)
+  return max(d for d in range(1, min(cols, limit) + 1) if cols % d == 0)
+
+
+def check_config(
+  config: ModelConfig, layout: RingLayout, memory_budget: Callable[[], tuple[int, str]]
+) -> None:
+  """Refuses, in one line, what a ring of `layout.shards` devices cannot run: a named fused
+  kernel (the per-block op is the einsum formula); a device's block of positions whose only
+  divisor under the sub-block limit is 1 (1-column sub-blocks: a loop of L/n matmuls of one
+  column per block); more dropout hash rows than 32 bits count; the scores carry where one
+  device's row block of the sum outgrows `memory_budget()` ((bytes, where the figure came
+  from), asked only then). Called once, where the config is validated (train/config.py:
+  check_sequence_layout), never again while a model is traced: there a split sequence simply
+  takes the ring."""
+  shards = layout.shards
+  if shards <= 1:
+    return
+  where = '' if layout.mesh_shape is None else f' (mesh.shape={layout.mesh_shape})'
+  if config.attention_impl not in RING_IMPLS and block_backend(config) is None:
     raise ConfigError(
       f'model.attention_impl={config.attention_impl!r}: a sequence axis of {shards} devices'
       f'{where} runs ring attention, whose per-block op is the einsum path; use '
-      "'auto' or 'xla', or mesh.shape with sequence 1"
+      "'auto' or 'xla', or mesh.shape with sequence 1 (with residual_carry='qk' also "
+      "'pallas_triton': its qk block kernel)"
     )
+  chunk = layout.length // shards
+  if chunk > 1:
+    cols = sub_block_columns(1, layout.local_heads, chunk, chunk, SUB_BLOCK_BYTES)
+    if cols == 1:
+      widest = max(SUB_BLOCK_BYTES // (4 * layout.local_heads * chunk), 1)
+      raise ConfigError(
+        f'{layout.length_field}={layout.length}: each of the {shards} devices of the ring'
+        f'{where} holds {chunk} positions, which no sub-block width from 2 to {widest} '
+        'divides: ring attention would attend 1-column sub-blocks; use a length whose share '
+        'per device has a small divisor (e.g. a multiple of 128 per device)'
+      )
+  per_hash = DRAWS_PER_GENERATOR[config.dropout_generator]
+  if block_backend(config) and config.attention_dropout_rate > 0 and chunk % per_hash:
+    raise ConfigError(
+      f'{layout.length_field}={layout.length}: each of the {shards} devices of the ring'
+      f'{where} holds {chunk} positions, not whole {config.dropout_generator} hash words '
+      f'({per_hash} columns) for the {block_backend(config)} qk block kernel; use a multiple '
+      f'of {per_hash * shards}'
+    )
+  rows = layout.batch * config.num_heads * layout.length
+  if config.attention_dropout_rate > 0 and rows >= HASH_ROWS:
+    raise ConfigError(
+      f'{layout.batch_field}: a microbatch of {layout.batch} sequences x {config.num_heads} '
+      f'heads x {layout.length} positions = {rows} attention rows, at or above 2**32: the '
+      "ring's dropout hash counts rows in 32 bits and would repeat masks; use microbatches "
+      f'of at most {(HASH_ROWS - 1) // (config.num_heads * layout.length)} sequences'
+    )
+  if config.use_residual_attention and config.residual_carry == 'scores':
+    needed = SUM_BYTES_PER_ELEMENT * layout.local_heads * chunk * layout.length
+    budget, source = memory_budget()
+    if needed > budget:
+      raise ConfigError(
+        f"model.residual_carry='scores': each device of the ring{where} holds its row block "
+        f'of the carried sum, [{layout.local_heads}, {chunk}, {layout.length}] float32 = '
+        f'{needed / 1e12:.3g} TB ({needed} bytes) per layer for one sequence, over its '
+        f'budget of {budget} bytes ({source}); '
+        "use residual_carry='qk' or 'auto'"
+      )
 
 
 # ---- The op, per device (inside shard_map). ----
@@ -139,16 +239,25 @@ class RingSpec:
   dtype: Any  # the compute dtype (P V in it, as the einsum path)
   carry_out: bool  # return the block rows of acc = scale * logits (+ block_in)
   sub_block_bytes: int  # SUB_BLOCK_BYTES, read when traced
+  # The forward's per-block op: None, the einsum formula in sub-blocks; else a fused backend's
+  # qk block kernel (`block_forward` of its qk kernels) with this spec (residual_carry='qk'
+  # only: local / moving are the query and key stacks, iparams[4] the layer). The backward is
+  # the einsum formula's either way.
+  block_kernel: Optional[KernelSpec] = None
+
+  @property
+  def block_op(self) -> str:
+    """The per-block op, as a run's log names it."""
+    if self.block_kernel is None:
+      return 'einsum'
+    return f'{self.block_kernel.backend} qk block kernel'
 
   @property
   def keep(self) -> float:
     return realised_keep_prob(self.threshold / 2**8)
 
   def sub_block(self, batch: int, heads: int, rows: int, cols: int) -> int:
-    """Columns of one score sub-block: the largest divisor of `cols` whose float32
-    [batch, heads, rows, bk] fits sub_block_bytes (at least 1)."""
-    limit = max(self.sub_block_bytes // (4 * batch * heads * rows), 1)
-    return max(d for d in range(1, min(cols, limit) + 1) if cols % d == 0)
+    return sub_block_columns(batch, heads, rows, cols, self.sub_block_bytes)
 
 
 def pair_logits(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array) -> jax.Array:
@@ -206,6 +315,21 @@ def _chunk_cols(chunk, start, size):
   )
 
 
+def merge_block(state, out_b, stats_b):
+  """The ring's running (m, l, o) [B, H, Lq], [B, H, Lq], float32 [B, Lq, H, K] (o unnormalised)
+  with one block attended by a fused kernel: its normalised output [B, Lq, H, K] and its rows'
+  statistics (m, log l) in the kernel's base 2 (tile_math.py). A block's l scales its output
+  back to the block's unnormalised sum (dropout is inside the output: it does not touch l)."""
+  m, l, o = state
+  m_b = stats_b[0] / LOG2E
+  l_b = jnp.exp2(stats_b[1])
+  m_new = jnp.maximum(m, m_b)
+  alpha, beta = jnp.exp(m - m_new), jnp.exp(m_b - m_new)
+  rows = lambda x: jnp.swapaxes(x, 1, 2)[..., None]  # [B, H, Lq] -> [B, Lq, H, 1]
+  o = o * rows(alpha) + out_b.astype(jnp.float32) * rows(beta * l_b)
+  return m_new, alpha * l + beta * l_b, o
+
+
 def _ring_pass(spec: RingSpec, chunk):
   perm = [(s, (s + 1) % spec.size) for s in range(spec.size)]
   return lax.ppermute(chunk, spec.axes, perm)
@@ -220,14 +344,38 @@ def _block_origin(spec: RingSpec, step, chunk_len):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def ring_attention(spec: RingSpec, local, moving, v, bias, scale, divisor, block_in, iparams):
-  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None).
+  """(context [B, Lq, H, K] in spec.dtype, this device's rows [B, H, Lq, L] of acc or None, the
+  rows' statistics (m, log l), float32 [B, H, Lq] each: lse = m + log l).
 
-  local / moving: the queries' and the keys' side (module docstring); v [B, Lk, H, K]; bias
-  [B, 1, 1, Lk] the travelling block's padding bias; scale [B, 1, 1, 1]; divisor a scalar or
-  None; block_in [B, H, Lq, L] or None; iparams uint32 [4] (dropout key words, the shard's
-  first batch row and head)."""
-  out, block_out, _ = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
-  return out, block_out
+  local / moving: the queries' and the keys' side (module docstring); v [B, Lk, H, K]; bias [B, 1,
+  1, Lk] the travelling block's padding bias; scale [B, 1, 1, 1]; divisor a scalar or None;
+  block_in [B, H, Lq, L] or None; iparams uint32 [5] (dropout key words, the shard's first batch
+  row and head, the qk layer read by a fused block op). The statistics are returned for
+  qk_carry.SavedAttention, which hands them to ring_attention_replay; no gradient flows into
+  them."""
+  return _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
+
+
+def _fused_block(spec: RingSpec, local, scale, divisor, iparams):
+  """attend_block through the fused block kernel: the whole block in one call, merged into
+  the running statistics (merge_block)."""
+  kernel = backends.get(spec.block_kernel.backend).qk_kernels().block_forward
+  inv_div = jnp.ones_like(scale[:, 0, 0, 0]) if divisor is None else 1 / divisor
+  fparams = jnp.stack([scale[:, 0, 0, 0], jnp.broadcast_to(inv_div, scale.shape[:1])], axis=1)
+  layer = iparams[4:5].astype(jnp.int32)
+
+  def attend_block(step, chunk, state):
+    moving, v, bias = chunk
+    row0, col0 = _block_origin(spec, step, v.shape[1])
+    origin = jnp.stack([row0.astype(jnp.int32), col0])
+    out_b, stats_b = kernel(
+      local, moving, v, bias[:, 0, 0, :], fparams, iparams[:4], layer, origin, spec.length,
+      spec.block_kernel,
+    )  # fmt: skip
+    m, l, o, acc_rows = state
+    return (*merge_block((m, l, o), out_b, stats_b), acc_rows)
+
+  return attend_block
 
 
 def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
@@ -267,6 +415,10 @@ def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
 
     return lax.fori_loop(0, chunk_len // bk, sub, state)
 
+  if spec.block_kernel is not None:
+    assert block_in is None and not spec.carry_out, 'the fused block op carries no sum'
+    attend_block = _fused_block(spec, local, scale, divisor, iparams)
+
   def step(t, carry):
     chunk, state = carry
     following = _ring_pass(spec, chunk)  # independent of this step's compute: overlaps it
@@ -276,15 +428,20 @@ def _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
   chunk, state = lax.fori_loop(0, spec.size - 1, step, (chunk, state))
   m, l, o, acc_rows = attend_block(spec.size - 1, chunk, state)
   out = (o / jnp.swapaxes(l, 1, 2)[..., None]).astype(spec.dtype)
-  lse = m + jnp.log(l)
-  return out, acc_rows, lse
+  return out, acc_rows, (m, jnp.log(l))
+
+
+def _lse(stats):
+  m, log_l = stats
+  return m + log_l
 
 
 def _ring_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
-  out, block_out, lse = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
+  out, block_out, stats = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
   # Kept by every remat policy (model/encoder.py), as the fused kernels' output and statistics.
-  out, lse = checkpoint_name((out, lse), SAVED_FOR_BACKWARD)
-  return (out, block_out), (local, moving, v, bias, scale, divisor, block_in, iparams, out, lse)
+  out, lse = checkpoint_name((out, _lse(stats)), SAVED_FOR_BACKWARD)
+  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, lse)
+  return (out, block_out, stats), residuals
 
 
 def _zeros_f32(tree):
@@ -299,7 +456,7 @@ def _add_cols(total, part, start, axis):
 
 def _ring_bwd(spec, residuals, cotangents):
   local, moving, v, bias, scale, divisor, block_in, iparams, out, lse = residuals
-  g_out, g_rows = cotangents
+  g_out, g_rows = cotangents[:2]  # the statistics' cotangent is ignored (ring_attention)
   batch, chunk_len, local_heads, _ = v.shape
   bk = spec.sub_block(batch, local_heads, chunk_len, chunk_len)
   g_out_c = g_out.astype(spec.dtype)
@@ -381,10 +538,40 @@ def _ring_bwd(spec, residuals, cotangents):
 ring_attention.defvjp(_ring_fwd, _ring_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def ring_attention_replay(spec, local, moving, v, bias, scale, divisor, block_in, iparams, saved):
+  """ring_attention for a layer that qk_carry.qk_stack re-runs going down: `saved` = (out,
+  (m, log l)) is what ring_attention returned for these inputs going up, so no forward ring
+  runs (no block travels); the backward is ring_attention's from them. No carried sum (the
+  qk carry's layers return none); `saved` gets no cotangent: a constant of the re-run."""
+  del local, moving, v, bias, scale, divisor, block_in, iparams
+  assert not spec.carry_out
+  out, stats = saved
+  return out, None, stats
+
+
+def _replay_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams, saved):
+  out, stats = saved
+  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, _lse(stats))
+  return (out, None, stats), residuals
+
+
+def _replay_bwd(spec, residuals, cotangents):
+  return (*_ring_bwd(spec, residuals, cotangents), None)
+
+
+ring_attention_replay.defvjp(_replay_fwd, _replay_bwd)
+
+
 # ---- Around the op: the shard_map over the whole mesh. ----
 
 
-def sequence_attention(
+def sequence_attention(*args, **kwargs) -> tuple[jax.Array, Optional[jax.Array]]:
+  """sequence_attention_saving's (context, acc), for a caller that keeps no statistics."""
+  return sequence_attention_saving(*args, **kwargs)[:2]
+
+
+def sequence_attention_saving(
   shards: SequenceShards,
   logits: Callable[[Any, Any], jax.Array],
   local,
@@ -399,11 +586,19 @@ def sequence_attention(
   dtype,
   carry_out: bool,
   generator: str = 'threefry',
-) -> tuple[jax.Array, Optional[jax.Array]]:
-  """(context [B, L, H, K], acc [B, H, L, L] float32 or None) of ring attention over the
-  `shards` of the active mesh, the global arrays in and out (the einsum path's signature, with
-  the local and moving sides made by the caller: `local` / `moving` leaves have the layout
-  [..., B, L, H, K]). Batch and heads are split as the logical rules split 'batch' and 'heads'."""
+  saved: Optional[tuple[jax.Array, tuple[jax.Array, jax.Array]]] = None,
+  block_kernel: Optional[KernelSpec] = None,
+  layer: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Optional[jax.Array], tuple[jax.Array, jax.Array]]:
+  """(context [B, L, H, K], acc [B, H, L, L] float32 or None, the rows' statistics (m, log l)
+  [B, H, L] float32) of ring attention over the `shards` of the active mesh, the global arrays
+  in and out (the einsum path's signature, with the local and moving sides made by the caller:
+  `local` / `moving` leaves have the layout [..., B, L, H, K]). Batch and heads are split as the
+  logical rules split 'batch' and 'heads'. With `saved` (this layer's (context, statistics) as
+  it returned them going up) no forward ring runs: ring_attention_replay. With `block_kernel`
+  (residual_carry='qk': local / moving the query and key stacks [N, B, L, H, K], `layer` the
+  int32 scalar whose slots <= it are summed) each block's forward is that fused kernel
+  (RingSpec.block_kernel), its dropout and heads taken from this call."""
   mesh = jax.sharding.get_abstract_mesh()
   batch, length, heads, _ = v_BxLxHxK.shape
   batch_axes = mesh_axes('batch') or None
@@ -413,6 +608,8 @@ def sequence_attention(
   local_heads = heads // axes_size(mesh, _as_tuple(head_axes))
   rows = lambda x: P(*(None,) * (x.ndim - 4), batch_axes, seq, head_axes, None)
   scores_spec = P(batch_axes, head_axes, seq, None)
+  if dropout_key is not None and batch * heads * length >= HASH_ROWS:  # check_config refuses it
+    raise ValueError(f'ring attention: {batch} x {heads} x {length} dropout rows wrap 32 bits')
   spec = RingSpec(
     axes=seq,
     size=shards.size,
@@ -424,6 +621,14 @@ def sequence_attention(
     dtype=dtype,
     carry_out=carry_out,
     sub_block_bytes=SUB_BLOCK_BYTES,
+    block_kernel=None
+    if block_kernel is None
+    else dataclasses.replace(
+      block_kernel,
+      keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+      heads_total=heads,
+      generator=generator,
+    ),
   )
   words = (
     jnp.zeros((2,), jnp.uint32)
@@ -431,7 +636,9 @@ def sequence_attention(
     else jax.random.bits(dropout_key, (2,), jnp.uint32)  # as dropout_bits.keep_mask
   )
   scale_B = jnp.broadcast_to(jnp.reshape(scale, (-1,)), (batch,)).astype(jnp.float32)
+  layer_word = jnp.zeros((1,), jnp.uint32) if layer is None else jnp.reshape(layer, (1,))
   args = {
+    'layer': layer_word.astype(jnp.uint32),
     'local': local,
     'moving': moving,
     'v': v_BxLxHxK,
@@ -440,6 +647,7 @@ def sequence_attention(
     'words': words,
   }
   specs = {
+    'layer': P(),
     'local': jax.tree.map(rows, local),
     'moving': jax.tree.map(rows, moving),
     'v': rows(v_BxLxHxK),
@@ -451,6 +659,9 @@ def sequence_attention(
     args['divisor'], specs['divisor'] = jnp.asarray(divisor, jnp.float32), P()
   if block_in is not None:
     args['block_in'], specs['block_in'] = block_in, scores_spec
+  stats_spec = P(batch_axes, head_axes, seq)
+  if saved is not None:
+    args['saved'], specs['saved'] = saved, (rows(v_BxLxHxK), (stats_spec, stats_spec))
 
   def per_shard(args):
     offset = lambda axes, n: (
@@ -459,10 +670,13 @@ def sequence_attention(
       else lax.axis_index(axes).astype(jnp.uint32) * np.uint32(n)
     )
     iparams = jnp.concatenate(
-      [args['words'], jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)])]
+      [
+        args['words'],
+        jnp.stack([offset(batch_axes, local_batch), offset(head_axes, local_heads)]),
+        args['layer'],
+      ]
     )
-    return ring_attention(
-      spec,
+    inputs = (
       args['local'],
       args['moving'],
       args['v'],
@@ -472,8 +686,11 @@ def sequence_attention(
       args.get('block_in'),
       iparams,
     )
+    if 'saved' in args:
+      return ring_attention_replay(spec, *inputs, args['saved'])
+    return ring_attention(spec, *inputs)
 
-  out_specs = (rows(v_BxLxHxK), scores_spec if carry_out else None)
+  out_specs = (rows(v_BxLxHxK), scores_spec if carry_out else None, (stats_spec, stats_spec))
   with jax.named_scope(SCOPE):
     return jax.shard_map(
       per_shard, mesh=mesh, in_specs=(specs,), out_specs=out_specs, check_vma=False

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals, ring_attention
-from realformer_jax.kernels.attend import fused_self_attention
+from realformer_jax.kernels.attend import fused_self_attention, plan_spec
 from realformer_jax.kernels.recomputed_scores import residual_stack
 from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
 from realformer_jax.kernels.select import (
@@ -269,9 +269,16 @@ class QKPath(ScorePath):
       refuse = self.plan is not None
       up = dataclasses.replace(self, refuse_bias_and_scale_gradients=False)
       down = dataclasses.replace(up, replay=True)
-      return layers.recompute(_qk_stack_fn(refuse), x, up, down, carry0=stack0)
+      return layers.recompute(
+        _qk_stack_fn(refuse, self.saved_attention), x, up, down, carry0=stack0
+      )
     y, _ = layers.run(x, qk_carry.QKCarry(stack0, jnp.zeros((), jnp.int32)))
     return y
+
+  def saved_attention(self, stack0: jax.Array) -> Optional[qk_carry.SavedAttention]:
+    """What the layers going up under qk_stack keep for their re-run going down (the kernels'
+    output and statistics), or None: the einsum path re-runs its attention."""
+    return None if self.plan is None else qk_carry.SavedAttention.zeros(stack0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,6 +322,9 @@ class RingQKPath(QKPath):
   sum is rebuilt from them (ring_attention.stack_logits)."""
 
   shards: ring_attention.SequenceShards = None
+  # The fused backend's plan whose qk block kernel attends each block of the forward
+  # (ring_attention.block_backend), or None: the einsum formula.
+  block_plan: Optional[AttentionPlan] = None
 
   def attend(self, qkv, carried_in, bias, scale, divisor, dropout_key, keep_prob, record):
     stack, index, saved = carried_in
@@ -322,7 +332,8 @@ class RingQKPath(QKPath):
     stack = nn.with_logical_constraint(qk_carry.push(stack, index, q, k), qk_carry.STACK_AXES)
     # Slots 0..index: the layers below and this one (a product with 0, as qk_reference).
     used = (jnp.arange(stack.shape[1]) <= index).astype(stack.dtype)[:, None, None, None, None]
-    context, _ = ring_attention.sequence_attention(
+    mine = saved.layer(index) if saved is not None and self.replay else None
+    context, _, stats = ring_attention.sequence_attention_saving(
       self.shards,
       ring_attention.stack_logits,
       (stack[0] * used).astype(self.dtype),
@@ -337,20 +348,38 @@ class RingQKPath(QKPath):
       self.dtype,
       carry_out=False,
       generator=self.generator,
+      saved=None if mine is None else (mine.out, (mine.m, mine.log_l)),
+      block_kernel=None
+      if self.block_plan is None
+      else plan_spec(self.block_plan, self.heads, dropout_key, keep_prob),
+      layer=index,
     )
+    if saved is not None and not self.replay:  # going up under qk_stack: keep it
+      saved = saved.written(index, qk_carry.SavedAttention(context, *stats))
     return context, qk_carry.QKCarry(stack, index + 1, saved)
 
+  def saved_attention(self, stack0: jax.Array) -> qk_carry.SavedAttention:
+    """The ring's output and statistics (m, log l), kept going up so that the layers re-run
+    going down run only the backward ring: one forward ring per layer and step. Split as the
+    layers' activations (the length over the ring)."""
+    saved = qk_carry.SavedAttention.zeros(stack0)
+    stats = (None, 'batch', 'heads', 'length')
+    return qk_carry.SavedAttention(
+      nn.with_logical_constraint(saved.out, qk_carry.STACK_AXES[1:]),
+      nn.with_logical_constraint(saved.m, stats),
+      nn.with_logical_constraint(saved.log_l, stats),
+    )
 
-def _qk_stack_fn(refuse: bool):
-  """qk_carry.qk_stack over the layers run through the `up` and `down` paths; with the
-  kernels (`refuse`) the layers going up save their attention (qk_carry.SavedAttention) for
-  the re-run going down."""
+
+def _qk_stack_fn(refuse: bool, saved_attention: Callable):
+  """qk_carry.qk_stack over the layers run through the `up` and `down` paths; the layers going
+  up save their attention in `saved_attention(stack0)` (qk_carry.SavedAttention; None: none)
+  for the re-run going down. With the kernels (`refuse`) the bias and scale refuse a gradient."""
 
   def stack_fn(layer_fns, params_N, x, stack0, keys_N, inputs):
-    saved0 = None
+    saved0 = saved_attention(stack0)
     if refuse:
       inputs = refusals.refuse_tangent(inputs, refusals.SCALE_OR_BIAS)
-      saved0 = qk_carry.SavedAttention.zeros(stack0)
     up_fn, down_fn = layer_fns
 
     def up(params_l, x, carry, index, key, aux):
@@ -446,6 +475,8 @@ def stack_path(
   ring = {} if shards is None else {'shards': shards}
   if carry == 'qk':
     check_qk(config, attention_plan)
+    if shards is not None and ring_attention.block_backend(config) is not None:
+      ring['block_plan'] = plan(config, seq_len)
     return path_class(
       residual,
       plan=attention_plan,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
 from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
@@ -40,6 +39,7 @@ from realformer_jax.kernels import select
 from realformer_jax.model.params import unbox
 from realformer_jax.train import step as step_lib
 from realformer_jax.train.config import AUTO, MeshConfig, Rules, RunSpec
+from realformer_jax.train.memory import memory_budget
 from realformer_jax.train.step import TrainState
 from realformer_jax.train.task import Task, TaskModel
 from realformer_jax.units import GiB
@@ -438,34 +438,6 @@ def out_of_memory_bytes(error: Exception) -> Optional[int]:
     return None
   match = re.search(r'\((\d+(?:\.\d+)?)([KMGT]?)i?B?\)', message)
   return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
-
-
-def _host_available_bytes() -> int:
-  try:
-    with open('/proc/meminfo') as f:
-      for line in f:
-        if line.startswith('MemAvailable:'):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-
-
-def memory_budget(train) -> tuple[int, str]:
-  """(bytes one device may use, where that figure came from), for this host's devices."""
-  if train.device_memory_bytes > 0:
-    capacity, source = int(train.device_memory_bytes), 'train.device_memory_bytes'
-  else:
-    device = jax.local_devices()[0]
-    stats = device.memory_stats() or {}
-    if stats.get('bytes_limit'):
-      capacity, source = int(stats['bytes_limit']), f'{device.platform} memory_stats'
-    else:  # CPU: the devices share the host's memory
-      capacity = _host_available_bytes() // jax.local_device_count()
-      source = f'available host memory / {jax.local_device_count()} device(s)'
-  return int(capacity * train.memory_fraction), (
-    f'{source}: {capacity / GiB:.2f} GiB x memory_fraction {train.memory_fraction}'
-  )
 
 
 def _per_device_batch(spec: RunSpec, devices: Optional[Sequence[Any]]) -> int:

@@ -45,6 +45,11 @@ import numpy as np
 from realformer_jax.config import ConfigError, ModelConfig, from_section, to_config_dict
 from realformer_jax.data import default_data_config
 from realformer_jax.kernels import ring_attention, select
+from realformer_jax.train import memory
+
+# (train config) -> (bytes one device may use, where that figure came from): memory.py's for
+# this host's devices, or a compile target's (aot/train_step.py).
+MemoryBudget = Callable[[Any], tuple[int, str]]
 
 # ---- The sections: frozen, self-checking dataclasses. ----
 
@@ -426,11 +431,14 @@ def validate_config(
   task: Optional[Any] = None,
   device_count: Optional[int] = None,
   process_count: Optional[int] = None,
+  memory_budget: Optional[MemoryBudget] = None,
 ) -> RunSpec:
   """The RunSpec of `config` for `task` (a train.task.Task; default: `default_task()`).
 
   Without `device_count` / `process_count` only what needs no devices is checked (safe before
   `jax.distributed.initialize`); with them, the mesh shape and batch layout are checked too.
+  `memory_budget`: what one device may hold (default: memory.memory_budget, this host's
+  devices), asked only by a refusal that needs it.
   """
   if task is None:
     task = default_task()
@@ -464,19 +472,23 @@ def validate_config(
   check_optimizer_dtypes(train, getattr(model, 'param_dtype', 'float32'))
   task.validate(spec)
   if device_count is not None:
-    check_devices(spec, device_count, process_count or 1)
+    check_devices(spec, device_count, process_count or 1, memory_budget)
   return spec
 
 
-def check_devices(spec: RunSpec, device_count: int, process_count: int) -> None:
+def check_devices(
+  spec: RunSpec, device_count: int, process_count: int, memory_budget: Optional[MemoryBudget] = None
+) -> None:
   """The mesh fits the devices, every microbatch splits evenly over the batch shards, and every
   sharded parameter dimension over its mesh axes."""
   check_batch_layout(spec, spec.data_parallel_size(device_count), process_count)
   check_param_layout(spec, device_count)
-  check_sequence_layout(spec, device_count)
+  check_sequence_layout(spec, device_count, memory_budget or memory.memory_budget)
 
 
-def check_sequence_layout(spec: RunSpec, device_count: int) -> None:
+def check_sequence_layout(
+  spec: RunSpec, device_count: int, memory_budget: MemoryBudget = memory.memory_budget
+) -> None:
   """A length split over a sequence axis (ring attention, kernels/ring_attention.py): the
   sequence length divides evenly, the axes are not also the batch's or the heads', and the
   model runs on the ring (ring_attention.check_config)."""
@@ -499,13 +511,31 @@ def check_sequence_layout(spec: RunSpec, device_count: int) -> None:
       'use sequence 1'
     )
   length = spec.task.sequence_length(spec.data)
+  field = 'data.max_len' if hasattr(spec.data, 'max_len') else 'the sequence length'
   if length % shards:
-    field = 'data.max_len' if hasattr(spec.data, 'max_len') else 'the sequence length'
     raise ConfigError(
       f'{field}={length}: must be divisible by {shards}, the size of mesh '
       f"{'*'.join(axes)} that logical_axis_rules split 'length' over {where}"
     )
-  ring_attention.check_config(spec.model, shards, spec.mesh.shape)
+  train = spec.train
+  if train.grad_accum_steps == AUTO:  # 'auto' may go down to one sequence per batch group
+    batch, batch_field = spec.data_parallel_size(device_count), 'train.grad_accum_steps=auto'
+  else:
+    batch = train.global_batch_size // train.grad_accum_steps
+    batch_field = (
+      f'train.global_batch_size={train.global_batch_size} / '
+      f'train.grad_accum_steps={train.grad_accum_steps}'
+    )
+  layout = ring_attention.RingLayout(
+    shards=shards,
+    length=length,
+    length_field=field,
+    batch=batch,
+    batch_field=batch_field,
+    local_heads=spec.model.num_heads // spec.split_size('heads', device_count),
+    mesh_shape=spec.mesh.shape,
+  )
+  ring_attention.check_config(spec.model, layout, lambda: memory_budget(train))
 
 
 def check_param_layout(spec: RunSpec, device_count: int) -> None:

@@ -35,6 +35,7 @@ from realformer_jax import atomic_files, extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import tokenizers
+from realformer_jax.kernels import ring_attention
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
   build,
@@ -145,6 +146,8 @@ def run(
       f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
       f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'
     )
+    if spec.sequence_parallel_size(setup.mesh.size) > 1:
+      writer.print(f'ring attention per-block op: {ring_attention.block_op(setup.model_config)}')
 
     stop = train.stop_step
     step = int(jax.device_get(state.step))

@@ -14,6 +14,8 @@ import compile_settings
 import pytest
 from train_fixtures import REPO
 
+pytestmark = pytest.mark.sequence_parallel
+
 _SCRIPT = r"""
 import json
 import jax, jax.numpy as jnp, numpy as np
@@ -96,3 +98,76 @@ def test_ring_op_matches_the_einsum_path():
   for name, result in report.items():
     assert result['value'] <= 1e-5 and result['grads'] <= 1e-5, (name, result)
     assert result['bias_grad'] > 0, name  # the padding bias's gradient is computed, not zeroed
+
+
+_FUSED_SCRIPT = r"""
+import dataclasses, json, sys
+import jax, jax.numpy as jnp, numpy as np
+import flax.linen as nn
+from jax.sharding import AxisType, Mesh
+jax.config.update('jax_default_matmul_precision', 'highest')
+from realformer_jax.kernels import ring_attention
+from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.model.attention import mask_bias
+
+N, B, L, H, K, LAYER = 3, 2, 128, 2, 8, 1  # 16 columns a device at 8: whole philox words
+rng = np.random.default_rng(0)
+shapes = ((2, N, B, L, H, K), (B, L, H, K))
+stack, v = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes)
+bias = mask_bias(jnp.asarray(np.arange(L) < np.array([[L], [77]]), jnp.int32))
+scale = jnp.asarray([[[[0.3]]], [[[0.5]]]], jnp.float32)
+key, weights = jax.random.key(7), jnp.asarray(rng.normal(size=(B, L, H, K)), jnp.float32)
+used = (jnp.arange(N) <= LAYER).astype(jnp.float32)[:, None, None, None, None]
+KERNEL = KernelSpec('triton', False, False, 0, H, 16, 16, 16, interpret=True)
+
+def loss(block_kernel, generator, stack, v, bias, scale):
+  shards = ring_attention.sequence_shards()
+  context, _ = ring_attention.sequence_attention(
+      shards, ring_attention.stack_logits, stack[0] * used, stack[1], v, None, bias, scale,
+      jnp.float32(2.0), key, 0.5, jnp.float32, carry_out=False, generator=generator,
+      block_kernel=block_kernel, layer=jnp.int32(LAYER))
+  return jnp.sum(context * weights), context
+
+def run(block_kernel, generator, sequence):
+  mesh = Mesh(np.array(jax.devices()[:sequence]).reshape(1, sequence), ('data', 'sequence'),
+              axis_types=(AxisType.Auto,) * 2)
+  with jax.set_mesh(mesh), nn.logical_axis_rules([('batch', 'data'), ('length', 'sequence')]):
+    f = jax.jit(jax.value_and_grad(lambda *a: loss(block_kernel, generator, *a),
+                                   argnums=(0, 1, 2, 3), has_aux=True))
+    return jax.device_get(f(stack, v, bias, scale))
+
+def worst(a, b):
+  return max(float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+report = {}
+for generator, sequence in (('threefry', 2), ('philox', 4), ('threefry', 8)):
+  einsum, fused = run(None, generator, sequence), run(KERNEL, generator, sequence)
+  report[f'{generator}_seq{sequence}'] = {
+      'value': worst(fused[0][1], einsum[0][1]), 'grads': worst(fused[1], einsum[1]),
+      'bias_grad': float(np.max(np.abs(fused[1][2])))}
+print('RESULTS ' + json.dumps(report))
+"""
+
+
+@pytest.mark.slow  # a subprocess on 8 forced devices, interpret-mode kernels (~60 s CPU)
+def test_the_fused_block_op_ring_matches_the_einsum_ring():
+  """residual_carry='qk' on the ring with the Triton qk block kernel (interpret mode) as the
+  forward's per-block op (RingSpec.block_kernel) against the einsum formula's ring: sequence
+  axes of 2, 4 and 8, dropout 0.5 from both generators, padding, the running-mean divisor; the
+  context and the gradients of the query and key stacks, v, the padding bias and the score scale
+  (the backward is the einsum ring's, from the fused forward's output and statistics)."""
+  done = subprocess.run(
+    [sys.executable, '-c', _FUSED_SCRIPT],
+    cwd=REPO,
+    env=compile_settings.cpu_devices_env(8),
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  report = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  assert len(report) == 3
+  for name, result in report.items():
+    assert result['value'] <= 1e-5 and result['grads'] <= 1e-5, (name, result)
+    assert result['bias_grad'] > 0, name

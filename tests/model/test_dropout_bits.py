@@ -101,6 +101,7 @@ def test_mask_is_a_function_of_the_global_position():
     jax.eval_shape(lambda k: keep_mask(k, 0.5, (2**16, 2**16, 2)), key)
 
 
+@pytest.mark.sequence_parallel  # the ring's dropout blocks
 @pytest.mark.parametrize(
   'generator',
   ['threefry', pytest.param('philox', marks=pytest.mark.slow)],  # ~3 s compiles each

@@ -10,6 +10,8 @@ import pytest
 
 from tests import scale_out_support as support
 
+pytestmark = pytest.mark.sequence_parallel
+
 MESHES = ('1,1,1,2', '1,1,1,4', '1,1,1,8', '2,1,1,4', '1,2,1,4')  # data,fsdp,tensor,sequence
 TOLERANCE = 1e-5
 
@@ -23,5 +25,19 @@ def test_sequence_axis_gives_the_one_device_run(family):
   for mesh in MESHES:
     result = report[mesh]
     assert result['path'] == ('RingQKPath' if family == 'realformer_qk' else 'RingPath'), result
+    for key in ('outputs', 'grads', 'losses', 'params'):
+      assert result[key] <= TOLERANCE, (mesh, key, result)
+
+
+@pytest.mark.slow  # interpret-mode kernels in every train step (~2 min CPU)
+def test_the_fused_block_ring_gives_the_one_device_run():
+  """residual_carry='qk' with attention_impl='pallas_triton': the ring's forward blocks through
+  the Triton qk block kernel (interpret mode), against one device's Triton qk kernels."""
+  meshes = ('1,1,1,2', '1,1,1,4')  # 8 devices: 4 positions each, not whole hash words
+  report = support.run_check('sequence_parallel_check', 8, args=('realformer_qk_triton', *meshes))
+  assert report['reference_path'] == 'QKPath', report
+  for mesh in meshes:
+    result = report[mesh]
+    assert result['path'] == 'RingQKPath', result
     for key in ('outputs', 'grads', 'losses', 'params'):
       assert result[key] <= TOLERANCE, (mesh, key, result)

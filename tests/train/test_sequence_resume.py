@@ -7,6 +7,8 @@ import pytest
 
 from tests import scale_out_support as support
 
+pytestmark = pytest.mark.sequence_parallel
+
 STEPS = 5
 
 
@@ -33,6 +35,7 @@ def test_a_run_resumes_on_another_sequence_axis_size(data_dir, tmp_path):
   )[0]
   assert 'resumed from the checkpoint at step 3' in second.stdout, second.stdout
   assert "'sequence': 4" in second.stdout, second.stdout
+  assert 'ring attention per-block op: the einsum formula' in second.stdout, second.stdout
   one, two = support.train_losses(straight), support.train_losses(resumed)
   assert sorted(two) == list(range(1, STEPS + 1))
   for step in range(1, STEPS + 1):

@@ -60,6 +60,7 @@ from realformer_jax.kernels.backends.triton.attention import (
   _exp2,
 )
 from realformer_jax.kernels.backends.triton.tiles import device_sms, device_tiles, with_device_tiles
+from realformer_jax.kernels.dropout_bits import DRAWS_PER_GENERATOR
 from realformer_jax.kernels.spec import KernelSpec
 
 DS_PANEL_BYTES = 2**30  # the largest dS panel of every (batch, head) at once
@@ -202,6 +203,117 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
     name='realformer_qk_attention_fwd',
   )(stack, v, bias, fparams, iparams, layer)
   return out, (m, log_l), None
+
+
+# --- one block of a ring (kernels/ring_attention.py) ---------------------------------------------
+
+
+def _block_forward_kernel(
+  q_ref,
+  k_ref,
+  v_ref,
+  bias_ref,
+  f_ref,
+  i_ref,
+  l_ref,
+  c_ref,
+  o_ref,
+  m_ref,
+  log_l_ref,
+  *,
+  spec,
+  length,
+):
+  """_forward_kernel on one block of the global [L, L] scores: the queries' rows and the keys'
+  columns are separate arrays of their own lengths, and the dropout hash takes the block's
+  global origin (c_ref: first row, first column) and the global length, so the mask is the
+  one-device mask's block."""
+  _, block_rows, head_dim = q_ref.shape
+  cols = k_ref.shape[1]
+  block_q, block_k = min(spec.block_q, block_rows), min(spec.block_k, cols)
+  iq, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  qs = pl.ds(pl.multiple_of(iq * block_q, block_q), block_q)
+  scale, inv_div = f_ref[0], f_ref[1]
+  layers = l_ref[0] + 1
+  dtype = v_ref.dtype
+  exp2 = _exp2(spec)
+  base2_scale = scale * inv_div * tm.LOG2E
+  row0, col0 = c_ref[0] + iq * block_q, c_ref[1]
+
+  def body(j, state):
+    ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
+    z = tm.summed_scores(
+      lambda i: q_ref[i, qs, :].astype(dtype),
+      lambda i: k_ref[i, ks, :].astype(dtype),
+      layers,
+      base2_scale,
+      (block_q, block_k),
+    )
+    z = z + bias_ref[ks][None, :] * tm.LOG2E
+    keep = None
+    if spec.dropout:
+      keep = _draw_keep(spec, i_ref, b, h, length, row0, col0 + j * block_k, (block_q, block_k))
+    return tm.online_softmax_step(state, z, v_ref[ks, :], keep, spec.keep_prob, exp2)
+
+  state = lax.fori_loop(0, cols // block_k, body, tm.initial_state(block_q, head_dim))
+  out, (m, log_l) = tm.finish(state, jnp.log2)
+  o_ref[...] = out.astype(o_ref.dtype)
+  m_ref[...] = m[:, 0]
+  log_l_ref[...] = log_l[:, 0]
+
+
+def block_forward(q_stack, k_stack, v, bias, fparams, iparams, layer, origin, length, spec):
+  """forward() on one block of a ring: (out [B, Lq, H, K], (m, log l) [B, H, Lq] float32 in
+  base 2) of the queries q_stack [N, B, Lq, H, K] against the keys k_stack [N, B, Lk, H, K],
+  v [B, Lk, H, K] and their padding bias [B, Lk]; slots <= layer (int32 [1]) summed. origin:
+  uint32 [2], the block's first global row and column; length: the global sequence length
+  (the dropout hash's row counter). The tiles are the spec's, capped at the block's lengths."""
+  layers, batch, rows, heads, head_dim = q_stack.shape
+  cols = k_stack.shape[2]
+  block_q = min(spec.block_q, rows)
+  block_k = min(spec.block_k, cols)
+  if spec.dropout and block_k % DRAWS_PER_GENERATOR[spec.generator]:
+    raise ValueError(
+      f'block_forward: a {block_k}-column tile is not whole {spec.generator} hash words'
+    )
+  if rows % block_q or cols % block_k:
+    raise ValueError(
+      f'block_forward: tiles {spec.block_q}x{spec.block_k} do not divide a {rows}x{cols} block'
+    )
+  stack_spec = lambda n: pl.BlockSpec(
+    (layers, None, n, None, head_dim), lambda _, b, h: (0, b, 0, h, 0)
+  )
+  in_specs = [
+    stack_spec(rows),
+    stack_spec(cols),
+    _rows_spec(cols, head_dim),
+    pl.BlockSpec((None, cols), lambda i, b, h: (b, 0)),
+    pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
+    pl.BlockSpec((4,), lambda i, b, h: (0,)),
+    pl.BlockSpec((1,), lambda i, b, h: (0,)),
+    pl.BlockSpec((2,), lambda i, b, h: (0,)),
+  ]
+  out_shape = [
+    jax.ShapeDtypeStruct((batch, rows, heads, head_dim), v.dtype),
+    jax.ShapeDtypeStruct((batch, heads, rows), jnp.float32),
+    jax.ShapeDtypeStruct((batch, heads, rows), jnp.float32),
+  ]
+  out_specs = [
+    pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+  ]
+  out, m, log_l = pl.pallas_call(
+    functools.partial(_block_forward_kernel, spec=spec, length=length),
+    grid=(rows // block_q, batch, heads),
+    in_specs=in_specs,
+    out_specs=out_specs,
+    out_shape=out_shape,
+    interpret=spec.interpret,
+    compiler_params=_compiler_params(head_dim),
+    name='realformer_qk_ring_block_fwd',
+  )(q_stack, k_stack, v, bias, fparams, iparams, layer, origin)
+  return out, (m, log_l)
 
 
 # --- backward ----------------------------------------------------------------------------------

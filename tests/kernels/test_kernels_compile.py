@@ -48,7 +48,11 @@ def test_kernels_compile_for_an_h100_and_a_tpu_v5e(tmp_path):
     assert measured['step_s'] > 0 and measured['fits'], (name, measured)
     kernels = {k['op'] for k in measured['attention_kernels']}
     assert kernels == KERNELS[name], (name, kernels)
-    # Every kernel is counted once per layer and step (2 layers), none without a cost.
-    assert all(k['count'] == 2 for k in measured['attention_kernels']), name
+    # Every kernel is counted once per layer and step (2 layers), none without a cost; an
+    # unrolled scan may list each layer's launch apart (a row of count 1 per layer).
+    counts = {}
+    for k in measured['attention_kernels']:
+      counts[k['op']] = counts.get(k['op'], 0) + k['count']
+    assert set(counts.values()) == {2}, (name, counts)
     assert not [w for w in measured['warnings'] if 'attention' in w], measured['warnings']
   assert 'ESTIMATES' in result.stdout

@@ -96,6 +96,22 @@ def _stack_spec(layers: int, seq_len: int, head_dim: int) -> pl.BlockSpec:
   )
 
 
+def _forward_outputs(batch, rows, heads, head_dim, dtype, block_q):
+  """The forwards' outputs (context, row max, log row sum) and their blocks: `block_q` rows of
+  one batch row and head a program."""
+  out_shape = [
+    jax.ShapeDtypeStruct((batch, rows, heads, head_dim), dtype),
+    jax.ShapeDtypeStruct((batch, heads, rows), jnp.float32),
+    jax.ShapeDtypeStruct((batch, heads, rows), jnp.float32),
+  ]
+  out_specs = [
+    pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
+  ]
+  return out_shape, out_specs
+
+
 def _rows_spec(seq_len: int, head_dim: int) -> pl.BlockSpec:
   return pl.BlockSpec((None, seq_len, None, head_dim), lambda _, b, h: (b, 0, h, 0))
 
@@ -181,16 +197,7 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
     pl.BlockSpec((4,), lambda i, b, h: (0,)),
     pl.BlockSpec((1,), lambda i, b, h: (0,)),
   ]
-  out_shape = [
-    jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), v.dtype),
-    jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
-    jax.ShapeDtypeStruct((batch, heads, seq_len), jnp.float32),
-  ]
-  out_specs = [
-    pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
-    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
-    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
-  ]
+  out_shape, out_specs = _forward_outputs(batch, seq_len, heads, head_dim, v.dtype, block_q)
   out, m, log_l = pl.pallas_call(
     functools.partial(_forward_kernel, spec=spec),
     grid=(seq_len // block_q, batch, heads),
@@ -293,16 +300,7 @@ def block_forward(q_stack, k_stack, v, bias, fparams, iparams, layer, origin, le
     pl.BlockSpec((1,), lambda i, b, h: (0,)),
     pl.BlockSpec((2,), lambda i, b, h: (0,)),
   ]
-  out_shape = [
-    jax.ShapeDtypeStruct((batch, rows, heads, head_dim), v.dtype),
-    jax.ShapeDtypeStruct((batch, heads, rows), jnp.float32),
-    jax.ShapeDtypeStruct((batch, heads, rows), jnp.float32),
-  ]
-  out_specs = [
-    pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0)),
-    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
-    pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i)),
-  ]
+  out_shape, out_specs = _forward_outputs(batch, rows, heads, head_dim, v.dtype, block_q)
   out, m, log_l = pl.pallas_call(
     functools.partial(_block_forward_kernel, spec=spec, length=length),
     grid=(rows // block_q, batch, heads),

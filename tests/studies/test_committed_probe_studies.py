@@ -1,7 +1,8 @@
-"""The length-extrapolation study, once a script, runs through the one runner as a declared plan
-(studies/plans/length_extrapolation.py, trainer 'at_lengths', report 'lengths') and reproduces
-its committed results exactly from the committed per-run JSON: the whole analysis in
-results.json and the whole results.md but for its command line. No training."""
+"""The length-extrapolation study and the position probe, once scripts, run through the one runner
+as declared plans (studies/plans/length_extrapolation.py, position_probe.py: their own trainers
+and reports) and reproduce their committed results exactly from the committed per-run JSON: the
+whole analysis in results.json and the whole results.md but for its command line. No
+training."""
 
 import dataclasses
 import json
@@ -9,7 +10,7 @@ import os
 
 from repo_paths import REPO
 
-from realformer_jax.studies import lengths, runner, runs
+from realformer_jax.studies import lengths, position_probe, runner, runs
 
 
 def _committed(name: str):
@@ -31,4 +32,20 @@ def test_the_length_plan_reproduces_the_committed_analysis_and_report(tmp_path):
   mine = open(tmp_path / 'results.md').read().splitlines()
   theirs = open(os.path.join(plan.out, 'results.md')).read().splitlines()
   command = 'Regenerate: `python -m experiments.length_extrapolation`'
+  assert mine == [line.replace(command, 'Regenerate: `CMD`') for line in theirs]
+
+
+def test_the_position_probe_plan_reproduces_the_committed_analysis_and_report(tmp_path):
+  plan, results = _committed('position_probe')
+  assert sorted(results) == sorted(
+    f'{v}-s0' for v in ('learned', 'rope', 'none', 'learned-lr4', 'learned-4x')
+  )
+  analysis = runner.analyse(plan, results)
+  committed = json.load(open(os.path.join(plan.out, 'results.json')))
+  assert json.loads(json.dumps(analysis)) == committed['summary']
+  assert analysis['variants']['learned-4x']['steps'] == 4 * plan.scale.steps
+  position_probe.write_markdown(str(tmp_path / 'results.md'), plan, analysis, 'CMD')
+  mine = open(tmp_path / 'results.md').read().splitlines()
+  theirs = open(os.path.join(plan.out, 'results.md')).read().splitlines()
+  command = 'Regenerate: `python -m experiments.position_probe`'
   assert mine == [line.replace(command, 'Regenerate: `CMD`') for line in theirs]

@@ -7,7 +7,7 @@ claims where its effects should live, with models that learn masked-LM.
     python -m experiments.study --plan=layouts --scale=bert_small   # accelerator (not run here)
 
 The CPU scale: 12 layers x 64 (2 heads of 32), FFN 256, sequence 64, batch 32, rotary
-positions (learned positions do not learn at this budget: experiments/position_probe.py),
+positions (learned positions do not learn at this budget: studies/plans/position_probe.py),
 dropout 0.1, 600 AdamW steps (10% warmup, linear decay to 0), a 2,000-piece tokenizer, scored
 on the first 16 held-out batches (the same masked tokens for every run). For a seed, every
 layout sees the same batches in the same order, and Post-LN and RealFormer start from the same

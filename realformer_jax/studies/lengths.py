@@ -28,15 +28,8 @@ from realformer_jax.studies.report import difference_cell, seed_cell, write_line
 
 def train(plan: Plan, run, workdir: str, data_dir: str, report) -> dict:
   """Trains one run (resuming its workdir) and evaluates it at every length."""
-  p, options = run.params, plan.options
-  config = study.mlm_config(
-    plan.scale,
-    seed=p['seed'],
-    learning_rate=p['learning_rate'],
-    steps=p['steps'],
-    data_dir=data_dir,
-    model=p.get('model', {}),
-  )
+  options = plan.options
+  config = study.run_config(plan.scale, run.params, data_dir)
   result = study.train_run(config, workdir, report, progress_share=0.8)
   if result['diverged_at_step'] is not None:
     return dict(result, by_length=None)

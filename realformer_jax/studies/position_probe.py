@@ -20,15 +20,7 @@ from realformer_jax.studies.report import seed_cell, write_lines, write_results
 
 
 def train(plan: Plan, run, workdir: str, data_dir: str, report) -> dict:
-  p = run.params
-  config = study.mlm_config(
-    plan.scale,
-    seed=p['seed'],
-    steps=p['steps'],
-    learning_rate=p['learning_rate'],
-    data_dir=data_dir,
-    model=p['model'],
-  )
+  config = study.run_config(plan.scale, run.params, data_dir)
   result = study.train_run(config, workdir, report, progress_share=0.9)
   if result['diverged_at_step'] is None:
     report(0.9, 'scoring')

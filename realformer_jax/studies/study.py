@@ -97,6 +97,19 @@ def mlm_config(
   return config
 
 
+def run_config(scale: Scale, params: Mapping[str, Any], data_dir: str) -> ml_collections.ConfigDict:
+  """The pretraining config of one planned run (Plan.run's params: seed, learning_rate, steps,
+  model): what the trainers of variants (Arm.model) train before they score."""
+  return mlm_config(
+    scale,
+    seed=params['seed'],
+    learning_rate=params['learning_rate'],
+    steps=params['steps'],
+    data_dir=data_dir,
+    model=params.get('model', {}),
+  )
+
+
 def train_run(
   config: ml_collections.ConfigDict,
   workdir: str,

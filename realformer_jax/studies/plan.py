@@ -60,6 +60,9 @@ TRAINERS = {
   'at_lengths': 'realformer_jax.studies.lengths:train',
   # Masked-LM pretraining of a variant, then probed: attention to neighbours, the position table.
   'position_probe': 'realformer_jax.studies.position_probe:train',
+  # Fine-tuning bible_sections from a run of another plan (Plan.options['pretraining']) or from
+  # that run's architecture randomly initialised.
+  'finetune': 'realformer_jax.studies.finetune_compare:train',
 }
 
 
@@ -90,6 +93,10 @@ REPORTS = {
     'realformer_jax.studies.position_probe',
     ('mask_accuracy', 'accuracy', 'loss', 'neighbour_attention', 'table_cosine'),
     ('curves',),
+  ),
+  # Test accuracy and Matthews correlation per starting point, paired differences with verdicts.
+  'finetune': Report(
+    'realformer_jax.studies.finetune_compare', ('accuracy', 'matthews_corrcoef'), ('test_accuracy',)
   ),
 }
 

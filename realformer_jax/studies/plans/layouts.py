@@ -32,8 +32,8 @@ Added 2026-11-28, after the runs: P1 and P2 on all selected positions (the paper
 their own family (they change no declared verdict).
 
 Runs: `lr<rate>-<layout>-s<seed>` (`half-` in front for step 3) in docs/results/compare_layouts/
-runs/; workdirs in results/compare_layouts/ (experiments.attention_analysis and
-experiments.finetune_compare read the r* runs' checkpoints).
+runs/; workdirs in results/compare_layouts/ (experiments.attention_analysis and the
+finetune_compare plan read the r* runs' checkpoints).
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ PLANS = {
 
 
 # ------------------------------------------------------------------------------------------
-# For the scripts that read this study's runs (experiments.attention_analysis,
-# experiments.finetune_compare).
+# For what reads this study's runs (experiments.attention_analysis; the finetune_compare plan
+# reads `decisions`).
 
 
 def add_reader_arguments(parser, runs_flag: str) -> None:

@@ -9,8 +9,8 @@ helpers.
     scored = study.score_workdir(workdir)                  # per-sequence sums + floors
 
 The declared plans (studies/plans/, run by studies/runner.py) build their runs from these;
-runs.py runs a grid resumably with a progress line, stats.py has the intervals. "Learned" has one definition
-everywhere: eval loss below the copy-aware unigram loss
+runs.py runs a grid resumably with a progress line, stats.py has the intervals. "Learned" has
+one definition everywhere: eval loss below the copy-aware unigram loss
 (`realformer_jax.mlm.metrics.failed_to_train`) and [MASK] accuracy above the most frequent
 token's (`learned`).
 """

@@ -25,19 +25,20 @@ from realformer_jax.studies.report import seed_cell, write_lines, write_results
 
 
 def pretraining_rate(plan: Plan) -> float:
-  """r* of the pretraining plan, from its report (ValueError before it reported)."""
+  """r* of the pretraining plan, from its report (one error line before it reported)."""
   pretraining = plan.options['pretraining']
   star, _, _ = layouts_plan.decisions(pretraining.out)
   if star is None:
-    raise ValueError(
-      f'no r* in {pretraining.out}/results.json: run the layouts study first '
+    raise SystemExit(
+      f'error: no r* in {pretraining.out}/results.json: run the layouts study first '
       '(python -m experiments.study --plan=layouts)'
     )
   return star
 
 
 def pretrained_run(plan: Plan, layout: str, seed: int) -> tuple[str, dict]:
-  """(workdir, run record) of the pretraining of `layout` and `seed` at r*."""
+  """(workdir, run record) of the pretraining of `layout` and `seed` at r* (one error line, before
+  anything compiles, where it has not finished)."""
   pretraining = plan.options['pretraining']
   rate = pretraining_rate(plan)
   name = pretraining.run_name(layout, rate, pretraining.scale.steps, seed)
@@ -45,7 +46,9 @@ def pretrained_run(plan: Plan, layout: str, seed: int) -> tuple[str, dict]:
   record = os.path.join(store, 'runs', f'{name}.json')
   workdir = os.path.join(pretraining.workdirs, name)
   if not os.path.exists(record) or not os.path.isdir(workdir):
-    raise ValueError(f'{name} is not a finished run of the layouts study in {store} / {workdir}')
+    raise SystemExit(
+      f'error: {name} is not a finished run of the layouts study in {store} / {workdir}'
+    )
   with open(record) as f:
     return os.path.abspath(workdir), json.load(f)
 

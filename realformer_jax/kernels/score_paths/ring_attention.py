@@ -31,7 +31,9 @@ their gradient accumulators, each device adds its queries' share (dV = P^T dO, d
 the VJP of `logits` for the local side and the key block), and after n hops each accumulator is
 home. The bias and score scale get their true gradients (the bias's travels with its block; the
 scale's is summed by shard_map's transpose); the running-mean divisor none (a layer count, as on the
-einsum path).
+einsum path). Where the forward's per-block op is a fused qk block kernel (RingSpec.block_kernel)
+the backward's is too: its `block_backward` takes the whole block (the dS kernel from the rows'
+global statistics and D, then the matmuls over the slots <= l) in place of the sub-blocks.
 
 The qk carry's layers that qk_carry.qk_stack re-runs going down take the output and row
 statistics that the layers going up returned (qk_carry.SavedAttention) through

@@ -39,6 +39,10 @@ tiles, no atomics) is per call site and a rolled scan's one call site runs every
 counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
 XLA. Tiles, warps and stages come from tiles.py's TILES, a table keyed by the device kind
 (each row says which of its entries were measured on a device, and where).
+One block of a ring (score_paths/ring_attention.py): `block_forward` and `block_backward`, the
+same two steps on a (query block, key block) pair with the block's global origin in the
+dropout hash; the backward also returns the travelling padding bias's and the score scale's
+gradients, which the ring's einsum formula gives too.
 """
 
 from __future__ import annotations

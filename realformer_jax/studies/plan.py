@@ -68,6 +68,9 @@ TRAINERS = {
   'grad_norms': 'realformer_jax.studies.grad_norms:train',
   # The grad_norms model under one change, measured at init only (no training, no checkpoints).
   'init_sweep': 'realformer_jax.studies.init_sweep:train',
+  # Attention entropy and adjacent-layer JSD of a finished run of another plan
+  # (Plan.options['pretraining']) on its held-out split: nothing is trained.
+  'attention': 'realformer_jax.studies.attention_analysis:train',
 }
 
 
@@ -111,6 +114,12 @@ REPORTS = {
   ),
   # One row per setting: first/last gradient ratios and token cosines at init.
   'init_sweep': Report('realformer_jax.studies.init_sweep', ('grad_norms', 'token_cosine'), ()),
+  # Entropy and JSD per layer, paired differences, the comparisons with Holm and verdicts.
+  'attention': Report(
+    'realformer_jax.studies.attention_analysis',
+    ('top_entropy', 'top_entropy_std', 'middle_jsd'),
+    ('entropy', 'jsd'),
+  ),
 }
 
 

@@ -63,6 +63,14 @@ TRAINERS = {
   # Fine-tuning bible_sections from a run of another plan (Plan.options['pretraining']) or from
   # that run's architecture randomly initialised.
   'finetune': 'realformer_jax.studies.finetune_compare:train',
+  # A deep, narrow encoder of a variant measured at init, trained a few hundred AdamW steps,
+  # measured again: per-layer gradient norms, DS-Init ratios, token cosines (no checkpoints).
+  'grad_norms': 'realformer_jax.studies.grad_norms:train',
+  # The grad_norms model under one change, measured at init only (no training, no checkpoints).
+  'init_sweep': 'realformer_jax.studies.init_sweep:train',
+  # Attention entropy and adjacent-layer JSD of a finished run of another plan
+  # (Plan.options['pretraining']) on its held-out split: nothing is trained.
+  'attention': 'realformer_jax.studies.attention_analysis:train',
 }
 
 
@@ -97,6 +105,20 @@ REPORTS = {
   # Test accuracy and Matthews correlation per starting point, paired differences with verdicts.
   'finetune': Report(
     'realformer_jax.studies.finetune_compare', ('accuracy', 'matthews_corrcoef'), ('test_accuracy',)
+  ),
+  # Per-layer gradient norms of every variant at init and trained, side by side.
+  'grad_norms': Report(
+    'realformer_jax.studies.grad_norms',
+    ('grad_norms', 'input_grad_norms', 'beta', 'token_cosine', 'loss'),
+    ('grad_norms',),
+  ),
+  # One row per setting: first/last gradient ratios and token cosines at init.
+  'init_sweep': Report('realformer_jax.studies.init_sweep', ('grad_norms', 'token_cosine'), ()),
+  # Entropy and JSD per layer, paired differences, the comparisons with Holm and verdicts.
+  'attention': Report(
+    'realformer_jax.studies.attention_analysis',
+    ('top_entropy', 'top_entropy_std', 'middle_jsd'),
+    ('entropy', 'jsd'),
   ),
 }
 

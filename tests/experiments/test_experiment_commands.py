@@ -1,6 +1,6 @@
 """The README's experiment commands start and report (at toy size, under --quick):
 `experiments.study --plan=layouts` (the toy plan's Post-LN and RealFormer runs at r*: tables,
-verdicts, plots; a rerun trains nothing), attention_analysis and the finetune_compare plan on
+verdicts, plots; a rerun trains nothing), the attention_analysis and finetune_compare plans on
 those workdirs (RealFormer and the from-scratch control), position_probe (two variants); and
 the one definition of a run that learned."""
 
@@ -12,7 +12,6 @@ import jit_cache
 import pytest
 from data_fixtures import bible_config, quick_study_argv
 
-from experiments import attention_analysis
 from realformer_jax import train
 from realformer_jax.commands import study as study_command
 from realformer_jax.studies import study
@@ -78,27 +77,27 @@ def test_layouts_study_quick(layouts, capsys):
   assert 'starting' not in capsys.readouterr().out
 
 
+# The toy attention plan reading the layouts fixture's runs (its toy layouts plan names no folders).
+_ATTENTION_ON = """
+import dataclasses
+from realformer_jax.studies.plans import attention_analysis, layouts
+pretraining = dataclasses.replace(layouts.PLANS['toy'], out={out!r}, workdirs={workdirs!r})
+PLANS = {{'toy': attention_analysis.make(pretraining, (0, 1), max_batches=1)}}
+"""
+
+
 @pytest.mark.slow
-def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
+def test_attention_analysis_on_the_layout_runs(layouts, tmp_path, capsys):
   _, out, workdirs, _ = layouts
-  report = attention_analysis.main(
-    [
-      '--runs_dir',
-      workdirs,
-      '--layouts_results',
-      out,
-      '--seeds',
-      '0,1',
-      '--max_batches',
-      '1',
-      '--out',
-      str(tmp_path),
-    ]
-  )
+  plan_file = tmp_path / 'attention_on_the_fixture.py'
+  plan_file.write_text(_ATTENTION_ON.format(out=out, workdirs=workdirs))
+  argv = [f'--plan={plan_file}'] + quick_study_argv(str(tmp_path / 'out'), str(tmp_path / 'runs'))
+  report = study_command.main(argv)['analysis']
   layers = layouts_plan.PLANS['toy'].scale.layers
   for layout in ('post', 'realformer'):
     assert len(report['summary'][layout]['entropy_mean']) == layers
     assert len(report['summary'][layout]['jsd_mean']) == layers - 1
+  assert report['seeds'] == [0, 1] and report['rate'] == 0.003
   # Toy runs do not learn masked-LM: the paper's statements are not testable on them.
   assert {row['verdict'] for row in report['claims']} <= {
     'not testable at this scale',
@@ -106,8 +105,11 @@ def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
     'does not hold',
     'inconclusive',
   }
-  assert os.path.getsize(tmp_path / 'entropy.png') > 1000
-  assert "The paper's statements" in (tmp_path / 'attention.md').read_text()
+  assert os.path.getsize(tmp_path / 'out' / 'entropy.png') > 1000
+  assert "The paper's statements" in (tmp_path / 'out' / 'results.md').read_text()
+  capsys.readouterr()
+  study_command.main(argv)  # every run is analysed: nothing is analysed again
+  assert 'starting' not in capsys.readouterr().out
 
 
 # The toy finetune plan reading the layouts fixture's runs (its toy layouts plan names no folders).

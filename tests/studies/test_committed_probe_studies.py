@@ -8,15 +8,9 @@ import dataclasses
 import json
 import os
 
-from repo_paths import REPO
+from committed_plans import committed as _committed
 
-from realformer_jax.studies import lengths, position_probe, runner, runs
-
-
-def _committed(name: str):
-  plan = runner.load_plan(name)
-  plan = dataclasses.replace(plan, out=os.path.join(REPO, plan.out))
-  return plan, runs.load_results(plan.out, plan.runs({}))
+from realformer_jax.studies import lengths, position_probe, runner
 
 
 def test_the_length_plan_reproduces_the_committed_analysis_and_report(tmp_path):

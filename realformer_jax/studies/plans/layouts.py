@@ -32,8 +32,8 @@ Added 2026-11-28, after the runs: P1 and P2 on all selected positions (the paper
 their own family (they change no declared verdict).
 
 Runs: `lr<rate>-<layout>-s<seed>` (`half-` in front for step 3) in docs/results/compare_layouts/
-runs/; workdirs in results/compare_layouts/ (experiments.attention_analysis and the
-finetune_compare plan read the r* runs' checkpoints).
+runs/; workdirs in results/compare_layouts/ (the attention_analysis and finetune_compare
+plans read the r* runs' checkpoints).
 """
 
 from __future__ import annotations
@@ -136,19 +136,8 @@ PLANS = {
 
 
 # ------------------------------------------------------------------------------------------
-# For what reads this study's runs (experiments.attention_analysis; the finetune_compare plan
-# reads `decisions`).
-
-
-def add_reader_arguments(parser, runs_flag: str) -> None:
-  """`runs_flag` (where the runs' workdirs are: this plan's workdirs), --layouts_results (its
-  report folder: results.json with r*, runs/ with each run's record) and --rate (default r*)."""
-  cpu = PLANS['cpu']
-  parser.add_argument(runs_flag, default=cpu.workdirs, help="the layouts plan's workdirs")
-  parser.add_argument(
-    '--layouts_results', default=cpu.out, help="the layouts plan's report folder (r*, runs/)"
-  )
-  parser.add_argument('--rate', type=float, default=None, help='pretraining peak rate (default r*)')
+# For what reads this study's runs (studies/layouts_runs.py: the attention_analysis and
+# finetune_compare plans; the finetune report reads `decisions`).
 
 
 def decisions(layouts_results: str) -> tuple[Optional[float], list[int], dict]:

@@ -1,53 +1,34 @@
-r"""Attention entropy and adjacent-layer similarity of trained models (RealFormer paper, sec. 4.4).
+"""The attention analysis's trainer and report (Plan.trainer and Plan.report 'attention';
+studies/plans/attention_analysis.py): a run analyses one finished layouts run's checkpoint (the
+plan's options['pretraining'] at r*) on its held-out split, per layer: attention entropy (mean,
+spread, a sample) and the Jensen-Shannon divergence to the next layer; the report gives them per
+layout over seeds, the paired differences per layer and the plan's comparisons (5a-5c) with
+Holm-adjusted p-values and verdicts.
 
-    python -m experiments.attention_analysis            # the layouts study's runs at r*, ~5 min
-    python -m experiments.attention_analysis --runs_dir=DIR --rate=0.002 --seeds=0,1
-
-The models are the layouts study's (realformer_jax/studies/plans/layouts.py) Post-LN and RealFormer
-runs at r* (Post-LN's best peak rate; read from --layouts_results) with its confirmation seeds: the
-same seeds give the same data order and the same initial weights, so differences are paired by seed.
-
-For each trained workdir (`<runs_dir>/main-<layout>-s<seed>`, as the layouts study
-writes them), over the held-out split (the evaluation batches, masked as in evaluation), from
-the attention probabilities the model sows (`mutable=['intermediates']`, one batch at a time):
-
-  * entropy  H(p) = -sum_k p_k ln p_k of every (layer, head, real query token) distribution;
-    per layer: mean, the spread across heads and tokens (standard deviation), and a sample for
-    violin plots;
-  * Jensen-Shannon divergence (natural log, at most ln 2) between the distributions of the same
-    head and token in adjacent layers l and l + 1, averaged per layer pair.
-Seeds give the intervals: each statistic is computed per trained model, then mean and 95%
-Student-t interval over seeds. The paper's three statements, declared before the analysis and
-Holm-corrected as one family (RealFormer - Post-LN, paired by seed, seeds whose two runs both
-learned masked-LM; study.learned):
-
-  5a  the top layer's mean entropy is lower (sparser attention);
-  5b  the top layer's entropy spread across heads and tokens (std) is lower;
-  5c  adjacent layers are more alike: the JSD averaged over the middle third of layer pairs
-      is lower.
-Verdict: "not testable at this scale" with fewer than 2 such seeds; else "holds" / "does not
-hold" when the Holm-adjusted p-value is below 0.05 with the paper's / the opposite sign, else
-"inconclusive". Writes attention.md, entropy.png, jsd.png, attention.json to --out (default
-docs/results/attention_analysis/).
+The plan's options: pretraining (the layouts Plan), max_batches (held-out batches per model, -1:
+all).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from realformer_jax import MaskedLM, data, train
-from realformer_jax.studies import runs as runs_lib
+from realformer_jax import MaskedLM, data
+from realformer_jax import train as train_lib
 from realformer_jax.studies import stats, study
-from realformer_jax.studies.plans import layouts as layouts_plan
-from realformer_jax.studies.report import LAYOUT_COLORS, write_lines
+from realformer_jax.studies.layouts_runs import pretrained_run
+from realformer_jax.studies.plan import Plan
+from realformer_jax.studies.report import LAYOUT_COLORS, write_lines, write_results
+
+# What a run keeps of one model's analysis in the report's per_model (not its sample).
+MODEL_KEYS = ('workdir', 'tokens', 'heads', 'length', 'entropy_mean', 'entropy_std')
+MODEL_KEYS += ('entropy_head_std', 'jsd_mean')
+
 
 SAMPLE_PER_LAYER = 4000  # entropies kept per (model, layer) for the violin plots
 
@@ -72,7 +53,7 @@ def batch_statistics(model: MaskedLM, params, batch):
 
 def analyse_workdir(workdir: str, max_batches: int = -1, seed: int = 0) -> dict:
   """Per-layer entropy mean / std / sample and per-pair JSD mean of one trained model."""
-  run = train.load_workdir(workdir)
+  run = train_lib.load_workdir(workdir)
   model = MaskedLM(run.model_config)
   stats_fn = jax.jit(lambda params, batch: batch_statistics(model, params, batch))
   config = run.config
@@ -162,13 +143,6 @@ def middle_pairs(num_layers: int) -> list[int]:
   return list(range(start, max(stop, start + 1)))
 
 
-CLAIMS = (  # key, statement, statistic (per model), the paper's sign of RealFormer - Post-LN
-  ('5a', 'top layer: mean entropy lower', 'top_entropy', -1),
-  ('5b', 'top layer: entropy std across heads and tokens lower', 'top_entropy_std', -1),
-  ('5c', 'adjacent layers more alike: JSD over the middle third of pairs lower', 'middle_jsd', -1),
-)
-
-
 def claim_statistics(model: dict) -> dict:
   return {
     'top_entropy': model['entropy_mean'][-1],
@@ -181,20 +155,20 @@ def claim_statistics(model: dict) -> dict:
   }
 
 
-def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
-  """The paper's statements 5a-5c with verdicts by the module docstring's rule."""
+def claims(plan: Plan, per_layout: dict, seeds: list[int]) -> list[dict]:
+  """The plan's comparisons (the paper's statements 5a-5c) with verdicts by the plan module's
+  rule: paired by seed over `seeds`, Holm-adjusted together."""
   rows = []
-  for key, statement, stat, sign in CLAIMS:
-    row = {'key': key, 'statement': statement, 'expected_sign': sign, 'seeds': seeds}
+  for c in plan.comparisons:
+    a, b = c.a.variant, c.b.variant
+    row = {'key': c.key, 'statement': c.label, 'expected_sign': c.expected, 'seeds': seeds}
     if len(seeds) >= 2:
-      rf = [claim_statistics(per_layout['realformer'][s])[stat] for s in seeds]
-      post = [claim_statistics(per_layout['post'][s])[stat] for s in seeds]
-      diff = stats.paired_diff_ci(rf, post)
+      va = [claim_statistics(per_layout[a][s])[c.metric] for s in seeds]
+      vb = [claim_statistics(per_layout[b][s])[c.metric] for s in seeds]
+      diff = stats.paired_diff_ci(va, vb)
       se = diff.half_width / stats.t_quantile(0.975, len(seeds) - 1)
       row.update(
-        difference=diff.as_dict(),
-        realformer=rf,
-        post=post,
+        {'difference': diff.as_dict(), a: va, b: vb},
         p_value=stats.t_p_value(diff.mean, se, len(seeds) - 1),
       )
     rows.append(row)
@@ -211,7 +185,7 @@ def claims(per_layout: dict, seeds: list[int]) -> list[dict]:
   return rows
 
 
-def write_markdown(
+def _markdown(
   path: str,
   summary: dict,
   layouts: list[str],
@@ -318,13 +292,15 @@ def write_plots(
   width = 0.8 / len(layouts)
   for i, layout in enumerate(layouts):
     models = list(per_layout[layout].values())
-    # Pool the seeds' samples per layer: the distribution over tokens and heads.
-    pooled = [sum((r['entropy_sample'][l] for r in models), []) for l in range(num_layers)]
     positions = np.arange(num_layers) + (i - (len(layouts) - 1) / 2) * width
-    parts = ax.violinplot(pooled, positions=positions, widths=width * 0.95, showmedians=True)
-    for body in parts['bodies']:
-      body.set_facecolor(LAYOUT_COLORS.get(layout, 'gray'))
-      body.set_alpha(0.45)
+    # Pool the seeds' samples per layer: the distribution over tokens and heads (runs stored
+    # before this plan kept no sample: their means only).
+    if all(r.get('entropy_sample') for r in models):
+      pooled = [sum((r['entropy_sample'][l] for r in models), []) for l in range(num_layers)]
+      parts = ax.violinplot(pooled, positions=positions, widths=width * 0.95, showmedians=True)
+      for body in parts['bodies']:
+        body.set_facecolor(LAYOUT_COLORS.get(layout, 'gray'))
+        body.set_alpha(0.45)
     for r in models:  # each seed's mean entropy per layer
       ax.scatter(
         positions,
@@ -396,42 +372,46 @@ def write_plots(
   return paths
 
 
-def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  layouts_plan.add_reader_arguments(parser, '--runs_dir')
-  parser.add_argument('--seeds', default='', help='default: the confirmation seeds')
-  parser.add_argument(
-    '--max_batches',
-    type=int,
-    default=-1,
-    help='held-out batches per model (-1: every eval batch of the run)',
-  )
-  parser.add_argument('--out', default='docs/results/attention_analysis')
-  args = parser.parse_args(argv)
-  star, confirm_seeds, _ = layouts_plan.decisions(args.layouts_results)
-  rate = args.rate if args.rate is not None else star
-  if rate is None:
-    parser.error(f'no r* in {args.layouts_results}/results.json: pass --rate')
-  seeds = [int(s) for s in args.seeds.split(',')] if args.seeds else confirm_seeds
-  layouts = ['post', 'realformer']
-  os.makedirs(args.out, exist_ok=True)
-  per_layout, learned, notes = {l: {} for l in layouts}, {}, []
+def train(plan: Plan, run, workdir: str, data_dir: str, report) -> dict:
+  """Analyses the pretraining run of this run's layout and seed at r* (its own eval data:
+  `data_dir` and `workdir` are not used); a run that diverged is a result without statistics."""
+  layout, seed = run.params['variant'], run.params['seed']
+  pretrained, record = pretrained_run(plan, layout, seed)
+  result = {
+    'pretraining': {
+      'run': record['run'],
+      'rate': record['params']['learning_rate'],
+      'learned': bool(record.get('learned')),
+      'diverged_at_step': record.get('diverged_at_step'),
+    }
+  }
+  if record.get('diverged_at_step') is None:
+    report(0.0, f'analysing {pretrained}')
+    result.update(analyse_workdir(pretrained, plan.options['max_batches'], seed))
+  return result
+
+
+def analyse(plan: Plan, results: dict) -> dict:
+  """Per layout: each statistic per layer over the seeds whose two layouts were analysed; the
+  paired differences and the comparisons over the seeds whose two pretrainings learned."""
+  arms = plan.all_arms()
+  layouts, seeds = [a.variant for a in arms], list(arms[0].seeds)
+  per_layout, learned, notes, rates = {l: {} for l in layouts}, {}, [], set()
   for layout in layouts:
     for seed in seeds:
-      name = f'lr{rate:g}-{layout}-s{seed}'
-      workdir = os.path.join(args.runs_dir, name)
-      record = os.path.join(args.layouts_results, 'runs', f'{name}.json')
-      if not os.path.exists(record) or not os.path.isdir(workdir):
-        notes.append(f'{name}: no finished run, skipped')
+      name = plan.run_name(layout, 0.0, 0, seed)
+      if name not in results:
+        notes.append(f'{name}: not analysed yet, left out')
         continue
-      with open(record) as f:
-        run = json.load(f)
-      if run.get('diverged_at_step') is not None:
-        notes.append(f'{name}: diverged at step {run["diverged_at_step"]}, skipped')
+      pretraining = results[name]['pretraining']
+      rates.add(pretraining['rate'])
+      if pretraining['diverged_at_step'] is not None:
+        notes.append(
+          f'{pretraining["run"]}: diverged at step {pretraining["diverged_at_step"]}, skipped'
+        )
         continue
-      learned[(layout, seed)] = bool(run.get('learned'))
-      print(f'analysing {workdir}', flush=True)
-      per_layout[layout][seed] = analyse_workdir(workdir, args.max_batches, seed)
+      learned[(layout, seed)] = pretraining['learned']
+      per_layout[layout][seed] = results[name]
   both = [s for s in seeds if all(s in per_layout[l] for l in layouts)]
   paired = [s for s in both if all(learned[(l, s)] for l in layouts)]
   untrained = [s for s in both if s not in paired]
@@ -439,60 +419,64 @@ def main(argv=None) -> dict:
     notes.append(
       f'seeds {untrained}: a run did not learn masked-LM; left out of the paired statements'
     )
-  if not both:
-    raise SystemExit(
-      f'attention_analysis: no seed has both layouts at rate {rate:g} in {args.runs_dir}'
-    )
-  summary = {
-    l: {
-      key: summarise([per_layout[l][s] for s in both], key)
-      for key in ('entropy_mean', 'entropy_std', 'entropy_head_std', 'jsd_mean')
-    }
-    for l in layouts
-  }
-  length = int(next(iter(per_layout['post'].values()))['length'])
-  diffs = paired_differences(per_layout, layouts, paired)
-  claim_rows = claims(per_layout, paired)
-  defaults = {
-    'runs_dir': parser.get_default('runs_dir'),
-    'layouts_results': parser.get_default('layouts_results'),
-    'rate': None,
-    'seeds': '',
-  }
-  command = 'python -m experiments.attention_analysis' + ''.join(
-    f' --{k}={getattr(args, k)}' for k in defaults if getattr(args, k) != defaults[k]
-  )
-  write_markdown(
-    os.path.join(args.out, 'attention.md'),
-    summary,
-    layouts,
-    command,
-    both,
-    diffs,
-    claim_rows,
-    notes,
-    length,
-  )
-  runs_lib.write_json(
-    os.path.join(args.out, 'attention.json'),
+  summary = (
     {
-      'rate': rate,
-      'seeds': both,
-      'paired_seeds': paired,
-      'notes': notes,
-      'claims': claim_rows,
-      'summary': summary,
-      'paired_differences': diffs,
-      'per_model': {
-        l: {str(s): {k: v for k, v in r.items() if k != 'entropy_sample'} for s, r in rs.items()}
-        for l, rs in per_layout.items()
-      },
-    },
+      l: {
+        key: summarise([per_layout[l][s] for s in both], key)
+        for key in ('entropy_mean', 'entropy_std', 'entropy_head_std', 'jsd_mean')
+      }
+      for l in layouts
+    }
+    if both
+    else {}
   )
-  plots = write_plots(args.out, per_layout, summary, layouts, length)
-  print(f'wrote {os.path.join(args.out, "attention.md")} and {", ".join(plots)}')
-  return {'summary': summary, 'claims': claim_rows, 'notes': notes}
+  return {
+    'rate': rates.pop() if len(rates) == 1 else sorted(rates),
+    'seeds': both,
+    'paired_seeds': paired,
+    'notes': notes,
+    'claims': claims(plan, per_layout, paired),
+    'summary': summary,
+    'paired_differences': paired_differences(per_layout, layouts, paired),
+    'per_model': {
+      l: {str(s): {k: r[k] for k in MODEL_KEYS} for s, r in per_layout[l].items() if s in both}
+      for l in layouts
+    },
+  }
 
 
-if __name__ == '__main__':
-  main(sys.argv[1:])
+def write(plan: Plan, results: dict, analysis: dict, command: str) -> None:
+  """results.json (the analysis), results.md and the plots (once a seed has both layouts)."""
+  layouts = [a.variant for a in plan.all_arms()]
+  both = analysis['seeds']
+  os.makedirs(plan.out, exist_ok=True)
+  per_layout = {l: {s: results[plan.run_name(l, 0.0, 0, s)] for s in both} for l in layouts}
+  write_results(
+    plan.out,
+    {'pretraining': plan.options['pretraining'].name, 'summary': analysis},
+    lambda path: both and write_markdown(path, plan, analysis, command),
+    lambda: (
+      write_plots(plan.out, per_layout, analysis['summary'], layouts, _length(analysis))
+      if both
+      else []
+    ),
+  )
+
+
+def _length(analysis: dict) -> int:
+  """The models' sequence length (every model's is the same)."""
+  return int(next(iter(next(iter(analysis['per_model'].values())).values()))['length'])
+
+
+def write_markdown(path: str, plan: Plan, analysis: dict, command: str) -> None:
+  _markdown(
+    path,
+    analysis['summary'],
+    [a.variant for a in plan.all_arms()],
+    command,
+    analysis['seeds'],
+    analysis['paired_differences'],
+    analysis['claims'],
+    analysis['notes'],
+    _length(analysis),
+  )

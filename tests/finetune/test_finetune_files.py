@@ -63,7 +63,7 @@ def test_files_it_cannot_read_are_one_line(tmp_path):
       dict(train_file=train, validation_file=dev, label_column='category'),
       r"train.csv: line 2 has no column 'category' \(data.label_column; the line has: text, label",
     ),
-    (dict(train_file=train, validation_file=train, text_pair_column='b'), "no column 'b'"),
+    (dict(train_file=train, validation_file=dev, text_pair_column='b'), "no column 'b'"),
     (dict(train_file=str(tmp_path / 'empty.tsv'), validation_file=dev), 'holds no examples'),
     (
       dict(train_file=str(tmp_path / 'train.xlsx'), validation_file=dev),

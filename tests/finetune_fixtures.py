@@ -51,6 +51,22 @@ def toy_config(dataset: str, model=True, **overrides):
   return config
 
 
+def files_toy_flags(ln_placement: str = 'post') -> list[str]:
+  """Flags of a toy run on your own files (finetune/files.py): toy sizes, the shared tokenizer
+  and a toy model (random init; Post-LN: a standard BERT once exported, RealFormer: the
+  shipped PyTorch module)."""
+  model = {f'model.{k}': v for k, v in TOY_MODEL.items()}
+  model.update(
+    {
+      'model.ln_placement': ln_placement,
+      'model.position_embedding': 'learned',  # configs/tiny.py's rotary has no BERT class
+      'model.vocab_size': data.prepare(bible_config()).vocab_size,
+    }
+  )
+  values = {**model, **TOY, 'data.max_examples': -1, 'data.vocab_file': tokenizer_file()}
+  return [f'--config.{k}={v}' for k, v in values.items()] + ['--config.train.stop_at_step=2']
+
+
 def cli_flags(**overrides) -> list[str]:
   values = {**TOY, 'data.data_dir': bible_config().data_dir, **overrides}
   return [f'--config.{k}={v}' for k, v in values.items()]

@@ -12,14 +12,19 @@ run_glue / run_qa take them:
                      "is_impossible"}]}]}]}); unanswerable questions (SQuAD v2.0) when the train
                      file has any
 
-A missing file or column, an empty file, an unknown extension or a label the train file does
-not have is one DataError naming the file (and its line).
+A missing file or column, an empty file, an unknown extension, a label the train file does
+not have, a column named twice, a value that is missing (null, a short row) or a label that is
+no class name (empty, a JSON list or object), text that is not UTF-8 (a byte-order mark is
+skipped), a SQuAD answer that is not where its answer_start says, and a validation or test file
+that is the train file (or a copy of it) are each one DataError naming the file (and its line).
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import hashlib
+import io
 import json
 import os
 from typing import Any
@@ -57,6 +62,35 @@ def check(data: Any) -> None:
       'extraction) or all tables (.csv / .tsv / .jsonl): got '
       + ', '.join(f'{which}={getattr(data, which)}' for which in given)
     )
+  _check_held_out(data)
+
+
+def _check_held_out(data: Any) -> None:
+  """A validation or test file that is the train file (the same file, or the same bytes) would
+  measure the model on the examples it was trained on: refused, as pretraining refuses eval
+  files that are train files."""
+  train = _identity(data, 'train_file')
+  for which in ('validation_file', 'test_file'):
+    if not getattr(data, which):
+      continue
+    other = _identity(data, which)
+    if os.path.samefile(train[1], other[1]):
+      relation = 'the same file as'
+    elif train[3] == other[3] and _sha256(train) == _sha256(other):
+      relation = 'a copy of'
+    else:
+      continue
+    raise DataError(
+      f'data.{which}={other[1]} is {relation} data.train_file={train[1]}: its metrics would '
+      'be measured on the examples trained on (and the best checkpoint picked by them); give '
+      'it held-out examples.'
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(identity) -> str:
+  with open(identity[1], 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()
 
 
 def label_names(data: Any) -> tuple[str, ...]:
@@ -145,57 +179,87 @@ def _table(data: Any, which: str) -> tuple[list[str], Any, list[str]]:
 def _read_table(identity, text_column: str, pair_column: str, label_column: str):
   which, path, _, _ = identity
   delimiter = TABLE_FORMATS[os.path.splitext(path)[1].lower()]
-  rows = _json_lines(which, path) if delimiter is None else _csv_rows(which, path, delimiter)
-  if not rows:
-    raise DataError(f'data.{which}={path}: the file holds no examples.')
   columns = [(text_column, 'text_column'), (label_column, 'label_column')]
   if pair_column:
     columns.append((pair_column, 'text_pair_column'))
+  if delimiter is None:
+    rows = _json_lines(which, path)
+  else:
+    rows = _csv_rows(which, path, delimiter, [c for c, _ in columns])
+  if not rows:
+    raise DataError(f'data.{which}={path}: the file holds no examples.')
   for line, row in rows:
     for column, field in columns:
-      if row.get(column) is None:
+      if column not in row:
         raise DataError(
           f"data.{which}={path}: line {line} has no column '{column}' (data.{field}; the "
           f'line has: {", ".join(map(str, row)) or "nothing"})'
         )
+      if row[column] is None:  # JSON null, or a CSV row shorter than its header
+        raise DataError(
+          f"data.{which}={path}: line {line} has no value in column '{column}' (data.{field}: "
+          'null, or a row with fewer fields than the header)'
+        )
+    label = row[label_column]
+    if isinstance(label, (list, dict)) or not _label(label):
+      raise DataError(
+        f"data.{which}={path}: line {line}: label {label!r} (column '{label_column}') is no "
+        'class name: an empty value, or a JSON list or object'
+      )
   texts = [str(row[text_column]) for _, row in rows]
   pairs = [str(row[pair_column]) for _, row in rows] if pair_column else None
   return texts, pairs, [_label(row[label_column]) for _, row in rows]
 
 
-def _csv_rows(which: str, path: str, delimiter: str) -> list[tuple[int, dict]]:
-  with _open(which, path) as f:
-    reader = csv.DictReader(f, delimiter=delimiter)
-    try:
-      return [(reader.line_num, row) for row in reader]
-    except csv.Error as e:
-      raise DataError(f'data.{which}={path}: line {reader.line_num}: {e}') from None
+def _csv_rows(which: str, path: str, delimiter: str, columns: list[str]) -> list[tuple[int, dict]]:
+  """The rows of a CSV / TSV file; DataError where its header names a column read (`columns`)
+  twice (csv would keep the last one's values without a word)."""
+  reader = csv.DictReader(_text(which, path), delimiter=delimiter)
+  try:
+    rows = [(reader.line_num, row) for row in reader]
+  except csv.Error as e:
+    raise DataError(f'data.{which}={path}: line {reader.line_num}: {e}') from None
+  header = reader.fieldnames or []
+  twice = [c for c in dict.fromkeys(header) if c in columns and header.count(c) > 1]
+  if twice:
+    raise DataError(
+      f"data.{which}={path}: line 1 names column '{twice[0]}' {header.count(twice[0])} times: "
+      'which one is meant cannot be told; rename the others'
+    )
+  return rows
 
 
 def _json_lines(which: str, path: str) -> list[tuple[int, dict]]:
   rows = []
-  with _open(which, path) as f:
-    for line, text in enumerate(f, 1):
-      if not text.strip():
-        continue
-      try:
-        row = json.loads(text)
-      except ValueError as e:
-        raise DataError(f'data.{which}={path}: line {line} is not JSON: {e}') from None
-      if not isinstance(row, dict):
-        raise DataError(f'data.{which}={path}: line {line} is not a JSON object.')
-      rows.append((line, row))
+  for line, text in enumerate(_text(which, path), 1):
+    if not text.strip():
+      continue
+    try:
+      row = json.loads(text, object_pairs_hook=_no_key_twice)
+    except ValueError as e:
+      raise DataError(f'data.{which}={path}: line {line} is not JSON: {e}') from None
+    if not isinstance(row, dict):
+      raise DataError(f'data.{which}={path}: line {line} is not a JSON object.')
+    rows.append((line, row))
   return rows
+
+
+def _no_key_twice(pairs: list) -> dict:
+  """A JSON object, refused (ValueError) where it names a key twice (json keeps the last)."""
+  keys = [k for k, _ in pairs]
+  for key in keys:
+    if keys.count(key) > 1:
+      raise ValueError(f'key {key!r} appears {keys.count(key)} times in one object')
+  return dict(pairs)
 
 
 @functools.lru_cache(maxsize=8)
 def _squad(identity) -> list[dict]:
   which, path, _, _ = identity
-  with _open(which, path) as f:
-    try:
-      articles = json.load(f).get('data')
-    except (ValueError, AttributeError) as e:
-      raise DataError(f'data.{which}={path}: not SQuAD-format JSON ({e})') from None
+  try:
+    articles = json.load(_text(which, path)).get('data')
+  except (ValueError, AttributeError) as e:
+    raise DataError(f'data.{which}={path}: not SQuAD-format JSON ({e})') from None
   if not isinstance(articles, list):
     raise DataError(f'data.{which}={path}: not SQuAD-format JSON (no "data" list).')
   records = []
@@ -221,14 +285,42 @@ def _squad(identity) -> list[dict]:
     ) from None
   if not records:
     raise DataError(f'data.{which}={path}: the file holds no questions.')
+  for number, record in enumerate(records, 1):
+    _check_answers(which, path, number, record)
   return records
 
 
-def _open(which: str, path: str):
+def _check_answers(which: str, path: str, number: int, record: dict) -> None:
+  """DataError where an answer is not the context's text at its answer_start: the span
+  trained on (or scored against) would be other text, or none at all past the context."""
+  context, answers = record['context'], record['answers']
+  for text, start in zip(answers['text'], answers['answer_start']):
+    found = context[start : start + len(text)] if 0 <= start else ''
+    if found != text:
+      raise DataError(
+        f'data.{which}={path}: question {number} ({record["question"][:40]!r}): answer '
+        f'{text[:40]!r} is not at answer_start={start} of its context (there: '
+        f'{found[:40]!r}; the context has {len(context)} characters): fix answer_start'
+      )
+
+
+def _text(which: str, path: str) -> io.StringIO:
+  """The file's text as UTF-8 (a byte-order mark, as spreadsheets write it, is skipped), its
+  line endings as written (csv reads quoted ones); DataError naming the line of a byte that is
+  not UTF-8."""
   try:
-    return open(path, newline='', encoding='utf-8')
+    with open(path, 'rb') as f:
+      data = f.read()
   except OSError as e:
     raise DataError(f'data.{which}={path}: cannot read it: {e.strerror}') from None
+  try:
+    return io.StringIO(data.decode('utf-8-sig'), newline='')
+  except UnicodeDecodeError as e:
+    line = data[: e.start].count(b'\n') + 1
+    raise DataError(
+      f'data.{which}={path}: line {line} is not UTF-8 text (byte {data[e.start]:#04x}): save '
+      'the file as UTF-8'
+    ) from None
 
 
 def _label(value: Any) -> str:

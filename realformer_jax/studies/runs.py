@@ -61,7 +61,8 @@ _DAMAGED_SUFFIX = '.damaged'
 
 
 class ResultError(ValueError):
-  """A stored result that no longer matches the digest it was written with (one line)."""
+  """A stored result that no longer matches the digest it was written with, or cannot be read
+  (one line)."""
 
 
 def result_digest(result: dict) -> str:
@@ -82,12 +83,18 @@ def read_result(path: str, stream=None) -> Optional[dict]:
   `stream`, and its run counts as unfinished). ResultError when its contents no longer match
   its digest: a result edited after its run must not reach a report."""
   try:
-    with open(path) as f:
-      text = f.read()
+    with open(path, 'rb') as f:
+      raw = f.read()
   except FileNotFoundError:
     return None
+  except OSError as e:  # a directory where the result (or the runs folder) should be
+    raise ResultError(
+      f'{path}: cannot be read as a stored result ({e.strerror}): move aside what is in its '
+      'place, or give the study another --out / --store'
+    ) from None
+  text = raw.decode('utf-8', errors='replace')
   try:
-    result = json.loads(text)
+    result = json.loads(raw.decode('utf-8'))  # bytes that are not UTF-8: not a whole result
     if not isinstance(result, dict):
       raise ValueError(f'a JSON {type(result).__name__}, not an object')
   except ValueError as e:

@@ -167,7 +167,7 @@ def recorded_tokenizer(
   found under `data_dir`; None when neither says."""
   if record is not None:
     return record['tokenizer_sha256'], f'checkpoint step {step} ({RECORD_FILE})'
-  store = _recorded_store(os.path.join(workdir_layout.checkpoints_dir(workdir), str(step), 'data'))
+  store = recorded_store(os.path.join(workdir_layout.checkpoints_dir(workdir), str(step)))
   if not store or not data_dir:
     return None
   root = os.path.expanduser(data_dir)
@@ -200,9 +200,10 @@ def check_tokenizer(
   )
 
 
-def _recorded_store(data_dir: str) -> Optional[str]:
-  """The packed store a step's data position names (its 'store' field), if any."""
-  for path in sorted(glob.glob(os.path.join(data_dir, 'process_*.json'))):
+def recorded_store(step_dir: str) -> Optional[str]:
+  """The packed store the data position of the step in `step_dir` names (its 'store' field),
+  if any."""
+  for path in sorted(glob.glob(os.path.join(step_dir, 'data', 'process_*.json'))):
     try:
       with open(path) as f:
         store = json.load(f).get('store')

@@ -34,7 +34,7 @@ import numpy as np
 from realformer_jax import atomic_files, extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.data import tokenizers
+from realformer_jax.data import corpus_changes, tokenizers
 from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
@@ -42,6 +42,7 @@ from realformer_jax.train import (
   checkpoint_record,
   cpu_notice,
   divergence,
+  resume_corpus,
   run_identity,
   workdir_lock,
 )
@@ -98,6 +99,7 @@ def run(
   # The workdir before the data: a resume that is refused costs no data preparation (hours on
   # a big corpus). Checked again below, once the run holds the workdir.
   check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))
+  resume_corpus.check_corpus(spec, workdir)  # a changed file corpus: before its preparation
   task_data = task.build_data(spec, jax.process_index(), jax.process_count())
   train_iter, baseline = task_data.train_iter, task_data.baseline
 
@@ -287,8 +289,7 @@ def _tokenizer_remedy(spec: RunSpec, record: Optional[dict], step: int) -> str:
   return (
     f'the data config is the one step {step} records, so the corpus changed since (a file '
     'added, removed or edited trains another tokenizer) and the run would train on the '
-    'changed corpus with ids that mean other pieces: put the corpus back as it was to resume, '
-    'or train on it in a new --workdir'
+    f'changed corpus with ids that mean other pieces: {corpus_changes.REMEDY}'
   )
 
 

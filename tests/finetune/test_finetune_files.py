@@ -15,6 +15,7 @@ from finetune_fixtures import (
   TOY,
   TOY_MODEL,
   assert_export_matches,
+  files_toy_flags,
   labelled_rows,
   run_cli,
   tokenizer_file,
@@ -26,21 +27,6 @@ from realformer_jax import data
 from realformer_jax.data import DataError
 from realformer_jax.finetune import config as finetune_config
 from realformer_jax.finetune import datasets
-
-
-def _toy_flags(ln_placement: str = 'post') -> list[str]:
-  """Toy sizes, the shared tokenizer and a toy model (random init; Post-LN: a standard BERT
-  once exported, RealFormer: the shipped PyTorch module)."""
-  model = {f'model.{k}': v for k, v in TOY_MODEL.items()}
-  model.update(
-    {
-      'model.ln_placement': ln_placement,
-      'model.position_embedding': 'learned',  # configs/tiny.py's rotary has no BERT class
-      'model.vocab_size': data.prepare(bible_config()).vocab_size,
-    }
-  )
-  values = {**model, **TOY, 'data.max_examples': -1, 'data.vocab_file': tokenizer_file()}
-  return [f'--config.{k}={v}' for k, v in values.items()] + ['--config.train.stop_at_step=2']
 
 
 def _data(**fields) -> finetune_config.FinetuneDataConfig:
@@ -58,9 +44,10 @@ def test_classes_are_the_train_files_labels(tmp_path):
 
 def test_a_squad_file_is_span_extraction(tmp_path):
   train = write_squad(tmp_path / 'train.json', 3)
-  spec = datasets.spec_of(_data(train_file=train, validation_file=train))
+  dev = write_squad(tmp_path / 'dev.json', 2)
+  spec = datasets.spec_of(_data(train_file=train, validation_file=dev))
   assert spec.kind == datasets.SPAN and not spec.unanswerable
-  record = datasets.read_records(_data(train_file=train, validation_file=train), 'train')[0]
+  record = datasets.read_records(_data(train_file=train, validation_file=dev), 'train')[0]
   assert record['context'][record['answers']['answer_start'][0] :].startswith('light')
 
 
@@ -76,7 +63,7 @@ def test_files_it_cannot_read_are_one_line(tmp_path):
       dict(train_file=train, validation_file=dev, label_column='category'),
       r"train.csv: line 2 has no column 'category' \(data.label_column; the line has: text, label",
     ),
-    (dict(train_file=train, validation_file=train, text_pair_column='b'), "no column 'b'"),
+    (dict(train_file=train, validation_file=dev, text_pair_column='b'), "no column 'b'"),
     (dict(train_file=str(tmp_path / 'empty.tsv'), validation_file=dev), 'holds no examples'),
     (
       dict(train_file=str(tmp_path / 'train.xlsx'), validation_file=dev),
@@ -122,7 +109,7 @@ def test_csv_files_named_where_they_are_train_a_classifier_that_exports_as_bert(
     '--validation_file=dev.csv',
     '--test_file=test.csv',
     f'--workdir={tmp_path / "run"}',
-    *_toy_flags(),
+    *files_toy_flags(),
     cwd=tmp_path,
   )
   output = result.stdout + result.stderr
@@ -155,7 +142,7 @@ def test_text_pairs_in_tsv_and_jsonl_export_with_the_shipped_module(tmp_path, ex
     f'--validation_file={dev}',
     '--text_pair_column=second',
     f'--workdir={tmp_path / "run"}',
-    *_toy_flags('realformer'),
+    *files_toy_flags('realformer'),
     cwd=tmp_path,
   )
   output = result.stdout + result.stderr
@@ -180,7 +167,7 @@ def test_squad_format_file_reports_exact_match_and_f1(tmp_path):
     f'--validation_file={dev}',
     f'--test_file={dev}',
     f'--workdir={tmp_path / "run"}',
-    *_toy_flags(),
+    *files_toy_flags(),
     '--config.data.max_query_len=8',
     '--config.data.doc_stride=16',
     cwd=tmp_path,
@@ -210,7 +197,7 @@ def test_an_unseen_label_is_one_error_line_before_compiling(tmp_path):
     f'--train_file={train}',
     f'--validation_file={dev}',
     f'--workdir={tmp_path / "run"}',
-    *_toy_flags(),
+    *files_toy_flags(),
   )
   assert result.returncode == 1
   lines = result.stderr.strip().splitlines()

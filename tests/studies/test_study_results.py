@@ -123,3 +123,23 @@ def test_a_plan_with_a_syntax_error_and_an_out_under_a_file_are_one_line(tmp_pat
     f'error: --out {tmp_path}/file/out: {tmp_path}/file is a file, not a directory'
   ]
   shutil.rmtree(tmp_path / 'file', ignore_errors=True)
+
+
+@pytest.mark.slow  # two reports through the command, ~5 s each
+def test_a_runs_folder_that_is_a_file_or_a_result_not_utf8_is_one_line(tmp_path):
+  """Issue 68's fault pass: each ended in a traceback (NotADirectoryError, UnicodeDecodeError)."""
+  (tmp_path / 'runs').write_text('not a folder')
+  ended = _study(tmp_path, '--runs=none')
+  assert ended.returncode == 1 and 'Traceback' not in ended.stderr, ended.stderr
+  assert ended.stderr.strip().splitlines() == [
+    f'error: {tmp_path}/runs/{_NAME}.json: cannot be read as a stored result (Not a directory): '
+    'move aside what is in its place, or give the study another --out / --store'
+  ]
+  os.remove(tmp_path / 'runs')
+  path = _store_result(tmp_path, runs_lib.with_digest(_committed()))
+  with open(path, 'r+b') as f:
+    f.write(b'\xff\xfe')  # bytes that are no UTF-8
+  ended = _study(tmp_path, '--runs=none')
+  assert ended.returncode == 0 and 'Traceback' not in ended.stderr, ended.stderr
+  assert f'note: {path}: not a whole result (' in ended.stdout
+  assert os.path.exists(path + '.damaged')

@@ -136,11 +136,13 @@ def test_a_full_disk_while_a_document_shard_is_written_is_one_line(tmp_path):
   assert '.tmp.' not in proc.stdout  # find listed no temporary file left behind
 
 
-@pytest.mark.slow  # a toy train run on a file corpus, then a refused resume
+@pytest.mark.slow  # a toy train run on a file corpus, then refused resumes
 def test_a_resume_after_the_corpus_changed_says_the_corpus_changed(tmp_path):
-  """The data config is unchanged but a file was added: the tokenizer trained on the grown
-  corpus is another, and the line says the corpus changed (not 'resume with the data config
-  it was trained with', which the user did)."""
+  """The data config is unchanged but a file was added: the listing of the files (a stat each)
+  refuses the resume in one line naming the file, before any preparation (no new corpus
+  directory, no 'prepare' line). An edit that kept the size is not told from a touch by a
+  listing: preparation hashes it, and the resume is refused as a changed corpus (not 'resume
+  with the data config it was trained with', which the user did)."""
   write_corpus(tmp_path / 'corpus', train_files=3, docs_per_file=300)
   flags = {
     'data.vocab_size': 60,
@@ -150,16 +152,38 @@ def test_a_resume_after_the_corpus_changed_says_the_corpus_changed(tmp_path):
     'data.eval_files': f'{tmp_path}/corpus/eval.txt',
     'data.data_dir': f'{tmp_path}/data',
   }
+  overrides = {k.replace('.', '__'): v for k, v in flags.items()}
   workdir = str(tmp_path / 'run')
-  code, out, err = fs.run(workdir, **{k.replace('.', '__'): v for k, v in flags.items()})
+  code, out, err = fs.run(workdir, **overrides)
   assert code == 0, out + err
-  (tmp_path / 'corpus' / 'train-9.txt').write_text(
+  prepared = sorted(os.listdir(tmp_path / 'data'))
+  added = tmp_path / 'corpus' / 'train-9.txt'
+  added.write_text(
     '\n\n'.join(f'Zebra quokka number {i} yodels over the xylophone.' for i in range(300))
   )
-  code, out, err = fs.run(workdir, **{k.replace('.', '__'): v for k, v in flags.items()})
+  code, out, err = fs.run(workdir, **overrides)
   assert code == 1, out + err
   line = fs.the_line(err, r'error: .*').group(0)
+  manifest = re.escape(str(tmp_path / 'data'))
   assert re.search(
-    r'the data config is the one step \d+ records, so the corpus changed since', line
-  )
+    rf'the corpus of the run in {re.escape(workdir)} grew since checkpoint step \d+ \(1 file '
+    rf'added: {re.escape(str(added))}\): the files named now are 5 files of .* MB, the run '
+    rf'trained on 4 files of .* MB \({manifest}/files-\w+/corpus\.json\); .*put the corpus '
+    r'back as it was to resume, or train on it in a new --workdir$',
+    line,
+  ), line
+  assert not re.search(r'^prepare ', out + err, re.M)  # no preparation before the refusal
+  assert sorted(os.listdir(tmp_path / 'data')) == prepared
+
+  added.unlink()
+  edited = tmp_path / 'corpus' / 'train-0.txt'
+  text = edited.read_text()
+  edited.write_text(text.replace(text.split()[0], 'q' * len(text.split()[0]), 1))  # same size
+  code, out, err = fs.run(workdir, **overrides)
+  assert code == 1, out + err
+  line = fs.the_line(err, r'error: .*').group(0)
+  # The tokenizer check ('the data config is the one step N records, so the corpus changed
+  # since') where the edit trains another tokenizer; here it does not, and the data position's
+  # check refuses the other store.
+  assert re.search(r'the corpus changed since|a changed corpus', line), line
   assert 'resume with the data config it was trained with' not in line

@@ -653,6 +653,12 @@ def _json_documents(
       )
     if group_field:
       group = _field(path, start, number, record, group_field, 'data.eval_holdout_by')
+      if group is None:  # every null would be one group: held out or trained on all together
+        number = _absolute_line(path, start, number)
+        raise DataError(
+          f'{path}: line {number} has null in field {group_field!r} (data.eval_holdout_by), '
+          'which would put every such document in one group: give it a value.'
+        )
       yield value, json.dumps(group, sort_keys=True)
     else:
       yield value

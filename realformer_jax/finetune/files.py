@@ -101,7 +101,25 @@ def label_names(data: Any) -> tuple[str, ...]:
       f'data.train_file={data.train_file}: every example has label {labels[0]!r} '
       f"(column '{data.label_column}'); a classifier needs at least two classes."
     )
+  _refuse_one_number_written_twice(data, labels)
   return tuple(labels)
+
+
+def _refuse_one_number_written_twice(data: Any, labels: list[str]) -> None:
+  """'1' and '1.0' (or JSON's 1 and 1.0) would be two classes of one label: refused, since
+  which the writer meant cannot be told from the file."""
+  by_number: dict[float, list[str]] = {}
+  for name in labels:
+    number = _label_order(name)
+    if number[0] == 0:
+      by_number.setdefault(number[1], []).append(name)
+  for names in by_number.values():
+    if len(names) > 1:
+      raise DataError(
+        f'data.train_file={data.train_file}: labels {" and ".join(map(repr, names))} '
+        f"(column '{data.label_column}') are one number written {len(names)} ways, which "
+        'would make them different classes: write each label one way.'
+      )
 
 
 def has_unanswerable(data: Any) -> bool:

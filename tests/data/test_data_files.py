@@ -190,6 +190,12 @@ def test_held_out_jsonl_documents_are_drawn_by_a_field_so_no_group_is_in_both_sp
   with pytest.raises(data.DataError, match=r"part-0.jsonl: line 1 has no field 'page'"):
     data.prepare(files_config(tmp_path, train_files=str(tmp_path / 'part-*.jsonl'),
                               eval_holdout_by='field:page'))  # fmt: skip
+  (tmp_path / 'null').mkdir()
+  with open(tmp_path / 'null' / 'part.jsonl', 'w') as f:  # a null was one group of its own
+    f.write(json.dumps({'text': 'a', 'doc': 'x'}) + '\n' + json.dumps({'text': 'b', 'doc': None}))
+  with pytest.raises(data.DataError, match=r"part.jsonl: line 2 has null in field 'doc'"):
+    data.prepare(files_config(tmp_path / 'null', train_files=str(tmp_path / 'null' / '*.jsonl'),
+                              eval_holdout_by='field:doc'))  # fmt: skip
   with pytest.raises(data.DataError, match=r"eval_holdout_by='field:' is invalid: .*'field:NAME'"):
     data.data_config(files_config(tmp_path, eval_holdout_by='field:'))
 

@@ -138,3 +138,18 @@ def test_missing_values_and_keys_twice_are_named(tmp_path):
   for path, message in cases:
     with pytest.raises(DataError, match=message):
       datasets.labelled_texts(_data(train_file=path, validation_file=dev), 'train')
+
+
+def test_one_number_written_two_ways_is_refused(tmp_path):
+  """JSON's 1 and 1.0 (or CSV's '1' and '1.0') in one train file were two classes of one label."""
+  rows = [{'text': f'example {i}', 'label': [0, 1, 1.0][i % 3]} for i in range(9)]
+  train = _write(tmp_path / 't.jsonl', ''.join(json.dumps(r) + '\n' for r in rows))
+  dev = write_table(tmp_path / 'v.csv', labelled_rows(4)[1:])
+  with pytest.raises(
+    DataError, match=r"t\.jsonl: labels '1' and '1\.0' \(column 'label'\) are one"
+  ):
+    datasets.labelled_texts(_data(train_file=train, validation_file=dev), 'train')
+  # one way of writing each number still reads, in numeric order
+  plain = _write(tmp_path / 'p.jsonl', ''.join(json.dumps(r) + '\n' for r in rows[:2] * 3))
+  texts = datasets.labelled_texts(_data(train_file=plain, validation_file=dev), 'train')
+  assert texts['labels'].tolist() == [0, 1] * 3

@@ -70,6 +70,15 @@ def _compiler_params():
   return pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'parallel', 'arbitrary'))
 
 
+def zero_at_start(step, *scratch) -> None:
+  """Zeroes the accumulators `scratch` at the first step of the innermost grid axis."""
+
+  @pl.when(step == 0)
+  def _start():
+    for ref in scratch:
+      ref[...] = jnp.zeros_like(ref)
+
+
 def online_softmax(spec: KernelSpec, j, z, v, keep, scratch, outs) -> None:
   """Key block j of a forward tile's online softmax: the state (m, l, o) in VMEM `scratch`
   from the first key block on; the output and its row statistics `outs` (o, m, log l) written
@@ -214,10 +223,7 @@ def _dkv_kernel(
 ):  # fmt: skip
   b, j, i = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
-  @pl.when(i == 0)
-  def _start():
-    dk_scratch[...] = jnp.zeros_like(dk_scratch)
-    dv_scratch[...] = jnp.zeros_like(dv_scratch)
+  zero_at_start(i, dk_scratch, dv_scratch)
 
   scale, inv_div = f_ref[b, 0], f_ref[b, 1]
   q, do = q_ref[...], do_ref[...]
@@ -248,9 +254,7 @@ def _dq_kernel(
 ):  # fmt: skip
   b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
-  @pl.when(j == 0)
-  def _start():
-    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+  zero_at_start(j, dq_scratch)
 
   scale, inv_div = f_ref[b, 0], f_ref[b, 1]
   k = k_ref[...]
@@ -368,9 +372,7 @@ def backward(
 def _query_gradient_kernel(f_ref, g_ref, k_ref, dq_ref, dq_scratch):
   b, j = pl.program_id(0), pl.program_id(3)
 
-  @pl.when(j == 0)
-  def _start():
-    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+  zero_at_start(j, dq_scratch)
 
   k = k_ref[...]
   dq_scratch[...] += tm.dot((g_ref[...] * f_ref[b, 0]).astype(k.dtype), k)

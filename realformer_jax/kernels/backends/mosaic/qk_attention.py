@@ -41,6 +41,7 @@ from realformer_jax.kernels.backends.mosaic.attention import (
   online_softmax,
   softmax_scratch,
   tile_gradient,
+  zero_at_start,
 )
 from realformer_jax.kernels.plumbing import tile_math as tm
 from realformer_jax.kernels.plumbing.spec import KernelSpec
@@ -215,10 +216,7 @@ def _dkv_kernel(
   j, i = pl.program_id(2), pl.program_id(3)
   dtype = v_ref.dtype
 
-  @pl.when(i == 0)
-  def _start():
-    dk_scratch[...] = jnp.zeros_like(dk_scratch)
-    dv_scratch[...] = jnp.zeros_like(dv_scratch)
+  zero_at_start(i, dk_scratch, dv_scratch)
 
   stats = (lse_m_ref, lse_log_l_ref, delta_ref, seq_len)
   p_dropped, ds = _score_gradient(
@@ -241,9 +239,7 @@ def _dq_kernel(
   i, j = pl.program_id(2), pl.program_id(3)
   dtype = v_ref.dtype
 
-  @pl.when(j == 0)
-  def _start():
-    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+  zero_at_start(j, dq_scratch)
 
   stats = (lse_m_ref, lse_log_l_ref, delta_ref, seq_len)
   _, ds = _score_gradient(

@@ -8,10 +8,9 @@ helpers.
     result = study.train_run(config, workdir, report)    # resumes; divergence is a result
     scored = study.score_workdir(workdir)                  # per-sequence sums + floors
 
-The declared plans (studies/plans/, run by studies/runner.py) and the scripts position_probe,
-length_extrapolation and finetune_compare build their runs from these; runs.py runs a grid
-resumably with a progress line, stats.py has the intervals. "Learned" has one definition
-everywhere: eval loss below the copy-aware unigram loss
+The declared plans (studies/plans/, run by studies/runner.py) build their runs from these;
+runs.py runs a grid resumably with a progress line, stats.py has the intervals. "Learned" has
+one definition everywhere: eval loss below the copy-aware unigram loss
 (`realformer_jax.mlm.metrics.failed_to_train`) and [MASK] accuracy above the most frequent
 token's (`learned`).
 """
@@ -95,6 +94,19 @@ def mlm_config(
   t.keep_checkpoints = 1
   t.seed = seed
   return config
+
+
+def run_config(scale: Scale, params: Mapping[str, Any], data_dir: str) -> ml_collections.ConfigDict:
+  """The pretraining config of one planned run (Plan.run's params: seed, learning_rate, steps,
+  model): what the trainers of variants (Arm.model) train before they score."""
+  return mlm_config(
+    scale,
+    seed=params['seed'],
+    learning_rate=params['learning_rate'],
+    steps=params['steps'],
+    data_dir=data_dir,
+    model=params.get('model', {}),
+  )
 
 
 def train_run(

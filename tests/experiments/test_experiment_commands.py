@@ -1,8 +1,8 @@
 """The README's experiment commands start and report (at toy size, under --quick):
 `experiments.study --plan=layouts` (the toy plan's Post-LN and RealFormer runs at r*: tables,
-verdicts, plots; a rerun trains nothing), attention_analysis and finetune_compare on those
-workdirs (RealFormer and the from-scratch control), position_probe (two variants); and the one
-definition of a run that learned."""
+verdicts, plots; a rerun trains nothing), attention_analysis and the finetune_compare plan on
+those workdirs (RealFormer and the from-scratch control), position_probe (two variants); and
+the one definition of a run that learned."""
 
 import json
 import math
@@ -12,11 +12,12 @@ import jit_cache
 import pytest
 from data_fixtures import bible_config, quick_study_argv
 
-from experiments import attention_analysis, finetune_compare, position_probe
+from experiments import attention_analysis
 from realformer_jax import train
 from realformer_jax.commands import study as study_command
 from realformer_jax.studies import study
 from realformer_jax.studies.plans import layouts as layouts_plan
+from realformer_jax.studies.plans import position_probe as position_probe_plan
 
 
 @pytest.fixture(scope='module')
@@ -109,26 +110,25 @@ def test_attention_analysis_on_the_layout_runs(layouts, tmp_path):
   assert "The paper's statements" in (tmp_path / 'attention.md').read_text()
 
 
+# The toy finetune plan reading the layouts fixture's runs (its toy layouts plan names no folders).
+_FINETUNE_ON = """
+import dataclasses
+from realformer_jax.studies.plans import finetune_compare, layouts
+pretraining = dataclasses.replace(layouts.PLANS['toy'], out={out!r}, workdirs={workdirs!r})
+PLANS = {{'toy': finetune_compare.make(pretraining, (0, 1), **finetune_compare.TOY)}}
+"""
+
+
 @pytest.mark.slow
 def test_finetune_compare_quick(layouts, tmp_path, capsys):
   _, out, workdirs, _ = layouts
-  argv = [
-    '--quick',
-    '--layouts_results',
-    out,
-    '--pretrained',
-    workdirs,
-    '--seeds',
-    '0,1',
-    '--runs',
-    'realformer-*,scratch-*',
-    '--out',
-    str(tmp_path / 'out'),
-    '--workdirs',
-    str(tmp_path / 'runs'),
-  ]
+  plan_file = tmp_path / 'finetune_on_the_fixture.py'
+  plan_file.write_text(_FINETUNE_ON.format(out=out, workdirs=workdirs))
+  argv = [f'--plan={plan_file}'] + quick_study_argv(
+    str(tmp_path / 'out'), str(tmp_path / 'runs'), '--runs', 'realformer-*,scratch-*'
+  )
   with jit_cache.in_process():  # every start and seed fine-tunes the same programs
-    summary = finetune_compare.main(argv)
+    summary = study_command.main(argv)['analysis']
   assert sorted(summary['starts']) == ['realformer', 'scratch']
   for start in ('realformer', 'scratch'):
     accuracy = summary['starts'][start]['accuracy']
@@ -138,26 +138,28 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
     assert all(0 < b <= 16 for b in summary['starts'][start]['best_step'])
   diff = summary['differences']['realformer - scratch']
   assert diff['verdict'] in ('holds', 'does not hold', 'inconclusive', 'not testable at this scale')
+  assert 'realformer - post' not in summary['differences']  # no Post-LN run selected
   # The scratch control has the pretrained model's architecture, randomly initialised.
   config = json.load(open(tmp_path / 'runs' / 'scratch-s0' / 'config.json'))
   assert config['model']['num_layers'] == layouts_plan.PLANS['toy'].scale.layers
   assert config['finetune']['init'] == ''
   assert os.path.getsize(tmp_path / 'out' / 'test_accuracy.png') > 1000
+  assert 'RealFormer - Post-LN from scratch' in (tmp_path / 'out' / 'results.md').read_text()
   capsys.readouterr()
-  finetune_compare.main(argv)
-  assert '4/4 runs already done' in capsys.readouterr().out
+  study_command.main(argv)  # every selected run is finished: nothing is trained again
+  assert 'starting' not in capsys.readouterr().out
 
 
 @pytest.mark.slow
 def test_position_probe_quick(tmp_path):
-  summary = position_probe.main(
-    quick_study_argv(str(tmp_path / 'out'), str(tmp_path / 'runs'), '--runs', 'learned-s0,none-s0')
-  )
+  out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
+  argv = quick_study_argv(out, workdirs, '--runs', 'learned-s0,none-s0')
+  summary = study_command.main(['--plan=position_probe', *argv])['analysis']
   assert sorted(summary['variants']) == ['learned', 'none']
   learned = summary['variants']['learned']
-  assert len(learned['table_cosine'][0]) == len(position_probe.DISTANCES)
+  assert len(learned['table_cosine'][0]) == len(position_probe_plan.DISTANCES)
   assert summary['variants']['none']['table_cosine'] == [None]  # no table to measure
-  length = position_probe.SCALES['toy'].seq_len
+  length = position_probe_plan.PLANS['toy'].scale.seq_len
   assert all(0 < v <= 1 for v in learned['neighbour_attention'][0])
   assert abs(learned['neighbour_attention'][0][0] - 2 / length) < 0.05  # ~uniform untrained
   assert (tmp_path / 'out' / 'results.md').exists()

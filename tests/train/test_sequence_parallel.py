@@ -31,8 +31,9 @@ def test_sequence_axis_gives_the_one_device_run(family):
 
 @pytest.mark.slow  # interpret-mode kernels in every train step (~2 min CPU)
 def test_the_fused_block_ring_gives_the_one_device_run():
-  """residual_carry='qk' with attention_impl='pallas_triton': the ring's forward blocks through
-  the Triton qk block kernel (interpret mode), against one device's Triton qk kernels."""
+  """residual_carry='qk' with attention_impl='pallas_triton': the ring's blocks run through the
+  Triton qk block kernels, forward and backward (interpret mode), against one device's Triton qk
+  kernels."""
   meshes = ('1,1,1,2', '1,1,1,4')  # 8 devices: 4 positions each, not whole hash words
   report = support.run_check('sequence_parallel_check', 8, args=('realformer_qk_triton', *meshes))
   assert report['reference_path'] == 'QKPath', report

@@ -31,7 +31,9 @@ their gradient accumulators, each device adds its queries' share (dV = P^T dO, d
 the VJP of `logits` for the local side and the key block), and after n hops each accumulator is
 home. The bias and score scale get their true gradients (the bias's travels with its block; the
 scale's is summed by shard_map's transpose); the running-mean divisor none (a layer count, as on the
-einsum path).
+einsum path). Where the forward's per-block op is a fused qk block kernel (RingSpec.block_kernel)
+the backward's is too: its `block_backward` takes the whole block (the dS kernel from the rows'
+global statistics and D, then the matmuls over the slots <= l) in place of the sub-blocks.
 
 The qk carry's layers that qk_carry.qk_stack re-runs going down take the output and row
 statistics that the layers going up returned (qk_carry.SavedAttention) through
@@ -82,8 +84,8 @@ SUB_BLOCK_BYTES = 2**31
 SCOPE = 'ring_attention'
 
 # The attention implementations a sequence axis can run with the einsum formula as the ring's
-# per-block op; a backend whose qk kernels have a `block_forward` also serves residual_carry='qk'
-# (block_backend).
+# per-block op; a backend whose qk kernels have a `block_forward` (and `block_backward`) also
+# serves residual_carry='qk' (block_backend).
 RING_IMPLS = ('auto', 'xla')
 
 
@@ -133,7 +135,7 @@ def block_op(config: ModelConfig) -> str:
   backend = block_backend(config)
   if backend is None:
     return 'the einsum formula (forward and backward)'
-  return f'the {backend} qk block kernel (forward; the backward is the einsum formula)'
+  return f'the {backend} qk block kernels (forward and backward)'
 
 
 class RingLayout(NamedTuple):
@@ -239,10 +241,10 @@ class RingSpec:
   dtype: Any  # the compute dtype (P V in it, as the einsum path)
   carry_out: bool  # return the block rows of acc = scale * logits (+ block_in)
   sub_block_bytes: int  # SUB_BLOCK_BYTES, read when traced
-  # The forward's per-block op: None, the einsum formula in sub-blocks; else a fused backend's
-  # qk block kernel (`block_forward` of its qk kernels) with this spec (residual_carry='qk'
-  # only: local / moving are the query and key stacks, iparams[4] the layer). The backward is
-  # the einsum formula's either way.
+  # The per-block op: None, the einsum formula in sub-blocks; else a fused backend's qk block
+  # kernels (`block_forward` and `block_backward` of its qk kernels) with this spec
+  # (residual_carry='qk' only: local / moving are the query and key stacks, iparams[4] the
+  # layer), forward and backward.
   block_kernel: Optional[KernelSpec] = None
 
   @property
@@ -356,19 +358,29 @@ def ring_attention(spec: RingSpec, local, moving, v, bias, scale, divisor, block
   return _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
 
 
+def _block_kernels(spec: RingSpec, scale, divisor, iparams):
+  """(the fused backend's qk kernels, fparams [B, 2] = (scale, 1 / divisor), the layer int32
+  [1], origin(step, chunk_len): the block's global first row and column, int32 [2])."""
+  inv_div = jnp.ones_like(scale[:, 0, 0, 0]) if divisor is None else 1 / divisor
+  fparams = jnp.stack([scale[:, 0, 0, 0], jnp.broadcast_to(inv_div, scale.shape[:1])], axis=1)
+
+  def origin(step, chunk_len):
+    row0, col0 = _block_origin(spec, step, chunk_len)
+    return jnp.stack([row0.astype(jnp.int32), col0])
+
+  kernels = backends.get(spec.block_kernel.backend).qk_kernels()
+  return kernels, fparams, iparams[4:5].astype(jnp.int32), origin
+
+
 def _fused_block(spec: RingSpec, local, scale, divisor, iparams):
   """attend_block through the fused block kernel: the whole block in one call, merged into
   the running statistics (merge_block)."""
-  kernel = backends.get(spec.block_kernel.backend).qk_kernels().block_forward
-  inv_div = jnp.ones_like(scale[:, 0, 0, 0]) if divisor is None else 1 / divisor
-  fparams = jnp.stack([scale[:, 0, 0, 0], jnp.broadcast_to(inv_div, scale.shape[:1])], axis=1)
-  layer = iparams[4:5].astype(jnp.int32)
+  kernels, fparams, layer, block_origin = _block_kernels(spec, scale, divisor, iparams)
 
   def attend_block(step, chunk, state):
     moving, v, bias = chunk
-    row0, col0 = _block_origin(spec, step, v.shape[1])
-    origin = jnp.stack([row0.astype(jnp.int32), col0])
-    out_b, stats_b = kernel(
+    origin = block_origin(step, v.shape[1])
+    out_b, stats_b = kernels.block_forward(
       local, moving, v, bias[:, 0, 0, :], fparams, iparams[:4], layer, origin, spec.length,
       spec.block_kernel,
     )  # fmt: skip
@@ -439,8 +451,10 @@ def _lse(stats):
 def _ring_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams):
   out, block_out, stats = _forward(spec, local, moving, v, bias, scale, divisor, block_in, iparams)
   # Kept by every remat policy (model/encoder.py), as the fused kernels' output and statistics.
-  out, lse = checkpoint_name((out, _lse(stats)), SAVED_FOR_BACKWARD)
-  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, lse)
+  # The pair (m, log l), not their sum: the fused backward converts it to its base 2 exactly
+  # where m is an all-padding row's ~-1e9 (tile_math.py).
+  out, saved_stats = checkpoint_name((out, stats), SAVED_FOR_BACKWARD)
+  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, saved_stats)
   return (out, block_out, stats), residuals
 
 
@@ -454,13 +468,33 @@ def _add_cols(total, part, start, axis):
   )
 
 
+def _fused_block_grads(spec: RingSpec, local, scale, divisor, iparams, g_out_c, stats, delta):
+  """block_grads through the fused block kernels' backward: the whole block in one call (its
+  dS kernel and matmuls), from the rows' global statistics and delta."""
+  kernels, fparams, layer, block_origin = _block_kernels(spec, scale, divisor, iparams)
+
+  def block_grads(step, chunk, grads, home):
+    moving, v, bias = chunk
+    (g_moving, g_v, g_bias), (g_local, g_scale, g_block_in) = grads, home
+    g_local, g_moving, g_v, g_bias_BxL, g_scale_B = kernels.block_backward(
+      local, moving, v, g_out_c, stats, delta, bias[:, 0, 0, :], fparams, iparams[:4], layer,
+      block_origin(step, v.shape[1]), spec.length,
+      (g_local, g_moving, g_v, g_bias[:, 0, 0, :], g_scale[:, 0, 0, 0]), spec.block_kernel,
+    )  # fmt: skip
+    grads = (g_moving, g_v, g_bias_BxL[:, None, None, :])
+    return grads, (g_local, g_scale_B[:, None, None, None], g_block_in)
+
+  return block_grads
+
+
 def _ring_bwd(spec, residuals, cotangents):
-  local, moving, v, bias, scale, divisor, block_in, iparams, out, lse = residuals
+  local, moving, v, bias, scale, divisor, block_in, iparams, out, stats = residuals
   g_out, g_rows = cotangents[:2]  # the statistics' cotangent is ignored (ring_attention)
   batch, chunk_len, local_heads, _ = v.shape
   bk = spec.sub_block(batch, local_heads, chunk_len, chunk_len)
   g_out_c = g_out.astype(spec.dtype)
   delta = jnp.einsum('bqhk,bqhk->bhq', g_out.astype(jnp.float32), out.astype(jnp.float32))
+  lse = _lse(stats)
   if spec.carry_out and g_rows is None:
     g_rows = jnp.zeros(lse.shape + (spec.length,), jnp.float32)
   home = (
@@ -511,6 +545,10 @@ def _ring_bwd(spec, residuals, cotangents):
 
     return lax.fori_loop(0, chunk_len // bk, sub, (grads, home))
 
+  if spec.block_kernel is not None:
+    assert block_in is None and g_rows is None, 'the fused block op carries no sum'
+    block_grads = _fused_block_grads(spec, local, scale, divisor, iparams, g_out_c, stats, delta)
+
   def step(t, carry):
     chunk, grads, home = carry
     following = _ring_pass(spec, chunk)
@@ -552,7 +590,7 @@ def ring_attention_replay(spec, local, moving, v, bias, scale, divisor, block_in
 
 def _replay_fwd(spec, local, moving, v, bias, scale, divisor, block_in, iparams, saved):
   out, stats = saved
-  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, _lse(stats))
+  residuals = (local, moving, v, bias, scale, divisor, block_in, iparams, out, stats)
   return (out, None, stats), residuals
 
 

@@ -39,6 +39,10 @@ tiles, no atomics) is per call site and a rolled scan's one call site runs every
 counts the mean layer of the stack, l + 1 = (N + 1) / 2; the GEMMs are XLA's dots, costed by
 XLA. Tiles, warps and stages come from tiles.py's TILES, a table keyed by the device kind
 (each row says which of its entries were measured on a device, and where).
+One block of a ring (score_paths/ring_attention.py): `block_forward` and `block_backward`, the
+same two steps on a (query block, key block) pair with the block's global origin in the
+dropout hash; the backward also returns the travelling padding bias's and the score scale's
+gradients, which the ring's einsum formula gives too.
 """
 
 from __future__ import annotations
@@ -454,13 +458,15 @@ def wave_fill(programs: int, sms: int) -> float:
   return programs / (math.ceil(programs / sms) * sms)
 
 
-def column_panels(batch: int, heads: int, seq_len: int, itemsize: int, block: int, sms: int) -> int:
+def column_panels(
+  batch: int, heads: int, seq_len: int, itemsize: int, block: int, sms: int, rows: int = 0
+) -> int:
   """Columns per dS panel: 0 when every (batch, head) and column fits DS_PANEL_BYTES at once
   (one panel of B H L / block programs), else one (batch, head) at a time in panels of the
   fewest columns (a multiple of `block` dividing L) whose C / block programs fill PANEL_FILL
   of `sms` SMs' slots; where none does (L / block programs are too few), the columns that fill
-  the most (all L at best)."""
-  if batch * heads * seq_len * seq_len * itemsize <= DS_PANEL_BYTES:
+  the most (all L at best). `rows`: the query rows of a ring's block (0: seq_len, square)."""
+  if batch * heads * (rows or seq_len) * seq_len * itemsize <= DS_PANEL_BYTES:
     return 0
   candidates = [c for c in range(block, seq_len + 1, block) if seq_len % c == 0]
   for columns in candidates:
@@ -476,16 +482,21 @@ def backward(
   g_stack's dtype). The dropout mask is drawn again from `iparams`' key words (`bits` is None
   from this module's forward)."""
   del bits
-  layers = stack.shape[1]
+  at = lambda slots, layer, g_stack: _backward_at(
+    slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
+  )
+  return _by_slot_bucket(stack.shape[1], layer, at, g_stack)
+
+
+def _by_slot_bucket(layers: int, layer, at, operand):
+  """at(slots, layer, operand) at the smallest of slot_buckets(layers) >= l + 1 (a lax.switch
+  over the buckets; layer: int32 [1])."""
   buckets = slot_buckets(layers)
-  branches = [
-    functools.partial(_backward_at, slots, stack, v, do, lse, delta, bias, fparams, iparams)
-    for slots in buckets
-  ]
+  branches = [functools.partial(at, slots) for slots in buckets]
   if len(branches) == 1:
-    return branches[0](layer, g_stack, spec)
+    return branches[0](layer, operand)
   index = jnp.searchsorted(jnp.asarray(buckets), layer[0] + 1)  # first bucket >= l + 1
-  return lax.switch(index, [functools.partial(b, spec=spec) for b in branches], layer, g_stack)
+  return lax.switch(index, branches, layer, operand)
 
 
 def _backward_at(slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec):
@@ -587,3 +598,236 @@ def _backward_by_head(
     return dv_all, g_all
 
   return lax.fori_loop(0, batch * heads, head, (jnp.zeros_like(v), g_stack))
+
+
+# --- one block of a ring, backward (kernels/score_paths/ring_attention.py) ----------------------
+
+
+def _block_score_gradient_kernel(
+  q_ref,
+  k_ref,
+  v_ref,
+  do_ref,
+  m_ref,
+  log_l_ref,
+  delta_ref,
+  bias_ref,
+  f_ref,
+  i_ref,
+  l_ref,
+  c_ref,
+  ds_ref,
+  dv_ref,
+  dbias_ref,
+  *,
+  spec: KernelSpec,
+  length: int,
+  block: int,
+  rows: int,
+):
+  """_score_gradient_kernel on one block of the global [L, L] scores. Program (jk, b, h) owns
+  the block's key rows c_ref[2] + jk * block (k_ref: the block's keys, [N, Lk, K]) and walks
+  every query row of q_ref ([N, Lq, K]); the dropout hash takes the block's global origin
+  (c_ref[0]: first row, c_ref[1]: first column) and the global length, so the mask is the
+  one-device mask's block. Writes dS = dz / divisor WITHOUT the score scale (the matmuls after
+  it apply the scale and form its gradient from the same product), dV in float32 (summed over
+  the ring's blocks) and the column sums of dz (the travelling padding bias's gradient)."""
+  _, rows_total, head_dim = q_ref.shape
+  jk, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  scale, inv_div = f_ref[0], f_ref[1]
+  layers = l_ref[0] + 1
+  dtype = v_ref.dtype
+  exp2 = _exp2(spec)
+  k0 = c_ref[2] + jk * block  # this program's first key row in the block
+  ks = pl.ds(pl.multiple_of(k0, block), block)
+  v, bias2 = v_ref[ks, :], bias_ref[ks][None, :] * tm.LOG2E
+  base2_scale = scale * inv_div * tm.LOG2E  # z in base 2 (tile_math.py); dS stays natural
+
+  def q_body(i, carry):
+    dv, dbias = carry
+    qs = pl.ds(pl.multiple_of(i * rows, rows), rows)
+    z = tm.summed_scores(
+      lambda n: q_ref[n, qs, :].astype(dtype),
+      lambda n: k_ref[n, ks, :].astype(dtype),
+      layers,
+      base2_scale,
+      (rows, block),
+    )
+    keep = None
+    if spec.dropout:
+      keep = _draw_keep(
+        spec, i_ref, b, h, length, c_ref[0] + i * rows, c_ref[1] + k0, (rows, block)
+      )
+    p_dropped, dz = tm.score_gradient(
+      z + bias2,
+      (m_ref[qs][:, None], log_l_ref[qs][:, None]),
+      delta_ref[qs][:, None],
+      do_ref[qs, :],
+      v,
+      keep,
+      spec.keep_prob,
+      exp2,
+    )
+    ds_ref[qs, :] = (dz * inv_div).astype(ds_ref.dtype)  # d (sum_i q_i k_i^T) / scale
+    return dv + tm.t_dot(p_dropped, do_ref[qs, :]), dbias + jnp.sum(dz, axis=0)
+
+  dv, dbias = lax.fori_loop(
+    0,
+    rows_total // rows,
+    q_body,
+    (jnp.zeros((block, head_dim), jnp.float32), jnp.zeros((block,), jnp.float32)),
+  )
+  dv_ref[...] = dv
+  dbias_ref[...] = dbias
+
+
+def _block_score_gradient(
+  q_n, k_n, v, do, stats2, delta, bias, fparams, iparams, layer, coords, columns, length, spec
+):
+  """(dS [B, H, Lq, columns] in v's dtype, dV [B, columns, H, K] and the bias gradient [B, H,
+  columns], float32) of the block's key columns coords[2] .. coords[2] + columns (a multiple of
+  the tile); coords: int32 [3], the block's global first row and column, then that local
+  column. stats2: the rows' global (m, log l) in base 2; length: the global sequence length."""
+  layers, batch, rows, heads, head_dim = q_n.shape
+  cols = k_n.shape[2]
+  block, step_rows = min(spec.block_bwd, columns), min(spec.backward_rows, rows)
+  if spec.dropout and block % DRAWS_PER_GENERATOR[spec.generator]:
+    raise ValueError(
+      f'block_backward: a {block}-column tile is not whole {spec.generator} hash words'
+    )
+  if rows % step_rows or columns % block:
+    raise ValueError(
+      f'block_backward: tiles {step_rows}x{block} do not divide a {rows}x{columns} panel'
+    )
+  stack = lambda n: pl.BlockSpec((layers, None, n, None, head_dim), lambda j, b, h: (0, b, 0, h, 0))
+  stat_spec = pl.BlockSpec((None, None, rows), lambda j, b, h: (b, h, 0))
+  in_specs = [
+    stack(rows),
+    stack(cols),
+    _rows_spec(cols, head_dim),
+    _rows_spec(rows, head_dim),
+    stat_spec,
+    stat_spec,
+    stat_spec,
+    pl.BlockSpec((None, cols), lambda j, b, h: (b, 0)),
+    pl.BlockSpec((None, 2), lambda j, b, h: (b, 0)),
+    pl.BlockSpec((4,), lambda j, b, h: (0,)),
+    pl.BlockSpec((1,), lambda j, b, h: (0,)),
+    pl.BlockSpec((3,), lambda j, b, h: (0,)),
+  ]
+  out_shape = [
+    jax.ShapeDtypeStruct((batch, heads, rows, columns), v.dtype),
+    jax.ShapeDtypeStruct((batch, columns, heads, head_dim), jnp.float32),
+    jax.ShapeDtypeStruct((batch, heads, columns), jnp.float32),
+  ]
+  out_specs = [
+    pl.BlockSpec((None, None, rows, block), lambda j, b, h: (b, h, 0, j)),
+    pl.BlockSpec((None, block, None, head_dim), lambda j, b, h: (b, j, h, 0)),
+    pl.BlockSpec((None, None, block), lambda j, b, h: (b, h, j)),
+  ]
+  kernel = functools.partial(
+    _block_score_gradient_kernel, spec=spec, length=length, block=block, rows=step_rows
+  )
+  return pl.pallas_call(
+    kernel,
+    grid=(columns // block, batch, heads),
+    in_specs=in_specs,
+    out_specs=out_specs,
+    out_shape=out_shape,
+    interpret=spec.interpret,
+    compiler_params=_compiler_params(head_dim, score_gradient=True),
+    name='realformer_qk_ring_block_ds',
+  )(q_n, k_n, v, do, *stats2, delta, bias, fparams, iparams, layer, coords)
+
+
+def block_backward(
+  q_stack, k_stack, v, do, stats, delta, bias, fparams, iparams, layer, origin, length, grads, spec
+):
+  """block_forward's backward on one block of a ring, added into the ring's float32 gradients
+  grads = (dq [N, B, Lq, H, K], dk [N, B, Lk, H, K], dv [B, Lk, H, K], dbias [B, Lk], dscale
+  [B]) and returned: the stacked queries' and keys' of slots <= layer (the slots above get
+  nothing: block_forward does not read them), v's, the padding bias's, the score scale's.
+  stats: the rows' GLOBAL (m, log l) [B, H, Lq], natural units (the ring's merged statistics);
+  delta [B, H, Lq]: rowsum(dO * out) of the global output; do [B, Lq, H, K] in the compute
+  dtype; the rest as block_forward's. backward()'s two steps: the dS kernel on the block, in
+  column panels (column_panels: every (batch, head) at once where that fits, else one at a time
+  in panels that fill the SMs), then XLA's matmuls over the stacked slots (slot_buckets)."""
+  at = lambda slots, layer, grads: _block_backward_at(
+    slots, q_stack, k_stack, v, do, tm.to_base2(stats), delta, bias, fparams, iparams, layer,
+    origin, length, grads, spec,
+  )  # fmt: skip
+  return _by_slot_bucket(q_stack.shape[0], layer, at, grads)
+
+
+def _block_backward_at(
+  slots, q_stack, k_stack, v, do, stats2, delta, bias, fparams, iparams, layer, origin, length,
+  grads, spec,
+):  # fmt: skip
+  """block_backward with the matmuls over slots 0 .. slots - 1 (slots >= l + 1)."""
+  _, batch, rows, heads, _ = q_stack.shape
+  cols = k_stack.shape[2]
+  used = (jnp.arange(slots) <= layer[0]).astype(q_stack.dtype)[:, None, None, None, None]
+  q_n, k_n = q_stack[:slots] * used, k_stack[:slots] * used
+  block = min(spec.block_bwd, cols)
+  columns = column_panels(batch, heads, cols, v.dtype.itemsize, block, device_sms(), rows=rows)
+  group_b, group_h, columns = (batch, heads, cols) if not columns else (1, 1, columns)
+  head_groups = heads // group_h
+
+  def group(g, grads):
+    """Batch rows b .. b + group_b and heads h .. h + group_h: all of them, or one of each."""
+    b, h = (g // head_groups) * group_b, (g % head_groups) * group_h
+    zero = jnp.zeros((), jnp.int32)
+
+    def part(x, axis_b, axis_h):
+      x = lax.dynamic_slice_in_dim(x, b, group_b, axis_b)
+      return x if axis_h is None else lax.dynamic_slice_in_dim(x, h, group_h, axis_h)
+
+    q_g, k_g, v_g, do_g = part(q_n, 1, 3), part(k_n, 1, 3), part(v, 0, 2), part(do, 0, 2)
+    stats_g, delta_g = tuple(part(x, 0, 1) for x in stats2), part(delta, 0, 1)
+    bias_g, f_g = part(bias, 0, None), part(fparams, 0, None)
+    # the dropout counters of the global (b, h): offsets as a shard's (spec.py)
+    i_g = iparams.at[2].add(b.astype(jnp.uint32)).at[3].add(h.astype(jnp.uint32))
+    scale_g = f_g[:, 0][None, :, None, None, None]
+    g_q, g_k, g_v, g_bias, g_scale = grads
+
+    def panel(c, carry):
+      dq, dk, dv, dbias = carry
+      col0 = c * columns
+      coords = jnp.stack([origin[0], origin[1], col0]).astype(jnp.int32)
+      ds, dv_c, dbias_c = _block_score_gradient(
+        q_g, k_g, v_g, do_g, stats_g, delta_g, bias_g, f_g, i_g, layer, coords, columns, length,
+        spec,
+      )  # fmt: skip
+      k_c = lax.dynamic_slice_in_dim(k_g, col0, columns, 2).astype(ds.dtype)
+      dq = dq + jnp.einsum('bhqv,nbvhk->nbqhk', ds, k_c, preferred_element_type=jnp.float32)
+      dk_c = jnp.einsum(
+        'bhqv,nbqhk->nbvhk', ds, q_g.astype(ds.dtype), preferred_element_type=jnp.float32
+      )
+      add = lambda total, part, axis: lax.dynamic_update_slice_in_dim(
+        total, lax.dynamic_slice_in_dim(total, col0, columns, axis) + part, col0, axis
+      )
+      return dq, add(dk, dk_c * scale_g, 2), add(dv, dv_c, 1), add(dbias, dbias_c.sum(1), 1)
+
+    dq, dk, dv, dbias = lax.fori_loop(
+      0,
+      cols // columns,
+      panel,
+      (jnp.zeros(q_g.shape, jnp.float32), part(g_k[:slots], 1, 3), part(g_v, 0, 2),
+       part(g_bias, 0, None)),
+    )  # fmt: skip
+    # dS carries no scale: d scale = sum_i <q_i, dS K_i>, and dQ_i = scale dS K_i
+    dscale = jnp.einsum('nbqhk,nbqhk->b', q_g.astype(jnp.float32), dq)
+    dq = part(g_q[:slots], 1, 3) + dq * scale_g
+    at = lambda *index: tuple(jnp.asarray(i, jnp.int32) for i in index)
+    return (
+      lax.dynamic_update_slice(g_q, dq, at(zero, b, zero, h, zero)),
+      lax.dynamic_update_slice(g_k, dk, at(zero, b, zero, h, zero)),
+      lax.dynamic_update_slice(g_v, dv, at(b, zero, h, zero)),
+      lax.dynamic_update_slice(g_bias, dbias, at(b, zero)),
+      lax.dynamic_update_slice_in_dim(
+        g_scale, lax.dynamic_slice_in_dim(g_scale, b, group_b) + dscale, b, 0
+      ),
+    )
+
+  groups = (batch // group_b) * head_groups
+  return lax.fori_loop(0, groups, group, grads)

@@ -15,9 +15,13 @@ import signal
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import jit_cache
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
+import subprocesses
 from data_fixtures import bible_config
 from train_fixtures import REPO, TINY_OVERRIDES, cli_flags
 
@@ -167,6 +171,27 @@ def unexpected_stderr(stderr: str) -> list[str]:
   ]
 
 
+def _private_mounts_available() -> bool:
+  try:
+    return (
+      subprocess.run(['unshare', '-Urm', 'true'], capture_output=True, timeout=30).returncode == 0
+    )
+  except (OSError, subprocess.SubprocessError):
+    return False
+
+
+# A real full disk needs a private tmpfs: the tests that fill one skip where unshare is refused.
+NEEDS_PRIVATE_MOUNTS = pytest.mark.skipif(
+  not _private_mounts_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
+)
+
+
+def in_private_mounts(script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+  """The finished shell `script` in a private mount namespace (unshare -Urm: it may mount a
+  small tmpfs), from the repository root in the faults' environment."""
+  return subprocesses.run(['unshare', '-Urm', 'sh', '-c', script], env=env(), timeout=timeout)
+
+
 def terminate(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 120):
   proc.send_signal(sig)
   return proc.communicate(timeout=timeout)
@@ -216,6 +241,27 @@ def _leaves(tree, prefix=''):
       out.update(_leaves(value, f'{prefix}/{i}'))
     return out
   return {prefix: np.asarray(tree)}
+
+
+def restore_latest(workdir, config, setup):
+  """(what Checkpointer.restore_latest returns, its warnings) for `config` and its `setup`,
+  the data iterator and the checkpointer closed again."""
+  from realformer_jax.train.checkpointing import Checkpointer  # pylint: disable=import-outside-toplevel
+
+  warnings = []
+  train_iter = data.make_train_iterator(
+    config.data, config.train.global_batch_size, config.train.seed
+  )
+  checkpointer = Checkpointer(workdir, keep=3)
+  try:
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
+    restored = checkpointer.restore_latest(
+      setup.layout.abstract, key, train_iter, warn_fn=warnings.append
+    )
+  finally:
+    checkpointer.close()
+    train_iter.close()
+  return restored, warnings
 
 
 def copy_workdir(source, target) -> str:

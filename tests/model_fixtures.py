@@ -6,6 +6,7 @@ import numpy as np
 
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.model import params as params_lib
+from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
 
 TINY = dict(
   vocab_size=50,
@@ -21,6 +22,12 @@ TINY = dict(
 
 def tiny_config(**overrides) -> ModelConfig:
   return ModelConfig(**{**TINY, **overrides})
+
+
+def seq2seq_config(**overrides):
+  """TINY as a translation model: 2 encoder and 2 decoder layers over 16 tokens."""
+  fields = {**TINY, 'num_layers': 2, 'num_decoder_layers': 2, 'max_len': 16}
+  return Seq2SeqModelConfig(**{**fields, **overrides})
 
 
 def kernel_fields(max_len: int, **overrides) -> dict:

@@ -195,16 +195,42 @@ ISSUE_EFFICIENCY_SOURCE = (
 )
 
 
+def _nvidia(*, sms: int, clock: float, fp32_lanes: int, memory: int, bandwidth: float,
+            device: str, target: dict, **fields) -> Chip:  # fmt: skip
+  """An NVIDIA GPU of `sms` SMs at `clock` GHz: its CUDA cores per SM and clock (CUDA C++
+  Programming Guide, arithmetic instruction throughput: `fp32_lanes` float32, 64 32-bit
+  integer, 16 special-function) and the deviceless compiler's target (`target`: _gpu_config's
+  shared memory, L2 and compute capability; `device`: the driver's device name)."""
+  facts = dict(sms=sms, clock_ghz=clock, memory=memory, bandwidth=bandwidth)
+  return Chip(
+    platform='cuda',
+    memory_bytes=memory,
+    hbm_bytes_per_s=bandwidth,
+    launch_overhead_s=2e-6,
+    vector_flops=sms * fp32_lanes * clock * 1e9,
+    vector_int_ops=sms * 64 * clock * 1e9,
+    transcendentals=sms * 16 * clock * 1e9,
+    sms=sms,
+    default_memory_fraction=0.75,
+    gpu_target_config=_gpu_config(fp32_lanes=fp32_lanes, description=device, **facts, **target),
+    **fields,
+  )
+
+
 def _hopper(name: str, description: str, memory: int, bandwidth: float, device: str) -> Chip:
   """An SXM Hopper GPU: 132 SMs at 1.98 GHz, the same tensor cores; H100 and H200 differ in HBM
   (80 GB HBM3 at 3.35 TB/s vs 141 GB HBM3e at 4.8 TB/s) only."""
   sms, clock = 132, 1.98
-  return Chip(
+  return _nvidia(
+    sms=sms,
+    clock=clock,
+    fp32_lanes=128,
+    memory=memory,
+    bandwidth=bandwidth,
+    device=device,
+    target=dict(smem_per_sm=233472, smem_optin=232448, l2=52_428_800, major=9, minor=0),
     name=name,
-    platform='cuda',
     description=description,
-    memory_bytes=memory,
-    hbm_bytes_per_s=bandwidth,
     matmul_flops={
       'fp8': 1979 * TERA,
       'int8': 1979 * TERA,
@@ -213,32 +239,11 @@ def _hopper(name: str, description: str, memory: int, bandwidth: float, device: 
       'f32': 66.9 * TERA,
     },
     interconnect_bytes_per_s=450 * GB,  # NVLink 4: 900 GB/s bidirectional per GPU
-    launch_overhead_s=2e-6,
-    # CUDA cores per SM and clock (CUDA C++ Programming Guide, arithmetic instruction
-    # throughput, compute capability 9.0): 128 float32, 64 32-bit integer, 16 special-function.
-    vector_flops=sms * 128 * clock * 1e9,
-    vector_int_ops=sms * 64 * clock * 1e9,
-    transcendentals=sms * 16 * clock * 1e9,
     l2_bytes_per_s=HOPPER_L2_BYTES_PER_S,
     atomic_updates_per_s=HOPPER_ATOMIC_UPDATES_PER_S,
     fused_kernel_efficiency=FUSED_KERNEL_EFFICIENCY,
-    sms=sms,
     issue_per_s=sms * 4 * 32 * clock * 1e9,
     issue_efficiency=ISSUE_EFFICIENCY,
-    default_memory_fraction=0.75,
-    gpu_target_config=_gpu_config(
-      sms=sms,
-      fp32_lanes=128,
-      smem_per_sm=233472,
-      smem_optin=232448,
-      l2=52_428_800,
-      clock_ghz=clock,
-      memory=memory,
-      bandwidth=bandwidth,
-      major=9,
-      minor=0,
-      description=device,
-    ),
     spec_source=f'NVIDIA {name.upper()} Tensor Core GPU datasheet (SXM): 989.4 TFLOP/s dense '
     f'bf16, 494.7 TF32, 66.9 FP32, {bandwidth / 1e12:.2f} TB/s HBM, 900 GB/s NVLink; 132 SMs; '
     f'{HOPPER_L2_SOURCE}; {HOPPER_ATOMIC_SOURCE}; {FUSED_KERNEL_EFFICIENCY_SOURCE}; '
@@ -257,15 +262,17 @@ def _h200() -> Chip:
 
 
 def _a100(memory_gb: int) -> Chip:
-  sms, clock = 108, 1.41
-  memory = memory_gb * GiB  # 40960 / 81920 MiB (nvidia-smi)
   bandwidth = 1.555e12 if memory_gb == 40 else 2.039e12
-  return Chip(
+  return _nvidia(
+    sms=108,
+    clock=1.41,
+    fp32_lanes=64,
+    memory=memory_gb * GiB,  # 40960 / 81920 MiB (nvidia-smi)
+    bandwidth=bandwidth,
+    device=f'NVIDIA A100-SXM4-{memory_gb}GB',
+    target=dict(smem_per_sm=167936, smem_optin=166912, l2=41_943_040, major=8, minor=0),
     name=f'a100-{memory_gb}g',
-    platform='cuda',
     description=f'NVIDIA A100 SXM {memory_gb}GB',
-    memory_bytes=memory,
-    hbm_bytes_per_s=bandwidth,
     matmul_flops={
       'int8': 624 * TERA,
       'bf16': 312 * TERA,
@@ -274,25 +281,6 @@ def _a100(memory_gb: int) -> Chip:
       'fp8': 312 * TERA,
     },  # no fp8 units: bf16 rate
     interconnect_bytes_per_s=300 * GB,  # NVLink 3: 600 GB/s bidirectional per GPU
-    launch_overhead_s=2e-6,
-    vector_flops=sms * 64 * clock * 1e9,
-    vector_int_ops=sms * 64 * clock * 1e9,
-    transcendentals=sms * 16 * clock * 1e9,
-    sms=sms,
-    default_memory_fraction=0.75,
-    gpu_target_config=_gpu_config(
-      sms=sms,
-      fp32_lanes=64,
-      smem_per_sm=167936,
-      smem_optin=166912,
-      l2=41_943_040,
-      clock_ghz=clock,
-      memory=memory,
-      bandwidth=bandwidth,
-      major=8,
-      minor=0,
-      description=f'NVIDIA A100-SXM4-{memory_gb}GB',
-    ),
     spec_source=f'NVIDIA A100 Tensor Core GPU datasheet (SXM4 {memory_gb}GB): 312 TFLOP/s '
     f'dense bf16, 156 TF32, 19.5 FP32, {bandwidth / 1e12:.3f} TB/s HBM, '
     '600 GB/s NVLink; 108 SMs',

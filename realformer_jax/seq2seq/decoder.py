@@ -111,6 +111,24 @@ def causal_scale(cfg: Seq2SeqModelConfig, positions_T: jax.Array) -> jax.Array:
   return scale_T[None, None, :, None]
 
 
+def _attend(module: nn.Module, scores, bias, divisor, v, deterministic: bool):
+  """softmax(scores / divisor + bias) V with the config's attention dropout, its key drawn from
+  `module`'s 'dropout' stream when training."""
+  cfg = module.config
+  key = module.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
+  context, _ = softmax_dropout_values(
+    scores,
+    bias,
+    divisor,
+    v,
+    key,
+    1.0 - cfg.attention_dropout_rate,
+    cfg.compute_dtype,
+    cfg.dropout_generator,
+  )
+  return context
+
+
 class CausalSelfAttention(nn.Module):
   """Masked multi-head self-attention, optionally adding the previous layer's scores."""
 
@@ -143,17 +161,7 @@ class CausalSelfAttention(nn.Module):
     divisor = None  # running mean (docs/design.md §1): softmax sees acc_l / l, l 1-based
     if cfg.use_residual_attention and cfg.running_mean:
       divisor = jnp.asarray(self.layer, jnp.float32)
-    key = self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
-    context, _ = softmax_dropout_values(
-      scores,
-      bias,
-      divisor,
-      v,
-      key,
-      1.0 - cfg.attention_dropout_rate,
-      cfg.compute_dtype,
-      cfg.dropout_generator,
-    )
+    context = _attend(self, scores, bias, divisor, v, deterministic)
     out = _output(cfg, self.layer)(context)
     return out, (scores if cfg.use_residual_attention else None)
 
@@ -209,17 +217,7 @@ class CrossAttention(nn.Module):
       k, v = key_proj(encoded_BxSxD), value_proj(encoded_BxSxD)
     scores = jnp.einsum('bqhk,bvhk->bhqv', q, k, preferred_element_type=jnp.float32)
     scores = scores * source_scale
-    key = self.make_rng('dropout') if not deterministic and cfg.attention_dropout_rate > 0 else None
-    context, _ = softmax_dropout_values(
-      scores,
-      source_bias_Bx1x1xS,
-      None,
-      v,
-      key,
-      1.0 - cfg.attention_dropout_rate,
-      cfg.compute_dtype,
-      cfg.dropout_generator,
-    )
+    context = _attend(self, scores, source_bias_Bx1x1xS, None, v, deterministic)
     if self.with_average:
       own_values = value_proj(x_BxTxD)  # W_v shared with the encoder side
       average = (

@@ -13,6 +13,7 @@ import zipfile
 
 import pytest
 import repo_paths
+import subprocesses
 import tomllib
 from data_fixtures import bible_config
 from toy_flags import TRAIN_TOY_FLAGS
@@ -126,45 +127,33 @@ def test_installed_scripts_run_from_another_directory(tmp_path):
   env = dict(
     os.environ, PYTHONPATH=str(target), JAX_PLATFORMS='cpu', JAX_DISABLE_MOST_OPTIMIZATIONS='1'
   )
+  train_script = str(target / 'bin' / 'realformer-train')
+
+  def installed(*command: str, timeout: float = 600):
+    """`command` run from `elsewhere`, with only the installed package on the path."""
+    return subprocesses.run(list(command), env=env, cwd=elsewhere, timeout=timeout)
+
   for name in _scripts():
-    result = subprocess.run(
-      [str(target / 'bin' / name), '--help'], cwd=elsewhere, env=env, capture_output=True, text=True
-    )
+    result = installed(str(target / 'bin' / name), '--help')
     assert result.returncode == 0, (name, result.stderr[-2000:])
   # The README's training command, as a script, from elsewhere: it trains and ends as documented.
   data.prepare(bible_config())
   flags = [f'--config.{k}={v}' for k, v in TRAIN_TOY_FLAGS.items()]
-  result = subprocess.run(
-    [str(target / 'bin' / 'realformer-train'), '--config=configs/tiny.py']
-    + [f'--workdir={tmp_path / "run"}', f'--config.data.data_dir={bible_config().data_dir}']
-    + flags,
-    cwd=elsewhere,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
+  result = installed(
+    train_script,
+    '--config=configs/tiny.py',
+    f'--workdir={tmp_path / "run"}',
+    f'--config.data.data_dir={bible_config().data_dir}',
+    *flags,
   )
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'final eval MLM accuracy' in result.stdout
+  assert 'final eval MLM accuracy' in subprocesses.succeeded(result).stdout
   assert os.listdir(elsewhere) == []  # nothing written where it ran
   # A shipped config by its name, from elsewhere: the paper's RealFormer-Large.
-  named = subprocess.run(
-    [str(target / 'bin' / 'realformer-train'), '--config=realformer_large', '--print_config'],
-    cwd=elsewhere,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-  assert named.returncode == 0, named.stderr[-2000:]
-  assert re.search(r'num_layers\W+24\b', named.stdout), named.stdout[:2000]
-  where = subprocess.run(
-    # The device check's training part imports the measured steps: inside the package too.
-    [sys.executable, '-c', 'import realformer_jax.bench.compiled_steps as c; print(c.__file__)'],
-    cwd=elsewhere,
-    env=env,
-    capture_output=True,
-    text=True,
+  named = installed(train_script, '--config=realformer_large', '--print_config', timeout=300)
+  assert re.search(r'num_layers\W+24\b', subprocesses.succeeded(named).stdout), named.stdout[:2000]
+  # The device check's training part imports the measured steps: inside the package too.
+  where = installed(
+    sys.executable, '-c', 'import realformer_jax.bench.compiled_steps as c; print(c.__file__)'
   )
   assert where.stdout.startswith(str(target)), where  # the installed copy ran, not the repo's
   # What the install added: the package, its dist-info and the scripts, no other module.

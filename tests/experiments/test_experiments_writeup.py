@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from realformer_jax.studies import analysis as analysis_lib
-from realformer_jax.studies import plan_report, stats, study
+from realformer_jax.studies import plan_report, runs, stats, study
 from realformer_jax.studies.plans import budgets as budgets_plan
 from realformer_jax.studies.plans import stability as stability_plan
 
@@ -33,12 +33,7 @@ LADDER_STEPS = 2400
 
 @functools.cache
 def _results() -> dict:
-  directory = os.path.join(STORE, 'runs')
-  return {
-    name[: -len('.json')]: json.load(open(os.path.join(directory, name)))
-    for name in sorted(os.listdir(directory))
-    if name.endswith('.json')
-  }
+  return runs.all_results(STORE)
 
 
 @functools.cache
@@ -578,11 +573,7 @@ def test_layouts_p1_in_both_metrics():
   from realformer_jax.studies.plans import layouts  # pylint: disable=import-outside-toplevel
 
   plan = layouts.PLANS['cpu']
-  directory = os.path.join(plan.out, 'runs')
-  results = {
-    name[: -len('.json')]: json.load(open(os.path.join(directory, name)))
-    for name in os.listdir(directory)
-  }
+  results = runs.all_results(plan.out)
   rows = {r['key']: r for r in analysis_lib.analyse(plan, results)['comparisons']}
   whole = ' '.join(open('docs/experiments.md').read().split())
   quoted = re.search(

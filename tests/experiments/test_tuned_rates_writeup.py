@@ -12,22 +12,17 @@ import re
 import numpy as np
 
 from realformer_jax.studies import analysis as analysis_lib
-from realformer_jax.studies import plan_report, stats
+from realformer_jax.studies import plan_report, runs, stats
 from realformer_jax.studies.plans import budgets, depth, tuned_rates
 
 PLAN = tuned_rates.PLANS['cpu']
-STORE = os.path.join(PLAN.store, 'runs')
 LAYOUTS = ('post', 'realformer')
 NAMES = {'post': 'Post-LN', 'realformer': 'RealFormer'}
 
 
 @functools.cache
 def _results() -> dict:
-  return {
-    name[: -len('.json')]: json.load(open(os.path.join(STORE, name)))
-    for name in sorted(os.listdir(STORE))
-    if name.endswith('.json')
-  }
+  return runs.all_results(PLAN.store)
 
 
 @functools.cache
@@ -135,9 +130,9 @@ def test_each_comparison_as_its_verdict_stands():
 
 def test_recipe_check_and_machines():
   check = _analysis()['recipe_check']
-  spread, runs = _find(r'step-1 training loss spreads by at most (\S+) over (\d+) runs')
+  spread, run_count = _find(r'step-1 training loss spreads by at most (\S+) over (\d+) runs')
   assert float(spread) == check['max_spread']
-  assert int(runs) == sum(v['runs'] for v in check['per'].values())
+  assert int(run_count) == sum(v['runs'] for v in check['per'].values())
   machines = _find(r'trained on (\d) machines')
   assert int(machines[0]) == len(check['machines'])
 

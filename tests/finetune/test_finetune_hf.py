@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 from finetune_fixtures import toy_config
+from hf_fixtures import toy_bert_config
 
 from realformer_jax import SequenceClassifier, finetune, train
 from realformer_jax.train import build, checkpointing
@@ -34,30 +35,31 @@ def hf_checkpoint(tmp_path_factory):
   directory = tmp_path_factory.mktemp('hf_bert')
   vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + _WORDS + ['##s', '##ed', '.', ',']
   (directory / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
-  hf_config = transformers.BertConfig(
+  hf_config = toy_bert_config(
     vocab_size=len(vocab) + 3,
-    hidden_size=48,
     num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=80,
     max_position_embeddings=64,
     num_labels=3,
+    hidden_dropout_prob=0.1,  # BertConfig's defaults: the file is saved as trained models are
+    attention_probs_dropout_prob=0.1,
   )
   model = transformers.FlaxBertForSequenceClassification(hf_config, seed=4)
   model.save_pretrained(str(directory), safe_serialization=True)
   return directory, hf_config, model
 
 
+def _from_the_file(directory, task: str):
+  """The toy fine-tuning config of `task` whose model and vocabulary are the checkpoint's."""
+  return toy_config(
+    task, model=False, data__vocab_file='', finetune__init=str(directory / 'model.safetensors')
+  )
+
+
 def test_imported_encoder_and_pooler_match_hugging_face(hf_checkpoint):
   import transformers  # pylint: disable=import-outside-toplevel
 
   directory, hf_config, model = hf_checkpoint
-  config = toy_config(
-    'bible_sections',
-    model=False,
-    data__vocab_file='',
-    finetune__init=str(directory / 'model.safetensors'),
-  )
+  config = _from_the_file(directory, 'bible_sections')
   spec = train.validate_config(config, task=finetune.make_task(config))
   source = spec.task.starting_point
   model_config = spec.model
@@ -96,12 +98,7 @@ def test_imported_encoder_and_pooler_match_hugging_face(hf_checkpoint):
 
 def test_fine_tuning_starts_from_a_safetensors_file(hf_checkpoint, tmp_path):
   directory, _, model = hf_checkpoint
-  config = toy_config(
-    'bible_pairs',
-    model=False,
-    data__vocab_file='',
-    finetune__init=str(directory / 'model.safetensors'),
-  )
+  config = _from_the_file(directory, 'bible_pairs')
   config.model.ln_placement = 'realformer'  # BERT's weights also start a RealFormer
   task = finetune.make_task(config)
   assert train.validate_config(config, task=task).model.use_residual_attention

@@ -15,7 +15,9 @@ if importlib.util.find_spec('transformers') is None:
 # slow: building and compiling the Flax BERTs took 20 s CPU for the module (2026-11-26).
 pytestmark = pytest.mark.slow
 
-from realformer_jax import MaskedLM  # noqa: E402 (after the importorskip)
+from hf_fixtures import toy_bert_config  # noqa: E402 (after the importorskip)
+
+from realformer_jax import MaskedLM  # noqa: E402
 from realformer_jax.interop import hf_convert  # noqa: E402
 from realformer_jax.model import params as params_lib  # noqa: E402
 
@@ -23,17 +25,7 @@ from realformer_jax.model import params as params_lib  # noqa: E402
 def _hf_model():
   import transformers  # pylint: disable=import-outside-toplevel
 
-  config = transformers.BertConfig(
-    vocab_size=97,
-    hidden_size=48,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=80,
-    max_position_embeddings=40,
-    type_vocab_size=2,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-  )
+  config = toy_bert_config(type_vocab_size=2)
   model = transformers.FlaxBertForMaskedLM(config, seed=3)
   return config, model, _perturbed(model.params, seed=0)
 
@@ -122,17 +114,7 @@ def test_sequence_classifier_matches_hugging_face_classifier():
 
   from realformer_jax import SequenceClassifier
 
-  hf_config = transformers.BertConfig(
-    vocab_size=97,
-    hidden_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=80,
-    max_position_embeddings=40,
-    num_labels=3,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-  )
+  hf_config = toy_bert_config(num_hidden_layers=2, num_labels=3)
   hf_model = transformers.FlaxBertForSequenceClassification(hf_config, seed=5)
   hf_params = _perturbed(hf_model.params, seed=2)
   ids, mask, segments, _ = _batch()

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 import repo_paths
+import subprocesses
 import train_fixtures
 from model_fixtures import init_params, padded_batch, tiny_config
 
@@ -160,13 +161,8 @@ def test_every_model_field_is_either_exported_or_irrelevant():
 
 
 def _run_export(*args):
-  return subprocess.run(
-    [sys.executable, '-m', 'experiments.export_hf', *args],
-    cwd=REPO,
-    env=dict(os.environ, JAX_PLATFORMS='cpu'),
-    capture_output=True,
-    text=True,
-    timeout=600,
+  return subprocesses.module(
+    'experiments.export_hf', *args, env=dict(os.environ, JAX_PLATFORMS='cpu')
   )
 
 

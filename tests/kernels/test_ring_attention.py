@@ -7,13 +7,8 @@ and single draws) and padding; values and the gradients of q, k, v, the
 carried sum, the padding bias and the score scale. float32, matmul precision 'highest'.
 The train-level equalities are tests/train/test_sequence_parallel.py's."""
 
-import json
-import subprocess
-import sys
-
-import compile_settings
 import pytest
-from train_fixtures import REPO
+import subprocesses
 
 pytestmark = pytest.mark.sequence_parallel
 
@@ -85,16 +80,7 @@ print('RESULTS ' + json.dumps(report))
 
 @pytest.mark.slow  # a subprocess on 4 forced devices, 3 compiles of a tiny op (~15 s CPU)
 def test_ring_op_matches_the_einsum_path():
-  done = subprocess.run(
-    [sys.executable, '-c', _SCRIPT],
-    cwd=REPO,
-    env=compile_settings.cpu_devices_env(4),
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
-  assert done.returncode == 0, done.stderr[-3000:]
-  report = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  report = subprocesses.script_results(_SCRIPT, devices=4)
   assert len(report) == 6
   for name, result in report.items():
     assert result['value'] <= 1e-5 and result['grads'] <= 1e-5, (name, result)
@@ -164,16 +150,7 @@ def test_the_fused_block_op_ring_matches_the_einsum_ring():
   formula's ring: sequence axes of 2, 4 and 8, dropout 0.5 from both generators, padding, the
   running-mean divisor; the context and every gradient leaf (the query and key stacks, v, the
   padding bias, the score scale), each <= 1e-5 relative."""
-  done = subprocess.run(
-    [sys.executable, '-c', _FUSED_SCRIPT],
-    cwd=REPO,
-    env=compile_settings.cpu_devices_env(8),
-    capture_output=True,
-    text=True,
-    timeout=900,
-  )
-  assert done.returncode == 0, done.stderr[-3000:]
-  report = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  report = subprocesses.script_results(_FUSED_SCRIPT, devices=8, timeout=900)
   assert len(report) == 3
   for name, result in report.items():
     assert result['value'] <= 1e-5, (name, result)

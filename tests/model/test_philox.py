@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import subprocesses
 from repo_paths import REPO
 from scipy import stats
 
@@ -168,12 +169,5 @@ print('SAME')
 
 def test_a_sharded_program_draws_the_philox_mask_of_one_device():
   """XLA's mulhi does not lower under a sharded jit (jax 0.10.2): the XLA form is the limbs'."""
-  done = subprocess.run(
-    [sys.executable, '-c', _SHARDED],
-    cwd=REPO,
-    env=compile_settings.cpu_devices_env(2),
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-  assert done.returncode == 0 and 'SAME' in done.stdout, done.stderr[-2000:]
+  done = subprocesses.on_cpu_devices(_SHARDED, devices=2, timeout=300)
+  assert 'SAME' in done.stdout, done.stdout

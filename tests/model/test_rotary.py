@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import repo_paths
+import subprocesses
 from model_fixtures import init_params, padded_batch, tiny_config
 
 from realformer_jax import MaskedLM
@@ -216,16 +217,6 @@ print('RESULTS ' + json.dumps(losses))
 @pytest.mark.slow
 def test_rope_trains_the_same_under_fsdp_and_tensor_parallel_sharding():
   """Heads split over the tensor axis: the rotation acts within a head (no communication)."""
-  env = compile_settings.cpu_devices_env(8)
-  done = subprocess.run(
-    [sys.executable, '-c', _SHARDED_SCRIPT],
-    cwd=REPO,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-  assert done.returncode == 0, done.stderr[-3000:]
-  losses = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  losses = subprocesses.script_results(_SHARDED_SCRIPT, devices=8, timeout=300)
   assert np.all(np.isfinite(losses['dp'])) and losses['dp'][0] != losses['dp'][1]
   np.testing.assert_allclose(losses['fsdp_tp'], losses['dp'], rtol=1e-5)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from model_fixtures import TINY, tiny_config
+from model_fixtures import TINY, seq2seq_config, tiny_config
 
 from realformer_jax.config import ConfigError
 from realformer_jax.model.params import unbox
@@ -20,11 +20,6 @@ from realformer_jax.seq2seq import Seq2Seq, decoding
 from realformer_jax.seq2seq.average_attention import AverageAttention, uniform_prefix_average
 from realformer_jax.seq2seq.decoder import causal_bias
 from realformer_jax.seq2seq.model_config import Seq2SeqModelConfig
-
-
-def _seq2seq_config(**overrides):
-  fields = {**TINY, 'num_layers': 2, 'num_decoder_layers': 2, 'max_len': 16, **overrides}
-  return Seq2SeqModelConfig(**fields)
 
 
 def _init(model, source, mask, target, seed=0):
@@ -90,7 +85,7 @@ def test_average_attention_ffn_and_gating_by_hand():
 def test_incremental_decoding_equals_teacher_forcing(overrides):
   """Logits of one-token steps through the cache equal the teacher-forced forward pass to
   2e-5 (float32, 'highest' matmul precision)."""
-  cfg = _seq2seq_config(**overrides)
+  cfg = seq2seq_config(**overrides)
   model = Seq2Seq(cfg)
   source, mask, target = _batch(cfg.vocab_size)
   params = _init(model, source, mask, target)
@@ -115,7 +110,7 @@ def test_incremental_decoding_equals_teacher_forcing(overrides):
 
 
 def test_fixed_schedule_residual_branch_is_refused():
-  model = Seq2Seq(_seq2seq_config(residual_branch='fixed_schedule'))
+  model = Seq2Seq(seq2seq_config(residual_branch='fixed_schedule'))
   source, mask, target = _batch(50)
   with pytest.raises(ConfigError, match="model.residual_branch='fixed_schedule'"):
     model.init(jax.random.key(0), source, mask, target)
@@ -123,7 +118,7 @@ def test_fixed_schedule_residual_branch_is_refused():
 
 @pytest.mark.slow
 def test_ds_init_scales_each_decoder_layer_by_its_depth():
-  cfg = _seq2seq_config(init='ds_init', num_decoder_layers=4, hidden_size=64, mlp_dim=128)
+  cfg = seq2seq_config(init='ds_init', num_decoder_layers=4, hidden_size=64, mlp_dim=128)
   source, mask, target = _batch(cfg.vocab_size)
   params = _init(Seq2Seq(cfg), source, mask, target)
   for layer in range(4):
@@ -141,7 +136,7 @@ def _layer_norm(x, scale, bias, eps):
 
 @pytest.mark.slow  # ~9 s CPU: three Seq2Seq compiles; the AAN sublayer by hand stays fast
 def test_merged_attention_layer_against_a_float64_reference():
-  cfg = _seq2seq_config(decoder_attention='merged', num_decoder_layers=1, norm_epsilon=1e-6)
+  cfg = seq2seq_config(decoder_attention='merged', num_decoder_layers=1, norm_epsilon=1e-6)
   model = Seq2Seq(cfg)
   source, mask, target = _batch(cfg.vocab_size)
   params = _init(model, source, mask, target)
@@ -203,7 +198,7 @@ def _all_finished_sequences(vocab, max_len, eos_id, banned=(0,)):
 @pytest.mark.parametrize('kind, alpha', [('standard', 0.0), ('merged', 0.6)])
 @pytest.mark.slow
 def test_beam_search_finds_the_exhaustive_best_and_beam_one_is_greedy(kind, alpha):
-  cfg = _seq2seq_config(decoder_attention=kind, vocab_size=9)
+  cfg = seq2seq_config(decoder_attention=kind, vocab_size=9)
   model = Seq2Seq(cfg)
   source, mask, _ = _batch(cfg.vocab_size)
   params = _init(model, source, mask, source, seed=1)

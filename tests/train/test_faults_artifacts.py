@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import subprocesses
 from train_fixtures import REPO, tiny_config
 
 from realformer_jax import data, train
@@ -70,13 +71,8 @@ def _damage(workdir, step):
 
 
 def _export_cli(*args):
-  return subprocess.run(
-    [sys.executable, '-m', 'experiments.export_hf', *args],
-    cwd=REPO,
-    env=dict(os.environ, JAX_PLATFORMS='cpu'),
-    capture_output=True,
-    text=True,
-    timeout=600,
+  return subprocesses.module(
+    'experiments.export_hf', *args, env=dict(os.environ, JAX_PLATFORMS='cpu')
   )
 
 
@@ -184,19 +180,7 @@ def _restore_latest(workdir):
   """(restored step, warnings) of Checkpointer.restore_latest with the trained config."""
   config = tiny_config(**_TRAINED)
   setup = build.make_setup(pretraining.validate_config(config))
-  train_iter = data.make_train_iterator(
-    config.data, config.train.global_batch_size, config.train.seed
-  )
-  warnings = []
-  checkpointer = Checkpointer(workdir, keep=3)
-  try:
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
-    restored = checkpointer.restore_latest(
-      setup.layout.abstract, key, train_iter, warn_fn=warnings.append
-    )
-  finally:
-    checkpointer.close()
-    train_iter.close()
+  restored, warnings = fs.restore_latest(workdir, config, setup)
   return (restored[0] if restored else None), warnings
 
 

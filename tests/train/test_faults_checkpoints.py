@@ -68,21 +68,7 @@ def _setup():
 def _restore_latest(workdir, setup=None):
   """(restored step, warnings) of Checkpointer.restore_latest on `workdir`."""
   config, default_setup = _setup()
-  setup = setup or default_setup
-  warnings = []
-  train_iter = data.make_train_iterator(
-    config.data, config.train.global_batch_size, config.train.seed
-  )
-  checkpointer = Checkpointer(workdir, keep=3)
-  try:
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=setup.replicated)
-    restored = checkpointer.restore_latest(
-      setup.layout.abstract, key, train_iter, warn_fn=warnings.append
-    )
-  finally:
-    checkpointer.close()
-    train_iter.close()
-  return restored, warnings
+  return fs.restore_latest(workdir, config, setup or default_setup)
 
 
 def _state_file(step_dir):
@@ -275,18 +261,7 @@ def test_a_failed_save_is_one_line_and_keeps_every_committed_step(
     fs.assert_same_state(fs.saved_state(workdir, 8), fs.saved_state(straight, 8))
 
 
-def _unshare_available() -> bool:
-  try:
-    return (
-      subprocess.run(['unshare', '-Urm', 'true'], capture_output=True, timeout=30).returncode == 0
-    )
-  except (OSError, subprocess.SubprocessError):
-    return False
-
-
-@pytest.mark.skipif(
-  not _unshare_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
-)
+@fs.NEEDS_PRIVATE_MOUNTS
 def test_a_restart_on_a_nearly_full_disk_is_one_line(straight, tmp_path):
   """The straight run's workdir without step 8, on a tmpfs with 64 KiB left: the restart
   rewrites no run file (config.json and the tokenizer are unchanged), trains steps 7-8 and the
@@ -302,14 +277,7 @@ def test_a_restart_on_a_nearly_full_disk_is_one_line(straight, tmp_path):
     f'truncate -s -64K {mount}/fill && {{ {fs.shell_join(command)}; status=$?; '
     f'cp -a {workdir} {out_dir}; exit $status; }}; }}'
   )
-  proc = subprocess.run(
-    ['unshare', '-Urm', 'sh', '-c', script],
-    capture_output=True,
-    text=True,
-    cwd=fs.REPO,
-    env=fs.env(),
-    timeout=300,
-  )
+  proc = fs.in_private_mounts(script)
 
   assert proc.returncode == 1, proc.stdout + proc.stderr
   assert 'resumed from the checkpoint at step 6' in proc.stdout

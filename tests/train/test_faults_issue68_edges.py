@@ -82,19 +82,8 @@ def test_an_eval_set_without_a_mask_slot_is_one_note_not_a_comparison(tmp_path):
   assert len(final) == 1 and '[MASK] accuracy not above' not in final[0], out
 
 
-def _unshare_available() -> bool:
-  try:
-    return (
-      subprocess.run(['unshare', '-Urm', 'true'], capture_output=True, timeout=30).returncode == 0
-    )
-  except (OSError, subprocess.SubprocessError):
-    return False
-
-
 @pytest.mark.slow  # the prepare_data CLI (~2 s)
-@pytest.mark.skipif(
-  not _unshare_available(), reason='a real full disk needs a private tmpfs (unshare -Urm)'
-)
+@fs.NEEDS_PRIVATE_MOUNTS
 def test_a_full_disk_while_a_document_shard_is_written_is_one_line(tmp_path):
   """ArrayRecord's writer reports ENOSPC as a RuntimeError (measured: 'write() failed: No space
   left on device; writing ...'): one error line, as when the packed store meets it."""
@@ -118,14 +107,7 @@ def test_a_full_disk_while_a_document_shard_is_written_is_one_line(tmp_path):
     f'mount -t tmpfs -o size=48k tmpfs {mount} && {{ {fs.shell_join(command)}; status=$?; '
     f'find {mount} -type f -name "*.tmp.*"; exit $status; }}'
   )
-  proc = subprocess.run(
-    ['unshare', '-Urm', 'sh', '-c', script],
-    capture_output=True,
-    text=True,
-    cwd=fs.REPO,
-    env=fs.env(),
-    timeout=300,
-  )
+  proc = fs.in_private_mounts(script)
   assert proc.returncode == 1, proc.stdout + proc.stderr
   shards = re.escape(os.path.join(str(mount), 'data', 'file-shards'))
   fs.the_line(

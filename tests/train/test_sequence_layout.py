@@ -164,19 +164,25 @@ def test_the_ring_refusal_runs_at_validation_and_never_at_trace_time(monkeypatch
   assert len(calls) == 1
 
 
-@pytest.mark.slow  # the training CLI on 2 forced devices in a subprocess (~5 s CPU)
-def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
+def _refused_on_two_devices(workdir, **overrides) -> tuple[str, list[str]]:
+  """(stderr, its error lines) of the training CLI on 2 forced CPU devices at `overrides`,
+  which exited 1."""
   proc = run_train_cli(
-    tmp_path,
-    *cli_flags(mesh__shape='(1,1,1,2)', data__max_len=31),
+    workdir,
+    *cli_flags(**overrides),
     env={
       'XLA_FLAGS': compile_settings.xla_flags('--xla_force_host_platform_device_count=2'),
       'JAX_PLATFORMS': 'cpu',
     },
   )
   _, stderr = proc.communicate(timeout=120)
-  assert proc.returncode == 1
-  errors = [line for line in stderr.splitlines() if line.startswith('error:')]
+  assert proc.returncode == 1, stderr
+  return stderr, [line for line in stderr.splitlines() if line.startswith('error:')]
+
+
+@pytest.mark.slow  # the training CLI on 2 forced devices in a subprocess (~5 s CPU)
+def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
+  stderr, errors = _refused_on_two_devices(tmp_path, mesh__shape='(1,1,1,2)', data__max_len=31)
   assert errors == [
     'error: data.max_len=31: must be divisible by 2, the size of mesh sequence that '
     "logical_axis_rules split 'length' over (mesh.shape=(1, 1, 1, 2) on 2 devices)"
@@ -189,22 +195,13 @@ def test_cli_refuses_an_indivisible_length_before_compiling(tmp_path):
 def test_cli_refuses_a_scores_carry_whose_row_block_outgrows_the_device(tmp_path):
   """2**20 tokens on 2 CPU devices: [2, 524288, 1048576] float32 = 4.4 TB each, over the host's
   memory, refused from the host's own budget before anything is compiled."""
-  proc = run_train_cli(
+  stderr, errors = _refused_on_two_devices(
     tmp_path,
-    *cli_flags(
-      mesh__shape='(1,1,1,2)',
-      data__max_len=2**20,
-      model__position_embedding='rope',
-      model__residual_carry='scores',
-    ),
-    env={
-      'XLA_FLAGS': compile_settings.xla_flags('--xla_force_host_platform_device_count=2'),
-      'JAX_PLATFORMS': 'cpu',
-    },
+    mesh__shape='(1,1,1,2)',
+    data__max_len=2**20,
+    model__position_embedding='rope',
+    model__residual_carry='scores',
   )
-  _, stderr = proc.communicate(timeout=120)
-  assert proc.returncode == 1
-  errors = [line for line in stderr.splitlines() if line.startswith('error:')]
   assert len(errors) == 1, stderr
   assert errors[0].startswith(
     "error: model.residual_carry='scores': each device of the ring (mesh.shape=(1, 1, 1, 2)) "

@@ -11,6 +11,7 @@ import sys
 import compile_settings
 import numpy as np
 import pytest
+import subprocesses
 from train_fixtures import REPO
 
 _SCRIPT = r"""
@@ -62,12 +63,7 @@ print('RESULTS ' + json.dumps(results))
 @pytest.mark.slow
 def test_data_fsdp_and_tensor_parallel_layouts_on_8_devices():
   # 8 forced CPU devices, also on a machine with an accelerator.
-  env = compile_settings.cpu_devices_env(8)
-  done = subprocess.run(
-    [sys.executable, '-c', _SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-  )
-  assert done.returncode == 0, done.stderr[-3000:]
-  results = json.loads(done.stdout.split('RESULTS ', 1)[1])
+  results = subprocesses.script_results(_SCRIPT, devices=8, timeout=300)
   dp, fsdp, fsdp_tp = results['dp'], results['fsdp'], results['fsdp_tp']
 
   # Same rules everywhere; the mesh shape decides what is actually split.

@@ -9,6 +9,7 @@ import ml_collections
 
 from realformer_jax.config import ModelConfig
 from realformer_jax.configs import parse_arg, tiny
+from realformer_jax.finetune import config as finetune_config
 from realformer_jax.finetune.config import FINETUNE_MODEL_FIELDS
 
 
@@ -26,6 +27,18 @@ def start_from_arg(
     config.model.update(tiny_model())
     config.data.vocab_size = config.model.vocab_size
   return values
+
+
+def tfds_config(arg: str, family: str, key: str, choices: tuple[str, ...], default: str):
+  """The default fine-tuning config on TFDS dataset `family/<choice>`: the choice is `arg`'s
+  `key` (its positional value; one of `choices`), the starting point as start_from_arg reads
+  it."""
+  config = finetune_config.default_config()
+  choice = start_from_arg(config, arg, positional=key, **{key: default})[key]
+  if choice not in choices:
+    raise ValueError(f'{family} {key} {choice!r}: one of {", ".join(choices)}')
+  config.data.dataset = f'{family}/{choice}'
+  return config
 
 
 def tiny_model() -> dict:

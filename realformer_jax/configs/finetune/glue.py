@@ -11,17 +11,12 @@ randomly initialised. Metrics: accuracy, F1 (MRPC, QQP), Matthews correlation (C
 Pearson / Spearman (STS-B); the best checkpoint by the task's GLUE metric.
 """
 
-from realformer_jax.configs.finetune import start_from_arg
-from realformer_jax.finetune import config as finetune_config
+from realformer_jax.configs.finetune import tfds_config
 
 TASKS = ('cola', 'sst2', 'mrpc', 'qqp', 'stsb', 'mnli', 'qnli', 'rte', 'wnli')
 
 
 def get_config(arg: str = 'mrpc'):
-  config = finetune_config.default_config()
-  task = start_from_arg(config, arg, positional='task', task='mrpc')['task']
-  if task not in TASKS:
-    raise ValueError(f'glue task {task!r}: one of {", ".join(TASKS)}')
-  config.data.dataset = f'glue/{task}'
+  config = tfds_config(arg, 'glue', 'task', TASKS, default='mrpc')
   config.data.max_len = 128  # the rest is the default: BERT's recipe (finetune/config.py)
   return config

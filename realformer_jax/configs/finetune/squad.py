@@ -10,18 +10,13 @@ BERT) or `,init=DIR` (a pretraining workdir); without it configs/tiny.py's model
 initialised. Metrics: the official exact match and F1 (best checkpoint by F1).
 """
 
-from realformer_jax.configs.finetune import start_from_arg
-from realformer_jax.finetune import config as finetune_config
+from realformer_jax.configs.finetune import tfds_config
 
 VERSIONS = ('v1.1', 'v2.0')
 
 
 def get_config(arg: str = 'v1.1'):
-  config = finetune_config.default_config()
-  version = start_from_arg(config, arg, positional='version', version='v1.1')['version']
-  if version not in VERSIONS:
-    raise ValueError(f'squad version {version!r}: one of {", ".join(VERSIONS)}')
-  config.data.dataset = f'squad/{version}'
+  config = tfds_config(arg, 'squad', 'version', VERSIONS, default='v1.1')
   if not config.finetune.init:  # random init: a position table for 384-token windows
     config.model.max_len = 512
   config.data.max_len = 384

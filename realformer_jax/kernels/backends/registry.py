@@ -130,6 +130,18 @@ class Backend:
     return getattr(self.kernels(), self.call)
 
 
+def pallas_backend(package: str, name: str, **fields) -> Backend:
+  """The record of a fused Pallas backend: `package` (its `__init__`'s `__name__`) holds
+  attention.py and qk_attention.py, and model.attention_impl='pallas_<name>' names it."""
+  return Backend(
+    name=name,
+    attention_impl=f'pallas_{name}',
+    attention=f'{package}.attention',
+    qk_attention=f'{package}.qk_attention',
+    **fields,
+  )
+
+
 _BACKENDS: dict[str, Backend] = {}  # by name, in registration order
 
 

@@ -4,7 +4,7 @@ imported when a model first runs through them."""
 
 from typing import Optional
 
-from realformer_jax.kernels.backends.registry import Backend, largest_block
+from realformer_jax.kernels.backends.registry import largest_block, pallas_backend
 
 
 def plan_tiles(seq_len: int, interpret: bool) -> Optional[tuple[int, int, int]]:
@@ -24,12 +24,10 @@ def plan_tiles(seq_len: int, interpret: bool) -> Optional[tuple[int, int, int]]:
   )
 
 
-BACKEND = Backend(
-  name='mosaic',
-  attention_impl='pallas_mosaic',
+BACKEND = pallas_backend(
+  __name__,
+  'mosaic',
   platform='tpu',
-  attention=f'{__name__}.attention',
-  qk_attention=f'{__name__}.qk_attention',
   platform_default=True,
   interpret=True,
   tiles=plan_tiles,

@@ -70,45 +70,29 @@ def _compiler_params():
   return pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'parallel', 'arbitrary'))
 
 
-def _forward_kernel(
-  f_ref,
-  i_ref,
-  q_ref,
-  k_ref,
-  v_ref,
-  acc_in_ref,
-  bias_ref,
-  o_ref,
-  lse_m_ref,
-  lse_log_l_ref,
-  acc_out_ref,
-  m_scratch,
-  l_scratch,
-  o_scratch,
-  *,
-  spec: KernelSpec,
-  seq_len: int,
-):
-  b, h, i, j = (pl.program_id(n) for n in range(4))
-  block_q, block_k = spec.block_q, spec.block_k
+def zero_at_start(step, *scratch) -> None:
+  """Zeroes the accumulators `scratch` at the first step of the innermost grid axis."""
+
+  @pl.when(step == 0)
+  def _start():
+    for ref in scratch:
+      ref[...] = jnp.zeros_like(ref)
+
+
+def online_softmax(spec: KernelSpec, j, z, v, keep, scratch, outs) -> None:
+  """Key block j of a forward tile's online softmax: the state (m, l, o) in VMEM `scratch`
+  from the first key block on; the output and its row statistics `outs` (o, m, log l) written
+  at the last."""
+  m_scratch, l_scratch, o_scratch = scratch
+  o_ref, lse_m_ref, lse_log_l_ref = outs
 
   @pl.when(j == 0)
   def _start():
     m, l, o = tm.initial_state(*o_scratch.shape)
     m_scratch[...], l_scratch[...], o_scratch[...] = m, l, o
 
-  if spec.sum_given:
-    acc = acc_in_ref[...]
-  else:
-    acc = tm.scores(q_ref[...], k_ref[...], f_ref[b, 0])
-    if spec.carry_in:
-      acc = acc_in_ref[...] + acc
-    if spec.carry_out:
-      acc_out_ref[...] = acc
-  z = tm.softmax_input(acc, f_ref[b, 1], bias_ref[...])
-  keep = _keep(spec, i_ref, b, h, seq_len, i * block_q, j * block_k, (block_q, block_k))
   m, l, o = tm.online_softmax_step(
-    (m_scratch[...], l_scratch[...], o_scratch[...]), z, v_ref[...], keep, spec.keep_prob
+    (m_scratch[...], l_scratch[...], o_scratch[...]), z, v, keep, spec.keep_prob
   )
   m_scratch[...], l_scratch[...], o_scratch[...] = m, l, o
 
@@ -118,6 +102,58 @@ def _forward_kernel(
     o_ref[...] = out.astype(o_ref.dtype)
     lse_m_ref[...] = lse_m
     lse_log_l_ref[...] = lse_log_l
+
+
+def forward_keep(spec: KernelSpec, i_ref, seq_len: int):
+  """The keep mask of forward tile (i, j) of grid cell (b, h, i, j)."""
+  b, h, i, j = (pl.program_id(n) for n in range(4))
+  block_q, block_k = spec.block_q, spec.block_k
+  return _keep(spec, i_ref, b, h, seq_len, i * block_q, j * block_k, (block_q, block_k))
+
+
+def softmax_scratch(block_q: int, head_dim: int) -> list:
+  """VMEM of the online softmax's state: running max m, running sum l, output o."""
+  return [
+    pltpu.VMEM((block_q, 1), jnp.float32),
+    pltpu.VMEM((block_q, 1), jnp.float32),
+    pltpu.VMEM((block_q, head_dim), jnp.float32),
+  ]
+
+
+def forward_out_shape(batch: int, heads: int, seq_len: int, head_dim: int, dtype) -> list:
+  """The forward's output [B, H, L, K] and its row statistics m, log l [B, H, L, 1]."""
+  stats = jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32)
+  return [jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), dtype), stats, stats]
+
+
+def tile_gradient(spec: KernelSpec, acc, i_ref, f_ref, v, do, stats, bias_ref, seq_len: int, ij):
+  """(p dropped, dz) of backward tile ij = (query block, key block) of grid cell (b, h, ...)
+  from its scores `acc`; stats: the (m, log l, delta) refs of its query rows."""
+  b, h = pl.program_id(0), pl.program_id(1)
+  i, j = ij
+  block = spec.block_bwd
+  z = tm.softmax_input(acc, f_ref[b, 1], bias_ref[...])
+  keep = _keep(spec, i_ref, b, h, seq_len, i * block, j * block, (block, block))
+  lse_m, lse_log_l, delta = (ref[...] for ref in stats)
+  return tm.score_gradient(z, (lse_m, lse_log_l), delta, do, v, keep, spec.keep_prob)
+
+
+def _forward_kernel(
+  f_ref, i_ref, q_ref, k_ref, v_ref, acc_in_ref, bias_ref, o_ref, lse_m_ref, lse_log_l_ref,
+  acc_out_ref, *scratch, spec: KernelSpec, seq_len: int,
+):  # fmt: skip
+  b, j = pl.program_id(0), pl.program_id(3)
+  if spec.sum_given:
+    acc = acc_in_ref[...]
+  else:
+    acc = tm.scores(q_ref[...], k_ref[...], f_ref[b, 0])
+    if spec.carry_in:
+      acc = acc_in_ref[...] + acc
+    if spec.carry_out:
+      acc_out_ref[...] = acc
+  z = tm.softmax_input(acc, f_ref[b, 1], bias_ref[...])
+  keep = forward_keep(spec, i_ref, seq_len)
+  online_softmax(spec, j, z, v_ref[...], keep, scratch, (o_ref, lse_m_ref, lse_log_l_ref))
 
 
 def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
@@ -143,17 +179,10 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
   ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   out_shape = [
-    jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), qkv.dtype),
-    jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
-    jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
+    *forward_out_shape(batch, heads, seq_len, head_dim, qkv.dtype),
     scores_shape if writes_sum else None,
   ]
   out_specs = [q_spec, stat_spec, stat_spec, acc_spec if writes_sum else None]
-  scratch = [
-    pltpu.VMEM((block_q, 1), jnp.float32),
-    pltpu.VMEM((block_q, 1), jnp.float32),
-    pltpu.VMEM((block_q, head_dim), jnp.float32),
-  ]
   out, lse_m, lse_log_l, acc_out = pl.pallas_call(
     functools.partial(_forward_kernel, spec=spec, seq_len=seq_len),
     grid_spec=pltpu.PrefetchScalarGridSpec(
@@ -161,7 +190,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       grid=grid,
       in_specs=in_specs,
       out_specs=out_specs,
-      scratch_shapes=scratch,
+      scratch_shapes=softmax_scratch(block_q, head_dim),
     ),
     out_shape=out_shape,
     compiler_params=_compiler_params(),
@@ -188,45 +217,22 @@ def _int_words(iparams):
 
 
 def _dkv_kernel(
-  f_ref,
-  i_ref,
-  q_ref,
-  k_ref,
-  v_ref,
-  do_ref,
-  lse_m_ref,
-  lse_log_l_ref,
-  delta_ref,
-  acc_ref,
-  g_acc_ref,
-  bias_ref,
-  dk_ref,
-  dv_ref,
-  g_acc_in_ref,
-  acc_in_ref,
-  dk_scratch,
-  dv_scratch,
-  *,
-  spec: KernelSpec,
-  seq_len: int,
-  rebuild: bool,
-):
-  b, h, j, i = (pl.program_id(n) for n in range(4))
-  block = spec.block_bwd
+  f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_m_ref, lse_log_l_ref, delta_ref, acc_ref,
+  g_acc_ref, bias_ref, dk_ref, dv_ref, g_acc_in_ref, acc_in_ref, dk_scratch, dv_scratch, *,
+  spec: KernelSpec, seq_len: int, rebuild: bool,
+):  # fmt: skip
+  b, j, i = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
-  @pl.when(i == 0)
-  def _start():
-    dk_scratch[...] = jnp.zeros_like(dk_scratch)
-    dv_scratch[...] = jnp.zeros_like(dv_scratch)
+  zero_at_start(i, dk_scratch, dv_scratch)
 
   scale, inv_div = f_ref[b, 0], f_ref[b, 1]
-  q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-  s = tm.scores(q, k, scale)
+  q, do = q_ref[...], do_ref[...]
+  s = tm.scores(q, k_ref[...], scale)
   acc = acc_ref[...] if spec.carry_out else s
-  z = tm.softmax_input(acc, inv_div, bias_ref[...])
-  keep = _keep(spec, i_ref, b, h, seq_len, i * block, j * block, (block, block))
-  lse = (lse_m_ref[...], lse_log_l_ref[...])
-  p_dropped, dz = tm.score_gradient(z, lse, delta_ref[...], do, v, keep, spec.keep_prob)
+  stats = (lse_m_ref, lse_log_l_ref, delta_ref)
+  p_dropped, dz = tile_gradient(
+    spec, acc, i_ref, f_ref, v_ref[...], do, stats, bias_ref, seq_len, (i, j)
+  )
   g = dz * inv_div
   if spec.carry_out:
     g = g_acc_ref[...] + g
@@ -243,35 +249,19 @@ def _dkv_kernel(
 
 
 def _dq_kernel(
-  f_ref,
-  i_ref,
-  q_ref,
-  k_ref,
-  v_ref,
-  do_ref,
-  lse_m_ref,
-  lse_log_l_ref,
-  delta_ref,
-  bias_ref,
-  dq_ref,
-  dq_scratch,
-  *,
-  spec: KernelSpec,
-  seq_len: int,
-):
-  b, h, i, j = (pl.program_id(n) for n in range(4))
-  block = spec.block_bwd
+  f_ref, i_ref, q_ref, k_ref, v_ref, do_ref, lse_m_ref, lse_log_l_ref, delta_ref, bias_ref,
+  dq_ref, dq_scratch, *, spec: KernelSpec, seq_len: int,
+):  # fmt: skip
+  b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
-  @pl.when(j == 0)
-  def _start():
-    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+  zero_at_start(j, dq_scratch)
 
   scale, inv_div = f_ref[b, 0], f_ref[b, 1]
-  q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-  z = tm.softmax_input(tm.scores(q, k, scale), inv_div, bias_ref[...])
-  keep = _keep(spec, i_ref, b, h, seq_len, i * block, j * block, (block, block))
-  lse = (lse_m_ref[...], lse_log_l_ref[...])
-  _, dz = tm.score_gradient(z, lse, delta_ref[...], do, v, keep, spec.keep_prob)
+  k = k_ref[...]
+  acc, stats = tm.scores(q_ref[...], k, scale), (lse_m_ref, lse_log_l_ref, delta_ref)
+  _, dz = tile_gradient(
+    spec, acc, i_ref, f_ref, v_ref[...], do_ref[...], stats, bias_ref, seq_len, (i, j)
+  )
   dq_scratch[...] += tm.dot((dz * inv_div * scale).astype(k.dtype), k)
 
   @pl.when(j == pl.num_programs(3) - 1)
@@ -280,19 +270,9 @@ def _dq_kernel(
 
 
 def backward(
-  qkv,
-  do,
-  lse,
-  delta,
-  acc,
-  g_acc,
-  bias,
-  fparams,
-  iparams,
-  bits,
-  spec: KernelSpec,
+  qkv, do, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec: KernelSpec,
   rebuild: bool = False,
-):
+):  # fmt: skip
   """(dqkv [B, L, 3, H, K], g_acc_in or None, acc_in or None), like the Triton backward.
   `lse` is (m, log l), [B, H, L, 1] each (this module's forward), `delta` [B, H, L]. No
   atomics on a TPU: dQ comes from a second kernel, which reads the carried gradient the first
@@ -309,10 +289,21 @@ def backward(
   words = _int_words(iparams)
   bias3 = bias[:, None, :]
 
+  own, other = (lambda x, y: x), (lambda x, y: y)  # rows of grid axis x or y in (B, H, x, y)
+
+  def rows(of):
+    return pl.BlockSpec((None, None, block, head_dim), lambda b, h, x, y: (b, h, of(x, y), 0))
+
+  def row_specs(q_of, k_of):
+    """q, k, v, dO and the three row statistics, query rows picked by q_of, keys by k_of."""
+    stat = pl.BlockSpec((None, None, block, 1), lambda b, h, x, y: (b, h, q_of(x, y), 0))
+    return [_SMEM, _SMEM, rows(q_of), rows(k_of), rows(k_of), rows(q_of), stat, stat, stat]
+
+  def bias_spec(k_of):
+    return pl.BlockSpec((None, 1, block), lambda b, h, x, y: (b, 0, k_of(x, y)))
+
   # dK, dV (and the carried gradient): grid (B, H, key block j, query block i).
-  row_q = pl.BlockSpec((None, None, block, head_dim), lambda b, h, j, i: (b, h, i, 0))
-  row_k = pl.BlockSpec((None, None, block, head_dim), lambda b, h, j, i: (b, h, j, 0))
-  stat_q = pl.BlockSpec((None, None, block, 1), lambda b, h, j, i: (b, h, i, 0))
+  row_k = rows(own)
   tile = pl.BlockSpec((None, None, block, block), lambda b, h, j, i: (b, h, i, j))
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   dk, dv, g_acc_in, acc_in = pl.pallas_call(
@@ -321,18 +312,10 @@ def backward(
       num_scalar_prefetch=0,
       grid=(batch, heads, n, n),
       in_specs=[
-        _SMEM,
-        _SMEM,
-        row_q,
-        row_k,
-        row_k,
-        row_q,
-        stat_q,
-        stat_q,
-        stat_q,
+        *row_specs(other, own),
         tile if carry else None,
         tile if carry else None,
-        pl.BlockSpec((None, 1, block), lambda b, h, j, i: (b, 0, j)),
+        bias_spec(own),
       ],
       out_specs=[row_k, row_k, tile if carry else None, tile if carry and rebuild else None],
       scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)] * 2,
@@ -365,27 +348,13 @@ def backward(
   )
   dq = jnp.zeros_like(qh)
   if not carry:
-    row_i = pl.BlockSpec((None, None, block, head_dim), lambda b, h, i, j: (b, h, i, 0))
-    row_j = pl.BlockSpec((None, None, block, head_dim), lambda b, h, i, j: (b, h, j, 0))
-    stat_i = pl.BlockSpec((None, None, block, 1), lambda b, h, i, j: (b, h, i, 0))
     dq = pl.pallas_call(
       functools.partial(_dq_kernel, spec=spec, seq_len=seq_len),
       grid_spec=pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=0,
         grid=(batch, heads, n, n),
-        in_specs=[
-          _SMEM,
-          _SMEM,
-          row_i,
-          row_j,
-          row_j,
-          row_i,
-          stat_i,
-          stat_i,
-          stat_i,
-          pl.BlockSpec((None, 1, block), lambda b, h, i, j: (b, 0, j)),
-        ],
-        out_specs=row_i,
+        in_specs=[*row_specs(own, other), bias_spec(other)],
+        out_specs=rows(own),
         scratch_shapes=[pltpu.VMEM((block, head_dim), jnp.float32)],
       ),
       out_shape=jax.ShapeDtypeStruct(qh.shape, dtype),
@@ -403,9 +372,7 @@ def backward(
 def _query_gradient_kernel(f_ref, g_ref, k_ref, dq_ref, dq_scratch):
   b, j = pl.program_id(0), pl.program_id(3)
 
-  @pl.when(j == 0)
-  def _start():
-    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+  zero_at_start(j, dq_scratch)
 
   k = k_ref[...]
   dq_scratch[...] += tm.dot((g_ref[...] * f_ref[b, 0]).astype(k.dtype), k)

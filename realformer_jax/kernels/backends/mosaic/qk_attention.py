@@ -32,7 +32,17 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from realformer_jax.kernels.backends.mosaic.attention import _SMEM, _heads_major, _int_words, _keep
+from realformer_jax.kernels.backends.mosaic.attention import (
+  _SMEM,
+  _heads_major,
+  _int_words,
+  forward_keep,
+  forward_out_shape,
+  online_softmax,
+  softmax_scratch,
+  tile_gradient,
+  zero_at_start,
+)
 from realformer_jax.kernels.plumbing import tile_math as tm
 from realformer_jax.kernels.plumbing.spec import KernelSpec
 
@@ -127,45 +137,14 @@ def _tile_scores(q_ref, k_ref, layers, scale, dtype):
 
 
 def _forward_kernel(
-  f_ref,
-  i_ref,
-  l_ref,
-  q_ref,
-  k_ref,
-  v_ref,
-  bias_ref,
-  o_ref,
-  lse_m_ref,
-  lse_log_l_ref,
-  m_scratch,
-  l_scratch,
-  o_scratch,
-  *,
-  spec: KernelSpec,
-  seq_len: int,
-):
-  b, h, i, j = (pl.program_id(n) for n in range(4))
-  block_q, block_k = spec.block_q, spec.block_k
-
-  @pl.when(j == 0)
-  def _start():
-    m, l, o = tm.initial_state(*o_scratch.shape)
-    m_scratch[...], l_scratch[...], o_scratch[...] = m, l, o
-
+  f_ref, i_ref, l_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, lse_m_ref, lse_log_l_ref,
+  *scratch, spec: KernelSpec, seq_len: int,
+):  # fmt: skip
+  b, j = pl.program_id(0), pl.program_id(3)
   acc = _tile_scores(q_ref, k_ref, l_ref[0] + 1, f_ref[b, 0], v_ref.dtype)
   z = tm.softmax_input(acc, f_ref[b, 1], bias_ref[...])
-  keep = _keep(spec, i_ref, b, h, seq_len, i * block_q, j * block_k, (block_q, block_k))
-  m, l, o = tm.online_softmax_step(
-    (m_scratch[...], l_scratch[...], o_scratch[...]), z, v_ref[...], keep, spec.keep_prob
-  )
-  m_scratch[...], l_scratch[...], o_scratch[...] = m, l, o
-
-  @pl.when(j == pl.num_programs(3) - 1)
-  def _finish():
-    out, (lse_m, lse_log_l) = tm.finish((m, l, o))
-    o_ref[...] = out.astype(o_ref.dtype)
-    lse_m_ref[...] = lse_m
-    lse_log_l_ref[...] = lse_log_l
+  keep = forward_keep(spec, i_ref, seq_len)
+  online_softmax(spec, j, z, v_ref[...], keep, scratch, (o_ref, lse_m_ref, lse_log_l_ref))
 
 
 def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
@@ -189,17 +168,9 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
         pl.BlockSpec((None, 1, block_k), lambda b, h, i, j: (b, 0, j)),
       ],
       out_specs=[row_q, stat_spec, stat_spec],
-      scratch_shapes=[
-        pltpu.VMEM((block_q, 1), jnp.float32),
-        pltpu.VMEM((block_q, 1), jnp.float32),
-        pltpu.VMEM((block_q, head_dim), jnp.float32),
-      ],
+      scratch_shapes=softmax_scratch(block_q, head_dim),
     ),
-    out_shape=[
-      jax.ShapeDtypeStruct((batch, heads, seq_len, head_dim), v.dtype),
-      jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
-      jax.ShapeDtypeStruct((batch, heads, seq_len, 1), jnp.float32),
-    ],
+    out_shape=forward_out_shape(batch, heads, seq_len, head_dim, v.dtype),
     compiler_params=_compiler_params(spec, layers, head_dim),
     interpret=spec.interpret,
     cost_estimate=_cost(stack, (layers + 1) / 2 + 1, v.dtype.itemsize),
@@ -218,48 +189,34 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
 
 def _score_gradient(f_ref, i_ref, l_ref, q_ref, k_ref, v_ref, do_ref, stats, bias_ref, spec, ij):
   """(p dropped, ds = d (q_i k_i^T)) of one tile: the same for every layer i."""
-  b, h = pl.program_id(0), pl.program_id(1)
-  i, j = ij
-  block = spec.block_bwd
+  b = pl.program_id(0)
   dtype = v_ref.dtype
   scale, inv_div = f_ref[b, 0], f_ref[b, 1]
   acc = _tile_scores(q_ref, k_ref, l_ref[0] + 1, scale, dtype)
-  z = tm.softmax_input(acc, inv_div, bias_ref[...])
-  keep = _keep(spec, i_ref, b, h, stats[3], i * block, j * block, (block, block))
-  lse = (stats[0][...], stats[1][...])
-  p_dropped, dz = tm.score_gradient(
-    z, lse, stats[2][...], do_ref[...], v_ref[...], keep, spec.keep_prob
+  p_dropped, dz = tile_gradient(
+    spec, acc, i_ref, f_ref, v_ref[...], do_ref[...], stats[:3], bias_ref, stats[3], ij
   )
   return p_dropped, (dz * inv_div * scale).astype(dtype)
 
 
+def _add_per_layer(scratch, product, l_ref) -> None:
+  """scratch[n] += product(n) for every layer n <= l (slots above l stay as they are)."""
+
+  def layer_body(n, carry):
+    scratch[n] = scratch[n] + product(n)
+    return carry
+
+  jax.lax.fori_loop(0, l_ref[0] + 1, layer_body, None)
+
+
 def _dkv_kernel(
-  f_ref,
-  i_ref,
-  l_ref,
-  q_ref,
-  k_ref,
-  v_ref,
-  do_ref,
-  lse_m_ref,
-  lse_log_l_ref,
-  delta_ref,
-  bias_ref,
-  dk_ref,
-  dv_ref,
-  dk_scratch,
-  dv_scratch,
-  *,
-  spec: KernelSpec,
-  seq_len: int,
-):
+  f_ref, i_ref, l_ref, q_ref, k_ref, v_ref, do_ref, lse_m_ref, lse_log_l_ref, delta_ref,
+  bias_ref, dk_ref, dv_ref, dk_scratch, dv_scratch, *, spec: KernelSpec, seq_len: int,
+):  # fmt: skip
   j, i = pl.program_id(2), pl.program_id(3)
   dtype = v_ref.dtype
 
-  @pl.when(i == 0)
-  def _start():
-    dk_scratch[...] = jnp.zeros_like(dk_scratch)
-    dv_scratch[...] = jnp.zeros_like(dv_scratch)
+  zero_at_start(i, dk_scratch, dv_scratch)
 
   stats = (lse_m_ref, lse_log_l_ref, delta_ref, seq_len)
   p_dropped, ds = _score_gradient(
@@ -267,11 +224,7 @@ def _dkv_kernel(
   )
   dv_scratch[...] += tm.t_dot(p_dropped, do_ref[...])
 
-  def layer_body(n, carry):
-    dk_scratch[n] = dk_scratch[n] + tm.t_dot(ds, q_ref[n].astype(dtype))
-    return carry
-
-  jax.lax.fori_loop(0, l_ref[0] + 1, layer_body, None)
+  _add_per_layer(dk_scratch, lambda n: tm.t_dot(ds, q_ref[n].astype(dtype)), l_ref)
 
   @pl.when(i == pl.num_programs(3) - 1)
   def _finish():
@@ -280,40 +233,20 @@ def _dkv_kernel(
 
 
 def _dq_kernel(
-  f_ref,
-  i_ref,
-  l_ref,
-  q_ref,
-  k_ref,
-  v_ref,
-  do_ref,
-  lse_m_ref,
-  lse_log_l_ref,
-  delta_ref,
-  bias_ref,
-  dq_ref,
-  dq_scratch,
-  *,
-  spec: KernelSpec,
-  seq_len: int,
-):
+  f_ref, i_ref, l_ref, q_ref, k_ref, v_ref, do_ref, lse_m_ref, lse_log_l_ref, delta_ref,
+  bias_ref, dq_ref, dq_scratch, *, spec: KernelSpec, seq_len: int,
+):  # fmt: skip
   i, j = pl.program_id(2), pl.program_id(3)
   dtype = v_ref.dtype
 
-  @pl.when(j == 0)
-  def _start():
-    dq_scratch[...] = jnp.zeros_like(dq_scratch)
+  zero_at_start(j, dq_scratch)
 
   stats = (lse_m_ref, lse_log_l_ref, delta_ref, seq_len)
   _, ds = _score_gradient(
     f_ref, i_ref, l_ref, q_ref, k_ref, v_ref, do_ref, stats, bias_ref, spec, (i, j)
   )
 
-  def layer_body(n, carry):
-    dq_scratch[n] = dq_scratch[n] + tm.dot(ds, k_ref[n].astype(dtype))
-    return carry
-
-  jax.lax.fori_loop(0, l_ref[0] + 1, layer_body, None)
+  _add_per_layer(dq_scratch, lambda n: tm.dot(ds, k_ref[n].astype(dtype)), l_ref)
 
   @pl.when(j == pl.num_programs(3) - 1)
   def _finish():
@@ -351,65 +284,50 @@ def backward(
   own, other = (lambda x, y: x), (lambda x, y: y)
   bias_spec = lambda of: pl.BlockSpec((None, 1, block), lambda b, h, x, y: (b, 0, of(x, y)))
 
-  # dK_i, dV: grid (B, H, key block x, query block y).
-  dk, dv = pl.pallas_call(
-    functools.partial(_dkv_kernel, spec=spec, seq_len=seq_len),
-    grid_spec=pltpu.PrefetchScalarGridSpec(
-      num_scalar_prefetch=0,
-      grid=(batch, heads, n, n),
-      in_specs=[
-        _SMEM,
-        _SMEM,
-        _SMEM,
-        _part_spec(0, layers, block, head_dim, other),
-        _part_spec(1, layers, block, head_dim, own),
-        rows(own),
-        rows(other),
-        stat(other),
-        stat(other),
-        stat(other),
-        bias_spec(own),
-      ],
-      out_specs=[grads_spec, rows(own)],
-      scratch_shapes=[
-        pltpu.VMEM((layers, block, head_dim), jnp.float32),
-        pltpu.VMEM((block, head_dim), jnp.float32),
-      ],
-    ),
-    out_shape=[grads_shape, jax.ShapeDtypeStruct(vh.shape, v.dtype)],
-    compiler_params=_compiler_params(spec, layers, head_dim),
-    interpret=spec.interpret,
-    cost_estimate=_cost(stack, 2 * (layers + 1) / 2 + 2, v.dtype.itemsize),
-    name='realformer_qk_attention_dkv',
-  )(fparams, words, layer, stack_h, stack_h, vh, doh, *lse, delta, bias3)
+  def call(kernel, q_rows, k_rows, out_specs, scratch, out_shape, passes, name):
+    """A backward kernel over grid (B, H, x, y) whose query tiles are picked by `q_rows` and
+    key tiles by `k_rows` (own: x, other: y)."""
+    parts = [_part_spec(n, layers, block, head_dim, of) for n, of in enumerate((q_rows, k_rows))]
+    stats = [stat(q_rows)] * 3  # m, log l, delta
+    in_specs = [_SMEM] * 3 + parts + [rows(k_rows), rows(q_rows), *stats, bias_spec(k_rows)]
+    return pl.pallas_call(
+      functools.partial(kernel, spec=spec, seq_len=seq_len),
+      grid_spec=pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=0,
+        grid=(batch, heads, n, n),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        scratch_shapes=scratch,
+      ),
+      out_shape=out_shape,
+      compiler_params=_compiler_params(spec, layers, head_dim),
+      interpret=spec.interpret,
+      cost_estimate=_cost(stack, passes, v.dtype.itemsize),
+      name=name,
+    )(fparams, words, layer, stack_h, stack_h, vh, doh, *lse, delta, bias3)
 
+  layer_grads = pltpu.VMEM((layers, block, head_dim), jnp.float32)
+  # dK_i, dV: grid (B, H, key block x, query block y).
+  dk, dv = call(
+    _dkv_kernel,
+    other,
+    own,
+    [grads_spec, rows(own)],
+    [layer_grads, pltpu.VMEM((block, head_dim), jnp.float32)],
+    [grads_shape, jax.ShapeDtypeStruct(vh.shape, v.dtype)],
+    2 * (layers + 1) / 2 + 2,
+    'realformer_qk_attention_dkv',
+  )
   # dQ_i: grid (B, H, query block x, key block y).
-  dq = pl.pallas_call(
-    functools.partial(_dq_kernel, spec=spec, seq_len=seq_len),
-    grid_spec=pltpu.PrefetchScalarGridSpec(
-      num_scalar_prefetch=0,
-      grid=(batch, heads, n, n),
-      in_specs=[
-        _SMEM,
-        _SMEM,
-        _SMEM,
-        _part_spec(0, layers, block, head_dim, own),
-        _part_spec(1, layers, block, head_dim, other),
-        rows(other),
-        rows(own),
-        stat(own),
-        stat(own),
-        stat(own),
-        bias_spec(other),
-      ],
-      out_specs=grads_spec,
-      scratch_shapes=[pltpu.VMEM((layers, block, head_dim), jnp.float32)],
-    ),
-    out_shape=grads_shape,
-    compiler_params=_compiler_params(spec, layers, head_dim),
-    interpret=spec.interpret,
-    cost_estimate=_cost(stack, 2 * (layers + 1) / 2 + 1, v.dtype.itemsize),
-    name='realformer_qk_attention_dq',
-  )(fparams, words, layer, stack_h, stack_h, vh, doh, *lse, delta, bias3)
+  dq = call(
+    _dq_kernel,
+    own,
+    other,
+    grads_spec,
+    [layer_grads],
+    grads_shape,
+    2 * (layers + 1) / 2 + 1,
+    'realformer_qk_attention_dq',
+  )
   grads = _stack_heads_major(jnp.stack([dq, dk]))  # [2, N, B, H, L, K] -> [2, N, B, L, H, K]
   return _heads_major(dv), (g_stack.astype(jnp.float32) + grads).astype(g_stack.dtype)

@@ -15,7 +15,7 @@ deviceless, and matches the einsum path in Mosaic GPU's interpret mode). `attent
 
 from typing import Optional
 
-from realformer_jax.kernels.backends.registry import Backend, largest_block
+from realformer_jax.kernels.backends.registry import largest_block, pallas_backend
 
 # wgmma multiplies 64 rows per warpgroup; 128-byte swizzled shared-memory tiles hold 64
 # 16-bit features, so the head size is padded to a multiple of 64 (BERT's 64 is one tile).
@@ -35,12 +35,10 @@ def padded_head_dim(head_dim: int) -> int:
   return -(-head_dim // ROWS) * ROWS
 
 
-BACKEND = Backend(
-  name='mosaic_gpu',
-  attention_impl='pallas_mosaic_gpu',
+BACKEND = pallas_backend(
+  __name__,
+  'mosaic_gpu',
   platform='gpu',
-  attention=f'{__name__}.attention',
-  qk_attention=f'{__name__}.qk_attention',
   tiles=plan_tiles,
   tile_rule='a multiple of 64',
   head_dim=padded_head_dim,

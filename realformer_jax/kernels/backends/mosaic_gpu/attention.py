@@ -182,31 +182,79 @@ def _scalars(f_ref, i_ref, f_smem, i_smem, bars, b):
   return f_smem[0], f_smem[1], words
 
 
+def copy_key_block(refs, smem, bars, first: int, b, h, k0, block: int) -> None:
+  """Starts the copies of the keys, values and bias (refs: qkv, bias) of key rows k0 .. k0 +
+  block into shared memory (smem: k, v, bias) on barriers first, first + 1, first + 2."""
+  qkv_ref, bias_ref = refs
+  k_s, v_s, bias_s = smem
+  plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block), 1, h], k_s, bars.at[first])
+  plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block), 2, h], v_s, bars.at[first + 1])
+  plgpu.copy_gmem_to_smem(bias_ref.at[b, pl.ds(k0, block)], bias_s, bars.at[first + 2])
+
+
+def key_block_scores(ops: Ops, q_s, refs, smem, bars, first: int, b, h, k0, shape):
+  """z = scale inv_div Q K^T + bias of the tile of `shape` (rows, keys) at key row k0, after
+  `copy_key_block` (smem: k, v, bias, then the scalars scale, inv_div) waited for the keys
+  and the bias; the caller waits on barrier first + 1 before it reads the values."""
+  k_s, v_s, bias_s, scale, inv_div = smem
+  copy_key_block(refs, (k_s, v_s, bias_s), bars, first, b, h, k0, shape[1])
+  plgpu.barrier_wait(bars.at[first])
+  plgpu.barrier_wait(bars.at[first + 2])
+  return ops.mma(q_s, k_s, transpose_b=True) * scale * inv_div + lax.broadcast_in_dim(
+    ops.vector(bias_s, along=1), shape, [1]
+  )
+
+
+def scalar_smem() -> list:
+  """Shared memory of one sequence's fparams row and of iparams (padded_scalars)."""
+  return [plgpu.SMEM((SCALARS,), jnp.float32), plgpu.SMEM((SCALARS,), jnp.uint32)]
+
+
+def row_stats_smem(block_q: int) -> list:
+  """Shared memory of a forward tile's row statistics m, l (store_forward)."""
+  return [plgpu.SMEM((block_q,), jnp.float32), plgpu.SMEM((block_q,), jnp.float32)]
+
+
+def store_forward(acc, m, l, smem, refs, b, h, q0, block_q: int) -> None:
+  """Writes a forward tile's output acc / l and row statistics (m, log l) through shared
+  memory (smem: out, m, l tiles) to refs (out, m, log l) at query rows q0 .. q0 + block_q."""
+  out_s, m_s, l_s = smem
+  o_ref, m_ref, log_l_ref = refs
+  out_s[...] = (acc / lax.broadcast_in_dim(l, acc.shape, [0])).astype(out_s.dtype)
+  m_s[...] = m
+  l_s[...] = jnp.log(l)
+  plgpu.commit_smem()
+  plgpu.copy_smem_to_gmem(out_s, o_ref.at[b, pl.ds(q0, block_q), h])
+  plgpu.copy_smem_to_gmem(m_s, m_ref.at[b, h, pl.ds(q0, block_q)])
+  plgpu.copy_smem_to_gmem(l_s, log_l_ref.at[b, h, pl.ds(q0, block_q)])
+  plgpu.wait_smem_to_gmem(0)
+
+
+def _program(axis: str, f_ref, i_ref, f_smem, i_smem, bars):
+  """(head, block index along `axis`, sequence b, score scale, 1 / divisor, dropout words) of
+  this program of grid (heads, axis, batch); barriers 0 and 1 (_scalars)."""
+  h, index, b = lax.axis_index('heads'), lax.axis_index(axis), lax.axis_index('batch')
+  return (h, index, b, *_scalars(f_ref, i_ref, f_smem, i_smem, bars, b))
+
+
 def _forward_kernel(
   qkv_ref, bias_ref, f_ref, i_ref, o_ref, m_ref, log_l_ref, q_s, k_s, v_s, bias_s, f_s, i_s,
   m_s, l_s, bars, *, spec: KernelSpec, ops: Ops,
 ):  # fmt: skip
-  h, qi, b = lax.axis_index('heads'), lax.axis_index('q'), lax.axis_index('batch')
+  h, qi, b, scale, inv_div, words = _program('q', f_ref, i_ref, f_s, i_s, bars)
   seq_len = qkv_ref.shape[1]
   block_q, block_k = spec.block_q, spec.block_k
   q0 = qi * block_q
-  scale, inv_div, words = _scalars(f_ref, i_ref, f_s, i_s, bars, b)
   plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(q0, block_q), 0, h], q_s, bars.at[2])
   plgpu.barrier_wait(bars.at[2])
   rows = (ops.iota((block_q, block_k), 0) + q0).astype(jnp.uint32)
   cols0 = ops.iota((block_q, block_k), 1).astype(jnp.uint32)
+  keys, tiles = (qkv_ref, bias_ref), (k_s, v_s, bias_s, scale, inv_div)
 
   def body(j, carry):
     acc, m, l = carry
     k0 = j * block_k
-    plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block_k), 1, h], k_s, bars.at[3])
-    plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block_k), 2, h], v_s, bars.at[4])
-    plgpu.copy_gmem_to_smem(bias_ref.at[b, pl.ds(k0, block_k)], bias_s, bars.at[5])
-    plgpu.barrier_wait(bars.at[3])
-    plgpu.barrier_wait(bars.at[5])
-    z = ops.mma(q_s, k_s, transpose_b=True) * scale * inv_div + lax.broadcast_in_dim(
-      ops.vector(bias_s, along=1), (block_q, block_k), [1]
-    )
+    z = key_block_scores(ops, q_s, keys, tiles, bars, 3, b, h, k0, (block_q, block_k))
     p, alpha, m_new, l = softmax_update(z, m, l)
     kept = keep(spec, words, b, h, seq_len, rows, cols0 + k0.astype(jnp.uint32))
     plgpu.barrier_wait(bars.at[4])
@@ -217,14 +265,7 @@ def _forward_kernel(
   head_dim = q_s.shape[1]
   init = ops.softmax_state(block_q, head_dim)
   acc, m, l = lax.fori_loop(0, seq_len // block_k, body, init)
-  q_s[...] = (acc / lax.broadcast_in_dim(l, acc.shape, [0])).astype(q_s.dtype)
-  m_s[...] = m
-  l_s[...] = jnp.log(l)
-  plgpu.commit_smem()
-  plgpu.copy_smem_to_gmem(q_s, o_ref.at[b, pl.ds(q0, block_q), h])
-  plgpu.copy_smem_to_gmem(m_s, m_ref.at[b, h, pl.ds(q0, block_q)])
-  plgpu.copy_smem_to_gmem(l_s, log_l_ref.at[b, h, pl.ds(q0, block_q)])
-  plgpu.wait_smem_to_gmem(0)
+  store_forward(acc, m, l, (q_s, m_s, l_s), (o_ref, m_ref, log_l_ref), b, h, q0, block_q)
 
 
 def _check(spec: KernelSpec, qkv) -> None:
@@ -253,10 +294,8 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       ops.tile(spec.block_k, head_dim, qkv.dtype),
       ops.tile(spec.block_k, head_dim, qkv.dtype),
       plgpu.SMEM((spec.block_k,), jnp.float32),
-      plgpu.SMEM((SCALARS,), jnp.float32),
-      plgpu.SMEM((SCALARS,), jnp.uint32),
-      plgpu.SMEM((spec.block_q,), jnp.float32),
-      plgpu.SMEM((spec.block_q,), jnp.float32),
+      *scalar_smem(),
+      *row_stats_smem(spec.block_q),
       plgpu.Barrier(num_barriers=6),
     ],
     interpret=_params(spec),
@@ -277,13 +316,10 @@ def _dkv_kernel(
   k_s, v_s, q_s, do_s, m_s, l_s, d_s, bias_s, f_s, i_s, bars, *, spec: KernelSpec, ops: Ops,
 ):  # fmt: skip
   """A key block's dK, dV: the tile transposed, keys as rows and queries as columns."""
-  h, ki, b = lax.axis_index('heads'), lax.axis_index('k'), lax.axis_index('batch')
+  h, ki, b, scale, inv_div, words = _program('k', f_ref, i_ref, f_s, i_s, bars)
   seq_len, block = qkv_ref.shape[1], spec.block_bwd
   k0 = ki * block
-  scale, inv_div, words = _scalars(f_ref, i_ref, f_s, i_s, bars, b)
-  plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block), 1, h], k_s, bars.at[2])
-  plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block), 2, h], v_s, bars.at[3])
-  plgpu.copy_gmem_to_smem(bias_ref.at[b, pl.ds(k0, block)], bias_s, bars.at[4])
+  copy_key_block((qkv_ref, bias_ref), (k_s, v_s, bias_s), bars, 2, b, h, k0, block)
   for n in (2, 3, 4):
     plgpu.barrier_wait(bars.at[n])
   bias_keys = lax.broadcast_in_dim(ops.vector(bias_s, along=0), (block, block), [0])
@@ -323,10 +359,9 @@ def _dq_kernel(
   qkv_ref, do_ref, m_ref, log_l_ref, delta_ref, bias_ref, f_ref, i_ref, dq_ref,
   q_s, do_s, k_s, v_s, m_s, l_s, d_s, bias_s, f_s, i_s, bars, *, spec: KernelSpec, ops: Ops,
 ):  # fmt: skip
-  h, qi, b = lax.axis_index('heads'), lax.axis_index('q'), lax.axis_index('batch')
+  h, qi, b, scale, inv_div, words = _program('q', f_ref, i_ref, f_s, i_s, bars)
   seq_len, block = qkv_ref.shape[1], spec.block_bwd
   q0 = qi * block
-  scale, inv_div, words = _scalars(f_ref, i_ref, f_s, i_s, bars, b)
   plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(q0, block), 0, h], q_s, bars.at[2])
   plgpu.copy_gmem_to_smem(do_ref.at[b, pl.ds(q0, block), h], do_s, bars.at[3])
   _row_stats((m_ref, log_l_ref, delta_ref), (m_s, l_s, d_s), bars, 4, b, h, q0, block)
@@ -337,16 +372,11 @@ def _dq_kernel(
   queries = (ops.iota((block, block), 0) + q0).astype(jnp.uint32)
   keys0 = ops.iota((block, block), 1).astype(jnp.uint32)
 
+  keys, tiles = (qkv_ref, bias_ref), (k_s, v_s, bias_s, scale, inv_div)
+
   def body(j, dq):
     k0 = j * block
-    plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block), 1, h], k_s, bars.at[7])
-    plgpu.copy_gmem_to_smem(qkv_ref.at[b, pl.ds(k0, block), 2, h], v_s, bars.at[8])
-    plgpu.copy_gmem_to_smem(bias_ref.at[b, pl.ds(k0, block)], bias_s, bars.at[9])
-    plgpu.barrier_wait(bars.at[7])
-    plgpu.barrier_wait(bars.at[9])
-    z = ops.mma(q_s, k_s, transpose_b=True) * scale * inv_div + lax.broadcast_in_dim(
-      ops.vector(bias_s, along=1), (block, block), [1]
-    )
+    z = key_block_scores(ops, q_s, keys, tiles, bars, 7, b, h, k0, (block, block))
     p = jnp.exp(z - m - log_l)
     kept = keep(spec, words, b, h, seq_len, queries, keys0 + k0.astype(jnp.uint32))
     plgpu.barrier_wait(bars.at[8])
@@ -377,7 +407,6 @@ def backward(
   block = spec.block_bwd
   tile = functools.partial(ops.tile, block, head_dim, qkv.dtype)
   vectors = [plgpu.SMEM((block,), jnp.float32) for _ in range(4)]  # m, log l, delta, bias
-  scalars = [plgpu.SMEM((SCALARS,), jnp.float32), plgpu.SMEM((SCALARS,), jnp.uint32)]
   rows = jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), qkv.dtype)
   args = (qkv, g_out.astype(qkv.dtype), m, log_l, delta, bias.astype(jnp.float32), f, i)
   grid = (heads, seq_len // block, batch)
@@ -388,7 +417,7 @@ def backward(
     tile(),
     tile(),
     *vectors,
-    *scalars,
+    *scalar_smem(),
     plgpu.Barrier(num_barriers=10),
   ]
   dk, dv = _named('mosaic_gpu_attention_dkv')(

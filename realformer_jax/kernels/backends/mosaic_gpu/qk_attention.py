@@ -30,11 +30,14 @@ from realformer_jax.kernels.backends.mosaic_gpu.attention import (
   _check,
   _named,
   _params,
-  _scalars,
+  _program,
   drop,
   keep,
   padded_scalars,
+  row_stats_smem,
+  scalar_smem,
   softmax_update,
+  store_forward,
 )
 from realformer_jax.kernels.plumbing import tile_math as tm
 from realformer_jax.kernels.plumbing.spec import KernelSpec
@@ -44,11 +47,10 @@ def _forward_kernel(
   stack_ref, v_ref, bias_ref, f_ref, i_ref, n_ref, o_ref, m_ref, log_l_ref, q_s, k_s, v_s,
   bias_s, f_s, i_s, n_s, m_s, l_s, bars, *, spec: KernelSpec, ops: Ops, layers: int, batch: int,
 ):  # fmt: skip
-  h, qi, b = lax.axis_index('heads'), lax.axis_index('q'), lax.axis_index('batch')
+  h, qi, b, scale, inv_div, words = _program('q', f_ref, i_ref, f_s, i_s, bars)
   seq_len = v_ref.shape[1]
   block_q, block_k = spec.block_q, spec.block_k
   q0 = qi * block_q
-  scale, inv_div, words = _scalars(f_ref, i_ref, f_s, i_s, bars, b)
   plgpu.copy_gmem_to_smem(n_ref, n_s, bars.at[2])
   plgpu.barrier_wait(bars.at[2])
   used = n_s[0] + 1  # layers 0 .. l
@@ -115,15 +117,7 @@ def _forward_kernel(
   head_dim = v_s.shape[1]
   init = ops.softmax_state(block_q, head_dim)
   acc, m, l = lax.fori_loop(0, seq_len // block_k, body, init)
-  out_s = q_s.at[0]
-  out_s[...] = (acc / lax.broadcast_in_dim(l, acc.shape, [0])).astype(out_s.dtype)
-  m_s[...] = m
-  l_s[...] = jnp.log(l)
-  plgpu.commit_smem()
-  plgpu.copy_smem_to_gmem(out_s, o_ref.at[b, pl.ds(q0, block_q), h])
-  plgpu.copy_smem_to_gmem(m_s, m_ref.at[b, h, pl.ds(q0, block_q)])
-  plgpu.copy_smem_to_gmem(l_s, log_l_ref.at[b, h, pl.ds(q0, block_q)])
-  plgpu.wait_smem_to_gmem(0)
+  store_forward(acc, m, l, (q_s.at[0], m_s, l_s), (o_ref, m_ref, log_l_ref), b, h, q0, block_q)
 
 
 def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
@@ -148,11 +142,9 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
       ops.tile(spec.block_k, head_dim, v.dtype, slots=2),
       ops.tile(spec.block_k, head_dim, v.dtype),
       plgpu.SMEM((spec.block_k,), jnp.float32),
-      plgpu.SMEM((SCALARS,), jnp.float32),
-      plgpu.SMEM((SCALARS,), jnp.uint32),
+      *scalar_smem(),
       plgpu.SMEM((SCALARS,), jnp.int32),
-      plgpu.SMEM((spec.block_q,), jnp.float32),
-      plgpu.SMEM((spec.block_q,), jnp.float32),
+      *row_stats_smem(spec.block_q),
       plgpu.Barrier(num_barriers=9),
     ],
     interpret=_params(spec),

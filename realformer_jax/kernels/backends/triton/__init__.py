@@ -5,7 +5,7 @@ imported when a model first runs through them. (The record's tile rule is `plan_
 
 from typing import Optional
 
-from realformer_jax.kernels.backends.registry import Backend, largest_block
+from realformer_jax.kernels.backends.registry import largest_block, pallas_backend
 
 
 def plan_tiles(seq_len: int, interpret: bool) -> Optional[tuple[int, int, int]]:
@@ -21,12 +21,10 @@ def padded_head_dim(head_dim: int) -> int:
   return 1 << max(head_dim - 1, 0).bit_length()
 
 
-BACKEND = Backend(
-  name='triton',
-  attention_impl='pallas_triton',
+BACKEND = pallas_backend(
+  __name__,
+  'triton',
   platform='gpu',
-  attention=f'{__name__}.attention',
-  qk_attention=f'{__name__}.qk_attention',
   platform_default=True,
   interpret=True,
   tiles=plan_tiles,

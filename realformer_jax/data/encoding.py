@@ -90,33 +90,61 @@ def contiguous(segments) -> list[tuple]:
   return joined
 
 
-def read_texts(source, indices, text_feature: str) -> list[str]:
+def read_texts(source, indices, text_feature: str, shards: Optional[OpenShard] = None) -> list[str]:
   """The texts at `indices` (a range or a list, ascending) of a segment's source: a shard file
   (a path: its records are the UTF-8 texts, read in one call of array_record's reader, ~100x
   faster than record-by-record through grain on a busy machine) or a grain MapDataset of TFDS
-  records."""
+  records. `shards`: where a caller reading many times keeps its last shard open."""
   if isinstance(source, str):
-    return [d.decode('utf-8') for d in _read_shard(source, indices)]
+    return [d.decode('utf-8') for d in (shards or OpenShard()).read(source, indices)]
   return [text_of(source[i], text_feature) for i in indices]
 
 
-def _read_shard(path: str, indices) -> list[bytes]:
-  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+class OpenShard:
+  """Reads shard files, keeping the last one open until the next is read or `close()`: the
+  tokenizer sample reads a shard a few documents at a time, thousands of times, and opening
+  one costs ~0.18 CPU ms, ten times reading a few documents (the sample's reads took 1.50 CPU s
+  on 10,000 files, 0.86 with the shard kept open, measured 2026-12-07). One open at a time: a
+  corpus may have thousands of shards. Used without `with` (a one-off read) it closes the
+  shard after reading."""
 
-  reader = array_record_module.ArrayRecordReader(path)
-  try:
-    if isinstance(indices, range) and indices.step == 1:
-      return reader.read(indices.start, indices.stop) if len(indices) else []
-    return reader.read(list(indices))
-  finally:
-    reader.close()
+  def __init__(self):
+    self.path, self.reader, self.kept = None, None, False
+
+  def __enter__(self):
+    self.kept = True
+    return self
+
+  def __exit__(self, *_):
+    self.close()
+
+  def read(self, path: str, indices) -> list[bytes]:
+    from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+    if path != self.path:
+      self.close()
+      self.reader, self.path = array_record_module.ArrayRecordReader(path), path
+    try:
+      if isinstance(indices, range) and indices.step == 1:
+        return self.reader.read(indices.start, indices.stop) if len(indices) else []
+      return self.reader.read(list(indices))
+    finally:
+      if not self.kept:
+        self.close()
+
+  def close(self) -> None:
+    if self.reader is not None:
+      self.reader.close()
+    self.path, self.reader = None, None
 
 
-def read_utf8(source, indices, text_feature: str) -> list[bytes]:
+def read_utf8(
+  source, indices, text_feature: str, shards: Optional[OpenShard] = None
+) -> list[bytes]:
   """The UTF-8 bytes of the records at `indices` (ascending): a shard's as stored, a TFDS
-  record's encoded."""
+  record's encoded. `shards`: as in read_texts."""
   if isinstance(source, str):
-    return _read_shard(source, indices)
+    return (shards or OpenShard()).read(source, indices)
   return [t.encode() for t in read_texts(source, indices, text_feature)]
 
 

@@ -57,7 +57,7 @@ import threading
 from typing import Optional
 
 from realformer_jax import atomic_files
-from realformer_jax.data import text_files, workers
+from realformer_jax.data import gc_pause, text_files, workers
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import Progress
 from realformer_jax.data.store import cache_integrity, cache_lock
@@ -146,6 +146,11 @@ _SIDE_BYTES = 64 << 10
 def open_corpus(config, data_dir: str, num_workers: Optional[int] = None) -> Corpus:
   """The corpus of `config`'s files, its chunks read into shards first where needed, by
   `num_workers` processes (None: workers.choose)."""
+  with gc_pause.paused():  # tables of an entry per file: see gc_pause
+    return _open_corpus(config, data_dir, num_workers)
+
+
+def _open_corpus(config, data_dir: str, num_workers: Optional[int]) -> Corpus:
   shard_dir = os.path.join(data_dir, _SHARD_DIR)
   check = functools.partial(_check_files, workers.choose(num_workers, 0))
   local = {}  # path -> (fingerprint, file key) of a local file: one stat a file, in the workers
@@ -245,6 +250,7 @@ def _check_files(num_workers: int, paths: list[str], field: str) -> list:
   ]
 
 
+@gc_pause.while_running
 def _local_files(job: tuple) -> list:
   """Per path of `job` ((paths, field)): None for a directory, else (fingerprint, file key)
   (DataError for what is not a regular file). The key tells one file from another: its device
@@ -453,7 +459,7 @@ def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by
 def _file_identity(file: dict, chunks: list[tuple]) -> dict:
   """A file as the corpus digest sees it: its format and the digest of its chunks' digests
   (not its path or time)."""
-  chunk_digests = ''.join(sha256 for _, _, sha256 in chunks)
+  chunk_digests = ''.join([chunk[2] for chunk in chunks])  # a list: no generator per file
   return {
     'format': text_files.format_of(file['path']) + text_files.compression_of(file['path']),
     'sha256': hashlib.sha256(chunk_digests.encode()).hexdigest(),
@@ -540,6 +546,7 @@ def _finished(chunk: _Chunk, exact: Optional[tuple] = None, outputs=None) -> dic
   return result
 
 
+@gc_pause.while_running
 def _read_chunk(chunk: _Chunk) -> dict:
   """Settles the chunk's exact bytes and their hashes, then writes its shard unless a shard of
   the same content exists (under the shard's lock). Runs in a worker process. A small file is

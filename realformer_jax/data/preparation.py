@@ -466,19 +466,21 @@ class _Sample:
 
   def __iter__(self):
     chars = 0
-    for text in self._whole() if self.whole else self._windows():
-      if chars >= self.max_chars:
-        return
-      chars += len(text)
-      yield text
+    # The shard being read stays open (closed when the trainer stops asking, too).
+    with encoding.OpenShard() as shards:
+      for text in self._whole(shards) if self.whole else self._windows(shards):
+        if chars >= self.max_chars:
+          return
+        chars += len(text)
+        yield text
 
-  def _whole(self):
+  def _whole(self, shards: encoding.OpenShard):
     for source, first, stop in encoding.contiguous(self.segments):
       for begin in range(first, stop, _SAMPLE_READ_DOCUMENTS):
         indices = range(begin, min(begin + _SAMPLE_READ_DOCUMENTS, stop))
-        yield from encoding.read_texts(source, indices, self.text_feature)
+        yield from encoding.read_texts(source, indices, self.text_feature, shards)
 
-  def _windows(self):
+  def _windows(self, shards: encoding.OpenShard):
     """Each window's text, in order of position: per segment, the windows that start in it."""
     positions = ((i + self.offset) * self.spacing for i in range(self.windows))
     position, base = next(positions, None), 0.0
@@ -489,9 +491,11 @@ class _Sample:
         position = next(positions, None)
       base += size
       if starts:
-        yield from self._segment_windows(index, source, first, stop, size, starts)
+        yield from self._segment_windows(shards, index, source, first, stop, size, starts)
 
-  def _segment_windows(self, index, source, first: int, stop: int, size: float, starts: list):
+  def _segment_windows(
+    self, shards, index, source, first: int, stop: int, size: float, starts: list
+  ):
     """A window at byte q of a segment starts in document q // mean (its documents taken as
     equally long, `mean` bytes), at the same fraction of that document's own length; it takes
     that document's bytes from there, then the next documents', up to the window's size or
@@ -511,18 +515,18 @@ class _Sample:
       touched = set() if document is None else set(range(document, min(document + reach, stop)))
       if batch and (document is None or len(needed | touched) > per_read):
         order = sorted(needed)
-        texts = dict(zip(order, encoding.read_utf8(source, order, self.text_feature)))
+        texts = dict(zip(order, encoding.read_utf8(source, order, self.text_feature, shards)))
         for start, at in batch:
           datas = [texts[d] for d in range(start, min(start + reach, stop))]
           pieces, left = _window(datas, at, _SAMPLE_WINDOW_BYTES)
           yield from pieces
           if left > 0 and start + reach > stop and self.continues and self.ends_file[index]:
-            yield from self._continuation(index, left)
+            yield from self._continuation(shards, index, left)
         batch, needed = [], set()
       batch.append((document, fraction))
       needed |= touched
 
-  def _continuation(self, index: int, left: int):
+  def _continuation(self, shards, index: int, left: int):
     """What a window that reached the end of segment `index` (a file's end) takes from the
     segments after it, in corpus order: `left` bytes, through files' ends, not past the end of
     a large file's range. Read a few documents at a time (as many as `left` bytes hold at
@@ -533,7 +537,7 @@ class _Sample:
     while True:
       while first < stop and left > 0 and documents > 0:
         take = min(stop - first, documents, left // self.mean_bytes + 1)
-        datas = encoding.read_utf8(source, range(first, first + take), self.text_feature)
+        datas = encoding.read_utf8(source, range(first, first + take), self.text_feature, shards)
         pieces, left = _window(datas, 0.0, left)
         yield from pieces
         first, documents = first + take, documents - take

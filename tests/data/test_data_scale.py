@@ -13,7 +13,7 @@ import pytest
 from data_fixtures import files_config, write_corpus
 
 from realformer_jax import data
-from realformer_jax.data import file_corpus, preparation, sources, text_files, workers
+from realformer_jax.data import encoding, file_corpus, preparation, sources, text_files, workers
 from realformer_jax.data.prepare_ahead import prepare_ahead
 from realformer_jax.data.store import cache_integrity
 
@@ -323,6 +323,38 @@ def _listings(monkeypatch, under: str) -> list:
 
     monkeypatch.setattr(os, name, counted)
   return listed
+
+
+def test_the_tokenizer_sample_opens_each_shard_once_and_reads_the_same(tmp_path, monkeypatch):
+  """The sample reads a shard a few documents at a time, window by window: the shard stays open
+  between reads (opening one cost ten times reading a few documents), so it is opened once per
+  shard, not once per read, and the texts are those of a fresh reader per read."""
+  from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 6_000)  # shards of a few windows each
+  config = files_config(
+    tmp_path, train_files=_many_files(tmp_path / 'corpus', 400), tokenizer_sample_chars=40_000
+  )
+  config = data.config.data_config(config)
+  opened = sources.for_config(config).open(config, 1)
+  prepared = {f.name: getattr(opened, f.name) for f in dataclasses.fields(opened)}
+  sample = preparation._Sample(prepared, config.text_feature, config.tokenizer_sample_chars)  # pylint: disable=protected-access
+  assert not sample.whole and sample.continues  # windows, across files' ends
+  opens, real = [], array_record_module.ArrayRecordReader
+
+  def counted(path, *args):
+    opens.append(path)
+    return real(path, *args)
+
+  monkeypatch.setattr(array_record_module, 'ArrayRecordReader', counted)
+  texts = list(sample)
+  shards = {path for path, _, _ in sample.segments}
+  assert len(shards) > 5 and 0 < len(opens) <= len(shards), (len(opens), len(shards))
+  # A reader per read, as before: the same texts.
+  monkeypatch.setattr(encoding.OpenShard, '__enter__', lambda self: self)
+  opens.clear()
+  assert list(sample) == texts
+  assert len(opens) > 2 * len(shards), (len(opens), len(shards))  # what keeping it open saved
 
 
 def test_per_file_work_does_not_grow_with_the_corpus(tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ BERT-Base shape, batch 1, bfloat16 compute, every layer rematerialised, dropout 
 post; realformer with autodiff saving each layer's carried float32 [B, H, L, L] sum ('saved');
 realformer rebuilding them going down the stack ('recomputed', realformer_jax/
 recomputed_scores.py); realformer carrying the stacked queries and keys instead of the sum
-('qk', residual_carry='qk': kernels/qk_carry.py). Memory is XLA's buffer assignment of the
+('qk', residual_carry='qk': kernels/score_paths/qk_carry.py). Memory is XLA's buffer assignment of
+the
 compiled train step (arguments + outputs + temporaries - donated aliases), so it is known
 without running; --run adds the median step time and the device's peak (`memory_stats`, GPU /
 TPU).

@@ -11,7 +11,7 @@ checkpoint are derived from that split (FIELD_CONCERNS). Making a `ModelConfig` 
 `ConfigError` with a one-line message naming the offending field: a ModelConfig that exists is
 valid, so the modules below never check it again and bad input never reaches tracing. (One
 exception by layering: the kernel backend that attention_impl names lives above this file, so
-kernels/select.py checks it.)
+kernels/plumbing/select.py checks it.)
 
 `from_section` / `to_config_dict` are the bridge every frozen config section of the project
 uses (train/config.py, data/config.py, finetune/config.py): the dataclass is the schema (field
@@ -44,21 +44,23 @@ REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 RESIDUAL_SCORES_BACKWARD = ('saved', 'recomputed')
 # How residual attention hands its scores to the next layer: 'scores' the float32 [B, H, L, L]
 # sum (memory O(L^2)); 'qk' every layer's queries and keys, the sum rebuilt in the kernels
-# (O(L) memory, more FLOPs: kernels/qk_carry.py); 'auto' the fastest carry that fits one
+# (O(L) memory, more FLOPs: kernels/score_paths/qk_carry.py); 'auto' the fastest carry that fits one
 # sequence in the device's memory, 'qk' only where a fused kernel serves the platform and
-# length, chosen once when the train setup builds the model (kernels/select.py `for_run`,
-# called by train/build.py); kernels/score_path.py then takes the chosen carry's path.
+# length, chosen once when the train setup builds the model (kernels/plumbing/select.py `for_run`,
+# called by train/build.py); kernels/score_paths/score_path.py then takes the chosen carry's path.
 RESIDUAL_CARRIES = ('auto', 'scores', 'qk')
 # How self-attention is computed (realformer_jax/kernels): 'xla' the einsum path; 'pallas' the
 # fused kernel of the platform (Triton on GPU, Mosaic on TPU; interpret mode on CPU); 'auto' by
 # the platform the step is compiled for; or a kernel backend by name: 'pallas_triton',
 # 'pallas_mosaic', 'cudnn' (jax's cuDNN flash attention: GPU; post / pre without attention
 # dropout), or one you register (docs/extending.md). The backends live above this file, so a
-# backend's name and what it can do are checked by kernels/select.py `check`: by the train setup
+# backend's name and what it can do are checked by kernels/plumbing/select.py `check`: by the train
+# setup
 # before any data is built, and whenever the model is traced; here only the form.
 ATTENTION_MODES = ('auto', 'xla', 'pallas')
 ATTENTION_PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
-# The counter-based hash every dropout mask is drawn with (kernels/dropout_bits.py): 'threefry'
+# The counter-based hash every dropout mask is drawn with (kernels/dropout/dropout_bits.py):
+# 'threefry'
 # (Threefry-2x32-20, eight 8-bit draws a hash) or 'philox' (Philox-4x32-10, sixteen: about half
 # the integer work per draw in the GPU kernels). Another mask: a resumed run keeps its own.
 DROPOUT_GENERATORS = ('threefry', 'philox')
@@ -67,7 +69,7 @@ DROPOUT_GENERATORS = ('threefry', 'philox')
 # 'per_layer' a pass draws the layer's mask just before its backward (one layer's in memory at
 # a time, the hash once more); 'drawn' the backward kernel draws it again in its loops (no
 # memory, the hash twice more); 'auto' the cheapest of them whose memory fits, decided once
-# when the train setup builds the model and logged (kernels/remat_masks.py).
+# when the train setup builds the model and logged (kernels/dropout/remat_masks.py).
 REMAT_DROPOUT_MASKS = ('auto', 'stored', 'per_layer', 'drawn')
 
 
@@ -215,7 +217,7 @@ class Execution:
   # 'qk' (the stacked queries and keys: memory linear in L, (4 + 2l) K instead of 4 K FLOPs
   # per score element of layer l forward) or 'auto' (see RESIDUAL_CARRIES above).
   residual_carry: str = 'auto'
-  # Same numbers, different kernels (see ATTENTION_MODES above and kernels/select.py).
+  # Same numbers, different kernels (see ATTENTION_MODES above and kernels/plumbing/select.py).
   attention_impl: str = 'auto'
   # Platform the attention is compiled for: 'auto' = jax.default_backend() when traced. The
   # train setup sets it from the mesh's devices (in a deviceless compile: the target's).

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from realformer_jax import kernels
 from realformer_jax.aot import targets
 from realformer_jax.kernels.backends.mosaic_gpu import qk_attention
-from realformer_jax.kernels.dropout_bits import keep_threshold
+from realformer_jax.kernels.dropout.dropout_bits import keep_threshold
 
 
 def _calls(text: str) -> list[str]:

@@ -22,9 +22,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from realformer_jax.aot import ptx, targets
-from realformer_jax.kernels import qk_carry
-from realformer_jax.kernels.dropout_bits import GENERATORS
-from realformer_jax.kernels.select import AttentionPlan
+from realformer_jax.kernels.dropout.dropout_bits import GENERATORS
+from realformer_jax.kernels.plumbing.select import AttentionPlan
+from realformer_jax.kernels.score_paths import qk_carry
 
 
 def main(seq_len: int = 256, layers: int = 8, batch: int = 1, heads: int = 2, head_dim: int = 64):

@@ -16,7 +16,7 @@ import sys
 
 import jax
 
-from realformer_jax.kernels import score_path
+from realformer_jax.kernels.score_paths import score_path
 from realformer_jax.train import build, pretraining
 from tests import sequence_parallel_check as check
 

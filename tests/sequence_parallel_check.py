@@ -113,7 +113,7 @@ def run(family: str, mesh: tuple) -> dict:
 
 def ring_path(setup):
   """The attention path the encoder takes on this setup's mesh (traced, not run)."""
-  from realformer_jax.kernels import score_path
+  from realformer_jax.kernels.score_paths import score_path
   from realformer_jax.model.attention import einsum_attention
 
   with build.activate(setup.mesh, setup.rules):

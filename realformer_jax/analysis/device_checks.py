@@ -24,7 +24,8 @@ from typing import Any, Optional, Sequence
 
 from realformer_jax.analysis import check_cache
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import backends, select
+from realformer_jax.kernels import backends
+from realformer_jax.kernels.plumbing import select
 
 _log = logging.getLogger(__name__)
 FILE = 'device_checks.json'

@@ -34,7 +34,7 @@ import numpy as np
 
 from realformer_jax.analysis import check_cache, device_checks
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import select
+from realformer_jax.kernels.plumbing import select
 
 # Largest |kernel - einsum| over the largest |einsum|, per output and gradient. The kernels'
 # own float32 dots may run at TF32 on a GPU; a wrong tile, mask or scale is off by far more.

@@ -76,7 +76,7 @@ class FitReport:
     if built is None or not built.use_residual_attention:
       return ''
     asked = self.step.spec.model.residual_carry
-    how = ' (auto: kernels/select.py)' if asked == 'auto' else ''
+    how = ' (auto: kernels/plumbing/select.py)' if asked == 'auto' else ''
     backward = (
       f", residual_scores_backward='{built.residual_scores_backward}'"
       if built.residual_carry == 'scores'

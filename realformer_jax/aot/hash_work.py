@@ -144,7 +144,7 @@ def _is_rotation(halves, uses) -> bool:
 
 
 def _default_draw() -> Callable:
-  from realformer_jax.kernels import dropout_tiles  # pylint: disable=import-outside-toplevel
+  from realformer_jax.kernels.dropout import dropout_tiles  # pylint: disable=import-outside-toplevel
 
   return dropout_tiles.keep_tile_joined
 

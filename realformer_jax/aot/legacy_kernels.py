@@ -83,7 +83,8 @@ def qk_work(
   }
 
 
-# The old kernels' tiles (kernels/select.py then): forward 128 x 64, backward 64 x 64, each side
+# The old kernels' tiles (kernels/plumbing/select.py then): forward 128 x 64, backward 64 x 64,
+# each side
 # the largest power of two <= its cap that divides L. The grid gives the rows; the forward's
 # columns follow from L.
 FORWARD_BLOCK_COLS = 64

@@ -1,6 +1,7 @@
 """The ring's communication in an ESTIMATED step: how much of it hides behind the ring's compute.
 
-A sequence split over n devices (kernels/ring_attention.py) sends every key / value block n - 1
+A sequence split over n devices (kernels/score_paths/ring_attention.py) sends every key / value
+block n - 1
 hops going up and n - 1 (with its gradient, n) going down, per layer; each hop is a
 collective-permute the roofline already costs (roofline.py: S bytes over the interconnect, its
 loop's trip count times). The ring issues each hop before the block compute it does not
@@ -24,7 +25,7 @@ import dataclasses
 from typing import Optional
 
 from realformer_jax.aot.roofline import Estimate
-from realformer_jax.kernels.ring_attention import SCOPE
+from realformer_jax.kernels.score_paths.ring_attention import SCOPE
 
 PERMUTE = 'collective-permute'
 
@@ -74,7 +75,7 @@ def report_lines(estimate: Estimate) -> list[str]:
   if ring is None:
     return []
   return [
-    f'ring attention (kernels/ring_attention.py): {ring.hops:,} hops per step, '
+    f'ring attention (kernels/score_paths/ring_attention.py): {ring.hops:,} hops per step, '
     f'{ring.link_bytes / 1e9:.1f} GB sent per device, ESTIMATED {ring.link_seconds * 1e3:.1f} '
     f"ms of link time against {ring.block_seconds * 1e3:.1f} ms of the ring's block compute: "
     f'{ring.exposed_seconds * 1e3:.1f} ms exposed',

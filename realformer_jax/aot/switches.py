@@ -25,7 +25,8 @@ import numpy as np
 
 from realformer_jax.aot.hlo_text import Computation, Instruction
 
-# The stacked queries and keys of residual_carry='qk' (kernels/qk_carry.py: [2, N, B, L, H, K]):
+# The stacked queries and keys of residual_carry='qk' (kernels/score_paths/qk_carry.py: [2, N, B,
+# L, H, K]):
 # how a conditional shows that it is the qk backward's switch and how deep its stack is.
 STACK_RANK, STACK_PARTS = 6, 2
 

@@ -155,7 +155,8 @@ def _check_case(platform_name: str, size: str, case: tuple) -> dict:
   """One kernel case against the einsum path (kernel_check.compare): its report row."""
   from realformer_jax import ModelConfig  # pylint: disable=import-outside-toplevel
   from realformer_jax.analysis import kernel_check  # pylint: disable=import-outside-toplevel
-  from realformer_jax.kernels import backends, select  # pylint: disable=import-outside-toplevel
+  from realformer_jax.kernels import backends
+  from realformer_jax.kernels.plumbing import select  # pylint: disable=import-outside-toplevel
 
   backend, placement, dtype, length, carry, remat = case
   native = backends.get(backend).platform == platform_name

@@ -5,7 +5,8 @@ r"""BERT-Base RealFormer on one sequence of a million tokens, split over the dev
 (on 8 GPUs; whether it fits and how fast, estimated on any machine: the experiments.compile
 command of docs/training.md, "Long sequences"). Argument: `tokens` = the sequence length
 (default 1,048,576 = 2^20). One sequence per step, the length split over every device
-(`mesh.shape=(1,1,1,-1)`: ring attention, realformer_jax/kernels/ring_attention.py), so the
+(`mesh.shape=(1,1,1,-1)`: ring attention, realformer_jax/kernels/score_paths/ring_attention.py), so
+the
 length must divide by the device count. residual_carry='qk': every layer's queries and keys
 instead of the [H, L, L] score sum (48 TiB a layer at 2^20 tokens), bfloat16 compute, each
 layer rematerialised, rotary positions (no position table to size: RoPE sees relative offsets

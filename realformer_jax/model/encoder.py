@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
-from realformer_jax.kernels.score_path import stack_path
+from realformer_jax.kernels.plumbing.fused import SAVED_FOR_BACKWARD
+from realformer_jax.kernels.score_paths.score_path import stack_path
 from realformer_jax.model import layer_unroll
 from realformer_jax.model.attention import SCORES_AXES, einsum_attention, mask_bias, score_scale
 from realformer_jax.model.block import EncoderLayer, LayerInputs
@@ -28,7 +28,7 @@ from realformer_jax.model.placement import placement
 
 _policies = jax.checkpoint_policies
 # Every policy also keeps what the fused attention names for its backward (its output and row
-# statistics: kernels/fused.py), so that the re-run of a layer runs no attention forward
+# statistics: kernels/plumbing/fused.py), so that the re-run of a layer runs no attention forward
 # kernel; nothing else of the layer is kept beyond the policy's own choice. The einsum path and
 # the carried-sum kernels name nothing.
 _ATTENTION = _policies.save_only_these_names(SAVED_FOR_BACKWARD)
@@ -142,7 +142,8 @@ class Encoder(nn.Module):
       segment_ids_BxL = jnp.zeros_like(input_ids_BxL)
     x_BxLxD = self.embeddings(input_ids_BxL, segment_ids_BxL, deterministic)
     # How attention runs and how its scores travel through the stack, decided once here
-    # (kernels/score_path.py); the path runs the stack and every layer attends through it.
+    # (kernels/score_paths/score_path.py); the path runs the stack and every layer attends through
+    # it.
     path = stack_path(
       cfg,
       input_ids_BxL.shape[1],

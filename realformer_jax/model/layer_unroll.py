@@ -16,7 +16,7 @@ and the copies go; the compile takes longer, about one layer body's compile more
   on the H100 itself ~25 -> ~165 s, docs FACTS). 24 layers fit; 48 would take ~7 min.
 - model.max_len <= LONG_CONTEXT: beyond, a step takes seconds, the parameter-sized copies
   are under 1 % of it, and the memory rules that pick the remat masks and the residual carry
-  (kernels/remat_masks.py, select.py) are fitted to the rolled program's measured peaks.
+  (kernels/dropout/remat_masks.py, select.py) are fitted to the rolled program's measured peaks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import jax
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import select
+from realformer_jax.kernels.plumbing import select
 
 ROLLED_COMPILE_S = 58.0  # BERT-Large 32 x 512 train step, rolled, deviceless for an H100
 COMPILE_S_PER_LAYER = (229.0 - 58.0) / 23  # each layer unrolled beyond the first: ~7.4 s

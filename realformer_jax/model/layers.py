@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob
+from realformer_jax.kernels.dropout.dropout_bits import keep_mask, realised_keep_prob
 from realformer_jax.model.initializers import Initializer
 
 

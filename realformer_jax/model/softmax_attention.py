@@ -28,7 +28,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob
+from realformer_jax.kernels.dropout.dropout_bits import keep_mask, realised_keep_prob
 
 
 def _probabilities(scores, bias, divisor):

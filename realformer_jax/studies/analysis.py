@@ -63,7 +63,7 @@ def all_arms(plan: Plan, results: Results) -> list[Arm]:
   merged: dict[tuple, Arm] = {}
   for arm in arms:
     rate = plan.rate(arm.rate, results)
-    key = (arm.layout, rate if rate is not None else arm.rate, arm.steps, arm.tag)
+    key = (arm.variant, rate if rate is not None else arm.rate, arm.steps, arm.tag)
     if key in merged:
       old = merged[key]
       seeds = tuple(sorted(set(old.seeds) | set(arm.seeds)))
@@ -79,11 +79,11 @@ def arm_row(plan: Plan, results: Results, arm: Arm) -> Optional[dict]:
   rate = plan.rate(arm.rate, results)
   if rate is None:
     return None
-  names = {s: plan.run_name(arm.layout, rate, arm.steps, s, arm.tag) for s in arm.seeds}
+  names = {s: plan.run_name(arm.variant, rate, arm.steps, s, arm.tag) for s in arm.seeds}
   runs = {s: results[n] for s, n in names.items() if n in results}
   outcomes = [plan.outcome(r) for r in runs.values()]
   row = {
-    'layout': arm.layout,
+    'layout': arm.variant,
     'rate': rate,
     'rate_rule': arm.rate if isinstance(arm.rate, str) else '',
     'steps': arm.steps,
@@ -192,7 +192,7 @@ def _paired(
 
 def side_dict(plan: Plan, results: Results, side) -> dict:
   return {
-    'layout': side.layout,
+    'layout': side.variant,
     'rate': plan.rate(side.rate, results),
     'rate_rule': side.rate if isinstance(side.rate, str) else '',
     'steps': side.steps,

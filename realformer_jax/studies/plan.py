@@ -50,22 +50,73 @@ METRICS = {
   'accuracy': ('correct_sum', 'count'),  # every selected position (BERT's MLM accuracy)
 }
 
+# The trainers a plan can name (Plan.trainer): the 'module:function' that trains and scores one
+# run, train(plan, run, workdir, data_dir, report) -> its result; imported only when a run
+# trains, so that a plan imports no JAX.
+TRAINERS = {
+  # Masked-LM pretraining of a layout (LAYOUTS), scored per sequence on the held-out split.
+  'masked_lm': 'realformer_jax.studies.plan:default_train',
+  # Masked-LM pretraining of a variant (Arm.model), then scored at every Plan.options['lengths'].
+  'at_lengths': 'realformer_jax.studies.lengths:train',
+  # Masked-LM pretraining of a variant, then probed: attention to neighbours, the position table.
+  'position_probe': 'realformer_jax.studies.position_probe:train',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """What a plan's report reads and draws: `module` has analyse(plan, results) -> analysis
+  and write(plan, results, analysis, command) (results.md, results.json and the plots)."""
+
+  module: str
+  metrics: tuple[str, ...]  # what it can report (Plan.metrics: those it does)
+  plots: tuple[str, ...]  # what it can draw (Plan.plots: those it does)
+
+
+# The reports a plan can name (Plan.report).
+REPORTS = {
+  # Arms, rules and paired comparisons with verdicts (studies/analysis.py, plan_report.py).
+  'comparisons': Report(
+    'realformer_jax.studies.plan_report', tuple(METRICS), ('rates', 'curves', 'comparisons')
+  ),
+  # Accuracy and attention entropy at every evaluation length, comparisons at each.
+  'lengths': Report(
+    'realformer_jax.studies.lengths',
+    ('mask_accuracy', 'accuracy', 'attention_entropy'),
+    ('accuracy_vs_length',),
+  ),
+  # One row per variant: accuracy beside the floors, attention locality, the position table.
+  'position_probe': Report(
+    'realformer_jax.studies.position_probe',
+    ('mask_accuracy', 'accuracy', 'loss', 'neighbour_attention', 'table_cosine'),
+    ('curves',),
+  ),
+}
+
+
+def resolve(reference: str):
+  """The function a 'module:function' names (imported now)."""
+  import importlib  # pylint: disable=import-outside-toplevel
+
+  module, _, function = reference.partition(':')
+  return getattr(importlib.import_module(module), function)
+
 
 @dataclasses.dataclass(frozen=True)
 class Side:
   """One arm of a comparison, without its seeds."""
 
-  layout: str
+  variant: str  # the plan's VARIANTS key (for the masked-LM trainer, a layout: LAYOUTS)
   rate: Rate
   steps: int
-  tag: str = ''  # a prefix of the run names that sets arms of one layout apart
+  tag: str = ''  # a prefix of the run names that sets arms of one variant apart
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-  """Runs of one layout, rate and budget, one per seed."""
+  """Runs of one variant, rate and budget, one per seed."""
 
-  layout: str
+  variant: str
   rate: Rate
   steps: int
   seeds: tuple[int, ...]
@@ -75,7 +126,7 @@ class Arm:
 
   @property
   def side(self) -> Side:
-    return Side(self.layout, self.rate, self.steps, self.tag)
+    return Side(self.variant, self.rate, self.steps, self.tag)
 
 
 def final_metric(run: Optional[Mapping], metric: str, default: float = math.nan) -> float:
@@ -107,14 +158,14 @@ class Rule:
 
 @dataclasses.dataclass(frozen=True)
 class BestRate(Rule):
-  """The rate of `rates` whose runs (`layout`, `steps`, `seeds`) have the highest mean final
+  """The rate of `rates` whose runs (`variant`, `steps`, `seeds`) have the highest mean final
   `metric` (a run that diverged scores 0; ties: the smaller rate), decided when all of them
   finished. With `extend` = (lower, upper), a best rate at the grid's lower (upper) edge adds
   that rung, and the rate is chosen again over the grid with it once its runs finished; a
   best rate at an edge of the grid as run is reported 'not bracketed'."""
 
   name: str
-  layout: str
+  variant: str
   rates: tuple[float, ...]
   steps: int
   seeds: tuple[int, ...]
@@ -126,7 +177,7 @@ class BestRate(Rule):
   def _means(self, plan: 'Plan', results: Results, rates) -> Optional[list[float]]:
     means = []
     for rate in rates:
-      names = [plan.run_name(self.layout, rate, self.steps, s, self.tag) for s in self.seeds]
+      names = [plan.run_name(self.variant, rate, self.steps, s, self.tag) for s in self.seeds]
       if any(n not in results for n in names):
         return None
       means.append(float(np.mean([final_metric(results[n], self.metric, 0.0) for n in names])))
@@ -154,7 +205,7 @@ class BestRate(Rule):
 
   def needs(self, plan: 'Plan', results: Results) -> list[Arm]:
     grid = self.grid(plan, results)
-    return [Arm(self.layout, r, self.steps, self.seeds, self.tag, model=self.model) for r in grid]
+    return [Arm(self.variant, r, self.steps, self.seeds, self.tag, model=self.model) for r in grid]
 
   def decide(self, plan: 'Plan', results: Results) -> Optional[float]:
     grid = self.grid(plan, results)
@@ -165,7 +216,7 @@ class BestRate(Rule):
     grid = sorted(self.grid(plan, results))
     per_rate, learned = {}, {}
     for rate in grid:
-      names = [plan.run_name(self.layout, rate, self.steps, s, self.tag) for s in self.seeds]
+      names = [plan.run_name(self.variant, rate, self.steps, s, self.tag) for s in self.seeds]
       per_rate[f'{rate:g}'] = [
         final_metric(results[n], self.metric) if n in results else None for n in names
       ]
@@ -175,7 +226,7 @@ class BestRate(Rule):
     trainable = [float(r) for r, flags in learned.items() if flags and all(flags)]
     return {
       'kind': 'best_rate',
-      'layout': self.layout,
+      'layout': self.variant,  # the reports' key since before variants
       'steps': self.steps,
       'seeds': list(self.seeds),
       'metric': self.metric,
@@ -203,7 +254,7 @@ class Scaled(Rule):
 
 @dataclasses.dataclass(frozen=True)
 class Gain(Rule):
-  """A condition: the mean final `metric` over `layouts` x `seeds` at the rate `rate` gains at
+  """A condition: the mean final `metric` over `variants` x `seeds` at the rate `rate` gains at
   least `threshold` from `steps[0]` to `steps[1]` (the learning curve has not flattened).
   Decided when all those runs finished; `describe` also gives the gain of the runs finished
   so far, and what `after` (a later doubling, e.g. (2400, 4800)) gained, descriptively."""
@@ -211,7 +262,7 @@ class Gain(Rule):
   name: str
   rate: Rate
   steps: tuple[int, int]
-  layouts: tuple[str, ...]
+  variants: tuple[str, ...]
   seeds: tuple[int, ...]
   threshold: float
   metric: str = 'mask_accuracy'
@@ -220,7 +271,7 @@ class Gain(Rule):
   def _gain(self, plan, results, rate, between, partial=False) -> Optional[float]:
     means = []
     for steps in between:
-      names = [plan.run_name(l, rate, steps, s) for l in self.layouts for s in self.seeds]
+      names = [plan.run_name(v, rate, steps, s) for v in self.variants for s in self.seeds]
       if any(n not in results for n in names) and not partial:
         return None
       runs = [results[n] for n in names if n in results]
@@ -241,7 +292,7 @@ class Gain(Rule):
     if rate is None:
       return out
     names = [
-      plan.run_name(l, rate, b, s) for b in self.steps for l in self.layouts for s in self.seeds
+      plan.run_name(v, rate, b, s) for b in self.steps for v in self.variants for s in self.seeds
     ]
     out['finished_runs'] = sum(n in results for n in names)
     out['planned_runs'] = len(names)
@@ -263,7 +314,7 @@ class AllLearned(Rule):
 
   def decide(self, plan: 'Plan', results: Results) -> Optional[bool]:
     names = [
-      plan.run_name(a.layout, plan.rate(a.rate, results), a.steps, s, a.tag)
+      plan.run_name(a.variant, plan.rate(a.rate, results), a.steps, s, a.tag)
       for a in self.arms
       for s in a.seeds
     ]
@@ -333,7 +384,8 @@ class Plan:
   arms: tuple[Union[Arm, tuple[Arm, ...]], ...]
   rules: tuple[Rule, ...] = ()
   comparisons: tuple[Comparison, ...] = ()
-  # The run names: a format of {tag}, {steps}, {rate} (a float), {layout} and {seed}.
+  # The run names: a format of {tag}, {steps}, {rate} (a float), {variant} (or {layout}, as the
+  # masked-LM plans name it) and {seed}.
   name_format: str = '{tag}b{steps}-lr{rate:g}-{layout}-s{seed}'
   store: str = ''  # the folder of runs/<name>.json; '' = the report's folder
   out: str = ''  # the report's folder (results.md, results.json, plots)
@@ -353,6 +405,40 @@ class Plan:
   checkpoint_every_steps: int = 600
   # The command that regenerates the report, for the report's first line.
   command: str = ''
+  # What trains a run (TRAINERS), what reports the runs (REPORTS), the metrics it reports
+  # (default: all the report's) and the plots it draws (default: all).
+  trainer: str = 'masked_lm'
+  report: str = 'comparisons'
+  metrics: tuple[str, ...] = ()
+  plots: tuple[str, ...] = ()
+  # What the trainer and the report read besides the scale (e.g. the evaluation lengths).
+  options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if self.trainer not in TRAINERS:
+      raise ValueError(
+        f'plan {self.name}: trainer {self.trainer!r} (trainers: {", ".join(TRAINERS)})'
+      )
+    if self.report not in REPORTS:
+      raise ValueError(f'plan {self.name}: report {self.report!r} (reports: {", ".join(REPORTS)})')
+    report = REPORTS[self.report]
+    for field, known in (('metrics', report.metrics), ('plots', report.plots)):
+      unknown = sorted(set(getattr(self, field)) - set(known))
+      if unknown:
+        raise ValueError(
+          f'plan {self.name}: {field} {unknown}: the {self.report} report has {", ".join(known)}'
+        )
+      if not getattr(self, field):
+        object.__setattr__(self, field, known)
+    for c in self.comparisons:
+      if c.metric not in self.metrics:
+        raise ValueError(f'plan {self.name}: comparison {c.key}: metric {c.metric!r} not reported')
+
+  @property
+  def variant_key(self) -> str:
+    """A run's parameter naming its variant: 'layout' for the masked-LM trainer, as its runs
+    (docs/results/**/runs/*.json) stored it before plans had other variants."""
+    return 'layout' if self.trainer == 'masked_lm' else 'variant'
 
   def rule(self, name: str) -> Rule:
     for rule in self.rules:
@@ -360,8 +446,10 @@ class Plan:
         return rule
     raise KeyError(f'{self.name}: no rule named {name!r}')
 
-  def run_name(self, layout: str, rate: float, steps: int, seed: int, tag: str = '') -> str:
-    return self.name_format.format(tag=tag, steps=steps, rate=rate, layout=layout, seed=seed)
+  def run_name(self, variant: str, rate: float, steps: int, seed: int, tag: str = '') -> str:
+    return self.name_format.format(
+      tag=tag, steps=steps, rate=rate, variant=variant, layout=variant, seed=seed
+    )
 
   def rate(self, rate: Rate, results: Results) -> Optional[float]:
     """A number as it is; a rule's name as that rule's value (None while undecided)."""
@@ -376,13 +464,14 @@ class Plan:
     rate = self.rate(side.rate, results)
     if rate is None:
       return {}
-    return {s: self.run_name(side.layout, rate, side.steps, s, side.tag) for s in seeds}
+    return {s: self.run_name(side.variant, rate, side.steps, s, side.tag) for s in seeds}
 
   def run(self, arm: Arm, rate: float, seed: int) -> runs_lib.Run:
-    params = dict(steps=arm.steps, learning_rate=rate, layout=arm.layout, seed=seed)
+    params = {'steps': arm.steps, 'learning_rate': rate, self.variant_key: arm.variant}
+    params['seed'] = seed
     if arm.model:
       params['model'] = dict(arm.model)
-    name = self.run_name(arm.layout, rate, arm.steps, seed, arm.tag)
+    name = self.run_name(arm.variant, rate, arm.steps, seed, arm.tag)
     return runs_lib.Run(name, params, cost=arm.steps)
 
   def arm_groups(self) -> list[tuple[Arm, ...]]:

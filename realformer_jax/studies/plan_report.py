@@ -14,6 +14,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from realformer_jax.studies import analysis as analysis_lib
 from realformer_jax.studies import report as report_lib
 from realformer_jax.studies import study
 from realformer_jax.studies.plan import Plan
@@ -22,9 +23,15 @@ from realformer_jax.studies.report import LAYOUT_COLORS, LAYOUT_NAMES, differenc
 FAMILY_COLORS = ('tab:purple', 'tab:orange', 'tab:brown', 'tab:olive')
 
 
+def analyse(plan: Plan, results: Mapping[str, dict]) -> dict:
+  """The plan's rules, arms and comparisons with verdicts (studies/analysis.py)."""
+  return analysis_lib.analyse(plan, results)
+
+
 def write(plan: Plan, results: Mapping[str, dict], analysis: dict, command: str) -> None:
-  """results.json (the plan, the analysis, a summary of every run), results.md and the
-  plots, in plan.out."""
+  """results.json (the plan, the analysis, a summary of every run the plan lists),
+  results.md and the plots, in plan.out."""
+  results = analysis_lib.plan_results(plan, results)
   os.makedirs(plan.out, exist_ok=True)
   record = {
     'plan': plan_record(plan),
@@ -42,22 +49,31 @@ def write(plan: Plan, results: Mapping[str, dict], analysis: dict, command: str)
 
 def plan_record(plan: Plan) -> dict:
   """The plan as JSON: its recipe and what it declares (rules, arms, comparisons)."""
-  arm = lambda a: {k: v for k, v in dataclasses.asdict(a).items() if v not in ('', {})}
+  declared = lambda x: _variant_as(
+    plan.variant_key, {k: v for k, v in dataclasses.asdict(x).items() if v not in ('', {})}
+  )
   return {
     'name': plan.name,
     'title': plan.title,
     'scale': dataclasses.asdict(plan.scale),
     'rules': [{'name': r.name, 'kind': type(r).__name__} for r in plan.rules],
-    'arms': [arm(a) for a in plan.all_arms()],
-    'comparisons': [
-      {k: v for k, v in dataclasses.asdict(c).items() if v not in ('', {})}
-      for c in plan.comparisons
-    ],
+    'arms': [declared(a) for a in plan.all_arms()],
+    'comparisons': [declared(c) for c in plan.comparisons],
     'parameters': parameters(plan.scale),
     'alpha': plan.alpha,
     'blowup_margin': plan.blowup_margin,
     'effects': dict(plan.effects),
   }
+
+
+def _variant_as(key: str, value):
+  """`value` with every 'variant' key (Arm, Side) named `key`: the masked-LM plans' records
+  say 'layout', as they did before plans had other variants."""
+  if isinstance(value, dict):
+    return {(key if k == 'variant' else k): _variant_as(key, v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return type(value)(_variant_as(key, v) for v in value)
+  return value
 
 
 # What results.json keeps of each run (its curves and per-sequence sums are in its own file,
@@ -125,11 +141,11 @@ def markdown(plan: Plan, results: Mapping[str, dict], analysis: dict, command: s
     lines += ['', '## Conclusions', '']
     lines += [f'- **{key}**: {value}' for key, value in analysis['conclusions'].items()]
   lines += ['']
-  if _by_steps(analysis):
+  if 'rates' in plan.plots and _by_steps(analysis):
     lines += ['![final accuracy per rate](rates.png)', '']
-  if _curve_panels(plan, results, analysis):
+  if 'curves' in plan.plots and _curve_panels(plan, results, analysis):
     lines += ['![learning curves per arm](curves.png)', '']
-  if any(r['comparison'] for r in analysis['comparisons']):
+  if 'comparisons' in plan.plots and any(r['comparison'] for r in analysis['comparisons']):
     lines += ['![comparisons with intervals](comparisons.png)', '']
   return lines
 
@@ -448,9 +464,13 @@ def plots(plan: Plan, results: Mapping[str, dict], analysis: dict) -> list[str]:
   plt = study.pyplot()
   if plt is None:
     return []
-  paths = [rate_plot(plt, plan, results, analysis), curve_plot(plt, plan, results, analysis)]
+  paths = [
+    draw(plt, plan, results, analysis)
+    for name, draw in (('rates', rate_plot), ('curves', curve_plot))
+    if name in plan.plots
+  ]
   rows = [r for r in analysis['comparisons'] if r['comparison']]
-  if rows:
+  if rows and 'comparisons' in plan.plots:
     families = sorted({r['family'] for r in rows if r['family']})
     color = lambda r: 'black' if not r['family'] else FAMILY_COLORS[families.index(r['family']) % 4]
     metric = lambda r: '[MASK]' if r['metric'] == 'mask_accuracy' else 'all positions'
@@ -531,7 +551,7 @@ def _curve_panels(plan: Plan, results: Mapping[str, dict], analysis: dict) -> di
   arms with a finished run (a rule's grid is the rates plot's; an arm whose rate a rule has not
   decided yet has no column)."""
   panels: dict[tuple, list[dict]] = {}
-  declared = {(a.layout, plan.rate(a.rate, results), a.steps, a.tag) for a in plan.all_arms()}
+  declared = {(a.variant, plan.rate(a.rate, results), a.steps, a.tag) for a in plan.all_arms()}
   for row in analysis['arms']:
     if row['seeds'] and (row['layout'], row['rate'], row['steps'], row['tag']) in declared:
       panels.setdefault((row['steps'], row['rate'], row['tag']), []).append(row)

@@ -13,7 +13,6 @@ import importlib.util
 import os
 from typing import Optional
 
-from realformer_jax.studies import analysis as analysis_lib
 from realformer_jax.studies import plan as plan_lib
 from realformer_jax.studies import runs as runs_lib
 
@@ -66,17 +65,19 @@ def train(
   store: Optional[str] = None,
   workdirs: Optional[str] = None,
   data_dir: str = '',
-  train_one: plan_lib.Train = plan_lib.default_train,
+  train_one: Optional[plan_lib.Train] = None,
 ) -> dict[str, dict]:
   """Trains, one by one, the unfinished runs of `plan` that `runs` (comma-separated globs)
-  selects, re-planning after each; a run another process trains (its workdir is locked) is
-  left to it. Returns every finished result of the plan."""
+  selects, re-planning after each, with `train_one` (default: the plan's trainer); a run
+  another process trains (its workdir is locked) is left to it. Returns every finished
+  result of the plan."""
   from realformer_jax.studies import study  # pylint: disable=import-outside-toplevel
   from realformer_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
 
   store = store or plan.store or plan.out
   workdirs = workdirs or plan.workdirs
   os.makedirs(store, exist_ok=True)
+  train_one = train_one or plan_lib.resolve(plan_lib.TRAINERS[plan.trainer])
   return runs_lib.run_planned(
     store,
     plan.runs,
@@ -110,10 +111,15 @@ def check_selection(plan: plan_lib.Plan, runs: str, store: str) -> None:
   )
 
 
+def analyse(plan: plan_lib.Plan, results: dict[str, dict]) -> dict:
+  """The analysis of the plan's finished runs by its report (plan.report)."""
+  module = importlib.import_module(plan_lib.REPORTS[plan.report].module)
+  return module.analyse(plan, results)
+
+
 def report(plan: plan_lib.Plan, results: dict[str, dict], command: str) -> dict:
   """Analyses the plan's finished runs and writes its report into plan.out."""
-  from realformer_jax.studies import plan_report  # pylint: disable=import-outside-toplevel
-
-  analysis = analysis_lib.analyse(plan, results)
-  plan_report.write(plan, analysis_lib.plan_results(plan, results), analysis, command)
+  module = importlib.import_module(plan_lib.REPORTS[plan.report].module)
+  analysis = module.analyse(plan, results)
+  module.write(plan, results, analysis, command)
   return analysis

@@ -52,3 +52,19 @@ TOY = Scale(
   evals=2,
   eval_batches=2,
 )
+
+
+# The CPU studies' recipe (the layouts study's; 2 cores, ~0.5-1 s a step): 12 layers x 64, 2 heads
+# of 32, FFN 256, sequence 64, batch 32, 600 steps at 2e-3, a 2,000-piece tokenizer, the first 16
+# held-out batches. Every other CPU study states how its own differs (dataclasses.replace).
+CPU = dataclasses.replace(
+  TOY, layers=12, hidden=64, mlp=256, seq_len=64, batch=32, steps=600, learning_rate=2e-3
+)
+CPU = dataclasses.replace(CPU, vocab=2000, evals=6, eval_batches=16)
+
+# The accelerator studies' recipe (not run here): BERT-Small width at BERT-Base depth,
+# sequence 128, batch 256, 20,000 steps at 5e-4, an 8,000-piece tokenizer, 64 held-out batches.
+ACCELERATOR = dataclasses.replace(
+  CPU, hidden=512, heads=8, mlp=2048, seq_len=128, batch=256, steps=20_000, learning_rate=5e-4
+)
+ACCELERATOR = dataclasses.replace(ACCELERATOR, vocab=8000, eval_batches=64)

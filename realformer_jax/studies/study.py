@@ -8,8 +8,8 @@ helpers.
     result = study.train_run(config, workdir, report)    # resumes; divergence is a result
     scored = study.score_workdir(workdir)                  # per-sequence sums + floors
 
-The declared plans (studies/plans/, run by studies/runner.py) and the scripts position_probe,
-length_extrapolation and finetune_compare build their runs from these; runs.py runs a grid
+The declared plans (studies/plans/, run by studies/runner.py) and the script finetune_compare
+build their runs from these; runs.py runs a grid
 resumably with a progress line, stats.py has the intervals. "Learned" has one definition
 everywhere: eval loss below the copy-aware unigram loss
 (`realformer_jax.mlm.metrics.failed_to_train`) and [MASK] accuracy above the most frequent

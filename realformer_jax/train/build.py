@@ -35,7 +35,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from realformer_jax.analysis import kernel_check
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import select
+from realformer_jax.kernels.plumbing import select
 from realformer_jax.model.params import unbox
 from realformer_jax.train import step as step_lib
 from realformer_jax.train.config import AUTO, MeshConfig, Rules, RunSpec
@@ -289,14 +289,17 @@ def make_setup(
   `memory_bytes`: one device's memory budget, for residual_carry='auto' (default: the first
   local device's limit; resolve passes its budget, a target's when deviceless)."""
   mesh = make_mesh(spec.mesh, devices)
-  # How attention runs, decided once here (kernels/select.py): the kernels of the platform the
+  # How attention runs, decided once here (kernels/plumbing/select.py): the kernels of the platform
+  # the
   # step is compiled for, and the carry residual_carry='auto' takes at the run's length
   # (logged); then checked against the einsum path where they run compiled on these devices.
   devices = list(mesh.devices.flat)
   seq_len = spec.task.sequence_length(spec.data)
   shards = spec.sequence_parallel_size(len(devices))
   model_config = select.for_run(spec.model, devices, seq_len, memory_bytes, shards)
-  if shards == 1:  # a split sequence runs the ring (kernels/ring_attention.py), no kernel
+  if (
+    shards == 1
+  ):  # a split sequence runs the ring (kernels/score_paths/ring_attention.py), no kernel
     model_config = kernel_check.checked(model_config, devices, seq_len)
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)

@@ -28,7 +28,7 @@ message that names the offending field, e.g.
     train.global_batch_size=12: must be divisible by data-parallel size 8 (mesh data*fsdp) ...
 
 It checks the unknown sections and fields, the kernel backend model.attention_impl names
-(kernels/select.py), the position table against the sequence length, the logical axis rules
+(kernels/plumbing/select.py), the position table against the sequence length, the logical axis rules
 against the mesh, the batch against the devices.
 """
 
@@ -44,7 +44,8 @@ import numpy as np
 
 from realformer_jax.config import ConfigError, ModelConfig, from_section, to_config_dict
 from realformer_jax.data import default_data_config
-from realformer_jax.kernels import ring_attention, select
+from realformer_jax.kernels.plumbing import select
+from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.train import memory
 
 # (train config) -> (bytes one device may use, where that figure came from): memory.py's for
@@ -346,7 +347,8 @@ PARAM_AXIS_FIELDS = {
 # Data parallel over ('data', 'fsdp') on the batch; FSDP shards every big matrix on `embed`;
 # tensor parallel splits heads, FFN and vocabulary; sequence (context) parallel splits the
 # length of every activation, the carried scores' query rows and the qk carry's stack (the
-# attention then runs as a ring: kernels/ring_attention.py). Order matters: a mesh axis is used
+# attention then runs as a ring: kernels/score_paths/ring_attention.py). Order matters: a mesh axis
+# is used
 # once per array, so activations, which name `batch` before `embed`, keep `embed` unsharded.
 DEFAULT_LOGICAL_AXIS_RULES = (
   ('batch', ('data', 'fsdp')),
@@ -489,7 +491,8 @@ def check_devices(
 def check_sequence_layout(
   spec: RunSpec, device_count: int, memory_budget: MemoryBudget = memory.memory_budget
 ) -> None:
-  """A length split over a sequence axis (ring attention, kernels/ring_attention.py): the
+  """A length split over a sequence axis (ring attention, kernels/score_paths/ring_attention.py):
+  the
   sequence length divides evenly, the axes are not also the batch's or the heads', and the
   model runs on the ring (ring_attention.check_config)."""
   shards = spec.sequence_parallel_size(device_count)

@@ -35,7 +35,7 @@ from realformer_jax import atomic_files, extras
 from realformer_jax.analysis import diagnostics
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import tokenizers
-from realformer_jax.kernels import ring_attention
+from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
   build,

@@ -12,11 +12,12 @@ import jit_cache
 import pytest
 from data_fixtures import bible_config, quick_study_argv
 
-from experiments import attention_analysis, finetune_compare, position_probe
+from experiments import attention_analysis, finetune_compare
 from realformer_jax import train
 from realformer_jax.commands import study as study_command
 from realformer_jax.studies import study
 from realformer_jax.studies.plans import layouts as layouts_plan
+from realformer_jax.studies.plans import position_probe as position_probe_plan
 
 
 @pytest.fixture(scope='module')
@@ -150,14 +151,14 @@ def test_finetune_compare_quick(layouts, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_position_probe_quick(tmp_path):
-  summary = position_probe.main(
-    quick_study_argv(str(tmp_path / 'out'), str(tmp_path / 'runs'), '--runs', 'learned-s0,none-s0')
-  )
+  out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
+  argv = quick_study_argv(out, workdirs, '--runs', 'learned-s0,none-s0')
+  summary = study_command.main(['--plan=position_probe', *argv])['analysis']
   assert sorted(summary['variants']) == ['learned', 'none']
   learned = summary['variants']['learned']
-  assert len(learned['table_cosine'][0]) == len(position_probe.DISTANCES)
+  assert len(learned['table_cosine'][0]) == len(position_probe_plan.DISTANCES)
   assert summary['variants']['none']['table_cosine'] == [None]  # no table to measure
-  length = position_probe.SCALES['toy'].seq_len
+  length = position_probe_plan.PLANS['toy'].scale.seq_len
   assert all(0 < v <= 1 for v in learned['neighbour_attention'][0])
   assert abs(learned['neighbour_attention'][0][0] - 2 / length) < 0.05  # ~uniform untrained
   assert (tmp_path / 'out' / 'results.md').exists()

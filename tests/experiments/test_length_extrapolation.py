@@ -1,7 +1,7 @@
-"""Smoke test of experiments/length_extrapolation.py at toy size (--quick: 2 layers, 6 steps,
-evaluated at n = 16 and 32 after training at 16), two variants and two seeds: [MASK] accuracy
-beside the floors at every n, per-layer entropy, paired comparisons (not testable: toy runs do
-not learn); then the same command again trains nothing (resume)."""
+"""Smoke test of the length-extrapolation plan through the study command at toy size (--quick:
+2 layers, 6 steps, evaluated at n = 16 and 32 after training at 16), two variants and two
+seeds: [MASK] accuracy beside the floors at every n, per-layer entropy, paired comparisons (not
+testable: toy runs do not learn); then the same command again trains nothing (resume)."""
 
 import json
 import math
@@ -11,15 +11,15 @@ import jit_cache
 import pytest
 from data_fixtures import quick_study_argv
 
-from experiments import length_extrapolation
+from realformer_jax.commands import study as study_command
 
 
 @pytest.mark.slow
 def test_length_extrapolation_quick(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
-  argv = quick_study_argv(out, workdirs, '--seeds', '0,1', '--variants', 'E,E-ra')
+  argv = ['--plan=length_extrapolation', *quick_study_argv(out, workdirs, '--runs=E-s*,E-ra-s*')]
   with jit_cache.in_process():  # the seeds' runs compile the same programs
-    report = length_extrapolation.main(argv)
+    report = study_command.main(argv)
   assert sorted(report['results']) == ['E-ra-s0', 'E-ra-s1', 'E-s0', 'E-s1']
   for run in report['results'].values():
     assert run['diverged_at_step'] is None and run['steps'] == 6
@@ -32,7 +32,7 @@ def test_length_extrapolation_quick(tmp_path, capsys):
       # Two layers, each between one-hot (0) and uniform over n keys (log n).
       assert len(r['entropy_by_layer']) == 2
       assert all(0.0 < e <= math.log(int(n)) + 1e-5 for e in r['entropy_by_layer'])
-  summary = report['summary']
+  summary = report['analysis']
   row = summary['table']['E + residual attention']['32']
   assert row['seeds'] == [0, 1] and len(row['mask_accuracy']) == 2
   assert summary['table']['O (standard)']['16'] is None  # not in this grid
@@ -60,6 +60,7 @@ def test_length_extrapolation_quick(tmp_path, capsys):
   assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 1000
 
   capsys.readouterr()
-  again = length_extrapolation.main(argv)
-  assert '4/4 runs already done' in capsys.readouterr().out
-  assert again['summary'] == json.loads(json.dumps(summary))
+  again = study_command.main(argv)
+  assert 'Regenerate: `python -m experiments.study --plan=length_extrapolation --quick`' in table
+  assert 'starting' not in capsys.readouterr().out  # nothing trained again
+  assert again['analysis'] == json.loads(json.dumps(summary))

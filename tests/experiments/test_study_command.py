@@ -30,7 +30,8 @@ def test_an_unknown_plan_or_scale_is_one_error_line(tmp_path):
   result = _run('--plan=nope')
   assert result.returncode != 0
   assert result.stderr.strip().splitlines() == [
-    "error: --plan: no plan 'nope' (plans: budgets, depth, layouts, stability, tuned_rates)"
+    "error: --plan: no plan 'nope' (plans: budgets, depth, layouts, length_extrapolation, "
+    'position_probe, stability, tuned_rates)'
   ]
   result = _run('--plan=budgets', '--scale=tpu')
   assert result.stderr.strip().splitlines() == [

@@ -224,7 +224,7 @@ def _phase_b_mean(layout: str, metric: str) -> float:
   """A final metric of `layout` at its chosen rate, mean over the tests' seeds."""
   primary = _comparison('P')
   (arm,) = [
-    a for group in PLAN.arms for a in group if (a.layout, a.rate) == (layout, f'r_{layout}')
+    a for group in PLAN.arms for a in group if (a.variant, a.rate) == (layout, f'r_{layout}')
   ]
   rate = _analysis()['rules'][arm.rate]['value']
   finals = [
@@ -253,7 +253,7 @@ def _phase_b_progress() -> tuple:
   """(finished, planned) runs of phase B once both rates are chosen: one run per distinct
   name (an arm at the rate another arm of its layout has adds none)."""
   names = {
-    PLAN.run_name(arm.layout, _analysis()['rules'][arm.rate]['value'], arm.steps, seed, arm.tag)
+    PLAN.run_name(arm.variant, _analysis()['rules'][arm.rate]['value'], arm.steps, seed, arm.tag)
     for group in PLAN.arms
     for arm in group
     for seed in arm.seeds

@@ -1,6 +1,7 @@
 """Layers point down: realformer_jax/kernels imports nothing above it.
 
-The kernels sit under the model (the model asks kernels/score_path.py how to attend; the einsum
+The kernels sit under the model (the model asks kernels/score_paths/score_path.py how to attend;
+the einsum
 attention is handed in, so kernels/ never imports model/), and over config.py alone. Every
 import statement of every module under kernels/ counts, also one inside a function: a lazy
 import up is still an import up. (This file covers kernels/ only; a test of the whole tree's

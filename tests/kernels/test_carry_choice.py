@@ -1,4 +1,4 @@
-"""model.residual_carry='auto' (kernels/select.py): the fastest carry that fits: the saved
+"""model.residual_carry='auto' (kernels/plumbing/select.py): the fastest carry that fits: the saved
 sum, then the recomputed one, then the stacked queries and keys, but those only where a fused
 kernel serves the platform and length; decided once when the train setup is built, against the
 budget it is given (a target's in a deviceless compile)."""
@@ -10,7 +10,7 @@ from train_fixtures import tiny_config
 
 from realformer_jax import train as train_lib
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import select
+from realformer_jax.kernels.plumbing import select
 from realformer_jax.train import build
 from realformer_jax.units import GiB
 

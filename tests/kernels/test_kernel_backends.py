@@ -23,7 +23,8 @@ from realformer_jax import Encoder, ModelConfig, source_digest
 from realformer_jax.analysis import check_cache
 from realformer_jax.aot import categories
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import backends, select
+from realformer_jax.kernels import backends
+from realformer_jax.kernels.plumbing import select
 
 TOY = os.path.join(repo_paths.TESTS, 'toy_backend')
 LENGTH = 16
@@ -142,7 +143,7 @@ def test_an_unregistered_backend_name_is_refused_with_the_registered_ones():
   ],
 )
 def test_the_platform_table_comes_from_the_records(impl, platform, want):
-  # kernels/select.py's table, row by row, as the built-in records give it.
+  # kernels/plumbing/select.py's table, row by row, as the built-in records give it.
   # Post-LN: plain attention, which every backend in the table has (cuDNN carries no sum).
   plain = {**SMALL, 'ln_placement': 'post'}
   config = ModelConfig(**plain, attention_impl=impl).replace(attention_platform=platform)

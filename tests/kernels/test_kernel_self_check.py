@@ -17,7 +17,7 @@ from model_fixtures import kernel_fields
 from realformer_jax import ModelConfig
 from realformer_jax.analysis import kernel_check
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import select
+from realformer_jax.kernels.plumbing import select
 from realformer_jax.train import build, default_config, pretraining
 
 SMALL = kernel_fields(32, attention_dropout_rate=0.2)

@@ -21,9 +21,9 @@ from model_fixtures import kernel_config
 
 from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import dropout_tiles
 from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention
-from realformer_jax.kernels.dropout_bits import (
+from realformer_jax.kernels.dropout import dropout_tiles
+from realformer_jax.kernels.dropout.dropout_bits import (
   GENERATORS,
   keep_mask,
   keep_threshold,
@@ -225,7 +225,7 @@ def _encoder_loss_and_grads(cfg, params, ids, mask):
 @pytest.mark.parametrize(
   'impl,overrides',
   [
-    # (sum, shadow) carried through nn.scan, sealed at the top (kernels/carried.py)
+    # (sum, shadow) carried through nn.scan, sealed at the top (kernels/score_paths/carried.py)
     ('pallas_triton', dict(running_mean=True, attention_scale='entropy_invariant')),
     # the same through the Python loop, RoPE's q and k stacked back into qkv
     ('pallas_mosaic', dict(scan_layers=False, position_embedding='rope', attention_scale='t5')),
@@ -286,8 +286,10 @@ def test_a_backend_without_the_generator_refuses_it_in_one_line():
   )
   config = ModelConfig(dropout_generator='philox', attention_impl='pallas_triton')
   with pytest.raises(ConfigError, match="model.dropout_generator='philox': the triton backend"):
-    kernels.select._check_support(config, threefry_only, 'scores')
-  kernels.select._check_support(config.replace(attention_dropout_rate=0.0), threefry_only, 'scores')
+    kernels.plumbing.select._check_support(config, threefry_only, 'scores')
+  kernels.plumbing.select._check_support(
+    config.replace(attention_dropout_rate=0.0), threefry_only, 'scores'
+  )
   for name in ('triton', 'mosaic'):
     assert kernels.backends.get(name).dropout_generators == GENERATORS
 
@@ -339,7 +341,7 @@ def test_the_backend_record_refuses_what_a_kernel_cannot_do(overrides, message):
   # setup before any data is built (validate_config) and whenever the model is traced (plan).
   cfg = ModelConfig(**overrides)
   with pytest.raises(ConfigError, match=message):
-    kernels.select.check(cfg)
+    kernels.plumbing.select.check(cfg)
   with pytest.raises(ConfigError, match=message):
     kernels.plan(cfg.replace(attention_platform='gpu'), 512)
 

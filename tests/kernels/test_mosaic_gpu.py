@@ -15,9 +15,10 @@ import pytest
 from realformer_jax import kernels
 from realformer_jax.analysis import device_checks
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import qk_carry, qk_reference, select
-from realformer_jax.kernels.dropout_bits import keep_threshold
-from realformer_jax.kernels.select import AttentionPlan
+from realformer_jax.kernels.dropout.dropout_bits import keep_threshold
+from realformer_jax.kernels.plumbing import select
+from realformer_jax.kernels.plumbing.select import AttentionPlan
+from realformer_jax.kernels.score_paths import qk_carry, qk_reference
 from realformer_jax.model.attention import mask_bias
 from realformer_jax.model.softmax_attention import softmax_dropout_values
 from tests import scale_out_support as support

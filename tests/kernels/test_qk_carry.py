@@ -1,5 +1,6 @@
 """model.residual_carry='qk': attention from the stacked queries and keys of the layers below
-(kernels/qk_reference.py, kernels/qk_carry.py) equals the carried-sum path. Matmuls in float32
+(kernels/score_paths/qk_reference.py, kernels/score_paths/qk_carry.py) equals the carried-sum path.
+Matmuls in float32
 (tests/conftest.py pins 'highest')."""
 
 import dataclasses
@@ -12,13 +13,13 @@ import pytest
 from model_fixtures import kernel_config
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import qk_carry, qk_reference
 from realformer_jax.kernels.backends.mosaic import qk_attention as mosaic_qk_attention
 from realformer_jax.kernels.backends.triton import qk_attention as triton_qk_attention
 from realformer_jax.kernels.backends.triton import tiles as triton_tiles
-from realformer_jax.kernels.dropout_bits import GENERATORS
-from realformer_jax.kernels.select import AttentionPlan
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.dropout.dropout_bits import GENERATORS
+from realformer_jax.kernels.plumbing.select import AttentionPlan
+from realformer_jax.kernels.plumbing.spec import KernelSpec
+from realformer_jax.kernels.score_paths import qk_carry, qk_reference
 from realformer_jax.model.attention import mask_bias, score_scale
 from realformer_jax.model.encoder import Encoder
 from realformer_jax.model.params import stack_layers, unbox, unstack_layers

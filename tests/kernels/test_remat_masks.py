@@ -1,4 +1,4 @@
-"""model.remat_dropout_masks='auto' (kernels/remat_masks.py): the cheapest of 'stored',
+"""model.remat_dropout_masks='auto' (kernels/dropout/remat_masks.py): the cheapest of 'stored',
 'per_layer' and 'drawn' that fits the device beside the program, decided by arithmetic (no
 compile)."""
 
@@ -6,7 +6,8 @@ import pytest
 
 from realformer_jax.aot import targets
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import remat_masks, select
+from realformer_jax.kernels.dropout import remat_masks
+from realformer_jax.kernels.plumbing import select
 
 BASE = ModelConfig(remat_policy='full', attention_dropout_rate=0.1, dtype='bfloat16')
 

@@ -1,4 +1,5 @@
-"""The ring-attention op (kernels/ring_attention.py) against the einsum path, on 4 forced CPU
+"""The ring-attention op (kernels/score_paths/ring_attention.py) against the einsum path, on 4
+forced CPU
 devices (a subprocess): the sequence split 2 and 4 ways, with sub-blocks smaller than a
 device's block and as large as it (the dropout mask drawn per element and per hash word), the
 carried sum in and out, dropout 0.5 from both generators (threefry, philox: whole hash words
@@ -22,7 +23,7 @@ import jax, jax.numpy as jnp, numpy as np
 import flax.linen as nn
 from jax.sharding import AxisType, Mesh
 jax.config.update('jax_default_matmul_precision', 'highest')
-from realformer_jax.kernels import ring_attention
+from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.model.attention import einsum_attention, mask_bias
 
 B, L, H, K = 2, 32, 2, 8
@@ -106,8 +107,8 @@ import jax, jax.numpy as jnp, numpy as np
 import flax.linen as nn
 from jax.sharding import AxisType, Mesh
 jax.config.update('jax_default_matmul_precision', 'highest')
-from realformer_jax.kernels import ring_attention
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.score_paths import ring_attention
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 from realformer_jax.model.attention import mask_bias
 
 N, B, L, H, K, LAYER = 3, 2, 128, 2, 8, 1  # 16 columns a device at 8: whole philox words

@@ -11,10 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax.kernels import ring_attention
 from realformer_jax.kernels.backends.triton import qk_attention
-from realformer_jax.kernels.dropout_bits import keep_mask, keep_threshold, realised_keep_prob
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.dropout.dropout_bits import (
+  keep_mask,
+  keep_threshold,
+  realised_keep_prob,
+)
+from realformer_jax.kernels.plumbing.spec import KernelSpec
+from realformer_jax.kernels.score_paths import ring_attention
 
 pytestmark = pytest.mark.sequence_parallel
 

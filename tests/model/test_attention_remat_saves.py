@@ -1,5 +1,5 @@
 """A rematerialised layer's plain (Post-LN / Pre-LN) attention keeps its output and row
-statistics for the backward (kernels/fused.py SAVED_FOR_BACKWARD, model/encoder.py's remat
+statistics for the backward (kernels/plumbing/fused.py SAVED_FOR_BACKWARD, model/encoder.py's remat
 policies), so the backward's re-run of the layer runs no forward kernel; its gradients are the
 ones the re-run forward gave, bit for bit. Kernels in Pallas interpret mode on the CPU;
 matmuls in float32 at 'highest' precision (tests/conftest.py pins it)."""
@@ -21,10 +21,10 @@ import repo_paths
 from model_fixtures import kernel_config
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import fused, select
-from realformer_jax.kernels.attend import fused_self_attention
-from realformer_jax.kernels.select import AttentionPlan
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.plumbing import fused, select
+from realformer_jax.kernels.plumbing.attend import fused_self_attention
+from realformer_jax.kernels.plumbing.select import AttentionPlan
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 from realformer_jax.model.encoder import REMAT_POLICIES, Encoder
 
 # The forward kernel of each backend's plain attention (the name its pallas_call carries).
@@ -238,7 +238,8 @@ def test_an_h100_compile_runs_one_forward_a_layer_and_xla_counts_the_saved_bytes
   saved, today = result['saved'], result['today']
   assert saved['calls']['flash_attention_fwd'] == layers, saved
   assert today['calls']['flash_attention_fwd'] == 2 * layers, today
-  # the tiny masks fit the H100's memory: kept by the remat policy (kernels/remat_masks.py), no
+  # the tiny masks fit the H100's memory: kept by the remat policy
+  # (kernels/dropout/remat_masks.py), no
   # separate mask pass
   assert 'attention_dropout_mask' not in saved['calls'], saved
   assert saved['calls']['flash_attention_bwd'] == today['calls']['flash_attention_bwd'] == layers
@@ -254,7 +255,7 @@ def test_encoder_gradients_under_full_remat_are_todays_bit_for_bit(impl, monkeyp
   # The whole path against today's exactly: full remat saving nothing and a plan that is not
   # `rematerialised` (the forward stores the mask, the re-run forward hands it to the
   # backward). Post-LN, 2 layers, dropout and attention dropout 0.1, float32 'highest'.
-  from realformer_jax.kernels import score_path
+  from realformer_jax.kernels.score_paths import score_path
 
   config = kernel_config(
     32, ln_placement='post', **FULL_REMAT, dropout_rate=0.1, attention_impl=impl

@@ -6,13 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax.kernels import ring_attention
-from realformer_jax.kernels.dropout_bits import (
+from realformer_jax.kernels.dropout.dropout_bits import (
   keep_mask,
   keep_threshold,
   realised_keep_prob,
   threefry2x32,
 )
+from realformer_jax.kernels.score_paths import ring_attention
 
 # Known-answer vectors of Threefry-2x32-20 (Random123's kat_vectors, which list the counter
 # before the key; JAX's own tests use them): (key1, key2, count1, count2) -> (out1, out2).

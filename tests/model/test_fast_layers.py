@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from realformer_jax.kernels.dropout_bits import keep_mask, realised_keep_prob
+from realformer_jax.kernels.dropout.dropout_bits import keep_mask, realised_keep_prob
 from realformer_jax.model.block import FeedForward
 from realformer_jax.model.layers import Dropout
 from tests.model_fixtures import tiny_config

@@ -1,4 +1,5 @@
-"""model.dropout_generator='philox': the Philox-4x32-10 hash (kernels/dropout_bits.py) against
+"""model.dropout_generator='philox': the Philox-4x32-10 hash (kernels/dropout/dropout_bits.py)
+against
 Random123's known answers and an independent NumPy implementation (64-bit products), and its
 8-bit draws against statistical tests of randomness.
 
@@ -17,7 +18,7 @@ import pytest
 from repo_paths import REPO
 from scipy import stats
 
-from realformer_jax.kernels.dropout_bits import (
+from realformer_jax.kernels.dropout.dropout_bits import (
   PHILOX_MULTIPLIERS,
   PHILOX_ROUNDS,
   keep_mask,
@@ -155,7 +156,7 @@ def test_philox_keep_rate_and_neighbouring_keys():
 _SHARDED = r"""
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
-from realformer_jax.kernels import dropout_bits
+from realformer_jax.kernels.dropout import dropout_bits
 mesh = Mesh(np.array(jax.devices()), ('data',), axis_types=(AxisType.Auto,))
 key = jax.random.key(3)
 mask = lambda: dropout_bits.keep_mask(key, 0.9, (4, 2, 8, 32), 'philox')

@@ -9,7 +9,7 @@ from model_fixtures import padded_batch, tiny_config
 
 from realformer_jax import MaskedLM, ModelConfig
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels.recomputed_scores import _forward, residual_stack
+from realformer_jax.kernels.score_paths.recomputed_scores import _forward, residual_stack
 from realformer_jax.model.params import unbox
 
 

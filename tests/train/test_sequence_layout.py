@@ -8,7 +8,7 @@ from train_fixtures import cli_flags, run_train_cli, tiny_config
 
 from realformer_jax import kernels
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import ring_attention
+from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.train import validate_config
 
 pytestmark = pytest.mark.sequence_parallel

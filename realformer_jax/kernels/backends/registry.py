@@ -14,7 +14,8 @@ Two kinds of backend:
       forward(qkv, acc_in, bias, fparams, iparams, spec) -> (out, lse, acc_out, bits)
       backward(qkv, g_out, lse, delta, acc, g_acc, bias, fparams, iparams, bits, spec,
                rebuild=False) -> (dqkv, g_acc_in, acc_in)
-  over the arrays and the `KernelSpec` that kernels/spec.py describes (fused.py wraps them in
+  over the arrays and the `KernelSpec` that kernels/plumbing/spec.py describes (fused.py wraps them
+  in
   one custom VJP; `lse` and `bits` are the backend's own, handed from its forward to its
   backward; `bits` None with dropout on: the backward draws the mask itself), and optionally
   fit_blocks(spec, seq_len) -> spec (the device's tiles); `qk_attention`, where it has one,
@@ -94,7 +95,7 @@ class Backend:
   # explicit attention_impl takes it anywhere.
   after_device_check: bool = False
   # The dropout generators (model.dropout_generator) its kernels draw the einsum path's masks
-  # with; another is refused in one line (kernels/select.py), never drawn as a default.
+  # with; another is refused in one line (kernels/plumbing/select.py), never drawn as a default.
   dropout_generators: tuple[str, ...] = ('threefry',)
 
   def __post_init__(self):

@@ -126,7 +126,7 @@ def make(scale, budgets, longer, rates, rate_seeds, seeds, **where) -> Plan:
         'longer',
         'r_L',
         steps=budgets[-2:],
-        layouts=('post', 'realformer'),
+        variants=('post', 'realformer'),
         seeds=seeds,
         threshold=0.01,
         after=(budgets[-1], longer),

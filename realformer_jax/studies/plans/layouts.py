@@ -7,7 +7,7 @@ claims where its effects should live, with models that learn masked-LM.
     python -m experiments.study --plan=layouts --scale=bert_small   # accelerator (not run here)
 
 The CPU scale: 12 layers x 64 (2 heads of 32), FFN 256, sequence 64, batch 32, rotary
-positions (learned positions do not learn at this budget: experiments/position_probe.py),
+positions (learned positions do not learn at this budget: studies/plans/position_probe.py),
 dropout 0.1, 600 AdamW steps (10% warmup, linear decay to 0), a 2,000-piece tokenizer, scored
 on the first 16 held-out batches (the same masked tokens for every run). For a seed, every
 layout sees the same batches in the same order, and Post-LN and RealFormer start from the same
@@ -51,23 +51,11 @@ from realformer_jax.studies.plan import (
   Side,
   all_positions_twins,
 )
-from realformer_jax.studies.scale import TOY, Scale
+from realformer_jax.studies.scale import ACCELERATOR, CPU, TOY, Scale
 
 LAYOUTS = ('post', 'realformer', 'pre')
 
-SCALE = Scale(
-  layers=12,
-  hidden=64,
-  heads=2,
-  mlp=256,
-  seq_len=64,
-  batch=32,
-  steps=600,
-  learning_rate=2e-3,
-  vocab=2000,
-  evals=6,
-  eval_batches=16,
-)
+SCALE = CPU
 
 
 def make(scale: Scale, rates, grid_seeds, confirm_seeds, **where) -> Plan:
@@ -135,18 +123,7 @@ PLANS = {
   ),
   # BERT-Small width at BERT-Base depth, sequence 128: one accelerator, hours (not run here).
   'bert_small': make(
-    Scale(
-      layers=12,
-      hidden=512,
-      heads=8,
-      mlp=2048,
-      seq_len=128,
-      batch=256,
-      steps=20_000,
-      learning_rate=5e-4,
-      vocab=8000,
-      eval_batches=64,
-    ),
+    ACCELERATOR,
     rates=(1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3),
     grid_seeds=(0, 1),
     confirm_seeds=(0, 1, 2, 3),

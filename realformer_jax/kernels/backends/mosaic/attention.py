@@ -25,10 +25,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from realformer_jax.kernels import tile_math as tm
-from realformer_jax.kernels.dropout_bits import attention_row, mulhi_limbs
-from realformer_jax.kernels.dropout_tiles import keep_tile_selected
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.dropout.dropout_bits import attention_row, mulhi_limbs
+from realformer_jax.kernels.dropout.dropout_tiles import keep_tile_selected
+from realformer_jax.kernels.plumbing import tile_math as tm
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 _SMEM = pl.BlockSpec(memory_space=pltpu.SMEM)
 

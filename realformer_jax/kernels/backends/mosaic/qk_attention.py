@@ -32,9 +32,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.mosaic.attention import _SMEM, _heads_major, _int_words, _keep
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.plumbing import tile_math as tm
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 # VMEM: a block of every layer's rows is N times a carried-sum kernel's, so the tiles shrink
 # with depth to stay within this share of the default 16 MiB scoped limit; where the smallest

@@ -41,14 +41,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from realformer_jax.kernels.dropout_bits import (
+from realformer_jax.kernels.dropout.dropout_bits import (
   DRAWS_PER_HASH,
   attention_row,
   select_draw,
   threefry2x32,
 )
-from realformer_jax.kernels.spec import KernelSpec
-from realformer_jax.kernels.tile_math import drop
+from realformer_jax.kernels.plumbing.spec import KernelSpec
+from realformer_jax.kernels.plumbing.tile_math import drop
 
 # Scalars travel through shared memory; a TMA copy moves a multiple of 128 bytes (one
 # warpgroup's 4-byte lanes), so fparams' two floats and iparams' four words are padded to 32.

@@ -24,7 +24,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.mosaic_gpu.attention import (
   SCALARS,
   Ops,
@@ -37,7 +36,8 @@ from realformer_jax.kernels.backends.mosaic_gpu.attention import (
   padded_scalars,
   softmax_update,
 )
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.plumbing import tile_math as tm
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 
 def _forward_kernel(

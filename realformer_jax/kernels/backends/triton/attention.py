@@ -48,11 +48,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.triton.tiles import device_tiles, with_device_tiles
-from realformer_jax.kernels.dropout_bits import MulHi, attention_row, mulhi_limbs
-from realformer_jax.kernels.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.dropout.dropout_bits import MulHi, attention_row, mulhi_limbs
+from realformer_jax.kernels.dropout.dropout_tiles import keep_tile_joined, pack_bits, unpack_bits
+from realformer_jax.kernels.plumbing import tile_math as tm
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 
 def _draw_keep(spec: KernelSpec, i_ref, b, h, seq_len, q0, k0, shape):

@@ -52,7 +52,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from realformer_jax.kernels import tile_math as tm
 from realformer_jax.kernels.backends.triton.attention import (
   HASH_OPS_PER_ELEMENT,
   _cost_metadata,
@@ -60,8 +59,9 @@ from realformer_jax.kernels.backends.triton.attention import (
   _exp2,
 )
 from realformer_jax.kernels.backends.triton.tiles import device_sms, device_tiles, with_device_tiles
-from realformer_jax.kernels.dropout_bits import DRAWS_PER_GENERATOR
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.dropout.dropout_bits import DRAWS_PER_GENERATOR
+from realformer_jax.kernels.plumbing import tile_math as tm
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 DS_PANEL_BYTES = 2**30  # the largest dS panel of every (batch, head) at once
 # The least share of the SMs' program slots a one-head dS panel's grid fills in each wave
@@ -212,7 +212,7 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
   return out, (m, log_l), None
 
 
-# --- one block of a ring (kernels/ring_attention.py) ---------------------------------------------
+# --- one block of a ring (kernels/score_paths/ring_attention.py) ----------------------------------
 
 
 def _block_forward_kernel(

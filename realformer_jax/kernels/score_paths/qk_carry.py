@@ -38,10 +38,12 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import backends, recomputed_scores, refusals
-from realformer_jax.kernels.attend import _axis_size, _mesh_axes, kernel_inputs, plan_spec
-from realformer_jax.kernels.select import AttentionPlan
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels import backends
+from realformer_jax.kernels.plumbing import refusals
+from realformer_jax.kernels.plumbing.attend import _axis_size, _mesh_axes, kernel_inputs, plan_spec
+from realformer_jax.kernels.plumbing.select import AttentionPlan
+from realformer_jax.kernels.plumbing.spec import KernelSpec
+from realformer_jax.kernels.score_paths import recomputed_scores
 
 # Layer i's slot of the carried stack, [2, N, B, L, H, K].
 STACK_AXES = (None, None, 'batch', 'length', 'heads', 'kv')

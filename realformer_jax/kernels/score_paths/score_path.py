@@ -41,17 +41,18 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax.config import ModelConfig
-from realformer_jax.kernels import carried, qk_carry, qk_reference, refusals, ring_attention
-from realformer_jax.kernels.attend import fused_self_attention, plan_spec
-from realformer_jax.kernels.recomputed_scores import residual_stack
-from realformer_jax.kernels.recomputed_stack import kernel_residual_stack
-from realformer_jax.kernels.select import (
+from realformer_jax.kernels.plumbing import refusals
+from realformer_jax.kernels.plumbing.attend import fused_self_attention, plan_spec
+from realformer_jax.kernels.plumbing.select import (
   AttentionPlan,
   check_qk,
   pair_carry,
   plan,
   resolve_residual_carry,
 )
+from realformer_jax.kernels.score_paths import carried, qk_carry, qk_reference, ring_attention
+from realformer_jax.kernels.score_paths.recomputed_scores import residual_stack
+from realformer_jax.kernels.score_paths.recomputed_stack import kernel_residual_stack
 
 # einsum(qkv, prev_scores, bias, scale, divisor, dropout_key, keep_prob, dtype, record,
 #   generator) -> (context, scores): the model's reference attention (model/attention.py),
@@ -134,7 +135,7 @@ class EinsumPath(ScorePath):
 
 @dataclasses.dataclass(frozen=True)
 class FusedPath(ScorePath):
-  """A fused kernel (kernels/select.py's plan); a carried sum is read and written as is."""
+  """A fused kernel (kernels/plumbing/select.py's plan); a carried sum is read and written as is."""
 
   plan: AttentionPlan = None
   # The kernels give the bias and scale no gradient: one asked for is refused (refusals.py).

@@ -58,7 +58,7 @@ from jax.sharding import PartitionSpec as P
 
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import backends
-from realformer_jax.kernels.dropout_bits import (
+from realformer_jax.kernels.dropout.dropout_bits import (
   DRAWS_PER_GENERATOR,
   attention_row,
   draw,
@@ -67,10 +67,10 @@ from realformer_jax.kernels.dropout_bits import (
   realised_keep_prob,
   select_draw,
 )
-from realformer_jax.kernels.fused import SAVED_FOR_BACKWARD
-from realformer_jax.kernels.select import SUM_BYTES_PER_ELEMENT
-from realformer_jax.kernels.spec import KernelSpec
-from realformer_jax.kernels.tile_math import LOG2E
+from realformer_jax.kernels.plumbing.fused import SAVED_FOR_BACKWARD
+from realformer_jax.kernels.plumbing.select import SUM_BYTES_PER_ELEMENT
+from realformer_jax.kernels.plumbing.spec import KernelSpec
+from realformer_jax.kernels.plumbing.tile_math import LOG2E
 
 # Largest float32 [B, H, Lq, bk] score sub-block a device forms at once: the key block is
 # attended in sub-blocks of bk columns, the largest divisor of its length that fits (BERT-Base,

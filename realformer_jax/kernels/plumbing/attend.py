@@ -24,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from realformer_jax.kernels import carried
-from realformer_jax.kernels.dropout_bits import keep_threshold
-from realformer_jax.kernels.fused import fused_attention
-from realformer_jax.kernels.select import AttentionPlan
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.dropout.dropout_bits import keep_threshold
+from realformer_jax.kernels.plumbing.fused import fused_attention
+from realformer_jax.kernels.plumbing.select import AttentionPlan
+from realformer_jax.kernels.plumbing.spec import KernelSpec
+from realformer_jax.kernels.score_paths import carried
 
 
 def kernel_inputs(

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.kernels import carried, recomputed_scores
+from realformer_jax.kernels.score_paths import carried, recomputed_scores
 
 # layer_fn(params_l, x, scores_carry, index, key, aux) -> (y, scores_carry').
 LayerFn = Callable[..., tuple[jax.Array, Any]]

@@ -28,7 +28,7 @@ instead.
 
 Which carry residual attention takes, decided once when the train setup builds the model
 (`for_run`: `resolved`) and logged with the reason; a model used directly decides it when
-traced (`resolve_residual_carry`, kernels/score_path.py).
+traced (`resolve_residual_carry`, kernels/score_paths/score_path.py).
 
 The rule looks at time first, then memory. Per score element of layer l the carries cost, in
 attention matmul FLOPs (K = head dim; one forward and the backward; a rematerialised layer adds
@@ -44,7 +44,8 @@ L = 65,536 (docs/performance.md). So:
    device's budget (num_layers + 2 sums: one per layer for the backward, the carry in flight
    and its gradient; measured in a deviceless H100 compile of BERT-Base at 16k and 32k);
 2. else 'scores' with 'recomputed' (2 sums) while those fit (it needs scan_layers);
-3. else 'qk' (kernels/qk_carry.py: the stacked queries and keys, memory linear in L), but only
+3. else 'qk' (kernels/score_paths/qk_carry.py: the stacked queries and keys, memory linear in L),
+but only
    where a fused kernel serves the platform and length (`plan` above): on the einsum
    path (attention_impl='xla', a CPU, or a length the kernels cannot tile) 'qk' materialises the
    same [B, H, L, L] scores per layer, so it saves no memory and multiplies FLOPs;
@@ -66,9 +67,10 @@ from typing import NamedTuple, Optional, Sequence
 import jax
 
 from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.kernels import backends, remat_masks
+from realformer_jax.kernels import backends
 from realformer_jax.kernels.backends.registry import MODES
-from realformer_jax.kernels.remat_masks import MaskChoice, masks_matter
+from realformer_jax.kernels.dropout import remat_masks
+from realformer_jax.kernels.dropout.remat_masks import MaskChoice, masks_matter
 
 _log = logging.getLogger(__name__)
 
@@ -382,7 +384,7 @@ def choose(
 
 
 # Rematerialised plain attention's dropout masks: model.remat_dropout_masks='auto'
-# (kernels/remat_masks.py: stored or drawn, the cheaper that fits).
+# (kernels/dropout/remat_masks.py: stored or drawn, the cheaper that fits).
 
 
 def choose_masks(

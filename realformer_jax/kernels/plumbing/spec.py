@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from realformer_jax.kernels import backends
-from realformer_jax.kernels.dropout_bits import GENERATORS, MASK_BITS
+from realformer_jax.kernels.dropout.dropout_bits import GENERATORS, MASK_BITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class KernelSpec:
   for_remat: bool = False
   # for_remat only: the forward also stores its dropout mask (one bit per element) under the
   # same name, so the remat policy keeps it and the backward reads it; else the backward draws
-  # the mask again (kernels/remat_masks.py decides: model.remat_dropout_masks).
+  # the mask again (kernels/dropout/remat_masks.py decides: model.remat_dropout_masks).
   keeps_mask: bool = False
   # for_remat only, without keeps_mask: the backward draws the layer's whole mask by a separate
   # pass first and reads it (model.remat_dropout_masks='per_layer'); else its loops draw tiles.

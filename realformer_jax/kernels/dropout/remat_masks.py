@@ -114,7 +114,7 @@ def choose_masks(config: ModelConfig, seq_len: int, memory_bytes: Optional[int])
     f"every layer's mask for one sequence: {config.num_layers} x [{config.num_heads}, "
     f'{seq_len}, {seq_len}] bits = {_gib(every_layer)}; the program ~{_gib(program)}; '
     f"{FIT_SHARE:.0%} of {_gib(memory_bytes)} usable. The attention kernels' CUDA-core work a "
-    f'step, estimated from their SASS (kernels/remat_masks.py): {costs}',
+    f'step, estimated from their SASS (kernels/dropout/remat_masks.py): {costs}',
   )
 
 

@@ -36,8 +36,8 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from realformer_jax.kernels.fused import attention_backward, kernel_forward
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels.plumbing.fused import attention_backward, kernel_forward
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 
 class CarriedScores(NamedTuple):

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from realformer_jax.kernels.dropout_bits import (
+from realformer_jax.kernels.dropout.dropout_bits import (
   DRAWS_PER_GENERATOR,
   MulHi,
   draw,

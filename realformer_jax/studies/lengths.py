@@ -1,29 +1,14 @@
-r"""Length extrapolation: Su's Attention-O vs Attention-E, with and without residual attention.
+r"""The length-extrapolation plans' trainer and report (Plan.trainer 'at_lengths', Plan.report
+'lengths'; studies/plans/length_extrapolation.py): a masked-LM run trained at the scale's
+sequence length, then scored on the held-out split packed at every Plan.options['lengths'] n
+(the same text and masks for every run), with each layer's attention entropy; the report
+tables [MASK] and all-prediction accuracy per variant and n beside the floors and the
+reference (Su's) numbers, the accuracy kept from the training length, the plan's comparisons
+at every n (Holm-corrected as one family) and the entropy, and plots accuracy and entropy vs n.
 
-    python -m experiments.length_extrapolation                  # CPU grid, ~1 h on 2 idle cores
-    python -m experiments.length_extrapolation --scale=roformer_small   # accelerator size
-    python -m experiments.length_extrapolation --quick --out=/tmp/le --workdirs=/tmp/le_runs
-
-Trains BERT-style (Post-LN) MLMs with rotary positions (RoFormer form,
-`position_embedding='rope'`) at sequence length n = 64 on the embedded corpus, through the real
-pretraining loop, then evaluates MLM accuracy on the whole held-out split packed at n = 64, 128,
-256, 512, 1024 (the same text at every n, the same masking rule, a fixed masking seed: every
-variant is scored on the same masked tokens at a given n). Variants cross the attention scale,
-standard 1/sqrt(d) ("Attention-O") or entropy-invariant log_512(n)/sqrt(d) ("Attention-E",
-n = the row's real key count), with residual attention off (Post-LN) or on (RealFormer). With
-residual attention the softmax sees the sum of every earlier layer's scores, each scaled by
-log_512(n): does the factor still keep attention from spreading out as n grows? Besides
-accuracy, each evaluation measures the mean attention entropy of every layer (nats, over heads
-and real query tokens) to see exactly that.
-
-Writes to --out (default docs/results/length_extrapolation/): results.md ([MASK] accuracy at
-every n beside the context-free floors; all-prediction accuracy beside the floors and Su's
-RoFormer-small numbers; the accuracy kept from n = 64 by the runs that learned, beside their
-absolute accuracy; paired differences with seed + eval-set intervals, Holm-corrected, with
-verdicts; attention entropy), accuracy.png ([MASK] accuracy per seed and its mean, the floor,
-and entropy vs n), results.json (summary and every run's per-length numbers), runs/*.json (one
-per finished run, with per-sequence sums: finished runs are not trained again; a run also
-resumes from its checkpoints in --workdirs).
+The plan's options: lengths, eval_tokens (per evaluation batch: batch = eval_tokens // n),
+max_eval_batches (per length; -1: the whole held-out split), labels and colors (per variant
+slug), reference ({label: {n: accuracy %}}).
 """
 
 from __future__ import annotations
@@ -31,97 +16,36 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax.studies import runs as runs_lib
 from realformer_jax.studies import stats, study
+from realformer_jax.studies.plan import Plan
 from realformer_jax.studies.report import difference_cell, seed_cell, write_lines, write_results
 
-VARIANTS = {  # name: model overrides
-  'O (standard)': dict(ln_placement='post', attention_scale='standard'),
-  'E (entropy-invariant)': dict(ln_placement='post', attention_scale='entropy_invariant'),
-  'O + residual attention': dict(ln_placement='realformer', attention_scale='standard'),
-  'E + residual attention': dict(ln_placement='realformer', attention_scale='entropy_invariant'),
-}
-SLUGS = {
-  'O (standard)': 'O',
-  'E (entropy-invariant)': 'E',
-  'O + residual attention': 'O-ra',
-  'E + residual attention': 'E-ra',
-}
-COLORS = {
-  'O (standard)': 'tab:blue',
-  'E (entropy-invariant)': 'tab:orange',
-  'O + residual attention': 'tab:green',
-  'E + residual attention': 'tab:red',
-}
-LENGTHS = (64, 128, 256, 512, 1024)
-SEEDS = (0, 1, 2)
-# Su Jianlin's RoFormer-small MLM accuracy (%) trained at n = 64, one run each (his blog post on
-# entropy-invariant attention scaling, kexue.fm, December 2021; the attention_scale docstring).
-SU = {
-  'O (standard)': dict(zip(LENGTHS, (43.27, 36.53, 23.02, 15.12, 11.54))),
-  'E (entropy-invariant)': dict(zip(LENGTHS, (43.11, 41.17, 34.04, 20.15, 13.58))),
-}
-# The paired differences, (a, b, the sign Su's argument expects or 0 for no expectation):
-# a - b at every n, Holm-corrected as one family.
-COMPARISONS = (
-  ('E (entropy-invariant)', 'O (standard)', +1),
-  ('E + residual attention', 'O + residual attention', +1),
-  ('O + residual attention', 'O (standard)', 0),
-  ('E + residual attention', 'E (entropy-invariant)', 0),
-)
 
-
-SCALES = {
-  # 2 CPU cores: ~0.6 s/step, ~6 min a run, 12 runs. Head size 64 as in RoFormer / BERT.
-  'cpu': study.Scale(
-    layers=4,
-    hidden=128,
-    heads=2,
-    mlp=512,
-    seq_len=64,
-    batch=32,
-    steps=500,
-    learning_rate=2e-3,
-    vocab=4000,
-    evals=3,
-    eval_batches=4,
-  ),
-  # RoFormer-small-like (6 layers x 512, 8 heads) for an accelerator.
-  'roformer_small': study.Scale(
-    layers=6,
-    hidden=512,
-    heads=8,
-    mlp=2048,
-    seq_len=64,
-    batch=256,
-    steps=20_000,
-    learning_rate=5e-4,
-    vocab=8000,
-    evals=3,
-    eval_batches=4,
-  ),
-  # The smoke test: seconds.
-  'toy': dataclasses.replace(study.TOY, seq_len=16, steps=6, evals=3),
-}
-EVAL_LENGTHS = {'cpu': LENGTHS, 'roformer_small': LENGTHS, 'toy': (16, 32)}
-# Tokens per evaluation batch (batch = EVAL_TOKENS // n).
-EVAL_TOKENS = {'cpu': 8192, 'roformer_small': 8192, 'toy': 256}
-MAX_EVAL_BATCHES = {'toy': 2}  # per length; default: the whole held-out split
-
-
-def make_config(
-  scale: study.Scale, variant: str, seed: int, data_dir: str = ''
-) -> ml_collections.ConfigDict:
-  """Rotary positions, trained at n = scale.seq_len (the loop's own evaluations there)."""
-  return study.mlm_config(
-    scale, seed=seed, data_dir=data_dir, model=dict(VARIANTS[variant], position_embedding='rope')
+def train(plan: Plan, run, workdir: str, data_dir: str, report) -> dict:
+  """Trains one run (resuming its workdir) and evaluates it at every length."""
+  p, options = run.params, plan.options
+  config = study.mlm_config(
+    plan.scale,
+    seed=p['seed'],
+    learning_rate=p['learning_rate'],
+    steps=p['steps'],
+    data_dir=data_dir,
+    model=p.get('model', {}),
   )
+  result = study.train_run(config, workdir, report, progress_share=0.8)
+  if result['diverged_at_step'] is not None:
+    return dict(result, by_length=None)
+  lengths = options['lengths']
+  report(0.8, 'evaluating at n = ' + ', '.join(map(str, lengths)))
+  by_length = evaluate_at_lengths(
+    workdir, lengths, options['max_eval_batches'], options['eval_tokens']
+  )
+  return dict(result, by_length={str(n): r for n, r in by_length.items()})
 
 
 def eval_data_config(
@@ -169,50 +93,41 @@ def evaluate_at_lengths(
   return results
 
 
-def train_one(
-  scale: study.Scale, lengths, args, run: runs_lib.Run, report: runs_lib.Report
-) -> dict:
-  """Trains one run (resuming its workdir) and evaluates it at every length."""
-  workdir = os.path.join(args.workdirs, run.name)
-  config = make_config(scale, run.params['variant'], run.params['seed'], args.data_dir)
-  result = study.train_run(config, workdir, report, progress_share=0.8)
-  if result['diverged_at_step'] is not None:
-    return dict(result, by_length=None)
-  report(0.8, 'evaluating at n = ' + ', '.join(map(str, lengths)))
-  name = study.scale_name(args)
-  by_length = evaluate_at_lengths(
-    workdir, lengths, MAX_EVAL_BATCHES.get(name, -1), EVAL_TOKENS[name]
-  )
-  return dict(result, by_length={str(n): r for n, r in by_length.items()})
+class _Runs:
+  """The plan's runs by variant label and seed, and its labels in the plan's order."""
 
+  def __init__(self, plan: Plan, results: dict):
+    labels = plan.options['labels']
+    arms = plan.all_arms()
+    self.labels = [labels[a.variant] for a in arms]
+    self.seeds = sorted({s for a in arms for s in a.seeds})
+    self.names = {
+      labels[a.variant]: {s: plan.run_name(a.variant, a.rate, a.steps, s) for s in a.seeds}
+      for a in arms
+    }
+    self.results = results
 
-def grid(seeds=SEEDS, variants=tuple(VARIANTS)) -> list[runs_lib.Run]:
-  """Seed-major, so that an interrupted grid already holds every variant at its first seeds."""
-  return [
-    runs_lib.Run(f'{SLUGS[variant]}-s{seed}', dict(variant=variant, seed=seed))
-    for seed in seeds
-    for variant in variants
-  ]
-
-
-def _run(results: dict, variant: str, seed: int) -> dict | None:
-  run = results.get(f'{SLUGS[variant]}-s{seed}')
-  return run if run and run.get('by_length') else None
+  def get(self, label: str, seed: int) -> dict | None:
+    run = self.results.get(self.names[label].get(seed, ''))
+    return run if run and run.get('by_length') else None
 
 
 def _metric(run: dict, n: int, key: str) -> float:
   return run['by_length'][str(n)]['metrics'][key]
 
 
-def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
+def analyse(plan: Plan, results: dict) -> dict:
   """Per (variant, n): per-seed [MASK] and overall accuracy, the runs that learned, accuracy
-  kept relative to the training length (runs that learned only); paired comparisons with
-  seed + eval-set intervals, Holm-corrected as one family; the floors at each n."""
+  kept relative to the training length (runs that learned only); the plan's comparisons at
+  every n with seed + eval-set intervals, Holm-corrected as one family; the floors at each n."""
+  runs_of = _Runs(plan, results)
+  lengths, seeds, labels = plan.options['lengths'], runs_of.seeds, plan.options['labels']
+  _run = runs_of.get
   base = lengths[0]
   table, entropy = {}, {}
-  for variant in VARIANTS:
+  for variant in runs_of.labels:
     table[variant], entropy[variant] = {}, {}
-    runs = {s: _run(results, variant, s) for s in seeds}
+    runs = {s: _run(variant, s) for s in seeds}
     runs = {s: r for s, r in runs.items() if r}
     for n in lengths:
       if not runs:
@@ -250,11 +165,12 @@ def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
   else:
     sizes = {}
   comparisons = []
-  for a, b, sign in COMPARISONS:
+  for c in plan.comparisons:
+    a, b, sign = labels[c.a.variant], labels[c.b.variant], c.expected
     for n in lengths:
-      both = [s for s in seeds if _run(results, a, s) and _run(results, b, s)]
+      both = [s for s in seeds if _run(a, s) and _run(b, s)]
       # Only seeds whose two runs learned: a run at the floor says nothing about extrapolation.
-      pairs = [s for s in both if all(_run(results, v, s).get('learned') for v in (a, b))]
+      pairs = [s for s in both if all(_run(v, s).get('learned') for v in (a, b))]
       row = {
         'a': a,
         'b': b,
@@ -267,7 +183,7 @@ def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
         row['verdict'] = 'not testable at this scale (fewer than 2 seeds where both learned)'
       if len(pairs) >= 2:
         sums = lambda v: [
-          study.sequence_sums({'scored': _run(results, v, s)['by_length'][str(n)]}) for s in pairs
+          study.sequence_sums({'scored': _run(v, s)['by_length'][str(n)]}) for s in pairs
         ]
         sa, sb = sums(a), sums(b)
         result = stats.paired_ratio_comparison(
@@ -282,7 +198,9 @@ def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
     row['holm_p_value'] = p
     row['verdict'] = stats.p_verdict(row['comparison']['mean'], p, row['expected_sign'])
   diverged = sorted(
-    name for name, run in results.items() if run.get('diverged_at_step') is not None
+    name
+    for name in (n for by_seed in runs_of.names.values() for n in by_seed.values())
+    if name in results and results[name].get('diverged_at_step') is not None
   )
   return {
     'table': table,
@@ -294,9 +212,33 @@ def summarise(results: dict, lengths, seeds=SEEDS) -> dict:
   }
 
 
-def write_markdown(
-  path: str, summary: dict, scale: study.Scale, lengths, command: str, seeds=SEEDS
-) -> None:
+def write(plan: Plan, results: dict, analysis: dict, command: str) -> None:
+  """results.json (recipe, lengths, seeds, reference numbers, the analysis, every run without
+  its per-sequence sums), results.md and accuracy.png, in plan.out."""
+  lengths, plot_path = plan.options['lengths'], os.path.join(plan.out, 'accuracy.png')
+  seeds = _Runs(plan, results).seeds
+  reference = plan.options['reference']
+  os.makedirs(plan.out, exist_ok=True)
+  write_results(
+    plan.out,
+    {
+      'scale': dataclasses.asdict(plan.scale),
+      'lengths': list(lengths),
+      'seeds': seeds,
+      'su': {v: {str(n): a for n, a in values.items()} for v, values in reference.items()},
+      'summary': analysis,
+      'runs': {k: _without_sequence_sums(v) for k, v in results.items()},
+    },
+    lambda path: write_markdown(path, plan, analysis, command, seeds),
+    lambda: [plot_path] if write_plot(plot_path, plan, analysis) else [],
+  )
+
+
+def write_markdown(path: str, plan: Plan, summary: dict, command: str, seeds) -> None:
+  scale, lengths, labels = plan.scale, plan.options['lengths'], plan.options['labels']
+  variants = [labels[a.variant] for a in plan.all_arms()]
+  slugs = {label: slug for slug, label in labels.items()}
+  reference = plan.options['reference']
   floors, sizes, table = summary['floors'], summary['sizes'], summary['table']
   described = ', '.join(
     f'n = {n}: {s["sequences"]} sequences, {s["predictions"]:.0f} '
@@ -304,8 +246,8 @@ def write_markdown(
     for n, s in sizes.items()
   )
   untrained = sorted(
-    f'{SLUGS[v]}-s{s}'
-    for v in VARIANTS
+    f'{slugs[v]}-s{s}'
+    for v in variants
     for row in [table[v].get(str(lengths[0]))]
     if row
     for s, ok in zip(row['seeds'], row['learned'])
@@ -330,13 +272,13 @@ def write_markdown(
     '',
     '## Accuracy at [MASK] (%), beside the floors',
     '',
-    '| n | ' + ' | '.join(VARIANTS) + ' | floor: most frequent = copy rule |',
-    '|---' * (len(VARIANTS) + 2) + '|',
+    '| n | ' + ' | '.join(variants) + ' | floor: most frequent = copy rule |',
+    '|---' * (len(variants) + 2) + '|',
   ]
   for n in lengths:
     cells = [
       seed_cell(table[v][str(n)]['mask_accuracy'], scale=100) if table[v][str(n)] else 'n/a'
-      for v in VARIANTS
+      for v in variants
     ]
     floor = floors.get(str(n), {}).get('mask_accuracy', math.nan)
     lines.append(f'| {n} | ' + ' | '.join(cells) + f' | {100 * floor:.2f} |')
@@ -347,16 +289,16 @@ def write_markdown(
     'Su: one run each of a larger model on a larger corpus, all predictions: compare '
     'the shapes of the curves, not their levels.',
     '',
-    '| n | ' + ' | '.join(VARIANTS) + ' | most frequent | copy-aware | Su O | Su E |',
-    '|---' * (len(VARIANTS) + 5) + '|',
+    '| n | ' + ' | '.join(variants) + ' | most frequent | copy-aware | Su O | Su E |',
+    '|---' * (len(variants) + 5) + '|',
   ]
   for n in lengths:
     cells = [
       seed_cell(table[v][str(n)]['mlm_accuracy'], scale=100) if table[v][str(n)] else 'n/a'
-      for v in VARIANTS
+      for v in variants
     ]
     f = floors.get(str(n), {})
-    su = [f'{SU[v][n]:.2f}' if n in SU[v] else '' for v in SU]
+    su = [f'{reference[v][n]:.2f}' if n in reference[v] else '' for v in reference]
     lines.append(
       f'| {n} | ' + ' | '.join(cells) + f' | {100 * f.get("mlm_accuracy", math.nan):.2f}'
       f' | {100 * f.get("copy_accuracy", math.nan):.2f} | ' + ' | '.join(su) + ' |'
@@ -370,12 +312,12 @@ def write_markdown(
     'that did not learn is left out (a ratio of floor-level accuracies means '
     'nothing).',
     '',
-    '| n | ' + ' | '.join(f'{v}: kept | absolute (%)' for v in VARIANTS) + ' |',
-    '|---' * (2 * len(VARIANTS) + 1) + '|',
+    '| n | ' + ' | '.join(f'{v}: kept | absolute (%)' for v in variants) + ' |',
+    '|---' * (2 * len(variants) + 1) + '|',
   ]
   for n in lengths:
     cells = []
-    for v in VARIANTS:
+    for v in variants:
       row = table[v][str(n)]
       if not row or not row['kept_of_train_length']:
         cells += ['n/a', 'n/a']
@@ -421,15 +363,15 @@ def write_markdown(
     'per layer (first / ... / last), mean over seeds; log n is the entropy of uniform '
     'attention over n keys.',
     '',
-    '| n | log n | ' + ' | '.join(VARIANTS) + ' |',
-    '|---' * (len(VARIANTS) + 2) + '|',
+    '| n | log n | ' + ' | '.join(variants) + ' |',
+    '|---' * (len(variants) + 2) + '|',
   ]
   for n in lengths:
     cells = [
       ' / '.join(f'{v:.2f}' for v in np.mean(summary['entropy'][v][str(n)], 0))
       if summary['entropy'][v].get(str(n))
       else 'n/a'
-      for v in VARIANTS
+      for v in variants
     ]
     lines.append(f'| {n} | {math.log(n):.2f} | ' + ' | '.join(cells) + ' |')
   if summary['diverged']:
@@ -438,19 +380,23 @@ def write_markdown(
   write_lines(path, lines)
 
 
-def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
+def write_plot(path: str, plan: Plan, summary: dict) -> bool:
   """[MASK] accuracy (per-seed points, mean line, floor) and layer-mean entropy vs n."""
+  scale, lengths, labels = plan.scale, plan.options['lengths'], plan.options['labels']
+  variants = [labels[a.variant] for a in plan.all_arms()]
+  colors = {labels[slug]: color for slug, color in plan.options['colors'].items()}
+  reference = plan.options['reference']
   plt = study.pyplot()
   if plt is None:
     return False
   fig, (ax_acc, ax_ent) = plt.subplots(1, 2, figsize=(13, 5))
   x = np.asarray(lengths, float)
-  offsets = dict(zip(VARIANTS, (0.94, 0.98, 1.02, 1.06)))
-  for variant in VARIANTS:
+  offsets = dict(zip(variants, (0.94, 0.98, 1.02, 1.06)))
+  for variant in variants:
     rows = [summary['table'][variant][str(n)] for n in lengths]
     if not all(rows):
       continue
-    color = COLORS[variant]
+    color = colors[variant]
     per_seed = np.asarray([r['mask_accuracy'] for r in rows]) * 100  # [n, seeds]
     ax_acc.plot(x, per_seed.mean(1), color=color, label=f'{variant}: mean of seeds')
     for i, n in enumerate(lengths):
@@ -468,7 +414,7 @@ def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
     linestyle=':',
     label='floor: most frequent token (= copy rule at [MASK])',
   )
-  for variant, values in SU.items():
+  for variant, values in reference.items():
     su = [n for n in lengths if n in values]
     if su:
       ax_acc.plot(
@@ -477,7 +423,7 @@ def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
         linestyle='--',
         marker='x',
         linewidth=0.8,
-        color=COLORS[variant],
+        color=colors[variant],
         label=f'{variant}, Su (all predictions)',
       )
   ax_ent.plot(x, np.log(x), linestyle='--', color='gray', label='uniform: log n')
@@ -497,52 +443,6 @@ def write_plot(path: str, summary: dict, scale: study.Scale, lengths) -> bool:
   return True
 
 
-def main(argv=None) -> dict:
-  parser = study.argument_parser(
-    __doc__,
-    out='docs/results/length_extrapolation',
-    workdirs='results/length_extrapolation',
-    scales=SCALES,
-  )
-  parser.add_argument('--seeds', default=','.join(map(str, SEEDS)))
-  parser.add_argument(
-    '--variants',
-    default=','.join(SLUGS.values()),
-    help='comma-separated subset of ' + ', '.join(SLUGS.values()),
-  )
-  args = parser.parse_args(argv)
-  name = study.scale_name(args)
-  scale, lengths = SCALES[name], EVAL_LENGTHS[name]
-  seeds = tuple(int(s) for s in args.seeds.split(','))
-  by_slug = {slug: variant for variant, slug in SLUGS.items()}
-  unknown = sorted(set(args.variants.split(',')) - set(by_slug))
-  if unknown:
-    parser.error(f'--variants: unknown {unknown}; choose from {sorted(by_slug)}')
-  variants = tuple(by_slug[slug] for slug in args.variants.split(','))
-  every = [dataclasses.replace(r, cost=scale.steps) for r in grid(seeds, variants)]
-  runs_lib.Grid(args.out, study.selected(every, args.runs)).run(
-    lambda run, report: train_one(scale, lengths, args, run, report)
-  )
-  results = runs_lib.load_results(args.out, every)
-  summary = summarise(results, lengths, seeds)
-  command = study.command('length_extrapolation', args)
-  plot_path = os.path.join(args.out, 'accuracy.png')
-  write_results(
-    args.out,
-    {
-      'scale': dataclasses.asdict(scale),
-      'lengths': list(lengths),
-      'seeds': list(seeds),
-      'su': {v: {str(n): a for n, a in values.items()} for v, values in SU.items()},
-      'summary': summary,
-      'runs': {k: _without_sequence_sums(v) for k, v in results.items()},
-    },
-    lambda path: write_markdown(path, summary, scale, lengths, command, seeds),
-    lambda: [plot_path] if write_plot(plot_path, summary, scale, lengths) else [],
-  )
-  return {'results': results, 'summary': summary}
-
-
 def _without_sequence_sums(run: dict) -> dict:
   run = dict(run)
   if run.get('by_length'):
@@ -550,7 +450,3 @@ def _without_sequence_sums(run: dict) -> dict:
       n: {k: v for k, v in r.items() if k != 'sequence_sums'} for n, r in run['by_length'].items()
     }
   return run
-
-
-if __name__ == '__main__':
-  main(sys.argv[1:])

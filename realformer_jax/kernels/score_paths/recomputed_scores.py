@@ -74,7 +74,8 @@ def _residual_stack_bwd(layer_fn, residuals, g_y):
 residual_stack.defvjp(_residual_stack_fwd, _residual_stack_bwd)
 
 
-# The two scans both recomputing stacks share (this one and kernels/recomputed_stack.py, whose
+# The two scans both recomputing stacks share (this one and
+# kernels/score_paths/recomputed_stack.py, whose
 # layers re-run going down carry the kernels' carried.TopDown instead of a bare sum).
 
 

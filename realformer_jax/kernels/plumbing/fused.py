@@ -19,7 +19,8 @@ would run the forward kernel a second time only to rebuild the output and the ro
 the forward names them (`SAVED_FOR_BACKWARD`, O(L) per head: [B, L, H, K] in the compute dtype
 and two float32 [B, H, L]), every policy of model/encoder.py keeps that name, and the re-run
 then holds no forward kernel. The dropout mask (O(L^2): one bit per element) is among them
-only with `spec.keeps_mask` (model.remat_dropout_masks, kernels/remat_masks.py); otherwise the
+only with `spec.keeps_mask` (model.remat_dropout_masks, kernels/dropout/remat_masks.py); otherwise
+the
 backend's `backward` gets `bits=None` and draws it again: by a pass over the layer's whole mask
 first with `spec.mask_pass` ('per_layer'), else in its own loops.
 """
@@ -34,8 +35,9 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import backends, refusals
-from realformer_jax.kernels.spec import KernelSpec
+from realformer_jax.kernels import backends
+from realformer_jax.kernels.plumbing import refusals
+from realformer_jax.kernels.plumbing.spec import KernelSpec
 
 # The checkpoint name of what a rematerialised layer's attention keeps for its backward (the
 # output and the row log-sum-exp); model/encoder.py's remat policies save it.

@@ -21,7 +21,7 @@ import ml_collections
 from realformer_jax.analysis import flops as flops_lib
 from realformer_jax.aot import ring_overlap, roofline, targets, train_step
 from realformer_jax.config import ConfigError
-from realformer_jax.kernels import ring_attention
+from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.model import layer_unroll
 from realformer_jax.units import GiB
 

@@ -152,6 +152,24 @@ def train_losses(workdir: str) -> dict[int, float]:
   return dict(read_scalars(workdir)['train/loss'])
 
 
+def process_jobs(command, processes: int, devices_each: int) -> list[tuple[list[str], dict]]:
+  """run_all's jobs for one run as `processes` processes of `devices_each` forced CPU devices:
+  `command(*flags)` with each process's distributed flags (a free localhost port for the
+  coordinator)."""
+  port = free_port()
+  return [
+    (
+      command(
+        f'--config.distributed.num_processes={processes}',
+        f'--config.distributed.process_id={i}',
+        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
+      ),
+      train_env(devices_each),
+    )
+    for i in range(processes)
+  ]
+
+
 def free_port() -> int:
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))

@@ -38,21 +38,7 @@ def _command(workdir, data_dir, batch: int, *extra: str) -> list[str]:
 @pytest.mark.parametrize('batch', [1, 2])
 def test_two_processes_on_one_sequence_axis_train_like_one(data_dir, tmp_path, batch):
   single, multi = tmp_path / 'single', tmp_path / 'multi'
-  port = support.free_port()
-  processes = [
-    (
-      _command(
-        multi,
-        data_dir,
-        batch,
-        '--config.distributed.num_processes=2',
-        f'--config.distributed.process_id={i}',
-        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
-      ),
-      support.train_env(4),
-    )
-    for i in range(2)
-  ]
+  processes = support.process_jobs(lambda *flags: _command(multi, data_dir, batch, *flags), 2, 4)
   first, _ = support.run_all(processes, parallel=2)
   assert "'sequence': 8}, 2 process(es)" in first.stdout, first.stdout
   assert 'ring attention per-block op: the einsum formula' in first.stdout, first.stdout

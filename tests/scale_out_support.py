@@ -110,26 +110,39 @@ def train_command(workdir: str, data_dir: str, mesh_shape: str, *extra: str) -> 
 def run_all(
   jobs: Sequence[tuple[list[str], dict]], parallel: int = 2, timeout: float = 600
 ) -> list[subprocess.CompletedProcess]:
-  """Runs (command, env) jobs, `parallel` at a time; raises with the output of any failure."""
+  """Runs (command, env) jobs, `parallel` at a time; raises with the output of any failure,
+  killing the jobs still running (the other processes of a multi-process run would otherwise
+  wait for their peer until the coordinator gives up)."""
   results: list = [None] * len(jobs)
   running: list[tuple[int, subprocess.Popen]] = []
   pending = list(enumerate(jobs))
-  while pending or running:
-    while pending and len(running) < parallel:
-      index, (command, env) = pending.pop(0)
-      running.append(
-        (
-          index,
-          subprocess.Popen(
-            command, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-          ),
+  try:
+    while pending or running:
+      while pending and len(running) < parallel:
+        index, (command, env) = pending.pop(0)
+        running.append(
+          (
+            index,
+            subprocess.Popen(
+              command,
+              env=env,
+              cwd=REPO,
+              text=True,
+              stdout=subprocess.PIPE,
+              stderr=subprocess.STDOUT,
+            ),
+          )
         )
-      )
-    index, process = running.pop(0)
-    output, _ = process.communicate(timeout=timeout)
-    results[index] = subprocess.CompletedProcess(process.args, process.returncode, output)
-    if process.returncode != 0:
-      raise AssertionError(f'{" ".join(process.args)}\nexited {process.returncode}:\n{output}')
+      index, process = running[0]
+      output, _ = process.communicate(timeout=timeout)
+      running.pop(0)
+      results[index] = subprocess.CompletedProcess(process.args, process.returncode, output)
+      if process.returncode != 0:
+        raise AssertionError(f'{" ".join(process.args)}\nexited {process.returncode}:\n{output}')
+  finally:
+    for _, process in running:
+      process.kill()
+      process.communicate()
   return results
 
 
@@ -137,6 +150,24 @@ def train_losses(workdir: str) -> dict[int, float]:
   from realformer_jax.train import read_scalars
 
   return dict(read_scalars(workdir)['train/loss'])
+
+
+def process_jobs(command, processes: int, devices_each: int) -> list[tuple[list[str], dict]]:
+  """run_all's jobs for one run as `processes` processes of `devices_each` forced CPU devices:
+  `command(*flags)` with each process's distributed flags (a free localhost port for the
+  coordinator)."""
+  port = free_port()
+  return [
+    (
+      command(
+        f'--config.distributed.num_processes={processes}',
+        f'--config.distributed.process_id={i}',
+        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
+      ),
+      train_env(devices_each),
+    )
+    for i in range(processes)
+  ]
 
 
 def free_port() -> int:

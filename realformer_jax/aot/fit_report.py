@@ -21,6 +21,7 @@ import ml_collections
 from realformer_jax.analysis import flops as flops_lib
 from realformer_jax.aot import ring_overlap, roofline, targets, train_step
 from realformer_jax.config import ConfigError
+from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.model import layer_unroll
 from realformer_jax.units import GiB
 
@@ -147,9 +148,19 @@ class FitReport:
         f'once, not per trip): {optimal}, FLOPs {est.xla_flops:.4g}, bytes accessed '
         f'{est.xla_bytes_accessed or 0:.4g}'
       )
+    if self.ring_block_op():
+      lines.append(f'ring attention per-block op: {self.ring_block_op()}')
     lines += ring_overlap.report_lines(est)
     lines += [f'warning: {warning}' for warning in est.warnings]
     return lines
+
+  def ring_block_op(self) -> Optional[str]:
+    """What the ring attends each block with, as a run's log names it (None without a ring):
+    the estimate depends on it, so every figure quoted from a ring names it."""
+    setup = self.step.resolved.setup
+    if self.step.spec.sequence_parallel_size(setup.mesh.size) == 1:
+      return None
+    return ring_attention.block_op(setup.model_config)
 
   def figures(self) -> dict:
     step, est, m = self.step, self.estimate, self.step.memory
@@ -187,6 +198,7 @@ class FitReport:
         'by_category': est.by_category(),
         'xla_optimal_seconds': est.xla_optimal_seconds,
         'ring': ring_overlap.figures(est),
+        'ring_block_op': self.ring_block_op(),
         'warnings': list(est.warnings),
       },
     }

@@ -19,7 +19,9 @@ stream reads row order[g], where epoch g // N is a permutation of the N rows fro
 p's rows when the batch axis's devices are in process order (as jax.make_mesh orders them); so
 the global batches (rows, masks and their order) are the same for any process count, and each
 process reads only its own rows. Batches cross epoch boundaries (none is
-dropped or short).
+dropped or short). "Process" here is a data-parallel process group: the training loop passes
+each process its group's index and the group count (train/data_shards.py), so the processes
+that share a block of rows (a sequence or tensor axis across hosts) read the same rows.
 
 The returned grain DatasetIterator is checkpointable: `get_state()` is a JSON-serialisable dict
 holding the next global position (plus seed and store name, checked on restore), identical on
@@ -142,8 +144,10 @@ def train_batches(
   rows = grain.MapDataset.range(len(store)).shuffle(seed=shuffle_seed).repeat()
   positions = rows.map_with_index(_with_position)
   # Blocks of B consecutive positions; global batch b is blocks b*n ... b*n + n - 1 in process
-  # order, so this process's block of global batch b is block b*n + p.
-  blocks = positions.batch(batch_size)[process_index::process_count]
+  # order, so this process's block of global batch b is block b*n + p. drop_remainder: an
+  # endless stream has none, and grain sizes a kept one as ceil(2^63 - 1 / B) in floating
+  # point, 2^63 for B = 1 (one sequence per step), too long to slice.
+  blocks = positions.batch(batch_size, drop_remainder=True)[process_index::process_count]
   return blocks.map(functools.partial(_load_and_mask_block, data_config, tokenizer, store, seed))
 
 

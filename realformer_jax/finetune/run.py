@@ -30,7 +30,7 @@ import ml_collections
 from realformer_jax import train
 from realformer_jax.finetune import datasets, starting_point
 from realformer_jax.finetune.tasks import make_task
-from realformer_jax.train import build, checkpointing, loop
+from realformer_jax.train import build, checkpointing, data_shards, loop
 from realformer_jax.train import config as train_config
 from realformer_jax.train import step as step_lib
 from realformer_jax.train.step import TrainState
@@ -137,7 +137,7 @@ def evaluate_best(spec: train.RunSpec, workdir: str, split: str) -> dict[str, fl
     workdir, setup.layout.abstract.params
   )
   batches, baseline, context = task.eval_split_data(
-    spec, split, jax.process_index(), jax.process_count()
+    spec, split, *data_shards.data_shard(setup.mesh, spec.rules, jax.process_index())
   )
   state = TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=())
   accum = spec.train.grad_accum_steps

@@ -631,24 +631,25 @@ def _rules(rules: Any, mesh: MeshConfig) -> Rules:
 
 
 def check_batch_layout(spec: RunSpec, data_parallel: int, process_count: int) -> None:
-  """Every microbatch splits evenly over the `data_parallel` device groups and processes."""
+  """Every microbatch splits evenly over the `data_parallel` device groups, and the processes
+  can feed them: processes read rows per data-parallel process group, not each their own
+  (train/data_shards.py), so a group is several processes (a sequence or tensor axis across
+  hosts: they read the same rows) or one process holding several device groups."""
   train = spec.train
   batch_axes = spec.batch_mesh_axes()
   accum = 1 if train.grad_accum_steps == AUTO else train.grad_accum_steps
   for name, rows in spec.task.batch_rows(spec).items():
+    # Also every group's share: there are at most data_parallel groups, and they divide it.
     if rows % (data_parallel * accum):
       raise ConfigError(
         f'{name}={rows}: must be divisible by the '
         f'data-parallel size {data_parallel} (mesh {"*".join(batch_axes) or "none"}) times '
         f'train.grad_accum_steps={accum}'
       )
-    if rows % process_count:
-      raise ConfigError(f'{name}={rows}: must be divisible by the process count {process_count}')
-  if data_parallel % process_count:
-    # Each process feeds only its own rows; with fewer batch shards than processes some
-    # processes' devices would need rows that another process read.
+  if data_parallel % process_count and process_count % data_parallel:
+    # Devices are in process order, so the groups are whole processes or whole device groups.
     raise ConfigError(
       f'mesh.shape={spec.mesh.shape}: the batch is split over '
       f'{data_parallel} device group(s) (mesh {"*".join(batch_axes) or "none"}), '
-      f'which must be a multiple of the process count {process_count}'
+      f'which must divide or be a multiple of the process count {process_count}'
     )

@@ -41,6 +41,7 @@ from realformer_jax.train import (
   build,
   checkpoint_record,
   cpu_notice,
+  data_shards,
   divergence,
   resume_corpus,
   run_identity,
@@ -100,7 +101,8 @@ def run(
   # a big corpus). Checked again below, once the run holds the workdir.
   check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))
   resume_corpus.check_corpus(spec, workdir)  # a changed file corpus: before its preparation
-  task_data = task.build_data(spec, jax.process_index(), jax.process_count())
+  # Rows per data-parallel process group: processes of one group read the same rows.
+  task_data = task.build_data(spec, *data_shards.process_data_shard(spec))
   train_iter, baseline = task_data.train_iter, task_data.baseline
 
   # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.

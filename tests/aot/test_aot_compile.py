@@ -108,6 +108,7 @@ def _check_compile_output(command: str, done: subprocess.CompletedProcess, dump_
     ring = re.search(r'ring attention .*: ([\d,]+) hops per step, .* ms exposed', out)
     assert ring and int(ring.group(1).replace(',', '')) > 0, out
     assert 'ESTIMATED step time with each ring hop hidden behind its block: ' in out
+    assert 'ring attention per-block op: the einsum formula (forward and backward)' in out
   if 'realformer_large' in command:  # the paper config: 'auto', chosen for the target
     assert "(grad_accum_steps='auto', chosen for this target)" in out
     # 24 layers on a GPU: scan_unroll='auto' unrolls them (model/layer_unroll.py); a TPU keeps

@@ -91,6 +91,16 @@ def test_global_batches_do_not_depend_on_the_process_count(small_config):
   assert (masked.sum(axis=1) >= 1).all()
 
 
+def test_one_sequence_a_step_is_the_same_stream(small_config):
+  """global_batch_size=1 (a million-token sequence a step): the rows of batch 0 of 8, in order
+  (grain once sized its endless stream of 1-row batches at 2^63 and could not slice it)."""
+  one_row = _global_batches(small_config, 3, 1, G, global_batch_size=1)
+  assert_same_batches(
+    [{k: np.concatenate([b[k] for b in one_row]) for k in one_row[0]}],
+    _global_batches(small_config, 3, 1, 1),
+  )
+
+
 class _RecordingStore(packed_store.PackedStore):
   """Remembers every row it is asked for."""
 

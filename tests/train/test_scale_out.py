@@ -101,22 +101,9 @@ def test_two_processes_match_one_process_and_their_checkpoint_restores_in_one(da
   the 2-process checkpoint then resumes in a single 4-device process."""
   single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
   stop = ('--config.train.stop_at_step=3',)
-  port = support.free_port()
-  jobs = [
-    (
-      support.train_command(
-        multi,
-        data_dir,
-        '(4,1,1)',
-        *stop,
-        '--config.distributed.num_processes=2',
-        f'--config.distributed.process_id={i}',
-        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
-      ),
-      support.train_env(2),
-    )
-    for i in range(2)
-  ]
+  jobs = support.process_jobs(
+    lambda *flags: support.train_command(multi, data_dir, '(4,1,1)', *stop, *flags), 2, 2
+  )
   first, second = support.run_all(jobs, parallel=2)
   assert "mesh {'data': 4, 'fsdp': 1, 'tensor': 1, 'sequence': 1}, 2 process(es)" in first.stdout
   assert 'final eval MLM accuracy' in first.stdout

@@ -163,13 +163,26 @@ def test_cli_rejects_unknown_override(tmp_path):
   assert 'Traceback' not in stderr
 
 
-def test_each_process_needs_its_own_batch_rows():
-  # 2 processes on a tensor-only mesh: one batch shard cannot be fed by two processes.
-  # 8 heads: the model itself splits over tensor 8 (validation checks that first).
+def test_processes_that_share_a_data_shard_read_the_same_rows():
+  # 2 processes on a tensor or sequence axis alone: one data-parallel group, both processes
+  # read the whole batch (train/data_shards.py), down to one sequence a step.
+  _validate_on_8_devices(2, 8, (1, 1, 8), model__num_heads=8)
+  _validate_on_8_devices(2, 1, (1, 1, 1, 8))
+  _validate_on_8_devices(2, 2, (2, 1, 1, 4))  # a group per process, its sequence on 4 devices
+
+
+def test_a_batch_the_process_groups_cannot_share_is_one_line():
+  # data 2 x sequence 4 over 2 processes: 2 groups of rows, so one row cannot be fed.
   with pytest.raises(
     ConfigError,
-    match=r'^mesh\.shape=\(1, 1, 8, 1\): the batch is split over 1 '
-    r'device group\(s\) .* multiple of the process count 2$',
+    match=r'^train\.global_batch_size=1: must be divisible by the data-parallel size 2 ',
   ):
-    _validate_on_8_devices(2, 8, (1, 1, 8), model__num_heads=8)
-  _validate_on_8_devices(2, 8, (2, 1, 4), model__num_heads=8)
+    _validate_on_8_devices(2, 1, (2, 1, 1, 4))
+  # 12 devices of 3 processes, batch in 2 groups of 6: a group would be 1.5 processes.
+  config = tiny_config(train__global_batch_size=6, mesh__shape=(2, 1, 1, 6))
+  with pytest.raises(
+    ConfigError,
+    match=r'^mesh\.shape=\(2, 1, 1, 6\): the batch is split over 2 device group\(s\) '
+    r'\(mesh data\*fsdp\), which must divide or be a multiple of the process count 3$',
+  ):
+    train.validate_config(config, device_count=12, process_count=3)

@@ -22,6 +22,7 @@ from model_fixtures import kernel_config
 from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention
+from realformer_jax.kernels.backends.triton import attention as triton_attention
 from realformer_jax.kernels.dropout import dropout_tiles
 from realformer_jax.kernels.dropout.dropout_bits import (
   GENERATORS,
@@ -183,10 +184,11 @@ def test_triton_backward_on_tiles_that_are_not_square_float32(keys, rows):
   _assert_kernel_matches(kernel, einsum, 1e-5, False)
 
 
-def test_triton_carried_backward_reads_dq_from_the_written_gradient_float32():
-  # The backward as the layer stack calls it (score_paths/carried.py): carries in and out,
-  # acc_{l-1} rebuilt, threefry dropout, a padded sequence. dQ comes from the second kernel
-  # (`query_gradient`, reading g_{l-1} back), with no atomic update left in either kernel.
+# The carried backward as the layer stack calls it (score_paths/carried.py): carries in and
+# out, acc_{l-1} rebuilt, threefry dropout, a padded sequence; dQ read back from g_{l-1} by
+# `query_gradient` (no atomic update left) or added atomically, whichever the estimate picks.
+@pytest.mark.parametrize('path', ['read_back', pytest.param('atomic', marks=pytest.mark.slow)])
+def test_triton_carried_backward_either_dq_path_equals_einsum_path_float32(path):
   spec = _spec('triton', True, True)
   qkv, acc, bias, scale = _inputs()
   key, inv_div = jax.random.key(4), 1 / 3
@@ -201,14 +203,15 @@ def test_triton_carried_backward_reads_dq_from_the_written_gradient_float32():
     )
     return out, acc_out, grads
 
-  out, acc_out, (dqkv, g_acc_in, acc_in) = jax.jit(kernel)(qkv, acc)
-
   def einsum(qkv, acc):
     outputs, vjp = jax.vjp(
       lambda x, a: _reference(x, a, bias, scale, inv_div, key, True, jnp.float32), qkv, acc
     )
     return outputs, vjp((g_out, g_acc))
 
+  with triton_attention.dq_path(path):
+    out, acc_out, (dqkv, g_acc_in, acc_in) = jax.jit(kernel)(qkv, acc)
+    jaxpr = str(jax.make_jaxpr(kernel)(qkv, acc))
   (ref_out, ref_acc), (ref_dqkv, ref_g_acc_in) = jax.jit(einsum)(qkv, acc)
   _assert_close(out, ref_out, 1e-5)
   _assert_close(acc_out, ref_acc, 1e-6)
@@ -216,8 +219,19 @@ def test_triton_carried_backward_reads_dq_from_the_written_gradient_float32():
     _assert_close(dqkv[:, :, part], ref_dqkv[:, :, part], 1e-5)
   _assert_close(g_acc_in, ref_g_acc_in, 1e-5)
   _assert_close(acc_in, acc, 1e-6)  # acc_{l-1} = acc_l - s
-  jaxpr = str(jax.make_jaxpr(kernel)(qkv, acc))
-  assert 'realformer_attention_dq' in jaxpr and 'atomic_rmw' not in jaxpr
+  read_back = path == 'read_back'
+  assert ('realformer_attention_dq' in jaxpr) == read_back
+  assert ('atomic_rmw' in jaxpr) == (not read_back)
+
+
+def test_the_carried_backward_takes_dq_the_cheaper_way_by_the_estimate():
+  # BERT-Large 32 x 512 (head size 64, 64 x 64 backward tiles): reading g_{l-1} back beats one
+  # atomic update per score element; a head size of 16 (a quarter update an element) does not.
+  spec = _spec('triton', True, True, block_q=128, block_k=64, block_bwd=64)
+  for shape, read_back in (((32, 512, 3, 16, 64), True), ((8, 512, 3, 16, 16), False)):
+    for rebuild in (False, True):
+      got = triton_attention.reads_dq_back(spec, shape, jnp.bfloat16, rebuild, True)
+      assert got == read_back, (shape, rebuild)
 
 
 @pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])

@@ -1,8 +1,10 @@
 """Run by tests/kernels/test_mosaic_gpu.py in a subprocess with JAX_PLATFORMS=cpu and the CUDA
 plugin installed (the `aot` extra): the Hopper kernels (kernels/backends/mosaic_gpu/) lowered
 and compiled deviceless for an H100 (sm_90a; realformer_jax/aot/targets.py): post attention's
-forward + backward through the fused op, and the qk forward, bfloat16, dropout on. Prints one
-JSON line: the Mosaic GPU calls in each optimized program, by the named scope they carry."""
+forward + backward through the fused op, the qk forward, and the qk backward (the dS kernel
+with the 12 layers' keys resident in shared memory, inside Triton's GEMMs), bfloat16, dropout
+on. Prints one JSON line: the Mosaic GPU calls in each optimized program, by the named scope
+they carry."""
 
 import json
 import re
@@ -54,13 +56,24 @@ def main(batch=1, seq_len=512, heads=2, head_dim=64, layers=12):
 
   stack = bf16(2, layers, batch, seq_len, heads, head_dim)
   layer = jax.ShapeDtypeStruct((1,), jnp.int32, sharding=one)
-  qk_fwd = jax.jit(qk).lower(stack, bf16(batch, seq_len, heads, head_dim), *scalars, layer)
+  rows = bf16(batch, seq_len, heads, head_dim)
+  qk_fwd = jax.jit(qk).lower(stack, rows, *scalars, layer)
+
+  def qk_bwd(stack, v, do, m, log_l, delta, bias, fparams, iparams, layer):
+    g_stack = jnp.zeros(stack.shape, stack.dtype)
+    return qk_attention.backward(
+      stack, v, do, (m, log_l), delta, bias, fparams, iparams, layer, None, g_stack, spec
+    )
+
+  stats = (f32(batch, heads, seq_len),) * 3  # m, log l, delta
+  qk_bwd = jax.jit(qk_bwd).lower(stack, rows, rows, *stats, *scalars, layer)
   print(
     json.dumps(
       {
         'tiles': list(tiles),
         'post': _calls(post.compile().as_text()),
         'qk_forward': _calls(qk_fwd.compile().as_text()),
+        'qk_backward': _calls(qk_bwd.compile().as_text()),
       }
     )
   )

@@ -15,8 +15,12 @@ import pytest
 from realformer_jax import kernels
 from realformer_jax.analysis import device_checks
 from realformer_jax.config import ConfigError, ModelConfig
+from realformer_jax.kernels.backends import mosaic_gpu
+from realformer_jax.kernels.backends.mosaic_gpu import qk_attention as mosaic_qk
+from realformer_jax.kernels.backends.triton import qk_attention as triton_qk
 from realformer_jax.kernels.dropout.dropout_bits import keep_threshold
 from realformer_jax.kernels.plumbing import select
+from realformer_jax.kernels.plumbing import tile_math as tm
 from realformer_jax.kernels.plumbing.select import AttentionPlan
 from realformer_jax.kernels.score_paths import qk_carry, qk_reference
 from realformer_jax.model.attention import mask_bias
@@ -75,8 +79,10 @@ def test_post_attention_forward_and_backward_equal_the_einsum_path_in_interpret_
     _close(grads[:, :, part], ref_grads[:, :, part])
 
 
-@pytest.mark.slow  # ~15 s: the interpreter, and Triton's backward in interpret mode
-def test_qk_forward_equals_the_einsum_identity_and_its_backward_is_tritons():
+@pytest.mark.slow  # ~15 s: the interpreter runs the forward and the dS kernel
+def test_qk_forward_and_backward_equal_the_einsum_identity_in_interpret_mode():
+  # The backward: the Hopper dS kernel (its keys resident in shared memory) inside Triton's
+  # panels and GEMMs.
   layers = 3
   keys = jax.random.split(jax.random.key(1), 3)
   stack = jax.random.normal(keys[0], (2, layers, B, L, H, K)).astype(jnp.bfloat16)
@@ -112,7 +118,50 @@ def test_qk_forward_equals_the_einsum_identity_and_its_backward_is_tritons():
   assert not np.any(np.asarray(cotangents[0][:, 2], np.float32))  # none for a layer above
 
 
-@pytest.mark.slow  # ~20 s: deviceless compiles for an H100 in a subprocess
+@pytest.mark.slow  # ~15 s: both dS kernels in their interpreters, two panels each
+def test_qk_ds_kernel_with_resident_keys_equals_tritons_float32():
+  # The Hopper dS kernel against Triton's (the existing path), float32 at 'highest'
+  # (tests/conftest.py), dropout on, a padded sequence, a per-sequence scale and a running-mean
+  # divisor: the whole panel, then the second 64-column panel (col0 = 64) as the one-head road
+  # calls it. Layer 1 of a 3-slot stack: slot 2 holds 1e4 and must never be read.
+  layers, keys = 3, jax.random.split(jax.random.key(2), 4)
+  stack = jax.random.normal(keys[0], (2, layers, B, L, H, K)).at[:, 2].set(1e4)
+  v, do = (jax.random.normal(k, (B, L, H, K)) for k in keys[1:3])
+  mask = np.ones((B, L), np.int32)
+  mask[1, 90:] = 0
+  bias = mask_bias(jnp.asarray(mask)).reshape(B, L)  # [B, L]: the kernels' padding row
+  fparams = jnp.array([[0.125, 0.5], [0.2, 1.0]], jnp.float32)
+  iparams = jnp.concatenate([jax.random.bits(keys[3], (2,), jnp.uint32), jnp.zeros(2, jnp.uint32)])
+  layer = jnp.array([1], jnp.int32)
+  # consistent row statistics (natural units) and delta of the forward these scores give
+  sums = qk_reference.summed_scores(stack, layer[0] + 1, 1.0, jnp.float32)
+  z = sums * (fparams[:, 0] * fparams[:, 1])[:, None, None, None] + bias[:, None, None, :]
+  m = jnp.max(z, -1)
+  log_l = jnp.log(jnp.sum(jnp.exp(z - m[..., None]), -1))
+  delta = jax.random.normal(jax.random.key(5), m.shape)
+  tiles = dict(keep_threshold=keep_threshold(KEEP), heads_total=H, block_q=64, block_k=64)
+  tiles.update(block_bwd=64, interpret=True, carry_in=False, carry_out=False)
+  hopper, triton = kernels.KernelSpec('mosaic_gpu', **tiles), kernels.KernelSpec('triton', **tiles)
+  for col0, columns in ((0, L), (64, 64)):
+    args = (stack, v, do)
+    rest = (delta, bias, fparams, iparams, layer, jnp.array([col0], jnp.int32), columns)
+    got = mosaic_qk.score_gradient(*args, (m, log_l), *rest, hopper)
+    want = triton_qk._score_gradient(*args, tm.to_base2((m, log_l)), *rest, triton)
+    for g, w in zip(got, want):
+      assert g.shape == w.shape
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.max(np.abs(w)))
+    assert not np.any(np.asarray(got[0])[1, :, :, 90 - col0 :])  # padded keys: no gradient
+
+
+def test_the_resident_key_stack_fits_shared_memory_up_to_bert_base_depth():
+  # 64 x 64 bfloat16 tiles: BERT-Base's 12 layers keep their keys resident (the Hopper dS
+  # kernel); BERT-Large's 24 do not fit one block's shared memory (Triton's dS kernel).
+  spec = kernels.KernelSpec('mosaic_gpu', False, False, 0, 12, 64, 64, 64)
+  assert mosaic_qk.resident_bytes(12, 64, spec) <= mosaic_gpu.SHARED_MEMORY
+  assert mosaic_qk.resident_bytes(24, 64, spec) > mosaic_gpu.SHARED_MEMORY
+
+
+@pytest.mark.slow  # ~40 s: deviceless compiles for an H100 in a subprocess
 def test_the_hopper_kernels_lower_and_compile_for_sm90a_without_a_device():
   report = support.run_check('mosaic_gpu_compile_check', optimised=True)
   assert report['tiles'] == [64, 128, 64]
@@ -122,6 +171,9 @@ def test_the_hopper_kernels_lower_and_compile_for_sm90a_without_a_device():
     'mosaic_gpu_attention_fwd',
   ]
   assert report['qk_forward'] == ['mosaic_gpu_qk_attention_fwd']
+  # the dS kernel once in each branch of the lax.switch over 12 layers' slot buckets (3, 6, 9,
+  # 12: Triton's slot_buckets), one panel each
+  assert report['qk_backward'] == ['mosaic_gpu_qk_attention_ds'] * 4
 
 
 def _gpu(kind='NVIDIA H200'):

@@ -1,6 +1,7 @@
 """Hopper kernels written in Pallas Mosaic GPU (`jax.experimental.pallas.mosaic_gpu`: wgmma,
 TMA copies into shared memory, mbarriers): attention.py (post / pre attention, forward and
-backward) and qk_attention.py (residual_carry='qk': its forward here, its backward Triton's).
+backward) and qk_attention.py (residual_carry='qk': its forward and dS kernel here, the keys
+resident in shared memory; the backward's GEMMs Triton's).
 This file is the backend's record; the kernels are imported when a model first runs through
 them. (The folder `mosaic/` beside it is Pallas Mosaic for TPUs: another compiler.)
 
@@ -20,6 +21,9 @@ from realformer_jax.kernels.backends.registry import largest_block, pallas_backe
 # wgmma multiplies 64 rows per warpgroup; 128-byte swizzled shared-memory tiles hold 64
 # 16-bit features, so the head size is padded to a multiple of 64 (BERT's 64 is one tile).
 ROWS = 64
+# Shared memory one Hopper block may opt into (cudaFuncAttributeMaxDynamicSharedMemorySize;
+# aot/targets.py's smem_optin for H100 / H200): the qk dS kernel's resident key stack must fit.
+SHARED_MEMORY = 232_448
 
 
 def plan_tiles(seq_len: int, interpret: bool) -> Optional[tuple[int, int, int]]:

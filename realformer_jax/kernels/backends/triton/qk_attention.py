@@ -476,14 +476,17 @@ def column_panels(
 
 
 def backward(
-  stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
-):
+  stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec,
+  score_gradient=None,
+):  # fmt: skip
   """(dV [B, L, H, K], g_stack + this layer's gradient of every stacked q_i, k_i, i <= l, in
   g_stack's dtype). The dropout mask is drawn again from `iparams`' key words (`bits` is None
-  from this module's forward)."""
+  from this module's forward). `score_gradient`: another backend's dS kernel with
+  _score_gradient's signature (the Hopper one: mosaic_gpu/qk_attention.py), this file's where
+  None; the GEMMs and panels around it are these."""
   del bits
   at = lambda slots, layer, g_stack: _backward_at(
-    slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
+    slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec, score_gradient
   )
   return _by_slot_bucket(stack.shape[1], layer, at, g_stack)
 
@@ -499,13 +502,16 @@ def _by_slot_bucket(layers: int, layer, at, operand):
   return lax.switch(index, branches, layer, operand)
 
 
-def _backward_at(slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec):
+def _backward_at(
+  slots, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec, score_gradient
+):  # fmt: skip
   """The backward with the matmuls over slots 0 .. slots - 1 (slots >= l + 1)."""
+  score_gradient = score_gradient or _score_gradient
   _, _, batch, seq_len, heads, head_dim = stack.shape
   used = (jnp.arange(slots) <= layer[0]).astype(stack.dtype)[:, None, None, None, None]
   columns = column_panels(batch, heads, seq_len, v.dtype.itemsize, spec.block_bwd, device_sms())
   if not columns:  # one panel: every head, every column
-    ds, dv = _score_gradient(
+    ds, dv = score_gradient(
       stack,
       v,
       do,
@@ -530,13 +536,15 @@ def _backward_at(slots, stack, v, do, lse, delta, bias, fparams, iparams, layer,
     g_stack = g_stack.at[:, :slots].add(grads.astype(g_stack.dtype))
     return dv, g_stack
   return _backward_by_head(
-    slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
-  )
+    slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec,
+    score_gradient,
+  )  # fmt: skip
 
 
 def _backward_by_head(
-  slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec
-):
+  slots, used, columns, stack, v, do, lse, delta, bias, fparams, iparams, layer, g_stack, spec,
+  score_gradient,
+):  # fmt: skip
   """One (batch, head) at a time, its key columns in panels of `columns` (a loop in XLA): the
   dS panel is [L, columns] (column_panels). dK_i of a panel's columns is complete
   (a product over every row); dQ_i sums over the panels in a float32 [N, L, K] accumulator."""
@@ -563,7 +571,7 @@ def _backward_by_head(
     def panel(c, carry):
       dq, dv_h, g_k = carry
       col0 = c * columns
-      ds, dv_c = _score_gradient(
+      ds, dv_c = score_gradient(
         stack_h,
         v_h,
         do_h,

@@ -310,9 +310,8 @@ def estimate(
   chip = target.chip if isinstance(target, targets.Target) else target
   devices = target.num_devices if isinstance(target, targets.Target) else 1
   module = hlo_text.parse_module(text)
-  walker = _Walker(
-    module, chip, devices, score_dims, custom_call_flops, costs_on_behalf, kernel_sass
-  )
+  behalf = _with_mosaic_gpu_costs(costs_on_behalf)
+  walker = _Walker(module, chip, devices, score_dims, custom_call_flops, behalf, kernel_sass)
   walker.visit(module.entry_computation, 1)
   name = target.describe() if isinstance(target, targets.Target) else chip.description
   xla = _xla_cost(program) if not isinstance(program, str) else {}
@@ -324,6 +323,19 @@ def estimate(
     xla_flops=xla.get('flops'),
     xla_bytes_accessed=xla.get('bytes accessed'),
   )
+
+
+def _with_mosaic_gpu_costs(
+  costs_on_behalf: Optional[kernel_work.CostsOnBehalf],
+) -> kernel_work.CostsOnBehalf:
+  """costs_on_behalf, else the Hopper qk kernels' statements: Mosaic GPU's lowering drops a
+  kernel's own (kernels/backends/mosaic_gpu/costs.py)."""
+  from realformer_jax.kernels.backends.mosaic_gpu import costs  # pylint: disable=import-outside-toplevel
+
+  def stated(ins: Instruction) -> Optional[dict]:
+    return (costs_on_behalf(ins) if costs_on_behalf else None) or costs.stated_cost(ins)
+
+  return stated
 
 
 def _xla_cost(compiled) -> dict:

@@ -14,8 +14,10 @@ import pytest
 
 from realformer_jax import kernels
 from realformer_jax.analysis import device_checks
+from realformer_jax.aot import hlo_text
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels.backends import mosaic_gpu
+from realformer_jax.kernels.backends.mosaic_gpu import costs as mosaic_costs
 from realformer_jax.kernels.backends.mosaic_gpu import qk_attention as mosaic_qk
 from realformer_jax.kernels.backends.triton import qk_attention as triton_qk
 from realformer_jax.kernels.dropout.dropout_bits import keep_threshold
@@ -159,6 +161,41 @@ def test_the_resident_key_stack_fits_shared_memory_up_to_bert_base_depth():
   spec = kernels.KernelSpec('mosaic_gpu', False, False, 0, 12, 64, 64, 64)
   assert mosaic_qk.resident_bytes(12, 64, spec) <= mosaic_gpu.SHARED_MEMORY
   assert mosaic_qk.resident_bytes(24, 64, spec) > mosaic_gpu.SHARED_MEMORY
+
+
+def _ds_call(layers, seq_len, columns, heads=1):
+  """A compiled program's Hopper dS call (the shapes of a one-head column panel)."""
+  return hlo_text.parse_instruction(
+    f'%mpmd_map.3 = (bf16[1,{heads},{columns},{seq_len}]{{3,2,1,0}}, '
+    f'bf16[1,{columns},{heads},64]{{3,2,1,0}}) custom-call(%s, %v), '
+    'custom_call_target="mosaic_gpu_v2", operand_layout_constraints={'
+    f'bf16[{2 * layers},{seq_len},{heads},64]{{3,2,1,0}}, '
+    f'bf16[1,{seq_len},{heads},64]{{3,2,1,0}}}}, '
+    'metadata={op_name="jit(step)/mosaic_gpu_qk_attention_ds/mpmd_map"}'
+  )
+
+
+def test_the_resident_ds_kernel_states_its_l2_bytes_a_layer_step_for_the_estimator():
+  # Per layer step of Triton's Hopper dS tile (64 keys x 128 query rows, bfloat16, K = 64):
+  # q 16 KB + k 8 KB streamed; with the keys resident only q's 16 KB (issue 64 item 7).
+  seq_len, columns, layers = 65536, 8192, 12
+  stack = jax.ShapeDtypeStruct((2, layers, 1, seq_len, 1, K), jnp.bfloat16)
+  tall = kernels.KernelSpec('triton', False, False, keep_threshold(0.9), 1, 128, 128, 64, 128)
+  per_step = lambda resident: triton_qk._score_gradient_cost(  # noqa: E731
+    tall, stack, columns, resident_keys=resident
+  )
+  mean_layers, elements = (layers + 1) / 2, seq_len * columns
+  saved = float(per_step(False)['l2_bytes']) - float(per_step(True)['l2_bytes'])
+  # the k tile, less its one load a program: 8 KB (1 - 128 / L) a layer step
+  assert saved / (elements * mean_layers) * 64 * 128 == pytest.approx(8192 * (1 - 128 / seq_len))
+  # The Hopper call states it (its lowering drops kernel metadata): read by the estimator
+  stated = mosaic_costs.stated_cost(_ds_call(layers, seq_len, columns))
+  hopper = kernels.KernelSpec('mosaic_gpu', False, False, keep_threshold(0.9), 1, 64, 128, 64)
+  want = triton_qk._score_gradient_cost(hopper, stack, columns, resident_keys=True)
+  assert stated['l2_bytes'] == float(want['l2_bytes']) < float(per_step(False)['l2_bytes'])
+  assert stated['flops'] == float(want['flops'])
+  assert stated['int_ops'] > float(want['int_ops'])  # a whole Threefry word every element
+  assert mosaic_costs.stated_cost(hlo_text.parse_instruction('%a = f32[2]{0} add(%b, %c)')) is None
 
 
 @pytest.mark.slow  # ~40 s: deviceless compiles for an H100 in a subprocess

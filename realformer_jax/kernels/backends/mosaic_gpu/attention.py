@@ -146,10 +146,12 @@ def padded_scalars(fparams, iparams):
 
 def _named(name: str):
   """plgpu.kernel under a named scope: the kernel's name in the HLO's op names (the
-  estimator's and the profiler's split read it; plgpu.kernel takes no name of its own)."""
+  estimator's and the profiler's split read it) and in its machine code (the PTX entry
+  `<name>_mosaic_gpu_kernel`, which MOSAIC_GPU_DUMP_PTX=1 MOSAIC_GPU_DUMP_TO=DIR writes in a
+  deviceless compile: the SASS route of aot/sass.py reads it)."""
 
   def kernel(body, **kwargs):
-    call = plgpu.kernel(body, **kwargs)
+    call = plgpu.kernel(body, kernel_name=name, **kwargs)
 
     def run(*args):
       with jax.named_scope(name):

@@ -376,18 +376,23 @@ def _score_gradient_kernel(
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def _score_gradient_cost(spec, stack, columns: int) -> dict:
+def _score_gradient_cost(spec, stack, columns: int, resident_keys: bool = False) -> dict:
+  """`resident_keys`: a program's keys of l + 1 layers are loaded once, not per query step
+  (the Hopper dS kernel's: mosaic_gpu/qk_attention.py)."""
   _, layers, batch, seq_len, heads, head_dim = stack.shape
   elements = batch * heads * seq_len * columns
   mean_layers = (layers + 1) / 2
   itemsize = stack.dtype.itemsize
   rows = batch * seq_len * heads * head_dim * itemsize
   panel_rows = rows * columns // seq_len
-  # Loads per [rows, block] tile: q and k of l + 1 layers (both inside the layer loop), dO,
-  # and the three float32 row statistics (the last two: `rows` rows each).
+  # Loads per [rows, block] tile: q and k of l + 1 layers (both inside the layer loop; the
+  # keys once per program where resident), dO, and the three float32 row statistics (the
+  # last two: `rows` rows each).
+  key_rows = seq_len if resident_keys else spec.backward_rows
   rows, block = spec.backward_rows, spec.block_bwd
   reloads = (
-    head_dim * itemsize * mean_layers * (1 / rows + 1 / block) + (head_dim * itemsize + 12) / block
+    head_dim * itemsize * mean_layers * (1 / key_rows + 1 / block)
+    + (head_dim * itemsize + 12) / block
   )
   return _cost_metadata(
     elements,

@@ -4,21 +4,30 @@ and compiled deviceless for an H100 (sm_90a; realformer_jax/aot/targets.py): pos
 forward + backward through the fused op, the qk forward, and the qk backward (the dS kernel
 with the 12 layers' keys resident in shared memory, inside Triton's GEMMs), bfloat16, dropout
 on. Prints one JSON line: the Mosaic GPU calls in each optimized program, by the named scope
-they carry."""
+they carry, and the dS kernel's registers, spills and SASS instructions per score element."""
 
 import json
+import os
+import pathlib
 import re
+import shutil
+import tempfile
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+# Mosaic GPU assembles its kernels during XLA's compile, deviceless too: the plugin writes each
+# kernel's PTX and ptxas report here (read before jax starts compiling).
+DUMP = tempfile.mkdtemp(prefix='mosaic_gpu_dump_')
+os.environ.update(MOSAIC_GPU_DUMP_TO=DUMP, MOSAIC_GPU_DUMP_PTX='1', MOSAIC_GPU_DUMP_PTXAS='1')
 
-from realformer_jax import kernels
-from realformer_jax.aot import targets
-from realformer_jax.kernels.backends.mosaic_gpu import qk_attention
-from realformer_jax.kernels.dropout.dropout_bits import keep_threshold
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from realformer_jax import kernels  # noqa: E402
+from realformer_jax.aot import sass, targets  # noqa: E402
+from realformer_jax.kernels.backends.mosaic_gpu import qk_attention  # noqa: E402
+from realformer_jax.kernels.dropout.dropout_bits import keep_threshold  # noqa: E402
 
 
 def _calls(text: str) -> list[str]:
@@ -27,6 +36,20 @@ def _calls(text: str) -> list[str]:
   return sorted(
     re.search(r'mosaic_gpu_[a-z_]+', line.split('op_name=')[1]).group(0) for line in calls
   )
+
+
+def _machine_code(kernel: str) -> dict:
+  """ptxas's spill bytes and the SASS instructions per score element (aot/sass.py) of the
+  Mosaic GPU kernel named `kernel`, from the dump."""
+  ptx = next(pathlib.Path(DUMP).glob(f'{kernel}_*.ptx'))
+  report = ptx.with_suffix('.ptxas').read_text()
+  spills = [int(n) for n in re.findall(r'(\d+) bytes spill (?:stores|loads)', report)]
+  (cost,) = sass.sass_cost(ptx.read_text()).values()
+  return {
+    'spill_bytes': sum(spills),
+    'registers': int(re.search(r'Used (\d+) registers', report).group(1)),
+    'sass_per_element': cost.total_per_element,
+  }
 
 
 def main(batch=1, seq_len=512, heads=2, head_dim=64, layers=12):
@@ -74,10 +97,14 @@ def main(batch=1, seq_len=512, heads=2, head_dim=64, layers=12):
         'post': _calls(post.compile().as_text()),
         'qk_forward': _calls(qk_fwd.compile().as_text()),
         'qk_backward': _calls(qk_bwd.compile().as_text()),
+        'qk_ds_machine_code': _machine_code('mosaic_gpu_qk_attention_ds'),
       }
     )
   )
 
 
 if __name__ == '__main__':
-  main()
+  try:
+    main()
+  finally:
+    shutil.rmtree(DUMP, ignore_errors=True)

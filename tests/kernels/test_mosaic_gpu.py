@@ -211,6 +211,12 @@ def test_the_hopper_kernels_lower_and_compile_for_sm90a_without_a_device():
   # the dS kernel once in each branch of the lax.switch over 12 layers' slot buckets (3, 6, 9,
   # 12: Triton's slot_buckets), one panel each
   assert report['qk_backward'] == ['mosaic_gpu_qk_attention_ds'] * 4
+  # its machine code, read without a GPU: no spills with the keys resident (242 registers);
+  # its instructions per element are mostly the whole Threefry word every element hashes
+  # (111.8 at 2026-12-07's jax 0.10.2, where Triton's dS kernel issued 45.9)
+  code = report['qk_ds_machine_code']
+  assert code['spill_bytes'] == 0 and code['registers'] <= 255
+  assert 60 < code['sass_per_element'] < 200
 
 
 def _gpu(kind='NVIDIA H200'):

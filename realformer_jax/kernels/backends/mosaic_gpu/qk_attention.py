@@ -15,8 +15,8 @@ dS        grid (H, columns / block, B), Triton's dS kernel (kernels/backends/tri
           and only the q_i tiles stream (two slots, as the forward's), so a layer step loads
           one [rows, K] tile instead of two (issue 64 item 7: 8 KB instead of 16 at 64 x 64
           bfloat16). Writes dS^T (the GEMMs read it transposed) and dV. It runs where the
-          stack fits one block's shared memory (`resident_bytes` <= SHARED_MEMORY: 12 layers
-          at K = 64 do, 24 do not), else Triton's dS kernel does.
+          stack fits one block's shared memory (`resident_bytes` <= SHARED_MEMORY: up to 22
+          layers at K = 64, so not BERT-Large's 24), else Triton's dS kernel does.
 GEMMs     Triton's backward around it (`triton_qk.backward(..., score_gradient=)`: its column
           panels, slot buckets and XLA matmuls), which reads exactly what this forward writes
           ((m, log l) [B, H, L] natural, no mask: the dS kernel draws it again with the same
@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax._src.pallas.mosaic_gpu.core import SMEM_ALIGNMENT  # 1024: each buffer's start
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -177,16 +180,39 @@ def forward(stack, v, bias, fparams, iparams, layer, spec: KernelSpec):
   return out, (m, log_l), None
 
 
-def resident_bytes(layers: int, head_dim: int, spec: KernelSpec, itemsize: int = 2) -> int:
-  """Shared memory of the dS kernel: the resident key stack (a [block, K] tile per layer of
-  the stack: `layers` slots, the most any layer uses), two query slots, the v, dO and dS
-  tiles, the row vectors and scalars."""
+def _score_gradient_scratch(ops: Ops, layers: int, head_dim: int, dtype, spec: KernelSpec):
+  """The dS kernel's shared memory: the resident key stack (a [block, K] tile per layer of
+  the stack: `layers` slots, the most any layer uses), two query slots, the v, dO and dS^T
+  tiles, the row vectors (m, log l, delta; the keys' bias), scalars and barriers."""
   block, rows = spec.block_bwd, spec.backward_rows
-  tiles = (layers + 1) * block * head_dim + 3 * rows * head_dim + block * rows
-  return tiles * itemsize + 4 * (3 * rows + block + 3 * SCALARS) + 8 * DS_BARRIERS
+  vector = lambda size: plgpu.SMEM((size,), jnp.float32)  # noqa: E731
+  return [
+    ops.tile(block, head_dim, dtype, slots=layers),  # the resident keys
+    ops.tile(rows, head_dim, dtype, slots=2),
+    ops.tile(block, head_dim, dtype),
+    ops.tile(rows, head_dim, dtype),
+    ops.tile(block, rows, dtype),
+    vector(rows),
+    vector(rows),
+    vector(rows),
+    vector(block),
+    *scalar_smem(),
+    plgpu.SMEM((SCALARS,), jnp.int32),
+    plgpu.Barrier(num_barriers=12),
+  ]
 
 
-DS_BARRIERS = 12
+def resident_bytes(layers: int, head_dim: int, spec: KernelSpec, dtype=jnp.bfloat16) -> int:
+  """Bytes of shared memory the compiled dS kernel allocates: each buffer starts on Mosaic
+  GPU's SMEM_ALIGNMENT, a barrier is one 8-byte mbarrier."""
+  total = 0
+  for buffer in _score_gradient_scratch(Ops(False), layers, head_dim, dtype, spec):
+    if isinstance(buffer, plgpu.Barrier):
+      size = 8 * math.prod(np.atleast_1d(buffer.num_barriers))
+    else:
+      size = math.prod(buffer.shape) * jnp.dtype(buffer.dtype).itemsize
+    total += -(-size // SMEM_ALIGNMENT) * SMEM_ALIGNMENT
+  return total
 
 
 def _score_gradient_kernel(
@@ -259,12 +285,11 @@ def score_gradient(stack, v, do, lse, delta, bias, fparams, iparams, layer, col0
   lse natural (this forward's)."""
   parts, layers, batch, seq_len, heads, head_dim = stack.shape
   ops = Ops(spec.interpret)
-  block, rows = spec.block_bwd, spec.backward_rows
+  block = spec.block_bwd
   flat = stack.astype(v.dtype).reshape(parts * layers * batch, seq_len, heads, head_dim)
   f, i = padded_scalars(fparams, iparams)
   n = jnp.pad(jnp.concatenate([layer, col0]).astype(jnp.int32), (0, SCALARS - 2))
   m, log_l = lse
-  vector = lambda size: plgpu.SMEM((size,), jnp.float32)  # noqa: E731
   ds_t, dv = _named('mosaic_gpu_qk_attention_ds')(
     functools.partial(_score_gradient_kernel, spec=spec, ops=ops, layers=layers, batch=batch),
     out_type=(
@@ -273,20 +298,7 @@ def score_gradient(stack, v, do, lse, delta, bias, fparams, iparams, layer, col0
     ),
     grid=(heads, columns // block, batch),
     grid_names=('heads', 'k', 'batch'),
-    scratch_types=[
-      ops.tile(block, head_dim, v.dtype, slots=layers),  # the resident keys
-      ops.tile(rows, head_dim, v.dtype, slots=2),
-      ops.tile(block, head_dim, v.dtype),
-      ops.tile(rows, head_dim, v.dtype),
-      ops.tile(block, rows, v.dtype),
-      vector(rows),
-      vector(rows),
-      vector(rows),
-      vector(block),
-      *scalar_smem(),
-      plgpu.SMEM((SCALARS,), jnp.int32),
-      plgpu.Barrier(num_barriers=DS_BARRIERS),
-    ],
+    scratch_types=_score_gradient_scratch(ops, layers, head_dim, v.dtype, spec),
     interpret=_params(spec),
   )(flat, v, do.astype(v.dtype), m, log_l, delta, bias.astype(jnp.float32), f, i, n)
   # dS^T -> dS: XLA folds the swap into the GEMMs' contraction (no copy of the panel)
@@ -302,7 +314,7 @@ def backward(
 
   triton_qk = backends.get('triton').qk_kernels()  # its record's module, as the plan's would be
   _, layers, _, seq_len, _, head_dim = stack.shape
-  if resident_bytes(layers, head_dim, spec, v.dtype.itemsize) <= SHARED_MEMORY:
+  if resident_bytes(layers, head_dim, spec, v.dtype) <= SHARED_MEMORY:
     return triton_qk.backward(
       stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec,
       score_gradient=score_gradient,

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from benchmarks import qk_calibration, sass_calibration
-from realformer_jax.aot import roofline, sass, targets
+from realformer_jax.aot import ptx, roofline, sass, targets
+from tests.aot import test_aot_kernel_costs
 from tests.repo_paths import REPO
 
 # A kernel laid out as ptxas lays out a flash-attention loop (cuobjdump -sass format, encodings
@@ -102,6 +103,54 @@ def test_nested_loop_trips_follow_the_stated_flops():
   one = cost.issued({'transcendentals': elements, 'matmul_flops': {'bf16': 1024 * elements}})
   six = cost.issued({'transcendentals': elements, 'matmul_flops': {'bf16': 6 * 1024 * elements}})
   assert six - one == pytest.approx(5 * 5 * elements)  # five more layer trips per element
+
+
+def test_a_loop_exponentiating_three_times_an_element_is_counted_by_its_stated_tile():
+  # realformer_attention_bwd's shape: a 64 x 64 tile over 128 threads (32 elements a thread a
+  # trip) whose p is formed in three layouts, 96 MUFU.EX2 a trip. By the exponentials alone
+  # (the power-of-two rule) it would be 64 elements a trip: half the instructions per element.
+  unstated = sass.kernel_cost('toy_attention', sass.functions(_toy(96))['toy_attention'], 128)
+  ((loop,),) = [[loop for loop in unstated.loops if loop.exps]]
+  assert (unstated.threads, loop.exps, loop.elements) == (128, 96, 64)
+  cost = unstated.with_tile(64 * 64)
+  ((loop,),) = [[loop for loop in cost.loops if loop.exps]]
+  assert (loop.elements, loop.exps_per_element) == (32, 3)
+  assert cost.total_per_element == pytest.approx(loop.instructions / 32)
+  assert cost.total_per_element == pytest.approx(2 * unstated.total_per_element)
+  # one exponential an element with 4 rescalings: the tile and the rule agree
+  single = sass.kernel_cost('toy_attention', sass.functions(_toy(36))['toy_attention'], 128)
+  assert single.with_tile(64 * 64).per_element == single.per_element
+  # a record keeps the derived elements: the calibration re-times it as counted
+  back = sass.KernelCost.from_record('toy_attention', cost.record())
+  assert back.per_element == pytest.approx(cost.per_element, abs=1e-3)
+  assert [loop.elements for loop in back.loops] == [loop.elements for loop in cost.loops]
+  # a stated tile no loop exponentiates that often (128 a thread, 96 MUFU.EX2) is refused
+  with pytest.raises(ValueError, match='error: toy_attention states 16384 score elements'):
+    unstated.with_tile(128 * 128)
+  assert unstated.with_tile(0) is unstated  # unstated: the rule stands
+
+
+def test_the_stated_tile_reaches_the_estimate_through_the_kernel_metadata():
+  # A Pallas Triton call stating tile_elements: kernel_work divides the SASS by it.
+  cost = sass.kernel_cost('k', sass.functions(_toy(96))['toy_attention'], 128)
+  elements = 1e9
+  stated = test_aot_kernel_costs._stated(flops=1e12, transcendentals=elements, l2_bytes=1e9)
+  issued = {}
+  for tile in (0, 4096):
+    metadata = stated + (f', \\22tile_elements\\22: \\22{tile}\\22' if tile else '')
+    hlo = test_aot_kernel_costs._triton_call(metadata)
+    (kernel,) = roofline.estimate(hlo, targets.parse('h200:1'), kernel_sass={'k': cost}).kernels
+    issued[tile] = kernel.work['issued']
+  assert issued[4096] == pytest.approx(cost.with_tile(4096).total_per_element * elements)
+  assert issued[4096] == pytest.approx(2 * issued[0])
+
+
+def test_threads_come_from_the_ptx_entry():
+  text = (
+    '.visible .entry k(\n\t.param .u64 .ptr .align 16 k_param_0\n)\n.reqntid 128, 1, 1\n{\n'
+    '\tret;\n}\n.visible .entry plain(\n)\n{\n\tret;\n}\n'
+  )
+  assert ptx.threads(text) == {'k': 128}
 
 
 def _fused_work(issued):

@@ -323,6 +323,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
       # each program reloads the k, v tiles and the bias row per key block (q: once)
       reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
+      tile=block_q * spec.block_k,
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
@@ -570,6 +571,7 @@ def _backward_cost(spec, shape, dtype, rebuild, reads, draws, atomic) -> dict:
     + (0 if carry else (2 * head_dim * itemsize + 4) / block),
     # on the atomic path each tile's [rows, K] float32 dQ share is added atomically
     atomics=head_dim / block if atomic else 0,
+    tile=spec.backward_rows * block,  # both loops: rows x block, block x rows
   )
 
 
@@ -772,6 +774,7 @@ def _cost_metadata(
   reloads: float = 0.0,
   atomics: float = 0.0,
   row_stats: bool = True,
+  tile: int = 0,
 ) -> dict:
   """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
   read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
@@ -783,7 +786,10 @@ def _cost_metadata(
   cores.
   `l2_bytes`: the HBM bytes plus every tile a program loads again, `reloads` bytes per score
   element, and 4 bytes per atomic update; `atomics`: global atomic element updates, `atomics`
-  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py)."""
+  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py).
+  `tile`: the score elements a program covers per trip of its element loops (rows x columns),
+  stated as `tile_elements`: what aot/sass.py divides a loop's instructions by (over the
+  program's threads), not a count of exponentials, which is the compiler's to choose."""
   stats = 12 * elements // seq_len if row_stats else 0  # float32 m, log l and delta per row
   hbm = int(score_bytes * elements + row_bytes + stats)
   return {
@@ -794,4 +800,5 @@ def _cost_metadata(
     'int_ops': str(int(int_ops * elements)),
     'l2_bytes': str(int(hbm + (reloads + 4 * atomics) * elements)),
     'atomics': str(int(atomics * elements)),
+    **({'tile_elements': str(int(tile))} if tile else {}),
   }

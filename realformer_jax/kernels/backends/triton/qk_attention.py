@@ -183,6 +183,7 @@ def _forward_cost(spec, stack) -> dict:
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
+    tile=block_q * block_k,
   )
 
 
@@ -401,6 +402,7 @@ def _score_gradient_cost(spec, stack, columns: int) -> dict:
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
+    tile=rows * block,
   )
 
 

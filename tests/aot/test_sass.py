@@ -182,6 +182,39 @@ def test_estimate_moves_with_what_the_sass_issues():
   assert roofline.kernel_seconds(_fused_work(None), chip)[1] == 'matmul+vector'
 
 
+# The calibration's kernels stated no tile when they were measured: each element loop's elements
+# a thread a trip by their commits' tiles and warps (deviceless: an H100's row; BERT-Base,
+# head size 64), against which the power-of-two rule that read their records is checked.
+MEASURED_SHARES = {
+  # 1a0cee4: plain forward 128 x 64, 4 warps; backward 64 x 64, 4; qk 128 x 64 and dS 64 x 64, 8
+  ('1a0cee4', 'flash_attention_fwd'): 128 * 64 // 128,
+  ('1a0cee4', 'flash_attention_bwd'): 64 * 64 // 128,
+  ('1a0cee4', 'realformer_qk_attention_fwd'): 128 * 64 // 256,
+  ('1a0cee4', 'realformer_qk_attention_ds'): 64 * 64 // 256,
+  # e64cd4c: plain and qk forward 128 x 128, 8 warps; backward 64 x 64, 4; dS 64 x 64, 8
+  ('e64cd4c', 'flash_attention_fwd'): 128 * 128 // 256,
+  ('e64cd4c', 'flash_attention_bwd'): 64 * 64 // 128,
+  ('e64cd4c', 'realformer_qk_attention_fwd'): 128 * 128 // 256,
+  ('e64cd4c', 'realformer_qk_attention_ds'): 64 * 64 // 256,
+}
+
+
+def test_the_calibration_records_count_one_exponential_an_element():
+  # Every fitted row's loops take one MUFU.EX2 an element (the rest per-row rescalings), so the
+  # rule its records were read by gives the tile's elements and the table stands as fitted;
+  # the RealFormer backward (three an element) has no per-kernel time and is not in it.
+  records = sass_calibration.json.loads(sass_calibration.SASS_RECORDS.read_text())
+  checked = set()
+  for program, kernels in records.items():
+    for name, record in kernels.items():
+      for loop in sass.KernelCost.from_record(name, record).loops:
+        if loop.exps:
+          share = MEASURED_SHARES[(program[:7], name)]
+          assert loop.elements == share and share <= loop.exps < 2 * share, (program, name)
+          checked.add((program[:7], name))
+  assert checked == set(MEASURED_SHARES)
+
+
 def test_sass_calibration_recomputed_from_committed_data():
   records = sass_calibration.json.loads(sass_calibration.SASS_RECORDS.read_text())
   chip = targets.parse(qk_calibration.TARGET).chip

@@ -9,7 +9,7 @@ FACTS.md, "SASS without a GPU").
 
     costs = sass.sass_cost(ptx_text)              # every .entry of the PTX, assembled for sm_90a
     costs = sass.from_dump(DIR)                   # every kernel XLA dumped into DIR
-    cost = costs['flash_attention_bwd']
+    cost = costs['flash_attention_bwd'].with_tile(64 * 64)  # the tile it states (kernel_work)
     cost.per_element                              # {'fp32': 35.0, 'mma': 1.2, 'shared': ...}
     cost.total_per_element                        # summed over classes and loops: 53.7
     cost.issued(work)                             # thread instructions of one call (roofline)

@@ -417,18 +417,81 @@ def resolve_residual_carry(
   return _logged(config, seq_len, memory_bytes).carry
 
 
+class PassedBackend(NamedTuple):
+  """A backend that needs a passed device check and has one on the run's device kind
+  (analysis/device_checks.py: `passed_backends`, asked by the train setup)."""
+
+  backend: backends.Backend
+  device_kind: str
+  faster: Optional[str]  # why 'auto' may take it: measured faster there; None: not (yet)
+  record: str  # the file the pass is recorded in, for the log
+
+
+class RunAttention(NamedTuple):
+  """How a run's attention runs, decided once by the train setup (`for_run`)."""
+
+  config: ModelConfig  # platform, carry, masks and a checked backend resolved
+  # The fused path at the run's length that the kernel self-check proves
+  # (analysis/kernel_check.py); None where none is asked (attention_check=False, the ring).
+  plan: Optional[AttentionPlan]
+
+
 def for_run(
   config: ModelConfig,
   devices: Sequence[jax.Device],
   seq_len: Optional[int],
   memory_bytes: Optional[int] = None,
   sequence_shards: int = 1,
+  passed: Sequence[PassedBackend] = (),
+) -> RunAttention:
+  """How attention runs, decided once for a run on `devices`: attention_platform the devices'
+  (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against one device's
+  `memory_bytes` (resolved, logged), the length split over `sequence_shards` devices; then a
+  backend of `passed` that measured faster (`prefer`), and the plan the self-check proves. The
+  model then reads concrete choices."""
+  config = resolved(resolve_platform(config, devices), seq_len, memory_bytes, sequence_shards)
+  config = prefer(config, seq_len, passed)
+  checked = sequence_shards == 1 and config.attention_check  # the ring runs no kernel
+  return RunAttention(config, plan(config, seq_len or 256) if checked else None)
+
+
+def prefer(
+  config: ModelConfig, seq_len: Optional[int], passed: Sequence[PassedBackend]
 ) -> ModelConfig:
-  """`config` with how attention runs decided once for a run on `devices`: attention_platform
-  the devices' (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against
-  one device's `memory_bytes` (resolved, logged), the length split over `sequence_shards`
-  devices. The model then reads concrete choices."""
-  return resolved(resolve_platform(config, devices), seq_len, memory_bytes, sequence_shards)
+  """`config` with 'auto' / 'pallas' replaced by a backend of `passed` (a passed device check
+  on these devices) that measured faster than the default kernels there and can run this
+  config at this length; else `config`."""
+  if config.attention_impl not in ('auto', 'pallas'):
+    return config
+  for backend, kind, why, record in passed:
+    candidate = config.replace(attention_impl=backend.attention_impl)
+    try:
+      if plan(candidate, seq_len or 256) is None:
+        continue
+    except ConfigError:
+      continue  # this config (dtype, carry, length) is not one its kernels take
+    if why is None:
+      _log.info(
+        'model.attention_impl=%r keeps the default kernels: %s passed its device check on %s '
+        'but the device suite has not timed it faster there (%s)',
+        config.attention_impl,
+        backend.name,
+        kind,
+        record,
+      )
+      continue
+    _log.info(
+      'model.attention_impl=%r -> %r: experiments.device_check passed every %s case on %s '
+      'with this jax and kernel source, and it measured faster (%s; %s)',
+      config.attention_impl,
+      backend.attention_impl,
+      backend.name,
+      kind,
+      why,
+      record,
+    )
+    return candidate
+  return config
 
 
 def resolved(

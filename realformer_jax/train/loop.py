@@ -92,13 +92,17 @@ def run(
 
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
+  initialize_processes(spec.distributed)
+  # config.json and every step's record hold the spec as validated ('auto' stays 'auto'; a
+  # resume resolves it again): written out once here.
+  config_json = spec.to_dict()
   task_data = _start(spec, workdir)
   held = _Held(train_iter=task_data.train_iter)
   # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
   held.lock = workdir_lock.acquire_for_run(workdir)
   try:
-    committed, latest_record = _open_checkpoints(spec, workdir, task_data, held)
-    built = _build_state(spec, workdir, task_data, held, committed, latest_record)
+    committed, latest_record = _open_checkpoints(spec, config_json, workdir, task_data, held)
+    built = _build_state(spec, config_json, workdir, task_data, held, committed, latest_record)
     log = _start_log(built, held.writer, workdir, committed, on_log)
     progress = _train_steps(built, task_data, held, log)
     if progress.preempted:
@@ -116,8 +120,7 @@ def run(
 
 
 def _start(spec: RunSpec, workdir: str) -> TaskData:
-  """The run's processes, its devices and workdir checked, then its data built."""
-  initialize_processes(spec.distributed)
+  """The run's devices and workdir checked, then its data built."""
   train_config.check_devices(spec, jax.device_count(), jax.process_count())
   # The workdir before the data: a resume that is refused costs no data preparation (hours on
   # a big corpus). Checked again below, once the run holds the workdir.
@@ -156,12 +159,12 @@ class _Held:
 
 
 def _open_checkpoints(
-  spec: RunSpec, workdir: str, task_data: TaskData, held: _Held
+  spec: RunSpec, config_json: dict, workdir: str, task_data: TaskData, held: _Held
 ) -> tuple[list[int], Optional[dict]]:
   """The run's checkpointer (into `held`), the workdir checked again now the run holds it, and
   a resume's newest step verified: (the intact steps, the newest one's record or None)."""
   # Every step saved records which model and tokenizer it holds (checkpoint_record.py).
-  record = checkpoint_record.make(spec.to_dict(), task_data.tokenizer)
+  record = checkpoint_record.make(config_json, task_data.tokenizer)
   checkpointer = held.checkpointer = Checkpointer(
     workdir, spec.train.keep_checkpoints, record=record
   )
@@ -173,12 +176,9 @@ def _open_checkpoints(
       latest_record = checkpoint_record.read(
         os.path.join(checkpointer.directory, str(committed[-1]))
       )
+    remedy = _tokenizer_remedy(config_json['data'], latest_record, committed[-1])
     checkpoint_record.verify(
-      workdir,
-      committed[-1],
-      tokenizer=task_data.tokenizer,
-      remedy=_tokenizer_remedy(spec, latest_record, committed[-1]),
-      skip_damaged=True,
+      workdir, committed[-1], tokenizer=task_data.tokenizer, remedy=remedy, skip_damaged=True
     )
   return committed, latest_record
 
@@ -197,6 +197,7 @@ class _Built:
 
 def _build_state(
   spec: RunSpec,
+  config_json: dict,
   workdir: str,
   task_data: TaskData,
   held: _Held,
@@ -211,7 +212,7 @@ def _build_state(
     BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
   )
   held.preemption = PreemptionWatcher()
-  given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
+  given = spec  # as validated: 'auto' stays 'auto' (config_json)
   too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after
   if too_big_for_cpu:
     writer.print(too_big_for_cpu)
@@ -224,7 +225,7 @@ def _build_state(
     writer.print(note)
   eval_step = build.compile_eval_step(setup)
   recorded = (committed[-1], latest_record['config']) if committed and latest_record else None
-  for note in _write_run_files(given, task_data.tokenizer, workdir, recorded):
+  for note in _write_run_files(config_json, task_data.tokenizer, workdir, recorded):
     writer.print(note)
   writer.print(
     f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
@@ -354,9 +355,9 @@ def _close_all(*closers: Optional[Callable[[], None]]) -> None:
 
 
 def _write_run_files(
-  spec: RunSpec, tokenizer, workdir: str, recorded: Optional[tuple[int, dict]] = None
+  config_json: dict, tokenizer, workdir: str, recorded: Optional[tuple[int, dict]] = None
 ) -> list[str]:
-  """config.json (the spec's sections, as validated: 'auto' stays 'auto') and a copy of the
+  """config.json (`config_json`: the spec's sections, as validated) and a copy of the
   tokenizer's file, so the workdir alone is enough to use the model later
   (train.load_workdir). A resume (`recorded`: the newest step and the config it records) that
   replaces a file someone changed since the run wrote it (an edited config.json, a swapped
@@ -369,7 +370,7 @@ def _write_run_files(
       os.makedirs(workdir, exist_ok=True)
       # Atomic: a run killed while writing it must not leave a truncated config.json behind;
       # unchanged files (every restart) are not rewritten.
-      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), spec.to_dict(), sort_keys=False)
+      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), config_json, sort_keys=False)
       tokenizer.save(workdir)
     except OSError as e:  # a full disk: nothing half-written is left (atomic_files)
       raise TrainingError(
@@ -379,14 +380,14 @@ def _write_run_files(
   return notes
 
 
-def _tokenizer_remedy(spec: RunSpec, record: Optional[dict], step: int) -> str:
-  """What a resume whose data config gives another tokenizer than its steps' should do. Where
-  the data config is the one step `step` records, the corpus itself changed since (a file
-  added, removed or edited trains another tokenizer): the remedy says so, not 'resume with
-  the data config it was trained with', which the user already did."""
+def _tokenizer_remedy(data: dict, record: Optional[dict], step: int) -> str:
+  """What a resume whose data config (`data`: its config.json section) gives another tokenizer
+  than its steps' should do. Where the data config is the one step `step` records, the corpus
+  itself changed since (a file added, removed or edited trains another tokenizer): the remedy
+  says so, not 'resume with the data config it was trained with', which the user already did."""
   as_saved = lambda section: json.loads(json.dumps(section))  # tuples become lists, as saved
   recorded = ((record or {}).get('config') or {}).get('data')
-  if recorded is None or recorded != as_saved(spec.to_dict()['data']):
+  if recorded is None or recorded != as_saved(data):
     return 'resume with the data config it was trained with, or use a new --workdir'
   return (
     f'the data config is the one step {step} records, so the corpus changed since (a file '

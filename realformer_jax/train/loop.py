@@ -96,7 +96,8 @@ def run(
   # config.json and every step's record hold the spec as validated ('auto' stays 'auto'; a
   # resume resolves it again): written out once here.
   config_json = spec.to_dict()
-  task_data = _start(spec, workdir)
+  train_config.check_devices(spec, jax.device_count(), jax.process_count())
+  task_data = _build_data(spec, workdir)
   held = _Held(train_iter=task_data.train_iter)
   # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
   held.lock = workdir_lock.acquire_for_run(workdir)
@@ -119,9 +120,8 @@ def run(
 # The steps of `run`, in its order.
 
 
-def _start(spec: RunSpec, workdir: str) -> TaskData:
-  """The run's devices and workdir checked, then its data built."""
-  train_config.check_devices(spec, jax.device_count(), jax.process_count())
+def _build_data(spec: RunSpec, workdir: str) -> TaskData:
+  """The run's data, built once the workdir is checked."""
   # The workdir before the data: a resume that is refused costs no data preparation (hours on
   # a big corpus). Checked again below, once the run holds the workdir.
   check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))

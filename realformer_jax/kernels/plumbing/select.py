@@ -501,7 +501,8 @@ def resolved(
   by the sum's backward it chose (unchanged without residual attention or a known length);
   remat_dropout_masks 'auto' by choose_masks' (where it matters), each logged."""
   if seq_len and config.remat_dropout_masks == 'auto' and masks_matter(config):
-    choice = choose_masks(config, seq_len, memory_bytes)
+    budget = device_memory_bytes() if memory_bytes is None else memory_bytes
+    choice = remat_masks.choose_masks(config, seq_len, budget)
     _log.info("model.remat_dropout_masks='auto' -> %r: %s", choice.masks, choice.reason)
     config = config.replace(remat_dropout_masks=choice.masks)
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:

@@ -4,9 +4,9 @@ The Pallas kernels are tested in interpret mode on CPU; on a GPU or TPU they are
 Triton / Mosaic, which the CPU tests never reach. So before the first step of a run whose
 attention takes a compiled kernel (`attention_impl='auto'` or 'pallas*' on a GPU / TPU), the
 train setup (train/build.py) calls `checked(config, attention_plan, devices)` with the plan it
-resolved once (kernels/plumbing/select.py `for_run`): a tiny encoder with the
-run's own attention settings (head size, dtype, layer-norm placement, residual attention,
-scales, RoPE, dropout, remat, the recomputed stack) runs forward and backward once through the
+resolved once (kernels/plumbing/select.py `for_run`): a tiny encoder with the run's own
+attention settings (head size, dtype, layer-norm placement, residual attention, scales, RoPE,
+dropout, remat, the recomputed stack) runs forward and backward once through the
 kernels and once through the einsum path on that device, at the kernels' real tile sizes, with
 padding and the same dropout masks. Its outputs and parameter gradients must agree within
 TOLERANCE of their largest value (float32 matmuls at 'highest' on the einsum side). It runs an

@@ -17,7 +17,7 @@ CPU); a backend registered later adds a row. `check` refuses, in one line, an at
 that names no backend and a backend asked for what its record says it cannot do.
 
 The platform is `ModelConfig.attention_platform`; the train setup sets it to the platform of
-the mesh's devices (`for_run`: `resolve_platform`), which in a deviceless compile is the
+the mesh's devices (`for_run`; `resolve_platform` alone), which in a deviceless compile is the
 target's, not `jax.default_backend()`. Left at 'auto' (a model used directly), it is the
 default backend when traced. 'auto' also takes the einsum path for a sequence length the
 kernels cannot tile (and when attention maps are asked for: `sow`n maps need the
@@ -27,7 +27,7 @@ instead.
 ## Carry: `model.residual_carry='auto'`
 
 Which carry residual attention takes, decided once when the train setup builds the model
-(`for_run`: `resolved`) and logged with the reason; a model used directly decides it when
+(`for_run`; `resolved` alone) and logged with the reason; a model used directly decides it when
 traced (`resolve_residual_carry`, kernels/score_paths/score_path.py).
 
 The rule looks at time first, then memory. Per score element of layer l the carries cost, in
@@ -113,9 +113,14 @@ def platform_of(devices: Sequence[jax.Device]) -> str:
 
 def resolve_platform(config: ModelConfig, devices: Sequence[jax.Device]) -> ModelConfig:
   """`config` with attention_platform set to the devices' platform (unless set by hand)."""
+  change = _platform_change(config, devices)
+  return config.replace(**change) if change else config
+
+
+def _platform_change(config: ModelConfig, devices: Sequence[jax.Device]) -> dict:
   if config.attention_platform != 'auto':
-    return config
-  return config.replace(attention_platform=platform_of(devices))
+    return {}
+  return {'attention_platform': platform_of(devices)}
 
 
 def _platform(config: ModelConfig) -> str:
@@ -449,7 +454,10 @@ def for_run(
   `memory_bytes` (resolved, logged), the length split over `sequence_shards` devices; then a
   backend of `passed` that measured faster (`prefer`), and the plan the self-check proves. The
   model then reads concrete choices."""
-  config = resolved(resolve_platform(config, devices), seq_len, memory_bytes, sequence_shards)
+  # The platform and the masks do not depend on each other: one new config holds both.
+  changes = {**_platform_change(config, devices), **_masks_change(config, seq_len, memory_bytes)}
+  config = config.replace(**changes) if changes else config
+  config = _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
   config = prefer(config, seq_len, passed)
   checked = sequence_shards == 1 and config.attention_check  # the ring runs no kernel
   return RunAttention(config, plan(config, seq_len or 256) if checked else None)
@@ -500,11 +508,24 @@ def resolved(
   """`config` with residual_carry 'auto' replaced by the choice, and residual_scores_backward
   by the sum's backward it chose (unchanged without residual attention or a known length);
   remat_dropout_masks 'auto' by choose_masks' (where it matters), each logged."""
-  if seq_len and config.remat_dropout_masks == 'auto' and masks_matter(config):
-    budget = device_memory_bytes() if memory_bytes is None else memory_bytes
-    choice = remat_masks.choose_masks(config, seq_len, budget)
-    _log.info("model.remat_dropout_masks='auto' -> %r: %s", choice.masks, choice.reason)
-    config = config.replace(remat_dropout_masks=choice.masks)
+  masks = _masks_change(config, seq_len, memory_bytes)
+  config = config.replace(**masks) if masks else config
+  return _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
+
+
+def _masks_change(config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]) -> dict:
+  """remat_dropout_masks 'auto' -> choose_masks' choice, logged, where it matters; else {}."""
+  if not (seq_len and config.remat_dropout_masks == 'auto' and masks_matter(config)):
+    return {}
+  budget = device_memory_bytes() if memory_bytes is None else memory_bytes
+  choice = remat_masks.choose_masks(config, seq_len, budget)
+  _log.info("model.remat_dropout_masks='auto' -> %r: %s", choice.masks, choice.reason)
+  return {'remat_dropout_masks': choice.masks}
+
+
+def _carry_resolved(
+  config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int], sequence_shards: int
+) -> ModelConfig:
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:
     return config
   choice = _logged(config, seq_len, memory_bytes, sequence_shards)

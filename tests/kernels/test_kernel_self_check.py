@@ -131,3 +131,16 @@ def test_a_deviceless_compile_and_the_cpu_are_never_checked(monkeypatch):
   assert kernel_check._kernel_to_check(gpu_plan, [topology_device]) is None  # pylint: disable=protected-access
   cpu = ModelConfig(attention_platform='cpu', attention_impl='pallas')
   assert kernel_check._kernel_to_check(select.plan(cpu, 512), CPU) is None  # pylint: disable=protected-access
+
+
+def test_the_train_setup_plans_the_checked_kernel_once():
+  # select.for_run hands the self-check the plan the run takes (no second planning in
+  # analysis/); none where nothing is checked: a ring (no kernel), attention_check=False.
+  gpu = [types.SimpleNamespace(platform='gpu', device_kind='H100')]
+  config = ModelConfig(**SMALL)
+  attention = select.for_run(config, gpu, 512, memory_bytes=2**34)
+  assert attention.config.attention_platform == 'gpu'
+  assert attention.plan == select.plan(attention.config, 512)
+  assert attention.plan.backend == 'triton' and not attention.plan.interpret
+  assert select.for_run(config, gpu, 512, 2**34, sequence_shards=2).plan is None
+  assert select.for_run(config.replace(attention_check=False), gpu, 512, 2**34).plan is None

@@ -7,7 +7,7 @@ cases, compiled, on this device kind, with this jax / jaxlib and this kernel sou
 analysis/check_cache.py: kernels/ and model/). The check then writes one entry to
 `device_checks.json` beside the run-time self-check's verdicts ($REALFORMER_JAX_CACHE, default
 ~/.cache/realformer_jax); the train setup reads it (`passed_backends`) and kernels/plumbing/
-select.py (`prefer`) takes that backend ahead of the platform's default, with one log line
+select.py (`for_run`) takes that backend ahead of the platform's default, with one log line
 (model.attention_check=False skips this, as it skips the run-time check: the platform's default
 then). Any change to the kernels, the model, jax or the device kind is a new key: the backend is
 not taken until the check has passed again there. A pass alone is not enough: 'auto' takes the
@@ -101,7 +101,7 @@ def faster(backend: str, device_kind: str) -> Optional[str]:
 def passed_backends(devices: Sequence[Any]) -> list[select.PassedBackend]:
   """The backends of the devices' platform that need a passed device check and have one on
   their device kind, each with whether it measured faster there (`faster`): what the train
-  setup lets 'auto' / 'pallas' take (select.prefer)."""
+  setup lets 'auto' / 'pallas' take (select.for_run)."""
   if not devices:
     return []
   platform = select.platform_of(devices)

@@ -130,7 +130,9 @@ def _gpu(kind='NVIDIA H200'):
 
 def _preferred(config, devices, seq_len):
   """What the train setup makes of `config` on `devices` (train/build.py make_setup)."""
-  return select.prefer(config, seq_len, device_checks.passed_backends(devices))
+  return select.for_run(
+    config, devices, seq_len, passed=device_checks.passed_backends(devices)
+  ).config
 
 
 def _config(**fields):

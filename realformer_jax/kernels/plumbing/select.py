@@ -238,16 +238,25 @@ def plan(
       f'model.attention_impl={impl!r}: needs a {backend.platform.upper()} (the '
       f"{backend.name} kernels do not run on {platform}); use 'pallas' (or 'auto')"
     )
-  if not backend.fused:
-    return AttentionPlan('call', backend.name)
-  blocks = backend.tiles(seq_len, interpret)
-  if blocks is None:
-    if impl == 'auto':
-      return None
+  attention_plan = _tiled(config, backend, seq_len, interpret)
+  if attention_plan is None and impl != 'auto':
     raise ConfigError(
       f'model.attention_impl={impl!r}: sequence length {seq_len} cannot be tiled by the '
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
+  return attention_plan
+
+
+def _tiled(
+  config: ModelConfig, backend: backends.Backend, seq_len: int, interpret: bool
+) -> Optional[AttentionPlan]:
+  """`backend`'s plan for this config at this length (a call backend's needs no tiles), or
+  None where its kernels cannot tile the length."""
+  if not backend.fused:
+    return AttentionPlan('call', backend.name)
+  blocks = backend.tiles(seq_len, interpret)
+  if blocks is None:
+    return None
   rematerialised = config.remat_policy != 'none'
   masks = choose_masks(config, seq_len).masks if rematerialised else None
   return AttentionPlan(
@@ -451,33 +460,45 @@ def for_run(
 ) -> RunAttention:
   """How attention runs, decided once for a run on `devices`: attention_platform the devices'
   (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against one device's
-  `memory_bytes` (resolved, logged), the length split over `sequence_shards` devices; then a
-  backend of `passed` that measured faster (`prefer`), and the plan the self-check proves. The
-  model then reads concrete choices."""
+  `memory_bytes` (resolved, logged), the length split over `sequence_shards` devices; then the
+  plan the self-check proves (none on a ring or with attention_check=False): a backend of
+  `passed` that measured faster there (`_passed_plan`), else the platform's. The model then
+  reads concrete choices."""
   # The platform and the masks do not depend on each other: one new config holds both.
   changes = {**_platform_change(config, devices), **_masks_change(config, seq_len, memory_bytes)}
   config = config.replace(**changes) if changes else config
   config = _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
-  config = prefer(config, seq_len, passed)
-  checked = sequence_shards == 1 and config.attention_check  # the ring runs no kernel
-  return RunAttention(config, plan(config, seq_len or 256) if checked else None)
+  if sequence_shards > 1 or not config.attention_check:  # the ring runs no kernel
+    return RunAttention(config, None)
+  length = seq_len or 256
+  taken = _passed_plan(config, length, passed)
+  if taken is None:
+    return RunAttention(config, plan(config, length))
+  # The model then takes that backend by name.
+  config = config.replace(attention_impl=taken.kernels.attention_impl)
+  return RunAttention(config, taken)
 
 
-def prefer(
-  config: ModelConfig, seq_len: Optional[int], passed: Sequence[PassedBackend]
-) -> ModelConfig:
-  """`config` with 'auto' / 'pallas' replaced by a backend of `passed` (a passed device check
-  on these devices) that measured faster than the default kernels there and can run this
-  config at this length; else `config`."""
+def _passed_plan(
+  config: ModelConfig, seq_len: int, passed: Sequence[PassedBackend]
+) -> Optional[AttentionPlan]:
+  """For 'auto' / 'pallas': the plan of the first backend of `passed` (a passed device check
+  on these devices) that measured faster than the default kernels there and runs this config
+  at this length, logged; else None."""
   if config.attention_impl not in ('auto', 'pallas'):
-    return config
+    return None
+  platform = _platform(config)
   for backend, kind, why, record in passed:
-    candidate = config.replace(attention_impl=backend.attention_impl)
     try:
-      if plan(candidate, seq_len or 256) is None:
-        continue
+      _check_support(config, backend, config.residual_carry)
     except ConfigError:
-      continue  # this config (dtype, carry, length) is not one its kernels take
+      continue  # this config (dtype, carry, dropout) is not one its kernels take
+    interpret = platform != backend.platform
+    if interpret and not (platform == 'cpu' and backend.interpret):
+      continue
+    attention_plan = _tiled(config, backend, seq_len, interpret)
+    if attention_plan is None:
+      continue  # nor this length
     if why is None:
       _log.info(
         'model.attention_impl=%r keeps the default kernels: %s passed its device check on %s '
@@ -498,8 +519,8 @@ def prefer(
       why,
       record,
     )
-    return candidate
-  return config
+    return attention_plan
+  return None
 
 
 def resolved(

@@ -51,8 +51,10 @@ import errno
 import functools
 import hashlib
 import importlib
+import itertools
 import json
 import os
+import re
 import threading
 from typing import Optional
 
@@ -386,6 +388,7 @@ class _Assembly:
     self.segments = {split: [] for split in SPLITS}
     self.ends_file = {split: [] for split in SPLITS}
     self.counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
+    self.shards = {split: {} for split in SPLITS}  # {shard path: documents}, in file order
     # The units whose digests are remembered here: files read in ranges, not remembered before.
     self.to_remember = set()
 
@@ -412,6 +415,7 @@ class _Assembly:
         self.counts[part]['text_bytes'] += text_bytes
         if docs:
           self.segments[part].append((path, begin, begin + docs, text_bytes))
+          self.shards[part][path] = self.shards[part].get(path, 0) + docs
           self.ends_file[part].append(result['pieces'][offset]['end'] == chunk.pieces[offset][1])
         begin += docs
 
@@ -433,18 +437,17 @@ class _Assembly:
       identity['eval_percent'] = config.eval_percent
       if held_out_by != 'document':  # the rule before there was a choice: its digests stay
         identity['eval_holdout_by'] = held_out_by
-    sha256s = {
-      split: [sha256 for listing in listings[split] for sha256 in listing['sha256s']]
-      for split in fingerprints
-    }
+    sha256s = {split: _sha256s(listings[split]) for split in fingerprints}
     if 'eval' in fingerprints and not set(sha256s['eval']).isdisjoint(sha256s['train']):
       by_content = (
-        [(f['path'], sha256) for f, sha256 in zip(fingerprints[s], sha256s[s])] for s in SPLITS
+        [(f['path'], sha256) for f, sha256 in zip(fingerprints[s], _sha256s(listings[s]))]
+        for s in SPLITS
       )
       _check_apart(*by_content, 'has the same content as')
-    digest = hashlib.sha256(
-      _json_with_items(identity, _items(listings, 'identities')).encode()
-    ).hexdigest()
+    digest = hashlib.sha256()
+    for part in _json_parts(identity, _items(listings, 'identities')):
+      digest.update(part.encode())
+    digest = digest.hexdigest()
     manifest = dict(identity, corpus_digest=digest)
     for split, files in fingerprints.items():
       for (first, _), listing in zip(listed[split], listings[split]):
@@ -458,10 +461,7 @@ class _Assembly:
         raise DataError(
           _empty_split_message(config, split, counts, fingerprints['train'], held_out_by)
         )
-    shards = {s: {} for s in SPLITS}  # split -> {shard path: documents}, in file order
-    for split in SPLITS:
-      for path, first, stop, _ in segments[split]:
-        shards[split][path] = shards[split].get(path, 0) + stop - first
+    shards = self.shards
     manifest['splits'] = {
       s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n in shards[s].items()])
       for s in SPLITS
@@ -470,7 +470,7 @@ class _Assembly:
     directory = os.path.join(data_dir, name)
     os.makedirs(directory, exist_ok=True)
     # no indentation (json's C encoder), sorted keys: as atomic_files.write_json writes
-    text = _json_with_items(manifest, _items(listings, 'entries'))
+    text = ''.join(_json_parts(manifest, _items(listings, 'entries')))
     atomic_files.write_bytes(os.path.join(directory, MANIFEST), text.encode())
     return Corpus(
       name=name,
@@ -500,27 +500,40 @@ def _listing(files, identities: list, documents: list) -> dict:
   }
 
 
+def _sha256s(listings: list):
+  """The files' SHA-256s of `listings`, in order."""
+  return itertools.chain.from_iterable(listing['sha256s'] for listing in listings)
+
+
 def _range_file_listing(file: dict, chunks: list, documents: int) -> dict:
   return _listing([file], [_file_identity(file, chunks)], [documents])
 
 
 def _items(listings: dict, kind: str) -> dict:
-  """{'<split>_files': the JSON items of `kind` of the split's files, in order}."""
+  """{'<split>_files': the JSON items of `kind` of the split's files, per listing, in order}."""
   return {
-    f'{split}_files': ', '.join(listing[kind] for listing in split_listings)
+    f'{split}_files': [listing[kind] for listing in split_listings]
     for split, split_listings in listings.items()
   }
 
 
-def _json_with_items(value: dict, lists: dict) -> str:
-  """`json.dumps(value, sort_keys=True)` with value[key] the list whose JSON items (joined by
-  ', ') are lists[key], spliced in as text where a placeholder encodes: the same bytes as
-  encoding the list of dicts (json's default separators), with no dict built per item."""
-  placeholders = {key: f'\0{key}\0' for key in lists}  # NUL: in no path or feature name
-  text = json.dumps(dict(value, **placeholders), sort_keys=True)
-  for key, items in lists.items():
-    text = text.replace(json.dumps(placeholders[key]), f'[{items}]', 1)
-  return text
+def _json_parts(value: dict, lists: dict) -> list[str]:
+  """`json.dumps(value, sort_keys=True)` in parts, with value[key] the list whose JSON items
+  are the texts lists[key] (each one or more items, joined by ', '): the same bytes as
+  encoding the list of dicts (json's default separators), with no dict built per item and
+  the long lists never copied into one string here (hashed, or joined once, by the caller)."""
+  placeholders = {json.dumps(f'\0{key}\0'): key for key in lists}  # NUL: in no path or name
+  skeleton = json.dumps(dict(value, **{key: f'\0{key}\0' for key in lists}), sort_keys=True)
+  parts = []
+  for piece in re.split('(' + '|'.join(map(re.escape, placeholders)) + ')', skeleton):
+    if piece not in placeholders:
+      parts.append(piece)
+      continue
+    parts.append('[')
+    for index, items in enumerate(lists[placeholders[piece]]):
+      parts.extend((', ', items) if index else (items,))
+    parts.append(']')
+  return parts
 
 
 def _file_identity(file: dict, chunks: list[tuple]) -> dict:

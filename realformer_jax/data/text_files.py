@@ -59,7 +59,8 @@ _MAX_BLOCK_BYTES = 4 * CHUNK_BYTES
 
 
 def check_entries(paths: list[str], field: str) -> list[Optional[os.stat_result]]:
-  """`_check_entry` of each path, in order: one stat a file (the per-file work of `expand`)."""
+  """`_check_entry` of each path, in order: one stat a file and its format (the per-file work
+  of `expand`)."""
   return [_check_entry(path, field) for path in paths]
 
 
@@ -95,8 +96,9 @@ def expand(
         stats.update(found)
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
-    for path in matches:
-      format_of(path)  # an unknown extension fails before anything is read
+    if '://' in pattern:  # a local file's format is checked with its entry (`check`)
+      for path in matches:
+        format_of(path)  # an unknown extension fails before anything is read
     files.extend(matches)
   if not files:
     raise DataError(f'data.{field}={patterns!r} names no file.')
@@ -133,7 +135,10 @@ def _check_entry(path: str, field: str) -> Optional[os.stat_result]:
   for is_kind, kind in _SPECIAL_FILES:
     if is_kind(mode):
       raise DataError(f'data.{field}: {path} is {kind}, not a regular file: give regular files.')
-  return info if stat.S_ISREG(mode) else None
+  if not stat.S_ISREG(mode):
+    return None
+  format_of(path)  # an unknown extension fails before anything is read
+  return info
 
 
 def _walk(directory: str, field: str):

@@ -90,10 +90,12 @@ def expand(
       pattern = os.path.expanduser(pattern)
       _check_directories_on_the_way(pattern, field)
       matches = sorted(glob.glob(pattern, recursive=True))
-      found = [(p, info) for p, info in zip(matches, check(matches, field)) if info is not None]
-      matches = [p for p, _ in found]  # less the directories the glob matched
+      infos = check(matches, field)
+      if None in infos:  # less the directories the glob matched
+        found = [(p, info) for p, info in zip(matches, infos) if info is not None]
+        matches, infos = [p for p, _ in found], [info for _, info in found]
       if stats is not None:
-        stats.update(found)
+        stats.update(zip(matches, infos))  # no list of pairs: ~0.05 CPU s of 100,000 files
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
     if '://' in pattern:  # a local file's format is checked with its entry (`check`)

@@ -89,8 +89,9 @@ def write_files(directory: str, documents: list[str], num_files: int) -> tuple[s
 def child_reading(args_json: str) -> None:
   """In a fresh process: the reading phase alone (file_corpus.open_corpus: the listing, the
   checks, the chunks read, the manifest), then its figures as JSON: wall seconds; this
-  process's CPU seconds outside the window in which the chunks' results come back (serial:
-  the workers wait for it) and inside it (beside the workers); the workers' CPU seconds, less
+  process's CPU seconds beside the workers (while jobs it gave them, the files' checks or the
+  chunks' reading, are in flight: from the first job asked for to the last result) and
+  outside those windows (serial: the workers wait for it); the workers' CPU seconds, less
   their start-up, measured first on a pool of the same size that runs empty jobs."""
   from realformer_jax.data import config as config_lib  # pylint: disable=import-outside-toplevel
   from realformer_jax.data import file_corpus, workers  # pylint: disable=import-outside-toplevel
@@ -103,14 +104,16 @@ def child_reading(args_json: str) -> None:
     list(workers.ordered_results(file_corpus.held_out_field, [''] * 2 * num_workers, num_workers))
     workers.close_all()
     start_up = _workers_cpu_seconds()
-  window = []  # CPU seconds of this process when the first chunk is asked for, at the last
+  windows = []  # [CPU seconds at the first job asked for, at the last result] per phase
   ordered_results = workers.ordered_results
 
   def timed(fn, jobs, count):
-    if fn is not file_corpus._read_chunk:  # pylint: disable=protected-access
+    jobs = list(jobs)
+    if count <= 1 or len(jobs) <= 1:  # run here: serial
       yield from ordered_results(fn, jobs, count)
       return
-    window[:] = [time.process_time()] * 2
+    window = [time.process_time()] * 2
+    windows.append(window)
     for result in ordered_results(fn, jobs, count):
       window[1] = time.process_time()
       yield result
@@ -120,7 +123,7 @@ def child_reading(args_json: str) -> None:
   file_corpus.open_corpus(config, args['data_dir'], num_workers)
   cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
   workers.close_all()
-  beside = window[1] - window[0]
+  beside = sum(last - first for first, last in windows)
   print(json.dumps({
     'seconds': wall, 'serial_cpu_seconds': cpu - beside, 'beside_workers_cpu_seconds': beside,
     'workers_cpu_seconds': _workers_cpu_seconds() - start_up, 'start_up_cpu_seconds': start_up,

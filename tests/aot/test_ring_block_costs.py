@@ -1,15 +1,17 @@
 """The ring's fused qk block kernels state their cost to the estimator (realformer_jax/aot) as
-the one-device qk kernels do: a square block is priced as the one-device call of that shape,
-and a block of its own lengths states the matmul FLOPs of its shape. The kernels' metadata is
-read off their pallas_calls as the real block_forward / block_backward make them (traced by
-jax.eval_shape: nothing runs, no compiler or device); the roofline prices it on an H200."""
+the one-device qk kernels do: a square block is priced as the one-device call of that shape, and
+a block of its own lengths states the matmul FLOPs of its shape; the slot-bucket switch of the
+ring's block backward is costed per branch taken, as the one-device backward's. The kernels'
+metadata is read off their pallas_calls as the real block_forward / block_backward make them
+(traced by jax.eval_shape: nothing runs, no compiler or device); the roofline prices it on an
+H200."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 
-from realformer_jax.aot import roofline, targets
+from realformer_jax.aot import hlo_text, roofline, switches, targets
 from realformer_jax.kernels.backends.triton import qk_attention
 from realformer_jax.kernels.backends.triton.tiles import device_sms
 from realformer_jax.kernels.plumbing.spec import KernelSpec
@@ -123,3 +125,25 @@ def test_a_block_of_its_own_lengths_states_its_shape(monkeypatch):
   panel_elements = rows * columns
   assert int(ds['flops']) == int(2 * (mean_layers + 2) * panel_elements * K)
   assert int(ds['int_ops']) > 0 and int(ds['l2_bytes']) > int(ds['bytes_accessed'])
+
+
+def _conditional(op_name: str) -> hlo_text.Instruction:
+  """A 4-branch conditional returning the ring's [N, B, L, H, K] float32 stack gradients."""
+  grads = 'f32[12,1,64,2,8]{4,3,2,1,0}'
+  line = (
+    f'%conditional.6 = ({grads}, {grads}) conditional(%index, %tuple.1, %tuple.1, %tuple.1, '
+    '%tuple.1), branch_computations={%b0, %b1, %b2, %b3}, '
+    f'metadata={{op_name="{op_name}"}}'
+  )
+  return hlo_text.parse_instruction(line)
+
+
+def test_the_ring_backward_switch_takes_its_slot_buckets_by_layer_share():
+  # BERT-Base's 12 layers: buckets of 3, 6, 9 and 12 slots, three layers each, every layer
+  # attending the same number of blocks: not the 12-slot branch's matmuls every time.
+  ring = _conditional('jit(train_step)/transpose(jvp(MaskedLM))/attention/ring_attention/cond')
+  computation = hlo_text.Computation('c', [ring])
+  assert switches.branch_shares(ring, computation) == (0.25, 0.25, 0.25, 0.25)
+  # The same arrays outside the ring: a conditional the rule does not know
+  other = _conditional('jit(train_step)/something/cond')
+  assert switches.branch_shares(other, hlo_text.Computation('c', [other])) is None

@@ -8,7 +8,7 @@
 Each row is the real `python -m experiments.compile --config=configs/long_context.py:tokens=T
 --target=NAME:D --dump=DIR/<row>` (deviceless: XLA's memory for the target and the kernel
 roofline's ESTIMATE, never a measurement); a row whose DIR/<row>/report.json exists is read,
-not compiled again (~1-2 min each on 2 cores). The 1-device row runs the one-device kernels
+not compiled again (~3-5 min each on 2 loaded cores). The 1-device row runs the one-device kernels
 (no ring); every other row names the ring's per-block op as the compile reports it. The last
 lines are issue 65's target: the largest ring step <= 1.3 x D x the one-device step (PASS /
 MISS), per op. A kernel that states no cost to the estimator is flagged (*): its work is then

@@ -571,6 +571,28 @@ def kernel_seconds(work: dict, chip: targets.Chip) -> tuple[float, str]:
   return parts.get(bound, 0.0) + launch, bound
 
 
+def stated_seconds(
+  stated: dict, programs: int, matmul_dtype: str, chip: targets.Chip
+) -> tuple[float, str]:
+  """kernel_seconds of a Pallas GPU kernel from its own cost statement (the `metadata` a kernel
+  of realformer_jax/kernels gives its pallas_call: 'flops', 'bytes_accessed', 'l2_bytes', ...),
+  read as kernel_work reads it from a compiled program (fused, its SASS unread), for
+  `programs` programs and matmuls on `matmul_dtype` operands ('bf16', 'f32'): what lets a
+  kernel choose between variants of itself by the estimate before anything is compiled."""
+  number = lambda field: float(stated.get(field, 0.0))
+  work = {field: number(field) for field in ('l2_bytes', 'atomics', 'float_ops', 'int_ops')}
+  work.update(
+    bytes=number('bytes_accessed'),
+    transcendentals=number('transcendentals'),
+    link_bytes=0.0,
+    programs=float(programs),
+    matmul_flops={targets.dtype_class(matmul_dtype, None, chip.platform): number('flops')},
+    collective=False,
+    fused=True,
+  )
+  return kernel_seconds(work, chip)
+
+
 def _idle_sm_factor(work: dict, chip: targets.Chip) -> float:
   """chip.sms / programs for a fused kernel whose grid has fewer programs than the GPU has SMs
   (each program runs on one SM: these kernels hold ~170-255 registers a thread at 4-8 warps,

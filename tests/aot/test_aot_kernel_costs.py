@@ -52,6 +52,21 @@ def test_a_kernel_that_states_atomics_or_l2_traffic_is_bound_by_them():
   assert roofline.kernel_seconds(kernel.work, chip) == (kernel.seconds, kernel.bound)
 
 
+def test_a_cost_statement_is_timed_before_compiling_as_the_program_times_it():
+  # roofline.stated_seconds: a kernel's stated cost timed before compiling (what
+  # tests/aot/test_dq_path_rule.py holds the carried backward's dQ rule to), the same as the
+  # compiled call's time.
+  fields = dict(
+    flops=1e12, bytes_accessed=1e9, l2_bytes=2e10, atomics=1e9, float_ops=1e12, int_ops=1e11
+  )
+  (kernel,) = roofline.estimate(_triton_call(_stated(**fields)), H200).kernels
+  stated = {k: str(int(v)) for k, v in fields.items()}
+  assert roofline.stated_seconds(stated, 64 * 12, 'bf16', H200.chip) == (
+    kernel.seconds,
+    kernel.bound,
+  )
+
+
 def test_h200_and_h100_differ_in_hbm_only():
   h200, h100 = H200.chip, H100.chip
   assert h200.hbm_bytes_per_s == 4.8e12 and h100.hbm_bytes_per_s == 3.35e12

@@ -22,6 +22,7 @@ from model_fixtures import kernel_config
 from realformer_jax import Encoder, ModelConfig, ResidualSelfAttention, kernels
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels.backends.cudnn.attention import cudnn_attention
+from realformer_jax.kernels.backends.triton import attention as triton_attention
 from realformer_jax.kernels.dropout import dropout_tiles
 from realformer_jax.kernels.dropout.dropout_bits import (
   GENERATORS,
@@ -30,6 +31,7 @@ from realformer_jax.kernels.dropout.dropout_bits import (
   mulhi_limbs,
   mulhi_xla,
 )
+from realformer_jax.kernels.plumbing import fused
 from realformer_jax.model.softmax_attention import softmax_dropout_values
 
 B, L, H, K = 2, 32, 2, 16
@@ -59,10 +61,15 @@ def _reference(qkv, acc, bias, scale, inv_div, key, carry, dtype, generator='thr
   return context, s
 
 
-def _fused(qkv, acc, bias, scale, inv_div, key, carry, spec):
+def _params(scale, inv_div, key):
+  """The kernels' (fparams [B, 2] float32, iparams [4] uint32) for a per-sequence `scale`."""
   fparams = jnp.stack([scale, jnp.full((B,), inv_div, jnp.float32)], -1)
   words = jnp.zeros((2,), jnp.uint32) if key is None else jax.random.bits(key, (2,), jnp.uint32)
-  iparams = jnp.concatenate([words, jnp.zeros((2,), jnp.uint32)])
+  return fparams, jnp.concatenate([words, jnp.zeros((2,), jnp.uint32)])
+
+
+def _fused(qkv, acc, bias, scale, inv_div, key, carry, spec):
+  fparams, iparams = _params(scale, inv_div, key)
   return kernels.fused_attention(qkv, acc if carry else None, bias, fparams, iparams, spec)
 
 
@@ -175,6 +182,46 @@ def test_triton_backward_on_tiles_that_are_not_square_float32(keys, rows):
   spec = _spec('triton', False, True, block_bwd=keys, block_bwd_rows=rows)
   kernel, einsum = _kernel_and_einsum(spec, _inputs(), 1.0, jax.random.key(5), False)
   _assert_kernel_matches(kernel, einsum, 1e-5, False)
+
+
+# The carried backward as the layer stack calls it (score_paths/carried.py): carries in and
+# out, acc_{l-1} rebuilt, threefry dropout, a padded sequence; dQ read back from g_{l-1} by
+# `query_gradient` (no atomic update left) or added atomically, whichever the estimate picks.
+@pytest.mark.parametrize('path', ['read_back', pytest.param('atomic', marks=pytest.mark.slow)])
+def test_triton_carried_backward_either_dq_path_equals_einsum_path_float32(path):
+  spec = _spec('triton', True, True)
+  qkv, acc, bias, scale = _inputs()
+  key, inv_div = jax.random.key(4), 1 / 3
+  fparams, iparams = _params(scale, inv_div, key)
+  g_out = jnp.cos(jnp.arange(B * L * H * K, dtype=jnp.float32)).reshape(B, L, H, K)
+  g_acc = 0.1 * jnp.sin(jnp.arange(B * H * L * L, dtype=jnp.float32)).reshape(B, H, L, L)
+
+  def kernel(qkv, acc):
+    out, lse, acc_out, bits = fused.kernel_forward(qkv, acc, bias, fparams, iparams, spec)
+    grads = fused.attention_backward(
+      qkv, acc_out, g_acc, bias, fparams, iparams, out, lse, bits, g_out, spec, rebuild=True
+    )
+    return out, acc_out, grads
+
+  def einsum(qkv, acc):
+    outputs, vjp = jax.vjp(
+      lambda x, a: _reference(x, a, bias, scale, inv_div, key, True, jnp.float32), qkv, acc
+    )
+    return outputs, vjp((g_out, g_acc))
+
+  with triton_attention.dq_path(path):
+    out, acc_out, (dqkv, g_acc_in, acc_in) = jax.jit(kernel)(qkv, acc)
+    jaxpr = str(jax.make_jaxpr(kernel)(qkv, acc))
+  (ref_out, ref_acc), (ref_dqkv, ref_g_acc_in) = jax.jit(einsum)(qkv, acc)
+  _assert_close(out, ref_out, 1e-5)
+  _assert_close(acc_out, ref_acc, 1e-6)
+  for part in range(3):  # dQ, dK, dV each against its own scale
+    _assert_close(dqkv[:, :, part], ref_dqkv[:, :, part], 1e-5)
+  _assert_close(g_acc_in, ref_g_acc_in, 1e-5)
+  _assert_close(acc_in, acc, 1e-6)  # acc_{l-1} = acc_l - s
+  read_back = path == 'read_back'
+  assert ('realformer_attention_dq' in jaxpr) == read_back
+  assert ('atomic_rmw' in jaxpr) == (not read_back)
 
 
 @pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])

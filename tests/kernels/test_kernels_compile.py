@@ -19,7 +19,7 @@ KERNELS = {
   'h100_tiny_realformer': {
     'realformer_attention_fwd',
     'realformer_attention_bwd',
-    'attention_store_dq',
+    'realformer_attention_dq',
   },
   'v5e_tiny_post': {'flash_attention_fwd', 'flash_attention_dkv', 'flash_attention_dq'},
   'v5e_tiny_realformer': {

@@ -15,20 +15,28 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           blocks, recomputing p = exp(z - m - log l), reading the mask, accumulating dK and dV. With
           residual attention it reads acc_l and the carried gradient g_l and writes
           g_{l-1} = g_l + dz * inv_div (and, when asked, acc_{l-1} = acc_l - s, so the layer
-          below needs no saved sum), in place; each tile's dQ share goes to a float32 dQ by
-          atomic adds (FlashAttention-2's scheme; the (batch, head) slice added to, 128 KB at
-          L = 512, K = 64, stays in L2 while that head's programs run), because reading the
-          written gradient again would cost 4 more bytes per score element. Without residual
-          attention a second loop of the program recomputes its query block's dQ instead.
+          below needs no saved sum), in place. dQ = scale g_{l-1} K is then a second kernel's
+          (`query_gradient`, grid (query blocks, B, H)): a program reads its rows of the
+          gradient just written and walks the key blocks, one [L, L] x [L, K] product and 4
+          bytes of HBM per score element, written straight into the dQ part of the gradient.
+          The other way, still taken at head sizes below 64 (`reads_dq_back`: the estimate prefers
+          it at some of those shapes), adds each tile's dQ share into a float32 dQ atomically in the
+          loop (FlashAttention-2's scheme): K / block atomic updates per score element, one at K =
+          64, what bounded the backward by the estimate (1.84 ms a layer at BERT-Large 32 x 512 on
+          an H200), and the one scores-carry step measured (H200, L = 16,384) ran 1.18 s against
+          0.77 s estimated, put down to those atomics' contention (docs/performance.md, issue 64).
+          Without residual attention there is no gradient to read back: a second loop of the
+          same program recomputes its query block's dQ instead.
           Given no mask (`bits=None`, a rematerialised layer that keeps none), each of its two
           loops draws the tiles it needs (the forward's hash, dropout_tiles.py): no separate
           pass and no [L, L]-sized buffer, the hash twice per element instead of once; or,
           with `spec.mask_pass`, `draw_mask` first draws the layer's whole mask (the hash once,
           one layer's bits in memory) and both loops read it.
 HBM traffic per score element: forward 4 B read + 4 B write with residual attention, else 0;
-backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}). Matmuls: 2 [L, L] x [L, K]
-products forward; backward 5 with residual attention (Q K^T, dO V^T, dV, dK, dQ), 7 without
-(the dQ loop recomputes Q K^T and dO V^T).
+backward 4 + 4 read, 4 written (+4 when rebuilding acc_{l-1}), and the dQ kernel's 4 read.
+Matmuls: 2 [L, L] x [L, K] products forward; backward 4 with residual attention (dO V^T, dV,
+dK, and Q K^T only when rebuilding acc_{l-1}) plus the dQ kernel's 1, 7 without (the dQ loop
+recomputes Q K^T and dO V^T).
 q, k and v are read straight from the fused projection's [B, L, 3, H, K] output (one operand:
 a program's (batch, head) slice, rows and parts picked in the kernel), and the gradient is
 written into one [B, L, 3, H, K] array, so no slices or concatenations surround the kernels.
@@ -40,7 +48,10 @@ head) slice read by many programs, or an array updated in place, as read whole.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+from typing import Iterator, Optional
 
 import jax
 import jax.numpy as jnp
@@ -311,6 +322,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
       # each program reloads the k, v tiles and the bias row per key block (q: once)
       reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
+      tile=block_q * spec.block_k,
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
@@ -396,7 +408,8 @@ def _backward_kernel(
       g_acc_in_ref[qs, :] = g
       if rebuild:
         acc_in_ref[qs, :] = acc - s
-      plgpu.atomic_add(dq_ref, (qs, slice(None)), tm.dot(ds, k))
+      if dq_ref is not None:  # the atomic path (`reads_dq_back`)
+        plgpu.atomic_add(dq_ref, (qs, slice(None)), tm.dot(ds, k))
     dv = dv + tm.t_dot(p_dropped, do)
     dk = dk + tm.t_dot(ds, q)
     return dk, dv
@@ -406,7 +419,7 @@ def _backward_kernel(
   dqkv_ref[:, 1, :] = dk.astype(dqkv_ref.dtype)
   dqkv_ref[:, 2, :] = dv.astype(dqkv_ref.dtype)
   if spec.carry_out:
-    return
+    return  # dQ: added atomically above, or `query_gradient`'s from the g_{l-1} just written
 
   # Without a carried gradient to re-read, dQ is cheapest recomputed: a second loop of the
   # same program over every key block (`rows` keys a step), for the query block with this
@@ -450,9 +463,10 @@ def backward(
   width = pack_width(spec)
   stat_spec = pl.BlockSpec((None, None, seq_len), lambda j, b, h: (b, h, 0))
   column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
+  carry = spec.carry_out
+  reads = spec.dropout and not draws  # the forward's bits
+  atomic = carry and not reads_dq_back(qkv.shape[-1])
   dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
-  carry, dropout = spec.carry_out, spec.dropout
-  reads = dropout and not draws  # the forward's bits
   # The mask: a column strip for the dK / dV loop, a row strip for the dQ loop.
   column_bits = pl.BlockSpec((None, None, seq_len, block // width), lambda j, b, h: (b, h, 0, j))
   row_bits = pl.BlockSpec((None, None, block, seq_len // width), lambda j, b, h: (b, h, j, 0))
@@ -469,31 +483,31 @@ def backward(
     pl.BlockSpec((4,), lambda j, b, h: (0,)),
     column_bits if reads else None,
     row_bits if reads and not carry else None,
-    dq_spec if carry else None,
+    dq_spec if atomic else None,
   ]
   scores_shape = jax.ShapeDtypeStruct((batch, heads, seq_len, seq_len), jnp.float32)
   dq_shape = jax.ShapeDtypeStruct((batch, seq_len, heads, head_dim), jnp.float32)
   out_shape = [
     jax.ShapeDtypeStruct(qkv.shape, qkv.dtype),
-    dq_shape if carry else None,
+    dq_shape if atomic else None,
     scores_shape if carry else None,
     scores_shape if carry and rebuild else None,
   ]
   # Program j writes rows j of dK, dV (parts 1, 2) and, without residual attention, of dQ.
   out_specs = [
     pl.BlockSpec((None, block, 3, None, head_dim), lambda j, b, h: (b, j, 0, h, 0)),
-    dq_spec if carry else None,
+    dq_spec if atomic else None,
     column_spec if carry else None,
     column_spec if carry and rebuild else None,
   ]
-  rows = batch * seq_len * heads * head_dim * qkv.dtype.itemsize
-  elements = batch * heads * seq_len * seq_len
-  # In place: dQ accumulates over the zeros it is given (the last input present);
-  # column strip by column strip, g_{l-1} over g_l and acc_{l-1} over acc_l.
+  # In place: column strip by column strip, g_{l-1} over g_l and acc_{l-1} over acc_l; on the
+  # atomic path dQ accumulates over the zeros it is given (the last input present).
+  # (Flattened inputs and outputs: the Nones are not counted.)
   aliases = {}
   if carry:
-    dq_input = 10 + int(reads)  # flattened inputs: the Nones are not counted
-    aliases = {dq_input: 1, 6: 2, 5: 3} if rebuild else {dq_input: 1, 6: 2}
+    aliases = {6: 1 + atomic, 5: 2 + atomic} if rebuild else {6: 1 + atomic}
+  if atomic:
+    aliases[10 + int(reads)] = 1
   dqkv, dq, g_acc_in, acc_in = pl.pallas_call(
     functools.partial(_backward_kernel, spec=spec, rebuild=rebuild, draws=draws),
     grid=(seq_len // block, batch, heads),
@@ -503,28 +517,7 @@ def backward(
     interpret=spec.interpret,
     compiler_params=_backward_params(spec, head_dim),
     input_output_aliases=aliases,
-    metadata=_cost_metadata(
-      elements,
-      head_dim,
-      seq_len,
-      passes=5 if carry else 7,
-      score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + reads / 8,
-      # q, k, v, dO in; dK, dV and dQ out (dQ: float32 zeros in, float32 out).
-      row_bytes=4 * rows + 2 * rows + (4 * rows if carry else rows),
-      # one pass over the tiles with residual attention, two without (the dQ loop)
-      float_ops=(14 + 2 * carry + rebuild + 4 * dropout) * (1 if carry else 2),
-      exps=1 if carry else 2,
-      # per loop: unpacking the forward's bits, or drawing the mask (the forward's hash)
-      int_ops=(3 if reads else HASH_OPS_PER_ELEMENT[spec.generator] + 2 if draws else 0)
-      * (1 if carry else 2),
-      # per step of `rows` queries: q, dO and three float32 row statistics, used against the
-      # program's `block` keys; without residual attention the dQ loop's k, v tiles and bias
-      # row per step of `rows` keys, used against its `block` queries
-      reloads=(2 * head_dim * qkv.dtype.itemsize + 12) / block
-      + (0 if carry else (2 * head_dim * qkv.dtype.itemsize + 4) / block),
-      # with residual attention each tile's [rows, K] float32 dQ share is added atomically
-      atomics=head_dim / block if carry else 0,
-    ),
+    metadata=_backward_cost(spec, qkv.shape, qkv.dtype, rebuild, reads, draws, atomic),
     name='realformer_attention_bwd' if carry else 'flash_attention_bwd',
   )(
     qkv,
@@ -538,11 +531,105 @@ def backward(
     iparams,
     bits if reads else None,
     bits if reads and not carry else None,
-    jnp.zeros(dq_shape.shape, jnp.float32) if carry else None,
+    jnp.zeros(dq_shape.shape, jnp.float32) if atomic else None,
   )
-  if carry:
+  if atomic:
     dqkv = _store_query_gradient(dq, dqkv, spec)
+  elif carry:
+    dqkv = query_gradient(g_acc_in, qkv, fparams, dqkv, spec)
   return dqkv, g_acc_in, acc_in
+
+
+def _backward_cost(spec, shape, dtype, rebuild, reads, draws, atomic) -> dict:
+  """What the backward states it costs (`_cost_metadata`), for qkv of `shape` and `dtype`;
+  `atomic`: with residual attention, dQ added atomically in its loop (else `query_gradient`)."""
+  batch, seq_len, _, heads, head_dim = shape
+  carry, block, itemsize = spec.carry_out, spec.block_bwd, jnp.dtype(dtype).itemsize
+  rows = batch * seq_len * heads * head_dim * itemsize
+  return _cost_metadata(
+    batch * heads * seq_len * seq_len,
+    head_dim,
+    seq_len,
+    # with residual attention dO V^T, dV, dK, Q K^T only to rebuild acc_{l-1}, dQ only on the
+    # atomic path; without, Q K^T and dO V^T in both loops, dV, dK and dQ
+    passes=3 + int(rebuild) + int(atomic) if carry else 7,
+    score_bytes=(4 * (3 + int(rebuild)) if carry else 0) + reads / 8,
+    # q, k, v, dO in; dK, dV out; dQ: without residual attention out, on the atomic path
+    # float32 zeros in and float32 out
+    row_bytes=4 * rows + 2 * rows + (4 * rows if atomic else 0 if carry else rows),
+    # one pass over the tiles with residual attention, two without (the dQ loop)
+    float_ops=(14 + 2 * carry + rebuild + 4 * spec.dropout) * (1 if carry else 2),
+    exps=1 if carry else 2,
+    # per loop: unpacking the forward's bits, or drawing the mask (the forward's hash)
+    int_ops=(3 if reads else HASH_OPS_PER_ELEMENT[spec.generator] + 2 if draws else 0)
+    * (1 if carry else 2),
+    # per step of `rows` queries: q, dO and three float32 row statistics, used against the
+    # program's `block` keys; without residual attention the dQ loop's k, v tiles and bias
+    # row per step of `rows` keys, used against its `block` queries
+    reloads=(2 * head_dim * itemsize + 12) / block
+    + (0 if carry else (2 * head_dim * itemsize + 4) / block),
+    # on the atomic path each tile's [rows, K] float32 dQ share is added atomically
+    atomics=head_dim / block if atomic else 0,
+    tile=spec.backward_rows * block,  # both loops: rows x block, block x rows
+  )
+
+
+def _query_gradient_kernel(g_ref, qkv_ref, f_ref, _, dq_ref, *, spec: KernelSpec):
+  # grid (query block, batch, head): the block's rows of g_{l-1}, every key block in turn
+  seq_len, block_k = g_ref.shape[1], spec.block_k
+  scale = f_ref[0]
+
+  def body(j, dq):
+    ks = pl.ds(pl.multiple_of(j * block_k, block_k), block_k)
+    k = qkv_ref[ks, 1, :]
+    # dS in the compute dtype, as the dK loop forms it from the same float32 g
+    return dq + tm.dot((g_ref[:, ks] * scale).astype(k.dtype), k)
+
+  zeros = jnp.zeros((spec.block_q, qkv_ref.shape[-1]), jnp.float32)
+  dq_ref[...] = lax.fori_loop(0, seq_len // block_k, body, zeros).astype(dq_ref.dtype)
+
+
+def query_gradient(g, qkv, fparams, dqkv, spec: KernelSpec):
+  """dqkv with part 0 = dQ = scale g K, in place, from the float32 carried gradient g_{l-1}
+  [B, H, L, L] the backward wrote (module docstring); parts 1 and 2 (dK, dV) untouched."""
+  batch, seq_len, _, heads, head_dim = dqkv.shape
+  block = spec.block_q
+  part0 = pl.BlockSpec((None, block, None, None, head_dim), lambda i, b, h: (b, i, 0, h, 0))
+  return pl.pallas_call(
+    functools.partial(_query_gradient_kernel, spec=spec),
+    grid=(seq_len // block, batch, heads),
+    in_specs=[
+      pl.BlockSpec((None, None, block, seq_len), lambda i, b, h: (b, h, i, 0)),
+      _head_spec(seq_len, head_dim),
+      pl.BlockSpec((None, 2), lambda i, b, h: (b, 0)),
+      part0,
+    ],
+    out_specs=part0,
+    out_shape=jax.ShapeDtypeStruct(dqkv.shape, dqkv.dtype),
+    input_output_aliases={3: 0},
+    interpret=spec.interpret,
+    compiler_params=_compiler_params(head_dim),
+    metadata=_query_gradient_cost(spec, dqkv.shape, dqkv.dtype),
+    name='realformer_attention_dq',
+  )(g, qkv, fparams, dqkv)
+
+
+def _query_gradient_cost(spec: KernelSpec, shape, dtype) -> dict:
+  batch, seq_len, _, heads, head_dim = shape
+  itemsize = jnp.dtype(dtype).itemsize
+  return _cost_metadata(
+    batch * heads * seq_len * seq_len,
+    head_dim,
+    seq_len,
+    passes=1,
+    score_bytes=4,  # g_{l-1}, read once
+    row_bytes=2 * batch * seq_len * heads * head_dim * itemsize,  # K in, dQ out
+    float_ops=1,  # the scale
+    exps=0,
+    int_ops=0,
+    reloads=head_dim * itemsize / spec.block_q,  # a program reloads the K tile per key block
+    row_stats=False,
+  )
 
 
 def _store_kernel(dq_ref, _, dqkv_ref):
@@ -550,13 +637,12 @@ def _store_kernel(dq_ref, _, dqkv_ref):
 
 
 def _store_query_gradient(dq, dqkv, spec: KernelSpec):
-  """dqkv with part 0 = dQ (float32 -> the compute dtype), in place. A kernel, not XLA's
-  dynamic-update-slice: XLA fused that update into the bias gradient's reduction as well,
-  which kept the old dqkv alive and cost a copy of it."""
+  """dqkv with part 0 = dQ (float32 -> the compute dtype), in place: the atomic path's last
+  step. A kernel, not XLA's dynamic-update-slice: XLA fused that update into the bias
+  gradient's reduction as well, which kept the old dqkv alive and cost a copy of it."""
   batch, seq_len, _, heads, head_dim = dqkv.shape
   block = spec.block_q
   part0 = pl.BlockSpec((None, block, None, None, head_dim), lambda i, b, h: (b, i, 0, h, 0))
-  rows = batch * seq_len * heads * head_dim * dqkv.dtype.itemsize
   return pl.pallas_call(
     _store_kernel,
     grid=(seq_len // block, batch, heads),
@@ -566,14 +652,57 @@ def _store_query_gradient(dq, dqkv, spec: KernelSpec):
     input_output_aliases={1: 0},
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim),
-    metadata={  # float32 in, 16-bit out; each tile moved once
-      'flops': '0',
-      'bytes_accessed': str(3 * rows),
-      'l2_bytes': str(3 * rows),
-      'atomics': '0',
-    },
+    metadata=_store_cost(dqkv.shape, dqkv.dtype),
     name='attention_store_dq',
   )(dq, dqkv)
+
+
+def _store_cost(shape, dtype) -> dict:
+  rows = math.prod(shape) // 3 * jnp.dtype(dtype).itemsize
+  return {  # float32 in, 16-bit out; each tile moved once
+    'flops': '0',
+    'bytes_accessed': str(3 * rows),
+    'l2_bytes': str(3 * rows),
+    'atomics': '0',
+  }
+
+
+_dq_path: Optional[str] = None  # `dq_path`'s, in force
+
+
+@contextlib.contextmanager
+def dq_path(path: str) -> Iterator[None]:
+  """Carried backwards traced inside take dQ by `path`, 'read_back' or 'atomic', whatever the
+  estimate says (`reads_dq_back`): the tests hold both paths to the einsum path."""
+  global _dq_path
+  if path not in ('read_back', 'atomic'):
+    raise ValueError(f"error: dq_path={path!r}: must be 'read_back' or 'atomic'")
+  before, _dq_path = _dq_path, path
+  try:
+    yield
+  finally:
+    _dq_path = before
+
+
+# The smallest head size at which the carried backward reads dQ back. Distilled from the
+# estimate (aot/roofline.stated_seconds on what the kernels state: the kernels sit below the
+# estimator and cannot ask it): swept over B 1-32, H 1-16, L 128-16,384, bf16, H100 and H200,
+# reading back is the cheaper at every shape with head size 64 or 128 (0.30-0.78x the atomic
+# path), and at head sizes 16 / 32 the cheaper at some shapes only (0.76-1.48x; the atomics win
+# where a grid of one or two heads leaves SMs idle); keeping the atomics there costs at most
+# 1.15x the estimated best and is the path those shapes took before. tests/aot/
+# test_dq_path_rule.py holds this rule to the estimator over that sweep.
+READ_BACK_MIN_HEAD_DIM = 64
+
+
+def reads_dq_back(head_dim: int) -> bool:
+  """Whether a carried backward takes dQ from `query_gradient` (True) or adds it atomically in
+  its loop (`READ_BACK_MIN_HEAD_DIM`; `dq_path` forces either). Read back: the backward without
+  its atomics and dQ product, plus `query_gradient`. Atomic: the backward with them, the
+  float32 dQ zeroed and `_store_query_gradient`."""
+  if _dq_path is not None:
+    return _dq_path == 'read_back'
+  return head_dim >= READ_BACK_MIN_HEAD_DIM
 
 
 def _compiler_params(head_dim: int):
@@ -621,18 +750,24 @@ def _cost_metadata(
   int_ops: int,
   reloads: float = 0.0,
   atomics: float = 0.0,
+  row_stats: bool = True,
+  tile: int = 0,
 ) -> dict:
   """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
   read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
   (batch, head)); HBM bytes: `score_bytes` per score element (float32 sums and gradients read
   or written once, mask bits) plus `row_bytes` of [B, L, H, K]-sized traffic (K and V tiles
   that several programs read come from L2: a (batch, head) slice is ~100 KB at L = 512), plus
-  the row statistics; and per score element the float ops (scale, sums, softmax, dropout,
-  gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA cores.
+  the row statistics (`row_stats`); and per score element the float ops (scale, sums, softmax,
+  dropout, gradient arithmetic), exps and integer ops (mask hashing or unpacking) on the CUDA
+  cores.
   `l2_bytes`: the HBM bytes plus every tile a program loads again, `reloads` bytes per score
   element, and 4 bytes per atomic update; `atomics`: global atomic element updates, `atomics`
-  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py)."""
-  stats = 12 * elements // seq_len  # float32 m, log l and delta per row
+  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py).
+  `tile`: the score elements a program covers per trip of its element loops (rows x columns),
+  stated as `tile_elements`: what aot/sass.py divides a loop's instructions by (over the
+  program's threads), not a count of exponentials, which is the compiler's to choose."""
+  stats = 12 * elements // seq_len if row_stats else 0  # float32 m, log l and delta per row
   hbm = int(score_bytes * elements + row_bytes + stats)
   return {
     'flops': str(int(2 * passes * elements * head_dim)),
@@ -642,4 +777,5 @@ def _cost_metadata(
     'int_ops': str(int(int_ops * elements)),
     'l2_bytes': str(int(hbm + (reloads + 4 * atomics) * elements)),
     'atomics': str(int(atomics * elements)),
+    **({'tile_elements': str(int(tile))} if tile else {}),
   }

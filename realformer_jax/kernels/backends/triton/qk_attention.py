@@ -190,6 +190,7 @@ def _forward_cost_of(spec, layers, batch, rows, cols, heads, head_dim, dtype) ->
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
+    tile=block_q * block_k,
   )
 
 
@@ -426,6 +427,7 @@ def _score_gradient_cost_of(
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
+    tile=rows * block,
   )
 
 

@@ -427,7 +427,7 @@ def _score_gradient_cost_of(
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
-    tile=rows * block,
+    tile=step_rows * block,
   )
 
 

@@ -3,6 +3,7 @@
   python -m benchmarks.data_files_scaling                          # ~30 MB as 8 ... 100,000 files
   python -m benchmarks.data_files_scaling --files=8,1000,10000     # without the 100,000 row
   python -m benchmarks.data_files_scaling --mb=0.3 --files=4,40    # CI smoke (the test)
+  python -m benchmarks.data_files_scaling --files=100000 --reading_only  # the estimate alone
 
 One generated text (words drawn from the embedded corpus's frequencies, as in
 benchmarks/data_throughput.py; documents of 1-4 sentences, ~250 bytes, so even 100,000 files
@@ -12,6 +13,10 @@ Each N is prepared end to end (tokenizer training included) with 2 workers in a 
 on a fresh data_dir (benchmarks.data_throughput.run_prepare); the largest N is also read with
 the tokenizer given by 1 and 2 workers, timing the reading phase (start-up of the workers
 included: they encode after it).
+Then the reading phase alone (file_corpus.open_corpus) of the largest N, 1 and 2 workers, splits
+the preparing process's CPU seconds into its serial part and its part beside the workers, and
+ESTIMATES the 2-worker speed-up on 2 idle cores from them (Amdahl; `reading_estimate`): on a
+loaded machine wall-clock ratios measure the load. `--reading_only` runs just that.
 Printed: MB/s, the per-file overhead against the 8-file run, peak RSS (the preparing process
 plus its largest worker), the time ratio of the largest N to 1,000 files, and PASS / MISS
 against issue 70's targets (2 cores, 2 workers): the largest N within 1.3x of 1,000 files'
@@ -23,8 +28,11 @@ directory), never in the repository.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,12 +86,109 @@ def write_files(directory: str, documents: list[str], num_files: int) -> tuple[s
   return os.path.join(directory, 'part-*', '*.txt'), written
 
 
+def child_reading(args_json: str) -> None:
+  """In a fresh process: the reading phase alone (file_corpus.open_corpus: the listing, the
+  checks, the chunks read, the manifest), then its figures as JSON: wall seconds; this
+  process's CPU seconds beside the workers (while jobs it gave them, the files' checks or the
+  chunks' reading, are in flight: from the first job asked for to the last result) and
+  outside those windows (serial: the workers wait for it); the workers' CPU seconds, less
+  their start-up, measured first on a pool of the same size that runs empty jobs."""
+  from realformer_jax.data import config as config_lib  # pylint: disable=import-outside-toplevel
+  from realformer_jax.data import file_corpus, workers  # pylint: disable=import-outside-toplevel
+
+  args = json.loads(args_json)
+  num_workers = args.pop('workers')
+  config = config_lib.data_config(data_throughput.data_config(**args))
+  start_up = 0.0
+  if num_workers > 1:
+    list(workers.ordered_results(file_corpus.held_out_field, [''] * 2 * num_workers, num_workers))
+    workers.close_all()
+    start_up = _workers_cpu_seconds()
+  windows = []  # [CPU seconds at the first job asked for, at the last result] per phase
+  ordered_results = workers.ordered_results
+
+  def timed(fn, jobs, count):
+    jobs = list(jobs)
+    if count <= 1 or len(jobs) <= 1:  # run here: serial
+      yield from ordered_results(fn, jobs, count)
+      return
+    window = [time.process_time()] * 2
+    windows.append(window)
+    for result in ordered_results(fn, jobs, count):
+      window[1] = time.process_time()
+      yield result
+
+  workers.ordered_results = timed
+  cpu, wall = time.process_time(), time.perf_counter()
+  file_corpus.open_corpus(config, args['data_dir'], num_workers)
+  cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+  workers.close_all()
+  beside = sum(last - first for first, last in windows)
+  print(json.dumps({
+    'seconds': wall, 'serial_cpu_seconds': cpu - beside, 'beside_workers_cpu_seconds': beside,
+    'workers_cpu_seconds': _workers_cpu_seconds() - start_up, 'start_up_cpu_seconds': start_up,
+  }))  # fmt: skip
+
+
+def _workers_cpu_seconds() -> float:
+  """The CPU seconds of this process's ended (joined) children."""
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def reading_estimate(files_glob: str, eval_file: str, root: str) -> dict:
+  """The reading phase alone with 1 and 2 workers (`child_reading`), and the speed-up
+  ESTIMATED for 2 idle cores from their CPU seconds (Amdahl): 1 worker takes all its CPU
+  seconds; 2 workers the serial part, one worker's start-up (both start at once) and half
+  of the rest (the workers' and this process's beside them)."""
+  runs = {}
+  for num_workers in (1, 2):
+    child = dict(
+      train_files=files_glob, eval_files=eval_file, workers=num_workers,
+      data_dir=os.path.join(root, f'cache-reading-{num_workers}'),
+    )  # fmt: skip
+    out = subprocess.run(
+      [sys.executable, '-m', 'benchmarks.data_files_scaling', '--child_reading', json.dumps(child)],
+      stdout=subprocess.PIPE, text=True, check=True,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    runs[num_workers] = json.loads(out)
+  one, two = runs[1], runs[2]
+  one_s = one['serial_cpu_seconds'] + one['beside_workers_cpu_seconds']
+  parallel = two['workers_cpu_seconds'] + two['beside_workers_cpu_seconds']
+  two_s = two['serial_cpu_seconds'] + two['start_up_cpu_seconds'] / 2 + parallel / 2
+  for n, run in runs.items():
+    print(
+      f'reading phase alone, {n} worker(s): {run["seconds"]:.2f} s wall; CPU s: preparing '
+      f'process serial {run["serial_cpu_seconds"]:.2f}, beside the workers '
+      f'{run["beside_workers_cpu_seconds"]:.2f}; workers {run["workers_cpu_seconds"]:.2f} '
+      f'(+ start-up {run["start_up_cpu_seconds"]:.2f})',
+      flush=True,
+    )
+  estimate = one_s / two_s
+  print(
+    f'ESTIMATED for 2 idle cores from CPU seconds (Amdahl; not a measurement): reading with 1 '
+    f'worker {one_s:.2f} s, with 2 {two["serial_cpu_seconds"]:.2f} serial + '
+    f'{two["start_up_cpu_seconds"] / 2:.2f} start-up + {parallel:.2f} / 2 = {two_s:.2f} s: '
+    f'{estimate:.2f}x (measured wall clock: {one["seconds"] / two["seconds"]:.2f}x)',
+    flush=True,
+  )
+  return {'runs': runs, 'estimated_speedup': estimate}
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--mb', type=float, default=30, help='text in every corpus (MB)')
   parser.add_argument('--files', default='8,1000,10000,100000', help='file counts')
   parser.add_argument('--root', default='', help='where the corpora go (default: $TMPDIR)')
+  parser.add_argument(
+    '--reading_only', action='store_true',
+    help='only the reading phase of the largest N, 1 and 2 workers, with the ESTIMATED speed-up',
+  )  # fmt: skip
+  parser.add_argument('--child_reading', default='', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  if args.child_reading:
+    child_reading(args.child_reading)
+    return {}
   counts = sorted({int(n) for n in args.files.split(',')})
   import realformer_jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   from realformer_jax.studies.machine import machine_info  # pylint: disable=import-outside-toplevel
@@ -102,11 +207,18 @@ def main(argv=None) -> dict:
     eval_file = os.path.join(root, 'eval.txt')
     with open(eval_file, 'w') as f:
       f.write('\n\n'.join(write_documents(0.2, words[::-1], probabilities)[:400]) + '\n')
+    if args.reading_only:
+      counts = counts[-1:]
     for num_files in counts:
       start = time.perf_counter()
       train, num_bytes = write_files(os.path.join(root, f'files-{num_files}'), documents, num_files)
       print(f'{num_files:,} files: {num_bytes / 1e6:.1f} MB written in '
             f'{time.perf_counter() - start:.0f} s', flush=True)  # fmt: skip
+      if args.reading_only:
+        results['reading_estimate'] = reading_estimate(train, eval_file, root)
+        results['load_avg_end'] = os.getloadavg()
+        print(f'load avg {results["load_avg_end"][0]:.2f} (1 min) at the end')
+        return results
       child = dict(train_files=train, eval_files=eval_file)
       run = data_throughput.run_prepare(
         f'{num_files:,} files end to end',
@@ -131,6 +243,8 @@ def main(argv=None) -> dict:
         results['runs'][reading_n]['source_mb'] * 1e6,
         num_workers,
       )
+    files_glob = os.path.join(root, f'files-{reading_n}', 'part-*', '*.txt')
+    results['reading_estimate'] = reading_estimate(files_glob, eval_file, root)
   finally:
     shutil.rmtree(root, ignore_errors=True)
   return report(results, counts, reading_n, reading)

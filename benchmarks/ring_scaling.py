@@ -8,21 +8,17 @@
 Each row is the real `python -m experiments.compile --config=configs/long_context.py:tokens=T
 --target=NAME:D --dump=DIR/<row>` (deviceless: XLA's memory for the target and the kernel
 roofline's ESTIMATE, never a measurement); a row whose DIR/<row>/report.json exists is read,
-not compiled again (~1-2 min each on 2 cores). The 1-device row runs the one-device kernels
+not compiled again (~3-5 min each on 2 loaded cores). The 1-device row runs the one-device kernels
 (no ring); every other row names the ring's per-block op as the compile reports it. The last
-line is issue 65's target: the largest ring step <= 1.3 x D x the one-device step (PASS /
-MISS). A kernel that states no cost to the estimator is flagged (*): its work is then costed by
-its bytes only, and the row's step is an underestimate. The fused qk forward's ring block
-kernel is such a kernel (it states nothing yet); at a fixed length per device each of its calls
-is one [L/D, L/D] block of the one-device forward kernel's shape and loops, so the row also
-gives the step with each call costed as the 1-device row's forward kernel call ("adjusted",
-from the dumps' kernels.csv), and the verdict judges that.
+lines are issue 65's target: the largest ring step <= 1.3 x D x the one-device step (PASS /
+MISS), per op. A kernel that states no cost to the estimator is flagged (*): its work is then
+costed by its bytes only, and the row's step is an underestimate. The ring's fused qk block
+kernels (forward, and the backward's dS kernel) state theirs as the one-device ones do.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -33,13 +29,10 @@ from realformer_jax.units import GiB
 
 CONFIG = 'configs/long_context.py'
 # Per-block ops: the model.attention_impl that selects each (kernels/ring_attention.py).
-BLOCK_OPS = {'einsum': (), 'fused_qk_forward': ('--config.model.attention_impl=pallas_triton',)}
+# 'fused_qk': the Triton qk block kernels, forward and backward.
+BLOCK_OPS = {'einsum': (), 'fused_qk': ('--config.model.attention_impl=pallas_triton',)}
 TARGET_RATIO = 1.3  # issue 65: the ring's step <= 1.3 x D x the one-device step
 NO_COST = 'states no FLOPs'
-# Kernel names (the pallas_call's name, in kernels.csv's op_name): the ring's fused block
-# forward, and the one-device forward whose calls it repeats at a fixed length per device.
-RING_BLOCK_FORWARD = 'realformer_qk_ring_block_fwd'
-ONE_DEVICE_FORWARD = 'realformer_qk_attention_fwd'
 
 
 def row_name(target: str, devices: int, op: str) -> str:
@@ -66,27 +59,6 @@ def compile_row(out: str, target: str, devices: int, tokens: int, op: str) -> di
     return dict(json.load(f), dump=dump)
 
 
-def _kernel_rows(report: dict, name: str) -> list[dict]:
-  """kernels.csv rows of the pallas_call `name` in the row's dump (none without a dump)."""
-  path = os.path.join(report.get('dump', ''), 'kernels.csv')
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [r for r in csv.DictReader(f) if f'{name}/pallas_call' in r['op_name']]
-
-
-def adjusted_seconds(report: dict, reference: dict) -> Optional[float]:
-  """The step with each uncosted ring block forward call costed as one call of the 1-device
-  row's forward kernel (None where the row has no such call, or the reference no kernel)."""
-  calls = [r for r in _kernel_rows(report, RING_BLOCK_FORWARD) if NO_COST in r['warning']]
-  one = _kernel_rows(reference, ONE_DEVICE_FORWARD)
-  if not calls or not one:
-    return None
-  count = sum(int(r['count']) for r in calls)
-  counted = sum(float(r['ms_total']) for r in calls) / 1e3
-  return report['estimate']['seconds'] - counted + count * float(one[0]['us_each']) / 1e6
-
-
 def table(reports: Sequence[tuple[int, int, dict]], reference: dict) -> list[str]:
   """Markdown rows of (devices, tokens, report) against the one-device `reference` report."""
   one = reference['estimate']['seconds']
@@ -104,10 +76,7 @@ def table(reports: Sequence[tuple[int, int, dict]], reference: dict) -> list[str
     hops = f'{ring["hops"]:,}, {ring["link_bytes"] / 1e9:,.0f} GB' if ring else ''
     flag = ' (*)' if any(NO_COST in w for w in estimate['warnings']) else ''
     step = f'{estimate["seconds"]:.1f} s{flag}'
-    adjusted = adjusted_seconds(report, reference)
-    if adjusted is not None:
-      step += f', adjusted {adjusted:.1f} s'
-    ratio = (adjusted or estimate['seconds']) / (devices * one)
+    ratio = estimate['seconds'] / (devices * one)
     lines.append(
       f'| {devices} | {tokens:,} | {op} | {memory["needed"] / GiB:.1f} GiB ({spare:.1f} to '
       f'spare) | {step} | {link} | {hops} | {ratio:.2f}x |'
@@ -116,13 +85,12 @@ def table(reports: Sequence[tuple[int, int, dict]], reference: dict) -> list[str
 
 
 def verdict(devices: int, report: dict, reference: dict) -> str:
-  """PASS / MISS of the (adjusted, where it has one) step against the target."""
-  adjusted = adjusted_seconds(report, reference)
-  step, one = adjusted or report['estimate']['seconds'], reference['estimate']['seconds']
+  """PASS / MISS of the step against the target."""
+  step, one = report['estimate']['seconds'], reference['estimate']['seconds']
   ratio = step / (devices * one)
   return (
     f'{"PASS" if ratio <= TARGET_RATIO else "MISS"} (ESTIMATED): {devices} devices, '
-    f'{report["estimate"].get("ring_block_op")}: {"adjusted " if adjusted else ""}{step:.1f} s '
+    f'{report["estimate"].get("ring_block_op")}: {step:.1f} s '
     f'= {ratio:.2f}x {devices} x the one-device step ({one:.1f} s), target <= {TARGET_RATIO}x'
   )
 

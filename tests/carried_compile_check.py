@@ -6,7 +6,8 @@ deviceless for an H100 (realformer_jax/aot/targets.py) at head size 64, bf16, dr
 one JSON line: the Pallas kernels in the optimized program and what each states it costs, the
 atomic updates in their bodies (`atomic_rmw` in the jaxpr), and from the PTX XLA dumped, each
 kernel's SASS for sm_90a (aot/sass.py): its global atomic instructions and each loop's
-instructions and exponentials per trip."""
+instructions, exponentials and score elements per trip (the kernel's stated tile over its
+threads)."""
 
 import json
 import pathlib
@@ -86,7 +87,11 @@ def main(path: str, seq_len: int = 256, batch: int = 2, heads: int = 2, head_dim
       for name, instructions in code.items()
       if name in stated
     },
-    'loops': {name: costs[name].record()['loops'] for name in stated if name in costs},
+    'loops': {
+      name: costs[name].with_tile(float(stated[name].get('tile_elements', 0))).record()['loops']
+      for name in stated
+      if name in costs
+    },
   }
   print(json.dumps(report))
 

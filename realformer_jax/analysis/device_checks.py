@@ -6,28 +6,25 @@ on trust: `python -m experiments.device_check` must first have passed EVERY one 
 cases, compiled, on this device kind, with this jax / jaxlib and this kernel source (the hash of
 analysis/check_cache.py: kernels/ and model/). The check then writes one entry to
 `device_checks.json` beside the run-time self-check's verdicts ($REALFORMER_JAX_CACHE, default
-~/.cache/realformer_jax); the train setup reads it (`preferred`, from kernel_check.checked) and
-takes that backend ahead of the platform's default, with one log line (model.attention_check=
-False skips this, as it skips the run-time check: the platform's default then). Any change to
-the kernels, the model, jax or the device kind is a new key: the backend is not taken until the
-check has passed again there. A pass alone is not enough: 'auto' takes the backend only where
-the device suite also timed it faster than the platform's default on that device kind, with
-this jax and kernel source (`record_speed`: the times go into the same entry; `faster`). An
-explicit attention_impl takes any backend, as before.
+~/.cache/realformer_jax); the train setup reads it (`passed_backends`) and kernels/plumbing/
+select.py (`for_run`) takes that backend ahead of the platform's default, with one log line
+(model.attention_check=False skips this, as it skips the run-time check: the platform's default
+then). Any change to the kernels, the model, jax or the device kind is a new key: the backend is
+not taken until the check has passed again there. A pass alone is not enough: 'auto' takes the
+backend only where the device suite also timed it faster than the platform's default on that
+device kind, with this jax and kernel source (`record_speed`: the times go into the same entry;
+`faster`). An explicit attention_impl takes any backend, as before.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 from typing import Any, Optional, Sequence
 
 from realformer_jax.analysis import check_cache
-from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels import backends
 from realformer_jax.kernels.plumbing import select
 
-_log = logging.getLogger(__name__)
 FILE = 'device_checks.json'
 
 
@@ -101,46 +98,16 @@ def faster(backend: str, device_kind: str) -> Optional[str]:
   )
 
 
-def preferred(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int]) -> ModelConfig:
-  """`config` with 'auto' / 'pallas' replaced by a backend that needs a passed device check, has
-  one on these devices and measured faster than the default kernels there (`faster`), and can
-  run this config at this length; else `config`."""
-  if config.attention_impl not in ('auto', 'pallas') or not devices:
-    return config
-  device = devices[0]
+def passed_backends(devices: Sequence[Any]) -> list[select.PassedBackend]:
+  """The backends of the devices' platform that need a passed device check and have one on
+  their device kind, each with whether it measured faster there (`faster`): what the train
+  setup lets 'auto' / 'pallas' take (select.for_run)."""
+  if not devices:
+    return []
   platform = select.platform_of(devices)
-  kind = getattr(device, 'device_kind', '')
-  for backend in backends.registered():
-    if not (backend.after_device_check and backend.platform == platform):
-      continue
-    candidate = config.replace(attention_impl=backend.attention_impl)
-    try:
-      if select.plan(candidate, seq_len or 256) is None:
-        continue
-    except ConfigError:
-      continue  # this config (dtype, carry, length) is not one its kernels take
-    if not passed(backend.name, kind):
-      continue
-    why = faster(backend.name, kind)
-    if why is None:
-      _log.info(
-        'model.attention_impl=%r keeps the default kernels: %s passed its device check on %s '
-        'but the device suite has not timed it faster there (%s)',
-        config.attention_impl,
-        backend.name,
-        kind,
-        check_cache.path(FILE),
-      )
-      continue
-    _log.info(
-      'model.attention_impl=%r -> %r: experiments.device_check passed every %s case on %s '
-      'with this jax and kernel source, and it measured faster (%s; %s)',
-      config.attention_impl,
-      backend.attention_impl,
-      backend.name,
-      kind,
-      why,
-      check_cache.path(FILE),
-    )
-    return candidate
-  return config
+  kind = getattr(devices[0], 'device_kind', '')
+  return [
+    select.PassedBackend(backend, kind, faster(backend.name, kind), check_cache.path(FILE))
+    for backend in backends.registered()
+    if backend.after_device_check and backend.platform == platform and passed(backend.name, kind)
+  ]

@@ -3,9 +3,10 @@
 The Pallas kernels are tested in interpret mode on CPU; on a GPU or TPU they are compiled by
 Triton / Mosaic, which the CPU tests never reach. So before the first step of a run whose
 attention takes a compiled kernel (`attention_impl='auto'` or 'pallas*' on a GPU / TPU), the
-train setup (train/build.py) calls `checked(config, devices, seq_len)`: a tiny encoder with the
-run's own attention settings (head size, dtype, layer-norm placement, residual attention,
-scales, RoPE, dropout, remat, the recomputed stack) runs forward and backward once through the
+train setup (train/build.py) calls `checked(config, attention_plan, devices)` with the plan it
+resolved once (kernels/plumbing/select.py `for_run`): a tiny encoder with the run's own
+attention settings (head size, dtype, layer-norm placement, residual attention, scales, RoPE,
+dropout, remat, the recomputed stack) runs forward and backward once through the
 kernels and once through the einsum path on that device, at the kernels' real tile sizes, with
 padding and the same dropout masks. Its outputs and parameter gradients must agree within
 TOLERANCE of their largest value (float32 matmuls at 'highest' on the einsum side). It runs an
@@ -32,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from realformer_jax.analysis import check_cache, device_checks
+from realformer_jax.analysis import check_cache
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.kernels.plumbing import select
 
@@ -152,11 +153,10 @@ def compare(probe: ModelConfig, length: int) -> Verdict:
 
 
 def _kernel_to_check(
-  config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int]
+  attention_plan: Optional[select.AttentionPlan], devices: Sequence[Any]
 ) -> Optional[select.AttentionPlan]:
   """The compiled kernel this run takes on devices of this process, or None (einsum path,
   cuDNN, interpret mode on CPU, or a deviceless compile for a target)."""
-  attention_plan = select.plan(config, seq_len or 256)
   if attention_plan is None or attention_plan.path != 'pallas' or attention_plan.interpret:
     return None
   if not devices or devices[0] not in jax.devices():
@@ -188,14 +188,15 @@ def verdict_for(config: ModelConfig, attention_plan: select.AttentionPlan, devic
   return _verdicts[key]
 
 
-def checked(config: ModelConfig, devices: Sequence[Any], seq_len: Optional[int]) -> ModelConfig:
-  """`config` (attention platform resolved), or with attention_impl='xla' when 'auto''s kernel
-  failed its check on these devices. An explicit kernel that fails raises ConfigError."""
+def checked(
+  config: ModelConfig, attention_plan: Optional[select.AttentionPlan], devices: Sequence[Any]
+) -> ModelConfig:
+  """`config`, or with attention_impl='xla' when 'auto''s kernel (`attention_plan`, the train
+  setup's: kernels/plumbing/select.py `for_run`) failed its check on these devices. An
+  explicit kernel that fails raises ConfigError."""
   if not config.attention_check:
     return config
-  if devices and devices[0] in jax.devices():  # a device of this process, not a target's
-    config = device_checks.preferred(config, devices, seq_len)
-  attention_plan = _kernel_to_check(config, devices, seq_len)
+  attention_plan = _kernel_to_check(attention_plan, devices)
   if attention_plan is None:
     return config
   verdict = verdict_for(config, attention_plan, devices[0])

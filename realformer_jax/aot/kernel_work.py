@@ -33,6 +33,9 @@ STATED_FIELDS = (
   'l2_bytes',
   'atomics',
 )
+# What a fused kernel may state beside them, per trip of its element loops, not per call: the
+# score elements a program covers (its tile; aot/sass.py divides its SASS by it).
+STATED_TILE = 'tile_elements'
 
 # Custom calls that only move or reinterpret data: costed by their bytes, no warning.
 MOVEMENT_CALLS = frozenset({'ConcatBitcast', 'SliceToDynamic', 'PadToStatic'})
@@ -293,7 +296,7 @@ class Analyzer:
         work.programs = float(_grid_programs(config))
         cost = self.kernel_sass.get(_kernel_name(config).strip(' ()'))
         if cost is not None:
-          work.issued = cost.issued(
+          work.issued = cost.with_tile(stated.get(STATED_TILE, 0.0)).issued(
             {'transcendentals': work.transcendentals, 'matmul_flops': _stated_matmul(stated)}
           )
       if stated and missing and self.chip.platform == 'cuda':
@@ -554,7 +557,9 @@ def _stated_cost(config: str) -> dict:
     stated = json.loads(match.group(1).replace('\\22', '"'))
   except ValueError:
     return {}
-  return {key: float(value) for key, value in stated.items() if key in STATED_FIELDS}
+  return {
+    key: float(value) for key, value in stated.items() if key in STATED_FIELDS + (STATED_TILE,)
+  }
 
 
 # Float dtypes from the narrowest: a custom kernel's matmuls run at the narrowest it is fed.

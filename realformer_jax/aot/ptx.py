@@ -20,11 +20,13 @@ holds the qk kernels' layer loops to that).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from typing import Iterable
 
 _ENTRY = re.compile(r'\.entry\s+(\w+)\s*\(')
+_THREADS = re.compile(r'\.(?:reqntid|maxntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?')
 _LABEL = re.compile(r'^\s*(\$?[\w.$]+):\s*$')
 _BRANCH = re.compile(r'^\s*(@!?%\w+\s+)?bra(\.uni)?\s+(\$?[\w.$]+)\s*;')
 _EXIT = re.compile(r'^\s*(ret|exit)\s*;')
@@ -53,6 +55,17 @@ def entries(ptx: str) -> dict[str, str]:
       if depth == 0:
         break
     found[match.group(1)] = ptx[start + 1 : end]
+  return found
+
+
+def threads(ptx: str) -> dict[str, int]:
+  """Kernel name -> threads per program, from the `.reqntid` / `.maxntid` between its
+  parameters and its body (Triton writes 32 x num_warps there); kernels without one left out."""
+  found = {}
+  for match in _ENTRY.finditer(ptx):
+    dims = _THREADS.search(ptx[match.end() : ptx.find('{', match.end())])
+    if dims:
+      found[match.group(1)] = math.prod(int(d) for d in dims.groups() if d)
   return found
 
 

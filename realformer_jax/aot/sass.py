@@ -9,20 +9,32 @@ FACTS.md, "SASS without a GPU").
 
     costs = sass.sass_cost(ptx_text)              # every .entry of the PTX, assembled for sm_90a
     costs = sass.from_dump(DIR)                   # every kernel XLA dumped into DIR
-    cost = costs['flash_attention_bwd']
+    cost = costs['flash_attention_bwd'].with_tile(64 * 64)  # the tile it states (kernel_work)
     cost.per_element                              # {'fp32': 35.0, 'mma': 1.2, 'shared': ...}
     cost.total_per_element                        # summed over classes and loops: 53.7
     cost.issued(work)                             # thread instructions of one call (roofline)
 
 Counting. A kernel's loops are found as ptx.py finds them (basic blocks from the branch targets,
-dominators, back edges). A loop that visits score elements takes one softmax exponential per
-element, and `exp` (libdevice's `__nv_expf` or a bare `ex2.approx`) issues exactly one
-`MUFU.EX2` per element: so the `MUFU.EX2`s a thread issues per trip ARE the elements it handles
-per trip, whatever the tile and the warps, and a loop's instructions per element are its
-instructions per trip over its `MUFU.EX2`s (the blocks of loops nested in it counted once a
-trip). A kernel's figure is the sum over its loops that exponentiate (Post-LN's backward visits
-every element twice: its dK/dV loop and its dQ loop). Loops without an exponential (a mask
-kernel's hash) and the code outside the loops (per program, not per element) are not charged.
+dominators, back edges). A loop that visits score elements takes at least one softmax
+exponential per element (libdevice's `__nv_expf` or a bare `ex2.approx`: one `MUFU.EX2` each),
+and its instructions per element are its instructions per trip (the blocks of loops nested in
+it counted once a trip) over the elements a thread owns per trip. Those come from the launch,
+not from the exponentials: the kernel states the score elements a program covers per trip of
+its element loops (its tile, rows x columns: `tile_elements` in its cost metadata, read by
+kernel_work) and the PTX its threads (`.reqntid`, 32 x num_warps), so a thread owns tile /
+threads per trip (`KernelCost.with_tile`). The `MUFU.EX2`s per trip cross-check it: an element
+loop issues at least that many, a whole number per element plus the online softmax's per-row
+rescalings (realformer_attention_bwd issues 3 an element: p in three layouts); a stated tile
+that no loop exponentiates that often raises. Why the tile and not a stated count of
+exponentials: the tile is computed from the same spec the launch uses, so it stays true when
+the tiles or warps change, while the exponentials per element are the compiler's choice of
+layouts and can change with no line of the kernel changing; they are derived, not stated.
+Without a stated tile (an old commit's kernels, a bare SASS listing) the elements are the
+largest power of two not above the `MUFU.EX2` count, right only at one exponential an element.
+A kernel's figure is the sum over its loops that exponentiate (Post-LN's backward visits every
+element twice: its dK/dV loop and its dQ loop). Loops without an exponential (a mask kernel's
+hash, the RealFormer dQ kernel) and the code outside the loops (per program, not per element)
+are not charged.
 
 roofline.kernel_seconds charges the result (work['issued']: thread instructions per call) at
 the target's issue rate (targets.Chip.issue_per_s, four warp instructions per SM per clock)
@@ -103,6 +115,7 @@ class LoopCost:
   exps: int  # MUFU.EX2 per trip
   mma_flops: float  # per thread per trip: an HGMMA m64nNk16 is 2 x 64 x N x 16 over 128 threads
   nested: tuple = ()  # headers of the loops inside it
+  share: int = 0  # score elements a thread owns per trip, from the stated tile (0: unstated)
 
   @property
   def instructions(self) -> int:
@@ -110,10 +123,19 @@ class LoopCost:
 
   @property
   def elements(self) -> int:
-    """Score elements a thread handles per trip: tiles and warps are powers of two, so a
-    thread's share of a tile is one; exponentials beyond it are the online softmax's per-row
-    rescalings (exp(m_old - m_new)), not elements."""
+    """Score elements a thread handles per trip (0: not an element loop). With the tile
+    stated, its `share` where the loop exponentiates at least once per element. Unstated, the
+    largest power of two not above the exponentials (tiles and warps are powers of two, the
+    rest being the online softmax's per-row rescalings, exp(m_old - m_new)): right only where
+    the kernel takes one exponential per element."""
+    if self.share:
+      return self.share if self.exps >= self.share else 0
     return 1 << (self.exps.bit_length() - 1) if self.exps else 0
+
+  @property
+  def exps_per_element(self) -> int:
+    """Whole exponentials per element (the rest of a trip's are per-row rescalings)."""
+    return self.exps // self.elements if self.elements else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +151,35 @@ class KernelCost:
   nested_per_element: dict  # class -> per score element per trip of the loops nested in them
   mma_flops_per_element: float  # of the element loops' own code
   nested_mma_flops_per_element: float  # per nested trip
+  threads: int = 0  # per program, from the PTX's `.reqntid` (0: unknown)
 
   @property
   def element_loops(self) -> int:
     """The loops that visit score elements (each once per element of the call)."""
     return sum(1 for loop in self.loops if loop.elements and not _holds_element_loop(self, loop))
+
+  def with_tile(self, tile: float) -> 'KernelCost':
+    """This kernel with the tile its launch states (`tile` score elements a program covers per
+    trip of its element loops; 0: unstated, the kernel as it is): each loop's elements per
+    thread and trip are tile / threads, cross-checked against its `MUFU.EX2`s (module
+    docstring)."""
+    if not tile or not self.threads or not any(loop.by_class for loop in self.loops):
+      return self  # nothing stated, or a committed record (its counts fixed when read)
+    share = tile / self.threads
+    if share < 1 or share != int(share):
+      raise ValueError(
+        f'error: {self.name} states a tile of {tile:g} score elements, not a whole share '
+        f'of its {self.threads} threads'
+      )
+    loops = tuple(dataclasses.replace(loop, share=int(share)) for loop in self.loops)
+    if any(loop.exps for loop in loops) and not any(loop.elements for loop in loops):
+      raise ValueError(
+        f'error: {self.name} states {tile:g} score elements a trip ({int(share)} for each of '
+        f'its {self.threads} threads), but no loop of its SASS exponentiates that often '
+        f'(MUFU.EX2 a trip: {", ".join(str(loop.exps) for loop in loops if loop.exps)}): '
+        'is the stated tile the launched one?'
+      )
+    return _aggregate(self.name, loops, self.threads)
 
   def nested_trips(self, matmul_flops_per_element: float) -> float:
     """Trips of the nested loops per element trip that make the code's MMAs do the FLOPs a
@@ -175,10 +221,12 @@ class KernelCost:
       'mma_flops_per_element': round(self.mma_flops_per_element, 3),
       'nested_mma_flops_per_element': round(self.nested_mma_flops_per_element, 3),
       'total_per_element': round(self.total_per_element, 2),
+      'threads': self.threads,
       'loops': [
         {
           'header': f'0x{loop.header:x}',
           'exps': loop.exps,
+          'elements': loop.elements,
           'instructions': loop.instructions,
           'nested': [f'0x{h:x}' for h in loop.nested],
         }
@@ -189,10 +237,16 @@ class KernelCost:
   @classmethod
   def from_record(cls, name: str, record: dict) -> 'KernelCost':
     """A committed record back (record()): what the calibration tables are re-timed from. Its
-    loops keep only what element_loops reads."""
+    loops keep only what element_loops reads (records from before the tile was stated hold
+    no 'elements': the power-of-two rule then, as when they were read)."""
     loops = tuple(
       LoopCost(
-        int(loop['header'], 16), {}, loop['exps'], 0.0, tuple(int(h, 16) for h in loop['nested'])
+        int(loop['header'], 16),
+        {},
+        loop['exps'],
+        0.0,
+        tuple(int(h, 16) for h in loop['nested']),
+        loop.get('elements', 0),
       )
       for loop in record['loops']
     )
@@ -203,6 +257,7 @@ class KernelCost:
       dict(record['nested_per_element']),
       record['mma_flops_per_element'],
       record['nested_mma_flops_per_element'],
+      record.get('threads', 0),
     )
 
 
@@ -294,8 +349,9 @@ def _mma_flops(opcode: str) -> float:
   return float(int(shape.group(1)) * int(shape.group(2))) if shape else 0.0
 
 
-def kernel_cost(name: str, code: list[Instruction]) -> KernelCost:
-  """Instructions per trip and per score element of every loop of one kernel."""
+def kernel_cost(name: str, code: list[Instruction], threads: int = 0) -> KernelCost:
+  """Instructions per trip and per score element of every loop of one kernel of `threads` a
+  program (its tile unstated: KernelCost.with_tile states it)."""
   found = sorted(loops(code), key=lambda loop: int(loop.header, 16))
   blocks = {}
   order, graph_blocks, _ = _graph(code)
@@ -320,6 +376,11 @@ def kernel_cost(name: str, code: list[Instruction]) -> KernelCost:
         int(loop.header, 16), by_class, exps, flops, tuple(int(o.header, 16) for o in inside)
       )
     )
+  return _aggregate(name, tuple(costs), threads)
+
+
+def _aggregate(name: str, costs: tuple, threads: int) -> KernelCost:
+  """The KernelCost of loops counted per trip: their instructions per score element."""
   by_header = {cost.header: cost for cost in costs}
   own: dict[str, float] = {}
   nested: dict[str, float] = {}
@@ -335,7 +396,7 @@ def kernel_cost(name: str, code: list[Instruction]) -> KernelCost:
       for kind, count in other.by_class.items():
         nested[kind] = nested.get(kind, 0.0) + count / cost.elements
       nested_flops += other.mma_flops / cost.elements
-  return KernelCost(name, tuple(costs), own, nested, own_flops, nested_flops)
+  return KernelCost(name, costs, own, nested, own_flops, nested_flops, threads)
 
 
 def tool(name: str) -> str:
@@ -377,8 +438,10 @@ def disassemble(ptx_text: str, arch: str = ARCH) -> str:
 
 def sass_cost(kernel_ptx: str, arch: str = ARCH) -> dict[str, KernelCost]:
   """Every kernel (.entry) of a PTX module -> its KernelCost, assembled for `arch`."""
+  count = ptx.threads(kernel_ptx)
   return {
-    name: kernel_cost(name, code) for name, code in functions(disassemble(kernel_ptx, arch)).items()
+    name: kernel_cost(name, code, count.get(name, 0))
+    for name, code in functions(disassemble(kernel_ptx, arch)).items()
   }
 
 

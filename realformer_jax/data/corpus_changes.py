@@ -8,7 +8,7 @@ does first; nothing is read or tokenized), so a corpus that certainly changed is
 line naming the files, before hours of preparation would find it out.
 
 Certainly changed: the sizes of a split's files, in file order, differ from the recorded ones.
-The corpus digest hashes each file's content in that order (file_corpus._assemble), so the digest,
+The corpus digest hashes each file's content in that order (file_corpus._Assembly), so the digest,
 and with it the tokenizer and the packed store, cannot be the run's. A listing whose sizes all
 agree (a touched file, a rename that keeps the order, an edit that kept the size) may still be
 the same content: it is not judged here, and preparation hashes those files as it always does.

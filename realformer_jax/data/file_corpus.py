@@ -51,8 +51,11 @@ import errno
 import functools
 import hashlib
 import importlib
+import itertools
 import json
+import operator
 import os
+import re
 import threading
 from typing import Optional
 
@@ -157,16 +160,15 @@ def _open_corpus(config, data_dir: str, num_workers: Optional[int]) -> Corpus:
   sources = {'train': text_files.expand(config.train_files, 'train_files', local, check)}
   if config.eval_files:
     sources['eval'] = text_files.expand(config.eval_files, 'eval_files', local, check)
-    by_file = ([(p, local[p][1] if p in local else p) for p in sources[s]] for s in SPLITS)
-    _check_apart(*by_file, 'is the same file as')
+    keys = {s: _file_keys(local, sources[s]) for s in SPLITS}
+    if not set(keys['eval']).isdisjoint(keys['train']):
+      by_file = (list(zip(sources[s], keys[s])) for s in SPLITS)
+      _check_apart(*by_file, 'is the same file as')
   held_out = None if config.eval_files else config.eval_percent
   held_out_by = held_out_unit(config, len(sources['train']))
   if held_out is not None and held_out_field(held_out_by):
     _check_field_rule(sources['train'], held_out_by)
-  fingerprints = {
-    s: [local[p][0] if p in local else text_files.fingerprint(p) for p in paths]
-    for s, paths in sources.items()
-  }
+  fingerprints = {s: _fingerprints(local, paths) for s, paths in sources.items()}
   del local  # not held while the corpus is assembled
   os.makedirs(os.path.join(shard_dir, _FINGERPRINT_DIR), exist_ok=True)
   stale = cache_integrity.temporaries(shard_dir)
@@ -200,35 +202,32 @@ def _open_corpus(config, data_dir: str, num_workers: Optional[int]) -> Corpus:
   for index, (_, _, chunk) in enumerate(chunks):
     if chunk.known and _is_done(outputs := _outputs(chunk, chunk.known)):
       done_before[index] = outputs
-  todo = [entry for index, entry in enumerate(chunks) if index not in done_before]
-  results = {}
-  jobs = [c for _, _, c in todo]
+  jobs = [chunk for index, (_, _, chunk) in enumerate(chunks) if index not in done_before]
   total = sum(_nominal_bytes(c) for c in jobs)
   num_workers = min(workers.choose(num_workers, total), max(len(jobs), 1))
   if num_workers > 1:
     _import_meanwhile('grain')
+  assembly = _Assembly(fingerprints)
   with Progress('reading', _bytes_read(jobs), total_bytes=total) as progress:
-    for (split, first, chunk), result in zip(
-      todo, workers.ordered_results(_read_chunk, jobs, num_workers)
-    ):
-      results[split, first, chunk.pieces[0][2]] = result
+    # Each chunk's result taken in file order as it comes back (its bookkeeping done while the
+    # workers read the next chunks, not after the last one).
+    results = workers.ordered_results(_read_chunk, jobs, num_workers)
+    for index, (split, first, chunk) in enumerate(chunks):
+      if index in done_before:
+        assembly.add(split, first, chunk, _finished(chunk, outputs=done_before[index]))
+        continue
+      result = next(results)
+      assembly.add(split, first, chunk, result)
       documents = sum(n['documents'] for n in result['counts'].values())
       progress.update(_nominal_bytes(chunk), documents)
-    if todo:
-      before = ', the others were read before' if len(todo) < len(chunks) else ''
+    del results  # a pool with nothing in flight stays for the encoding (workers.py)
+    if jobs:
+      before = ', the others were read before' if len(jobs) < len(chunks) else ''
       progress.done(
-        f', {num_workers} worker(s) ({len(todo)} of {len(chunks)} chunks read{before})'
+        f', {num_workers} worker(s) ({len(jobs)} of {len(chunks)} chunks read{before})'
         f'{_held_out_note(held_out, held_out_by)}'
       )
-  done = [
-    (split, first, chunk, results.get((split, first, chunk.pieces[0][2])))
-    for split, first, chunk in chunks
-  ]
-  done = [
-    entry[:3] + (entry[3] or _finished(entry[2], outputs=done_before[index]),)
-    for index, entry in enumerate(done)
-  ]
-  return _assemble(config, data_dir, fingerprints, done, held_out_by)
+  return assembly.corpus(config, data_dir, held_out_by)
 
 
 # Files a worker checks in one job (`_check_files`), and the corpus size from which the
@@ -261,6 +260,22 @@ def _local_files(job: tuple) -> list:
     None if info is None else (text_files.fingerprint(path, info), (info.st_dev, info.st_ino))
     for path, info in zip(paths, text_files.check_entries(paths, field))
   ]
+
+
+def _fingerprints(local: dict, paths: list[str]) -> list[dict]:
+  """Each path's fingerprint: from its check (`local`), else taken here (a remote file)."""
+  try:  # every path local (as a rule): no loop in Python over 100,000 files
+    return list(map(operator.itemgetter(0), map(local.__getitem__, paths)))
+  except KeyError:
+    return [local[p][0] if p in local else text_files.fingerprint(p) for p in paths]
+
+
+def _file_keys(local: dict, paths: list[str]) -> list:
+  """Each path's key: its device and inode (from its check, `local`), else the path itself."""
+  try:
+    return list(map(operator.itemgetter(1), map(local.__getitem__, paths)))
+  except KeyError:
+    return [local[p][1] if p in local else p for p in paths]
 
 
 def held_out_field(held_out_by: str) -> str:
@@ -341,11 +356,14 @@ def _nominal_bytes(chunk: _Chunk) -> int:
 def _bytes_read(jobs) -> str:
   """What the reading phase's MB are: the files' bytes as stored, which for a .gz / .zst file
   are its compressed bytes (the encoding phase counts text), said as such."""
-  pieces = [piece for chunk in jobs for piece in chunk.pieces]
-  compressed = sum(bool(text_files.compression_of(piece[0])) for piece in pieces)
-  if not compressed:
+  # Asked of the paths' distinct ends, as long as the longest compression's suffix: a question
+  # per file was ~0.15 CPU s of 100,000 files, before any was read.
+  tail = max(map(len, text_files.COMPRESSIONS))
+  ends = {piece[0][-tail:] for chunk in jobs for piece in chunk.pieces}
+  compressions = {text_files.compression_of(end) for end in ends}
+  if compressions <= {''}:
     return 'files'
-  return 'compressed files' if compressed == len(pieces) else 'files as stored (some compressed)'
+  return 'compressed files' if '' not in compressions else 'files as stored (some compressed)'
 
 
 def forget_fingerprints(config, data_dir: str) -> int:
@@ -368,92 +386,171 @@ def forget_fingerprints(config, data_dir: str) -> int:
   return forgotten
 
 
-def _assemble(config, data_dir: str, fingerprints: dict, done: list, held_out_by: str) -> Corpus:
-  """The corpus from every chunk's result (`done`: (split, first file index, chunk, result) in
-  file order): its digest, manifest and split sources; remembers each unit's chunk digests
-  under its files' fingerprints."""
-  shard_dir = os.path.join(data_dir, _SHARD_DIR)
-  # Per file: [(start, end, sha256)] of its ranges, and its documents in either split.
-  ranges = {split: [[] for _ in files] for split, files in fingerprints.items()}
-  documents = {split: [0] * len(files) for split, files in fingerprints.items()}
-  segments = {split: [] for split in SPLITS}
-  ends_file = {split: [] for split in SPLITS}
-  counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
-  # Per file: its identity where the chunk that read it returned it (whole files), else None.
-  identities = {split: [None] * len(files) for split, files in fingerprints.items()}
-  # The units whose digests are remembered here: files read in ranges, not remembered before.
-  to_remember = set()
-  for split, first, chunk, result in done:
-    for offset, piece in enumerate(result['pieces']):
-      ranges[split][first + offset].append((piece['start'], piece['end'], piece['sha256']))
-    if 'identities' in result:
-      identities[split][first : first + len(result['identities'])] = result['identities']
-    elif not chunk.known:
-      to_remember.add((split, first))
+class _Assembly:
+  """The corpus from every chunk's result, taken in file order (`add`): its digest, manifest
+  and split sources (`corpus`); remembers the chunk digests of each file read in ranges under
+  its fingerprint. Files read whole come listed by their chunk (`_listing`): nothing is built
+  per file here but their segments."""
+
+  def __init__(self, fingerprints: dict):
+    self.fingerprints = fingerprints
+    # Per file read in ranges, by index: [(start, end, sha256)] of its ranges, its documents.
+    self.ranges = {split: {} for split in fingerprints}
+    self.documents = {split: {} for split in fingerprints}
+    # Per split, in file order: (first file index, the listing of a chunk of whole files, or
+    # None for a file read in ranges).
+    self.listed = {split: [] for split in fingerprints}
+    self.segments = {split: [] for split in SPLITS}
+    self.ends_file = {split: [] for split in SPLITS}
+    self.counts = {split: {'documents': 0, 'text_bytes': 0} for split in SPLITS}
+    self.shards = {split: {} for split in SPLITS}  # {shard path: documents}, in file order
+    # The units whose digests are remembered here: files read in ranges, not remembered before.
+    self.to_remember = set()
+
+  def add(self, split: str, first: int, chunk: _Chunk, result: dict) -> None:
+    """The chunk `chunk` of `split`, whose first file is file `first`, read into `result`."""
+    listing = result.get('listing')
+    if listing is None:  # a range of a file (a chunk of one piece)
+      piece = result['pieces'][0]
+      self.ranges[split].setdefault(first, []).append(
+        (piece['start'], piece['end'], piece['sha256'])
+      )
+      if not self.listed[split] or self.listed[split][-1] != (first, None):
+        self.listed[split].append((first, None))
+      if not chunk.known:
+        self.to_remember.add((split, first))
+    else:
+      self.listed[split].append((first, listing))
     for part, path in result['outputs'].items():
       begin = 0
       for offset, (docs, text_bytes) in enumerate(result['piece_counts'][part]):
-        documents[split][first + offset] += docs
-        counts[part]['documents'] += docs
-        counts[part]['text_bytes'] += text_bytes
+        if listing is None:
+          self.documents[split][first] = self.documents[split].get(first, 0) + docs
+        self.counts[part]['documents'] += docs
+        self.counts[part]['text_bytes'] += text_bytes
         if docs:
-          segments[part].append((path, begin, begin + docs, text_bytes))
-          ends_file[part].append(result['pieces'][offset]['end'] == chunk.pieces[offset][1])
+          self.segments[part].append((path, begin, begin + docs, text_bytes))
+          self.shards[part][path] = self.shards[part].get(path, 0) + docs
+          self.ends_file[part].append(  # a whole file (listed) ends there
+            listing is not None or result['pieces'][offset]['end'] == chunk.pieces[offset][1]
+          )
         begin += docs
-  identity = {'revision': _REVISION, 'text_feature': config.text_feature}
-  if not config.eval_files:
-    identity['eval_percent'] = config.eval_percent
-    if held_out_by != 'document':  # the rule before there was a choice: its digests stay
-      identity['eval_holdout_by'] = held_out_by
-  for split in fingerprints:
-    identity[f'{split}_files'] = [
-      known or _file_identity(file, chunks)
-      for file, chunks, known in zip(fingerprints[split], ranges[split], identities[split])
-    ]
-  if 'eval' in fingerprints:
-    by_content = (
-      [(f['path'], i['sha256']) for f, i in zip(fingerprints[s], identity[f'{s}_files'])]
-      for s in SPLITS
-    )
-    _check_apart(*by_content, 'has the same content as')
-  digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-  manifest = dict(identity, corpus_digest=digest)
-  for split, files in fingerprints.items():
-    for file, count in zip(files, documents[split]):
-      if not count:
-        raise DataError(f'{file["path"]}: the file is empty (no document in it).')
-    for first in sorted(first for s, first in to_remember if s == split):
-      _remember(shard_dir, files[first : first + 1], ranges[split][first : first + 1])
-    manifest[f'{split}_files'] = [
-      dict(file, **file_identity) for file, file_identity in zip(files, identity[f'{split}_files'])
-    ]
-  for split in SPLITS:
-    if not counts[split]['documents']:
-      raise DataError(
-        _empty_split_message(config, split, counts, fingerprints['train'], held_out_by)
+
+  def corpus(self, config, data_dir: str, held_out_by: str) -> Corpus:
+    """The corpus of the chunks added (all of them, in file order)."""
+    shard_dir = os.path.join(data_dir, _SHARD_DIR)
+    fingerprints, listed, ranges = self.fingerprints, self.listed, self.ranges
+    counts, segments = self.counts, self.segments
+    listings = {  # per split, each chunk's listing, or a file's read in ranges
+      split: [
+        listing
+        or _range_file_listing(files[first], ranges[split][first], self.documents[split][first])
+        for first, listing in listed[split]
+      ]
+      for split, files in fingerprints.items()
+    }
+    identity = {'revision': _REVISION, 'text_feature': config.text_feature}
+    if not config.eval_files:
+      identity['eval_percent'] = config.eval_percent
+      if held_out_by != 'document':  # the rule before there was a choice: its digests stay
+        identity['eval_holdout_by'] = held_out_by
+    sha256s = {split: _sha256s(listings[split]) for split in fingerprints}
+    if 'eval' in fingerprints and not set(sha256s['eval']).isdisjoint(sha256s['train']):
+      by_content = (
+        [(f['path'], sha256) for f, sha256 in zip(fingerprints[s], _sha256s(listings[s]))]
+        for s in SPLITS
       )
-  shards = {s: {} for s in SPLITS}  # split -> {shard path: documents}, in file order
-  for split in SPLITS:
-    for path, first, stop, _ in segments[split]:
-      shards[split][path] = shards[split].get(path, 0) + stop - first
-  manifest['splits'] = {
-    s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n in shards[s].items()])
-    for s in SPLITS
+      _check_apart(*by_content, 'has the same content as')
+    digest = hashlib.sha256()
+    for part in _json_parts(identity, _items(listings, 'identities')):
+      digest.update(part.encode())
+    digest = digest.hexdigest()
+    manifest = dict(identity, corpus_digest=digest)
+    for split, files in fingerprints.items():
+      for (first, _), listing in zip(listed[split], listings[split]):
+        if listing['empty'] is not None:
+          path = files[first + listing['empty']]['path']
+          raise DataError(f'{path}: the file is empty (no document in it).')
+      for first in sorted(first for s, first in self.to_remember if s == split):
+        _remember(shard_dir, files[first : first + 1], [ranges[split][first]])
+    for split in SPLITS:
+      if not counts[split]['documents']:
+        raise DataError(
+          _empty_split_message(config, split, counts, fingerprints['train'], held_out_by)
+        )
+    shards = self.shards
+    manifest['splits'] = {
+      s: dict(counts[s], shards=[[os.path.relpath(p, data_dir), n] for p, n in shards[s].items()])
+      for s in SPLITS
+    }
+    name = 'files-' + digest[:12]
+    directory = os.path.join(data_dir, name)
+    os.makedirs(directory, exist_ok=True)
+    # no indentation (json's C encoder), sorted keys: as atomic_files.write_json writes
+    text = ''.join(_json_parts(manifest, _items(listings, 'entries')))
+    atomic_files.write_bytes(os.path.join(directory, MANIFEST), text.encode())
+    return Corpus(
+      name=name,
+      directory=directory,
+      digest=digest,
+      records={s: _open(list(shards[s]), config.text_feature) for s in SPLITS},
+      segments=segments,
+      text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
+      ends_file=self.ends_file,
+    )
+
+
+def _listing(files, identities: list, documents: list) -> dict:
+  """What the corpus's digest and manifest hold of some files, in file order (`files`: their
+  fingerprints, `identities`: `_file_identity`, `documents`: each file's count in either
+  split): their SHA-256s, their identities and manifest entries as JSON (the items of
+  `json.dumps` of each list with sorted keys: what the whole list encodes them as), and the
+  index of the first file with no document (None). A chunk of whole files is listed where it
+  is read (a worker), so the preparing process only joins texts: building and encoding an
+  entry per file there took ~0.5 CPU s of 100,000 files, serial after the reading."""
+  entries = [dict(file, **identity) for file, identity in zip(files, identities)]
+  return {
+    'sha256s': [identity['sha256'] for identity in identities],
+    'identities': json.dumps(identities, sort_keys=True)[1:-1],
+    'entries': json.dumps(entries, sort_keys=True)[1:-1],
+    'empty': documents.index(0) if 0 in documents else None,
   }
-  name = 'files-' + digest[:12]
-  directory = os.path.join(data_dir, name)
-  os.makedirs(directory, exist_ok=True)
-  # no indentation: json's C encoder (the Python one took ~2 s for 100,000 files)
-  atomic_files.write_json(os.path.join(directory, MANIFEST), manifest, indent=None)
-  return Corpus(
-    name=name,
-    directory=directory,
-    digest=digest,
-    records={s: _open(list(shards[s]), config.text_feature) for s in SPLITS},
-    segments=segments,
-    text_bytes={s: counts[s]['text_bytes'] for s in SPLITS},
-    ends_file=ends_file,
-  )
+
+
+def _sha256s(listings: list):
+  """The files' SHA-256s of `listings`, in order."""
+  return itertools.chain.from_iterable(listing['sha256s'] for listing in listings)
+
+
+def _range_file_listing(file: dict, chunks: list, documents: int) -> dict:
+  return _listing([file], [_file_identity(file, chunks)], [documents])
+
+
+def _items(listings: dict, kind: str) -> dict:
+  """{'<split>_files': the JSON items of `kind` of the split's files, per listing, in order}."""
+  return {
+    f'{split}_files': [listing[kind] for listing in split_listings]
+    for split, split_listings in listings.items()
+  }
+
+
+def _json_parts(value: dict, lists: dict) -> list[str]:
+  """`json.dumps(value, sort_keys=True)` in parts, with value[key] the list whose JSON items
+  are the texts lists[key] (each one or more items, joined by ', '): the same bytes as
+  encoding the list of dicts (json's default separators), with no dict built per item and
+  the long lists never copied into one string here (hashed, or joined once, by the caller)."""
+  placeholders = {json.dumps(f'\0{key}\0'): key for key in lists}  # NUL: in no path or name
+  skeleton = json.dumps(dict(value, **{key: f'\0{key}\0' for key in lists}), sort_keys=True)
+  parts = []
+  for piece in re.split('(' + '|'.join(map(re.escape, placeholders)) + ')', skeleton):
+    if piece not in placeholders:
+      parts.append(piece)
+      continue
+    parts.append('[')
+    for index, items in enumerate(lists[placeholders[piece]]):
+      parts.extend((', ', items) if index else (items,))
+    parts.append(']')
+  return parts
 
 
 def _file_identity(file: dict, chunks: list[tuple]) -> dict:
@@ -537,12 +634,13 @@ def _finished(chunk: _Chunk, exact: Optional[tuple] = None, outputs=None) -> dic
     counts[split] = {'documents': record['documents'], 'text_bytes': record['text_bytes']}
     # A shard of one piece (written before files were grouped) records only its totals.
     piece_counts[split] = record.get('pieces') or [[record['documents'], record['text_bytes']]]
-  pieces = [{'start': start, 'end': end, 'sha256': sha256} for start, end, sha256 in exact]
-  result = {'pieces': pieces, 'outputs': outputs, 'counts': counts, 'piece_counts': piece_counts}
-  if chunk.files:  # whole files: their identities here, in whichever process read the chunk
-    result['identities'] = [
-      _file_identity(file, [piece]) for file, piece in zip(chunk.files, exact)
-    ]
+  result = {'outputs': outputs, 'counts': counts, 'piece_counts': piece_counts}
+  if chunk.files:  # whole files: their listing here, in whichever process read the chunk
+    identities = [_file_identity(file, [piece]) for file, piece in zip(chunk.files, exact)]
+    per_split = ([n for n, _ in per_piece] for per_piece in piece_counts.values())
+    result['listing'] = _listing(chunk.files, identities, [sum(n) for n in zip(*per_split)])
+  else:  # a range of a file: its exact bounds and digest (no piece per file sent back)
+    result['pieces'] = [{'start': s, 'end': e, 'sha256': sha256} for s, e, sha256 in exact]
   return result
 
 

@@ -59,7 +59,8 @@ _MAX_BLOCK_BYTES = 4 * CHUNK_BYTES
 
 
 def check_entries(paths: list[str], field: str) -> list[Optional[os.stat_result]]:
-  """`_check_entry` of each path, in order: one stat a file (the per-file work of `expand`)."""
+  """`_check_entry` of each path, in order: one stat a file and its format (the per-file work
+  of `expand`)."""
   return [_check_entry(path, field) for path in paths]
 
 
@@ -89,14 +90,17 @@ def expand(
       pattern = os.path.expanduser(pattern)
       _check_directories_on_the_way(pattern, field)
       matches = sorted(glob.glob(pattern, recursive=True))
-      found = [(p, info) for p, info in zip(matches, check(matches, field)) if info is not None]
-      matches = [p for p, _ in found]  # less the directories the glob matched
+      infos = check(matches, field)
+      if None in infos:  # less the directories the glob matched
+        found = [(p, info) for p, info in zip(matches, infos) if info is not None]
+        matches, infos = [p for p, _ in found], [info for _, info in found]
       if stats is not None:
-        stats.update(found)
+        stats.update(zip(matches, infos))  # no list of pairs: ~0.05 CPU s of 100,000 files
     if not matches:
       raise DataError(f'data.{field}: {pattern!r} matches no file.')
-    for path in matches:
-      format_of(path)  # an unknown extension fails before anything is read
+    if '://' in pattern:  # a local file's format is checked with its entry (`check`)
+      for path in matches:
+        format_of(path)  # an unknown extension fails before anything is read
     files.extend(matches)
   if not files:
     raise DataError(f'data.{field}={patterns!r} names no file.')
@@ -133,7 +137,10 @@ def _check_entry(path: str, field: str) -> Optional[os.stat_result]:
   for is_kind, kind in _SPECIAL_FILES:
     if is_kind(mode):
       raise DataError(f'data.{field}: {path} is {kind}, not a regular file: give regular files.')
-  return info if stat.S_ISREG(mode) else None
+  if not stat.S_ISREG(mode):
+    return None
+  format_of(path)  # an unknown extension fails before anything is read
+  return info
 
 
 def _walk(directory: str, field: str):

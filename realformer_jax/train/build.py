@@ -33,7 +33,7 @@ import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from realformer_jax.analysis import kernel_check
+from realformer_jax.analysis import device_checks, kernel_check
 from realformer_jax.config import ConfigError
 from realformer_jax.kernels.plumbing import select
 from realformer_jax.model.params import unbox
@@ -289,18 +289,22 @@ def make_setup(
   `memory_bytes`: one device's memory budget, for residual_carry='auto' (default: the first
   local device's limit; resolve passes its budget, a target's when deviceless)."""
   mesh = make_mesh(spec.mesh, devices)
-  # How attention runs, decided once here (kernels/plumbing/select.py): the kernels of the platform
-  # the
-  # step is compiled for, and the carry residual_carry='auto' takes at the run's length
-  # (logged); then checked against the einsum path where they run compiled on these devices.
+  # How attention runs, decided once here (kernels/plumbing/select.py): the kernels of the
+  # platform the step is compiled for (a backend that passed its device check on these
+  # devices, where it measured faster), the carry residual_carry='auto' takes at the run's
+  # length (logged); then the plan checked against the einsum path where it runs compiled on
+  # these devices (analysis/kernel_check.py). A split sequence runs the ring
+  # (kernels/score_paths/ring_attention.py): no kernel to check.
   devices = list(mesh.devices.flat)
   seq_len = spec.task.sequence_length(spec.data)
   shards = spec.sequence_parallel_size(len(devices))
-  model_config = select.for_run(spec.model, devices, seq_len, memory_bytes, shards)
-  if (
-    shards == 1
-  ):  # a split sequence runs the ring (kernels/score_paths/ring_attention.py), no kernel
-    model_config = kernel_check.checked(model_config, devices, seq_len)
+  local = bool(devices) and devices[0] in jax.devices()  # not a deviceless compile's target
+  checks = shards == 1 and spec.model.attention_check and local
+  passed = device_checks.passed_backends(devices) if checks else ()
+  attention = select.for_run(spec.model, devices, seq_len, memory_bytes, shards, passed)
+  model_config = attention.config
+  if shards == 1:
+    model_config = kernel_check.checked(model_config, attention.plan, devices)
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)
   layout = state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)

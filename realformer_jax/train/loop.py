@@ -24,7 +24,7 @@ import os
 import shutil
 import struct
 import time
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -94,150 +94,255 @@ def run(
 
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
-  task = spec.task
   initialize_processes(spec.distributed)
+  # config.json and every step's record hold the spec as validated ('auto' stays 'auto'; a
+  # resume resolves it again): written out once here.
+  config_json = spec.to_dict()
   train_config.check_devices(spec, jax.device_count(), jax.process_count())
+  task_data = _build_data(spec, workdir)
+  held = _Held(train_iter=task_data.train_iter)
+  # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
+  held.lock = workdir_lock.acquire_for_run(workdir)
+  try:
+    committed, latest_record = _open_checkpoints(spec, config_json, workdir, task_data, held)
+    built = _build_state(spec, config_json, workdir, task_data, held, committed, latest_record)
+    log = _start_log(built, held.writer, workdir, committed, on_log)
+    progress = _train_steps(built, task_data, held, log)
+    if progress.preempted:
+      return {'step': progress.step, 'preempted': True, 'signal': held.preemption.signal_name}
+    return _finish(built, progress, task_data, held, log)
+  except DivergenceError as e:
+    if e.dead_end is None or held.checkpointer is None:
+      raise
+    raise held.checkpointer.set_aside_diverged(e) from None
+  finally:
+    held.close()
+
+
+# The steps of `run`, in its order.
+
+
+def _build_data(spec: RunSpec, workdir: str) -> TaskData:
+  """The run's data, built once the workdir is checked."""
   # The workdir before the data: a resume that is refused costs no data preparation (hours on
   # a big corpus). Checked again below, once the run holds the workdir.
   check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))
   resume_corpus.check_corpus(spec, workdir)  # a changed file corpus: before its preparation
   # Rows per data-parallel process group: processes of one group read the same rows.
-  task_data = task.build_data(spec, *data_shards.process_data_shard(spec))
-  train_iter, baseline = task_data.train_iter, task_data.baseline
+  return spec.task.build_data(spec, *data_shards.process_data_shard(spec))
 
-  # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
-  lock = workdir_lock.acquire_for_run(workdir)
-  checkpointer = writer = best = preemption = batches = None
-  try:
-    # Every step saved records which model and tokenizer it holds (checkpoint_record.py).
-    record = checkpoint_record.make(spec.to_dict(), task_data.tokenizer)
-    checkpointer = Checkpointer(workdir, spec.train.keep_checkpoints, record=record)
-    committed = checkpointer.intact_steps()
-    check_workdir(spec, workdir, committed)  # refusals; the notes once the restore has chosen
-    latest_record = None
-    if committed:  # a resume trains on with the ids its steps were trained with
-      with contextlib.suppress(ConfigError):  # a damaged record: the restore sets it aside
-        latest_record = checkpoint_record.read(
-          os.path.join(checkpointer.directory, str(committed[-1]))
-        )
-      checkpoint_record.verify(
-        workdir,
-        committed[-1],
-        tokenizer=task_data.tokenizer,
-        remedy=_tokenizer_remedy(spec, latest_record, committed[-1]),
-        skip_damaged=True,
-      )
-    writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
-    best = BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
-    preemption = PreemptionWatcher()
-    given = spec  # config.json records it: 'auto' stays 'auto' (and a resume resolves it again)
-    too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after
-    if too_big_for_cpu:
-      writer.print(too_big_for_cpu)
-    resolved = build.resolve(spec, log=writer.print)
-    spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
-    train = spec.train
-    state, rng = _restore_or_init(setup, checkpointer, train_iter, writer)
-    # Against the step actually restored: a damaged newer step was moved aside meanwhile.
-    restored = int(jax.device_get(state.step))
-    for note in filter(None, check_workdir(given, workdir, [restored] if restored else [])):
-      writer.print(note)
-    eval_step = build.compile_eval_step(setup)
-    recorded = (committed[-1], latest_record['config']) if committed and latest_record else None
-    for note in _write_run_files(given, task_data.tokenizer, workdir, recorded):
-      writer.print(note)
-    writer.print(
-      f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
-      f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'
-    )
-    if spec.sequence_parallel_size(setup.mesh.size) > 1:
-      writer.print(f'ring attention per-block op: {ring_attention.block_op(setup.model_config)}')
 
-    stop = train.stop_step
-    step = int(jax.device_get(state.step))
-    last_saved = checkpointer.latest_step()
-    rng_data = jax.random.key_data(rng)
-    log = _TrainLog(
-      writer,
-      spec,
-      start_step=step,
-      stop_step=stop,
-      reference=divergence.LossReference(workdir, resumed=bool(committed)),
-      on_log=on_log,
-    )
-    if log.reference.note:
-      writer.print(log.reference.note)
-    # Batches go onto the devices ahead of their step; checkpoints save the position after the
-    # last batch trained on (prefetch.py: a grain iterator, so imported here, where the 'train'
-    # extra is needed anyway, not when the package is).
-    from realformer_jax.train import prefetch  # pylint: disable=import-outside-toplevel
+@dataclasses.dataclass
+class _Held:
+  """What a run holds open, filled in as it opens them; `close` closes what was opened."""
 
-    batches = prefetch.DevicePrefetcher(
-      train_iter, setup.batch_sharding, depth=train.prefetch_batches
-    )
-    if step < stop:
-      writer.print(
-        f'training steps {step + 1}-{stop}: the first step is running (logged when '
-        f'done, then every {train.log_every_steps})'
-      )
-    pending = None  # (step, device metrics) of the step dispatched last
-    while step < stop:
-      state, step_metrics = train_step(state, next(batches), rng)
-      step += 1
-      if pending is not None:  # the previous step: done by now, so this does not block
-        log.record(*pending, last_checkpoint=last_saved)
-      pending = (step, step_metrics)
-      preempted = preemption.requested(step)
-      if step % train.checkpoint_every_steps == 0 or step == stop or preempted:
-        log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
-        pending = None
-        if lock is not None:
-          lock.check()  # never write beside a run that took the workdir over
-        checkpointer.save(state, rng_data, batches, step=step)
-        last_saved = step
-      if preempted:
-        writer.print(f'{preemption.signal_name}: saved a checkpoint at step {step}; exiting.')
-        return {'step': step, 'preempted': True, 'signal': preemption.signal_name}
-      if step % train.eval_every_steps == 0 and step != stop:
-        if pending is not None:  # logged before the clock restarts: its time is training time
-          log.record(*pending, last_checkpoint=last_saved)
-          pending = None
-        if lock is not None:
-          lock.check()  # an evaluation writes events and may save the best checkpoint
-        _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
-        log.restart_clock(step)  # throughput counts training time only
+  train_iter: Any
+  lock: Optional[workdir_lock.WorkdirLock] = None
+  checkpointer: Optional[Checkpointer] = None
+  writer: Optional[MetricWriter] = None
+  best: Optional[BestCheckpoint] = None
+  preemption: Optional[PreemptionWatcher] = None
+  batches: Any = None
 
-    if lock is not None:
-      lock.check()
-    final = _evaluate_and_record(eval_step, state, task_data, setup, writer, step, best)
-    # The last saved state is judged by no later step: its evaluation goes through the guard.
-    divergence.check_final_eval(step, final['eval/loss'], last_saved, log.reference)
-    writer.print(task.summary(final, baseline, step))
-    return {
-      **{k: float(v) for k, v in final.items()},
-      'step': step,
-      'baseline': next(iter(baseline.values())),
-      **{f'baseline/{k}': float(v) for k, v in baseline.items()},
-      'preempted': False,
-    }
-  except DivergenceError as e:
-    if e.dead_end is None or checkpointer is None:
-      raise
-    raise checkpointer.set_aside_diverged(e) from None
-  finally:
+  def close(self) -> None:
     # Every step runs even if one fails (the lock must go); the first failure is raised, e.g.
     # the CheckpointError of a last save that failed in the background.
+    preemption, checkpointer, best = self.preemption, self.checkpointer, self.best
+    writer, batches, lock = self.writer, self.batches, self.lock
     _close_all(
       preemption and preemption.close,
       checkpointer and checkpointer.close,
       best and best.close,
       writer and writer.close,
       batches and batches.close,
-      train_iter.close,  # stops its prefetch thread
+      self.train_iter.close,  # stops its prefetch thread
       lock and lock.release,
     )
     if preemption is not None:
       preemption.deliver()  # a SIGTERM or Ctrl-C deferred to save now takes effect
+
+
+def _open_checkpoints(
+  spec: RunSpec, config_json: dict, workdir: str, task_data: TaskData, held: _Held
+) -> tuple[list[int], Optional[dict]]:
+  """The run's checkpointer (into `held`), the workdir checked again now the run holds it, and
+  a resume's newest step verified: (the intact steps, the newest one's record or None)."""
+  # Every step saved records which model and tokenizer it holds (checkpoint_record.py).
+  record = checkpoint_record.make(config_json, task_data.tokenizer)
+  checkpointer = held.checkpointer = Checkpointer(
+    workdir, spec.train.keep_checkpoints, record=record
+  )
+  committed = checkpointer.intact_steps()
+  check_workdir(spec, workdir, committed)  # refusals; the notes once the restore has chosen
+  latest_record = None
+  if committed:  # a resume trains on with the ids its steps were trained with
+    with contextlib.suppress(ConfigError):  # a damaged record: the restore sets it aside
+      latest_record = checkpoint_record.read(
+        os.path.join(checkpointer.directory, str(committed[-1]))
+      )
+    remedy = _tokenizer_remedy(config_json['data'], latest_record, committed[-1])
+    checkpoint_record.verify(
+      workdir, committed[-1], tokenizer=task_data.tokenizer, remedy=remedy, skip_damaged=True
+    )
+  return committed, latest_record
+
+
+@dataclasses.dataclass(frozen=True)
+class _Built:
+  """The compiled run: its spec ('auto' resolved), setup, steps, and the state it starts from."""
+
+  spec: RunSpec
+  setup: build.TrainSetup
+  train_step: Any
+  eval_step: Any
+  state: Any
+  rng: jax.Array
+
+
+def _build_state(
+  spec: RunSpec,
+  config_json: dict,
+  workdir: str,
+  task_data: TaskData,
+  held: _Held,
+  committed: list[int],
+  latest_record: Optional[dict],
+) -> _Built:
+  """The run's outputs opened (into `held`), its steps compiled, its state restored or made,
+  and the run files written, with a note for everything a resume changed."""
+  task = spec.task
+  writer = held.writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
+  held.best = (
+    BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
+  )
+  held.preemption = PreemptionWatcher()
+  given = spec  # as validated: 'auto' stays 'auto' (config_json)
+  too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after
+  if too_big_for_cpu:
+    writer.print(too_big_for_cpu)
+  resolved = build.resolve(spec, log=writer.print)
+  spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
+  state, rng = _restore_or_init(setup, held.checkpointer, task_data.train_iter, writer)
+  # Against the step actually restored: a damaged newer step was moved aside meanwhile.
+  restored = int(jax.device_get(state.step))
+  for note in filter(None, check_workdir(given, workdir, [restored] if restored else [])):
+    writer.print(note)
+  eval_step = build.compile_eval_step(setup)
+  recorded = (committed[-1], latest_record['config']) if committed and latest_record else None
+  for note in _write_run_files(config_json, task_data.tokenizer, workdir, recorded):
+    writer.print(note)
+  writer.print(
+    f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
+    f'mesh {dict(setup.mesh.shape)}, {jax.process_count()} process(es)'
+  )
+  if spec.sequence_parallel_size(setup.mesh.size) > 1:
+    writer.print(f'ring attention per-block op: {ring_attention.block_op(setup.model_config)}')
+  return _Built(spec, setup, train_step, eval_step, state, rng)
+
+
+def _start_log(
+  built: _Built,
+  writer: MetricWriter,
+  workdir: str,
+  committed: list[int],
+  on_log: Optional[Callable[[int, int, dict], None]],
+) -> _TrainLog:
+  """The train metrics' log from the step the state holds, its loss reference's note said."""
+  log = _TrainLog(
+    writer,
+    built.spec,
+    start_step=int(jax.device_get(built.state.step)),
+    stop_step=built.spec.train.stop_step,
+    reference=divergence.LossReference(workdir, resumed=bool(committed)),
+    on_log=on_log,
+  )
+  if log.reference.note:
+    writer.print(log.reference.note)
+  return log
+
+
+class _Progress(NamedTuple):
+  """Where the steps stopped: the state, its step, the newest step saved, and whether a
+  preemption stopped them (after saving that step)."""
+
+  state: Any
+  step: int
+  last_saved: Optional[int]
+  preempted: bool
+
+
+def _train_steps(built: _Built, task_data: TaskData, held: _Held, log: _TrainLog) -> _Progress:
+  """Trains from the state's step to the stop step, saving and evaluating on the way."""
+  train, setup, train_step, rng = built.spec.train, built.setup, built.train_step, built.rng
+  state, checkpointer, writer, lock = built.state, held.checkpointer, held.writer, held.lock
+  preemption = held.preemption
+  stop = train.stop_step
+  step = int(jax.device_get(state.step))
+  last_saved = checkpointer.latest_step()
+  rng_data = jax.random.key_data(rng)
+  # Batches go onto the devices ahead of their step; checkpoints save the position after the
+  # last batch trained on (prefetch.py: a grain iterator, so imported here, where the 'train'
+  # extra is needed anyway, not when the package is).
+  from realformer_jax.train import prefetch  # pylint: disable=import-outside-toplevel
+
+  batches = held.batches = prefetch.DevicePrefetcher(
+    task_data.train_iter, setup.batch_sharding, depth=train.prefetch_batches
+  )
+  if step < stop:
+    writer.print(
+      f'training steps {step + 1}-{stop}: the first step is running (logged when '
+      f'done, then every {train.log_every_steps})'
+    )
+  pending = None  # (step, device metrics) of the step dispatched last
+  while step < stop:
+    state, step_metrics = train_step(state, next(batches), rng)
+    step += 1
+    if pending is not None:  # the previous step: done by now, so this does not block
+      log.record(*pending, last_checkpoint=last_saved)
+    pending = (step, step_metrics)
+    preempted = preemption.requested(step)
+    if step % train.checkpoint_every_steps == 0 or step == stop or preempted:
+      log.record(*pending, last_checkpoint=last_saved)  # never save a bad state
+      pending = None
+      if lock is not None:
+        lock.check()  # never write beside a run that took the workdir over
+      checkpointer.save(state, rng_data, batches, step=step)
+      last_saved = step
+    if preempted:
+      writer.print(f'{preemption.signal_name}: saved a checkpoint at step {step}; exiting.')
+      return _Progress(state, step, last_saved, preempted=True)
+    if step % train.eval_every_steps == 0 and step != stop:
+      if pending is not None:  # logged before the clock restarts: its time is training time
+        log.record(*pending, last_checkpoint=last_saved)
+        pending = None
+      if lock is not None:
+        lock.check()  # an evaluation writes events and may save the best checkpoint
+      _evaluate_and_record(built.eval_step, state, task_data, setup, writer, step, held.best)
+      log.restart_clock(step)  # throughput counts training time only
+  return _Progress(state, step, last_saved, preempted=False)
+
+
+def _finish(
+  built: _Built, progress: _Progress, task_data: TaskData, held: _Held, log: _TrainLog
+) -> dict[str, Any]:
+  """The final evaluation, judged and summarised: `run`'s result."""
+  state, step, last_saved = progress.state, progress.step, progress.last_saved
+  baseline = task_data.baseline
+  if held.lock is not None:
+    held.lock.check()
+  final = _evaluate_and_record(
+    built.eval_step, state, task_data, built.setup, held.writer, step, held.best
+  )
+  # The last saved state is judged by no later step: its evaluation goes through the guard.
+  divergence.check_final_eval(step, final['eval/loss'], last_saved, log.reference)
+  held.writer.print(built.spec.task.summary(final, baseline, step))
+  return {
+    **{k: float(v) for k, v in final.items()},
+    'step': step,
+    'baseline': next(iter(baseline.values())),
+    **{f'baseline/{k}': float(v) for k, v in baseline.items()},
+    'preempted': False,
+  }
 
 
 def _close_all(*closers: Optional[Callable[[], None]]) -> None:
@@ -254,9 +359,9 @@ def _close_all(*closers: Optional[Callable[[], None]]) -> None:
 
 
 def _write_run_files(
-  spec: RunSpec, tokenizer, workdir: str, recorded: Optional[tuple[int, dict]] = None
+  config_json: dict, tokenizer, workdir: str, recorded: Optional[tuple[int, dict]] = None
 ) -> list[str]:
-  """config.json (the spec's sections, as validated: 'auto' stays 'auto') and a copy of the
+  """config.json (`config_json`: the spec's sections, as validated) and a copy of the
   tokenizer's file, so the workdir alone is enough to use the model later
   (train.load_workdir). A resume (`recorded`: the newest step and the config it records) that
   replaces a file someone changed since the run wrote it (an edited config.json, a swapped
@@ -269,7 +374,7 @@ def _write_run_files(
       os.makedirs(workdir, exist_ok=True)
       # Atomic: a run killed while writing it must not leave a truncated config.json behind;
       # unchanged files (every restart) are not rewritten.
-      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), spec.to_dict(), sort_keys=False)
+      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), config_json, sort_keys=False)
       tokenizer.save(workdir)
     except OSError as e:  # a full disk: nothing half-written is left (atomic_files)
       raise TrainingError(
@@ -279,14 +384,14 @@ def _write_run_files(
   return notes
 
 
-def _tokenizer_remedy(spec: RunSpec, record: Optional[dict], step: int) -> str:
-  """What a resume whose data config gives another tokenizer than its steps' should do. Where
-  the data config is the one step `step` records, the corpus itself changed since (a file
-  added, removed or edited trains another tokenizer): the remedy says so, not 'resume with
-  the data config it was trained with', which the user already did."""
+def _tokenizer_remedy(data: dict, record: Optional[dict], step: int) -> str:
+  """What a resume whose data config (`data`: its config.json section) gives another tokenizer
+  than its steps' should do. Where the data config is the one step `step` records, the corpus
+  itself changed since (a file added, removed or edited trains another tokenizer): the remedy
+  says so, not 'resume with the data config it was trained with', which the user already did."""
   as_saved = lambda section: json.loads(json.dumps(section))  # tuples become lists, as saved
   recorded = ((record or {}).get('config') or {}).get('data')
-  if recorded is None or recorded != as_saved(spec.to_dict()['data']):
+  if recorded is None or recorded != as_saved(data):
     return 'resume with the data config it was trained with, or use a new --workdir'
   return (
     f'the data config is the one step {step} records, so the corpus changed since (a file '

@@ -53,8 +53,9 @@ def test_a_kernel_that_states_atomics_or_l2_traffic_is_bound_by_them():
 
 
 def test_a_cost_statement_is_timed_before_compiling_as_the_program_times_it():
-  # roofline.stated_seconds: what a kernel choosing between variants of itself reads
-  # (kernels/backends/triton/attention.reads_dq_back), the same as the compiled call's time.
+  # roofline.stated_seconds: a kernel's stated cost timed before compiling (what
+  # tests/aot/test_dq_path_rule.py holds the carried backward's dQ rule to), the same as the
+  # compiled call's time.
   fields = dict(
     flops=1e12, bytes_accessed=1e9, l2_bytes=2e10, atomics=1e9, float_ops=1e12, int_ops=1e11
   )

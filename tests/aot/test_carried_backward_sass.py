@@ -23,6 +23,11 @@ def test_the_carried_backward_adds_atomically_only_on_the_atomic_path(path):
   assert (report['global_atomics']['realformer_attention_bwd'] == 0) == read_back
   for name in ('realformer_attention_fwd', dq_kernel):
     assert report['global_atomics'][name] == 0, name
+  # The backward's loop: a 64 x 64 tile over 128 threads, 32 elements a thread a trip, whatever
+  # the exponentials per element (p formed in three layouts: 96 MUFU.EX2 a trip, aot/sass.py)
+  (loop,) = report['loops']['realformer_attention_bwd']
+  assert backward['tile_elements'] == str(64 * 64)
+  assert loop['elements'] == 32 and loop['exps'] >= 32
   # The dQ kernel: one loop over key blocks, no exponential (aot/sass.py charges it nothing).
   if read_back:
     (loop,) = report['loops']['realformer_attention_dq']

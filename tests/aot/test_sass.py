@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from benchmarks import qk_calibration, sass_calibration
-from realformer_jax.aot import roofline, sass, targets
+from realformer_jax.aot import ptx, roofline, sass, targets
+from tests.aot import test_aot_kernel_costs
 from tests.repo_paths import REPO
 
 # A kernel laid out as ptxas lays out a flash-attention loop (cuobjdump -sass format, encodings
@@ -104,6 +105,54 @@ def test_nested_loop_trips_follow_the_stated_flops():
   assert six - one == pytest.approx(5 * 5 * elements)  # five more layer trips per element
 
 
+def test_a_loop_exponentiating_three_times_an_element_is_counted_by_its_stated_tile():
+  # realformer_attention_bwd's shape: a 64 x 64 tile over 128 threads (32 elements a thread a
+  # trip) whose p is formed in three layouts, 96 MUFU.EX2 a trip. By the exponentials alone
+  # (the power-of-two rule) it would be 64 elements a trip: half the instructions per element.
+  unstated = sass.kernel_cost('toy_attention', sass.functions(_toy(96))['toy_attention'], 128)
+  ((loop,),) = [[loop for loop in unstated.loops if loop.exps]]
+  assert (unstated.threads, loop.exps, loop.elements) == (128, 96, 64)
+  cost = unstated.with_tile(64 * 64)
+  ((loop,),) = [[loop for loop in cost.loops if loop.exps]]
+  assert (loop.elements, loop.exps_per_element) == (32, 3)
+  assert cost.total_per_element == pytest.approx(loop.instructions / 32)
+  assert cost.total_per_element == pytest.approx(2 * unstated.total_per_element)
+  # one exponential an element with 4 rescalings: the tile and the rule agree
+  single = sass.kernel_cost('toy_attention', sass.functions(_toy(36))['toy_attention'], 128)
+  assert single.with_tile(64 * 64).per_element == single.per_element
+  # a record keeps the derived elements: the calibration re-times it as counted
+  back = sass.KernelCost.from_record('toy_attention', cost.record())
+  assert back.per_element == pytest.approx(cost.per_element, abs=1e-3)
+  assert [loop.elements for loop in back.loops] == [loop.elements for loop in cost.loops]
+  # a stated tile no loop exponentiates that often (128 a thread, 96 MUFU.EX2) is refused
+  with pytest.raises(ValueError, match='error: toy_attention states 16384 score elements'):
+    unstated.with_tile(128 * 128)
+  assert unstated.with_tile(0) is unstated  # unstated: the rule stands
+
+
+def test_the_stated_tile_reaches_the_estimate_through_the_kernel_metadata():
+  # A Pallas Triton call stating tile_elements: kernel_work divides the SASS by it.
+  cost = sass.kernel_cost('k', sass.functions(_toy(96))['toy_attention'], 128)
+  elements = 1e9
+  stated = test_aot_kernel_costs._stated(flops=1e12, transcendentals=elements, l2_bytes=1e9)
+  issued = {}
+  for tile in (0, 4096):
+    metadata = stated + (f', \\22tile_elements\\22: \\22{tile}\\22' if tile else '')
+    hlo = test_aot_kernel_costs._triton_call(metadata)
+    (kernel,) = roofline.estimate(hlo, targets.parse('h200:1'), kernel_sass={'k': cost}).kernels
+    issued[tile] = kernel.work['issued']
+  assert issued[4096] == pytest.approx(cost.with_tile(4096).total_per_element * elements)
+  assert issued[4096] == pytest.approx(2 * issued[0])
+
+
+def test_threads_come_from_the_ptx_entry():
+  text = (
+    '.visible .entry k(\n\t.param .u64 .ptr .align 16 k_param_0\n)\n.reqntid 128, 1, 1\n{\n'
+    '\tret;\n}\n.visible .entry plain(\n)\n{\n\tret;\n}\n'
+  )
+  assert ptx.threads(text) == {'k': 128}
+
+
 def _fused_work(issued):
   work = {
     'bytes': 1e6, 'l2_bytes': 1e9, 'atomics': 0.0, 'float_ops': 1e11, 'int_ops': 1e11,
@@ -131,6 +180,39 @@ def test_estimate_moves_with_what_the_sass_issues():
   assert seconds['drawn'] > seconds['stored'] > seconds['ex2']
   # without SASS the old terms stand, and do not tell the variants apart
   assert roofline.kernel_seconds(_fused_work(None), chip)[1] == 'matmul+vector'
+
+
+# The calibration's kernels stated no tile when they were measured: each element loop's elements
+# a thread a trip by their commits' tiles and warps (deviceless: an H100's row; BERT-Base,
+# head size 64), against which the power-of-two rule that read their records is checked.
+MEASURED_SHARES = {
+  # 1a0cee4: plain forward 128 x 64, 4 warps; backward 64 x 64, 4; qk 128 x 64 and dS 64 x 64, 8
+  ('1a0cee4', 'flash_attention_fwd'): 128 * 64 // 128,
+  ('1a0cee4', 'flash_attention_bwd'): 64 * 64 // 128,
+  ('1a0cee4', 'realformer_qk_attention_fwd'): 128 * 64 // 256,
+  ('1a0cee4', 'realformer_qk_attention_ds'): 64 * 64 // 256,
+  # e64cd4c: plain and qk forward 128 x 128, 8 warps; backward 64 x 64, 4; dS 64 x 64, 8
+  ('e64cd4c', 'flash_attention_fwd'): 128 * 128 // 256,
+  ('e64cd4c', 'flash_attention_bwd'): 64 * 64 // 128,
+  ('e64cd4c', 'realformer_qk_attention_fwd'): 128 * 128 // 256,
+  ('e64cd4c', 'realformer_qk_attention_ds'): 64 * 64 // 256,
+}
+
+
+def test_the_calibration_records_count_one_exponential_an_element():
+  # Every fitted row's loops take one MUFU.EX2 an element (the rest per-row rescalings), so the
+  # rule its records were read by gives the tile's elements and the table stands as fitted;
+  # the RealFormer backward (three an element) has no per-kernel time and is not in it.
+  records = sass_calibration.json.loads(sass_calibration.SASS_RECORDS.read_text())
+  checked = set()
+  for program, kernels in records.items():
+    for name, record in kernels.items():
+      for loop in sass.KernelCost.from_record(name, record).loops:
+        if loop.exps:
+          share = MEASURED_SHARES[(program[:7], name)]
+          assert loop.elements == share and share <= loop.exps < 2 * share, (program, name)
+          checked.add((program[:7], name))
+  assert checked == set(MEASURED_SHARES)
 
 
 def test_sass_calibration_recomputed_from_committed_data():

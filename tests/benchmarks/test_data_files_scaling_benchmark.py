@@ -18,4 +18,10 @@ def test_data_files_scaling_benchmark_reports_every_figure(capsys, tmp_path):
   assert results['reading_files'] == 200 and results['reading_speedup'] > 0
   assert '| 200 | 0.3 |' in out and 'per-file overhead' in out and 'without tokenizer' in out
   assert out.count('PASS  ') + out.count('MISS  ') == 4
+  # the reading phase alone, 1 and 2 workers: CPU seconds split serial / beside the workers
+  estimate = results['reading_estimate']
+  two = estimate['runs'][2]
+  assert two['workers_cpu_seconds'] > 0 and two['start_up_cpu_seconds'] > 0
+  assert estimate['runs'][1]['workers_cpu_seconds'] == pytest.approx(0, abs=0.05)  # no pool
+  assert estimate['estimated_speedup'] > 0 and 'ESTIMATED for 2 idle cores' in out
   assert not list(tmp_path.iterdir())  # the corpora are removed

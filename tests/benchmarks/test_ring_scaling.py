@@ -52,36 +52,3 @@ def test_a_row_already_compiled_is_read_not_compiled(tmp_path, monkeypatch):
   monkeypatch.setattr(ring_scaling.subprocess, 'run', lambda *a, **k: 1 / 0)
   read = ring_scaling.compile_row(str(tmp_path), 'h200', 8, 8, 'einsum')
   assert read == dict(_report(1.0), dump=str(dump))
-
-
-def _kernels_csv(folder, *rows):
-  folder.mkdir()
-  lines = ['count,us_each,ms_total,op_name,warning']
-  lines += [
-    f'{count},{us},{count * us / 1e3},jit/{name}/pallas_call,{warning}'
-    for count, us, name, warning in rows
-  ]
-  (folder / 'kernels.csv').write_text('\n'.join(lines) + '\n')
-  return str(folder)
-
-
-def test_an_uncosted_block_forward_is_costed_as_the_one_device_forward(tmp_path):
-  """96 ring block calls costed at 1 ms by their bytes (the kernel states no FLOPs); the
-  1-device forward's call at 900 ms: the adjusted step adds 96 x 0.899 s."""
-  one = dict(
-    _report(36.5),
-    dump=_kernels_csv(tmp_path / 'one', (12, 900_000.0, 'realformer_qk_attention_fwd', '')),
-  )
-  ring = dict(
-    _report(500.0, RING, 'the triton qk block kernel (forward; ...)', ['states no FLOPs']),
-    dump=_kernels_csv(
-      tmp_path / 'ring',
-      (84, 1000.0, 'realformer_qk_ring_block_fwd', 'x states no FLOPs'),
-      (12, 1000.0, 'realformer_qk_ring_block_fwd', 'x states no FLOPs'),
-    ),
-  )
-  assert ring_scaling.adjusted_seconds(ring, one) == pytest.approx(500.0 + 96 * 0.899)
-  assert ring_scaling.adjusted_seconds(one, one) is None
-  assert 'adjusted 586.3 s' in ring_scaling.table([(8, 1048576, ring)], one)[2]
-  assert ring_scaling.verdict(8, ring, one).startswith('MISS (ESTIMATED): 8 devices, the triton')
-  assert 'adjusted 586.3 s = 2.01x' in ring_scaling.verdict(8, ring, one)

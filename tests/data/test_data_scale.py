@@ -390,11 +390,23 @@ def _stats_under(monkeypatch, under: str) -> list:
   return stated
 
 
+def _calls(monkeypatch, module, name: str) -> list:
+  """The calls in this process of `module.name` from now on (their arguments)."""
+  calls, real = [], getattr(module, name)
+
+  def counted(*args, **kwargs):
+    calls.append(args)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(module, name, counted)
+  return calls
+
+
 @pytest.mark.slow
 def test_one_and_two_workers_prepare_the_same_stores_from_many_files(tmp_path, monkeypatch):
   """Small files read in groups by 2 processes: the same documents, tokenizer, packed rows and
   digest as 1 process, for both held-out rules; with 2, the files' checks (a stat, a
-  fingerprint each) run in the workers, not in the preparing process."""
+  fingerprint each) and their identities run in the workers, not in the preparing process."""
   monkeypatch.setattr(file_corpus, 'GROUP_MIN_BYTES', 0)  # planned here, so workers follow
   monkeypatch.setattr(preparation, 'JOB_BYTES', 3_000)  # several encoding jobs
   monkeypatch.setattr(file_corpus, '_CHECK_IN_WORKERS_FROM', 0)  # decided here
@@ -407,8 +419,11 @@ def test_one_and_two_workers_prepare_the_same_stores_from_many_files(tmp_path, m
       config.update(eval_holdout_by=rule, tokenizer_sample_chars=8_000)
       with monkeypatch.context() as patch:
         stated = _stats_under(patch, str(tmp_path / 'corpus'))
+        listed = _calls(patch, file_corpus, '_file_identity')
         results[num_workers] = _prepare_all(config, num_workers)
       assert len(stated) >= 300 if num_workers == 1 else len(stated) < 10, len(stated)
+      # each file's identity (for the digest and the manifest) made where its group is read
+      assert len(listed) == (300 if num_workers == 1 else 0), len(listed)
     one, two = results[1], results[2]
     assert one['texts'] == two['texts'] and one['tokenizer'] == two['tokenizer']
     assert one['digest'] == two['digest'] and one['store'] == two['store']

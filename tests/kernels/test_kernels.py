@@ -224,16 +224,6 @@ def test_triton_carried_backward_either_dq_path_equals_einsum_path_float32(path)
   assert ('atomic_rmw' in jaxpr) == (not read_back)
 
 
-def test_the_carried_backward_takes_dq_the_cheaper_way_by_the_estimate():
-  # BERT-Large 32 x 512 (head size 64, 64 x 64 backward tiles): reading g_{l-1} back beats one
-  # atomic update per score element; a head size of 16 (a quarter update an element) does not.
-  spec = _spec('triton', True, True, block_q=128, block_k=64, block_bwd=64)
-  for shape, read_back in (((32, 512, 3, 16, 64), True), ((8, 512, 3, 16, 16), False)):
-    for rebuild in (False, True):
-      got = triton_attention.reads_dq_back(spec, shape, jnp.bfloat16, rebuild, True)
-      assert got == read_back, (shape, rebuild)
-
-
 @pytest.mark.parametrize('backend', ['triton', pytest.param('mosaic', marks=pytest.mark.slow)])
 def test_kernel_bfloat16_within_stated_tolerance(backend):
   # bfloat16 q, k, v: the kernels round exp(z - m) to bfloat16 before P V and normalise

@@ -41,7 +41,9 @@ def full_disk(monkeypatch):
 
 
 def _write_run_files(workdir, tokenizer):
-  loop._write_run_files(pretraining.validate_config(tiny_config()), tokenizer, str(workdir))
+  loop._write_run_files(
+    pretraining.validate_config(tiny_config()).to_dict(), tokenizer, str(workdir)
+  )
 
 
 def test_a_restart_rewrites_no_unchanged_run_file(tmp_path, monkeypatch, bible_tokenizer):

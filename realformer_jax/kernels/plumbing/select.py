@@ -17,7 +17,7 @@ CPU); a backend registered later adds a row. `check` refuses, in one line, an at
 that names no backend and a backend asked for what its record says it cannot do.
 
 The platform is `ModelConfig.attention_platform`; the train setup sets it to the platform of
-the mesh's devices (`for_run`: `resolve_platform`), which in a deviceless compile is the
+the mesh's devices (`for_run`; `resolve_platform` alone), which in a deviceless compile is the
 target's, not `jax.default_backend()`. Left at 'auto' (a model used directly), it is the
 default backend when traced. 'auto' also takes the einsum path for a sequence length the
 kernels cannot tile (and when attention maps are asked for: `sow`n maps need the
@@ -27,7 +27,7 @@ instead.
 ## Carry: `model.residual_carry='auto'`
 
 Which carry residual attention takes, decided once when the train setup builds the model
-(`for_run`: `resolved`) and logged with the reason; a model used directly decides it when
+(`for_run`; `resolved` alone) and logged with the reason; a model used directly decides it when
 traced (`resolve_residual_carry`, kernels/score_paths/score_path.py).
 
 The rule looks at time first, then memory. Per score element of layer l the carries cost, in
@@ -113,9 +113,14 @@ def platform_of(devices: Sequence[jax.Device]) -> str:
 
 def resolve_platform(config: ModelConfig, devices: Sequence[jax.Device]) -> ModelConfig:
   """`config` with attention_platform set to the devices' platform (unless set by hand)."""
+  change = _platform_change(config, devices)
+  return config.replace(**change) if change else config
+
+
+def _platform_change(config: ModelConfig, devices: Sequence[jax.Device]) -> dict:
   if config.attention_platform != 'auto':
-    return config
-  return config.replace(attention_platform=platform_of(devices))
+    return {}
+  return {'attention_platform': platform_of(devices)}
 
 
 def _platform(config: ModelConfig) -> str:
@@ -233,16 +238,25 @@ def plan(
       f'model.attention_impl={impl!r}: needs a {backend.platform.upper()} (the '
       f"{backend.name} kernels do not run on {platform}); use 'pallas' (or 'auto')"
     )
-  if not backend.fused:
-    return AttentionPlan('call', backend.name)
-  blocks = backend.tiles(seq_len, interpret)
-  if blocks is None:
-    if impl == 'auto':
-      return None
+  attention_plan = _tiled(config, backend, seq_len, interpret)
+  if attention_plan is None and impl != 'auto':
     raise ConfigError(
       f'model.attention_impl={impl!r}: sequence length {seq_len} cannot be tiled by the '
       f'{backend.name} kernels (needs {backend.tile_rule})'
     )
+  return attention_plan
+
+
+def _tiled(
+  config: ModelConfig, backend: backends.Backend, seq_len: int, interpret: bool
+) -> Optional[AttentionPlan]:
+  """`backend`'s plan for this config at this length (a call backend's needs no tiles), or
+  None where its kernels cannot tile the length."""
+  if not backend.fused:
+    return AttentionPlan('call', backend.name)
+  blocks = backend.tiles(seq_len, interpret)
+  if blocks is None:
+    return None
   rematerialised = config.remat_policy != 'none'
   masks = choose_masks(config, seq_len).masks if rematerialised else None
   return AttentionPlan(
@@ -417,18 +431,96 @@ def resolve_residual_carry(
   return _logged(config, seq_len, memory_bytes).carry
 
 
+class PassedBackend(NamedTuple):
+  """A backend that needs a passed device check and has one on the run's device kind
+  (analysis/device_checks.py: `passed_backends`, asked by the train setup)."""
+
+  backend: backends.Backend
+  device_kind: str
+  faster: Optional[str]  # why 'auto' may take it: measured faster there; None: not (yet)
+  record: str  # the file the pass is recorded in, for the log
+
+
+class RunAttention(NamedTuple):
+  """How a run's attention runs, decided once by the train setup (`for_run`)."""
+
+  config: ModelConfig  # platform, carry, masks and a checked backend resolved
+  # The fused path at the run's length that the kernel self-check proves
+  # (analysis/kernel_check.py); None where none is asked (attention_check=False, the ring).
+  plan: Optional[AttentionPlan]
+
+
 def for_run(
   config: ModelConfig,
   devices: Sequence[jax.Device],
   seq_len: Optional[int],
   memory_bytes: Optional[int] = None,
   sequence_shards: int = 1,
-) -> ModelConfig:
-  """`config` with how attention runs decided once for a run on `devices`: attention_platform
-  the devices' (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against
-  one device's `memory_bytes` (resolved, logged), the length split over `sequence_shards`
-  devices. The model then reads concrete choices."""
-  return resolved(resolve_platform(config, devices), seq_len, memory_bytes, sequence_shards)
+  passed: Sequence[PassedBackend] = (),
+) -> RunAttention:
+  """How attention runs, decided once for a run on `devices`: attention_platform the devices'
+  (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against one device's
+  `memory_bytes` (resolved, logged), the length split over `sequence_shards` devices; then the
+  plan the self-check proves (none on a ring or with attention_check=False): a backend of
+  `passed` that measured faster there (`_passed_plan`), else the platform's. The model then
+  reads concrete choices."""
+  # The platform and the masks do not depend on each other: one new config holds both.
+  changes = {**_platform_change(config, devices), **_masks_change(config, seq_len, memory_bytes)}
+  config = config.replace(**changes) if changes else config
+  config = _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
+  if sequence_shards > 1 or not config.attention_check:  # the ring runs no kernel
+    return RunAttention(config, None)
+  length = seq_len or 256
+  taken = _passed_plan(config, length, passed)
+  if taken is None:
+    return RunAttention(config, plan(config, length))
+  # The model then takes that backend by name.
+  config = config.replace(attention_impl=taken.kernels.attention_impl)
+  return RunAttention(config, taken)
+
+
+def _passed_plan(
+  config: ModelConfig, seq_len: int, passed: Sequence[PassedBackend]
+) -> Optional[AttentionPlan]:
+  """For 'auto' / 'pallas': the plan of the first backend of `passed` (a passed device check
+  on these devices) that measured faster than the default kernels there and runs this config
+  at this length, logged; else None."""
+  if config.attention_impl not in ('auto', 'pallas'):
+    return None
+  platform = _platform(config)
+  for backend, kind, why, record in passed:
+    try:
+      _check_support(config, backend, config.residual_carry)
+    except ConfigError:
+      continue  # this config (dtype, carry, dropout) is not one its kernels take
+    interpret = platform != backend.platform
+    if interpret and not (platform == 'cpu' and backend.interpret):
+      continue
+    attention_plan = _tiled(config, backend, seq_len, interpret)
+    if attention_plan is None:
+      continue  # nor this length
+    if why is None:
+      _log.info(
+        'model.attention_impl=%r keeps the default kernels: %s passed its device check on %s '
+        'but the device suite has not timed it faster there (%s)',
+        config.attention_impl,
+        backend.name,
+        kind,
+        record,
+      )
+      continue
+    _log.info(
+      'model.attention_impl=%r -> %r: experiments.device_check passed every %s case on %s '
+      'with this jax and kernel source, and it measured faster (%s; %s)',
+      config.attention_impl,
+      backend.attention_impl,
+      backend.name,
+      kind,
+      why,
+      record,
+    )
+    return attention_plan
+  return None
 
 
 def resolved(
@@ -437,10 +529,24 @@ def resolved(
   """`config` with residual_carry 'auto' replaced by the choice, and residual_scores_backward
   by the sum's backward it chose (unchanged without residual attention or a known length);
   remat_dropout_masks 'auto' by choose_masks' (where it matters), each logged."""
-  if seq_len and config.remat_dropout_masks == 'auto' and masks_matter(config):
-    choice = choose_masks(config, seq_len, memory_bytes)
-    _log.info("model.remat_dropout_masks='auto' -> %r: %s", choice.masks, choice.reason)
-    config = config.replace(remat_dropout_masks=choice.masks)
+  masks = _masks_change(config, seq_len, memory_bytes)
+  config = config.replace(**masks) if masks else config
+  return _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
+
+
+def _masks_change(config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]) -> dict:
+  """remat_dropout_masks 'auto' -> choose_masks' choice, logged, where it matters; else {}."""
+  if not (seq_len and config.remat_dropout_masks == 'auto' and masks_matter(config)):
+    return {}
+  budget = device_memory_bytes() if memory_bytes is None else memory_bytes
+  choice = remat_masks.choose_masks(config, seq_len, budget)
+  _log.info("model.remat_dropout_masks='auto' -> %r: %s", choice.masks, choice.reason)
+  return {'remat_dropout_masks': choice.masks}
+
+
+def _carry_resolved(
+  config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int], sequence_shards: int
+) -> ModelConfig:
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:
     return config
   choice = _logged(config, seq_len, memory_bytes, sequence_shards)

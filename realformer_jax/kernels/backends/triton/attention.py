@@ -19,13 +19,12 @@ backward  grid (key blocks, B, H). A program holds its key / value tile and walk
           (`query_gradient`, grid (query blocks, B, H)): a program reads its rows of the
           gradient just written and walks the key blocks, one [L, L] x [L, K] product and 4
           bytes of HBM per score element, written straight into the dQ part of the gradient.
-          The other way, still taken where the estimate prefers it (`reads_dq_back`: some
-          shapes with head size <= 32), adds each tile's dQ share into a float32 dQ atomically
-          in the loop (FlashAttention-2's scheme): K / block atomic updates per score element, one
-          at K = 64, what bounded the backward by the estimate (1.84 ms a layer at BERT-Large
-          32 x 512 on an H200), and the one scores-carry step measured (H200, L = 16,384) ran
-          1.18 s against 0.77 s estimated, put down to those atomics' contention
-          (docs/performance.md, issue 64).
+          The other way, still taken at head sizes below 64 (`reads_dq_back`: the estimate prefers
+          it at some of those shapes), adds each tile's dQ share into a float32 dQ atomically in the
+          loop (FlashAttention-2's scheme): K / block atomic updates per score element, one at K =
+          64, what bounded the backward by the estimate (1.84 ms a layer at BERT-Large 32 x 512 on
+          an H200), and the one scores-carry step measured (H200, L = 16,384) ran 1.18 s against
+          0.77 s estimated, put down to those atomics' contention (docs/performance.md, issue 64).
           Without residual attention there is no gradient to read back: a second loop of the
           same program recomputes its query block's dQ instead.
           Given no mask (`bits=None`, a rematerialised layer that keeps none), each of its two
@@ -323,6 +322,7 @@ def forward(qkv, acc_in, bias, fparams, iparams, spec: KernelSpec):
       int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
       # each program reloads the k, v tiles and the bias row per key block (q: once)
       reloads=(2 * head_dim * qkv.dtype.itemsize + 4) / block_q,
+      tile=block_q * spec.block_k,
     ),
     name='realformer_attention_fwd' if spec.carry_out else 'flash_attention_fwd',
   )(qkv, acc_in if spec.carry_in else None, bias, fparams, iparams)
@@ -465,7 +465,7 @@ def backward(
   column_spec = pl.BlockSpec((None, None, seq_len, block), lambda j, b, h: (b, h, 0, j))
   carry = spec.carry_out
   reads = spec.dropout and not draws  # the forward's bits
-  atomic = carry and not reads_dq_back(spec, qkv.shape, qkv.dtype, rebuild, reads)
+  atomic = carry and not reads_dq_back(qkv.shape[-1])
   dq_spec = pl.BlockSpec((None, seq_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
   # The mask: a column strip for the dK / dV loop, a row strip for the dQ loop.
   column_bits = pl.BlockSpec((None, None, seq_len, block // width), lambda j, b, h: (b, h, 0, j))
@@ -570,6 +570,7 @@ def _backward_cost(spec, shape, dtype, rebuild, reads, draws, atomic) -> dict:
     + (0 if carry else (2 * head_dim * itemsize + 4) / block),
     # on the atomic path each tile's [rows, K] float32 dQ share is added atomically
     atomics=head_dim / block if atomic else 0,
+    tile=spec.backward_rows * block,  # both loops: rows x block, block x rows
   )
 
 
@@ -683,47 +684,25 @@ def dq_path(path: str) -> Iterator[None]:
     _dq_path = before
 
 
-def reads_dq_back(spec: KernelSpec, shape, dtype, rebuild: bool, reads: bool) -> bool:
-  """Whether a carried backward on qkv of `shape` takes dQ from `query_gradient` (True) or adds
-  it atomically in its loop: the cheaper by the roofline on what the kernels state
-  (aot/roofline.stated_seconds), on this GPU's chip, an H100's where jax sees none (a
-  deviceless compile, as tiles.py assumes). Read back: the backward without its atomics and
-  dQ product, plus `query_gradient`. Atomic: the backward with them, the float32 dQ zeroed
-  and `_store_query_gradient`. The atomics cost K / block updates per score element at the
-  modelled uncontended rate, reading g_{l-1} back 4 HBM bytes. Swept over B 1-32, H 1-16,
-  L 64-16,384 (bf16, the plan's tiles, H100 and H200): read back takes 0.30-0.78x the atomic
-  path's time at head sizes 64 and 128, 0.76-1.25x at 32, 0.79-1.48x at 16 (the atomics win
-  most where a grid of one or two heads leaves SMs idle; docs/performance.md, issue 64)."""
+# The smallest head size at which the carried backward reads dQ back. Distilled from the
+# estimate (aot/roofline.stated_seconds on what the kernels state: the kernels sit below the
+# estimator and cannot ask it): swept over B 1-32, H 1-16, L 128-16,384, bf16, H100 and H200,
+# reading back is the cheaper at every shape with head size 64 or 128 (0.30-0.78x the atomic
+# path), and at head sizes 16 / 32 the cheaper at some shapes only (0.76-1.48x; the atomics win
+# where a grid of one or two heads leaves SMs idle); keeping the atomics there costs at most
+# 1.15x the estimated best and is the path those shapes took before. tests/aot/
+# test_dq_path_rule.py holds this rule to the estimator over that sweep.
+READ_BACK_MIN_HEAD_DIM = 64
+
+
+def reads_dq_back(head_dim: int) -> bool:
+  """Whether a carried backward takes dQ from `query_gradient` (True) or adds it atomically in
+  its loop (`READ_BACK_MIN_HEAD_DIM`; `dq_path` forces either). Read back: the backward without
+  its atomics and dQ product, plus `query_gradient`. Atomic: the backward with them, the
+  float32 dQ zeroed and `_store_query_gradient`."""
   if _dq_path is not None:
     return _dq_path == 'read_back'
-  from realformer_jax.aot import roofline  # pylint: disable=import-outside-toplevel
-
-  chip = _estimate_chip()
-  batch, seq_len, _, heads, _ = shape
-  matmuls = 'bf16' if jnp.dtype(dtype).itemsize == 2 else 'f32'
-  seconds = lambda stated, programs: roofline.stated_seconds(stated, programs, matmuls, chip)[0]
-  backward_programs = seq_len // spec.block_bwd * batch * heads
-  query_programs = seq_len // spec.block_q * batch * heads
-  cost = functools.partial(_backward_cost, spec, shape, dtype, rebuild, reads, False)
-  zeros = {'flops': '0', 'bytes_accessed': str(math.prod(shape) // 3 * 4)}  # float32 dQ
-  read_back = seconds(cost(False), backward_programs) + seconds(
-    _query_gradient_cost(spec, shape, dtype), query_programs
-  )
-  atomic = (
-    seconds(cost(True), backward_programs)
-    + seconds(zeros, 0)
-    + seconds(_store_cost(shape, dtype), query_programs)
-  )
-  return read_back <= atomic
-
-
-def _estimate_chip():
-  """The aot/targets chip of the first device when it is a GPU the table knows, else an H100."""
-  from realformer_jax.aot import targets  # pylint: disable=import-outside-toplevel
-
-  device = jax.devices()[0]
-  chip = targets.chip_of_device_kind(device.device_kind) if device.platform == 'gpu' else None
-  return chip or targets.parse('h100:1').chip
+  return head_dim >= READ_BACK_MIN_HEAD_DIM
 
 
 def _compiler_params(head_dim: int):
@@ -772,6 +751,7 @@ def _cost_metadata(
   reloads: float = 0.0,
   atomics: float = 0.0,
   row_stats: bool = True,
+  tile: int = 0,
 ) -> dict:
   """What a kernel costs, stated in the custom call's backend config (`serialized_metadata`,
   read by realformer_jax/aot's roofline): matmul FLOPs (`passes` [L, L] x [L, K] products per
@@ -783,7 +763,10 @@ def _cost_metadata(
   cores.
   `l2_bytes`: the HBM bytes plus every tile a program loads again, `reloads` bytes per score
   element, and 4 bytes per atomic update; `atomics`: global atomic element updates, `atomics`
-  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py)."""
+  per score element (the fields the estimator reads: realformer_jax/aot/kernel_work.py).
+  `tile`: the score elements a program covers per trip of its element loops (rows x columns),
+  stated as `tile_elements`: what aot/sass.py divides a loop's instructions by (over the
+  program's threads), not a count of exponentials, which is the compiler's to choose."""
   stats = 12 * elements // seq_len if row_stats else 0  # float32 m, log l and delta per row
   hbm = int(score_bytes * elements + row_bytes + stats)
   return {
@@ -794,4 +777,5 @@ def _cost_metadata(
     'int_ops': str(int(int_ops * elements)),
     'l2_bytes': str(int(hbm + (reloads + 4 * atomics) * elements)),
     'atomics': str(int(atomics * elements)),
+    **({'tile_elements': str(int(tile))} if tile else {}),
   }

@@ -162,27 +162,35 @@ def _forward_kernel(
 
 def _forward_cost(spec, stack) -> dict:
   _, layers, batch, seq_len, heads, head_dim = stack.shape
-  elements = batch * heads * seq_len * seq_len
+  return _forward_cost_of(spec, layers, batch, seq_len, seq_len, heads, head_dim, stack.dtype)
+
+
+def _forward_cost_of(spec, layers, batch, rows, cols, heads, head_dim, dtype) -> dict:
+  """The forward's stated cost on `rows` queries against `cols` keys (rows = cols = L: the
+  one-device kernel; a ring's block: its own lengths), a stack of `layers` slots in `dtype`."""
+  elements = batch * heads * rows * cols
   mean_layers = (layers + 1) / 2  # the mean l + 1 over the stack (module docstring)
-  itemsize = stack.dtype.itemsize
-  rows = batch * seq_len * heads * head_dim * itemsize  # one [B, L, H, K] array
+  itemsize = jnp.dtype(dtype).itemsize
+  q_rows = batch * rows * heads * head_dim * itemsize  # one [B, Lq, H, K] array
+  k_rows = batch * cols * heads * head_dim * itemsize  # one [B, Lk, H, K] array
   # Loads per [block_q, block_k] tile: q and k of l + 1 layers (the q tile too is loaded
   # inside the layer loop), v, the bias row.
-  block_q, block_k = spec.block_q, spec.block_k
+  block_q, block_k = min(spec.block_q, rows), min(spec.block_k, cols)
   reloads = (
     head_dim * itemsize * (mean_layers * (1 / block_q + 1 / block_k) + 1 / block_q) + 4 / block_q
   )
   return _cost_metadata(
     elements,
     head_dim,
-    seq_len,
+    cols,  # the row statistics: elements / cols rows
     passes=mean_layers + 1,
     score_bytes=0,
-    row_bytes=2 * mean_layers * rows + 2 * rows,  # q, k of l + 1 layers; v, out
+    row_bytes=mean_layers * (q_rows + k_rows) + k_rows + q_rows,  # q, k of l + 1 layers; v, out
     float_ops=8 + mean_layers + 2 * spec.dropout,
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
+    tile=block_q * block_k,
   )
 
 
@@ -313,6 +321,7 @@ def block_forward(q_stack, k_stack, v, bias, fparams, iparams, layer, origin, le
     out_shape=out_shape,
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim),
+    metadata=_forward_cost_of(spec, layers, batch, rows, cols, heads, head_dim, q_stack.dtype),
     name='realformer_qk_ring_block_fwd',
   )(q_stack, k_stack, v, bias, fparams, iparams, layer, origin)
   return out, (m, log_l)
@@ -377,19 +386,33 @@ def _score_gradient_kernel(
 
 
 def _score_gradient_cost(spec, stack, columns: int, resident_keys: bool = False) -> dict:
-  """`resident_keys`: a program's keys of l + 1 layers are loaded once, not per query step
-  (the Hopper dS kernel's: mosaic_gpu/qk_attention.py)."""
   _, layers, batch, seq_len, heads, head_dim = stack.shape
-  elements = batch * heads * seq_len * columns
+  return _score_gradient_cost_of(
+    spec, layers, batch, seq_len, columns, heads, head_dim, stack.dtype,
+    resident_keys=resident_keys,
+  )  # fmt: skip
+
+
+def _score_gradient_cost_of(
+  spec, layers, batch, rows, columns, heads, head_dim, dtype, block_outputs=False,
+  resident_keys=False,
+) -> dict:  # fmt: skip
+  """The dS kernel's stated cost on `rows` queries against a panel of `columns` keys, a stack
+  of `layers` slots in `dtype`. block_outputs: a ring block's kernel, which writes dV in
+  float32 and the column sums of dz (the travelling padding bias's gradient: one float add per
+  element, 4 bytes per column) besides. resident_keys: a program's keys of l + 1 layers are
+  loaded once, not per query step (the Hopper dS kernel's: mosaic_gpu/qk_attention.py)."""
+  elements = batch * heads * rows * columns
   mean_layers = (layers + 1) / 2
-  itemsize = stack.dtype.itemsize
-  rows = batch * seq_len * heads * head_dim * itemsize
-  panel_rows = rows * columns // seq_len
+  itemsize = jnp.dtype(dtype).itemsize
+  q_rows = batch * rows * heads * head_dim * itemsize
+  panel_rows = batch * columns * heads * head_dim * itemsize
+  dv_bytes = panel_rows // itemsize * (4 if block_outputs else itemsize)
   # Loads per [rows, block] tile: q and k of l + 1 layers (both inside the layer loop; the
   # keys once per program where resident), dO, and the three float32 row statistics (the
   # last two: `rows` rows each).
-  key_rows = seq_len if resident_keys else spec.backward_rows
-  rows, block = spec.backward_rows, spec.block_bwd
+  step_rows, block = min(spec.backward_rows, rows), min(spec.block_bwd, columns)
+  key_rows = rows if resident_keys else step_rows
   reloads = (
     head_dim * itemsize * mean_layers * (1 / key_rows + 1 / block)
     + (head_dim * itemsize + 12) / block
@@ -397,15 +420,19 @@ def _score_gradient_cost(spec, stack, columns: int, resident_keys: bool = False)
   return _cost_metadata(
     elements,
     head_dim,
-    seq_len,
+    rows,
     passes=mean_layers + 2,  # acc (l + 1 products), dO V^T, dV
     score_bytes=itemsize,  # dS written once, in the compute dtype
     # q of l + 1 layers and dO (all rows); the panel's k of l + 1 layers, v and dV
-    row_bytes=(mean_layers + 1) * rows + (mean_layers + 2) * panel_rows,
-    float_ops=14 + mean_layers + 4 * spec.dropout,
+    row_bytes=(mean_layers + 1) * q_rows
+    + (mean_layers + 1) * panel_rows
+    + dv_bytes
+    + 4 * batch * heads * columns * block_outputs,
+    float_ops=14 + mean_layers + 4 * spec.dropout + block_outputs,
     exps=1,
     int_ops=HASH_OPS_PER_ELEMENT[spec.generator] + 2 if spec.dropout else 0,
     reloads=reloads,
+    tile=step_rows * block,
   )
 
 
@@ -695,12 +722,15 @@ def _block_score_gradient_kernel(
 
 
 def _block_score_gradient(
-  q_n, k_n, v, do, stats2, delta, bias, fparams, iparams, layer, coords, columns, length, spec
-):
+  q_n, k_n, v, do, stats2, delta, bias, fparams, iparams, layer, coords, columns, length, spec,
+  stack_layers,
+):  # fmt: skip
   """(dS [B, H, Lq, columns] in v's dtype, dV [B, columns, H, K] and the bias gradient [B, H,
   columns], float32) of the block's key columns coords[2] .. coords[2] + columns (a multiple of
   the tile); coords: int32 [3], the block's global first row and column, then that local
-  column. stats2: the rows' global (m, log l) in base 2; length: the global sequence length."""
+  column. stats2: the rows' global (m, log l) in base 2; length: the global sequence length;
+  stack_layers: N of the whole stack (its cost counts the mean l + 1 over it, as the one-device
+  dS kernel's: each slot bucket's call site states the same mean)."""
   layers, batch, rows, heads, head_dim = q_n.shape
   cols = k_n.shape[2]
   block, step_rows = min(spec.block_bwd, columns), min(spec.backward_rows, rows)
@@ -749,6 +779,9 @@ def _block_score_gradient(
     out_shape=out_shape,
     interpret=spec.interpret,
     compiler_params=_compiler_params(head_dim, score_gradient=True),
+    metadata=_score_gradient_cost_of(
+      spec, stack_layers, batch, rows, columns, heads, head_dim, q_n.dtype, block_outputs=True
+    ),
     name='realformer_qk_ring_block_ds',
   )(q_n, k_n, v, do, *stats2, delta, bias, fparams, iparams, layer, coords)
 
@@ -809,7 +842,7 @@ def _block_backward_at(
       coords = jnp.stack([origin[0], origin[1], col0]).astype(jnp.int32)
       ds, dv_c, dbias_c = _block_score_gradient(
         q_g, k_g, v_g, do_g, stats_g, delta_g, bias_g, f_g, i_g, layer, coords, columns, length,
-        spec,
+        spec, q_stack.shape[0],
       )  # fmt: skip
       k_c = lax.dynamic_slice_in_dim(k_g, col0, columns, 2).astype(ds.dtype)
       dq = dq + jnp.einsum('bhqv,nbvhk->nbqhk', ds, k_c, preferred_element_type=jnp.float32)

@@ -89,7 +89,8 @@ def main(batch=1, seq_len=512, heads=2, head_dim=64, layers=12):
     )
 
   stats = (f32(batch, heads, seq_len),) * 3  # m, log l, delta
-  qk_bwd = jax.jit(qk_bwd).lower(stack, rows, rows, *stats, *scalars, layer)
+  with qk_attention.resident_keys():  # the Hopper dS kernel: opt-in
+    qk_bwd = jax.jit(qk_bwd).lower(stack, rows, rows, *stats, *scalars, layer)
   print(
     json.dumps(
       {

@@ -16,7 +16,8 @@ dS        grid (H, columns / block, B), Triton's dS kernel (kernels/backends/tri
           one [rows, K] tile instead of two (issue 64 item 7: 8 KB instead of 16 at 64 x 64
           bfloat16). Writes dS^T (the GEMMs read it transposed) and dV. It runs where the
           stack fits one block's shared memory (`resident_bytes` <= SHARED_MEMORY: up to 22
-          layers at K = 64, so not BERT-Large's 24), else Triton's dS kernel does.
+          layers at K = 64, so not BERT-Large's 24) and it is asked for (`resident_keys()`:
+          opt-in, estimated slower than Triton's today), else Triton's dS kernel does.
 GEMMs     Triton's backward around it (`triton_qk.backward(..., score_gradient=)`: its column
           panels, slot buckets and XLA matmuls), which reads exactly what this forward writes
           ((m, log l) [B, H, L] natural, no mask: the dS kernel draws it again with the same
@@ -27,9 +28,11 @@ schedule); each query tile here waits for its copies and products in turn.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
+from typing import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -305,16 +308,36 @@ def score_gradient(stack, v, do, lse, delta, bias, fparams, iparams, layer, col0
   return jnp.swapaxes(ds_t, 2, 3), dv
 
 
+# The Hopper dS kernel is opt-in (`resident_keys`): by the estimate (issue 64 item 7,
+# docs/performance.md) it is slower than Triton's dS kernel today, 4 x 1.69 s against 4 x
+# 1.20 s for BERT-Base qk at 65,536 on an H200 (its Threefry hash is drawn per element where
+# Triton shares one among eight), so the backend's backward keeps Triton's until a GPU says
+# otherwise; the tests and the sm_90a compile check run the kernel inside `resident_keys()`.
+_resident_keys = False
+
+
+@contextlib.contextmanager
+def resident_keys() -> Iterator[None]:
+  """Backwards traced inside take the Hopper dS kernel where the key stack fits."""
+  global _resident_keys
+  before, _resident_keys = _resident_keys, True
+  try:
+    yield
+  finally:
+    _resident_keys = before
+
+
 def backward(
   stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec: KernelSpec
 ):
-  """Triton's backward (its panels and GEMMs) around the Hopper dS kernel where the key stack
-  fits shared memory (resident_bytes), else Triton's whole, on its tile table's tiles."""
+  """Triton's backward (its panels and GEMMs) around the Hopper dS kernel where asked
+  (`resident_keys`) and the key stack fits shared memory (resident_bytes), else Triton's
+  whole, on its tile table's tiles."""
   from realformer_jax.kernels import backends  # pylint: disable=import-outside-toplevel
 
   triton_qk = backends.get('triton').qk_kernels()  # its record's module, as the plan's would be
   _, layers, _, seq_len, _, head_dim = stack.shape
-  if resident_bytes(layers, head_dim, spec, v.dtype) <= SHARED_MEMORY:
+  if _resident_keys and resident_bytes(layers, head_dim, spec, v.dtype) <= SHARED_MEMORY:
     return triton_qk.backward(
       stack, v, do, lse, delta, bias, fparams, iparams, layer, bits, g_stack, spec,
       score_gradient=score_gradient,

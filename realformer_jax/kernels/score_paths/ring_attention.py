@@ -609,6 +609,15 @@ def sequence_attention(*args, **kwargs) -> tuple[jax.Array, Optional[jax.Array]]
   return sequence_attention_saving(*args, **kwargs)[:2]
 
 
+def _fitted_block_kernel(spec: KernelSpec, layers: int, chunk: int, head_dim: int) -> KernelSpec:
+  """`spec` with the tiles its backend gives the one-device qk kernels (`fit_blocks`: on a GPU
+  its row of tiles.py) for a block of `chunk` x `chunk`: every block of the ring is one device's
+  queries against one device's keys. The tiles stay whole dropout hash words: check_config
+  refuses a share per device that is not, and the table's tiles are multiples of any word."""
+  fit_blocks = getattr(backends.get(spec.backend).qk_kernels(), 'fit_blocks', None)
+  return spec if fit_blocks is None else fit_blocks(spec, layers, chunk, head_dim)
+
+
 def sequence_attention_saving(
   shards: SequenceShards,
   logits: Callable[[Any, Any], jax.Array],
@@ -661,11 +670,16 @@ def sequence_attention_saving(
     sub_block_bytes=SUB_BLOCK_BYTES,
     block_kernel=None
     if block_kernel is None
-    else dataclasses.replace(
-      block_kernel,
-      keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
-      heads_total=heads,
-      generator=generator,
+    else _fitted_block_kernel(
+      dataclasses.replace(
+        block_kernel,
+        keep_threshold=0 if dropout_key is None else keep_threshold(keep_prob),
+        heads_total=heads,
+        generator=generator,
+      ),
+      local.shape[0],
+      length // shards.size,
+      v_BxLxHxK.shape[-1],
     ),
   )
   words = (

@@ -20,8 +20,6 @@ import jax
 import jax.numpy as jnp
 
 from realformer_jax.kernels.backends.mosaic_gpu import plan_tiles
-from realformer_jax.kernels.backends.triton import qk_attention as triton_qk
-from realformer_jax.kernels.backends.triton.attention import HASH_OPS_PER_ELEMENT
 from realformer_jax.kernels.dropout.dropout_bits import DRAWS_PER_HASH, keep_threshold
 from realformer_jax.kernels.plumbing.spec import KernelSpec
 
@@ -59,6 +57,11 @@ def stated_cost(ins) -> Optional[dict]:
     return None
   spec = KernelSpec('mosaic_gpu', False, False, keep_threshold(0.9), v[2], *tiles)
   batch, _, heads, _ = v
+  # Triton's kernels through their backend record, as qk_attention.backward reaches them
+  from realformer_jax.kernels import backends  # pylint: disable=import-outside-toplevel
+
+  triton = backends.get('triton')
+  triton_qk, hash_ops = triton.qk_kernels(), triton.kernels().HASH_OPS_PER_ELEMENT
   if kernel == FORWARD:
     stated = triton_qk._forward_cost(spec, stack)  # pylint: disable=protected-access
     elements = batch * heads * seq_len * seq_len
@@ -69,5 +72,5 @@ def stated_cost(ins) -> Optional[dict]:
   stated = {key: float(value) for key, value in stated.items()}
   # attention.keep hashes every element's whole Threefry word (Triton shares one per
   # DRAWS_PER_HASH elements)
-  stated['int_ops'] += HASH_OPS_PER_ELEMENT['threefry'] * (DRAWS_PER_HASH - 1) * elements
+  stated['int_ops'] += hash_ops['threefry'] * (DRAWS_PER_HASH - 1) * elements
   return stated

@@ -25,7 +25,7 @@ def test_the_length_plan_reproduces_the_committed_analysis_and_report(tmp_path):
   lengths.write_markdown(str(tmp_path / 'results.md'), plan, analysis, 'CMD', [0, 1, 2])
   mine = open(tmp_path / 'results.md').read().splitlines()
   theirs = open(os.path.join(plan.out, 'results.md')).read().splitlines()
-  command = 'Regenerate: `python -m experiments.length_extrapolation`'
+  command = 'Regenerate: `python -m experiments.study --plan=length_extrapolation`'
   assert mine == [line.replace(command, 'Regenerate: `CMD`') for line in theirs]
 
 
@@ -41,5 +41,5 @@ def test_the_position_probe_plan_reproduces_the_committed_analysis_and_report(tm
   position_probe.write_markdown(str(tmp_path / 'results.md'), plan, analysis, 'CMD')
   mine = open(tmp_path / 'results.md').read().splitlines()
   theirs = open(os.path.join(plan.out, 'results.md')).read().splitlines()
-  command = 'Regenerate: `python -m experiments.position_probe`'
+  command = 'Regenerate: `python -m experiments.study --plan=position_probe`'
   assert mine == [line.replace(command, 'Regenerate: `CMD`') for line in theirs]

@@ -16,10 +16,12 @@ REPO = repo_paths.REPO
 
 KERNELS = {
   'h100_tiny_post': {'flash_attention_fwd', 'flash_attention_bwd'},
+  # The toy head (< READ_BACK_MIN_HEAD_DIM) takes the store path: the backward stores a dQ
+  # part per key block and a small kernel sums them (triton/attention.py `reads_dq_back`).
   'h100_tiny_realformer': {
     'realformer_attention_fwd',
     'realformer_attention_bwd',
-    'realformer_attention_dq',
+    'attention_store_dq',
   },
   'v5e_tiny_post': {'flash_attention_fwd', 'flash_attention_dkv', 'flash_attention_dq'},
   'v5e_tiny_realformer': {

@@ -305,9 +305,11 @@ def make_setup(
   checks = shards == 1 and spec.model.attention_check and local
   passed = device_checks.passed_backends(devices) if checks else ()
   attention = select.for_run(spec.model, devices, seq_len, memory_bytes, shards, passed)
-  model_config = attention.config
-  if shards == 1:
-    model_config = kernel_check.checked(model_config, attention.plan, devices)
+  model_config = spec.model.replace(**attention.changes)  # what select decided, applied once
+  if shards == 1:  # and what the kernel's check decided (nothing where it passed)
+    model_config = model_config.replace(
+      **kernel_check.fallback(model_config, attention.plan, devices)
+    )
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)
   layout = state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)

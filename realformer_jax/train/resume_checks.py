@@ -4,13 +4,15 @@ A workdir that holds checkpoints resumes only the model they were trained with
 (`check_resumable`: a one-line ConfigError otherwise); a changed schedule or batch contents is
 allowed but said in a note (`check_schedule`, `check_step_contents`); `check_workdir` runs the
 three against the newest committed step. train/run_setup.py runs them before the data is built
-(a refused resume costs no data preparation), train/loop.py again once the run holds the
-workdir, and for their notes once the restore has chosen its step. `tokenizer_remedy` is what a
-resume whose tokenizer differs from its steps' is told to do.
+(a refused resume costs no data preparation), with `check_corpus` (a file corpus changed since
+the newest step: below), train/loop.py again once the run holds the workdir, and for their notes
+once the restore has chosen its step. `tokenizer_remedy` is what a resume whose tokenizer
+differs from its steps' is told to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,6 +21,7 @@ from typing import Optional
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.data import corpus_changes
 from realformer_jax.train import build, checkpoint_record
+from realformer_jax.train.checkpointing import committed_steps
 from realformer_jax.train.config import RunSpec, TrainConfig
 from realformer_jax.workdir_layout import CONFIG_FILE, checkpoints_dir
 
@@ -188,4 +191,48 @@ def tokenizer_remedy(data: dict, record: Optional[dict], step: int) -> str:
     f'the data config is the one step {step} records, so the corpus changed since (a file '
     'added, removed or edited trains another tokenizer) and the run would train on the '
     f'changed corpus with ids that mean other pieces: {corpus_changes.REMEDY}'
+  )
+
+
+# A resume whose file corpus changed since its newest step is refused before any preparation.
+#
+# The steps of a run record the packed store their data position reads (its data state's
+# 'store'); that store's corpus directory records the files it was read from
+# (data/corpus_changes.py). A file added to, removed from or resized in the corpus makes another
+# corpus digest, so preparing it would train another tokenizer and pack another store, minutes to
+# hours of work whose end is a refusal anyway (the tokenizer check or the data position's). Here
+# the listing of the files alone (a stat each) says so first, in one line naming the files.
+
+# The data fields that name the corpus's files: where the resume changed them, the user chose
+# other files, and the remedy is the config the run was trained with.
+_FILE_FIELDS = ('train_files', 'eval_files')
+
+
+def check_corpus(spec: RunSpec, workdir: str) -> None:
+  """ConfigError where the file corpus of `spec` certainly differs from the one the newest
+  committed step of `workdir` was trained on (corpus_changes.since_prepared); None otherwise,
+  also for a fresh run, a TFDS corpus, or a step whose store's corpus is not found under
+  data.data_dir."""
+  committed = committed_steps(checkpoints_dir(workdir))
+  if not committed:
+    return
+  step = committed[-1]
+  step_dir = os.path.join(checkpoints_dir(workdir), str(step))
+  changes = corpus_changes.since_prepared(spec.data, checkpoint_record.recorded_store(step_dir))
+  if changes is None:
+    return
+  record = None
+  with contextlib.suppress(ConfigError):  # a damaged record: no recorded config to compare
+    record = checkpoint_record.read(step_dir)
+  recorded = ((record or {}).get('config') or {}).get('data') or {}
+  current = spec.to_dict()['data']
+  moved = [f for f in _FILE_FIELDS if f in recorded and recorded[f] != current[f]]
+  remedy = corpus_changes.REMEDY
+  if moved:
+    given = ', '.join(f'data.{f}={recorded[f]!r}' for f in moved)
+    remedy = f'resume with the files it was trained with ({given}), or use a new --workdir'
+  raise ConfigError(
+    f'the corpus of the run in {workdir} {changes.describe(since=f"checkpoint step {step}")}; '
+    'resuming would prepare another corpus (its own tokenizer and packed store) and train on '
+    f'text the checkpoints were not trained on: {remedy}'
   )

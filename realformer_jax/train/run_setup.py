@@ -3,7 +3,7 @@
 `derive(spec, workdir)` checks the spec against this run's devices (train/config.py
 `check_devices`: the mesh, the batch and parameter layouts, a ring's carried rows against one
 device's memory budget) and a resume against the steps in its workdir (resume_checks.py, and
-its file corpus: resume_corpus.py), before any data is prepared, and returns what the rest of
+its file corpus), before any data is prepared, and returns what the rest of
 the run reads instead of asking the spec again: config.json's sections, the memory budget
 (train/memory.py), the mesh and this process's data shard (data_shards.py). train/loop.py
 builds the data from it and hands the mesh and the budget to `build.resolve`, which decides the
@@ -19,7 +19,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
-from realformer_jax.train import build, data_shards, memory, resume_checks, resume_corpus
+from realformer_jax.train import build, data_shards, memory, resume_checks
 from realformer_jax.train import config as train_config
 from realformer_jax.train.checkpointing import committed_steps
 from realformer_jax.train.config import RunSpec
@@ -46,7 +46,7 @@ def derive(spec: RunSpec, workdir: str) -> Derived:
   # The workdir before the data: a resume that is refused costs no data preparation (hours on
   # a big corpus). Checked again by the loop, once the run holds the workdir.
   resume_checks.check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))
-  resume_corpus.check_corpus(spec, workdir)  # a changed file corpus: before its preparation
+  resume_checks.check_corpus(spec, workdir)  # a changed file corpus: before its preparation
   mesh = build.make_mesh(spec.mesh)
   # Rows per data-parallel process group: processes of one group read the same rows.
   shard = data_shards.data_shard(mesh, spec.rules, jax.process_index())

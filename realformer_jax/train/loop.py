@@ -152,13 +152,18 @@ class _Held:
 def _open_checkpoints(
   spec: RunSpec, derived: run_setup.Derived, workdir: str, task_data: TaskData, held: _Held
 ) -> tuple[list[int], Optional[dict]]:
-  """The run's checkpointer (into `held`), the workdir checked again now the run holds it, and
-  a resume's newest step verified: (the intact steps, the newest one's record or None)."""
+  """The run's checkpoints opened (into `held`: its steps, and its best evaluation's where the
+  task keeps one), the workdir checked again now the run holds it, and a resume's newest step
+  verified: (the intact steps, the newest one's record or None)."""
   # Every step saved records which model and tokenizer it holds (checkpoint_record.py).
   config_json = derived.config_json
   record = checkpoint_record.make(config_json, task_data.tokenizer)
   checkpointer = held.checkpointer = Checkpointer(
     workdir, spec.train.keep_checkpoints, record=record
+  )
+  task = spec.task  # a task with a best metric also keeps its best evaluation's parameters
+  held.best = (
+    BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
   )
   committed = checkpointer.intact_steps()
   # Refusals again, now the run holds the workdir; the notes once the restore has chosen.
@@ -197,13 +202,10 @@ def _build_state(
   committed: list[int],
   latest_record: Optional[dict],
 ) -> _Built:
-  """The run's outputs opened (into `held`), its steps compiled, its state restored or made,
-  and the run files written, with a note for everything a resume changed."""
-  task = spec.task
+  """The run's metrics and preemption watcher opened (into `held`), its steps compiled, its
+  state restored or made, and the run files written, with a note for everything a resume
+  changed."""
   writer = held.writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
-  held.best = (
-    BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
-  )
   held.preemption = PreemptionWatcher()
   given = spec  # as validated: 'auto' stays 'auto' (config_json)
   too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after

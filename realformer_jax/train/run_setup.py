@@ -2,13 +2,12 @@
 
 `derive(spec, workdir)` checks the spec against this run's devices (train/config.py
 `check_devices`: the mesh, the batch and parameter layouts, a ring's carried rows against one
-device's memory budget) and a resume against the steps in its workdir (resume_checks.py, and
-its file corpus), before any data is prepared, and returns what the rest of
-the run reads instead of asking the spec again: config.json's sections, the memory budget
-(train/memory.py), the mesh and this process's data shard (data_shards.py). train/loop.py
-builds the data from it and hands the mesh and the budget to `build.resolve`, which decides the
-rest (the attention plan and its kernel self-check, the remat masks, 'auto' accumulation) and
-compiles.
+device's memory budget) and a resume against the steps in its workdir and their file corpus
+(resume_checks.py), before any data is prepared, and returns what the rest of the run reads
+instead of asking the spec again: config.json's sections, the memory budget (train/memory.py),
+the mesh and this process's data shard (data_shards.py). train/loop.py builds the data from it
+and hands the mesh and the budget to `build.resolve`, which decides the rest (the attention
+plan and its kernel self-check, the remat masks, 'auto' accumulation) and compiles.
 """
 
 from __future__ import annotations

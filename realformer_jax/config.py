@@ -248,7 +248,7 @@ FIELD_CONCERNS = {
 
 # Execution fields that change the parameters' tree: one stacked scan or a Python loop of
 # layers (model/params.py converts a checkpoint between them). The others leave a saved train
-# state as it is, so a resumed run may change them (train/loop.py check_resumable).
+# state as it is, so a resumed run may change them (train/resume_checks.py check_resumable).
 LAYOUT_FIELDS = ('scan_layers',)
 
 

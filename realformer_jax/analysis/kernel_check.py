@@ -3,7 +3,7 @@
 The Pallas kernels are tested in interpret mode on CPU; on a GPU or TPU they are compiled by
 Triton / Mosaic, which the CPU tests never reach. So before the first step of a run whose
 attention takes a compiled kernel (`attention_impl='auto'` or 'pallas*' on a GPU / TPU), the
-train setup (train/build.py) calls `checked(config, attention_plan, devices)` with the plan it
+train setup (train/build.py) calls `fallback(config, attention_plan, devices)` with the plan it
 resolved once (kernels/plumbing/select.py `for_run`): a tiny encoder with the run's own
 attention settings (head size, dtype, layer-norm placement, residual attention, scales, RoPE,
 dropout, remat, the recomputed stack) runs forward and backward once through the
@@ -188,20 +188,21 @@ def verdict_for(config: ModelConfig, attention_plan: select.AttentionPlan, devic
   return _verdicts[key]
 
 
-def checked(
+def fallback(
   config: ModelConfig, attention_plan: Optional[select.AttentionPlan], devices: Sequence[Any]
-) -> ModelConfig:
-  """`config`, or with attention_impl='xla' when 'auto''s kernel (`attention_plan`, the train
-  setup's: kernels/plumbing/select.py `for_run`) failed its check on these devices. An
-  explicit kernel that fails raises ConfigError."""
+) -> dict[str, str]:
+  """What the check changes in `config` (the run's, as the train setup decided it with
+  `attention_plan`: kernels/plumbing/select.py `for_run`), for the caller to apply: nothing
+  where the kernel passes on these devices (or no check is asked), attention_impl='xla' where
+  'auto''s kernel failed. An explicit kernel that fails raises ConfigError."""
   if not config.attention_check:
-    return config
+    return {}
   attention_plan = _kernel_to_check(attention_plan, devices)
   if attention_plan is None:
-    return config
+    return {}
   verdict = verdict_for(config, attention_plan, devices[0])
   if verdict.ok:
-    return config
+    return {}
   kind = getattr(devices[0], 'device_kind', devices[0].platform)
   what = f'the {attention_plan.backend} attention kernels failed their check on {kind}'
   if config.attention_impl == 'auto':
@@ -213,7 +214,7 @@ def checked(
         file=sys.stderr,
         flush=True,
       )
-    return config.replace(attention_impl='xla')
+    return {'attention_impl': 'xla'}
   raise ConfigError(
     f'model.attention_impl={config.attention_impl!r}: {what}: {verdict.why}; use '
     "attention_impl='xla' or 'auto' (model.attention_check=False runs them unchecked)"

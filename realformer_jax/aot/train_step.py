@@ -119,7 +119,7 @@ def compile_for_target(
   budget, source = memory_budget(spec.train, target)
   start = time.perf_counter()
   try:
-    resolved = build.resolve(spec, log=log, devices=devices, budget=(budget, source))
+    resolved = build.resolve(spec, (budget, source), log=log, devices=devices)
   except jax.errors.JaxRuntimeError as e:  # an explicit accumulation XLA:TPU cannot fit
     required = build.out_of_memory_bytes(e)
     if required is None:

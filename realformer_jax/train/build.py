@@ -39,7 +39,6 @@ from realformer_jax.kernels.plumbing import select
 from realformer_jax.model.params import unbox
 from realformer_jax.train import step as step_lib
 from realformer_jax.train.config import AUTO, MeshConfig, Rules, RunSpec
-from realformer_jax.train.memory import memory_budget
 from realformer_jax.train.step import TrainState
 from realformer_jax.train.task import Task, TaskModel
 from realformer_jax.units import GiB
@@ -283,12 +282,16 @@ class TrainSetup:
 
 
 def make_setup(
-  spec: RunSpec, devices: Optional[Sequence[Any]] = None, memory_bytes: Optional[int] = None
+  spec: RunSpec,
+  devices: Optional[Sequence[Any]] = None,
+  memory_bytes: Optional[int] = None,
+  mesh: Optional[Mesh] = None,
 ) -> TrainSetup:
-  """Everything but data and arrays, on a mesh of `devices` (default: all of them).
-  `memory_bytes`: one device's memory budget, for residual_carry='auto' (default: the first
-  local device's limit; resolve passes its budget, a target's when deviceless)."""
-  mesh = make_mesh(spec.mesh, devices)
+  """Everything but data and arrays, on `mesh` (default: the spec's mesh over `devices`,
+  default all of them). `memory_bytes`: one device's memory budget, for residual_carry='auto'
+  (default: the first local device's limit; resolve passes its budget, a target's when
+  deviceless)."""
+  mesh = make_mesh(spec.mesh, devices) if mesh is None else mesh
   # How attention runs, decided once here (kernels/plumbing/select.py): the kernels of the
   # platform the step is compiled for (a backend that passed its device check on these
   # devices, where it measured faster), the carry residual_carry='auto' takes at the run's
@@ -302,9 +305,11 @@ def make_setup(
   checks = shards == 1 and spec.model.attention_check and local
   passed = device_checks.passed_backends(devices) if checks else ()
   attention = select.for_run(spec.model, devices, seq_len, memory_bytes, shards, passed)
-  model_config = attention.config
-  if shards == 1:
-    model_config = kernel_check.checked(model_config, attention.plan, devices)
+  model_config = spec.model.replace(**attention.changes)  # what select decided, applied once
+  if shards == 1:  # and what the kernel's check decided (nothing where it passed)
+    model_config = model_config.replace(
+      **kernel_check.fallback(model_config, attention.plan, devices)
+    )
   model = spec.task.make_model(model_config)
   tx = make_optimizer(spec.train)
   layout = state_layout(model, tx, spec.data, mesh, spec.rules, spec.task)
@@ -398,10 +403,11 @@ def _per_shape(compiled) -> Any:
 #
 #     need(A) = arguments + outputs - aliased (the donated state) + temporaries
 #
-# and keeps the smallest A with need(A) <= budget, where the budget is
-# `train.device_memory_bytes` (or the device's own limit from `memory_stats()`, or the host's
-# available memory divided among its CPU devices; or, compiling for an accelerator this host
-# does not have, the target's memory: realformer_jax/aot) times `train.memory_fraction`. A
+# and keeps the smallest A with need(A) <= budget, where the budget (the caller's:
+# train/memory.py) is `train.device_memory_bytes` (or the device's own limit from
+# `memory_stats()`, or the host's available memory divided among its CPU devices; or, compiling
+# for an accelerator this host does not have, the target's memory: realformer_jax/aot) times
+# `train.memory_fraction`. A
 # candidate that XLA:TPU refuses to compile because it exceeds the HBM counts as not fitting. If
 # even one sequence per device does not fit, each layer is rematerialised (`remat_policy='full'`)
 # and the search repeats; if that does not fit either, a one-line ConfigError names the bytes
@@ -461,18 +467,20 @@ def _with(spec: RunSpec, accum: int, remat_policy: str) -> RunSpec:
 
 def resolve(
   spec: RunSpec,
+  budget: tuple[int, str],
   log: Callable[[str], None] = print,
   devices: Optional[Sequence[Any]] = None,
-  budget: Optional[tuple[int, str]] = None,
+  mesh: Optional[Mesh] = None,
 ) -> Resolved:
   """The spec with a concrete accumulation, its setup and its compiled train step.
 
-  `devices` (default: all) are those the step is compiled for; `budget` is (bytes per device,
-  description), default `memory_budget(spec.train)` of this host's devices. Both are for
-  compiling for devices this host does not have (an accelerator topology)."""
-  budget, source = budget or memory_budget(spec.train)
+  `budget` is one device's memory (bytes, description): `memory.memory_budget(spec.train)` of
+  this host's devices, or a target's. `devices` (default: all) are those the step is compiled
+  for, e.g. the devices of an accelerator topology this host does not have; `mesh`, the spec's
+  mesh over them, where the caller made it already (train/run_setup.py)."""
+  budget, source = budget
   if spec.train.grad_accum_steps != AUTO:
-    setup = make_setup(spec, devices, budget)
+    setup = make_setup(spec, devices, budget, mesh)
     return Resolved(spec, setup, compile_train_step(setup))
 
   per_device = _per_device_batch(spec, devices)
@@ -484,7 +492,7 @@ def resolve(
 
     def need(accum: int, policy=policy, probes=probes) -> int:
       if accum not in probes:
-        setup = make_setup(_with(spec, accum, policy), devices, budget)
+        setup = make_setup(_with(spec, accum, policy), devices, budget, mesh)
         try:
           compiled = compile_train_step(setup)
           probes[accum] = (setup, compiled, step_memory_bytes(compiled))

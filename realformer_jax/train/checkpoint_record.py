@@ -14,7 +14,7 @@ written by the save on the primary host once every process has written the step,
 checksums.json lists its files (checkpointing.py), so its bytes are checked like the rest. Before
 a step is used, what it records is compared with what is about to be used with it:
 
-- a resume (loop.check_resumable): this config's model against the newest step's;
+- a resume (resume_checks.check_resumable): this config's model against the newest step's;
 - `verify`, the one call a user of a step makes (a resume, `load_workdir` for export_hf and the
   studies, fine-tuning's starting point): config.json's model against the step's
   (`check_config`), and the tokenizer against the step's SHA-256 (`check_tokenizer`).

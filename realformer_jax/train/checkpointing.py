@@ -137,7 +137,8 @@ class Checkpointer:
   def latest_committed_step(self) -> Optional[int]:
     """The newest step with its commit marker: what a restart can resume from. orbax also
     lists a step directory without one (e.g. an empty `checkpoints/100`), which restoring sets
-    aside; a check against the resume step (loop.check_schedule) must not take it for one."""
+    aside; a check against the resume step (resume_checks.check_schedule) must not take it for
+    one."""
     committed = self.intact_steps()
     return committed[-1] if committed else None
 

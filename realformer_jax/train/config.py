@@ -439,8 +439,8 @@ def validate_config(
 
   Without `device_count` / `process_count` only what needs no devices is checked (safe before
   `jax.distributed.initialize`); with them, the mesh shape and batch layout are checked too.
-  `memory_budget`: what one device may hold (default: memory.memory_budget, this host's
-  devices), asked only by a refusal that needs it.
+  `memory_budget`: what one device may hold, asked of the train section once the devices are
+  checked (default: memory.memory_budget, this host's devices).
   """
   if task is None:
     task = default_task()
@@ -474,23 +474,23 @@ def validate_config(
   check_optimizer_dtypes(train, getattr(model, 'param_dtype', 'float32'))
   task.validate(spec)
   if device_count is not None:
-    check_devices(spec, device_count, process_count or 1, memory_budget)
+    budget = (memory_budget or memory.memory_budget)(train)
+    check_devices(spec, device_count, process_count or 1, budget)
   return spec
 
 
 def check_devices(
-  spec: RunSpec, device_count: int, process_count: int, memory_budget: Optional[MemoryBudget] = None
+  spec: RunSpec, device_count: int, process_count: int, budget: tuple[int, str]
 ) -> None:
   """The mesh fits the devices, every microbatch splits evenly over the batch shards, and every
-  sharded parameter dimension over its mesh axes."""
+  sharded parameter dimension over its mesh axes; a ring's carried rows fit `budget`, one
+  device's memory (bytes, where the figure came from: memory.memory_budget, or a target's)."""
   check_batch_layout(spec, spec.data_parallel_size(device_count), process_count)
   check_param_layout(spec, device_count)
-  check_sequence_layout(spec, device_count, memory_budget or memory.memory_budget)
+  check_sequence_layout(spec, device_count, budget)
 
 
-def check_sequence_layout(
-  spec: RunSpec, device_count: int, memory_budget: MemoryBudget = memory.memory_budget
-) -> None:
+def check_sequence_layout(spec: RunSpec, device_count: int, budget: tuple[int, str]) -> None:
   """A length split over a sequence axis (ring attention, kernels/score_paths/ring_attention.py):
   the
   sequence length divides evenly, the axes are not also the batch's or the heads', and the
@@ -538,7 +538,7 @@ def check_sequence_layout(
     local_heads=spec.model.num_heads // spec.split_size('heads', device_count),
     mesh_shape=spec.mesh.shape,
   )
-  ring_attention.check_config(spec.model, layout, lambda: memory_budget(train))
+  ring_attention.check_config(spec.model, layout, budget)
 
 
 def check_param_layout(spec: RunSpec, device_count: int) -> None:

@@ -16,14 +16,11 @@ devices hold exactly that block, in order.
 
 from __future__ import annotations
 
-from typing import Any
-
-import jax
 from jax.sharding import Mesh
 
 from realformer_jax.config import ConfigError
 from realformer_jax.train import build
-from realformer_jax.train.config import Rules, RunSpec
+from realformer_jax.train.config import Rules
 
 
 def data_shard(mesh: Mesh, rules: Rules, process_index: int) -> tuple[int, int]:
@@ -43,11 +40,6 @@ def data_shard(mesh: Mesh, rules: Rules, process_index: int) -> tuple[int, int]:
         'devices by process on the batch axes)'
       )
   return held[process_index][0] // block, shards // block
-
-
-def process_data_shard(spec: RunSpec, devices: Any = None) -> tuple[int, int]:
-  """`data_shard` of this process on the run's mesh (over `devices`, default all of them)."""
-  return data_shard(build.make_mesh(spec.mesh, devices), spec.rules, jax.process_index())
 
 
 def _shards_by_process(mesh: Mesh, rules: Rules, shards: int) -> dict[int, list[int]]:

@@ -2,8 +2,10 @@
 
 One loop for every task (task.py): masked-LM pretraining (realformer_jax/mlm), the fine-tuning
 tasks (realformer_jax/finetune), translation (realformer_jax/seq2seq). Order matters for failing
-fast: the config is validated and the data is built (tokenizer, iterators, baseline) before any
-model is traced, so every user-fixable problem costs seconds. Metrics are pulled to the host one
+fast: the config is validated, checked against the devices and the workdir, and the data is
+built (tokenizer, iterators, baseline) before any model is traced (run_setup.py: what the run
+derives from its spec, derived once, which the loop then reads), so every user-fixable problem
+costs seconds. Metrics are pulled to the host one
 step late, so the host never waits on the step it has just dispatched; a state is checked finite
 before it is ever saved. A task with a `best_metric` also keeps the parameters of its best
 evaluation (checkpointing.py). The run's processes start here too (`initialize_processes`), and a
@@ -18,8 +20,6 @@ import collections
 import contextlib
 import dataclasses
 import glob
-import hashlib
-import json
 import os
 import shutil
 import struct
@@ -31,30 +31,30 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from realformer_jax import atomic_files, extras
+from realformer_jax import extras
 from realformer_jax.analysis import diagnostics
-from realformer_jax.config import ConfigError, ModelConfig
-from realformer_jax.data import corpus_changes, tokenizers
+from realformer_jax.config import ConfigError
 from realformer_jax.kernels.score_paths import ring_attention
 from realformer_jax.model.params import count_params
 from realformer_jax.train import (
   build,
   checkpoint_record,
   cpu_notice,
-  data_shards,
   divergence,
-  resume_corpus,
-  run_identity,
+  memory,
+  resume_checks,
+  run_files,
+  run_setup,
   workdir_lock,
 )
 from realformer_jax.train import config as train_config
-from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer, committed_steps
-from realformer_jax.train.config import RunSpec, TrainConfig
+from realformer_jax.train.checkpointing import BestCheckpoint, Checkpointer
+from realformer_jax.train.config import RunSpec
 from realformer_jax.train.errors import DivergenceError, TrainingError
 from realformer_jax.train.preemption import PreemptionWatcher
 from realformer_jax.train.task import Task, TaskData, prefixed
 from realformer_jax.units import format_duration
-from realformer_jax.workdir_layout import CONFIG_FILE, TENSORBOARD, checkpoints_dir
+from realformer_jax.workdir_layout import TENSORBOARD
 
 
 def train_and_evaluate(
@@ -82,7 +82,7 @@ def compile_train_step(
       config, task=task, device_count=jax.device_count(), process_count=jax.process_count()
     )
   )
-  return build.resolve(spec, log=lambda _: None).compiled
+  return build.resolve(spec, memory.memory_budget(spec.train), log=lambda _: None).compiled
 
 
 def run(
@@ -95,17 +95,14 @@ def run(
   `on_log(step, stop_step, scalars)` is called at every train log line (e.g. for a progress
   line of an experiment that runs many trainings)."""
   initialize_processes(spec.distributed)
-  # config.json and every step's record hold the spec as validated ('auto' stays 'auto'; a
-  # resume resolves it again): written out once here.
-  config_json = spec.to_dict()
-  train_config.check_devices(spec, jax.device_count(), jax.process_count())
-  task_data = _build_data(spec, workdir)
+  derived = run_setup.derive(spec, workdir)  # checked before the data; derived once
+  task_data = spec.task.build_data(spec, *derived.data_shard)
   held = _Held(train_iter=task_data.train_iter)
   # One run per workdir (workdir_lock.py), taken before anything in the workdir is touched.
   held.lock = workdir_lock.acquire_for_run(workdir)
   try:
-    committed, latest_record = _open_checkpoints(spec, config_json, workdir, task_data, held)
-    built = _build_state(spec, config_json, workdir, task_data, held, committed, latest_record)
+    committed, latest_record = _open_checkpoints(spec, derived, workdir, task_data, held)
+    built = _build_state(spec, derived, workdir, task_data, held, committed, latest_record)
     log = _start_log(built, held.writer, workdir, committed, on_log)
     progress = _train_steps(built, task_data, held, log)
     if progress.preempted:
@@ -120,16 +117,6 @@ def run(
 
 
 # The steps of `run`, in its order.
-
-
-def _build_data(spec: RunSpec, workdir: str) -> TaskData:
-  """The run's data, built once the workdir is checked."""
-  # The workdir before the data: a resume that is refused costs no data preparation (hours on
-  # a big corpus). Checked again below, once the run holds the workdir.
-  check_workdir(spec, workdir, committed_steps(checkpoints_dir(workdir)))
-  resume_corpus.check_corpus(spec, workdir)  # a changed file corpus: before its preparation
-  # Rows per data-parallel process group: processes of one group read the same rows.
-  return spec.task.build_data(spec, *data_shards.process_data_shard(spec))
 
 
 @dataclasses.dataclass
@@ -163,24 +150,31 @@ class _Held:
 
 
 def _open_checkpoints(
-  spec: RunSpec, config_json: dict, workdir: str, task_data: TaskData, held: _Held
+  spec: RunSpec, derived: run_setup.Derived, workdir: str, task_data: TaskData, held: _Held
 ) -> tuple[list[int], Optional[dict]]:
-  """The run's checkpointer (into `held`), the workdir checked again now the run holds it, and
-  a resume's newest step verified: (the intact steps, the newest one's record or None)."""
+  """The run's checkpoints opened (into `held`: its steps, and its best evaluation's where the
+  task keeps one), the workdir checked again now the run holds it, and a resume's newest step
+  verified: (the intact steps, the newest one's record or None)."""
   # Every step saved records which model and tokenizer it holds (checkpoint_record.py).
+  config_json = derived.config_json
   record = checkpoint_record.make(config_json, task_data.tokenizer)
   checkpointer = held.checkpointer = Checkpointer(
     workdir, spec.train.keep_checkpoints, record=record
   )
+  task = spec.task  # a task with a best metric also keeps its best evaluation's parameters
+  held.best = (
+    BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
+  )
   committed = checkpointer.intact_steps()
-  check_workdir(spec, workdir, committed)  # refusals; the notes once the restore has chosen
+  # Refusals again, now the run holds the workdir; the notes once the restore has chosen.
+  resume_checks.check_workdir(spec, workdir, committed)
   latest_record = None
   if committed:  # a resume trains on with the ids its steps were trained with
     with contextlib.suppress(ConfigError):  # a damaged record: the restore sets it aside
       latest_record = checkpoint_record.read(
         os.path.join(checkpointer.directory, str(committed[-1]))
       )
-    remedy = _tokenizer_remedy(config_json['data'], latest_record, committed[-1])
+    remedy = resume_checks.tokenizer_remedy(config_json['data'], latest_record, committed[-1])
     checkpoint_record.verify(
       workdir, committed[-1], tokenizer=task_data.tokenizer, remedy=remedy, skip_damaged=True
     )
@@ -201,35 +195,36 @@ class _Built:
 
 def _build_state(
   spec: RunSpec,
-  config_json: dict,
+  derived: run_setup.Derived,
   workdir: str,
   task_data: TaskData,
   held: _Held,
   committed: list[int],
   latest_record: Optional[dict],
 ) -> _Built:
-  """The run's outputs opened (into `held`), its steps compiled, its state restored or made,
-  and the run files written, with a note for everything a resume changed."""
-  task = spec.task
+  """The run's metrics and preemption watcher opened (into `held`), its steps compiled, its
+  state restored or made, and the run files written, with a note for everything a resume
+  changed."""
   writer = held.writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
-  held.best = (
-    BestCheckpoint(workdir, task.best_metric, task.best_mode) if task.best_metric else None
-  )
   held.preemption = PreemptionWatcher()
   given = spec  # as validated: 'auto' stays 'auto' (config_json)
   too_big_for_cpu = cpu_notice.notice(spec)  # before minutes of compiling, not after
   if too_big_for_cpu:
     writer.print(too_big_for_cpu)
-  resolved = build.resolve(spec, log=writer.print)
+  resolved = build.resolve(spec, derived.budget, log=writer.print, mesh=derived.mesh)
   spec, setup, train_step = resolved.spec, resolved.setup, resolved.compiled
   state, rng = _restore_or_init(setup, held.checkpointer, task_data.train_iter, writer)
   # Against the step actually restored: a damaged newer step was moved aside meanwhile.
   restored = int(jax.device_get(state.step))
-  for note in filter(None, check_workdir(given, workdir, [restored] if restored else [])):
+  for note in filter(
+    None, resume_checks.check_workdir(given, workdir, [restored] if restored else [])
+  ):
     writer.print(note)
   eval_step = build.compile_eval_step(setup)
   recorded = (committed[-1], latest_record['config']) if committed and latest_record else None
-  for note in _write_run_files(config_json, task_data.tokenizer, workdir, recorded):
+  for note in run_files.write_run_files(
+    derived.config_json, task_data.tokenizer, workdir, recorded
+  ):
     writer.print(note)
   writer.print(
     f'model: {count_params(setup.layout.abstract.params) / 1e6:.2f}M params, '
@@ -356,239 +351,6 @@ def _close_all(*closers: Optional[Callable[[], None]]) -> None:
       first_error = first_error or e
   if first_error is not None:
     raise first_error
-
-
-def _write_run_files(
-  config_json: dict, tokenizer, workdir: str, recorded: Optional[tuple[int, dict]] = None
-) -> list[str]:
-  """config.json (`config_json`: the spec's sections, as validated) and a copy of the
-  tokenizer's file, so the workdir alone is enough to use the model later
-  (train.load_workdir). A resume (`recorded`: the newest step and the config it records) that
-  replaces a file someone changed since the run wrote it (an edited config.json, a swapped
-  tokenizer file) returns one note for each."""
-  notes = []
-  if jax.process_index() == 0 and recorded is not None:
-    notes = _replaced_run_files(recorded, tokenizer, workdir)
-  if jax.process_index() == 0:
-    try:
-      os.makedirs(workdir, exist_ok=True)
-      # Atomic: a run killed while writing it must not leave a truncated config.json behind;
-      # unchanged files (every restart) are not rewritten.
-      atomic_files.write_json(os.path.join(workdir, CONFIG_FILE), config_json, sort_keys=False)
-      tokenizer.save(workdir)
-    except OSError as e:  # a full disk: nothing half-written is left (atomic_files)
-      raise TrainingError(
-        f'{workdir}: cannot write the run files (config.json, tokenizer): {e.strerror or e}; '
-        'the checkpoints are untouched: free space and rerun'
-      ) from e
-  return notes
-
-
-def _tokenizer_remedy(data: dict, record: Optional[dict], step: int) -> str:
-  """What a resume whose data config (`data`: its config.json section) gives another tokenizer
-  than its steps' should do. Where the data config is the one step `step` records, the corpus
-  itself changed since (a file added, removed or edited trains another tokenizer): the remedy
-  says so, not 'resume with the data config it was trained with', which the user already did."""
-  as_saved = lambda section: json.loads(json.dumps(section))  # tuples become lists, as saved
-  recorded = ((record or {}).get('config') or {}).get('data')
-  if recorded is None or recorded != as_saved(data):
-    return 'resume with the data config it was trained with, or use a new --workdir'
-  return (
-    f'the data config is the one step {step} records, so the corpus changed since (a file '
-    'added, removed or edited trains another tokenizer) and the run would train on the '
-    f'changed corpus with ids that mean other pieces: {corpus_changes.REMEDY}'
-  )
-
-
-def _replaced_run_files(recorded: tuple[int, dict], tokenizer, workdir: str) -> list[str]:
-  """A note for each run file in `workdir` that a resume is about to replace though someone
-  changed it: a config.json that is not the config the newest step records (edited by hand:
-  the flags' changes have notes of their own), a tokenizer file that is not the run's
-  tokenizer (training uses the data config's, which its steps record)."""
-  step, config = recorded
-  notes = []
-  path = os.path.join(workdir, CONFIG_FILE)
-  try:
-    with open(path) as f:
-      found = json.load(f)
-  except (OSError, ValueError):
-    found = None  # missing or unreadable: check_resumable has said so
-  if isinstance(found, dict):
-    changed = run_identity.config_differences(config, found)
-    if changed:
-      shown = ', '.join(changed[:4]) + (
-        f', ... ({len(changed)} fields)' if len(changed) > 4 else ''
-      )
-      notes.append(
-        f'note: {path} is not the config checkpoint step {step} records ({shown}; recorded '
-        "-> as found): replaced by this run's; it trains with the recorded config and the "
-        'flags given'
-      )
-  for name in tokenizers.FILE_NAMES:
-    path = os.path.join(workdir, name)
-    if not os.path.isfile(path):
-      continue
-    with open(path, 'rb') as f:
-      found_bytes = f.read()
-    if name == tokenizer.file_name and found_bytes != tokenizer.file_bytes():
-      notes.append(
-        f"note: {path} is not the run's tokenizer (SHA-256 "
-        f'{hashlib.sha256(found_bytes).hexdigest()[:16]}; the run trains with '
-        f"{tokenizer.source}, {tokenizer.sha256[:16]}): replaced by the run's own"
-      )
-  return notes
-
-
-def check_workdir(spec: RunSpec, workdir: str, committed: list[int]) -> tuple:
-  """Before anything is built or compiled: the checks of a resume against the newest
-  committed step of `committed` (the model, the schedule); their notes (or None each)."""
-  latest = committed[-1] if committed else None
-  return (
-    check_resumable(spec.model, workdir, latest),
-    check_schedule(spec.train, workdir, latest),
-    check_step_contents(spec, workdir, latest),
-  )
-
-
-# What one step trains on, besides the schedule: sequences per step and masked slots each.
-_STEP_CONTENT_FIELDS = (('train', 'global_batch_size'), ('data', 'max_predictions'))
-
-
-def check_step_contents(spec: RunSpec, workdir: str, latest_step: Optional[int]) -> Optional[str]:
-  """A resumed run may change how many sequences a step takes or how many tokens each masks,
-  but not silently: a one-line note of what changed against the newest step's record, or
-  None (also for a step saved before records: config.json is rewritten by every start)."""
-  if latest_step is None:
-    return None
-  try:
-    record = checkpoint_record.read(os.path.join(checkpoints_dir(workdir), str(latest_step)))
-  except ConfigError:
-    return None  # damaged: the restore sets it aside
-  if record is None:
-    return None
-  current = spec.to_dict()
-  changed = [
-    f'{section}.{name} {record["config"][section][name]} -> {current[section][name]}'
-    for section, name in _STEP_CONTENT_FIELDS
-    if name in record['config'].get(section, {})
-    and record['config'][section][name] != current[section][name]
-  ]
-  if not changed:
-    return None
-  return (
-    f'note: the resumed steps train on other batches ({", ".join(changed)}) than checkpoint '
-    f'step {latest_step} was trained with: from step {latest_step} on, each step sees that many '
-    'sequences and masked tokens; the loss curve may step there'
-  )
-
-
-def check_resumable(model: ModelConfig, workdir: str, latest_step: Optional[int]) -> Optional[str]:
-  """Before anything is compiled: a workdir that holds checkpoints resumes only the model it
-  was trained with. A changed `model` field would fail deep inside orbax (or, for a changed
-  LN placement or dropout, silently resume a different experiment), so it is a one-line
-  ConfigError instead; the checkpoints are left untouched. The model compared with is the one
-  the newest step records (checkpoint_record.py), else (a step saved before records) the
-  one config.json says. How the model is computed may change (dtype, remat, residual carry,
-  attention kernels: checkpoint_record.MAY_DIFFER): a one-line note says what did, and is
-  returned (None when nothing did). Fields that are 'auto' on either side are not compared."""
-  if latest_step is None:
-    return None
-  current = json.loads(json.dumps(dataclasses.asdict(model)))
-  try:
-    record = checkpoint_record.read(os.path.join(checkpoints_dir(workdir), str(latest_step)))
-  except ConfigError:
-    record = None  # damaged: the restore sets the step aside; config.json says the model
-  if record is not None:
-    saved, holder = record['config']['model'], f'checkpoint step {latest_step} has'
-  else:
-    saved, holder = _saved_model(workdir, latest_step), 'the checkpoint has'
-  saved = checkpoint_record.with_added_fields(saved)
-  changed, computed = checkpoint_record.model_differences(saved, current)
-  if changed:
-    listed = ', '.join(f'model.{k}={current.get(k)!r} ({holder} {saved.get(k)!r})' for k in changed)
-    raise ConfigError(
-      f'{workdir} holds checkpoints (latest step {latest_step}) of another '
-      f'model: {listed}; use a new --workdir, or the old config, to resume it'
-    )
-  if not computed:
-    return None
-  how = ', '.join(f'model.{k} {saved.get(k)!r} -> {current.get(k)!r}' for k in computed)
-  return f'note: the resumed model is computed differently ({how}); the model is the same'
-
-
-def _saved_model(workdir: str, latest_step: int) -> dict:
-  """The model section of config.json, for checkpoints saved before steps recorded their own:
-  they cannot say the model's dtype, dropout, LN placement or residual attention (no parameter
-  shape shows them), so without a readable config.json a resume is a one-line ConfigError."""
-  path = os.path.join(workdir, CONFIG_FILE)
-  # Only the run's own config.json: a copy of a sibling run's would resume another model, and
-  # steps saved before records cannot tell the two apart.
-  remedy = (
-    "put back the run's own config.json, or use a new --workdir; the checkpoints are untouched"
-  )
-  if not os.path.exists(path):
-    raise ConfigError(
-      f'{workdir} holds checkpoints (latest step {latest_step}, saved before steps recorded '
-      'their model) but no config.json, so the model they were trained with cannot be compared '
-      f'with this config: {remedy}'
-    )
-  try:
-    with open(path) as f:
-      saved = json.load(f)['model']
-    if not isinstance(saved, dict):
-      raise TypeError('model is not a section')
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ConfigError(
-      f'{path} is unreadable ({type(e).__name__}: truncated or damaged), so the model the '
-      f'checkpoints in {workdir} (latest step {latest_step}) were trained with cannot be '
-      f'compared with this config: {remedy}'
-    ) from None
-  return saved
-
-
-# What the learning rate at a step depends on (state.learning_rate_schedule).
-_SCHEDULE_FIELDS = ('num_train_steps', 'warmup_steps', 'learning_rate')
-
-
-def check_schedule(train: TrainConfig, workdir: str, latest_step: Optional[int]) -> Optional[str]:
-  """Before anything is compiled: a resumed run may change its schedule (train a run further),
-  but not silently. Returns a one-line note of what changed (the end step, the learning rate
-  at the restored step), or None. An end step below the checkpoints' step would only evaluate
-  them and exit: a one-line ConfigError instead, the checkpoints untouched."""
-  if latest_step is None:
-    return None
-  for name in ('num_train_steps', 'stop_at_step'):
-    value = getattr(train, name)
-    if value != -1 and value < latest_step:
-      raise ConfigError(
-        f'train.{name}={value}: below step {latest_step}, where the checkpoints in {workdir} '
-        f'end; set it to {latest_step} or more to resume them, or use a new --workdir'
-      )
-  try:  # the schedule the newest step was saved with, else config.json's
-    record = checkpoint_record.read(os.path.join(checkpoints_dir(workdir), str(latest_step)))
-    if record is not None:
-      saved = record['config']['train']
-    else:
-      with open(os.path.join(workdir, CONFIG_FILE)) as f:
-        saved = json.load(f)['train']
-    before = train.replace(**{name: saved[name] for name in _SCHEDULE_FIELDS})
-  except (OSError, ValueError, KeyError, TypeError, ConfigError):
-    return None  # unreadable: check_resumable has said so; nothing to compare
-  changed = [
-    f'train.{name} {getattr(before, name)} -> {getattr(train, name)}'
-    for name in _SCHEDULE_FIELDS
-    if getattr(before, name) != getattr(train, name)
-  ]
-  if not changed:
-    return None
-  lr_before, lr_after = (
-    float(build.learning_rate_schedule(t)(latest_step)) for t in (before, train)
-  )
-  return (
-    f'note: the resumed schedule changed ({", ".join(changed)}): it now ends at step '
-    f'{train.num_train_steps} (was {before.num_train_steps}); learning rate at the restored '
-    f'step {latest_step}: {lr_before:.2e} -> {lr_after:.2e}'
-  )
 
 
 def _restore_or_init(

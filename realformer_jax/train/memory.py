@@ -1,7 +1,7 @@
 """One device's memory budget on this host: what 'auto' accumulation fits a step into
 (train/build.py: resolve) and what config validation holds the ring's carried rows against
-(train/config.py). A deviceless compile for a target passes the target's instead
-(aot/train_step.py: memory_budget)."""
+(train/config.py), asked once per run (train/run_setup.py) and handed to both. A deviceless
+compile for a target passes the target's instead (aot/train_step.py: memory_budget)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ kernel serves the platform and length; decided once when the train setup is buil
 budget it is given (a target's in a deviceless compile)."""
 
 import logging
+import types
 
 import pytest
 from train_fixtures import tiny_config
@@ -129,3 +130,15 @@ def test_every_task_decides_at_the_longest_sequence_its_model_reads():
     'scores',
     'recomputed',
   )
+
+
+def test_a_run_decides_the_carry_for_its_devices_platform_not_this_hosts():
+  # A deviceless compile for TPUs on a CPU host: for_run reads the platform it decided (the
+  # devices') when it decides the carry, before anything is applied; the caller applies both.
+  tpu_devices = [types.SimpleNamespace(platform='tpu', device_kind='TPU v5 lite')]
+  attention = select.for_run(BASE, tpu_devices, 32768, H100_BUDGET)
+  assert attention.changes['attention_platform'] == 'tpu'
+  assert attention.changes['residual_carry'] == 'qk'  # the Mosaic kernels serve this length
+  assert BASE.attention_platform == 'auto' and BASE.residual_carry == 'auto'  # left as given
+  decided = BASE.replace(**attention.changes)
+  assert attention.plan == select.plan(decided, 32768) and attention.plan.backend == 'mosaic'

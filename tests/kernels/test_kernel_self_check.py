@@ -56,7 +56,7 @@ def _broken(monkeypatch, kernel):
 @pytest.mark.slow
 def test_the_interpret_kernels_pass_their_own_check():
   cfg = ModelConfig(**SMALL)
-  assert kernel_check.checked(cfg, _FORCED, CPU) is cfg
+  assert kernel_check.fallback(cfg, _FORCED, CPU) == {}
   (verdict,) = kernel_check._verdicts.values()  # pylint: disable=protected-access
   assert verdict.ok and verdict.worst <= 1e-5, verdict  # measured ~3e-7
 
@@ -64,16 +64,16 @@ def test_the_interpret_kernels_pass_their_own_check():
 def test_a_wrong_kernel_result_falls_back_to_the_einsum_path(monkeypatch, capsys):
   calls = _broken(monkeypatch, lambda h, g: (h * 1.1, g))
   cfg = ModelConfig(**SMALL)
-  fallback = kernel_check.checked(cfg, _FORCED, CPU)
-  assert fallback == cfg.replace(attention_impl='xla')
+  fallback = kernel_check.fallback(cfg, _FORCED, CPU)
+  assert fallback == {'attention_impl': 'xla'}
   lines = capsys.readouterr().err.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('warning: the triton attention kernels'), lines
   assert 'worst relative error 1.0e-01' in lines[0] and "attention_impl='xla'" in lines[0]
   # The verdict is cached: a second setup (e.g. an accumulation probe) does not check again,
   # nor does a new process (the disk cache), which still warns.
-  assert kernel_check.checked(cfg, _FORCED, CPU) == fallback
+  assert kernel_check.fallback(cfg, _FORCED, CPU) == fallback
   monkeypatch.setattr(kernel_check, '_verdicts', {})
-  assert kernel_check.checked(cfg, _FORCED, CPU) == fallback
+  assert kernel_check.fallback(cfg, _FORCED, CPU) == fallback
   assert calls == ['xla', 'pallas_triton']
   assert len(capsys.readouterr().err.strip().splitlines()) == 2
 
@@ -84,21 +84,21 @@ def test_a_kernel_that_raises_falls_back_and_says_why(monkeypatch, capsys):
 
   _broken(monkeypatch, kernel)
   cfg = ModelConfig(**{**SMALL, 'ln_placement': 'post'})
-  assert kernel_check.checked(cfg, _FORCED, CPU).attention_impl == 'xla'
+  assert kernel_check.fallback(cfg, _FORCED, CPU) == {'attention_impl': 'xla'}
   (line,) = capsys.readouterr().err.strip().splitlines()
   assert 'failed to compile or run (RuntimeError: Mosaic failed to compile)' in line
 
 
 def test_non_finite_kernel_gradients_fail_the_check(monkeypatch):
   _broken(monkeypatch, lambda h, g: (h, jax.tree.map(lambda x: x * jnp.nan, g)))
-  assert kernel_check.checked(ModelConfig(**SMALL), _FORCED, CPU).attention_impl == 'xla'
+  assert kernel_check.fallback(ModelConfig(**SMALL), _FORCED, CPU) == {'attention_impl': 'xla'}
 
 
 def test_an_explicit_kernel_that_fails_stops_in_one_line(monkeypatch, capsys):
   _broken(monkeypatch, lambda h, g: (h * 2, g))
   cfg = ModelConfig(**SMALL).replace(attention_impl='pallas')
   with pytest.raises(ConfigError) as error:
-    kernel_check.checked(cfg, _FORCED, CPU)
+    kernel_check.fallback(cfg, _FORCED, CPU)
   message = str(error.value)
   assert '\n' not in message and message.startswith("model.attention_impl='pallas': the triton")
   assert capsys.readouterr().err == ''
@@ -107,7 +107,7 @@ def test_an_explicit_kernel_that_fails_stops_in_one_line(monkeypatch, capsys):
 def test_attention_check_false_skips_it(monkeypatch):
   calls = _broken(monkeypatch, lambda h, g: (h * 2, g))
   cfg = ModelConfig(**SMALL).replace(attention_check=False)
-  assert kernel_check.checked(cfg, _FORCED, CPU) is cfg and calls == []
+  assert kernel_check.fallback(cfg, _FORCED, CPU) == {} and calls == []
   with pytest.raises(ConfigError, match="model.attention_check='no': must be True or False"):
     ModelConfig(attention_check='no')
 
@@ -139,8 +139,8 @@ def test_the_train_setup_plans_the_checked_kernel_once():
   gpu = [types.SimpleNamespace(platform='gpu', device_kind='H100')]
   config = ModelConfig(**SMALL)
   attention = select.for_run(config, gpu, 512, memory_bytes=2**34)
-  assert attention.config.attention_platform == 'gpu'
-  assert attention.plan == select.plan(attention.config, 512)
+  assert attention.changes['attention_platform'] == 'gpu'
+  assert attention.plan == select.plan(config.replace(**attention.changes), 512)
   assert attention.plan.backend == 'triton' and not attention.plan.interpret
   assert select.for_run(config, gpu, 512, 2**34, sequence_shards=2).plan is None
   assert select.for_run(config.replace(attention_check=False), gpu, 512, 2**34).plan is None

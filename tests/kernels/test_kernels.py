@@ -428,7 +428,7 @@ def test_cudnn_wrapper_arithmetic_through_jax_xla_implementation():
 
 
 def test_a_run_resumes_with_another_attention_implementation(tmp_path):
-  from realformer_jax.train import default_config, loop  # pylint: disable=import-outside-toplevel
+  from realformer_jax.train import default_config, resume_checks  # pylint: disable=import-outside-toplevel
 
   saved = default_config()
   saved.model.attention_impl = 'xla'
@@ -437,9 +437,9 @@ def test_a_run_resumes_with_another_attention_implementation(tmp_path):
   resumed.model.attention_impl = 'pallas'
   resumed.model.attention_platform = 'gpu'
   model = ModelConfig.from_mapping(resumed.model)
-  loop.check_resumable(model, str(tmp_path), latest_step=2)  # same model: no error
+  resume_checks.check_resumable(model, str(tmp_path), latest_step=2)  # same model: no error
   with pytest.raises(ConfigError, match='model.num_layers=13'):
-    loop.check_resumable(model.replace(num_layers=13), str(tmp_path), latest_step=2)
+    resume_checks.check_resumable(model.replace(num_layers=13), str(tmp_path), latest_step=2)
 
 
 # --- Cases the kernels once answered wrong: now correct, or refused in one line -----------

@@ -40,8 +40,8 @@ from realformer_jax.train import (
   checkpoint_integrity,
   checkpoint_record,
   divergence,
-  loop,
   pretraining,
+  resume_checks,
 )
 from realformer_jax.train.checkpointing import Checkpointer
 from realformer_jax.train.errors import CheckpointError
@@ -220,7 +220,10 @@ def test_an_empty_uncommitted_step_is_set_aside_not_resumed_to(trained, tmp_path
     # No "set num_train_steps to 100" advice: step 100 was never committed.
     latest = checkpointer.latest_committed_step()
     assert latest == 4
-    assert loop.check_schedule(pretraining.validate_config(config).train, workdir, latest) is None
+    assert (
+      resume_checks.check_schedule(pretraining.validate_config(config).train, workdir, latest)
+      is None
+    )
   finally:
     checkpointer.close()
   step, warnings = _restore_latest(workdir)

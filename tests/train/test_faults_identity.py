@@ -23,7 +23,7 @@ from train_fixtures import REPO, tiny_config
 from realformer_jax.config import ConfigError, ModelConfig
 from realformer_jax.finetune import starting_point
 from realformer_jax.interop import hf_export
-from realformer_jax.train import checkpointing, divergence, loop, pretrained, run_identity
+from realformer_jax.train import checkpointing, divergence, pretrained, resume_checks, run_identity
 from realformer_jax.train.errors import CheckpointError, DivergenceError
 
 _MODEL = ModelConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
@@ -45,7 +45,7 @@ def _run_dir(tmp_path, config_text=None):
 def test_checkpoints_without_config_json_refuse_the_resume_in_one_line(tmp_path):
   workdir = _run_dir(tmp_path)
   with pytest.raises(ConfigError) as raised:
-    loop.check_resumable(_MODEL, workdir, latest_step=8)
+    resume_checks.check_resumable(_MODEL, workdir, latest_step=8)
   message = str(raised.value)
   # No advice to restore it "from a copy": steps without a record (saved before records) cannot
   # tell the run's own config.json from a sibling run's.
@@ -55,14 +55,16 @@ def test_checkpoints_without_config_json_refuse_the_resume_in_one_line(tmp_path)
     "put back the run's own config.json, or use a new --workdir; the checkpoints are untouched"
   )
   assert '\n' not in message
-  loop.check_resumable(_MODEL, str(tmp_path / 'new'), latest_step=None)  # a new run: nothing
+  resume_checks.check_resumable(
+    _MODEL, str(tmp_path / 'new'), latest_step=None
+  )  # a new run: nothing
 
 
 @pytest.mark.parametrize('text', ['{"model": {"dtype": "float', '[]', '{"train": {}}'])
 def test_a_truncated_or_foreign_config_json_refuses_the_resume_in_one_line(tmp_path, text):
   workdir = _run_dir(tmp_path, text)
   with pytest.raises(ConfigError, match=r'config\.json is unreadable \(\w+: truncated or damaged'):
-    loop.check_resumable(_MODEL, workdir, latest_step=8)
+    resume_checks.check_resumable(_MODEL, workdir, latest_step=8)
 
 
 def test_an_empty_uncommitted_step_is_not_the_resume_step(tmp_path):

@@ -10,7 +10,7 @@ from data_fixtures import bible_tokenizer  # noqa: F401  (a fixture)
 from train_fixtures import tiny_config
 
 from realformer_jax import atomic_files
-from realformer_jax.train import loop, pretraining
+from realformer_jax.train import pretraining, run_files
 from realformer_jax.train.errors import TrainingError
 
 
@@ -41,7 +41,7 @@ def full_disk(monkeypatch):
 
 
 def _write_run_files(workdir, tokenizer):
-  loop._write_run_files(
+  run_files.write_run_files(
     pretraining.validate_config(tiny_config()).to_dict(), tokenizer, str(workdir)
   )
 

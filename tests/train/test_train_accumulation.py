@@ -9,7 +9,7 @@ from train_fixtures import synthetic_batch, tiny_config
 
 from realformer_jax import train
 from realformer_jax.config import ConfigError
-from realformer_jax.train import build
+from realformer_jax.train import build, memory
 
 _COMPILED = {}
 
@@ -53,7 +53,8 @@ def _resolve(budget, **overrides):
     **overrides,
   )
   lines = []
-  return build.resolve(train.validate_config(config), log=lines.append), lines
+  spec = train.validate_config(config)
+  return build.resolve(spec, memory.memory_budget(spec.train), log=lines.append), lines
 
 
 @pytest.mark.slow

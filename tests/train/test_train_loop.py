@@ -15,7 +15,7 @@ from train_fixtures import tiny_config
 
 from realformer_jax import data, train
 from realformer_jax.config import ConfigError
-from realformer_jax.train import loop
+from realformer_jax.train import loop, resume_checks
 
 
 def _saved_params(workdir, step):
@@ -216,8 +216,8 @@ def test_resuming_another_model_is_a_config_error_that_keeps_the_checkpoint(
     train.validate_config(tiny_config(train__stop_at_step=2, **overrides)).train
     for overrides in ({}, dict(train__num_train_steps=16, train__warmup_steps=4))
   )
-  assert loop.check_schedule(same, workdir, 2) is None
-  assert loop.check_schedule(longer, workdir, 2) == (
+  assert resume_checks.check_schedule(same, workdir, 2) is None
+  assert resume_checks.check_schedule(longer, workdir, 2) == (
     'note: the resumed schedule changed (train.num_train_steps 8 -> 16, train.warmup_steps '
     '2 -> 4): it now ends at step 16 (was 8); learning rate at the restored step 2: '
     '3.00e-03 -> 1.50e-03'
@@ -239,8 +239,8 @@ def test_a_resume_may_change_how_the_model_is_computed_but_not_which_model(tmp_p
   (tmp_path / 'config.json').write_text(saved.to_json_best_effort())
   model = train.validate_config(saved).model
   workdir = str(tmp_path)
-  assert loop.check_resumable(model, workdir, latest_step=4) is None
-  note = loop.check_resumable(
+  assert resume_checks.check_resumable(model, workdir, latest_step=4) is None
+  note = resume_checks.check_resumable(
     model.replace(dtype='bfloat16', remat_policy='dots'), workdir, latest_step=4
   )
   assert note == (
@@ -254,7 +254,7 @@ def test_a_resume_may_change_how_the_model_is_computed_but_not_which_model(tmp_p
   ):
     (name,) = changed
     with pytest.raises(ConfigError, match=f'of another model: model.{name}='):
-      loop.check_resumable(model.replace(**changed), workdir, latest_step=4)
+      resume_checks.check_resumable(model.replace(**changed), workdir, latest_step=4)
 
 
 def test_a_workdir_from_before_the_dropout_generator_field_resumes_only_with_threefry(tmp_path):
@@ -264,8 +264,10 @@ def test_a_workdir_from_before_the_dropout_generator_field_resumes_only_with_thr
   del saved['model']['dropout_generator']
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   model = train.validate_config(tiny_config()).model
-  assert loop.check_resumable(model, str(tmp_path), latest_step=4) is None
+  assert resume_checks.check_resumable(model, str(tmp_path), latest_step=4) is None
   with pytest.raises(
     ConfigError, match="model.dropout_generator='philox' \\(the checkpoint has 'threefry'\\)"
   ):
-    loop.check_resumable(model.replace(dropout_generator='philox'), str(tmp_path), latest_step=4)
+    resume_checks.check_resumable(
+      model.replace(dropout_generator='philox'), str(tmp_path), latest_step=4
+    )

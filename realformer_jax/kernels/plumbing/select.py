@@ -135,10 +135,11 @@ def block_sizes(backend: str, seq_len: int, interpret: bool) -> Optional[tuple[i
   return backends.get(backend).tiles(seq_len, interpret)
 
 
-def check(config: ModelConfig) -> None:
+def check(config: ModelConfig, carry: Optional[str] = None) -> None:
   """Refuses in one line an attention_impl that names no registered backend, and a named
-  backend asked for what it cannot do (residual scores, attention dropout, qk kernels). The
-  train setup calls it before any data is built; `plan` again when the model is traced."""
+  backend asked for what it cannot do (residual scores, attention dropout, qk kernels) with
+  `carry` (default config.residual_carry). The train setup calls it before any data is built;
+  `plan` again when the model is traced."""
   impl = config.attention_impl
   if impl in MODES:
     return
@@ -147,7 +148,7 @@ def check(config: ModelConfig) -> None:
     raise ConfigError(
       f'model.attention_impl={impl!r}: must be one of {", ".join(backends.attention_impls())}'
     )
-  _check_support(config, backend, config.residual_carry)
+  _check_support(config, backend, config.residual_carry if carry is None else carry)
 
 
 def _check_support(config: ModelConfig, backend: backends.Backend, residual_carry: str) -> None:
@@ -211,15 +212,34 @@ def _platform_backend(impl: str, platform: str) -> Optional[backends.Backend]:
   return None
 
 
+class _Decided(NamedTuple):
+  """The fields of a config that a run decides, as planning reads them: a run's decisions
+  before they are applied (`for_run`), or the config's own (`of`)."""
+
+  platform: str  # 'cpu' | 'gpu' | 'tpu'
+  carry: str  # residual_carry
+  masks: Optional[str] = None  # remat_dropout_masks decided; None: choose_masks decides
+
+  @classmethod
+  def of(cls, config: ModelConfig) -> '_Decided':
+    return cls(_platform(config), config.residual_carry)
+
+
 def plan(
   config: ModelConfig, seq_len: int, *, maps_requested: bool = False
 ) -> Optional[AttentionPlan]:
   """The fused path for this config and sequence length, or None for the einsum path."""
-  check(config)
+  return _plan(config, seq_len, _Decided.of(config), maps_requested)
+
+
+def _plan(
+  config: ModelConfig, seq_len: int, decided: _Decided, maps_requested: bool = False
+) -> Optional[AttentionPlan]:
+  check(config, decided.carry)
   impl = config.attention_impl
   if impl == 'xla' or maps_requested:
     return None
-  platform = _platform(config)
+  platform = decided.platform
   backend = backends.for_impl(impl) or _platform_backend(impl, platform)
   if backend is None:
     if impl == 'auto':
@@ -227,7 +247,7 @@ def plan(
     raise ConfigError(f"model.attention_impl='pallas': no kernel backend runs on {platform}")
   if impl in MODES:
     try:
-      _check_support(config, backend, config.residual_carry)
+      _check_support(config, backend, decided.carry)
     except ConfigError:
       if impl == 'auto':  # the platform's kernels cannot do this: the einsum path can
         return None
@@ -238,7 +258,7 @@ def plan(
       f'model.attention_impl={impl!r}: needs a {backend.platform.upper()} (the '
       f"{backend.name} kernels do not run on {platform}); use 'pallas' (or 'auto')"
     )
-  attention_plan = _tiled(config, backend, seq_len, interpret)
+  attention_plan = _tiled(config, backend, seq_len, interpret, decided.masks)
   if attention_plan is None and impl != 'auto':
     raise ConfigError(
       f'model.attention_impl={impl!r}: sequence length {seq_len} cannot be tiled by the '
@@ -248,17 +268,24 @@ def plan(
 
 
 def _tiled(
-  config: ModelConfig, backend: backends.Backend, seq_len: int, interpret: bool
+  config: ModelConfig,
+  backend: backends.Backend,
+  seq_len: int,
+  interpret: bool,
+  masks: Optional[str] = None,
 ) -> Optional[AttentionPlan]:
   """`backend`'s plan for this config at this length (a call backend's needs no tiles), or
-  None where its kernels cannot tile the length."""
+  None where its kernels cannot tile the length. `masks`: remat_dropout_masks as a run decided
+  it (default: choose_masks')."""
   if not backend.fused:
     return AttentionPlan('call', backend.name)
   blocks = backend.tiles(seq_len, interpret)
   if blocks is None:
     return None
   rematerialised = config.remat_policy != 'none'
-  masks = choose_masks(config, seq_len).masks if rematerialised else None
+  if rematerialised and masks is None:
+    masks = choose_masks(config, seq_len).masks
+  masks = masks if rematerialised else None
   return AttentionPlan(
     'pallas',
     backend.name,
@@ -307,14 +334,18 @@ def device_memory_bytes() -> Optional[int]:
   return None if not stats else stats.get('bytes_limit')
 
 
-def sums_held(config: ModelConfig) -> int:
-  """How many [H, L, L] sums the scores carry holds per sequence (module docstring)."""
-  return 2 if config.residual_scores_backward == 'recomputed' else config.num_layers + 2
+def sums_held(config: ModelConfig, backward: Optional[str] = None) -> int:
+  """How many [H, L, L] sums the scores carry holds per sequence (module docstring), with
+  residual_scores_backward `backward` (default: the config's)."""
+  backward = config.residual_scores_backward if backward is None else backward
+  return 2 if backward == 'recomputed' else config.num_layers + 2
 
 
-def scores_carry_bytes(config: ModelConfig, seq_len: int) -> int:
-  """Bytes of the carried sums for one sequence under residual_carry='scores'."""
-  return sums_held(config) * SUM_BYTES_PER_ELEMENT * config.num_heads * seq_len * seq_len
+def scores_carry_bytes(config: ModelConfig, seq_len: int, backward: Optional[str] = None) -> int:
+  """Bytes of the carried sums for one sequence under residual_carry='scores' (and `backward`,
+  default the config's residual_scores_backward)."""
+  held = sums_held(config, backward)
+  return held * SUM_BYTES_PER_ELEMENT * config.num_heads * seq_len * seq_len
 
 
 def attention_flops_factor(config: ModelConfig, carry: str) -> float:
@@ -326,10 +357,13 @@ def attention_flops_factor(config: ModelConfig, carry: str) -> float:
   return FLOPS_PER_ELEMENT[carry] / FLOPS_PER_ELEMENT['saved']
 
 
-def fused_kernel(config: ModelConfig, seq_len: int) -> Optional[str]:
-  """The Pallas backend that would run this config at this length ('triton' | 'mosaic'), or
-  None on the einsum path."""
-  attention_plan = plan(config, seq_len)
+def fused_kernel(
+  config: ModelConfig, seq_len: int, platform: Optional[str] = None
+) -> Optional[str]:
+  """The Pallas backend that would run this config at this length ('triton' | 'mosaic') on
+  `platform` (default: the config's), or None on the einsum path."""
+  decided = _Decided.of(config) if platform is None else _Decided(platform, config.residual_carry)
+  attention_plan = _plan(config, seq_len, decided)
   if attention_plan is None or attention_plan.path != 'pallas':
     return None
   return attention_plan.backend
@@ -340,11 +374,16 @@ def _gib(n: float) -> str:
 
 
 def choose(
-  config: ModelConfig, seq_len: int, memory_bytes: Optional[int] = None, sequence_shards: int = 1
+  config: ModelConfig,
+  seq_len: int,
+  memory_bytes: Optional[int] = None,
+  sequence_shards: int = 1,
+  platform: Optional[str] = None,
 ) -> CarryChoice:
   """The carry for config.residual_carry='auto' (module docstring); an explicit carry is kept.
   `sequence_shards`: devices the length is split over (ring attention): each holds 1/n of the
-  sum's rows, and the ring rebuilds 'qk' sums per block, whatever the kernels."""
+  sum's rows, and the ring rebuilds 'qk' sums per block, whatever the kernels. `platform`: the
+  kernels' (default: the config's)."""
   configured = config.residual_scores_backward
   if config.residual_carry != 'auto':
     return CarryChoice(config.residual_carry, configured, 'set in the config')
@@ -358,10 +397,9 @@ def choose(
   if configured == 'saved' and config.scan_layers:
     candidates.append('recomputed')
   for backward in candidates:
-    needed = scores_carry_bytes(config.replace(residual_scores_backward=backward), seq_len)
-    needed //= sequence_shards
+    needed = scores_carry_bytes(config, seq_len, backward) // sequence_shards
     if needed <= budget:
-      held = sums_held(config.replace(residual_scores_backward=backward))
+      held = sums_held(config, backward)
       return CarryChoice(
         'scores',
         backward,
@@ -371,9 +409,8 @@ def choose(
         f'x{attention_flops_factor(config, "qk"):.1f})',
       )
   smallest = candidates[-1]
-  needed = scores_carry_bytes(config.replace(residual_scores_backward=smallest), seq_len)
-  needed //= sequence_shards
-  backend = fused_kernel(config, seq_len)
+  needed = scores_carry_bytes(config, seq_len, smallest) // sequence_shards
+  backend = fused_kernel(config, seq_len, platform)
   backend = f'{backend} kernels' if backend else None
   if sequence_shards > 1:
     backend = f'ring attention blocks ({sequence_shards} devices)'
@@ -411,9 +448,13 @@ def choose_masks(
 
 
 def _logged(
-  config: ModelConfig, seq_len: int, memory_bytes: Optional[int], sequence_shards: int = 1
+  config: ModelConfig,
+  seq_len: int,
+  memory_bytes: Optional[int],
+  sequence_shards: int = 1,
+  platform: Optional[str] = None,
 ) -> CarryChoice:
-  choice = choose(config, seq_len, memory_bytes, sequence_shards)
+  choice = choose(config, seq_len, memory_bytes, sequence_shards, platform)
   if config.residual_carry == 'auto':
     _log.info(
       "model.residual_carry='auto' -> %r (residual_scores_backward=%r): %s",
@@ -444,7 +485,10 @@ class PassedBackend(NamedTuple):
 class RunAttention(NamedTuple):
   """How a run's attention runs, decided once by the train setup (`for_run`)."""
 
-  config: ModelConfig  # platform, carry, masks and a checked backend resolved
+  # The model fields decided (attention_platform, remat_dropout_masks, residual_carry and
+  # residual_scores_backward, a checked backend's attention_impl; those left alone are not
+  # named): the caller applies them to its config, once.
+  changes: dict[str, str]
   # The fused path at the run's length that the kernel self-check proves
   # (analysis/kernel_check.py); None where none is asked (attention_check=False, the ring).
   plan: Optional[AttentionPlan]
@@ -460,43 +504,44 @@ def for_run(
 ) -> RunAttention:
   """How attention runs, decided once for a run on `devices`: attention_platform the devices'
   (resolve_platform), then residual_carry 'auto' the carry for `seq_len` against one device's
-  `memory_bytes` (resolved, logged), the length split over `sequence_shards` devices; then the
-  plan the self-check proves (none on a ring or with attention_check=False): a backend of
-  `passed` that measured faster there (`_passed_plan`), else the platform's. The model then
-  reads concrete choices."""
-  # The platform and the masks do not depend on each other: one new config holds both.
+  `memory_bytes` (logged), the length split over `sequence_shards` devices; then the plan the
+  self-check proves (none on a ring or with attention_check=False): a backend of `passed` that
+  measured faster there (`_passed_plan`), else the platform's. Each decision reads the ones
+  before it as decided, not yet applied; the model then reads concrete choices."""
+  # The platform and the masks do not depend on each other; the carry reads the platform.
   changes = {**_platform_change(config, devices), **_masks_change(config, seq_len, memory_bytes)}
-  config = config.replace(**changes) if changes else config
-  config = _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
+  platform = changes.get('attention_platform') or _platform(config)
+  changes.update(_carry_change(config, seq_len, memory_bytes, sequence_shards, platform))
   if sequence_shards > 1 or not config.attention_check:  # the ring runs no kernel
-    return RunAttention(config, None)
+    return RunAttention(changes, None)
+  carry = changes.get('residual_carry', config.residual_carry)
+  decided = _Decided(platform, carry, changes.get('remat_dropout_masks'))
   length = seq_len or 256
-  taken = _passed_plan(config, length, passed)
+  taken = _passed_plan(config, length, passed, decided)
   if taken is None:
-    return RunAttention(config, plan(config, length))
+    return RunAttention(changes, _plan(config, length, decided))
   # The model then takes that backend by name.
-  config = config.replace(attention_impl=taken.kernels.attention_impl)
-  return RunAttention(config, taken)
+  return RunAttention({**changes, 'attention_impl': taken.kernels.attention_impl}, taken)
 
 
 def _passed_plan(
-  config: ModelConfig, seq_len: int, passed: Sequence[PassedBackend]
+  config: ModelConfig, seq_len: int, passed: Sequence[PassedBackend], decided: _Decided
 ) -> Optional[AttentionPlan]:
   """For 'auto' / 'pallas': the plan of the first backend of `passed` (a passed device check
   on these devices) that measured faster than the default kernels there and runs this config
   at this length, logged; else None."""
   if config.attention_impl not in ('auto', 'pallas'):
     return None
-  platform = _platform(config)
+  platform = decided.platform
   for backend, kind, why, record in passed:
     try:
-      _check_support(config, backend, config.residual_carry)
+      _check_support(config, backend, decided.carry)
     except ConfigError:
       continue  # this config (dtype, carry, dropout) is not one its kernels take
     interpret = platform != backend.platform
     if interpret and not (platform == 'cpu' and backend.interpret):
       continue
-    attention_plan = _tiled(config, backend, seq_len, interpret)
+    attention_plan = _tiled(config, backend, seq_len, interpret, decided.masks)
     if attention_plan is None:
       continue  # nor this length
     if why is None:
@@ -529,9 +574,9 @@ def resolved(
   """`config` with residual_carry 'auto' replaced by the choice, and residual_scores_backward
   by the sum's backward it chose (unchanged without residual attention or a known length);
   remat_dropout_masks 'auto' by choose_masks' (where it matters), each logged."""
-  masks = _masks_change(config, seq_len, memory_bytes)
-  config = config.replace(**masks) if masks else config
-  return _carry_resolved(config, seq_len, memory_bytes, sequence_shards)
+  changes = _masks_change(config, seq_len, memory_bytes)
+  changes.update(_carry_change(config, seq_len, memory_bytes, sequence_shards, _platform(config)))
+  return config.replace(**changes) if changes else config
 
 
 def _masks_change(config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int]) -> dict:
@@ -544,12 +589,16 @@ def _masks_change(config: ModelConfig, seq_len: Optional[int], memory_bytes: Opt
   return {'remat_dropout_masks': choice.masks}
 
 
-def _carry_resolved(
-  config: ModelConfig, seq_len: Optional[int], memory_bytes: Optional[int], sequence_shards: int
-) -> ModelConfig:
+def _carry_change(
+  config: ModelConfig,
+  seq_len: Optional[int],
+  memory_bytes: Optional[int],
+  sequence_shards: int,
+  platform: str,
+) -> dict:
+  """residual_carry 'auto' -> the carry choose() takes on `platform`, and the sum's backward it
+  chose (logged); {} without residual attention or a known length, or for an explicit carry."""
   if config.residual_carry != 'auto' or not config.use_residual_attention or not seq_len:
-    return config
-  choice = _logged(config, seq_len, memory_bytes, sequence_shards)
-  return config.replace(
-    residual_carry=choice.carry, residual_scores_backward=choice.scores_backward
-  )
+    return {}
+  choice = _logged(config, seq_len, memory_bytes, sequence_shards, platform)
+  return {'residual_carry': choice.carry, 'residual_scores_backward': choice.scores_backward}

@@ -162,15 +162,13 @@ def sub_block_columns(batch: int, heads: int, rows: int, cols: int, sub_block_by
   return max(d for d in range(1, min(cols, limit) + 1) if cols % d == 0)
 
 
-def check_config(
-  config: ModelConfig, layout: RingLayout, memory_budget: Callable[[], tuple[int, str]]
-) -> None:
+def check_config(config: ModelConfig, layout: RingLayout, budget: tuple[int, str]) -> None:
   """Refuses, in one line, what a ring of `layout.shards` devices cannot run: a named fused
   kernel (the per-block op is the einsum formula); a device's block of positions whose only
   divisor under the sub-block limit is 1 (1-column sub-blocks: a loop of L/n matmuls of one
   column per block); more dropout hash rows than 32 bits count; the scores carry where one
-  device's row block of the sum outgrows `memory_budget()` ((bytes, where the figure came
-  from), asked only then). Called once, where the config is validated (train/config.py:
+  device's row block of the sum outgrows `budget` (one device's memory: bytes, where the
+  figure came from). Called once, where the config is validated (train/config.py:
   check_sequence_layout), never again while a model is traced: there a split sequence simply
   takes the ring."""
   shards = layout.shards
@@ -213,7 +211,7 @@ def check_config(
     )
   if config.use_residual_attention and config.residual_carry == 'scores':
     needed = SUM_BYTES_PER_ELEMENT * layout.local_heads * chunk * layout.length
-    budget, source = memory_budget()
+    budget, source = budget
     if needed > budget:
       raise ConfigError(
         f"model.residual_carry='scores': each device of the ring{where} holds its row block "

@@ -27,7 +27,7 @@ import jax
 
 from realformer_jax import data, train
 from realformer_jax.commands import cli
-from realformer_jax.train import build
+from realformer_jax.train import build, memory
 
 TARGET = 0.95
 
@@ -53,7 +53,8 @@ def _apply(config, overrides: list[str]):
 
 def bare_tokens_per_sec(config, steps: int) -> float:
   """The compiled train step alone, `steps` times on one device-resident batch."""
-  resolved = build.resolve(train.validate_config(config), log=lambda _: None)
+  spec = train.validate_config(config)
+  resolved = build.resolve(spec, memory.memory_budget(spec.train), log=lambda _: None)
   spec, setup, step_fn = resolved.spec, resolved.setup, resolved.compiled
   key = jax.random.key(spec.train.seed)
   state = setup.init_state(key)

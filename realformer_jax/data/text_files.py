@@ -41,7 +41,7 @@ import json
 import os
 import re
 import stat
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from realformer_jax.data.errors import DataError
 from realformer_jax.data.progress import say
@@ -414,10 +414,8 @@ def documents(
     # A corpus's rule (clean UTF-8 .txt, a block at a time): the documents without a chain of
     # generators per file, ~2 us of each file of a corpus of many small ones.
     text = _block_text(path, *byte_range, data)
-    if text is not None and '\r' not in text:
-      return iter(_split_text_documents(text))
     if text is not None:
-      return _text_documents(_numbered_lines(text))
+      return iter(_text_block_documents(text))
   return _counted_documents(path, text_feature, byte_range, data, group_field)
 
 
@@ -453,10 +451,8 @@ def _documents(
     return
   text = _block_text(path, start, end, data)
   if text is not None:
-    if extension == '.txt' and '\r' not in text:
-      yield from _split_text_documents(text)
-    elif extension == '.txt':
-      yield from _text_documents(_numbered_lines(text))
+    if extension == '.txt':
+      yield from _text_block_documents(text)
     else:
       yield from _json_documents(path, _numbered_lines(text), text_feature, start, group_field)
     return
@@ -658,6 +654,14 @@ def _raw_lines(path: str, f) -> Iterator[bytes]:
 
 # Between two documents of a .txt: a newline and one or more lines of whitespace only (str's
 # whitespace, as `str.strip`), each ended by a newline.
+def _text_block_documents(text: str) -> Iterable[str]:
+  """The documents of a decoded .txt block: split at once where it holds no carriage return
+  (a corpus's rule), else line by line."""
+  if '\r' in text:
+    return _text_documents(_numbered_lines(text))
+  return _split_text_documents(text)
+
+
 _BLANK_LINES = re.compile(r'\n(?:[^\S\n]*\n)+')
 
 

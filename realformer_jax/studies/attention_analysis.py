@@ -11,6 +11,7 @@ all).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -22,7 +23,7 @@ from realformer_jax import MaskedLM, data
 from realformer_jax import train as train_lib
 from realformer_jax.studies import stats, study
 from realformer_jax.studies.layouts_runs import pretrained_run
-from realformer_jax.studies.plan import Plan
+from realformer_jax.studies.plan import Arm, Plan
 from realformer_jax.studies.report import LAYOUT_COLORS, write_lines, write_results
 
 # What a run keeps of one model's analysis in the report's per_model (not its sample).
@@ -155,9 +156,11 @@ def claim_statistics(model: dict) -> dict:
   }
 
 
-def claims(plan: Plan, per_layout: dict, seeds: list[int]) -> list[dict]:
+def claims(plan: Plan, per_layout: dict, seeds: list[int], analysed: int = -1) -> list[dict]:
   """The plan's comparisons (the paper's statements 5a-5c) with verdicts by the plan module's
-  rule: paired by seed over `seeds`, Holm-adjusted together."""
+  rule: paired by seed over `seeds`, Holm-adjusted together; while only `analysed` of a
+  comparison's seeds have both layouts analysed, 'pending (k of n seeds)' with the interim
+  figures."""
   rows = []
   for c in plan.comparisons:
     a, b = c.a.variant, c.b.variant
@@ -175,8 +178,11 @@ def claims(plan: Plan, per_layout: dict, seeds: list[int]) -> list[dict]:
   tested = [r for r in rows if 'p_value' in r]
   for row, p in zip(tested, stats.holm([r['p_value'] for r in tested])):
     row['holm_p_value'] = p
+  declared = len(plan.comparisons[0].seeds) if plan.comparisons else 0
   for row in rows:
-    if 'holm_p_value' not in row:
+    if 0 <= analysed < declared:
+      row['verdict'] = f'pending ({analysed} of {declared} seeds)'
+    elif 'holm_p_value' not in row:
       row['verdict'] = 'not testable at this scale'
     else:
       row['verdict'] = stats.p_verdict(
@@ -277,7 +283,8 @@ def _markdown(
         where = f'{i + 1}-{i + 2}' if key == 'jsd_mean' else f'{i + 1}'
         per_seed = ', '.join(f'{x:.3f} / {y:.3f}' for x, y in zip(d[first], d[second]))
         lines.append(f'| {names[key]} | {where} | {fmt(d)} | {d["verdict"]} | {per_seed} |')
-  lines += ['', '![entropy per layer](entropy.png)', '', '![JSD per layer pair](jsd.png)', '']
+  lines += ['', '![entropy per layer](entropy.png)', '']
+  lines += ['![JSD per layer pair](jsd.png)', ''] if num_layers > 1 else []
   write_lines(path, lines)
 
 
@@ -331,6 +338,8 @@ def write_plots(
   ax.set_title('per-token, per-head attention entropy on held-out text')
   ax.legend(fontsize=8, loc='lower left')
   paths = [study.save_figure(fig, os.path.join(out, 'entropy.png'))]
+  if num_layers < 2:  # one layer: no adjacent pair to compare
+    return paths
 
   fig, ax = plt.subplots(figsize=(max(7, 0.8 * num_layers), 4.8))
   pairs = np.arange(1, num_layers)
@@ -372,11 +381,20 @@ def write_plots(
   return paths
 
 
+def _arm_of(plan: Plan, run) -> Arm:
+  """The arm a run belongs to (its tag names which pretraining runs it analyses)."""
+  layout, seed = run.params['variant'], run.params['seed']
+  for arm in plan.all_arms():
+    if arm.variant == layout and plan.run_name(layout, 0.0, 0, seed, arm.tag) == run.name:
+      return arm
+  raise ValueError(f'{plan.name}: no arm for the run {run.name}')
+
+
 def train(plan: Plan, run, workdir: str, data_dir: str, report) -> dict:
-  """Analyses the pretraining run of this run's layout and seed at r* (its own eval data:
+  """Analyses the pretraining run of this run's tag, layout and seed (its own eval data:
   `data_dir` and `workdir` are not used); a run that diverged is a result without statistics."""
   layout, seed = run.params['variant'], run.params['seed']
-  pretrained, record = pretrained_run(plan, layout, seed)
+  pretrained, record = pretrained_run(plan, layout, seed, _arm_of(plan, run).tag)
   result = {
     'pretraining': {
       'run': record['run'],
@@ -391,15 +409,38 @@ def train(plan: Plan, run, workdir: str, data_dir: str, report) -> dict:
   return result
 
 
+def tags(plan: Plan) -> list[str]:
+  """The plan's tags in declared order ([''] for one untagged analysis)."""
+  return list(dict.fromkeys(arm.tag for arm in plan.all_arms()))
+
+
+def of_tag(plan: Plan, tag: str) -> Plan:
+  """The plan's analysis of one tag: its arms and comparisons, its report in a subfolder named
+  by the tag (a plan of one tag is itself)."""
+  if tags(plan) == [tag]:
+    return plan
+  return dataclasses.replace(
+    plan,
+    arms=(tuple(arm for arm in plan.all_arms() if arm.tag == tag),),
+    comparisons=tuple(c for c in plan.comparisons if c.a.tag == tag),
+    rules=tuple(rule for rule in plan.rules if getattr(rule, 'tag', None) == tag),
+    out=os.path.join(plan.out, tag.rstrip('-')),
+  )
+
+
 def analyse(plan: Plan, results: dict) -> dict:
   """Per layout: each statistic per layer over the seeds whose two layouts were analysed; the
-  paired differences and the comparisons over the seeds whose two pretrainings learned."""
+  paired differences and the comparisons over the seeds whose two pretrainings learned. A plan
+  of several tags: {'tags': {tag: that analysis}}."""
+  if len(tags(plan)) > 1:
+    return {'tags': {tag: analyse(of_tag(plan, tag), results) for tag in tags(plan)}}
   arms = plan.all_arms()
+  tag = arms[0].tag
   layouts, seeds = [a.variant for a in arms], list(arms[0].seeds)
   per_layout, learned, notes, rates = {l: {} for l in layouts}, {}, [], set()
   for layout in layouts:
     for seed in seeds:
-      name = plan.run_name(layout, 0.0, 0, seed)
+      name = plan.run_name(layout, 0.0, 0, seed, tag)
       if name not in results:
         notes.append(f'{name}: not analysed yet, left out')
         continue
@@ -435,7 +476,7 @@ def analyse(plan: Plan, results: dict) -> dict:
     'seeds': both,
     'paired_seeds': paired,
     'notes': notes,
-    'claims': claims(plan, per_layout, paired),
+    'claims': claims(plan, per_layout, paired, len(both)),
     'summary': summary,
     'paired_differences': paired_differences(per_layout, layouts, paired),
     'per_model': {
@@ -446,11 +487,23 @@ def analyse(plan: Plan, results: dict) -> dict:
 
 
 def write(plan: Plan, results: dict, analysis: dict, command: str) -> None:
-  """results.json (the analysis), results.md and the plots (once a seed has both layouts)."""
+  """results.json (the analysis), results.md and the plots (once a seed has both layouts); a
+  plan of several tags: each tag's in its subfolder (of_tag), and an index of their statements."""
+  if 'tags' in analysis:
+    for tag, part in analysis['tags'].items():
+      write(of_tag(plan, tag), results, part, command)
+    write_results(
+      plan.out,
+      {'pretraining': plan.options['pretraining'].name, 'summary': analysis},
+      lambda path: write_index(path, plan, analysis, command),
+      lambda: [],
+    )
+    return
+  tag = plan.all_arms()[0].tag
   layouts = [a.variant for a in plan.all_arms()]
   both = analysis['seeds']
   os.makedirs(plan.out, exist_ok=True)
-  per_layout = {l: {s: results[plan.run_name(l, 0.0, 0, s)] for s in both} for l in layouts}
+  per_layout = {l: {s: results[plan.run_name(l, 0.0, 0, s, tag)] for s in both} for l in layouts}
   write_results(
     plan.out,
     {'pretraining': plan.options['pretraining'].name, 'summary': analysis},
@@ -461,6 +514,37 @@ def write(plan: Plan, results: dict, analysis: dict, command: str) -> None:
       else []
     ),
   )
+
+
+def write_index(path: str, plan: Plan, analysis: dict, command: str) -> None:
+  """The statements of every tag in one table, each tag's report linked."""
+  lines = [
+    f'# {plan.title}, by tag',
+    '',
+    f'Regenerate: `{command}`. Each tag is its own analysis (its folder: results.md, plots), '
+    "its three statements one Holm family. RealFormer - Post-LN, paired by seed; a tag's runs "
+    'are analysed once all its pretraining runs have finished.',
+    '',
+    '| tag | key | statement | RealFormer - Post-LN | Holm p | verdict | seeds |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for tag, part in analysis['tags'].items():
+    folder = tag.rstrip('-')
+    where = f'[{folder}]({folder}/results.md)' if part['seeds'] else folder  # its report, once
+    for row in part['claims']:
+      if 'difference' in row:
+        d = row['difference']
+        cells = (
+          f'{stats.format_ci(stats.Summary(d["mean"], d["ci95_half_width"], d["n"], ()), 3)} | '
+          f'{row["holm_p_value"]:.3g}'
+        )
+      else:
+        cells = 'n/a |'
+      lines.append(
+        f'| {where} | {row["key"]} | {row["statement"]} | {cells} | '
+        f'{row["verdict"]} | {len(row["seeds"])} |'
+      )
+  write_lines(path, lines + [''])
 
 
 def _length(analysis: dict) -> int:

@@ -64,4 +64,5 @@ def write_results(
   markdown_path = os.path.join(out, 'results.md')
   markdown(markdown_path)
   drawn = plots()
-  print(f'wrote {markdown_path}' + (f' and {", ".join(drawn)}' if drawn else ''))
+  written = [markdown_path] if os.path.exists(markdown_path) else []
+  print(f'wrote {", ".join(written + list(drawn)) or os.path.join(out, "results.json")}')

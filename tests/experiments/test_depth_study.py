@@ -1,6 +1,7 @@
 """`experiments.study --plan=depth --quick` through the real command: runs at two depths scored
 under several mask draws (study.score_workdir), the trend row and the one-draw column in
-the report."""
+the report; then `--plan=attention_depth` on those runs: each depth analysed, its statements
+and report in its own folder, the index of both."""
 
 import json
 import os
@@ -14,7 +15,7 @@ from realformer_jax.commands import study as study_command
 
 
 @pytest.mark.slow
-def test_depth_study_quick_scores_every_draw_and_reports_the_trend(tmp_path):
+def test_depth_study_quick_scores_every_draw_and_reports_the_trend(tmp_path, capsys):
   out, workdirs = str(tmp_path / 'out'), str(tmp_path / 'runs')
   argv = ['--plan=depth'] + quick_study_argv(out, workdirs, '--runs', 'L1-*,L3-*')
   with jit_cache.in_process():
@@ -45,3 +46,39 @@ def test_depth_study_quick_scores_every_draw_and_reports_the_trend(tmp_path):
   assert '| T | gap(3) - gap(1), all positions |' in table and 'Held-out resolution' in table
   saved = json.load(open(os.path.join(out, 'results.json')))
   assert saved['plan']['scale']['eval_mask_draws'] == 2
+  _attention_on_the_depth_runs(tmp_path, out, workdirs, capsys)
+
+
+# The toy attention_depth plan reading this test's depth runs (the toy depth plan names no folders).
+_ATTENTION_ON = """
+import dataclasses
+from realformer_jax.studies.plans import attention_analysis, depth
+pretraining = dataclasses.replace(depth.PLANS['toy'], out={out!r}, workdirs={workdirs!r})
+PLANS = {{'toy': attention_analysis.make(
+  pretraining, (0, 1), max_batches=1, rate=depth.RATE, tags=('L1-', 'L3-'), name='attention_depth'
+)}}
+"""
+
+
+def _attention_on_the_depth_runs(tmp_path, out, workdirs, capsys):
+  plan_file = tmp_path / 'attention_on_the_depth_runs.py'
+  plan_file.write_text(_ATTENTION_ON.format(out=out, workdirs=workdirs))
+  report_out = tmp_path / 'attention'
+  argv = [f'--plan={plan_file}'] + quick_study_argv(str(report_out), str(tmp_path / 'analyses'))
+  analysis = study_command.main(argv)['analysis']
+  assert sorted(analysis['tags']) == ['L1-', 'L3-']
+  for tag, layers in (('L1-', 1), ('L3-', 3)):
+    part = analysis['tags'][tag]
+    assert part['seeds'] == [0, 1] and part['rate'] == 0.002
+    for layout in ('post', 'realformer'):
+      assert len(part['summary'][layout]['entropy_mean']) == layers
+      assert part['per_model'][layout]['0']['workdir'].endswith(f'{tag}b4-lr0.002-{layout}-s0')
+    assert [row['key'] for row in part['claims']] == [f'{tag}5a', f'{tag}5b', f'{tag}5c']
+    folder = report_out / tag.rstrip('-')
+    assert "The paper's statements" in (folder / 'results.md').read_text()
+    assert os.path.getsize(folder / 'entropy.png') > 1000
+  index = (report_out / 'results.md').read_text()
+  assert '| [L3](L3/results.md) | L3-5c |' in index
+  capsys.readouterr()
+  study_command.main(argv)  # every depth analysed: nothing is analysed again
+  assert 'starting' not in capsys.readouterr().out

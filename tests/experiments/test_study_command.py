@@ -30,7 +30,8 @@ def test_an_unknown_plan_or_scale_is_one_error_line(tmp_path):
   result = _run('--plan=nope')
   assert result.returncode != 0
   assert result.stderr.strip().splitlines() == [
-    "error: --plan: no plan 'nope' (plans: attention_analysis, budgets, depth, finetune_compare, "
+    "error: --plan: no plan 'nope' (plans: attention_analysis, attention_depth, budgets, depth, "
+    'finetune_compare, '
     'grad_norms, init_grad_sweep, layouts, length_extrapolation, position_probe, stability, '
     'tuned_rates)'
   ]

@@ -36,6 +36,7 @@ declares where they are (tests/experiments/test_experiment_commands.py).
 
 from __future__ import annotations
 
+from realformer_jax.studies.layouts_runs import PretrainingFinished
 from realformer_jax.studies.plan import Arm, Comparison, Plan, Side
 from realformer_jax.studies.plans import layouts
 
@@ -48,24 +49,56 @@ CLAIMS = (
 )
 
 
-def make(pretraining: Plan, seeds, max_batches: int = -1, **where) -> Plan:
-  """Analyses the r* runs of `pretraining` (the layouts plan whose store and workdirs hold them);
-  `max_batches` held-out batches per model (-1: every eval batch of the run)."""
-  # Nothing is trained: an arm's rate and steps are 0 (its runs are named by layout and seed).
-  side = lambda layout: Side(layout, 0.0, 0)
+def make(
+  pretraining: Plan,
+  seeds,
+  max_batches: int = -1,
+  rate=None,
+  tags=('',),
+  name='attention_analysis',
+  **where,
+) -> Plan:
+  """Analyses the runs of `pretraining` (the plan whose store and workdirs hold them) at `rate`
+  (None: the layouts study's r*) and, for each of `tags`, that tag's runs (the depth study's
+  'L6-', ...); `max_batches` held-out batches per model (-1: every eval batch of the run).
+
+  Each tag is its own analysis with its own Holm family of the three statements (its report a
+  subfolder named by the tag); a tagged arm waits for its pretraining runs (PretrainingFinished),
+  so the plan runs what has finished and no more."""
+  tagged = tags != ('',)
+  # Nothing is trained: an arm's rate and steps are 0 (its runs are named by tag, layout, seed).
+  side = lambda layout, tag: Side(layout, 0.0, 0, tag)
+  finished = lambda tag: f'{tag}pretraining finished' if tagged else ''
   return Plan(
-    name='attention_analysis',
+    name=name,
     title='Attention entropy and adjacent-layer JSD',
     scale=pretraining.scale,
-    name_format='{variant}-s{seed}',
-    arms=(tuple(Arm(layout, 0.0, 0, seeds) for layout in LAYOUTS),),
+    name_format='{tag}{variant}-s{seed}',
+    arms=tuple(
+      tuple(Arm(layout, 0.0, 0, seeds, tag=tag, when=finished(tag)) for layout in LAYOUTS)
+      for tag in tags
+    ),
+    rules=tuple(PretrainingFinished(finished(tag), tag, LAYOUTS, seeds) for tag in tags)
+    if tagged
+    else (),
     comparisons=tuple(
-      Comparison(key, statement, side('realformer'), side('post'), seeds, stat, sign, family='5')
+      Comparison(
+        f'{tag}{key}',
+        statement,
+        side('realformer', tag),
+        side('post', tag),
+        seeds,
+        stat,
+        sign,
+        family=f'{tag}5',
+        when=finished(tag),
+      )
+      for tag in tags
       for key, statement, stat, sign in CLAIMS
     ),
     trainer='attention',
     report='attention',
-    options=dict(pretraining=pretraining, max_batches=max_batches),
+    options=dict(pretraining=pretraining, max_batches=max_batches, rate=rate),
     **where,
   )
 

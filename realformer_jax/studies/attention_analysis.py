@@ -454,6 +454,8 @@ def analyse(plan: Plan, results: dict) -> dict:
       learned[(layout, seed)] = pretraining['learned']
       per_layout[layout][seed] = results[name]
   both = [s for s in seeds if all(s in per_layout[l] for l in layouts)]
+  # Seeds whose two runs are done, diverged pretrainings included (they end as notes, not pending).
+  analysed = [s for s in seeds if all(plan.run_name(l, 0.0, 0, s, tag) in results for l in layouts)]
   paired = [s for s in both if all(learned[(l, s)] for l in layouts)]
   untrained = [s for s in both if s not in paired]
   if untrained:
@@ -476,7 +478,7 @@ def analyse(plan: Plan, results: dict) -> dict:
     'seeds': both,
     'paired_seeds': paired,
     'notes': notes,
-    'claims': claims(plan, per_layout, paired, len(both)),
+    'claims': claims(plan, per_layout, paired, len(analysed)),
     'summary': summary,
     'paired_differences': paired_differences(per_layout, layouts, paired),
     'per_model': {

@@ -191,6 +191,11 @@ def claims(plan: Plan, per_layout: dict, seeds: list[int], analysed: int = -1) -
   return rows
 
 
+def _format_interval(d: dict) -> str:
+  """'mean ± half-width' of a stored interval (Summary.as_dict), to 3 digits."""
+  return stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'], ()), 3)
+
+
 def _markdown(
   path: str,
   summary: dict,
@@ -202,7 +207,6 @@ def _markdown(
   notes: list[str],
   length: int,
 ) -> None:
-  fmt = lambda d: stats.format_ci(stats.Summary(d['mean'], d['ci95_half_width'], d['n'], ()), 3)
   lines = [
     '# Attention entropy and adjacent-layer JSD',
     '',
@@ -226,7 +230,7 @@ def _markdown(
     if 'difference' in row:
       per_seed = ', '.join(f'{p:.3f} / {r:.3f}' for p, r in zip(row['post'], row['realformer']))
       lines.append(
-        f'| {row["key"]} | {row["statement"]} | {fmt(row["difference"])} | '
+        f'| {row["key"]} | {row["statement"]} | {_format_interval(row["difference"])} | '
         f'{row["p_value"]:.3g} | {row["holm_p_value"]:.3g} | {row["verdict"]} | '
         f'{per_seed} |'
       )
@@ -244,8 +248,8 @@ def _markdown(
     cells = []
     for layout in layouts:
       cells += [
-        fmt(summary[layout]['entropy_mean'][layer]),
-        fmt(summary[layout]['entropy_std'][layer]),
+        _format_interval(summary[layout]['entropy_mean'][layer]),
+        _format_interval(summary[layout]['entropy_std'][layer]),
       ]
     lines.append(f'| {layer + 1} | ' + ' | '.join(cells) + ' |')
   lines += [
@@ -258,7 +262,7 @@ def _markdown(
   for pair in range(num_layers - 1):
     lines.append(
       f'| {pair + 1}-{pair + 2} | '
-      + ' | '.join(fmt(summary[l]['jsd_mean'][pair]) for l in layouts)
+      + ' | '.join(_format_interval(summary[l]['jsd_mean'][pair]) for l in layouts)
       + ' |'
     )
   if diffs:
@@ -282,7 +286,8 @@ def _markdown(
       for i, d in enumerate(rows):
         where = f'{i + 1}-{i + 2}' if key == 'jsd_mean' else f'{i + 1}'
         per_seed = ', '.join(f'{x:.3f} / {y:.3f}' for x, y in zip(d[first], d[second]))
-        lines.append(f'| {names[key]} | {where} | {fmt(d)} | {d["verdict"]} | {per_seed} |')
+        cell = _format_interval(d)
+        lines.append(f'| {names[key]} | {where} | {cell} | {d["verdict"]} | {per_seed} |')
   lines += ['', '![entropy per layer](entropy.png)', '']
   lines += ['![JSD per layer pair](jsd.png)', ''] if num_layers > 1 else []
   write_lines(path, lines)
@@ -535,11 +540,7 @@ def write_index(path: str, plan: Plan, analysis: dict, command: str) -> None:
     where = f'[{folder}]({folder}/results.md)' if part['seeds'] else folder  # its report, once
     for row in part['claims']:
       if 'difference' in row:
-        d = row['difference']
-        cells = (
-          f'{stats.format_ci(stats.Summary(d["mean"], d["ci95_half_width"], d["n"], ()), 3)} | '
-          f'{row["holm_p_value"]:.3g}'
-        )
+        cells = f'{_format_interval(row["difference"])} | {row["holm_p_value"]:.3g}'
       else:
         cells = 'n/a |'
       lines.append(

@@ -32,7 +32,7 @@ def test_each_depth_is_an_analysis_of_the_depth_plans_runs_with_its_own_family()
   assert [c.key for c in sub.comparisons] == ['L24-5a', 'L24-5b', 'L24-5c']
 
 
-def _pretraining_in(tmp_path):
+def _attention_plan_on_a_store(tmp_path):
   pretraining = dataclasses.replace(
     depth.PLANS['toy'], out=str(tmp_path / 'store'), workdirs=str(tmp_path / 'runs')
   )
@@ -48,7 +48,7 @@ def _finish(plan, name):
 
 
 def test_a_depth_is_planned_once_all_its_pretraining_runs_finished(tmp_path):
-  plan = _pretraining_in(tmp_path)
+  plan = _attention_plan_on_a_store(tmp_path)
   assert plan.runs({}) == []
   shallow = [
     f'L1-b4-lr0.002-{layout}-s{seed}' for layout in ('post', 'realformer') for seed in (0, 1)
@@ -82,7 +82,7 @@ def _model(entropy: list[float], jsd: list[float]) -> dict:
 
 
 def test_statements_are_pending_until_every_seed_is_analysed(tmp_path):
-  plan = _pretraining_in(tmp_path)
+  plan = _attention_plan_on_a_store(tmp_path)
   results = {
     'L3-post-s0': _model([3.0, 2.0, 1.5], [0.2, 0.3]),
     'L3-realformer-s0': _model([3.0, 2.0, 1.0], [0.1, 0.2]),

@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 
+import jit_cache
 import ml_collections
 import numpy as np
+import pytest
 import repo_paths
 from data_fixtures import bible_config
 
@@ -54,6 +56,16 @@ def tiny_config(**overrides) -> ml_collections.ConfigDict:
     section, field = path.split('.')
     config[section][field] = value
   return config
+
+
+@pytest.fixture(scope='module')
+def shared_compiles():
+  """The session's compilation cache (jit_cache.in_process) for a module whose in-process runs
+  train tiny_config's programs again and again (a straight run and its resumed halves, one
+  workdir per fault): a repeat loads the steps instead of compiling them. For modules that
+  measure no compile."""
+  with jit_cache.in_process():
+    yield
 
 
 def synthetic_batch(config, seed=0):

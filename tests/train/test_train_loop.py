@@ -11,11 +11,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from train_fixtures import tiny_config
+from train_fixtures import shared_compiles, tiny_config  # noqa: F401  (a fixture)
 
 from realformer_jax import data, train
 from realformer_jax.config import ConfigError
 from realformer_jax.train import loop, resume_checks
+
+pytestmark = pytest.mark.usefixtures('shared_compiles')  # the runs repeat tiny_config's steps
 
 
 def _saved_params(workdir, step):

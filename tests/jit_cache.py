@@ -10,7 +10,8 @@ warning on stderr, then it compiles again), and the suite's own processes compil
 what a test measures of a compile in-process is a compile. The exception, `in_process`: a test
 whose in-process study trains the same CPU programs run after run (one per seed) and measures no
 compile (the --quick runs of experiments.study's plans, finetune_compare and
-length_extrapolation).
+length_extrapolation; train_fixtures.shared_compiles, for the modules whose in-process runs train
+tiny_config's programs again).
 
 The key is the optimized program (source locations aside), the backend and the compile options,
 so a cached executable is the one a compile would give; its memory and cost analyses are the

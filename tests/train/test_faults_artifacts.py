@@ -29,7 +29,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import subprocesses
-from train_fixtures import REPO, tiny_config
+from train_fixtures import REPO, shared_compiles, tiny_config  # noqa: F401  (a fixture)
 
 from realformer_jax import data, train
 from realformer_jax.config import ConfigError
@@ -49,6 +49,7 @@ from realformer_jax.train.errors import CheckpointError
 pytestmark = [
   pytest.mark.slow,  # a trained workdir (~15 s to build), CLI subprocesses
   pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning'),
+  pytest.mark.usefixtures('shared_compiles'),  # its runs repeat tiny_config's steps
 ]
 
 _TRAINED = dict(train__num_train_steps=4, train__checkpoint_every_steps=2)

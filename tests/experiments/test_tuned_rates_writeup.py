@@ -1,7 +1,8 @@
 """docs/experiments.md's tuned-rates section (issue 58) against the committed run JSON: each number
 it states is parsed from the text and recomputed here with the runner's own analysis of the declared
-plan (realformer_jax/studies/plans/tuned_rates.py; no training). A run committed later changes the
-numbers, and this test then asks for the text to follow."""
+plan (realformer_jax/studies/plans/tuned_rates.py; no training), and the depth study's figures
+(plans/depth.py, its attention analysis) that the lead and the depth section quote. A run
+committed later changes the numbers, and this test then asks for the text to follow."""
 
 import functools
 import json
@@ -428,3 +429,50 @@ def test_the_lead_says_how_far_the_depth_study_is():
   assert (int(done), int(of)) == (finished, len(new))
   status = _section('### Does RealFormer', '### Post-LN vs Pre-LN vs RealFormer')
   assert f'**Status**: {finished} of {len(new)} new runs finished' in status
+
+
+@functools.cache
+def _depth_analysis() -> dict:
+  plan = depth.PLANS['cpu']
+  return analysis_lib.analyse(plan, runs.all_results(plan.store))
+
+
+def _depth_status() -> str:
+  return _section('**Status**: ', '### Post-LN vs Pre-LN vs RealFormer')
+
+
+def test_the_depth_studys_finished_comparisons_as_the_text_states():
+  """S3 (all 12 of the 6-layer runs are committed) in the status and the lead, its Holm p while
+  S1 and S2 are unfinished (they count p = 1, so later runs can only lower it)."""
+  (s3,) = [row for row in _depth_analysis()['comparisons'] if row['key'] == 'S3']
+  assert s3['verdict'] == 'does not hold'
+  mean, half, holm = _find(
+    r'S3 ([+-]\d\.\d\d) ± (\d\.\d\d) points \(Holm p (\d\.\d+)', _depth_status()
+  )
+  assert (mean, half) == _points(s3['comparison'])
+  assert holm == f'{s3["holm_p_value"]:.1g}'
+  assert 'does not hold' in _depth_status()
+  lead = _find(r'\(S3 ([+-]\d\.\d\d) ± (\d\.\d\d) points: does not\s?hold\)', _lead())
+  assert lead == _points(s3['comparison'])
+
+
+def test_the_depth_studys_attention_at_6_layers_as_the_text_states():
+  """The 6-layer statements from the committed attention analysis (its reproduction from the
+  per-model JSON: tests/studies/test_committed_attention_study.py)."""
+  path = 'docs/results/compare_layouts/depth/attention/results.json'
+  claims = json.load(open(path))['summary']['tags']['L6-']['claims']
+  for row in claims:
+    key = row['key'].removeprefix('L6-')
+    digits = 3 if key == '5c' else 2
+    d = row['difference']
+    stated = _find(
+      rf'\({key}: [a-zA-Z ]*?([+-]\d\.\d+) ± (\d\.\d+)[a-z ]*?(?:over the middle third of pairs)?, '
+      r'Holm p (\d\.\d+), ([a-z ]+)\)',
+      _depth_status(),
+    )
+    assert stated == (
+      f'{d["mean"]:+.{digits}f}',
+      f'{d["ci95_half_width"]:.{digits}f}',
+      f'{row["holm_p_value"]:.1g}' if row['holm_p_value'] < 0.01 else f'{row["holm_p_value"]:.3f}',
+      row['verdict'],
+    ), key

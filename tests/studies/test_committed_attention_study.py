@@ -20,3 +20,20 @@ def test_the_attention_plan_reproduces_the_committed_analysis_and_report(tmp_pat
   markdown_is_committed(
     str(tmp_path / 'results.md'), plan, 'python -m experiments.study --plan=attention_analysis'
   )
+
+
+def test_the_depth_attention_plan_reproduces_each_analysed_depth(tmp_path):
+  """The depth study's attention analysis (studies/plans/attention_depth.py) from its committed
+  per-model JSON: the index's whole analysis, and each analysed depth's results.md."""
+  plan, results = committed('attention_depth')
+  analysis = analysis_is_committed(plan, results)
+  analysed = [tag for tag, part in analysis['tags'].items() if part['seeds']]
+  assert 'L6-' in analysed  # its 12 pretraining runs are committed
+  for tag in analysed:
+    part = attention_analysis.of_tag(plan, tag)
+    attention_analysis.write_markdown(
+      str(tmp_path / 'results.md'), part, analysis['tags'][tag], 'CMD'
+    )
+    markdown_is_committed(
+      str(tmp_path / 'results.md'), part, 'python -m experiments.study --plan=attention_depth'
+    )

@@ -55,9 +55,11 @@ def pretrained_run(plan: Plan, layout: str, seed: int, tag: str = '') -> tuple[s
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingFinished(Rule):
-  """A condition: every pretraining run of `tag` that `layouts` x `seeds` name has finished
-  (its result in the pretraining store, its workdir kept); undecided (None) until then, so the
-  arms that wait for it are planned once their checkpoints exist and never before."""
+  """A condition: every pretraining run of `tag` that `layouts` x `seeds` name has finished (its
+  result in the pretraining store); undecided (None) until then, so the arms that wait for it
+  are planned once their checkpoints are final and never before. The records alone decide: a
+  clone without the checkpoints still plans, and so reports, the committed analyses (analysing
+  a run whose workdir is gone is pretrained_run's error line)."""
 
   name: str
   tag: str
@@ -69,8 +71,8 @@ class PretrainingFinished(Rule):
     missing = []
     for layout in self.layouts:
       for seed in self.seeds:
-        name, record, workdir = _locations(plan, layout, seed, self.tag, rate)
-        if not (os.path.exists(record) and os.path.isdir(workdir)):
+        name, record, _ = _locations(plan, layout, seed, self.tag, rate)
+        if not os.path.exists(record):
           missing.append(name)
     return missing
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from realformer_jax.studies import attention_analysis
+from realformer_jax.studies import attention_analysis, layouts_runs
 from realformer_jax.studies.plans import attention_analysis as plans_attention
 from realformer_jax.studies.plans import attention_depth, depth
 
@@ -39,12 +39,13 @@ def _attention_plan_on_a_store(tmp_path):
   return plans_attention.make(pretraining, (0, 1), rate=depth.RATE, tags=('L1-', 'L3-'))
 
 
-def _finish(plan, name):
+def _finish(plan, name, workdir=True):
   pretraining = plan.options['pretraining']
   os.makedirs(os.path.join(pretraining.out, 'runs'), exist_ok=True)
   with open(os.path.join(pretraining.out, 'runs', f'{name}.json'), 'w') as f:
     json.dump({'run': name}, f)
-  os.makedirs(os.path.join(pretraining.workdirs, name))
+  if workdir:
+    os.makedirs(os.path.join(pretraining.workdirs, name))
 
 
 def test_a_depth_is_planned_once_all_its_pretraining_runs_finished(tmp_path):
@@ -58,13 +59,16 @@ def test_a_depth_is_planned_once_all_its_pretraining_runs_finished(tmp_path):
   assert plan.runs({}) == []  # 3 of 4: nothing yet
   missing = plan.rule('L1-pretraining finished').describe(plan, {})['missing']
   assert missing == ['L1-b4-lr0.002-realformer-s1']
-  _finish(plan, shallow[3])
+  _finish(plan, shallow[3], workdir=False)  # a clone: the records, not the checkpoints
   assert [run.name for run in plan.runs({})] == [
     'L1-post-s0',
     'L1-realformer-s0',
     'L1-post-s1',
     'L1-realformer-s1',
   ]
+  # Analysing a run whose checkpoints are not here is one error line naming it.
+  with pytest.raises(SystemExit, match=r'^error: L1-b4-lr0.002-realformer-s1 is not a finished'):
+    layouts_runs.pretrained_run(plan, 'realformer', 1, 'L1-')
 
 
 def _model(entropy: list[float], jsd: list[float]) -> dict:

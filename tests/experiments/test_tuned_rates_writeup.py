@@ -466,7 +466,7 @@ def test_the_depth_studys_attention_at_6_layers_as_the_text_states():
     digits = 3 if key == '5c' else 2
     d = row['difference']
     stated = _find(
-      rf'\({key}: [a-zA-Z ]*?([+-]\d\.\d+) ± (\d\.\d+)[a-z ]*?(?:over the middle third of pairs)?, '
+      rf'\({key}: [a-zA-Z ]*?([+-]\d\.\d+) ± (\d\.\d+)[a-z ]*, '  # units, then what it spans
       r'Holm p (\d\.\d+), ([a-z ]+)\)',
       _depth_status(),
     )

@@ -1,8 +1,8 @@
 r"""Does RealFormer's gap to Post-LN move with depth? 6 and 24 layers beside tuned_rates' 12.
 
-    python -m experiments.study --plan=depth --runs='*-s[246]' &   # one process per
-    python -m experiments.study --plan=depth --runs='*-s[357]'     # half of the seeds
-    python -m experiments.study --plan=depth --runs=none           # the report only
+    python -m experiments.study --plan=depth &         # one process per core: each takes
+    python -m experiments.study --plan=depth           # the next run no one is training
+    python -m experiments.study --plan=depth --runs=none   # the report only
 
 Why (issue 66): at 12 layers x 64 (tuned_rates, 4,800 steps) RealFormer - Post-LN is -0.45 ±
 0.60 points at [MASK] and -1.20 ± 0.58 on all selected positions. The paper's gain grows with

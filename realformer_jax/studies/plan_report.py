@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -90,15 +90,16 @@ def _summary(run: Mapping) -> dict:
 
 
 @functools.cache
-def parameters(scale: study.Scale) -> int:
-  """The model's parameter count at `scale` (every layout has the same)."""
+def parameters(scale: study.Scale, model: tuple[tuple[str, Any], ...] = ()) -> int:
+  """The model's parameter count at `scale` with an arm's `model` fields as (name, value) pairs
+  (hashable: cached); every layout has the same."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
   from realformer_jax import MaskedLM, train  # pylint: disable=import-outside-toplevel
   from realformer_jax.model.params import count_params  # pylint: disable=import-outside-toplevel
 
-  model = train.validate_config(study.mlm_config(scale, seed=0)).model
+  model = train.validate_config(study.mlm_config(scale, seed=0, model=dict(model))).model
   ids = jnp.zeros((1, 8), jnp.int32)
   abstract = jax.eval_shape(lambda: MaskedLM(model).init(jax.random.key(0), ids))
   return count_params(abstract['params'])
@@ -167,7 +168,8 @@ def _setup(plan: Plan, results, analysis: dict, command: str) -> list[str]:
     f'Recipe: {s.layers} layers x {s.hidden} hidden, {s.heads} heads, FFN {s.mlp}, '
     f'{s.position_embedding} positions, sequence {s.seq_len}, batch {s.batch}, AdamW with '
     f"{100 * s.warmup_frac:.0f}% warmup and linear decay to 0 at each run's budget, dropout "
-    f'{s.dropout}, a {s.vocab:,}-piece tokenizer{tokenizer}; {parameters(s):,} parameters. '
+    f'{s.dropout}, a {s.vocab:,}-piece tokenizer{tokenizer}; {parameters(s):,} parameters'
+    f'{_other_models(plan)}. '
     f'Scored on {scored} ({predictions.get("predictions", math.nan):,.0f} predictions, '
     f'{predictions.get("mask_predictions", math.nan):,.0f} of them at [MASK]).',
     '',
@@ -188,6 +190,21 @@ def _setup(plan: Plan, results, analysis: dict, command: str) -> list[str]:
       "eval loss is below that loss and its [MASK] accuracy above the most frequent token's.",
     ]
   return lines
+
+
+def _other_models(plan: Plan) -> str:
+  """' (L6: num_layers 6, 349,... parameters; ...)' for the arms that set model fields (a
+  depth plan's), which the recipe line's scale alone would misstate; '' when none does."""
+  models = {}
+  for arm in plan.all_arms():
+    if arm.model:
+      models.setdefault(tuple(sorted(arm.model.items())), arm.tag.rstrip('-') or arm.variant)
+  described = [
+    f'{name}: {", ".join(f"{k} {v}" for k, v in fields)}, '
+    f'{parameters(plan.scale, fields):,} parameters'
+    for fields, name in models.items()
+  ]
+  return f' ({"; ".join(described)})' if described else ''
 
 
 def _rules(plan: Plan, analysis: dict) -> list[str]:

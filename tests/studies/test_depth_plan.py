@@ -132,3 +132,17 @@ def test_the_report_names_the_trend_and_sets_one_draw_beside_four():
     'Post-LN L24 0.002 x 4,800) - (RealFormer L6 0.002 x 4,800 / Post-LN L6 0.002 x 4,800) |'
   ) in text
   assert 'Held-out resolution' in text and '| T | ' in text.split('Held-out resolution')[1]
+
+
+def test_the_recipe_line_counts_each_depths_parameters():
+  # One layer at hidden 64, FFN 256, written out: Q, K, V, O (64 x 64 + 64 each), the FFN's two
+  # matrices and biases, two LayerNorms' scale and bias.
+  layer = 4 * (64 * 64 + 64) + (64 * 256 + 256) + (256 * 64 + 64) + 2 * (2 * 64)
+  twelve = plan_report.parameters(PLAN.scale)
+  line = next(
+    line for line in plan_report._setup(PLAN, {}, {'floors': {}}, 'CMD') if 'Recipe' in line
+  )
+  assert (
+    f'; {twelve:,} parameters (L6: num_layers 6, {twelve - 6 * layer:,} parameters; '
+    f'L24: num_layers 24, {twelve + 12 * layer:,} parameters).'
+  ) in line

@@ -11,6 +11,7 @@ import os
 import re
 
 import numpy as np
+import pytest
 
 from realformer_jax.studies import analysis as analysis_lib
 from realformer_jax.studies import plan_report, runs, stats
@@ -476,3 +477,28 @@ def test_the_depth_studys_attention_at_6_layers_as_the_text_states():
       f'{row["holm_p_value"]:.1g}' if row['holm_p_value'] < 0.01 else f'{row["holm_p_value"]:.3f}',
       row['verdict'],
     ), key
+
+
+def test_the_6_layer_gap_in_parts_by_the_kind_of_selected_position():
+  """As S1's parts above, from the 4-draw scoring of the 6-layer runs: the parts add up to S3."""
+  plan = depth.PLANS['cpu']
+  results = runs.all_results(plan.store)
+  part = {}
+  for kind in ('kept', 'mask', 'random'):
+    values = []
+    for seed in range(2, 8):
+      real, post = (
+        results[f'L6-b4800-lr0.002-{layout}-s{seed}']['scored']['metrics']
+        for layout in ('realformer', 'post')
+      )
+      share = real[f'{kind}_predictions'] / real['predictions']
+      values.append(share * (real[f'{kind}_accuracy'] - post[f'{kind}_accuracy']))
+    part[kind] = f'{100 * np.mean(values):+.2f}'
+  said = _find(
+    r'the \[MASK\] slots give (\S+) of those points, the kept tokens\s+(\S+) and the random '
+    r'replacements (\S+):',
+    _depth_status(),
+  )
+  assert said == (part['mask'], part['kept'], part['random'])
+  (s3,) = [row for row in _depth_analysis()['comparisons'] if row['key'] == 'S3']
+  assert sum(map(float, said)) == pytest.approx(100 * s3['comparison']['mean'], abs=0.015)

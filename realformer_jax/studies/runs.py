@@ -241,6 +241,7 @@ class Grid:
 
       self._print(f'[{index}/{total} {run.name}] starting {run.params}')
       result = train_one(run, report)
+      # This process's wall time: a run resumed from a checkpoint leaves out its earlier ones.
       seconds = time.perf_counter() - start
       result = dict(result, run=run.name, params=run.params, seconds=seconds)
       if self.identity is not None:

@@ -362,22 +362,36 @@ def test_the_rate_did_not_demonstrably_move_the_gap():
   assert f'+{mean.lstrip("+")} ± {half} points on matched seeds 2-7 (p {p})' in _text()
 
 
+def _parts_by_kind(pairs) -> dict[str, str]:
+  """RealFormer - Post-LN all-position accuracy in parts, as the text writes them: each kind of
+  selected position's accuracy difference times its share of the predictions, mean over the
+  (RealFormer, Post-LN) metric pairs, one a seed."""
+  part = {}
+  for kind in ('kept', 'mask', 'random'):
+    values = [
+      real[f'{kind}_predictions']
+      / real['predictions']
+      * (real[f'{kind}_accuracy'] - post[f'{kind}_accuracy'])
+      for real, post in pairs
+    ]
+    part[kind] = f'{100 * np.mean(values):+.2f}'
+  return part
+
+
 def test_s1_in_parts_by_the_kind_of_selected_position():
   """Each kind's accuracy difference times its share of the predictions, means over seeds 2-7:
   the parts add up to S1."""
   seeds = _comparison('S1')['seeds']
   rate = _analysis()['rules']['r_post']['value']
-  part = {}
-  for kind in ('kept', 'mask', 'random'):
-    values = []
-    for seed in seeds:
-      real, post = (
+  part = _parts_by_kind(
+    [
+      tuple(
         _results()[PLAN.run_name(layout, rate, 4800, seed)]['final']
         for layout in ('realformer', 'post')
       )
-      share = real[f'{kind}_predictions'] / real['predictions']
-      values.append(share * (real[f'{kind}_accuracy'] - post[f'{kind}_accuracy']))
-    part[kind] = f'{100 * np.mean(values):+.2f}'
+      for seed in seeds
+    ]
+  )
   said = _find(
     r'the kept tokens give (\S+) of S1\'s points, the \[MASK\] slots (\S+) and the random '
     r'replacements (\S+)\.',
@@ -481,19 +495,16 @@ def test_the_depth_studys_attention_at_6_layers_as_the_text_states():
 
 def test_the_6_layer_gap_in_parts_by_the_kind_of_selected_position():
   """As S1's parts above, from the 4-draw scoring of the 6-layer runs: the parts add up to S3."""
-  plan = depth.PLANS['cpu']
-  results = runs.all_results(plan.store)
-  part = {}
-  for kind in ('kept', 'mask', 'random'):
-    values = []
-    for seed in range(2, 8):
-      real, post = (
+  results = runs.all_results(depth.PLANS['cpu'].store)
+  part = _parts_by_kind(
+    [
+      tuple(
         results[f'L6-b4800-lr0.002-{layout}-s{seed}']['scored']['metrics']
         for layout in ('realformer', 'post')
       )
-      share = real[f'{kind}_predictions'] / real['predictions']
-      values.append(share * (real[f'{kind}_accuracy'] - post[f'{kind}_accuracy']))
-    part[kind] = f'{100 * np.mean(values):+.2f}'
+      for seed in range(2, 8)
+    ]
+  )
   said = _find(
     r'the \[MASK\] slots give (\S+) of those points, the kept tokens\s+(\S+) and the random '
     r'replacements (\S+):',

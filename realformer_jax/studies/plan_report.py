@@ -193,7 +193,7 @@ def _setup(plan: Plan, results, analysis: dict, command: str) -> list[str]:
 
 
 def _other_models(plan: Plan) -> str:
-  """' (L6: num_layers 6, 349,... parameters; ...)' for the arms that set model fields (a
+  """' (L6: num_layers 6, 434,448 parameters; ...)' for the arms that set model fields (a
   depth plan's), which the recipe line's scale alone would misstate; '' when none does."""
   models = {}
   for arm in plan.all_arms():

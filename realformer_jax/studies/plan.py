@@ -501,7 +501,10 @@ class Plan:
     if arm.model:
       params['model'] = dict(arm.model)
     name = self.run_name(arm.variant, rate, arm.steps, seed, arm.tag)
-    return runs_lib.Run(name, params, cost=arm.steps)
+    # A step's cost grows with the layer count (the depth study's 24-layer runs take about
+    # twice the 12-layer ones): the grid ETA weighs the runs left by it.
+    layers = arm.model.get('num_layers', self.scale.layers) / self.scale.layers
+    return runs_lib.Run(name, params, cost=arm.steps * layers)
 
   def arm_groups(self) -> list[tuple[Arm, ...]]:
     """The arms in priority order, each group (a tuple in `arms`) trained seed by seed."""

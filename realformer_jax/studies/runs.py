@@ -20,7 +20,9 @@ saying so, every run whose stored result has another: results of other code are 
 
 The run ETA is the run's remainder at its recent pace (the median over its last few reports,
 so one report interval that held a pause does not skew it); the grid ETA adds the remaining
-runs' cost (e.g. their step counts) at that pace.
+runs' cost (e.g. their step counts) at that pace, shared among the grid's `workers` (processes
+taking runs from the same queue: `run_planned` counts itself and each run another is training;
+the line then names them, `grid ETA 1h10m (2 processes)`).
 
 A grid whose later runs depend on earlier results (e.g. confirmation runs at the best learning
 rate of a sweep) is a plan, `plan(results) -> runs`, re-evaluated after every finished run:
@@ -154,6 +156,7 @@ class Grid:
     min_interval: float = 10.0,
     stream=None,
     identity: Optional[dict] = None,
+    workers: int = 1,
   ):
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
@@ -163,6 +166,7 @@ class Grid:
     self.min_interval = min_interval
     self._stream = stream or sys.stdout
     self.identity = identity
+    self.workers = max(1, workers)
 
   def _current(self, run: Run) -> Optional[dict]:
     """`run`'s stored result if it has this grid's identity (any result, without one); a
@@ -195,11 +199,14 @@ class Grid:
     if len(todo) < total:
       self._print(f'{total - len(todo)}/{total} runs already done in {self.out_dir}: skipped')
     rate = float('nan')  # seconds per cost unit of the last run this process finished
+    # Processes sharing the queue train its rest side by side: each takes a share of its cost.
+    share = 1 / self.workers
+    sharing = f' ({self.workers} processes)' if self.workers > 1 else ''
     for position, run in enumerate(todo):
       if limit is not None and position >= limit:
         break
       index = total - len(todo) + position + 1
-      remaining_cost = sum(r.cost for r in todo[position + 1 :])
+      remaining_cost = share * sum(r.cost for r in todo[position + 1 :])
       start = time.perf_counter()
       last_print = [-float('inf')]
       # Seconds per fraction of the run between consecutive reports, the last few: the ETA is
@@ -236,7 +243,7 @@ class Grid:
         )
         self._print(
           f'[{index}/{total} {run.name}] {message} | run ETA '
-          f'{format_duration(run_left)} | grid ETA {format_duration(grid_left)}'
+          f'{format_duration(run_left)} | grid ETA {format_duration(grid_left)}{sharing}'
         )
 
       self._print(f'[{index}/{total} {run.name}] starting {run.params}')
@@ -255,7 +262,7 @@ class Grid:
         rate = statistics.median(paces) / run.cost
       self._print(
         f'[{index}/{total} {run.name}] done in {format_duration(seconds)} | grid ETA '
-        f'{format_duration(remaining_cost * rate)}'
+        f'{format_duration(remaining_cost * rate)}{sharing}'
       )
     return results
 
@@ -292,10 +299,11 @@ def run_planned(
     mine = select(every)
     # A run another process is training is not this one's to start (selections may overlap:
     # two processes whose patterns both name it would otherwise meet at its workdir lock).
-    todo = [run for run in mine if run in unfinished and not busy(run)]
+    elsewhere = [run.name for run in unfinished if busy(run)]
+    todo = [run for run in mine if run in unfinished and run.name not in elsewhere]
     if not todo:
       # Only a process with a share of the plan waits (one selecting nothing: a report).
-      elsewhere = [run.name for run in unfinished if mine and busy(run)]
+      elsewhere = elsewhere if mine else []
       if not elsewhere:
         return load_results(out_dir, every)
       if elsewhere != waited_for:
@@ -309,8 +317,9 @@ def run_planned(
       time.sleep(poll_s)
       continue
     # One run at a time through a Grid of what is left, so its progress line and ETA cover
-    # the rest of this process's selection.
-    grid = Grid(out_dir, todo, stream=stream)
+    # the rest of this process's selection, shared with the processes training the plan's
+    # other runs (each busy run is one; they take from the same queue when they finish).
+    grid = Grid(out_dir, todo, stream=stream, workers=1 + len(elsewhere))
     first = todo[0]
     if first.name in done_here:  # finished but unreadable: do not loop forever
       raise RuntimeError(f'{first.name}: trained, but its result file is missing')

@@ -73,6 +73,14 @@ def _gap(results, layers, seed, key='sequence_sums'):
   return (sums('realformer', 'correct_sum') - sums('post', 'correct_sum')) / sums('post', 'count')
 
 
+def test_a_runs_cost_grows_with_its_layers():
+  """The grid ETA weighs the runs left by their cost: a 24-layer run's steps cost 4x a 6-layer
+  run's (as their times on one core: ~70 and ~17 minutes), the committed 12-layer runs' 2x."""
+  cost = {run.name: run.cost for run in PLAN.runs({})}
+  assert cost['L24-b4800-lr0.002-post-s2'] == 4 * cost['L6-b4800-lr0.002-post-s2'] == 2 * 4800
+  assert cost['L12-b4800-lr0.002-post-s2'] == cost['b4800-lr0.002-post-s2'] == 4800
+
+
 def test_the_trend_is_the_gap_at_24_layers_minus_the_gap_at_6_seed_by_seed():
   results, _ = _fabricated()
   rows = {row['key']: row for row in analysis.analyse(PLAN, results)['comparisons']}

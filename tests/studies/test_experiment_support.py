@@ -397,3 +397,43 @@ def test_a_pause_in_one_report_interval_does_not_skew_the_eta(tmp_path, monkeypa
   assert lines[-2].endswith('step 5 | run ETA 0m50s | grid ETA 4m10s'), lines
   # Done at t = 1050 (the pause among the last five paces, outvoted); the next run costs 2: 200 s.
   assert lines[-1].endswith('done in 17m30s | grid ETA 3m20s'), lines
+
+
+def test_processes_sharing_a_queue_share_its_grid_eta(tmp_path, monkeypatch):
+  """Two processes on one plan (the depth study's commands) each take the next free run: the
+  runs left after this one cost half as long as one process alone would take (which said 12h
+  for a 3.5 h remainder), and the line says the ETA counts both."""
+  clock = iter([0.0, 10.0, 20.0, 30.0])
+  monkeypatch.setattr(runs.time, 'perf_counter', lambda: next(clock))
+
+  def train_one(run, report):
+    report(0.5, 'step 1')  # t = 10
+    report(0.75, 'step 2')  # t = 20: 40 s a run
+    return {}
+
+  out = io.StringIO()
+  three = [runs.Run(f'r{i}', {}, cost=1) for i in range(3)]
+  runs.Grid(str(tmp_path), three, min_interval=0.0, stream=out, workers=2).run(train_one, limit=1)
+  lines = out.getvalue().splitlines()
+  # 10 s left of this run, then two runs of 40 s shared by two processes.
+  assert lines[-2].endswith('step 2 | run ETA 0m10s | grid ETA 0m50s (2 processes)'), lines
+  assert lines[-1].endswith('done in 0m30s | grid ETA 0m40s (2 processes)'), lines
+
+
+def test_run_planned_counts_each_run_trained_elsewhere_as_a_process(tmp_path):
+  plan = lambda done: [runs.Run(f'a-s{i}', {}) for i in range(4)]
+  seen = []
+  original = runs.Grid.run_first
+
+  def spy(self, train_one):
+    seen.append(self.workers)
+    return original(self, train_one)
+
+  # Another process trains a-s1 until this one has finished its share.
+  busy = lambda run: run.name == 'a-s1' and not (tmp_path / 'runs' / 'a-s3.json').exists()
+  train_one = lambda run, report: {'value': 1}
+  quiet = io.StringIO()
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(runs.Grid, 'run_first', spy)
+    runs.run_planned(str(tmp_path), plan, train_one, lambda rs: rs[2:], quiet, busy=busy, poll_s=0)
+  assert seen == [2, 2]  # a-s2 and a-s3, each beside the process on a-s1

@@ -18,6 +18,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.scipy.special import xlogy
 
 from realformer_jax import MaskedLM, data
 from realformer_jax import train as train_lib
@@ -42,18 +43,23 @@ def batch_statistics(model: MaskedLM, params, batch):
   """Entropy [N, B, H, L] and adjacent-layer JSD [N-1, B, H, L] of one batch's maps."""
   _, state = model.apply({'params': params}, *study.model_inputs(batch), mutable=['intermediates'])
   p = state['intermediates']['encoder']['layers']['attention']['attention_probs'][0]
-  p = p.astype(jnp.float32)  # [N, B, H, L, L]
-  plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
-  entropy = -jnp.sum(plogp, axis=-1)
+  return entropy_and_jsd(p)  # p: [N, B, H, L, L]
+
+
+def entropy_and_jsd(p):
+  """Entropy [N, ...] of each distribution over the last axis of `p` [N, ..., L], and the
+  Jensen-Shannon divergence [N-1, ...] between layer l's and l + 1's, in nats.
+
+  Probabilities below float32's smallest normal count as 0 (they carry < 1e-36 nats): a peaked
+  softmax leaves subnormal ones, and the mixture's 0.5 * (a + b) of one beside a 0 rounds to 0
+  (XLA's CPU flushes subnormals), whose log made the JSD inf at the top of the 24-layer
+  RealFormers. KL(x || m) is written as x log(2x) - x log(x + y), whose arguments stay normal."""
+  p = p.astype(jnp.float32)
+  p = jnp.where(p >= jnp.finfo(jnp.float32).tiny, p, 0.0)
+  entropy = -jnp.sum(xlogy(p, p), axis=-1)
   a, b = p[:-1], p[1:]
-  m = 0.5 * (a + b)
-  kl = lambda x: jnp.sum(
-    jnp.where(
-      x > 0, x * (jnp.log(jnp.where(x > 0, x, 1.0)) - jnp.log(jnp.where(x > 0, m, 1.0))), 0.0
-    ),
-    -1,
-  )
-  return entropy, 0.5 * kl(a) + 0.5 * kl(b)
+  kl = lambda x, y: jnp.sum(xlogy(x, 2 * x) - xlogy(x, x + y), axis=-1)
+  return entropy, 0.5 * kl(a, b) + 0.5 * kl(b, a)
 
 
 def analyse_workdir(workdir: str, max_batches: int = -1, seed: int = 0) -> dict:

@@ -502,9 +502,10 @@ class Plan:
       params['model'] = dict(arm.model)
     name = self.run_name(arm.variant, rate, arm.steps, seed, arm.tag)
     # A step's cost grows with the layer count (the depth study's 24-layer runs take about
-    # twice the 12-layer ones): the grid ETA weighs the runs left by it.
+    # twice the 12-layer ones): the grid ETA weighs the runs left by it. A run of no steps
+    # (an analysis of a trained model) costs one, or its grid would never have an ETA.
     layers = arm.model.get('num_layers', self.scale.layers) / self.scale.layers
-    return runs_lib.Run(name, params, cost=arm.steps * layers)
+    return runs_lib.Run(name, params, cost=max(arm.steps, 1) * layers)
 
   def arm_groups(self) -> list[tuple[Arm, ...]]:
     """The arms in priority order, each group (a tuple in `arms`) trained seed by seed."""

@@ -30,6 +30,9 @@ def test_each_depth_is_an_analysis_of_the_depth_plans_runs_with_its_own_family()
   sub = attention_analysis.of_tag(PLAN, 'L24-')
   assert sub.out == 'docs/results/compare_layouts/depth/attention/L24'
   assert [c.key for c in sub.comparisons] == ['L24-5a', 'L24-5b', 'L24-5c']
+  # An analysis trains no steps; each run costs one, so its grid has an ETA after the first.
+  sub = attention_analysis.of_tag(PLAN, 'L6-')
+  assert [sub.run(arm, 0.0, 2).cost for arm in sub.all_arms()] == [1.0, 1.0]
 
 
 def _attention_plan_on_a_store(tmp_path):

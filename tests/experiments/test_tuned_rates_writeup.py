@@ -456,60 +456,122 @@ def _depth_status() -> str:
   return _section('**Status**: ', '### Post-LN vs Pre-LN vs RealFormer')
 
 
-def test_the_depth_studys_finished_comparisons_as_the_text_states():
-  """S3 (all 12 of the 6-layer runs are committed) in the status and the lead, its Holm p while
-  S1 and S2 are unfinished (they count p = 1, so later runs can only lower it)."""
-  (s3,) = [row for row in _depth_analysis()['comparisons'] if row['key'] == 'S3']
-  assert s3['verdict'] == 'does not hold'
-  mean, half, holm = _find(
-    r'S3 ([+-]\d\.\d\d) ± (\d\.\d\d) points \(Holm p (\d\.\d+)', _depth_status()
+def _depth_row(key: str) -> dict:
+  (row,) = [row for row in _depth_analysis()['comparisons'] if row['key'] == key]
+  return row
+
+
+def _holm(p: float) -> str:
+  return f'{p:.2g}'
+
+
+def test_the_depth_studys_trend_and_gaps_as_the_text_states():
+  """T with its p, one-draw figure and detectable trend; S1-S3 with their Holm p and
+  verdicts, in the status and the lead (every run of both depths is committed)."""
+  t = _depth_row('T')
+  assert t['verdict'] == 'inconclusive'
+  mean, half = _points(t['comparison'])
+  p = f'{t["comparison"]["p_value"]:.2f}'
+  one_draw = _points(t['first_draw'])
+  detectable = f'{100 * t["detectable"]:.2f}'
+  assert (
+    f'T {mean} ± {half} points (p {p}): inconclusive (the first mask draw alone: '
+    f'{one_draw[0]} ± {one_draw[1]}; detectable with 80% power: {detectable} points)'
+  ) in _depth_status()
+  assert f'T = {mean} ± {half} points (p {p})' in _lead()
+  low, high = (100 * t['comparison'][k] for k in ('low', 'high'))
+  assert f'an interval from a {-low:.2f}-point fall to a {high:.2f}-point rise' in _lead()
+  assert f'The design detects {detectable} points with 80% power' in _lead()
+  s1, s2, s3 = map(_depth_row, ('S1', 'S2', 'S3'))
+  assert [r['verdict'] for r in (s1, s2, s3)] == ['does not hold', 'inconclusive', 'does not hold']
+  said = _find(
+    r'S3 \(6 layers\) (\S+) ± (\S+) points \(Holm p (\S+)\) and S1 \(24 layers\) (\S+) ± (\S+) '
+    r'\(Holm p (\S+)\): do not hold; at \[MASK\], 24 layers, S2 (\S+) ± (\S+) \(Holm p (\S+)\): '
+    r'inconclusive',
+    _depth_status(),
   )
-  assert (mean, half) == _points(s3['comparison'])
-  assert holm == f'{s3["holm_p_value"]:.1g}'
-  assert 'does not hold' in _depth_status()
-  lead = _find(r'\(S3 ([+-]\d\.\d\d) ± (\d\.\d\d) points: does not\s?hold\)', _lead())
-  assert lead == _points(s3['comparison'])
+  want = ()
+  for row in (s3, s1, s2):
+    want += (*_points(row['comparison']), _holm(row['holm_p_value']))
+  assert said == want
+  lead = _find(
+    r'\(S3 (\S+) ± (\S+) points at 6 layers, S1 (\S+) ± (\S+) at 24: does not hold\).*?'
+    r'ahead by (\S+) ± (\S+) points \(S2: inconclusive\)',
+    _lead(),
+  )
+  assert lead == (
+    *_points(s3['comparison']),
+    *_points(s1['comparison']),
+    *_points(s2['comparison']),
+  )
 
 
-def test_the_depth_studys_attention_at_6_layers_as_the_text_states():
-  """The 6-layer statements from the committed attention analysis (its reproduction from the
-  per-model JSON: tests/studies/test_committed_attention_study.py)."""
+@pytest.mark.parametrize('layers', [6, 24])
+def test_the_depth_studys_attention_as_the_text_states(layers):
+  """Each depth's three statements from the committed attention analysis (its reproduction
+  from the per-model JSON: tests/studies/test_committed_attention_study.py)."""
   path = 'docs/results/compare_layouts/depth/attention/results.json'
-  claims = json.load(open(path))['summary']['tags']['L6-']['claims']
+  claims = json.load(open(path))['summary']['tags'][f'L{layers}-']['claims']
+  status = _depth_status()
+  sentence = status[status.index(f'At {layers} layers: 5a') :].split('. ')[0]
   for row in claims:
-    key = row['key'].removeprefix('L6-')
+    key = row['key'].removeprefix(f'L{layers}-')
     digits = 3 if key == '5c' else 2
     d = row['difference']
+    holm = row['holm_p_value']
     stated = _find(
-      rf'\({key}: [a-zA-Z ]*?([+-]\d\.\d+) ± (\d\.\d+)[a-z ]*, '  # units, then what it spans
-      r'Holm p (\d\.\d+), ([a-z ]+)\)',
-      _depth_status(),
+      rf'{key} [a-zA-Z -]*?([+-]\d\.\d+) ± (\d\.\d+) nats \(Holm p ([\d.e-]+), ([a-z ]+)\)', sentence
     )
     assert stated == (
       f'{d["mean"]:+.{digits}f}',
       f'{d["ci95_half_width"]:.{digits}f}',
-      f'{row["holm_p_value"]:.1g}' if row['holm_p_value'] < 0.01 else f'{row["holm_p_value"]:.3f}',
+      f'{holm:.1g}' if holm < 0.01 else f'{holm:.3f}',
       row['verdict'],
     ), key
 
 
-def test_the_6_layer_gap_in_parts_by_the_kind_of_selected_position():
-  """As S1's parts above, from the 4-draw scoring of the 6-layer runs: the parts add up to S3."""
+def _depth_pairs(layers: int) -> list[tuple[dict, dict]]:
+  """(RealFormer, Post-LN) 4-draw held-out metrics of one depth, one pair a seed."""
   results = runs.all_results(depth.PLANS['cpu'].store)
-  part = _parts_by_kind(
-    [
-      tuple(
-        results[f'L6-b4800-lr0.002-{layout}-s{seed}']['scored']['metrics']
-        for layout in ('realformer', 'post')
-      )
-      for seed in range(2, 8)
-    ]
-  )
-  said = _find(
-    r'the \[MASK\] slots give (\S+) of those points, the kept tokens\s+(\S+) and the random '
-    r'replacements (\S+):',
-    _depth_status(),
-  )
-  assert said == (part['mask'], part['kept'], part['random'])
-  (s3,) = [row for row in _depth_analysis()['comparisons'] if row['key'] == 'S3']
-  assert sum(map(float, said)) == pytest.approx(100 * s3['comparison']['mean'], abs=0.015)
+  return [
+    tuple(
+      results[f'L{layers}-b4800-lr0.002-{layout}-s{seed}']['scored']['metrics']
+      for layout in ('realformer', 'post')
+    )
+    for seed in range(2, 8)
+  ]
+
+
+@pytest.mark.parametrize(
+  'layers, key, sentence',
+  [
+    (
+      6,
+      'S3',
+      r'at 6 layers the \[MASK\] slots give (?P<mask>\S+) of S3\'s points, the kept tokens '
+      r'(?P<kept>\S+) and the random replacements (?P<random>\S+);',
+    ),
+    (
+      24,
+      'S1',
+      r'at 24 layers the kept tokens give (?P<kept>\S+) of S1\'s points, the \[MASK\] slots '
+      r'(?P<mask>\S+) and the random replacements (?P<random>\S+),',
+    ),
+  ],
+)
+def test_each_depths_gap_in_parts_by_the_kind_of_selected_position(layers, key, sentence):
+  """As S1's parts above, from the 4-draw scoring of each depth's runs: the parts add up to
+  the gap the text splits."""
+  part = _parts_by_kind(_depth_pairs(layers))
+  said = re.search(sentence, _depth_status())
+  assert said, sentence
+  assert said.groupdict() == part
+  total = sum(map(float, part.values()))
+  assert total == pytest.approx(100 * _depth_row(key)['comparison']['mean'], abs=0.015)
+
+
+def test_the_24_layer_kept_token_accuracies():
+  pairs = _depth_pairs(24)
+  real, post = (f'{100 * np.mean([p[i]["kept_accuracy"] for p in pairs]):.1f}' for i in (0, 1))
+  said = f"RealFormer predicts {real}% of the kept tokens against Post-LN's {post}%"
+  assert said in _depth_status()

@@ -520,7 +520,8 @@ def test_the_depth_studys_attention_as_the_text_states(layers):
     d = row['difference']
     holm = row['holm_p_value']
     stated = _find(
-      rf'{key} [a-zA-Z -]*?([+-]\d\.\d+) ± (\d\.\d+) nats \(Holm p ([\d.e-]+), ([a-z ]+)\)', sentence
+      rf'{key} [a-zA-Z -]*?([+-]\d\.\d+) ± (\d\.\d+) nats \(Holm p ([\d.e-]+), ([a-z ]+)\)',
+      sentence,
     )
     assert stated == (
       f'{d["mean"]:+.{digits}f}',
